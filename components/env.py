@@ -1,0 +1,55 @@
+"""The quiet, offline environment: the one place that sets it.
+
+Every entry point (CLI, tests, benchmarks, the DVC stages) calls `quiet_offline()` before Prefect, MLflow, DVC or
+great-expectations are imported, so nothing phones home and every store lives where the project says.
+Values already set by the user win (setdefault), except the telemetry switches, which are always off.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ALWAYS = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY": "false",
+    "DO_NOT_TRACK": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DVC_NO_ANALYTICS": "1",
+    "GX_ANALYTICS_ENABLED": "false",
+    "HF_HUB_OFFLINE": "1",
+}
+
+DEFAULTS = {
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PREFECT_LOGGING_TO_API_ENABLED": "false",
+    "PREFECT_UI_ENABLED": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
+    "PREFECT_TASKS_REFRESH_CACHE": "false",
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    "GIT_PYTHON_REFRESH": "quiet",
+    "TQDM_DISABLE": "1",
+}
+
+
+def project_home(root: Path | None = None) -> Path:
+    """Where local stores live: $RATCHET_HOME, else <project>/.ratchet."""
+    if os.environ.get("RATCHET_HOME"):
+        return Path(os.environ["RATCHET_HOME"])
+    return (root or Path.cwd()) / ".ratchet"
+
+
+def quiet_offline(home: Path | None = None) -> Path:
+    """Set the offline/quiet environment; put Prefect's home, results and the MLflow store under `home`."""
+    home = Path(home) if home else project_home()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.update(ALWAYS)
+    for key, value in DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("RATCHET_HOME", str(home))
+    os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
+    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(home / "prefect" / "storage"))
+    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{home / 'mlflow.db'}")
+    os.environ.setdefault("DVC_SITE_CACHE_DIR", str(home / "dvc-site-cache"))
+    return home

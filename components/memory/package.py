@@ -1,0 +1,230 @@
+"""Loading a memory package: a directory of data, compiled once into runtime objects.
+
+    <package>/manifest.yaml              name, wm (W), delivery (rho) and checkers (C) bindings
+    <package>/em/<type>/<id>.md          E: one card per file, YAML front matter + Markdown body
+    <package>/README.md                  optional, free text
+
+Anything that would make a mechanism silently inert is a load error naming the file and the field: an unknown
+strategy, event or option, an ill-typed option, malformed YAML or front matter, a duplicate card id, a card id that
+differs from its file name, an unknown card type, a card no binding can deliver, a symlink or a non-UTF-8 file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import frontmatter
+import yaml
+from pydantic import ValidationError
+
+from components.memory.cards import CARD_TYPES, Card, CardMeta
+from components.memory.errors import PackageError, Problem
+from components.memory.events import EVENTS
+from components.memory.ledger import WMOptions
+from components.memory.manifest import BindingSpec, Manifest
+from components.memory.strategies import CHECKERS, DELIVERERS
+from components.registry import Registry, Strategy
+
+MANIFEST = "manifest.yaml"
+FREE_FILES = {"README.md", ".gitkeep"}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A strategy bound to an event, compiled."""
+
+    spec: BindingSpec
+    strategy: Strategy
+    run: Callable[..., Any]
+    index: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.use}@{self.spec.at}"
+
+
+@dataclass(frozen=True)
+class MemoryPackage:
+    root: Path
+    manifest: Manifest
+    cards: dict[str, Card]
+    delivery: tuple[Bound, ...]
+    checkers: tuple[Bound, ...]
+    digest: str
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def wm(self) -> WMOptions:
+        return self.manifest.wm
+
+
+def digest(root: str | Path) -> str:
+    """SHA-256 over the sorted (relative POSIX path, bytes) of every file: same bytes, same digest, anywhere."""
+    root = Path(root)
+    h = hashlib.sha256()
+    for rel, path in _files(root):
+        data = path.read_bytes()
+        h.update(f"{rel}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def _files(root: Path) -> list[tuple[str, Path]]:
+    out = []
+    for path in root.rglob("*"):
+        if path.is_symlink() or path.is_file():
+            out.append((path.relative_to(root).as_posix(), path))
+    return sorted(out)
+
+
+def lint(root: str | Path) -> list[Problem]:
+    """Every problem in the package, one per line; empty when it loads."""
+    try:
+        load_package(root)
+    except PackageError as e:
+        return e.problems
+    return []
+
+
+def load_package(root: str | Path) -> MemoryPackage:
+    root = Path(root)
+    problems: list[Problem] = []
+    if not root.is_dir():
+        raise PackageError([Problem(str(root), "-", "not a package directory")])
+    if not (root / MANIFEST).is_file():
+        raise PackageError([Problem(str(root / MANIFEST), "-", "missing manifest.yaml")])
+
+    texts: dict[str, str] = {}
+    for rel, path in _files(root):
+        if path.is_symlink():
+            problems.append(Problem(rel, "-", "symlinks are not allowed in a package"))
+            continue
+        try:
+            texts[rel] = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            problems.append(Problem(rel, "-", f"not UTF-8 (byte {e.start})"))
+    for rel in texts:
+        if rel != MANIFEST and rel not in FREE_FILES and not rel.startswith("em/") and Path(rel).name not in FREE_FILES:
+            problems.append(Problem(rel, "-", "unexpected file (a package holds manifest.yaml and em/<type>/<id>.md)"))
+
+    manifest = _manifest(texts.get(MANIFEST), problems)
+    cards = _cards(texts, problems)
+    delivery = _bindings(manifest, "delivery", DELIVERERS, problems) if manifest else ()
+    checkers = _bindings(manifest, "checkers", CHECKERS, problems) if manifest else ()
+    if manifest:
+        _reachability(cards, delivery, problems)
+    if problems:
+        raise PackageError(problems)
+    return MemoryPackage(root, manifest, cards, delivery, checkers, digest(root))
+
+
+def _manifest(text: str | None, problems: list[Problem]) -> Manifest | None:
+    if text is None:
+        return None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "-"
+        problems.append(Problem(MANIFEST, where, f"malformed YAML: {getattr(e, 'problem', e)}"))
+        return None
+    if not isinstance(raw, dict):
+        problems.append(Problem(MANIFEST, "-", "must be a mapping"))
+        return None
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as e:
+        problems.extend(_pydantic(MANIFEST, e))
+        return None
+
+
+def _cards(texts: dict[str, str], problems: list[Problem]) -> dict[str, Card]:
+    cards: dict[str, Card] = {}
+    for rel, text in sorted(texts.items()):
+        if not rel.startswith("em/") or Path(rel).name in FREE_FILES:
+            continue
+        parts = rel.split("/")
+        if len(parts) != 3 or not rel.endswith(".md"):
+            problems.append(Problem(rel, "-", "cards live at em/<type>/<id>.md"))
+            continue
+        if parts[1] not in CARD_TYPES:
+            problems.append(Problem(rel, "type", f"unknown card type directory {parts[1]!r} (one of {', '.join(CARD_TYPES)})"))
+            continue
+        try:
+            post = frontmatter.loads(text)
+        except yaml.YAMLError as e:
+            problems.append(Problem(rel, "front matter", f"malformed YAML: {getattr(e, 'problem', e)}"))
+            continue
+        try:
+            meta = CardMeta.model_validate(dict(post.metadata))
+        except ValidationError as e:
+            problems.extend(_pydantic(rel, e))
+            continue
+        stem = Path(rel).stem
+        if meta.id != stem:
+            problems.append(Problem(rel, "id", f"card id {meta.id!r} does not match its file name {stem!r}"))
+        elif meta.type != parts[1]:
+            problems.append(Problem(rel, "type", f"card type {meta.type!r} does not match its directory {parts[1]!r}"))
+        elif meta.id in cards:
+            problems.append(Problem(rel, "id", f"duplicate card id {meta.id!r} (also {cards[meta.id].path})"))
+        elif meta.trigger is not None and meta.trigger.event not in EVENTS:
+            problems.append(Problem(rel, "trigger.event", f"unknown event {meta.trigger.event!r} (one of {', '.join(EVENTS)})"))
+        elif not post.content.strip():
+            problems.append(Problem(rel, "body", "empty card body"))
+        else:
+            cards[meta.id] = Card(meta=meta, body=post.content, path=rel)
+    return cards
+
+
+def _bindings(manifest: Manifest, section: str, registry: Registry, problems: list[Problem]) -> tuple[Bound, ...]:
+    out = []
+    for i, spec in enumerate(getattr(manifest, section)):
+        where = f"{section}[{i}]"
+        strategy = registry.get(spec.use)
+        if strategy is None:
+            problems.append(Problem(MANIFEST, f"{where}.use", f"unknown {registry.kind} {spec.use!r} (one of {', '.join(registry.names())})"))
+            continue
+        if spec.at not in EVENTS:
+            problems.append(Problem(MANIFEST, f"{where}.at", f"unknown event {spec.at!r} (one of {', '.join(EVENTS)})"))
+            continue
+        if spec.at not in strategy.events:
+            problems.append(Problem(MANIFEST, f"{where}.at", f"{spec.use!r} cannot run at {spec.at!r} (only {', '.join(sorted(strategy.events))})"))
+            continue
+        try:
+            run = strategy.build(spec.cfg)
+        except ValidationError as e:
+            problems.extend(_pydantic(MANIFEST, e, prefix=f"{where}.cfg"))
+            continue
+        out.append(Bound(spec, strategy, run, i))
+    return tuple(out)
+
+
+def _reachability(cards: dict[str, Card], delivery: tuple[Bound, ...], problems: list[Problem]) -> None:
+    """A card no binding can ever deliver is dead weight that looks like a mechanism: refuse it."""
+    blanket = any(b.strategy.ignores_triggers for b in delivery)
+    routed = {b.spec.at for b in delivery if b.strategy.delivers_cards and not b.strategy.ignores_triggers}
+    for card in cards.values():
+        if blanket:
+            continue
+        t = card.meta.trigger
+        if t is None:
+            problems.append(Problem(card.path, "trigger", "card has no trigger and no all_cards binding delivers it"))
+        elif t.event not in routed:
+            problems.append(Problem(card.path, "trigger.event", f"no delivery binding delivers cards at {t.event!r}"))
+
+
+def _pydantic(file: str, err: ValidationError, prefix: str = "") -> list[Problem]:
+    out = []
+    for e in err.errors():
+        loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in e["loc"]).replace(".[", "[")
+        field = ".".join(x for x in (prefix, loc) if x) or "-"
+        msg = "unknown option" if e["type"] == "extra_forbidden" else e["msg"]
+        out.append(Problem(file, field, msg))
+    return out

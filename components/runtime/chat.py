@@ -1,0 +1,123 @@
+"""ChatHarness: the HarnessPort for any world Environment and any chat model, in OpenAI message format.
+
+The model sees: the system prompt (the world's policy), one memory message compiled by the kernel, and the
+conversation (user turns, its own messages and tool calls, tool results). Nothing else reaches it."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import ValidationError
+
+from components.models.base import ChatModel, ModelError
+from components.runtime import prompts
+from components.runtime.types import FINISH_TOOL, Draft, Intent, Proposal, Receipt, ToolCall, Turn, Usage
+from components.worlds.base import Environment
+
+
+class ChatHarness:
+    def __init__(self, env: Environment, model: ChatModel, seed: int):
+        self.env = env
+        self.model = model
+        self.seed = seed
+        self.write_tools = frozenset(env.write_tools)
+        self.tools = [*env.tools, prompts.FINISH_SCHEMA]
+        self._tool_names = {t["function"]["name"] for t in self.tools}
+        self.messages: list[dict] = []
+        self._turns: list[Turn] = []
+        self._receipts: list[Receipt] = []
+        self.usage = Usage()
+        self.tool_calls = 0
+        self._ended = False
+        self._say("user", env.first_message())
+
+    # -- HarnessPort -----------------------------------------------------------------------------------------
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def receipts(self) -> list[Receipt]:
+        out, self._receipts = self._receipts, []
+        return out
+
+    def transcript(self) -> list[Turn]:
+        return list(self._turns)
+
+    def propose(self, memory: str) -> Proposal:
+        msgs = [*self._context(memory), {"role": "system", "content": prompts.PROPOSE}]
+        res = self._complete(msgs, tools=None, json_mode=True)
+        try:
+            raw = json.loads(res.content)
+            pending = [Intent(tool=str(p["tool"]), args={k: str(v) for k, v in (p.get("args") or {}).items()},
+                              note=str(p.get("note", ""))) for p in raw.get("pending", [])]
+            nxt = raw.get("next_tool")
+            return Proposal(pending=pending, next_tool=str(nxt) if nxt else None)
+        except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValidationError) as e:
+            raise ModelError(f"malformed state proposal: {e}") from None
+
+    def draft(self, memory: str, feedback: str | None = None) -> Draft:
+        msgs = self._context(memory)
+        if feedback:
+            msgs.append({"role": "system", "content": prompts.FEEDBACK.format(reasons=feedback)})
+        res = self._complete(msgs, tools=self.tools, json_mode=False)
+        if not res.tool_calls:
+            return Draft(content=res.content)
+        call = res.tool_calls[0]
+        if call.name not in self._tool_names:
+            raise ModelError(f"call to a tool that does not exist: {call.name!r}")
+        return Draft(content=res.content, tool_call=call)
+
+    def commit(self, draft: Draft, blocked: str | None = None) -> dict:
+        call = draft.tool_call
+        if call is None:
+            if blocked:
+                self.messages.append({"role": "system", "content": f"Your last message was blocked: {blocked}"})
+                return {"blocked": blocked}
+            self._say("assistant", draft.content)
+            reply = self.env.user_reply(draft.content)
+            if reply is None:
+                self._ended = True
+                return {"role": "user", "text": None}
+            self._say("user", reply)
+            return {"role": "user", "text": reply}
+        self.messages.append({"role": "assistant", "content": draft.content or None, "tool_calls": [{
+            "id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.args, sort_keys=True)}}]})
+        self._turns.append(Turn(role="assistant", text=draft.content, tool=call.name))
+        if blocked:  # never executed; a synthetic result that can ground nothing
+            receipt = Receipt(call_id=call.id, tool=call.name, args=call.args, ok=False, code="blocked",
+                              content={"error": f"blocked by the harness: {blocked}"}, genuine=False,
+                              write=call.name in self.write_tools)
+        elif call.name == FINISH_TOOL:
+            receipt = Receipt(call_id=call.id, tool=call.name, args=call.args, ok=True, content={"finished": True})
+            self._ended = True
+        else:
+            receipt = self.env.call(call)
+            self.tool_calls += 1
+            if call.name in self.env.terminal_tools:
+                self._ended = True
+        body = receipt.content if receipt.ok else {**(receipt.content or {}), "code": receipt.code}
+        text = json.dumps(body, sort_keys=True)
+        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        self._turns.append(Turn(role="tool", text=text, tool=call.name, write=receipt.write, ok=receipt.ok))
+        self._receipts.append(receipt)
+        return {"role": "tool", **receipt.model_dump()}
+
+    # -- internals ------------------------------------------------------------------------------------------
+    def _say(self, role: str, text: str) -> None:
+        self.messages.append({"role": role, "content": text})
+        self._turns.append(Turn(role=role, text=text))
+
+    def _context(self, memory: str) -> list[dict]:
+        return [
+            {"role": "system", "content": self.env.system_prompt},
+            {"role": "system", "content": f"{prompts.MEMORY_HEADER}\n\n{memory or '(empty)'}"},
+            *self.messages,
+        ]
+
+    def _complete(self, msgs: list[dict], tools: list[dict] | None, json_mode: bool):
+        res = self.model.complete(msgs, tools=tools, seed=self.seed, json_mode=json_mode)
+        u = res.usage
+        self.usage = Usage(tokens_in=self.usage.tokens_in + u.tokens_in, tokens_out=self.usage.tokens_out + u.tokens_out,
+                           calls=self.usage.calls + 1)
+        return res

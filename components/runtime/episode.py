@@ -1,0 +1,71 @@
+"""One episode: a task, a memory package, a model and a seed, run turn by turn through the kernel."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from components.memory.package import MemoryPackage
+from components.models.base import ChatModel, ModelError
+from components.runtime.chat import ChatHarness
+from components.runtime.kernel import Episode, run_turn
+from components.runtime.trace import TraceStep
+from components.worlds import Benchmark, world
+
+MAX_TURNS = 40
+
+
+def episode_seed(item_id: str, seed: int) -> int:
+    """The seed the model sees for (item, seed index): the seed map is a pure function, recorded with every run."""
+    return int(hashlib.sha256(f"{item_id}#{seed}".encode()).hexdigest()[:8], 16)
+
+
+@dataclass
+class EpisodeResult:
+    item_id: str
+    seed: int
+    score: float
+    success: bool
+    turns: int
+    tokens_in: int
+    tokens_out: int
+    model_calls: int
+    tool_calls: int
+    error: str
+    criteria: dict[str, float] = field(default_factory=dict)
+    steps: list[TraceStep] = field(default_factory=list)
+    cause: str | None = None  # hidden; written only to the sidecar
+
+    @property
+    def episode_id(self) -> str:
+        return f"{self.item_id}#{self.seed}"
+
+    def row(self) -> dict:
+        return {"item_id": self.item_id, "seed": self.seed, "score": self.score, "success": self.success,
+                "turns": self.turns, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
+                "model_calls": self.model_calls, "tool_calls": self.tool_calls, "error": self.error}
+
+
+def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: int, model: ChatModel,
+                max_turns: int = MAX_TURNS) -> EpisodeResult:
+    spec = world(bench.world)
+    task = bench.tasks[item_id]
+    env = spec.make_env(bench, task)
+    port = ChatHarness(env, model, episode_seed(item_id, seed))
+    ep = Episode.start(f"{item_id}#{seed}", package)
+    error = ""
+    try:
+        while not port.ended and len(ep.steps) < max_turns:
+            run_turn(ep, port)
+    except ModelError as e:  # a model fault ends the episode as an error, never as a success
+        error = f"model: {e}"
+    score = env.score(port.transcript())
+    ok = score.success and not error
+    result = EpisodeResult(
+        item_id=item_id, seed=seed, score=0.0 if error else score.reward, success=ok, turns=len(ep.steps),
+        tokens_in=port.usage.tokens_in, tokens_out=port.usage.tokens_out, model_calls=port.usage.calls,
+        tool_calls=port.tool_calls, error=error, criteria=score.criteria, steps=ep.steps,
+    )
+    if not ok:
+        result.cause = "external" if error else spec.hidden_cause(task, ep.steps, package, score)
+    return result

@@ -1,0 +1,19 @@
+"""The harness's fixed instructions to the model. Same words for every model backend."""
+
+MEMORY_HEADER = "# Memory (from the harness; the ledger is settled only by real tool receipts)"
+PROPOSE = (
+    "# Ledger update\n"
+    "Return only JSON: {\"pending\": [{\"tool\": <the write tool that will settle the request>, \"args\": "
+    "{<identifying arguments, e.g. order_id or user_id>}, \"note\": <a few words>}], \"next_tool\": <the tool you "
+    "will call next, or the write you are preparing; null if none>}. List every request that is not settled yet."
+)
+FEEDBACK = "# Draft bounced\nYour draft was not accepted:\n{reasons}\nRevise it."
+FINISH_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "finish",
+        "description": "Declare the task complete. Only when every request is settled.",
+        "parameters": {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"],
+                       "additionalProperties": False},
+    },
+}

@@ -1,0 +1,37 @@
+"""Worlds by name: how to materialize a benchmark, open an episode, and label a failure's hidden cause."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.worlds.base import Benchmark, BenchmarkError, Environment, Task, load_benchmark
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    name: str
+    materialize: Callable[[Path, int], Path]
+    make_env: Callable[[Benchmark, Task], Environment]
+    hidden_cause: Callable[..., str | None]
+
+
+def _retail() -> WorldSpec:
+    from components.worlds import retail
+    from components.worlds.retail.causes import hidden_cause
+    from components.worlds.retail.env import RetailEnv
+
+    return WorldSpec("retail", retail.materialize, RetailEnv, hidden_cause)
+
+
+WORLDS: dict[str, Callable[[], WorldSpec]] = {"retail": _retail}
+
+
+def world(name: str) -> WorldSpec:
+    if name not in WORLDS:
+        raise BenchmarkError(f"unknown world {name!r} (one of {', '.join(sorted(WORLDS))})")
+    return WORLDS[name]()
+
+
+__all__ = ["Benchmark", "BenchmarkError", "WORLDS", "WorldSpec", "load_benchmark", "world"]

@@ -1,0 +1,151 @@
+"""What every world provides, and a benchmark as it lies on disk.
+
+A benchmark directory (written by `ratchet bench materialize`, pinned by DVC):
+
+    meta.json       world name, seed, version, task counts
+    policy.md       the written policy (the agent's system prompt; where a diagnoser finds the rules)
+    tools.json      tool schemas (OpenAI function format)
+    db.json         the world's initial database
+    tasks.jsonl     one task per line: requests, rubric, first message
+    splits.json     {"train": [...], "dev": [...], "test": [...]}: fixed by the seed
+    tasks.csv       one row per task (id, family, split, rubric weights): the table the data contract checks
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from components.memory.package import digest as tree_digest
+from components.runtime.types import Receipt, ToolCall, Turn
+
+SPLITS = ("train", "dev", "test")
+BENCH_FILES = ("meta.json", "policy.md", "tools.json", "db.json", "tasks.jsonl", "splits.json")
+
+
+class Criterion(BaseModel):
+    """One rubric line: an executable check with a weight. reward = sum(w_i * s_i) / sum(w_i)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    weight: float = Field(gt=0)
+    check: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    desc: str = ""
+
+
+class Task(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    family: str
+    user_id: str
+    first_message: str
+    requests: list[dict[str, Any]]
+    rubric: list[Criterion] = Field(min_length=1)
+    possible: bool = True  # False: no agent can complete it (an external failure by construction)
+
+
+@dataclass(frozen=True)
+class Score:
+    reward: float
+    success: bool
+    criteria: dict[str, float] = field(default_factory=dict)
+
+
+class Environment(Protocol):
+    """One episode of a world, as the chat harness sees it."""
+
+    system_prompt: str
+    tools: list[dict]
+    write_tools: frozenset[str]
+    terminal_tools: frozenset[str]
+
+    def first_message(self) -> str: ...
+    def call(self, call: ToolCall) -> Receipt: ...
+    def user_reply(self, assistant_text: str) -> str | None: ...
+    def score(self, transcript: list[Turn]) -> Score: ...
+
+
+class BenchmarkError(Exception):
+    """A benchmark directory that cannot be used; the message names the file and the field."""
+
+
+@dataclass
+class Benchmark:
+    root: Path
+    meta: dict
+    policy: str
+    tools: list[dict]
+    db: dict
+    tasks: dict[str, Task]
+    splits: dict[str, list[str]]
+
+    @cached_property
+    def digest(self) -> str:
+        return tree_digest(self.root)
+
+    @property
+    def world(self) -> str:
+        return self.meta["world"]
+
+    def ids(self, split: str) -> list[str]:
+        if split not in self.splits:
+            raise BenchmarkError(f"{self.root / 'splits.json'}: {split}: no such split (one of {', '.join(self.splits)})")
+        return list(self.splits[split])
+
+    @cached_property
+    def tool_names(self) -> frozenset[str]:
+        return frozenset(t["function"]["name"] for t in self.tools)
+
+
+def load_benchmark(root: str | Path) -> Benchmark:
+    root = Path(root)
+    for name in BENCH_FILES:
+        if not (root / name).is_file():
+            raise BenchmarkError(f"{root / name}: missing (materialize with `ratchet bench materialize`)")
+    meta = _json(root / "meta.json")
+    if not isinstance(meta, dict) or "world" not in meta:
+        raise BenchmarkError(f"{root / 'meta.json'}: world: missing")
+    tasks: dict[str, Task] = {}
+    for n, line in enumerate((root / "tasks.jsonl").read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            t = Task.model_validate_json(line)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "-"
+            raise BenchmarkError(f"{root / 'tasks.jsonl'}: line {n}: {loc}: {err['msg']}") from None
+        if t.id in tasks:
+            raise BenchmarkError(f"{root / 'tasks.jsonl'}: line {n}: id: duplicate task id {t.id!r}")
+        tasks[t.id] = t
+    splits = _json(root / "splits.json")
+    if not isinstance(splits, dict):
+        raise BenchmarkError(f"{root / 'splits.json'}: -: must be a mapping of split name to ids")
+    seen: dict[str, str] = {}
+    for name in SPLITS:
+        if name not in splits:
+            raise BenchmarkError(f"{root / 'splits.json'}: {name}: missing split")
+        for tid in splits[name]:
+            if tid not in tasks:
+                raise BenchmarkError(f"{root / 'splits.json'}: {name}: unknown task id {tid!r}")
+            if tid in seen:
+                raise BenchmarkError(f"{root / 'splits.json'}: {name}: {tid!r} is also in {seen[tid]}")
+            seen[tid] = name
+    missing = sorted(set(tasks) - set(seen))
+    if missing:
+        raise BenchmarkError(f"{root / 'splits.json'}: -: tasks in no split: {', '.join(missing[:5])}")
+    return Benchmark(root, meta, (root / "policy.md").read_text(encoding="utf-8"), _json(root / "tools.json"),
+                     _json(root / "db.json"), tasks, splits)
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BenchmarkError(f"{path}: -: not valid JSON ({e})") from None

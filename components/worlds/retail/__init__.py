@@ -1,0 +1,35 @@
+"""The built-in retail customer-service world."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from components.io import atomic_dir, dumps
+from components.worlds.retail.tasks import FAMILIES, generate, policy_text, split
+from components.worlds.retail.tools import TOOLS
+
+VERSION = 1
+
+
+def materialize(out: str | Path, seed: int = 0) -> Path:
+    """Write the benchmark files for `seed` atomically; the same seed gives the same bytes."""
+    db, tasks = generate(seed)
+    splits = split(tasks, seed)
+    where = {tid: name for name, ids in splits.items() for tid in ids}
+    meta = {"world": "retail", "version": VERSION, "seed": seed, "n_tasks": len(tasks), "families": FAMILIES,
+            "splits": {k: len(v) for k, v in splits.items()}}
+    rows = [{"task_id": t.id, "family": t.family, "split": where[t.id], "n_requests": len(t.requests),
+             "possible": t.possible, "n_criteria": len(t.rubric), "min_weight": min(c.weight for c in t.rubric),
+             "total_weight": sum(c.weight for c in t.rubric)} for t in tasks]
+    with atomic_dir(out) as tmp:
+        (tmp / "meta.json").write_text(dumps(meta))
+        (tmp / "policy.md").write_text(policy_text())
+        (tmp / "tools.json").write_text(dumps(TOOLS))
+        (tmp / "db.json").write_text(json.dumps(db, sort_keys=True) + "\n")
+        (tmp / "tasks.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in tasks))
+        (tmp / "splits.json").write_text(dumps(splits))
+        pd.DataFrame(rows).to_csv(tmp / "tasks.csv", index=False, lineterminator="\n")
+    return Path(out)

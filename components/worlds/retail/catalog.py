@@ -1,0 +1,102 @@
+"""The retail world's data: a product catalog with variants, users with payment methods and addresses, orders.
+Generated from a seed; the same seed gives the same bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+
+PRODUCTS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
+    ("T-Shirt", {"color": ("black", "white", "blue", "red"), "size": ("S", "M", "L", "XL")}),
+    ("Hiking Boots", {"size": ("8", "9", "10", "11"), "material": ("leather", "synthetic")}),
+    ("Water Bottle", {"capacity": ("500ml", "750ml", "1000ml"), "color": ("green", "black", "blue")}),
+    ("Desk Lamp", {"color": ("white", "black", "silver"), "brightness": ("low", "medium", "high")}),
+    ("Backpack", {"color": ("grey", "navy", "black"), "size": ("small", "medium", "large")}),
+    ("Headphones", {"color": ("black", "white", "red"), "connection": ("wired", "wireless")}),
+    ("Coffee Maker", {"capacity": ("4 cups", "8 cups", "12 cups"), "color": ("black", "steel")}),
+    ("Yoga Mat", {"thickness": ("4mm", "6mm", "8mm"), "color": ("purple", "blue", "green")}),
+    ("Running Shoes", {"size": ("7", "8", "9", "10"), "color": ("white", "black", "orange")}),
+    ("Wall Clock", {"style": ("modern", "classic"), "color": ("black", "wood", "white")}),
+)
+
+FIRST = ("Ava", "Liam", "Noah", "Emma", "Mia", "Lucas", "Yusuf", "Sofia", "Omar", "Ivan", "Chen", "Amara", "Raj",
+         "Lena", "Mateo", "Fatima", "Ethan", "Hana", "Olivia", "Kofi", "Ines", "Arjun", "Zoe", "Daniel")
+LAST = ("Smith", "Garcia", "Kim", "Patel", "Nguyen", "Silva", "Ivanova", "Okafor", "Rossi", "Haddad", "Lopez",
+        "Moreau", "Schmidt", "Sato", "Kowalski", "Brown", "Ali", "Costa", "Hansen", "Jones")
+STREETS = ("Maple Street", "Oak Avenue", "Cedar Lane", "Pine Road", "Elm Street", "Lake Drive", "Hill Road",
+           "River Avenue", "Park Lane", "Sunset Boulevard", "Main Street", "Willow Way")
+CITIES = (("Austin", "TX", "787"), ("Denver", "CO", "802"), ("Seattle", "WA", "981"), ("Boston", "MA", "021"),
+          ("Phoenix", "AZ", "850"), ("Columbus", "OH", "432"), ("Portland", "OR", "972"), ("Chicago", "IL", "606"))
+ABBREV = {"Street": "ST", "Avenue": "AVE", "Lane": "LN", "Road": "RD", "Drive": "DR", "Boulevard": "BLVD", "Way": "WAY"}
+
+
+def _digits(rng: random.Random, n: int) -> str:
+    return "".join(rng.choice("0123456789") for _ in range(n))
+
+
+def normalize_address(address1: str, city: str, state: str, zip: str) -> dict[str, str]:
+    """What `validate_address` returns: upper case, street suffix abbreviated, ZIP+4."""
+    line = " ".join(ABBREV.get(w.strip(".,"), w.strip(".,")) for w in address1.split()).upper()
+    base_zip = zip.split("-")[0].strip()
+    plus4 = int(hashlib.sha256(f"{line}|{base_zip}".encode()).hexdigest()[:6], 16) % 10000  # idempotent
+    return {"address1": line, "city": city.strip().upper(), "state": state.strip().upper(), "zip": f"{base_zip}-{plus4:04d}"}
+
+
+def make_catalog(rng: random.Random) -> dict[str, dict]:
+    products = {}
+    for name, dims in PRODUCTS:
+        pid = _digits(rng, 10)
+        variants = {}
+        keys = list(dims)
+        base = rng.randint(15, 180)
+        for combo in itertools.product(*(dims[k] for k in keys)):
+            item_id = _digits(rng, 10)
+            variants[item_id] = {
+                "item_id": item_id,
+                "options": dict(zip(keys, combo)),
+                "price": round(base * rng.uniform(0.9, 1.2), 2),
+                "available": rng.random() < 0.7,
+            }
+        products[pid] = {"product_id": pid, "name": name, "variants": variants}
+    return products
+
+
+def make_address(rng: random.Random) -> dict[str, str]:
+    city, state, zp = rng.choice(CITIES)
+    return {"address1": f"{rng.randint(10, 999)} {rng.choice(STREETS)}", "city": city, "state": state,
+            "zip": zp + _digits(rng, 2)}
+
+
+def make_user(rng: random.Random, used: set[str]) -> dict:
+    while True:
+        first, last = rng.choice(FIRST), rng.choice(LAST)
+        uid = f"{first.lower()}_{last.lower()}_{_digits(rng, 4)}"
+        if uid not in used:
+            used.add(uid)
+            break
+    kinds = rng.sample(["credit_card", "paypal", "gift_card"], k=rng.choice((2, 3)))
+    methods = [{"id": f"{k}_{_digits(rng, 7)}", "kind": k} for k in kinds]
+    return {"user_id": uid, "name": f"{first} {last}", "email": f"{first.lower()}.{last.lower()}{_digits(rng, 3)}@example.com",
+            "address": make_address(rng), "payment_methods": methods, "orders": []}
+
+
+def make_order(rng: random.Random, user: dict, products: dict, status: str, n_items: int, used: set[str],
+               payment_method_id: str | None = None) -> dict:
+    while True:
+        oid = "#W" + _digits(rng, 7)
+        if oid not in used:
+            used.add(oid)
+            break
+    items = []
+    for pid in rng.sample(sorted(products), k=n_items):
+        p = products[pid]
+        item_id = rng.choice(sorted(p["variants"]))
+        v = p["variants"][item_id]
+        items.append({"item_id": item_id, "product_id": pid, "name": p["name"], "options": dict(v["options"]),
+                      "price": v["price"]})
+    order = {"order_id": oid, "user_id": user["user_id"], "status": status, "items": items,
+             "payment_method_id": payment_method_id or rng.choice(user["payment_methods"])["id"],
+             "address": dict(user["address"])}
+    user["orders"].append(oid)
+    return order

@@ -1,0 +1,112 @@
+"""One retail episode: the tools over a fresh copy of the task's slice of the database, the simulated customer,
+and the rubric's executable checks."""
+
+from __future__ import annotations
+
+from components.runtime.types import Receipt, ToolCall, Turn
+from components.worlds.base import Benchmark, Criterion, Score, Task
+from components.worlds.retail import language
+from components.worlds.retail.catalog import normalize_address
+from components.worlds.retail.tools import TERMINAL_TOOLS, WRITE_TOOLS, RetailTools
+
+SYSTEM_PREAMBLE = (
+    "You are a customer-service agent. Follow the policy below. Act with one tool call at a time, or write one "
+    "message to the customer. Call `finish` with a short summary when every request is settled.\n\n"
+)
+
+
+class RetailEnv:
+    write_tools = WRITE_TOOLS
+    terminal_tools = TERMINAL_TOOLS
+
+    def __init__(self, bench: Benchmark, task: Task):
+        self.task = task
+        self.system_prompt = SYSTEM_PREAMBLE + bench.policy
+        self.tools = bench.tools
+        user = bench.db["users"][task.user_id]
+        db = {"products": bench.db["products"], "users": {user["user_id"]: user},
+              "orders": {oid: bench.db["orders"][oid] for oid in user["orders"]}}
+        self._tools = RetailTools(db)
+
+    @property
+    def db(self) -> dict:
+        return self._tools.db
+
+    def first_message(self) -> str:
+        return self.task.first_message
+
+    def call(self, call: ToolCall) -> Receipt:
+        return self._tools.call(call)
+
+    def user_reply(self, assistant_text: str) -> str | None:
+        """The customer answers what is asked and confirms an action only when it is one they requested."""
+        asked = language.confirmed_action(assistant_text)
+        if asked is not None:
+            kind, order_id = asked
+            wanted = any(r["kind"] == kind and r.get("order_id") == order_id for r in self.task.requests)
+            return language.YES if wanted else language.NO
+        if "email" in assistant_text.lower() and "could not find" in assistant_text.lower():
+            return "Sorry, that is the only email I have."
+        return "OK."
+
+    def score(self, transcript: list[Turn]) -> Score:
+        results = {c.id: float(CHECKS[c.check](self, c, transcript)) for c in self.task.rubric}
+        total = sum(c.weight for c in self.task.rubric)
+        reward = sum(c.weight * results[c.id] for c in self.task.rubric) / total
+        return Score(reward=round(reward, 6), success=all(v == 1.0 for v in results.values()), criteria=results)
+
+
+# -- the rubric's executable checks -------------------------------------------------------------------------
+
+def _order_cancelled(env: RetailEnv, c: Criterion, _t) -> bool:
+    return env.db["orders"][c.args["order_id"]]["status"] == "cancelled"
+
+
+def _order_returned(env: RetailEnv, c: Criterion, _t) -> bool:
+    o = env.db["orders"][c.args["order_id"]]
+    return (o["status"] == "return requested" and o["return"]["item_ids"] == sorted(c.args["item_ids"])
+            and o["return"]["payment_method_id"] == c.args["payment_method_id"])
+
+
+def _order_exchanged(env: RetailEnv, c: Criterion, _t) -> bool:
+    o = env.db["orders"][c.args["order_id"]]
+    return (o["status"] == "exchange requested" and o["exchange"]["item_ids"] == c.args["item_ids"]
+            and o["exchange"]["new_item_ids"] == c.args["new_item_ids"])
+
+
+def _user_address_is(env: RetailEnv, c: Criterion, _t) -> bool:
+    return normalize_address(**env.db["users"][c.args["user_id"]]["address"]) == c.args["address"]
+
+
+def _order_address_is(env: RetailEnv, c: Criterion, _t) -> bool:
+    return env.db["orders"][c.args["order_id"]]["address"] == c.args["address"]
+
+
+def _writes_confirmed(env: RetailEnv, c: Criterion, transcript: list[Turn]) -> bool:
+    confirmed = False
+    for turn in transcript:
+        if turn.role == "user":
+            confirmed = turn.text == language.YES
+        elif turn.role == "assistant" and turn.tool is None:
+            confirmed = False  # the agent spoke again: the confirmation no longer stands
+        elif turn.role == "tool" and turn.write and turn.ok:
+            if not confirmed:
+                return False
+            confirmed = False
+    return True
+
+
+def _only_requested_writes(env: RetailEnv, c: Criterion, _t) -> bool:
+    targets = set(c.args["targets"])
+    return all((w["args"].get("order_id") or w["args"].get("user_id")) in targets for w in env._tools.log)
+
+
+CHECKS = {
+    "order_cancelled": _order_cancelled,
+    "order_returned": _order_returned,
+    "order_exchanged": _order_exchanged,
+    "user_address_is": _user_address_is,
+    "order_address_is": _order_address_is,
+    "writes_confirmed": _writes_confirmed,
+    "only_requested_writes": _only_requested_writes,
+}

@@ -1,0 +1,187 @@
+"""Retail task families, their rubrics, the written policy, and materialization to files.
+
+Families, by horizon: `cancel` (one pending order), `return` (delivered items, refund to the original payment),
+`exchange` (a variant of the same product), `address` (account address, then the pending orders' shipping address),
+`multi` (three or four requests in one conversation). Some tasks are impossible by construction (the order is in the
+wrong state, the customer's email matches no account): no memory can fix them.
+"""
+
+from __future__ import annotations
+
+import random
+
+from components.worlds.base import Criterion, Task
+from components.worlds.retail import language
+from components.worlds.retail.catalog import make_address, make_catalog, make_order, make_user, normalize_address
+from components.worlds.retail.facts import FACTS
+from components.worlds.retail.tools import WRITE_TOOLS
+
+FAMILIES = {"cancel": 36, "return": 36, "exchange": 36, "address": 36, "multi": 36}
+EXTERNAL_EVERY = 9  # every 9th task of cancel/return/exchange/address is impossible
+REASON_PHRASES = {
+    "I no longer need it": "no longer needed",
+    "I don't need it anymore": "no longer needed",
+    "I ordered it by mistake": "ordered by mistake",
+    "I bought it by accident": "ordered by mistake",
+}
+REQUEST_WEIGHT = 3.0
+
+
+def policy_text() -> str:
+    sections = {f.id: f.statement for f in FACTS}
+    writes = ", ".join(f"`{t}`" for t in sorted(WRITE_TOOLS))
+    return f"""# Retail customer-service policy
+
+You help customers of an online store with their orders and account. Use the tools; never invent data.
+
+## General rules
+- Authenticate first: find the customer's user id with `find_user_id_by_email`, then read their profile with
+  `get_user_details`. If no account matches and the customer has no other email, use `transfer_to_human_agents`.
+- Before every write ({writes}), state the action and get the customer's explicit confirmation (yes).
+- One write per request; never change anything the customer did not ask for.
+- Only pending orders can be cancelled or re-addressed; only delivered orders can be returned or exchanged.
+- Call `finish` only when every request has a receipt from a tool, or cannot be done.
+
+## Cancellations
+{sections['cancel_reason']}
+
+## Returns
+{sections['refund_original']}
+
+## Exchanges
+{sections['exchange_available']}
+
+## Shipping addresses
+{sections['address_validated']}
+"""
+
+
+class _Builder:
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        self.products = make_catalog(self.rng)
+        self.users: dict[str, dict] = {}
+        self.orders: dict[str, dict] = {}
+        self._uids: set[str] = set()
+        self._oids: set[str] = set()
+
+    def user(self) -> dict:
+        u = make_user(self.rng, self._uids)
+        self.users[u["user_id"]] = u
+        for _ in range(self.rng.randint(1, 2)):  # orders the task does not concern
+            self.order(u, self.rng.choice(("delivered", "pending", "processed")))
+        return u
+
+    def order(self, user: dict, status: str, n_items: int | None = None, pm: str | None = None) -> dict:
+        o = make_order(self.rng, user, self.products, status, n_items or self.rng.randint(1, 3), self._oids, pm)
+        self.orders[o["order_id"]] = o
+        return o
+
+    # -- one request of each kind; `possible=False` puts the order in a state that forbids it ---------------
+    def cancel(self, user: dict, possible: bool = True) -> dict:
+        o = self.order(user, "pending" if possible else "delivered")
+        phrase = self.rng.choice(sorted(REASON_PHRASES))
+        return {"kind": "cancel", "order_id": o["order_id"], "reason_phrase": phrase, "reason": REASON_PHRASES[phrase]}
+
+    def return_(self, user: dict, possible: bool = True) -> dict:
+        others = [m["id"] for m in user["payment_methods"][1:]]  # not the account's first method
+        o = self.order(user, "delivered" if possible else "processed", self.rng.randint(2, 3), self.rng.choice(others))
+        items = self.rng.sample(o["items"], k=self.rng.randint(1, len(o["items"]) - 1))
+        return {"kind": "return", "order_id": o["order_id"], "item_ids": sorted(i["item_id"] for i in items),
+                "item_names": [i["name"] for i in items], "payment_method_id": o["payment_method_id"]}
+
+    def exchange(self, user: dict, possible: bool = True) -> dict:
+        while True:
+            o = self.order(user, "delivered" if possible else "processed", 1)
+            item = o["items"][0]
+            variants = self.products[item["product_id"]]["variants"]
+            others = [v for k, v in sorted(variants.items()) if k != item["item_id"]]
+            gone = [v for v in others if not v["available"]]
+            there = [v for v in others if v["available"]]
+            if gone and there:
+                want, alt = self.rng.choice(gone), self.rng.choice(there)
+                return {"kind": "exchange", "order_id": o["order_id"], "item_ids": [item["item_id"]],
+                        "product_name": item["name"], "want": want["options"], "alt": alt["options"],
+                        "new_item_ids": [alt["item_id"]]}
+            user["orders"].remove(o["order_id"])
+            del self.orders[o["order_id"]]
+
+    def order_address(self, user: dict, address: dict | None = None) -> dict:
+        o = self.order(user, "pending")
+        return {"kind": "order_address", "order_id": o["order_id"], "address": address or make_address(self.rng)}
+
+
+def _criterion(i: int, req: dict, user: dict) -> Criterion:
+    kind = req["kind"]
+    desc = language.request_sentence(req)
+    if kind == "cancel":
+        return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_cancelled", desc=desc,
+                         args={"order_id": req["order_id"]})
+    if kind == "return":
+        return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_returned", desc=desc,
+                         args={k: req[k] for k in ("order_id", "item_ids", "payment_method_id")})
+    if kind == "exchange":
+        return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_exchanged", desc=desc,
+                         args={k: req[k] for k in ("order_id", "item_ids", "new_item_ids")})
+    if kind == "user_address":
+        return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="user_address_is", desc=desc,
+                         args={"user_id": user["user_id"], "address": normalize_address(**req["address"])})
+    return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_address_is", desc=desc,
+                     args={"order_id": req["order_id"], "address": normalize_address(**req["address"])})
+
+
+def generate(seed: int) -> tuple[dict, list[Task]]:
+    """The database and the tasks for a seed."""
+    b = _Builder(seed)
+    tasks: list[Task] = []
+    for family, count in FAMILIES.items():
+        for k in range(count):
+            u = b.user()
+            possible = not (family != "multi" and k % EXTERNAL_EVERY == EXTERNAL_EVERY - 1)
+            email = u["email"]
+            if family == "cancel":
+                reqs = [b.cancel(u, possible)]
+            elif family == "return":
+                reqs = [b.return_(u, possible)]
+            elif family == "exchange":
+                reqs = [b.exchange(u, possible)]
+            elif family == "address":
+                new = make_address(b.rng)
+                reqs = [{"kind": "user_address", "address": new}]
+                reqs += [b.order_address(u, new) for _ in range(b.rng.randint(1, 2))]
+                if not possible:  # the customer gives an email that matches no account
+                    email = email.replace("@", ".old@")
+            else:
+                kinds = b.rng.sample(["cancel", "return", "exchange", "order_address"], k=b.rng.choice((2, 3)))
+                kinds.append(b.rng.choice(kinds))  # a repeated kind: two writes through the same tool
+                b.rng.shuffle(kinds)
+                make = {"cancel": b.cancel, "return": b.return_, "exchange": b.exchange, "order_address": b.order_address}
+                reqs = [make[kd](u) for kd in kinds]
+            rubric = [_criterion(i + 1, r, u) for i, r in enumerate(reqs)]
+            rubric.append(Criterion(id="confirmed", weight=1.0, check="writes_confirmed",
+                                    desc="every write was confirmed by the customer first"))
+            rubric.append(Criterion(id="no_extra_writes", weight=1.0, check="only_requested_writes",
+                                    desc="no write the customer did not ask for",
+                                    args={"targets": sorted({r.get("order_id") or u["user_id"] for r in reqs})}))
+            tasks.append(Task(
+                id=f"retail-{family}-{k:03d}", family=family, user_id=u["user_id"],
+                first_message=language.first_message(u["name"], email, reqs), requests=reqs, rubric=rubric,
+                possible=possible,
+            ))
+    db = {"products": b.products, "users": b.users, "orders": b.orders}
+    return db, tasks
+
+
+def split(tasks: list[Task], seed: int, fractions=(1 / 3, 1 / 3)) -> dict[str, list[str]]:
+    """Train/dev/test, stratified by family, fixed by the seed."""
+    rng = random.Random(seed * 7919 + 1)
+    out: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
+    for family in FAMILIES:
+        ids = sorted(t.id for t in tasks if t.family == family)
+        rng.shuffle(ids)
+        a = round(len(ids) * fractions[0])
+        b = a + round(len(ids) * fractions[1])
+        out["train"] += sorted(ids[:a])
+        out["dev"] += sorted(ids[a:b])
+        out["test"] += sorted(ids[b:])
+    return out

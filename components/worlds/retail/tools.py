@@ -1,0 +1,198 @@
+"""The retail world's tools: preconditions, effects and receipts.
+
+Reads never change the database. Writes check their preconditions and either apply their effect or return an error
+receipt. Error codes: `policy` (the call broke a written rule; the receipt quotes it; retrying correctly can work),
+`invalid_args` (retryable), `invalid_state` and `not_found` (the request cannot be done: marked `blocking`).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from components.runtime.types import Receipt, ToolCall
+from components.worlds.retail.catalog import normalize_address
+from components.worlds.retail.facts import BY_ID, REASONS
+
+ADDRESS_PARAMS = {
+    "address1": {"type": "string"},
+    "city": {"type": "string"},
+    "state": {"type": "string"},
+    "zip": {"type": "string"},
+}
+
+
+def _fn(name: str, description: str, params: dict[str, Any], required: list[str]) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": params, "required": required, "additionalProperties": False}}}
+
+
+TOOLS: list[dict] = [
+    _fn("find_user_id_by_email", "Find a customer's user id by email.", {"email": {"type": "string"}}, ["email"]),
+    _fn("get_user_details", "A customer's profile: name, address, payment methods, order ids.",
+        {"user_id": {"type": "string"}}, ["user_id"]),
+    _fn("get_order_details", "An order: status, items, payment method, shipping address.",
+        {"order_id": {"type": "string"}}, ["order_id"]),
+    _fn("get_product_variants", "A product's variants with their item ids, options, prices and availability.",
+        {"product_id": {"type": "string"}}, ["product_id"]),
+    _fn("validate_address", "Normalize a postal address.", ADDRESS_PARAMS, list(ADDRESS_PARAMS)),
+    _fn("cancel_pending_order", "Cancel a pending order.",
+        {"order_id": {"type": "string"}, "reason": {"type": "string"}}, ["order_id", "reason"]),
+    _fn("return_delivered_order_items", "Return items of a delivered order and refund them.",
+        {"order_id": {"type": "string"}, "item_ids": {"type": "array", "items": {"type": "string"}},
+         "payment_method_id": {"type": "string"}}, ["order_id", "item_ids", "payment_method_id"]),
+    _fn("exchange_delivered_order_items", "Exchange items of a delivered order for other variants of the same product.",
+        {"order_id": {"type": "string"}, "item_ids": {"type": "array", "items": {"type": "string"}},
+         "new_item_ids": {"type": "array", "items": {"type": "string"}}}, ["order_id", "item_ids", "new_item_ids"]),
+    _fn("modify_user_address", "Change the default address on a customer's account.",
+        {"user_id": {"type": "string"}, **ADDRESS_PARAMS}, ["user_id", *ADDRESS_PARAMS]),
+    _fn("modify_pending_order_address", "Change the shipping address of a pending order.",
+        {"order_id": {"type": "string"}, **ADDRESS_PARAMS}, ["order_id", *ADDRESS_PARAMS]),
+    _fn("transfer_to_human_agents", "Hand the conversation to a human agent; ends the conversation.",
+        {"summary": {"type": "string"}}, ["summary"]),
+]
+READ_TOOLS = frozenset({"find_user_id_by_email", "get_user_details", "get_order_details", "get_product_variants",
+                        "validate_address"})
+WRITE_TOOLS = frozenset({"cancel_pending_order", "return_delivered_order_items", "exchange_delivered_order_items",
+                         "modify_user_address", "modify_pending_order_address"})
+TERMINAL_TOOLS = frozenset({"transfer_to_human_agents"})
+TOOL_NAMES = READ_TOOLS | WRITE_TOOLS | TERMINAL_TOOLS
+
+
+class RetailTools:
+    """One episode's database and the tools over it. `log` keeps every successful write for scoring."""
+
+    def __init__(self, db: dict):
+        self.db = copy.deepcopy(db)
+        self.log: list[dict] = []
+
+    def call(self, call: ToolCall) -> Receipt:
+        fn = getattr(self, f"_t_{call.name}", None)
+        if fn is None or call.name not in TOOL_NAMES:
+            return self._receipt(call, False, "invalid_args", {"error": f"unknown tool {call.name!r}"})
+        try:
+            ok, code, content = fn(**call.args)
+        except TypeError as e:  # wrong or missing arguments
+            ok, code, content = False, "invalid_args", {"error": f"bad arguments: {e}"}
+        if ok and call.name in WRITE_TOOLS:
+            self.log.append({"tool": call.name, "args": dict(call.args), "call_id": call.id})
+        return self._receipt(call, ok, code, content)
+
+    @staticmethod
+    def _receipt(call: ToolCall, ok: bool, code: str | None, content: Any) -> Receipt:
+        return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=ok, code=code, content=content,
+                       genuine=True, write=call.name in WRITE_TOOLS)
+
+    # -- helpers -------------------------------------------------------------------------------------------
+    def _order(self, order_id: str):
+        return self.db["orders"].get(order_id)
+
+    @staticmethod
+    def _fail(code: str, msg: str, blocking: bool = False):
+        content = {"error": msg}
+        if blocking:
+            content["blocking"] = True
+        return False, code, content
+
+    @staticmethod
+    def _policy(fact_id: str, msg: str):
+        return False, "policy", {"error": f"{msg} Policy: {BY_ID[fact_id].statement.lstrip('- ')}"}
+
+    # -- reads -----------------------------------------------------------------------------------------------
+    def _t_find_user_id_by_email(self, email: str):
+        for u in self.db["users"].values():
+            if u["email"] == email.strip().lower():
+                return True, None, {"user_id": u["user_id"]}
+        return self._fail("not_found", f"no user with email {email}", blocking=True)
+
+    def _t_get_user_details(self, user_id: str):
+        u = self.db["users"].get(user_id)
+        if u is None:
+            return self._fail("not_found", f"no user {user_id}", blocking=True)
+        return True, None, copy.deepcopy(u)
+
+    def _t_get_order_details(self, order_id: str):
+        o = self._order(order_id)
+        if o is None:
+            return self._fail("not_found", f"no order {order_id}", blocking=True)
+        return True, None, copy.deepcopy(o)
+
+    def _t_get_product_variants(self, product_id: str):
+        p = self.db["products"].get(product_id)
+        if p is None:
+            return self._fail("not_found", f"no product {product_id}")
+        return True, None, {"product_id": product_id, "name": p["name"],
+                            "variants": [copy.deepcopy(v) for _, v in sorted(p["variants"].items())]}
+
+    def _t_validate_address(self, address1: str, city: str, state: str, zip: str):
+        return True, None, {"normalized": normalize_address(address1, city, state, zip)}
+
+    # -- writes ----------------------------------------------------------------------------------------------
+    def _pending(self, order_id: str, verb: str, need: str = "pending"):
+        o = self._order(order_id)
+        if o is None:
+            return None, self._fail("not_found", f"no order {order_id}", blocking=True)
+        if o["status"] != need:
+            return None, self._fail("invalid_state", f"order {order_id} is {o['status']}; only {need} orders can be {verb}",
+                                    blocking=True)
+        return o, None
+
+    def _t_cancel_pending_order(self, order_id: str, reason: str):
+        o, err = self._pending(order_id, "cancelled")
+        if err:
+            return err
+        if reason not in REASONS:
+            return self._policy("cancel_reason", f"reason {reason!r} refused.")
+        o["status"] = "cancelled"
+        o["cancel_reason"] = reason
+        return True, None, {"order_id": order_id, "status": "cancelled"}
+
+    def _t_return_delivered_order_items(self, order_id: str, item_ids: list, payment_method_id: str):
+        o, err = self._pending(order_id, "returned", need="delivered")
+        if err:
+            return err
+        have = [i["item_id"] for i in o["items"]]
+        if not item_ids or any(i not in have for i in item_ids):
+            return self._fail("invalid_args", f"items {item_ids} are not all in order {order_id}")
+        if payment_method_id != o["payment_method_id"]:
+            return self._policy("refund_original", f"refund to {payment_method_id} refused.")
+        o["status"] = "return requested"
+        o["return"] = {"item_ids": sorted(item_ids), "payment_method_id": payment_method_id}
+        return True, None, {"order_id": order_id, "status": "return requested", "refund_to": payment_method_id}
+
+    def _t_exchange_delivered_order_items(self, order_id: str, item_ids: list, new_item_ids: list):
+        o, err = self._pending(order_id, "exchanged", need="delivered")
+        if err:
+            return err
+        by_id = {i["item_id"]: i for i in o["items"]}
+        if not item_ids or len(item_ids) != len(new_item_ids) or any(i not in by_id for i in item_ids):
+            return self._fail("invalid_args", f"items {item_ids} / {new_item_ids} do not match order {order_id}")
+        for old, new in zip(item_ids, new_item_ids):
+            variants = self.db["products"][by_id[old]["product_id"]]["variants"]
+            if new not in variants:
+                return self._fail("invalid_args", f"{new} is not a variant of the same product as {old}")
+            if not variants[new]["available"]:
+                return self._policy("exchange_available", f"item {new} is not available.")
+        o["status"] = "exchange requested"
+        o["exchange"] = {"item_ids": list(item_ids), "new_item_ids": list(new_item_ids)}
+        return True, None, {"order_id": order_id, "status": "exchange requested"}
+
+    def _t_modify_user_address(self, user_id: str, address1: str, city: str, state: str, zip: str):
+        u = self.db["users"].get(user_id)
+        if u is None:
+            return self._fail("not_found", f"no user {user_id}", blocking=True)
+        u["address"] = {"address1": address1, "city": city, "state": state, "zip": zip}
+        return True, None, {"user_id": user_id, "address": u["address"]}
+
+    def _t_modify_pending_order_address(self, order_id: str, address1: str, city: str, state: str, zip: str):
+        o, err = self._pending(order_id, "re-addressed")
+        if err:
+            return err
+        given = {"address1": address1, "city": city, "state": state, "zip": zip}
+        if given != normalize_address(address1, city, state, zip):
+            return self._policy("address_validated", "address is not normalized.")
+        o["address"] = given
+        return True, None, {"order_id": order_id, "address": given}
+
+    def _t_transfer_to_human_agents(self, summary: str):
+        return True, None, {"transferred": True}
