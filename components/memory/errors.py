@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from components.errors import InputError
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -15,7 +17,7 @@ class Problem:
         return f"{self.file}: {self.field}: {self.message}"
 
 
-class PackageError(Exception):
+class PackageError(InputError):
     """A package that cannot be loaded. `problems` holds every error found, one line each."""
 
     def __init__(self, problems: list[Problem]):

@@ -121,7 +121,7 @@ def load_package(root: str | Path) -> MemoryPackage:
     if manifest:
         _reachability(cards, delivery, problems)
     if problems:
-        raise PackageError(problems)
+        raise PackageError([Problem((root / p.file).as_posix(), p.field, p.message) for p in problems])
     return MemoryPackage(root, manifest, cards, delivery, checkers, digest(root))
 
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from components.errors import InputError
 from components.memory.package import digest as tree_digest
 from components.runtime.types import Receipt, ToolCall, Turn
 
@@ -71,7 +72,7 @@ class Environment(Protocol):
     def score(self, transcript: list[Turn]) -> Score: ...
 
 
-class BenchmarkError(Exception):
+class BenchmarkError(InputError):
     """A benchmark directory that cannot be used; the message names the file and the field."""
 
 

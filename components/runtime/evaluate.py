@@ -1,0 +1,110 @@
+"""Evaluation: every (item, seed) episode of a package on a benchmark split, as tables.
+
+    scores.csv            item_id, seed, score, success, turns, tokens_in, tokens_out, model_calls, tool_calls, error
+    traces.parquet        one row per turn (see `trace.py`), with item_id and seed
+    _hidden/causes.csv    the hidden ground-truth cause of each failed episode: read only by diagnosis scoring
+    meta.json             package and benchmark digests, split, seed map hash, model
+
+Episodes run in shards (a list of items); a shard is the unit a Prefect task or a Dask worker runs.
+The same inputs give byte-identical scores.csv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from components.io import atomic_dir, dumps
+from components.memory.package import MemoryPackage, load_package
+from components.models import make_model
+from components.runtime.episode import MAX_TURNS, EpisodeResult, episode_seed, run_episode
+from components.runtime.trace import steps_frame
+from components.worlds import Benchmark, load_benchmark
+
+SCORE_COLUMNS = ["item_id", "seed", "score", "success", "turns", "tokens_in", "tokens_out", "model_calls",
+                 "tool_calls", "error"]
+HIDDEN = "_hidden"
+
+
+def seed_map(items: list[str], seeds: list[int]) -> dict[str, int]:
+    return {f"{i}#{s}": episode_seed(i, s) for i in items for s in seeds}
+
+
+def seed_map_hash(items: list[str], seeds: list[int]) -> str:
+    return hashlib.sha256(json.dumps(seed_map(sorted(items), sorted(seeds)), sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class EvalTables:
+    scores: pd.DataFrame
+    traces: pd.DataFrame
+    causes: pd.DataFrame
+
+    @classmethod
+    def concat(cls, parts: list[EvalTables]) -> EvalTables:
+        def cat(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
+            frames = [f for f in frames if len(f)]
+            if not frames:
+                return pd.DataFrame(columns=keys)
+            return pd.concat(frames, ignore_index=True).sort_values(keys, kind="stable").reset_index(drop=True)
+
+        return cls(cat([p.scores for p in parts], ["item_id", "seed"]),
+                   cat([p.traces for p in parts], ["item_id", "seed", "step"]),
+                   cat([p.causes for p in parts], ["item_id", "seed"]))
+
+
+def tables(results: list[EpisodeResult]) -> EvalTables:
+    scores = pd.DataFrame([r.row() for r in results], columns=SCORE_COLUMNS)
+    traces = [steps_frame(r.steps, item_id=r.item_id, seed=r.seed) for r in results if r.steps]
+    causes = pd.DataFrame([{"item_id": r.item_id, "seed": r.seed, "cause": r.cause} for r in results if not r.success],
+                          columns=["item_id", "seed", "cause"])
+    return EvalTables.concat([EvalTables(scores, pd.concat(traces, ignore_index=True) if traces else pd.DataFrame(), causes)])
+
+
+def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark, items: list[str], seeds: list[int],
+              model: str = "sim", model_cfg: dict[str, Any] | None = None, max_turns: int = MAX_TURNS,
+              on_episode: Callable[[EpisodeResult], None] | None = None) -> EvalTables:
+    """Run every (item, seed) of a shard. Paths are accepted so a shard can run in another process."""
+    pkg = package if isinstance(package, MemoryPackage) else load_package(package)
+    b = bench if isinstance(bench, Benchmark) else load_benchmark(bench)
+    chat = make_model(model, model_cfg)
+    results = []
+    for item in items:
+        for s in seeds:
+            r = run_episode(pkg, b, item, s, chat, max_turns)
+            results.append(r)
+            if on_episode:
+                on_episode(r)
+    return tables(results)
+
+
+def shards(items: list[str], size: int) -> list[list[str]]:
+    return [items[i:i + size] for i in range(0, len(items), max(1, size))]
+
+
+def write_eval(out: str | Path, t: EvalTables, meta: dict[str, Any]) -> Path:
+    """Write an evaluation directory atomically (replacing an older one)."""
+    with atomic_dir(out) as tmp:
+        t.scores.to_csv(tmp / "scores.csv", index=False, lineterminator="\n")
+        t.traces.to_parquet(tmp / "traces.parquet", index=False)
+        (tmp / HIDDEN).mkdir()
+        t.causes.to_csv(tmp / HIDDEN / "causes.csv", index=False, lineterminator="\n")
+        (tmp / "meta.json").write_text(dumps(meta))
+    return Path(out)
+
+
+def summary(scores: pd.DataFrame) -> dict[str, float]:
+    return {
+        "episodes": int(len(scores)),
+        "mean_score": float(scores["score"].mean()) if len(scores) else 0.0,
+        "success_rate": float(scores["success"].mean()) if len(scores) else 0.0,
+        "errors": int((scores["error"].fillna("") != "").sum()) if len(scores) else 0,
+        "tokens_in": int(scores["tokens_in"].sum()) if len(scores) else 0,
+        "tokens_out": int(scores["tokens_out"].sum()) if len(scores) else 0,
+    }

@@ -1,0 +1,1 @@
+"""Prefect flows and the CLI: thin orchestration over components/."""
