@@ -18,8 +18,10 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Ratchet: evolve an agent's memory package under a frozen model, gated by paired held-out evidence.")
 package_app = typer.Typer(no_args_is_help=True, help="Memory packages: lint and digest.")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: materialize a world's tasks and splits.")
+campaign_app = typer.Typer(no_args_is_help=True, help="Evolution campaigns: run, resume, schedule, list.")
 app.add_typer(package_app, name="package")
 app.add_typer(bench_app, name="bench")
+app.add_typer(campaign_app, name="campaign")
 
 out = Console()
 err = Console(stderr=True)
@@ -130,6 +132,108 @@ def serve_sim(
 
     err.print(f"serving the simulated agent on http://127.0.0.1:{port}/v1 (fault rate {fault_rate})")
     serve(port, fault_rate=fault_rate, fault_seed=fault_seed)
+
+
+# -- the gate ---------------------------------------------------------------------------------------------------
+
+def _read_scores(path: Path, name: str):
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path, dtype={"item_id": str})
+    except FileNotFoundError:
+        raise InputError(f"{path}: -: no such file ({name})") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: -: not a readable CSV ({e})") from None
+
+
+@app.command("gate")
+def gate_cmd(
+    base: Annotated[Path, typer.Option(help="CSV with item_id, seed, score (the parent)")],
+    cand: Annotated[Path, typer.Option(help="CSV with item_id, seed, score (the candidate)")],
+    reg_cap: Annotated[int, typer.Option(help="regressed items allowed")] = 2,
+    material: Annotated[float, typer.Option(help="|d_i| above this counts as improved/regressed")] = 0.05,
+    alpha: Annotated[float, typer.Option()] = 0.05,
+    n_boot: Annotated[int, typer.Option()] = 10_000,
+    seed: Annotated[int, typer.Option()] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """The held-out gate on two paired score tables: accept iff the bootstrap CI over items excludes zero upward
+    and regressions stay under the cap. Exit 0 on accept, 1 on reject, 2 on bad input."""
+    from components.evolution.gate import GateConfig, PairingError, gate
+
+    b, c = _read_scores(base, "--base"), _read_scores(cand, "--cand")
+    try:
+        verdict, _ = gate(b, c, GateConfig(alpha=alpha, n_boot=n_boot, seed=seed, reg_cap=reg_cap, material=material))
+    except PairingError as e:
+        raise InputError(f"{base} vs {cand}: {e}") from None
+    keys = ["accept", "net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed", "reason"]
+    if as_json:
+        out.print(json.dumps({k: verdict.as_dict()[k] for k in keys}, sort_keys=True), highlight=False)
+    else:
+        word = "ACCEPT" if verdict.accept else "REJECT"
+        out.print(f"{word}: {verdict.reason} ({verdict.n_items} items)", highlight=False)
+    raise typer.Exit(0 if verdict.accept else 1)
+
+
+# -- campaigns ---------------------------------------------------------------------------------------------------
+
+def _params(params: Path, rounds: Optional[int], out_dir: Optional[Path], extra: Optional[list[str]] = None):
+    from components.params import load_params
+
+    overrides: dict = {}
+    if rounds is not None:
+        overrides["campaign.rounds"] = rounds
+    if out_dir is not None:
+        overrides["campaign.out"] = str(out_dir)
+    for item in extra or []:
+        if "=" not in item:
+            raise InputError(f"--set: {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        import yaml
+
+        overrides[k] = yaml.safe_load(v)
+    return load_params(params, overrides)
+
+
+def _print_summary(summary: dict, path: Path) -> None:
+    from components.evolution.report import round_rows
+
+    table = Table(title=f"campaign {summary['campaign']}", show_lines=False)
+    for col in ("round", "owner", "plan", "repair", "verdict", "net [CI]", "regr", "champion"):
+        table.add_column(col, overflow="fold")
+    for r in round_rows(summary):
+        ci = f"{r['net']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]" if r["net"] is not None else "-"
+        table.add_row(str(r["round"]), r["owner"], r["plan"], r["repair"], r["verdict"], ci,
+                      "-" if r["regressed"] is None else str(r["regressed"]), r["champion"])
+    out.print(table)
+    t = summary["test"]
+    loc = summary["localization"]
+    out.print(f"champion {summary['champion']} ({summary['champion_digest'][:12]}), {summary['accepted']} promotion(s) "
+              f"in {summary['rounds']} round(s)", highlight=False)
+    out.print(f"test (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
+              f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}] over {t['n_items']} items",
+              highlight=False)
+    if loc.get("accuracy") is not None:
+        out.print(f"diagnosis localization {loc['accuracy']:.1%} vs outcome-only {loc['outcome_only_accuracy']:.1%} "
+                  f"(n={loc['n']})", highlight=False)
+    out.print(f"summary: {path}", highlight=False)
+
+
+@campaign_app.command("run")
+def campaign_run(
+    params: Annotated[Path, typer.Option(help="parameter file")] = Path("params.yaml"),
+    rounds: Annotated[Optional[int], typer.Option(help="override campaign.rounds")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="override campaign.out")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param: key.path=value")] = None,
+) -> None:
+    """Run an evolution campaign (the default: 10 rounds from data/packages/seed on the retail world, offline).
+    Rerunning the same command resumes an interrupted campaign."""
+    p = _params(params, rounds, out_dir, set_)
+    from flows.campaign import run_campaign
+
+    summary = run_campaign(p)
+    _print_summary(summary, Path(p.campaign.out) / "summary.json")
 
 
 def main() -> None:

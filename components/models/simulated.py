@@ -170,7 +170,7 @@ class SimulatedAgent:
         self.rates = rates
 
     def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool = False) -> ChatResult:
-        if messages and messages[0].get("role") == "system" and (messages[0].get("content") or "").startswith(PLAN_MARK):
+        if messages and messages[0].get("role") == "system" and (messages[0].get("content") or "").startswith(prompts.PLAN_MARK):
             content = plan_reply(messages)
             return ChatResult(content=content, usage=count_tokens(messages, tools, content))
         v = read(messages)
@@ -368,9 +368,6 @@ def _variant(variants: list | None, options: dict) -> dict | None:
 
 
 # -- the meta-agent's planning prompt -----------------------------------------------------------------------------
-
-PLAN_MARK = "# Ratchet meta-agent"
-
 
 def plan_reply(messages: list[dict]) -> str:
     """Answer the `llm` meta-agent: return the plan the prompt's evidence supports, as JSON.

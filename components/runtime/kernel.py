@@ -55,7 +55,7 @@ def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
     # 3. the model proposes pending state; settled entries stay, stale pending ones move to history
     proposal = port.propose(turn.memory())
     applied = ledger.apply_proposal(proposal)
-    turn.fingerprint += [f"ledger:retire:{e}" for e in applied.retired]
+    turn.fingerprint += [f"ledger:add:{e}" for e in applied.added] + [f"ledger:retire:{e}" for e in applied.retired]
     if applied.overflow:
         turn.fingerprint.append(f"ledger:overflow:{applied.overflow}")
 

@@ -17,3 +17,5 @@ FINISH_SCHEMA = {
                        "additionalProperties": False},
     },
 }
+
+PLAN_MARK = "# Ratchet meta-agent"  # heads the llm meta-agent's planning prompt

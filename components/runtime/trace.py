@@ -57,6 +57,7 @@ def frame_steps(df: pd.DataFrame) -> list[TraceStep]:
     out = []
     fields = set(TraceStep.model_fields)
     for row in df.to_dict("records"):
-        d = {k: (json.loads(v) if k in NESTED and isinstance(v, str) else v) for k, v in row.items() if k in fields}
+        d = {k: (json.loads(v) if k in NESTED and isinstance(v, str) else v) for k, v in row.items()
+             if k in fields and not (isinstance(v, float) and v != v)}  # NaN: a missing optional field
         out.append(TraceStep.model_validate(d))
     return out

@@ -99,6 +99,10 @@ class Benchmark:
             raise BenchmarkError(f"{self.root / 'splits.json'}: {split}: no such split (one of {', '.join(self.splits)})")
         return list(self.splits[split])
 
+    @property
+    def write_tools(self) -> frozenset[str]:
+        return frozenset(self.meta["write_tools"])
+
     @cached_property
     def tool_names(self) -> frozenset[str]:
         return frozenset(t["function"]["name"] for t in self.tools)
@@ -110,8 +114,9 @@ def load_benchmark(root: str | Path) -> Benchmark:
         if not (root / name).is_file():
             raise BenchmarkError(f"{root / name}: missing (materialize with `ratchet bench materialize`)")
     meta = _json(root / "meta.json")
-    if not isinstance(meta, dict) or "world" not in meta:
-        raise BenchmarkError(f"{root / 'meta.json'}: world: missing")
+    for key in ("world", "write_tools"):
+        if not isinstance(meta, dict) or key not in meta:
+            raise BenchmarkError(f"{root / 'meta.json'}: {key}: missing")
     tasks: dict[str, Task] = {}
     for n, line in enumerate((root / "tasks.jsonl").read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():

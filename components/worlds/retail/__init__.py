@@ -9,7 +9,7 @@ import pandas as pd
 
 from components.io import atomic_dir, dumps
 from components.worlds.retail.tasks import FAMILIES, generate, policy_text, split
-from components.worlds.retail.tools import TOOLS
+from components.worlds.retail.tools import TOOLS, WRITE_TOOLS
 
 VERSION = 1
 
@@ -20,7 +20,7 @@ def materialize(out: str | Path, seed: int = 0) -> Path:
     splits = split(tasks, seed)
     where = {tid: name for name, ids in splits.items() for tid in ids}
     meta = {"world": "retail", "version": VERSION, "seed": seed, "n_tasks": len(tasks), "families": FAMILIES,
-            "splits": {k: len(v) for k, v in splits.items()}}
+            "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(WRITE_TOOLS)}
     rows = [{"task_id": t.id, "family": t.family, "split": where[t.id], "n_requests": len(t.requests),
              "possible": t.possible, "n_criteria": len(t.rubric), "min_weight": min(c.weight for c in t.rubric),
              "total_weight": sum(c.weight for c in t.rubric)} for t in tasks]

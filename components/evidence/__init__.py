@@ -1,0 +1,1 @@
+"""Campaign memory: evidence packets with checked citations, the evidence graph, the budget ledger."""

@@ -1,0 +1,1 @@
+"""The evolution round: diagnose, plan, patch, validate, gate, commit. Plain functions; flows/ composes them."""

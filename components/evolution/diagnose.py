@@ -1,0 +1,237 @@
+"""Diagnosis: from traces and the package alone, find each failed episode's first reachable divergence and its owner.
+
+For every failed episode, the earliest of:
+  - a write the customer had not confirmed (no affirmative user turn since the last write)      -> C, unconfirmed_write
+  - a write refused by policy and never redone successfully for that target                      -> E or rho, policy_refusal
+        E:   no card in the package mentions the tool, or one was delivered right there (it is wrong or too weak)
+        rho: a card mentioning the tool exists but was not delivered at that step, or was drowned among other cards
+  - `finish` while the agent's own proposed state still listed work                               -> C, premature_finish
+  - work the agent proposed, never wrote, and dropped from its state                              -> W
+        wrong_grounding: its ledger entry was settled by a receipt for other arguments
+        overflow: the ledger was full and never tracked it
+        dropped: it left the agent's state with no receipt (forgotten)
+  - a blocking error from the world (wrong order state, unknown account) or a model fault       -> none, external
+
+Opportunity O is present when the divergence is an agent action at a kernel event; patchability P is memory for
+E/W/rho/C findings and external for world refusals. Findings are clustered by (owner, kind, tool); each cluster is
+an evidence packet whose claims cite the divergent steps by (episode id, step, content hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+
+from components.evidence.packets import Citation, Claim, EvidencePacket
+from components.memory.package import MemoryPackage
+from components.runtime.trace import TraceStep, frame_steps
+
+AFFIRM = re.compile(r"\b(yes|confirm|go ahead|proceed)\b", re.I)
+MAX_CITATIONS = 6
+
+
+@dataclass
+class Finding:
+    episode_id: str
+    item_id: str
+    step: int
+    hash: str
+    owner: str  # E | W | rho | C | none
+    kind: str
+    tool: str = "*"
+    detail: str = ""
+    opportunity: str = "present"
+    patchability: str = "memory"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def signature(self) -> tuple[str, str, str]:
+        return (self.owner, self.kind, self.tool)
+
+
+def _target(args: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in (args or {}).items()))
+
+
+def _matches(entry_args: dict, call_args: dict) -> bool:
+    return all(str(call_args.get(k)) == str(v) for k, v in (entry_args or {}).items())
+
+
+def _policy_quote(observation: dict) -> str:
+    err = (observation.get("content") or {}).get("error", "") if isinstance(observation.get("content"), dict) else ""
+    return err.split("Policy: ", 1)[1].strip() if "Policy: " in err else err
+
+
+def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackage, write_tools: frozenset[str],
+                     error: str = "") -> Finding:
+    eid = steps[0].episode_id if steps else f"{item_id}#?"
+    if error or not steps:
+        s0 = steps[0] if steps else None
+        return Finding(eid, item_id, s0.step if s0 else 0, s0.hash if s0 else "0" * 64, "none", "model_fault",
+                       detail=error, opportunity="unknown", patchability="external")
+    # A world refusal that no memory could avoid (wrong order state, unknown account): external.
+    for s in steps:
+        obs = s.observation
+        if s.blocked is None and isinstance(obs.get("content"), dict) and obs["content"].get("blocking"):
+            return Finding(eid, item_id, s.step, s.hash, "none", "blocking_error", s.action.get("tool", "*"),
+                           detail=obs.get("code") or "", opportunity="absent", patchability="external")
+    findings: list[Finding] = []
+    done_ok: set[tuple] = set()
+    for s in steps:
+        a, obs = s.action, s.observation
+        if a.get("tool") in write_tools and s.blocked is None and obs.get("ok"):
+            done_ok.add((a["tool"], _target(a.get("args", {}))))
+
+    confirmed = False
+    for s in steps:
+        a, obs = s.action, s.observation
+        if s.incoming.get("role") == "user":
+            confirmed = bool(AFFIRM.search(s.incoming.get("text") or ""))
+        if a.get("kind") == "message" and s.blocked is None:
+            confirmed = False
+        tool = a.get("tool")
+        if tool in write_tools and s.blocked is None:
+            if obs.get("ok"):
+                if not confirmed:
+                    findings.append(Finding(eid, item_id, s.step, s.hash, "C", "unconfirmed_write", "*", tool))
+                confirmed = False
+            elif obs.get("code") == "policy":
+                later = any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
+                            and _matches({k: v for k, v in a.get("args", {}).items() if k in ("order_id", "user_id")},
+                                         t.action.get("args", {})) for t in steps)
+                if not later:
+                    findings.append(_knowledge(eid, item_id, s, tool, package))
+        if a.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending"):
+            findings.append(Finding(eid, item_id, s.step, s.hash, "C", "premature_finish", "*",
+                                    f"{len(s.proposal['pending'])} item(s) still proposed"))
+
+    # Work the agent proposed, never wrote, and dropped from its own state.
+    last_listed: dict[tuple, int] = {}
+    proposed_max = 0
+    for s in steps:
+        pend = s.proposal.get("pending", [])
+        proposed_max = max(proposed_max, len(pend))
+        for p in pend:
+            last_listed[(p["tool"], _target(p.get("args", {})))] = s.step
+    finish = next((s.step for s in steps if s.action.get("kind") == "finish" and s.blocked is None), steps[-1].step)
+    refused = {(f.tool, f.extra.get("target")) for f in findings if f.kind == "policy_refusal"}
+    by_step = {s.step: s for s in steps}
+    for (tool, target), last in last_listed.items():
+        if last >= finish or any(t == tool and _matches(dict(target), dict(k)) for t, k in done_ok):
+            continue
+        if (tool, target) in refused:
+            continue
+        at = min(last + 1, steps[-1].step)
+        kind, detail, extra = _w_kind(steps, tool, dict(target), last)
+        extra["proposed_max"] = proposed_max
+        findings.append(Finding(eid, item_id, at, by_step[at].hash, "W", kind, "*", detail, extra=extra))
+    if not findings:
+        last = steps[-1]
+        return Finding(eid, item_id, last.step, last.hash, "none", "no_divergence", opportunity="unknown",
+                       patchability="unknown")
+    return min(findings, key=lambda f: (f.step, f.owner))
+
+
+def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, package: MemoryPackage) -> Finding:
+    mention = f"`{tool}`"
+    cards = [c.id for c in package.cards.values() if mention in c.body]
+    here = [c for c in s.delivered if c in cards]
+    target = _target({k: v for k, v in s.action.get("args", {}).items() if k in ("order_id", "user_id")})
+    extra = {"target": target, "cards": cards, "delivered": list(s.delivered)}
+    quote = _policy_quote(s.observation)
+    if here:
+        owner = "rho" if len(s.delivered) > len(here) else "E"  # drowned among other cards: a routing problem
+        kind = "diluted_card" if owner == "rho" else "policy_refusal"
+    elif cards:
+        owner, kind = "rho", "card_not_fired"
+    else:
+        owner, kind = "E", "policy_refusal"
+    f = Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, extra=extra)
+    f.extra["target"] = target
+    return f
+
+
+def _w_kind(steps: list[TraceStep], tool: str, target: dict, last: int) -> tuple[str, str, dict]:
+    tracked = False
+    for s in steps:
+        if s.step > last + 1:
+            break
+        for e in s.state_after + s.state_before:
+            if e["tool"] == tool and _matches(e["args"], target) and _matches(target, e["args"]):
+                tracked = True
+                if e["status"] == "done":
+                    return "wrong_grounding", f"entry {e['id']} settled by receipt {e['evidence']}", {"bind_args": sorted(e["args"])}
+    if not tracked:
+        return "overflow", "proposed but never tracked by the ledger (full)", {}
+    return "dropped", "left the agent's state without a receipt", {}
+
+
+# -- clustering into evidence packets -------------------------------------------------------------------------------
+
+
+@dataclass
+class Diagnosis:
+    findings: list[Finding]
+    packets: list[EvidencePacket]
+
+    def findings_frame(self) -> pd.DataFrame:
+        cols = ["episode_id", "item_id", "step", "owner", "kind", "tool", "opportunity", "patchability"]
+        return pd.DataFrame([{k: asdict(f)[k] for k in cols} for f in self.findings], columns=cols)
+
+
+def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage, write_tools: frozenset[str],
+             corpus: str) -> Diagnosis:
+    failed = scores[~scores["success"].astype(bool)]
+    findings: list[Finding] = []
+    if len(traces):
+        grouped = {eid: df for eid, df in traces.groupby("episode_id", sort=False)}
+    else:
+        grouped = {}
+    for row in failed.itertuples(index=False):
+        eid = f"{row.item_id}#{row.seed}"
+        df = grouped.get(eid)
+        steps = frame_steps(df.sort_values("step")) if df is not None else []
+        findings.append(diagnose_episode(steps, row.item_id, package, write_tools, str(row.error or "")))
+    clusters: dict[tuple, list[Finding]] = defaultdict(list)
+    for f in findings:
+        clusters[f.signature].append(f)
+    packets = []
+    for (owner, kind, tool), fs in sorted(clusters.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        cid = hashlib.sha256(f"{corpus}|{owner}|{kind}|{tool}".encode()).hexdigest()[:10]
+        sample = fs[:MAX_CITATIONS]
+        f0 = fs[0]
+        claims = [Claim(statement=_statement(f0, len(fs)),
+                        evidence=[Citation(episode_id=f.episode_id, step=f.step, hash=f.hash) for f in sample])]
+        packets.append(EvidencePacket(
+            id=f"{owner}-{kind}-{cid}", corpus=corpus, owner=owner, opportunity=f0.opportunity,
+            patchability=f0.patchability, kind=kind, tool=tool, detail=f0.detail,
+            episodes=[f.episode_id for f in fs], items=sorted({f.item_id for f in fs}), claims=claims,
+            unresolved=[] if f0.opportunity == "present" else ["no reachable intervention point found"],
+        ))
+    return Diagnosis(findings, packets)
+
+
+def _statement(f: Finding, n: int) -> str:
+    what = {
+        "unconfirmed_write": "a write ran without the customer's confirmation",
+        "policy_refusal": f"`{f.tool}` was refused by policy and never redone right",
+        "card_not_fired": f"`{f.tool}` was refused by policy while a card about it existed but was not delivered",
+        "diluted_card": f"`{f.tool}` was refused by policy although its card was delivered among many others",
+        "premature_finish": "the agent declared done while its own state still listed work",
+        "wrong_grounding": "a ledger entry was settled by a receipt for other arguments",
+        "overflow": "proposed work was never tracked because the ledger was full",
+        "dropped": "proposed work left the agent's state without a receipt",
+        "blocking_error": "the world refused the request (state or identity)",
+        "model_fault": "the model failed",
+        "no_divergence": "no divergence found",
+    }.get(f.kind, f.kind)
+    return f"{n} failed episode(s): {what}" + (f" — {f.detail}" if f.detail else "")
+
+
+def packets_json(packets: list[EvidencePacket]) -> str:
+    return json.dumps([p.model_dump() for p in packets], indent=1, sort_keys=True)

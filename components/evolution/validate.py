@@ -1,0 +1,116 @@
+"""Static validation of a patched candidate, before any episode is spent on it:
+
+    schema        the plan parsed (it reached here as a Plan)
+    lint          the candidate loads as a package
+    leakage       no task id, user id, order id, item id, email or goal value of ANY split appears in a card
+    reachability  every card trigger's event is one the kernel raises with a binding that delivers cards there,
+                  and its tool exists in the world
+    activation    (after a probe run on the source tasks) the plan's mechanism shows in the fingerprints
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from components.evolution.plan import Plan
+from components.memory.events import DELIVERY_EVENTS
+from components.memory.package import MemoryPackage, lint, load_package
+from components.runtime.types import FINISH_TOOL
+from components.worlds import Benchmark
+
+MIN_TOKEN = 5  # shorter values (a state code, a size) are ordinary words
+
+
+@dataclass
+class Validation:
+    ok: bool
+    checks: dict[str, str] = field(default_factory=dict)  # check -> "ok" or the problem
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"{k}: {v}" for k, v in self.checks.items() if v != "ok"]
+
+
+def _strings(obj) -> list[str]:
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _strings(v)]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _strings(v)]
+    return [str(obj)] if isinstance(obj, (str, int)) and not isinstance(obj, bool) else []
+
+
+@lru_cache(maxsize=8)
+def _leak_tokens(bench_root: str, digest: str) -> frozenset[str]:
+    from components.worlds import load_benchmark
+
+    bench = load_benchmark(bench_root)
+    tokens: set[str] = set()
+    for t in bench.tasks.values():
+        tokens |= {t.id, t.user_id}
+        tokens |= set(_strings(t.requests)) | set(_strings([c.args for c in t.rubric]))
+        user = bench.db["users"].get(t.user_id, {})
+        tokens |= {user.get("email", ""), user.get("name", "")}
+    # vocabulary the policy itself uses (tool names, the allowed reasons) is knowledge, not a leak
+    policy = bench.policy.lower()
+    return frozenset(x for x in tokens if len(x) >= MIN_TOKEN and x.lower() not in policy)
+
+
+def leak_tokens(bench: Benchmark) -> frozenset[str]:
+    return _leak_tokens(str(bench.root), bench.digest)
+
+
+def leakage(pkg: MemoryPackage, bench: Benchmark) -> list[str]:
+    tokens = leak_tokens(bench)
+    found = []
+    for card in pkg.cards.values():
+        text = (card.body + " " + card.meta.model_dump_json()).lower()
+        hits = sorted(t for t in tokens if t.lower() in text)
+        if hits:
+            found.append(f"{card.path}: contains task data {', '.join(repr(h) for h in hits[:3])}")
+    return found
+
+
+def reachability(pkg: MemoryPackage, bench: Benchmark) -> list[str]:
+    routed = {b.spec.at for b in pkg.delivery if b.strategy.delivers_cards}
+    blanket = any(b.strategy.ignores_triggers for b in pkg.delivery)
+    tools = set(bench.tool_names) | {FINISH_TOOL}
+    out = []
+    for card in pkg.cards.values():
+        t = card.meta.trigger
+        if t is None:
+            continue
+        if t.event not in DELIVERY_EVENTS:
+            out.append(f"{card.path}: trigger.event {t.event!r} is not an event cards are delivered at")
+        elif t.event not in routed and not blanket:
+            out.append(f"{card.path}: no binding delivers cards at {t.event!r}")
+        if t.tool is not None and t.tool not in tools:
+            out.append(f"{card.path}: trigger.tool {t.tool!r} is not a tool of world {bench.world!r}")
+    return out
+
+
+def static_checks(plan: Plan, candidate: str | Path, bench: Benchmark) -> tuple[Validation, MemoryPackage | None]:
+    v = Validation(ok=True, checks={"schema": "ok"})
+    problems = lint(candidate)
+    v.checks["lint"] = "; ".join(str(p) for p in problems) if problems else "ok"
+    pkg = load_package(candidate) if not problems else None
+    if pkg is not None:
+        leaks = leakage(pkg, bench)
+        v.checks["leakage"] = "; ".join(leaks) if leaks else "ok"
+        unreachable = reachability(pkg, bench)
+        v.checks["reachability"] = "; ".join(unreachable) if unreachable else "ok"
+    v.ok = all(x == "ok" for x in v.checks.values())
+    return v, pkg
+
+
+def fired(traces: pd.DataFrame, mechanism: str) -> bool:
+    """Did any step's fingerprint show the mechanism (a fingerprint entry starting with it)?"""
+    if traces.empty:
+        return False
+    return bool(traces["fingerprint"].str.contains(f'"{mechanism}', regex=False).any())

@@ -1,0 +1,34 @@
+"""The `evaluate` flow: a package on a benchmark split, sharded into coarse tasks (a shard of items per task)."""
+
+from __future__ import annotations
+
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from components.runtime.evaluate import EvalTables, shards
+from components.worlds import load_benchmark
+from flows.tasks import eval_shard
+
+
+def task_runner(kind: str = "threads", workers: int = 2, address: str | None = None):
+    """Threads by default; `dask` runs shards on a Dask cluster through prefect-dask (an address, or a local one)."""
+    if kind == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        if address:
+            return DaskTaskRunner(address=address)
+        return DaskTaskRunner(cluster_class="distributed.LocalCluster",
+                              cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True,
+                                              "dashboard_address": None})
+    return ThreadPoolTaskRunner(max_workers=workers)
+
+
+@flow(name="evaluate", flow_run_name="evaluate {label}", validate_parameters=False)
+def evaluate(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
+             shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = 40,
+             label: str = "") -> EvalTables:
+    ids = list(items) if items is not None else load_benchmark(bench).ids(split)
+    futures = [eval_shard.submit(package, bench, shard, seeds, model, model_cfg or {}, max_turns,
+                                 label=f"{label} {i + 1}/{-(-len(ids) // shard_size)}")
+               for i, shard in enumerate(shards(ids, shard_size))]
+    return EvalTables.concat([f.result() for f in futures])

@@ -1,0 +1,161 @@
+"""The campaign's stages as Prefect tasks. Each calls one component function.
+
+Cache keys are the code version of components/ plus the digests of the stage's inputs (package bytes, benchmark
+bytes, seed map, options), never object identities, so a rerun with the same bytes recomputes nothing and a changed
+input recomputes only what depends on it. Results persist (compressed pickle) under PREFECT_LOCAL_STORAGE_PATH.
+`patch` and `commit` write files and are cheap: they run every time and are idempotent instead of cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from components.evidence.packets import verify_citations
+from components.evolution.diagnose import Diagnosis, diagnose
+from components.evolution.gate import GateConfig, GateResult, RepairResult, gate, repair_screen
+from components.evolution.lineage import Lineage
+from components.evolution.meta import PlanContext, make_meta_agent
+from components.evolution.patch import apply_plan
+from components.evolution.plan import Plan
+from components.evolution.validate import Validation, fired, static_checks
+from components.memory.package import digest, load_package
+from components.runtime.evaluate import EvalTables, run_shard
+from components.version import code_version
+from components.worlds import load_benchmark
+
+PERSIST = {"persist_result": True, "result_serializer": "compressed/pickle"}
+
+
+def stage_key(stage: str, **inputs: Any) -> str:
+    blob = json.dumps(inputs, sort_keys=True, default=str)
+    return f"{stage}-{code_version()}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
+
+
+@lru_cache(maxsize=64)
+def _tree_digest(path: str, _mtime_ns: int) -> str:
+    return digest(path)
+
+
+def tree_digest(path: str | Path) -> str:
+    """Digest of a package or benchmark directory (memoized while its manifest/meta is unchanged)."""
+    p = Path(path)
+    anchor = p / ("manifest.yaml" if (p / "manifest.yaml").exists() else "meta.json")
+    return _tree_digest(str(p.resolve()), anchor.stat().st_mtime_ns if anchor.exists() else 0) if anchor.exists() else digest(p)
+
+
+def frame_hash(df: pd.DataFrame) -> str:
+    return hashlib.sha256(pd.util.hash_pandas_object(df, index=False).values.tobytes()).hexdigest()
+
+
+# -- evaluate ----------------------------------------------------------------------------------------------------------
+
+def _shard_key(_ctx, p: dict) -> str:
+    return stage_key("eval_shard", package=digest(p["package"]), bench=tree_digest(p["bench"]), items=p["items"],
+                     seeds=p["seeds"], model=p["model"], model_cfg=p["model_cfg"], max_turns=p["max_turns"])
+
+
+@task(name="eval_shard", cache_key_fn=_shard_key, task_run_name="eval {label}", **PERSIST)
+def eval_shard(package: str, bench: str, items: list[str], seeds: list[int], model: str, model_cfg: dict,
+               max_turns: int, label: str = "") -> EvalTables:
+    return run_shard(package, bench, items, seeds, model, model_cfg, max_turns)
+
+
+# -- diagnose ----------------------------------------------------------------------------------------------------------
+
+def _diag_key(_ctx, p: dict) -> str:
+    return stage_key("diagnose", package=digest(p["package"]), bench=tree_digest(p["bench"]), corpus=p["corpus"])
+
+
+@task(name="diagnose", cache_key_fn=_diag_key, **PERSIST)
+def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> Diagnosis:
+    """Diagnose from traces and scores only (never the hidden causes), then check every packet's citations."""
+    b = load_benchmark(bench)
+    d = diagnose(train.traces, train.scores, load_package(package), b.write_tools, corpus)
+    checked = []
+    for p in d.packets:
+        problems = verify_citations(p, train.traces)
+        if problems:
+            raise ValueError("diagnosis cites steps that do not resolve: " + "; ".join(problems[:3]))
+        checked.append(p)
+    return Diagnosis(d.findings, checked)
+
+
+# -- plan --------------------------------------------------------------------------------------------------------------
+
+def _plan_key(_ctx, p: dict) -> str:
+    return stage_key("plan", package=digest(p["package"]), bench=tree_digest(p["bench"]), corpus=p["corpus"],
+                     rejected=sorted(p["rejected"]), meta_agent=p["meta_agent"], meta_cfg=p["meta_cfg"])
+
+
+@task(name="plan", cache_key_fn=_plan_key, **PERSIST)
+def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str, corpus: str, rejected: list[str],
+               meta_agent: str, meta_cfg: dict) -> Plan | None:
+    ctx = PlanContext(diagnosis.packets, load_package(package), load_benchmark(bench), train.traces, train.scores,
+                      set(rejected), diagnosis.findings)
+    return make_meta_agent(meta_agent, meta_cfg)(ctx)
+
+
+# -- patch / validate --------------------------------------------------------------------------------------------------
+
+@task(name="patch", cache_policy=NO_CACHE)
+def patch_stage(plan: Plan, base: str, out: str) -> str:
+    return str(apply_plan(plan, base, out))
+
+
+def _validate_key(_ctx, p: dict) -> str:
+    return stage_key("validate", candidate=digest(p["candidate"]), bench=tree_digest(p["bench"]),
+                     plan=p["plan"].model_dump(), probe=p["probe_items"], model=p["model"], model_cfg=p["model_cfg"])
+
+
+@task(name="validate", cache_key_fn=_validate_key, **PERSIST)
+def validate_stage(plan: Plan, candidate: str, bench: str, probe_items: list[str], model: str, model_cfg: dict,
+                   max_turns: int) -> Validation:
+    """Schema, lint, leakage, reachability; then an activation probe: the mechanism must fire on the source tasks."""
+    b = load_benchmark(bench)
+    v, pkg = static_checks(plan, candidate, b)
+    if v.ok:
+        probe = run_shard(pkg, b, probe_items, [0], model, model_cfg, max_turns)
+        v.checks["activation"] = "ok" if fired(probe.traces, plan.mechanism) else \
+            f"mechanism {plan.mechanism!r} did not fire on {len(probe_items)} source task(s)"
+        v.ok = v.checks["activation"] == "ok"
+    return v
+
+
+# -- repair screen and gate (arithmetic over score tables) -------------------------------------------------------------
+
+def _scores_key(stage: str):
+    def key(_ctx, p: dict) -> str:
+        return stage_key(stage, base=frame_hash(p["base"]), cand=frame_hash(p["cand"]),
+                         **{k: v for k, v in p.items() if k not in ("base", "cand")})
+    return key
+
+
+@task(name="repair_screen", cache_key_fn=_scores_key("repair"), **PERSIST)
+def repair_stage(base: pd.DataFrame, cand: pd.DataFrame, material: float) -> tuple[RepairResult, pd.DataFrame]:
+    return repair_screen(base, cand, material)
+
+
+@task(name="gate", cache_key_fn=_scores_key("gate"), **PERSIST)
+def gate_stage(base: pd.DataFrame, cand: pd.DataFrame, cfg: dict, mechanism_fired: bool,
+               leakage: bool) -> tuple[GateResult, pd.DataFrame]:
+    return gate(base, cand, GateConfig(**cfg), mechanism_fired=mechanism_fired, leakage=leakage)
+
+
+# -- commit ------------------------------------------------------------------------------------------------------------
+
+@task(name="commit", cache_policy=NO_CACHE)
+def commit_stage(lineage: str, candidate: str, evaluated_digest: str, round_no: int, record: dict) -> str:
+    return Lineage(lineage).commit(candidate, evaluated_digest, round_no, record).name
+
+
+@task(name="reject", cache_policy=NO_CACHE)
+def reject_stage(lineage: str, round_no: int, record: dict, plan: dict | None) -> None:
+    Lineage(lineage).reject(round_no, record, plan)
