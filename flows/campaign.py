@@ -23,7 +23,7 @@ from components.memory.package import digest
 from components.params import Params
 from components.runtime.evaluate import EvalTables, seed_map_hash, write_eval
 from components.worlds import load_benchmark
-from flows.evaluate import evaluate, task_runner
+from flows.evaluate import submit_eval, task_runner
 from flows.tasks import (commit_stage, diagnose_stage, gate_stage, patch_stage, plan_stage, reject_stage, repair_stage,
                          validate_stage)
 
@@ -31,17 +31,16 @@ console = Console(stderr=True)
 
 
 class _Eval:
-    """Evaluate packages with the campaign's seeds, model, shards and task runner."""
+    """Evaluate packages with the campaign's seeds, model and shards, on the running flow's task runner."""
 
     def __init__(self, p: Params):
-        c = p.campaign
-        self.p, self.seeds = p, list(range(c.seeds))
-        self.flow = evaluate.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
+        self.p, self.seeds = p, list(range(p.campaign.seeds))
 
     def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None) -> EvalTables:
         c = self.p.campaign
-        return self.flow(str(package), self.p.benchmark.out, self.seeds, split=split, items=items, shard_size=c.shard_size,
-                         model=c.model, model_cfg=c.model_cfg, max_turns=c.max_turns, label=label)
+        return submit_eval(str(package), self.p.benchmark.out, self.seeds, split=split, items=items,
+                           shard_size=c.shard_size, model=c.model, model_cfg=c.model_cfg, max_turns=c.max_turns,
+                           label=label)
 
 
 @flow(name="evolution_round", flow_run_name="round {round_no}", validate_parameters=False)
@@ -121,8 +120,9 @@ def campaign(params: dict, name: str = "default") -> dict:
     out = Path(c.out)
     lineage = Lineage(out / "lineage")
     start = lineage.start(c.start)
+    round_flow = evolution_round.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
     for r in range(1, c.rounds + 1):
-        rec = lineage.round_record(r) or evolution_round(r, p.model_dump())
+        rec = lineage.round_record(r) or round_flow(r, p.model_dump())
         _say(rec)
         if rec["verdict"] == "no_plan":
             break
@@ -159,11 +159,26 @@ def _say(rec: dict) -> None:
 
 
 def run_campaign(p: Params) -> dict:
-    """Run the campaign flow (materializing the benchmark first if it is missing)."""
+    """Run the campaign flow (materializing the benchmark first if it is missing).
+
+    With task_runner `dask` and no scheduler address, one local cluster serves the whole campaign (a cluster per
+    flow run would cost seconds each)."""
+    from contextlib import ExitStack
+
     from components.worlds import world
 
     if not (Path(p.benchmark.out) / "meta.json").exists():
         world(p.benchmark.world).materialize(p.benchmark.out, p.benchmark.seed)
-    return campaign(p.model_dump(), name=p.campaign.name)
+    c = p.campaign
+    with ExitStack() as stack:
+        if c.task_runner == "dask" and not c.dask_address:
+            from distributed import LocalCluster
+
+            cluster = stack.enter_context(LocalCluster(n_workers=c.workers, threads_per_worker=1, processes=True,
+                                                       dashboard_address=None))
+            p = p.model_copy(update={"campaign": c.model_copy(update={"dask_address": cluster.scheduler_address})})
+            c = p.campaign
+        flow_ = campaign.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
+        return flow_(p.model_dump(), name=c.name)
 
 

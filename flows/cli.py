@@ -23,8 +23,9 @@ app.add_typer(package_app, name="package")
 app.add_typer(bench_app, name="bench")
 app.add_typer(campaign_app, name="campaign")
 
-out = Console()
-err = Console(stderr=True)
+# Problem lines must stay one line each when piped; tables get a fixed width when not on a terminal.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True)
 
 DEFAULT_BENCH = Path("data/benchmarks/retail")
 

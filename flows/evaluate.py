@@ -23,12 +23,23 @@ def task_runner(kind: str = "threads", workers: int = 2, address: str | None = N
     return ThreadPoolTaskRunner(max_workers=workers)
 
 
+def submit_eval(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
+                shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = 40,
+                label: str = "") -> EvalTables:
+    """Submit one eval_shard task per shard to the running flow's task runner and gather the tables.
+
+    Rounds call this directly rather than the `evaluate` subflow: a subflow run costs about a second of Prefect
+    bookkeeping (its heartbeat thread joins on exit), a task a few milliseconds."""
+    ids = list(items) if items is not None else load_benchmark(bench).ids(split)
+    n = -(-len(ids) // shard_size)
+    futures = [eval_shard.submit(package, bench, shard, seeds, model, model_cfg or {}, max_turns,
+                                 label=f"{label} {i + 1}/{n}") for i, shard in enumerate(shards(ids, shard_size))]
+    return EvalTables.concat([f.result() for f in futures])
+
+
 @flow(name="evaluate", flow_run_name="evaluate {label}", validate_parameters=False)
 def evaluate(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
              shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = 40,
              label: str = "") -> EvalTables:
-    ids = list(items) if items is not None else load_benchmark(bench).ids(split)
-    futures = [eval_shard.submit(package, bench, shard, seeds, model, model_cfg or {}, max_turns,
-                                 label=f"{label} {i + 1}/{-(-len(ids) // shard_size)}")
-               for i, shard in enumerate(shards(ids, shard_size))]
-    return EvalTables.concat([f.result() for f in futures])
+    """A package on a benchmark split (or a list of items), as a standalone flow run."""
+    return submit_eval(package, bench, seeds, split, items, shard_size, model, model_cfg, max_turns, label)

@@ -43,3 +43,24 @@ def package_copy(tmp_path):
         return dst
 
     return make
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """One temporary Prefect server (and database) for the whole session: starting one costs seconds."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="session")
+def free_port():
+    import socket
+
+    def get() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    return get

@@ -317,12 +317,6 @@ def test_lint_rejects_malformed_package(package_copy, case):
 LONG_LINE_CASES = [c for c in CASES if c.id in {"unknown-strategy-checker", "missing-manifest"}]
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    reason="flows/cli.py package_lint prints each problem with a rich Console (err.print) without soft_wrap, so "
-    "lines longer than the console width ($COLUMNS, 80 when not a terminal) are hard-wrapped onto several "
-    "stderr lines; piped output no longer has one line per problem",
-)
 @pytest.mark.parametrize("case", LONG_LINE_CASES, ids=[c.id for c in LONG_LINE_CASES])
 def test_lint_cli_one_line_per_problem_at_default_width(package_copy, case):
     pkg = build_case(package_copy, case)
@@ -355,12 +349,6 @@ def test_lint_cli_not_a_directory(tmp_path):
 # -- gaps: mechanisms that load but are silently inert ------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    reason="components/memory/package.py _reachability ignores the `types` option of event_cards/all_cards: a binding "
-    "that can never deliver a card's type still counts as delivering it (all_cards sets `blanket` whatever its "
-    "types), so a package whose cards no binding can deliver lints clean",
-)
 @pytest.mark.parametrize("manifest_edit", [
     ("max_per_episode: 6", "types: [knowledge]"),
     ("use: event_cards\n    at: intent_recorded\n    cfg:\n      max_per_episode: 6",
@@ -374,11 +362,6 @@ def test_lint_rejects_cards_excluded_by_types_filter(package_copy, manifest_edit
     assert sorted(Path(p.file).relative_to(pkg).as_posix() for p in problems) == REFERENCE_CARDS
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    reason="components/memory/strategies.py event_cards: `max_per_episode: int | None` has no lower bound, so "
-    "max_per_episode: 0 (or negative) loads and the binding never delivers any card",
-)
 @pytest.mark.parametrize("value", [0, -1])
 def test_lint_rejects_max_per_episode_that_disables_delivery(package_copy, value):
     pkg = package_copy("reference")
@@ -387,11 +370,6 @@ def test_lint_rejects_max_per_episode_that_disables_delivery(package_copy, value
     assert ("manifest.yaml", "delivery[0].cfg.max_per_episode") in fields
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    reason="components/memory/package.py _manifest uses yaml.safe_load, which silently keeps the last of duplicate "
-    "mapping keys: a second `checkers: []` drops both checkers and the package still lints clean",
-)
 def test_lint_rejects_duplicate_manifest_key(package_copy):
     pkg = package_copy("reference")
     with open(pkg / "manifest.yaml", "a", encoding="utf-8") as f:
@@ -516,12 +494,6 @@ def test_cli_digest_not_a_directory(tmp_path):
     assert "not a package directory" in r.stderr
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    reason="components/memory/package.py digest(): _files() keeps symlinks and digest() calls path.read_bytes() on "
-    "them, which follows the link: a dangling symlink raises FileNotFoundError (a directory symlink "
-    "IsADirectoryError), so `ratchet package digest` dies with a traceback instead of an error line",
-)
 @pytest.mark.parametrize("breaker", [_dangling_symlink, _symlink_dir], ids=["dangling", "directory"])
 def test_cli_digest_symlink_is_an_error_line_not_a_traceback(package_copy, breaker):
     pkg = package_copy("reference")

@@ -459,22 +459,12 @@ def test_confirm_match_args_requires_the_question_to_name_the_order():
     assert checker("confirm_before_write")(cctx(write_draft("#W0000001"), other)).ok
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    reason="components/memory/strategies.py confirm_before_write: match_args compares with a substring test "
-    "(`str(call.args[k]) not in question`), so a question naming #W12 counts as naming #W1",
-)
 def test_confirm_match_args_is_not_a_substring_match():
     check = checker("confirm_before_write", match_args=["order_id"])
     transcript = [agent("Shall I cancel order #W12? (yes/no)"), user("yes")]
     assert not check(cctx(write_draft("#W1"), transcript)).ok
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    reason="components/memory/strategies.py confirm_before_write: an affirmation word anywhere in the user's message "
-    "counts as confirmation, so a refusal such as \"no, don't go ahead\" lets the write through",
-)
 @pytest.mark.parametrize("reply", ["No, don't go ahead.", "please do not proceed"])
 def test_confirm_refusal_containing_an_affirmation_word_bounces(reply):
     assert not checker("confirm_before_write")(cctx(write_draft(), ASKED + [user(reply)])).ok

@@ -12,6 +12,7 @@ differs from its file name, an unknown card type, a card no binding can deliver,
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import frontmatter
 import yaml
 from pydantic import ValidationError
 
+from components.io import strict_yaml
 from components.memory.cards import CARD_TYPES, Card, CardMeta
 from components.memory.errors import PackageError, Problem
 from components.memory.events import EVENTS
@@ -70,6 +72,9 @@ def digest(root: str | Path) -> str:
     root = Path(root)
     h = hashlib.sha256()
     for rel, path in _files(root):
+        if path.is_symlink():  # hashed as a link, never followed (a package with one does not load anyway)
+            h.update(f"{rel}\0link\0{os.readlink(path)}\0".encode())
+            continue
         data = path.read_bytes()
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
@@ -129,7 +134,7 @@ def _manifest(text: str | None, problems: list[Problem]) -> Manifest | None:
     if text is None:
         return None
     try:
-        raw = yaml.safe_load(text)
+        raw = strict_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "-"
@@ -208,16 +213,20 @@ def _bindings(manifest: Manifest, section: str, registry: Registry, problems: li
 
 def _reachability(cards: dict[str, Card], delivery: tuple[Bound, ...], problems: list[Problem]) -> None:
     """A card no binding can ever deliver is dead weight that looks like a mechanism: refuse it."""
-    blanket = any(b.strategy.ignores_triggers for b in delivery)
-    routed = {b.spec.at for b in delivery if b.strategy.delivers_cards and not b.strategy.ignores_triggers}
+
+    def takes(b: Bound, card: Card) -> bool:
+        types = b.spec.cfg.get("types")
+        return b.strategy.delivers_cards and (types is None or card.meta.type in types)
+
     for card in cards.values():
-        if blanket:
+        if any(b.strategy.ignores_triggers and takes(b, card) for b in delivery):
             continue
         t = card.meta.trigger
         if t is None:
             problems.append(Problem(card.path, "trigger", "card has no trigger and no all_cards binding delivers it"))
-        elif t.event not in routed:
-            problems.append(Problem(card.path, "trigger.event", f"no delivery binding delivers cards at {t.event!r}"))
+        elif not any(b.spec.at == t.event and not b.strategy.ignores_triggers and takes(b, card) for b in delivery):
+            problems.append(Problem(card.path, "trigger.event",
+                                    f"no delivery binding delivers {card.meta.type} cards at {t.event!r}"))
 
 
 def _pydantic(file: str, err: ValidationError, prefix: str = "") -> list[Problem]:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field
 
 from components.memory.cards import Card, CardType
 from components.memory.events import AGENT_DECLARES_DONE, DELIVERY_EVENTS, PRE_WRITE
@@ -64,7 +67,7 @@ def state_reminder(*, only_pending: bool = True):
 
 
 @DELIVERERS.register("event_cards", events=DELIVERY_EVENTS, delivers_cards=True)
-def event_cards(*, max_per_episode: int | None = None, types: list[CardType] | None = None):
+def event_cards(*, max_per_episode: Annotated[int, Field(ge=1)] | None = None, types: list[CardType] | None = None):
     """Deliver the cards whose trigger names this event (and, if it names a tool, one of the event's tools)."""
 
     def deliver(ctx: DeliveryContext) -> Delivery:
@@ -121,6 +124,7 @@ def confirm_before_write(
 
     With `match_args`, the assistant's question just before the confirmation must name those arguments' values."""
     words = [re.compile(rf"\b{re.escape(a.lower())}\b") for a in affirmations]
+    refusal = re.compile(r"\b(no|not|don'?t|do not|never|stop|wait|cancel that)\b|n't\b")
 
     def check(ctx: CheckContext) -> Verdict:
         call = ctx.draft.tool_call
@@ -134,7 +138,8 @@ def confirm_before_write(
                     break  # a confirmation covers one write
                 continue
             if turn.role == "user":
-                if any(w.search(turn.text.lower()) for w in words):
+                said = turn.text.lower()
+                if any(w.search(said) for w in words) and not refusal.search(said):
                     asked = [t for t in ctx.transcript[:i] if t.role == "assistant" and t.tool is None]
                     question = asked[-1].text if asked else ""
                 break
@@ -142,7 +147,8 @@ def confirm_before_write(
                 break  # the agent spoke after the user: no fresh confirmation
         if question is None:
             return Verdict(False, f"`{call.name}` needs the user's explicit confirmation (yes) of this action first")
-        missing = [k for k in match_args if k in call.args and str(call.args[k]) not in question]
+        missing = [k for k in match_args if k in call.args
+                   and not re.search(rf"(?<![\w#]){re.escape(str(call.args[k]))}(?!\w)", question)]
         if missing:
             return Verdict(False, f"the user confirmed a different action: the question did not name {', '.join(missing)}")
         return Verdict(True)

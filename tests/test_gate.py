@@ -1,0 +1,521 @@
+"""The held-out gate (components/evolution/gate.py) and `ratchet gate`: pairing is refused before any statistic,
+the bootstrap is over items, and only a CI that excludes zero upward (with regressions under the cap) accepts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.evolution import gate as gate_mod
+from components.evolution.gate import GateConfig, PairingError, bootstrap_ci, decide, gate, pair, repair_screen
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = GateConfig(n_boot=2000)
+CLI_KEYS = {"accept", "net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed", "reason"}
+
+
+# -- helpers -----------------------------------------------------------------------------------------------------
+
+
+def table(scores: dict[str, list[float]], errors: dict[tuple[str, int], str] | None = None) -> pd.DataFrame:
+    """One row per (item, seed): scores[item][seed]; optional error messages by (item, seed)."""
+    rows = []
+    for item, per_seed in scores.items():
+        for seed, score in enumerate(per_seed):
+            row = {"item_id": item, "seed": seed, "score": score}
+            if errors is not None:
+                row["error"] = errors.get((item, seed), "")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def shifted(scores: dict[str, list[float]], delta: dict[str, float]) -> dict[str, list[float]]:
+    """Every seed of item i moved by delta[i] (default 0), clipped to [0, 1]."""
+    return {i: [float(np.clip(s + delta.get(i, 0.0), 0.0, 1.0)) for s in v] for i, v in scores.items()}
+
+
+def items(n: int, per_seed: list[float]) -> dict[str, list[float]]:
+    return {f"item-{k:03d}": list(per_seed) for k in range(n)}
+
+
+# -- identical arms, wins, losses, ties --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data_seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("boot_seed,n_boot", [(0, 200), (7, 1000), (123, 5000)])
+def test_identical_arms_never_accept(data_seed, boot_seed, n_boot):
+    rng = np.random.default_rng(data_seed)
+    n_items, n_seeds = int(rng.integers(3, 40)), int(rng.integers(1, 5))
+    base = pd.DataFrame([{"item_id": f"t{i}", "seed": s, "score": float(rng.random())}
+                         for i in range(n_items) for s in range(n_seeds)])
+    cand = base.sample(frac=1.0, random_state=data_seed).reset_index(drop=True)  # row order must not matter
+    res, per = gate(base, cand, GateConfig(n_boot=n_boot, seed=boot_seed))
+    assert res.accept is False
+    assert res.net == 0.0 and res.ci_lo == 0.0 and res.ci_hi == 0.0
+    assert (res.n_items, res.n_improved, res.n_regressed) == (n_items, 0, 0)
+    assert "ties keep the parent" in res.reason
+    assert (per["d"] == 0).all()
+
+
+def test_clear_win_accepts_with_counts():
+    base = {**items(20, [0.4, 0.5, 0.6]),                                   # -> +0.2
+            **{f"high-{k}": [0.9, 0.9, 0.9] for k in range(4)},            # clipped at 1.0 -> +0.1
+            **{f"flat-{k}": [0.3, 0.3, 0.3] for k in range(6)}}            # unchanged
+    delta = {i: 0.2 for i in base if not i.startswith("flat")}
+    cand = shifted(base, delta)
+    assert cand["high-0"] == [1.0, 1.0, 1.0]
+    res, per = gate(table(base), table(cand), FAST)
+    assert res.accept is True
+    assert res.n_items == 30
+    assert res.n_improved == 24 and res.n_regressed == 0
+    assert res.net == pytest.approx((20 * 0.2 + 4 * 0.1) / 30)
+    assert 0 < res.ci_lo <= res.net <= res.ci_hi
+    assert res.cand_mean - res.base_mean == pytest.approx(res.net)
+    assert "24 improved, 0 regressed" in res.reason
+    assert per.set_index("item_id").loc["high-2", "d"] == pytest.approx(0.1)
+
+
+def test_win_with_regressions_over_cap_rejects_and_says_so():
+    base = items(30, [0.5, 0.5])
+    delta = {i: (0.3 if k >= 3 else -0.1) for k, i in enumerate(base)}
+    b, c = table(base), table(shifted(base, delta))
+    res, _ = gate(b, c, FAST)
+    assert res.ci_lo > 0  # the win itself is clear ...
+    assert res.n_regressed == 3 and res.n_improved == 27
+    assert res.accept is False  # ... but three regressions exceed the default cap of 2
+    assert "3 regressed items > reg_cap 2" in res.reason
+    loose, _ = gate(b, c, GateConfig(n_boot=2000, reg_cap=3))
+    assert loose.accept is True and loose.n_regressed == 3
+
+
+@pytest.mark.parametrize("cand_score,material,regressed,accept", [
+    (0.46, 0.05, 0, True),   # a drop of 0.04 is not material at 0.05
+    (0.44, 0.05, 3, False),  # a drop of 0.06 is
+    (0.44, 0.07, 0, True),   # ... unless the threshold is raised above it
+])
+def test_material_threshold_decides_what_counts(cand_score, material, regressed, accept):
+    base = items(30, [0.5, 0.5])
+    cand = {i: ([0.8, 0.8] if k >= 3 else [cand_score, cand_score]) for k, i in enumerate(base)}
+    res, _ = gate(table(base), table(cand), GateConfig(n_boot=2000, material=material))
+    assert res.n_regressed == regressed
+    assert res.n_improved == 27
+    assert res.accept is accept
+
+
+def test_improvement_below_material_is_not_counted():
+    base = items(10, [0.5])
+    res, _ = gate(table(base), table(shifted(base, {i: 0.04 for i in base})), FAST)
+    assert res.n_improved == 0 and res.n_regressed == 0
+    assert res.net == pytest.approx(0.04)
+
+
+def test_net_exactly_zero_keeps_the_parent():
+    base = items(20, [0.5, 0.5])
+    delta = {i: (0.25 if k % 2 else -0.25) for k, i in enumerate(base)}
+    res, _ = gate(table(base), table(shifted(base, delta)), FAST)
+    assert res.net == 0.0
+    assert res.ci_lo < 0 < res.ci_hi
+    assert res.accept is False
+    assert "does not exclude zero" in res.reason
+
+
+def test_loss_rejects():
+    base = items(25, [0.7, 0.8, 0.9])
+    res, _ = gate(table(base), table(shifted(base, {i: -0.2 for i in base})), FAST)
+    assert res.accept is False
+    assert res.net == pytest.approx(-0.2)
+    assert res.ci_hi < 0
+    assert res.n_regressed == 25 and res.n_improved == 0
+
+
+def test_leakage_or_unfired_mechanism_vetoes_a_clear_win():
+    base = items(20, [0.3])
+    b, c = table(base), table(shifted(base, {i: 0.3 for i in base}))
+    assert gate(b, c, FAST)[0].accept is True
+    leak, _ = gate(b, c, FAST, leakage=True)
+    assert leak.accept is False and leak.reason == "leakage"
+    silent, _ = gate(b, c, FAST, mechanism_fired=False)
+    assert silent.accept is False and "did not fire" in silent.reason
+
+
+# -- pairing: refused before any statistic -----------------------------------------------------------------------
+
+
+def _base() -> pd.DataFrame:
+    return table({"a": [0.1, 0.2, 0.3], "b": [0.4, 0.5, 0.6], "c": [0.7, 0.8, 0.9]})
+
+
+def _broken(kind: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    b, c = _base(), _base()
+    if kind == "item only in cand":
+        c = pd.concat([c, pd.DataFrame([{"item_id": "zz", "seed": 0, "score": 0.5}])], ignore_index=True)
+        return b, c, ["incomplete pairing", "only in cand", "zz#0"]
+    if kind == "item only in base":
+        c = c[c["item_id"] != "b"]
+        return b, c, ["incomplete pairing", "only in base", "b#0", "b#1", "b#2"]
+    if kind == "seed only in base":
+        c = c[~((c["item_id"] == "a") & (c["seed"] == 2))]
+        return b, c, ["incomplete pairing", "only in base", "a#2"]
+    if kind == "seed only in cand":
+        c = pd.concat([c, pd.DataFrame([{"item_id": "c", "seed": 3, "score": 0.5}])], ignore_index=True)
+        return b, c, ["only in cand", "c#3"]
+    if kind == "duplicate row":
+        c = pd.concat([c, c.iloc[[4]]], ignore_index=True)
+        return b, c, ["cand", "duplicate", "b#1"]
+    if kind == "nan score":
+        b.loc[1, "score"] = np.nan
+        return b, c, ["base", "not a number", "a#1"]
+    if kind == "non-numeric score":
+        c["score"] = c["score"].astype(object)
+        c.loc[0, "score"] = "high"
+        return b, c, ["cand", "not a number", "a#0"]
+    if kind == "score above 1":
+        c.loc[3, "score"] = 1.5
+        return b, c, ["cand", "outside [0, 1]", "b#0"]
+    if kind == "score below 0":
+        b.loc[8, "score"] = -0.1
+        return b, c, ["base", "outside [0, 1]", "c#2"]
+    if kind == "missing column":
+        c = c.drop(columns=["seed"])
+        return b, c, ["cand", "missing column", "seed"]
+    if kind == "empty":
+        return b.iloc[0:0], c.iloc[0:0], ["no (item, seed) pairs"]
+    raise AssertionError(kind)
+
+
+PAIRING_CASES = ["item only in cand", "item only in base", "seed only in base", "seed only in cand", "duplicate row",
+                 "nan score", "non-numeric score", "score above 1", "score below 0", "missing column", "empty"]
+
+
+@pytest.mark.parametrize("kind", PAIRING_CASES)
+def test_incomplete_pairing_is_refused_before_any_statistic(kind, monkeypatch):
+    calls = []
+    monkeypatch.setattr(gate_mod, "bootstrap_ci", lambda *a, **k: calls.append(a) or (1.0, 1.0))
+    monkeypatch.setattr(gate_mod, "decide", lambda *a, **k: calls.append(a) or pytest.fail("decide was reached"))
+    b, c, words = _broken(kind)
+    with pytest.raises(PairingError) as exc:
+        gate_mod.gate(b, c, FAST)
+    assert calls == []
+    msg = str(exc.value)
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+def test_pairing_error_is_an_input_error():
+    from components.errors import InputError
+
+    assert issubclass(PairingError, InputError)
+
+
+@pytest.mark.xfail(strict=True, reason="components/evolution/gate.py:72 a missing (NaN) seed raises pandas "
+                   "IntCastingNaNError from seed.astype(int) instead of PairingError naming the row")
+def test_missing_seed_value_is_a_pairing_error():
+    b = _base()
+    b["seed"] = b["seed"].astype(float)
+    b.loc[2, "seed"] = np.nan
+    with pytest.raises(PairingError, match="seed"):
+        pair(b, _base())
+
+
+@pytest.mark.xfail(strict=True, reason="components/evolution/gate.py:67-72 non-integer seeds are truncated by "
+                   "astype(int) after the duplicate check: base seeds {0, 0.5} vs cand seeds {0, 0.7} pass as a "
+                   "complete pairing and are cross-merged, instead of being refused")
+def test_non_integer_seeds_are_not_silently_truncated():
+    b = pd.DataFrame({"item_id": ["a", "a", "b"], "seed": [0, 0.5, 0], "score": [0.1, 0.9, 0.5]})
+    c = pd.DataFrame({"item_id": ["a", "a", "b"], "seed": [0, 0.7, 0], "score": [0.1, 0.9, 0.5]})
+    with pytest.raises(PairingError):
+        pair(b, c)
+
+
+# -- errored episodes --------------------------------------------------------------------------------------------
+
+
+def test_errored_pairs_are_dropped_from_both_arms():
+    base = items(10, [0.6, 0.6])
+    cand = shifted(base, {i: 0.3 for i in base})
+    # the cand errored on item-000#0 (score 0) and the base on item-001#1 (score 0)
+    cand["item-000"][0] = 0.0
+    base["item-001"][1] = 0.0
+    b = table(base, {("item-001", 1): "model timeout"})
+    c = table(cand, {("item-000", 0): "HTTP 500"})
+    res, per = gate(b, c, GateConfig(n_boot=2000, max_error_share=0.25))
+    assert res.dropped_errors == 2
+    per = per.set_index("item_id")
+    # each of the two items is compared on its remaining seed only, in both arms
+    assert per.loc["item-000", "base"] == pytest.approx(0.6) and per.loc["item-000", "cand"] == pytest.approx(0.9)
+    assert per.loc["item-001", "base"] == pytest.approx(0.6) and per.loc["item-001", "cand"] == pytest.approx(0.9)
+    assert res.n_regressed == 0 and res.n_improved == 10
+    assert res.accept is True
+    # symmetric: swapping the arms drops the same pairs and negates every d
+    swapped, per2 = gate(c, b, GateConfig(n_boot=2000, max_error_share=0.25))
+    assert swapped.dropped_errors == 2
+    assert np.allclose(per2.set_index("item_id").loc[per.index, "d"], -per["d"])
+
+
+def test_errored_item_on_every_seed_leaves_the_comparison():
+    base = items(10, [0.5])
+    c = table(shifted(base, {i: 0.2 for i in base}), {("item-004", 0): "crash"})
+    res, per = gate(table(base), c, GateConfig(n_boot=500))
+    assert res.dropped_errors == 1
+    assert res.n_items == 9 and "item-004" not in set(per["item_id"])
+
+
+def test_nan_error_cells_are_not_errors():
+    b = _base()
+    b["error"] = np.nan  # what read_csv gives for an empty error column
+    c = _base()
+    c["error"] = ""
+    per, dropped = pair(b, c)
+    assert dropped == 0 and len(per) == 3
+
+
+@pytest.mark.parametrize("n_errored,ok", [(2, True), (3, False)])
+def test_too_many_errored_pairs_refuse(n_errored, ok):
+    base = items(10, [0.5])
+    errs = {(f"item-{k:03d}", 0): "boom" for k in range(n_errored)}
+    b, c = table(base), table(shifted(base, {i: 0.2 for i in base}), errs)
+    cfg = GateConfig(n_boot=500, max_error_share=0.25)
+    if ok:
+        assert gate(b, c, cfg)[0].dropped_errors == n_errored
+    else:
+        with pytest.raises(PairingError, match="3 of 10"):
+            gate(b, c, cfg)
+
+
+def test_every_pair_errored_is_refused():
+    base = items(2, [0.5])
+    with pytest.raises(PairingError, match="errored"):
+        pair(table(base, {(i, 0): "x" for i in base}), table(base), max_error_share=1.0)
+
+
+# -- per-item, not per-trial -------------------------------------------------------------------------------------
+
+
+def test_per_item_means_over_seeds_are_compared():
+    base = {"a": [0, 1, 0, 1, 0], "b": [1, 1, 1, 1, 1], "c": [0, 0, 0, 0, 0], "d": [0.5, 0.5, 0.5, 0.5, 0.5]}
+    cand = {"a": [1, 1, 1, 1, 0], "b": [1, 1, 1, 1, 0], "c": [1, 1, 0, 0, 0], "d": [1, 1, 1, 1, 1]}
+    b, c = table(base), table(cand)
+    cfg = GateConfig(n_boot=3000, seed=5, reg_cap=10)
+    res, per = gate(b, c, cfg)
+    expected_d = np.array([0.8 - 0.4, 0.8 - 1.0, 0.4 - 0.0, 1.0 - 0.5])
+    assert list(per["item_id"]) == ["a", "b", "c", "d"]
+    assert np.allclose(per["d"], expected_d)
+    assert res.n_items == 4  # not 20 trials
+    assert res.n_improved == 3 and res.n_regressed == 1
+    assert (res.ci_lo, res.ci_hi) == bootstrap_ci(expected_d, cfg.n_boot, cfg.alpha, cfg.seed)
+    trial_d = (c["score"] - b["score"]).to_numpy(dtype=float)
+    assert (res.ci_lo, res.ci_hi) != bootstrap_ci(trial_d, cfg.n_boot, cfg.alpha, cfg.seed)
+
+
+# -- bootstrap ---------------------------------------------------------------------------------------------------
+
+
+def reference_ci(d: list[float], n_boot: int, alpha: float, seed: int) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    n = len(d)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    means = []
+    for row in idx:
+        total = 0.0
+        for j in row:
+            total += d[int(j)]
+        means.append(total / n)
+    lo, hi = np.quantile(np.array(means), [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+@pytest.mark.parametrize("n,n_boot,alpha,seed", [(1, 50, 0.05, 0), (7, 400, 0.05, 3), (25, 1000, 0.1, 11),
+                                                 (40, 300, 0.01, 99)])
+def test_bootstrap_ci_matches_a_plain_reference(n, n_boot, alpha, seed):
+    d = list(np.random.default_rng(1000 + n).normal(0.05, 0.2, size=n))
+    lo, hi = bootstrap_ci(np.array(d), n_boot=n_boot, alpha=alpha, seed=seed)
+    rlo, rhi = reference_ci(d, n_boot, alpha, seed)
+    assert lo == pytest.approx(rlo, abs=1e-12) and hi == pytest.approx(rhi, abs=1e-12)
+    assert lo <= hi
+
+
+def test_bootstrap_ci_is_deterministic_per_seed():
+    d = np.random.default_rng(0).normal(0.0, 0.3, size=30)
+    assert bootstrap_ci(d, 2000, 0.05, 4) == bootstrap_ci(d, 2000, 0.05, 4)
+    assert bootstrap_ci(d, 2000, 0.05, 4) != bootstrap_ci(d, 2000, 0.05, 5)
+
+
+def test_gate_is_deterministic_for_a_seed():
+    base = items(15, [0.5, 0.4])
+    delta = {i: 0.1 * ((k % 5) - 1) for k, i in enumerate(base)}
+    b, c = table(base), table(shifted(base, delta))
+    r1, _ = gate(b, c, GateConfig(n_boot=1000, seed=8))
+    r2, _ = gate(b, c, GateConfig(n_boot=1000, seed=8))
+    r3, _ = gate(b, c, GateConfig(n_boot=1000, seed=9))
+    assert r1 == r2
+    assert (r1.ci_lo, r1.ci_hi) != (r3.ci_lo, r3.ci_hi)
+
+
+# -- repair screen -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("deltas,ok,repaired,broken", [
+    ([0.3, 0.3, 0.3, -0.2, 0.0], True, 3, 1),             # more repaired than broken, mean up
+    ([0.3, 0.3, -0.2, -0.2, 0.0], False, 2, 2),           # as many broken as repaired
+    ([0.1] + [-0.04] * 10, False, 1, 0),                  # repaired > broken, but the mean goes down
+    ([0.04] * 6, False, 0, 0),                            # mean up, nothing materially repaired
+    ([-0.3, -0.3, 0.0], False, 0, 2),                     # only breaks
+])
+def test_repair_screen(deltas, ok, repaired, broken):
+    base = {f"s{k}": [0.5, 0.5] for k in range(len(deltas))}
+    cand = shifted(base, {f"s{k}": dv for k, dv in enumerate(deltas)})
+    res, per = repair_screen(table(base), table(cand))
+    assert res.ok is ok
+    assert (res.repaired, res.broken, res.n_items) == (repaired, broken, len(deltas))
+    assert res.cand_mean - res.base_mean == pytest.approx(float(np.mean(deltas)))
+    assert f"repaired {repaired}, broke {broken} of {len(deltas)}" in res.reason
+
+
+def test_repair_screen_refuses_incomplete_pairing():
+    b = _base()
+    with pytest.raises(PairingError):
+        repair_screen(b, b[b["item_id"] != "c"])
+
+
+def test_decide_on_a_given_table():
+    per = pd.DataFrame({"item_id": ["x", "y", "z"], "base": [0.2, 0.2, 0.2], "cand": [0.6, 0.7, 0.5]})
+    per["d"] = per["cand"] - per["base"]
+    res = decide(per, GateConfig(n_boot=500), dropped_errors=4)
+    assert res.accept is True and res.dropped_errors == 4
+    assert res.base_mean == pytest.approx(0.2) and res.cand_mean == pytest.approx(0.6)
+    assert set(res.as_dict()) >= CLI_KEYS | {"base_mean", "cand_mean", "dropped_errors"}
+
+
+# -- the command line --------------------------------------------------------------------------------------------
+
+
+def write_csv(path: Path, df: pd.DataFrame) -> Path:
+    df.to_csv(path, index=False)
+    return path
+
+
+def run_gate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flows.cli", "gate", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gate-cli")
+    base = items(20, [0.4, 0.5])
+    win = shifted(base, {i: 0.3 for i in base})
+    bad_nan = _base()
+    bad_nan.loc[3, "score"] = np.nan
+    bad_range = _base()
+    bad_range.loc[0, "score"] = 7
+    return {
+        "base": write_csv(d / "base.csv", table(base)),
+        "win": write_csv(d / "win.csv", table(win)),
+        "small": write_csv(d / "small.csv", _base()),
+        "missing_pair": write_csv(d / "missing_pair.csv", _base().iloc[:-1]),
+        "nan": write_csv(d / "nan.csv", bad_nan),
+        "range": write_csv(d / "range.csv", bad_range),
+        "dir": d,
+    }
+
+
+def test_cli_json_accept(tables):
+    p = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "2000", "--json")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 1
+    obj = json.loads(lines[0])
+    assert set(obj) == CLI_KEYS
+    assert obj["accept"] is True and obj["n_items"] == 20 and obj["n_improved"] == 20 and obj["n_regressed"] == 0
+    expected, _ = gate(pd.read_csv(tables["base"], dtype={"item_id": str}),
+                       pd.read_csv(tables["win"], dtype={"item_id": str}), GateConfig(n_boot=2000))
+    assert obj["net"] == pytest.approx(expected.net) and obj["ci_lo"] == pytest.approx(expected.ci_lo)
+    assert obj["ci_hi"] == pytest.approx(expected.ci_hi) and obj["reason"] == expected.reason
+
+
+def test_cli_json_reject_exits_1(tables):
+    # the candidate as base: a clear loss
+    p = run_gate("--base", str(tables["win"]), "--cand", str(tables["base"]), "--n-boot", "500", "--json")
+    assert p.returncode == 1, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 1
+    obj = json.loads(lines[0])
+    assert set(obj) == CLI_KEYS
+    assert obj["accept"] is False and obj["net"] == pytest.approx(-0.3) and obj["n_regressed"] == 20
+
+
+def test_cli_text_and_options(tables):
+    same = run_gate("--base", str(tables["base"]), "--cand", str(tables["base"]), "--n-boot", "200")
+    assert same.returncode == 1 and same.stdout.startswith("REJECT:")
+    # a reg_cap of -1 turns the clear win into a reject: the option reaches the gate
+    capped = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "200", "--reg-cap", "-1")
+    assert capped.returncode == 1 and "reg_cap -1" in capped.stdout
+
+
+@pytest.mark.parametrize("cand_key,words", [
+    ("missing_pair", ["incomplete pairing", "c#2"]),
+    ("nan", ["not a number", "b#0"]),
+    ("range", ["outside [0, 1]", "a#0"]),
+])
+def test_cli_broken_table_exits_2_with_one_line(tables, cand_key, words):
+    cand = tables[cand_key]
+    p = run_gate("--base", str(tables["small"]), "--cand", str(cand), "--json")
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr + p.stdout
+    assert p.stdout.strip() == ""
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert str(tables["small"]) in lines[0] and str(cand) in lines[0]
+    for w in words:
+        assert w in lines[0]
+
+
+def test_cli_missing_file_exits_2_naming_it(tables):
+    missing = tables["dir"] / "no-such-scores.csv"
+    p = run_gate("--base", str(tables["base"]), "--cand", str(missing), "--json")
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(missing) in lines[0] and "--cand" in lines[0]
+
+
+@pytest.mark.xfail(strict=True, reason="components/evolution/gate.py:72 (via flows/cli.py:168) a CSV row with an "
+                   "empty seed escapes as a pandas IntCastingNaNError traceback and exits 1 (the reject code) "
+                   "instead of exit 2 with one line naming the files")
+def test_cli_empty_seed_cell_exits_2(tables):
+    bad = tables["dir"] / "empty_seed.csv"
+    bad.write_text("item_id,seed,score\na,0,0.1\na,,0.2\n")
+    ok = tables["dir"] / "two.csv"
+    ok.write_text("item_id,seed,score\na,0,0.1\na,1,0.2\n")
+    p = run_gate("--base", str(bad), "--cand", str(ok))
+    assert "Traceback" not in p.stderr
+    assert p.returncode == 2
+
+
+@pytest.mark.xfail(strict=True, reason="components/evolution/gate.py:104-108 (bootstrap_ci) --n-boot 0 ends in an "
+                   "IndexError traceback from np.quantile on no means; the CLI should exit 2 with one line")
+def test_cli_zero_bootstrap_draws_is_bad_input(tables):
+    p = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "0")
+    assert "Traceback" not in p.stderr
+    assert p.returncode == 2
+
+
+@pytest.mark.xfail(strict=True, reason="components/evolution/gate.py:75 an all-empty `error` column read from CSV is "
+                   "float64 NaN; fillna('') on it emits Pandas4Warning ('will raise' in a future pandas) instead of "
+                   "casting to str first")
+def test_empty_error_column_from_csv_pairs_without_warning(tmp_path):
+    import warnings
+
+    path = tmp_path / "scores.csv"
+    path.write_text("item_id,seed,score,error\na,0,0.5,\nb,0,0.25,\n")
+    df = pd.read_csv(path, dtype={"item_id": str})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        per, dropped = pair(df, df)
+    assert dropped == 0 and len(per) == 2
