@@ -223,7 +223,7 @@ def test_missing_seed_value_is_a_pairing_error():
         pair(b, _base())
 
 
-@pytest.mark.xfail(strict=True, reason="components/evolution/gate.py:67-72 non-integer seeds are truncated by "
+@pytest.mark.xfail(strict=True, reason="components/evolution/gate.py:68-72 non-integer seeds are truncated by "
                    "astype(int) after the duplicate check: base seeds {0, 0.5} vs cand seeds {0, 0.7} pass as a "
                    "complete pairing and are cross-merged, instead of being refused")
 def test_non_integer_seeds_are_not_silently_truncated():
@@ -498,8 +498,9 @@ def test_cli_empty_seed_cell_exits_2(tables):
     assert p.returncode == 2
 
 
-@pytest.mark.xfail(strict=True, reason="components/evolution/gate.py:104-108 (bootstrap_ci) --n-boot 0 ends in an "
-                   "IndexError traceback from np.quantile on no means; the CLI should exit 2 with one line")
+@pytest.mark.xfail(strict=True, reason="components/evolution/gate.py:114 (bootstrap_ci, via flows/cli.py:168) "
+                   "--n-boot 0 ends in an IndexError traceback from np.quantile on no means; the CLI should exit 2 "
+                   "with one line")
 def test_cli_zero_bootstrap_draws_is_bad_input(tables):
     p = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "0")
     assert "Traceback" not in p.stderr
