@@ -108,8 +108,6 @@ def test_path_escaping_card_paths_are_refused(path, op):
     assert repr(path) in msg
 
 
-@pytest.mark.xfail(strict=True, reason="components/evolution/plan.py:20 CARD_PATH ends in `$`, which also matches "
-                   "before a trailing newline, so 'em/procedure/x.md\\n' passes the schema (should use \\Z/fullmatch)")
 def test_card_path_with_trailing_newline_is_refused():
     with pytest.raises(InputError, match="path"):
         parse_plan(plan_dict(add_card(path="em/procedure/x.md\n")))

@@ -35,6 +35,14 @@ class GateConfig:
     material: float = 0.05
     max_error_share: float = 0.25
 
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1:
+            raise InputError(f"gate: alpha: {self.alpha} is not in (0, 1)")
+        if self.n_boot < 1:
+            raise InputError(f"gate: n_boot: {self.n_boot} must be at least 1")
+        if self.reg_cap < 0 or self.material < 0:
+            raise InputError("gate: reg_cap and material must be >= 0")
+
 
 @dataclass(frozen=True)
 class GateResult:
@@ -58,21 +66,25 @@ def _check_arm(df: pd.DataFrame, name: str) -> pd.DataFrame:
     missing = [c for c in ("item_id", "seed", "score") if c not in df.columns]
     if missing:
         raise PairingError(f"{name}: missing column(s) {', '.join(missing)}")
+    def rowid(mask: pd.Series) -> list[str]:
+        return [f"{i}#{s}" for i, s in zip(df.loc[mask, "item_id"], df.loc[mask, "seed"])]
+
+    seeds = pd.to_numeric(df["seed"], errors="coerce")
+    bad_seed = seeds.isna() | (seeds != seeds.round())
+    if bad_seed.any():
+        raise PairingError(f"{name}: seed is missing or not an integer for {', '.join(rowid(bad_seed)[:5])}")
     scores = pd.to_numeric(df["score"], errors="coerce")
     if scores.isna().any():
-        rows = df.loc[scores.isna(), ["item_id", "seed"]].astype(str).agg("#".join, axis=1).tolist()
-        raise PairingError(f"{name}: score is missing or not a number for {', '.join(rows[:5])}")
+        raise PairingError(f"{name}: score is missing or not a number for {', '.join(rowid(scores.isna())[:5])}")
     if ((scores < 0) | (scores > 1)).any():
-        rows = df.loc[(scores < 0) | (scores > 1), ["item_id", "seed"]].astype(str).agg("#".join, axis=1).tolist()
-        raise PairingError(f"{name}: score outside [0, 1] for {', '.join(rows[:5])}")
-    dup = df.duplicated(["item_id", "seed"], keep=False)
+        raise PairingError(f"{name}: score outside [0, 1] for {', '.join(rowid((scores < 0) | (scores > 1))[:5])}")
+    out = df.assign(score=scores.astype(float), seed=seeds.astype(int), item_id=df["item_id"].astype(str))
+    dup = out.duplicated(["item_id", "seed"], keep=False)
     if dup.any():
-        rows = sorted(set(df.loc[dup, ["item_id", "seed"]].astype(str).agg("#".join, axis=1)))
+        rows = sorted({f"{i}#{sd}" for i, sd in zip(out.loc[dup, "item_id"], out.loc[dup, "seed"])})
         raise PairingError(f"{name}: duplicate (item_id, seed) rows: {', '.join(rows[:5])}")
-    out = df.assign(score=scores.astype(float), seed=df["seed"].astype(int), item_id=df["item_id"].astype(str))
-    if "error" not in out.columns:
-        out["error"] = ""
-    out["error"] = out["error"].fillna("").astype(str)
+    errors = out["error"] if "error" in out.columns else pd.Series("", index=out.index)
+    out["error"] = errors.astype(object).where(errors.notna(), "").astype(str)  # an empty CSV cell reads as NaN
     return out
 
 

@@ -17,11 +17,11 @@ from components.errors import InputError
 from components.evidence.packets import Citation
 
 Owner = Literal["E", "W", "rho", "C"]
-CARD_PATH = re.compile(r"^em/(knowledge|procedure|action_result)/[a-z0-9][a-z0-9_-]*\.md$")
+CARD_PATH = re.compile(r"em/(knowledge|procedure|action_result)/[a-z0-9][a-z0-9_-]*\.md")
 
 
 def _card_path(v: str) -> str:
-    if v.startswith("/") or "\\" in v or ".." in v.split("/") or not CARD_PATH.match(v):
+    if v.startswith("/") or "\\" in v or ".." in v.split("/") or not CARD_PATH.fullmatch(v):
         raise ValueError(f"path {v!r} escapes the package or is not em/<type>/<id>.md")
     return v
 
