@@ -66,6 +66,7 @@ class CampaignParams(_M):
     repair_max_items: int = Field(12, ge=1)
     probe_items: int = Field(4, ge=1)
     max_turns: int = Field(40, ge=1)
+    tracking_uri: str | None = None  # MLflow; null: $MLFLOW_TRACKING_URI (sqlite under .ratchet/ by default)
 
 
 class Params(_M):

@@ -14,6 +14,7 @@ from pathlib import Path
 from prefect import flow
 from rich.console import Console
 
+from components.contracts import check_benchmark, check_paired_scores
 from components.evolution.gate import GateConfig, gate
 from components.evolution.lineage import Lineage
 from components.evolution.localization import localization_from_rounds
@@ -21,7 +22,8 @@ from components.evolution.report import round_dir, write_csv, write_json
 from components.evolution.validate import fired
 from components.memory.package import digest
 from components.params import Params
-from components.runtime.evaluate import EvalTables, seed_map_hash, write_eval
+from components.runtime.evaluate import EvalTables, seed_map_hash, summary, write_eval
+from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
 from flows.evaluate import submit_eval, task_runner
 from flows.tasks import (commit_stage, diagnose_stage, gate_stage, patch_stage, plan_stage, reject_stage, repair_stage,
@@ -52,6 +54,12 @@ def evolution_round(round_no: int, params: dict) -> dict:
     base, rd, ev = str(champ.path), round_dir(c.out, round_no), _Eval(p)
     b = load_benchmark(bench)
     record: dict = {"round": round_no, "round_dir": str(rd), "champion_before": champ.name}
+    evals: list[dict] = []
+
+    def note(split: str, arm: str, package: str, t: EvalTables) -> EvalTables:
+        evals.append({"split": split, "arm": arm, "package_digest": digest(package), "summary": summary(t.scores)})
+        write_json(rd / "evals.json", evals)
+        return t
 
     def reject(reason: str, plan=None, verdict: str = "reject", **figures) -> dict:
         rec = {**record, **figures, "reason": reason, "verdict": verdict}
@@ -62,7 +70,7 @@ def evolution_round(round_no: int, params: dict) -> dict:
         return rec
 
     # 1. evaluate the working base on train
-    train = ev(base, f"r{round_no} train {champ.name}", split="train")
+    train = note("train", "base", base, ev(base, f"r{round_no} train {champ.name}", split="train"))
     corpus = f"{champ.digest}:{b.digest}:{seed_map_hash(b.ids('train'), ev.seeds)}"
     write_eval(rd / "train", train, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
                                      "seeds": ev.seeds, "corpus": corpus})
@@ -83,16 +91,16 @@ def evolution_round(round_no: int, params: dict) -> dict:
     if not validation.ok:
         return reject("invalid: " + "; ".join(validation.problems), plan, validation=validation.checks)
     # 6. repair screen on the diagnosed source tasks
-    rb = ev(base, f"r{round_no} repair base", items=plan.source_items)
-    rc = ev(cand, f"r{round_no} repair cand", items=plan.source_items)
+    rb = note("repair", "base", base, ev(base, f"r{round_no} repair base", items=plan.source_items))
+    rc = note("repair", "cand", cand, ev(cand, f"r{round_no} repair cand", items=plan.source_items))
     repair, repair_items = repair_stage(rb.scores, rc.scores, p.gate.material)
     write_json(rd / "repair.json", repair.as_dict())
     write_csv(rd / "repair_items.csv", repair_items)
     if not repair.ok:
         return reject(f"repair screen: {repair.reason}", plan, repair=repair.as_dict())
     # 7. held-out gate: candidate vs champion on dev, paired seeds, identical benchmark bytes
-    db = ev(base, f"r{round_no} dev {champ.name}", split="dev")
-    dc = ev(cand, f"r{round_no} dev candidate", split="dev")
+    db = note("dev", "base", base, ev(base, f"r{round_no} dev {champ.name}", split="dev"))
+    dc = note("dev", "cand", cand, ev(cand, f"r{round_no} dev candidate", split="dev"))
     write_csv(rd / "dev_base.csv", db.scores)
     write_csv(rd / "dev_cand.csv", dc.scores)
     verdict, per_item = gate_stage(db.scores, dc.scores, p.gate.model_dump(), fired(dc.traces, plan.mechanism),
@@ -118,26 +126,33 @@ def campaign(params: dict, name: str = "default") -> dict:
     p = Params.model_validate(params)
     c = p.campaign
     out = Path(c.out)
+    check_benchmark(p.benchmark.out)  # the data contract, once per campaign
     lineage = Lineage(out / "lineage")
     start = lineage.start(c.start)
+    tracker = CampaignTracker(c.name, out, p.model_dump(), c.tracking_uri)
     round_flow = evolution_round.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
     for r in range(1, c.rounds + 1):
         rec = lineage.round_record(r) or round_flow(r, p.model_dump())
+        rec = lineage.round_record(r) or rec  # the lineage's record carries parent and child digests
+        tracker.log_round(rec)
         _say(rec)
         if rec["verdict"] == "no_plan":
             break
     champion = lineage.champion()
     test = certify(p, start.path, champion.path)
-    summary = {
+    test_evals = test.pop("evals")
+    result = {
         "campaign": c.name, "rounds": len([x for x in lineage.records() if x["round"] > 0]),
         "accepted": len(lineage.versions()) - 1, "start_digest": start.digest, "champion": champion.name,
         "champion_digest": champion.digest, "benchmark_digest": load_benchmark(p.benchmark.out).digest,
         "test": test, "localization": localization_from_rounds(out),
         "lineage": [{"version": v.name, "digest": v.digest} for v in lineage.versions()],
         "history": [x for x in lineage.records() if x["round"] > 0], "params": p.model_dump(),
+        "mlflow": {"experiment_id": tracker.experiment_id, "run_id": tracker.run_id, "tracking_uri": tracker.uri},
     }
-    write_json(out / "summary.json", summary)
-    return summary
+    write_json(out / "summary.json", result)
+    tracker.finish(result, out / "summary.json", test_evals)
+    return result
 
 
 def certify(p: Params, start: Path, champion: Path) -> dict:
@@ -145,10 +160,14 @@ def certify(p: Params, start: Path, champion: Path) -> dict:
     ev = _Eval(p)
     base = ev(start, "test start", split="test")
     cand = ev(champion, "test champion", split="test")
+    check_paired_scores(base.scores, cand.scores, "test certification")
     verdict, _ = gate(base.scores, cand.scores, GateConfig(**p.gate.model_dump()))
     return {"base_mean": verdict.base_mean, "champion_mean": verdict.cand_mean, "net": verdict.net,
             "ci_lo": verdict.ci_lo, "ci_hi": verdict.ci_hi, "n_items": verdict.n_items,
-            "n_improved": verdict.n_improved, "n_regressed": verdict.n_regressed}
+            "n_improved": verdict.n_improved, "n_regressed": verdict.n_regressed,
+            "evals": [{"split": "test", "arm": "start", "package_digest": digest(start), "summary": summary(base.scores)},
+                      {"split": "test", "arm": "champion", "package_digest": digest(champion),
+                       "summary": summary(cand.scores)}]}
 
 
 def _say(rec: dict) -> None:

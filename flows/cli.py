@@ -161,9 +161,11 @@ def gate_cmd(
 ) -> None:
     """The held-out gate on two paired score tables: accept iff the bootstrap CI over items excludes zero upward
     and regressions stay under the cap. Exit 0 on accept, 1 on reject, 2 on bad input."""
+    from components.contracts import check_paired_scores
     from components.evolution.gate import GateConfig, PairingError, gate
 
     b, c = _read_scores(base, "--base"), _read_scores(cand, "--cand")
+    check_paired_scores(b, c, f"{base} vs {cand}")
     try:
         verdict, _ = gate(b, c, GateConfig(alpha=alpha, n_boot=n_boot, seed=seed, reg_cap=reg_cap, material=material))
     except PairingError as e:
@@ -235,6 +237,38 @@ def campaign_run(
 
     summary = run_campaign(p)
     _print_summary(summary, Path(p.campaign.out) / "summary.json")
+
+
+@app.command("report")
+def report(
+    campaign: Annotated[Path, typer.Option(help="a campaign's output directory")] = Path("runs/campaign"),
+    out_dir: Annotated[Path, typer.Option("--out")] = Path("reports"),
+) -> None:
+    """Tables and a plot from a finished campaign (the DVC `report` stage): metrics.json, rounds.csv, campaign.md,
+    rounds.png."""
+    from components.evolution.report import write_report
+
+    if not (campaign / "summary.json").exists():
+        raise InputError(f"{campaign / 'summary.json'}: -: no such file (run the campaign first)")
+    write_report(campaign, out_dir)
+    out.print(f"wrote {out_dir}/metrics.json, rounds.csv, campaign.md, rounds.png", highlight=False)
+
+
+@app.command("ui")
+def ui(
+    port: Annotated[int, typer.Option()] = 5000,
+    tracking_uri: Annotated[Optional[str], typer.Option(help="default: $MLFLOW_TRACKING_URI (the project's store)")] = None,
+) -> None:
+    """Start the MLflow UI on 127.0.0.1 against the project's store (one worker, no job execution)."""
+    import os
+    import subprocess
+
+    uri = tracking_uri or os.environ["MLFLOW_TRACKING_URI"]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
+           "--port", str(port), "--workers", "1"]
+    out.print(f"MLflow UI: http://127.0.0.1:{port}  (store {uri}; Ctrl-C to stop)", highlight=False)
+    raise typer.Exit(subprocess.call(cmd, env=env))
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.serializers import CompressedSerializer, PickleSerializer
 
+from components.contracts import check_paired_scores
 from components.evidence.packets import verify_citations
 from components.evolution.diagnose import Diagnosis, diagnose
 from components.evolution.gate import GateConfig, GateResult, RepairResult, gate, repair_screen
@@ -143,12 +144,14 @@ def _scores_key(stage: str):
 
 @task(name="repair_screen", cache_key_fn=_scores_key("repair"), **PERSIST)
 def repair_stage(base: pd.DataFrame, cand: pd.DataFrame, material: float) -> tuple[RepairResult, pd.DataFrame]:
+    check_paired_scores(base, cand, "repair screen")
     return repair_screen(base, cand, material)
 
 
 @task(name="gate", cache_key_fn=_scores_key("gate"), **PERSIST)
 def gate_stage(base: pd.DataFrame, cand: pd.DataFrame, cfg: dict, mechanism_fired: bool,
                leakage: bool) -> tuple[GateResult, pd.DataFrame]:
+    check_paired_scores(base, cand, "held-out gate")
     return gate(base, cand, GateConfig(**cfg), mechanism_fired=mechanism_fired, leakage=leakage)
 
 

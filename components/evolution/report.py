@@ -6,6 +6,13 @@
     <out>/rounds/r<N>/gate.json          gate_items.csv    dev_base.csv  dev_cand.csv
     <out>/rounds/r<N>/round.json         the round's record (what the lineage says, with paths)
     <out>/summary.json                   the campaign's result
+
+and, from a finished campaign, what `ratchet report` (the DVC `report` stage) writes:
+
+    reports/metrics.json   flat campaign figures (`dvc metrics show`)
+    reports/rounds.csv     per-round net and CI (`dvc plots show`)
+    reports/campaign.md    the round table, the certification and the lineage, readable on any forge
+    reports/rounds.png     per-round net with its 95% CI
 """
 
 from __future__ import annotations
@@ -42,6 +49,77 @@ def round_rows(summary: dict) -> list[dict]:
             "round": r["round"], "owner": r.get("owner") or "-", "plan": r.get("summary") or r.get("reason", "-"),
             "repair": f"{rep.get('repaired', '-')}/{rep.get('broken', '-')}" if rep else "-",
             "verdict": r["verdict"], "net": g.get("net"), "ci": (g.get("ci_lo"), g.get("ci_hi")) if g else None,
-            "regressed": g.get("n_regressed"), "champion": (r.get("champion") or "")[:12], "reason": r.get("reason", ""),
+            "regressed": g.get("n_regressed"), "reason": r.get("reason", ""),
+            "champion": "{version} {digest:.8}".format(**(r.get("child") or r.get("parent") or {"version": "", "digest": ""})),
         })
     return rows
+
+
+def write_report(campaign_out: str | Path, out: str | Path) -> Path:
+    """Tables and a plot from a finished campaign's summary.json."""
+    import json
+
+    summary = json.loads((Path(campaign_out) / "summary.json").read_text())
+    out = Path(out)
+    t, loc = summary["test"], summary["localization"]
+    write_json(out / "metrics.json", {
+        "test_net": round(t["net"], 6), "test_ci_lo": round(t["ci_lo"], 6), "test_ci_hi": round(t["ci_hi"], 6),
+        "test_base_mean": round(t["base_mean"], 6), "test_champion_mean": round(t["champion_mean"], 6),
+        "accepted": summary["accepted"], "rounds": summary["rounds"],
+        "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy")})
+    rows = []
+    for r in summary["history"]:
+        g = r.get("gate") or {}
+        rows.append({"round": r["round"], "verdict": r["verdict"], "owner": r.get("owner", ""),
+                     "net": g.get("net"), "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"),
+                     "dev_base_mean": g.get("base_mean"), "dev_cand_mean": g.get("cand_mean"),
+                     "champion": (r.get("child") or r.get("parent") or {}).get("version", "")})
+    table = pd.DataFrame(rows, columns=["round", "verdict", "owner", "net", "ci_lo", "ci_hi", "dev_base_mean",
+                                        "dev_cand_mean", "champion"])
+    write_csv(out / "rounds.csv", table)
+    md = [f"# Campaign {summary['campaign']}", "",
+          f"Champion **{summary['champion']}** (`{summary['champion_digest'][:12]}`), {summary['accepted']} promotion(s) "
+          f"in {summary['rounds']} round(s).", "",
+          f"Test split (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
+          f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}], {t['n_items']} items.", ""]
+    if loc.get("accuracy") is not None:
+        md += [f"Diagnosis localization {loc['accuracy']:.1%} vs outcome-only {loc['outcome_only_accuracy']:.1%} "
+               f"(n={loc['n']}).", ""]
+    md += ["| round | owner | plan | verdict | net | 95% CI | regressed | champion |", "|---|---|---|---|---|---|---|---|"]
+    for r in round_rows(summary):
+        ci = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]" if r["net"] is not None else ""
+        net = f"{r['net']:+.3f}" if r["net"] is not None else ""
+        md.append(f"| {r['round']} | {r['owner']} | {r['plan']} | {r['verdict']} | {net} | {ci} | "
+                  f"{'' if r['regressed'] is None else r['regressed']} | {r['champion']} |")
+    md += ["", "Lineage: " + " -> ".join(f"{v['version']} `{v['digest'][:12]}`" for v in summary["lineage"]), ""]
+    atomic_write_bytes(out / "campaign.md", "\n".join(md).encode())
+    _plot(table, out / "rounds.png")
+    return out
+
+
+def _plot(table: pd.DataFrame, path: Path) -> None:
+    import io
+
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    gated = table.dropna(subset=["net"])
+    if len(gated):
+        err = [gated["net"] - gated["ci_lo"], gated["ci_hi"] - gated["net"]]
+        colors = ["tab:green" if v == "accept" else "tab:red" for v in gated["verdict"]]
+        ax.errorbar(gated["round"], gated["net"], yerr=err, fmt="none", ecolor="grey", capsize=3)
+        ax.scatter(gated["round"], gated["net"], c=colors, zorder=3)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_xlabel("round")
+    ax.set_ylabel("dev net (candidate - champion)")
+    ax.set_title("held-out gate per round (green: accepted), 95% CI")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())

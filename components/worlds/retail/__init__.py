@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from components.contracts import check_benchmark
 from components.io import atomic_dir, dumps
 from components.worlds.retail.tasks import FAMILIES, generate, policy_text, split
 from components.worlds.retail.tools import TOOLS, WRITE_TOOLS
@@ -32,4 +33,5 @@ def materialize(out: str | Path, seed: int = 0) -> Path:
         (tmp / "tasks.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in tasks))
         (tmp / "splits.json").write_text(dumps(splits))
         pd.DataFrame(rows).to_csv(tmp / "tasks.csv", index=False, lineterminator="\n")
+        check_benchmark(tmp)  # the data contract, before anything is moved into place
     return Path(out)

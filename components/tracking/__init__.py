@@ -1,0 +1,1 @@
+"""MLflow and DVC helpers: records of what ran on which bytes, and how to reproduce it."""
