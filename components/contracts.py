@@ -70,14 +70,16 @@ def _validate(df: pd.DataFrame, name: str, expectations: list, ids: list[str]) -
             batch_def = asset.add_batch_definition_whole_dataframe("whole")
         suite = gx.ExpectationSuite(name=name, expectations=expectations)
         fmt = {"result_format": "COMPLETE", "unexpected_index_column_names": ids}
-        result = batch_def.get_batch(batch_parameters={"dataframe": df}).validate(suite, result_format=fmt)
+        batch = batch_def.get_batch(batch_parameters={"dataframe": df.reset_index(drop=True)})
+        result = batch.validate(suite, result_format=fmt)
     failures = []
     for r in result.results:
         if r.success:
             continue
         cfg = r.expectation_config
         target = cfg.kwargs.get("column") or ",".join(cfg.kwargs.get("column_list") or []) or "-"
-        kw = {k: (f"{v:g}" if isinstance(v, float) else v) for k, v in cfg.kwargs.items() if v is not None}
+        kw = {"min_value": "-inf", "max_value": "inf"}
+        kw.update({k: (f"{v:g}" if isinstance(v, float) else v) for k, v in cfg.kwargs.items() if v is not None})
         what = PHRASE.get(cfg.type, "unexpected").format(**kw)
         rows = ["#".join(str(row.get(k)) for k in ids) for row in (r.result or {}).get("unexpected_index_list") or []]
         where = f" for {', '.join(rows[:5])}" + (f" and {len(rows) - 5} more" if len(rows) > 5 else "") if rows else ""

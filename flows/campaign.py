@@ -108,13 +108,16 @@ def evolution_round(round_no: int, params: dict) -> dict:
     write_json(rd / "gate.json", verdict.as_dict())
     write_csv(rd / "gate_items.csv", per_item)
     figures = {"repair": repair.as_dict(), "gate": verdict.as_dict(), "validation": validation.checks,
-               "candidate_digest": digest(cand), "benchmark_digest": b.digest,
-               "seed_map_hash": seed_map_hash(b.ids("dev"), ev.seeds)}
+               "candidate_digest": digest(cand), "benchmark_digest": b.digest, "mechanism": plan.mechanism,
+               "seed_map_hash": seed_map_hash(b.ids("dev"), ev.seeds),
+               # what `ratchet reproduce` needs to re-run this gate on the same bytes
+               "evaluation": {"benchmark": bench, "split": "dev", "seeds": ev.seeds, "model": c.model,
+                              "model_cfg": c.model_cfg, "max_turns": c.max_turns, "gate": p.gate.model_dump()}}
     if not verdict.accept:
         return reject(f"gate: {verdict.reason}", plan, **figures)
     # 8. commit an immutable version (digest recomputed and compared to the one evaluated)
     rec = {**record, **figures, "plan_key": plan.key(), "owner": plan.owner, "summary": plan.summary,
-           "mechanism": plan.mechanism, "reason": verdict.reason}
+           "reason": verdict.reason}
     version = commit_stage(str(lineage.root), cand, figures["candidate_digest"], round_no, rec)
     rec.update(verdict="accept", version=version)
     write_json(rd / "round.json", rec)

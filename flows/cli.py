@@ -254,6 +254,38 @@ def report(
     out.print(f"wrote {out_dir}/metrics.json, rounds.csv, campaign.md, rounds.png", highlight=False)
 
 
+@app.command("reproduce")
+def reproduce_cmd(
+    version: Annotated[Optional[str], typer.Option(help="a promoted version, e.g. M3")] = None,
+    run_id: Annotated[Optional[str], typer.Option(help="or the MLflow run id of the round that promoted it")] = None,
+    campaign: Annotated[Path, typer.Option(help="the campaign's output directory")] = Path("runs/campaign"),
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Re-run a promotion's held-out gate on the recorded bytes and seeds. Exit 0 only when the per-episode and
+    per-item tables are byte-identical and the verdict matches; a digest mismatch is refused before anything runs.
+    At another commit: `git checkout <rev> && dvc checkout` first."""
+    from components.tracking.reproduce import find_round, reproduce
+
+    if not version and not run_id:
+        raise InputError("--version or --run-id: one is required")
+    where, rec = find_round(campaign, version, run_id)
+    err.print(f"reproducing {rec['child']['version']} (round {rec['round']}): {rec.get('summary', '')}", highlight=False)
+    r = reproduce(where, rec)
+    if as_json:
+        out.print(json.dumps({"version": r.version, "round": r.round, "identical": r.identical,
+                              "verdict_matches": r.verdict_matches, "differences": r.differences,
+                              "n_items": r.n_items, "n_episodes": r.n_episodes}, sort_keys=True), highlight=False)
+    else:
+        g = r.recomputed
+        out.print(f"per-item scores: {'identical' if r.identical else 'DIFFERENT'} ({r.n_items} items, "
+                  f"{r.n_episodes} episodes re-run)", highlight=False)
+        out.print(f"verdict: {'matches' if r.verdict_matches else 'DIFFERS'}: accept={g['accept']} net {g['net']:+.4f} "
+                  f"CI [{g['ci_lo']:+.4f}, {g['ci_hi']:+.4f}]", highlight=False)
+        for d in r.differences:
+            out.print(f"  differs: {d}", highlight=False)
+    raise typer.Exit(0 if r.ok else 1)
+
+
 @app.command("ui")
 def ui(
     port: Annotated[int, typer.Option()] = 5000,

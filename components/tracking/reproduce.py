@@ -1,0 +1,132 @@
+"""Reproduce a promotion: re-run the round's held-out gate on the recorded bytes and seeds, compare everything.
+
+    1. find the round that promoted version M<k> (from the lineage, or from an MLflow round run's tags)
+    2. refuse up front unless the parent version, the promoted version and the benchmark on disk have exactly the
+       digests the round recorded (check out the git + DVC commit first: `git checkout <rev> && dvc checkout`)
+    3. evaluate parent and candidate on the recorded split with the recorded seeds, model and turn limit
+    4. compare the per-episode and per-item tables byte for byte with what the round wrote, and the verdict
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from components.errors import InputError
+from components.evolution.gate import GateConfig, gate
+from components.evolution.lineage import Lineage
+from components.evolution.validate import fired
+from components.memory.package import digest
+from components.runtime.evaluate import run_shard, seed_map_hash
+from components.worlds import load_benchmark
+
+
+class ReproduceError(InputError):
+    pass
+
+
+@dataclass
+class Reproduction:
+    version: str
+    round: int
+    identical: bool
+    verdict_matches: bool
+    differences: list[str] = field(default_factory=list)
+    n_items: int = 0
+    n_episodes: int = 0
+    recorded: dict = field(default_factory=dict)
+    recomputed: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.identical and self.verdict_matches
+
+
+def find_round(campaign: str | Path, version: str | None = None, run_id: str | None = None,
+               tracking_uri: str | None = None) -> tuple[Path, dict]:
+    """(campaign dir, lineage record) for a promoted version, or for an MLflow round run id."""
+    if run_id:
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        try:
+            tags = MlflowClient(tracking_uri=tracking_uri).get_run(run_id).data.tags
+        except MlflowException as e:
+            raise ReproduceError(f"--run-id: {run_id}: not found in the MLflow store ({e.message[:120]})") from None
+        if tags.get("ratchet.kind") != "round" or not tags.get("ratchet.version"):
+            raise ReproduceError(f"--run-id: {run_id}: not a round run that promoted a version")
+        campaign, version = Path(tags["ratchet.campaign_out"]), tags["ratchet.version"]
+    campaign = Path(campaign)
+    lineage = Lineage(campaign / "lineage")
+    if not lineage.log.exists():
+        raise ReproduceError(f"{lineage.log}: -: no lineage here (check out the commit and `dvc checkout` first)")
+    rec = next((r for r in lineage.records() if r.get("verdict") == "accept" and (r.get("child") or {}).get("version") == version), None)
+    if rec is None:
+        promoted = [r["child"]["version"] for r in lineage.records() if r.get("verdict") == "accept"]
+        raise ReproduceError(f"{lineage.log}: version: {version!r} was not promoted here (promoted: {', '.join(promoted) or 'none'})")
+    return campaign, rec
+
+
+def reproduce(campaign: str | Path, rec: dict) -> Reproduction:
+    campaign = Path(campaign)
+    lineage = Lineage(campaign / "lineage")
+    parent_dir = lineage.versions_dir / rec["parent"]["version"]
+    child_dir = lineage.versions_dir / rec["child"]["version"]
+    ev = rec.get("evaluation")
+    if not ev:
+        raise ReproduceError(f"{lineage.log}: round {rec['round']}: evaluation: not recorded (campaign from an older Ratchet)")
+    bench_dir = Path(ev["benchmark"])
+    # 2. the bytes on disk must be the recorded bytes, or nothing is re-run
+    for what, path, want in (("parent version", parent_dir, rec["parent"]["digest"]),
+                             ("promoted version", child_dir, rec["child"]["digest"]),
+                             ("benchmark", bench_dir, rec["benchmark_digest"])):
+        if not path.is_dir():
+            raise ReproduceError(f"{path}: -: {what} is missing (run `dvc checkout` at the recording commit)")
+        have = digest(path)
+        if have != want:
+            raise ReproduceError(f"{path}: digest mismatch: the {what} on disk is {have[:16]}, the record says {want[:16]}")
+    bench = load_benchmark(bench_dir)
+    ids, seeds = bench.ids(ev["split"]), list(ev["seeds"])
+    if seed_map_hash(ids, seeds) != rec["seed_map_hash"]:
+        raise ReproduceError(f"{bench_dir}: seed map hash differs from the record (split or seeds changed)")
+    # 3. re-run the gate's evaluations
+    base = run_shard(parent_dir, bench, ids, seeds, ev["model"], ev["model_cfg"], ev["max_turns"])
+    cand = run_shard(child_dir, bench, ids, seeds, ev["model"], ev["model_cfg"], ev["max_turns"])
+    verdict, per_item = gate(base.scores, cand.scores, GateConfig(**ev["gate"]),
+                             mechanism_fired=fired(cand.traces, rec["mechanism"]))
+    # 4. compare with what the round recorded
+    rd = Path(rec["round_dir"])
+    if not rd.is_absolute() and not rd.exists():
+        rd = campaign / "rounds" / rd.name
+    diffs: list[str] = []
+    for name, df in (("dev_base.csv", base.scores), ("dev_cand.csv", cand.scores), ("gate_items.csv", per_item)):
+        recorded = (rd / name).read_bytes() if (rd / name).exists() else None
+        now = df.to_csv(index=False, lineterminator="\n").encode()
+        if recorded is None:
+            diffs.append(f"{rd / name}: missing")
+        elif recorded != now:
+            diffs.append(f"{name}: " + _table_diff(pd.read_csv(rd / name, dtype={"item_id": str}), df))
+    old = rec["gate"]
+    same_verdict = (old["accept"] == verdict.accept and old["n_improved"] == verdict.n_improved
+                    and old["n_regressed"] == verdict.n_regressed and abs(old["net"] - verdict.net) < 1e-12
+                    and abs(old["ci_lo"] - verdict.ci_lo) < 1e-12 and abs(old["ci_hi"] - verdict.ci_hi) < 1e-12)
+    if not same_verdict:
+        diffs.append(f"verdict: recorded accept={old['accept']} net={old['net']:+.6f} CI [{old['ci_lo']:+.6f}, "
+                     f"{old['ci_hi']:+.6f}], recomputed accept={verdict.accept} net={verdict.net:+.6f} "
+                     f"CI [{verdict.ci_lo:+.6f}, {verdict.ci_hi:+.6f}]")
+    return Reproduction(rec["child"]["version"], rec["round"], identical=not any(not d.startswith("verdict") for d in diffs),
+                        verdict_matches=same_verdict, differences=diffs, n_items=len(per_item),
+                        n_episodes=len(base.scores) + len(cand.scores), recorded=old, recomputed=verdict.as_dict())
+
+
+def _table_diff(recorded: pd.DataFrame, now: pd.DataFrame) -> str:
+    if list(recorded.columns) != list(now.columns) or len(recorded) != len(now):
+        return f"shape differs ({len(recorded)} rows recorded, {len(now)} recomputed)"
+    keys = [c for c in ("item_id", "seed") if c in now.columns]
+    now = now.reset_index(drop=True)
+    bad = [i for i in range(len(now)) if json.dumps(recorded.iloc[i].tolist(), default=str) != json.dumps(now.iloc[i].tolist(), default=str)]
+    where = ", ".join("#".join(str(now.iloc[i][k]) for k in keys) for i in bad[:5])
+    return f"{len(bad)} row(s) differ: {where}" if bad else "formatting differs (values equal)"

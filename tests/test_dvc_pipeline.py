@@ -1,0 +1,99 @@
+"""The DVC pipeline in a temp copy of the project: repro, a no-op repro, a param change that re-runs only the
+downstream stages, an experiment, and reproducing a promotion after checking an older commit back out."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+BIN = Path(sys.executable).parent
+SKIP = shutil.ignore_patterns(".git", ".venv", ".ratchet", "runs", "__pycache__", ".pytest_cache", "retail", "*.egg-info")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dvcproj") / "ratchet"
+    shutil.copytree(ROOT, root, ignore=SKIP)
+    home = root.parent / "home"
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RATCHET_HOME": str(home),
+           "PREFECT_HOME": str(home / "prefect"), "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", "DVC_NO_ANALYTICS": "1",
+           "DVC_SITE_CACHE_DIR": str(home / "dvc-site"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env.pop("PREFECT_API_URL", None)  # stage commands start their own temporary Prefect server
+
+    def run(*cmd, check=True):
+        r = subprocess.run(list(cmd), cwd=root, env=env, capture_output=True, text=True, timeout=900)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{cmd} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+        return r
+
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["campaign"].update(rounds=1, seeds=2, shard_size=30)
+    params["gate"]["n_boot"] = 500
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (root / "dvc.lock").unlink(missing_ok=True)
+    run("git", "init", "-q")
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "small params")
+    return root, run
+
+
+def stages_run(out: str) -> set[str]:
+    return {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")}
+
+
+def test_repro_then_nothing_then_only_downstream(project):
+    root, run = project
+    first = run("dvc", "repro")
+    assert stages_run(first.stdout) == {"benchmark", "campaign", "report"}
+    assert json.loads((root / "reports" / "metrics.json").read_text())["rounds"] == 1
+    again = run("dvc", "repro")
+    assert stages_run(again.stdout) == set()
+    assert "Data and pipelines are up to date" in again.stdout
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "campaign with 1 round")
+    metrics = run("dvc", "metrics", "show", "--json")
+    assert "test_net" in metrics.stdout
+    # one campaign param: only campaign and report run again
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["campaign"]["rounds"] = 2
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    changed = run("dvc", "repro")
+    assert stages_run(changed.stdout) == {"campaign", "report"}
+    assert "Stage 'benchmark' didn't change" in changed.stdout
+    assert json.loads((root / "reports" / "metrics.json").read_text())["rounds"] == 2
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "campaign with 2 rounds")
+
+
+def test_experiments_vary_a_param(project):
+    root, run = project
+    exp = run("dvc", "exp", "run", "-S", "campaign.rounds=1", "-S", "gate.alpha=0.1")
+    assert "campaign" in exp.stdout
+    shown = json.loads(run("dvc", "exp", "show", "--json").stdout)
+    text = json.dumps(shown)
+    assert '"alpha": 0.1' in text and "test_net" in text
+
+
+def test_reproduce_a_promotion_from_an_older_commit(project):
+    root, run = project
+    log = run("git", "log", "--format=%H %s").stdout.splitlines()
+    one_round = next(line.split()[0] for line in log if line.endswith("campaign with 1 round"))
+    run("git", "checkout", "-q", "-f", one_round)  # the experiment left its results in the workspace
+    run("dvc", "checkout", "--force")
+    record = [json.loads(x) for x in (root / "runs/campaign/lineage/lineage.jsonl").read_text().splitlines()]
+    promoted = [r["child"]["version"] for r in record if r["verdict"] == "accept"]
+    assert promoted, "the 1-round campaign promoted nothing"
+    r = run("ratchet", "reproduce", "--version", promoted[-1], "--json", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["identical"] is True
