@@ -151,11 +151,10 @@ def campaign(params: dict, name: str = "default") -> dict:
         "test": test, "localization": localization_from_rounds(out),
         "lineage": [{"version": v.name, "digest": v.digest} for v in lineage.versions()],
         "history": [x for x in lineage.records() if x["round"] > 0], "params": p.model_dump(),
-        "mlflow": {"experiment_id": tracker.experiment_id, "run_id": tracker.run_id, "tracking_uri": tracker.uri},
     }
     write_json(out / "summary.json", result)
     tracker.finish(result, out / "summary.json", test_evals)
-    return result
+    return {**result, "mlflow": {"experiment_id": tracker.experiment_id, "run_id": tracker.run_id, "tracking_uri": tracker.uri}}
 
 
 def certify(p: Params, start: Path, champion: Path) -> dict:

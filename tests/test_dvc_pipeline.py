@@ -62,6 +62,9 @@ def test_repro_then_nothing_then_only_downstream(project):
     assert "Data and pipelines are up to date" in again.stdout
     run("git", "add", "-A")
     run("git", "commit", "-qm", "campaign with 1 round")
+    # same inputs, same bytes: forcing the campaign again leaves dvc.lock (every output's hash) unchanged
+    run("dvc", "repro", "--force", "--single-item", "campaign")
+    assert run("git", "status", "--porcelain", "dvc.lock").stdout.strip() == ""
     metrics = run("dvc", "metrics", "show", "--json")
     assert "test_net" in metrics.stdout
     # one campaign param: only campaign and report run again

@@ -21,7 +21,10 @@ from typing import Any
 
 from components.io import atomic_write_json
 
-RUN_FILE = "mlflow.json"  # in the campaign's output dir: the campaign run's id, for resume
+# MLflow run ids are random: they live under <out>/.mlflow/ (excluded by .dvcignore), so the campaign's DVC-tracked
+# output stays byte-identical for identical inputs while a resumed campaign still finds its runs.
+IDS = ".mlflow"
+RUN_FILE = "campaign.json"
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
@@ -65,7 +68,7 @@ class CampaignTracker:
             self.experiment_id = self.client.create_experiment(exp_name, artifact_location=(root / name).as_uri())
         else:
             self.experiment_id = exp.experiment_id
-        saved = self.out / RUN_FILE
+        saved = self.out / IDS / RUN_FILE
         self.run_id = json.loads(saved.read_text())["run_id"] if saved.exists() else None
         if self.run_id is None:
             run = self.client.create_run(self.experiment_id, run_name=f"campaign {name}", tags={
@@ -95,7 +98,7 @@ class CampaignTracker:
     def log_round(self, rec: dict[str, Any]) -> str:
         """One nested run for a finished round, with nested runs for its evaluations; returns its run id."""
         rd = Path(rec["round_dir"])
-        logged = rd / "mlflow_round.json"
+        logged = self.out / IDS / f"round-{int(rec['round']):02d}.json"
         if logged.exists():  # already logged before an interruption: do not log twice
             return json.loads(logged.read_text())["run_id"]
         g, rep = rec.get("gate") or {}, rec.get("repair") or {}
