@@ -7,6 +7,7 @@ Values already set by the user win (setdefault), except the telemetry switches, 
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -30,6 +31,7 @@ DEFAULTS = {
     "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
     "GIT_PYTHON_REFRESH": "quiet",
     "TQDM_DISABLE": "1",
+    "MLFLOW_LOGGING_LEVEL": "WARNING",
 }
 
 
@@ -52,4 +54,6 @@ def quiet_offline(home: Path | None = None) -> Path:
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(home / "prefect" / "storage"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{home / 'mlflow.db'}")
     os.environ.setdefault("DVC_SITE_CACHE_DIR", str(home / "dvc-site-cache"))
+    for name in ("great_expectations", "mlflow", "alembic", "distributed"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     return home

@@ -14,11 +14,18 @@ from typing import Any
 import yaml
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 is for the temp file, not the result
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -54,6 +61,7 @@ def atomic_dir(path: str | Path, *, replace: bool = True) -> Iterator[Path]:
         raise FileExistsError(f"{path} already exists")
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
+        os.chmod(tmp, 0o777 & ~_umask())
         yield tmp
         if not path.exists():
             os.rename(tmp, path)  # rename(2) refuses a non-empty target, so a racing writer cannot be clobbered

@@ -47,6 +47,13 @@ class BudgetParams(_M):
     price_out_per_1k: float = 0.0
     max_concurrency: int = Field(4, ge=1)
     max_depth: int = Field(2, ge=0)
+    # conservative per-call estimates for reservations (a turn makes at most 3 calls; max_turns bounds the turns)
+    est_tokens_in_per_call: float = Field(4000, gt=0)
+    est_tokens_out_per_call: float = Field(512, gt=0)
+
+    def caps(self) -> dict[str, float | None]:
+        return {"tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "model_calls": self.model_calls,
+                "tool_calls": self.tool_calls, "money": self.money}
 
 
 class CampaignParams(_M):

@@ -3,55 +3,82 @@
     evaluate -> diagnose -> plan -> patch -> validate -> repair screen -> held-out gate -> commit | reject
 
 and the campaign repeats rounds on the committed champion, then certifies the champion against the starting package
-on the test split (touched once) and scores the diagnoser against the hidden causes. A round that already has a
-lineage record is not run again, so rerunning the same command resumes an interrupted campaign.
+on the test split (touched once) and scores the diagnoser against the hidden causes.
+
+Operating it safely: the campaign holds an exclusive lock on its lineage; every evaluation shard reserves budget
+before it runs and reconciles after; after each stage the campaign's state is written atomically to
+`<out>/.state/state.json`. A round that already has a lineage record is not run again, and the stages of an
+interrupted round come back from Prefect's task cache, so rerunning the same command (or `ratchet campaign resume`)
+finishes a killed campaign with the lineage a clean run would have produced.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 from prefect import flow
 from rich.console import Console
 
 from components.contracts import check_benchmark, check_paired_scores
+from components.evidence.budget import BudgetExceeded, BudgetLedger
 from components.evolution.gate import GateConfig, gate
-from components.evolution.lineage import Lineage
+from components.evolution.lineage import Lineage, LineageLock
 from components.evolution.localization import localization_from_rounds
 from components.evolution.report import round_dir, write_csv, write_json
 from components.evolution.validate import fired
+from components.failpoints import failpoint
 from components.memory.package import digest
 from components.params import Params
 from components.runtime.evaluate import EvalTables, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
-from components.worlds import load_benchmark
+from components.worlds import load_benchmark, world
 from flows.evaluate import submit_eval, task_runner
 from flows.tasks import (commit_stage, diagnose_stage, gate_stage, patch_stage, plan_stage, reject_stage, repair_stage,
                          validate_stage)
 
 console = Console(stderr=True)
+STATE = ".state"  # under the campaign's output dir; excluded from DVC (ids, timestamps, the budget ledger)
+
+
+def state_dir(out: str | Path) -> Path:
+    return Path(out) / STATE
+
+
+def stage_done(p: Params, round_no: int, stage: str, **extra) -> None:
+    """Record progress atomically, then honour a failpoint at this boundary (crash tests)."""
+    write_json(state_dir(p.campaign.out) / "state.json", {"round": round_no, "stage": stage, **extra})
+    failpoint(f"round{round_no}:{stage}")
+
+
+def budget_spec(p: Params) -> dict:
+    b, c = p.budget, p.campaign
+    return {"db": str(state_dir(c.out) / "budget.sqlite"), "wallet": c.name,
+            "estimate": {"max_turns": c.max_turns, "tokens_in_per_call": b.est_tokens_in_per_call,
+                         "tokens_out_per_call": b.est_tokens_out_per_call, "price_in_per_1k": b.price_in_per_1k,
+                         "price_out_per_1k": b.price_out_per_1k}}
 
 
 class _Eval:
-    """Evaluate packages with the campaign's seeds, model and shards, on the running flow's task runner."""
+    """Evaluate packages with the campaign's seeds, model, shards and budget, on the running flow's task runner."""
 
-    def __init__(self, p: Params):
-        self.p, self.seeds = p, list(range(p.campaign.seeds))
+    def __init__(self, p: Params, budget: dict):
+        self.p, self.budget, self.seeds = p, budget, list(range(p.campaign.seeds))
 
     def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None) -> EvalTables:
         c = self.p.campaign
         return submit_eval(str(package), self.p.benchmark.out, self.seeds, split=split, items=items,
                            shard_size=c.shard_size, model=c.model, model_cfg=c.model_cfg, max_turns=c.max_turns,
-                           label=label)
+                           label=label, budget=self.budget)
 
 
 @flow(name="evolution_round", flow_run_name="round {round_no}", validate_parameters=False)
-def evolution_round(round_no: int, params: dict) -> dict:
+def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     p = Params.model_validate(params)
     c, bench = p.campaign, p.benchmark.out
     lineage = Lineage(Path(c.out) / "lineage")
     champ = lineage.champion()
-    base, rd, ev = str(champ.path), round_dir(c.out, round_no), _Eval(p)
+    base, rd, ev = str(champ.path), round_dir(c.out, round_no), _Eval(p, budget)
     b = load_benchmark(bench)
     record: dict = {"round": round_no, "round_dir": str(rd), "champion_before": champ.name}
     evals: list[dict] = []
@@ -67,6 +94,7 @@ def evolution_round(round_no: int, params: dict) -> dict:
             rec.update(plan_key=plan.key(), owner=plan.owner, summary=plan.summary)
         reject_stage(str(lineage.root), round_no, rec, plan.model_dump() if plan is not None else None)
         write_json(rd / "round.json", rec)
+        stage_done(p, round_no, "commit", verdict=verdict)
         return rec
 
     # 1. evaluate the working base on train
@@ -74,20 +102,26 @@ def evolution_round(round_no: int, params: dict) -> dict:
     corpus = f"{champ.digest}:{b.digest}:{seed_map_hash(b.ids('train'), ev.seeds)}"
     write_eval(rd / "train", train, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
                                      "seeds": ev.seeds, "corpus": corpus})
+    stage_done(p, round_no, "evaluate")
     # 2. diagnose (traces and package only) into evidence packets with checked citations
     diagnosis = diagnose_stage(train, base, bench, corpus)
     write_json(rd / "diagnosis.json", [pk.model_dump() for pk in diagnosis.packets])
     write_csv(rd / "findings.csv", diagnosis.findings_frame().assign(champion=champ.digest[:12]))
+    stage_done(p, round_no, "diagnose")
     # 3. plan: one owner, the smallest connected change, never one already rejected
     plan = plan_stage(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys()), c.meta_agent,
-                      c.meta_agent_cfg)
+                      c.meta_agent_cfg, budget)
     if plan is None:
         return reject("no patchable cluster left that was not already tried", verdict="no_plan")
     write_json(rd / "plan.json", plan.model_dump())
-    # 4. patch a disposable copy;  5. validate it
+    # 4. patch a disposable copy
     cand = patch_stage(plan, base, str(rd / "candidate"))
-    validation = validate_stage(plan, cand, bench, plan.source_items[: c.probe_items], c.model, c.model_cfg, c.max_turns)
+    stage_done(p, round_no, "patch")
+    # 5. validate it: schema, lint, leakage, reachability, activation probe
+    validation = validate_stage(plan, cand, bench, plan.source_items[: c.probe_items], c.model, c.model_cfg,
+                                c.max_turns, budget)
     write_json(rd / "validation.json", validation.as_dict())
+    stage_done(p, round_no, "validate")
     if not validation.ok:
         return reject("invalid: " + "; ".join(validation.problems), plan, validation=validation.checks)
     # 6. repair screen on the diagnosed source tasks
@@ -96,6 +130,7 @@ def evolution_round(round_no: int, params: dict) -> dict:
     repair, repair_items = repair_stage(rb.scores, rc.scores, p.gate.material)
     write_json(rd / "repair.json", repair.as_dict())
     write_csv(rd / "repair_items.csv", repair_items)
+    stage_done(p, round_no, "repair")
     if not repair.ok:
         return reject(f"repair screen: {repair.reason}", plan, repair=repair.as_dict())
     # 7. held-out gate: candidate vs champion on dev, paired seeds, identical benchmark bytes
@@ -107,6 +142,7 @@ def evolution_round(round_no: int, params: dict) -> dict:
                                    validation.checks.get("leakage") != "ok")
     write_json(rd / "gate.json", verdict.as_dict())
     write_csv(rd / "gate_items.csv", per_item)
+    stage_done(p, round_no, "gate")
     figures = {"repair": repair.as_dict(), "gate": verdict.as_dict(), "validation": validation.checks,
                "candidate_digest": digest(cand), "benchmark_digest": b.digest, "mechanism": plan.mechanism,
                "seed_map_hash": seed_map_hash(b.ids("dev"), ev.seeds),
@@ -121,55 +157,108 @@ def evolution_round(round_no: int, params: dict) -> dict:
     version = commit_stage(str(lineage.root), cand, figures["candidate_digest"], round_no, rec)
     rec.update(verdict="accept", version=version)
     write_json(rd / "round.json", rec)
+    stage_done(p, round_no, "commit", verdict="accept", version=version)
     return rec
 
 
 @flow(name="campaign", flow_run_name="campaign {name}", validate_parameters=False)
 def campaign(params: dict, name: str = "default") -> dict:
     p = Params.model_validate(params)
-    c = p.campaign
-    out = Path(c.out)
+    c, out = p.campaign, Path(p.campaign.out)
+    if not (Path(p.benchmark.out) / "meta.json").exists():
+        world(p.benchmark.world).materialize(p.benchmark.out, p.benchmark.seed)
     check_benchmark(p.benchmark.out)  # the data contract, once per campaign
     lineage = Lineage(out / "lineage")
+    with ExitStack() as stack:
+        lock = stack.enter_context(LineageLock(lineage.root))
+        if lock.recovered:
+            console.print(f"recovered a stale lineage lock left by {lock.recovered}", highlight=False, markup=False)
+        if c.task_runner == "dask" and not c.dask_address:  # one local cluster for the whole campaign
+            from distributed import LocalCluster
+
+            cluster = stack.enter_context(LocalCluster(n_workers=c.workers, threads_per_worker=1, processes=True,
+                                                       dashboard_address=None))
+            c = c.model_copy(update={"dask_address": cluster.scheduler_address})
+            p = p.model_copy(update={"campaign": c})
+        return _campaign(p, lineage)
+
+
+def _campaign(p: Params, lineage: Lineage) -> dict:
+    c, out = p.campaign, Path(p.campaign.out)
+    write_json(state_dir(out) / "params.json", p.model_dump())  # what `ratchet campaign resume` reruns
+    budget = budget_spec(p)
+    ledger = BudgetLedger(budget["db"])
+    wallet = ledger.open_wallet(c.name, p.budget.caps(), wall_seconds=p.budget.wall_seconds,
+                                max_concurrency=p.budget.max_concurrency, max_depth=p.budget.max_depth)
+    if (released := ledger.recover(wallet)):
+        console.print(f"released {released} budget hold(s) left by a killed process", highlight=False)
     start = lineage.start(c.start)
     tracker = CampaignTracker(c.name, out, p.model_dump(), c.tracking_uri)
     round_flow = evolution_round.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
+    stopped = None
     for r in range(1, c.rounds + 1):
-        rec = lineage.round_record(r) or round_flow(r, p.model_dump())
-        rec = lineage.round_record(r) or rec  # the lineage's record carries parent and child digests
+        rec = lineage.round_record(r)
+        if rec is None:
+            try:
+                round_flow(r, p.model_dump(), budget)
+            except BudgetExceeded as e:  # stop cleanly between stages; the committed lineage is untouched
+                stopped = f"round {r}: {e}"
+                break
+            rec = lineage.round_record(r)
         tracker.log_round(rec)
         _say(rec)
         if rec["verdict"] == "no_plan":
             break
     champion = lineage.champion()
-    test = certify(p, start.path, champion.path)
-    test_evals = test.pop("evals")
+    test = None
+    if stopped is None:
+        try:
+            certification = certify.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
+            test, test_evals = certification(p, start.path, champion.path, budget)
+        except BudgetExceeded as e:
+            stopped = f"certification: {e}"
+    if stopped:
+        console.print(f"stopped: {stopped}", highlight=False, markup=False)
     result = {
         "campaign": c.name, "rounds": len([x for x in lineage.records() if x["round"] > 0]),
         "accepted": len(lineage.versions()) - 1, "start_digest": start.digest, "champion": champion.name,
         "champion_digest": champion.digest, "benchmark_digest": load_benchmark(p.benchmark.out).digest,
-        "test": test, "localization": localization_from_rounds(out),
+        "test": test, "stopped": stopped, "localization": localization_from_rounds(out),
+        "episodes": _episodes(out, test),
+        "budget": {k: v for k, v in ledger.report(wallet).items() if k in ("caps", "spent")},
         "lineage": [{"version": v.name, "digest": v.digest} for v in lineage.versions()],
         "history": [x for x in lineage.records() if x["round"] > 0], "params": p.model_dump(),
     }
     write_json(out / "summary.json", result)
-    tracker.finish(result, out / "summary.json", test_evals)
+    tracker.finish(result, out / "summary.json", test_evals if test else [])
+    write_json(state_dir(out) / "state.json", {"round": result["rounds"], "stage": "done", "stopped": stopped})
     return {**result, "mlflow": {"experiment_id": tracker.experiment_id, "run_id": tracker.run_id, "tracking_uri": tracker.uri}}
 
 
-def certify(p: Params, start: Path, champion: Path) -> dict:
+@flow(name="certification", validate_parameters=False)
+def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict, list[dict]]:
     """Champion vs the starting package on the test split, touched once per campaign, with its paired CI."""
-    ev = _Eval(p)
+    ev = _Eval(p, budget)
     base = ev(start, "test start", split="test")
     cand = ev(champion, "test champion", split="test")
     check_paired_scores(base.scores, cand.scores, "test certification")
     verdict, _ = gate(base.scores, cand.scores, GateConfig(**p.gate.model_dump()))
-    return {"base_mean": verdict.base_mean, "champion_mean": verdict.cand_mean, "net": verdict.net,
+    test = {"base_mean": verdict.base_mean, "champion_mean": verdict.cand_mean, "net": verdict.net,
             "ci_lo": verdict.ci_lo, "ci_hi": verdict.ci_hi, "n_items": verdict.n_items,
-            "n_improved": verdict.n_improved, "n_regressed": verdict.n_regressed,
-            "evals": [{"split": "test", "arm": "start", "package_digest": digest(start), "summary": summary(base.scores)},
-                      {"split": "test", "arm": "champion", "package_digest": digest(champion),
-                       "summary": summary(cand.scores)}]}
+            "n_improved": verdict.n_improved, "n_regressed": verdict.n_regressed, "dropped_errors": verdict.dropped_errors}
+    evals = [{"split": "test", "arm": "start", "package_digest": digest(start), "summary": summary(base.scores)},
+             {"split": "test", "arm": "champion", "package_digest": digest(champion), "summary": summary(cand.scores)}]
+    write_json(Path(p.campaign.out) / "test_evals.json", evals)
+    return test, evals
+
+
+def _episodes(out: Path, test: dict | None) -> dict:
+    """Episodes run across every evaluation of the campaign, and how many errored (a model fault is never a success)."""
+    import json
+
+    files = sorted(out.glob("rounds/r*/evals.json")) + ([out / "test_evals.json"] if test else [])
+    evs = [e for f in files if f.exists() for e in json.loads(f.read_text())]
+    return {"total": sum(e["summary"]["episodes"] for e in evs), "errors": sum(e["summary"]["errors"] for e in evs)}
 
 
 def _say(rec: dict) -> None:
@@ -180,26 +269,5 @@ def _say(rec: dict) -> None:
 
 
 def run_campaign(p: Params) -> dict:
-    """Run the campaign flow (materializing the benchmark first if it is missing).
-
-    With task_runner `dask` and no scheduler address, one local cluster serves the whole campaign (a cluster per
-    flow run would cost seconds each)."""
-    from contextlib import ExitStack
-
-    from components.worlds import world
-
-    if not (Path(p.benchmark.out) / "meta.json").exists():
-        world(p.benchmark.world).materialize(p.benchmark.out, p.benchmark.seed)
-    c = p.campaign
-    with ExitStack() as stack:
-        if c.task_runner == "dask" and not c.dask_address:
-            from distributed import LocalCluster
-
-            cluster = stack.enter_context(LocalCluster(n_workers=c.workers, threads_per_worker=1, processes=True,
-                                                       dashboard_address=None))
-            p = p.model_copy(update={"campaign": c.model_copy(update={"dask_address": cluster.scheduler_address})})
-            c = p.campaign
-        flow_ = campaign.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
-        return flow_(p.model_dump(), name=c.name)
-
-
+    """Run the campaign flow in this process (its rounds and certification run on the configured task runner)."""
+    return campaign(p.model_dump(), name=p.campaign.name)

@@ -125,14 +125,16 @@ def eval_cmd(
 @app.command("serve-sim")
 def serve_sim(
     port: Annotated[int, typer.Option()] = 8000,
-    fault_rate: Annotated[float, typer.Option(help="share of requests that fault (tests)")] = 0.0,
+    fault_rate: Annotated[float, typer.Option(help="share of requests that get a fault (tests)")] = 0.0,
     fault_seed: Annotated[int, typer.Option()] = 0,
+    slow_seconds: Annotated[float, typer.Option(help="how long a 'slow' fault stalls (make it exceed the client's timeout)")] = 2.0,
 ) -> None:
-    """Serve the simulated agent over /v1/chat/completions on 127.0.0.1."""
+    """Serve the simulated agent over /v1/chat/completions on 127.0.0.1. With --fault-rate, that share of requests
+    fails like a real endpoint: 500s and stalls (retried by the client), or malformed answers (an episode error)."""
     from components.models.server import serve
 
     err.print(f"serving the simulated agent on http://127.0.0.1:{port}/v1 (fault rate {fault_rate})")
-    serve(port, fault_rate=fault_rate, fault_seed=fault_seed)
+    serve(port, fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds)
 
 
 # -- the gate ---------------------------------------------------------------------------------------------------
@@ -301,6 +303,83 @@ def ui(
            "--port", str(port), "--workers", "1"]
     out.print(f"MLflow UI: http://127.0.0.1:{port}  (store {uri}; Ctrl-C to stop)", highlight=False)
     raise typer.Exit(subprocess.call(cmd, env=env))
+
+
+@campaign_app.command("resume")
+def campaign_resume(
+    out_dir: Annotated[Path, typer.Option("--out", help="the interrupted campaign's output directory")] = Path("runs/campaign"),
+) -> None:
+    """Finish an interrupted campaign with the parameters it was started with (the same as rerunning its command)."""
+    from components.params import Params
+
+    saved = out_dir / ".state" / "params.json"
+    if not saved.exists():
+        raise InputError(f"{saved}: -: no campaign was started here")
+    p = Params.model_validate_json(saved.read_text())
+    state = out_dir / ".state" / "state.json"
+    if state.exists():
+        s = json.loads(state.read_text())
+        err.print(f"resuming {p.campaign.name}: last state round {s.get('round')} after {s.get('stage')}", highlight=False)
+    from flows.campaign import run_campaign
+
+    summary = run_campaign(p)
+    _print_summary(summary, out_dir / "summary.json")
+
+
+@campaign_app.command("schedule")
+def campaign_schedule(
+    cron: Annotated[str, typer.Option(help='cron expression, e.g. "0 3 * * *"')],
+    name: Annotated[str, typer.Option(help="deployment name")] = "nightly",
+    params: Annotated[Path, typer.Option(help="parameter file")] = Path("params.yaml"),
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param: key.path=value")] = None,
+) -> None:
+    """Register a Prefect deployment of the campaign flow on this cron schedule (served by `ratchet worker`)."""
+    from prefect.client.schemas.schedules import CronSchedule
+    from pydantic import ValidationError
+
+    try:
+        CronSchedule(cron=cron)
+    except ValidationError:
+        raise InputError(f"--cron: {cron!r} is not a valid cron expression") from None
+    p = _params(params, None, None, set_)
+    from flows.schedule import register
+
+    dep_id = register(name, cron, p)
+    out.print(f"scheduled campaign/{name} ({cron}), deployment {dep_id}; serve it with `ratchet worker`", highlight=False)
+
+
+@campaign_app.command("runs")
+def campaign_runs(limit: Annotated[int, typer.Option()] = 30) -> None:
+    """Scheduled and past campaign runs with their state."""
+    from flows.schedule import list_runs
+
+    rows = list_runs(limit)
+    table = Table(title="campaign runs")
+    for col in ("name", "deployment", "state", "expected start", "start", "end"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["deployment"], r["state"], r["expected_start"], r["start"], r["end"])
+    out.print(table)
+
+
+@app.command("worker")
+def worker(limit: Annotated[int, typer.Option(help="campaigns run at once")] = 1) -> None:
+    """Serve the scheduled campaign deployments: run them when their schedule (or a manual trigger) says so."""
+    from flows.schedule import serve_all
+
+    serve_all(limit)
+
+
+@app.command("server")
+def server(port: Annotated[int, typer.Option()] = 4200) -> None:
+    """Start a persistent Prefect server on 127.0.0.1 (schedules fire only with one); its data lives in PREFECT_HOME."""
+    import os
+    import subprocess
+
+    out.print(f"Prefect server on http://127.0.0.1:{port}; in other shells: export PREFECT_API_URL=http://127.0.0.1:{port}/api",
+              highlight=False)
+    raise typer.Exit(subprocess.call([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                      "--port", str(port)], env=dict(os.environ)))
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ def task_runner(kind: str = "threads", workers: int = 2, address: str | None = N
 
 def submit_eval(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
                 shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = 40,
-                label: str = "") -> EvalTables:
+                label: str = "", budget: dict | None = None) -> EvalTables:
     """Submit one eval_shard task per shard to the running flow's task runner and gather the tables.
 
     Rounds call this directly rather than the `evaluate` subflow: a subflow run costs about a second of Prefect
@@ -33,7 +33,8 @@ def submit_eval(package: str, bench: str, seeds: list[int], split: str | None = 
     ids = list(items) if items is not None else load_benchmark(bench).ids(split)
     n = -(-len(ids) // shard_size)
     futures = [eval_shard.submit(package, bench, shard, seeds, model, model_cfg or {}, max_turns,
-                                 label=f"{label} {i + 1}/{n}") for i, shard in enumerate(shards(ids, shard_size))]
+                                 label=f"{label} {i + 1}/{n}", budget=budget)
+               for i, shard in enumerate(shards(ids, shard_size))]
     return EvalTables.concat([f.result() for f in futures])
 
 

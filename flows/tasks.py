@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.serializers import CompressedSerializer, PickleSerializer
 
 from components.contracts import check_paired_scores
+from components.evidence.budget import BudgetLedger, Estimate, usage
 from components.evidence.packets import verify_citations
 from components.evolution.diagnose import Diagnosis, diagnose
 from components.evolution.gate import GateConfig, GateResult, RepairResult, gate, repair_screen
@@ -66,10 +67,30 @@ def _shard_key(_ctx, p: dict) -> str:
                      seeds=p["seeds"], model=p["model"], model_cfg=p["model_cfg"], max_turns=p["max_turns"])
 
 
+def _charged(budget: dict | None, key: str, n_episodes: int, work):
+    """Run `work` under a budget hold: reserve a conservative estimate first, reconcile the actual usage after.
+
+    The hold is keyed by the stage's cache key, so work already paid for is never charged again."""
+    if budget is None:
+        return work()
+    ledger, est = BudgetLedger(budget["db"]), Estimate(**budget["estimate"])
+    hold = ledger.reserve(budget["wallet"], est.episodes(n_episodes), key=key, wait=3600)
+    try:
+        result = work()
+    except BaseException:
+        ledger.release(hold)
+        raise
+    ledger.settle(hold, usage(result.scores, est))
+    return result
+
+
 @task(name="eval_shard", cache_key_fn=_shard_key, task_run_name="eval {label}", **PERSIST)
 def eval_shard(package: str, bench: str, items: list[str], seeds: list[int], model: str, model_cfg: dict,
-               max_turns: int, label: str = "") -> EvalTables:
-    return run_shard(package, bench, items, seeds, model, model_cfg, max_turns)
+               max_turns: int, label: str = "", budget: dict | None = None) -> EvalTables:
+    key = _shard_key(None, {"package": package, "bench": bench, "items": items, "seeds": seeds, "model": model,
+                            "model_cfg": model_cfg, "max_turns": max_turns})
+    return _charged(budget, key, len(items) * len(seeds),
+                    lambda: run_shard(package, bench, items, seeds, model, model_cfg, max_turns))
 
 
 # -- diagnose ----------------------------------------------------------------------------------------------------------
@@ -101,10 +122,25 @@ def _plan_key(_ctx, p: dict) -> str:
 
 @task(name="plan", cache_key_fn=_plan_key, **PERSIST)
 def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str, corpus: str, rejected: list[str],
-               meta_agent: str, meta_cfg: dict) -> Plan | None:
+               meta_agent: str, meta_cfg: dict, budget: dict | None = None) -> Plan | None:
     ctx = PlanContext(diagnosis.packets, load_package(package), load_benchmark(bench), train.traces, train.scores,
                       set(rejected), diagnosis.findings)
-    return make_meta_agent(meta_agent, meta_cfg)(ctx)
+    propose = make_meta_agent(meta_agent, meta_cfg)
+    if budget is None or meta_agent == "rules":  # the rules spend nothing
+        return propose(ctx)
+    ledger, est = BudgetLedger(budget["db"]), Estimate(**budget["estimate"])
+    hold = ledger.reserve(budget["wallet"], {k: v / (est.max_turns * est.calls_per_turn) for k, v in est.episodes(1).items()},
+                          key=_plan_key(None, {"package": package, "bench": bench, "corpus": corpus, "rejected": rejected,
+                                               "meta_agent": meta_agent, "meta_cfg": meta_cfg}), wait=3600)
+    try:
+        plan = propose(ctx)
+    except BaseException:
+        ledger.release(hold)
+        raise
+    used = getattr(propose, "usage", None) or []
+    t_in, t_out = sum(u.tokens_in for u in used), sum(u.tokens_out for u in used)
+    ledger.settle(hold, {"tokens_in": t_in, "tokens_out": t_out, "model_calls": len(used), "money": est.cost(t_in, t_out)})
+    return plan
 
 
 # -- patch / validate --------------------------------------------------------------------------------------------------
@@ -116,17 +152,20 @@ def patch_stage(plan: Plan, base: str, out: str) -> str:
 
 def _validate_key(_ctx, p: dict) -> str:
     return stage_key("validate", candidate=digest(p["candidate"]), bench=tree_digest(p["bench"]),
-                     plan=p["plan"].model_dump(), probe=p["probe_items"], model=p["model"], model_cfg=p["model_cfg"])
+                     plan=p["plan"].model_dump(), probe=p.get("probe_items"), model=p["model"], model_cfg=p["model_cfg"])
 
 
 @task(name="validate", cache_key_fn=_validate_key, **PERSIST)
 def validate_stage(plan: Plan, candidate: str, bench: str, probe_items: list[str], model: str, model_cfg: dict,
-                   max_turns: int) -> Validation:
+                   max_turns: int, budget: dict | None = None) -> Validation:
     """Schema, lint, leakage, reachability; then an activation probe: the mechanism must fire on the source tasks."""
     b = load_benchmark(bench)
     v, pkg = static_checks(plan, candidate, b)
     if v.ok:
-        probe = run_shard(pkg, b, probe_items, [0], model, model_cfg, max_turns)
+        key = _validate_key(None, {"candidate": candidate, "bench": bench, "plan": plan, "probe_items": probe_items,
+                                   "model": model, "model_cfg": model_cfg})
+        probe = _charged(budget, key, len(probe_items),
+                         lambda: run_shard(pkg, b, probe_items, [0], model, model_cfg, max_turns))
         v.checks["activation"] = "ok" if fired(probe.traces, plan.mechanism) else \
             f"mechanism {plan.mechanism!r} did not fire on {len(probe_items)} source task(s)"
         v.ok = v.checks["activation"] == "ok"

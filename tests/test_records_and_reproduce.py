@@ -75,7 +75,7 @@ def test_reproduce_a_promotion_is_identical(campaign):
 
 def test_reproduce_by_mlflow_round_run_id(campaign):
     out, s = campaign
-    run_id = json.loads((out / ".mlflow" / "round-01.json").read_text())["run_id"]
+    run_id = json.loads((out / ".state" / "round-01.json").read_text())["run_id"]
     r = reproduce("--run-id", run_id, "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["version"] == "M1"

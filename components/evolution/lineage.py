@@ -113,3 +113,53 @@ class Lineage:
             if digest(tmp) != expected:
                 raise CommitError(f"{src}: changed while being committed")
         return Version(name, dst, expected)
+
+
+class LineageLocked(InputError):
+    pass
+
+
+class LineageLock:
+    """Exclusive use of a lineage directory by one campaign process.
+
+    An OS file lock (flock) on `<lineage>/LOCK`: the kernel drops it when the holder dies, however it dies, so a
+    stale lock from a killed process is recovered by the next taker; the file also names the holder, so a second
+    campaign fails at once saying who has it. (flock is per machine: on a shared filesystem use one runner.)"""
+
+    def __init__(self, root: str | Path):
+        self.path = Path(root) / "LOCK"
+        self._fd: int | None = None
+        self.recovered: dict | None = None  # holder info left by a dead process, if any
+
+    def __enter__(self) -> LineageLock:
+        import fcntl
+        import os
+        import socket
+        import time
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self.path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise LineageLocked(f"{self.path.parent}: lineage is locked by another campaign ({holder})") from None
+        previous = os.read(fd, 4096).decode(errors="replace").strip()
+        if previous:
+            self.recovered = json.loads(previous) if previous.startswith("{") else {"holder": previous}
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import fcntl
+        import os
+
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)  # a clean exit leaves no holder behind
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

@@ -184,12 +184,14 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0):  # noqa: B0
         messages = [{"role": "system", "content": f"{prompts.PLAN_MARK}\n" + LLM_INSTRUCTIONS},
                     {"role": "user", "content": _prompt(ctx, patchable[:3], draft)}]
         reply = chat.complete(messages, tools=None, seed=seed, json_mode=True)
+        propose.usage.append(reply.usage)  # for the budget ledger's reconciliation
         raw = json.loads(reply.content or "null")
         if not raw or raw.get("owner") in (None, "none"):
             return None
         plan = parse_plan(raw, where="llm plan")
         return None if plan.key() in ctx.rejected else plan
 
+    propose.usage = []
     return propose
 
 

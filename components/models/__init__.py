@@ -24,12 +24,13 @@ def sim():
 
 @MODELS.register("openai")
 def openai_chat(*, base_url: str, model: str = "ratchet-sim", api_key_env: str = "OPENAI_API_KEY",
-                timeout: float = 60.0, max_retries: int = 4, temperature: float = 0.0):
+                timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5, backoff_cap: float = 8.0,
+                temperature: float = 0.0):
     """A model behind an OpenAI-compatible /v1/chat/completions endpoint."""
     from components.models.openai_chat import OpenAIChat
 
     return OpenAIChat(base_url=base_url, model=model, api_key_env=api_key_env, timeout=timeout,
-                      max_retries=max_retries, temperature=temperature)
+                      max_retries=max_retries, backoff=backoff, backoff_cap=backoff_cap, temperature=temperature)
 
 
 def make_model(name: str, cfg: dict[str, Any] | None = None) -> ChatModel:

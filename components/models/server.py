@@ -17,19 +17,25 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from components.models.simulated import NAME, SimulatedAgent
 
+# What real endpoints do, roughly in proportion: mostly transient errors, sometimes a broken answer.
+FAULTS = (("http_500", 0.5), ("slow", 0.2), ("bad_json", 0.1), ("unknown_tool", 0.1), ("missing_field", 0.1))
 TRANSIENT = ("http_500", "slow")
-MALFORMED = ("bad_json", "unknown_tool", "missing_field")
 
 
 def _fault(body: bytes, attempt: int, rate: float, seed: int) -> str | None:
+    """Which fault (if any) this request gets: a pure function of its bytes and the fault seed."""
     if rate <= 0:
         return None
     h = hashlib.blake2b(body + f"|{seed}".encode(), digest_size=8).digest()
     u = int.from_bytes(h, "big") / 2**64
     if u >= rate:
         return None
-    kinds = TRANSIENT + MALFORMED
-    kind = kinds[int(u / rate * len(kinds)) % len(kinds)]
+    x, kind = u / rate, FAULTS[-1][0]
+    for name, share in FAULTS:
+        if x < share:
+            kind = name
+            break
+        x -= share
     if kind in TRANSIENT and attempt > 0:
         return None  # a retry of a transient fault goes through
     return kind
@@ -88,8 +94,9 @@ def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fau
     return app
 
 
-def serve(port: int, host: str = "127.0.0.1", fault_rate: float = 0.0, fault_seed: int = 0) -> None:
+def serve(port: int, host: str = "127.0.0.1", fault_rate: float = 0.0, fault_seed: int = 0,
+          slow_seconds: float = 2.0) -> None:
     import uvicorn
 
-    uvicorn.run(create_app(fault_rate=fault_rate, fault_seed=fault_seed), host=host, port=port, log_level="warning",
-                access_log=False)
+    uvicorn.run(create_app(fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds), host=host,
+                port=port, log_level="warning", access_log=False)

@@ -21,9 +21,9 @@ from typing import Any
 
 from components.io import atomic_write_json
 
-# MLflow run ids are random: they live under <out>/.mlflow/ (excluded by .dvcignore), so the campaign's DVC-tracked
+# MLflow run ids are random: they live under <out>/.state/ (excluded by .dvcignore), so the campaign's DVC-tracked
 # output stays byte-identical for identical inputs while a resumed campaign still finds its runs.
-IDS = ".mlflow"
+IDS = ".state"
 RUN_FILE = "campaign.json"
 
 
