@@ -20,6 +20,14 @@ class BenchmarkParams(_M):
     world: str = "retail"
     seed: int = 0
     out: str = "data/benchmarks/retail"
+    per_family: int | None = Field(None, ge=3, description="tasks per family; null: the world's default (36)")
+    train_share: float = Field(1 / 3, gt=0, lt=1)
+    dev_share: float = Field(1 / 3, gt=0, lt=1)
+
+    def materialize(self) -> None:
+        from components.worlds import world
+
+        world(self.world).materialize(self.out, self.seed, self.per_family, (self.train_share, self.dev_share))
 
 
 class GateParams(_M):

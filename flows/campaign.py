@@ -32,7 +32,7 @@ from components.memory.package import digest
 from components.params import Params
 from components.runtime.evaluate import EvalTables, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
-from components.worlds import load_benchmark, world
+from components.worlds import load_benchmark
 from flows.evaluate import submit_eval, task_runner
 from flows.tasks import (commit_stage, diagnose_stage, gate_stage, patch_stage, plan_stage, reject_stage, repair_stage,
                          validate_stage)
@@ -166,7 +166,7 @@ def campaign(params: dict, name: str = "default") -> dict:
     p = Params.model_validate(params)
     c, out = p.campaign, Path(p.campaign.out)
     if not (Path(p.benchmark.out) / "meta.json").exists():
-        world(p.benchmark.world).materialize(p.benchmark.out, p.benchmark.seed)
+        p.benchmark.materialize()
     check_benchmark(p.benchmark.out)  # the data contract, once per campaign
     lineage = Lineage(out / "lineage")
     with ExitStack() as stack:

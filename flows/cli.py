@@ -62,12 +62,16 @@ def bench_materialize(
     out_dir: Annotated[Path, typer.Option("--out", help="where to write the benchmark")] = DEFAULT_BENCH,
     world_name: Annotated[str, typer.Option("--world")] = "retail",
     seed: Annotated[int, typer.Option(help="fixes the data, the tasks and the splits")] = 0,
+    per_family: Annotated[Optional[int], typer.Option(help="tasks per family (default: the world's)")] = None,
+    train_share: Annotated[float, typer.Option()] = 1 / 3,
+    dev_share: Annotated[float, typer.Option()] = 1 / 3,
 ) -> None:
     """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files."""
     from components.memory import digest
-    from components.worlds import world
+    from components.params import BenchmarkParams
 
-    world(world_name).materialize(out_dir, seed)
+    BenchmarkParams(world=world_name, seed=seed, out=str(out_dir), per_family=per_family, train_share=train_share,
+                    dev_share=dev_share).materialize()
     out.print(f"wrote {out_dir} (world {world_name}, seed {seed}, digest {digest(out_dir)[:12]})")
 
 
@@ -216,9 +220,20 @@ def _print_summary(summary: dict, path: Path) -> None:
     loc = summary["localization"]
     out.print(f"champion {summary['champion']} ({summary['champion_digest'][:12]}), {summary['accepted']} promotion(s) "
               f"in {summary['rounds']} round(s)", highlight=False)
-    out.print(f"test (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
-              f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}] over {t['n_items']} items",
-              highlight=False)
+    if summary.get("stopped"):
+        out.print(f"stopped early: {summary['stopped']}", highlight=False)
+    if t:
+        out.print(f"test (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
+                  f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}] over {t['n_items']} items",
+                  highlight=False)
+    spent = (summary.get("budget") or {}).get("spent") or {}
+    if spent:
+        out.print("spent: " + ", ".join(f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}" for k, v in sorted(spent.items())),
+                  highlight=False)
+    errors = (summary.get("episodes") or {}).get("errors")
+    if errors:
+        out.print(f"errored episodes: {errors} of {summary['episodes']['total']} (model faults; never a success)",
+                  highlight=False)
     if loc.get("accuracy") is not None:
         out.print(f"diagnosis localization {loc['accuracy']:.1%} vs outcome-only {loc['outcome_only_accuracy']:.1%} "
                   f"(n={loc['n']})", highlight=False)

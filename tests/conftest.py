@@ -48,10 +48,11 @@ def package_copy(tmp_path):
 @pytest.fixture(scope="session")
 def prefect_server():
     """One temporary Prefect server (and database) for the whole session: starting one costs seconds."""
+    from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=180):
-        yield
+        yield PREFECT_API_URL.value()  # subprocesses (CLI, worker) reach the same server through this URL
 
 
 @pytest.fixture(scope="session")

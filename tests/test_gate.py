@@ -279,8 +279,10 @@ def test_too_many_errored_pairs_refuse(n_errored, ok):
     if ok:
         assert gate(b, c, cfg)[0].dropped_errors == n_errored
     else:
-        with pytest.raises(PairingError, match="3 of 10"):
-            gate(b, c, cfg)
+        with pytest.raises(PairingError, match="3 of 10"):  # pairing itself refuses ...
+            pair(b, c, cfg.max_error_share)
+        verdict, per = gate(b, c, cfg)  # ... and the gate turns that into a rejection that keeps the parent
+        assert not verdict.accept and "3 of 10" in verdict.reason and per.empty
 
 
 def test_every_pair_errored_is_refused():

@@ -26,6 +26,10 @@ class PairingError(InputError):
     """The two arms are not a complete pairing; no statistic is computed."""
 
 
+class TooManyErrors(PairingError):
+    """So many (item, seed) pairs errored that what is left cannot stand for the benchmark: the gate refuses."""
+
+
 @dataclass(frozen=True)
 class GateConfig:
     alpha: float = 0.05
@@ -107,11 +111,9 @@ def pair(base: pd.DataFrame, cand: pd.DataFrame, max_error_share: float = 1.0) -
     m = b.merge(c, on=["item_id", "seed"], suffixes=("_b", "_c"))
     errored = (m["error_b"] != "") | (m["error_c"] != "")
     dropped = int(errored.sum())
-    if dropped / len(m) > max_error_share:
-        raise PairingError(f"{dropped} of {len(m)} (item, seed) pairs errored in one arm or both: too many to compare")
+    if dropped / len(m) > max_error_share or dropped == len(m):
+        raise TooManyErrors(f"{dropped} of {len(m)} (item, seed) pairs errored in one arm or both: too many to compare")
     m = m[~errored]
-    if m.empty:
-        raise PairingError("every pair errored")
     per = m.groupby("item_id", sort=True).agg(base=("score_b", "mean"), cand=("score_c", "mean")).reset_index()
     per["d"] = per["cand"] - per["base"]
     return per, dropped
@@ -151,8 +153,13 @@ def decide(per_item: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_
 
 def gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_fired: bool = True,
          leakage: bool = False) -> tuple[GateResult, pd.DataFrame]:
-    """Pair, then decide. Returns the verdict and the per-item table."""
-    per, dropped = pair(base, cand, cfg.max_error_share)
+    """Pair, then decide. Returns the verdict and the per-item table. Too many errored pairs is a refusal (keep the
+    parent), not a crash; any other pairing problem raises PairingError."""
+    try:
+        per, dropped = pair(base, cand, cfg.max_error_share)
+    except TooManyErrors as e:
+        return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=-1), \
+            pd.DataFrame(columns=["item_id", "base", "cand", "d"])
     return decide(per, cfg, mechanism_fired=mechanism_fired, leakage=leakage, dropped_errors=dropped), per
 
 
@@ -170,10 +177,13 @@ class RepairResult:
         return asdict(self)
 
 
-def repair_screen(base: pd.DataFrame, cand: pd.DataFrame, material: float = 0.05) -> tuple[RepairResult, pd.DataFrame]:
+def repair_screen(base: pd.DataFrame, cand: pd.DataFrame, material: float = 0.05) -> tuple[RepairResult, pd.DataFrame]:  # noqa: E501
     """Base and candidate on the diagnosed source tasks, same seeds: held-out budget is spent only if the candidate
     repairs more items than it breaks and its mean is higher."""
-    per, _ = pair(base, cand)
+    try:
+        per, _ = pair(base, cand, max_error_share=0.5)
+    except TooManyErrors as e:
+        return RepairResult(False, 0, 0, 0.0, 0.0, 0, f"refused: {e}"), pd.DataFrame(columns=["item_id", "base", "cand", "d"])
     d = per["d"].to_numpy(dtype=float)
     repaired, broken = int((d > material).sum()), int((d < -material).sum())
     ok = repaired > broken and float(d.mean()) > 0

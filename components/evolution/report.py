@@ -61,10 +61,9 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
 
     summary = json.loads((Path(campaign_out) / "summary.json").read_text())
     out = Path(out)
-    t, loc = summary["test"], summary["localization"]
+    t, loc = summary["test"] or {}, summary["localization"]
     write_json(out / "metrics.json", {
-        "test_net": round(t["net"], 6), "test_ci_lo": round(t["ci_lo"], 6), "test_ci_hi": round(t["ci_hi"], 6),
-        "test_base_mean": round(t["base_mean"], 6), "test_champion_mean": round(t["champion_mean"], 6),
+        **{f"test_{k}": round(t[k], 6) for k in ("net", "ci_lo", "ci_hi", "base_mean", "champion_mean") if k in t},
         "accepted": summary["accepted"], "rounds": summary["rounds"],
         "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy")})
     rows = []
@@ -79,9 +78,12 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     write_csv(out / "rounds.csv", table)
     md = [f"# Campaign {summary['campaign']}", "",
           f"Champion **{summary['champion']}** (`{summary['champion_digest'][:12]}`), {summary['accepted']} promotion(s) "
-          f"in {summary['rounds']} round(s).", "",
-          f"Test split (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
-          f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}], {t['n_items']} items.", ""]
+          f"in {summary['rounds']} round(s).", ""]
+    if summary.get("stopped"):
+        md += [f"Stopped early: {summary['stopped']}.", ""]
+    if t:
+        md += [f"Test split (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
+               f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}], {t['n_items']} items.", ""]
     if loc.get("accuracy") is not None:
         md += [f"Diagnosis localization {loc['accuracy']:.1%} vs outcome-only {loc['outcome_only_accuracy']:.1%} "
                f"(n={loc['n']}).", ""]

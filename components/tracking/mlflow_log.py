@@ -150,11 +150,16 @@ class CampaignTracker:
 
     def finish(self, summary: dict[str, Any], summary_path: str | Path, test_evals: list[dict] = ()) -> None:
         self._evals(self.run_id, list(test_evals))
-        t, loc = summary["test"], summary["localization"]
+        t, loc = summary["test"] or {}, summary["localization"]
+        spent = (summary.get("budget") or {}).get("spent", {})
         self._metrics(self.run_id, {
-            "test_base_mean": t["base_mean"], "test_champion_mean": t["champion_mean"], "test_net": t["net"],
-            "test_ci_lo": t["ci_lo"], "test_ci_hi": t["ci_hi"], "accepted": summary["accepted"], "rounds": summary["rounds"],
-            "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy")})
+            "test_base_mean": t.get("base_mean"), "test_champion_mean": t.get("champion_mean"), "test_net": t.get("net"),
+            "test_ci_lo": t.get("ci_lo"), "test_ci_hi": t.get("ci_hi"), "accepted": summary["accepted"],
+            "rounds": summary["rounds"], "localization_accuracy": loc.get("accuracy"),
+            "outcome_only_accuracy": loc.get("outcome_only_accuracy"),
+            **{f"budget_{k}": v for k, v in spent.items()}})
+        if summary.get("stopped"):
+            self.client.set_tag(self.run_id, "ratchet.stopped", summary["stopped"][:4000])
         lineage = " -> ".join(f"{v['version']} ({v['digest'][:12]})" for v in summary["lineage"])
         self.client.set_tag(self.run_id, "ratchet.lineage", lineage)
         self.client.set_tag(self.run_id, "ratchet.champion", summary["champion"])

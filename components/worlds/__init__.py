@@ -12,7 +12,7 @@ from components.worlds.base import Benchmark, BenchmarkError, Environment, Task,
 @dataclass(frozen=True)
 class WorldSpec:
     name: str
-    materialize: Callable[[Path, int], Path]
+    materialize: Callable[..., Path]  # (out, seed, per_family=None, fractions=(train, dev))
     make_env: Callable[[Benchmark, Task], Environment]
     hidden_cause: Callable[..., str | None]
 

@@ -15,12 +15,14 @@ from components.worlds.retail.tools import TOOLS, WRITE_TOOLS
 VERSION = 1
 
 
-def materialize(out: str | Path, seed: int = 0) -> Path:
-    """Write the benchmark files for `seed` atomically; the same seed gives the same bytes."""
-    db, tasks = generate(seed)
-    splits = split(tasks, seed)
+def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
+                fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> Path:
+    """Write the benchmark files for `seed` atomically; the same arguments give the same bytes."""
+    db, tasks = generate(seed, per_family)
+    splits = split(tasks, seed, fractions)
     where = {tid: name for name, ids in splits.items() for tid in ids}
-    meta = {"world": "retail", "version": VERSION, "seed": seed, "n_tasks": len(tasks), "families": FAMILIES,
+    families = {f: per_family or n for f, n in FAMILIES.items()}
+    meta = {"world": "retail", "version": VERSION, "seed": seed, "n_tasks": len(tasks), "families": families,
             "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(WRITE_TOOLS)}
     rows = [{"task_id": t.id, "family": t.family, "split": where[t.id], "n_requests": len(t.requests),
              "possible": t.possible, "n_criteria": len(t.rubric), "min_weight": min(c.weight for c in t.rubric),

@@ -130,12 +130,12 @@ def _criterion(i: int, req: dict, user: dict) -> Criterion:
                      args={"order_id": req["order_id"], "address": normalize_address(**req["address"])})
 
 
-def generate(seed: int) -> tuple[dict, list[Task]]:
-    """The database and the tasks for a seed."""
+def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]]:
+    """The database and the tasks for a seed (`per_family` tasks of each family, 36 by default)."""
     b = _Builder(seed)
     tasks: list[Task] = []
     for family, count in FAMILIES.items():
-        for k in range(count):
+        for k in range(per_family or count):
             u = b.user()
             possible = not (family != "multi" and k % EXTERNAL_EVERY == EXTERNAL_EVERY - 1)
             email = u["email"]
@@ -172,8 +172,8 @@ def generate(seed: int) -> tuple[dict, list[Task]]:
     return db, tasks
 
 
-def split(tasks: list[Task], seed: int, fractions=(1 / 3, 1 / 3)) -> dict[str, list[str]]:
-    """Train/dev/test, stratified by family, fixed by the seed."""
+def split(tasks: list[Task], seed: int, fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> dict[str, list[str]]:
+    """Train/dev/test, stratified by family, fixed by the seed; `fractions` are the train and dev shares."""
     rng = random.Random(seed * 7919 + 1)
     out: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
     for family in FAMILIES:

@@ -1,0 +1,143 @@
+"""The budget ledger: atomic reservations under concurrency, delegation, reconciliation, recovery after a crash."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from components.evidence.budget import BudgetExceeded, BudgetLedger, Estimate
+
+
+def _reserve_many(path: str, wallet: str, n: int, seed: int, out) -> None:
+    """A reserver: tries `n` random-sized reservations, settles each with a random actual below it."""
+    ledger, rng, admitted = BudgetLedger(path), random.Random(seed), 0.0
+    for i in range(n):
+        ask = rng.randint(1, 40)
+        try:
+            hold = ledger.reserve(wallet, {"model_calls": ask}, key=f"{seed}-{i}")
+        except BudgetExceeded:
+            continue
+        actual = rng.randint(0, ask)
+        ledger.settle(hold, {"model_calls": actual})
+        admitted += actual
+    out.put(admitted) if hasattr(out, "put") else out.append(admitted)
+
+
+@pytest.mark.parametrize("mode", ["threads", "processes"])
+def test_sixteen_concurrent_reservers_never_exceed_the_ceiling(tmp_path, mode):
+    ctx = mp.get_context("spawn")
+    for trial in range(6 if mode == "threads" else 3):
+        path = str(tmp_path / f"{mode}-{trial}.sqlite")
+        ledger = BudgetLedger(path)
+        cap = 500
+        wallet = ledger.open_wallet("c", {"model_calls": cap})
+        if mode == "threads":
+            results: list[float] = []
+            workers = [threading.Thread(target=_reserve_many, args=(path, wallet, 30, trial * 100 + k, results))
+                       for k in range(16)]
+        else:
+            q = ctx.Queue()
+            workers = [ctx.Process(target=_reserve_many, args=(path, wallet, 30, trial * 100 + k, q)) for k in range(16)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(timeout=300)
+        admitted = sum(results) if mode == "threads" else sum(q.get(timeout=60) for _ in workers)
+        report = ledger.report(wallet)
+        assert report["spent"]["model_calls"] == admitted
+        assert admitted <= cap
+        assert report["held"]["model_calls"] == 0 and report["open_holds"] == 0
+        assert admitted > cap * 0.5  # the ledger admitted real work, it did not just refuse everything
+
+
+def test_reservation_is_refused_before_work_and_settled_after(tmp_path):
+    ledger = BudgetLedger(tmp_path / "b.sqlite")
+    w = ledger.open_wallet("c", {"tokens_in": 1000, "model_calls": 10})
+    hold = ledger.reserve(w, {"tokens_in": 800, "model_calls": 5})
+    with pytest.raises(BudgetExceeded, match="tokens_in"):
+        ledger.reserve(w, {"tokens_in": 300})  # the 800 held still counts
+    ledger.settle(hold, {"tokens_in": 120, "model_calls": 2})
+    ledger.reserve(w, {"tokens_in": 800})  # reconciled: the unused part came back
+    assert ledger.report(w)["spent"]["tokens_in"] == 120
+
+
+def test_a_key_is_paid_for_once(tmp_path):
+    ledger = BudgetLedger(tmp_path / "b.sqlite")
+    w = ledger.open_wallet("c", {"model_calls": 100})
+    h = ledger.reserve(w, {"model_calls": 50}, key="shard-1")
+    ledger.settle(h, {"model_calls": 30})
+    again = ledger.reserve(w, {"model_calls": 50}, key="shard-1")
+    assert again.already_settled
+    ledger.settle(again, {"model_calls": 30})
+    assert ledger.report(w)["spent"]["model_calls"] == 30
+
+
+def test_children_spend_only_what_was_transferred(tmp_path):
+    ledger = BudgetLedger(tmp_path / "b.sqlite")
+    root = ledger.open_wallet("c", {"model_calls": 100, "tokens_in": 1000}, max_depth=1)
+    child = ledger.transfer(root, {"model_calls": 40}, key="shard")
+    with pytest.raises(BudgetExceeded, match="model_calls"):
+        ledger.reserve(child, {"model_calls": 41})
+    with pytest.raises(BudgetExceeded, match="tokens_in"):
+        ledger.reserve(child, {"tokens_in": 1})  # not transferred: not the child's to spend
+    with pytest.raises(BudgetExceeded, match="depth"):
+        ledger.transfer(child, {"model_calls": 1})  # deeper than max_depth
+    h = ledger.reserve(child, {"model_calls": 30})
+    ledger.settle(h, {"model_calls": 12})
+    assert ledger.report(root)["available"]["model_calls"] == 60  # 40 still held for the child
+    assert ledger.close(child) == {"model_calls": 12}
+    assert ledger.report(root)["available"]["model_calls"] == 88  # the unspent 28 came back
+
+
+def test_concurrency_limit_waits_for_a_free_slot(tmp_path):
+    ledger = BudgetLedger(tmp_path / "b.sqlite")
+    w = ledger.open_wallet("c", {"model_calls": 100}, max_concurrency=1)
+    first = ledger.reserve(w, {"model_calls": 1})
+    with pytest.raises(BudgetExceeded, match="concurrency"):
+        ledger.reserve(w, {"model_calls": 1})
+    threading.Timer(0.3, ledger.settle, args=(first, {"model_calls": 1})).start()
+    second = ledger.reserve(w, {"model_calls": 1}, wait=10)
+    assert second.id != first.id
+
+
+def test_wall_time_ceiling(tmp_path):
+    ledger = BudgetLedger(tmp_path / "b.sqlite")
+    w = ledger.open_wallet("c", {}, wall_seconds=0.01)
+    import time
+
+    time.sleep(0.05)
+    with pytest.raises(BudgetExceeded, match="wall-time"):
+        ledger.reserve(w, {"model_calls": 1})
+
+
+def test_holds_of_a_killed_process_are_recovered(tmp_path):
+    path = tmp_path / "b.sqlite"
+    ledger = BudgetLedger(path)
+    w = ledger.open_wallet("c", {"model_calls": 100})
+    code = ("import os, signal, sys; sys.path.insert(0, %r)\n"
+            "from components.evidence.budget import BudgetLedger\n"
+            "BudgetLedger(%r).reserve('c', {'model_calls': 70}, key='shard')\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n") % (os.getcwd(), str(path))
+    r = subprocess.run([sys.executable, "-c", code])
+    assert r.returncode == -signal.SIGKILL
+    assert ledger.report(w)["held"]["model_calls"] == 70
+    assert ledger.recover(w) == 1
+    assert ledger.report(w)["held"]["model_calls"] == 0
+    hold = ledger.reserve(w, {"model_calls": 70}, key="shard")  # the work is redone once, paid once
+    ledger.settle(hold, {"model_calls": 9})
+    assert ledger.report(w)["spent"]["model_calls"] == 9
+
+
+def test_estimate_is_an_upper_bound_on_calls():
+    est = Estimate(max_turns=40, tokens_in_per_call=4000, tokens_out_per_call=512, price_in_per_1k=0.001,
+                   price_out_per_1k=0.002)
+    e = est.episodes(10)
+    assert e["model_calls"] == 10 * 40 * 3 and e["tool_calls"] == 400
+    assert e["money"] == pytest.approx(e["tokens_in"] / 1000 * 0.001 + e["tokens_out"] / 1000 * 0.002)
