@@ -148,8 +148,8 @@ def test_dask_gives_the_same_scores_as_threads(prefect_server, bench_dir):
 def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path, bench_dir):
     from prefect.deployments import run_deployment
 
-    sched = cli(["campaign", "schedule", "--cron", "0 3 * * *", "--name", "nightly-test", *small(bench_dir)[2:]],
-                tmp_path, prefect_server)
+    over = ["--set", "campaign.rounds=1", "--set", f"campaign.out={tmp_path / 'camp'}", *small(bench_dir)[4:]]
+    sched = cli(["campaign", "schedule", "--cron", "0 3 * * *", "--name", "nightly-test", *over], tmp_path, prefect_server)
     assert sched.returncode == 0, sched.stderr[-2000:]
     home = tmp_path / "home"
     worker = subprocess.Popen([sys.executable, "-m", "flows.cli", "worker"], cwd=tmp_path, stdout=subprocess.DEVNULL,
@@ -170,4 +170,14 @@ def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path
     assert (tmp_path / "camp" / "summary.json").exists()
     runs = cli(["campaign", "runs"], tmp_path, prefect_server)
     assert runs.returncode == 0, runs.stderr[-2000:]
-    assert "nightly-test" in runs.stdout and "Completed" in runs.stdout and "Scheduled" in runs.stdout
+    assert "nightly-test" in runs.stdout and "Completed" in runs.stdout, runs.stdout
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    async def schedules():
+        async with get_client() as client:
+            dep = await client.read_deployment_by_name("campaign/nightly-test")
+            return [s.schedule.cron for s in dep.schedules]
+
+    assert asyncio.run(schedules()) == ["0 3 * * *"]  # the schedule is registered (a persistent server fires it)

@@ -68,11 +68,11 @@ def _policy_quote(observation: dict) -> str:
 
 
 def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackage, write_tools: frozenset[str],
-                     error: str = "") -> Finding:
-    eid = steps[0].episode_id if steps else f"{item_id}#?"
-    if error or not steps:
-        s0 = steps[0] if steps else None
-        return Finding(eid, item_id, s0.step if s0 else 0, s0.hash if s0 else "0" * 64, "none", "model_fault",
+                     error: str = "", episode_id: str | None = None) -> Finding:
+    eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
+    if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
+        last = steps[-1] if steps else None
+        return Finding(eid, item_id, last.step if last else -1, last.hash if last else "", "none", "model_fault",
                        detail=error, opportunity="unknown", patchability="external")
     # A world refusal that no memory could avoid (wrong order state, unknown account): external.
     for s in steps:
@@ -196,17 +196,18 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         eid = f"{row.item_id}#{row.seed}"
         df = grouped.get(eid)
         steps = frame_steps(df.sort_values("step")) if df is not None else []
-        findings.append(diagnose_episode(steps, row.item_id, package, write_tools, str(row.error or "")))
+        error = "" if pd.isna(row.error) else str(row.error)
+        findings.append(diagnose_episode(steps, row.item_id, package, write_tools, error, eid))
     clusters: dict[tuple, list[Finding]] = defaultdict(list)
     for f in findings:
         clusters[f.signature].append(f)
     packets = []
     for (owner, kind, tool), fs in sorted(clusters.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         cid = hashlib.sha256(f"{corpus}|{owner}|{kind}|{tool}".encode()).hexdigest()[:10]
-        sample = fs[:MAX_CITATIONS]
+        sample = [f for f in fs if f.hash][:MAX_CITATIONS]  # an episode that failed before its first turn has no step
         f0 = fs[0]
         claims = [Claim(statement=_statement(f0, len(fs)),
-                        evidence=[Citation(episode_id=f.episode_id, step=f.step, hash=f.hash) for f in sample])]
+                        evidence=[Citation(episode_id=f.episode_id, step=f.step, hash=f.hash) for f in sample])] if sample else []
         packets.append(EvidencePacket(
             id=f"{owner}-{kind}-{cid}", corpus=corpus, owner=owner, opportunity=f0.opportunity,
             patchability=f0.patchability, kind=kind, tool=tool, detail=f0.detail,

@@ -50,6 +50,8 @@ class OpenAIChat:
                     raise ModelError(f"{kind}: {type(e).__name__}: {str(e)[:200]}") from None
                 self.retries += 1
                 time.sleep(min(self.backoff_cap, self.backoff * 2**attempt))
+            except (ValueError, TypeError, KeyError, AttributeError) as e:  # a body the SDK cannot parse
+                raise ModelError(f"malformed response: {type(e).__name__}: {str(e)[:200]}") from None
         if not getattr(resp, "choices", None):
             raise ModelError("malformed response: no choices")
         msg = resp.choices[0].message
