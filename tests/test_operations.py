@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,9 +24,9 @@ from tests.conftest import PACKAGES, ROOT
 STAGES = ["evaluate", "diagnose", "patch", "validate", "repair", "gate", "commit"]
 
 
-def small(bench_dir, *extra):
+def small(bench_dir, *extra, start=PACKAGES / "seed"):
     return ["--rounds", "1", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
-            f"campaign.start={PACKAGES / 'seed'}", "--set", "campaign.seeds=2", "--set", "gate.n_boot=1000", *extra]
+            f"campaign.start={start}", "--set", "campaign.seeds=2", "--set", "gate.n_boot=1000", *extra]
 
 
 def cli(args, cwd, api, **env):
@@ -38,35 +39,50 @@ def cli(args, cwd, api, **env):
 
 
 @pytest.fixture(scope="module")
-def clean_run(prefect_server, tmp_path_factory, bench_dir):
-    cwd = tmp_path_factory.mktemp("clean")
-    r = cli(["campaign", "run", *small(bench_dir)], cwd, prefect_server)
+def crash_setup(prefect_server, tmp_path_factory):
+    """A small benchmark, and a start package whose first round commits (the ledger fixes already in place)."""
+    from components.params import BenchmarkParams
+
+    root = tmp_path_factory.mktemp("crash")
+    bench = BenchmarkParams(out=str(root / "bench"), per_family=12)
+    bench.materialize()
+    start = root / "start"
+    shutil.copytree(PACKAGES / "seed", start)
+    manifest = start / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6").replace("bind_on: []", "bind_on: [order_id]"))
+    clean = root / "clean"
+    clean.mkdir()
+    r = cli(["campaign", "run", *small(bench.out, start=start)], clean, prefect_server)
     assert r.returncode == 0, r.stderr[-3000:]
-    summary = json.loads((cwd / "camp" / "summary.json").read_text())
-    assert summary["accepted"] == 1, "the test needs a round that commits"
-    return cwd
+    assert json.loads((clean / "camp" / "summary.json").read_text())["accepted"] == 1, "the test needs a round that commits"
+    return bench.out, start, clean
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_kill_at_a_stage_boundary_then_resume_gives_the_clean_result(prefect_server, clean_run, tmp_path, bench_dir, stage):
-    killed = cli(["campaign", "run", *small(bench_dir)], tmp_path, prefect_server, RATCHET_FAILPOINT=f"round1:{stage}")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    state = json.loads((tmp_path / "camp" / ".state" / "state.json").read_text())
-    assert state["stage"] == stage and state["round"] == 1
-    resumed = cli(["campaign", "resume", "--out", "camp"], tmp_path, prefect_server)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    for name in ("lineage/lineage.jsonl", "summary.json"):  # the same lineage and the same summary, byte for byte
-        assert (tmp_path / "camp" / name).read_bytes() == (clean_run / "camp" / name).read_bytes(), name
+def test_kill_at_every_stage_boundary_then_resume_gives_the_clean_result(prefect_server, crash_setup, tmp_path):
+    """SIGKILL after each stage of a round in turn; each resume continues from the kill and is killed at the next
+    boundary; the last resume finishes. The lineage and the summary (budget spent included) equal a clean run's."""
+    bench, start, clean = crash_setup
+    first = cli(["campaign", "run", *small(bench, start=start)], tmp_path, prefect_server,
+                RATCHET_FAILPOINT=f"round1:{STAGES[0]}")
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    for i, stage in enumerate(STAGES):
+        state = json.loads((tmp_path / "camp" / ".state" / "state.json").read_text())
+        assert (state["round"], state["stage"]) == (1, stage)
+        nxt = {"RATCHET_FAILPOINT": f"round1:{STAGES[i + 1]}"} if i + 1 < len(STAGES) else {}
+        resumed = cli(["campaign", "resume", "--out", "camp"], tmp_path, prefect_server, **nxt)
+        assert resumed.returncode == (-signal.SIGKILL if nxt else 0), (stage, resumed.stderr[-3000:])
+    for name in ("lineage/lineage.jsonl", "summary.json"):  # byte for byte
+        assert (tmp_path / "camp" / name).read_bytes() == (clean / "camp" / name).read_bytes(), name
     versions = tmp_path / "camp" / "lineage" / "versions"
     assert sorted(p.name for p in versions.iterdir()) == ["M0", "M1"]  # no duplicate, no half-written version
     for v in Lineage(tmp_path / "camp" / "lineage").versions():
         assert digest(v.path) == v.digest
 
 
-def test_a_second_campaign_on_the_same_lineage_fails_at_once(prefect_server, tmp_path, bench_dir):
+def test_a_second_campaign_on_the_same_lineage_fails_at_once(prefect_server, tmp_path, crash_setup):
     with LineageLock(tmp_path / "camp" / "lineage"):
         t = time.monotonic()
-        r = cli(["campaign", "run", *small(bench_dir)], tmp_path, prefect_server)
+        r = cli(["campaign", "run", *small(crash_setup[0])], tmp_path, prefect_server)
         assert r.returncode == 2 and time.monotonic() - t < 120
         assert "locked by another campaign" in r.stderr and f'"pid": {os.getpid()}' in r.stderr
         with pytest.raises(LineageLocked):
@@ -83,13 +99,14 @@ def test_a_stale_lock_from_a_dead_process_is_recovered(tmp_path):
         assert lock.recovered and lock.recovered["pid"] != os.getpid()
 
 
-def test_a_budget_too_small_stops_the_campaign_cleanly(prefect_server, tmp_path, bench_dir):
-    r = cli(["campaign", "run", *small(bench_dir, "--set", "budget.model_calls=12000", "--set", "campaign.rounds=3")],
-            tmp_path, prefect_server)
+def test_a_budget_too_small_stops_the_campaign_cleanly(prefect_server, tmp_path, crash_setup):
+    bench, start, _ = crash_setup
+    r = cli(["campaign", "run", *small(bench, "--set", "budget.model_calls=5000", "--set", "campaign.rounds=3",
+                                     start=start)], tmp_path, prefect_server)
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads((tmp_path / "camp" / "summary.json").read_text())
     assert s["stopped"] and "budget" in s["stopped"]
-    assert s["budget"]["spent"]["model_calls"] <= 12000
+    assert s["budget"]["spent"]["model_calls"] <= 5000
     assert s["test"] is None or s["accepted"] >= 0  # stopped before or after certification, never half-way
     for v in Lineage(tmp_path / "camp" / "lineage").versions():  # what was committed stays valid
         assert digest(v.path) == v.digest
@@ -145,7 +162,8 @@ def test_dask_gives_the_same_scores_as_threads(prefect_server, bench_dir):
     assert list(dask.traces["hash"]) == list(threads.traces["hash"])
 
 
-def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path, bench_dir):
+def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path, crash_setup):
+    bench_dir = crash_setup[0]
     from prefect.deployments import run_deployment
 
     over = ["--set", "campaign.rounds=1", "--set", f"campaign.out={tmp_path / 'camp'}", *small(bench_dir)[4:]]
