@@ -32,8 +32,11 @@ class ContractError(InputError):
 
 @lru_cache(maxsize=1)
 def _context():
+    import logging
+
     import great_expectations as gx
 
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its import resets the level
     ctx = gx.get_context(mode="ephemeral")
     try:  # no progress bars in logs (TQDM_DISABLE covers the rest)
         from great_expectations.data_context.types.base import ProgressBarsConfig
