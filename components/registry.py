@@ -75,6 +75,22 @@ class Registry:
     def get(self, name: str) -> Strategy | None:
         return self._strategies.get(name)
 
+    def make(self, name: str, cfg: dict[str, Any] | None = None, where: str | None = None) -> Any:
+        """Build the named strategy with validated options; a bad name or option is an InputError naming the field."""
+        from pydantic import ValidationError
+
+        from components.errors import InputError
+
+        where = where or self.kind
+        strategy = self.get(name)
+        if strategy is None:
+            raise InputError(f"{where}: unknown {self.kind} {name!r} (one of {', '.join(self.names())})")
+        try:
+            return strategy.build(cfg or {})
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise InputError(f"{where}.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+
     def __contains__(self, name: str) -> bool:
         return name in self._strategies
 

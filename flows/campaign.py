@@ -225,14 +225,19 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
         "champion_digest": champion.digest, "benchmark_digest": load_benchmark(p.benchmark.out).digest,
         "test": test, "stopped": stopped, "localization": localization_from_rounds(out),
         "episodes": _episodes(out, test),
-        "budget": {k: v for k, v in ledger.report(wallet).items() if k in ("caps", "spent")},
+        # caps, and what the evidence behind this result costs: deterministic, unlike what this process paid
+        # (finished work comes from the cache for free); that goes to .state/budget.json and MLflow
+        "budget": {"caps": {k: v for k, v in p.budget.caps().items() if v is not None}, "evidence_cost": _cost(out, test)},
         "lineage": [{"version": v.name, "digest": v.digest} for v in lineage.versions()],
         "history": [x for x in lineage.records() if x["round"] > 0], "params": p.model_dump(),
     }
     write_json(out / "summary.json", result)
-    tracker.finish(result, out / "summary.json", test_evals if test else [])
+    ledger_report = ledger.report(wallet)
+    write_json(state_dir(out) / "budget.json", ledger_report)
+    tracker.finish(result, out / "summary.json", test_evals if test else [], spent=ledger_report["spent"])
     write_json(state_dir(out) / "state.json", {"round": result["rounds"], "stage": "done", "stopped": stopped})
-    return {**result, "mlflow": {"experiment_id": tracker.experiment_id, "run_id": tracker.run_id, "tracking_uri": tracker.uri}}
+    return {**result, "budget_spent": ledger_report["spent"],
+            "mlflow": {"experiment_id": tracker.experiment_id, "run_id": tracker.run_id, "tracking_uri": tracker.uri}}
 
 
 @flow(name="certification", validate_parameters=False)
@@ -252,13 +257,22 @@ def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict,
     return test, evals
 
 
-def _episodes(out: Path, test: dict | None) -> dict:
-    """Episodes run across every evaluation of the campaign, and how many errored (a model fault is never a success)."""
+def _evals(out: Path, test: dict | None) -> list[dict]:
     import json
 
     files = sorted(out.glob("rounds/r*/evals.json")) + ([out / "test_evals.json"] if test else [])
-    evs = [e for f in files if f.exists() for e in json.loads(f.read_text())]
+    return [e for f in files if f.exists() for e in json.loads(f.read_text())]
+
+
+def _episodes(out: Path, test: dict | None) -> dict:
+    """Episodes run across every evaluation of the campaign, and how many errored (a model fault is never a success)."""
+    evs = _evals(out, test)
     return {"total": sum(e["summary"]["episodes"] for e in evs), "errors": sum(e["summary"]["errors"] for e in evs)}
+
+
+def _cost(out: Path, test: dict | None) -> dict:
+    evs = _evals(out, test)
+    return {k: sum(e["summary"].get(k, 0) for e in evs) for k in ("tokens_in", "tokens_out", "model_calls", "tool_calls")}
 
 
 def _say(rec: dict) -> None:

@@ -226,10 +226,10 @@ def _print_summary(summary: dict, path: Path) -> None:
         out.print(f"test (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
                   f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}] over {t['n_items']} items",
                   highlight=False)
-    spent = (summary.get("budget") or {}).get("spent") or {}
+    spent = summary.get("budget_spent") or {}
     if spent:
-        out.print("spent: " + ", ".join(f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}" for k, v in sorted(spent.items())),
-                  highlight=False)
+        out.print("budget spent by this run: " + ", ".join(f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}"
+                                                          for k, v in sorted(spent.items())), highlight=False)
     errors = (summary.get("episodes") or {}).get("errors")
     if errors:
         out.print(f"errored episodes: {errors} of {summary['episodes']['total']} (model faults; never a success)",

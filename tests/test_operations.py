@@ -73,6 +73,8 @@ def test_kill_at_every_stage_boundary_then_resume_gives_the_clean_result(prefect
         assert resumed.returncode == (-signal.SIGKILL if nxt else 0), (stage, resumed.stderr[-3000:])
     for name in ("lineage/lineage.jsonl", "summary.json"):  # byte for byte
         assert (tmp_path / "camp" / name).read_bytes() == (clean / "camp" / name).read_bytes(), name
+    spent = [json.loads((d / "camp" / ".state" / "budget.json").read_text())["spent"] for d in (tmp_path, clean)]
+    assert spent[0] == spent[1] and spent[0]["model_calls"] > 0  # no work paid for twice across the kills
     versions = tmp_path / "camp" / "lineage" / "versions"
     assert sorted(p.name for p in versions.iterdir()) == ["M0", "M1"]  # no duplicate, no half-written version
     for v in Lineage(tmp_path / "camp" / "lineage").versions():
@@ -106,7 +108,8 @@ def test_a_budget_too_small_stops_the_campaign_cleanly(prefect_server, tmp_path,
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads((tmp_path / "camp" / "summary.json").read_text())
     assert s["stopped"] and "budget" in s["stopped"]
-    assert s["budget"]["spent"]["model_calls"] <= 5000
+    spent = json.loads((tmp_path / "camp" / ".state" / "budget.json").read_text())["spent"]
+    assert 0 < spent["model_calls"] <= 5000 and s["budget"]["caps"] == {"model_calls": 5000}
     assert s["test"] is None or s["accepted"] >= 0  # stopped before or after certification, never half-way
     for v in Lineage(tmp_path / "camp" / "lineage").versions():  # what was committed stays valid
         assert digest(v.path) == v.digest

@@ -217,15 +217,4 @@ def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None)
 
 
 def make_meta_agent(name: str, cfg: dict | None = None):
-    from pydantic import ValidationError
-
-    from components.errors import InputError
-
-    strategy = META_AGENTS.get(name)
-    if strategy is None:
-        raise InputError(f"meta_agent: unknown backend {name!r} (one of {', '.join(META_AGENTS.names())})")
-    try:
-        return strategy.build(cfg or {})
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise InputError(f"meta_agent.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+    return META_AGENTS.make(name, cfg, where="meta_agent")

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
-from components.errors import InputError
 from components.models.base import ChatModel, ChatResult, ModelError
 from components.registry import Registry
 
@@ -34,14 +31,7 @@ def openai_chat(*, base_url: str, model: str = "ratchet-sim", api_key_env: str =
 
 
 def make_model(name: str, cfg: dict[str, Any] | None = None) -> ChatModel:
-    strategy = MODELS.get(name)
-    if strategy is None:
-        raise InputError(f"model: unknown backend {name!r} (one of {', '.join(MODELS.names())})")
-    try:
-        return strategy.build(cfg or {})
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise InputError(f"model.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+    return MODELS.make(name, cfg, where="model")
 
 
 __all__ = ["MODELS", "ChatModel", "ChatResult", "ModelError", "make_model"]

@@ -107,4 +107,6 @@ def summary(scores: pd.DataFrame) -> dict[str, float]:
         "errors": int((scores["error"].fillna("") != "").sum()) if len(scores) else 0,
         "tokens_in": int(scores["tokens_in"].sum()) if len(scores) else 0,
         "tokens_out": int(scores["tokens_out"].sum()) if len(scores) else 0,
+        "model_calls": int(scores["model_calls"].sum()) if len(scores) else 0,
+        "tool_calls": int(scores["tool_calls"].sum()) if len(scores) else 0,
     }

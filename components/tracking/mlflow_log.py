@@ -148,10 +148,11 @@ class CampaignTracker:
             self._metrics(run.info.run_id, ev["summary"])
             self.client.set_terminated(run.info.run_id)
 
-    def finish(self, summary: dict[str, Any], summary_path: str | Path, test_evals: list[dict] = ()) -> None:
+    def finish(self, summary: dict[str, Any], summary_path: str | Path, test_evals: list[dict] = (),
+               spent: dict[str, float] | None = None) -> None:
         self._evals(self.run_id, list(test_evals))
         t, loc = summary["test"] or {}, summary["localization"]
-        spent = (summary.get("budget") or {}).get("spent", {})
+        spent = spent or {}
         self._metrics(self.run_id, {
             "test_base_mean": t.get("base_mean"), "test_champion_mean": t.get("champion_mean"), "test_net": t.get("net"),
             "test_ci_lo": t.get("ci_lo"), "test_ci_hi": t.get("ci_hi"), "accepted": summary["accepted"],
