@@ -37,7 +37,7 @@ from flows.evaluate import submit_eval, task_runner
 from flows.tasks import (commit_stage, diagnose_stage, gate_stage, patch_stage, plan_stage, reject_stage, repair_stage,
                          validate_stage)
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # one line per round, however narrow the terminal
 STATE = ".state"  # under the campaign's output dir; excluded from DVC (ids, timestamps, the budget ledger)
 
 
