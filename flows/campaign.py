@@ -191,7 +191,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     wallet = ledger.open_wallet(c.name, p.budget.caps(), wall_seconds=p.budget.wall_seconds,
                                 max_concurrency=p.budget.max_concurrency, max_depth=p.budget.max_depth)
     if (released := ledger.recover(wallet)):
-        console.print(f"released {released} budget hold(s) left by a killed process", highlight=False)
+        console.print(f"settled {released} budget hold(s) left by a killed process at their full reservation", highlight=False)
     start = lineage.start(c.start)
     tracker = CampaignTracker(c.name, out, p.model_dump(), c.tracking_uri)
     round_flow = evolution_round.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))

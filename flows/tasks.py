@@ -20,7 +20,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.serializers import CompressedSerializer, PickleSerializer
 
 from components.contracts import check_paired_scores
-from components.evidence.budget import BudgetLedger, Estimate, usage
+from components.evidence.budget import BudgetExceeded, BudgetLedger, Estimate, usage
 from components.evidence.packets import verify_citations
 from components.evolution.diagnose import Diagnosis, diagnose
 from components.evolution.gate import GateConfig, GateResult, RepairResult, gate, repair_screen
@@ -68,17 +68,26 @@ def _shard_key(_ctx, p: dict) -> str:
 
 
 def _charged(budget: dict | None, key: str, n_episodes: int, work):
-    """Run `work` under a budget hold: reserve a conservative estimate first, reconcile the actual usage after.
-
-    The hold is keyed by the stage's cache key, so work already paid for is never charged again."""
+    """Run `work(on_episode)` under a budget hold: reserve a conservative estimate first, reconcile the actual usage
+    after. The shard spends only what its hold transferred: past it, it stops. The hold is keyed by the stage's
+    cache key, so work already paid for is never charged again."""
     if budget is None:
-        return work()
+        return work(None)
     ledger, est = BudgetLedger(budget["db"]), Estimate(**budget["estimate"])
     hold = ledger.reserve(budget["wallet"], est.episodes(n_episodes), key=key, wait=3600)
+    spent = dict.fromkeys(hold.amounts, 0.0)
+
+    def allowance(r) -> None:
+        for k, v in usage(pd.DataFrame([r.row()]), est).items():
+            spent[k] = spent.get(k, 0.0) + v
+        over = [k for k in hold.amounts if spent[k] > hold.amounts[k]]
+        if over and not hold.already_settled:
+            raise BudgetExceeded(f"budget: shard went past its allowance ({', '.join(over)}); raise est_*_per_call")
+
     try:
-        result = work()
+        result = work(allowance)
     except BaseException:
-        ledger.release(hold)
+        ledger.settle(hold, spent, completed=False)  # what the failed shard consumed was spent all the same
         raise
     ledger.settle(hold, usage(result.scores, est))
     return result
@@ -90,7 +99,7 @@ def eval_shard(package: str, bench: str, items: list[str], seeds: list[int], mod
     key = _shard_key(None, {"package": package, "bench": bench, "items": items, "seeds": seeds, "model": model,
                             "model_cfg": model_cfg, "max_turns": max_turns})
     return _charged(budget, key, len(items) * len(seeds),
-                    lambda: run_shard(package, bench, items, seeds, model, model_cfg, max_turns))
+                    lambda check: run_shard(package, bench, items, seeds, model, model_cfg, max_turns, check))
 
 
 # -- diagnose ----------------------------------------------------------------------------------------------------------
@@ -165,7 +174,7 @@ def validate_stage(plan: Plan, candidate: str, bench: str, probe_items: list[str
         key = _validate_key(None, {"candidate": candidate, "bench": bench, "plan": plan, "probe_items": probe_items,
                                    "model": model, "model_cfg": model_cfg})
         probe = _charged(budget, key, len(probe_items),
-                         lambda: run_shard(pkg, b, probe_items, [0], model, model_cfg, max_turns))
+                         lambda check: run_shard(pkg, b, probe_items, [0], model, model_cfg, max_turns, check))
         v.checks["activation"] = "ok" if fired(probe.traces, plan.mechanism) else \
             f"mechanism {plan.mechanism!r} did not fire on {len(probe_items)} source task(s)"
         v.ok = v.checks["activation"] == "ok"

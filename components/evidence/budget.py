@@ -175,26 +175,29 @@ class BudgetLedger:
                        (hid, wallet, key, json.dumps(amounts), _owner(), time.time()))
         return Hold(hid, wallet, key, amounts)
 
-    def settle(self, hold: Hold, actual: dict[str, float]) -> None:
-        """Replace the reservation by the actual usage (idempotent)."""
+    def settle(self, hold: Hold, actual: dict[str, float], completed: bool = True) -> None:
+        """Replace the reservation by the actual usage (idempotent). Work that did not complete is still paid for,
+        but its key is dropped, so redoing it is charged as the new work it is."""
         if hold.already_settled:
             return
         actual = {k: float(v) for k, v in actual.items() if k in RESOURCES}
         with self._tx() as db:
-            db.execute("UPDATE hold SET actual = ?, status = 'settled' WHERE id = ? AND status = 'held'",
-                       (json.dumps(actual), hold.id))
+            db.execute("UPDATE hold SET actual = ?, status = 'settled', key = CASE WHEN ? THEN key END "
+                       "WHERE id = ? AND status = 'held'", (json.dumps(actual), completed, hold.id))
 
     def release(self, hold: Hold) -> None:
         with self._tx() as db:
             db.execute("UPDATE hold SET status = 'released' WHERE id = ? AND status = 'held'", (hold.id,))
 
     def recover(self, wallet: str) -> int:
-        """Release holds left by processes that died (a killed campaign); returns how many."""
+        """Settle the holds of processes that died (a killed campaign) at their full reservation: what a killed shard
+        spent is unknown, and counting all it was allowed keeps the ceiling true. Their keys are dropped, so the
+        redone work is charged as new work. Returns how many."""
         with self._tx() as db:
-            dead = [hid for hid, owner in db.execute("SELECT id, owner FROM hold WHERE wallet = ? AND status = 'held'",
-                                                     (wallet,)) if not _alive(owner)]
-            for hid in dead:
-                db.execute("UPDATE hold SET status = 'released' WHERE id = ?", (hid,))
+            dead = [(hid, amounts) for hid, owner, amounts in db.execute(
+                "SELECT id, owner, amounts FROM hold WHERE wallet = ? AND status = 'held'", (wallet,)) if not _alive(owner)]
+            for hid, amounts in dead:
+                db.execute("UPDATE hold SET status = 'settled', actual = ?, key = NULL WHERE id = ?", (amounts, hid))
         return len(dead)
 
     # -- delegation -----------------------------------------------------------------------------------------------
