@@ -36,7 +36,8 @@ def _context():
 
     import great_expectations as gx
 
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # its import resets the level
+    for name in [n for n in logging.root.manager.loggerDict if n.startswith("great_expectations")]:
+        logging.getLogger(name).setLevel(logging.WARNING)  # its import sets INFO on some of its loggers
     ctx = gx.get_context(mode="ephemeral")
     try:  # no progress bars in logs (TQDM_DISABLE covers the rest)
         from great_expectations.data_context.types.base import ProgressBarsConfig

@@ -11,7 +11,12 @@ stamp=.venv/.ratchet-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "installing Ratchet and its pinned dependencies into .venv (about a minute, once)..." >&2
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+  log=.venv/install.log
+  if ! { .venv/bin/python -m pip install --disable-pip-version-check --upgrade pip &&
+         .venv/bin/python -m pip install --disable-pip-version-check -e ".[test]"; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "installation failed; the whole log is in $log" >&2
+    exit 1
+  fi
   echo "$want" > "$stamp"
 fi
