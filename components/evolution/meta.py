@@ -66,6 +66,14 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
     return propose
 
 
+# C findings -> the checker that would have bounced the action that escaped
+CHECKER_FOR = {
+    "unconfirmed_write": ("confirm_before_write", "pre_write", "C: bounce writes that lack the customer's confirmation"),
+    "premature_finish": ("completion_requires_receipts", "agent_declares_done",
+                         "C: bounce `finish` while ledger entries are pending"),
+}
+
+
 def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, max_source_items: int = 12) -> Plan | None:
     pkg = ctx.package
     ops: list = []
@@ -105,18 +113,12 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         ops += wiring
         mechanism = "deliver:"
         summary = "rho: route cards by trigger instead of delivering all of them"
-    elif p.owner == "C" and p.kind == "unconfirmed_write":
-        if any(b.spec.use == "confirm_before_write" for b in pkg.checkers):
+    elif p.owner == "C" and p.kind in CHECKER_FOR:
+        use, at, summary = CHECKER_FOR[p.kind]
+        if any(b.spec.use == use for b in pkg.checkers):
             return None
-        ops = [AddBinding(op="add_binding", section="checkers", use="confirm_before_write", at="pre_write")]
-        mechanism = "check:confirm_before_write@pre_write"
-        summary = "C: bounce writes that lack the customer's confirmation"
-    elif p.owner == "C" and p.kind == "premature_finish":
-        if any(b.spec.use == "completion_requires_receipts" for b in pkg.checkers):
-            return None
-        ops = [AddBinding(op="add_binding", section="checkers", use="completion_requires_receipts", at="agent_declares_done")]
-        mechanism = "check:completion_requires_receipts@agent_declares_done"
-        summary = "C: bounce `finish` while ledger entries are pending"
+        ops = [AddBinding(op="add_binding", section="checkers", use=use, at=at)]
+        mechanism = f"check:{use}@{at}"
     elif p.owner == "W" and p.kind == "wrong_grounding":
         keys = sorted({k for f in _findings(ctx, p) for k in f.get("bind_args", [])} | set(pkg.wm.bind_on))
         if not keys or keys == sorted(pkg.wm.bind_on):
