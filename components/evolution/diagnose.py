@@ -20,7 +20,6 @@ an evidence packet whose claims cite the divergent steps by (episode id, step, c
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -232,7 +231,3 @@ def _statement(f: Finding, n: int) -> str:
         "no_divergence": "no divergence found",
     }.get(f.kind, f.kind)
     return f"{n} failed episode(s): {what}" + (f" — {f.detail}" if f.detail else "")
-
-
-def packets_json(packets: list[EvidencePacket]) -> str:
-    return json.dumps([p.model_dump() for p in packets], indent=1, sort_keys=True)
