@@ -9,7 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.errors import InputError
-from components.evolution.gate import GateConfig
+from components.evolution.gate import MIN_BOOT, MIN_ITEMS, GateConfig
 
 
 class _M(BaseModel):
@@ -31,12 +31,16 @@ class BenchmarkParams(_M):
 
 
 class GateParams(_M):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # nan passes no comparison: refuse it
+
     alpha: float = Field(0.05, gt=0, lt=1)
-    n_boot: int = Field(10_000, ge=100)
+    n_boot: int = Field(10_000, ge=MIN_BOOT)
     seed: int = 0
     reg_cap: int = Field(2, ge=0)
     material: float = Field(0.05, ge=0, le=1)
     max_error_share: float = Field(0.25, ge=0, le=1)
+    min_items: int = Field(MIN_ITEMS, ge=2)
+    campaign_alpha: float = Field(0.05, gt=0, lt=0.5)
 
     def config(self) -> GateConfig:
         return GateConfig(**self.model_dump())

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from components.contracts import check_benchmark, check_paired_scores
 from components.evidence.budget import BudgetExceeded, BudgetLedger
-from components.evolution.gate import GateConfig, gate
+from components.evolution.gate import GateConfig, gate, look_alpha
 from components.evolution.lineage import Lineage, LineageLock
 from components.evolution.localization import localization_from_rounds
 from components.evolution.report import round_dir, write_csv, write_json
@@ -70,6 +70,22 @@ class _Eval:
         return submit_eval(str(package), self.p.benchmark.out, self.seeds, split=split, items=items,
                            shard_size=c.shard_size, model=c.model, model_cfg=c.model_cfg, max_turns=c.max_turns,
                            label=label, budget=self.budget)
+
+
+def dev_look(lineage: Lineage, round_no: int, p: Params) -> dict:
+    """This round's look at dev: its number among the campaign's looks and the alpha it may spend (linear spending
+    over the declared rounds). Counted from the lineage records, so a resumed campaign numbers looks the same way."""
+    k = 1 + sum(1 for r in lineage.records() if 0 < r["round"] < round_no and r.get("dev_look"))
+    alpha = look_alpha(p.gate.campaign_alpha, p.campaign.rounds, k)
+    return {"look": k, "alpha": alpha, "spent": k * alpha / 2, "campaign_alpha": p.gate.campaign_alpha}
+
+
+def dev_looks(history: list[dict], campaign_alpha: float) -> dict:
+    """Every look at dev (round, plan, verdict, alpha) and the one-sided alpha they spent of the campaign's budget."""
+    looks = [{"round": r["round"], "look": r["dev_look"]["look"], "plan": r.get("plan_key", ""),
+              "verdict": r["verdict"], "alpha": r["dev_look"]["alpha"]} for r in history if r.get("dev_look")]
+    return {"looks": looks, "n": len(looks), "alpha_spent": sum(x["alpha"] / 2 for x in looks),
+            "campaign_alpha": campaign_alpha}
 
 
 @flow(name="evolution_round", flow_run_name="round {round_no}", validate_parameters=False)
@@ -133,22 +149,25 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     stage_done(p, round_no, "repair")
     if not repair.ok:
         return reject(f"repair screen: {repair.reason}", plan, repair=repair.as_dict())
-    # 7. held-out gate: candidate vs champion on dev, paired seeds, identical benchmark bytes
+    # 7. held-out gate: candidate vs champion on dev, paired seeds, identical benchmark bytes; this look at dev
+    #    spends its share of the campaign's alpha (the same dev items are looked at every round)
+    look = dev_look(lineage, round_no, p)
+    gate_cfg = {**p.gate.model_dump(), "alpha": look["alpha"]}
     db = note("dev", "base", base, ev(base, f"r{round_no} dev {champ.name}", split="dev"))
     dc = note("dev", "cand", cand, ev(cand, f"r{round_no} dev candidate", split="dev"))
     write_csv(rd / "dev_base.csv", db.scores)
     write_csv(rd / "dev_cand.csv", dc.scores)
-    verdict, per_item = gate_stage(db.scores, dc.scores, p.gate.model_dump(), fired(dc.traces, plan.mechanism),
+    verdict, per_item = gate_stage(db.scores, dc.scores, gate_cfg, fired(dc.traces, plan.mechanism),
                                    validation.checks.get("leakage") != "ok")
     write_json(rd / "gate.json", verdict.as_dict())
     write_csv(rd / "gate_items.csv", per_item)
     stage_done(p, round_no, "gate")
-    figures = {"repair": repair.as_dict(), "gate": verdict.as_dict(), "validation": validation.checks,
+    figures = {"repair": repair.as_dict(), "gate": verdict.as_dict(), "dev_look": look, "validation": validation.checks,
                "candidate_digest": digest(cand), "benchmark_digest": b.digest, "mechanism": plan.mechanism,
                "seed_map_hash": seed_map_hash(b.ids("dev"), ev.seeds),
                # what `ratchet reproduce` needs to re-run this gate on the same bytes
                "evaluation": {"benchmark": bench, "split": "dev", "seeds": ev.seeds, "model": c.model,
-                              "model_cfg": c.model_cfg, "max_turns": c.max_turns, "gate": p.gate.model_dump()}}
+                              "model_cfg": c.model_cfg, "max_turns": c.max_turns, "gate": gate_cfg}}
     if not verdict.accept:
         return reject(f"gate: {verdict.reason}", plan, **figures)
     # 8. commit an immutable version (digest recomputed and compared to the one evaluated)
@@ -231,6 +250,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
         "lineage": [{"version": v.name, "digest": v.digest} for v in lineage.versions()],
         "history": [x for x in lineage.records() if x["round"] > 0], "params": p.model_dump(),
     }
+    result["dev_looks"] = dev_looks(result["history"], p.gate.campaign_alpha)  # held-out reuse, accounted
     write_json(out / "summary.json", result)
     ledger_report = ledger.report(wallet)
     write_json(state_dir(out) / "budget.json", ledger_report)

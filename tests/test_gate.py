@@ -48,10 +48,10 @@ def items(n: int, per_seed: list[float]) -> dict[str, list[float]]:
 
 
 @pytest.mark.parametrize("data_seed", [0, 1, 2, 3])
-@pytest.mark.parametrize("boot_seed,n_boot", [(0, 200), (7, 1000), (123, 5000)])
+@pytest.mark.parametrize("boot_seed,n_boot", [(0, 1000), (7, 2000), (123, 5000)])
 def test_identical_arms_never_accept(data_seed, boot_seed, n_boot):
     rng = np.random.default_rng(data_seed)
-    n_items, n_seeds = int(rng.integers(3, 40)), int(rng.integers(1, 5))
+    n_items, n_seeds = int(rng.integers(5, 40)), int(rng.integers(1, 5))
     base = pd.DataFrame([{"item_id": f"t{i}", "seed": s, "score": float(rng.random())}
                          for i in range(n_items) for s in range(n_seeds)])
     cand = base.sample(frac=1.0, random_state=data_seed).reset_index(drop=True)  # row order must not matter
@@ -256,7 +256,7 @@ def test_errored_pairs_are_dropped_from_both_arms():
 def test_errored_item_on_every_seed_leaves_the_comparison():
     base = items(10, [0.5])
     c = table(shifted(base, {i: 0.2 for i in base}), {("item-004", 0): "crash"})
-    res, per = gate(table(base), c, GateConfig(n_boot=500))
+    res, per = gate(table(base), c, GateConfig(n_boot=1000))
     assert res.dropped_errors == 1
     assert res.n_items == 9 and "item-004" not in set(per["item_id"])
 
@@ -275,7 +275,7 @@ def test_too_many_errored_pairs_refuse(n_errored, ok):
     base = items(10, [0.5])
     errs = {(f"item-{k:03d}", 0): "boom" for k in range(n_errored)}
     b, c = table(base), table(shifted(base, {i: 0.2 for i in base}), errs)
-    cfg = GateConfig(n_boot=500, max_error_share=0.25)
+    cfg = GateConfig(n_boot=1000, max_error_share=0.25)
     if ok:
         assert gate(b, c, cfg)[0].dropped_errors == n_errored
     else:
@@ -298,7 +298,7 @@ def test_per_item_means_over_seeds_are_compared():
     base = {"a": [0, 1, 0, 1, 0], "b": [1, 1, 1, 1, 1], "c": [0, 0, 0, 0, 0], "d": [0.5, 0.5, 0.5, 0.5, 0.5]}
     cand = {"a": [1, 1, 1, 1, 0], "b": [1, 1, 1, 1, 0], "c": [1, 1, 0, 0, 0], "d": [1, 1, 1, 1, 1]}
     b, c = table(base), table(cand)
-    cfg = GateConfig(n_boot=3000, seed=5, reg_cap=10)
+    cfg = GateConfig(n_boot=3000, seed=5, reg_cap=10, min_items=4)
     res, per = gate(b, c, cfg)
     expected_d = np.array([0.8 - 0.4, 0.8 - 1.0, 0.4 - 0.0, 1.0 - 0.5])
     assert list(per["item_id"]) == ["a", "b", "c", "d"]
@@ -313,28 +313,63 @@ def test_per_item_means_over_seeds_are_compared():
 # -- bootstrap ---------------------------------------------------------------------------------------------------
 
 
-def reference_ci(d: list[float], n_boot: int, alpha: float, seed: int) -> tuple[float, float]:
-    rng = np.random.default_rng(seed)
-    n = len(d)
-    idx = rng.integers(0, n, size=(n_boot, n))
-    means = []
-    for row in idx:
-        total = 0.0
-        for j in row:
-            total += d[int(j)]
-        means.append(total / n)
-    lo, hi = np.quantile(np.array(means), [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
+@pytest.mark.parametrize("kind,n", [("lattice", 8), ("lattice", 60), ("few", 400), ("continuous", 50)])
+def test_bootstrap_ci_matches_scipy_within_monte_carlo_error(kind, n):
+    """Same percentile CI as scipy.stats.bootstrap resampling items, up to the Monte-Carlo error of either side.
+
+    The tolerance is measured, not guessed: the spread of scipy's own endpoints over 20 resampling seeds."""
+    from scipy import stats
+
+    rng = np.random.default_rng(n)
+    if kind == "lattice":  # rubric fractions averaged over 3 seeds: the exact lattice path
+        d = (rng.integers(0, 7, (n, 3)).mean(axis=1) - rng.integers(0, 7, (n, 3)).mean(axis=1)) / 6
+    elif kind == "few":  # a handful of irrational values: the multinomial path
+        d = rng.choice(np.array([np.pi, np.e, np.sqrt(2), -1.0]) / 10, size=n)
+    else:  # all distinct: the index path
+        d = rng.normal(0.05, 0.2, size=n)
+    n_boot = 4000
+    ref = np.array([[*stats.bootstrap((d,), np.mean, n_resamples=n_boot, method="percentile",
+                                      random_state=s).confidence_interval] for s in range(20)])
+    ours = np.array([bootstrap_ci(d, n_boot, 0.05, seed) for seed in range(20)])
+    sd = ref.std(axis=0, ddof=1)
+    assert (sd > 0).all()
+    # means of 20 runs each: their difference has sd ~ sqrt(2/20) * sd; allow 4 of those, plus lattice granularity
+    tol = 4 * np.sqrt(2 / 20) * sd + 1e-12
+    assert np.all(np.abs(ours.mean(axis=0) - ref.mean(axis=0)) <= tol), (ours.mean(axis=0), ref.mean(axis=0), tol)
+    # and the spread across seeds is of the same size (a broken sampler is often too narrow or too wide)
+    assert np.all(ours.std(axis=0, ddof=1) < 3 * sd + 1e-12)
 
 
-@pytest.mark.parametrize("n,n_boot,alpha,seed", [(1, 50, 0.05, 0), (7, 400, 0.05, 3), (25, 1000, 0.1, 11),
-                                                 (40, 300, 0.01, 99)])
-def test_bootstrap_ci_matches_a_plain_reference(n, n_boot, alpha, seed):
-    d = list(np.random.default_rng(1000 + n).normal(0.05, 0.2, size=n))
-    lo, hi = bootstrap_ci(np.array(d), n_boot=n_boot, alpha=alpha, seed=seed)
-    rlo, rhi = reference_ci(d, n_boot, alpha, seed)
-    assert lo == pytest.approx(rlo, abs=1e-12) and hi == pytest.approx(rhi, abs=1e-12)
-    assert lo <= hi
+def test_every_bootstrap_path_draws_the_item_resampling_distribution():
+    """The three exact paths (lattice FFT, multinomial counts, index draws) agree on the resample means' moments:
+    mean(d) and var(d) / n (population variance)."""
+    rng = np.random.default_rng(3)
+    cases = {"lattice": rng.integers(-6, 7, 300) / 6, "few": rng.choice([np.pi, -np.e, 0.5], 300) / 10,
+             "continuous": rng.normal(0.0, 0.3, 300)}
+    for name, d in cases.items():
+        m = gate_mod.boot_means(d, 20_000, 1)
+        assert m.shape == (20_000,)
+        se = d.std() / np.sqrt(len(d))
+        assert abs(m.mean() - d.mean()) < 4 * se / np.sqrt(20_000) * 3, name
+        assert m.std() == pytest.approx(se, rel=0.05), name
+
+
+def test_lattice_is_found_only_where_it_exists():
+    assert gate_mod._lattice(np.array([-1 / 3, 0.0, 1 / 6, 0.5])) is not None
+    h, j = gate_mod._lattice(np.array([-1 / 3, 0.0, 1 / 6, 0.5]))
+    assert h == pytest.approx(1 / 6) and list(j) == [0, 2, 3, 5]
+    assert gate_mod._lattice(np.sort(np.random.default_rng(0).normal(size=50))) is None
+
+
+def test_bootstrap_memory_does_not_grow_with_n_boot_times_n_items():
+    import tracemalloc
+
+    d = np.random.default_rng(0).normal(size=20_000)  # all distinct: the index path, the largest footprint
+    tracemalloc.start()
+    gate_mod.boot_means(d, 2_000, 0)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 8 * 2**20  # an (n_boot, n) index array would be 2000 * 20000 * 8 bytes = 320 MB
 
 
 def test_bootstrap_ci_is_deterministic_per_seed():
@@ -383,7 +418,7 @@ def test_repair_screen_refuses_incomplete_pairing():
 def test_decide_on_a_given_table():
     per = pd.DataFrame({"item_id": ["x", "y", "z"], "base": [0.2, 0.2, 0.2], "cand": [0.6, 0.7, 0.5]})
     per["d"] = per["cand"] - per["base"]
-    res = decide(per, GateConfig(n_boot=500), dropped_errors=4)
+    res = decide(per, GateConfig(n_boot=1000, min_items=3), dropped_errors=4)
     assert res.accept is True and res.dropped_errors == 4
     assert res.base_mean == pytest.approx(0.2) and res.cand_mean == pytest.approx(0.6)
     assert set(res.as_dict()) >= CLI_KEYS | {"base_mean", "cand_mean", "dropped_errors"}
@@ -438,7 +473,7 @@ def test_cli_json_accept(tables):
 
 def test_cli_json_reject_exits_1(tables):
     # the candidate as base: a clear loss
-    p = run_gate("--base", str(tables["win"]), "--cand", str(tables["base"]), "--n-boot", "500", "--json")
+    p = run_gate("--base", str(tables["win"]), "--cand", str(tables["base"]), "--n-boot", "1000", "--json")
     assert p.returncode == 1, p.stderr
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1
@@ -448,10 +483,10 @@ def test_cli_json_reject_exits_1(tables):
 
 
 def test_cli_text_and_options(tables):
-    same = run_gate("--base", str(tables["base"]), "--cand", str(tables["base"]), "--n-boot", "200")
+    same = run_gate("--base", str(tables["base"]), "--cand", str(tables["base"]), "--n-boot", "1000")
     assert same.returncode == 1 and same.stdout.startswith("REJECT:")
     # the options reach the gate: a negative reg_cap is refused as bad input, naming the option
-    capped = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "200", "--reg-cap", "-1")
+    capped = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "1000", "--reg-cap", "-1")
     assert capped.returncode == 2 and "reg_cap" in capped.stderr and "Traceback" not in capped.stderr
 
 
@@ -508,3 +543,123 @@ def test_empty_error_column_from_csv_pairs_without_warning(tmp_path):
         warnings.simplefilter("error")
         per, dropped = pair(df, df)
     assert dropped == 0 and len(per) == 2
+
+
+# -- refusals and exit codes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("material", float("nan"), "material"), ("material", float("inf"), "material"), ("alpha", float("nan"), "alpha"),
+    ("alpha", float("inf"), "alpha"), ("alpha", 1.0, "alpha"), ("reg_cap", float("nan"), "reg_cap"),
+    ("reg_cap", float("inf"), "reg_cap"), ("n_boot", 1, "below 1000"), ("n_boot", 999, "below 1000"),
+    ("campaign_alpha", float("nan"), "campaign_alpha"), ("min_items", 1, "min_items"),
+])
+def test_config_refuses_non_finite_or_out_of_range(field, value, words):
+    from components.errors import InputError
+
+    with pytest.raises(InputError, match=words):
+        GateConfig(**{field: value})
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_fewer_than_min_items_is_refused(n):
+    base = items(n, [0.2, 0.3])
+    with pytest.raises(gate_mod.TooFewItems, match=f"{n} item"):
+        gate(table(base), table(shifted(base, {i: 0.5 for i in base})), FAST)
+    per = pd.DataFrame({"item_id": list(base), "base": 0.2, "cand": 0.7, "d": 0.5})
+    with pytest.raises(gate_mod.TooFewItems):
+        decide(per, FAST)
+
+
+def test_five_items_are_enough_and_errors_below_the_minimum_refuse_softly():
+    base = items(5, [0.2, 0.3])
+    b, c = table(base), table(shifted(base, {i: 0.5 for i in base}))
+    assert gate(b, c, FAST)[0].accept is True
+    c_err = table(shifted(base, {i: 0.5 for i in base}), {("item-000", 0): "x", ("item-000", 1): "y"})
+    verdict, _ = gate(b, c_err, GateConfig(n_boot=1000, max_error_share=0.5))  # errors leave 4 items
+    assert verdict.accept is False and "errored" in verdict.reason
+
+
+@pytest.mark.parametrize("key,value", [("gate.material", float("nan")), ("gate.alpha", float("inf")),
+                                       ("gate.n_boot", 999), ("gate.reg_cap", -1), ("gate.min_items", 1),
+                                       ("gate.campaign_alpha", float("nan")), ("gate.max_error_share", float("nan"))])
+def test_params_gate_block_refuses_the_same(key, value):
+    from components.errors import InputError
+    from components.params import load_params
+
+    with pytest.raises(InputError, match=key.replace(".", r"\.")):
+        load_params(None, {key: value})
+
+
+def test_params_yaml_nan_is_refused(tmp_path):
+    from components.errors import InputError
+    from components.params import load_params
+
+    f = tmp_path / "params.yaml"
+    f.write_text("gate:\n  material: .nan\n")
+    with pytest.raises(InputError, match="gate.material"):
+        load_params(f)
+    assert load_params(ROOT / "params.yaml").gate.config().n_boot >= gate_mod.MIN_BOOT
+
+
+def test_look_alpha_spends_the_campaign_budget_linearly():
+    from components.errors import InputError
+
+    per = [gate_mod.look_alpha(0.05, 10, k) for k in range(1, 11)]
+    assert per == [pytest.approx(0.01)] * 10
+    assert sum(a / 2 for a in per) == pytest.approx(0.05)  # one-sided: a CI whose lower end must clear zero
+    with pytest.raises(InputError, match="beyond"):
+        gate_mod.look_alpha(0.05, 10, 11)
+
+
+@pytest.fixture(scope="module")
+def refusals(tables):
+    d = tables["dir"]
+    one = items(1, [0.2, 0.3])
+    four = items(4, [0.2, 0.3])
+    return {"one_b": write_csv(d / "one_b.csv", table(one)),
+            "one_c": write_csv(d / "one_c.csv", table(shifted(one, {i: 0.5 for i in one}))),
+            "four_b": write_csv(d / "four_b.csv", table(four)),
+            "four_c": write_csv(d / "four_c.csv", table(shifted(four, {i: 0.5 for i in four})))}
+
+
+@pytest.mark.parametrize("args,words", [
+    (("one_b", "one_c"), ["1 item", "at least 5"]),
+    (("four_b", "four_c"), ["4 item", "at least 5"]),
+    (("base", "win", "--material", "nan"), ["material"]),
+    (("base", "win", "--alpha", "inf"), ["alpha"]),
+    (("base", "win", "--n-boot", "1"), ["n_boot", "1000"]),
+    (("base", "win", "--n-boot", "999"), ["n_boot", "1000"]),
+])
+def test_cli_refusals_exit_2_with_one_line(tables, refusals, args, words):
+    files = {**tables, **refusals}
+    b, c, *rest = args
+    p = run_gate("--base", str(files[b]), "--cand", str(files[c]), *rest)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert p.stdout.strip() == "" and "Traceback" not in p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and all(w in lines[0] for w in words), p.stderr
+
+
+def test_cli_internal_error_exits_3_not_1(tables, monkeypatch):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    def boom(*a, **k):
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(gate_mod, "gate", boom)
+    r = CliRunner().invoke(app, ["gate", "--base", str(tables["base"]), "--cand", str(tables["win"])])
+    assert r.exit_code == 3
+    assert "internal error" in r.output and "simulated crash" in r.output
+
+
+def test_cli_gate_path_imports_nothing_heavy(tables):
+    code = ("import sys; from flows.cli import main; sys.argv = ['ratchet', 'gate', '--base', sys.argv[1], '--cand', "
+            "sys.argv[2], '--json']\ntry:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+            "heavy = sorted(m for m in ('great_expectations', 'prefect', 'mlflow', 'dvc', 'scipy') if m in sys.modules)\n"
+            "print('HEAVY', heavy, code)")
+    p = subprocess.run([sys.executable, "-c", code, str(tables["base"]), str(tables["win"])], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.stdout.strip().splitlines()[-1] == "HEAVY [] 0", p.stdout + p.stderr

@@ -1,10 +1,16 @@
 """The held-out gate: whether a candidate is kept is decided by arithmetic, not by the model that proposed it.
 
     pair     base and candidate score tables -> one row per item: mean over seeds of each arm, d_i = cand - base
-             (refused, before any statistic, unless every (item, seed) is in both arms exactly once, with a score)
-    ci       bootstrap over items (not trials): resample the n items with replacement, n_boot times, seeded
+             (refused, before any statistic, unless every (item, seed) is in both arms exactly once, with a score,
+             and at least `min_items` items are left)
+    ci       bootstrap over items (not trials): resample the n items with replacement, n_boot times, seeded;
+             percentile interval. O(n_items) memory: resample counts are drawn over the distinct values of d_i
+             (multinomial) when they are few, else item indices in bounded chunks
     decide   accept iff ci_lo > 0 (the CI excludes zero on the improving side), regressed items <= reg_cap,
              the prescribed mechanism fired, and no leakage. Anything else, ties included, keeps the parent.
+    spend    held-out reuse: a campaign looks at the same dev items every round, so the k-th look gets its share
+             alpha_k of one campaign budget (linear alpha spending over the declared maximum number of looks);
+             P(any false promotion in the campaign) <= sum of the one-sided alpha_k / 2 <= campaign_alpha
 
 An item counts as improved (regressed) when d_i > material (d_i < -material). Errored episodes are paired
 symmetrically: an (item, seed) that errored in either arm is dropped from both arms, so one arm's faults can never
@@ -14,7 +20,9 @@ Pure functions over arrays; no I/O.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -30,6 +38,31 @@ class TooManyErrors(PairingError):
     """So many (item, seed) pairs errored that what is left cannot stand for the benchmark: the gate refuses."""
 
 
+class TooFewItems(PairingError):
+    """Fewer items than `min_items`: a bootstrap over so few items has no width to trust."""
+
+
+MIN_ITEMS = 5  # with fewer items the percentile bootstrap is degenerate (1 item: a zero-width CI)
+MIN_BOOT = 1_000  # below this the CI's own Monte-Carlo error is a sizeable share of its width
+_CHUNK = 1 << 18  # index draws per bootstrap chunk (1 MB of int32): bounds memory at any n_items, stays in cache
+_LATTICE_MAX_DEN = 10_000  # scores' denominators (rubric weight sums x seeds) stay far below this
+_LATTICE_MAX_VALUES = 4_096
+_FFT_MAX = 1 << 25  # support of the resample sum on the lattice: 32 M points (~0.8 GB transient at the cap)
+
+
+def _finite(name: str, v: object, lo: float, hi: float = math.inf, *, lo_open: bool = False, hi_open: bool = False) -> None:
+    """One home for the gate's input bounds (the CLI, params.yaml and the library all land here)."""
+    try:
+        x = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(f"gate: {name}: {v!r} is not a number") from None
+    if not math.isfinite(x):
+        raise InputError(f"gate: {name}: {v!r} is not a finite number")
+    if x < lo or (lo_open and x == lo) or x > hi or (hi_open and x == hi):
+        left, right = "(" if lo_open else "[", ")" if hi_open or hi == math.inf else "]"
+        raise InputError(f"gate: {name}: {v!r} is not in {left}{lo:g}, {hi:g}{right}")
+
+
 @dataclass(frozen=True)
 class GateConfig:
     alpha: float = 0.05
@@ -38,14 +71,23 @@ class GateConfig:
     reg_cap: int = 2
     material: float = 0.05
     max_error_share: float = 0.25
+    min_items: int = MIN_ITEMS
+    campaign_alpha: float = 0.05  # a campaign's budget for P(any false promotion) over all its dev looks
 
     def __post_init__(self) -> None:
-        if not 0 < self.alpha < 1:
-            raise InputError(f"gate: alpha: {self.alpha} is not in (0, 1)")
-        if self.n_boot < 1:
-            raise InputError(f"gate: n_boot: {self.n_boot} must be at least 1")
-        if self.reg_cap < 0 or self.material < 0:
-            raise InputError("gate: reg_cap and material must be >= 0")
+        _finite("alpha", self.alpha, 0, 1, lo_open=True, hi_open=True)
+        _finite("campaign_alpha", self.campaign_alpha, 0, 0.5, lo_open=True, hi_open=True)
+        _finite("material", self.material, 0, 1)
+        _finite("reg_cap", self.reg_cap, 0)
+        _finite("max_error_share", self.max_error_share, 0, 1)
+        for name in ("n_boot", "seed", "reg_cap", "min_items"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InputError(f"gate: {name}: {v!r} is not an integer")
+        if self.n_boot < MIN_BOOT:
+            raise InputError(f"gate: n_boot: {self.n_boot} is below {MIN_BOOT} (the CI would carry its own sampling noise)")
+        if self.min_items < 2:
+            raise InputError(f"gate: min_items: {self.min_items} must be at least 2")
 
 
 @dataclass(frozen=True)
@@ -92,7 +134,8 @@ def _check_arm(df: pd.DataFrame, name: str) -> pd.DataFrame:
     return out
 
 
-def pair(base: pd.DataFrame, cand: pd.DataFrame, max_error_share: float = 1.0) -> tuple[pd.DataFrame, int]:
+def pair(base: pd.DataFrame, cand: pd.DataFrame, max_error_share: float = 1.0,
+         min_items: int = 1) -> tuple[pd.DataFrame, int]:
     """Per-item paired table (item_id, base, cand, d) and the number of (item, seed) pairs dropped for errors."""
     b, c = _check_arm(base, "base"), _check_arm(cand, "cand")
     kb = set(zip(b["item_id"], b["seed"]))
@@ -116,22 +159,103 @@ def pair(base: pd.DataFrame, cand: pd.DataFrame, max_error_share: float = 1.0) -
     m = m[~errored]
     per = m.groupby("item_id", sort=True).agg(base=("score_b", "mean"), cand=("score_c", "mean")).reset_index()
     per["d"] = per["cand"] - per["base"]
+    if len(per) < min_items:
+        if dropped:  # errors took the comparison below its minimum: a refusal, like too many errors
+            raise TooManyErrors(f"{dropped} errored pair(s) leave {len(per)} item(s); the gate needs at least {min_items}")
+        raise TooFewItems(f"{len(per)} item(s) to compare; the gate needs at least {min_items}")
     return per, dropped
 
 
-def bootstrap_ci(d: np.ndarray, n_boot: int = 10_000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
-    """Percentile CI of the mean of d, resampling items with replacement (vectorized: one (n_boot, n) draw)."""
+def _lattice(vals: np.ndarray) -> tuple[float, np.ndarray] | None:
+    """(h, j) with vals == vals[0] + h * j for small integers j, or None. Scores are rubric fractions averaged over
+    seeds, so the d_i of a real table sit on such a lattice; arbitrary reals do not (and are bootstrapped by index)."""
+    if len(vals) > _LATTICE_MAX_VALUES:
+        return None
+    offs = vals - vals[0]
+    den = 1
+    for x in offs[1:]:
+        f = Fraction(float(x)).limit_denominator(_LATTICE_MAX_DEN)
+        if abs(float(f) - x) > 1e-9:
+            return None
+        den = math.lcm(den, f.denominator)
+        if den > _LATTICE_MAX_DEN:
+            return None
+    j = np.rint(offs * den).astype(np.int64)
+    g = int(np.gcd.reduce(j)) or 1
+    h, j = g / den, j // g
+    return (h, j) if np.allclose(vals[0] + h * j, vals, rtol=0, atol=1e-9) else None
+
+
+def boot_means(d: np.ndarray, n_boot: int = 10_000, seed: int = 0) -> np.ndarray:
+    """n_boot means of d over items resampled with replacement, in O(n_items + n_boot) memory at any size.
+
+    A resample's mean depends only on how often it draws each distinct value of d. Three exact ways to draw it,
+    all with the distribution of resampling the n items one by one:
+      lattice   d_i = v0 + h * j_i with small integers j (the usual case): the resample sum of j is a sum of n
+                i.i.d. draws, whose whole distribution is the n-th convolution power of the pmf of j (one FFT);
+                each resample is then one inverse-CDF draw from it;
+      few       Multinomial(n, share of each distinct value) counts, O(distinct values) per resample;
+      else      item indices, drawn in chunks of bounded size."""
     d = np.asarray(d, dtype=float)
+    n = len(d)
+    if n == 0:
+        raise ValueError("bootstrap over zero items")
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(d), size=(n_boot, len(d)))
-    means = d[idx].mean(axis=1)
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    vals, counts = np.unique(d, return_counts=True)
+    if len(vals) == 1:
+        return np.full(n_boot, vals[0])
+    lat = _lattice(vals)
+    if lat is not None and n * int(lat[1][-1]) < _FFT_MAX:
+        h, j = lat
+        pmf = np.zeros(int(j[-1]) + 1)
+        np.add.at(pmf, j, counts / n)
+        size = n * (len(pmf) - 1) + 1
+        m = 1 << (size - 1).bit_length()  # numpy's FFT (scipy.fft costs a third of a second to import)
+        total = np.fft.irfft(np.fft.rfft(pmf, m) ** n, m)[:size]
+        cdf = np.cumsum(np.clip(total, 0.0, None))
+        k = np.searchsorted(cdf, rng.random(n_boot) * cdf[-1], side="right")
+        return vals[0] + h * np.minimum(k, size - 1) / n
+    out = np.empty(n_boot)
+    if len(vals) * 8 <= n:  # a binomial draw costs several index draws: worth it only when values repeat a lot
+        step = max(1, _CHUNK // len(vals))
+        for i in range(0, n_boot, step):
+            m_ = rng.multinomial(n, counts / n, size=min(step, n_boot - i))
+            out[i:i + len(m_)] = m_ @ vals / n
+        return out
+    step = max(1, _CHUNK // n)
+    dtype = np.int32 if n < 2**31 else np.int64
+    for i in range(0, n_boot, step):
+        idx = rng.integers(0, n, size=(min(step, n_boot - i), n), dtype=dtype)
+        out[i:i + len(idx)] = d[idx].mean(axis=1)
+    return out
+
+
+def bootstrap_ci(d: np.ndarray, n_boot: int = 10_000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
+    """Percentile CI of the mean of d, resampling items with replacement."""
+    lo, hi = np.quantile(boot_means(d, n_boot, seed), [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
+
+
+def look_alpha(campaign_alpha: float, max_looks: int, look: int) -> float:
+    """The two-sided CI alpha of the `look`-th dev look (1-based) under linear alpha spending.
+
+    The gate accepts only when the CI's lower end is above zero, so one look falsely promotes with probability at
+    most alpha_k / 2. Spending campaign_alpha / max_looks of one-sided error per look bounds the campaign's chance of
+    any false promotion by campaign_alpha (a union bound: it holds however the looks depend on each other, and they do,
+    through the shared dev items and the unchanged champion). Linear spending because every round's candidate deserves
+    the same power; the number of looks is declared before the campaign starts (campaign.rounds)."""
+    if max_looks < 1:
+        raise InputError(f"gate: max_looks: {max_looks} must be at least 1")
+    if not 1 <= look <= max_looks:
+        raise InputError(f"gate: dev look {look} is beyond the {max_looks} declared looks: no alpha left to spend")
+    return 2.0 * campaign_alpha / max_looks
 
 
 def decide(per_item: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_fired: bool = True,
            leakage: bool = False, dropped_errors: int = 0) -> GateResult:
     d = per_item["d"].to_numpy(dtype=float)
+    if len(d) < cfg.min_items:
+        raise TooFewItems(f"{len(d)} item(s) to compare; the gate needs at least {cfg.min_items}")
     net = float(d.mean())
     lo, hi = bootstrap_ci(d, cfg.n_boot, cfg.alpha, cfg.seed)
     improved = int((d > cfg.material).sum())
@@ -156,7 +280,7 @@ def gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = GateConfig(),
     """Pair, then decide. Returns the verdict and the per-item table. Too many errored pairs is a refusal (keep the
     parent), not a crash; any other pairing problem raises PairingError."""
     try:
-        per, dropped = pair(base, cand, cfg.max_error_share)
+        per, dropped = pair(base, cand, cfg.max_error_share, cfg.min_items)
     except TooManyErrors as e:
         return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=-1), \
             pd.DataFrame(columns=["item_id", "base", "cand", "d"])

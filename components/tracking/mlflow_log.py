@@ -124,7 +124,9 @@ class CampaignTracker:
                             "n_regressed": g.get("n_regressed"), "repair_repaired": rep.get("repaired"),
                             "repair_broken": rep.get("broken"),
                             "repair_delta": (rep["cand_mean"] - rep["base_mean"]) if rep else None,
-                            "accepted": 1.0 if rec["verdict"] == "accept" else 0.0})
+                            "accepted": 1.0 if rec["verdict"] == "accept" else 0.0,
+                            "dev_look": (rec.get("dev_look") or {}).get("look"),
+                            "gate_alpha": (rec.get("dev_look") or {}).get("alpha")})
         for name in ("plan.json", "diagnosis.json", "validation.json", "repair.json", "repair_items.csv", "gate.json",
                      "gate_items.csv", "dev_base.csv", "dev_cand.csv", "findings.csv", "round.json"):
             if (rd / name).exists():
@@ -158,6 +160,8 @@ class CampaignTracker:
             "test_ci_lo": t.get("ci_lo"), "test_ci_hi": t.get("ci_hi"), "accepted": summary["accepted"],
             "rounds": summary["rounds"], "localization_accuracy": loc.get("accuracy"),
             "outcome_only_accuracy": loc.get("outcome_only_accuracy"),
+            "dev_looks": (summary.get("dev_looks") or {}).get("n"),
+            "dev_alpha_spent": (summary.get("dev_looks") or {}).get("alpha_spent"),
             **{f"budget_{k}": v for k, v in spent.items()}})
         if summary.get("stopped"):
             self.client.set_tag(self.run_id, "ratchet.stopped", summary["stopped"][:4000])
