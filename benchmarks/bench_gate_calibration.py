@@ -1,0 +1,284 @@
+"""How often the held-out gate promotes a change that does nothing or harms, how often it catches a real one, and
+what a 10-round campaign of null patches does to the campaign-level false-promotion rate.
+
+    python benchmarks/bench_gate_calibration.py [--quick] [--pool 20] [--workers 2]
+
+Cheap but honest: each package is evaluated ONCE on every dev item over a pool of seeds (the simulated agent is
+deterministic given package, task and seed), and each gate is then formed from random seed subsets of that pool:
+  A/A        two independent evaluations of the base package: disjoint seed subsets per item, 3 seeds each
+  patches    base vs a neutral or harmful patch produced by the simulator, paired on the same 3 seeds per item:
+               nothing     a card about nothing, delivered next to the useful cards (it only dilutes attention)
+               misleading  the refund card rewritten to state the wrong refund method
+               bounce      a pre-write checker whose confirmation word no user ever says: it bounces good writes
+  power      base vs base with a true effect of +5 / +10 points: a random share of items gets "fixed" (a failed
+             episode there becomes a success with probability 0.9, as a followed card would), the share set so the
+             expected dev gain is exactly the effect; paired seeds. Also at larger virtual dev sets (items drawn with
+             replacement from the 60) to say what size would meet the goal.
+  campaign   10 rounds against one fixed champion evaluation (the campaign's dev seeds), each round's candidate an
+             independent re-evaluation of the same package (the most dangerous null: fresh noise at every look).
+Every gate is the real `decide` (CI, regression cap, material threshold) at the alpha it would use: 0.05 for one
+look, and alpha_k = 2 * campaign_alpha / rounds (0.01) per look under the campaign's linear alpha spending.
+Gates drawn from one pool share seeds, so the Wilson CIs (which assume independent gates) are somewhat too narrow.
+Last line: the campaign-level false-promotion rate under alpha spending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from components.env import quiet_offline  # noqa: E402
+
+quiet_offline()
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from components.evolution.gate import GateConfig, boot_means, decide, look_alpha  # noqa: E402
+
+NOTHING = """---
+id: customer-tone
+type: knowledge
+trigger:
+  event: intent_recorded
+  tool: return_delivered_order_items
+source: style-guide
+---
+Greet the customer by name, keep answers short and friendly, and thank them for their patience.
+"""
+
+MISLEADING = """---
+id: refund-original-payment
+type: procedure
+trigger:
+  event: intent_recorded
+  tool: return_delivered_order_items
+source: policy.md#returns
+---
+`return_delivered_order_items` refunds go to a gift card balance: pass the account's gift card as the refund
+payment method, whatever the order was paid with.
+"""
+
+BASE_MANIFEST = """name: calibration-base
+description: A mid-campaign package - board, two routed cards, no checker yet.
+wm:
+  board: true
+  max_entries: 8
+  bind_on: [order_id]
+delivery:
+  - use: event_cards
+    at: intent_recorded
+checkers: []
+"""
+
+BOUNCE = """checkers:
+  - use: confirm_before_write
+    at: pre_write
+    cfg:
+      affirmations: [xyzzy-plugh]
+"""
+
+
+def build_packages(root: Path) -> dict[str, Path]:
+    """The base (a mid-campaign package built from the shipped reference cards) and its three null/harmful patches."""
+    ref = ROOT / "data/packages/reference/em/procedure"
+    base = root / "base"
+    (base / "em/procedure").mkdir(parents=True)
+    (base / "manifest.yaml").write_text(BASE_MANIFEST)
+    for card in ("refund-original-payment.md", "cancel-reason.md"):
+        shutil.copy(ref / card, base / "em/procedure" / card)
+    nothing = root / "nothing"
+    shutil.copytree(base, nothing)
+    (nothing / "em/knowledge").mkdir()
+    (nothing / "em/knowledge/customer-tone.md").write_text(NOTHING)
+    misleading = root / "misleading"
+    shutil.copytree(base, misleading)
+    (misleading / "em/procedure/refund-original-payment.md").write_text(MISLEADING)
+    bounce = root / "bounce"
+    shutil.copytree(base, bounce)
+    (bounce / "manifest.yaml").write_text(BASE_MANIFEST.replace("checkers: []\n", BOUNCE))
+    return {"base": base, "nothing": nothing, "misleading": misleading, "bounce": bounce}
+
+
+def _shard(args: tuple) -> pd.DataFrame:
+    quiet_offline()
+    from components.runtime.evaluate import run_shard
+
+    package, bench, items, seeds = args
+    return run_shard(package, bench, items, seeds).scores
+
+
+def pool_scores(package: Path, bench: str, items: list[str], pool: int, workers: int, cache: Path) -> np.ndarray:
+    """scores[item, seed] of one package over the seed pool, evaluated once (and cached by package and bench bytes)."""
+    from components.memory.package import digest
+
+    key = hashlib.sha256(f"{digest(package)}:{digest(bench)}:{items}:{pool}".encode()).hexdigest()[:16]
+    f = cache / f"{package.name}-{key}.npy"
+    if f.exists():
+        return np.load(f)
+    shards = [(str(package), bench, items[i:i + 5], list(range(pool))) for i in range(0, len(items), 5)]
+    with ProcessPoolExecutor(workers) as ex:
+        df = pd.concat(list(ex.map(_shard, shards)), ignore_index=True)
+    if (df["error"].fillna("") != "").any():
+        raise SystemExit(f"{package.name}: errored episodes in the pool")
+    m = df.pivot(index="item_id", columns="seed", values="score").loc[items, list(range(pool))].to_numpy(float)
+    cache.mkdir(parents=True, exist_ok=True)
+    np.save(f, m)
+    return m
+
+
+def draw_seeds(rng: np.random.Generator, n_items: int, pool: int, k: int) -> np.ndarray:
+    """Per item, k distinct seeds of the pool: an (n_items, k) index array."""
+    return np.argsort(rng.random((n_items, pool)), axis=1)[:, :k]
+
+
+def arm_mean(scores: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    return np.take_along_axis(scores, seeds, axis=1).mean(axis=1)
+
+
+def verdicts(base: np.ndarray, cand: np.ndarray, cfgs: list[GateConfig], check: bool = False) -> list[tuple[bool, bool]]:
+    """(accepted by the whole gate, CI excludes zero upward) under each config, for per-item arm means.
+
+    `decide`'s arithmetic with one bootstrap shared by the configs (they differ only in alpha); `check` runs the real
+    `decide` too and insists on the same verdict."""
+    d = cand - base
+    means = boot_means(d, cfgs[0].n_boot, cfgs[0].seed)
+    out = []
+    for cfg in cfgs:
+        lo = float(np.quantile(means, cfg.alpha / 2))
+        accept = lo > 0 and int((d < -cfg.material).sum()) <= cfg.reg_cap
+        if check:
+            per = pd.DataFrame({"item_id": [f"i{k}" for k in range(len(base))], "base": base, "cand": cand, "d": d})
+            r = decide(per, cfg)
+            assert (r.accept, r.ci_lo) == (accept, lo), (r, accept, lo)
+        out.append((accept, lo > 0))
+    return out
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float, float]:
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return p, max(0.0, mid - half), min(1.0, mid + half)
+
+
+def fmt(k: int, n: int) -> str:
+    p, lo, hi = wilson(k, n)
+    return f"{100 * p:5.1f}% [{100 * lo:4.1f}, {100 * hi:4.1f}] ({k}/{n})"
+
+
+def effect_arm(rng: np.random.Generator, scores: np.ndarray, effect: float) -> np.ndarray:
+    """The same episodes with a true effect: on a random share of items each failure becomes a success w.p. 0.9."""
+    fail = (1 - scores).mean()
+    share = min(1.0, effect / (0.9 * fail))  # capped: a base this strong cannot gain the whole effect
+    hit = rng.random(scores.shape[0]) < share
+    fixed = rng.random(scores.shape) < 0.9
+    return np.where(hit[:, None] & fixed, 1.0, scores)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--pool", type=int, default=None, help="seeds per item evaluated once (default 20, quick 8)")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per item in one gate (the campaign's)")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--bench", default=str(ROOT / "data/benchmarks/retail"))
+    a = ap.parse_args()
+    pool = a.pool or (8 if a.quick else 20)
+    n_aa, n_patch, n_power, n_camp = (60, 30, 40, 40) if a.quick else (1000, 300, 300, 500)
+    n_boot = 1000 if a.quick else 10_000
+    t0 = time.perf_counter()
+    from components.worlds import load_benchmark, world
+
+    if not (Path(a.bench) / "meta.json").exists():
+        world("retail").materialize(a.bench, 0)
+    b = load_benchmark(a.bench)
+    items = b.ids("dev")
+    if a.quick:
+        items = items[:20]
+    one = GateConfig(n_boot=n_boot)  # a single look
+    per_look = GateConfig(n_boot=n_boot, alpha=look_alpha(one.campaign_alpha, a.rounds, 1))  # alpha spending
+    rng = np.random.default_rng(2024)
+    with tempfile.TemporaryDirectory() as tmp:
+        pkgs = build_packages(Path(tmp))
+        cache = ROOT / ".ratchet" / "bench_gate_calibration"
+        S = {name: pool_scores(p, a.bench, items, pool, a.workers, cache) for name, p in pkgs.items()}
+    n_ep = len(S) * len(items) * pool
+    base = S["base"]
+    print(f"dev items {len(items)}, seeds per gate {a.seeds}, pool {pool} seeds/item, {n_ep} episodes evaluated once "
+          f"({time.perf_counter() - t0:.0f} s); base package dev mean {base.mean():.3f}; n_boot {n_boot}")
+    print(f"per look: alpha {one.alpha} (one look) and {per_look.alpha:.3f} (linear spending of campaign_alpha "
+          f"{one.campaign_alpha} over {a.rounds} looks); reg_cap {one.reg_cap}, material {one.material}")
+    rows = []
+
+    def run(label: str, true_effect: float, n: int, arms) -> None:
+        acc = {"one": [0, 0], "look": [0, 0]}
+        for g in range(n):
+            bm, cm = arms()
+            for key, (full, ci) in zip(("one", "look"), verdicts(bm, cm, [one, per_look], check=g < 5)):
+                acc[key][0] += full
+                acc[key][1] += ci
+        rows.append((label, true_effect, n, acc))
+        print(f"{label:<22} true {100 * true_effect:+6.2f} pts  gates {n:5d}  promoted @0.05 {fmt(acc['one'][0], n)}  "
+              f"@{per_look.alpha:.2f} {fmt(acc['look'][0], n)}  (CI alone @0.05 {100 * acc['one'][1] / n:.1f}%)",
+              flush=True)
+
+    def aa():
+        s = draw_seeds(rng, len(items), pool, 2 * a.seeds)
+        return arm_mean(base, s[:, :a.seeds]), arm_mean(base, s[:, a.seeds:])
+
+    run("A/A", 0.0, n_aa, aa)
+    for name in ("nothing", "misleading", "bounce"):
+        def patch(name=name):
+            s = draw_seeds(rng, len(items), pool, a.seeds)
+            return arm_mean(base, s), arm_mean(S[name], s)
+        run(f"patch: {name}", float(S[name].mean() - base.mean()), n_patch, patch)
+    for effect in (0.05, 0.10):
+        def power(effect=effect):
+            s = draw_seeds(rng, len(items), pool, a.seeds)
+            return arm_mean(base, s), arm_mean(effect_arm(rng, base, effect), s)
+        run(f"power: +{round(100 * effect)} pts", effect, n_power, power)
+    # what dev size would give 80% power at +10 under alpha spending: virtual dev sets of items drawn from the 60
+    for mult in ((2,) if a.quick else (2, 3, 4)):
+        def bigger(mult=mult):
+            pick = rng.integers(0, len(items), len(items) * mult)
+            sub = base[pick]
+            s = draw_seeds(rng, len(pick), pool, a.seeds)
+            return arm_mean(sub, s), arm_mean(effect_arm(rng, sub, 0.10), s)
+        run(f"power: +10, {mult * len(items)} items", 0.10, n_power // 2, bigger)
+    # a 10-round campaign of null patches: one champion evaluation, a fresh null candidate at every look
+    camp = {"one": 0, "look": 0}
+    for _ in range(n_camp):
+        perm = draw_seeds(rng, len(items), pool, pool)
+        bm = arm_mean(base, perm[:, :a.seeds])  # the champion's dev evaluation, fixed for the whole campaign
+        rest = perm[:, a.seeds:]
+        hit = {"one": False, "look": False}
+        for r in range(a.rounds):
+            cand_seeds = np.take_along_axis(rest, np.argsort(rng.random(rest.shape), axis=1)[:, :a.seeds], axis=1)
+            cm = arm_mean(base, cand_seeds)
+            for key, (full, _) in zip(("one", "look"), verdicts(bm, cm, [one, per_look])):
+                hit[key] = hit[key] or full
+            if hit["one"] and hit["look"]:
+                break
+        for key in camp:
+            camp[key] += hit[key]
+    print(f"{a.rounds}-round null campaigns {n_camp}: any false promotion without spending (0.05 per look) "
+          f"{fmt(camp['one'], n_camp)}; with linear alpha spending ({per_look.alpha:.3f} per look) {fmt(camp['look'], n_camp)}")
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    print(f"campaign-level false promotion with alpha spending: {100 * camp['look'] / n_camp:.1f}%")
+
+
+if __name__ == "__main__":
+    main()
