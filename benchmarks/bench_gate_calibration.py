@@ -195,9 +195,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--bench", default=str(ROOT / "data/benchmarks/retail"))
+    ap.add_argument("--cache", default=str(ROOT / ".ratchet" / "bench_gate_calibration"), help="pool score cache")
     a = ap.parse_args()
-    pool = a.pool or (8 if a.quick else 20)
-    n_aa, n_patch, n_power, n_camp = (60, 30, 40, 40) if a.quick else (1000, 300, 300, 500)
+    pool = a.pool or (6 if a.quick else 20)
+    n_aa, n_patch, n_power, n_camp = (40, 20, 20, 20) if a.quick else (1000, 300, 300, 500)
     n_boot = 1000 if a.quick else 10_000
     t0 = time.perf_counter()
     from components.worlds import load_benchmark, world
@@ -207,13 +208,13 @@ def main() -> None:
     b = load_benchmark(a.bench)
     items = b.ids("dev")
     if a.quick:
-        items = items[:20]
+        items = items[:10]
     one = GateConfig(n_boot=n_boot)  # a single look
     per_look = GateConfig(n_boot=n_boot, alpha=look_alpha(one.campaign_alpha, a.rounds, 1))  # alpha spending
     rng = np.random.default_rng(2024)
     with tempfile.TemporaryDirectory() as tmp:
         pkgs = build_packages(Path(tmp))
-        cache = ROOT / ".ratchet" / "bench_gate_calibration"
+        cache = Path(a.cache)
         S = {name: pool_scores(p, a.bench, items, pool, a.workers, cache) for name, p in pkgs.items()}
     n_ep = len(S) * len(items) * pool
     base = S["base"]

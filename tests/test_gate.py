@@ -663,3 +663,60 @@ def test_cli_gate_path_imports_nothing_heavy(tables):
     p = subprocess.run([sys.executable, "-c", code, str(tables["base"]), str(tables["win"])], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert p.stdout.strip().splitlines()[-1] == "HEAVY [] 0", p.stdout + p.stderr
+
+
+# -- held-out reuse: every dev look is counted and spends its share --------------------------------------------
+
+
+def test_dev_looks_are_numbered_from_the_lineage_and_spend_linearly(tmp_path):
+    from components.evolution.lineage import Lineage
+    from components.params import load_params
+    from flows.campaign import dev_look, dev_looks
+
+    root = tmp_path / "lineage"
+    root.mkdir()
+    recs = [{"round": 0, "verdict": "start"},
+            {"round": 1, "verdict": "reject", "plan_key": "p1", "dev_look": {"look": 1, "alpha": 0.01}},
+            {"round": 2, "verdict": "reject", "plan_key": "p2"},  # stopped at the repair screen: no dev look
+            {"round": 3, "verdict": "accept", "plan_key": "p3", "dev_look": {"look": 2, "alpha": 0.01}}]
+    (root / "lineage.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    p = load_params(None, {"campaign.rounds": 10, "gate.campaign_alpha": 0.05})
+    look = dev_look(Lineage(root), 4, p)
+    assert look["look"] == 3 and look["alpha"] == pytest.approx(0.01) and look["spent"] == pytest.approx(0.015)
+    assert dev_look(Lineage(root), 2, p)["look"] == 2  # a resumed round 2 numbers its look as it did the first time
+    acc = dev_looks([r for r in recs if r["round"] > 0], 0.05)
+    assert acc["n"] == 2 and acc["alpha_spent"] == pytest.approx(0.01)
+    assert [(x["round"], x["plan"], x["verdict"]) for x in acc["looks"]] == [(1, "p1", "reject"), (3, "p3", "accept")]
+    p3 = load_params(None, {"campaign.rounds": 3})
+    assert dev_look(Lineage(root), 4, p3)["alpha"] == pytest.approx(2 * 0.05 / 3)
+
+
+# -- benchmarks (quick sizes) ----------------------------------------------------------------------------------
+
+
+def test_bench_gate_quick():
+    import re
+
+    p = subprocess.run([sys.executable, "benchmarks/bench_gate.py", "--quick"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    last = p.stdout.strip().splitlines()[-1]
+    m = re.search(r"plain Python at 1000 items \(rubric d\): (\d+)x", last)
+    assert m and int(m.group(1)) >= 50, p.stdout
+    assert "ratchet gate on a 60-item table" in p.stdout and "peak RSS" in p.stdout
+
+
+def test_bench_gate_calibration_quick(bench_dir, tmp_path):
+    import re
+
+    p = subprocess.run([sys.executable, "benchmarks/bench_gate_calibration.py", "--quick", "--bench", str(bench_dir),
+                        "--cache", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    rate = lambda label, at: int(re.search(rf"{re.escape(label)}.*?@{at}\s+\S+% \[[^]]*\] \((\d+)/", out).group(1))  # noqa: E731
+    assert rate("patch: bounce", "0.01") == 0  # bouncing every good write never passes for an improvement
+    camp = re.search(r"without spending .*?\((\d+)/(\d+)\); with linear alpha spending .*?\((\d+)/(\d+)\)", out)
+    assert camp, out
+    # the spent alpha is smaller than one look's, on the same draws: it can only promote less often
+    assert int(camp.group(3)) <= int(camp.group(1))
+    assert re.fullmatch(r"campaign-level false promotion with alpha spending: [\d.]+%", out.strip().splitlines()[-1])
