@@ -52,6 +52,9 @@ def package_digest(path: Path) -> None:
 
     if not path.is_dir():
         raise InputError(f"{path}: -: not a package directory")
+    links = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_symlink())
+    if links:  # a package may not hold one (see load_package): its bytes would depend on where the link points
+        raise InputError(f"{path / links[0]}: -: symlinks are not allowed in a package")
     out.print(digest(path), highlight=False)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -44,16 +46,40 @@ def stage_key(stage: str, **inputs: Any) -> str:
     return f"{stage}-{code_version()}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
 
 
+RACY_NS = 2_000_000_000  # a file changed this recently may change again within the same clock tick: hash it
+
+
 @lru_cache(maxsize=64)
-def _tree_digest(path: str, _mtime_ns: int) -> str:
+def _tree_digest(path: str, _stats: tuple) -> str:
     return digest(path)
 
 
+def _tree_stats(root: Path) -> tuple[tuple, int]:
+    """Every file's (relative path, size, mtime, ctime, inode), and the newest ctime. Writing any byte of a file moves
+    its ctime, which no user call can set back (unlike mtime), so an in-place edit changes this key."""
+    out, newest = [], 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            out.append((os.path.relpath(full, root), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+            newest = max(newest, st.st_ctime_ns)
+    return tuple(out), newest
+
+
 def tree_digest(path: str | Path) -> str:
-    """Digest of a package or benchmark directory (memoized while its manifest/meta is unchanged)."""
-    p = Path(path)
-    anchor = p / ("manifest.yaml" if (p / "manifest.yaml").exists() else "meta.json")
-    return _tree_digest(str(p.resolve()), anchor.stat().st_mtime_ns if anchor.exists() else 0) if anchor.exists() else digest(p)
+    """Digest of a package or benchmark directory, memoized on the stat of every file in it (a stat walk costs far
+    less than hashing megabytes of db.json), so a long-lived worker never reuses the key of a tree edited in place.
+    As in git's "racy" check, a tree touched within the last two seconds is hashed, not memoized: timestamps are
+    coarse-grained, and a second edit inside the same tick would leave every stat unchanged."""
+    p = Path(path).resolve()
+    if not p.is_dir():
+        return digest(p)
+    stats, newest = _tree_stats(p)
+    if time.time_ns() - newest < RACY_NS:
+        return digest(p)
+    return _tree_digest(str(p), stats)
 
 
 def frame_hash(df: pd.DataFrame) -> str:

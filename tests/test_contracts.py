@@ -43,24 +43,37 @@ def test_benchmark_contract_passes_on_a_materialized_benchmark(bench_dir):
     check_benchmark(bench_dir)
 
 
-@pytest.mark.parametrize("breaker,words", [
-    (lambda df, sp: (pd.concat([df, df.iloc[[0]]]), sp), ["task_id not unique"]),
-    (lambda df, sp: (df.assign(min_weight=[0.0] + list(df["min_weight"][1:])), sp), ["min_weight outside"]),
-    (lambda df, sp: (df.assign(split=["holdout"] + list(df["split"][1:])), sp), ["split not one of"]),
-    (lambda df, sp: (df, {**sp, "dev": sp["dev"] + sp["train"][:1]}), ["incomplete", "_merge"]),
-])
-def test_broken_benchmark_is_stopped(tmp_path, bench_dir, breaker, words):
+IN_SET = "[expect_column_values_to_be_in_set]"
+
+
+# each breaker damages the first task (t, in split s) or moves the first train task (x) into dev as well; the contract
+# must report exactly the damage: every failed expectation, naming exactly the rows at fault, and nothing else
+@pytest.mark.parametrize("breaker,expected", [
+    (lambda df, sp: (pd.concat([df, df.iloc[[0]]]), sp),
+     ["task_id not unique for {t}, {t} [expect_column_values_to_be_unique]",
+      "task_id,split duplicated for {t}#{s}, {t}#{s} [expect_compound_columns_to_be_unique]"]),
+    (lambda df, sp: (df.assign(min_weight=[0.0] + list(df["min_weight"][1:])), sp),
+     ["min_weight outside [0, inf] for {t} [expect_column_values_to_be_between]"]),
+    (lambda df, sp: (df.assign(split=["holdout"] + list(df["split"][1:])), sp),
+     ["split not one of ['train', 'dev', 'test'] for {t} " + IN_SET,
+      "_merge not one of ['both'] for {t}#{s}, {t}#holdout " + IN_SET]),
+    (lambda df, sp: (df, {**sp, "dev": sp["dev"] + sp["train"][:1]}),
+     ["_merge not one of ['both'] for {x}#dev " + IN_SET]),
+], ids=["duplicate-task", "zero-weight", "unknown-split", "task-in-two-splits"])
+def test_broken_benchmark_is_stopped(tmp_path, bench_dir, breaker, expected):
     broken = tmp_path / "bench"
     shutil.copytree(bench_dir, broken)
     df = pd.read_csv(broken / "tasks.csv", dtype={"task_id": str})
     sp = json.loads((broken / "splits.json").read_text())
+    names = {"t": df["task_id"][0], "s": df["split"][0], "x": sp["train"][0]}
     df, sp = breaker(df, sp)
     df.to_csv(broken / "tasks.csv", index=False)
     (broken / "splits.json").write_text(json.dumps(sp))
     with pytest.raises(ContractError) as e:
         check_benchmark(broken)
-    text = str(e.value)
-    assert any(w in text for w in words), text
+    want = [line.format(**names) for line in expected]
+    assert e.value.failures == want
+    assert str(e.value).splitlines() == [f"{broken}: {line}" for line in want]
 
 
 def test_materialize_writes_nothing_when_the_contract_fails(tmp_path, monkeypatch):

@@ -117,12 +117,116 @@ def test_only_genuine_receipts_settle_the_ledger(reference, tmp_path):
             assert second.blocked and "cannot finish" in second.blocked
 
 
-def test_model_claims_never_settle(reference):
-    ep = Episode.start("e#0", reference)
-    port = ScriptedPort([Draft(content="All done, order cancelled!")])
-    for _ in range(3):
-        run_turn(ep, port)
-    assert [e.status for e in ep.ledger.entries] == ["pending"]
+@pytest.fixture
+def unchecked(tmp_path):
+    """The reference package without confirm_before_write, so a drafted write is committed and produces a receipt."""
+    pkg_dir = tmp_path / "unchecked"
+    shutil.copytree("data/packages/reference", pkg_dir)
+    text = (pkg_dir / "manifest.yaml").read_text()
+    gone = "  - use: confirm_before_write\n    at: pre_write\n    cfg:\n      match_args: [order_id]\n"
+    assert gone in text
+    (pkg_dir / "manifest.yaml").write_text(text.replace(gone, ""))
+    return load_package(pkg_dir)
+
+
+def test_model_claims_never_settle(unchecked):
+    """Claims of success (messages, a receipt for another order) leave the entry pending; the genuine receipt for the
+    entry's own write, from the same port, settles it at the next turn's grounding."""
+    ep = Episode.start("e#0", unchecked)
+    claim = Draft(content="All done, order #W1 cancelled!")
+    port = ScriptedPort([write_draft("#W2", "c0"), claim, claim, write_draft("#W1", "c1"), claim])
+    steps = [run_turn(ep, port) for _ in range(4)]
+    assert [d.tool_call.args["order_id"] for d, blocked in port.committed if d.tool_call and not blocked] == ["#W2", "#W1"]
+    for step in steps:  # the receipt for #W2 was grounded at turn 1 and bound nothing (bind_on: order_id)
+        assert [(e["args"]["order_id"], e["status"]) for e in step.state_after] == [("#W1", "pending")]
+        assert not any(f.startswith("ground:") for f in step.fingerprint)
+    settled = run_turn(ep, port)  # grounds the receipt of #W1 written in the previous turn
+    assert "ground:e1:done" in settled.fingerprint
+    assert [(e.status, e.evidence) for e in ep.ledger.entries] == [("done", "c1")]
+
+
+# -- the pre-write bounce: a card that arrives at the write boundary sends the draft back once --------------------
+
+PRE_WRITE_MANIFEST = """name: pre-write
+wm:
+  board: false
+delivery:
+  - use: event_cards
+    at: pre_write
+    cfg:
+      max_per_episode: {max_per_episode}
+checkers: []
+"""
+PRE_WRITE_CARD = """---
+id: cancel-reason
+type: procedure
+trigger:
+  event: pre_write
+  tool: cancel_pending_order
+source: test
+---
+The `reason` of `cancel_pending_order` must be exactly 'no longer needed' or 'ordered by mistake'.
+"""
+
+
+def pre_write_package(tmp_path, max_per_episode=6):
+    root = tmp_path / f"pw{max_per_episode}"
+    (root / "em/procedure").mkdir(parents=True)
+    (root / "manifest.yaml").write_text(PRE_WRITE_MANIFEST.format(max_per_episode=max_per_episode))
+    (root / "em/procedure/cancel-reason.md").write_text(PRE_WRITE_CARD)
+    return load_package(root)
+
+
+def test_a_card_delivered_at_pre_write_bounces_the_write_once(tmp_path):
+    ep = Episode.start("e#0", pre_write_package(tmp_path))
+    port = ScriptedPort([write_draft(cid="c1"), write_draft(cid="c2")])
+    step = run_turn(ep, port)
+    assert port.calls == ["receipts", "propose", "draft", "draft", "commit"]
+    assert port.feedback == [None, "before `cancel_pending_order`, read the delivered card(s): cancel-reason"]
+    assert "card cancel-reason" not in port.memories[1] and "card cancel-reason" in port.memories[2]  # the redraft sees it
+    assert step.first_draft["tool"] == WRITE and step.blocked is None  # the redraft is committed, not blocked
+    assert port.committed == [(write_draft(cid="c2"), None)]
+    assert [f for f in step.fingerprint if not f.startswith("ledger:")] == [
+        "deliver:cancel-reason@pre_write", "bounce:pre_write:cards", "redraft"]
+    assert step.delivered == ["cancel-reason"]
+    assert step.deliveries == [{"event": "pre_write", "strategy": "event_cards", "cards": ["cancel-reason"], "notes": 0}]
+    # the next write in the episode: the card is delivered again (up to max_per_episode), and bounces again
+    again = run_turn(ep, ScriptedPort([write_draft(cid="c3"), write_draft(cid="c4")]))
+    assert "bounce:pre_write:cards" in again.fingerprint and ep.delivered_counts["cancel-reason"] == 2
+
+
+def test_no_pre_write_bounce_when_nothing_new_arrives(tmp_path):
+    # once max_per_episode is spent, the card no longer arrives, so the write goes through on the first draft
+    ep = Episode.start("e#0", pre_write_package(tmp_path, max_per_episode=1))
+    run_turn(ep, ScriptedPort([write_draft(cid="c1"), write_draft(cid="c2")]))
+    port = ScriptedPort([write_draft(cid="c3")])
+    step = run_turn(ep, port)
+    assert port.calls.count("draft") == 1 and step.first_draft is None and step.delivered == []
+    assert "bounce:pre_write:cards" not in step.fingerprint and port.committed[0][1] is None
+    # a read (not a write tool) and a message never reach pre_write at all
+    fresh_pkg = pre_write_package(tmp_path / "x")
+    for draft in (Draft(tool_call=ToolCall(id="r", name="get_order_details", args={"order_id": "#W1"})),
+                  Draft(content="Shall I cancel #W1?")):
+        fresh = Episode.start("e#1", fresh_pkg)
+        p = ScriptedPort([draft])
+        s = run_turn(fresh, p)
+        assert p.calls.count("draft") == 1 and s.delivered == []
+        assert not any(f.startswith(("deliver:", "bounce:", "redraft")) for f in s.fingerprint)
+
+
+def test_a_pre_write_card_already_in_context_does_not_bounce(tmp_path):
+    # the same card delivered earlier in the turn (at intent_recorded) is already in front of the model
+    root = tmp_path / "both"
+    (root / "em/procedure").mkdir(parents=True)
+    (root / "manifest.yaml").write_text(PRE_WRITE_MANIFEST.format(max_per_episode=6).replace(
+        "delivery:\n", "delivery:\n  - use: all_cards\n    at: intent_recorded\n"))
+    (root / "em/procedure/cancel-reason.md").write_text(PRE_WRITE_CARD)
+    ep = Episode.start("e#0", load_package(root))
+    port = ScriptedPort([write_draft(cid="c1")])
+    step = run_turn(ep, port)
+    assert "card cancel-reason" in port.memories[1]
+    assert port.calls.count("draft") == 1 and step.first_draft is None and "bounce:pre_write:cards" not in step.fingerprint
+    assert step.delivered == ["cancel-reason"] and ep.delivered_counts["cancel-reason"] == 1
 
 
 def test_trace_steps_are_content_hashed(reference):

@@ -48,25 +48,67 @@ def test_benchmark_shape(bench):
     assert n["multi"] >= 3 and n["cancel"] == 1
 
 
-def test_the_knowledge_is_written_down(bench, package_copy):
-    """What the agent lacks is in the policy, and a violated rule comes back in the receipt."""
+def test_the_knowledge_is_written_down(bench, bench_dir):
+    """What the agent lacks is in the policy it is shown, and a violated rule comes back, stated, in the receipt."""
+    policy = (bench_dir / "policy.md").read_text()
+    env = world(bench.world).make_env(bench, bench.tasks[bench.ids("train")[0]])
+    assert policy in env.system_prompt  # the policy on disk is what the agent reads
     for fact in FACTS:
-        assert fact.statement in bench.policy
-        assert fact.read(bench.policy) == fact.value
+        assert fact.value is not None and fact.read(policy) == fact.value
+        without = policy.replace(fact.statement, "")
+        assert without != policy and fact.read(without) is None  # the policy says it in that statement, nowhere else
     t = run_shard(PACKAGES / "seed", bench, bench.ids("train"), [0, 1, 2]).traces
-    refusals = t[t["observation"].str.contains('"code": "policy"')]
-    assert len(refusals) > 0
-    assert all("Policy: `" in o for o in refusals["observation"])
+    refused: dict[str, int] = {}
+    for action, observation in zip(t["action"], t["observation"]):
+        obs = json.loads(observation)
+        if obs.get("code") != "policy":
+            continue
+        tool = json.loads(action)["tool"]
+        fact = next(f for f in FACTS if f.tool == tool)  # a refusal is always about the write a fact governs
+        assert obs["ok"] is False and obs["genuine"] and obs["tool"] == tool
+        assert fact.read(obs["content"]["error"]) == fact.value  # the receipt states the rule, correctly
+        if fact.id == "cancel_reason":
+            assert obs["args"]["reason"] not in fact.value  # and it is refused for breaking it
+        refused[fact.id] = refused.get(fact.id, 0) + 1
+    assert set(refused) == {f.id for f in FACTS}, refused  # every rule the seed lacks comes back in some receipt
 
 
 def test_reward_is_weighted_rubric(bench):
-    r = run_shard(PACKAGES / "reference", bench, bench.ids("dev")[:20], [0]).scores
-    for row in r.itertuples():
-        task = bench.tasks[row.item_id]
-        weights = sorted({c.weight for c in task.rubric})
-        assert 0.0 <= row.score <= 1.0
-        assert row.success == (row.score == 1.0)
-        assert weights[0] > 0
+    """reward = sum(w_i * s_i) / sum(w_i): checked against hand-computed rubrics and against real episodes."""
+    from components.models import make_model
+    from components.runtime.episode import run_episode
+
+    # an episode where the agent did nothing: every request criterion fails, the two conduct criteria hold
+    spec = world(bench.world)
+    for item in bench.ids("dev")[:30]:
+        task = bench.tasks[item]
+        conduct = [c for c in task.rubric if not c.id.startswith("req")]
+        assert len(conduct) == 2 and len(task.rubric) == len(task.requests) + 2
+        score = spec.make_env(bench, task).score([])
+        total = sum(c.weight for c in task.rubric)
+        assert score.reward == pytest.approx(sum(c.weight for c in conduct) / total, abs=1e-6)
+        assert not score.success
+    weights = {c.weight for t in bench.tasks.values() for c in t.rubric}
+    assert len(weights) > 1  # requests and conduct weigh differently, so the weighting is observable
+
+    chat, weighted_differs = make_model("sim", None), 0
+    for name in ("seed", "reference"):
+        pkg = load_package(PACKAGES / name)
+        for item in bench.ids("dev")[:20]:
+            r = run_episode(pkg, bench, item, 0, chat)
+            task = bench.tasks[item]
+            w = {c.id: c.weight for c in task.rubric}
+            assert set(r.criteria) == set(w) and set(r.criteria.values()) <= {0.0, 1.0}
+            expect = sum(w[k] * s for k, s in r.criteria.items()) / sum(w.values())
+            assert r.score == pytest.approx(expect, abs=1e-6)
+            assert r.success == (min(r.criteria.values()) == 1.0) == (r.score == 1.0)
+            weighted_differs += abs(expect - sum(r.criteria.values()) / len(w)) > 1e-6
+            if task.family == "cancel":  # the request criterion agrees with the trace: a genuine cancel receipt
+                order = task.requests[0]["order_id"]
+                done = any(s.observation.get("ok") and s.observation.get("genuine") and s.action.get("tool") ==
+                           "cancel_pending_order" and s.action.get("args", {}).get("order_id") == order for s in r.steps)
+                assert r.criteria["req1"] == float(done)
+    assert weighted_differs > 0  # partial credit happened, and the weights decided it
 
 
 # -- the simulated agent -------------------------------------------------------------------------------------------

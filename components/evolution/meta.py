@@ -84,7 +84,7 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
     if p.owner == "E" and p.kind == "policy_refusal":
         card_id = f"{p.tool.replace('_', '-')}-rule"
         path = f"em/procedure/{card_id}.md"
-        if card_id in pkg.cards or not p.detail:
+        if card_id in pkg.cards or not p.detail.strip():  # nothing quoted: no rule to write down
             return None
         before = _calls_before(ctx, p.tool)
         body = p.detail.strip()
@@ -98,6 +98,8 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         summary = f"E: add card {card_id} (rule for {p.tool})"
     elif p.owner == "rho" and p.kind == "card_not_fired":
         cards = [c for c in pkg.cards.values() if f"`{p.tool}`" in c.body]
+        if not cards:  # no card concerns the tool: nothing to rebind
+            return None
         card = cards[0]
         t = card.meta.trigger
         if t is not None and t.event == "intent_recorded" and t.tool == p.tool and routed:

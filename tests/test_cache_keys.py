@@ -1,0 +1,58 @@
+"""Stage cache keys: a benchmark edited in place in a long-lived process (a `ratchet worker`) gets a new key."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+from components.memory import digest
+
+
+@pytest.mark.parametrize("name", ["tasks.jsonl", "policy.md", "db.json"])
+def test_an_in_place_edit_changes_the_benchmark_key(tmp_path, bench_dir, monkeypatch, name):
+    import flows.tasks as tasks
+
+    monkeypatch.setattr(tasks, "RACY_NS", 200_000_000)  # the racy window, shortened so the test waits 0.25 s, not 2
+    bench = tmp_path / "bench"
+    shutil.copytree(bench_dir, bench)
+    assert tasks.tree_digest(bench) == digest(bench)  # just written: racy, hashed in full
+    time.sleep(0.25)
+    before = tasks.tree_digest(bench)
+    hits = tasks._tree_digest.cache_info().hits
+    assert tasks.tree_digest(bench) == before and tasks._tree_digest.cache_info().hits == hits + 1  # memoized now
+    key_before = tasks._diag_key(None, {"package": "data/packages/seed", "bench": str(bench), "corpus": "c"})
+
+    # flip one byte in place: same size, and every mtime in the tree (meta.json's and the file's own) restored
+    stamps = {p: os.stat(bench / p).st_mtime_ns for p in ("meta.json", name)}
+    data = bytearray((bench / name).read_bytes())
+    i = data.index(b"e")
+    data[i:i + 1] = b"E"
+    with open(bench / name, "r+b") as f:
+        f.write(bytes(data))
+    for p, ns in stamps.items():
+        os.utime(bench / p, ns=(ns, ns))
+    assert (bench / name).stat().st_size == len(data)
+
+    now = tasks.tree_digest(bench)
+    assert now != before and now == digest(bench)
+    time.sleep(0.25)  # out of the racy window: the memo is consulted again, and must not serve the old digest
+    assert tasks.tree_digest(bench) == now
+    assert tasks._diag_key(None, {"package": "data/packages/seed", "bench": str(bench), "corpus": "c"}) != key_before
+
+
+def test_a_package_key_follows_its_cards(tmp_path, package_copy, monkeypatch):
+    import flows.tasks as tasks
+
+    monkeypatch.setattr(tasks, "RACY_NS", 0)  # memoize at once: only the stat key can tell the trees apart
+    pkg = package_copy("reference")
+    card = next((pkg / "em").rglob("*.md"))
+    time.sleep(0.05)  # past one tick of the file system's coarse clock
+    before = tasks.tree_digest(pkg)
+    card.write_text(card.read_text() + "\nOne more line.\n")
+    assert tasks.tree_digest(pkg) == digest(pkg) != before
+    card.unlink()
+    (pkg / "em" / "extra.md").write_text("x")  # a file removed and another added
+    assert tasks.tree_digest(pkg) == digest(pkg)

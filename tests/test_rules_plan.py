@@ -1,0 +1,300 @@
+"""The `rules` meta-agent, branch by branch, on synthetic evidence (most branches never run in the default campaign).
+
+Each plan is also applied to a copy of its package: the candidate must load and show the change the plan names."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from components.evidence.packets import Citation, Claim, EvidencePacket
+from components.evolution.diagnose import Finding
+from components.evolution.meta import CHECKER_FOR, PlanContext, make_meta_agent, rules_plan
+from components.evolution.patch import apply_plan
+from components.memory import load_package
+from components.runtime.trace import TraceStep, steps_frame
+from tests.conftest import PACKAGES
+
+WRITES = frozenset({"cancel_pending_order", "return_delivered_order_items", "modify_pending_order_address"})
+BENCH = SimpleNamespace(write_tools=WRITES)  # the only thing the rules read from a benchmark
+CITE = Citation(episode_id="i1#0", step=0, hash="a" * 64)
+
+
+def packet(owner: str, kind: str, tool: str = "*", detail: str = "", pid: str = "k1", n: int = 1,
+           opportunity: str = "present", patchability: str = "memory") -> EvidencePacket:
+    return EvidencePacket(
+        id=pid, corpus="c", owner=owner, opportunity=opportunity, patchability=patchability, kind=kind, tool=tool,
+        detail=detail, episodes=[f"i{k}#0" for k in range(1, n + 1)], items=[f"i{k}" for k in range(1, n + 1)],
+        claims=[Claim(statement=f"{owner}/{kind} on {tool}", evidence=[CITE])])
+
+
+def ctx(package, *packets, traces=None, scores=None, findings=(), rejected=()) -> PlanContext:
+    pkg = package if not isinstance(package, (str, Path)) else load_package(package)
+    return PlanContext(list(packets), pkg, BENCH, traces if traces is not None else pd.DataFrame(),
+                       scores if scores is not None else pd.DataFrame(columns=["item_id", "seed", "success"]),
+                       set(rejected), list(findings))
+
+
+def copy(tmp_path: Path, name: str) -> Path:
+    dst = tmp_path / name
+    shutil.copytree(PACKAGES / name, dst)
+    return dst
+
+
+def applied(plan, base, tmp_path):
+    """The plan written into a fresh candidate: it must load."""
+    return load_package(apply_plan(plan, base, tmp_path / "cand"))
+
+
+def check_schema(plan, p: EvidencePacket, max_source_items: int = 12) -> None:
+    assert plan.owner == p.owner and plan.cluster == p.id
+    assert plan.evidence == p.citations() and plan.rationale == p.claims[0].statement
+    assert plan.source_items == p.items[:max_source_items]
+
+
+def event_cards_at_intent(pkg) -> bool:
+    return any(b.spec.use == "event_cards" and b.spec.at == "intent_recorded" for b in pkg.delivery)
+
+
+# -- E: a card distilled from the refusals -----------------------------------------------------------------------
+
+def _step(eid: str, i: int, tool: str, ok: bool = True) -> TraceStep:
+    return TraceStep(episode_id=eid, step=i, incoming={}, state_before=[], delivered=[], deliveries=[], proposal={},
+                     action={"kind": "tool", "content": "", "tool": tool, "args": {}}, checks=[],
+                     observation={"ok": ok}, state_after=[], fingerprint=[]).sealed()
+
+
+def _episodes(spec: dict[str, tuple[bool, list[tuple[str, bool]]]]):
+    """Episodes as {episode id: (success, [(tool, ok), ...])} -> (traces, scores)."""
+    frames, rows = [], []
+    for eid, (success, calls) in spec.items():
+        item, seed = eid.split("#")
+        frames.append(steps_frame([_step(eid, i, t, ok) for i, (t, ok) in enumerate(calls)], item_id=item, seed=int(seed)))
+        rows.append({"item_id": item, "seed": int(seed), "success": success})
+    return pd.concat(frames, ignore_index=True), pd.DataFrame(rows)
+
+
+POLICY = "`cancel_pending_order` takes a `reason` that must be exactly 'no longer needed' or 'ordered by mistake'."
+
+
+def test_e_policy_refusal_adds_a_routed_card_with_the_calls_successful_episodes_made(tmp_path):
+    traces, scores = _episodes({
+        # two successes looked the order up first (read tools only; writes, repeats and `finish` are not listed)
+        "s1#0": (True, [("find_user", True), ("get_order", True), ("find_user", True), ("return_delivered_order_items", True),
+                        ("cancel_pending_order", True), ("finish", True)]),
+        "s2#0": (True, [("find_user", True), ("get_order", True), ("cancel_pending_order", False),
+                        ("cancel_pending_order", True)]),
+        "s3#0": (True, [("get_order", True), ("cancel_pending_order", True)]),  # a minority sequence
+        "f1#0": (False, [("cancel_pending_order", True)]),  # a failed episode never counts
+        "f2#0": (False, [("cancel_pending_order", True)]),
+        "f3#0": (False, [("cancel_pending_order", True)]),
+    })
+    p = packet("E", "policy_refusal", "cancel_pending_order", detail=f"  {POLICY}  ", n=3)
+    plan = rules_plan(p, ctx(PACKAGES / "seed", p, traces=traces, scores=scores), max_per_episode=4, max_source_items=2)
+    check_schema(plan, p, max_source_items=2)
+    card = plan.operations[0]
+    assert card.op == "add_card" and card.path == "em/procedure/cancel-pending-order-rule.md"
+    assert card.meta["trigger"] == {"event": "intent_recorded", "tool": "cancel_pending_order"}
+    assert card.body == POLICY + "\n\nIn successful episodes, the calls before `cancel_pending_order` were: " \
+                                 "`find_user`, `get_order`."
+    assert "3 refusals" in card.meta["source"] and plan.mechanism == "deliver:cancel-pending-order-rule@"
+    # seed has no routing: the card comes with the binding that delivers it
+    cand = applied(plan, PACKAGES / "seed", tmp_path)
+    assert event_cards_at_intent(cand) and "cancel-pending-order-rule" in cand.cards
+    assert [b.spec.cfg for b in cand.delivery] == [{"max_per_episode": 4}]
+
+
+def test_e_policy_refusal_without_successes_or_routing_to_add(tmp_path):
+    p = packet("E", "policy_refusal", "modify_pending_order_address", detail="Validate the address first.")
+    plan = rules_plan(p, ctx(PACKAGES / "reference", p))
+    assert [o.op for o in plan.operations] == ["add_card"]  # reference already routes at intent_recorded
+    assert plan.operations[0].body == "Validate the address first."
+    assert "modify-pending-order-address-rule" in applied(plan, PACKAGES / "reference", tmp_path).cards
+
+
+@pytest.mark.parametrize("tool,detail", [("cancel_pending_order", ""), ("cancel_pending_order", "   ")])
+def test_e_policy_refusal_with_nothing_quoted_plans_nothing(tool, detail):
+    p = packet("E", "policy_refusal", tool, detail=detail)
+    assert rules_plan(p, ctx(PACKAGES / "seed", p)) is None
+
+
+def test_e_policy_refusal_never_adds_a_card_twice(tmp_path):
+    pkg = copy(tmp_path, "reference")
+    src = pkg / "em/procedure/cancel-reason.md"
+    src.write_text(src.read_text().replace("id: cancel-reason", "id: cancel-pending-order-rule"))
+    src.rename(pkg / "em/procedure/cancel-pending-order-rule.md")
+    p = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY)
+    assert rules_plan(p, ctx(pkg, p)) is None
+
+
+# -- rho: rebind a card that did not fire, or route instead of delivering everything -----------------------------
+
+def test_rho_card_not_fired_rebinds_the_card_and_adds_routing(tmp_path):
+    p = packet("rho", "card_not_fired", "cancel_pending_order")
+    plan = rules_plan(p, ctx(PACKAGES / "all-skills", p), max_per_episode=3)
+    check_schema(plan, p)
+    assert [o.op for o in plan.operations] == ["set_trigger", "add_binding"]
+    assert plan.operations[0].path == "em/procedure/cancel-reason.md" and plan.mechanism == "deliver:cancel-reason@"
+    cand = applied(plan, PACKAGES / "all-skills", tmp_path)
+    t = cand.cards["cancel-reason"].meta.trigger
+    assert (t.event, t.tool) == ("intent_recorded", "cancel_pending_order") and event_cards_at_intent(cand)
+
+
+def test_rho_card_not_fired_moves_a_misrouted_trigger(tmp_path):
+    pkg = copy(tmp_path, "reference")
+    card = pkg / "em/procedure/cancel-reason.md"
+    card.write_text(card.read_text().replace("tool: cancel_pending_order", "tool: get_order_details"))
+    p = packet("rho", "card_not_fired", "cancel_pending_order")
+    plan = rules_plan(p, ctx(pkg, p))
+    assert [o.op for o in plan.operations] == ["set_trigger"]  # routing is there already
+    assert applied(plan, pkg, tmp_path).cards["cancel-reason"].meta.trigger.tool == "cancel_pending_order"
+
+
+def test_rho_card_not_fired_when_the_card_is_already_routed_there_plans_nothing():
+    p = packet("rho", "card_not_fired", "cancel_pending_order")
+    assert rules_plan(p, ctx(PACKAGES / "reference", p)) is None
+
+
+def test_rho_card_not_fired_with_no_card_about_the_tool_plans_nothing():
+    p = packet("rho", "card_not_fired", "transfer_to_human_agents")
+    assert rules_plan(p, ctx(PACKAGES / "reference", p)) is None
+
+
+def test_rho_diluted_card_routes_instead_of_delivering_everything(tmp_path):
+    p = packet("rho", "diluted_card")
+    plan = rules_plan(p, ctx(PACKAGES / "all-skills", p))
+    check_schema(plan, p)
+    assert [(o.op, getattr(o, "use", None)) for o in plan.operations] == [("remove_binding", "all_cards"),
+                                                                         ("add_binding", "event_cards")]
+    assert plan.mechanism == "deliver:"
+    cand = applied(plan, PACKAGES / "all-skills", tmp_path)
+    assert [b.label for b in cand.delivery] == ["event_cards@intent_recorded"]
+    assert set(cand.cards) == set(load_package(PACKAGES / "all-skills").cards)  # every card still reachable
+
+
+def test_rho_diluted_card_keeps_blanket_delivery_when_a_card_has_no_trigger(tmp_path):
+    pkg = copy(tmp_path, "all-skills")
+    card = pkg / "em/procedure/cancel-reason.md"
+    card.write_text(card.read_text().replace("trigger:\n  event: intent_recorded\n  tool: cancel_pending_order\n", ""))
+    assert load_package(pkg).cards["cancel-reason"].meta.trigger is None
+    p = packet("rho", "diluted_card")
+    assert rules_plan(p, ctx(pkg, p)) is None  # routing would strand it
+
+
+def test_rho_diluted_card_without_blanket_delivery_plans_nothing():
+    p = packet("rho", "diluted_card")
+    assert rules_plan(p, ctx(PACKAGES / "reference", p)) is None
+
+
+# -- C: the checker that would have bounced the escaped action ---------------------------------------------------
+
+@pytest.mark.parametrize("kind", sorted(CHECKER_FOR))
+def test_c_adds_the_checker_for_the_escape(tmp_path, kind):
+    use, at, _ = CHECKER_FOR[kind]
+    p = packet("C", kind, "cancel_pending_order")
+    plan = rules_plan(p, ctx(PACKAGES / "seed", p))
+    check_schema(plan, p)
+    assert plan.mechanism == f"check:{use}@{at}"
+    assert [b.label for b in applied(plan, PACKAGES / "seed", tmp_path).checkers] == [f"{use}@{at}"]
+    assert rules_plan(p, ctx(PACKAGES / "reference", p)) is None  # reference has both checkers already
+
+
+def test_c_unknown_escape_plans_nothing():
+    p = packet("C", "something_else")
+    assert rules_plan(p, ctx(PACKAGES / "seed", p)) is None
+
+
+# -- W: the ledger option the evidence points at -----------------------------------------------------------------
+
+def finding(eid: str, owner: str, kind: str, tool: str = "*", **extra) -> Finding:
+    return Finding(episode_id=eid, item_id=eid.split("#")[0], step=0, hash="a" * 64, owner=owner, kind=kind, tool=tool,
+                   extra=extra)
+
+
+def test_w_wrong_grounding_binds_on_the_arguments_the_findings_name(tmp_path):
+    p = packet("W", "wrong_grounding", "cancel_pending_order", n=2)
+    fs = [finding("i1#0", "W", "wrong_grounding", "cancel_pending_order", bind_args=["order_id"]),
+          finding("i2#0", "W", "wrong_grounding", "cancel_pending_order", bind_args=["item_ids", "order_id"]),
+          finding("i9#0", "W", "wrong_grounding", "cancel_pending_order", bind_args=["user_id"]),  # not this cluster
+          finding("i1#0", "W", "wrong_grounding", "other_tool", bind_args=["zip"])]  # another signature
+    plan = rules_plan(p, ctx(PACKAGES / "seed", p, findings=fs))
+    check_schema(plan, p)
+    assert plan.operations[0].value == ["item_ids", "order_id"] and plan.mechanism == "ground:"
+    assert applied(plan, PACKAGES / "seed", tmp_path).wm.bind_on == ["item_ids", "order_id"]
+    # reference binds on order_id already: the union keeps it and adds the new key
+    plan = rules_plan(p, ctx(PACKAGES / "reference", p, findings=fs[1:2]))
+    assert plan.operations[0].value == ["item_ids", "order_id"]
+
+
+def test_w_wrong_grounding_with_nothing_new_to_bind_plans_nothing():
+    p = packet("W", "wrong_grounding", "cancel_pending_order")
+    no_args = [finding("i1#0", "W", "wrong_grounding", "cancel_pending_order")]
+    same = [finding("i1#0", "W", "wrong_grounding", "cancel_pending_order", bind_args=["order_id"])]
+    assert rules_plan(p, ctx(PACKAGES / "seed", p, findings=no_args)) is None
+    assert rules_plan(p, ctx(PACKAGES / "reference", p, findings=same)) is None
+
+
+def test_w_overflow_raises_max_entries_past_the_largest_proposal(tmp_path):
+    p = packet("W", "overflow", n=2)
+    fs = [finding("i1#0", "W", "overflow", proposed_max=3), finding("i2#0", "W", "overflow", proposed_max=5),
+          finding("i3#0", "W", "overflow", proposed_max=40)]  # another cluster's episode
+    plan = rules_plan(p, ctx(PACKAGES / "seed", p, findings=fs))
+    check_schema(plan, p)
+    assert plan.operations[0].value == 7 and plan.mechanism == "ledger:add"  # 5 + 2 of headroom
+    assert "was 2" in plan.summary and applied(plan, PACKAGES / "seed", tmp_path).wm.max_entries == 7
+
+
+def test_w_overflow_is_capped_at_the_schema_limit(tmp_path):
+    p = packet("W", "overflow")
+    plan = rules_plan(p, ctx(PACKAGES / "seed", p, findings=[finding("i1#0", "W", "overflow", proposed_max=500)]))
+    assert plan.operations[0].value == 64
+    assert applied(plan, PACKAGES / "seed", tmp_path).wm.max_entries == 64
+
+
+@pytest.mark.parametrize("proposed", [None, 5, 6])
+def test_w_overflow_within_capacity_plans_nothing(proposed):
+    p = packet("W", "overflow")  # reference tracks 8: 5 + 2 and 6 + 2 fit, no finding at all gives 2
+    fs = [] if proposed is None else [finding("i1#0", "W", "overflow", proposed_max=proposed)]
+    assert rules_plan(p, ctx(PACKAGES / "reference", p, findings=fs)) is None
+    assert rules_plan(p, ctx(PACKAGES / "reference", p, findings=[finding("i1#0", "W", "overflow", proposed_max=7)]))
+
+
+def test_w_dropped_renders_the_board(tmp_path):
+    p = packet("W", "dropped")
+    plan = rules_plan(p, ctx(PACKAGES / "none", p))
+    check_schema(plan, p)
+    assert plan.mechanism == "board" and applied(plan, PACKAGES / "none", tmp_path).wm.board is True
+    assert rules_plan(p, ctx(PACKAGES / "seed", p)) is None  # seed renders it already
+
+
+@pytest.mark.parametrize("owner,kind", [("W", "policy_refusal"), ("E", "overflow"), ("rho", "dropped"),
+                                        ("none", "external"), ("E", "unknown_kind")])
+def test_an_owner_kind_pair_with_no_rule_plans_nothing(owner, kind):
+    p = packet(owner, kind, "cancel_pending_order", detail=POLICY)
+    assert rules_plan(p, ctx(PACKAGES / "seed", p)) is None
+
+
+# -- the agent: upstream layers first, never a rejected plan, never an unpatchable cluster -----------------------
+
+def test_rules_agent_repairs_upstream_first_and_skips_what_it_cannot_or_may_not_do():
+    c = packet("C", "premature_finish", pid="c", n=9)  # the biggest cluster, but downstream of W
+    w_small = packet("W", "dropped", pid="w1", n=1)
+    w_big = packet("W", "overflow", pid="w2", n=3)
+    absent = packet("W", "dropped", pid="w0", n=20, opportunity="absent")
+    external = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY, pid="e0", n=20,
+                      patchability="external")
+    fs = [finding(f"i{k}#0", "W", "overflow", proposed_max=10) for k in (1, 2, 3)]
+    propose = make_meta_agent("rules", {})
+    context = ctx(PACKAGES / "none", c, w_small, w_big, absent, external, findings=fs)
+    first = propose(context)
+    assert first.cluster == "w2"  # W before C; within W, the larger cluster first; unpatchable ones never
+    context.rejected = {first.key()}
+    assert propose(context).cluster == "w1"
+    context.rejected.add(propose(context).key())
+    assert propose(context).cluster == "c"
+    context.rejected.add(propose(context).key())
+    assert propose(context) is None
