@@ -1,4 +1,5 @@
-"""Atomic writes: a reader sees the old bytes or the new ones, never half of either."""
+"""Atomic writes: a reader sees the old bytes or the new ones, never half of either. And owned outputs: a command
+writes only into a directory that is new, empty, or Ratchet's own output of the same kind."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from components.errors import InputError
 
 
 def _umask() -> int:
@@ -51,10 +54,11 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | Path, *, replace: bool = True) -> Iterator[Path]:
+def atomic_dir(path: str | Path, *, replace: bool = True, mark: str | None = None) -> Iterator[Path]:
     """Build a directory in a temp sibling and move it into place when the block succeeds.
 
-    With replace=False an existing target is refused (FileExistsError) both before and at the final rename."""
+    With replace=False an existing target is refused (FileExistsError) both before and at the final rename.
+    With `mark`, the directory is marked as Ratchet's output of that kind (see `claim_output`) before it moves in."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and not replace:
@@ -63,6 +67,8 @@ def atomic_dir(path: str | Path, *, replace: bool = True) -> Iterator[Path]:
     try:
         os.chmod(tmp, 0o777 & ~_umask())
         yield tmp
+        if mark:
+            (tmp / MARK).write_text(mark + "\n")
         if not path.exists():
             os.rename(tmp, path)  # rename(2) refuses a non-empty target, so a racing writer cannot be clobbered
             return
@@ -78,13 +84,23 @@ def atomic_dir(path: str | Path, *, replace: bool = True) -> Iterator[Path]:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys instead of silently keeping the last one."""
+    """SafeLoader that refuses duplicate mapping keys instead of silently keeping the last one, and aliases
+    (`*name`): a few hundred bytes of nested aliases expand to billions of nodes when the data is serialized."""
+
+    def compose_node(self, parent, index):  # type: ignore[override]
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"alias *{event.anchor} is not allowed (write the value out)",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
 
 
 def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: set = set()
     for key_node, _value in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, (dict, list)):
+            raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a plain value", key_node.start_mark)
         if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
@@ -96,3 +112,87 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _n
 
 def strict_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+# -- owned outputs ------------------------------------------------------------------------------------------------------
+
+MARK = ".ratchet-output"  # one line: the kind of output (eval, campaign, ...) of the directory it sits in
+
+# What each kind of output holds, to recognise one written before marks existed (or one that carries no mark because
+# every byte of it is digested: a benchmark): (every name it may hold, the names it must hold).
+KINDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "eval": (frozenset({"scores.csv", "traces.parquet", "_hidden", "meta.json"}), frozenset({"scores.csv"})),
+    "benchmark": (frozenset({"meta.json", "policy.md", "tools.json", "db.json", "tasks.jsonl", "splits.json",
+                             "tasks.csv"}), frozenset({"meta.json", "tasks.jsonl", "splits.json"})),
+    "campaign": (frozenset({"lineage", "rounds", "summary.json", "test_evals.json", ".state"}), frozenset({"lineage"})),
+    "report": (frozenset({"metrics.json", "rounds.csv", "campaign.md", "rounds.png"}), frozenset({"metrics.json"})),
+}
+
+
+class OutputRefused(InputError):
+    """A command was pointed at a place it does not own."""
+
+
+def output_kind(path: str | Path) -> str | None:
+    """The kind of Ratchet output a directory holds: its mark, else what its entries say, else None."""
+    path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        return None
+    mark = path / MARK
+    if mark.is_file():
+        return mark.read_text(encoding="utf-8", errors="replace").strip() or None
+    names = {e.name for e in path.iterdir()}
+    for kind, (may, must) in KINDS.items():
+        if names and names <= may | {MARK} and must <= names:
+            return kind
+    return None
+
+
+def claim_output(path: str | Path, kind: str, *, option: str = "--out", inputs: dict[str, str | Path] | None = None,
+                 force: bool | None = None) -> Path:
+    """Check that a command may write its `kind` output at `path`, or refuse with one line (OutputRefused).
+
+    Allowed: nothing there yet; an empty directory; Ratchet's own output of this kind (a rerun replaces it);
+    with `force` (offered where replacing Ratchet's own output is meant), Ratchet's output of another kind.
+    Refused: a file or a symlink; an input of the command (`inputs`: label -> path), a directory holding one, or a
+    place inside one; any other non-empty directory (it is not Ratchet's to replace)."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise OutputRefused(f"{path}: {option}: is a {'symbolic link' if path.is_symlink() else 'file'}, "
+                            f"not an output directory; refusing to replace it")
+    here = path.resolve()
+    for label, src in (inputs or {}).items():
+        there = Path(src).resolve()
+        if here == there:
+            raise OutputRefused(f"{path}: {option}: is the input {label}; refusing to write over it")
+        if there.is_relative_to(here):
+            raise OutputRefused(f"{path}: {option}: holds the input {label} ({src}); refusing to replace it")
+        if here.is_relative_to(there):
+            raise OutputRefused(f"{path}: {option}: is inside the input {label} ({src}); refusing to write into it")
+    if not path.is_dir() or not any(path.iterdir()):
+        return path
+    found = output_kind(path)
+    if found == kind:
+        return path
+    if found is not None:
+        if force:
+            return path
+        hint = "; pass --force to replace it" if force is not None else ""
+        raise OutputRefused(f"{path}: {option}: holds Ratchet's {found} output, not {kind} output{hint}")
+    raise OutputRefused(f"{path}: {option}: is a non-empty directory that Ratchet did not write (no {MARK}); "
+                        f"refusing to replace it: choose a new or empty directory")
+
+
+def mark_output(path: str | Path, kind: str) -> None:
+    atomic_write_text(Path(path) / MARK, kind + "\n")
+
+
+def remove_output(path: str | Path, kind: str) -> None:
+    """Delete Ratchet's own output (moved aside atomically first, so a crash leaves it whole or gone)."""
+    path = Path(path)
+    if output_kind(path) is None:
+        raise OutputRefused(f"{path}: refusing to delete a directory that is not Ratchet's {kind} output")
+    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+    os.rename(path, old / "x")
+    shutil.rmtree(old, ignore_errors=True)
+

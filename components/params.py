@@ -2,18 +2,52 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
 
 from components.errors import InputError
 from components.evolution.gate import MIN_BOOT, MIN_ITEMS, GateConfig
+from components.io import strict_yaml
+
+# A free-form options dict (meta_agent_cfg, model_cfg) is data a strategy reads, not a store: bounded so that a
+# hostile or mistaken file cannot make serializing the params explode.
+CFG_MAX_NODES, CFG_MAX_DEPTH = 1000, 8
+
+
+def _bounded(cfg: dict[str, Any]) -> dict[str, Any]:
+    seen = 0
+    stack: list[tuple[Any, int]] = [(cfg, 1)]
+    while stack:  # counts visits, not distinct objects: shared references cost what they would serialize to
+        node, depth = stack.pop()
+        seen += 1
+        if seen > CFG_MAX_NODES:
+            raise ValueError(f"more than {CFG_MAX_NODES} values")
+        if depth > CFG_MAX_DEPTH:
+            raise ValueError(f"nested deeper than {CFG_MAX_DEPTH} levels")
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if not isinstance(k, str):
+                    raise ValueError(f"key {k!r} is not a string")
+                stack.append((v, depth + 1))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise ValueError(f"{node} is not a finite number")
+        elif node is not None and not isinstance(node, (str, int, float, bool)):
+            raise ValueError(f"{type(node).__name__} is not a plain value")
+    return cfg
+
+
+Cfg = Annotated[dict[str, Any], AfterValidator(_bounded)]
 
 
 class _M(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every number finite
 
 
 class BenchmarkParams(_M):
@@ -24,10 +58,29 @@ class BenchmarkParams(_M):
     train_share: float = Field(1 / 3, gt=0, lt=1)
     dev_share: float = Field(1 / 3, gt=0, lt=1)
 
-    def materialize(self) -> None:
-        from components.worlds import world
+    @field_validator("dev_share")
+    @classmethod
+    def _test_share(cls, v: float, info: ValidationInfo) -> float:
+        if v + info.data.get("train_share", 0) >= 1:
+            raise ValueError("train_share + dev_share must leave a share for the test split (< 1)")
+        return v
 
-        world(self.world).materialize(self.out, self.seed, self.per_family, (self.train_share, self.dev_share))
+    def materialize(self, inputs: dict[str, str | Path] | None = None) -> Path:
+        """Write the benchmark at `out` (refused unless `out` is new, empty or a benchmark), with no empty split."""
+        import json
+
+        from components.io import atomic_dir, claim_output
+        from components.worlds import BenchmarkError, world
+
+        out = claim_output(self.out, "benchmark", option="benchmark.out", inputs=inputs)
+        with atomic_dir(out) as tmp:  # built and checked aside: a refused benchmark replaces nothing
+            world(self.world).materialize(tmp, self.seed, self.per_family, (self.train_share, self.dev_share))
+            sizes = {k: len(v) for k, v in json.loads((tmp / "splits.json").read_text(encoding="utf-8")).items()}
+            empty = [k for k, n in sizes.items() if n == 0]
+            if empty:
+                raise BenchmarkError(f"{self.out}: train_share/dev_share: the {', '.join(empty)} split would be empty "
+                                     f"({', '.join(f'{k} {n}' for k, n in sizes.items())} tasks)")
+        return out
 
 
 class GateParams(_M):
@@ -49,14 +102,14 @@ class GateParams(_M):
 class BudgetParams(_M):
     """Ceilings for one campaign; null means unlimited."""
 
-    tokens_in: int | None = None
-    tokens_out: int | None = None
-    model_calls: int | None = None
-    tool_calls: int | None = None
-    wall_seconds: float | None = None
-    money: float | None = None
-    price_in_per_1k: float = 0.0
-    price_out_per_1k: float = 0.0
+    tokens_in: int | None = Field(None, ge=0)
+    tokens_out: int | None = Field(None, ge=0)
+    model_calls: int | None = Field(None, ge=0)
+    tool_calls: int | None = Field(None, ge=0)
+    wall_seconds: float | None = Field(None, ge=0)
+    money: float | None = Field(None, ge=0)
+    price_in_per_1k: float = Field(0.0, ge=0)
+    price_out_per_1k: float = Field(0.0, ge=0)
     max_concurrency: int = Field(4, ge=1)
     max_depth: int = Field(2, ge=0)
     # conservative per-call estimates for reservations (a turn makes at most 3 calls; max_turns bounds the turns)
@@ -76,9 +129,9 @@ class CampaignParams(_M):
     seeds: int = Field(3, ge=1, le=20)
     shard_size: int = Field(10, ge=1)
     meta_agent: Literal["rules", "llm"] = "rules"
-    meta_agent_cfg: dict[str, Any] = Field(default_factory=dict)
+    meta_agent_cfg: Cfg = Field(default_factory=dict)
     model: Literal["sim", "openai"] = "sim"
-    model_cfg: dict[str, Any] = Field(default_factory=dict)
+    model_cfg: Cfg = Field(default_factory=dict)
     task_runner: Literal["threads", "dask"] = "threads"
     workers: int = Field(2, ge=1)
     dask_address: str | None = None
@@ -88,33 +141,80 @@ class CampaignParams(_M):
     tracking_uri: str | None = None  # MLflow; null: $MLFLOW_TRACKING_URI (sqlite under .ratchet/ by default)
 
 
+# What a rerun on an existing campaign output may change. Everything else that decides the campaign's results (its
+# name, seeds, meta-agent, model, turn limit, probe and repair sizes, the gate) must equal what its lineage recorded, as
+# must the bytes of the start package and of the benchmark (their digests; their paths may change).
+RERUN_MAY_CHANGE = ("campaign.rounds", "campaign.out", "campaign.start", "campaign.shard_size", "campaign.task_runner",
+                    "campaign.workers", "campaign.dask_address", "campaign.tracking_uri", "benchmark.*", "budget.*",
+                    "campaign.model_cfg.{base_url,timeout,max_retries,backoff,backoff_cap,api_key_env}")
+_TRANSPORT = ("base_url", "timeout", "max_retries", "backoff", "backoff_cap", "api_key_env")
+
+
 class Params(_M):
     benchmark: BenchmarkParams = Field(default_factory=BenchmarkParams)
     campaign: CampaignParams = Field(default_factory=CampaignParams)
     gate: GateParams = Field(default_factory=GateParams)
     budget: BudgetParams = Field(default_factory=BudgetParams)
 
+    def identity(self) -> dict[str, Any]:
+        """The evolution params a rerun must keep (dotted name -> value); see RERUN_MAY_CHANGE."""
+        c = self.campaign
+        ident = {f"campaign.{k}": getattr(c, k) for k in ("name", "seeds", "meta_agent", "meta_agent_cfg", "model",
+                                                           "repair_max_items", "probe_items", "max_turns")}
+        ident["campaign.model_cfg"] = {k: v for k, v in c.model_cfg.items() if k not in _TRANSPORT}
+        ident.update({f"gate.{k}": v for k, v in self.gate.model_dump().items()})
+        return ident
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """`--set key.path=value` overrides; values are YAML (aliases refused)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError(f"--set: {item!r}: expected key.path=value")
+        k, v = item.split("=", 1)
+        if not k or any(not part for part in k.split(".")):
+            raise InputError(f"--set: {item!r}: expected key.path=value")
+        try:
+            out[k] = strict_yaml(v)
+        except yaml.YAMLError as e:
+            raise InputError(f"--set: {k}: malformed YAML value: {getattr(e, 'problem', None) or e}") from None
+    return out
+
 
 def load_params(path: str | Path | None = "params.yaml", overrides: dict[str, Any] | None = None) -> Params:
-    raw: dict[str, Any] = {}
-    if path is not None and Path(path).exists():
+    """The params in `path` (None: the built-in defaults) with dotted overrides; every error one line, naming the
+    file and the field."""
+    raw: Any = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise InputError(f"{path}: -: no such file")
+        if not path.is_file():
+            raise InputError(f"{path}: -: not a file")
         try:
-            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+            raw = strict_yaml(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise InputError(f"{path}: -: not UTF-8 text (byte {e.start})") from None
         except yaml.YAMLError as e:
-            raise InputError(f"{path}: -: malformed YAML: {getattr(e, 'problem', e)}") from None
+            mark = getattr(e, "problem_mark", None)
+            where = f"line {mark.line + 1}" if mark else "-"
+            raise InputError(f"{path}: {where}: malformed YAML: {getattr(e, 'problem', None) or e}") from None
+        except OSError as e:
+            raise InputError(f"{path}: -: cannot read ({e.strerror})") from None
         if not isinstance(raw, dict):
             raise InputError(f"{path}: -: must be a mapping")
-    elif path is not None and Path(path).name != "params.yaml":
-        raise InputError(f"{path}: -: no such file")
     for dotted, value in (overrides or {}).items():
         node = raw
         *parents, leaf = dotted.split(".")
-        for k in parents:
+        for i, k in enumerate(parents):
             node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise InputError(f"--set: {dotted}: {'.'.join(parents[:i + 1])} is not a mapping")
         node[leaf] = value
     try:
         return Params.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "-"
-        raise InputError(f"{path}: {loc}: {err['msg']}") from None
+        raise InputError(f"{path or 'params'}: {loc}: {err['msg']}") from None

@@ -10,6 +10,11 @@ before it runs and reconciles after; after each stage the campaign's state is wr
 `<out>/.state/state.json`. A round that already has a lineage record is not run again, and the stages of an
 interrupted round come back from Prefect's task cache, so rerunning the same command (or `ratchet campaign resume`)
 finishes a killed campaign with the lineage a clean run would have produced.
+
+A campaign owns its output directory (marked `campaign`): `prepare` refuses, before any work, an output that is a file,
+an input, or a directory Ratchet did not write, and a rerun whose start package, benchmark or evolution params
+differ from what the lineage recorded (`Params.identity`; what may change is `RERUN_MAY_CHANGE`). Paths recorded in
+the campaign are relative to it, so a moved or copied campaign resumes and reproduces where it now is.
 """
 
 from __future__ import annotations
@@ -22,21 +27,26 @@ from rich.console import Console
 
 from components.contracts import check_benchmark, check_paired_scores
 from components.evidence.budget import BudgetExceeded, BudgetLedger
+from components.errors import InputError
 from components.evolution.gate import GateConfig, gate, look_alpha
-from components.evolution.lineage import Lineage, LineageLock
+from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock
 from components.evolution.localization import localization_from_rounds
 from components.evolution.report import round_dir, write_csv, write_json
 from components.evolution.validate import fired
 from components.failpoints import failpoint
-from components.memory.package import digest
+from components.io import claim_output, mark_output, output_kind, remove_output
+from components.memory.package import digest, load_package
 from components.params import Params
 from components.runtime.evaluate import EvalTables, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
 from flows.evaluate import submit_eval, task_runner
+from flows.prefect_setup import quiet_expected_failures, tie_temporary_server_to_this_process
 from flows.tasks import (commit_stage, diagnose_stage, gate_stage, patch_stage, plan_stage, reject_stage, repair_stage,
                          validate_stage)
 
+tie_temporary_server_to_this_process()
+quiet_expected_failures()
 console = Console(stderr=True, soft_wrap=True)  # one line per round, however narrow the terminal
 STATE = ".state"  # under the campaign's output dir; excluded from DVC (ids, timestamps, the budget ledger)
 
@@ -96,7 +106,8 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     champ = lineage.champion()
     base, rd, ev = str(champ.path), round_dir(c.out, round_no), _Eval(p, budget)
     b = load_benchmark(bench)
-    record: dict = {"round": round_no, "round_dir": str(rd), "champion_before": champ.name}
+    record: dict = {"round": round_no, "round_dir": rd.relative_to(c.out).as_posix(),  # relative: the campaign moves
+                    "champion_before": champ.name}
     evals: list[dict] = []
 
     def note(split: str, arm: str, package: str, t: EvalTables) -> EvalTables:
@@ -184,12 +195,15 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
 def campaign(params: dict, name: str = "default") -> dict:
     p = Params.model_validate(params)
     c, out = p.campaign, Path(p.campaign.out)
+    prepare(p)
     if not (Path(p.benchmark.out) / "meta.json").exists():
-        p.benchmark.materialize()
+        p.benchmark.materialize(inputs={"start package": c.start, "campaign output": c.out})
     check_benchmark(p.benchmark.out)  # the data contract, once per campaign
     lineage = Lineage(out / "lineage")
     with ExitStack() as stack:
         lock = stack.enter_context(LineageLock(lineage.root))
+        _check_rerun(p, lineage)  # again under the lock, now that the benchmark exists
+        mark_output(out, "campaign")
         if lock.recovered:
             console.print(f"recovered a stale lineage lock left by {lock.recovered}", highlight=False, markup=False)
         if c.task_runner == "dask" and not c.dask_address:  # one local cluster for the whole campaign
@@ -202,6 +216,52 @@ def campaign(params: dict, name: str = "default") -> dict:
         return _campaign(p, lineage)
 
 
+def prepare(p: Params, *, force: bool = False) -> None:
+    """May this campaign run at `campaign.out`? Checked before any work, one line when not (InputError).
+
+    The output must be new, empty, or this campaign's own; the start package must load; a rerun must keep the
+    start bytes, the benchmark bytes and the evolution params its lineage recorded. With `force`, Ratchet's own
+    output that does not match is deleted and the campaign starts over (never anything Ratchet did not write)."""
+    c = p.campaign
+    out = claim_output(c.out, "campaign", option="campaign.out", force=force,
+                       inputs={"start package": c.start, "benchmark": p.benchmark.out})
+    lineage = Lineage(out / "lineage")
+    start, started = Path(c.start), lineage.log.exists()
+    if not start.is_dir() and not started:  # a started campaign has its M0; the start path is only compared then
+        raise InputError(f"{c.start}: campaign.start: {'not a directory' if start.exists() else 'no such directory'}")
+    if start.is_dir():
+        load_package(start)  # one line per problem, before anything runs
+    if out.is_dir() and any(out.iterdir()):
+        LineageLock(lineage.root).probe()  # a running campaign here: say so now, not from inside a flow
+        if force and output_kind(out) != "campaign":
+            remove_output(out, "Ratchet")
+            return
+    try:
+        _check_rerun(p, lineage)
+    except CampaignMismatch:
+        if not force:
+            raise
+        remove_output(out, "campaign")
+
+
+def _check_rerun(p: Params, lineage: Lineage) -> None:
+    if not lineage.log.exists():
+        return
+    c, bench = p.campaign, Path(p.benchmark.out)
+    legacy = None
+    summary_file = Path(c.out) / "summary.json"
+    if summary_file.is_file():  # a campaign from before identities were recorded
+        import json
+
+        try:
+            legacy = Params.model_validate(json.loads(summary_file.read_text())["params"]).identity()
+        except (ValueError, KeyError, TypeError):
+            legacy = None
+    lineage.check_rerun(digest(c.start) if Path(c.start).is_dir() else None,
+                        digest(bench) if (bench / "meta.json").is_file() else None, p.identity(), where=str(c.out),
+                        legacy_identity=legacy)
+
+
 def _campaign(p: Params, lineage: Lineage) -> dict:
     c, out = p.campaign, Path(p.campaign.out)
     write_json(state_dir(out) / "params.json", p.model_dump())  # what `ratchet campaign resume` reruns
@@ -211,7 +271,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
                                 max_concurrency=p.budget.max_concurrency, max_depth=p.budget.max_depth)
     if (released := ledger.recover(wallet)):
         console.print(f"settled {released} budget hold(s) left by a killed process at their full reservation", highlight=False)
-    start = lineage.start(c.start)
+    start = lineage.start(c.start, load_benchmark(p.benchmark.out).digest, p.identity())
     tracker = CampaignTracker(c.name, out, p.model_dump(), c.tracking_uri)
     round_flow = evolution_round.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
     stopped = None

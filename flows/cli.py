@@ -10,11 +10,37 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from components.env import quiet_offline
 from components.errors import InputError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+# Problem lines must stay one line each when piped; tables get a fixed width when not on a terminal.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print `error: <line>` for each line of the message on stderr; return the Exit to raise."""
+    for line in message.splitlines() or ["invalid input"]:
+        err.print(f"error: {line}", markup=False, highlight=False)
+    return typer.Exit(code)
+
+
+class _OneLineErrors(TyperGroup):
+    """Every command's bad input ends as one line per problem and exit 2, never a traceback; in-process too
+    (tests invoke the app with typer's CliRunner)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except InputError as e:
+            raise fail(str(e)) from None
+        except RecursionError:
+            raise fail("input nested too deeply to read (a directory or document thousands of levels deep)") from None
+
+
+app = typer.Typer(cls=_OneLineErrors, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Ratchet: evolve an agent's memory package under a frozen model, gated by paired held-out evidence.")
 package_app = typer.Typer(no_args_is_help=True, help="Memory packages: lint and digest.")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: materialize a world's tasks and splits.")
@@ -22,10 +48,6 @@ campaign_app = typer.Typer(no_args_is_help=True, help="Evolution campaigns: run,
 app.add_typer(package_app, name="package")
 app.add_typer(bench_app, name="bench")
 app.add_typer(campaign_app, name="campaign")
-
-# Problem lines must stay one line each when piped; tables get a fixed width when not on a terminal.
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)
 
 DEFAULT_BENCH = Path("data/benchmarks/retail")
 
@@ -69,13 +91,28 @@ def bench_materialize(
     train_share: Annotated[float, typer.Option()] = 1 / 3,
     dev_share: Annotated[float, typer.Option()] = 1 / 3,
 ) -> None:
-    """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files."""
+    """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files. --out must be new,
+    empty or a benchmark (which is replaced); anything else is refused."""
+    from pydantic import ValidationError
+
     from components.memory import digest
     from components.params import BenchmarkParams
 
-    BenchmarkParams(world=world_name, seed=seed, out=str(out_dir), per_family=per_family, train_share=train_share,
-                    dev_share=dev_share).materialize()
+    try:
+        bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir), per_family=per_family,
+                                train_share=train_share, dev_share=dev_share)
+    except ValidationError as e:
+        raise InputError(_option_error(e)) from None
+    bench.materialize()
     out.print(f"wrote {out_dir} (world {world_name}, seed {seed}, digest {digest(out_dir)[:12]})")
+
+
+def _option_error(e) -> str:
+    """A pydantic error on options as `--the-option: message`."""
+    first = e.errors()[0]
+    loc = [str(x) for x in first["loc"]]
+    name = f"--{loc[-1].replace('_', '-')}" if loc else "options"
+    return f"{name}: {first['msg'].removeprefix('Value error, ')}"
 
 
 # -- evaluation -------------------------------------------------------------------------------------------------
@@ -100,16 +137,25 @@ def eval_cmd(
     model_name: Annotated[Optional[str], typer.Option(help="model name sent to the endpoint")] = None,
     items: Annotated[Optional[str], typer.Option(help="comma-separated item ids (default: the whole split)")] = None,
 ) -> None:
-    """Run every (item, seed) episode; write scores.csv, traces.parquet and the hidden-cause sidecar."""
+    """Run every (item, seed) episode; write scores.csv, traces.parquet and the hidden-cause sidecar. --out must be
+    new, empty or an earlier eval's output (which is replaced); anything else is refused. Exit 1 when every episode
+    errored."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from components.io import claim_output
     from components.memory import load_package
     from components.runtime.evaluate import run_shard, seed_map_hash, summary, write_eval
     from components.worlds import load_benchmark
 
+    if seeds < 1:
+        raise InputError(f"--seeds: {seeds}: must be at least 1")
+    claim_output(out_dir, "eval", inputs={"package": package, "benchmark": benchmark})
     pkg = load_package(package)
     bench = load_benchmark(benchmark)
-    ids = items.split(",") if items else bench.ids(split)
+    ids = [i for i in items.split(",") if i] if items is not None else bench.ids(split)
+    if not ids:
+        raise InputError(f"--items: no item ids given" if items is not None else
+                         f"{benchmark / 'splits.json'}: {split}: the split is empty")
     unknown = [i for i in ids if i not in bench.tasks]
     if unknown:
         raise InputError(f"--items: unknown item ids: {', '.join(unknown[:5])}")
@@ -122,11 +168,15 @@ def eval_cmd(
     meta = {"package": str(package), "package_digest": pkg.digest, "benchmark": str(benchmark),
             "benchmark_digest": bench.digest, "split": split, "seeds": seed_list, "items": len(ids),
             "seed_map_hash": seed_map_hash(ids, seed_list), "model": model, **summary(t.scores)}
-    write_eval(out_dir, t, meta)
+    write_eval(out_dir, t, meta, mark="eval")
     s = summary(t.scores)
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
               f"{s['episodes']} episodes, {s['errors']} errors, tokens {s['tokens_in']}/{s['tokens_out']}")
     out.print(f"wrote {out_dir}/scores.csv, traces.parquet")
+    if s["episodes"] and s["errors"] == s["episodes"]:  # nothing behind the numbers: not a success
+        first = t.scores["error"].fillna("").astype(str)
+        raise fail(f"every episode errored ({s['errors']} of {s['episodes']}); the first: {first[first != ''].iloc[0]}",
+                   code=1)
 
 
 @app.command("serve-sim")
@@ -138,8 +188,16 @@ def serve_sim(
 ) -> None:
     """Serve the simulated agent over /v1/chat/completions on 127.0.0.1. With --fault-rate, that share of requests
     fails like a real endpoint: 500s and stalls (retried by the client), or malformed answers (an episode error)."""
+    import math
+
     from components.models.server import serve
 
+    if not 1 <= port <= 65535:
+        raise InputError(f"--port: {port}: must be between 1 and 65535")
+    if not (math.isfinite(fault_rate) and 0 <= fault_rate <= 1):
+        raise InputError(f"--fault-rate: {fault_rate}: must be within [0, 1]")
+    if not (math.isfinite(slow_seconds) and slow_seconds >= 0):
+        raise InputError(f"--slow-seconds: {slow_seconds}: must be a finite number >= 0")
     err.print(f"serving the simulated agent on http://127.0.0.1:{port}/v1 (fault rate {fault_rate})")
     serve(port, fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds)
 
@@ -201,21 +259,19 @@ def gate_cmd(
 
 # -- campaigns ---------------------------------------------------------------------------------------------------
 
-def _params(params: Path, rounds: Optional[int], out_dir: Optional[Path], extra: Optional[list[str]] = None):
-    from components.params import load_params
+PARAMS_HELP = "parameter file (default: ./params.yaml if present, else the built-in defaults)"
 
-    overrides: dict = {}
+
+def _params(params: Optional[Path], rounds: Optional[int], out_dir: Optional[Path], extra: Optional[list[str]] = None):
+    from components.params import load_params, parse_set
+
+    overrides: dict = parse_set(extra or [])
     if rounds is not None:
         overrides["campaign.rounds"] = rounds
     if out_dir is not None:
         overrides["campaign.out"] = str(out_dir)
-    for item in extra or []:
-        if "=" not in item:
-            raise InputError(f"--set: {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        import yaml
-
-        overrides[k] = yaml.safe_load(v)
+    if params is None:  # only the implicit default may be absent; a named file must exist
+        params = Path("params.yaml") if Path("params.yaml").exists() else None
     return load_params(params, overrides)
 
 
@@ -256,15 +312,20 @@ def _print_summary(summary: dict, path: Path) -> None:
 
 @campaign_app.command("run")
 def campaign_run(
-    params: Annotated[Path, typer.Option(help="parameter file")] = Path("params.yaml"),
+    params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
     rounds: Annotated[Optional[int], typer.Option(help="override campaign.rounds")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="override campaign.out")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param: key.path=value")] = None,
+    force: Annotated[bool, typer.Option("--force", help="delete Ratchet's own output at --out if it is another "
+                                                          "campaign (or another kind of output) and start over")] = False,
 ) -> None:
     """Run an evolution campaign (the default: 10 rounds from data/packages/seed on the retail world, offline).
-    Rerunning the same command resumes an interrupted campaign."""
+    Rerunning the same command resumes an interrupted campaign; a rerun may change only campaign.rounds, budget.*
+    and where things run (see README), else it is refused naming the field."""
     p = _params(params, rounds, out_dir, set_)
-    from flows.campaign import run_campaign
+    from flows.campaign import prepare, run_campaign
+
+    prepare(p, force=force)
 
     summary = run_campaign(p)
     _print_summary(summary, Path(p.campaign.out) / "summary.json")
@@ -278,9 +339,11 @@ def report(
     """Tables and a plot from a finished campaign (the DVC `report` stage): metrics.json, rounds.csv, campaign.md,
     rounds.png."""
     from components.evolution.report import write_report
+    from components.io import claim_output
 
-    if not (campaign / "summary.json").exists():
+    if not (campaign / "summary.json").is_file():
         raise InputError(f"{campaign / 'summary.json'}: -: no such file (run the campaign first)")
+    claim_output(out_dir, "report", inputs={"campaign": campaign})
     write_report(campaign, out_dir)
     out.print(f"wrote {out_dir}/metrics.json, rounds.csv, campaign.md, rounds.png", highlight=False)
 
@@ -338,18 +401,28 @@ def ui(
 def campaign_resume(
     out_dir: Annotated[Path, typer.Option("--out", help="the interrupted campaign's output directory")] = Path("runs/campaign"),
 ) -> None:
-    """Finish an interrupted campaign with the parameters it was started with (the same as rerunning its command)."""
+    """Finish an interrupted campaign with the parameters it was started with (the same as rerunning its command),
+    in --out wherever it now is (a moved or copied campaign resumes in place)."""
+    from pydantic import ValidationError
+
     from components.params import Params
 
     saved = out_dir / ".state" / "params.json"
-    if not saved.exists():
+    if not saved.is_file():
         raise InputError(f"{saved}: -: no campaign was started here")
-    p = Params.model_validate_json(saved.read_text())
+    try:
+        p = Params.model_validate_json(saved.read_bytes())
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise InputError(f"{saved}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
+    p = p.model_copy(update={"campaign": p.campaign.model_copy(update={"out": str(out_dir)})})
     state = out_dir / ".state" / "state.json"
     if state.exists():
         s = json.loads(state.read_text())
         err.print(f"resuming {p.campaign.name}: last state round {s.get('round')} after {s.get('stage')}", highlight=False)
-    from flows.campaign import run_campaign
+    from flows.campaign import prepare, run_campaign
+
+    prepare(p)
 
     summary = run_campaign(p)
     _print_summary(summary, out_dir / "summary.json")
@@ -359,7 +432,7 @@ def campaign_resume(
 def campaign_schedule(
     cron: Annotated[str, typer.Option(help='cron expression, e.g. "0 3 * * *"')],
     name: Annotated[str, typer.Option(help="deployment name")] = "nightly",
-    params: Annotated[Path, typer.Option(help="parameter file")] = Path("params.yaml"),
+    params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param: key.path=value")] = None,
 ) -> None:
     """Register a Prefect deployment of the campaign flow on this cron schedule (served by `ratchet worker`)."""
@@ -415,9 +488,8 @@ def main() -> None:
     quiet_offline()
     try:
         app()
-    except InputError as e:
-        for line in str(e).splitlines() or ["invalid input"]:
-            err.print(f"error: {line}", markup=False, highlight=False)
+    except InputError as e:  # raised outside a command (the group catches those inside)
+        fail(str(e))
         sys.exit(2)
 
 

@@ -45,14 +45,27 @@ def register(name: str, cron: str | None, p: Params) -> str:
 
 
 def registered() -> list[dict]:
+    from components.errors import InputError
+
     d = schedules_dir()
-    return [json.loads(f.read_text()) for f in sorted(d.glob("*.json"))] if d.exists() else []
+    out = []
+    for f in sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            entry = json.loads(f.read_text(encoding="utf-8"))
+            Params.model_validate(entry["params"])
+            out.append(entry)
+        except (ValueError, KeyError, TypeError) as e:  # one line, naming the file: not a traceback in the worker
+            raise InputError(f"{f}: -: not a schedule Ratchet can serve ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    return out
 
 
 def serve_all(limit: int = 1) -> None:
     """Serve every registered campaign deployment until interrupted (runs one campaign at a time by default)."""
     from prefect import serve
 
+    from flows.prefect_setup import tie_temporary_server_to_this_process
+
+    tie_temporary_server_to_this_process()
     entries = registered()
     if not entries:
         from components.errors import InputError
@@ -68,6 +81,10 @@ def list_runs(limit: int = 50) -> list[dict]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
     from prefect.client.schemas.sorting import FlowRunSort
+
+    from flows.prefect_setup import tie_temporary_server_to_this_process
+
+    tie_temporary_server_to_this_process()
 
     async def fetch() -> list[dict]:
         async with get_client() as client:

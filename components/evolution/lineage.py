@@ -8,6 +8,12 @@
 version in a temp directory and renames it into place (atomic), and refuses to overwrite an existing version. Records
 are appended by rewriting the file atomically, so a reader never sees half a line. A commit repeated after a crash
 (version on disk, record missing) is recognised by its digest and completed, not duplicated.
+
+The start record also pins the campaign's identity: the benchmark digest and the evolution params a rerun must keep
+(`check_rerun` refuses a rerun whose start package, benchmark or those params differ, naming the field). Paths in
+round records are relative to the campaign directory, so a moved or copied campaign resumes where it now is.
+A last line without its newline was never committed (a record is written whole by rename, so it can only come from
+a foreign writer or a damaged disk): it is ignored; a damaged line before it is refused, naming the line.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ class CommitError(InputError):
     pass
 
 
+class CampaignMismatch(InputError):
+    """A rerun on an existing campaign with other inputs or evolution params than its lineage records."""
+
+
 @dataclass(frozen=True)
 class Version:
     name: str
@@ -40,12 +50,34 @@ class Lineage:
         self.versions_dir = self.root / "versions"
         self.log = self.root / "lineage.jsonl"
         self.rejected_dir = self.root / "rejected"
+        self.torn: str | None = None  # a torn last line that records() ignored (the next append drops it)
 
     # -- reading ------------------------------------------------------------------------------------------------
     def records(self) -> list[dict]:
         if not self.log.exists():
             return []
-        return [json.loads(line) for line in self.log.read_text(encoding="utf-8").splitlines() if line.strip()]
+        try:
+            text = self.log.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise CommitError(f"{self.log}: -: not UTF-8 text (byte {e.start}); the lineage is damaged") from None
+        lines = text.split("\n")
+        if lines[-1].strip():  # no trailing newline: torn, never committed unless it is a whole record
+            try:
+                json.loads(lines[-1])
+            except json.JSONDecodeError:
+                self.torn = lines.pop()
+        out = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CommitError(f"{self.log}: line {n}: not a JSON record ({e.msg}); the lineage is damaged") from None
+            if not isinstance(rec, dict) or "round" not in rec or "verdict" not in rec:
+                raise CommitError(f"{self.log}: line {n}: not a lineage record (needs round and verdict)")
+            out.append(rec)
+        return out
 
     def versions(self) -> list[Version]:
         out = []
@@ -72,15 +104,44 @@ class Lineage:
         lines = [json.dumps(r, sort_keys=True) for r in self.records()] + [json.dumps(record, sort_keys=True)]
         atomic_write_text(self.log, "\n".join(lines) + "\n")
 
-    def start(self, package: str | Path) -> Version:
-        """Commit the starting package as M0 (idempotent)."""
+    def start(self, package: str | Path, benchmark_digest: str | None = None, identity: dict | None = None) -> Version:
+        """Commit the starting package as M0 (idempotent), with the campaign's identity."""
         if self.versions():
             return self.versions()[0]
         d = digest(package)
         v = self._materialize("M0", package, d)
-        self._append({"round": 0, "verdict": "start", "parent": None, "child": {"version": v.name, "digest": d},
-                      "source": str(package)})
+        rec: dict[str, Any] = {"round": 0, "verdict": "start", "parent": None,
+                               "child": {"version": v.name, "digest": d}, "source": str(package)}
+        if benchmark_digest is not None:
+            rec["benchmark_digest"] = benchmark_digest
+        if identity is not None:
+            rec["identity"] = identity
+        self._append(rec)
         return v
+
+    def check_rerun(self, start_digest: str | None, benchmark_digest: str | None, identity: dict,
+                    where: str = "campaign", legacy_identity: dict | None = None) -> None:
+        """Refuse (CampaignMismatch) a rerun whose start bytes, benchmark bytes or evolution params differ from what
+        this lineage recorded. `legacy_identity`: the params of a campaign whose start record predates identities."""
+        records = self.records()
+        first = next((r for r in records if r.get("verdict") == "start"), None)
+        if first is None:
+            return
+        hint = "; choose a new --out, or pass --force to start this campaign over"
+        m0 = first["child"]["digest"]
+        if start_digest is not None and start_digest != m0:
+            raise CampaignMismatch(f"{where}: campaign.start: the start package's digest is {start_digest[:12]}, "
+                                   f"this campaign's M0 is {m0[:12]}{hint}")
+        bench = first.get("benchmark_digest") or next((r["benchmark_digest"] for r in records
+                                                       if r.get("benchmark_digest")), None)
+        if benchmark_digest is not None and bench is not None and benchmark_digest != bench:
+            raise CampaignMismatch(f"{where}: benchmark: the benchmark's digest is {benchmark_digest[:12]}, "
+                                   f"this campaign ran on {bench[:12]}{hint}")
+        recorded = first.get("identity") or legacy_identity or {}
+        for key in sorted(set(identity) | set(recorded)):
+            if key in recorded and identity.get(key) != recorded[key]:
+                raise CampaignMismatch(f"{where}: {key}: {_short(identity.get(key))} now, "
+                                       f"{_short(recorded[key])} in this campaign's lineage{hint}")
 
     def commit(self, candidate: str | Path, evaluated_digest: str, round_no: int, record: dict[str, Any]) -> Version:
         actual = digest(candidate)
@@ -115,6 +176,11 @@ class Lineage:
         return Version(name, dst, expected)
 
 
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class LineageLocked(InputError):
     pass
 
@@ -130,6 +196,22 @@ class LineageLock:
         self.path = Path(root) / "LOCK"
         self._fd: int | None = None
         self.recovered: dict | None = None  # holder info left by a dead process, if any
+
+    def probe(self) -> None:
+        """Raise LineageLocked now if another process holds the lock (a check before starting work; takes nothing)."""
+        import fcntl
+        import os
+
+        if not self.path.is_file():
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self.path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
+            raise LineageLocked(f"{self.path.parent}: lineage is locked by another campaign ({holder})") from None
+        finally:
+            os.close(fd)  # closing drops the probe's lock
 
     def __enter__(self) -> LineageLock:
         import fcntl

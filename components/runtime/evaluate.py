@@ -88,9 +88,9 @@ def shards(items: list[str], size: int) -> list[list[str]]:
     return [items[i:i + size] for i in range(0, len(items), max(1, size))]
 
 
-def write_eval(out: str | Path, t: EvalTables, meta: dict[str, Any]) -> Path:
-    """Write an evaluation directory atomically (replacing an older one)."""
-    with atomic_dir(out) as tmp:
+def write_eval(out: str | Path, t: EvalTables, meta: dict[str, Any], mark: str | None = None) -> Path:
+    """Write an evaluation directory atomically (replacing an older one), marked as Ratchet's output if `mark`."""
+    with atomic_dir(out, mark=mark) as tmp:
         t.scores.to_csv(tmp / "scores.csv", index=False, lineterminator="\n")
         t.traces.to_parquet(tmp / "traces.parquet", index=False)
         (tmp / HIDDEN).mkdir()

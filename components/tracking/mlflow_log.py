@@ -97,7 +97,7 @@ class CampaignTracker:
 
     def log_round(self, rec: dict[str, Any]) -> str:
         """One nested run for a finished round, with nested runs for its evaluations; returns its run id."""
-        rd = Path(rec["round_dir"])
+        rd = self.out / rec["round_dir"]  # relative to the campaign (an absolute one from older records stays)
         logged = self.out / IDS / f"round-{int(rec['round']):02d}.json"
         if logged.exists():  # already logged before an interruption: do not log twice
             return json.loads(logged.read_text())["run_id"]

@@ -98,9 +98,7 @@ def reproduce(campaign: str | Path, rec: dict) -> Reproduction:
     verdict, per_item = gate(base.scores, cand.scores, GateConfig(**ev["gate"]),
                              mechanism_fired=fired(cand.traces, rec["mechanism"]))
     # 4. compare with what the round recorded
-    rd = Path(rec["round_dir"])
-    if not rd.is_absolute() and not rd.exists():
-        rd = campaign / "rounds" / rd.name
+    rd = campaign / "rounds" / Path(rec["round_dir"]).name  # where the campaign is now, wherever it ran
     diffs: list[str] = []
     for name, df in (("dev_base.csv", base.scores), ("dev_cand.csv", cand.scores), ("gate_items.csv", per_item)):
         recorded = (rd / name).read_bytes() if (rd / name).exists() else None

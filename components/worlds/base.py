@@ -117,8 +117,14 @@ def load_benchmark(root: str | Path) -> Benchmark:
     for key in ("world", "write_tools"):
         if not isinstance(meta, dict) or key not in meta:
             raise BenchmarkError(f"{root / 'meta.json'}: {key}: missing")
+    if not isinstance(meta["write_tools"], list) or not all(isinstance(t, str) for t in meta["write_tools"]):
+        raise BenchmarkError(f"{root / 'meta.json'}: write_tools: must be a list of tool names")
     tasks: dict[str, Task] = {}
-    for n, line in enumerate((root / "tasks.jsonl").read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        task_lines = (root / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise BenchmarkError(f"{root / 'tasks.jsonl'}: -: not UTF-8 text (byte {e.start})") from None
+    for n, line in enumerate(task_lines, 1):
         if not line.strip():
             continue
         try:
@@ -137,6 +143,8 @@ def load_benchmark(root: str | Path) -> Benchmark:
     for name in SPLITS:
         if name not in splits:
             raise BenchmarkError(f"{root / 'splits.json'}: {name}: missing split")
+        if not isinstance(splits[name], list) or not all(isinstance(t, str) for t in splits[name]):
+            raise BenchmarkError(f"{root / 'splits.json'}: {name}: must be a list of task ids")
         for tid in splits[name]:
             if tid not in tasks:
                 raise BenchmarkError(f"{root / 'splits.json'}: {name}: unknown task id {tid!r}")
@@ -146,8 +154,17 @@ def load_benchmark(root: str | Path) -> Benchmark:
     missing = sorted(set(tasks) - set(seen))
     if missing:
         raise BenchmarkError(f"{root / 'splits.json'}: -: tasks in no split: {', '.join(missing[:5])}")
-    return Benchmark(root, meta, (root / "policy.md").read_text(encoding="utf-8"), _json(root / "tools.json"),
-                     _json(root / "db.json"), tasks, splits)
+    tools, db = _json(root / "tools.json"), _json(root / "db.json")
+    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("function"), dict)
+                                              and isinstance(t["function"].get("name"), str) for t in tools):
+        raise BenchmarkError(f"{root / 'tools.json'}: -: must be a list of tools, each with function.name")
+    if not isinstance(db, dict):
+        raise BenchmarkError(f"{root / 'db.json'}: -: must be a mapping")
+    try:
+        policy = (root / "policy.md").read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise BenchmarkError(f"{root / 'policy.md'}: -: not UTF-8 text (byte {e.start})") from None
+    return Benchmark(root, meta, policy, tools, db, tasks, splits)
 
 
 def _json(path: Path) -> Any:

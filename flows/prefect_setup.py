@@ -1,0 +1,106 @@
+"""How this project runs Prefect's own machinery: a temporary server that lives no longer than its process, and
+no Prefect traceback for the failures Ratchet reports itself.
+
+Prefect starts a temporary API server (`SubprocessASGIServer`) in a child process when no PREFECT_API_URL is set,
+and stops it at exit; a `kill -9` of the campaign skips that, and the server (about 250 MB) would run on, reparented to
+init. Here the child is started through this module's `__main__`, which watches its parent and shuts the server down
+when the parent is gone, however it died. The command and environment are Prefect 3.9.1's
+`SubprocessASGIServer._run_uvicorn_command`, with only that wrapper added.
+
+Bad input, a refused run and a budget stop are InputErrors that the CLI prints as one line; Prefect's flow and task
+loggers would first print each with a 20-line traceback. `quiet_expected_failures` drops those records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+POLL_SECONDS = 0.5
+
+
+def _expected_names() -> set[str]:
+    from components.errors import InputError
+
+    names, todo = set(), [InputError]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return names
+
+
+class _ExpectedFailures(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        from components.errors import InputError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, InputError):
+            return False
+        if record.levelno >= logging.ERROR and isinstance(record.msg, str) and record.msg.startswith("Finished in state"):
+            text = record.getMessage()
+            return not any(f"{name}:" in text or f"{name}(" in text for name in _expected_names())
+        if record.levelno >= logging.ERROR and record.args:  # "... exception: %r" with the exception as an argument
+            return not any(isinstance(a, InputError) for a in (record.args if isinstance(record.args, tuple) else ()))
+        return True
+
+
+def quiet_expected_failures() -> None:
+    f = _ExpectedFailures()
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(x, _ExpectedFailures) for x in logger.filters):
+            logger.addFilter(f)
+
+
+def tie_temporary_server_to_this_process() -> None:
+    """Make Prefect's temporary server exit when the process that started it dies (idempotent)."""
+    import subprocess
+
+    import prefect
+    from prefect.server.api import server as server_module
+    from prefect.settings import get_current_settings
+
+    cls = server_module.SubprocessASGIServer
+    if getattr(cls, "_ratchet_tied", False):
+        return
+
+    def _run_uvicorn_command(self) -> subprocess.Popen:
+        server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+        env = {**os.environ, **server_env, **get_current_settings().to_environment_variables(exclude_unset=True)}
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH", "")) if x)
+        return subprocess.Popen(
+            args=[sys.executable, "-m", "flows.prefect_setup", str(os.getpid()),
+                  "--app-dir", str(prefect.__module_path__.parent), "--factory", "prefect.server.api.server:create_app",
+                  "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
+            env=env)
+
+    cls._run_uvicorn_command = _run_uvicorn_command
+    cls._ratchet_tied = True
+
+
+def _watch_parent(parent: int) -> None:
+    """In the server's process: stop the server (SIGTERM: uvicorn shuts down cleanly) once the parent is gone."""
+    import signal
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(POLL_SECONDS)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)
+        os._exit(1)  # shutdown hung: go anyway
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+if __name__ == "__main__":  # python -m flows.prefect_setup <parent pid> <uvicorn arguments...>
+    import runpy
+
+    _watch_parent(int(sys.argv[1]))
+    sys.argv = ["uvicorn", *sys.argv[2:]]
+    runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)

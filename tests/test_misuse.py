@@ -1,0 +1,566 @@
+"""Misuse, as a new user would try it: every case ends with the right exit code, one line saying what is wrong, and
+nothing outside the command's own output changed.
+
+Commands run in-process through typer's CliRunner (exceptions not caught, so a traceback fails the test); a
+subprocess only where the process itself is the point (kill -9, what Prefect prints). serve-sim runs on a loopback
+port in a thread, so connection reuse and timeouts are real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from components.evolution.lineage import CommitError, Lineage, LineageLock
+from components.io import MARK
+from components.params import load_params
+from flows.cli import app
+from tests.conftest import PACKAGES, ROOT
+
+SEED = PACKAGES / "seed"
+
+
+def ratchet(*args) -> object:
+    """Invoke the CLI in-process; an escaping exception (a traceback) fails the test."""
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def one_line(result, code: int, *fragments: str) -> str:
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+    return lines[0]
+
+
+def snapshot(root: Path, *, skip: Path | None = None) -> dict[str, str]:
+    """Every file and directory under root (but under `skip`) with a hash of its bytes."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if skip is not None and (p == skip or skip in p.parents):
+            continue
+        out[p.relative_to(root).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+    return out
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, bench_dir):
+    """A user's working directory: a copy of the seed package, the session benchmark, and a folder of their own."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(SEED, tmp_path / "pkg")
+    mine = tmp_path / "mine"
+    (mine / ".git").mkdir(parents=True)
+    (mine / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (mine / "src").mkdir()
+    (mine / "src" / "app.py").write_text("print('hello')\n")
+    (mine / "notes.txt").write_text("do not lose\n")
+    return tmp_path
+
+
+# -- outputs: a command writes only where it owns ----------------------------------------------------------------------
+
+def test_eval_out_over_a_directory_with_git_is_refused_and_left_intact(project, bench_dir):
+    before = snapshot(project)
+    r = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "mine", "--seeds", "1")
+    one_line(r, 2, "mine: --out:", "non-empty directory that Ratchet did not write")
+    assert snapshot(project) == before
+    assert (project / "mine" / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+
+
+def test_eval_out_onto_its_own_package_is_refused(project, bench_dir):
+    before = snapshot(project)
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "pkg"), 2, "is the input package")
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "pkg/em"), 2,
+             "is inside the input package")
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "."), 2, "holds the input package")
+    assert snapshot(project) == before
+
+
+def test_eval_reruns_over_its_own_output_and_marks_it(project, bench_dir):
+    items = ",".join(json.loads((bench_dir / "splits.json").read_text())["dev"][:2])
+    first = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1", "--out", "ev")
+    assert first.exit_code == 0, first.stderr
+    assert (project / "ev" / MARK).read_text().strip() == "eval"
+    (project / "ev" / "scores.csv").write_text("stale\n")
+    before = snapshot(project, skip=project / "ev")
+    again = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1", "--out", "ev")
+    assert again.exit_code == 0, again.stderr
+    assert (project / "ev" / "scores.csv").read_text().startswith("item_id,")  # replaced: a rerun owns it
+    assert snapshot(project, skip=project / "ev") == before
+
+
+def test_materialize_over_a_file_is_refused(project):
+    (project / "bench.txt").write_text("mine\n")
+    before = snapshot(project)
+    one_line(ratchet("bench", "materialize", "--out", "bench.txt", "--per-family", "3"), 2, "bench.txt", "is a file")
+    assert snapshot(project) == before
+
+
+def test_materialize_over_a_foreign_directory_is_refused(project):
+    before = snapshot(project)
+    one_line(ratchet("bench", "materialize", "--out", "mine", "--per-family", "3"), 2, "mine", "did not write")
+    assert snapshot(project) == before
+
+
+def test_materialize_replaces_its_own_benchmark(project):
+    """What `dvc repro` and a rerun do: a benchmark directory (marked by its own files) is Ratchet's to replace."""
+    assert ratchet("bench", "materialize", "--out", "b", "--per-family", "3").exit_code == 0
+    (project / "b" / "policy.md").write_text("edited\n")
+    before = snapshot(project, skip=project / "b")
+    r = ratchet("bench", "materialize", "--out", "b", "--per-family", "3")
+    assert r.exit_code == 0, r.stderr
+    assert (project / "b" / "policy.md").read_text() != "edited\n"
+    assert snapshot(project, skip=project / "b") == before
+
+
+def test_report_out_onto_a_file_or_its_campaign_is_refused(project):
+    camp = project / "camp"
+    camp.mkdir()
+    (camp / "summary.json").write_text("{}\n")
+    (project / "r.txt").write_text("mine\n")
+    before = snapshot(project)
+    one_line(ratchet("report", "--campaign", "camp", "--out", "r.txt"), 2, "is a file")
+    one_line(ratchet("report", "--campaign", "camp", "--out", "camp"), 2, "is the input campaign")
+    one_line(ratchet("report", "--campaign", "camp", "--out", "mine"), 2, "did not write")
+    assert snapshot(project) == before
+
+
+def test_campaign_out_over_a_foreign_directory_or_its_start_is_refused(project, bench_dir):
+    before = snapshot(project)
+    common = ["--set", f"benchmark.out={bench_dir}", "--set", "campaign.start=pkg"]
+    one_line(ratchet("campaign", "run", "--out", "mine", *common), 2, "mine: campaign.out:", "did not write")
+    one_line(ratchet("campaign", "run", "--out", "mine", "--force", *common), 2, "did not write")  # --force: never that
+    one_line(ratchet("campaign", "run", "--out", "pkg", *common), 2, "is the input start package")
+    one_line(ratchet("campaign", "run", "--out", str(bench_dir), *common), 2, "is the input benchmark")
+    assert snapshot(project) == before
+
+
+# -- campaign identity -------------------------------------------------------------------------------------------------
+
+def _started(project, bench_dir, **over) -> Path:
+    """A campaign output whose lineage has committed M0 with the identity of these params (no round run)."""
+    from components.memory import digest
+
+    p = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir), **over})
+    Lineage(project / "camp" / "lineage").start("pkg", digest(bench_dir), p.identity())
+    (project / "camp" / MARK).write_text("campaign\n")
+    return project / "camp"
+
+
+def _rerun(bench_dir, *extra):
+    return ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *extra)
+
+
+def test_rerun_with_another_start_package_is_refused(project, bench_dir):
+    _started(project, bench_dir)
+    shutil.copytree(PACKAGES / "reference", project / "other")
+    before = snapshot(project)
+    one_line(_rerun(bench_dir, "--set", "campaign.start=other"), 2, "camp: campaign.start:", "M0")
+    assert snapshot(project) == before
+
+
+def test_rerun_with_another_benchmark_is_refused(project, bench_dir):
+    _started(project, bench_dir)
+    other = project / "bench2"
+    shutil.copytree(bench_dir, other)
+    (other / "policy.md").write_text((other / "policy.md").read_text() + "\nOne more rule.\n")
+    before = snapshot(project)
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={other}", "--set",
+                     "campaign.start=pkg"), 2, "camp: benchmark:", "digest")
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize("field,value", [("campaign.seeds", "5"), ("gate.alpha", "0.1"),
+                                         ("campaign.meta_agent_cfg", "{x: 1}")])
+def test_rerun_with_other_evolution_params_is_refused_naming_the_field(project, bench_dir, field, value):
+    _started(project, bench_dir)
+    before = snapshot(project)
+    one_line(_rerun(bench_dir, "--set", "campaign.start=pkg", "--set", f"{field}={value}"), 2, f"camp: {field}:",
+             "in this campaign's lineage")
+    assert snapshot(project) == before
+
+
+def test_rerun_may_change_rounds_and_budget_and_force_starts_over(project, bench_dir):
+    from flows.campaign import prepare
+
+    camp = _started(project, bench_dir)
+    ok = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir),
+                            "campaign.rounds": 3, "budget.model_calls": 10, "campaign.workers": 1})
+    prepare(ok)  # documented as changeable: no refusal
+    assert (camp / "lineage" / "lineage.jsonl").exists()
+    other = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir),
+                               "campaign.seeds": 4})
+    prepare(other, force=True)  # Ratchet's own campaign, replacing it meant: deleted, to start over
+    assert not camp.exists() and (project / "mine" / "notes.txt").exists()
+
+
+def test_a_running_campaign_is_refused_before_prefect_says_anything(project, bench_dir):
+    """Subprocess: what a user sees on stderr is one line, no Prefect traceback first."""
+    _started(project, bench_dir)
+    with LineageLock(project / "camp" / "lineage"):
+        r = subprocess.run([sys.executable, "-m", "flows.cli", "campaign", "run", "--out", "camp", "--set",
+                            f"benchmark.out={bench_dir}", "--set", "campaign.start=pkg"], cwd=project,
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "locked by another campaign" in r.stderr, r.stderr
+
+
+# -- params ------------------------------------------------------------------------------------------------------------
+
+def test_a_missing_params_file_is_refused(project):
+    one_line(ratchet("campaign", "run", "--params", "nope.yaml"), 2, "nope.yaml: -: no such file")
+    one_line(ratchet("campaign", "run", "--params", "params.yaml"), 2, "params.yaml: -: no such file")
+    assert not (project / "runs").exists()
+
+
+def test_a_params_directory_or_non_utf8_file_is_refused(project):
+    (project / "pdir").mkdir()
+    (project / "latin1.yaml").write_bytes("campaign:\n  name: caf\xe9\n".encode("latin-1"))
+    one_line(ratchet("campaign", "run", "--params", "pdir"), 2, "pdir: -: not a file")
+    one_line(ratchet("campaign", "run", "--params", "latin1.yaml"), 2, "latin1.yaml: -: not UTF-8")
+    assert not (project / "runs").exists()
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(project):
+    levels = "".join(f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
+    (project / "bomb.yaml").write_text("campaign:\n  meta_agent_cfg:\n    l0: &l0 [x]\n" +
+                                       levels.replace("  l", "    l"))
+    assert len((project / "bomb.yaml").read_bytes()) < 1000
+    t = time.monotonic()
+    one_line(ratchet("campaign", "run", "--params", "bomb.yaml"), 2, "bomb.yaml: line", "alias")
+    one_line(ratchet("campaign", "run", "--set", "campaign.meta_agent_cfg={a: &a [1], b: *a}"), 2, "--set", "alias")
+    assert time.monotonic() - t < 10
+
+
+def test_free_form_dicts_are_bounded(project):
+    deep = "{a: " * 12 + "1" + "}" * 12
+    one_line(ratchet("campaign", "run", "--set", f"campaign.model_cfg={deep}"), 2, "campaign.model_cfg", "deeper")
+    wide = "[" + ", ".join(["1"] * 2000) + "]"
+    one_line(ratchet("campaign", "run", "--set", f"campaign.meta_agent_cfg={{x: {wide}}}"), 2, "more than")
+
+
+@pytest.mark.parametrize("setting,field", [("budget.money=.nan", "budget.money"), ("gate.material=.inf", "gate.material"),
+                                           ("budget.tokens_in=-5", "budget.tokens_in"),
+                                           ("budget.money=-1", "budget.money"),
+                                           ("campaign.model_cfg={t: .nan}", "campaign.model_cfg")])
+def test_numbers_are_finite_and_caps_not_negative(project, setting, field):
+    one_line(ratchet("campaign", "run", "--set", setting), 2, f"params: {field}")
+    assert not (project / "runs").exists()
+
+
+def test_set_with_bad_yaml_or_into_a_scalar_is_one_line(project):
+    one_line(ratchet("campaign", "run", "--set", "campaign.model_cfg={a: [1"), 2, "--set: campaign.model_cfg: malformed")
+    one_line(ratchet("campaign", "run", "--set", "campaign.rounds=3", "--set", "campaign.rounds.x=1"), 2,
+             "campaign.rounds.x: campaign.rounds is not a mapping")
+    one_line(ratchet("campaign", "run", "--set", "novalue"), 2, "expected key.path=value")
+
+
+# -- nothing succeeds on nothing ---------------------------------------------------------------------------------------
+
+def test_eval_with_zero_seeds_is_refused(project, bench_dir):
+    before = snapshot(project)
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--seeds", "0", "--out", "ev"), 2,
+             "--seeds: 0: must be at least 1")
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", ",", "--out", "ev"), 2,
+             "--items: no item ids")
+    assert snapshot(project) == before
+
+
+def test_an_eval_where_every_episode_errored_fails(project, bench_dir, free_port, monkeypatch):
+    import flows.cli
+
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    monkeypatch.setattr(flows.cli, "_model_cfg", lambda *_: {"base_url": dead, "max_retries": 0, "timeout": 2})
+    items = ",".join(json.loads((bench_dir / "splits.json").read_text())["dev"][:2])
+    r = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1",
+                "--model", "openai", "--base-url", dead, "--out", "ev")
+    line = one_line(r, 1, "every episode errored (2 of 2); the first: model:")
+    assert "onnect" in line  # the first error names its cause
+
+
+def test_shares_that_leave_an_empty_split_are_refused(project):
+    before = snapshot(project)
+    one_line(ratchet("bench", "materialize", "--out", "b", "--per-family", "3", "--train-share", "0.6",
+                     "--dev-share", "0.4"), 2, "--dev-share", "test split")
+    one_line(ratchet("bench", "materialize", "--out", "b", "--per-family", "3", "--train-share", "0.1",
+                     "--dev-share", "0.5"), 2, "the train split would be empty")
+    assert snapshot(project) == before
+
+
+# -- one line, not a traceback -----------------------------------------------------------------------------------------
+
+def test_badly_shaped_benchmark_json_is_one_line(project, bench_dir):
+    bad = project / "badbench"
+    shutil.copytree(bench_dir, bad)
+    splits = json.loads((bad / "splits.json").read_text())
+    (bad / "splits.json").write_text(json.dumps({**splits, "dev": 5}))
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bad, "--out", "ev"), 2, "splits.json: dev: must be a list")
+    (bad / "splits.json").write_text(json.dumps(splits))
+    (bad / "tools.json").write_text('{"not": "a list"}')
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bad, "--out", "ev"), 2, "tools.json")
+    assert not (project / "ev").exists()
+
+
+def test_a_package_nested_thousands_deep_is_one_line(project):
+    deep = project / "deep"
+    shutil.copytree(SEED, deep)
+    d = str(deep)
+    for _ in range(1500):  # one level at a time: os.makedirs itself recurses
+        d += "/d"
+        os.mkdir(d)
+    one_line(ratchet("package", "lint", deep), 2)
+    one_line(ratchet("package", "digest", deep), 2)
+
+
+def test_a_missing_or_non_directory_start_is_one_line(project, bench_dir):
+    (project / "afile").write_text("x\n")
+    common = ["--out", "camp", "--set", f"benchmark.out={bench_dir}"]
+    one_line(ratchet("campaign", "run", *common, "--set", "campaign.start=nope"), 2, "nope: campaign.start: no such")
+    one_line(ratchet("campaign", "run", *common, "--set", "campaign.start=afile"), 2, "afile: campaign.start: not a dir")
+    assert not (project / "camp").exists()
+
+
+def test_per_family_zero_is_one_line(project):
+    one_line(ratchet("bench", "materialize", "--out", "b", "--per-family", "0"), 2, "--per-family")
+    assert not (project / "b").exists()
+
+
+def test_a_torn_last_lineage_line_is_recovered_a_damaged_one_refused(project, bench_dir):
+    camp = _started(project, bench_dir)
+    log = camp / "lineage" / "lineage.jsonl"
+    whole = log.read_bytes()
+    log.write_bytes(whole + b'{"round": 1, "verdict": "acc')  # torn: never committed
+    lineage = Lineage(camp / "lineage")
+    assert [r["verdict"] for r in lineage.records()] == ["start"] and lineage.torn
+    lineage.reject(1, {"reason": "x"})  # the next append drops the torn bytes
+    assert log.read_bytes().startswith(whole) and log.read_bytes().endswith(b"\n")
+    log.write_bytes(b"garbage\n" + whole)
+    with pytest.raises(CommitError, match="line 1: not a JSON record"):
+        Lineage(camp / "lineage").records()
+    one_line(ratchet("reproduce", "--campaign", "camp", "--version", "M1"), 2, "lineage.jsonl: line 1")
+
+
+def test_a_budget_stop_prints_no_prefect_traceback(prefect_server, capfd):
+    """Prefect logs an InputError (a budget stop, a refused run) with its traceback; Ratchet reports it in one line."""
+    from prefect import flow, task
+
+    import flows.campaign  # noqa: F401 - installs the filter, as every campaign does
+    from components.evidence.budget import BudgetExceeded
+
+    @task
+    def spend():
+        raise BudgetExceeded("budget: model_calls cap 5 reached")
+
+    @flow
+    def round_():
+        spend()
+
+    with pytest.raises(BudgetExceeded):
+        round_()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BudgetExceeded" not in err, err
+
+
+# -- serve-sim ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    """serve-sim on a loopback port in a thread (header timeout 1 s for the test)."""
+    import uvicorn
+
+    from components.models.server import _header_timeout_protocol, create_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(max_body=200_000), host="127.0.0.1", port=port,
+                                           log_level="critical", http=_header_timeout_protocol(1.0)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(100):
+        if server.started:
+            break
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _conversation(bench_dir) -> dict:
+    from components.worlds import load_benchmark, world
+
+    b = load_benchmark(bench_dir)
+    task = b.tasks[b.ids("dev")[0]]
+    env = world("retail").make_env(b, task)
+    return {"model": "sim", "seed": 0, "tools": env.tools,
+            "messages": [{"role": "system", "content": env.system_prompt},
+                         {"role": "user", "content": env.first_message()}]}
+
+
+def _error_of(r: httpx.Response, status: int, param: str | None = None) -> dict:
+    assert r.status_code == status, (r.status_code, r.text)
+    e = r.json()["error"]
+    assert set(e) == {"message", "type", "param", "code"} and e["message"], e
+    if param is not None:
+        assert e["param"] == param, e
+    return e
+
+
+def test_serve_sim_bad_json_is_a_400_and_the_connection_stays_usable(sim, bench_dir):
+    good = _conversation(bench_dir)
+    with httpx.Client(base_url=sim, timeout=10) as client:  # one keep-alive connection throughout
+        _error_of(client.post("/v1/chat/completions", content=b'{"messages": [', headers={"content-type": "application/json"}), 400)
+        ok = client.post("/v1/chat/completions", json=good)
+        assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["role"] == "assistant"
+        assert abs(ok.json()["created"] - time.time()) < 60  # a real timestamp
+
+
+@pytest.mark.parametrize("change,status,param", [
+    (lambda b: b.pop("messages"), 400, "messages"),
+    (lambda b: b.update(messages="hello"), 400, "messages"),
+    (lambda b: b.update(seed="zero"), 400, "seed"),
+    (lambda b: b.update(stream=True), 400, "stream"),
+    (lambda b: b.update(n=2), 400, "n"),
+    (lambda b: b.update(messages=b["messages"][1:]), 400, "messages"),  # a user-only conversation
+    (lambda b: b.update(tool_choice={"type": "function", "function": {"name": "delete_everything"}}), 400, "tool_choice"),
+])
+def test_serve_sim_refuses_malformed_or_unsupported_requests(sim, bench_dir, change, status, param):
+    body = _conversation(bench_dir)
+    change(body)
+    with httpx.Client(base_url=sim, timeout=10) as client:
+        _error_of(client.post("/v1/chat/completions", json=body), status, param)
+        assert client.post("/v1/chat/completions", json=_conversation(bench_dir)).status_code == 200
+
+
+def test_serve_sim_reads_content_parts_as_text(sim, bench_dir):
+    body = _conversation(bench_dir)
+    plain = httpx.post(f"{sim}/v1/chat/completions", json=body, timeout=10).json()
+    body["messages"][1]["content"] = [{"type": "text", "text": body["messages"][1]["content"]}]
+    parts = httpx.post(f"{sim}/v1/chat/completions", json=body, timeout=10).json()
+    assert parts["choices"] == plain["choices"]
+
+
+def test_serve_sim_limits_the_body_and_idle_headers(sim):
+    _error_of(httpx.post(f"{sim}/v1/chat/completions", content=b"x" * 300_000, timeout=10), 413)
+    host, port = sim.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+        t = time.monotonic()
+        assert s.recv(1024) == b""  # closed by the server
+        assert time.monotonic() - t < 4
+
+
+def test_serve_sim_calls_only_offered_tools_as_tool_choice_allows(sim, bench_dir):
+    body = _conversation(bench_dir)
+    first = httpx.post(f"{sim}/v1/chat/completions", json=body, timeout=10).json()["choices"][0]["message"]
+    assert first.get("tool_calls"), "the test needs a first step that calls a tool"
+    wanted = first["tool_calls"][0]["function"]["name"]
+    none = httpx.post(f"{sim}/v1/chat/completions", json={**body, "tool_choice": "none"}, timeout=10).json()
+    assert "tool_calls" not in none["choices"][0]["message"] and none["choices"][0]["message"]["content"]
+    fewer = [t for t in body["tools"] if t["function"]["name"] != wanted]
+    withheld = httpx.post(f"{sim}/v1/chat/completions", json={**body, "tools": fewer}, timeout=10).json()
+    assert all(c["function"]["name"] != wanted for c in withheld["choices"][0]["message"].get("tool_calls") or [])
+    other = fewer[0]["function"]["name"]
+    forced = httpx.post(f"{sim}/v1/chat/completions", timeout=10,
+                        json={**body, "tool_choice": {"type": "function", "function": {"name": other}}})
+    _error_of(forced, 422, "tool_choice")
+
+
+def test_serve_sim_validates_port_and_fault_rate():
+    one_line(ratchet("serve-sim", "--port", "70000"), 2, "--port: 70000")
+    one_line(ratchet("serve-sim", "--fault-rate", "5"), 2, "--fault-rate: 5.0: must be within [0, 1]")
+    one_line(ratchet("serve-sim", "--fault-rate", "nan"), 2, "--fault-rate")
+
+
+# -- no orphans --------------------------------------------------------------------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_kill_9_of_a_campaign_leaves_no_prefect_server(tmp_path, bench_dir):
+    """No PREFECT_API_URL: the campaign starts Prefect's temporary server; kill -9 it once the server is up."""
+    import psutil
+
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(RATCHET_HOME=str(home), PREFECT_HOME=str(home / "prefect"),
+               PREFECT_LOCAL_STORAGE_PATH=str(home / "prefect" / "storage"),
+               MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}")
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "campaign", "run", "--out", "camp", "--rounds", "3",
+                             "--set", f"benchmark.out={bench_dir}", "--set", f"campaign.start={SEED}"], cwd=tmp_path,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        server = []
+        deadline = time.monotonic() + 120
+        while not server and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            server = [c for c in _children(proc.pid) if "prefect.server.api.server:create_app" in
+                      " ".join(psutil.Process(c).cmdline())]
+        assert server, "the campaign never started its temporary Prefect server"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                                                  for p in server):
+            time.sleep(0.2)
+        alive = [p for p in server if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        assert not alive, f"orphaned Prefect server(s): {alive}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+# -- campaigns move ----------------------------------------------------------------------------------------------------
+
+def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_server, tmp_path, monkeypatch):
+    """Run a one-round campaign that promotes, copy it, move the original away: the copy resumes in place (the
+    original is untouched) and `ratchet reproduce` on it finds the promotion identical."""
+    from components.params import BenchmarkParams
+    from flows.campaign import run_campaign
+
+    monkeypatch.chdir(tmp_path)
+    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=6)
+    bench.materialize()
+    start = tmp_path / "start"
+    shutil.copytree(SEED, start)
+    manifest = start / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6"))
+    p = load_params(None, {"benchmark.out": bench.out, "benchmark.per_family": 6, "campaign.out": str(tmp_path / "a"),
+                           "campaign.start": str(start), "campaign.rounds": 1, "campaign.seeds": 2,
+                           "gate.n_boot": 500})
+    s = run_campaign(p)
+    assert s["accepted"] == 1, "the test needs a round that promotes"
+    shutil.copytree(tmp_path / "a", tmp_path / "copy")
+    original = snapshot(tmp_path / "a")
+    (tmp_path / "copy" / ".state" / "state.json").write_text(json.dumps({"round": 1, "stage": "gate"}))
+    (tmp_path / "copy" / "summary.json").unlink()  # as if killed before the end
+    r = ratchet("campaign", "resume", "--out", "copy")
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "copy" / "summary.json").exists() and snapshot(tmp_path / "a") == original
+    os.rename(tmp_path / "a", tmp_path / "gone")  # nothing may resolve to the old place
+    rec = next(x for x in Lineage(tmp_path / "copy" / "lineage").records() if x["verdict"] == "accept")
+    assert not Path(rec["round_dir"]).is_absolute()
+    r = ratchet("reproduce", "--campaign", "copy", "--version", "M1")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert "per-item scores: identical" in r.stdout and "verdict: matches" in r.stdout
