@@ -42,8 +42,8 @@ from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
 from flows.evaluate import submit_eval, task_runner
 from flows.prefect_setup import quiet_expected_failures, tie_temporary_server_to_this_process
-from flows.tasks import (commit_stage, diagnose_stage, gate_stage, patch_stage, plan_stage, reject_stage, repair_stage,
-                         validate_stage)
+from flows.tasks import (causes_stage, commit_stage, diagnose_stage, gate_stage, patch_stage, plan_stage, reject_stage,
+                         repair_stage, validate_stage)
 
 tie_temporary_server_to_this_process()
 quiet_expected_failures()
@@ -127,7 +127,8 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     # 1. evaluate the working base on train
     train = note("train", "base", base, ev(base, f"r{round_no} train {champ.name}", split="train"))
     corpus = f"{champ.digest}:{b.digest}:{seed_map_hash(b.ids('train'), ev.seeds)}"
-    write_eval(rd / "train", train, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
+    hidden = EvalTables(train.scores, train.traces, causes_stage(train.scores, base, bench, c.max_turns))
+    write_eval(rd / "train", hidden, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
                                      "seeds": ev.seeds, "corpus": corpus})
     stage_done(p, round_no, "evaluate")
     # 2. diagnose (traces and package only) into evidence packets with checked citations

@@ -136,14 +136,17 @@ def eval_cmd(
     base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
     model_name: Annotated[Optional[str], typer.Option(help="model name sent to the endpoint")] = None,
     items: Annotated[Optional[str], typer.Option(help="comma-separated item ids (default: the whole split)")] = None,
+    max_turns: Annotated[int, typer.Option(min=1, help="turns per episode before it is cut off")] = 40,
 ) -> None:
-    """Run every (item, seed) episode; write scores.csv, traces.parquet and the hidden-cause sidecar. --out must be
+    """Run every (item, seed) episode; write scores.csv, traces.parquet and the hidden-cause sidecar (each failed
+    episode replayed in-process with the simulated agent's faults switched off, one owner at a time). --out must be
     new, empty or an earlier eval's output (which is replaced); anything else is refused. Exit 1 when every episode
     errored."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from components.io import claim_output
     from components.memory import load_package
+    from components.models.counterfactual import causes_table
     from components.runtime.evaluate import run_shard, seed_map_hash, summary, write_eval
     from components.worlds import load_benchmark
 
@@ -164,10 +167,11 @@ def eval_cmd(
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=err, transient=True) as progress:
         bar = progress.add_task(f"{pkg.name} on {split}", total=len(ids) * len(seed_list))
-        t = run_shard(pkg, bench, ids, seed_list, model, cfg, on_episode=lambda _r: progress.advance(bar))
+        t = run_shard(pkg, bench, ids, seed_list, model, cfg, max_turns, on_episode=lambda _r: progress.advance(bar))
+    t.causes = causes_table(pkg, bench, t.scores, max_turns)
     meta = {"package": str(package), "package_digest": pkg.digest, "benchmark": str(benchmark),
             "benchmark_digest": bench.digest, "split": split, "seeds": seed_list, "items": len(ids),
-            "seed_map_hash": seed_map_hash(ids, seed_list), "model": model, **summary(t.scores)}
+            "seed_map_hash": seed_map_hash(ids, seed_list), "model": model, "max_turns": max_turns, **summary(t.scores)}
     write_eval(out_dir, t, meta, mark="eval")
     s = summary(t.scores)
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
@@ -177,6 +181,35 @@ def eval_cmd(
         first = t.scores["error"].fillna("").astype(str)
         raise fail(f"every episode errored ({s['errors']} of {s['episodes']}); the first: {first[first != ''].iloc[0]}",
                    code=1)
+
+
+@app.command("diagnose")
+def diagnose_cmd(
+    eval_dir: Annotated[Path, typer.Option("--eval", help="a finished `ratchet eval` output directory")],
+    package: Annotated[Path, typer.Option(help="the memory package that was evaluated")],
+    benchmark: Annotated[Path, typer.Option(help="benchmark directory")] = DEFAULT_BENCH,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Diagnose a finished evaluation from its traces and score the owners against the hidden counterfactual causes:
+    accuracy, n, coverage, outcome-only accuracy (fitted on train) and the confusion matrix (truth -> predicted)."""
+    from components.evolution.localization import diagnose_eval
+
+    loc = diagnose_eval(eval_dir, package, benchmark)
+    keys = ["accuracy", "n", "coverage", "outcome_only_accuracy", "confusion", "compound", "per_owner"]
+    if as_json:
+        out.print(json.dumps({k: loc[k] for k in keys}, sort_keys=True), highlight=False, markup=False)
+        return
+    fmt = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
+    out.print(f"localization {fmt(loc['accuracy'])} (coverage {fmt(loc['coverage'])}, n={loc['n']}) vs outcome-only "
+              f"{fmt(loc['outcome_only_accuracy'])}; compound {loc['compound']['n']} "
+              f"(credited {fmt(loc['compound']['accuracy'])})", highlight=False, markup=False)
+    preds = sorted({p for row in loc["confusion"].values() for p in row})
+    table = Table(title="truth -> predicted")
+    for col in ("truth", *preds):
+        table.add_column(col)
+    for truth, row in sorted(loc["confusion"].items()):
+        table.add_row(truth, *[str(row.get(p, 0)) for p in preds])
+    out.print(table)
 
 
 @app.command("serve-sim")

@@ -128,6 +128,21 @@ def eval_shard(package: str, bench: str, items: list[str], seeds: list[int], mod
                     lambda check: run_shard(package, bench, items, seeds, model, model_cfg, max_turns, check))
 
 
+# -- hidden causes (counterfactual replay; read only by diagnosis scoring) -----------------------------------------------
+
+def _causes_key(_ctx, p: dict) -> str:
+    return stage_key("causes", package=digest(p["package"]), bench=tree_digest(p["bench"]),
+                     scores=frame_hash(p["scores"]), max_turns=p["max_turns"])
+
+
+@task(name="causes", cache_key_fn=_causes_key, **PERSIST)
+def causes_stage(scores: pd.DataFrame, package: str, bench: str, max_turns: int) -> pd.DataFrame:
+    """Replay each failed episode with one owner's faults off at a time (cached: a champion's train set once)."""
+    from components.models.counterfactual import causes_table
+
+    return causes_table(load_package(package), load_benchmark(bench), scores, max_turns)
+
+
 # -- diagnose ----------------------------------------------------------------------------------------------------------
 
 def _diag_key(_ctx, p: dict) -> str:

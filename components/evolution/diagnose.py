@@ -2,9 +2,12 @@
 
 For every failed episode, the earliest of:
   - a write the customer had not confirmed (no affirmative user turn since the last write)      -> C, unconfirmed_write
-  - a write refused by policy and never redone successfully for that target                      -> E or rho, policy_refusal
-        E:   no card in the package mentions the tool, or one was delivered right there (it is wrong or too weak)
-        rho: a card mentioning the tool exists but was not delivered at that step, or was drowned among other cards
+  - a write refused by policy and never redone successfully for that target                      -> E, rho or unknown
+        whether the package's card about the tool helps is judged from the corpus (`card_evidence`: turns with the
+        card in memory clear the rule more often than turns without), never by reading the card like the model:
+        E:   no card mentions the tool, the card does not help, or a helpful card alone in memory was not enough
+        rho: a helpful card was not delivered at that step, or was drowned among other cards
+        unknown: a card exists but was never in memory at such a write (no evidence; no plan is made)
   - `finish` while the agent's own proposed state still listed work                               -> C, premature_finish
   - work the agent proposed, never wrote, and dropped from its state                              -> W
         wrong_grounding: its ledger entry was settled by a receipt for other arguments
@@ -67,7 +70,8 @@ def _policy_quote(observation: dict) -> str:
 
 
 def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackage, write_tools: frozenset[str],
-                     error: str = "", episode_id: str | None = None) -> Finding:
+                     error: str = "", episode_id: str | None = None,
+                     helps: dict[str, bool | None] | None = None) -> Finding:
     eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
     if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
         last = steps[-1] if steps else None
@@ -104,7 +108,7 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
                             and _matches({k: v for k, v in a.get("args", {}).items() if k in ("order_id", "user_id")},
                                          t.action.get("args", {})) for t in steps)
                 if not later:
-                    findings.append(_knowledge(eid, item_id, s, tool, package))
+                    findings.append(_knowledge(eid, item_id, s, tool, package, (helps or {}).get(tool)))
         if a.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending"):
             findings.append(Finding(eid, item_id, s.step, s.hash, "C", "premature_finish", "*",
                                     f"{len(s.proposal['pending'])} item(s) still proposed"))
@@ -136,23 +140,75 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
     return min(findings, key=lambda f: (f.step, f.owner))
 
 
-def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, package: MemoryPackage) -> Finding:
-    mention = f"`{tool}`"
-    cards = [c.id for c in package.cards.values() if mention in c.body]
+def _cards_about(package: MemoryPackage, tool: str) -> list[str]:
+    return [c.id for c in package.cards.values() if f"`{tool}`" in c.body]
+
+
+def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackage,
+                  write_tools: frozenset[str]) -> dict[str, bool | None]:
+    """Per write tool: does a card about it help, judged from the whole corpus rather than from any one episode?
+
+    Over every first attempt at a write (per episode and target) that the world judged on policy (accepted, or
+    refused with a `policy` code), compare the share accepted when a card about the tool was in that turn's memory
+    with the share accepted without one. A card that helps is one whose turns clear the rule clearly more often
+    (by `CARD_LIFT`, and at least `CARD_FLOOR`); one that does not is wrong, or written in a way the model does not
+    take in. None: no attempt with the card delivered, so no evidence either way."""
+    tally: dict[str, dict[bool, list[int]]] = {}
+    about = {t: set(_cards_about(package, t)) for t in write_tools}
+    for steps in steps_by_episode:
+        seen: set[tuple] = set()
+        for s in steps:
+            a, obs = s.action, s.observation
+            tool = a.get("tool")
+            if tool not in write_tools or s.blocked is not None or not (obs.get("ok") or obs.get("code") == "policy"):
+                continue
+            key = (tool, _target({k: v for k, v in a.get("args", {}).items() if k in ("order_id", "user_id")}))
+            if key in seen:
+                continue
+            seen.add(key)
+            with_card = any(c in about[tool] for c in s.delivered)
+            tally.setdefault(tool, {True: [], False: []})[with_card].append(int(bool(obs.get("ok"))))
+    out: dict[str, bool | None] = {}
+    for tool in write_tools:
+        t = tally.get(tool, {True: [], False: []})
+        if not t[True]:
+            out[tool] = None
+            continue
+        without = sum(t[False]) / len(t[False]) if len(t[False]) >= MIN_CONTRAST else 0.0
+        out[tool] = sum(t[True]) / len(t[True]) >= max(CARD_FLOOR, without + CARD_LIFT)
+    return out
+
+
+CARD_FLOOR, CARD_LIFT, MIN_CONTRAST = 0.35, 0.1, 5
+
+
+def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, package: MemoryPackage,
+               helps: bool | None = None) -> Finding:
+    """A refused write: whose fix would have avoided it, from the package's cards and the corpus's evidence on them.
+
+    no card about the tool                    -> E   policy_refusal  (the knowledge is missing)
+    a card that does not help where delivered -> E   ineffective_card (wrong, or not taken in: rewrite it)
+    a helpful card, delivered among others    -> rho diluted_card    (routing: deliver it alone)
+    a helpful card, delivered alone           -> E   policy_refusal  (even the right card in front was not enough)
+    a helpful card, not delivered here        -> rho card_not_fired  (routing: deliver it at this write)
+    a card never seen at a write              -> unknown             (no evidence whether routing it would help)"""
+    cards = _cards_about(package, tool)
     here = [c for c in s.delivered if c in cards]
     target = _target({k: v for k, v in s.action.get("args", {}).items() if k in ("order_id", "user_id")})
     extra = {"target": target, "cards": cards, "delivered": list(s.delivered)}
     quote = _policy_quote(s.observation)
-    if here:
-        owner = "rho" if len(s.delivered) > len(here) else "E"  # drowned among other cards: a routing problem
-        kind = "diluted_card" if owner == "rho" else "policy_refusal"
-    elif cards:
-        owner, kind = "rho", "card_not_fired"
-    else:
+    opportunity, patchability = "present", "memory"
+    if not cards:
         owner, kind = "E", "policy_refusal"
-    f = Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, extra=extra)
-    f.extra["target"] = target
-    return f
+    elif helps is False:
+        owner, kind = "E", "ineffective_card"
+    elif helps is None:
+        owner, kind, opportunity, patchability = "unknown", "card_unobserved", "unknown", "unknown"
+    elif here:
+        owner, kind = ("rho", "diluted_card") if len(s.delivered) > len(here) else ("E", "policy_refusal")
+    else:
+        owner, kind = "rho", "card_not_fired"
+    return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra)
 
 
 def _w_kind(steps: list[TraceStep], tool: str, target: dict, last: int) -> tuple[str, str, dict]:
@@ -191,12 +247,13 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         grouped = {eid: df for eid, df in traces.groupby("episode_id", sort=False)}
     else:
         grouped = {}
+    episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in grouped.items()}
+    helps = card_evidence(list(episodes.values()), package, write_tools)
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
-        df = grouped.get(eid)
-        steps = frame_steps(df.sort_values("step")) if df is not None else []
+        steps = episodes.get(eid, [])
         error = "" if pd.isna(row.error) else str(row.error)
-        findings.append(diagnose_episode(steps, row.item_id, package, write_tools, error, eid))
+        findings.append(diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps))
     clusters: dict[tuple, list[Finding]] = defaultdict(list)
     for f in findings:
         clusters[f.signature].append(f)
@@ -222,6 +279,8 @@ def _statement(f: Finding, n: int) -> str:
         "policy_refusal": f"`{f.tool}` was refused by policy and never redone right",
         "card_not_fired": f"`{f.tool}` was refused by policy while a card about it existed but was not delivered",
         "diluted_card": f"`{f.tool}` was refused by policy although its card was delivered among many others",
+        "ineffective_card": f"`{f.tool}` was refused by policy; the package's card about it does not help where delivered",
+        "card_unobserved": f"`{f.tool}` was refused by policy; a card about it exists but was never seen at such a write",
         "premature_finish": "the agent declared done while its own state still listed work",
         "wrong_grounding": "a ledger entry was settled by a receipt for other arguments",
         "overflow": "proposed work was never tracked because the ledger was full",

@@ -15,6 +15,18 @@ memory changes:
 Every random choice is a hash of (seed, what the choice is about), not of the turn number, so two packages run with
 the same seed face the same coin flips wherever their conversations agree: paired evaluation with common random
 numbers. It also answers the `llm` meta-agent's planning prompt (see `plan_reply`).
+
+Cards and policy are read with the world's grammar (`worlds.retail.facts`): the agent follows the value a text
+instructs, a negated instruction included; text outside the grammar is ignored.
+
+Fault switches (`off`), one per owner, for the counterfactual ground truth (`components.models.counterfactual`):
+  E off    knows every fact correctly, whatever its memory says;
+  rho off  every card of the package (`cards`) that concerns the action is in front of it, undiluted;
+  W off    no drift; its tracking of pending work is perfect (history, not a possibly wrong board);
+  C off    never writes without confirmation, never declares done early.
+With `probe`, each call also computes what the agent would have done with each remaining switch off, and records
+the first call at which each owner's fault changed its output (`onsets`): a fault that never fires cannot be the
+cause, and the earliest one is the cause when several fixes work.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from components.models.base import ChatResult, ModelError, count_tokens
 from components.runtime import prompts
 from components.runtime.types import ToolCall
 from components.worlds.retail import language
-from components.worlds.retail.facts import BY_TOOL, Fact
+from components.worlds.retail.facts import BY_TOOL, VERBATIM, Fact
 
 NAME = "ratchet-sim"
 
@@ -49,6 +61,7 @@ class Rates:
 
 
 RATES = Rates()
+OWNERS = ("rho", "E", "W", "C")  # the fault switches; also the precedence among faults that fire at the same call
 
 
 def coin(seed: int, *about: object) -> float:
@@ -166,18 +179,35 @@ class SimulatedAgent:
 
     name = NAME
 
-    def __init__(self, rates: Rates = RATES):
+    def __init__(self, rates: Rates = RATES, off: frozenset[str] = frozenset(), cards: tuple[str, ...] = (),
+                 probe: bool = False):
         self.rates = rates
+        self.off = frozenset(off)
+        self.cards = tuple(cards)  # the package's cards as rendered, for rho off (perfect routing of what exists)
+        self.probe = probe
+        self.onsets: dict[str, int] = {}  # owner -> index of the first call its fault changed (with probe)
+        self.n_calls = 0
+
+    def _respond(self, v: View, seed: int) -> tuple:
+        if v.mode == "propose":
+            return json.dumps(self._propose(v, seed), sort_keys=True), None
+        return self._draft(v, seed)
 
     def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool = False) -> ChatResult:
         if messages and messages[0].get("role") == "system" and (messages[0].get("content") or "").startswith(prompts.PLAN_MARK):
             content = plan_reply(messages)
             return ChatResult(content=content, usage=count_tokens(messages, tools, content))
         v = read(messages)
+        content, call = self._respond(v, seed)
+        if self.probe:
+            for owner in OWNERS:
+                if owner not in self.off and owner not in self.onsets:
+                    twin = SimulatedAgent(self.rates, self.off | {owner}, self.cards)
+                    if twin._respond(v, seed) != (content, call):
+                        self.onsets[owner] = self.n_calls
+        self.n_calls += 1
         if v.mode == "propose":
-            content = json.dumps(self._propose(v, seed), sort_keys=True)
             return ChatResult(content=content, usage=count_tokens(messages, tools, content))
-        content, call = self._draft(v, seed)
         calls = [] if call is None else [ToolCall(id=f"call_{v.turn + 1:03d}", name=call[0], args=call[1])]
         out = content + (json.dumps({"name": call[0], "args": call[1]}, sort_keys=True) if call else "")
         return ChatResult(content=content, tool_calls=calls, usage=count_tokens(messages, tools, out))
@@ -203,6 +233,10 @@ class SimulatedAgent:
         out = []
         for r in v.requests:
             hist = self._history_status(v, r)
+            if "W" in self.off:  # perfect tracking: what the history shows, no drift
+                if hist not in ("done", "blocked", "given_up"):
+                    out.append(r)
+                continue
             on_board = v.board.get((r.tool, r.order_id or "account")) if v.board is not None else None
             if on_board in ("DONE", "BLOCKED"):
                 continue  # the ledger says settled: believed, right or wrong
@@ -221,9 +255,15 @@ class SimulatedAgent:
     # -- knowledge ---------------------------------------------------------------------------------------------
     def follows(self, v: View, fact: Fact, r: Request, seed: int) -> tuple[bool, object]:
         """Whether the agent applies `fact` to request `r` now, and the value it believes the rule has."""
-        stated = [(i, val) for i, text in enumerate(v.cards) if (val := fact.read(text)) is not None]
         u = coin(seed, "fact", fact.id, r.key)
-        if stated:
+        if "E" in self.off:
+            return True, fact.value
+        if "rho" in self.off:  # every card of the package about this action, and nothing else
+            stated = [(i, val) for i, text in enumerate(self.cards) if (val := fact.read(text)) is not None]
+            if stated:
+                return u < self.rates.p_card, stated[0][1]
+        stated = [(i, val) for i, text in enumerate(v.cards) if (val := fact.read(text)) is not None]
+        if stated and "rho" not in self.off:
             irrelevant = len(v.cards) - len(stated)
             return u < self.rates.p_card / (1 + self.rates.attention * irrelevant), stated[0][1]
         in_policy = fact.read(v.policy)
@@ -268,7 +308,7 @@ class SimulatedAgent:
         last = v.calls[-1] if v.calls else None
         just_wrote = last is not None and last[0]["name"] in language.TOOL_OF.values() and "error" not in last[1]
         n_writes = sum(1 for c, r in v.calls if c["name"] in language.TOOL_OF.values() and "error" not in r)
-        if just_wrote and coin(seed, "early", n_writes) < self.rates.p_early_done:
+        if just_wrote and "C" not in self.off and coin(seed, "early", n_writes) < self.rates.p_early_done:
             if not (bounced_finish and coin(seed, "fix", "finish", n_writes) < self.rates.p_fix):
                 return "", ("finish", {"summary": "all requests handled"})
         return self._step(v, todo[0], seed)
@@ -303,7 +343,7 @@ class SimulatedAgent:
 
         if not self._confirmed(v, r):
             asked = bool(v.feedback and "confirmation" in v.feedback) and coin(seed, "fix", "confirm", r.key) < self.rates.p_fix
-            if asked or coin(seed, "confirm", r.key) >= self.rates.p_skip_confirm:
+            if asked or "C" in self.off or coin(seed, "confirm", r.key) >= self.rates.p_skip_confirm:
                 return language.confirm_question(r.kind, r.order_id), None
         return "", (r.tool, args)
 
@@ -317,11 +357,11 @@ class SimulatedAgent:
                     attempts: list) -> dict | None:
         fact = BY_TOOL.get(r.tool)
         follow, value = self.follows(v, fact, r, seed) if fact else (False, None)
-        if attempts and "error" in attempts[-1][1]:  # retrying: the error receipt quotes the rule
-            follow, value = True, fact.read(attempts[-1][1]["error"]) if fact else None
+        if attempts and "error" in attempts[-1][1]:  # retrying: the error receipt quotes the rule after "Policy: "
+            follow, value = True, fact.read(attempts[-1][1]["error"].split("Policy: ", 1)[-1]) if fact else None
         if r.kind == "cancel":
             reason = r.reason_phrase
-            if follow and isinstance(value, tuple) and value:
+            if follow and isinstance(value, tuple) and value and value != VERBATIM:
                 want = "no longer needed" if "need" in r.reason_phrase else "ordered by mistake"
                 reason = want if want in value else value[0]
             return {"order_id": r.order_id, "reason": reason}

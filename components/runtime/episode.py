@@ -34,7 +34,6 @@ class EpisodeResult:
     error: str
     criteria: dict[str, float] = field(default_factory=dict)
     steps: list[TraceStep] = field(default_factory=list)
-    cause: str | None = None  # hidden; written only to the sidecar
 
     @property
     def episode_id(self) -> str:
@@ -66,6 +65,4 @@ def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: in
         tokens_in=port.usage.tokens_in, tokens_out=port.usage.tokens_out, model_calls=port.usage.calls,
         tool_calls=port.tool_calls, error=error, criteria=score.criteria, steps=ep.steps,
     )
-    if not ok:
-        result.cause = "external" if error else spec.hidden_cause(task, ep.steps, package, score)
     return result

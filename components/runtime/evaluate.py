@@ -62,8 +62,7 @@ class EvalTables:
 def tables(results: list[EpisodeResult]) -> EvalTables:
     scores = pd.DataFrame([r.row() for r in results], columns=SCORE_COLUMNS)
     traces = [steps_frame(r.steps, item_id=r.item_id, seed=r.seed) for r in results if r.steps]
-    causes = pd.DataFrame([{"item_id": r.item_id, "seed": r.seed, "cause": r.cause} for r in results if not r.success],
-                          columns=["item_id", "seed", "cause"])
+    causes = pd.DataFrame(columns=["item_id", "seed", "cause"])  # filled by counterfactual replay where wanted
     return EvalTables.concat([EvalTables(scores, pd.concat(traces, ignore_index=True) if traces else pd.DataFrame(), causes)])
 
 

@@ -1,4 +1,5 @@
-"""Worlds by name: how to materialize a benchmark, open an episode, and label a failure's hidden cause."""
+"""Worlds by name: how to materialize a benchmark and open an episode. (A failure's hidden cause is found by
+counterfactual replay, `components.models.counterfactual`, not by a world's rules.)"""
 
 from __future__ import annotations
 
@@ -14,15 +15,13 @@ class WorldSpec:
     name: str
     materialize: Callable[..., Path]  # (out, seed, per_family=None, fractions=(train, dev))
     make_env: Callable[[Benchmark, Task], Environment]
-    hidden_cause: Callable[..., str | None]
 
 
 def _retail() -> WorldSpec:
     from components.worlds import retail
-    from components.worlds.retail.causes import hidden_cause
     from components.worlds.retail.env import RetailEnv
 
-    return WorldSpec("retail", retail.materialize, RetailEnv, hidden_cause)
+    return WorldSpec("retail", retail.materialize, RetailEnv)
 
 
 WORLDS: dict[str, Callable[[], WorldSpec]] = {"retail": _retail}
