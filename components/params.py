@@ -130,7 +130,7 @@ class CampaignParams(_M):
     shard_size: int = Field(10, ge=1)
     meta_agent: Literal["rules", "llm"] = "rules"
     meta_agent_cfg: Cfg = Field(default_factory=dict)
-    model: Literal["sim", "openai"] = "sim"
+    model: Literal["sim", "openai", "local"] = "sim"
     model_cfg: Cfg = Field(default_factory=dict)
     task_runner: Literal["threads", "dask"] = "threads"
     workers: int = Field(2, ge=1)

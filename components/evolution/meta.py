@@ -7,8 +7,9 @@ the smallest connected change for its owner:
     rho  rebind the existing card's trigger to the write it concerns (or route instead of delivering everything)
     W    change the ledger option the evidence points at (bind_on, max_entries, board)
     C    add the checker that would have bounced the escaped action
-`llm`: shows a model the packets, the package, the plan schema and the rules' draft, and validates the JSON it returns
-with the same schema. Either way the plan is only a proposal: validation and the gate decide.
+`llm`: shows a model a budgeted projection (the plan schema, the rules' draft, the largest clusters first, the package),
+validates the JSON it returns with the same schema, feeds a validation error back once, and turns any failure into a
+rejected plan with the raw replies kept. Either way the plan is only a proposal: validation and the gate decide.
 """
 
 from __future__ import annotations
@@ -173,27 +174,62 @@ def _calls_before(ctx: PlanContext, tool: str) -> list[str]:
 
 # -- llm ---------------------------------------------------------------------------------------------------------------
 
+@dataclass
+class PlanOutcome:
+    """What a meta-agent returned: a plan, nothing to patch (`plan` and `failure` both None), or a *rejected plan*:
+    the model's reply failed (model error, not JSON, not the schema, already rejected) and `failure` says how.
+    `replies` keeps every raw reply (and the error it met) for the round directory and MLflow."""
+
+    plan: Plan | None = None
+    failure: str | None = None
+    replies: list[dict] = field(default_factory=list)
+
+    def record(self, cap: int = 8000) -> dict:
+        return {"failure": self.failure, "replies": [{**r, "raw": (r.get("raw") or "")[:cap]} for r in self.replies]}
+
+
 @META_AGENTS.register("llm")
-def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0):  # noqa: B006 - frozen by the options model
-    """Ask a model (through the same chat interface as the agent) for a JSON plan; validate it like any plan."""
+def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B006 - frozen by the options model
+        max_prompt_chars: int = 24_000, max_packets: int = 8, repair_turns: int = 1, structured: bool = True):
+    """Ask a model (through the same chat interface as the agent) for a JSON plan; validate it like any plan.
+
+    The prompt is a budgeted projection: the plan schema and the rules' draft always, then the largest clusters first
+    while the prompt stays under `max_prompt_chars` (about 4 characters a token: 24,000 fits an 8K context with room
+    for the reply). With `structured`, the reply is constrained by the plan's JSON schema where the server supports it.
+    A reply that fails gets `repair_turns` more turns with the validation error fed back; a reply that still fails
+    is a rejected plan, never an exception and never "nothing to patch"."""
     from components.models import make_model
+    from components.models.base import ModelError
 
     chat = make_model(model, dict(model_cfg))
+    plan_schema = Plan.model_json_schema()
 
-    def propose(ctx: PlanContext) -> Plan | None:
+    def propose(ctx: PlanContext) -> PlanOutcome:
         patchable = [p for p in ctx.packets if p.patchable]
-        draft = rules(max_per_episode=6, max_source_items=12)(ctx)
         if not patchable:
-            return None
+            return PlanOutcome()
+        draft = rules(max_per_episode=6, max_source_items=12)(ctx)
         messages = [{"role": "system", "content": f"{prompts.PLAN_MARK}\n" + LLM_INSTRUCTIONS},
-                    {"role": "user", "content": _prompt(ctx, patchable[:3], draft)}]
-        reply = chat.complete(messages, tools=None, seed=seed, json_mode=True)
-        propose.usage.append(reply.usage)  # for the budget ledger's reconciliation
-        raw = json.loads(reply.content or "null")
-        if not raw or raw.get("owner") in (None, "none"):
-            return None
-        plan = parse_plan(raw, where="llm plan")
-        return None if plan.key() in ctx.rejected else plan
+                    {"role": "user", "content": _prompt(ctx, patchable, draft, max_prompt_chars, max_packets)}]
+        out = PlanOutcome()
+        for turn in range(repair_turns + 1):
+            try:
+                reply = chat.complete(messages, tools=None, seed=seed, json_mode=plan_schema if structured else True)
+            except ModelError as e:  # the server failed or cut the reply: what it spent is still counted
+                propose.usage.append(e.usage)
+                out.replies.append({"turn": turn, "raw": None, "error": str(e)})
+                out.failure = f"model error: {e}"
+                return out  # a model fault is not the model's answer: no repair turn on it
+            propose.usage.append(reply.usage)
+            problem, plan = _check(reply.content, ctx, len(patchable))
+            out.replies.append({"turn": turn, "raw": reply.content, "error": problem})
+            if problem is None:
+                out.plan, out.failure = plan, None
+                return out
+            out.failure = problem
+            messages += [{"role": "assistant", "content": reply.content or ""},
+                         {"role": "user", "content": REPAIR.format(problem=problem)}]
+        return out
 
     propose.usage = []
     return propose
@@ -204,20 +240,70 @@ LLM_INSTRUCTIONS = (
     "Propose ONE plan for one owner (E knowledge, W working memory, rho routing, C checking): the smallest connected "
     "change. Never put ids, names or values from the tasks into a card. Reply with one JSON object matching the schema."
 )
+REPAIR = "Your reply was not a valid plan: {problem}\nReply again with one JSON object that matches the plan schema."
 
 
-def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None) -> str:
+def _check(content: str | None, ctx: PlanContext, n_patchable: int) -> tuple[str | None, Plan | None]:
+    """Validate a reply: (problem, None) or (None, plan)."""
+    from components.errors import InputError
+
+    try:
+        raw = json.loads(content or "")
+    except json.JSONDecodeError as e:
+        return f"not JSON ({e})", None
+    if not isinstance(raw, dict):
+        return f"expected a JSON object, got {type(raw).__name__}", None
+    if raw.get("owner") in (None, "none"):
+        return f"no owner: the reply proposes no plan, but {n_patchable} cluster(s) are patchable", None
+    try:
+        plan = parse_plan(raw, where="plan")
+    except InputError as e:
+        return str(e), None
+    if plan.key() in ctx.rejected:
+        return f"this plan ({plan.key()}) was already rejected in this campaign; propose a different change", None
+    return None, plan
+
+
+def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None, max_chars: int,
+            max_packets: int) -> str:
+    """The planning prompt as a budgeted projection: fixed parts first, then clusters largest first while they fit."""
     pkg = ctx.package
-    listing = {"manifest": pkg.manifest.model_dump(), "cards": {c.path: c.meta.model_dump() for c in pkg.cards.values()}}
-    parts = [
-        "## Diagnosis packets (largest first)", json.dumps([p.model_dump() for p in packets], indent=1),
-        "## Package", json.dumps(listing, indent=1),
-        "## Plans already rejected (keys)", json.dumps(sorted(ctx.rejected)),
-        "## Plan schema", json.dumps(Plan.model_json_schema()),
+    rejected = sorted(ctx.rejected)
+    head = [
+        "## Plan schema", json.dumps(Plan.model_json_schema(), separators=(",", ":")),
         "## Draft from the rules (use, edit or replace)",
         "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": "none"})) + "\n```",
+        "## Plans already rejected (keys)", json.dumps(rejected[-50:]),
     ]
-    return "\n\n".join(parts)
+    used = sum(len(x) + 2 for x in head) + len(LLM_INSTRUCTIONS)
+    ranked = sorted(packets, key=lambda p: (-len(p.episodes), p.id))[:max_packets]
+    shown: list[str] = []
+    for p in ranked:
+        text = _packet_json(p, full=True)
+        if used + len(text) > max_chars:
+            text = _packet_json(p, full=False)  # fewer citations and items, same claims
+        if shown and used + len(text) > max_chars:
+            break
+        shown.append(text)  # the largest cluster always goes in
+        used += len(text) + 1
+    listing = json.dumps({"manifest": pkg.manifest.model_dump(mode="json"),
+                          "cards": {c.path: c.meta.model_dump(mode="json") for c in pkg.cards.values()}},
+                         separators=(",", ":"), default=str)
+    if used + len(listing) > max_chars:
+        listing = json.dumps({"manifest": pkg.manifest.model_dump(mode="json"), "cards": sorted(c.path for c in pkg.cards.values())},
+                             separators=(",", ":"), default=str)[: max(200, max_chars - used)]
+    body = [f"## Diagnosis packets (largest first; {len(shown)} of {len(packets)} patchable shown)", "\n".join(shown),
+            "## Package", listing]
+    return "\n\n".join([*head[:4], *body, *head[4:]])
+
+
+def _packet_json(p: EvidencePacket, full: bool) -> str:
+    d = {"n_episodes": len(p.episodes), **p.model_dump(mode="json")}
+    if not full:
+        d["items"], d["episodes"] = d["items"][:6], d["episodes"][:3]
+        for c in d["claims"]:
+            c["evidence"] = c["evidence"][:2]
+    return json.dumps(d, separators=(",", ":"), default=str)
 
 
 def make_meta_agent(name: str, cfg: dict | None = None):

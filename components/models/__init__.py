@@ -1,9 +1,10 @@
 """Model backends behind one chat interface, registered by name with typed options:
-`sim` (the embedded simulated agent) and `openai` (any OpenAI-compatible server)."""
+`sim` (the embedded simulated agent), `openai` (any OpenAI-compatible server) and `local` (the small model
+that `ratchet serve-local` serves on loopback)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from components.models.base import ChatModel, ChatResult, ModelError
 from components.registry import Registry
@@ -22,12 +23,35 @@ def sim():
 @MODELS.register("openai")
 def openai_chat(*, base_url: str, model: str = "ratchet-sim", api_key_env: str = "OPENAI_API_KEY",
                 timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5, backoff_cap: float = 8.0,
-                temperature: float = 0.0):
-    """A model behind an OpenAI-compatible /v1/chat/completions endpoint."""
+                temperature: float = 0.0, max_tokens: int = 512, tool_choice: str = "auto",
+                headers: dict[str, str] | None = None, json_actions: bool = False,
+                schema_format: Literal["json_schema", "json_object", "none"] = "json_schema"):
+    """A model behind an OpenAI-compatible /v1/chat/completions endpoint (see `openai_chat.py` for each option)."""
     from components.models.openai_chat import OpenAIChat
 
     return OpenAIChat(base_url=base_url, model=model, api_key_env=api_key_env, timeout=timeout,
-                      max_retries=max_retries, backoff=backoff, backoff_cap=backoff_cap, temperature=temperature)
+                      max_retries=max_retries, backoff=backoff, backoff_cap=backoff_cap, temperature=temperature,
+                      max_tokens=max_tokens, tool_choice=tool_choice, headers=headers, json_actions=json_actions,
+                      schema_format=schema_format)
+
+
+# `ratchet serve-local` (llama-cpp-python) on its default port: a slow CPU server, so long timeouts and few retries;
+# llama-cpp-python takes a schema as {"type": "json_object", "schema": ...}.
+LOCAL_PORT = 8765
+LOCAL_MODEL = "smollm2-135m-instruct"
+
+
+@MODELS.register("local")
+def local(*, base_url: str = f"http://127.0.0.1:{LOCAL_PORT}/v1", model: str = LOCAL_MODEL, timeout: float = 300.0,
+          max_retries: int = 1, backoff: float = 1.0, temperature: float = 0.0, max_tokens: int = 256,
+          tool_choice: str = "auto", json_actions: bool = False,
+          schema_format: Literal["json_schema", "json_object", "none"] = "json_object"):
+    """The small local model served by `ratchet serve-local` (the optional `[local]` extra)."""
+    from components.models.openai_chat import OpenAIChat
+
+    return OpenAIChat(base_url=base_url, model=model, timeout=timeout, max_retries=max_retries, backoff=backoff,
+                      temperature=temperature, max_tokens=max_tokens, tool_choice=tool_choice,
+                      json_actions=json_actions, schema_format=schema_format)
 
 
 def make_model(name: str, cfg: dict[str, Any] | None = None) -> ChatModel:

@@ -5,13 +5,32 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from components.runtime.types import ToolCall, Usage
 
+# Why a model call ended an episode; the first word of an episode's `error` after "model: ".
+ERROR_KINDS = (
+    "rejected",           # the server refused the request (a 4xx, or a 500 that is a request validation error)
+    "retries_exhausted",  # transient failures (connection, timeout, 429, 502/503/504) persisted past max_retries
+    "length",             # the reply was cut at max_tokens (finish_reason `length`)
+    "content_filter",     # the server withheld the reply (finish_reason `content_filter`)
+    "malformed",          # a reply Ratchet cannot use: no choices, bad JSON, a state proposal that breaks its schema
+    "unknown_tool",       # a call to a tool that was not offered
+)
+
 
 class ModelError(Exception):
-    """A model fault that ends the episode as an error: malformed output, unknown tool, exhausted retries."""
+    """A model fault that ends the episode as an error. `usage` is what the failed call(s) spent all the same
+    (every attempt counts), so the episode's and the budget's books include work that produced nothing."""
+
+    def __init__(self, message: str, kind: str = "malformed", usage: Usage | None = None):
+        assert kind in ERROR_KINDS, kind
+        super().__init__(message)
+        self.kind, self.message, self.usage = kind, message, usage or Usage()
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -24,8 +43,15 @@ class ChatResult:
 class ChatModel(Protocol):
     name: str
 
-    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool = False) -> ChatResult:
+    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
+                 json_mode: bool | dict[str, Any] = False) -> ChatResult:
+        """`json_mode`: False (free text / tool calls), True (one JSON object), or a JSON schema the reply must match
+        (servers that support structured output are constrained by it; others get plain JSON mode)."""
         ...
+
+
+def add_usage(a: Usage, b: Usage) -> Usage:
+    return Usage(tokens_in=a.tokens_in + b.tokens_in, tokens_out=a.tokens_out + b.tokens_out, calls=a.calls + b.calls)
 
 
 def count_tokens(messages: list[dict], tools: list[dict] | None, output: str) -> Usage:

@@ -1,69 +1,262 @@
 """A model behind any OpenAI-compatible server (vLLM, llama.cpp, Ollama, a hosted API, or `ratchet serve-sim`).
 
-Transient failures (connection errors and resets, timeouts, 408/409/429 and 5xx) are retried with exponential backoff
-(`backoff` doubling up to `backoff_cap`) at most `max_retries` times. A failure that persists, any other error, and
-any malformed response (no choices, arguments that are not a JSON object) end the episode as a ModelError, which the
-episode records as its error: an errored episode is never a success."""
+Every request carries `max_tokens` (a runaway reply stops there) and, when tools are offered, `tool_choice`
+(llama-cpp-python's function-calling formats render the tools only when it is sent).
+
+Failures, by what they are:
+    transient   connection errors, timeouts, 408, 429, 502/503/504 (and a 500 that does not read as a validation error,
+                once): retried with exponential backoff and jitter, honouring Retry-After, at most `max_retries` times;
+                then `retries_exhausted`.
+    rejected    any other 4xx, a validation 500 (llama-cpp-python answers a request it cannot validate with a 500), a
+                500 that repeats: the same request would fail again, so it is one episode error at once.
+    length / content_filter   the reply's finish_reason: a truncated reply is never parsed as if it were whole.
+    malformed   a body the SDK cannot parse, no choices, tool arguments that are not a JSON object.
+Each attempt is counted (calls, and tokens: the server's own usage when it answered; otherwise the prompt estimate,
+plus `max_tokens` for a timed-out attempt, which the server may still be generating), and a ModelError carries
+what the failed call spent so the episode and the budget ledger count it.
+
+JSON-action mode (`json_actions: true`) is for models without native tool calling: the tools are described in a
+system message, the history's tool calls and results become plain turns, and the reply is one JSON object,
+`{"tool": name, "args": {...}}` or `{"message": text}`, constrained by a JSON schema derived from the offered tools
+(`schema_format` says how the server takes a schema: `json_schema` for OpenAI, vLLM, Ollama and llama-server;
+`json_object` for llama-cpp-python's `{"type": "json_object", "schema": ...}`; `none` for plain JSON mode)."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import time
+from typing import Any, Literal
 
 import openai
 
-from components.models.base import ChatResult, ModelError
+from components.models.base import ChatResult, ModelError, add_usage, count_tokens
 from components.runtime.types import ToolCall, Usage
 
-TRANSIENT = (openai.APIConnectionError, openai.APITimeoutError, openai.InternalServerError, openai.RateLimitError)
-
-
-def _transient(e: Exception) -> bool:
-    return isinstance(e, TRANSIENT) or (isinstance(e, openai.APIStatusError) and e.status_code in (408, 409))
+RETRY_STATUS = frozenset({408, 429, 502, 503, 504})
+# llama-cpp-python wraps a request it cannot validate (e.g. `content: null`) in a 500 whose message is the error
+VALIDATION = re.compile(r"validation|input should be|field required|'loc':|\btype_error|typeerror|valueerror|keyerror",
+                        re.I)
+MAX_RETRY_AFTER = 120.0
+SchemaFormat = Literal["json_schema", "json_object", "none"]
 
 
 class OpenAIChat:
     def __init__(self, *, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0,
-                 max_retries: int = 4, backoff: float = 0.5, backoff_cap: float = 8.0, temperature: float = 0.0):
+                 max_retries: int = 4, backoff: float = 0.5, backoff_cap: float = 8.0, temperature: float = 0.0,
+                 max_tokens: int = 512, tool_choice: str = "auto", headers: dict[str, str] | None = None,
+                 json_actions: bool = False, schema_format: SchemaFormat = "json_schema"):
         self.name = model
-        self.temperature = temperature
+        self.temperature, self.max_tokens, self.tool_choice = temperature, max_tokens, tool_choice
         self.max_retries, self.backoff, self.backoff_cap = max_retries, backoff, backoff_cap
+        self.json_actions, self.schema_format = json_actions, schema_format
         self.retries = 0  # transient failures retried so far (for reports)
-        # local servers ignore the key, but the SDK requires one; retries are ours, not the SDK's
+        # local servers ignore the key, but the SDK requires one; retries are ours (per-attempt accounting and a
+        # status policy the SDK's loop does not expose), with the same backoff law: doubling, capped, 0-25% jitter
         key = os.environ.get(api_key_env) or "not-needed"
-        self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=0)
+        self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=0,
+                                    default_headers=dict(headers) if headers else None)
 
-    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool = False) -> ChatResult:
-        kwargs: dict = {"model": self.name, "messages": messages, "seed": seed, "temperature": self.temperature}
-        if tools:
+    # -- one call ------------------------------------------------------------------------------------------------
+    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
+                 json_mode: bool | dict[str, Any] = False) -> ChatResult:
+        schema = json_mode if isinstance(json_mode, dict) else None
+        actions = bool(tools) and self.json_actions
+        if actions:
+            schema, messages = action_schema(tools), action_messages(messages, tools)
+        kwargs: dict = {"model": self.name, "messages": messages, "seed": seed, "temperature": self.temperature,
+                        "max_tokens": self.max_tokens}
+        if tools and not actions:
             kwargs["tools"] = tools
-        if json_mode:
+            kwargs["tool_choice"] = self.tool_choice
+        if schema is not None and self.schema_format == "json_schema":
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
+        elif schema is not None and self.schema_format == "json_object":
+            kwargs["response_format"] = {"type": "json_object", "schema": schema}
+        elif json_mode or actions:
             kwargs["response_format"] = {"type": "json_object"}
+        resp, spent = self._create(kwargs, messages, tools if not actions else None)
+
+        def fail(kind: str, message: str) -> ModelError:
+            return ModelError(message, kind, spent)
+
+        choices = getattr(resp, "choices", None)
+        if not choices:
+            raise fail("malformed", "no choices in the response")
+        choice = choices[0]
+        if choice.finish_reason == "length":
+            raise fail("length", f"reply cut at max_tokens={self.max_tokens} ({spent.tokens_out} tokens generated)")
+        if choice.finish_reason == "content_filter":
+            raise fail("content_filter", "the server withheld the reply (finish_reason content_filter)")
+        msg = choice.message
+        content = (msg.content if msg is not None else None) or ""
+        if actions:
+            return self._action(content, tools, spent, fail)
+        calls = [_call(tc.id, tc.function.name, tc.function.arguments, fail) for tc in (msg.tool_calls or [])]
+        if not calls and tools:
+            recovered = call_in_text(content, tools)
+            if recovered is not None:
+                return ChatResult(content="", tool_calls=[recovered], usage=spent)
+            if choice.finish_reason == "tool_calls":
+                raise fail("malformed", "finish_reason tool_calls but no tool call in the reply")
+        return ChatResult(content=content, tool_calls=calls, usage=spent)
+
+    def _action(self, content: str, tools: list[dict], spent: Usage, fail) -> ChatResult:
+        try:
+            raw = json.loads(content)
+        except json.JSONDecodeError as e:
+            raise fail("malformed", f"JSON action is not JSON: {e}") from None
+        if isinstance(raw, dict) and isinstance(raw.get("tool"), str):
+            if raw["tool"] not in _names(tools):
+                raise fail("unknown_tool", f"call to a tool that does not exist: {raw['tool']!r}")
+            return ChatResult(tool_calls=[_call(f"call_{spent.calls}_{raw['tool']}", raw["tool"], raw.get("args") or {},
+                                                fail)], usage=spent)
+        if isinstance(raw, dict) and isinstance(raw.get("message"), str):
+            return ChatResult(content=raw["message"], usage=spent)
+        raise fail("malformed", "JSON action is neither {tool, args} nor {message}")
+
+    # -- attempts ------------------------------------------------------------------------------------------------
+    def _create(self, kwargs: dict, messages: list[dict], tools: list[dict] | None):
+        spent = Usage()
+        prompt = count_tokens(messages, tools, "").tokens_in  # what a failed attempt sent, by the 4-char meter
         for attempt in range(self.max_retries + 1):
             try:
                 resp = self.client.chat.completions.create(**kwargs)
-                break
             except openai.APIError as e:
-                if not _transient(e) or attempt == self.max_retries:
-                    kind = "gave up after retries" if _transient(e) else "failed"
-                    raise ModelError(f"{kind}: {type(e).__name__}: {str(e)[:200]}") from None
+                timed_out = isinstance(e, openai.APITimeoutError)
+                sent = not isinstance(e, openai.APIConnectionError) or timed_out
+                spent = add_usage(spent, Usage(tokens_in=prompt if sent else 0,
+                                               tokens_out=self.max_tokens if timed_out else 0, calls=1))
+                retry, why = self._retry(e, attempt)
+                if not retry:
+                    kind = "retries_exhausted" if why == "transient" else "rejected"
+                    raise ModelError(f"{_describe(e)} after {attempt + 1} attempt(s)", kind, spent) from None
                 self.retries += 1
-                time.sleep(min(self.backoff_cap, self.backoff * 2**attempt))
+                time.sleep(self._delay(e, attempt))
+                continue
             except (ValueError, TypeError, KeyError, AttributeError) as e:  # a body the SDK cannot parse
-                raise ModelError(f"malformed response: {type(e).__name__}: {str(e)[:200]}") from None
-        if not getattr(resp, "choices", None):
-            raise ModelError("malformed response: no choices")
-        msg = resp.choices[0].message
-        calls = []
-        for tc in msg.tool_calls or []:
-            try:
-                args = json.loads(tc.function.arguments or "{}")
-            except json.JSONDecodeError as e:
-                raise ModelError(f"tool call {tc.function.name!r} has arguments that are not JSON: {e}") from None
-            if not isinstance(args, dict):
-                raise ModelError(f"tool call {tc.function.name!r} has arguments that are not an object")
-            calls.append(ToolCall(id=tc.id, name=tc.function.name, args=args))
-        u = resp.usage
-        usage = Usage(tokens_in=u.prompt_tokens if u else 0, tokens_out=u.completion_tokens if u else 0, calls=1)
-        return ChatResult(content=msg.content or "", tool_calls=calls, usage=usage)
+                spent = add_usage(spent, Usage(tokens_in=prompt, calls=1))
+                raise ModelError(f"unparseable response: {type(e).__name__}: {str(e)[:200]}", "malformed",
+                                 spent) from None
+            u = getattr(resp, "usage", None)
+            spent = add_usage(spent, Usage(tokens_in=(u.prompt_tokens or 0) if u else 0,
+                                           tokens_out=(u.completion_tokens or 0) if u else 0, calls=1))
+            return resp, spent
+        raise AssertionError("unreachable")
+
+    def _retry(self, e: openai.APIError, attempt: int) -> tuple[bool, str]:
+        """(retry?, transient|rejected) for a failed attempt."""
+        last = attempt >= self.max_retries
+        if isinstance(e, (openai.APIConnectionError, openai.APITimeoutError)):
+            return not last, "transient"
+        status = getattr(e, "status_code", None)
+        if status in RETRY_STATUS:
+            return not last, "transient"
+        if status == 500 and not VALIDATION.search(_message(e)):
+            return attempt == 0 and not last, "transient" if attempt == 0 else "rejected"  # a repeated 500 is ours
+        return False, "rejected"
+
+    def _delay(self, e: openai.APIError, attempt: int) -> float:
+        resp = getattr(e, "response", None)
+        after = resp.headers.get("retry-after") if resp is not None else None
+        try:
+            if after is not None and 0 < float(after) <= MAX_RETRY_AFTER:
+                return float(after)
+        except ValueError:
+            pass
+        return min(self.backoff_cap, self.backoff * 2 ** attempt) * (1 - 0.25 * random.random())
+
+
+# -- helpers -----------------------------------------------------------------------------------------------------------
+
+def _message(e: openai.APIError) -> str:
+    body = getattr(e, "body", None)
+    return json.dumps(body) if body is not None else str(e)
+
+
+def _describe(e: openai.APIError) -> str:
+    status = getattr(e, "status_code", None)
+    head = f"HTTP {status}" if status else type(e).__name__
+    return f"{head}: {_message(e)[:300]}"
+
+
+def _names(tools: list[dict]) -> set[str]:
+    return {t["function"]["name"] for t in tools}
+
+
+def _call(call_id: str | None, name: str, arguments: Any, fail) -> ToolCall:
+    """Arguments arrive as a JSON string (the spec), as an object (some servers), or JSON inside a JSON string."""
+    args = arguments if arguments not in (None, "") else {}
+    for _ in range(2):
+        if not isinstance(args, str):
+            break
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError as e:
+            raise fail("malformed", f"tool call {name!r} has arguments that are not JSON: {e}") from None
+    if not isinstance(args, dict):
+        raise fail("malformed", f"tool call {name!r} has arguments that are not an object")
+    return ToolCall(id=call_id or f"call_{name}", name=name, args=args)
+
+
+TEXT_CALL = re.compile(r"^\s*(?:<tool_call>|```(?:json)?)?\s*(\{.*\})\s*(?:</tool_call>|```)?\s*$", re.S)
+
+
+def call_in_text(content: str, tools: list[dict]) -> ToolCall | None:
+    """A tool call the server left in the text (templates without a tool parser do this): recovered only when the
+    whole reply is one JSON object naming an offered tool, so a message to the user is never mistaken for a call."""
+    m = TEXT_CALL.match(content or "")
+    if not m:
+        return None
+    try:
+        raw = json.loads(m.group(1))
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    name = raw.get("name") or raw.get("tool")
+    args = raw.get("arguments", raw.get("args", raw.get("parameters", {})))
+    if not isinstance(name, str) or name not in _names(tools):
+        return None
+    try:
+        return _call(None, name, args, lambda kind, msg: ValueError(msg))
+    except ValueError:
+        return None
+
+
+def action_schema(tools: list[dict]) -> dict:
+    """One JSON object: a call of one offered tool with its parameters, or a message to the user."""
+    calls = [{"type": "object", "properties": {"tool": {"const": t["function"]["name"]},
+                                               "args": t["function"].get("parameters") or {"type": "object"}},
+              "required": ["tool", "args"], "additionalProperties": False} for t in tools]
+    message = {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"],
+               "additionalProperties": False}
+    return {"anyOf": [*calls, message]}
+
+
+ACTIONS_HEADER = ("# How to act\nReply with ONE JSON object and nothing else: either {\"tool\": <name>, \"args\": {...}} "
+                  "to call one of these tools, or {\"message\": <text>} to write to the customer.\n")
+
+
+def action_messages(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """The conversation for a model without native tool calling: tools described in text, calls and results as
+    plain assistant and user turns (many chat templates know no `tool` role)."""
+    listing = "\n".join(f"- {t['function']['name']}: {t['function'].get('description', '')} "
+                        f"args {json.dumps(t['function'].get('parameters', {}).get('properties', {}), sort_keys=True)}"
+                        for t in tools)
+    out: list[dict] = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            fn = m["tool_calls"][0]["function"]
+            out.append({"role": "assistant", "content": json.dumps({"tool": fn["name"],
+                                                                    "args": json.loads(fn["arguments"] or "{}")})})
+        elif m.get("role") == "tool":
+            out.append({"role": "user", "content": f"[tool result] {m.get('content') or ''}"})
+        elif m.get("role") == "assistant":
+            out.append({"role": "assistant", "content": json.dumps({"message": m.get("content") or ""})})
+        else:
+            out.append({"role": m["role"], "content": m.get("content") or ""})
+    first_user = next((i for i, m in enumerate(out) if m["role"] != "system"), len(out))
+    return [*out[:first_user], {"role": "system", "content": ACTIONS_HEADER + listing}, *out[first_user:]]

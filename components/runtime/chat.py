@@ -9,7 +9,7 @@ import json
 
 from pydantic import ValidationError
 
-from components.models.base import ChatModel, ModelError
+from components.models.base import ChatModel, ModelError, add_usage
 from components.runtime import prompts
 from components.runtime.types import FINISH_TOOL, Draft, Intent, Proposal, Receipt, ToolCall, Turn, Usage
 from components.worlds.base import Environment
@@ -23,6 +23,16 @@ class ChatHarness:
         self.write_tools = frozenset(env.write_tools)
         self.tools = [*env.tools, prompts.FINISH_SCHEMA]
         self._tool_names = {t["function"]["name"] for t in self.tools}
+        names = sorted(self._tool_names)
+        # the proposal's shape as a JSON schema: servers with structured output can only produce well-formed state
+        self._proposal_schema = {
+            "type": "object", "required": ["pending", "next_tool"],
+            "properties": {
+                "pending": {"type": "array", "items": {
+                    "type": "object", "required": ["tool", "args", "note"],
+                    "properties": {"tool": {"enum": names}, "args": {"type": "object", "additionalProperties": {"type": "string"}},
+                                   "note": {"type": "string"}}}},
+                "next_tool": {"anyOf": [{"enum": names}, {"type": "null"}]}}}
         self.messages: list[dict] = []
         self._turns: list[Turn] = []
         self._receipts: list[Receipt] = []
@@ -45,15 +55,27 @@ class ChatHarness:
 
     def propose(self, memory: str) -> Proposal:
         msgs = [*self._context(memory), {"role": "system", "content": prompts.PROPOSE}]
-        res = self._complete(msgs, tools=None, json_mode=True)
+        res = self._complete(msgs, tools=None, json_mode=self._proposal_schema)
         try:
             raw = json.loads(res.content)
-            pending = [Intent(tool=str(p["tool"]), args={k: str(v) for k, v in (p.get("args") or {}).items()},
-                              note=str(p.get("note", ""))) for p in raw.get("pending", [])]
+            if not isinstance(raw, dict) or not isinstance(raw.get("pending", []), list):
+                raise TypeError("expected an object with a `pending` list")
+            pending = []
+            for p in raw.get("pending", []):
+                self._known_tool(p.get("tool"), "pending tool")
+                pending.append(Intent(tool=p["tool"], args={k: str(v) for k, v in (p.get("args") or {}).items()},
+                                      note=str(p.get("note") or "")))
             nxt = raw.get("next_tool")
-            return Proposal(pending=pending, next_tool=str(nxt) if nxt else None)
-        except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValidationError) as e:
-            raise ModelError(f"malformed state proposal: {e}") from None
+            if nxt is not None:
+                self._known_tool(nxt, "next_tool")
+            return Proposal(pending=pending, next_tool=nxt or None)
+        except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError, ValidationError) as e:
+            raise ModelError(f"malformed state proposal: {e}", "malformed", res.usage) from None
+
+    def _known_tool(self, name, field: str) -> None:
+        """A proposal names offered tools only: a null or invented tool is malformed, never the string "None"."""
+        if not isinstance(name, str) or name not in self._tool_names:
+            raise ValueError(f"{field} {name!r} is not an offered tool")
 
     def draft(self, memory: str, feedback: str | None = None) -> Draft:
         msgs = self._context(memory)
@@ -64,7 +86,7 @@ class ChatHarness:
             return Draft(content=res.content)
         call = res.tool_calls[0]
         if call.name not in self._tool_names:
-            raise ModelError(f"call to a tool that does not exist: {call.name!r}")
+            raise ModelError(f"call to a tool that does not exist: {call.name!r}", "unknown_tool", res.usage)
         return Draft(content=res.content, tool_call=call)
 
     def commit(self, draft: Draft, blocked: str | None = None) -> dict:
@@ -80,7 +102,8 @@ class ChatHarness:
                 return {"role": "user", "text": None}
             self._say("user", reply)
             return {"role": "user", "text": reply}
-        self.messages.append({"role": "assistant", "content": draft.content or None, "tool_calls": [{
+        # "" and not null: llama-cpp-python rejects a null content with a 500
+        self.messages.append({"role": "assistant", "content": draft.content or "", "tool_calls": [{
             "id": call.id, "type": "function",
             "function": {"name": call.name, "arguments": json.dumps(call.args, sort_keys=True)}}]})
         self._turns.append(Turn(role="assistant", text=draft.content, tool=call.name))
@@ -115,9 +138,11 @@ class ChatHarness:
             *self.messages,
         ]
 
-    def _complete(self, msgs: list[dict], tools: list[dict] | None, json_mode: bool):
-        res = self.model.complete(msgs, tools=tools, seed=self.seed, json_mode=json_mode)
-        u = res.usage
-        self.usage = Usage(tokens_in=self.usage.tokens_in + u.tokens_in, tokens_out=self.usage.tokens_out + u.tokens_out,
-                           calls=self.usage.calls + 1)
+    def _complete(self, msgs: list[dict], tools: list[dict] | None, json_mode: bool | dict):
+        try:
+            res = self.model.complete(msgs, tools=tools, seed=self.seed, json_mode=json_mode)
+        except ModelError as e:  # a failed call still spent what it spent
+            self.usage = add_usage(self.usage, e.usage)
+            raise
+        self.usage = add_usage(self.usage, res.usage.model_copy(update={"calls": max(1, res.usage.calls)}))
         return res

