@@ -63,8 +63,10 @@ def test_w_switch_fixes_forgotten_work(bench):
 def test_rho_switch_fixes_a_misrouted_right_card(tmp_path, bench):
     pkg = with_card(tmp_path, CANCEL_CARD, trigger_tool="get_order_details")
     row = cause(pkg, bench, CANCEL, replace(CLEAN, p_base=0.0, p_card=1.0))
-    assert row["rho_off"] == 1 and row["E_off"] == 1  # both fix it at the same call: routing is the narrower fix
-    assert row["cause"] == "rho"
+    fired = dict(f.split("@") for f in row["fired"].split())
+    assert fired["rho"] == fired["E"]  # both faults fire at the write: routing is the narrower fix, tried first
+    assert row["cause"] == "rho" and row["rho_off"] == 1
+    assert Replayer(pkg, bench, rates=replace(CLEAN, p_base=0.0, p_card=1.0)).run(CANCEL, 0, frozenset({"E"}))[0]
 
 
 def test_a_wrong_card_in_front_is_e_not_rho(tmp_path, bench):
