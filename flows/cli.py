@@ -374,8 +374,10 @@ def _print_summary(summary: dict, path: Path) -> None:
         out.print(f"errored episodes: {errors} of {summary['episodes']['total']} (model faults; never a success)",
                   highlight=False)
     if loc.get("accuracy") is not None:
+        comp = loc.get("compound") or {}
         out.print(f"diagnosis localization {loc['accuracy']:.1%} vs outcome-only {loc['outcome_only_accuracy']:.1%} "
-                  f"(n={loc['n']})", highlight=False)
+                  f"(n={loc['n']}, coverage {loc.get('coverage') or 0:.1%}, counterfactual causes; compound "
+                  f"{comp.get('n', 0)}, credited {comp.get('accuracy') or 0:.1%})", highlight=False)
     out.print(f"summary: {path}", highlight=False)
 
 

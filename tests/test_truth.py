@@ -63,8 +63,10 @@ def test_w_switch_fixes_forgotten_work(bench):
 def test_rho_switch_fixes_a_misrouted_right_card(tmp_path, bench):
     pkg = with_card(tmp_path, CANCEL_CARD, trigger_tool="get_order_details")
     row = cause(pkg, bench, CANCEL, replace(CLEAN, p_base=0.0, p_card=1.0))
-    assert row["rho_off"] == 1 and row["E_off"] == 1  # both fix it at the same call: routing is the narrower fix
-    assert row["cause"] == "rho"
+    fired = dict(f.split("@") for f in row["fired"].split())
+    assert fired["rho"] == fired["E"]  # both faults fire at the write: routing is the narrower fix, tried first
+    assert row["cause"] == "rho" and row["rho_off"] == 1
+    assert Replayer(pkg, bench, rates=replace(CLEAN, p_base=0.0, p_card=1.0)).run(CANCEL, 0, frozenset({"E"}))[0]
 
 
 def test_a_wrong_card_in_front_is_e_not_rho(tmp_path, bench):
@@ -272,3 +274,20 @@ def test_the_earliest_divergence_wins(tmp_path):
                st(3, ok_a, ok_o, pending=pend), st(4, FINISH)]
     assert (one(c_first, pkg).owner, one(c_first, pkg).step) == ("C", 1)
     assert (one(e_first, pkg).owner, one(e_first, pkg).step) == ("E", 1)
+
+
+def test_unknown_is_reported_and_never_planned(tmp_path, bench):
+    """A card that was never in memory at a refused write: the diagnoser says `unknown` and the rules plan nothing."""
+    from components.evolution.meta import PlanContext, make_meta_agent
+
+    pkg = pkg_with(tmp_path, {"c": "`cancel_pending_order` ..."})
+    frames, scores = [], []
+    for n in range(3):
+        steps = [s.model_copy(update={"episode_id": f"i{n}#0"}).sealed() for s in refused_episode(())]
+        frames.append(steps_frame(steps, item_id=f"i{n}", seed=0).assign(episode_id=f"i{n}#0"))
+        scores.append({"item_id": f"i{n}", "seed": 0, "score": 0.5, "success": False, "error": ""})
+    traces, scores = pd.concat(frames, ignore_index=True), pd.DataFrame(scores)
+    d = diagnose(traces, scores, pkg, WRITES, "t")
+    assert [(p.owner, p.kind, p.patchable) for p in d.packets] == [("unknown", "card_unobserved", False)]
+    ctx = PlanContext(d.packets, pkg, bench, traces, scores, set(), d.findings)
+    assert make_meta_agent("rules")(ctx) is None

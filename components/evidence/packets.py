@@ -32,7 +32,7 @@ class EvidencePacket(BaseModel):
     id: str
     status: Literal["complete", "partial", "blocked"] = "complete"
     corpus: str  # what the citations resolve against: package digest : benchmark digest : seed map hash
-    owner: Literal["E", "W", "rho", "C", "none"]
+    owner: Literal["E", "W", "rho", "C", "none", "unknown"]  # unknown: the diagnoser cannot tell; never patched
     opportunity: Literal["present", "absent", "unknown"]
     patchability: Literal["memory", "external", "unknown"]
     kind: str
@@ -45,7 +45,7 @@ class EvidencePacket(BaseModel):
 
     @property
     def patchable(self) -> bool:
-        return self.opportunity == "present" and self.patchability == "memory" and self.owner != "none"
+        return self.opportunity == "present" and self.patchability == "memory" and self.owner not in ("none", "unknown")
 
     def citations(self) -> list[Citation]:
         return [c for claim in self.claims for c in claim.evidence]

@@ -57,7 +57,7 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
 
     def propose(ctx: PlanContext) -> Plan | None:
         for packet in sorted(ctx.packets, key=lambda p: (LAYER.get(p.owner, 9), -len(p.episodes), p.id)):
-            if not packet.patchable:
+            if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
             plan = rules_plan(packet, ctx, max_per_episode, max_source_items)
             if plan is not None and plan.key() not in ctx.rejected:

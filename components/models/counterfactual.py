@@ -5,8 +5,9 @@ For each failed (package, item, seed), in-process with the simulator whatever ba
 
     replay as is, probing -> which owners' faults fired, and at which call (a fault that never fired changes nothing:
                              its replay would be the same episode, so it is not run)
-    each fired owner alone off -> the owners whose switch alone turns the failure into a success
-        one or more  -> the cause: the one whose fault fired first (ties: `OWNERS` order)
+    each fired owner alone off, in firing order -> the first whose switch alone turns the failure into a success is
+                        the cause (the earliest fault; ties at one call: `OWNERS` order); later ones are not run
+                        (their columns stay empty)
         none         -> pairs (only those whose second fault fires once the first is off): any fixes ->
                         `compound`, with the pairs that fix it; none -> all four off: still failing -> `external`,
                         else `compound` (it takes three or four fixes)
@@ -46,39 +47,42 @@ class Replayer:
         self._cards = tuple(c.render() for c in self.package.cards.values())
 
     def run(self, item_id: str, seed: int, off: frozenset[str] = frozenset(), probe: bool = False):
-        agent = SimulatedAgent(self.rates, off, self._cards, probe=probe)
+        agent = SimulatedAgent(self.rates, off, self._cards, probe=probe, metered=False)
         self.replays += 1
-        r = run_episode(self.package, self.bench, item_id, seed, agent, self.max_turns)
-        return r.success, agent.onsets
+        return run_episode(self.package, self.bench, item_id, seed, agent, self.max_turns).success, agent.onsets
 
     def cause(self, item_id: str, seed: int, error: str = "") -> dict:
         row: dict = {"item_id": item_id, "seed": seed, "fired": "", "fixing_pairs": "", "all_off": ""}
         row.update({f"{o}_off": "" for o in OWNERS})
         start = self.replays
         if error:
-            row["cause"] = EXTERNAL
+            row.update(cause=EXTERNAL, replays=0)
+            return row
+        base_ok, onsets = self.run(item_id, seed, probe=True)
+        row["fired"] = " ".join(f"{o}@{onsets[o]}" for o in sorted(onsets, key=lambda o: (onsets[o], OWNERS.index(o))))
+        if base_ok:
+            row.update(cause=NOT_REPRODUCED, replays=self.replays - start)
+            return row
+        alone: dict[str, tuple[bool, dict]] = {o: (False, {}) for o in OWNERS if o not in onsets}
+        row.update({f"{o}_off": 0 for o in alone})  # a fault that never fired replays the same failing episode
+        # fired faults in the order they fired: the first whose switch alone fixes it is the cause; later ones are
+        # not replayed
+        for o in sorted(onsets, key=lambda o: (onsets[o], OWNERS.index(o))):
+            if o not in alone:
+                alone[o] = self.run(item_id, seed, frozenset({o}), probe=True)
+            row[f"{o}_off"] = int(alone[o][0])
+            if alone[o][0]:
+                row["cause"] = o
+                break
         else:
-            ok, onsets = self.run(item_id, seed, probe=True)
-            row["fired"] = " ".join(f"{o}@{onsets[o]}" for o in sorted(onsets, key=lambda o: (onsets[o], OWNERS.index(o))))
-            if ok:
-                row["cause"] = NOT_REPRODUCED
-            else:
-                # an owner whose fault never fired replays the same episode: it fails, without running it
-                alone = {o: self.run(item_id, seed, frozenset({o}), probe=True) if o in onsets else (False, {})
-                         for o in OWNERS}
-                row.update({f"{o}_off": int(alone[o][0]) for o in OWNERS})
-                fixers = [o for o in OWNERS if alone[o][0]]
-                if fixers:
-                    row["cause"] = min(fixers, key=lambda o: (onsets[o], OWNERS.index(o)))
-                else:
-                    # a pair can fix only if its second fault still fires once the first is off
-                    pairs = [(a, b) for a, b in combinations(OWNERS, 2)
-                             if ((a in onsets and b in alone[a][1]) or (b in onsets and a in alone[b][1]))
-                             and self.run(item_id, seed, frozenset((a, b)))[0]]
-                    row["fixing_pairs"] = ";".join("+".join(p) for p in pairs)
-                    every = bool(pairs) or self.run(item_id, seed, frozenset(OWNERS))[0]
-                    row["all_off"] = "" if pairs else int(every)
-                    row["cause"] = COMPOUND if every else EXTERNAL
+            # a pair can fix only if its second fault fires once the first is off
+            pairs = [(a, b) for a, b in combinations(OWNERS, 2)
+                     if ((a in onsets and b in alone[a][1]) or (b in onsets and a in alone[b][1]))
+                     and self.run(item_id, seed, frozenset((a, b)))[0]]
+            row["fixing_pairs"] = ";".join("+".join(p) for p in pairs)
+            every = bool(pairs) or self.run(item_id, seed, frozenset(OWNERS))[0]
+            row["all_off"] = "" if pairs else int(every)
+            row["cause"] = COMPOUND if every else EXTERNAL
         row["replays"] = self.replays - start
         return row
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from components.models.base import ChatResult, ModelError, count_tokens
 from components.runtime import prompts
-from components.runtime.types import ToolCall
+from components.runtime.types import ToolCall, Usage
 from components.worlds.retail import language
 from components.worlds.retail.facts import BY_TOOL, VERBATIM, Fact
 
@@ -180,13 +180,23 @@ class SimulatedAgent:
     name = NAME
 
     def __init__(self, rates: Rates = RATES, off: frozenset[str] = frozenset(), cards: tuple[str, ...] = (),
-                 probe: bool = False):
+                 probe: bool = False, metered: bool = True):
         self.rates = rates
         self.off = frozenset(off)
         self.cards = tuple(cards)  # the package's cards as rendered, for rho off (perfect routing of what exists)
         self.probe = probe
+        self.metered = metered  # token counts; a counterfactual replay needs none
         self.onsets: dict[str, int] = {}  # owner -> index of the first call its fault changed (with probe)
         self.n_calls = 0
+
+    def _twin(self, off: frozenset[str], v: View, seed: int) -> tuple:
+        return SimulatedAgent(self.rates, off, self.cards)._respond(v, seed)
+
+    def _probe(self, v: View, seed: int, mine: tuple) -> None:
+        """Record the first call at which each owner's fault (not yet switched off) changes the output."""
+        for owner in OWNERS:
+            if owner not in self.off and owner not in self.onsets and self._twin(self.off | {owner}, v, seed) != mine:
+                self.onsets[owner] = self.n_calls
 
     def _respond(self, v: View, seed: int) -> tuple:
         if v.mode == "propose":
@@ -200,17 +210,16 @@ class SimulatedAgent:
         v = read(messages)
         content, call = self._respond(v, seed)
         if self.probe:
-            for owner in OWNERS:
-                if owner not in self.off and owner not in self.onsets:
-                    twin = SimulatedAgent(self.rates, self.off | {owner}, self.cards)
-                    if twin._respond(v, seed) != (content, call):
-                        self.onsets[owner] = self.n_calls
+            self._probe(v, seed, (content, call))
         self.n_calls += 1
         if v.mode == "propose":
-            return ChatResult(content=content, usage=count_tokens(messages, tools, content))
+            return ChatResult(content=content, usage=self._meter(messages, tools, content))
         calls = [] if call is None else [ToolCall(id=f"call_{v.turn + 1:03d}", name=call[0], args=call[1])]
         out = content + (json.dumps({"name": call[0], "args": call[1]}, sort_keys=True) if call else "")
-        return ChatResult(content=content, tool_calls=calls, usage=count_tokens(messages, tools, out))
+        return ChatResult(content=content, tool_calls=calls, usage=self._meter(messages, tools, out))
+
+    def _meter(self, messages: list[dict], tools: list[dict] | None, out: str) -> Usage:
+        return count_tokens(messages, tools, out) if self.metered else Usage(calls=1)
 
     # -- beliefs -------------------------------------------------------------------------------------------------
     def _history_status(self, v: View, r: Request) -> str:

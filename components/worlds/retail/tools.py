@@ -63,7 +63,8 @@ class RetailTools:
     """One episode's database and the tools over it. `log` keeps every successful write for scoring."""
 
     def __init__(self, db: dict):
-        self.db = copy.deepcopy(db)
+        # the catalog is never written (reads hand out copies): share it; copy what writes change
+        self.db = {k: (v if k == "products" else copy.deepcopy(v)) for k, v in db.items()}
         self.log: list[dict] = []
 
     def call(self, call: ToolCall) -> Receipt:
