@@ -320,11 +320,17 @@ def test_a_package_nested_thousands_deep_is_one_line(project):
     deep = project / "deep"
     shutil.copytree(SEED, deep)
     d = str(deep)
-    for _ in range(1500):  # one level at a time: os.makedirs itself recurses
-        d += "/d"
-        os.mkdir(d)
-    one_line(ratchet("package", "lint", deep), 2)
-    one_line(ratchet("package", "digest", deep), 2)
+    try:
+        for _ in range(1500):  # one level at a time: os.makedirs itself recurses
+            d += "/d"
+            os.mkdir(d)
+        one_line(ratchet("package", "lint", deep), 2, "nested too deeply")
+        one_line(ratchet("package", "digest", deep), 2, "nested too deeply")
+    finally:  # bottom up, without recursion: pytest's own cleanup (shutil.rmtree) cannot delete this
+        while d != str(deep):
+            if os.path.isdir(d):
+                os.rmdir(d)
+            d = os.path.dirname(d)
 
 
 def test_a_missing_or_non_directory_start_is_one_line(project, bench_dir):
