@@ -320,11 +320,17 @@ def test_a_package_nested_thousands_deep_is_one_line(project):
     deep = project / "deep"
     shutil.copytree(SEED, deep)
     d = str(deep)
-    for _ in range(1500):  # one level at a time: os.makedirs itself recurses
-        d += "/d"
-        os.mkdir(d)
-    one_line(ratchet("package", "lint", deep), 2)
-    one_line(ratchet("package", "digest", deep), 2)
+    try:
+        for _ in range(1500):  # one level at a time: os.makedirs itself recurses
+            d += "/d"
+            os.mkdir(d)
+        one_line(ratchet("package", "lint", deep), 2, "nested too deeply")
+        one_line(ratchet("package", "digest", deep), 2, "nested too deeply")
+    finally:  # bottom up, without recursion: pytest's own cleanup (shutil.rmtree) cannot delete this
+        while d != str(deep):
+            if os.path.isdir(d):
+                os.rmdir(d)
+            d = os.path.dirname(d)
 
 
 def test_a_missing_or_non_directory_start_is_one_line(project, bench_dir):
@@ -540,15 +546,16 @@ def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_serv
     from flows.campaign import run_campaign
 
     monkeypatch.chdir(tmp_path)
-    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=6)
+    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=12)
     bench.materialize()
-    start = tmp_path / "start"
+    start = tmp_path / "start"  # the ledger fixes in place, so that round 1 commits (as in test_operations)
     shutil.copytree(SEED, start)
     manifest = start / "manifest.yaml"
-    manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6"))
-    p = load_params(None, {"benchmark.out": bench.out, "benchmark.per_family": 6, "campaign.out": str(tmp_path / "a"),
+    manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6")
+                        .replace("bind_on: []", "bind_on: [order_id]"))
+    p = load_params(None, {"benchmark.out": bench.out, "benchmark.per_family": 12, "campaign.out": str(tmp_path / "a"),
                            "campaign.start": str(start), "campaign.rounds": 1, "campaign.seeds": 2,
-                           "gate.n_boot": 500})
+                           "gate.n_boot": 1000})
     s = run_campaign(p)
     assert s["accepted"] == 1, "the test needs a round that promotes"
     shutil.copytree(tmp_path / "a", tmp_path / "copy")
