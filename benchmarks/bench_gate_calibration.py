@@ -10,10 +10,12 @@ deterministic given package, task and seed), and each gate is then formed from r
                nothing     a card about nothing, delivered next to the useful cards (it only dilutes attention)
                misleading  the refund card rewritten to state the wrong refund method
                bounce      a pre-write checker whose confirmation word no user ever says: it bounces good writes
-  power      base vs base with a true effect of +5 / +10 points: a random share of items gets "fixed" (a failed
-             episode there becomes a success with probability 0.9, as a followed card would), the share set so the
-             expected dev gain is exactly the effect; paired seeds. Also at larger virtual dev sets (items drawn with
-             replacement from the 60) to say what size would meet the goal.
+  power      base vs a candidate with a true effect of +5 / +10 points, paired seeds: on a random share of items a
+             failed episode becomes a success with probability 0.9 (as a followed card would), the share set so the
+             expected dev gain is exactly the effect. "clean": fixes only (nothing else changes, so no item can
+             regress); "perturbed": fixes on top of the "nothing" patch (real behavioural changes and their small
+             cost, so some items regress). Also at larger virtual dev sets (items drawn with replacement from the
+             60, perturbed) to say what size would meet the goal.
   campaign   10 rounds against one fixed champion evaluation (the campaign's dev seeds), each round's candidate an
              independent re-evaluation of the same package (the most dangerous null: fresh noise at every look).
 Every gate is the real `decide` (CI, regression cap, material threshold) at the alpha it would use: 0.05 for one
@@ -233,7 +235,8 @@ def main() -> None:
                 acc[key][1] += ci
         rows.append((label, true_effect, n, acc))
         print(f"{label:<22} true {100 * true_effect:+6.2f} pts  gates {n:5d}  promoted @0.05 {fmt(acc['one'][0], n)}  "
-              f"@{per_look.alpha:.2f} {fmt(acc['look'][0], n)}  (CI alone @0.05 {100 * acc['one'][1] / n:.1f}%)",
+              f"@{per_look.alpha:.2f} {fmt(acc['look'][0], n)}  (CI alone: @0.05 {100 * acc['one'][1] / n:.1f}%, "
+              f"@{per_look.alpha:.2f} {100 * acc['look'][1] / n:.1f}%)",
               flush=True)
 
     def aa():
@@ -246,39 +249,50 @@ def main() -> None:
             s = draw_seeds(rng, len(items), pool, a.seeds)
             return arm_mean(base, s), arm_mean(S[name], s)
         run(f"patch: {name}", float(S[name].mean() - base.mean()), n_patch, patch)
+    # a real improvement also changes behaviour elsewhere: build it on the "nothing" patch (an added card that
+    # perturbs episodes and costs a little) and add fixes until the total true effect is +5 / +10 points
+    noisy, cost = S["nothing"], float(base.mean() - S["nothing"].mean())
     for effect in (0.05, 0.10):
-        def power(effect=effect):
+        def clean(effect=effect):
             s = draw_seeds(rng, len(items), pool, a.seeds)
             return arm_mean(base, s), arm_mean(effect_arm(rng, base, effect), s)
-        run(f"power: +{round(100 * effect)} pts", effect, n_power, power)
+
+        def perturbed(effect=effect):
+            s = draw_seeds(rng, len(items), pool, a.seeds)
+            return arm_mean(base, s), arm_mean(effect_arm(rng, noisy, effect + cost), s)
+        run(f"power: +{round(100 * effect)} clean", effect, n_power, clean)
+        run(f"power: +{round(100 * effect)} perturbed", effect, n_power, perturbed)
     # what dev size would give 80% power at +10 under alpha spending: virtual dev sets of items drawn from the 60
     for mult in ((2,) if a.quick else (2, 3, 4)):
         def bigger(mult=mult):
             pick = rng.integers(0, len(items), len(items) * mult)
-            sub = base[pick]
             s = draw_seeds(rng, len(pick), pool, a.seeds)
-            return arm_mean(sub, s), arm_mean(effect_arm(rng, sub, 0.10), s)
+            return arm_mean(base[pick], s), arm_mean(effect_arm(rng, noisy[pick], 0.10 + cost), s)
         run(f"power: +10, {mult * len(items)} items", 0.10, n_power // 2, bigger)
     # a 10-round campaign of null patches: one champion evaluation, a fresh null candidate at every look
-    camp = {"one": 0, "look": 0}
+    camp = {"one": 0, "look": 0, "ci_one": 0, "ci_look": 0}
     for _ in range(n_camp):
         perm = draw_seeds(rng, len(items), pool, pool)
         bm = arm_mean(base, perm[:, :a.seeds])  # the champion's dev evaluation, fixed for the whole campaign
         rest = perm[:, a.seeds:]
-        hit = {"one": False, "look": False}
+        hit = dict.fromkeys(camp, False)
         for r in range(a.rounds):
             cand_seeds = np.take_along_axis(rest, np.argsort(rng.random(rest.shape), axis=1)[:, :a.seeds], axis=1)
             cm = arm_mean(base, cand_seeds)
-            for key, (full, _) in zip(("one", "look"), verdicts(bm, cm, [one, per_look])):
+            for key, (full, ci) in zip(("one", "look"), verdicts(bm, cm, [one, per_look])):
                 hit[key] = hit[key] or full
-            if hit["one"] and hit["look"]:
+                hit["ci_" + key] = hit["ci_" + key] or ci
+            if all(hit.values()):
                 break
         for key in camp:
             camp[key] += hit[key]
     print(f"{a.rounds}-round null campaigns {n_camp}: any false promotion without spending (0.05 per look) "
           f"{fmt(camp['one'], n_camp)}; with linear alpha spending ({per_look.alpha:.3f} per look) {fmt(camp['look'], n_camp)}")
+    print(f"  the CI rule alone (no regression cap): without spending {fmt(camp['ci_one'], n_camp)}; "
+          f"with spending {fmt(camp['ci_look'], n_camp)}")
     print(f"total {time.perf_counter() - t0:.0f} s")
-    print(f"campaign-level false promotion with alpha spending: {100 * camp['look'] / n_camp:.1f}%")
+    print(f"campaign-level false promotion with alpha spending: {100 * camp['look'] / n_camp:.1f}% "
+          f"(CI rule alone {100 * camp['ci_look'] / n_camp:.1f}%)")
 
 
 if __name__ == "__main__":

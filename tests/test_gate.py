@@ -719,4 +719,78 @@ def test_bench_gate_calibration_quick(bench_dir, tmp_path):
     assert camp, out
     # the spent alpha is smaller than one look's, on the same draws: it can only promote less often
     assert int(camp.group(3)) <= int(camp.group(1))
-    assert re.fullmatch(r"campaign-level false promotion with alpha spending: [\d.]+%", out.strip().splitlines()[-1])
+    assert re.fullmatch(r"campaign-level false promotion with alpha spending: [\d.]+% \(CI rule alone [\d.]+%\)",
+                        out.strip().splitlines()[-1])
+
+
+# -- sequential looks ------------------------------------------------------------------------------------------
+
+
+def test_efficacy_levels_match_the_published_lan_demets_boundaries():
+    obf = gate_mod.efficacy_levels([1 / 3, 2 / 3, 1], 0.025, "obf")  # z = 3.71, 2.51, 1.99
+    assert obf == pytest.approx([0.000104, 0.00604, 0.0231], rel=0.05)
+    poc = gate_mod.efficacy_levels([0.5, 1.0], 0.025, "pocock")  # z = 2.157, 2.201
+    assert poc == pytest.approx([0.0155, 0.0139], rel=0.03)
+    assert gate_mod.efficacy_levels([1.0], 0.025) == pytest.approx([0.025], rel=1e-3)
+    from components.errors import InputError
+
+    with pytest.raises(InputError, match="spending"):
+        gate_mod.efficacy_levels([1.0], 0.025, "linear")
+    with pytest.raises(InputError, match="increase"):
+        gate_mod.efficacy_levels([0.5, 0.4, 1.0], 0.025)
+
+
+def _per(d):
+    d = np.asarray(d, dtype=float)
+    return pd.DataFrame({"item_id": [f"i{k:03d}" for k in range(len(d))], "base": 0.5, "cand": 0.5 + d, "d": d})
+
+
+def test_sequential_stops_early_for_a_clear_win_and_for_clear_losses():
+    cfg = GateConfig(n_boot=1000, alpha=0.01)
+    win = gate_mod.sequential_decide(_per(np.full(60, 0.3)), cfg, [20, 20, 20], "obf")
+    assert win.accept and win.look == 1 and win.n_seen == 20
+    regress = gate_mod.sequential_decide(_per([-0.3] * 3 + [0.3] * 57), cfg, [20, 20, 20])
+    assert not regress.accept and regress.look == 1 and "reg_cap" in regress.reason
+    null = gate_mod.sequential_decide(_per([0.04, -0.04] * 30), GateConfig(n_boot=1000, reg_cap=60), [20, 20, 20])
+    assert not null.accept and null.look == 1 and "futility" in null.reason and null.n_seen == 20
+    small = gate_mod.sequential_decide(_per([0.1, -0.04] * 30), GateConfig(n_boot=1000, reg_cap=60), [20, 20, 20])
+    assert small.look > 1  # a modest positive effect is not a clear call after 20 items: keep evaluating
+
+
+def test_sequential_keeps_the_false_promotion_rate():
+    """Under no effect the sequential gate promotes no more often than its one-sided alpha (plus Monte-Carlo error)."""
+    rng = np.random.default_rng(7)
+    cfg = GateConfig(n_boot=1000, alpha=0.2, reg_cap=60)  # a large alpha so the rate is measurable in 400 runs
+    hits = sum(gate_mod.sequential_decide(_per(rng.normal(0, 0.2, 60)), cfg, [20, 20, 20], "pocock").accept
+               for _ in range(400))
+    assert hits / 400 <= 0.1 + 3 * np.sqrt(0.1 * 0.9 / 400)
+
+
+def test_bench_gate_sequential_replays_a_campaign(tmp_path):
+    """The replay on a small recorded campaign: a clear win stops at the first look, a clear loss too, and the
+    saved model calls are exactly the unseen items' calls in both arms."""
+    import re
+
+    rng = np.random.default_rng(0)
+    history = []
+    for r, delta in ((1, 0.4), (2, -0.4)):
+        rd = tmp_path / "rounds" / f"r{r:02d}"
+        rd.mkdir(parents=True)
+        base = pd.DataFrame([{"item_id": f"t{i:03d}", "seed": s, "score": 0.5, "model_calls": 10}
+                             for i in range(30) for s in range(2)])
+        cand = base.assign(score=np.clip(0.5 + delta + rng.normal(0, 0.01, len(base)), 0, 1))
+        base.to_csv(rd / "dev_base.csv", index=False)
+        cand.to_csv(rd / "dev_cand.csv", index=False)
+        history.append({"round": r, "round_dir": str(rd), "verdict": "accept" if delta > 0 else "reject",
+                        "dev_look": {"look": r, "alpha": 0.01},
+                        "evaluation": {"gate": {**GateConfig().__dict__, "n_boot": 1000, "alpha": 0.01}}})
+    (tmp_path / "summary.json").write_text(json.dumps({
+        "params": {"campaign": {"shard_size": 10}}, "budget": {"evidence_cost": {"model_calls": 4000}},
+        "history": history}))
+    p = subprocess.run([sys.executable, "benchmarks/bench_gate_sequential.py", "--campaign", str(tmp_path),
+                        "--spending", "pocock"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "verdicts identical to full evaluation" in p.stdout, p.stdout
+    # each round stops after the first 10-item look: 20 of 30 items unseen, 2 seeds x 10 calls x 2 arms each
+    assert re.search(r"saved 1600 \(", p.stdout), p.stdout
+    assert p.stdout.strip().splitlines()[-1] == "model calls saved per campaign: 40.0% of 4000"

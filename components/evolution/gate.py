@@ -8,6 +8,9 @@
              (multinomial) when they are few, else item indices in bounded chunks
     decide   accept iff ci_lo > 0 (the CI excludes zero on the improving side), regressed items <= reg_cap,
              the prescribed mechanism fired, and no leakage. Anything else, ties included, keeps the parent.
+    sequential  the same gate with looks after each group of dev items: a group-sequential efficacy boundary from a
+             pre-declared spending function (exact crossing probabilities), early reject when the regressions seen
+             already exceed the cap or the effect so far is not positive; the last look is the full gate
     spend    held-out reuse: a campaign looks at the same dev items every round, so the k-th look gets its share
              alpha_k of one campaign budget (linear alpha spending over the declared maximum number of looks);
              P(any false promotion in the campaign) <= sum of the one-sided alpha_k / 2 <= campaign_alpha
@@ -23,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -314,3 +318,91 @@ def repair_screen(base: pd.DataFrame, cand: pd.DataFrame, material: float = 0.05
     ok = repaired > broken and float(d.mean()) > 0
     reason = f"repaired {repaired}, broke {broken} of {len(d)} source items (mean {per['base'].mean():.3f} -> {per['cand'].mean():.3f})"
     return RepairResult(ok, repaired, broken, float(per["base"].mean()), float(per["cand"].mean()), len(d), reason), per
+
+
+# -- sequential looks ------------------------------------------------------------------------------------------
+
+_N01 = NormalDist()
+SPENDING = {  # cumulative one-sided alpha spent at information fraction t (Lan-DeMets), declared by name
+    "obf": lambda t, a: 2 * (1 - _N01.cdf(_N01.inv_cdf(1 - a / 2) / math.sqrt(t))) if t > 0 else 0.0,
+    "pocock": lambda t, a: a * math.log(1 + (math.e - 1) * t),
+}
+
+
+def efficacy_levels(fractions: list[float], alpha: float, spending: str = "obf") -> list[float]:
+    """Nominal one-sided levels p_g for looks at increasing information fractions (the last 1.0), so that under no
+    effect the chance of crossing at look g is exactly spend(t_g) - spend(t_g-1): recursive numerical integration of
+    the z-statistics' joint law (a Brownian motion observed at t_g), not a Bonferroni split."""
+    if spending not in SPENDING:
+        raise InputError(f"gate: spending: {spending!r} is not one of {', '.join(sorted(SPENDING))}")
+    if not fractions or any(b <= a for a, b in zip(fractions, fractions[1:])) or abs(fractions[-1] - 1) > 1e-12:
+        raise InputError(f"gate: looks: fractions {fractions} must increase to 1")
+    spend = SPENDING[spending]
+    z = np.linspace(-8, 8, 1601)
+    h = z[1] - z[0]
+    dens = np.exp(-z * z / 2) / math.sqrt(2 * math.pi)  # density of the z-statistic at the current look
+    levels, prev_t, prev_spent = [], None, 0.0
+    for t in fractions:
+        if prev_t is not None:
+            dt = t - prev_t
+            kern = np.exp(-((z[None, :] * math.sqrt(t) - z[:, None] * math.sqrt(prev_t)) ** 2) / (2 * dt))
+            dens = (dens[:, None] * kern).sum(axis=0) * h * math.sqrt(t / dt) / math.sqrt(2 * math.pi)
+        target = spend(t, alpha) - prev_spent
+        tail = np.cumsum((dens * h)[::-1])[::-1] - dens * h / 2  # P(Z >= z_k, not stopped before), trapezoid
+        k = min(max(int(np.searchsorted(-tail, -target)), 1), len(z) - 1)  # first grid point with tail <= target
+        w = (tail[k - 1] - target) / (tail[k - 1] - tail[k]) if tail[k - 1] > tail[k] else 1.0
+        c = float(z[k - 1] + w * h)  # interpolated between grid points
+        levels.append(1 - _N01.cdf(c))
+        dens = np.where(z < c, dens, 0.0)
+        prev_t, prev_spent = t, prev_spent + target
+    return levels
+
+
+@dataclass(frozen=True)
+class SequentialResult:
+    accept: bool
+    look: int  # the look that decided (1-based)
+    n_looks: int
+    n_seen: int
+    n_items: int
+    reason: str
+    looks: tuple = ()
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def sequential_decide(per_item: pd.DataFrame, cfg: GateConfig, group_sizes: list[int], spending: str = "obf",
+                      *, mechanism_fired: bool = True, leakage: bool = False) -> SequentialResult:
+    """The gate with a look after each group of items (in evaluation order). Accept at a look when the bootstrap
+    lower bound at that look's nominal level is above zero and the regressions seen are within the cap; reject early
+    when the regressions seen already exceed the cap (final too), or the net so far is not positive (a non-binding
+    futility rule: it only ever keeps the parent, so it cannot raise the false-promotion rate); the last look is the
+    ordinary gate at its level. Ties keep the parent."""
+    d_all = per_item["d"].to_numpy(dtype=float)
+    n = len(d_all)
+    if sum(group_sizes) != n or min(group_sizes) < 1:
+        raise InputError(f"gate: looks: group sizes {group_sizes} do not add up to {n} items")
+    ends = np.cumsum(group_sizes)
+    levels = efficacy_levels([e / n for e in ends], cfg.alpha / 2, spending)
+    looks = []
+    for g, (end, p) in enumerate(zip(ends, levels), start=1):
+        d = d_all[:end]
+        last = g == len(ends)
+        lo = float(np.quantile(boot_means(d, cfg.n_boot, cfg.seed), p)) if len(d) >= cfg.min_items else -math.inf
+        net, regressed = float(d.mean()), int((d < -cfg.material).sum())
+        looks.append({"look": g, "n": int(end), "level": p, "lo": lo, "net": net, "regressed": regressed})
+        if leakage or not mechanism_fired:
+            return SequentialResult(False, g, len(ends), int(end), n, "leakage" if leakage else
+                                    "the prescribed mechanism did not fire", tuple(looks))
+        if regressed > cfg.reg_cap:
+            return SequentialResult(False, g, len(ends), int(end), n,
+                                    f"{regressed} regressed items > reg_cap {cfg.reg_cap} after {end} items", tuple(looks))
+        if lo > 0:
+            return SequentialResult(True, g, len(ends), int(end), n, f"net {net:+.4f}, lower bound {lo:+.4f} at "
+                                    f"level {p:.5f} after {end} of {n} items, {regressed} regressed", tuple(looks))
+        if last or net <= 0:
+            why = "does not clear zero" if last else "net so far is not positive (futility)"
+            return SequentialResult(False, g, len(ends), int(end), n, f"net {net:+.4f}, lower bound {lo:+.4f}: {why} "
+                                    f"after {end} of {n} items (ties keep the parent)", tuple(looks))
+    raise AssertionError("unreachable")
