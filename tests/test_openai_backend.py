@@ -93,7 +93,7 @@ def fake(free_port):
 
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     yield state

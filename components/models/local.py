@@ -44,10 +44,16 @@ def create_app(llama, name: str = LOCAL_MODEL):
     app = FastAPI(title="ratchet local model", openapi_url=None, docs_url=None, redoc_url=None)
     lock = asyncio.Lock()  # one generation at a time: the model and its KV cache are not shared
     app.state.cancelled = 0
+    app.state.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
 
     @app.get("/v1/models")
     def models() -> dict:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "local"}]}
+
+    @app.get("/usage")
+    def usage() -> dict:
+        """What this server generated since it started (to check a client's token books against)."""
+        return {**app.state.usage, "cancelled": app.state.cancelled}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
@@ -75,6 +81,10 @@ def create_app(llama, name: str = LOCAL_MODEL):
             except ValueError as e:  # e.g. the prompt exceeds the context: the request's fault, a 400
                 return JSONResponse({"error": {"message": str(e), "type": "invalid_request_error"}}, 400)
         out["model"] = name
+        u = out.get("usage") or {}
+        app.state.usage["requests"] += 1
+        app.state.usage["prompt_tokens"] += int(u.get("prompt_tokens") or 0)
+        app.state.usage["completion_tokens"] += int(u.get("completion_tokens") or 0)
         return JSONResponse(out)
 
     return app
