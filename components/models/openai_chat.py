@@ -124,6 +124,9 @@ class OpenAIChat:
         for attempt in range(self.max_retries + 1):
             try:
                 resp = self.client.chat.completions.create(**kwargs)
+            except openai.APIResponseValidationError as e:  # a 2xx whose body is not a chat completion
+                spent = add_usage(spent, Usage(tokens_in=prompt, calls=1))
+                raise ModelError(f"unparseable response: {str(e)[:200]}", "malformed", spent) from None
             except openai.APIError as e:
                 timed_out = isinstance(e, openai.APITimeoutError)
                 sent = not isinstance(e, openai.APIConnectionError) or timed_out
