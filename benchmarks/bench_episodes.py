@@ -1,10 +1,11 @@
 """Episode throughput and the kernel's share of a simulated turn.
 
-    python benchmarks/bench_episodes.py [--split dev] [--seeds 3]
+    python benchmarks/bench_episodes.py [--split dev] [--seeds 3] [--quick]
 
 Reports episodes per second for each shipped package (in-process simulated agent) and, from one instrumented run,
 the time the kernel spends outside the port (grounding, delivery, checkers, ledger, trace hashing) as a share of a
-whole turn. Ratios come from one run on this machine; absolute numbers depend on the machine."""
+whole turn (the last line, the headline). Ratios come from one run on this machine; absolute numbers depend on the
+machine. `--quick` (the test's size): a small benchmark in a temp dir, one seed."""
 
 from __future__ import annotations
 
@@ -54,8 +55,14 @@ def main() -> None:
     ap.add_argument("--split", default="dev")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--bench", default=str(ROOT / "data/benchmarks/retail"))
+    ap.add_argument("--quick", action="store_true", help="a small benchmark in a temp dir and one seed")
     a = ap.parse_args()
-    if not (Path(a.bench) / "meta.json").exists():
+    if a.quick:
+        import tempfile
+
+        a.bench, a.seeds = str(Path(tempfile.mkdtemp(prefix="ratchet-bench-episodes-")) / "bench"), 1
+        world("retail").materialize(a.bench, 0, 3)
+    elif not (Path(a.bench) / "meta.json").exists():
         world("retail").materialize(a.bench, 0)
     bench = load_benchmark(a.bench)
     ids, seeds = bench.ids(a.split), list(range(a.seeds))
@@ -82,6 +89,7 @@ def main() -> None:
     kernel = total - TimedHarness.spent
     print(f"kernel overhead: {kernel / total:.1%} of a simulated turn "
           f"({kernel / turns * 1e6:.0f} us of {total / turns * 1e6:.0f} us per turn, {turns} turns)")
+    print(f"ratio kernel / simulated turn: {kernel / total:.3f}")
 
 
 if __name__ == "__main__":

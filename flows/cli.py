@@ -407,8 +407,8 @@ def report(
     campaign: Annotated[Path, typer.Option(help="a campaign's output directory")] = Path("runs/campaign"),
     out_dir: Annotated[Path, typer.Option("--out")] = Path("reports"),
 ) -> None:
-    """Tables and a plot from a finished campaign (the DVC `report` stage): metrics.json, rounds.csv, campaign.md,
-    rounds.png."""
+    """Tables and plots from a finished campaign (the DVC `report` stage): metrics.json, rounds.csv, campaign.md and
+    PNG images (rounds, champion per round, causes per round, per-family scores) that render offline."""
     from components.evolution.report import write_report
     from components.io import claim_output
 
@@ -416,7 +416,8 @@ def report(
         raise InputError(f"{campaign / 'summary.json'}: -: no such file (run the campaign first)")
     claim_output(out_dir, "report", inputs={"campaign": campaign})
     write_report(campaign, out_dir)
-    out.print(f"wrote {out_dir}/metrics.json, rounds.csv, campaign.md, rounds.png", highlight=False)
+    out.print(f"wrote {out_dir}/metrics.json, rounds.csv, campaign.md, rounds.png, champion.png, causes.png, "
+              "families.png", highlight=False)
 
 
 @app.command("reproduce")

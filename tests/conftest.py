@@ -1,9 +1,12 @@
-"""Test setup: the quiet/offline environment in a temp home, a benchmark materialized once per session."""
+"""Test setup: the quiet/offline environment in a temp home, a benchmark materialized once per session, one
+temporary Prefect server, and one small campaign shared by every test that only reads a campaign's results."""
 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,3 +68,52 @@ def free_port():
             return s.getsockname()[1]
 
     return get
+
+
+@dataclass(frozen=True)
+class Campaign:
+    params: Any  # components.params.Params
+    out: Path
+    summary: dict
+
+
+# The shared small campaign: 3 rounds, 2 seeds per item on the session's benchmark. Tests that vary a knob start from
+# these overrides so that everything they do not vary comes from the Prefect task cache this campaign filled.
+SMALL = {"campaign.name": "small", "campaign.rounds": 3, "campaign.seeds": 2, "gate.n_boot": 2000}
+
+
+def small_params(bench_dir: Path, out: Path, **over):
+    from components.params import load_params
+
+    return load_params(ROOT / "params.yaml", {"benchmark.out": str(bench_dir), "campaign.out": str(out), **SMALL, **over})
+
+
+@pytest.fixture(scope="session")
+def small_campaign(prefect_server, tmp_path_factory, bench_dir) -> Campaign:
+    """One small campaign, run once in-process, for every test that reads a campaign (records, reproduce, reruns,
+    the notebook). Read-only: a test that changes files copies `out` first."""
+    from flows.campaign import run_campaign
+
+    out = tmp_path_factory.mktemp("small-campaign") / "camp"
+    p = small_params(bench_dir, out)
+    return Campaign(p, out, run_campaign(p))
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """`ratchet ...` in this process, through the real entry point (its error handling included): exit code, stdout,
+    stderr. A subprocess would prove nothing more and cost an interpreter start and the imports."""
+    import sys
+
+    from flows.cli import main
+
+    argv = sys.argv
+    sys.argv = ["ratchet", *args]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = argv
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

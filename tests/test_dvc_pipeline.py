@@ -28,7 +28,7 @@ def SKIP(directory: str, names: list[str]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def project(tmp_path_factory) -> "Project":
     root = tmp_path_factory.mktemp("dvcproj") / "ratchet"
     shutil.copytree(ROOT, root, ignore=SKIP)
     home = root.parent / "home"
@@ -45,15 +45,43 @@ def project(tmp_path_factory):
             raise AssertionError(f"{cmd} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
         return r
 
+    def set_rounds(n: int) -> None:
+        params = yaml.safe_load((root / "params.yaml").read_text())
+        params["campaign"]["rounds"] = n
+        (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["campaign"].update(rounds=1, seeds=2, shard_size=30)
     params["gate"]["n_boot"] = 500
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.lock").unlink(missing_ok=True)
-    run("git", "init", "-q")
+    run("git", "init", "-q", "-b", "main")
     run("git", "add", "-A")
     run("git", "commit", "-qm", "small params")
-    return root, run
+    # the history every test starts from: a 1-round campaign committed, then a 2-round one (one param changed)
+    first = run("dvc", "repro").stdout
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "campaign with 1 round")
+    set_rounds(2)
+    changed = run("dvc", "repro").stdout
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "campaign with 2 rounds")
+    return Project(root, run, {"first": first, "changed": changed})
+
+
+class Project:
+    def __init__(self, root: Path, run, logs: dict[str, str]):
+        self.root, self.run, self.logs = root, run, logs
+
+    def commit(self, subject: str) -> str:
+        log = self.run("git", "log", "main", "--format=%H %s").stdout.splitlines()
+        return next(line.split()[0] for line in log if line.split(" ", 1)[1] == subject)
+
+    def reset(self, rev: str = "main") -> None:
+        """Every test starts from a clean checkout of `rev` with its DVC outputs, whatever ran before it."""
+        self.run("git", "checkout", "-q", "-f", rev)
+        self.run("git", "clean", "-qfd", "-e", "runs/", "-e", "data/benchmarks/")
+        self.run("dvc", "checkout", "--force")
 
 
 def stages_run(out: str) -> set[str]:
@@ -61,34 +89,26 @@ def stages_run(out: str) -> set[str]:
 
 
 def test_repro_then_nothing_then_only_downstream(project):
-    root, run = project
-    first = run("dvc", "repro")
-    assert stages_run(first.stdout) == {"benchmark", "campaign", "report"}
-    assert json.loads((root / "reports" / "metrics.json").read_text())["rounds"] == 1
+    root, run = project.root, project.run
+    assert stages_run(project.logs["first"]) == {"benchmark", "campaign", "report"}
+    # one campaign param changed: only campaign and report ran again
+    assert stages_run(project.logs["changed"]) == {"campaign", "report"}
+    assert "Stage 'benchmark' didn't change" in project.logs["changed"]
+    project.reset()
+    assert json.loads((root / "reports" / "metrics.json").read_text())["rounds"] == 2
     again = run("dvc", "repro")
     assert stages_run(again.stdout) == set()
     assert "Data and pipelines are up to date" in again.stdout
-    run("git", "add", "-A")
-    run("git", "commit", "-qm", "campaign with 1 round")
     # same inputs, same bytes: forcing the campaign again leaves dvc.lock (every output's hash) unchanged
     run("dvc", "repro", "--force", "--single-item", "campaign")
     assert run("git", "status", "--porcelain", "dvc.lock").stdout.strip() == ""
     metrics = run("dvc", "metrics", "show", "--json")
     assert "test_net" in metrics.stdout
-    # one campaign param: only campaign and report run again
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["campaign"]["rounds"] = 2
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    changed = run("dvc", "repro")
-    assert stages_run(changed.stdout) == {"campaign", "report"}
-    assert "Stage 'benchmark' didn't change" in changed.stdout
-    assert json.loads((root / "reports" / "metrics.json").read_text())["rounds"] == 2
-    run("git", "add", "-A")
-    run("git", "commit", "-qm", "campaign with 2 rounds")
 
 
 def test_experiments_vary_a_param(project):
-    root, run = project
+    root, run = project.root, project.run
+    project.reset()
     exp = run("dvc", "exp", "run", "-S", "campaign.rounds=1", "-S", "gate.alpha=0.1")
     assert "campaign" in exp.stdout
     shown = json.loads(run("dvc", "exp", "show", "--json").stdout)
@@ -97,14 +117,15 @@ def test_experiments_vary_a_param(project):
 
 
 def test_reproduce_a_promotion_from_an_older_commit(project):
-    root, run = project
-    log = run("git", "log", "--format=%H %s").stdout.splitlines()
-    one_round = next(line.split()[0] for line in log if line.endswith("campaign with 1 round"))
-    run("git", "checkout", "-q", "-f", one_round)  # the experiment left its results in the workspace
-    run("dvc", "checkout", "--force")
-    record = [json.loads(x) for x in (root / "runs/campaign/lineage/lineage.jsonl").read_text().splitlines()]
-    promoted = [r["child"]["version"] for r in record if r["verdict"] == "accept"]
-    assert promoted, "the 1-round campaign promoted nothing"
-    r = run("ratchet", "reproduce", "--version", promoted[-1], "--json", check=False)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert json.loads(r.stdout)["identical"] is True
+    root, run = project.root, project.run
+    project.reset(project.commit("campaign with 1 round"))
+    try:
+        record = [json.loads(x) for x in (root / "runs/campaign/lineage/lineage.jsonl").read_text().splitlines()]
+        assert max(r["round"] for r in record) == 1  # the older commit's bytes, not the newer campaign's
+        promoted = [r["child"]["version"] for r in record if r["verdict"] == "accept"]
+        assert promoted, "the 1-round campaign promoted nothing"
+        r = run("ratchet", "reproduce", "--version", promoted[-1], "--json", check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert json.loads(r.stdout)["identical"] is True
+    finally:
+        project.reset()

@@ -1,36 +1,28 @@
-"""MLflow records of a campaign (nested runs, tags, lineage) and `ratchet reproduce` of a promotion."""
+"""MLflow records of a campaign (nested runs, tags, lineage) and `ratchet reproduce` of a promotion, all read from
+the session's shared small campaign (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from mlflow import MlflowClient
 
-from components.params import load_params
-from flows.campaign import run_campaign
-from tests.conftest import ROOT
+from tests.conftest import run_cli as cli
 
 ROUND_TAGS = ("ratchet.parent_digest", "ratchet.candidate_digest", "ratchet.benchmark_digest", "ratchet.git_commit",
               "ratchet.dvc_lock", "ratchet.seed_map_hash", "ratchet.verdict")
 
 
-@pytest.fixture(scope="module")
-def campaign(prefect_server, tmp_path_factory, bench_dir):
-    out = tmp_path_factory.mktemp("records") / "camp"
-    p = load_params(ROOT / "params.yaml", {"benchmark.out": str(bench_dir), "campaign.out": str(out),
-                                           "campaign.rounds": 2, "campaign.seeds": 2, "campaign.name": "records",
-                                           "gate.n_boot": 2000})
-    return out, run_campaign(p)
+@pytest.fixture
+def campaign(small_campaign):
+    return small_campaign.out, small_campaign.summary
 
 
 def test_mlflow_has_nested_runs_tags_and_lineage(campaign):
     out, s = campaign
     client = MlflowClient()
-    exp = client.get_experiment_by_name("ratchet/records")
+    exp = client.get_experiment_by_name(f"ratchet/{s['campaign']}")
     assert exp is not None and exp.experiment_id == s["mlflow"]["experiment_id"]
     runs = client.search_runs([exp.experiment_id], max_results=500)
     by_parent: dict[str, list] = {}
@@ -39,7 +31,7 @@ def test_mlflow_has_nested_runs_tags_and_lineage(campaign):
     top = client.get_run(s["mlflow"]["run_id"])
     assert top.data.tags["ratchet.kind"] == "campaign"
     rounds = [r for r in by_parent[top.info.run_id] if r.data.tags["ratchet.kind"] == "round"]
-    assert sorted(int(r.data.tags["ratchet.round"]) for r in rounds) == [1, 2]
+    assert sorted(int(r.data.tags["ratchet.round"]) for r in rounds) == list(range(1, s["rounds"] + 1))
     for r in rounds:
         for tag in ROUND_TAGS:
             assert r.data.tags.get(tag), (tag, r.info.run_name)
@@ -57,12 +49,18 @@ def test_mlflow_has_nested_runs_tags_and_lineage(campaign):
     assert {e.data.tags["ratchet.arm"] for e in by_parent[top.info.run_id] if e.data.tags["ratchet.kind"] == "evaluation"} == {"start", "champion"}
 
 
-def reproduce(*args, **env):
-    return subprocess.run([sys.executable, "-m", "flows.cli", "reproduce", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **env})
+class Result:
+    def __init__(self, code: int, out: str, err: str):
+        self.returncode, self.stdout, self.stderr = code, out, err
 
 
-def test_reproduce_a_promotion_is_identical(campaign):
+@pytest.fixture
+def reproduce(capsys):
+    """`ratchet reproduce ...` in this process (the entry point's error handling included)."""
+    return lambda *args: Result(*cli(capsys, "reproduce", *args))
+
+
+def test_reproduce_a_promotion_is_identical(campaign, reproduce):
     out, s = campaign
     promoted = [v["version"] for v in s["lineage"][1:]]
     assert promoted
@@ -73,7 +71,7 @@ def test_reproduce_a_promotion_is_identical(campaign):
     assert result["n_items"] == 60
 
 
-def test_reproduce_by_mlflow_round_run_id(campaign):
+def test_reproduce_by_mlflow_round_run_id(campaign, reproduce):
     out, s = campaign
     run_id = json.loads((out / ".state" / "round-01.json").read_text())["run_id"]
     r = reproduce("--run-id", run_id, "--json")
@@ -81,7 +79,7 @@ def test_reproduce_by_mlflow_round_run_id(campaign):
     assert json.loads(r.stdout)["version"] == "M1"
 
 
-def test_tampered_version_is_refused_naming_the_digest(campaign, tmp_path):
+def test_tampered_version_is_refused_naming_the_digest(campaign, reproduce, tmp_path):
     import shutil
 
     out, s = campaign
@@ -95,7 +93,130 @@ def test_tampered_version_is_refused_naming_the_digest(campaign, tmp_path):
     assert "digest mismatch" in r.stderr and str(card_dir) in r.stderr and "Traceback" not in r.stderr
 
 
-def test_reproduce_an_unknown_version_is_a_clear_error(campaign):
+def test_reproduce_an_unknown_version_is_a_clear_error(campaign, reproduce):
     out, _ = campaign
     r = reproduce("--version", "M99", "--campaign", str(out))
     assert r.returncode == 2 and "M99" in r.stderr and "promoted" in r.stderr
+
+
+def _round_runs(client, campaign_run_id: str, experiment_id: str) -> dict[int, object]:
+    runs = client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{campaign_run_id}' and "
+                              "tags.`ratchet.kind` = 'round'")
+    return {int(r.data.tags["ratchet.round"]): r for r in runs}
+
+
+def test_round_runs_carry_params_and_a_description(small_campaign):
+    s, p = small_campaign.summary, small_campaign.params
+    client = MlflowClient()
+    top = client.get_run(s["mlflow"]["run_id"])
+    # campaign runs can be told apart: name, short commit, params hash
+    assert top.info.run_name.startswith(f"campaign {s['campaign']} @")
+    assert top.data.tags["ratchet.params_hash"] in top.info.run_name
+    assert top.data.tags["ratchet.git_commit"][:7] in top.info.run_name
+    rounds = _round_runs(client, top.info.run_id, s["mlflow"]["experiment_id"])
+    for rec in s["history"]:
+        r = rounds[rec["round"]]
+        assert r.data.params["gate.alpha"] == str(p.gate.alpha) and r.data.params["gate.n_boot"] == str(p.gate.n_boot)
+        assert r.data.params["gate.material"] == str(p.gate.material) and r.data.params["gate.reg_cap"] == str(p.gate.reg_cap)
+        assert r.data.params["seeds"] == str(p.campaign.seeds) and r.data.params["meta_agent"] == p.campaign.meta_agent
+        assert r.data.params["model"] == p.campaign.model
+        note = r.data.tags["mlflow.note.content"]
+        assert note.startswith(f"Round {rec['round']} on champion ") and "Verdict:" in note
+        if rec["verdict"] == "accept":
+            assert f"committed as {rec['child']['version']}" in note and rec["summary"] in note
+
+
+def test_campaign_metrics_are_stepped_by_round_and_only_gated_rounds_have_a_net(small_campaign):
+    s = small_campaign.summary
+    client = MlflowClient()
+    rid = s["mlflow"]["run_id"]
+    gated = [r["round"] for r in s["history"] if r.get("gate")]
+    assert [m.step for m in client.get_metric_history(rid, "round_net")] == gated
+    champ = {m.step: m.value for m in client.get_metric_history(rid, "champion_dev_mean")}
+    for r in s["history"]:
+        if r.get("gate"):
+            want = r["gate"]["cand_mean"] if r["verdict"] == "accept" else r["gate"]["base_mean"]
+            assert champ[r["round"]] == pytest.approx(want)
+    promotions = {m.step: m.value for m in client.get_metric_history(rid, "promotions")}
+    assert promotions[max(promotions)] == s["accepted"]
+
+
+def test_every_version_is_a_registered_model_version_with_lineage(small_campaign):
+    s = small_campaign.summary
+    client = MlflowClient()
+    name = f"ratchet-{s['campaign']}"
+    versions = {v.tags["ratchet.version"]: v for v in client.search_model_versions(f"name = '{name}'")}
+    assert sorted(versions) == sorted(v["version"] for v in s["lineage"])  # once each
+    champion = client.get_model_version_by_alias(name, "champion")
+    assert champion.tags["ratchet.version"] == s["champion"] and champion.tags["ratchet.digest"] == s["champion_digest"]
+    # walk the lineage back from the champion through the parent tags, version to version
+    walk, v = [], champion
+    while v is not None:
+        walk.append((v.tags["ratchet.version"], v.tags["ratchet.digest"]))
+        parent = v.tags.get("ratchet.parent_model_version")
+        v = client.get_model_version(name, parent) if parent else None
+    assert walk[::-1] == [(x["version"], x["digest"]) for x in s["lineage"]]
+    for rec in (r for r in s["history"] if r["verdict"] == "accept"):
+        mv = versions[rec["child"]["version"]]
+        assert mv.source == f"models:/{mv.tags['ratchet.model_id']}"
+        model = client.get_logged_model(mv.tags["ratchet.model_id"])
+        assert model.tags["ratchet.parent_digest"] == rec["parent"]["digest"]
+        assert "wm.max_entries" in model.params and "cards" in model.params
+        metrics = {m.key: m.value for m in model.metrics}
+        assert metrics["net"] == pytest.approx(rec["gate"]["net"]) and metrics["ci_lo"] == pytest.approx(rec["gate"]["ci_lo"])
+
+
+def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
+    s = small_campaign.summary
+    client = MlflowClient()
+    exp_id = s["mlflow"]["experiment_id"]
+    rounds = _round_runs(client, s["mlflow"]["run_id"], exp_id)
+    r1 = rounds[1]
+    traces = client.search_traces(locations=[exp_id], run_id=r1.info.run_id)
+    assert traces, "no trace for round 1's cited episodes"
+    packets = {p["id"]: p for p in json.loads((small_campaign.out / "rounds/r01/diagnosis.json").read_text())}
+    for t in traces:
+        pk = packets[t.info.tags["ratchet.packet"]]
+        episode = t.info.tags["ratchet.episode"]
+        assert any(c["episode_id"] == episode for claim in pk["claims"] for c in claim["evidence"])
+        names = [sp.name for sp in t.data.spans]
+        assert names[0] == f"episode {episode}"
+        for phase in ("memory delivered", "model call", "checker verdicts", "tool call"):
+            assert phase in names
+        assert any(n.endswith("(cited)") for n in names)
+        assert t.info.trace_id in r1.data.tags["mlflow.note.content"]  # the round's description links its traces
+
+
+def test_logging_the_same_campaign_again_adds_nothing(small_campaign):
+    """A rerun, a resume or a forced `dvc repro` (which deletes the output, ids included) finds its runs again."""
+    import shutil
+
+    from components.tracking.mlflow_log import CampaignTracker
+
+    s, p, out = small_campaign.summary, small_campaign.params, small_campaign.out
+    client = MlflowClient()
+    exp_id = s["mlflow"]["experiment_id"]
+    before = {r.info.run_id for r in client.search_runs([exp_id], max_results=5000)}
+    versions = len(client.search_model_versions(f"name = 'ratchet-{s['campaign']}'"))
+    ids = out / ".state"
+    kept = out.parent / "state-kept"
+    shutil.copytree(ids, kept)
+    try:
+        for f in ids.glob("campaign.json"):
+            f.unlink()
+        for f in ids.glob("round-*.json"):
+            f.unlink()
+        t = CampaignTracker(p.campaign.name, out, p.model_dump(), p.campaign.tracking_uri)
+        assert t.run_id == s["mlflow"]["run_id"]
+        for rec in s["history"]:
+            t.log_round(rec)
+        t.finish(json.loads((out / "summary.json").read_text()), out / "summary.json", [{"split": "test", "arm": "x",
+                 "package_digest": "-", "summary": {}}])
+    finally:
+        shutil.rmtree(ids)
+        shutil.move(kept, ids)
+    assert {r.info.run_id for r in client.search_runs([exp_id], max_results=5000)} == before
+    assert len(client.search_model_versions(f"name = 'ratchet-{s['campaign']}'")) == versions
+    tests = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{s['mlflow']['run_id']}' and "
+                               "tags.`ratchet.split` = 'test'")
+    assert sorted(r.data.tags["ratchet.arm"] for r in tests) == ["champion", "start"]  # the test split, shown once

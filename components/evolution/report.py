@@ -10,9 +10,14 @@
 and, from a finished campaign, what `ratchet report` (the DVC `report` stage) writes:
 
     reports/metrics.json   flat campaign figures (`dvc metrics show`)
-    reports/rounds.csv     per-round net and CI (`dvc plots show`)
+    reports/rounds.csv     per-round net, CI, champion dev mean and diagnosed causes (a table)
     reports/campaign.md    the round table, the certification and the lineage, readable on any forge
     reports/rounds.png     per-round net with its 95% CI
+    reports/champion.png   the champion's dev score per round, and its test certification
+    reports/causes.png     diagnosed failure causes (owner) per round
+    reports/families.png   per-family dev score, start vs champion
+
+Plots are PNG images (matplotlib, Agg): they render with no network, in `dvc plots show` and on any forge.
 """
 
 from __future__ import annotations
@@ -75,6 +80,9 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
                      "champion": (r.get("child") or r.get("parent") or {}).get("version", "")})
     table = pd.DataFrame(rows, columns=["round", "verdict", "owner", "net", "ci_lo", "ci_hi", "dev_base_mean",
                                         "dev_cand_mean", "champion"])
+    causes = _causes(Path(campaign_out), summary)
+    table["champion_dev_mean"] = [(_champion_mean(r)) for r in summary["history"]] if len(table) else []
+    table = table.join(causes, on="round") if len(causes.columns) else table
     write_csv(out / "rounds.csv", table)
     md = [f"# Campaign {summary['campaign']}", "",
           f"Champion **{summary['champion']}** (`{summary['champion_digest'][:12]}`), {summary['accepted']} promotion(s) "
@@ -96,7 +104,137 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     md += ["", "Lineage: " + " -> ".join(f"{v['version']} `{v['digest'][:12]}`" for v in summary["lineage"]), ""]
     atomic_write_bytes(out / "campaign.md", "\n".join(md).encode())
     _plot(table, out / "rounds.png")
+    _plot_champion(table, t, out / "champion.png")
+    _plot_causes(causes, out / "causes.png")
+    _plot_families(_families(Path(campaign_out), summary), out / "families.png")
     return out
+
+
+def _champion_mean(r: dict) -> float | None:
+    """The champion's dev mean after a round: the candidate's when it was accepted, else the parent's."""
+    g = r.get("gate") or {}
+    if not g:
+        return None
+    return g["cand_mean"] if r["verdict"] == "accept" else g["base_mean"]
+
+
+def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:
+    """Diagnosed failures per round by owner (E, W, rho, C, none), from each round's findings.csv."""
+    counts = {}
+    for r in summary["history"]:
+        f = campaign_out / "rounds" / f"r{r['round']:02d}" / "findings.csv"
+        if f.exists():
+            counts[r["round"]] = pd.read_csv(f, usecols=["owner"], keep_default_na=False)["owner"].value_counts()
+    if not counts:
+        return pd.DataFrame()
+    df = pd.DataFrame(counts).T.fillna(0).astype(int).sort_index()
+    order = [o for o in ("E", "W", "rho", "C", "none") if o in df.columns] + sorted(set(df.columns) - {"E", "W", "rho", "C", "none"})
+    return df[order].add_prefix("causes_")
+
+
+def _families(campaign_out: Path, summary: dict) -> pd.DataFrame:
+    """Mean dev score per task family: the starting package (first gated round's parent) vs the champion (the last
+    gated round's winner). Families come from the benchmark's tasks.csv."""
+    gated = [r for r in summary["history"] if r.get("gate") and r.get("evaluation")]
+    if not gated:
+        return pd.DataFrame()
+    first, last = gated[0], gated[-1]
+    tasks = Path(first["evaluation"]["benchmark"]) / "tasks.csv"  # relative paths: from the project root, as recorded
+    rd = lambda r: campaign_out / "rounds" / f"r{r['round']:02d}"  # noqa: E731
+    start_f = rd(first) / "dev_base.csv"
+    champ_f = rd(last) / ("dev_cand.csv" if last["verdict"] == "accept" else "dev_base.csv")
+    if not (tasks.exists() and start_f.exists() and champ_f.exists()):
+        return pd.DataFrame()
+    fam = pd.read_csv(tasks, usecols=["id", "family"], dtype={"id": str}).rename(columns={"id": "item_id"})
+
+    def by_family(f: Path) -> pd.Series:
+        return pd.read_csv(f, dtype={"item_id": str}).merge(fam, on="item_id").groupby("family")["score"].mean()
+
+    return pd.DataFrame({"start": by_family(start_f), "champion": by_family(champ_f)})
+
+
+def _figure(width: float = 7, height: float = 3.2):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt, *plt.subplots(figsize=(width, height))
+
+
+def _save(plt, fig, path: Path) -> None:
+    import io
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _empty(ax, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what} in this campaign", ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+
+
+def _plot_champion(table: pd.DataFrame, test: dict, path: Path) -> None:
+    import matplotlib.ticker
+
+    plt, fig, ax = _figure()
+    rows = table.dropna(subset=["champion_dev_mean"]) if "champion_dev_mean" in table else table.iloc[0:0]
+    if len(rows):
+        ax.step(rows["round"], rows["champion_dev_mean"], where="post", color="tab:blue", label="champion (dev)")
+        ax.scatter(rows["round"], rows["champion_dev_mean"], c=["tab:green" if v == "accept" else "tab:grey"
+                                                                for v in rows["verdict"]], zorder=3)
+        if test:
+            ax.axhline(test["base_mean"], color="tab:red", linestyle=":", label=f"start (test) {test['base_mean']:.3f}")
+            ax.axhline(test["champion_mean"], color="tab:green", linestyle="--",
+                       label=f"champion (test) {test['champion_mean']:.3f}")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("round")
+        ax.set_ylabel("mean score")
+        ax.legend(loc="lower right", fontsize=8)
+    else:
+        _empty(ax, "gated round")
+    ax.set_title("champion score per round (green: promoted)")
+    _save(plt, fig, path)
+
+
+def _plot_causes(causes: pd.DataFrame, path: Path) -> None:
+    import matplotlib.ticker
+
+    plt, fig, ax = _figure()
+    if len(causes):
+        bottom = None
+        for col in causes.columns:
+            ax.bar(causes.index, causes[col], bottom=bottom, label=col.removeprefix("causes_"))
+            bottom = causes[col] if bottom is None else bottom + causes[col]
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("round")
+        ax.set_ylabel("failed train episodes")
+        ax.legend(title="owner", fontsize=8)
+    else:
+        _empty(ax, "diagnosis")
+    ax.set_title("diagnosed failure causes per round")
+    _save(plt, fig, path)
+
+
+def _plot_families(fam: pd.DataFrame, path: Path) -> None:
+    import numpy as np
+
+    plt, fig, ax = _figure()
+    if len(fam):
+        x = np.arange(len(fam))
+        ax.bar(x - 0.2, fam["start"], width=0.4, label="start", color="tab:grey")
+        ax.bar(x + 0.2, fam["champion"], width=0.4, label="champion", color="tab:green")
+        ax.set_xticks(x, fam.index)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("mean dev score")
+        ax.legend(fontsize=8)
+    else:
+        _empty(ax, "gated round")
+    ax.set_title("per-family dev score: start vs champion")
+    _save(plt, fig, path)
 
 
 def _plot(table: pd.DataFrame, path: Path) -> None:

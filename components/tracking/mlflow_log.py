@@ -1,13 +1,22 @@
 """MLflow records for a campaign (SQLite store by default; the tracking URI is configurable).
 
     experiment  ratchet/<campaign name>
-      run       campaign <name>                    params, final test figures, lineage tag + lineage.json, summary
-        run     round <N>: <verdict> <plan>        tags (digests, git commit, dvc.lock hash, seed map hash, verdict),
-                                                   gate/repair metrics, plan/diagnosis/validation/per-item artifacts
-          run   eval <split> <arm>                 mean score, success rate, tokens, errors
+      run       campaign <name> @<commit> p<params hash>   params, test figures, metrics stepped by round, lineage
+        run     round <N>: <verdict> <plan>                 params (gate, seeds, model, meta-agent), a description,
+                                                            tags (digests, git commit, dvc.lock hash, seed map hash),
+                                                            gate/repair metrics, plan/diagnosis/per-item artifacts
+          run   eval <split> <arm>                          mean score, success rate, tokens, errors
+      traces    episode <item>#<seed>                       each failed episode a packet cites: one span per turn,
+                                                            one child per kernel phase; linked to its round run
+      models    <name>-M<k>                                 each committed version as a logged model (params = the
+                                                            manifest's knobs, metrics = its gate figures), registered
+                                                            as a version of `ratchet-<name>`; alias `champion`
 
 Everything is logged from what a round left on disk (its round directory and lineage record), so a round can be
-logged again after a crash. Runs are addressed by id through MlflowClient (no fluent, thread-local active run).
+logged again after a crash. Logging is idempotent: the campaign run is found again by a key over (name, output dir,
+params, git commit), a round run by its number under it, a model version by its digest, so a rerun, a resume or a
+forced `dvc repro` of the same campaign adds no run, trace or version twice. Runs are addressed by id through
+MlflowClient (no fluent, thread-local active run).
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +35,8 @@ from components.io import atomic_write_json
 # output stays byte-identical for identical inputs while a resumed campaign still finds its runs.
 IDS = ".state"
 RUN_FILE = "campaign.json"
+MAX_TRACES_PER_ROUND = 12  # cited failed episodes logged as traces per round (the first ones of each packet)
+MAX_TRACES_PER_PACKET = 2
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
@@ -53,12 +65,50 @@ def dvc_lock_hash(cwd: str | Path = ".") -> str:
     return hashlib.sha256(lock.read_bytes()).hexdigest()[:16] if lock.exists() else "none"
 
 
+def params_hash(params: dict) -> str:
+    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def registered_name(campaign: str) -> str:
+    return f"ratchet-{campaign}"
+
+
+def manifest_knobs(package: str | Path) -> dict[str, str]:
+    """A package's knobs as flat params: the manifest's wm, delivery and checkers, and its card count."""
+    import yaml
+
+    p = Path(package)
+    m = yaml.safe_load((p / "manifest.yaml").read_text(encoding="utf-8")) or {}
+    knobs = _flatten({k: v for k, v in m.items() if k not in ("description",)})
+    knobs["cards"] = str(len(list((p / "em").rglob("*.md"))) if (p / "em").is_dir() else 0)
+    return knobs
+
+
+def describe_round(rec: dict[str, Any]) -> str:
+    """One paragraph a person reads on the round's run page: plan, owner, verdict and why."""
+    parent = (rec.get("parent") or {}).get("version") or rec.get("champion_before", "?")
+    g, rep = rec.get("gate") or {}, rec.get("repair") or {}
+    words = [f"Round {rec['round']} on champion {parent}."]
+    if rec.get("summary"):
+        words.append(f"Plan (owner {rec.get('owner', '?')}, mechanism {rec.get('mechanism', '?')}): {rec['summary']}.")
+    if rep:
+        words.append(f"Repair screen on the diagnosed tasks: {rep.get('repaired')} repaired, {rep.get('broken')} broken.")
+    if g:
+        words.append(f"Held-out gate on dev: net {g['net']:+.3f}, 95% CI [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}], "
+                     f"{g['n_improved']} improved / {g['n_regressed']} regressed of {g['n_items']} items.")
+    child = (rec.get("child") or {}).get("version")
+    verdict = {"accept": f"accepted: committed as {child}", "reject": "rejected: the champion stays",
+               "no_plan": "no plan: nothing left to patch"}.get(rec["verdict"], rec["verdict"])
+    words.append(f"Verdict: {verdict} ({rec.get('reason', '')}).")
+    return " ".join(words)
+
+
 class CampaignTracker:
     def __init__(self, name: str, out: str | Path, params: dict[str, Any], tracking_uri: str | None = None,
                  artifact_root: str | Path | None = None):
         from mlflow import MlflowClient
 
-        self.out = Path(out)
+        self.name, self.out, self.params = name, Path(out), params
         self.uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         self.client = MlflowClient(tracking_uri=self.uri)
         exp_name = f"ratchet/{name}"
@@ -68,15 +118,31 @@ class CampaignTracker:
             self.experiment_id = self.client.create_experiment(exp_name, artifact_location=(root / name).as_uri())
         else:
             self.experiment_id = exp.experiment_id
+        commit, phash = git_commit(), params_hash(params)
+        # the same campaign (name, output, params, code) is one run however often it is rerun or resumed
+        self.key = hashlib.sha256(f"{name}|{self.out.resolve()}|{phash}|{commit}".encode()).hexdigest()[:16]
         saved = self.out / IDS / RUN_FILE
-        self.run_id = json.loads(saved.read_text())["run_id"] if saved.exists() else None
+        self.run_id = json.loads(saved.read_text())["run_id"] if saved.exists() else self._find_campaign_run()
         if self.run_id is None:
-            run = self.client.create_run(self.experiment_id, run_name=f"campaign {name}", tags={
-                "ratchet.kind": "campaign", "ratchet.out": str(self.out.resolve()), "ratchet.git_commit": git_commit(),
-                "ratchet.dvc_lock": dvc_lock_hash()})
+            run = self.client.create_run(self.experiment_id, run_name=f"campaign {name} @{commit[:7]} p{phash}", tags={
+                "ratchet.kind": "campaign", "ratchet.campaign_key": self.key, "ratchet.params_hash": phash,
+                "ratchet.out": str(self.out.resolve()), "ratchet.git_commit": commit, "ratchet.dvc_lock": dvc_lock_hash(),
+                "mlflow.note.content": f"Campaign `{name}` at commit `{commit[:12]}`, params hash `{phash}`, output "
+                                       f"`{self.out}`. Its rounds are the nested runs; its package versions are the "
+                                       f"registered model `{registered_name(name)}` (alias `champion`)."})
             self.run_id = run.info.run_id
-            atomic_write_json(saved, {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.uri})
             self._params(self.run_id, params)
+        atomic_write_json(saved, {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.uri})
+
+    def _find_campaign_run(self) -> str | None:
+        runs = self.client.search_runs([self.experiment_id], f"tags.`ratchet.campaign_key` = '{self.key}'",
+                                       max_results=1)
+        return runs[0].info.run_id if runs else None
+
+    def _round_runs(self) -> dict[int, Any]:
+        runs = self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = '{self.run_id}' and "
+                                       "tags.`ratchet.kind` = 'round'", max_results=1000)
+        return {int(r.data.tags["ratchet.round"]): r for r in runs}
 
     def _params(self, run_id: str, params: dict) -> None:
         from mlflow.entities import Param
@@ -85,28 +151,34 @@ class CampaignTracker:
         for i in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[i:i + 100])
 
-    def _metrics(self, run_id: str, values: dict[str, Any], step: int = 0) -> None:
-        import time
-
+    def _metrics(self, run_id: str, values: dict[str, Any], step: int = 0, model_id: str | None = None) -> None:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        ms = [Metric(k, float(v), ts, step) for k, v in sorted(values.items()) if isinstance(v, (int, float)) and v is not None]
+        ms = [Metric(k, float(v), ts, step, model_id=model_id) if model_id else Metric(k, float(v), ts, step)
+              for k, v in sorted(values.items()) if isinstance(v, (int, float)) and v is not None]
         if ms:
             self.client.log_batch(run_id, metrics=ms)
 
     def log_round(self, rec: dict[str, Any]) -> str:
         """One nested run for a finished round, with nested runs for its evaluations; returns its run id."""
         rd = self.out / rec["round_dir"]  # relative to the campaign (an absolute one from older records stays)
-        logged = self.out / IDS / f"round-{int(rec['round']):02d}.json"
+        n = int(rec["round"])
+        logged = self.out / IDS / f"round-{n:02d}.json"
         if logged.exists():  # already logged before an interruption: do not log twice
             return json.loads(logged.read_text())["run_id"]
+        found = self._round_runs().get(n)
+        if found is not None and found.info.status == "FINISHED":  # a forced rerun of the same campaign
+            atomic_write_json(logged, {"run_id": found.info.run_id})
+            return found.info.run_id
+        if found is not None:  # half-logged by a killed process: log it again from the files
+            self.client.delete_run(found.info.run_id)
         g, rep = rec.get("gate") or {}, rec.get("repair") or {}
         parent = rec.get("parent") or {}
         child = rec.get("child") or {}
-        title = f"round {rec['round']}: {rec['verdict']} {rec.get('summary') or rec.get('reason', '')}"[:240]
+        title = f"round {n}: {rec['verdict']} {rec.get('summary') or rec.get('reason', '')}"[:240]
         tags = {
-            "mlflow.parentRunId": self.run_id, "ratchet.kind": "round", "ratchet.round": str(rec["round"]),
+            "mlflow.parentRunId": self.run_id, "ratchet.kind": "round", "ratchet.round": str(n),
             "ratchet.verdict": rec["verdict"], "ratchet.owner": str(rec.get("owner", "")),
             "ratchet.plan_key": str(rec.get("plan_key", "")), "ratchet.parent_digest": str(parent.get("digest", "")),
             "ratchet.parent_version": str(parent.get("version", "")),
@@ -116,9 +188,15 @@ class CampaignTracker:
             "ratchet.seed_map_hash": str(rec.get("seed_map_hash", "")), "ratchet.git_commit": git_commit(),
             "ratchet.dvc_lock": dvc_lock_hash(), "ratchet.round_dir": str(rd.resolve()),
             "ratchet.campaign_out": str(self.out.resolve()), "ratchet.reason": str(rec.get("reason", ""))[:4000],
+            "mlflow.note.content": describe_round(rec),
         }
         run = self.client.create_run(self.experiment_id, run_name=title, tags=tags)
         rid = run.info.run_id
+        c, gp = self.params.get("campaign", {}), self.params.get("gate", {})
+        self._params(rid, {"gate": {k: gp.get(k) for k in ("alpha", "n_boot", "material", "reg_cap", "seed")},
+                           "seeds": c.get("seeds"), "model": c.get("model"), "meta_agent": c.get("meta_agent"),
+                           "max_turns": c.get("max_turns"), "plan": rec.get("summary") or "-",
+                           "owner": rec.get("owner") or "-"})
         self._metrics(rid, {"dev_base_mean": g.get("base_mean"), "dev_cand_mean": g.get("cand_mean"), "net": g.get("net"),
                             "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"), "n_improved": g.get("n_improved"),
                             "n_regressed": g.get("n_regressed"), "repair_repaired": rep.get("repaired"),
@@ -136,11 +214,29 @@ class CampaignTracker:
         evals = json.loads((rd / "evals.json").read_text()) if (rd / "evals.json").exists() else []
         self._evals(rid, evals)
         self._metrics(rid, {k: sum(ev["summary"].get(k, 0) for ev in evals) for k in ("tokens_in", "tokens_out")})
-        self._metrics(self.run_id, {"round_net": g.get("net", 0.0), "round_accepted": 1.0 if rec["verdict"] == "accept" else 0.0},
-                      step=int(rec["round"]))
+        cited = self._log_traces(rid, rd, n)
+        if cited:
+            self.client.set_tag(rid, "mlflow.note.content", describe_round(rec) + "\n\nCited failed episodes (traces): "
+                                + "; ".join(f"packet `{pk}` cites `{ep}` (trace `{tid}`)" for pk, ep, tid in cited))
+        self._campaign_step(rec)
         self.client.set_terminated(rid)
         atomic_write_json(logged, {"run_id": rid})
         return rid
+
+    def _campaign_step(self, rec: dict[str, Any]) -> None:
+        """Campaign metrics stepped by round. Only gated rounds have a net, so the latest value is never a round
+        that had nothing to gate; the champion's dev mean and the promotions so far are defined at every round."""
+        g, n = rec.get("gate") or {}, int(rec["round"])
+        values: dict[str, Any] = {"promotions": sum(1 for r in self._lineage_records()
+                                                    if r.get("verdict") == "accept" and r["round"] <= n)}
+        if g:
+            values.update(round_net=g["net"], round_ci_lo=g["ci_lo"], round_ci_hi=g["ci_hi"],
+                          champion_dev_mean=g["cand_mean"] if rec["verdict"] == "accept" else g["base_mean"])
+        self._metrics(self.run_id, values, step=n)
+
+    def _lineage_records(self) -> list[dict]:
+        log = self.out / "lineage" / "lineage.jsonl"
+        return [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
 
     def _evals(self, parent: str, evals: list[dict]) -> None:
         for ev in evals:
@@ -150,9 +246,136 @@ class CampaignTracker:
             self._metrics(run.info.run_id, ev["summary"])
             self.client.set_terminated(run.info.run_id)
 
+    # -- traces of the failed episodes an evidence packet cites ----------------------------------------------------
+    def _log_traces(self, run_id: str, rd: Path, round_no: int) -> list[tuple[str, str, str]]:
+        """Each cited failed episode as an MLflow trace linked to the round run: one span per turn, one child span
+        per kernel phase (memory delivered, model call, checker verdicts, tool call with its receipt)."""
+        import pandas as pd
+
+        diag, tp = rd / "diagnosis.json", rd / "train" / "traces.parquet"
+        if not diag.exists() or not tp.exists():
+            return []
+        packets = json.loads(diag.read_text())
+        traces = pd.read_parquet(tp)
+        done: dict[str, str] = {}
+        cited: list[tuple[str, str, str]] = []
+        for pk in packets:
+            eps: list[str] = []
+            for claim in pk.get("claims", []):
+                for c in claim.get("evidence", []):
+                    if c["episode_id"] not in eps:
+                        eps.append(c["episode_id"])
+            for ep in eps[:MAX_TRACES_PER_PACKET]:
+                if ep not in done and len(done) < MAX_TRACES_PER_ROUND:
+                    steps = traces[traces["episode_id"] == ep].sort_values("step")
+                    cites = {int(c["step"]) for claim in pk["claims"] for c in claim["evidence"] if c["episode_id"] == ep}
+                    done[ep] = self._episode_trace(run_id, round_no, pk, ep, steps, cites)
+                if ep in done:
+                    cited.append((pk["id"], ep, done[ep]))
+        return cited
+
+    def _episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int]) -> str:
+        from mlflow.entities import SpanType
+
+        t0 = time.time_ns()
+        tick = iter(range(t0, t0 + 10**12, 1_000_000))  # synthetic 1 ms per phase: the simulator keeps no clock
+        first = steps.iloc[0] if len(steps) else None
+        root = self.client.start_trace(
+            f"episode {ep}", span_type=SpanType.AGENT, experiment_id=self.experiment_id, start_time_ns=next(tick),
+            inputs={"episode": ep, "item_id": str(first["item_id"]) if first is not None else "",
+                    "incoming": json.loads(first["incoming"]) if first is not None else {}},
+            attributes={"ratchet.packet": packet["id"], "ratchet.owner": packet["owner"], "ratchet.kind": packet["kind"]},
+            tags={"ratchet.round": str(round_no), "ratchet.packet": packet["id"], "ratchet.episode": ep,
+                  "ratchet.owner": packet["owner"]}, run_id=run_id)
+        tid = root.trace_id
+        for s in steps.to_dict("records"):
+            j = {k: (json.loads(s[k]) if isinstance(s.get(k), str) and k != "episode_id" and k != "hash"
+                     and s[k][:1] in "[{" else s.get(k)) for k in s}
+            turn = self.client.start_span(f"turn {s['step']}" + (" (cited)" if int(s["step"]) in cited_steps else ""),
+                                          trace_id=tid, parent_id=root.span_id, span_type=SpanType.CHAIN,
+                                          inputs={"incoming": j.get("incoming"), "state_before": j.get("state_before")},
+                                          attributes={"step": int(s["step"]), "hash": s.get("hash", ""),
+                                                      "cited": int(s["step"]) in cited_steps},
+                                          start_time_ns=next(tick))
+            for name, kind, inputs, outputs in (
+                ("memory delivered", SpanType.MEMORY, {"deliveries": j.get("deliveries")}, {"cards": j.get("delivered")}),
+                ("model call", SpanType.LLM, {"state_before": j.get("state_before")},
+                 {"proposal": j.get("proposal"), "first_draft": j.get("first_draft"), "draft": j.get("action")}),
+                ("checker verdicts", SpanType.GUARDRAIL, {"draft": j.get("first_draft") or j.get("action")},
+                 {"checks": j.get("checks"), "blocked": j.get("blocked")}),
+                ("tool call", SpanType.TOOL, {"action": j.get("action")},
+                 {"receipt": j.get("observation"), "state_after": j.get("state_after")}),
+            ):
+                span = self.client.start_span(name, trace_id=tid, parent_id=turn.span_id, span_type=kind, inputs=inputs,
+                                              start_time_ns=next(tick))
+                self.client.end_span(tid, span.span_id, outputs=outputs, end_time_ns=next(tick))
+            self.client.end_span(tid, turn.span_id, outputs={"fingerprint": j.get("fingerprint")}, end_time_ns=next(tick))
+        self.client.end_trace(tid, outputs={"claims": [c["statement"] for c in packet.get("claims", [])]},
+                              status="ERROR", end_time_ns=next(tick))
+        return tid
+
+    # -- package versions as logged models / registered model versions ----------------------------------------------
+    def log_versions(self) -> None:
+        """Every committed version as a logged model and a version of the registered model `ratchet-<name>`, parent
+        first, each tagged with its digest and its parent; the newest gets the alias `champion`."""
+        from mlflow.entities import LoggedModelStatus
+        from mlflow.exceptions import MlflowException
+
+        name = registered_name(self.name)
+        try:
+            self.client.get_registered_model(name)
+        except MlflowException:
+            self.client.create_registered_model(name, tags={"ratchet.campaign": self.name}, description=(
+                f"Memory-package versions of campaign `{self.name}`: M0 is the start, each later version a promotion. "
+                "The model stays frozen; what is versioned is the package. Alias `champion` is the current champion."))
+        existing = {v.tags.get("ratchet.digest"): v for v in self.client.search_model_versions(f"name = '{name}'")}
+        rounds = self._round_runs()
+        by_version: dict[str, Any] = {}
+        last = None
+        for rec in self._lineage_records():
+            if rec.get("verdict") not in ("start", "accept"):
+                continue
+            child, parent = rec["child"], rec.get("parent") or {}
+            d = child["digest"]
+            if d in existing:
+                by_version[child["version"]] = last = existing[d]
+                continue
+            path = self.out / "lineage" / "versions" / child["version"]
+            round_run = rounds.get(int(rec["round"]))
+            src = round_run.info.run_id if round_run is not None else self.run_id
+            parent_mv = by_version.get(parent.get("version", ""))
+            tags = {"ratchet.version": child["version"], "ratchet.digest": d, "ratchet.parent": parent.get("version", ""),
+                    "ratchet.parent_digest": parent.get("digest", ""), "ratchet.round": str(rec["round"]),
+                    "ratchet.campaign": self.name,
+                    "ratchet.parent_model_version": parent_mv.version if parent_mv is not None else ""}
+            lm = self.client.create_logged_model(self.experiment_id, name=f"{self.name}-{child['version']}",
+                                                 source_run_id=src, tags=tags, params=manifest_knobs(path),
+                                                 model_type="memory-package")
+            self.client.log_model_artifacts(lm.model_id, str(path))
+            g = rec.get("gate") or {}
+            self._metrics(src, {"net": g.get("net"), "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"),
+                                "dev_mean": g.get("cand_mean"), "n_improved": g.get("n_improved"),
+                                "n_regressed": g.get("n_regressed")}, step=int(rec["round"]), model_id=lm.model_id)
+            self.client.finalize_logged_model(lm.model_id, LoggedModelStatus.READY)
+            desc = (f"{child['version']} (`{d[:12]}`) of campaign `{self.name}`. " + (
+                f"Promoted in round {rec['round']} from {parent.get('version')} (version {parent_mv.version} of this "
+                f"model): {rec.get('summary', '')}; dev net {g['net']:+.3f}, 95% CI [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]."
+                if rec["verdict"] == "accept" and parent_mv is not None and g else "The campaign's starting package."))
+            mv = self.client.create_model_version(name, source=f"models:/{lm.model_id}", run_id=src,
+                                                  tags={**tags, "ratchet.model_id": lm.model_id},
+                                                  description=desc, model_id=lm.model_id)
+            by_version[child["version"]] = last = mv
+        if last is not None:
+            self.client.set_registered_model_alias(name, "champion", last.version)
+
     def finish(self, summary: dict[str, Any], summary_path: str | Path, test_evals: list[dict] = (),
                spent: dict[str, float] | None = None) -> None:
-        self._evals(self.run_id, list(test_evals))
+        run = self.client.get_run(self.run_id)
+        if run.data.tags.get("ratchet.champion_digest") == summary["champion_digest"] and run.info.status == "FINISHED":
+            return  # this campaign's result is recorded already (a rerun with the same bytes): add nothing twice
+        if not self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = '{self.run_id}' and "
+                                       "tags.`ratchet.split` = 'test'", max_results=1):
+            self._evals(self.run_id, list(test_evals))  # the test split is touched once, and shows once
         t, loc = summary["test"] or {}, summary["localization"]
         spent = spent or {}
         self._metrics(self.run_id, {
@@ -166,11 +389,12 @@ class CampaignTracker:
         if summary.get("stopped"):
             self.client.set_tag(self.run_id, "ratchet.stopped", summary["stopped"][:4000])
         lineage = " -> ".join(f"{v['version']} ({v['digest'][:12]})" for v in summary["lineage"])
-        self.client.set_tag(self.run_id, "ratchet.lineage", lineage)
+        self.client.set_tag(self.run_id, "ratchet.lineage", lineage[:4000])
         self.client.set_tag(self.run_id, "ratchet.champion", summary["champion"])
-        self.client.set_tag(self.run_id, "ratchet.champion_digest", summary["champion_digest"])
         self.client.log_artifact(self.run_id, str(summary_path))
         lineage_file = self.out / "lineage" / "lineage.jsonl"
         if lineage_file.exists():
             self.client.log_artifact(self.run_id, str(lineage_file))
+        self.log_versions()
+        self.client.set_tag(self.run_id, "ratchet.champion_digest", summary["champion_digest"])  # last: the done mark
         self.client.set_terminated(self.run_id)
