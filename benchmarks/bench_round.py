@@ -109,7 +109,7 @@ def setup(name: str, bench: Path, quick: bool):
 
     over = {"benchmark.out": str(bench), "campaign.out": str(HOME / name), "campaign.name": name}
     if quick:
-        over.update({"campaign.seeds": 1, "gate.n_boot": 500})
+        over.update({"campaign.seeds": 1, "gate.n_boot": 1000})
     p = load_params(ROOT / "params.yaml", over)
     Lineage(HOME / name / "lineage").start(ROOT / p.campaign.start)
     budget = budget_spec(p)
