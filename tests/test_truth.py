@@ -291,3 +291,13 @@ def test_unknown_is_reported_and_never_planned(tmp_path, bench):
     assert [(p.owner, p.kind, p.patchable) for p in d.packets] == [("unknown", "card_unobserved", False)]
     ctx = PlanContext(d.packets, pkg, bench, traces, scores, set(), d.findings)
     assert make_meta_agent("rules")(ctx) is None
+
+
+@pytest.mark.parametrize("fact", list(BY_ID.values()), ids=list(BY_ID))
+def test_cards_the_rules_distil_from_receipts_are_understood(fact):
+    """The rules meta-agent writes an E card from the policy text a refusal receipt quotes, plus the calls that
+    preceded the write in successful episodes; the agent must read it as the rule's correct value."""
+    receipt = f"refused. Policy: {fact.statement.lstrip('- ')}"
+    body = receipt.split("Policy: ", 1)[1] + (f"\n\nIn successful episodes, the calls before `{fact.tool}` were: "
+                                              "`find_user_id_by_email`, `get_order_details`, `validate_address`.")
+    assert fact.read(body) == fact.value

@@ -43,7 +43,7 @@ class Finding:
     item_id: str
     step: int
     hash: str
-    owner: str  # E | W | rho | C | none
+    owner: str  # E | W | rho | C | none | unknown (cannot tell: reported, never patched)
     kind: str
     tool: str = "*"
     detail: str = ""

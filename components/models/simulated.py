@@ -35,6 +35,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from components.models.base import ChatResult, ModelError, count_tokens
 from components.runtime import prompts
@@ -64,6 +65,7 @@ RATES = Rates()
 OWNERS = ("rho", "E", "W", "C")  # the fault switches; also the precedence among faults that fire at the same call
 
 
+@lru_cache(maxsize=1 << 16)  # pure; drift checks and probe twins ask the same questions many times per episode
 def coin(seed: int, *about: object) -> float:
     h = hashlib.blake2b(repr((seed, *about)).encode(), digest_size=8).digest()
     return int.from_bytes(h, "big") / 2**64
@@ -195,7 +197,9 @@ class SimulatedAgent:
     def _probe(self, v: View, seed: int, mine: tuple) -> None:
         """Record the first call at which each owner's fault (not yet switched off) changes the output."""
         for owner in OWNERS:
-            if owner not in self.off and owner not in self.onsets and self._twin(self.off | {owner}, v, seed) != mine:
+            if owner in self.off or owner in self.onsets or (v.mode == "propose" and owner != "W"):
+                continue  # proposing the state applies no fact and no discipline: only W can change it
+            if self._twin(self.off | {owner}, v, seed) != mine:
                 self.onsets[owner] = self.n_calls
 
     def _respond(self, v: View, seed: int) -> tuple:
