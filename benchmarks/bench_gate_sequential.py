@@ -1,9 +1,10 @@
 """Sequential early stopping of the held-out gate, replayed on a finished campaign's recorded dev evaluations.
 
-    python benchmarks/bench_gate_sequential.py --campaign runs/campaign [--looks 3] [--spending obf|pocock]
+    python benchmarks/bench_gate_sequential.py --campaign runs/campaign [--looks 3] [--spending obf|pocock] [--order hash|dev]
 
 Every round that looked at dev recorded both arms' scores per (item, seed), model calls included. Shards run in dev
-order (`campaign.shard_size` items each); the replay puts a look after every group of shards, applies
+order (`campaign.shard_size` items each, the items ordered by a hash of their id so that a group is not one task
+family: dev ids run family by family); the replay puts a look after every group of shards, applies
 `sequential_decide` (group-sequential efficacy boundary from the named spending function, early reject on the
 regression cap or a non-positive net) at the round's own alpha, and counts the model calls of the shards a
 sequential round would never have run, in both arms. It reports each round's verdict next to the full evaluation's
@@ -14,6 +15,7 @@ bootstrap); the flow itself still evaluates dev in full (see README). Last line:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -26,7 +28,7 @@ import pandas as pd  # noqa: E402
 from components.evolution.gate import GateConfig, decide, pair, sequential_decide  # noqa: E402
 
 
-def replay(campaign: Path, looks: int, spending: str) -> dict:
+def replay(campaign: Path, looks: int, spending: str, shuffle: bool = True) -> dict:
     summary = json.loads((campaign / "summary.json").read_text())
     shard = int(summary["params"]["campaign"]["shard_size"])
     total_calls = int(summary["budget"]["evidence_cost"]["model_calls"])
@@ -41,14 +43,16 @@ def replay(campaign: Path, looks: int, spending: str) -> dict:
         c = pd.read_csv(rd / "dev_cand.csv", dtype={"item_id": str})
         cfg = GateConfig(**rec["evaluation"]["gate"])
         per, _ = pair(b, c, cfg.max_error_share, cfg.min_items)
-        order = list(dict.fromkeys(b["item_id"]))  # evaluation order: the dev ids as the shards ran them
+        full = decide(per, cfg)  # the gate as the round ran it (items in pair()'s order)
+        order = list(dict.fromkeys(b["item_id"]))  # the dev ids as the shards ran them (grouped by kind)
+        if shuffle:  # a pre-declared order that does not follow the item's kind: by a hash of its id
+            order = sorted(order, key=lambda i: hashlib.sha256(i.encode()).hexdigest())
         per = per.set_index("item_id").loc[[i for i in order if i in set(per["item_id"])]].reset_index()
         n_shards = -(-len(order) // shard)
         per_look = -(-n_shards // looks)
         bounds = [min(len(order), shard * per_look * k) for k in range(1, looks + 1)]
         bounds = sorted(set(bounds))
         sizes = [bounds[0]] + [y - x for x, y in zip(bounds, bounds[1:])]
-        full = decide(per, cfg)
         seq = sequential_decide(per, cfg, sizes, spending)
         seen = set(order[:seq.n_seen])
         calls = int(b["model_calls"].sum() + c["model_calls"].sum())
@@ -67,8 +71,10 @@ def main() -> None:
     ap.add_argument("--campaign", default=str(ROOT / "runs/campaign"))
     ap.add_argument("--looks", type=int, default=3)
     ap.add_argument("--spending", default="obf")
+    ap.add_argument("--order", choices=["hash", "dev"], default="hash",
+                    help="shard order: by a hash of the item id (default), or the dev ids' own order")
     a = ap.parse_args()
-    r = replay(Path(a.campaign), a.looks, a.spending)
+    r = replay(Path(a.campaign), a.looks, a.spending, a.order == "hash")
     print(f"{'round':>5} {'full':>7} {'seq':>7} {'look':>5} {'items':>6} {'net':>7} {'ci_lo':>7} {'dev calls':>10} {'saved':>7}")
     for x in r["rows"]:
         print(f"{x['round']:>5} {x['full']:>7} {x['sequential']:>7} {x['look']:>5} {x['items']:>6} {x['net']:+7.3f} "

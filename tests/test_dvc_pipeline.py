@@ -52,7 +52,7 @@ def project(tmp_path_factory) -> "Project":
 
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["campaign"].update(rounds=1, seeds=2, shard_size=30)
-    params["gate"]["n_boot"] = 500
+    params["gate"]["n_boot"] = 1000
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.lock").unlink(missing_ok=True)
     run("git", "init", "-q", "-b", "main")

@@ -139,7 +139,7 @@ def test_twenty_percent_model_faults(prefect_server, faulty_server, tmp_path):
     bench.materialize()
     p = load_params(ROOT / "params.yaml", {
         "benchmark.out": bench.out, "benchmark.per_family": 6, "campaign.out": str(tmp_path / "camp"),
-        "campaign.rounds": 1, "campaign.seeds": 2, "campaign.model": "openai", "gate.n_boot": 500,
+        "campaign.rounds": 1, "campaign.seeds": 2, "campaign.model": "openai", "gate.n_boot": 1000,
         "campaign.model_cfg": {"base_url": faulty_server, "timeout": 0.3, "backoff": 0.01, "max_retries": 4}})
     s = run_campaign(p)  # completes
     assert s["episodes"]["errors"] > 0  # errored episodes are reported ...
