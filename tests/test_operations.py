@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -102,52 +103,108 @@ def test_a_stale_lock_from_a_dead_process_is_recovered(tmp_path):
 
 
 def test_a_budget_too_small_stops_the_campaign_cleanly(prefect_server, tmp_path, crash_setup):
+    """A ceiling that cannot pay for three rounds and the certification: the campaign stops between stages with
+    exit 0, never spends past the ceiling, names what stopped it, and leaves records that agree with each other."""
     bench, start, _ = crash_setup
     r = cli(["campaign", "run", *small(bench, "--set", "budget.model_calls=5000", "--set", "campaign.rounds=3",
                                      start=start)], tmp_path, prefect_server)
     assert r.returncode == 0, r.stderr[-3000:]
-    s = json.loads((tmp_path / "camp" / "summary.json").read_text())
-    assert s["stopped"] and "budget" in s["stopped"]
-    spent = json.loads((tmp_path / "camp" / ".state" / "budget.json").read_text())["spent"]
-    assert 0 < spent["model_calls"] <= 5000 and s["budget"]["caps"] == {"model_calls": 5000}
-    assert s["test"] is None or s["accepted"] >= 0  # stopped before or after certification, never half-way
-    for v in Lineage(tmp_path / "camp" / "lineage").versions():  # what was committed stays valid
+    out = tmp_path / "camp"
+    s = json.loads((out / "summary.json").read_text())
+    m = re.fullmatch(r"(round (\d+)|certification): budget: cannot admit: model_calls (\S+) > (\S+) left", s["stopped"])
+    assert m, s["stopped"]
+    assert float(m.group(3)) > float(m.group(4))  # refused because the reservation did not fit what was left
+    assert f"stopped: {s['stopped']}" in r.stderr
+    spent = json.loads((out / ".state" / "budget.json").read_text())
+    assert spent["open_holds"] == 0 and s["budget"]["caps"] == {"model_calls": 5000}
+    assert 0 < spent["spent"]["model_calls"] <= 5000
+    # what the recorded evidence cost was paid for; what the stopped stage had consumed was paid for too
+    assert s["budget"]["evidence_cost"]["model_calls"] <= spent["spent"]["model_calls"]
+    # the stop point and the records agree: every round before it finished and was recorded, nothing after it was
+    records = [json.loads(line) for line in (out / "lineage" / "lineage.jsonl").read_text().splitlines()]
+    rounds = sorted(x["round"] for x in records if x["round"] > 0)
+    stopped_in = int(m.group(2)) if m.group(2) else None
+    finished = (stopped_in - 1) if stopped_in else 3
+    assert rounds == list(range(1, finished + 1)) and s["rounds"] == finished
+    if stopped_in:
+        assert not (out / "rounds" / f"r{stopped_in:02d}" / "round.json").exists()
+    assert s["test"] is None and not (out / "test_evals.json").exists()  # certification never half-done
+    state = json.loads((out / ".state" / "state.json").read_text())
+    assert state == {"round": finished, "stage": "done", "stopped": s["stopped"]}
+    versions = Lineage(out / "lineage").versions()
+    assert s["accepted"] == len(versions) - 1 == sum(x.get("verdict") == "accept" for x in records)
+    for v in versions:  # what was committed stays valid
         assert digest(v.path) == v.digest
 
 
 @pytest.fixture
-def faulty_server(free_port, tmp_path):
+def faulty_server(free_port, monkeypatch):
+    """The simulated agent over HTTP with 20% injected faults, in this process so the test can see every request:
+    (request hash, attempt, fault, time). Fails if the server does not come up."""
+    import hashlib
+    import threading
+
+    import uvicorn
+
+    import components.models.server as server_module
+
+    seen: list[tuple[str, int, str | None, float]] = []
+    fault = server_module._fault
+
+    def spy(body: bytes, attempt: int, rate: float, seed: int) -> str | None:
+        kind = fault(body, attempt, rate, seed)
+        seen.append((hashlib.sha256(body).hexdigest(), attempt, kind, time.monotonic()))
+        return kind
+
+    monkeypatch.setattr(server_module, "_fault", spy)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve-sim", "--port", str(port), "--fault-rate", "0.2",
-                             "--slow-seconds", "0.6"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/v1"
-    proc.terminate()
-    proc.wait(timeout=10)
+    app = server_module.create_app(fault_rate=0.2, slow_seconds=0.6)
+    app.state.seen = seen
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "serve-sim did not start"
+        time.sleep(0.05)
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200
+    yield f"http://127.0.0.1:{port}/v1", app
+    server.should_exit = True
+    thread.join(timeout=30)
+    assert not thread.is_alive()
 
 
 def test_twenty_percent_model_faults(prefect_server, faulty_server, tmp_path):
+    from components.models.server import TRANSIENT
     from components.params import BenchmarkParams
     from flows.campaign import run_campaign
 
+    url, app = faulty_server
     bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=6)
     bench.materialize()
     p = load_params(ROOT / "params.yaml", {
         "benchmark.out": bench.out, "benchmark.per_family": 6, "campaign.out": str(tmp_path / "camp"),
         "campaign.rounds": 1, "campaign.seeds": 2, "campaign.model": "openai", "gate.n_boot": 1000,
-        "campaign.model_cfg": {"base_url": faulty_server, "timeout": 0.3, "backoff": 0.01, "max_retries": 4}})
+        "campaign.model_cfg": {"base_url": url, "timeout": 0.3, "backoff": 0.01, "max_retries": 4}})
     s = run_campaign(p)  # completes
+    faults = app.state.faults
+    transient = sum(f in TRANSIENT for f in faults)
+    assert transient > 0 and len(faults) > transient  # both kinds were injected
     assert s["episodes"]["errors"] > 0  # errored episodes are reported ...
     scores = pd.read_csv(tmp_path / "camp" / "rounds" / "r01" / "train" / "scores.csv", dtype={"error": str})
     errored = scores[scores["error"].fillna("") != ""]
     assert len(errored) > 0 and not errored["success"].any() and (errored["score"] == 0).all()  # ... none a success
     assert errored["error"].str.startswith("model: ").all()
-    assert len(errored) < len(scores)  # transient faults were retried: most episodes went through
+    # every request that met a transient fault (a 500, a timeout) was sent again at once (not replayed by a later
+    # evaluation), and went through
+    seen = app.state.seen
+    hits = [i for i, (_, _, kind, _) in enumerate(seen) if kind in TRANSIENT]
+    assert hits
+    for i in hits:
+        h, attempt, _, at = seen[i]
+        retry = next((x for x in seen[i + 1:] if x[0] == h), None)
+        assert retry is not None and retry[1] == attempt + 1 and retry[2] is None, (seen[i], retry)
+        assert retry[3] - at < 5.0, "a replay by a later evaluation, not a retry"
 
 
 def test_dask_gives_the_same_scores_as_threads(prefect_server, bench_dir):
