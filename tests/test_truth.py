@@ -301,3 +301,24 @@ def test_cards_the_rules_distil_from_receipts_are_understood(fact):
     body = receipt.split("Policy: ", 1)[1] + (f"\n\nIn successful episodes, the calls before `{fact.tool}` were: "
                                               "`find_user_id_by_email`, `get_order_details`, `validate_address`.")
     assert fact.read(body) == fact.value
+
+
+def test_work_beyond_a_binding_turn_budget_is_external(tmp_path):
+    """When many episodes are cut off at the same length, an episode with more work than any success ever did in
+    that many turns is `out_of_turns` (owner none), even though a fault happened on the way; below that, it is not."""
+    from components.evolution.diagnose import TurnBudget
+
+    pkg = pkg_with(tmp_path)
+    ok_a, ok_o = write("return_delivered_order_items", W2)
+    two = [("cancel_pending_order", W1), ("return_delivered_order_items", W2)]
+    cut = [st(0, ok_a, ok_o, pending=two), st(1, ASK, pending=two[:1]), st(2, ASK, pending=two[:1])]  # unconfirmed, cut
+    success_one = [st(0, ASK, pending=two[1:]), st(1, ok_a, ok_o, incoming=YES, pending=two[1:]), st(2, FINISH)]
+    success_one = [s.model_copy(update={"episode_id": "s#0"}).sealed() for s in success_one]
+    budget = TurnBudget.of([cut, success_one], {"t#0": False, "s#0": True}, WRITES)
+    assert budget.binding and budget.cap == 3 and budget.need == {1: 3}
+    f = diagnose_episode(cut, "t", pkg, WRITES, episode_id="t#0", budget=budget)
+    assert (f.owner, f.kind, f.patchability) == ("none", "out_of_turns", "external")
+    roomy = TurnBudget(cap=3, binding=True, need={1: 3, 2: 3})  # a success did two writes in three turns
+    assert diagnose_episode(cut, "t", pkg, WRITES, episode_id="t#0", budget=roomy).kind == "unconfirmed_write"
+    loose = TurnBudget(cap=3, binding=False, need={1: 3})  # nobody is cut off: the budget explains nothing
+    assert diagnose_episode(cut, "t", pkg, WRITES, episode_id="t#0", budget=loose).kind == "unconfirmed_write"

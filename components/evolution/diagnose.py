@@ -14,6 +14,8 @@ For every failed episode, the earliest of:
         overflow: the ledger was full and never tracked it
         dropped: it left the agent's state with no receipt (forgotten)
   - a blocking error from the world (wrong order state, unknown account) or a model fault       -> none, external
+  - more work than any successful episode did within a binding turn budget                      -> none, out_of_turns
+        (`TurnBudget`: read from the corpus, the fewest turns successful episodes needed per amount of work)
 
 Opportunity O is present when the divergence is an agent action at a kernel event; patchability P is memory for
 E/W/rho/C findings and external for world refusals. Findings are clustered by (owner, kind, tool); each cluster is
@@ -71,7 +73,7 @@ def _policy_quote(observation: dict) -> str:
 
 def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackage, write_tools: frozenset[str],
                      error: str = "", episode_id: str | None = None,
-                     helps: dict[str, bool | None] | None = None) -> Finding:
+                     helps: dict[str, bool | None] | None = None, budget: TurnBudget | None = None) -> Finding:
     eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
     if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
         last = steps[-1] if steps else None
@@ -83,6 +85,11 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         if s.blocked is None and isinstance(obs.get("content"), dict) and obs["content"].get("blocking"):
             return Finding(eid, item_id, s.step, s.hash, "none", "blocking_error", s.action.get("tool", "*"),
                            detail=obs.get("code") or "", opportunity="absent", patchability="external")
+    if budget is not None and budget.out_of_turns(steps, write_tools):
+        last = steps[-1]
+        return Finding(eid, item_id, last.step, last.hash, "none", "out_of_turns",
+                       detail=f"{_work(steps, write_tools)} write(s) of work within a {budget.cap}-turn budget",
+                       opportunity="absent", patchability="external")
     findings: list[Finding] = []
     done_ok: set[tuple] = set()
     for s in steps:
@@ -138,6 +145,48 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         return Finding(eid, item_id, last.step, last.hash, "none", "no_divergence", opportunity="unknown",
                        patchability="unknown")
     return min(findings, key=lambda f: (f.step, f.owner))
+
+
+def _work(steps: list[TraceStep], write_tools: frozenset[str]) -> int:
+    """How many writes the episode's work takes: every write target the agent ever proposed or wrote."""
+    targets = {(p["tool"], _target(p.get("args", {}))) for s in steps for p in s.proposal.get("pending", [])
+               if p.get("tool") in write_tools}
+    targets |= {(s.action["tool"], _target({k: v for k, v in s.action.get("args", {}).items() if k in ("order_id",)}))
+                for s in steps if s.action.get("tool") in write_tools and s.observation.get("ok")}
+    return len(targets)
+
+
+@dataclass
+class TurnBudget:
+    """What the corpus shows about the turn budget: the length at which episodes are cut off (binding when at least
+    `BINDING` of them end there without finishing), and for each amount of work the fewest turns any successful
+    episode with at least that much took. Under a binding budget, an episode with more work than any success ever
+    did within it failed for want of turns, whatever else went wrong on the way: no memory change fixes that."""
+
+    cap: int
+    binding: bool
+    need: dict[int, int]  # writes of work -> fewest turns a successful episode with at least that much took
+
+    @classmethod
+    def of(cls, episodes: list[list[TraceStep]], success: dict[str, bool], write_tools: frozenset[str]) -> TurnBudget:
+        cap = max((len(st) for st in episodes), default=0)
+        cut = sum(1 for st in episodes if len(st) == cap and st[-1].action.get("kind") != "finish")
+        best: dict[int, int] = {}
+        for st in episodes:
+            if st and success.get(st[0].episode_id):
+                k = _work(st, write_tools)
+                best[k] = min(best.get(k, len(st)), len(st))
+        need = {k: min(v for j, v in best.items() if j >= k) for k in range(1, max(best, default=0) + 1)}
+        return cls(cap, bool(episodes) and cut >= BINDING * len(episodes), need)
+
+    def out_of_turns(self, steps: list[TraceStep], write_tools: frozenset[str]) -> bool:
+        if not self.binding or not steps:
+            return False
+        need = self.need.get(_work(steps, write_tools))
+        return need is None or need > self.cap
+
+
+BINDING = 0.05
 
 
 def _cards_about(package: MemoryPackage, tool: str) -> list[str]:
@@ -249,11 +298,13 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         grouped = {}
     episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in grouped.items()}
     helps = card_evidence(list(episodes.values()), package, write_tools)
+    budget = TurnBudget.of(list(episodes.values()), {f"{r.item_id}#{r.seed}": bool(r.success)
+                                                     for r in scores.itertuples(index=False)}, write_tools)
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
         error = "" if pd.isna(row.error) else str(row.error)
-        findings.append(diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps))
+        findings.append(diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget))
     clusters: dict[tuple, list[Finding]] = defaultdict(list)
     for f in findings:
         clusters[f.signature].append(f)
@@ -286,6 +337,7 @@ def _statement(f: Finding, n: int) -> str:
         "overflow": "proposed work was never tracked because the ledger was full",
         "dropped": "proposed work left the agent's state without a receipt",
         "blocking_error": "the world refused the request (state or identity)",
+        "out_of_turns": "more work than any successful episode did within the turn budget",
         "model_fault": "the model failed",
         "no_divergence": "no divergence found",
     }.get(f.kind, f.kind)
