@@ -324,8 +324,8 @@ def test_a_package_nested_thousands_deep_is_one_line(project):
         for _ in range(1500):  # one level at a time: os.makedirs itself recurses
             d += "/d"
             os.mkdir(d)
-        one_line(ratchet("package", "lint", deep), 2, "nested too deeply")
-        one_line(ratchet("package", "digest", deep), 2, "nested too deeply")
+        one_line(ratchet("package", "lint", deep), 2, f"{deep}: -: nested too deeply")
+        one_line(ratchet("package", "digest", deep), 2, f"{deep}: -: nested too deeply")
     finally:  # bottom up, without recursion: pytest's own cleanup (shutil.rmtree) cannot delete this
         while d != str(deep):
             if os.path.isdir(d):
