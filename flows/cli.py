@@ -40,6 +40,10 @@ class _OneLineErrors(TyperGroup):
             raise fail("input nested too deeply to read (a directory or document thousands of levels deep)") from None
 
 
+def _deep(path: Path) -> InputError:
+    return InputError(f"{path}: -: nested too deeply to read (thousands of directory levels)")
+
+
 app = typer.Typer(cls=_OneLineErrors, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Ratchet: evolve an agent's memory package under a frozen model, gated by paired held-out evidence.")
 package_app = typer.Typer(no_args_is_help=True, help="Memory packages: lint and digest.")
@@ -59,7 +63,10 @@ def package_lint(path: Path) -> None:
     """Validate a package: exit 0 when it loads, else one line per problem (file: field: message)."""
     from components.memory import lint
 
-    problems = lint(path)
+    try:
+        problems = lint(path)
+    except RecursionError:
+        raise _deep(path) from None
     for p in problems:
         err.print(str(p), markup=False, highlight=False)
     if problems:
@@ -74,10 +81,13 @@ def package_digest(path: Path) -> None:
 
     if not path.is_dir():
         raise InputError(f"{path}: -: not a package directory")
-    links = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_symlink())
-    if links:  # a package may not hold one (see load_package): its bytes would depend on where the link points
-        raise InputError(f"{path / links[0]}: -: symlinks are not allowed in a package")
-    out.print(digest(path), highlight=False)
+    try:
+        links = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_symlink())
+        if links:  # a package may not hold one (see load_package): its bytes would depend on where the link points
+            raise InputError(f"{path / links[0]}: -: symlinks are not allowed in a package")
+        out.print(digest(path), highlight=False)
+    except RecursionError:
+        raise _deep(path) from None
 
 
 # -- benchmarks -------------------------------------------------------------------------------------------------
@@ -173,7 +183,10 @@ def eval_cmd(
     if seeds < 1:
         raise InputError(f"--seeds: {seeds}: must be at least 1")
     claim_output(out_dir, "eval", inputs={"package": package, "benchmark": benchmark})
-    pkg = load_package(package)
+    try:
+        pkg = load_package(package)
+    except RecursionError:
+        raise _deep(package) from None
     bench = load_benchmark(benchmark)
     ids = [i for i in items.split(",") if i] if items is not None else bench.ids(split)
     if not ids:

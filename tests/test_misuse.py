@@ -324,8 +324,8 @@ def test_a_package_nested_thousands_deep_is_one_line(project):
         for _ in range(1500):  # one level at a time: os.makedirs itself recurses
             d += "/d"
             os.mkdir(d)
-        one_line(ratchet("package", "lint", deep), 2, "nested too deeply")
-        one_line(ratchet("package", "digest", deep), 2, "nested too deeply")
+        one_line(ratchet("package", "lint", deep), 2, f"{deep}: -: nested too deeply")
+        one_line(ratchet("package", "digest", deep), 2, f"{deep}: -: nested too deeply")
     finally:  # bottom up, without recursion: pytest's own cleanup (shutil.rmtree) cannot delete this
         while d != str(deep):
             if os.path.isdir(d):
@@ -444,7 +444,7 @@ def test_serve_sim_bad_json_is_a_400_and_the_connection_stays_usable(sim, bench_
     (lambda b: b.update(n=2), 400, "n"),
     (lambda b: b.update(messages=b["messages"][1:]), 400, "messages"),  # a user-only conversation
     (lambda b: b.update(tool_choice={"type": "function", "function": {"name": "delete_everything"}}), 400, "tool_choice"),
-])
+], ids=["no-messages", "messages-not-a-list", "seed-not-an-int", "stream", "n-2", "user-only", "tool-choice-not-offered"])
 def test_serve_sim_refuses_malformed_or_unsupported_requests(sim, bench_dir, change, status, param):
     body = _conversation(bench_dir)
     change(body)
