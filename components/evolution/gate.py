@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
@@ -333,6 +334,11 @@ def efficacy_levels(fractions: list[float], alpha: float, spending: str = "obf")
     """Nominal one-sided levels p_g for looks at increasing information fractions (the last 1.0), so that under no
     effect the chance of crossing at look g is exactly spend(t_g) - spend(t_g-1): recursive numerical integration of
     the z-statistics' joint law (a Brownian motion observed at t_g), not a Bonferroni split."""
+    return list(_efficacy_levels(tuple(float(f) for f in fractions), float(alpha), spending))
+
+
+@lru_cache(maxsize=64)
+def _efficacy_levels(fractions: tuple[float, ...], alpha: float, spending: str) -> tuple[float, ...]:
     if spending not in SPENDING:
         raise InputError(f"gate: spending: {spending!r} is not one of {', '.join(sorted(SPENDING))}")
     if not fractions or any(b <= a for a, b in zip(fractions, fractions[1:])) or abs(fractions[-1] - 1) > 1e-12:
@@ -355,7 +361,7 @@ def efficacy_levels(fractions: list[float], alpha: float, spending: str = "obf")
         levels.append(1 - _N01.cdf(c))
         dens = np.where(z < c, dens, 0.0)
         prev_t, prev_spent = t, prev_spent + target
-    return levels
+    return tuple(levels)
 
 
 @dataclass(frozen=True)
