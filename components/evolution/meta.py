@@ -185,7 +185,8 @@ class PlanOutcome:
     replies: list[dict] = field(default_factory=list)
 
     def record(self, cap: int = 8000) -> dict:
-        return {"failure": self.failure, "replies": [{**r, "raw": (r.get("raw") or "")[:cap]} for r in self.replies]}
+        return {"failure": self.failure,
+                "replies": [{**r, "raw": None if r.get("raw") is None else r["raw"][:cap]} for r in self.replies]}
 
 
 @META_AGENTS.register("llm")
