@@ -20,8 +20,8 @@ from tests.conftest import run_cli as cli, small_params
 
 @pytest.fixture
 def camp(tmp_path, bench_dir):
-    """A variant of the shared small campaign in this test's temp dir."""
-    return lambda name, **over: small_params(bench_dir, tmp_path / name, **over)
+    """A variant of the shared small campaign in this test's temp dir, under its own name (its own MLflow records)."""
+    return lambda name, **over: small_params(bench_dir, tmp_path / name, **{"campaign.name": f"small-{name}", **over})
 
 
 @pytest.fixture

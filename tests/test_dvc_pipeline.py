@@ -104,6 +104,12 @@ def test_repro_then_nothing_then_only_downstream(project):
     assert run("git", "status", "--porcelain", "dvc.lock").stdout.strip() == ""
     metrics = run("dvc", "metrics", "show", "--json")
     assert "test_net" in metrics.stdout
+    # the plots are images: the page `dvc plots show` writes loads nothing from the network
+    run("dvc", "plots", "show", "-o", "plots-page")
+    page = (root / "plots-page" / "index.html").read_text()
+    assert "<script src=" not in page and "https://" not in page
+    for name in ("rounds", "champion", "causes", "families"):
+        assert f"{name}.png" in page and (root / "reports" / f"{name}.png").stat().st_size > 1000
 
 
 def test_experiments_vary_a_param(project):
