@@ -1,0 +1,113 @@
+"""One kernel turn recorded exactly: what reached the model at each phase, and every field of the trace step
+(found by mutation testing: the phase tests alone left the trace's contents unchecked)."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.memory import load_package
+from components.runtime.kernel import Episode, run_turn
+from components.runtime.types import Draft, Intent, Proposal, ToolCall, Turn
+from tests.test_runtime import FINISH, ScriptedPort
+
+CANCEL, READ = "cancel_pending_order", "get_order_details"
+MANIFEST = """name: traced
+wm:
+  board: true
+  max_entries: 1
+  bind_on: [order_id]
+delivery:
+  - use: state_reminder
+    at: turn_start
+  - use: event_cards
+    at: turn_start
+  - use: event_cards
+    at: intent_recorded
+checkers:
+  - use: completion_requires_receipts
+    at: agent_declares_done
+"""
+
+
+def card(cid: str, event: str, tool: str) -> str:
+    return (f"---\nid: {cid}\ntype: procedure\ntrigger:\n  event: {event}\n  tool: {tool}\nsource: test\n---\n"
+            f"How to use `{tool}`.\n")
+
+
+@pytest.fixture
+def traced(tmp_path):
+    (tmp_path / "em/procedure").mkdir(parents=True)
+    (tmp_path / "manifest.yaml").write_text(MANIFEST)
+    (tmp_path / "em/procedure/pending-cancel.md").write_text(card("pending-cancel", "turn_start", CANCEL))
+    (tmp_path / "em/procedure/read-order.md").write_text(card("read-order", "intent_recorded", READ))
+    return load_package(tmp_path)
+
+
+def entry(order: str, eid: str = "e1", status: str = "pending") -> dict:
+    return {"id": eid, "tool": CANCEL, "args": {"order_id": order}, "note": "", "status": status, "evidence": None}
+
+
+def test_every_field_of_a_turn_is_recorded(traced):
+    read = Draft(tool_call=ToolCall(id="r1", name=READ, args={"order_id": "#W1"}))
+    proposal = Proposal(pending=[Intent(tool=CANCEL, args={"order_id": "#W1"}), Intent(tool=CANCEL, args={"order_id": "#W2"})],
+                        next_tool=READ)
+    hello = Turn(role="user", text="cancel #W1 and #W2")
+    port = ScriptedPort([read], proposal=proposal, transcript=[Turn(role="system", text="hi"), hello])
+    ep = Episode.start("e#3", traced)
+    step = run_turn(ep, port)
+
+    board_empty = "## Working memory (ledger)\n- (no tracked work)"
+    board = "## Working memory (ledger)\n- [PENDING] e1 cancel_pending_order order_id=#W1"
+    # the proposal saw the board and the turn_start note; the draft also saw the card routed at intent_recorded
+    assert port.memories[0] == f"{board_empty}\n\n{board_empty}"
+    assert port.memories[1] == f"{board}\n\n{board_empty}\n\n" + traced.cards["read-order"].render()
+    assert step.episode_id == "e#3" and step.step == 0
+    assert step.incoming == hello.model_dump()  # the last line of the conversation, not the first
+    assert step.state_before == [] and step.state_after == [entry("#W1")]
+    assert step.proposal == proposal.model_dump()
+    assert step.delivered == ["read-order"]
+    assert step.deliveries == [{"event": "turn_start", "strategy": "state_reminder", "cards": [], "notes": 1},
+                               {"event": "intent_recorded", "strategy": "event_cards", "cards": ["read-order"], "notes": 0}]
+    assert step.fingerprint == ["board", "note:state_reminder@turn_start", "ledger:add:e1", "ledger:overflow:1",
+                                "deliver:read-order@intent_recorded"]
+    assert step.first_draft is None and step.blocked is None and step.checks == []
+    assert step.action == {"kind": "tool", "content": "", "tool": READ, "args": {"order_id": "#W1"}}
+    assert step.observation == {"ok": True} and step.hash == step.content_hash()
+    assert port.committed == [(read, None)]
+
+    # turn 2: the pending cancel routes its card at turn_start; `finish` is bounced twice, then blocked
+    port.drafts = [FINISH]
+    second = run_turn(ep, port)
+    assert second.step == 1 and second.state_before == [entry("#W1")]
+    assert second.delivered == ["pending-cancel", "read-order"]
+    assert [d["event"] for d in second.deliveries] == ["turn_start", "turn_start", "intent_recorded"]
+    assert traced.cards["pending-cancel"].render() in port.memories[2]  # reached the proposal this time
+    reason = "cannot finish: no receipt yet for e1 cancel_pending_order order_id=#W1"
+    assert second.checks == [
+        {"strategy": "completion_requires_receipts", "event": "agent_declares_done", "ok": False, "reason": reason,
+         "attempt": 0},
+        {"strategy": "completion_requires_receipts", "event": "agent_declares_done", "ok": False, "reason": reason,
+         "attempt": 1}]
+    bounce = "check:completion_requires_receipts@agent_declares_done:bounce"
+    assert second.fingerprint == ["board", "note:state_reminder@turn_start", "deliver:pending-cancel@turn_start",
+                                  "ledger:overflow:1", "deliver:read-order@intent_recorded", bounce, "redraft", bounce,
+                                  "block"]
+    assert second.blocked == reason and port.committed[-1] == (FINISH, reason)
+    assert port.feedback[-1] == reason
+    assert second.first_draft == {"kind": "finish", "content": "", "tool": "finish", "args": {"summary": "done"}}
+    assert dict(ep.delivered_counts) == {"read-order": 2, "pending-cancel": 1}
+    assert [s.step for s in ep.steps] == [0, 1]
+
+
+def test_a_message_draft_is_recorded_without_tool_fields(traced):
+    port = ScriptedPort([Draft(content="Which order?")], proposal=Proposal())
+    step = run_turn(Episode.start("e#0", traced), port)
+    assert step.action == {"kind": "message", "content": "Which order?"}
+    assert step.fingerprint == ["board", "note:state_reminder@turn_start"] and step.delivered == []
+    assert step.incoming == Turn(role="user", text="cancel #W1").model_dump()
+
+
+def test_an_empty_transcript_is_an_empty_incoming(traced):
+    port = ScriptedPort([Draft(content="Hello")], proposal=Proposal(), transcript=[])
+    port._turns = []
+    assert run_turn(Episode.start("e#0", traced), port).incoming == {}
