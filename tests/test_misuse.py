@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import signal
@@ -29,7 +28,7 @@ from components.evolution.lineage import CommitError, Lineage, LineageLock
 from components.io import MARK
 from components.params import load_params
 from flows.cli import app
-from tests.conftest import PACKAGES, ROOT
+from tests.conftest import PACKAGES
 
 SEED = PACKAGES / "seed"
 
