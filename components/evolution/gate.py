@@ -4,13 +4,15 @@
              (refused, before any statistic, unless every (item, seed) is in both arms exactly once, with a score,
              and at least `min_items` items are left)
     ci       bootstrap over items (not trials): resample the n items with replacement, n_boot times, seeded;
-             percentile interval. O(n_items) memory: resample counts are drawn over the distinct values of d_i
-             (multinomial) when they are few, else item indices in bounded chunks
+             percentile interval. O(n_items) memory, exact at any size: d_i on a lattice -> the resample sum's
+             distribution by one FFT; few distinct values -> multinomial counts; else item indices in bounded chunks
     decide   accept iff ci_lo > 0 (the CI excludes zero on the improving side), regressed items <= reg_cap,
              the prescribed mechanism fired, and no leakage. Anything else, ties included, keeps the parent.
     sequential  the same gate with looks after each group of dev items: a group-sequential efficacy boundary from a
              pre-declared spending function (exact crossing probabilities), early reject when the regressions seen
              already exceed the cap or the effect so far is not positive; the last look is the full gate
+             (measured by replaying recorded campaigns, benchmarks/bench_gate_sequential.py; the round flow
+             still evaluates dev in full)
     spend    held-out reuse: a campaign looks at the same dev items every round, so the k-th look gets its share
              alpha_k of one campaign budget (linear alpha spending over the declared maximum number of looks);
              P(any false promotion in the campaign) <= sum of the one-sided alpha_k / 2 <= campaign_alpha
@@ -49,7 +51,7 @@ class TooFewItems(PairingError):
 
 MIN_ITEMS = 5  # with fewer items the percentile bootstrap is degenerate (1 item: a zero-width CI)
 MIN_BOOT = 1_000  # below this the CI's own Monte-Carlo error is a sizeable share of its width
-_CHUNK = 1 << 18  # index draws per bootstrap chunk (1 MB of int32): bounds memory at any n_items, stays in cache
+_CHUNK = 1 << 18  # index draws per bootstrap chunk (<= 2 MB): bounds memory at any n_items, stays in cache
 _LATTICE_MAX_DEN = 10_000  # scores' denominators (rubric weight sums x seeds) stay far below this
 _LATTICE_MAX_VALUES = 4_096
 _FFT_MAX = 1 << 25  # support of the resample sum on the lattice: 32 M points (~0.8 GB transient at the cap)
