@@ -57,7 +57,8 @@ _LATTICE_MAX_VALUES = 4_096
 _FFT_MAX = 1 << 25  # support of the resample sum on the lattice: 32 M points (~0.8 GB transient at the cap)
 
 
-def _finite(name: str, v: object, lo: float, hi: float = math.inf, *, lo_open: bool = False, hi_open: bool = False) -> None:
+def _finite(name: str, v: object, lo: float, hi: float = math.inf, *, lo_open: bool = False,
+            hi_open: bool = False) -> None:
     """One home for the gate's input bounds (the CLI, params.yaml and the library all land here)."""
     try:
         x = float(v)  # type: ignore[arg-type]
@@ -92,7 +93,8 @@ class GateConfig:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise InputError(f"gate: {name}: {v!r} is not an integer")
         if self.n_boot < MIN_BOOT:
-            raise InputError(f"gate: n_boot: {self.n_boot} is below {MIN_BOOT} (the CI would carry its own sampling noise)")
+            raise InputError(f"gate: n_boot: {self.n_boot} is below {MIN_BOOT} "
+                             "(the CI would carry its own sampling noise)")
         if self.min_items < 2:
             raise InputError(f"gate: min_items: {self.min_items} must be at least 2")
 
@@ -168,7 +170,8 @@ def pair(base: pd.DataFrame, cand: pd.DataFrame, max_error_share: float = 1.0,
     per["d"] = per["cand"] - per["base"]
     if len(per) < min_items:
         if dropped:  # errors took the comparison below its minimum: a refusal, like too many errors
-            raise TooManyErrors(f"{dropped} errored pair(s) leave {len(per)} item(s); the gate needs at least {min_items}")
+            raise TooManyErrors(f"{dropped} errored pair(s) leave {len(per)} item(s); "
+                                f"the gate needs at least {min_items}")
         raise TooFewItems(f"{len(per)} item(s) to compare; the gate needs at least {min_items}")
     return per, dropped
 
@@ -412,7 +415,8 @@ def sequential_decide(per_item: pd.DataFrame, cfg: GateConfig, group_sizes: list
                                     "the prescribed mechanism did not fire", tuple(looks))
         if regressed > cfg.reg_cap:
             return SequentialResult(False, g, len(ends), int(end), n,
-                                    f"{regressed} regressed items > reg_cap {cfg.reg_cap} after {end} items", tuple(looks))
+                                    f"{regressed} regressed items > reg_cap {cfg.reg_cap} after {end} items",
+                                    tuple(looks))
         if lo > 0:
             return SequentialResult(True, g, len(ends), int(end), n, f"net {net:+.4f}, lower bound {lo:+.4f} at "
                                     f"level {p:.5f} after {end} of {n} items, {regressed} regressed", tuple(looks))
