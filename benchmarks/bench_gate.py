@@ -83,7 +83,8 @@ def cli_wall(n_items: int, repeat: int) -> float:
     import pandas as pd
 
     rng = np.random.default_rng(1)
-    rows = [{"item_id": f"t{i:03d}", "seed": s, "score": int(rng.integers(0, 7)) / 6} for i in range(n_items) for s in range(3)]
+    rows = [{"item_id": f"t{i:03d}", "seed": s, "score": int(rng.integers(0, 7)) / 6}
+            for i in range(n_items) for s in range(3)]
     base = pd.DataFrame(rows)
     cand = base.assign(score=np.clip(base["score"] + rng.integers(-1, 3, len(base)) / 6, 0, 1))
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,8 +94,8 @@ def cli_wall(n_items: int, repeat: int) -> float:
         times = []
         for _ in range(repeat):
             t = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "flows.cli", "gate", "--base", str(b), "--cand", str(c), "--json"],
-                               cwd=ROOT, capture_output=True, text=True)
+            p = subprocess.run([sys.executable, "-m", "flows.cli", "gate", "--base", str(b), "--cand", str(c),
+                                "--json"], cwd=ROOT, capture_output=True, text=True)
             times.append(time.perf_counter() - t)
             if p.returncode not in (0, 1):
                 raise SystemExit(f"ratchet gate failed: {p.stderr}")

@@ -148,7 +148,8 @@ def arm_mean(scores: np.ndarray, seeds: np.ndarray) -> np.ndarray:
     return np.take_along_axis(scores, seeds, axis=1).mean(axis=1)
 
 
-def verdicts(base: np.ndarray, cand: np.ndarray, cfgs: list[GateConfig], check: bool = False) -> list[tuple[bool, bool]]:
+def verdicts(base: np.ndarray, cand: np.ndarray, cfgs: list[GateConfig],
+             check: bool = False) -> list[tuple[bool, bool]]:
     """(accepted by the whole gate, CI excludes zero upward) under each config, for per-item arm means.
 
     `decide`'s arithmetic with one bootstrap shared by the configs (they differ only in alpha); `check` runs the real

@@ -4,13 +4,15 @@
              (refused, before any statistic, unless every (item, seed) is in both arms exactly once, with a score,
              and at least `min_items` items are left)
     ci       bootstrap over items (not trials): resample the n items with replacement, n_boot times, seeded;
-             percentile interval. O(n_items) memory: resample counts are drawn over the distinct values of d_i
-             (multinomial) when they are few, else item indices in bounded chunks
+             percentile interval. O(n_items) memory, exact at any size: d_i on a lattice -> the resample sum's
+             distribution by one FFT; few distinct values -> multinomial counts; else item indices in bounded chunks
     decide   accept iff ci_lo > 0 (the CI excludes zero on the improving side), regressed items <= reg_cap,
              the prescribed mechanism fired, and no leakage. Anything else, ties included, keeps the parent.
     sequential  the same gate with looks after each group of dev items: a group-sequential efficacy boundary from a
              pre-declared spending function (exact crossing probabilities), early reject when the regressions seen
              already exceed the cap or the effect so far is not positive; the last look is the full gate
+             (measured by replaying recorded campaigns, benchmarks/bench_gate_sequential.py; the round flow
+             still evaluates dev in full)
     spend    held-out reuse: a campaign looks at the same dev items every round, so the k-th look gets its share
              alpha_k of one campaign budget (linear alpha spending over the declared maximum number of looks);
              P(any false promotion in the campaign) <= sum of the one-sided alpha_k / 2 <= campaign_alpha
@@ -49,13 +51,14 @@ class TooFewItems(PairingError):
 
 MIN_ITEMS = 5  # with fewer items the percentile bootstrap is degenerate (1 item: a zero-width CI)
 MIN_BOOT = 1_000  # below this the CI's own Monte-Carlo error is a sizeable share of its width
-_CHUNK = 1 << 18  # index draws per bootstrap chunk (1 MB of int32): bounds memory at any n_items, stays in cache
+_CHUNK = 1 << 18  # index draws per bootstrap chunk (<= 2 MB): bounds memory at any n_items, stays in cache
 _LATTICE_MAX_DEN = 10_000  # scores' denominators (rubric weight sums x seeds) stay far below this
 _LATTICE_MAX_VALUES = 4_096
 _FFT_MAX = 1 << 25  # support of the resample sum on the lattice: 32 M points (~0.8 GB transient at the cap)
 
 
-def _finite(name: str, v: object, lo: float, hi: float = math.inf, *, lo_open: bool = False, hi_open: bool = False) -> None:
+def _finite(name: str, v: object, lo: float, hi: float = math.inf, *, lo_open: bool = False,
+            hi_open: bool = False) -> None:
     """One home for the gate's input bounds (the CLI, params.yaml and the library all land here)."""
     try:
         x = float(v)  # type: ignore[arg-type]
@@ -90,7 +93,8 @@ class GateConfig:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise InputError(f"gate: {name}: {v!r} is not an integer")
         if self.n_boot < MIN_BOOT:
-            raise InputError(f"gate: n_boot: {self.n_boot} is below {MIN_BOOT} (the CI would carry its own sampling noise)")
+            raise InputError(f"gate: n_boot: {self.n_boot} is below {MIN_BOOT} "
+                             "(the CI would carry its own sampling noise)")
         if self.min_items < 2:
             raise InputError(f"gate: min_items: {self.min_items} must be at least 2")
 
@@ -166,7 +170,8 @@ def pair(base: pd.DataFrame, cand: pd.DataFrame, max_error_share: float = 1.0,
     per["d"] = per["cand"] - per["base"]
     if len(per) < min_items:
         if dropped:  # errors took the comparison below its minimum: a refusal, like too many errors
-            raise TooManyErrors(f"{dropped} errored pair(s) leave {len(per)} item(s); the gate needs at least {min_items}")
+            raise TooManyErrors(f"{dropped} errored pair(s) leave {len(per)} item(s); "
+                                f"the gate needs at least {min_items}")
         raise TooFewItems(f"{len(per)} item(s) to compare; the gate needs at least {min_items}")
     return per, dropped
 
@@ -410,7 +415,8 @@ def sequential_decide(per_item: pd.DataFrame, cfg: GateConfig, group_sizes: list
                                     "the prescribed mechanism did not fire", tuple(looks))
         if regressed > cfg.reg_cap:
             return SequentialResult(False, g, len(ends), int(end), n,
-                                    f"{regressed} regressed items > reg_cap {cfg.reg_cap} after {end} items", tuple(looks))
+                                    f"{regressed} regressed items > reg_cap {cfg.reg_cap} after {end} items",
+                                    tuple(looks))
         if lo > 0:
             return SequentialResult(True, g, len(ends), int(end), n, f"net {net:+.4f}, lower bound {lo:+.4f} at "
                                     f"level {p:.5f} after {end} of {n} items, {regressed} regressed", tuple(looks))
