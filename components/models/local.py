@@ -133,7 +133,7 @@ def create_app(llama, name: str = LOCAL_MODEL):
     return app
 
 
-def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 2, model_path: Path | None = None,
+def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 1, model_path: Path | None = None,
                 say: Callable[[str], None] = print) -> None:
     try:
         from llama_cpp import Llama
