@@ -220,3 +220,23 @@ def test_logging_the_same_campaign_again_adds_nothing(small_campaign):
     tests = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{s['mlflow']['run_id']}' and "
                                "tags.`ratchet.split` = 'test'")
     assert sorted(r.data.tags["ratchet.arm"] for r in tests) == ["champion", "start"]  # the test split, shown once
+
+
+def test_report_writes_tables_and_offline_images(small_campaign, capsys, tmp_path):
+    import pandas as pd
+
+    s = small_campaign.summary
+    code, out, err = cli(capsys, "report", "--campaign", str(small_campaign.out), "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    for name in ("rounds", "champion", "causes", "families"):
+        png = (tmp_path / "r" / f"{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 5000  # a drawn figure, not the empty-data placeholder
+    rounds = pd.read_csv(tmp_path / "r" / "rounds.csv")
+    assert list(rounds["round"]) == [r["round"] for r in s["history"]]
+    first = json.loads((small_campaign.out / "rounds/r01/diagnosis.json").read_text())
+    findings = pd.read_csv(small_campaign.out / "rounds/r01/findings.csv", keep_default_na=False)
+    causes = [c for c in rounds.columns if c.startswith("causes_")]
+    assert causes and int(rounds.loc[0, causes].sum()) == len(findings) and first
+    accepted = [r for r in s["history"] if r["verdict"] == "accept"]
+    last = rounds.set_index("round").loc[accepted[-1]["round"], "champion_dev_mean"]
+    assert last == pytest.approx(accepted[-1]["gate"]["cand_mean"])

@@ -145,7 +145,7 @@ def _families(campaign_out: Path, summary: dict) -> pd.DataFrame:
     champ_f = rd(last) / ("dev_cand.csv" if last["verdict"] == "accept" else "dev_base.csv")
     if not (tasks.exists() and start_f.exists() and champ_f.exists()):
         return pd.DataFrame()
-    fam = pd.read_csv(tasks, usecols=["id", "family"], dtype={"id": str}).rename(columns={"id": "item_id"})
+    fam = pd.read_csv(tasks, usecols=["task_id", "family"], dtype={"task_id": str}).rename(columns={"task_id": "item_id"})
 
     def by_family(f: Path) -> pd.Series:
         return pd.read_csv(f, dtype={"item_id": str}).merge(fam, on="item_id").groupby("family")["score"].mean()
@@ -201,15 +201,13 @@ def _plot_champion(table: pd.DataFrame, test: dict, path: Path) -> None:
 
 
 def _plot_causes(causes: pd.DataFrame, path: Path) -> None:
-    import matplotlib.ticker
-
     plt, fig, ax = _figure()
     if len(causes):
         bottom = None
         for col in causes.columns:
             ax.bar(causes.index, causes[col], bottom=bottom, label=col.removeprefix("causes_"))
             bottom = causes[col] if bottom is None else bottom + causes[col]
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xticks(list(causes.index))
         ax.set_xlabel("round")
         ax.set_ylabel("failed train episodes")
         ax.legend(title="owner", fontsize=8)

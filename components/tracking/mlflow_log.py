@@ -216,8 +216,10 @@ class CampaignTracker:
         self._metrics(rid, {k: sum(ev["summary"].get(k, 0) for ev in evals) for k in ("tokens_in", "tokens_out")})
         cited = self._log_traces(rid, rd, n)
         if cited:
-            self.client.set_tag(rid, "mlflow.note.content", describe_round(rec) + "\n\nCited failed episodes (traces): "
-                                + "; ".join(f"packet `{pk}` cites `{ep}` (trace `{tid}`)" for pk, ep, tid in cited))
+            # markdown links: from a packet's citation to its trace in the experiment's Traces tab
+            self.client.set_tag(rid, "mlflow.note.content", describe_round(rec) + "\n\nCited failed episodes:\n" + "\n".join(
+                f"- packet `{pk}` cites episode [{ep}](#/experiments/{self.experiment_id}/traces?selectedEvaluationId={tid})"
+                f" (trace `{tid}`)" for pk, ep, tid in cited))
         self._campaign_step(rec)
         self.client.set_terminated(rid)
         atomic_write_json(logged, {"run_id": rid})
