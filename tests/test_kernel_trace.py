@@ -111,3 +111,79 @@ def test_an_empty_transcript_is_an_empty_incoming(traced):
     port = ScriptedPort([Draft(content="Hello")], proposal=Proposal(), transcript=[])
     port._turns = []
     assert run_turn(Episode.start("e#0", traced), port).incoming == {}
+
+
+def package(tmp_path, manifest: str, *cards: tuple[str, str, str, str]):
+    """cards: (id, type, event, tool)"""
+    (tmp_path / "manifest.yaml").write_text(manifest)
+    for cid, ctype, event, tool in cards:
+        (tmp_path / "em" / ctype).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "em" / ctype / f"{cid}.md").write_text(card(cid, event, tool).replace("type: procedure", f"type: {ctype}"))
+    return load_package(tmp_path)
+
+
+def write(cid: str = "w1") -> Draft:
+    return Draft(tool_call=ToolCall(id=cid, name=CANCEL, args={"order_id": "#W1", "reason": "no longer needed"}))
+
+
+def test_every_reason_reaches_the_redraft_and_the_block(tmp_path):
+    pkg = package(tmp_path, """name: two-reasons
+wm:
+  board: false
+delivery:
+  - use: event_cards
+    at: pre_write
+checkers:
+  - use: confirm_before_write
+    at: pre_write
+  - use: confirm_before_write
+    at: pre_write
+    cfg:
+      tools: [cancel_pending_order]
+""", ("c-one", "procedure", "pre_write", CANCEL), ("c-two", "procedure", "pre_write", CANCEL))
+    port = ScriptedPort([write("w1"), write("w2")])
+    step = run_turn(Episode.start("e#0", pkg), port)
+    confirm = "`cancel_pending_order` needs the user's explicit confirmation (yes) of this action first"
+    cards = "before `cancel_pending_order`, read the delivered card(s): c-one, c-two"
+    assert port.feedback == [None, "\n".join([cards, confirm, confirm])]
+    assert step.blocked == f"{confirm}; {confirm}" and port.committed == [(write("w2"), step.blocked)]
+    assert step.delivered == ["c-one", "c-two"]
+
+
+def test_checkers_read_the_conversation_and_no_board_means_no_board(tmp_path):
+    pkg = package(tmp_path, """name: confirm-only
+wm:
+  board: false
+delivery: []
+checkers:
+  - use: confirm_before_write
+    at: pre_write
+""")
+    asked = [Turn(role="user", text="Please cancel #W1."), Turn(role="assistant", text="Cancel order #W1? (yes/no)"),
+             Turn(role="user", text="yes")]
+    port = ScriptedPort([write()], transcript=asked)
+    step = run_turn(Episode.start("e#0", pkg), port)
+    assert step.blocked is None and step.checks == [
+        {"strategy": "confirm_before_write", "event": "pre_write", "ok": True, "reason": "", "attempt": 0}]
+    assert port.committed == [(write(), None)] and port.memories == ["", ""]
+
+
+def test_two_bindings_at_one_event_both_deliver(tmp_path):
+    pkg = package(tmp_path, """name: by-type
+wm:
+  board: false
+delivery:
+  - use: event_cards
+    at: intent_recorded
+    cfg:
+      types: [procedure]
+  - use: event_cards
+    at: intent_recorded
+    cfg:
+      types: [knowledge]
+checkers: []
+""", ("p1", "procedure", "intent_recorded", READ), ("k1", "knowledge", "intent_recorded", READ))
+    port = ScriptedPort([Draft(content="ok")], proposal=Proposal(next_tool=READ))
+    step = run_turn(Episode.start("e#0", pkg), port)
+    assert step.delivered == ["p1", "k1"]
+    assert port.memories[1] == pkg.cards["p1"].render() + "\n\n" + pkg.cards["k1"].render()

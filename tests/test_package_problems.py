@@ -1,0 +1,40 @@
+"""Load errors name the exact field, list element included, and every bad binding is reported, not just the first
+(found by mutation testing of components/memory/package.py)."""
+
+from __future__ import annotations
+
+import shutil
+
+from components.memory.package import lint
+from tests.conftest import PACKAGES
+
+DELIVERY = "  - use: event_cards\n    at: intent_recorded\n"
+
+
+def broken(tmp_path, *edits: tuple[str, str]):
+    pkg = tmp_path / "p"
+    shutil.copytree(PACKAGES / "reference", pkg)
+    manifest = pkg / "manifest.yaml"
+    text = manifest.read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
+    manifest.write_text(text)
+    return [(p.file, p.field, p.message) for p in lint(pkg)], str(manifest)
+
+
+def test_a_missing_field_in_a_list_element_is_named_with_its_index(tmp_path):
+    problems, manifest = broken(tmp_path, ("  - use: completion_requires_receipts\n    at: agent_declares_done\n",
+                                           "  - use: completion_requires_receipts\n"))
+    assert problems == [(manifest, "checkers[0].at", "Field required")]
+
+
+def test_every_bad_binding_is_reported_with_the_names_it_could_have_been(tmp_path):
+    problems, manifest = broken(tmp_path, (DELIVERY, "  - use: nope\n    at: intent_recorded\n  - use: nada\n"
+                                                     "    at: turn_start\n" + DELIVERY),
+                                ("match_args: [order_id]", "match_args: [[1]]"))
+    assert problems == [
+        (manifest, "delivery[0].use", "unknown deliverer 'nope' (one of all_cards, event_cards, state_reminder)"),
+        (manifest, "delivery[1].use", "unknown deliverer 'nada' (one of all_cards, event_cards, state_reminder)"),
+        (manifest, "checkers[1].cfg.match_args[0]", "Input should be a valid string"),
+    ]
