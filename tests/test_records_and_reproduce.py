@@ -187,14 +187,18 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
         assert t.info.trace_id in r1.data.tags["mlflow.note.content"]  # the round's description links its traces
 
 
-def test_logging_the_same_campaign_again_adds_nothing(small_campaign):
+def test_logging_the_same_campaign_again_adds_nothing(small_campaign, monkeypatch):
     """A rerun, a resume or a forced `dvc repro` (which deletes the output, ids included) finds its runs again."""
     import shutil
 
+    import components.tracking.mlflow_log as mlflow_log
     from components.tracking.mlflow_log import CampaignTracker
 
     s, p, out = small_campaign.summary, small_campaign.params, small_campaign.out
     client = MlflowClient()
+    # the same code as the campaign ran with (this session's checkout may have changed since)
+    commit = client.get_run(s["mlflow"]["run_id"]).data.tags["ratchet.git_commit"]
+    monkeypatch.setattr(mlflow_log, "git_commit", lambda *a, **k: commit)
     exp_id = s["mlflow"]["experiment_id"]
     before = {r.info.run_id for r in client.search_runs([exp_id], max_results=5000)}
     versions = len(client.search_model_versions(f"name = 'ratchet-{s['campaign']}'"))
