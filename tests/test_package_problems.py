@@ -38,3 +38,15 @@ def test_every_bad_binding_is_reported_with_the_names_it_could_have_been(tmp_pat
         (manifest, "delivery[1].use", "unknown deliverer 'nada' (one of all_cards, event_cards, state_reminder)"),
         (manifest, "checkers[1].cfg.match_args[0]", "Input should be a valid string"),
     ]
+
+
+def test_bad_events_are_all_reported_with_what_was_allowed(tmp_path):
+    problems, manifest = broken(tmp_path, (DELIVERY, "  - use: event_cards\n    at: nowhen\n  - use: event_cards\n"
+                                                     "    at: draft_ready\n  - use: event_cards\n    at: later\n" + DELIVERY))
+    events = "turn_start, intent_recorded, draft_ready, pre_write, agent_declares_done"
+    allowed = "intent_recorded, pre_write, turn_start"
+    assert problems == [
+        (manifest, "delivery[0].at", f"unknown event 'nowhen' (one of {events})"),
+        (manifest, "delivery[1].at", f"'event_cards' cannot run at 'draft_ready' (only {allowed})"),
+        (manifest, "delivery[2].at", f"unknown event 'later' (one of {events})"),
+    ]
