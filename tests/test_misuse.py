@@ -284,10 +284,9 @@ def test_an_eval_where_every_episode_errored_fails(project, bench_dir, free_port
     import flows.cli
 
     dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    monkeypatch.setattr(flows.cli, "_model_cfg", lambda *_: {"base_url": dead, "max_retries": 0, "timeout": 2})
     items = ",".join(json.loads((bench_dir / "splits.json").read_text())["dev"][:2])
     r = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1",
-                "--model", "openai", "--base-url", dead, "--out", "ev")
+                "--model", "openai", "--base-url", dead, "--max-retries", "0", "--timeout", "2", "--out", "ev")
     line = one_line(r, 1, "every episode errored (2 of 2); the first: model:")
     assert "onnect" in line  # the first error names its cause
 

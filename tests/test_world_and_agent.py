@@ -66,7 +66,8 @@ def test_the_knowledge_is_written_down(bench, bench_dir):
         tool = json.loads(action)["tool"]
         fact = next(f for f in FACTS if f.tool == tool)  # a refusal is always about the write a fact governs
         assert obs["ok"] is False and obs["genuine"] and obs["tool"] == tool
-        assert fact.read(obs["content"]["error"]) == fact.value  # the receipt states the rule, correctly
+        quoted = obs["content"]["error"].split("Policy: ", 1)  # the receipt quotes the rule it refused on
+        assert len(quoted) == 2 and fact.read(quoted[1]) == fact.value  # ... stated correctly
         if fact.id == "cancel_reason":
             assert obs["args"]["reason"] not in fact.value  # and it is refused for breaking it
         refused[fact.id] = refused.get(fact.id, 0) + 1
