@@ -207,6 +207,8 @@ def test_a_broken_or_clashing_world_is_one_clear_error(lamp_installed, monkeypat
 
 
 def test_the_simulated_agent_finds_its_world_from_the_request(lamp_installed):
+    from components.errors import InputError
+    from components.models import ModelError, make_model
     from components.models.simulated import offered_tools, resolve
     from components.worlds import world
 
@@ -215,6 +217,11 @@ def test_the_simulated_agent_finds_its_world_from_the_request(lamp_installed):
     first = "Hi. Please set the lamp in room4."  # no tools offered (a state proposal over HTTP): by the customer
     assert resolve(frozenset(), first) is lamp
     assert resolve(frozenset(retail.writes) | {"find_user_id_by_email"}, first) is retail
+    with pytest.raises(ModelError, match="no registered world offers these tools"):
+        resolve(frozenset({"launch_rocket"}), first)
+    assert make_model("sim", {"world": "lamp"}).competence is lamp  # or pinned to one world
+    with pytest.raises(InputError, match="unknown world 'nowhere'"):
+        make_model("sim", {"world": "nowhere"})
 
 
 # -- generic code names no world ---------------------------------------------------------------------------------
