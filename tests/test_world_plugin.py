@@ -4,6 +4,7 @@ by the simulated agent through its own competence, and evolved for one round by 
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -266,3 +267,23 @@ def test_generic_code_names_no_world(rel, world_words):
     hits = sorted({f"{w} ({world})" for world, ws in world_words.items() for w in ws
                    if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", text)})
     assert not hits, f"{rel} names world-specific tools or fields: {', '.join(hits)}"
+
+
+def test_a_benchmark_without_targets_or_its_task_table_is_refused_by_name(tmp_path):
+    from components.worlds import BenchmarkError, load_benchmark, world
+
+    root = world("retail").materialize(tmp_path / "bench", 0, 3)
+    meta = json.loads((root / "meta.json").read_text())
+    assert load_benchmark(root).targets == meta["targets"] and set(meta["targets"]) == set(meta["write_tools"])
+    for change, error in ((lambda m: m.pop("targets"), "meta.json: targets: missing"),
+                          (lambda m: m["targets"].pop(m["write_tools"][0]), "targets: must name exactly the write tools"),
+                          (lambda m: m["targets"].update({m["write_tools"][0]: "order"}), "targets: must map each")):
+        broken = json.loads(json.dumps(meta))
+        change(broken)
+        (root / "meta.json").write_text(json.dumps(broken))
+        with pytest.raises(BenchmarkError, match=error):
+            load_benchmark(root)
+    (root / "meta.json").write_text(json.dumps(meta))
+    (root / "tasks.csv").unlink()
+    with pytest.raises(BenchmarkError, match="tasks.csv: missing"):
+        load_benchmark(root)
