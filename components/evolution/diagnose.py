@@ -168,9 +168,10 @@ def _work(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets 
     write that no proposal names (a proposal names a write when its args are among the write's)."""
     proposed = {(p["tool"], _target(p.get("args", {}))) for s in steps for p in s.proposal.get("pending", [])
                 if p.get("tool") in write_tools}
-    written = {(s.action["tool"], _ident(s.action["tool"], s.action.get("args", {}), targets)) for s in steps
-               if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")}
-    extra = {(t, k) for t, k in written if not any(pt == t and _matches(dict(pk), dict(k)) for pt, pk in proposed)}
+    written = [(s.action["tool"], s.action.get("args", {})) for s in steps
+               if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")]
+    extra = {(t, _ident(t, args, targets)) for t, args in written
+             if not any(pt == t and _matches(dict(pk), args) for pt, pk in proposed)}
     return len(proposed | extra)
 
 
