@@ -13,10 +13,11 @@ from components.worlds.retail.tasks import FAMILIES, generate, policy_text, spli
 from components.worlds.retail.tools import TOOLS, WRITE_TOOLS
 
 VERSION = 1
-# write tool -> the args that name what it acts on (meta.json "targets"; generic code reads it from there)
+# write tool -> the args that name what it acts on (meta.json "targets"; generic code reads it from there);
+# [] = the session's account (one per conversation)
 TARGETS = {"cancel_pending_order": ["order_id"], "return_delivered_order_items": ["order_id"],
            "exchange_delivered_order_items": ["order_id"], "modify_pending_order_address": ["order_id"],
-           "modify_user_address": ["user_id"]}
+           "modify_user_address": []}
 
 
 def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,

@@ -54,7 +54,7 @@ class RetailEnv:
     def confirm(self, tool: str, args: dict, summary: str) -> bool:
         """The customer grants a confirmation only for a write they asked for: its tool and its target."""
         for r in self.task.requests:
-            target = {"order_id": r["order_id"]} if r.get("order_id") else {"user_id": self.task.user_id}
+            target = {"order_id": r["order_id"]} if r.get("order_id") else {}  # {}: the account, the session's own
             if language.TOOL_OF[r["kind"]] == tool and all(str(args.get(k)) == v for k, v in target.items()):
                 return True
         return False
