@@ -41,12 +41,7 @@ class RetailEnv:
         return self._tools.call(call)
 
     def user_reply(self, assistant_text: str) -> str | None:
-        """The customer answers what is asked and confirms an action only when it is one they requested."""
-        asked = language.confirmed_action(assistant_text)
-        if asked is not None:
-            kind, order_id = asked
-            wanted = any(r["kind"] == kind and r.get("order_id") == order_id for r in self.task.requests)
-            return language.YES if wanted else language.NO
+        """The customer answers what is asked (a confirmation is the structured `confirm`, not a reply: see `confirm`)."""
         if "email" in assistant_text.lower() and "could not find" in assistant_text.lower():
             return "Sorry, that is the only email I have."
         return "OK."
