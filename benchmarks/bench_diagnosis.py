@@ -98,7 +98,7 @@ def row(name, pkg_dir, bench, n_items, seeds, max_turns=40, rates=RATES) -> dict
     pkg = load_package(pkg_dir)
     train, train_causes = evaluate(pkg, bench, bench.ids("train")[:n_items], seeds, max_turns, rates)
     dev, dev_causes = evaluate(pkg, bench, bench.ids("dev")[:n_items], seeds, max_turns, rates)
-    d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, name)
+    d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, name, targets=bench.meta.get("targets"))
     loc = localization(d.findings_frame(), _eid(dev_causes), _eid(dev.scores),
                        fit_outcome_only(_eid(train_causes), _eid(train.scores)))
     return {"row": name, **loc}

@@ -76,7 +76,7 @@ def plain_round(p, budget: dict) -> tuple[float, str]:
     write_eval(rd / "train", train, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
                                      "seeds": seeds, "corpus": corpus})
     pkg = load_package(base)
-    d = diagnose(train.traces, train.scores, pkg, b.write_tools, corpus)
+    d = diagnose(train.traces, train.scores, pkg, b.write_tools, corpus, targets=b.meta.get("targets"))
     assert not any(verify_citations(pk, train.traces) for pk in d.packets)
     write_json(rd / "diagnosis.json", [pk.model_dump() for pk in d.packets])
     write_csv(rd / "findings.csv", d.findings_frame().assign(champion=champ.digest[:12]))

@@ -153,7 +153,7 @@ def _diag_key(_ctx, p: dict) -> str:
 def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> Diagnosis:
     """Diagnose from traces and scores only (never the hidden causes), then check every packet's citations."""
     b = load_benchmark(bench)
-    d = diagnose(train.traces, train.scores, load_package(package), b.write_tools, corpus)
+    d = diagnose(train.traces, train.scores, load_package(package), b.write_tools, corpus, targets=b.meta.get("targets"))
     checked = []
     for p in d.packets:
         problems = verify_citations(p, train.traces)

@@ -143,7 +143,8 @@ checkers:
 """, ("c-one", "procedure", "pre_write", CANCEL), ("c-two", "procedure", "pre_write", CANCEL))
     port = ScriptedPort([write("w1"), write("w2")])
     step = run_turn(Episode.start("e#0", pkg), port)
-    confirm = "`cancel_pending_order` needs the user's explicit confirmation (yes) of this action first"
+    confirm = ("`cancel_pending_order` needs the customer's confirmation first: call `confirm` with this tool and its "
+               "arguments, and write only if it is granted")
     cards = "before `cancel_pending_order`, read the delivered card(s): c-one, c-two"
     assert port.feedback == [None, "\n".join([cards, confirm, confirm])]
     assert step.blocked == f"{confirm}; {confirm}" and port.committed == [(write("w2"), step.blocked)]
@@ -159,8 +160,9 @@ checkers:
   - use: confirm_before_write
     at: pre_write
 """)
-    asked = [Turn(role="user", text="Please cancel #W1."), Turn(role="assistant", text="Cancel order #W1? (yes/no)"),
-             Turn(role="user", text="yes")]
+    asked = [Turn(role="user", text="Please cancel #W1."), Turn(role="assistant", text="", tool="confirm"),
+             Turn(role="tool", text='{"confirmed": true}', tool="confirm", granted=True,
+                  args={"tool": CANCEL, "args": {"order_id": "#W1"}, "summary": "cancel order #W1"})]
     port = ScriptedPort([write()], transcript=asked)
     step = run_turn(Episode.start("e#0", pkg), port)
     assert step.blocked is None and step.checks == [

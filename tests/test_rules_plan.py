@@ -25,10 +25,10 @@ CITE = Citation(episode_id="i1#0", step=0, hash="a" * 64)
 
 
 def packet(owner: str, kind: str, tool: str = "*", detail: str = "", pid: str = "k1", n: int = 1,
-           opportunity: str = "present", patchability: str = "memory") -> EvidencePacket:
+           opportunity: str = "present", patchability: str = "memory", rule_id: str | None = None) -> EvidencePacket:
     return EvidencePacket(
         id=pid, corpus="c", owner=owner, opportunity=opportunity, patchability=patchability, kind=kind, tool=tool,
-        detail=detail, episodes=[f"i{k}#0" for k in range(1, n + 1)], items=[f"i{k}" for k in range(1, n + 1)],
+        detail=detail, rule_id=rule_id, episodes=[f"i{k}#0" for k in range(1, n + 1)], items=[f"i{k}" for k in range(1, n + 1)],
         claims=[Claim(statement=f"{owner}/{kind} on {tool}", evidence=[CITE])])
 
 
@@ -93,41 +93,43 @@ def test_e_policy_refusal_adds_a_routed_card_with_the_calls_successful_episodes_
         "f2#0": (False, [("cancel_pending_order", True)]),
         "f3#0": (False, [("cancel_pending_order", True)]),
     })
-    p = packet("E", "policy_refusal", "cancel_pending_order", detail=f"  {POLICY}  ", n=3)
+    p = packet("E", "policy_refusal", "cancel_pending_order", detail=f"  {POLICY}  ", n=3, rule_id="cancel_reason")
     plan = rules_plan(p, ctx(PACKAGES / "seed", p, traces=traces, scores=scores), max_per_episode=4, max_source_items=2)
     check_schema(plan, p, max_source_items=2)
     card = plan.operations[0]
-    assert card.op == "add_card" and card.path == "em/procedure/cancel-pending-order-rule.md"
+    assert card.op == "add_card" and card.path == "em/procedure/cancel-reason-rule.md"  # one card per rule
     assert card.meta["trigger"] == {"event": "intent_recorded", "tool": "cancel_pending_order"}
     assert card.body == POLICY + "\n\nIn successful episodes, the calls before `cancel_pending_order` were: " \
                                  "`find_user`, `get_order`."
-    assert "3 refusals" in card.meta["source"] and plan.mechanism == "deliver:cancel-pending-order-rule@"
+    assert "3 refusals" in card.meta["source"] and "rule cancel_reason" in card.meta["source"]
+    assert plan.mechanism == "deliver:cancel-reason-rule@"
     # seed has no routing: the card comes with the binding that delivers it
     cand = applied(plan, PACKAGES / "seed", tmp_path)
-    assert event_cards_at_intent(cand) and "cancel-pending-order-rule" in cand.cards
+    assert event_cards_at_intent(cand) and "cancel-reason-rule" in cand.cards
     assert [b.spec.cfg for b in cand.delivery] == [{"max_per_episode": 4}]
 
 
 def test_e_policy_refusal_without_successes_or_routing_to_add(tmp_path):
-    p = packet("E", "policy_refusal", "modify_pending_order_address", detail="Validate the address first.")
+    p = packet("E", "policy_refusal", "modify_pending_order_address", detail="Validate the address first.",
+               rule_id="Address.Validated")
     plan = rules_plan(p, ctx(PACKAGES / "reference", p))
     assert [o.op for o in plan.operations] == ["add_card"]  # reference already routes at intent_recorded
     assert plan.operations[0].body == "Validate the address first."
-    assert "modify-pending-order-address-rule" in applied(plan, PACKAGES / "reference", tmp_path).cards
+    assert "address-validated-rule" in applied(plan, PACKAGES / "reference", tmp_path).cards  # a valid card id
 
 
-@pytest.mark.parametrize("tool,detail", [("cancel_pending_order", ""), ("cancel_pending_order", "   ")])
-def test_e_policy_refusal_with_nothing_quoted_plans_nothing(tool, detail):
-    p = packet("E", "policy_refusal", tool, detail=detail)
+@pytest.mark.parametrize("detail,rule_id", [("", "cancel_reason"), ("   ", "cancel_reason"), (POLICY, None)])
+def test_e_policy_refusal_with_no_rule_text_or_id_plans_nothing(detail, rule_id):
+    p = packet("E", "policy_refusal", "cancel_pending_order", detail=detail, rule_id=rule_id)
     assert rules_plan(p, ctx(PACKAGES / "seed", p)) is None
 
 
 def test_e_policy_refusal_never_adds_a_card_twice(tmp_path):
     pkg = copy(tmp_path, "reference")
     src = pkg / "em/procedure/cancel-reason.md"
-    src.write_text(src.read_text().replace("id: cancel-reason", "id: cancel-pending-order-rule"))
-    src.rename(pkg / "em/procedure/cancel-pending-order-rule.md")
-    p = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY)
+    src.write_text(src.read_text().replace("id: cancel-reason", "id: cancel-reason-rule"))
+    src.rename(pkg / "em/procedure/cancel-reason-rule.md")
+    p = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY, rule_id="cancel_reason")
     assert rules_plan(p, ctx(pkg, p)) is None
 
 

@@ -17,6 +17,7 @@ class ScriptedPort:
     """A test double for a world + model: scripted proposals and drafts, records every call the kernel makes."""
 
     write_tools = frozenset({WRITE})
+    targets = {WRITE: ["order_id"]}
 
     def __init__(self, drafts, proposal=None, receipt_genuine=True, transcript=None):
         self.calls: list[str] = []
@@ -93,10 +94,22 @@ def test_one_redraft_then_block(reference):
 
 
 def test_redraft_that_fixes_the_draft_is_committed(reference):
-    port = ScriptedPort([write_draft(), Draft(content="To confirm: I will cancel order #W1. Shall I proceed? (yes/no)")])
+    ask = Draft(tool_call=ToolCall(id="k1", name="confirm", args={"tool": WRITE, "args": {"order_id": "#W1"},
+                                                                  "summary": "cancel #W1"}))
+    port = ScriptedPort([write_draft(), ask])
     step = run_turn(Episode.start("e#0", reference), port)
-    assert step.blocked is None and step.action["kind"] == "message"
+    assert step.blocked is None and step.action["tool"] == "confirm"  # asking is not a write: never bounced
     assert step.first_draft["tool"] == WRITE
+
+
+def test_a_granted_confirmation_in_the_transcript_lets_the_write_through(reference):
+    granted = [Turn(role="user", text="cancel #W1"), Turn(role="assistant", text="", tool="confirm"),
+               Turn(role="tool", text='{"confirmed": true}', tool="confirm", granted=True,
+                    args={"tool": WRITE, "args": {"order_id": "#W1"}, "summary": "cancel #W1"})]
+    step = run_turn(Episode.start("e#0", reference), ScriptedPort([write_draft()], transcript=granted))
+    assert step.blocked is None and step.action["tool"] == WRITE
+    other = run_turn(Episode.start("e#0", reference), ScriptedPort([write_draft("#W2")], transcript=granted))
+    assert other.blocked and "confirm" in other.blocked  # granted for #W1, not for #W2
 
 
 def test_only_genuine_receipts_settle_the_ledger(reference, tmp_path):

@@ -380,91 +380,100 @@ def test_completion_blocked_entries_when_not_allowed():
     assert not v.ok and v.details == {"open": ["e1"]}
 
 
-# -- checkers: confirm_before_write ----------------------------------------------------------------------------------
+# -- checkers: confirm_before_write (the structured `confirm` event; runtime/confirm.py is the rule) ---------------
 
 
-@pytest.mark.parametrize("reply", ["yes", "Yes, please.", "YES", "ok, go ahead", "I confirm.", "proceed"])
-def test_confirm_passes_after_an_affirmation(reply):
-    assert checker("confirm_before_write")(cctx(write_draft(), ASKED + [user(reply)])).ok
+def confirmed(order: str = "#W0000001", tool: str = CANCEL, granted: bool = True, **extra) -> list[Turn]:
+    """How the chat port records a `confirm`: the assistant's call line, then the world's answer."""
+    args = {"tool": tool, "args": {"order_id": order, **extra}, "summary": f"{tool} {order}"}
+    return [Turn(role="assistant", text="", tool="confirm"),
+            Turn(role="tool", text=f'{{"confirmed": {str(granted).lower()}}}', tool="confirm", args=args, granted=granted)]
 
 
-@pytest.mark.parametrize("reply", ["hmm, what would the refund be?", "yesterday I changed my mind", "wait",
-                                   "yess", "confirmation number?"])
-def test_confirm_bounces_without_an_affirmation(reply):
-    v = checker("confirm_before_write")(cctx(write_draft(), ASKED + [user(reply)]))
-    assert not v.ok
-    assert CANCEL in v.reason
+TARGETS = {CANCEL: ["order_id"], RETURN: ["order_id"], MODIFY: ["order_id"]}
 
 
-def test_confirm_bounces_with_no_user_turn_at_all():
-    assert not checker("confirm_before_write")(cctx(write_draft(), [])).ok
-    assert not checker("confirm_before_write")(cctx(write_draft(), ASKED)).ok  # asked, but not yet answered
+def tctx(draft: Draft, transcript: list[Turn], targets=TARGETS) -> CheckContext:
+    return CheckContext(event=PRE_WRITE, draft=draft, ledger=ledger(), transcript=transcript,
+                        write_tools=WRITE_TOOLS, targets=dict(targets))
 
 
-def test_confirm_bounces_when_a_write_succeeded_after_the_confirmation():
+def test_confirm_passes_after_a_granted_confirmation_of_this_write():
+    assert checker("confirm_before_write")(tctx(write_draft(), ASKED + confirmed())).ok
+
+
+@pytest.mark.parametrize("reply", ["yes", "Yes, please proceed.", "I confirm.", "No, don't go ahead."])
+def test_words_in_the_users_reply_are_not_a_confirmation(reply):
+    """Whatever the customer types, only the structured event counts: "No, don't go ahead" is no yes, and no
+    "yes" is one either."""
+    v = checker("confirm_before_write")(tctx(write_draft(), ASKED + [user(reply)]))
+    assert not v.ok and CANCEL in v.reason and "`confirm`" in v.reason
+
+
+def test_confirm_bounces_a_denied_confirmation_and_one_never_asked():
     check = checker("confirm_before_write")
-    confirmed = ASKED + [user("yes")]
-    assert check(cctx(write_draft(), confirmed)).ok
-    assert not check(cctx(write_draft(), confirmed + tool_turns(CANCEL, write=True))).ok
-    assert not check(cctx(write_draft(tool=MODIFY), confirmed + tool_turns(CANCEL, write=True))).ok
+    assert not check(tctx(write_draft(), ASKED + confirmed(granted=False))).ok
+    assert not check(tctx(write_draft(), [])).ok
 
 
-def test_confirm_is_not_consumed_by_reads_or_failed_writes():
+def test_a_confirmation_for_another_order_or_tool_does_not_cover_the_write():
     check = checker("confirm_before_write")
-    confirmed = ASKED + [user("yes")]
-    assert check(cctx(write_draft(), confirmed + tool_turns(READ, write=False))).ok
-    assert check(cctx(write_draft(), confirmed + tool_turns(CANCEL, write=True, ok=False))).ok
+    assert not check(tctx(write_draft("#W0000001"), confirmed("#W0000002"))).ok
+    assert not check(tctx(write_draft("#W0000001"), confirmed("#W0000001", tool=RETURN))).ok
+    # the latest confirmation decides: an older grant for this order is superseded by a newer one for another
+    assert not check(tctx(write_draft("#W0000001"), confirmed("#W0000001") + confirmed("#W0000002"))).ok
+    assert check(tctx(write_draft("#W0000002"), confirmed("#W0000001") + confirmed("#W0000002"))).ok
 
 
-def test_confirm_bounces_when_the_agent_spoke_after_the_confirmation():
-    v = checker("confirm_before_write")(cctx(write_draft(), ASKED + [user("yes"), agent("One more thing...")]))
-    assert not v.ok
+def test_a_write_after_a_write_needs_a_fresh_confirmation():
+    check = checker("confirm_before_write")
+    assert not check(tctx(write_draft(), confirmed() + tool_turns(CANCEL, write=True))).ok
+    assert not check(tctx(write_draft(tool=MODIFY), confirmed() + tool_turns(CANCEL, write=True))).ok
+    assert check(tctx(write_draft(), confirmed() + tool_turns(CANCEL, write=True) + confirmed())).ok
+
+
+def test_confirm_is_not_consumed_by_reads_messages_or_failed_writes():
+    check = checker("confirm_before_write")
+    assert check(tctx(write_draft(), confirmed() + tool_turns(READ, write=False))).ok
+    assert check(tctx(write_draft(), confirmed() + tool_turns(CANCEL, write=True, ok=False))).ok
+    assert check(tctx(write_draft(), confirmed() + [agent("One more thing..."), user("sure")])).ok
+
+
+def test_confirm_identifies_the_target_by_the_benchmarks_targets_only():
+    # the write's other args (here `reason`) need not be in the confirmation; an unlisted tool falls back to
+    # matching every arg the confirmation names; `[]` (the session) is covered by any confirmation of the tool
+    check = checker("confirm_before_write")
+    assert check(tctx(write_draft(), confirmed(), targets={})).ok
+    assert not check(tctx(write_draft(), confirmed(reason="other"), targets={})).ok
+    assert check(tctx(write_draft(), confirmed(reason="other"))).ok
+    assert check(tctx(write_draft("#W0000001"), confirmed("#W0000002"), targets={CANCEL: []})).ok
+
+
+def test_confirm_match_args_must_match_as_well():
+    check = checker("confirm_before_write", match_args=["reason"])
+    assert not check(tctx(write_draft(), confirmed(reason="other"))).ok
+    assert check(tctx(write_draft(), confirmed(reason="no longer needed"))).ok
 
 
 @pytest.mark.parametrize("draft", [
     Draft(content="Shall I cancel it?"),
     Draft(tool_call=ToolCall(id="r1", name=READ, args={"order_id": "#W0000001"})),
+    Draft(tool_call=ToolCall(id="c1", name="confirm", args={"tool": CANCEL, "args": {}, "summary": "x"})),
     FINISH,
-], ids=["message", "read-tool", "finish"])
+], ids=["message", "read-tool", "confirm", "finish"])
 def test_confirm_ignores_non_write_drafts(draft):
-    assert checker("confirm_before_write")(cctx(draft, [user("cancel it")])).ok
-    assert checker("confirm_before_write")(cctx(draft, [])).ok
+    assert checker("confirm_before_write")(tctx(draft, [user("cancel it")])).ok
+    assert checker("confirm_before_write")(tctx(draft, [])).ok
 
 
 def test_confirm_tools_option_limits_the_guarded_tools():
     check = checker("confirm_before_write", tools=[CANCEL])
-    assert check(cctx(write_draft(tool=MODIFY), [user("change my address")])).ok  # a write, but not guarded
-    assert not check(cctx(write_draft(tool=CANCEL), [user("cancel it")])).ok
+    assert check(tctx(write_draft(tool=MODIFY), [user("change my address")])).ok  # a write, but not guarded
+    assert not check(tctx(write_draft(tool=CANCEL), [user("cancel it")])).ok
 
 
-def test_confirm_custom_affirmations():
-    check = checker("confirm_before_write", affirmations=["do it"])
-    assert check(cctx(write_draft(), ASKED + [user("OK, do it")])).ok
-    assert not check(cctx(write_draft(), ASKED + [user("yes")])).ok
+def test_the_removed_affirmations_option_is_a_clear_load_error():
+    from components.errors import InputError
 
-
-def test_confirm_match_args_requires_the_question_to_name_the_order():
-    check = checker("confirm_before_write", match_args=["order_id"])
-    assert check(cctx(write_draft("#W0000001"), ASKED + [user("yes")])).ok
-
-    other = [user("Cancel my orders please."), agent("Shall I cancel order #W0000002? (yes/no)"), user("yes")]
-    v = check(cctx(write_draft("#W0000001"), other))
-    assert not v.ok and "order_id" in v.reason
-    # the question is the assistant's last message before the confirmation, not an older one
-    older = [agent("Shall I cancel order #W0000001?"), user("no, the other one"),
-             agent("Shall I cancel order #W0000002 then?"), user("yes")]
-    assert not check(cctx(write_draft("#W0000001"), older)).ok
-    assert check(cctx(write_draft("#W0000002"), older)).ok
-    # without match_args the same mismatch passes
-    assert checker("confirm_before_write")(cctx(write_draft("#W0000001"), other)).ok
-
-
-def test_confirm_match_args_is_not_a_substring_match():
-    check = checker("confirm_before_write", match_args=["order_id"])
-    transcript = [agent("Shall I cancel order #W12? (yes/no)"), user("yes")]
-    assert not check(cctx(write_draft("#W1"), transcript)).ok
-
-
-@pytest.mark.parametrize("reply", ["No, don't go ahead.", "please do not proceed"])
-def test_confirm_refusal_containing_an_affirmation_word_bounces(reply):
-    assert not checker("confirm_before_write")(cctx(write_draft(), ASKED + [user(reply)])).ok
+    with pytest.raises(InputError, match=r"checkers\[0\]\.cfg\.affirmations: .*option removed.*`confirm`"):
+        CHECKERS.make("confirm_before_write", {"affirmations": ["do it"]}, where="manifest.yaml: checkers[0].cfg")

@@ -140,7 +140,7 @@ def test_the_agent_follows_what_a_card_means(tmp_path, bench):
     outside = run("Refunds always go back to the original payment method of the order.", "o")
     nothing = run_episode(load_package(PACKAGES / "seed"), bench, RETURN, 0, SimulatedAgent(rates))
     assert paraphrase.success and not negated.success
-    refused = [s for s in negated.steps if s.action.get("tool") == tool and s.observation.get("code") == "policy"]
+    refused = [s for s in negated.steps if s.action.get("tool") == tool and s.observation.get("rule_id") == "refund_original"]
     assert refused
     assert [s.action for s in outside.steps] == [s.action for s in nothing.steps]
     assert BY_TOOL[tool].read(bench.policy) == "original"
@@ -159,15 +159,25 @@ def st(i, action, obs=None, incoming=None, pending=(), delivered=(), before=(), 
                      observation=obs or {}, state_after=list(after), fingerprint=[]).sealed()
 
 
-def write(tool, oid, ok=True, code=None, error=""):
+def write(tool, oid, ok=True, code=None, error="", rule_id=None, rule=None, blocking=False):
+    """A write's action and observation as the kernel records them (the receipt's fields, `components.runtime.types`)."""
     content = {"order_id": oid} if ok else {"error": error}
-    return {"kind": "tool", "tool": tool, "args": {"order_id": oid}}, {"role": "tool", "ok": ok, "code": code, "content": content}
+    return {"kind": "tool", "tool": tool, "args": {"order_id": oid}}, {
+        "role": "tool", "ok": ok, "code": code, "content": content, "rule_id": rule_id, "rule": rule, "blocking": blocking}
 
 
-YES = {"role": "user", "text": "Yes, please proceed."}
-ASK = {"kind": "message", "content": "To confirm: ... Shall I proceed? (yes/no)"}
+def confirm(tool, oid, granted=True):
+    """A `confirm` call and the world's answer."""
+    return ({"kind": "tool", "tool": "confirm", "args": {"tool": tool, "args": {"order_id": oid}, "summary": "s"}},
+            {"role": "tool", "ok": True, "content": {"confirmed": granted}})
+
+
+ASK = {"kind": "message", "content": "Anything else I can do?"}  # a turn that confirms nothing
 FINISH = {"kind": "finish", "tool": "finish", "args": {}}
-REFUSED = dict(ok=False, code="policy", error="reason refused. Policy: `cancel_pending_order` takes a `reason` ...")
+# a rule refusal: told by its rule id alone (no "Policy:" in the message, a world-specific code)
+RULE = "`cancel_pending_order` takes a `reason` of 'no longer needed' or 'ordered by mistake'."
+REFUSED = dict(ok=False, code="refused", error="reason refused.", rule_id="cancel_reason", rule=RULE)
+TARGETS = {t: ["order_id"] for t in WRITES}
 
 
 def pkg_with(tmp_path, cards: dict[str, str] | None = None) -> MemoryPackage:
@@ -184,12 +194,12 @@ def pkg_with(tmp_path, cards: dict[str, str] | None = None) -> MemoryPackage:
 
 
 def one(steps, pkg, helps=None):
-    return diagnose_episode(steps, "t", pkg, WRITES, episode_id="t#0", helps=helps)
+    return diagnose_episode(steps, "t", pkg, WRITES, episode_id="t#0", helps=helps, targets=TARGETS)
 
 
 def refused_episode(delivered=()):
     a, o = write("cancel_pending_order", W1, **REFUSED)
-    return [st(0, ASK, pending=[("cancel_pending_order", W1)]), st(1, a, o, incoming=YES, delivered=delivered,
+    return [st(0, ASK, pending=[("cancel_pending_order", W1)]), st(1, a, o, delivered=delivered,
             pending=[("cancel_pending_order", W1)]), st(2, FINISH, incoming=o)]
 
 
@@ -201,10 +211,58 @@ def test_unconfirmed_write_is_c(tmp_path):
 
 def test_premature_finish_is_c(tmp_path):
     a, o = write("cancel_pending_order", W1)
-    steps = [st(0, ASK), st(1, a, o, incoming=YES, pending=[("cancel_pending_order", W1)]),
+    steps = [st(0, *confirm("cancel_pending_order", W1)), st(1, a, o, pending=[("cancel_pending_order", W1)]),
              st(2, FINISH, pending=[("cancel_pending_order", W2)])]
     f = one(steps, pkg_with(tmp_path))
     assert (f.owner, f.kind, f.step) == ("C", "premature_finish", 2)
+
+
+def test_a_granted_confirmation_covers_only_its_own_write(tmp_path):
+    """The diagnoser reads confirmation through `components.runtime.confirm`: granted, same tool and order, one write."""
+    pkg = pkg_with(tmp_path)
+    a1, o1 = write("cancel_pending_order", W1)
+    a2, o2 = write("cancel_pending_order", W2)
+    other = [st(0, *confirm("cancel_pending_order", W2)), st(1, a1, o1), st(2, FINISH)]
+    assert (one(other, pkg).kind, one(other, pkg).step) == ("unconfirmed_write", 1)
+    denied = [st(0, *confirm("cancel_pending_order", W1, granted=False)), st(1, a1, o1), st(2, FINISH)]
+    assert one(denied, pkg).kind == "unconfirmed_write"
+    twice = [st(0, *confirm("cancel_pending_order", W1)), st(1, a1, o1), st(2, a2, o2), st(3, FINISH)]
+    assert (one(twice, pkg).kind, one(twice, pkg).step) == ("unconfirmed_write", 2)  # a write after a write
+    fresh = [st(0, *confirm("cancel_pending_order", W1)), st(1, a1, o1), st(2, *confirm("cancel_pending_order", W2)),
+             st(3, a2, o2), st(4, FINISH)]
+    assert one(fresh, pkg).kind == "no_divergence"
+
+
+def test_a_rule_refusal_is_told_by_its_rule_id_not_by_its_words(tmp_path):
+    pkg = pkg_with(tmp_path)
+    f = one(refused_episode(), pkg)
+    assert (f.owner, f.kind, f.rule_id, f.detail) == ("E", "policy_refusal", "cancel_reason", RULE)
+    # the same words and a `policy` code, but no rule id: not a rule refusal, so not a knowledge finding
+    a, o = write("cancel_pending_order", W1, ok=False, code="policy", error=f"reason refused. Policy: {RULE}")
+    assert one([st(0, ASK), st(1, a, o), st(2, FINISH)], pkg).kind == "no_divergence"
+
+
+def test_two_rules_on_one_write_are_two_clusters_and_two_cards(tmp_path, bench):
+    from components.evolution.meta import PlanContext, rules_plan
+
+    pkg = pkg_with(tmp_path)
+    frames, scores = [], []
+    for n, (rule_id, rule) in enumerate([("cancel_reason", RULE), ("cancel_window", "`cancel_pending_order` only "
+                                                                                   "within a day of ordering.")] * 2):
+        a, o = write("cancel_pending_order", W1, ok=False, code="refused", error="refused.", rule_id=rule_id, rule=rule)
+        steps = [s.model_copy(update={"episode_id": f"i{n}#0"}).sealed() for s in [st(0, ASK), st(1, a, o), st(2, FINISH)]]
+        frames.append(steps_frame(steps, item_id=f"i{n}", seed=0).assign(episode_id=f"i{n}#0"))
+        scores.append({"item_id": f"i{n}", "seed": 0, "score": 0.5, "success": False, "error": ""})
+    traces, scores = pd.concat(frames, ignore_index=True), pd.DataFrame(scores)
+    d = diagnose(traces, scores, pkg, WRITES, "t", targets=TARGETS)
+    assert sorted((p.kind, p.rule_id, len(p.episodes)) for p in d.packets) == [
+        ("policy_refusal", "cancel_reason", 2), ("policy_refusal", "cancel_window", 2)]
+    ctx = PlanContext(d.packets, pkg, bench, traces, scores, set(), d.findings)
+    plans = {p.rule_id: rules_plan(p, ctx) for p in d.packets}
+    cards = {r: plan.operations[0] for r, plan in plans.items()}
+    assert {r: c.meta["id"] for r, c in cards.items()} == {"cancel_reason": "cancel-reason-rule",
+                                                           "cancel_window": "cancel-window-rule"}
+    assert cards["cancel_reason"].body.startswith(RULE)  # written from the receipt's rule text
 
 
 @pytest.mark.parametrize("cards,delivered,helps,expect", [
@@ -254,7 +312,7 @@ def test_w_kinds(tmp_path):
 def test_external_and_fallbacks(tmp_path):
     pkg = pkg_with(tmp_path)
     a, _ = write("cancel_pending_order", W1)
-    blocking = {"role": "tool", "ok": False, "code": "invalid_state", "content": {"error": "x", "blocking": True}}
+    _, blocking = write("cancel_pending_order", W1, ok=False, code="invalid_state", error="x", blocking=True)
     f = one([st(0, a, blocking), st(1, FINISH)], pkg)
     assert (f.owner, f.kind, f.patchability) == ("none", "blocking_error", "external")
     assert diagnose_episode([], "t", pkg, WRITES, error="model: broken", episode_id="t#0").kind == "model_fault"
@@ -269,8 +327,8 @@ def test_the_earliest_divergence_wins(tmp_path):
     bad_a, bad_o = write("cancel_pending_order", W1, **REFUSED)
     pend = [("cancel_pending_order", W1), ("return_delivered_order_items", W2)]
     c_first = [st(0, ASK, pending=pend), st(1, ok_a, ok_o, pending=pend), st(2, ASK, pending=pend),
-               st(3, bad_a, bad_o, incoming=YES, pending=pend), st(4, FINISH)]
-    e_first = [st(0, ASK, pending=pend), st(1, bad_a, bad_o, incoming=YES, pending=pend), st(2, ASK, pending=pend),
+               st(3, bad_a, bad_o, pending=pend), st(4, FINISH)]
+    e_first = [st(0, ASK, pending=pend), st(1, bad_a, bad_o, pending=pend), st(2, ASK, pending=pend),
                st(3, ok_a, ok_o, pending=pend), st(4, FINISH)]
     assert (one(c_first, pkg).owner, one(c_first, pkg).step) == ("C", 1)
     assert (one(e_first, pkg).owner, one(e_first, pkg).step) == ("E", 1)
@@ -295,11 +353,14 @@ def test_unknown_is_reported_and_never_planned(tmp_path, bench):
 
 @pytest.mark.parametrize("fact", list(BY_ID.values()), ids=list(BY_ID))
 def test_cards_the_rules_distil_from_receipts_are_understood(fact):
-    """The rules meta-agent writes an E card from the policy text a refusal receipt quotes, plus the calls that
+    """The rules meta-agent writes an E card from the rule text a refusal receipt carries, plus the calls that
     preceded the write in successful episodes; the agent must read it as the rule's correct value."""
-    receipt = f"refused. Policy: {fact.statement.lstrip('- ')}"
-    body = receipt.split("Policy: ", 1)[1] + (f"\n\nIn successful episodes, the calls before `{fact.tool}` were: "
-                                              "`find_user_id_by_email`, `get_order_details`, `validate_address`.")
+    from components.worlds.retail.tools import RetailTools
+
+    _, _, content = RetailTools._policy(fact.id, "refused.")
+    assert content["rule_id"] == fact.id
+    body = content["rule"] + (f"\n\nIn successful episodes, the calls before `{fact.tool}` were: "
+                              "`find_user_id_by_email`, `get_order_details`, `validate_address`.")
     assert fact.read(body) == fact.value
 
 
@@ -312,7 +373,8 @@ def test_work_beyond_a_binding_turn_budget_is_external(tmp_path):
     ok_a, ok_o = write("return_delivered_order_items", W2)
     two = [("cancel_pending_order", W1), ("return_delivered_order_items", W2)]
     cut = [st(0, ok_a, ok_o, pending=two), st(1, ASK, pending=two[:1]), st(2, ASK, pending=two[:1])]  # unconfirmed, cut
-    success_one = [st(0, ASK, pending=two[1:]), st(1, ok_a, ok_o, incoming=YES, pending=two[1:]), st(2, FINISH)]
+    success_one = [st(0, *confirm("return_delivered_order_items", W2), pending=two[1:]), st(1, ok_a, ok_o, pending=two[1:]),
+                   st(2, FINISH)]
     success_one = [s.model_copy(update={"episode_id": "s#0"}).sealed() for s in success_one]
     budget = TurnBudget.of([cut, success_one], {"t#0": False, "s#0": True}, WRITES)
     assert budget.binding and budget.cap == 3 and budget.need == {1: 3}

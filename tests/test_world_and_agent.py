@@ -61,13 +61,12 @@ def test_the_knowledge_is_written_down(bench, bench_dir):
     refused: dict[str, int] = {}
     for action, observation in zip(t["action"], t["observation"]):
         obs = json.loads(observation)
-        if obs.get("code") != "policy":
+        if not obs.get("rule_id"):
             continue
         tool = json.loads(action)["tool"]
-        fact = next(f for f in FACTS if f.tool == tool)  # a refusal is always about the write a fact governs
-        assert obs["ok"] is False and obs["genuine"] and obs["tool"] == tool
-        quoted = obs["content"]["error"].split("Policy: ", 1)  # the receipt quotes the rule it refused on
-        assert len(quoted) == 2 and fact.read(quoted[1]) == fact.value  # ... stated correctly
+        fact = next(f for f in FACTS if f.id == obs["rule_id"])  # the receipt names the rule it refused on
+        assert obs["ok"] is False and obs["genuine"] and obs["tool"] == tool == fact.tool and not obs["blocking"]
+        assert fact.read(obs["rule"]) == fact.value  # ... and states it correctly
         if fact.id == "cancel_reason":
             assert obs["args"]["reason"] not in fact.value  # and it is refused for breaking it
         refused[fact.id] = refused.get(fact.id, 0) + 1

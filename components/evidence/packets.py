@@ -37,6 +37,7 @@ class EvidencePacket(BaseModel):
     patchability: Literal["memory", "external", "unknown"]
     kind: str
     tool: str = "*"
+    rule_id: str | None = None  # a rule refusal's cluster: the rule (two rules on one write are two packets)
     detail: str = ""
     episodes: list[str]
     items: list[str]

@@ -1,8 +1,9 @@
 """Diagnosis: from traces and the package alone, find each failed episode's first reachable divergence and its owner.
 
 For every failed episode, the earliest of:
-  - a write the customer had not confirmed (no affirmative user turn since the last write)      -> C, unconfirmed_write
-  - a write refused by policy and never redone successfully for that target                      -> E, rho or unknown
+  - a write no granted `confirm` covered (`components.runtime.confirm`)                          -> C, unconfirmed_write
+  - a write refused by a rule (its receipt carries a `rule_id`) and never redone successfully for
+    that target (the write's identifying args, from the benchmark's `targets`)                  -> E, rho or unknown
         whether the package's card about the tool helps is judged from the corpus (`card_evidence`: turns with the
         card in memory clear the rule more often than turns without), never by reading the card like the model:
         E:   no card mentions the tool, the card does not help, or a helpful card alone in memory was not enough
@@ -13,19 +14,20 @@ For every failed episode, the earliest of:
         wrong_grounding: its ledger entry was settled by a receipt for other arguments
         overflow: the ledger was full and never tracked it
         dropped: it left the agent's state with no receipt (forgotten)
-  - a blocking error from the world (wrong order state, unknown account) or a model fault       -> none, external
+  - a blocking refusal from the world (its receipt is marked `blocking`) or a model fault         -> none, external
   - more work than any successful episode did within a binding turn budget                      -> none, out_of_turns
         (`TurnBudget`: read from the corpus, the fewest turns successful episodes needed per amount of work)
 
 Opportunity O is present when the divergence is an agent action at a kernel event; patchability P is memory for
-E/W/rho/C findings and external for world refusals. Findings are clustered by (owner, kind, tool); each cluster is
-an evidence packet whose claims cite the divergent steps by (episode id, step, content hash).
+E/W/rho/C findings and external for world refusals. Findings are clustered by (owner, kind, tool, rule id), so two
+rules on the same write are two clusters; each cluster is an evidence packet whose claims cite the divergent steps by
+(episode id, step, content hash). Nothing here knows a world: rules by `rule_id`, externals by `blocking`, targets
+from the benchmark's meta, confirmation from `components.runtime.confirm`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
@@ -33,10 +35,11 @@ import pandas as pd
 
 from components.evidence.packets import Citation, Claim, EvidencePacket
 from components.memory.package import MemoryPackage
+from components.runtime.confirm import Targets, covered, identity, step_act
 from components.runtime.trace import TraceStep, frame_steps
 
-AFFIRM = re.compile(r"\b(yes|confirm|go ahead|proceed)\b", re.I)
 MAX_CITATIONS = 6
+RULE_CARD = "{}-rule"  # the id of the E card written for a rule (meta.py); tells which rule such a card is about
 
 
 @dataclass
@@ -52,10 +55,11 @@ class Finding:
     opportunity: str = "present"
     patchability: str = "memory"
     extra: dict = field(default_factory=dict)
+    rule_id: str = ""  # the rule a refusal was on ("" for every other finding)
 
     @property
-    def signature(self) -> tuple[str, str, str]:
-        return (self.owner, self.kind, self.tool)
+    def signature(self) -> tuple[str, str, str, str]:
+        return (self.owner, self.kind, self.tool, self.rule_id)
 
 
 def _target(args: dict) -> tuple:
@@ -66,29 +70,44 @@ def _matches(entry_args: dict, call_args: dict) -> bool:
     return all(str(call_args.get(k)) == str(v) for k, v in (entry_args or {}).items())
 
 
-def _policy_quote(observation: dict) -> str:
-    err = (observation.get("content") or {}).get("error", "") if isinstance(observation.get("content"), dict) else ""
-    return err.split("Policy: ", 1)[1].strip() if "Policy: " in err else err
+def _ident(tool: str, args: dict, targets: Targets | None) -> tuple:
+    """A write's target: its identifying args per the benchmark's `targets` (the session alone when unlisted)."""
+    return tuple((k, v) for k, v in identity(tool, args or {}, targets) if v is not None)
+
+
+def rule_refusal(step: TraceStep) -> str | None:
+    """The rule id a step's executed call was refused on, if it was a rule refusal."""
+    obs = step.observation
+    return obs.get("rule_id") if step.blocked is None and not obs.get("ok") and obs.get("rule_id") else None
+
+
+def _rule_text(observation: dict) -> str:
+    """The rule's text as the receipt states it (its human message when a world gave no text)."""
+    if observation.get("rule"):
+        return str(observation["rule"]).strip()
+    content = observation.get("content")
+    return str(content.get("error", "")).strip() if isinstance(content, dict) else ""
 
 
 def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackage, write_tools: frozenset[str],
                      error: str = "", episode_id: str | None = None,
-                     helps: dict[str, bool | None] | None = None, budget: TurnBudget | None = None) -> Finding:
+                     helps: dict[str, bool | None] | None = None, budget: TurnBudget | None = None,
+                     targets: Targets | None = None) -> Finding:
     eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
     if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
         last = steps[-1] if steps else None
         return Finding(eid, item_id, last.step if last else -1, last.hash if last else "", "none", "model_fault",
                        detail=error, opportunity="unknown", patchability="external")
-    # A world refusal that no memory could avoid (wrong order state, unknown account): external.
+    # A world refusal that no memory could avoid (the receipt says `blocking`): external.
     for s in steps:
         obs = s.observation
-        if s.blocked is None and isinstance(obs.get("content"), dict) and obs["content"].get("blocking"):
+        if s.blocked is None and obs.get("blocking"):
             return Finding(eid, item_id, s.step, s.hash, "none", "blocking_error", s.action.get("tool", "*"),
                            detail=obs.get("code") or "", opportunity="absent", patchability="external")
-    if budget is not None and budget.out_of_turns(steps, write_tools):
+    if budget is not None and budget.out_of_turns(steps, write_tools, targets):
         last = steps[-1]
         return Finding(eid, item_id, last.step, last.hash, "none", "out_of_turns",
-                       detail=f"{_work(steps, write_tools)} write(s) of work within a {budget.cap}-turn budget",
+                       detail=f"{_work(steps, write_tools, targets)} write(s) of work within a {budget.cap}-turn budget",
                        opportunity="absent", patchability="external")
     findings: list[Finding] = []
     done_ok: set[tuple] = set()
@@ -97,25 +116,22 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         if a.get("tool") in write_tools and s.blocked is None and obs.get("ok"):
             done_ok.add((a["tool"], _target(a.get("args", {}))))
 
-    confirmed = False
+    acts = []
     for s in steps:
         a, obs = s.action, s.observation
-        if s.incoming.get("role") == "user":
-            confirmed = bool(AFFIRM.search(s.incoming.get("text") or ""))
-        if a.get("kind") == "message" and s.blocked is None:
-            confirmed = False
         tool = a.get("tool")
         if tool in write_tools and s.blocked is None:
             if obs.get("ok"):
-                if not confirmed:
+                if not covered(acts, tool, a.get("args", {}), targets):
                     findings.append(Finding(eid, item_id, s.step, s.hash, "C", "unconfirmed_write", "*", tool))
-                confirmed = False
-            elif obs.get("code") == "policy":
+            elif (rule := rule_refusal(s)) is not None:
+                mine = _ident(tool, a.get("args", {}), targets)
                 later = any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
-                            and _matches({k: v for k, v in a.get("args", {}).items() if k in ("order_id", "user_id")},
-                                         t.action.get("args", {})) for t in steps)
+                            and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps)
                 if not later:
-                    findings.append(_knowledge(eid, item_id, s, tool, package, (helps or {}).get(tool)))
+                    findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get(tool), targets))
+        if (act := step_act(a, obs, s.blocked, write_tools)) is not None:
+            acts.append(act)
         if a.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending"):
             findings.append(Finding(eid, item_id, s.step, s.hash, "C", "premature_finish", "*",
                                     f"{len(s.proposal['pending'])} item(s) still proposed"))
@@ -147,13 +163,16 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
     return min(findings, key=lambda f: (f.step, f.owner))
 
 
-def _work(steps: list[TraceStep], write_tools: frozenset[str]) -> int:
-    """How many writes the episode's work takes: every write target the agent ever proposed or wrote."""
-    targets = {(p["tool"], _target(p.get("args", {}))) for s in steps for p in s.proposal.get("pending", [])
-               if p.get("tool") in write_tools}
-    targets |= {(s.action["tool"], _target({k: v for k, v in s.action.get("args", {}).items() if k in ("order_id",)}))
-                for s in steps if s.action.get("tool") in write_tools and s.observation.get("ok")}
-    return len(targets)
+def _work(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None) -> int:
+    """How many writes the episode's work takes: every write target the agent ever proposed, plus every successful
+    write that no proposal names (a proposal names a write when its args are among the write's)."""
+    proposed = {(p["tool"], _target(p.get("args", {}))) for s in steps for p in s.proposal.get("pending", [])
+                if p.get("tool") in write_tools}
+    written = [(s.action["tool"], s.action.get("args", {})) for s in steps
+               if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")]
+    extra = {(t, _ident(t, args, targets)) for t, args in written
+             if not any(pt == t and _matches(dict(pk), args) for pt, pk in proposed)}
+    return len(proposed | extra)
 
 
 @dataclass
@@ -168,50 +187,61 @@ class TurnBudget:
     need: dict[int, int]  # writes of work -> fewest turns a successful episode with at least that much took
 
     @classmethod
-    def of(cls, episodes: list[list[TraceStep]], success: dict[str, bool], write_tools: frozenset[str]) -> TurnBudget:
+    def of(cls, episodes: list[list[TraceStep]], success: dict[str, bool], write_tools: frozenset[str],
+           targets: Targets | None = None) -> TurnBudget:
         cap = max((len(st) for st in episodes), default=0)
         cut = sum(1 for st in episodes if len(st) == cap and st[-1].action.get("kind") != "finish")
         best: dict[int, int] = {}
         for st in episodes:
             if st and success.get(st[0].episode_id):
-                k = _work(st, write_tools)
+                k = _work(st, write_tools, targets)
                 best[k] = min(best.get(k, len(st)), len(st))
         need = {k: min(v for j, v in best.items() if j >= k) for k in range(1, max(best, default=0) + 1)}
         return cls(cap, bool(episodes) and cut >= BINDING * len(episodes), need)
 
-    def out_of_turns(self, steps: list[TraceStep], write_tools: frozenset[str]) -> bool:
+    def out_of_turns(self, steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None) -> bool:
         if not self.binding or not steps:
             return False
-        need = self.need.get(_work(steps, write_tools))
+        need = self.need.get(_work(steps, write_tools, targets))
         return need is None or need > self.cap
 
 
 BINDING = 0.05
 
 
-def _cards_about(package: MemoryPackage, tool: str) -> list[str]:
-    return [c.id for c in package.cards.values() if f"`{tool}`" in c.body]
+def rule_card_id(rule_id: str) -> str:
+    """The id of the E card written for a rule: one card per rule, so two rules on the same write get two cards."""
+    slug = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "-") else "-" for ch in rule_id.lower()).strip("-")
+    return RULE_CARD.format(slug or "unnamed")
+
+
+def cards_about(package: MemoryPackage, tool: str, rule_id: str | None = None) -> list[str]:
+    """The package's cards about a write (they name the tool in backticks); with `rule_id`, minus the cards written
+    for another rule of that write (a hand-written card may be about any of its rules)."""
+    mine = rule_card_id(rule_id) if rule_id else None
+    return [c.id for c in package.cards.values() if f"`{tool}`" in c.body
+            and (mine is None or c.id == mine or not c.id.endswith(RULE_CARD.format("")))]
 
 
 def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackage,
-                  write_tools: frozenset[str]) -> dict[str, bool | None]:
+                  write_tools: frozenset[str], targets: Targets | None = None) -> dict[str, bool | None]:
     """Per write tool: does a card about it help, judged from the whole corpus rather than from any one episode?
 
     Over every first attempt at a write (per episode and target) that the world judged on policy (accepted, or
-    refused with a `policy` code), compare the share accepted when a card about the tool was in that turn's memory
+    refused on a rule), compare the share accepted when a card about the tool was in that turn's memory
     with the share accepted without one. A card that helps is one whose turns clear the rule clearly more often
     (by `CARD_LIFT`, and at least `CARD_FLOOR`); one that does not is wrong, or written in a way the model does not
     take in. None: no attempt with the card delivered, so no evidence either way."""
     tally: dict[str, dict[bool, list[int]]] = {}
-    about = {t: set(_cards_about(package, t)) for t in write_tools}
+    about = {t: set(cards_about(package, t)) for t in write_tools}
     for steps in steps_by_episode:
         seen: set[tuple] = set()
         for s in steps:
             a, obs = s.action, s.observation
             tool = a.get("tool")
-            if tool not in write_tools or s.blocked is not None or not (obs.get("ok") or obs.get("code") == "policy"):
+            if tool not in write_tools or s.blocked is not None or not (obs.get("ok") or rule_refusal(s)):
                 continue
-            key = (tool, _target({k: v for k, v in a.get("args", {}).items() if k in ("order_id", "user_id")}))
+            key = (tool, _ident(tool, a.get("args", {}), targets))
             if key in seen:
                 continue
             seen.add(key)
@@ -231,21 +261,21 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
 CARD_FLOOR, CARD_LIFT, MIN_CONTRAST = 0.35, 0.1, 5
 
 
-def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, package: MemoryPackage,
-               helps: bool | None = None) -> Finding:
+def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, package: MemoryPackage,
+               helps: bool | None = None, targets: Targets | None = None) -> Finding:
     """A refused write: whose fix would have avoided it, from the package's cards and the corpus's evidence on them.
 
-    no card about the tool                    -> E   policy_refusal  (the knowledge is missing)
+    no card about the tool and rule           -> E   policy_refusal  (the knowledge is missing)
     a card that does not help where delivered -> E   ineffective_card (wrong, or not taken in: rewrite it)
     a helpful card, delivered among others    -> rho diluted_card    (routing: deliver it alone)
     a helpful card, delivered alone           -> E   policy_refusal  (even the right card in front was not enough)
     a helpful card, not delivered here        -> rho card_not_fired  (routing: deliver it at this write)
     a card never seen at a write              -> unknown             (no evidence whether routing it would help)"""
-    cards = _cards_about(package, tool)
+    cards = cards_about(package, tool, rule_id)
     here = [c for c in s.delivered if c in cards]
-    target = _target({k: v for k, v in s.action.get("args", {}).items() if k in ("order_id", "user_id")})
-    extra = {"target": target, "cards": cards, "delivered": list(s.delivered)}
-    quote = _policy_quote(s.observation)
+    target = _ident(tool, s.action.get("args", {}), targets)
+    extra = {"target": target, "cards": cards, "delivered": list(s.delivered), "rule_id": rule_id}
+    quote = _rule_text(s.observation)
     opportunity, patchability = "present", "memory"
     if not cards:
         owner, kind = "E", "policy_refusal"
@@ -257,7 +287,7 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, package: MemoryP
         owner, kind = ("rho", "diluted_card") if len(s.delivered) > len(here) else ("E", "policy_refusal")
     else:
         owner, kind = "rho", "card_not_fired"
-    return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra)
+    return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
 
 
 def _w_kind(steps: list[TraceStep], tool: str, target: dict, last: int) -> tuple[str, str, dict]:
@@ -289,7 +319,9 @@ class Diagnosis:
 
 
 def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage, write_tools: frozenset[str],
-             corpus: str) -> Diagnosis:
+             corpus: str, targets: Targets | None = None) -> Diagnosis:
+    """`targets`: the benchmark's write tool -> identifying args (`bench.meta.get("targets")`); a tool it does not
+    list is identified by the session alone."""
     failed = scores[~scores["success"].astype(bool)]
     findings: list[Finding] = []
     if len(traces):
@@ -297,27 +329,28 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
     else:
         grouped = {}
     episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in grouped.items()}
-    helps = card_evidence(list(episodes.values()), package, write_tools)
+    helps = card_evidence(list(episodes.values()), package, write_tools, targets)
     budget = TurnBudget.of(list(episodes.values()), {f"{r.item_id}#{r.seed}": bool(r.success)
-                                                     for r in scores.itertuples(index=False)}, write_tools)
+                                                     for r in scores.itertuples(index=False)}, write_tools, targets)
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
         error = "" if pd.isna(row.error) else str(row.error)
-        findings.append(diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget))
+        findings.append(diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets))
     clusters: dict[tuple, list[Finding]] = defaultdict(list)
     for f in findings:
         clusters[f.signature].append(f)
     packets = []
-    for (owner, kind, tool), fs in sorted(clusters.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        cid = hashlib.sha256(f"{corpus}|{owner}|{kind}|{tool}".encode()).hexdigest()[:10]
+    for (owner, kind, tool, rule), fs in sorted(clusters.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        key = f"{corpus}|{owner}|{kind}|{tool}" + (f"|{rule}" if rule else "")
+        cid = hashlib.sha256(key.encode()).hexdigest()[:10]
         sample = [f for f in fs if f.hash][:MAX_CITATIONS]  # an episode that failed before its first turn has no step
         f0 = fs[0]
         claims = [Claim(statement=_statement(f0, len(fs)),
                         evidence=[Citation(episode_id=f.episode_id, step=f.step, hash=f.hash) for f in sample])] if sample else []
         packets.append(EvidencePacket(
             id=f"{owner}-{kind}-{cid}", corpus=corpus, owner=owner, opportunity=f0.opportunity,
-            patchability=f0.patchability, kind=kind, tool=tool, detail=f0.detail,
+            patchability=f0.patchability, kind=kind, tool=tool, rule_id=rule or None, detail=f0.detail,
             episodes=[f.episode_id for f in fs], items=sorted({f.item_id for f in fs}), claims=claims,
             unresolved=[] if f0.opportunity == "present" else ["no reachable intervention point found"],
         ))
@@ -326,17 +359,17 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
 
 def _statement(f: Finding, n: int) -> str:
     what = {
-        "unconfirmed_write": "a write ran without the customer's confirmation",
-        "policy_refusal": f"`{f.tool}` was refused by policy and never redone right",
-        "card_not_fired": f"`{f.tool}` was refused by policy while a card about it existed but was not delivered",
-        "diluted_card": f"`{f.tool}` was refused by policy although its card was delivered among many others",
-        "ineffective_card": f"`{f.tool}` was refused by policy; the package's card about it does not help where delivered",
-        "card_unobserved": f"`{f.tool}` was refused by policy; a card about it exists but was never seen at such a write",
+        "unconfirmed_write": "a write ran without a granted confirmation covering it",
+        "policy_refusal": f"`{f.tool}` was refused on rule {f.rule_id} and never redone right",
+        "card_not_fired": f"`{f.tool}` was refused on rule {f.rule_id} while a card about it existed but was not delivered",
+        "diluted_card": f"`{f.tool}` was refused on rule {f.rule_id} although its card was delivered among many others",
+        "ineffective_card": f"`{f.tool}` was refused on rule {f.rule_id}; the package's card about it does not help where delivered",
+        "card_unobserved": f"`{f.tool}` was refused on rule {f.rule_id}; a card about it exists but was never seen at such a write",
         "premature_finish": "the agent declared done while its own state still listed work",
         "wrong_grounding": "a ledger entry was settled by a receipt for other arguments",
         "overflow": "proposed work was never tracked because the ledger was full",
         "dropped": "proposed work left the agent's state without a receipt",
-        "blocking_error": "the world refused the request (state or identity)",
+        "blocking_error": "the world refused the request as impossible (a blocking receipt)",
         "out_of_turns": "more work than any successful episode did within the turn budget",
         "model_fault": "the model failed",
         "no_divergence": "no divergence found",

@@ -151,7 +151,7 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
     meta = json.loads((ev / "meta.json").read_text())
     scores = pd.read_csv(ev / "scores.csv", dtype={"item_id": str})
     traces = pd.read_parquet(ev / "traces.parquet")
-    d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}")
+    d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=bench.meta.get("targets"))
     split = meta.get("split")
     baseline = None if split == "train" else outcome_only_on_train(pkg, bench, list(meta.get("seeds", [0, 1, 2])),
                                                                   int(meta.get("max_turns", 40)))

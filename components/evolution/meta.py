@@ -2,8 +2,9 @@
 
 `rules` (embedded, deterministic): takes the largest patchable cluster whose plan was not already rejected and writes
 the smallest connected change for its owner:
-    E    a card distilled from the policy rule that the refusal receipts quote, plus the tools successful episodes
-         called before that write (never ids or values), triggered where the write is intended; wiring if missing
+    E    one card per rule (`<rule id>-rule`), written from the rule text the refusal receipts carry, plus the tools
+         successful episodes called before that write (never ids or values), triggered where the write is intended;
+         wiring if missing
     rho  rebind the existing card's trigger to the write it concerns (or route instead of delivering everything)
     W    change the ledger option the evidence points at (bind_on, max_entries, board)
     C    add the checker that would have bounced the escaped action
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from components.evidence.packets import EvidencePacket
-from components.evolution.diagnose import Finding
+from components.evolution.diagnose import Finding, cards_about, rule_card_id
 from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, SetTrigger, SetWM, parse_plan
 from components.memory.package import MemoryPackage
 from components.registry import Registry
@@ -83,9 +84,11 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
     wiring = [] if routed else [AddBinding(op="add_binding", section="delivery", use="event_cards", at="intent_recorded",
                                            cfg={"max_per_episode": max_per_episode})]
     if p.owner == "E" and p.kind == "policy_refusal":
-        card_id = f"{p.tool.replace('_', '-')}-rule"
+        if not p.rule_id:
+            return None
+        card_id = rule_card_id(p.rule_id)
         path = f"em/procedure/{card_id}.md"
-        if card_id in pkg.cards or not p.detail.strip():  # nothing quoted: no rule to write down
+        if card_id in pkg.cards or not p.detail.strip():  # no rule text: nothing to write down
             return None
         before = _calls_before(ctx, p.tool)
         body = p.detail.strip()
@@ -93,15 +96,15 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
             body += "\n\nIn successful episodes, the calls before `" + p.tool + "` were: " + \
                     ", ".join(f"`{t}`" for t in before) + "."
         meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": p.tool},
-                "source": f"diagnosis {p.id}: {len(p.episodes)} refusals of {p.tool} quoting policy.md"}
+                "source": f"diagnosis {p.id}: {len(p.episodes)} refusals of {p.tool} on rule {p.rule_id}"}
         ops = [AddCard(op="add_card", path=path, meta=meta, body=body), *wiring]
         mechanism = f"deliver:{card_id}@"
-        summary = f"E: add card {card_id} (rule for {p.tool})"
+        summary = f"E: add card {card_id} (rule {p.rule_id} on {p.tool})"
     elif p.owner == "rho" and p.kind == "card_not_fired":
-        cards = [c for c in pkg.cards.values() if f"`{p.tool}`" in c.body]
-        if not cards:  # no card concerns the tool: nothing to rebind
+        cards = cards_about(pkg, p.tool, p.rule_id)
+        if not cards:  # no card concerns the rule: nothing to rebind
             return None
-        card = cards[0]
+        card = pkg.cards[cards[0]]
         t = card.meta.trigger
         if t is not None and t.event == "intent_recorded" and t.tool == p.tool and routed:
             return None
@@ -150,7 +153,8 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
 
 def _findings(ctx: PlanContext, p: EvidencePacket) -> list[dict]:
     episodes = set(p.episodes)
-    return [f.extra for f in ctx.findings if f.episode_id in episodes and f.signature == (p.owner, p.kind, p.tool)]
+    return [f.extra for f in ctx.findings if f.episode_id in episodes
+            and f.signature == (p.owner, p.kind, p.tool, p.rule_id or "")]
 
 
 def _calls_before(ctx: PlanContext, tool: str) -> list[str]:

@@ -2,7 +2,8 @@
 
     schema        the plan parsed (it reached here as a Plan)
     lint          the candidate loads as a package
-    leakage       no task id, user id, order id, item id, email or goal value of ANY split appears in a card
+    leakage       no task id, account id, value of a request or rubric, or plain value of the account's record
+                  (of ANY split) appears in a card
     reachability  every card trigger's event is one the kernel raises with a binding that delivers cards there,
                   and its tool exists in the world
     activation    (after a probe run on the source tasks) the plan's mechanism shows in the fingerprints
@@ -19,7 +20,7 @@ import pandas as pd
 from components.evolution.plan import Plan
 from components.memory.events import DELIVERY_EVENTS
 from components.memory.package import MemoryPackage, lint, load_package
-from components.runtime.types import FINISH_TOOL
+from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL
 from components.worlds import Benchmark
 
 MIN_TOKEN = 5  # shorter values (a state code, a size) are ordinary words
@@ -55,8 +56,11 @@ def _leak_tokens(bench_root: str, digest: str) -> frozenset[str]:
     for t in bench.tasks.values():
         tokens |= {t.id, t.user_id}
         tokens |= set(_strings(t.requests)) | set(_strings([c.args for c in t.rubric]))
-        user = bench.db["users"].get(t.user_id, {})
-        tokens |= {user.get("email", ""), user.get("name", "")}
+        # the account's own record, wherever the world keeps it (a collection keyed by account id): its plain values
+        for records in bench.db.values():
+            account = records.get(t.user_id) if isinstance(records, dict) else None
+            if isinstance(account, dict):
+                tokens |= {v for v in account.values() if isinstance(v, str)}
     # vocabulary the policy itself uses (tool names, the allowed reasons) is knowledge, not a leak
     policy = bench.policy.lower()
     return frozenset(x for x in tokens if len(x) >= MIN_TOKEN and x.lower() not in policy)
@@ -80,7 +84,7 @@ def leakage(pkg: MemoryPackage, bench: Benchmark) -> list[str]:
 def reachability(pkg: MemoryPackage, bench: Benchmark) -> list[str]:
     routed = {b.spec.at for b in pkg.delivery if b.strategy.delivers_cards}
     blanket = any(b.strategy.ignores_triggers for b in pkg.delivery)
-    tools = set(bench.tool_names) | {FINISH_TOOL}
+    tools = set(bench.tool_names) | {FINISH_TOOL, CONFIRM_TOOL}
     out = []
     for card in pkg.cards.values():
         t = card.meta.trigger

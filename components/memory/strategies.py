@@ -6,17 +6,17 @@ the kernel decides when they run (its phase order) and what a ruling does (one r
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from components.memory.cards import Card, CardType
 from components.memory.events import AGENT_DECLARES_DONE, DELIVERY_EVENTS, PRE_WRITE
 from components.memory.ledger import Ledger
 from components.registry import Registry
-from components.runtime.types import Draft, Turn
+from components.runtime.confirm import acts_from_turns, covered
+from components.runtime.types import CONFIRM_TOOL, Draft, Turn
 
 DELIVERERS = Registry("deliverer")
 CHECKERS = Registry("checker")
@@ -44,6 +44,7 @@ class CheckContext:
     ledger: Ledger
     transcript: list[Turn]
     write_tools: frozenset[str]
+    targets: dict[str, list[str]] = field(default_factory=dict)  # write tool -> identifying args (benchmark meta)
 
 
 @dataclass(frozen=True)
@@ -113,44 +114,34 @@ def completion_requires_receipts(*, allow_blocked: bool = True):
     return check
 
 
+def _removed_affirmations(v: list[str] | None) -> None:
+    # a loud load error, not accept-and-ignore: a manifest that set its own words expects them to count, and
+    # silently dropping them would be a mechanism disabled without notice
+    if v is not None:
+        raise ValueError("option removed: confirmation is the structured `confirm` tool event, not words in the "
+                         "user's reply; delete `affirmations`")
+    return None
+
+
 @CHECKERS.register("confirm_before_write", events={PRE_WRITE})
 def confirm_before_write(
     *,
     tools: list[str] | None = None,
-    affirmations: list[str] = ["yes", "confirm", "go ahead", "proceed"],  # noqa: B006 - frozen by the options model
-    match_args: list[str] = [],  # noqa: B006
+    match_args: list[str] = [],  # noqa: B006 - frozen by the options model
+    affirmations: Annotated[list[str] | None, AfterValidator(_removed_affirmations)] = None,
 ):
-    """Bounce a write unless the user's latest message explicitly confirms it, with no write since.
+    """Bounce a write unless a granted `confirm` covers it (`components.runtime.confirm.covered`): the latest
+    confirmation since the last successful write, for the same tool and identifying args.
 
-    With `match_args`, the assistant's question just before the confirmation must name those arguments' values."""
-    words = [re.compile(rf"\b{re.escape(a.lower())}\b") for a in affirmations]
-    refusal = re.compile(r"\b(no|not|don'?t|do not|never|stop|wait|cancel that)\b|n't\b")
-
+    `tools` limits the guarded writes; `match_args` names args the confirmation must match as well as the
+    benchmark's identifying ones. `affirmations` (the old word list) is refused: confirmation is a structured event."""
     def check(ctx: CheckContext) -> Verdict:
         call = ctx.draft.tool_call
         if call is None or call.name not in (set(tools) if tools is not None else ctx.write_tools):
             return Verdict(True)
-        question = None
-        for i in range(len(ctx.transcript) - 1, -1, -1):
-            turn = ctx.transcript[i]
-            if turn.role == "tool":
-                if turn.write and turn.ok:
-                    break  # a confirmation covers one write
-                continue
-            if turn.role == "user":
-                said = turn.text.lower()
-                if any(w.search(said) for w in words) and not refusal.search(said):
-                    asked = [t for t in ctx.transcript[:i] if t.role == "assistant" and t.tool is None]
-                    question = asked[-1].text if asked else ""
-                break
-            if turn.role == "assistant" and turn.tool is None:
-                break  # the agent spoke after the user: no fresh confirmation
-        if question is None:
-            return Verdict(False, f"`{call.name}` needs the user's explicit confirmation (yes) of this action first")
-        missing = [k for k in match_args if k in call.args
-                   and not re.search(rf"(?<![\w#]){re.escape(str(call.args[k]))}(?!\w)", question)]
-        if missing:
-            return Verdict(False, f"the user confirmed a different action: the question did not name {', '.join(missing)}")
-        return Verdict(True)
+        if covered(acts_from_turns(ctx.transcript), call.name, call.args, ctx.targets, match_args):
+            return Verdict(True)
+        return Verdict(False, f"`{call.name}` needs the customer's confirmation first: call `{CONFIRM_TOOL}` with this "
+                              "tool and its arguments, and write only if it is granted")
 
     return check

@@ -10,8 +10,8 @@ memory changes:
      1/(1+lambda*n).
   W  drift: a pending request is forgotten with a hazard that grows with the conversation's length, much lower while
      the ledger board lists it as pending; a board entry shown DONE is believed (even when wrongly settled).
-  C  discipline: writes without asking for confirmation, and declares done after a write while work remains, at base
-     rates; a bounced draft is corrected with high probability.
+  C  discipline: writes without asking for confirmation (the harness's `confirm` tool), and declares done after a
+     write while work remains, at base rates; a bounced draft is corrected with high probability.
 
 Every random choice is a hash of (seed, what the choice is about), not of the turn number, so two packages run with
 the same seed face the same coin flips wherever their conversations agree: paired evaluation with common random
@@ -43,7 +43,8 @@ from functools import lru_cache
 
 from components.models.base import ChatResult, ModelError, count_tokens
 from components.runtime import prompts
-from components.runtime.types import FINISH_TOOL, ToolCall, Usage
+from components.runtime.confirm import Act, covered
+from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL, ToolCall, Usage
 from components.worlds.competence import Beliefs, Competence, Fact, Request, Step, View
 
 NAME = "ratchet-sim"
@@ -353,17 +354,32 @@ class SimulatedAgent:
         step = comp.write(v, r, self.beliefs(v, r, seed, comp, attempts))
         if step[1] is None or step[1][0] != r.tool:
             return step  # a read that a followed rule requires comes first
-        if not self._confirmed(v, r, comp):
+        acts = _acts(v, comp)
+        if not covered(acts, r.tool, r.target):
+            if _denied(acts, r):
+                return comp.give_up(r), None  # the customer said no to this very write
             asked = bool(v.feedback and "confirmation" in v.feedback) and coin(seed, "fix", "confirm", r.key) < self.rates.p_fix
             if asked or "C" in self.off or coin(seed, "confirm", r.key) >= self.rates.p_skip_confirm:
-                return comp.confirm_question(r), None
+                return "", (CONFIRM_TOOL, {"tool": r.tool, "args": dict(r.target), "summary": comp.summary(r)})
         return step
 
-    @staticmethod
-    def _confirmed(v: View, r: Request, comp: Competence) -> bool:
-        # confirmed when the latest user message is a yes to this very question
-        return (bool(v.user_texts) and comp.is_yes(v.user_texts[-1]) and bool(v.assistant_texts)
-                and v.assistant_texts[-1] == comp.confirm_question(r))
+
+def _acts(v: View, comp: Competence) -> list[Act]:
+    """The calls so far as confirmation reads them (`components.runtime.confirm`, the kernel's one rule): the agent
+    believes a write is confirmed exactly when the harness would."""
+    return [Act(c["name"], c["args"], "error" not in res, c["name"] in comp.writes,
+                res.get("confirmed") if c["name"] == CONFIRM_TOOL else None) for c, res in v.calls]
+
+
+def _denied(acts: list[Act], r: Request) -> bool:
+    """The latest confirmation since the last write asked about this request's write and was refused."""
+    for a in reversed(acts):
+        if a.write and a.ok:
+            return False
+        if a.tool == CONFIRM_TOOL:
+            return (a.granted is False and a.args.get("tool") == r.tool and isinstance(a.args.get("args"), dict)
+                    and r.targets(a.args["args"]))
+    return False
 
 
 # -- the meta-agent's planning prompt -----------------------------------------------------------------------------

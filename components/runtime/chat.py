@@ -1,27 +1,32 @@
 """ChatHarness: the HarnessPort for any world Environment and any chat model, in OpenAI message format.
 
 The model sees: the system prompt (the world's policy), one memory message compiled by the kernel, and the
-conversation (user turns, its own messages and tool calls, tool results). Nothing else reaches it."""
+conversation (user turns, its own messages and tool calls, tool results). Nothing else reaches it.
+
+Two harness tools are offered next to the world's: `confirm` (routed to `Environment.confirm`; see
+`components.runtime.confirm`) and `finish`."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pydantic import ValidationError
 
 from components.models.base import ChatModel, ModelError, add_usage
 from components.runtime import prompts
-from components.runtime.types import FINISH_TOOL, Draft, Intent, Proposal, Receipt, ToolCall, Turn, Usage
+from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL, Draft, Intent, Proposal, Receipt, ToolCall, Turn, Usage
 from components.worlds.base import Environment
 
 
 class ChatHarness:
-    def __init__(self, env: Environment, model: ChatModel, seed: int):
+    def __init__(self, env: Environment, model: ChatModel, seed: int, targets: dict[str, list[str]] | None = None):
         self.env = env
         self.model = model
         self.seed = seed
         self.write_tools = frozenset(env.write_tools)
-        self.tools = [*env.tools, prompts.FINISH_SCHEMA]
+        self.targets = dict(targets or {})  # write tool -> identifying args (the benchmark's meta), for confirmation
+        self.tools = [*env.tools, prompts.CONFIRM_SCHEMA, prompts.FINISH_SCHEMA]
         self._tool_names = {t["function"]["name"] for t in self.tools}
         names = sorted(self._tool_names)
         # the proposal's shape as a JSON schema: servers with structured output can only produce well-formed state
@@ -114,19 +119,34 @@ class ChatHarness:
         elif call.name == FINISH_TOOL:
             receipt = Receipt(call_id=call.id, tool=call.name, args=call.args, ok=True, content={"finished": True})
             self._ended = True
+        elif call.name == CONFIRM_TOOL:
+            receipt = self._confirm(call)
         else:
             receipt = self.env.call(call)
             self.tool_calls += 1
             if call.name in self.env.terminal_tools:
                 self._ended = True
-        body = receipt.content if receipt.ok else {**(receipt.content or {}), "code": receipt.code}
-        text = json.dumps(body, sort_keys=True)
+        text = json.dumps(result_body(receipt), sort_keys=True)
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
-        self._turns.append(Turn(role="tool", text=text, tool=call.name, write=receipt.write, ok=receipt.ok))
+        granted = receipt.content.get("confirmed") if call.name == CONFIRM_TOOL and receipt.ok else None
+        self._turns.append(Turn(role="tool", text=text, tool=call.name, write=receipt.write, ok=receipt.ok,
+                                args=dict(call.args), granted=granted))
         self._receipts.append(receipt)
         return {"role": "tool", **receipt.model_dump()}
 
     # -- internals ------------------------------------------------------------------------------------------
+    def _confirm(self, call: ToolCall) -> Receipt:
+        """Route a `confirm` to the world's user. Genuine (the world answered), never a write."""
+        tool, args, summary = call.args.get("tool"), call.args.get("args"), call.args.get("summary", "")
+        if tool not in self.write_tools or not isinstance(args, dict) or not isinstance(summary, str):
+            return Receipt(call_id=call.id, tool=call.name, args=call.args, ok=False, code="invalid_args",
+                           content={"error": "confirm takes tool (one of the write tools: "
+                                             f"{', '.join(sorted(self.write_tools))}), args (an object) and summary"},
+                           genuine=True)
+        granted = bool(self.env.confirm(tool, dict(args), summary))
+        return Receipt(call_id=call.id, tool=call.name, args=call.args, ok=True, content={"confirmed": granted},
+                       genuine=True)
+
     def _say(self, role: str, text: str) -> None:
         self.messages.append({"role": role, "content": text})
         self._turns.append(Turn(role=role, text=text))
@@ -146,3 +166,17 @@ class ChatHarness:
             raise
         self.usage = add_usage(self.usage, res.usage.model_copy(update={"calls": max(1, res.usage.calls)}))
         return res
+
+
+def result_body(receipt: Receipt) -> Any:
+    """The tool result the model sees (the receipt schema in `types.Receipt`): the content of a success; for a
+    refusal the content plus `code`, and `rule_id` + `rule` (a rule refusal) or `blocking: true` (an external one)."""
+    if receipt.ok:
+        return receipt.content
+    body = {**(receipt.content if isinstance(receipt.content, dict) else {"error": str(receipt.content)}),
+            "code": receipt.code}
+    if receipt.rule_id is not None:
+        body.update(rule_id=receipt.rule_id, rule=receipt.rule or "")
+    if receipt.blocking:
+        body["blocking"] = True
+    return body

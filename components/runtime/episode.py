@@ -61,7 +61,7 @@ def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: in
     spec = world(bench.world)
     task = bench.tasks[item_id]
     env = spec.make_env(bench, task)
-    port = ChatHarness(env, model, episode_seed(item_id, seed))
+    port = ChatHarness(env, model, episode_seed(item_id, seed), targets=bench.meta.get("targets"))
     ep = Episode.start(f"{item_id}#{seed}", package)
     error = ""
     try:

@@ -163,7 +163,7 @@ class _TurnMemory:
             for b in self.ep.package.checkers:
                 if b.spec.at != event:
                     continue
-                v = b.run(CheckContext(event, draft, self.ep.ledger, transcript, port.write_tools))
+                v = b.run(CheckContext(event, draft, self.ep.ledger, transcript, port.write_tools, port.targets))
                 self.checks.append({"strategy": b.spec.use, "event": event, "ok": v.ok, "reason": v.reason,
                                     "attempt": attempt})
                 if not v.ok:

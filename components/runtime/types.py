@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 FINISH_TOOL = "finish"  # the draft that declares the task complete
+CONFIRM_TOOL = "confirm"  # the harness tool that asks the world's user to confirm one write (see runtime/confirm.py)
 
 
 class ToolCall(BaseModel):
@@ -32,17 +33,33 @@ class Draft(BaseModel):
 
 class Receipt(BaseModel):
     """The result of executing a tool call. `genuine` is set only by a world that really ran the call;
-    bounces, blocks and anything the harness makes up are synthetic and can never settle a ledger entry."""
+    bounces, blocks and anything the harness makes up are synthetic and can never settle a ledger entry.
+
+    The receipt schema every world follows (the one place it is defined; README "Worlds and receipts"):
+      ok        the call did what it asked; `content` is its result (JSON-serializable)
+      code      when not ok, the error class: free for the world (e.g. invalid_args, not_found, invalid_state);
+                the harness adds `blocked` (a draft the kernel bounced) and `invalid_args` (a malformed `confirm`)
+      rule_id   a *rule refusal*: the machine-readable id of the written or unwritten rule the call broke (retrying
+                correctly can work); generic code tells a rule refusal by this field alone, never by `code` or text
+      rule      the rule's text, as a careful agent or a card would state it
+      blocking  an *external* refusal: nothing the agent can do makes this request possible (wrong state, no account)
+      content   for a refusal, at least {"error": <a human message>}
+    What the model sees as the tool result is JSON: the content for a success; for a refusal the content plus `code`,
+    and `rule_id` + `rule` (rule refusal) or `blocking: true` (external refusal): see `ChatHarness.result_body`.
+    A `confirm` receipt is genuine, never a write, content {"confirmed": true|false}."""
 
     model_config = ConfigDict(frozen=True)
     call_id: str
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
     ok: bool
-    code: str | None = None  # error class when not ok: policy | invalid_state | not_found | invalid_args | blocked
+    code: str | None = None
     content: Any = None
     genuine: bool = False
     write: bool = False
+    rule_id: str | None = None
+    rule: str | None = None
+    blocking: bool = False
 
 
 class Intent(BaseModel):
@@ -78,3 +95,5 @@ class Turn(BaseModel):
     tool: str | None = None
     write: bool = False
     ok: bool = True
+    args: dict[str, Any] = Field(default_factory=dict)  # a tool line: the call's arguments
+    granted: bool | None = None  # a `confirm` line: the world's answer (see runtime/confirm.py)

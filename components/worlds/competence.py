@@ -109,12 +109,3 @@ class Competence(Protocol):
     def summary(self, request: Request) -> str:
         """One line describing the write, for the confirmation."""
         ...
-
-    # text confirmation, until the harness's structured `confirm` tool replaces it (CONTRACT.md section 4)
-    def confirm_question(self, request: Request) -> str:
-        """The question the agent writes to ask the customer to confirm the request's write."""
-        ...
-
-    def is_yes(self, reply: str) -> bool:
-        """Whether the customer's reply grants the confirmation just asked for."""
-        ...

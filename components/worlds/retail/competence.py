@@ -105,14 +105,7 @@ class RetailCompetence:
         return f"I'm sorry, I could not complete the request for {request.target.get('order_id') or 'your account'}."
 
     def summary(self, request: Request) -> str:
-        return language.ACTION_PHRASE[request.kind].format(order_id=request.target.get("order_id"))
-
-    def confirm_question(self, request: Request) -> str:
-        return language.confirm_question(request.kind, request.target.get("order_id"))
-
-    def is_yes(self, reply: str) -> bool:
-        return reply == language.YES
-
+        return f"I will {language.ACTION_PHRASE[request.kind].format(order_id=request.target.get('order_id'))}."
 
 # -- reading the results ---------------------------------------------------------------------------------------
 

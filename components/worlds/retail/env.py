@@ -3,6 +3,7 @@ and the rubric's executable checks."""
 
 from __future__ import annotations
 
+from components.runtime.confirm import acts_from_turns, uncovered
 from components.runtime.types import Receipt, ToolCall, Turn
 from components.worlds.base import Benchmark, Criterion, Score, Task
 from components.worlds.retail import language
@@ -21,6 +22,7 @@ class RetailEnv:
 
     def __init__(self, bench: Benchmark, task: Task):
         self.task = task
+        self.targets = bench.meta.get("targets") or {}
         self.system_prompt = SYSTEM_PREAMBLE + bench.policy
         self.tools = bench.tools
         user = bench.db["users"][task.user_id]
@@ -39,15 +41,18 @@ class RetailEnv:
         return self._tools.call(call)
 
     def user_reply(self, assistant_text: str) -> str | None:
-        """The customer answers what is asked and confirms an action only when it is one they requested."""
-        asked = language.confirmed_action(assistant_text)
-        if asked is not None:
-            kind, order_id = asked
-            wanted = any(r["kind"] == kind and r.get("order_id") == order_id for r in self.task.requests)
-            return language.YES if wanted else language.NO
+        """The customer answers what is asked (a confirmation is the structured `confirm`, not a reply: see `confirm`)."""
         if "email" in assistant_text.lower() and "could not find" in assistant_text.lower():
             return "Sorry, that is the only email I have."
         return "OK."
+
+    def confirm(self, tool: str, args: dict, summary: str) -> bool:
+        """The customer grants a confirmation only for a write they asked for: its tool and its target."""
+        for r in self.task.requests:
+            target = {"order_id": r["order_id"]} if r.get("order_id") else {}  # {}: the account, the session's own
+            if language.TOOL_OF[r["kind"]] == tool and all(str(args.get(k)) == v for k, v in target.items()):
+                return True
+        return False
 
     def score(self, transcript: list[Turn]) -> Score:
         results = {c.id: float(CHECKS[c.check](self, c, transcript)) for c in self.task.rubric}
@@ -83,17 +88,7 @@ def _order_address_is(env: RetailEnv, c: Criterion, _t) -> bool:
 
 
 def _writes_confirmed(env: RetailEnv, c: Criterion, transcript: list[Turn]) -> bool:
-    confirmed = False
-    for turn in transcript:
-        if turn.role == "user":
-            confirmed = turn.text == language.YES
-        elif turn.role == "assistant" and turn.tool is None:
-            confirmed = False  # the agent spoke again: the confirmation no longer stands
-        elif turn.role == "tool" and turn.write and turn.ok:
-            if not confirmed:
-                return False
-            confirmed = False
-    return True
+    return not uncovered(acts_from_turns(transcript), env.targets)  # the one rule: components.runtime.confirm
 
 
 def _only_requested_writes(env: RetailEnv, c: Criterion, _t) -> bool:

@@ -1,5 +1,5 @@
-"""How the retail world's people talk: the sentences a customer uses for each request, the agent's confirmation
-question, and parsers for both. The simulated user speaks with these templates; the simulated agent understands
+"""How the retail world's people talk: the sentences a customer uses for each request (and their parser), and the
+phrase the agent's confirmation summary uses. The simulated user speaks with these templates; the simulated agent understands
 them (it plays a model that has seen this kind of customer before). Real models just read the text."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def parse_email(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-# -- the agent's confirmation question ---------------------------------------------------------------------
+# -- what the agent's confirmation summary says (the `confirm` tool's summary) ---------------------------------
 
 ACTION_PHRASE = {
     "cancel": "cancel order {order_id}",
@@ -98,26 +98,3 @@ ACTION_PHRASE = {
     "user_address": "update your account address",
     "order_address": "update the shipping address of order {order_id}",
 }
-CONFIRM_RE = re.compile(r"To confirm: I will (?P<action>.+?)\. Shall I proceed\? \(yes/no\)")
-
-
-def confirm_question(kind: str, order_id: str | None) -> str:
-    return f"To confirm: I will {ACTION_PHRASE[kind].format(order_id=order_id)}. Shall I proceed? (yes/no)"
-
-
-def confirmed_action(text: str) -> tuple[str, str | None] | None:
-    """The (kind, order id) an agent's confirmation question asks about, if it is one."""
-    m = CONFIRM_RE.search(text)
-    if not m:
-        return None
-    action = m.group("action")
-    order = ORDER_RE.search(action)
-    for kind, phrase in ACTION_PHRASE.items():
-        head = phrase.split("{")[0]
-        if action.startswith(head.strip()) and (order is not None) == ("{order_id}" in phrase):
-            return kind, order.group(0) if order else None
-    return None
-
-
-YES = "Yes, please proceed."
-NO = "No, that is not what I asked for."

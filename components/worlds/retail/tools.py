@@ -1,8 +1,9 @@
 """The retail world's tools: preconditions, effects and receipts.
 
 Reads never change the database. Writes check their preconditions and either apply their effect or return an error
-receipt. Error codes: `policy` (the call broke a written rule; the receipt quotes it; retrying correctly can work),
-`invalid_args` (retryable), `invalid_state` and `not_found` (the request cannot be done: marked `blocking`).
+receipt (the schema is `components.runtime.types.Receipt`). Error codes: `policy` (the call broke a rule: the receipt
+carries its `rule_id` and `rule` text, and the message quotes it; retrying correctly can work), `invalid_args`
+(retryable), `invalid_state` and `not_found` (the request cannot be done: marked `blocking`).
 """
 
 from __future__ import annotations
@@ -81,8 +82,10 @@ class RetailTools:
 
     @staticmethod
     def _receipt(call: ToolCall, ok: bool, code: str | None, content: Any) -> Receipt:
+        c = content if isinstance(content, dict) and not ok else {}
         return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=ok, code=code, content=content,
-                       genuine=True, write=call.name in WRITE_TOOLS)
+                       genuine=True, write=call.name in WRITE_TOOLS, rule_id=c.get("rule_id"), rule=c.get("rule"),
+                       blocking=bool(c.get("blocking")))
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _order(self, order_id: str):
@@ -97,7 +100,8 @@ class RetailTools:
 
     @staticmethod
     def _policy(fact_id: str, msg: str):
-        return False, "policy", {"error": f"{msg} Policy: {BY_ID[fact_id].statement.lstrip('- ')}"}
+        rule = BY_ID[fact_id].statement.lstrip("- ")
+        return False, "policy", {"error": f"{msg} Policy: {rule}", "rule_id": fact_id, "rule": rule}
 
     # -- reads -----------------------------------------------------------------------------------------------
     def _t_find_user_id_by_email(self, email: str):
