@@ -127,8 +127,7 @@ def materialize(out, seed=0, per_family=None, fractions=(1 / 3, 1 / 3)):
     meta = {"world": "lamp", "version": 1, "seed": seed, "n_tasks": n, "write_tools": ["set_lamp"],
             "targets": {"set_lamp": ["room"]}}
     policy = "# Lamp policy\\n\\n- " + RULE + "\\n"
-    # "users": only until s2-port's validate.leak_tokens (no retail field names) is merged; remove it then
-    db = {"levels": {r: 0 for r in rooms}, "users": {}}
+    db = {"levels": {r: 0 for r in rooms}}
     return write_benchmark(out, meta, policy, TOOLS, db, tasks, splits)
 
 
@@ -229,9 +228,6 @@ def test_the_simulated_agent_finds_its_world_from_the_request(lamp_installed):
 
 GENERIC = ["components/evolution", "components/runtime", "components/models/simulated.py",
            "components/models/counterfactual.py"]
-# Files that still name retail's fields on this branch; s2-port is making them generic. strict: once they are clean
-# this xfail fails, and the marker must go.
-NOT_YET = {"components/evolution/diagnose.py", "components/runtime/prompts.py"}
 
 
 def _generic_files() -> list[str]:
@@ -256,8 +252,7 @@ def world_words(tmp_path_factory) -> dict[str, set[str]]:
     return words
 
 
-@pytest.mark.parametrize("rel", [pytest.param(f, marks=pytest.mark.xfail(strict=True, reason="s2-port de-retails it"))
-                                 if f in NOT_YET else f for f in _generic_files()])
+@pytest.mark.parametrize("rel", _generic_files())
 def test_generic_code_names_no_world(rel, world_words):
     import re
 
