@@ -246,7 +246,7 @@ def world_words(tmp_path_factory) -> dict[str, set[str]]:
     from components.worlds import WORLDS, load_benchmark, world
 
     words: dict[str, set[str]] = {}
-    for name in WORLDS.names():  # the built-ins (entry points are not discovered by this module's tests)
+    for name in WORLDS.names():  # the built-ins (the lamp fixture unregisters its entry point afterwards)
         b = load_benchmark(world(name).materialize(tmp_path_factory.mktemp(name) / "bench", 0, 3))
         words[name] = set(b.tool_names) | {arg for args in b.targets.values() for arg in args}
     return words
