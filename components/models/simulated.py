@@ -132,11 +132,8 @@ def read(messages: list[dict], comp: Competence) -> View:
 
 
 def refusal_rule(result: dict) -> str:
-    """The rule a refusal receipt quotes (CONTRACT.md section 3: `rule`). Receipts from before that schema quoted it
-    in the message after "Policy: "; read those the same way until every world's receipts carry `rule`."""
-    if result.get("rule") is not None:
-        return str(result["rule"])
-    return str(result.get("error", "")).split("Policy: ", 1)[-1]
+    """The rule a refusal receipt quotes (its `rule` field; see `Receipt`); empty when it names none."""
+    return str(result.get("rule") or "")
 
 
 # -- which world it plays -----------------------------------------------------------------------------------------
