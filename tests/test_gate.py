@@ -794,3 +794,106 @@ def test_bench_gate_sequential_replays_a_campaign(tmp_path):
     # each round stops after the first 10-item look: 20 of 30 items unseen, 2 seeds x 10 calls x 2 arms each
     assert re.search(r"saved 1600 \(", p.stdout), p.stdout
     assert p.stdout.strip().splitlines()[-1] == "model calls saved per campaign: 40.0% of 4000"
+
+
+# -- sequential early stopping in the round (design, looks over evaluated cells, repair screen) -----------------------
+
+
+def _cells_table(d_by_item_seed: np.ndarray, base: float = 0.4) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Score tables of two arms over (item, seed) cells: cand - base = d[item, seed]."""
+    n, k = d_by_item_seed.shape
+    rows = [(f"t{i:03d}", s) for i in range(n) for s in range(k)]
+    b = pd.DataFrame({"item_id": [r[0] for r in rows], "seed": [r[1] for r in rows], "score": base})
+    c = b.assign(score=np.clip(base + d_by_item_seed.reshape(-1), 0, 1))
+    return b, c
+
+
+def test_sequential_design_groups_and_refusals():
+    from components.errors import InputError
+
+    items, seeds = [f"t{i:03d}" for i in range(10)], [0, 1, 2]
+    by_seeds = gate_mod.SequentialDesign(3, "pocock", "seeds").groups(items, seeds)
+    assert [g[1] for g in by_seeds] == [[0], [1], [2]] and all(g[0] == items for g in by_seeds)
+    by_items = gate_mod.SequentialDesign(3, "obf", "items").groups(items, seeds)
+    flat = [i for g in by_items for i in g[0]]
+    assert sorted(flat) == items and flat != items and all(g[1] == seeds for g in by_items)  # a hash order, not dev's
+    assert gate_mod.SequentialDesign(5, "pocock", "seeds").groups(items, [0, 1]) == [(items, [0]), (items, [1])]
+    assert gate_mod.SequentialDesign(3).fractions(items, seeds) == pytest.approx([1 / 3, 2 / 3, 1])
+    assert not gate_mod.SequentialDesign(1).on and gate_mod.SequentialDesign(2).on
+    for bad in ({"looks": 0}, {"spending": "linear"}, {"by": "families"}):
+        with pytest.raises(InputError, match=list(bad)[0]):
+            gate_mod.SequentialDesign(**bad)
+
+
+def test_sequential_gate_waits_for_unevaluated_looks_and_stops_at_a_clear_win():
+    cfg = GateConfig(n_boot=1000, alpha=0.01)
+    items, seeds = [f"t{i:03d}" for i in range(30)], [0, 1, 2]
+    design = gate_mod.SequentialDesign(3, "pocock", "seeds")
+    b, c = _cells_table(np.full((30, 3), 0.4))
+    first = lambda t: t[t["seed"] == 0]  # noqa: E731  only look 1 evaluated
+    verdict, per, rec = gate_mod.sequential_gate(first(b), first(c), cfg, design, items, seeds)
+    assert verdict.accept and rec["looks_used"] == 1 and rec["stopped_early"] and len(per) == 30
+    # a candidate that has not fired its mechanism yet cannot be accepted early; with nothing evaluated past look 1,
+    # the gate asks for the next look (None) rather than deciding
+    verdict, _, rec = gate_mod.sequential_gate(first(b), first(c), cfg, design, items, seeds, fired_by_look=[False])
+    assert verdict is None and rec["looks_used"] == 0
+    # ... and it rejects at the last look if the mechanism never fired
+    verdict, _, rec = gate_mod.sequential_gate(b, c, cfg, design, items, seeds, fired_by_look=[False] * 3)
+    assert not verdict.accept and rec["looks_used"] == 3 and "mechanism" in verdict.reason
+
+
+def test_sequential_gate_by_seeds_does_not_reject_on_interim_regressions():
+    """By seeds an item's d is not final before the last look: seed 0 shows 4 regressions (cap 2) that the other
+    seeds undo, so the gate must look on, and then agrees with the full gate."""
+    rng = np.random.default_rng(3)
+    d = np.zeros((60, 3))
+    d[:20] = 0.3  # a real improvement on 20 items
+    d[20:24, 0], d[20:24, 1:] = -0.3, 0.15  # item means 0: regressed at seed 0 only
+    d[24:, :] = rng.choice([0.0, 0.0, 0.0, 0.02], size=(36, 3))
+    b, c = _cells_table(d)
+    items, seeds, cfg = sorted(b["item_id"].unique()), [0, 1, 2], GateConfig(n_boot=2000, alpha=0.01)
+    verdict, _, rec = gate_mod.sequential_gate(b, c, cfg, gate_mod.SequentialDesign(3, "pocock", "seeds"), items, seeds)
+    assert rec["per_look"][0]["regressed"] == 4 and rec["looks_used"] >= 2
+    full, _ = gate_mod.gate(b, c, cfg)
+    assert verdict.accept == full.accept is True
+    # by items a regression seen is final: the same cap rejects at the first look that holds it
+    by_items = gate_mod.SequentialDesign(3, "pocock", "items")
+    bad = d.copy()
+    bad[20:24, :] = -0.3
+    b2, c2 = _cells_table(bad)
+    verdict, _, rec = gate_mod.sequential_gate(b2, c2, cfg, by_items, items, seeds)
+    assert not verdict.accept and "reg_cap" in verdict.reason and not gate_mod.gate(b2, c2, cfg)[0].accept
+
+
+def test_sequential_repair_stops_for_a_clear_repair_and_for_futility_and_else_is_the_full_screen():
+    items, seeds = [f"t{i:03d}" for i in range(12)], [0, 1, 2]
+    design = gate_mod.SequentialDesign(3, "pocock", "seeds")
+    good = np.full((12, 3), 0.5)
+    good[0] = 0.0
+    b, c = _cells_table(good, base=0.3)
+    first = lambda t: t[t["seed"] == 0]  # noqa: E731
+    res, per, rec = gate_mod.sequential_repair(b, first(c), 0.05, 0.05, design, items, seeds)
+    assert res.ok and rec["stopped_early"] and rec["looks_used"] == 1 and res.repaired == 11 and len(per) == 12
+    b, c = _cells_table(np.full((12, 3), -0.2), base=0.5)
+    res, _, rec = gate_mod.sequential_repair(b, first(c), 0.05, 0.05, design, items, seeds)
+    assert not res.ok and "futility" in rec["why"]
+    # unclear after each interim look: the last look is exactly the full screen
+    mixed = np.tile([0.3, -0.2, 0.0, 0.1], (3, 3)).T.reshape(12, 3)
+    b, c = _cells_table(mixed, base=0.4)
+    res, _, rec = gate_mod.sequential_repair(b, c, 0.05, 0.05, design, items, seeds)
+    full, _ = gate_mod.repair_screen(b, c, 0.05)
+    assert rec["looks_used"] == 3 and (res.ok, res.repaired, res.broken) == (full.ok, full.repaired, full.broken)
+
+
+def test_gate_params_sequential_block_is_validated():
+    from components.errors import InputError
+    from components.params import load_params
+
+    p = load_params(ROOT / "params.yaml")
+    assert p.gate.sequential.design() == gate_mod.SequentialDesign(p.gate.sequential.looks, p.gate.sequential.spending,
+                                                                   p.gate.sequential.by)
+    assert "sequential" not in p.gate.config().__dict__  # the arithmetic's config stays the gate's own
+    assert "gate.sequential" in p.identity()  # a rerun may not change how dev is looked at
+    for field, value in (("looks", 0), ("spending", "linear"), ("by", "tasks"), ("surprise", 1)):
+        with pytest.raises(InputError, match=rf"gate\.sequential\.{field}"):
+            load_params(None, {f"gate.sequential.{field}": value})
