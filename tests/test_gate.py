@@ -715,11 +715,16 @@ def test_bench_gate_calibration_quick(bench_dir, tmp_path):
     out = p.stdout
     rate = lambda label, at: int(re.search(rf"{re.escape(label)}.*?@{at}\s+\S+% \[[^]]*\] \((\d+)/", out).group(1))  # noqa: E731
     assert rate("patch: bounce", "0.01") == 0  # bouncing every good write never passes for an improvement
+    bounce = re.search(r"patch: bounce.*sequential @0\.01\s+\S+% \[[^]]*\] \((\d+)/\d+\), same verdict ([\d.]+)%, "
+                       r"episodes (\d+)%", out)
+    # the sequential gate never promotes it either, agrees with the full gate, and stops before the last look
+    assert bounce and int(bounce.group(1)) == 0 and float(bounce.group(2)) == 100.0 and int(bounce.group(3)) < 100
     camp = re.search(r"without spending .*?\((\d+)/(\d+)\); with linear alpha spending .*?\((\d+)/(\d+)\)", out)
     assert camp, out
     # the spent alpha is smaller than one look's, on the same draws: it can only promote less often
     assert int(camp.group(3)) <= int(camp.group(1))
-    assert re.fullmatch(r"campaign-level false promotion with alpha spending: [\d.]+% \(CI rule alone [\d.]+%\)",
+    assert re.fullmatch(r"campaign-level false promotion with alpha spending: [\d.]+% "
+                        r"\(CI rule alone [\d.]+%; sequential [\d.]+%\)",
                         out.strip().splitlines()[-1])
 
 
@@ -897,3 +902,60 @@ def test_gate_params_sequential_block_is_validated():
     for field, value in (("looks", 0), ("spending", "linear"), ("by", "tasks"), ("surprise", 1)):
         with pytest.raises(InputError, match=rf"gate\.sequential\.{field}"):
             load_params(None, {f"gate.sequential.{field}": value})
+
+
+def test_ci_level_labels_each_dev_ci_with_the_alpha_it_spent():
+    from components.evolution.report import ci_level, round_rows
+
+    plain = {"round": 1, "verdict": "accept", "gate": {"net": 0.1, "ci_lo": 0.01, "ci_hi": 0.2, "n_regressed": 0},
+             "dev_look": {"look": 1, "alpha": 0.01}}
+    seq = {**plain, "round": 2, "sequential": {"gate": {"looks": 3, "looks_used": 2, "per_look": [
+        {"level": 0.002}, {"level": 0.0019}]}}}
+    assert ci_level(plain) == pytest.approx(0.99) and ci_level(seq) == pytest.approx(1 - 0.0038)
+    rows = round_rows({"history": [plain, seq, {"round": 3, "verdict": "no_plan"}]})
+    assert [r["level"] for r in rows] == ["99%", "99.62%", ""]
+
+
+def test_the_round_flow_stops_dev_and_repair_looks_early_and_records_them(small_campaign):
+    """The shared small campaign runs with params.yaml's sequential gate (2 seeds: 2 looks by seeds). Each gated round
+    records its looks; the dev tables hold exactly the cells of the looks used; the repair screen's base side is the
+    champion's train episodes (reused, not re-run, and not counted twice in the evidence cost)."""
+    p, out = small_campaign.params, small_campaign.out
+    assert p.gate.sequential.looks > 1
+    gated = [r for r in small_campaign.summary["history"] if r.get("gate")]
+    assert gated
+    for r in gated:
+        seq = r["sequential"]["gate"]
+        assert 1 <= seq["looks_used"] <= seq["looks"] == min(p.gate.sequential.looks, p.campaign.seeds)
+        assert seq["stopped_early"] == (seq["looks_used"] < seq["looks"]) and seq["why"]
+        assert r["evaluation"]["sequential"]["looks_used"] == seq["looks_used"]
+        rd = out / "rounds" / f"r{r['round']:02d}"
+        dev = pd.read_csv(rd / "dev_cand.csv", dtype={"item_id": str})
+        assert sorted(dev["seed"].unique()) == list(range(seq["looks_used"]))  # by seeds: look g adds seed g-1
+        assert len(pd.read_csv(rd / "dev_base.csv")) == len(dev) == len(set(dev["item_id"])) * seq["looks_used"]
+        evals = json.loads((rd / "evals.json").read_text())
+        assert [e.get("reused") for e in evals if e["split"] == "repair" and e["arm"] == "base"] == ["train"]
+        assert {e["look"] for e in evals if e["split"] == "dev"} == set(range(1, seq["looks_used"] + 1))
+    from flows.campaign import _cost, _evals
+
+    evs = _evals(out, small_campaign.summary["test"])
+    all_calls = sum(e["summary"]["model_calls"] for e in evs)
+    reused = sum(e["summary"]["model_calls"] for e in evs if e.get("reused"))
+    assert reused > 0 and _cost(out, small_campaign.summary["test"])["model_calls"] == all_calls - reused
+
+
+def test_bench_gate_sequential_compares_two_campaigns(tmp_path):
+    """The on/off comparison reads each campaign's ledger (what it paid) and verdicts; a differing verdict is said."""
+    for name, paid, verdicts in (("on", 600, ["accept", "reject"]), ("off", 1000, ["accept", "accept"])):
+        camp = tmp_path / name
+        (camp / ".state").mkdir(parents=True)
+        (camp / ".state/budget.json").write_text(json.dumps({"spent": {"model_calls": paid}}))
+        history = [{"round": i + 1, "verdict": v, "plan_key": f"p{i}",
+                    "sequential": {"gate": {"looks": 3, "looks_used": 1}}} for i, v in enumerate(verdicts)]
+        (camp / "summary.json").write_text(json.dumps({"history": history, "test": {"net": 0.1},
+                                                       "champion_digest": name}))
+    p = subprocess.run([sys.executable, "benchmarks/bench_gate_sequential.py", "--on", str(tmp_path / "on"),
+                        "--off", str(tmp_path / "off")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "verdicts and plans DIFFER; champion DIFFERS" in p.stdout, p.stdout
+    assert p.stdout.strip().splitlines()[-1] == "model calls paid per campaign: sequential on 600, off 1,000: 40.0% fewer"
