@@ -175,7 +175,7 @@ def verdicts(base: np.ndarray, cand: np.ndarray, cfgs: list[GateConfig],
     out = []
     for cfg in cfgs:
         lo = float(np.quantile(means, cfg.alpha / 2))
-        accept = lo > 0 and int((d < -cfg.material).sum()) <= cfg.reg_cap
+        accept = lo > 0 and int((d < -cfg.material).sum()) <= cfg.cap(len(d))
         if check:
             per = pd.DataFrame({"item_id": [f"i{k}" for k in range(len(base))], "base": base, "cand": cand, "d": d})
             r = decide(per, cfg)
@@ -213,6 +213,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3, help="seeds per item in one gate (the campaign's)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--reg-share", type=float, default=0.0, help="gate.reg_share: a cap proportional to the items")
     ap.add_argument("--looks", type=int, default=3, help="sequential looks (by seeds), as gate.sequential.looks")
     ap.add_argument("--spending", default="pocock", help="sequential spending function (pocock | obf)")
     ap.add_argument("--bench", default=str(ROOT / "data/benchmarks/retail"))
@@ -230,8 +231,9 @@ def main() -> None:
     items = b.ids("dev")
     if a.quick:
         items = items[:10]
-    one = GateConfig(n_boot=n_boot)  # a single look
-    per_look = GateConfig(n_boot=n_boot, alpha=look_alpha(one.campaign_alpha, a.rounds, 1))  # alpha spending
+    one = GateConfig(n_boot=n_boot, reg_share=a.reg_share)  # a single look
+    per_look = GateConfig(n_boot=n_boot, alpha=look_alpha(one.campaign_alpha, a.rounds, 1),  # alpha spending
+                          reg_share=a.reg_share)
     rng = np.random.default_rng(2024)
     with tempfile.TemporaryDirectory() as tmp:
         pkgs = build_packages(Path(tmp))
@@ -242,7 +244,7 @@ def main() -> None:
     print(f"dev items {len(items)}, seeds per gate {a.seeds}, pool {pool} seeds/item, {n_ep} episodes evaluated once "
           f"({time.perf_counter() - t0:.0f} s); base package dev mean {base.mean():.3f}; n_boot {n_boot}")
     print(f"per look: alpha {one.alpha} (one look) and {per_look.alpha:.3f} (linear spending of campaign_alpha "
-          f"{one.campaign_alpha} over {a.rounds} looks); reg_cap {one.reg_cap}, material {one.material}")
+          f"{one.campaign_alpha} over {a.rounds} looks); reg_cap {one.reg_cap}, reg_share {one.reg_share}, material {one.material}")
     rows = []
 
     def run(label: str, true_effect: float, n: int, arms) -> None:

@@ -106,6 +106,7 @@ class GateParams(_M):
     max_error_share: float = Field(0.25, ge=0, le=1)
     min_items: int = Field(MIN_ITEMS, ge=2)
     campaign_alpha: float = Field(0.05, gt=0, lt=0.5)
+    reg_share: float = Field(0.0, ge=0, le=1)
     sequential: SequentialParams = Field(default_factory=SequentialParams)
 
     def config(self) -> GateConfig:

@@ -959,3 +959,14 @@ def test_bench_gate_sequential_compares_two_campaigns(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "verdicts and plans DIFFER; champion DIFFERS" in p.stdout, p.stdout
     assert p.stdout.strip().splitlines()[-1] == "model calls paid per campaign: sequential on 600, off 1,000: 40.0% fewer"
+
+
+def test_a_proportional_regression_cap_grows_with_the_items_compared():
+    from components.errors import InputError
+
+    cfg = GateConfig(n_boot=1000, reg_share=0.1)
+    assert (cfg.cap(10), cfg.cap(60), cfg.cap(240)) == (2, 6, 24)  # never below reg_cap
+    d = np.array([0.3] * 40 + [-0.1] * 5 + [0.0] * 15)  # a real gain that perturbs 5 of 60 items
+    assert gate_mod.decide(_per(d), cfg).accept and not gate_mod.decide(_per(d), GateConfig(n_boot=1000)).accept
+    with pytest.raises(InputError, match="reg_share"):
+        GateConfig(reg_share=float("nan"))

@@ -6,7 +6,8 @@
     ci       bootstrap over items (not trials): resample the n items with replacement, n_boot times, seeded;
              percentile interval. O(n_items) memory, exact at any size: d_i on a lattice -> the resample sum's
              distribution by one FFT; few distinct values -> multinomial counts; else item indices in bounded chunks
-    decide   accept iff ci_lo > 0 (the CI excludes zero on the improving side), regressed items <= reg_cap,
+    decide   accept iff ci_lo > 0 (the CI excludes zero on the improving side), regressed items <= the cap
+             (reg_cap, or reg_share of the items compared when that is more),
              the prescribed mechanism fired, and no leakage. Anything else, ties included, keeps the parent.
     sequential  the same gate with looks after each group of dev items: a group-sequential efficacy boundary from a
              pre-declared spending function (exact crossing probabilities), early reject when the regressions seen
@@ -82,6 +83,13 @@ class GateConfig:
     max_error_share: float = 0.25
     min_items: int = MIN_ITEMS
     campaign_alpha: float = 0.05  # a campaign's budget for P(any false promotion) over all its dev looks
+    # the regression cap grows with the items compared: a candidate that really changes behaviour perturbs a share of
+    # items, so an absolute count rejects more real improvements the larger dev is (0: the absolute reg_cap only)
+    reg_share: float = 0.0
+
+    def cap(self, n_items: int) -> int:
+        """Regressed items allowed among n_items compared."""
+        return max(int(self.reg_cap), math.floor(self.reg_share * n_items + 1e-9))
 
     def __post_init__(self) -> None:
         _finite("alpha", self.alpha, 0, 1, lo_open=True, hi_open=True)
@@ -89,6 +97,7 @@ class GateConfig:
         _finite("material", self.material, 0, 1)
         _finite("reg_cap", self.reg_cap, 0)
         _finite("max_error_share", self.max_error_share, 0, 1)
+        _finite("reg_share", self.reg_share, 0, 1)
         for name in ("n_boot", "seed", "reg_cap", "min_items"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -278,11 +287,11 @@ def decide(per_item: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_
         reason = "the prescribed mechanism did not fire"
     elif not lo > 0:
         reason = f"CI [{lo:+.4f}, {hi:+.4f}] does not exclude zero on the improving side (ties keep the parent)"
-    elif regressed > cfg.reg_cap:
-        reason = f"{regressed} regressed items > reg_cap {cfg.reg_cap}"
+    elif regressed > cfg.cap(len(d)):
+        reason = f"{regressed} regressed items > reg_cap {cfg.cap(len(d))}"
     else:
         reason = f"net {net:+.4f}, CI [{lo:+.4f}, {hi:+.4f}], {improved} improved, {regressed} regressed"
-    accept = not leakage and mechanism_fired and lo > 0 and regressed <= cfg.reg_cap
+    accept = not leakage and mechanism_fired and lo > 0 and regressed <= cfg.cap(len(d))
     return GateResult(accept, net, lo, hi, len(d), improved, regressed, reason,
                       float(per_item["base"].mean()), float(per_item["cand"].mean()), dropped_errors)
 
@@ -431,7 +440,8 @@ class SequentialResult:
 
 
 def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig, *, final_items: bool = True,
-                 mechanism_fired: bool = True, leakage: bool = False) -> tuple[bool | None, str, dict]:
+                 mechanism_fired: bool = True, leakage: bool = False,
+                 n_total: int | None = None) -> tuple[bool | None, str, dict]:
     """One look of the group-sequential gate over the per-item d seen so far: (True accept | False reject | None go
     on, why, the look's figures).
 
@@ -439,8 +449,10 @@ def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig,
     levels like 1e-6 with 10^4 draws) with the regressions seen within the cap and the mechanism seen firing;
     reject when the net so far is not positive (futility, non-binding: it only ever keeps the parent, so it cannot
     raise the false-promotion rate), or, when the d seen are final (`final_items`), when they already hold more
-    regressions than the cap. The last look is the ordinary bootstrap gate at that look's level. Ties keep the parent."""
+    regressions than the cap (for `n_total` items). The last look is the ordinary bootstrap gate at that look's level.
+    Ties keep the parent."""
     n_looks, p = len(levels), levels[look - 1]
+    cap_now, cap_end = cfg.cap(len(d)), cfg.cap(len(d) if n_total is None else n_total)
     last = look == n_looks
     net, regressed = float(d.mean()), int((d < -cfg.material).sum())
     if last:
@@ -456,11 +468,11 @@ def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig,
     where = f"at look {look} of {n_looks}"
     if leakage:
         return False, "leakage", fig
-    if regressed > cfg.reg_cap and (last or final_items):
-        return False, f"{regressed} regressed items > reg_cap {cfg.reg_cap} {where}", fig
+    if regressed > (cap_now if last else cap_end) and (last or final_items):
+        return False, f"{regressed} regressed items > reg_cap {cap_now if last else cap_end} {where}", fig
     if last and not mechanism_fired:
         return False, "the prescribed mechanism did not fire", fig
-    if lo > 0 and regressed <= cfg.reg_cap and mechanism_fired:
+    if lo > 0 and regressed <= cap_now and mechanism_fired:
         return True, (f"net {net:+.4f}, lower bound {lo:+.4f} at one-sided level {p:.5f} {where}, "
                       f"{regressed} regressed"), fig
     if last or net <= 0:
@@ -482,7 +494,7 @@ def sequential_decide(per_item: pd.DataFrame, cfg: GateConfig, group_sizes: list
     looks = []
     for g, end in enumerate(ends, start=1):
         verdict, why, fig = look_verdict(d_all[:end], g, levels, cfg, mechanism_fired=mechanism_fired,
-                                         leakage=leakage)
+                                         leakage=leakage, n_total=n)
         looks.append({k: fig[k] for k in ("look", "level", "lo", "net", "regressed")} | {"n": int(end)})
         if verdict is not None:
             return SequentialResult(verdict, g, len(ends), int(end), n, f"{why} ({end} of {n} items)", tuple(looks))
@@ -521,7 +533,7 @@ def sequential_gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig, des
         d = per["d"].to_numpy(dtype=float)
         fired = True if fired_by_look is None else bool(fired_by_look[min(g, len(fired_by_look)) - 1])
         verdict, why, fig = look_verdict(d, g, levels, cfg, final_items=design.by == "items",
-                                         mechanism_fired=fired, leakage=leakage)
+                                         mechanism_fired=fired, leakage=leakage, n_total=len(items))
         record["per_look"].append(fig)
         if verdict is None:
             continue
