@@ -247,9 +247,11 @@ def main() -> None:
           f"{one.campaign_alpha} over {a.rounds} looks); reg_cap {one.reg_cap}, reg_share {one.reg_share}, material {one.material}")
     rows = []
 
+    no_cap = GateConfig(n_boot=n_boot, alpha=per_look.alpha, reg_cap=10**6)  # the CI rule alone
+
     def run(label: str, true_effect: float, n: int, arms) -> None:
         acc = {"one": [0, 0], "look": [0, 0]}
-        seq, used, agree = 0, 0.0, 0
+        seq, used, agree, seq_ci = 0, 0.0, 0, 0
         for g in range(n):
             bc, cc = arms()
             for key, (full, ci) in zip(("one", "look"), verdicts(bc.mean(1), cc.mean(1), [one, per_look],
@@ -258,11 +260,13 @@ def main() -> None:
                 acc[key][1] += ci
             s_acc, s_used = sequential(bc, cc, per_look, a.looks, a.spending)
             seq, used, agree = seq + s_acc, used + s_used, agree + (s_acc == full)  # full: the @alpha_k verdict
+            seq_ci += sequential(bc, cc, no_cap, a.looks, a.spending)[0]
         rows.append((label, true_effect, n, acc))
         print(f"{label:<22} true {100 * true_effect:+6.2f} pts  gates {n:5d}  promoted @0.05 {fmt(acc['one'][0], n)}  "
               f"@{per_look.alpha:.2f} {fmt(acc['look'][0], n)}  (CI alone: @0.05 {100 * acc['one'][1] / n:.1f}%, "
               f"@{per_look.alpha:.2f} {100 * acc['look'][1] / n:.1f}%)  sequential @{per_look.alpha:.2f} "
-              f"{fmt(seq, n)}, same verdict {100 * agree / n:.1f}%, episodes {100 * used / n:.0f}%",
+              f"{fmt(seq, n)}, same verdict {100 * agree / n:.1f}%, episodes {100 * used / n:.0f}% "
+              f"(CI alone {100 * seq_ci / n:.1f}%)",
               flush=True)
 
     def aa():
@@ -296,7 +300,7 @@ def main() -> None:
             return arm_cells(base[pick], s), arm_cells(effect_arm(rng, noisy[pick], 0.10 + cost), s)
         run(f"power: +10, {mult * len(items)} items", 0.10, n_power // 2, bigger)
     # a 10-round campaign of null patches: one champion evaluation, a fresh null candidate at every look
-    camp = {"one": 0, "look": 0, "ci_one": 0, "ci_look": 0, "seq": 0}
+    camp = {"one": 0, "look": 0, "ci_one": 0, "ci_look": 0, "seq": 0, "ci_seq": 0}
     for _ in range(n_camp):
         perm = draw_seeds(rng, len(items), pool, pool)
         bc = arm_cells(base, perm[:, :a.seeds])  # the champion's dev evaluation, fixed for the whole campaign
@@ -310,6 +314,7 @@ def main() -> None:
                 hit[key] = hit[key] or full
                 hit["ci_" + key] = hit["ci_" + key] or ci
             hit["seq"] = hit["seq"] or sequential(bc, cc, per_look, a.looks, a.spending)[0]
+            hit["ci_seq"] = hit["ci_seq"] or sequential(bc, cc, no_cap, a.looks, a.spending)[0]
             if all(hit.values()):
                 break
         for key in camp:
@@ -318,7 +323,8 @@ def main() -> None:
           f"{fmt(camp['one'], n_camp)}; with linear alpha spending ({per_look.alpha:.3f} per look) {fmt(camp['look'], n_camp)}")
     print(f"  the CI rule alone (no regression cap): without spending {fmt(camp['ci_one'], n_camp)}; "
           f"with spending {fmt(camp['ci_look'], n_camp)}")
-    print(f"  sequential ({a.looks} looks by seeds, {a.spending} spending of each look's alpha): {fmt(camp['seq'], n_camp)}")
+    print(f"  sequential ({a.looks} looks by seeds, {a.spending} spending of each look's alpha): {fmt(camp['seq'], n_camp)}; "
+          f"its CI rule alone {fmt(camp['ci_seq'], n_camp)}")
     print(f"total {time.perf_counter() - t0:.0f} s")
     print(f"campaign-level false promotion with alpha spending: {100 * camp['look'] / n_camp:.1f}% "
           f"(CI rule alone {100 * camp['ci_look'] / n_camp:.1f}%; sequential {100 * camp['seq'] / n_camp:.1f}%)")
