@@ -9,11 +9,11 @@
     decide   accept iff ci_lo > 0 (the CI excludes zero on the improving side), regressed items <= the cap
              (reg_cap, or reg_share of the items compared when that is more),
              the prescribed mechanism fired, and no leakage. Anything else, ties included, keeps the parent.
-    sequential  the same gate with looks after each group of dev items: a group-sequential efficacy boundary from a
-             pre-declared spending function (exact crossing probabilities), early reject when the regressions seen
-             already exceed the cap or the effect so far is not positive; the last look is the full gate
-             (measured by replaying recorded campaigns, benchmarks/bench_gate_sequential.py; the round flow
-             still evaluates dev in full)
+    sequential  the same gate with looks: after each look (by seeds: every item, one more seed; by items: more items,
+             every seed) a group-sequential efficacy boundary from a pre-declared Lan-DeMets spending function
+             (exact crossing probabilities) accepts, a non-positive net so far rejects (futility), final regressions
+             over the cap reject; the last look is the full gate at its level. The round flow evaluates dev (and
+             the repair screen) look by look and stops at the first verdict (`sequential_gate`, `sequential_repair`)
     spend    held-out reuse: a campaign looks at the same dev items every round, so the k-th look gets its share
              alpha_k of one campaign budget (linear alpha spending over the declared maximum number of looks);
              P(any false promotion in the campaign) <= sum of the one-sided alpha_k / 2 <= campaign_alpha
