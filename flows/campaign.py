@@ -203,7 +203,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
                                 plan.source_items, ev.seeds)
         return got if got[0] is not None else None
 
-    rc_t, (repair, repair_items, repair_seq) = by_looks(repair_groups, {"cand": lambda its, sds, g: note(
+    _, (repair, repair_items, repair_seq) = by_looks(repair_groups, {"cand": lambda its, sds, g: note(
         "repair", "cand", cand, ev(cand, f"r{round_no} repair cand look {g}", items=its, seeds=sds), look=g)},
         repair_judge)
     write_json(rd / "repair.json", {**repair.as_dict(), "sequential": repair_seq})
