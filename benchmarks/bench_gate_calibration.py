@@ -20,6 +20,8 @@ deterministic given package, task and seed), and each gate is then formed from r
              independent re-evaluation of the same package (the most dangerous null: fresh noise at every look).
 Every gate is the real `decide` (CI, regression cap, material threshold) at the alpha it would use: 0.05 for one
 look, and alpha_k = 2 * campaign_alpha / rounds (0.01) per look under the campaign's linear alpha spending.
+Sequential: the same gates at alpha_k stopped early as the round flow does (`--looks`, `--spending`, by seeds: look g
+sees every item with the first g of its seeds; `look_verdict` at each), with the share of episodes it evaluated.
 Gates drawn from one pool share seeds, so the Wilson CIs (which assume independent gates) are somewhat too narrow.
 Last line: the campaign-level false-promotion rate under alpha spending.
 """
@@ -46,7 +48,8 @@ quiet_offline()
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from components.evolution.gate import GateConfig, boot_means, decide, look_alpha  # noqa: E402
+from components.evolution.gate import (GateConfig, boot_means, decide, efficacy_levels, look_alpha,  # noqa: E402
+                                       look_verdict)
 
 NOTHING = """---
 id: customer-tone
@@ -144,8 +147,21 @@ def draw_seeds(rng: np.random.Generator, n_items: int, pool: int, k: int) -> np.
     return np.argsort(rng.random((n_items, pool)), axis=1)[:, :k]
 
 
-def arm_mean(scores: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-    return np.take_along_axis(scores, seeds, axis=1).mean(axis=1)
+def arm_cells(scores: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """scores[item, seed] of the drawn seeds: an (n_items, k) array, seeds in look order."""
+    return np.take_along_axis(scores, seeds, axis=1)
+
+
+def sequential(base: np.ndarray, cand: np.ndarray, cfg: GateConfig, looks: int, spending: str) -> tuple[bool, float]:
+    """The round flow's sequential gate by seeds on (n_items, k) cells: (accepted, share of the cells evaluated)."""
+    k = base.shape[1]
+    ends = np.cumsum([len(g) for g in np.array_split(np.arange(k), min(looks, k))])
+    levels = efficacy_levels([e / k for e in ends], cfg.alpha / 2, spending)
+    for g, e in enumerate(ends, start=1):
+        verdict, _, _ = look_verdict((cand[:, :e] - base[:, :e]).mean(axis=1), g, levels, cfg, final_items=False)
+        if verdict is not None:
+            return verdict, e / k
+    raise AssertionError("unreachable")
 
 
 def verdicts(base: np.ndarray, cand: np.ndarray, cfgs: list[GateConfig],
@@ -159,7 +175,7 @@ def verdicts(base: np.ndarray, cand: np.ndarray, cfgs: list[GateConfig],
     out = []
     for cfg in cfgs:
         lo = float(np.quantile(means, cfg.alpha / 2))
-        accept = lo > 0 and int((d < -cfg.material).sum()) <= cfg.reg_cap
+        accept = lo > 0 and int((d < -cfg.material).sum()) <= cfg.cap(len(d))
         if check:
             per = pd.DataFrame({"item_id": [f"i{k}" for k in range(len(base))], "base": base, "cand": cand, "d": d})
             r = decide(per, cfg)
@@ -197,6 +213,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3, help="seeds per item in one gate (the campaign's)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--reg-share", type=float, default=0.0, help="gate.reg_share: a cap proportional to the items")
+    ap.add_argument("--looks", type=int, default=3, help="sequential looks (by seeds), as gate.sequential.looks")
+    ap.add_argument("--spending", default="pocock", help="sequential spending function (pocock | obf)")
     ap.add_argument("--bench", default=str(ROOT / "data/benchmarks/retail"))
     ap.add_argument("--cache", default=str(ROOT / ".ratchet" / "bench_gate_calibration"), help="pool score cache")
     a = ap.parse_args()
@@ -212,8 +231,9 @@ def main() -> None:
     items = b.ids("dev")
     if a.quick:
         items = items[:10]
-    one = GateConfig(n_boot=n_boot)  # a single look
-    per_look = GateConfig(n_boot=n_boot, alpha=look_alpha(one.campaign_alpha, a.rounds, 1))  # alpha spending
+    one = GateConfig(n_boot=n_boot, reg_share=a.reg_share)  # a single look
+    per_look = GateConfig(n_boot=n_boot, alpha=look_alpha(one.campaign_alpha, a.rounds, 1),  # alpha spending
+                          reg_share=a.reg_share)
     rng = np.random.default_rng(2024)
     with tempfile.TemporaryDirectory() as tmp:
         pkgs = build_packages(Path(tmp))
@@ -224,31 +244,40 @@ def main() -> None:
     print(f"dev items {len(items)}, seeds per gate {a.seeds}, pool {pool} seeds/item, {n_ep} episodes evaluated once "
           f"({time.perf_counter() - t0:.0f} s); base package dev mean {base.mean():.3f}; n_boot {n_boot}")
     print(f"per look: alpha {one.alpha} (one look) and {per_look.alpha:.3f} (linear spending of campaign_alpha "
-          f"{one.campaign_alpha} over {a.rounds} looks); reg_cap {one.reg_cap}, material {one.material}")
+          f"{one.campaign_alpha} over {a.rounds} looks); reg_cap {one.reg_cap}, reg_share {one.reg_share}, material {one.material}")
     rows = []
+
+    no_cap = GateConfig(n_boot=n_boot, alpha=per_look.alpha, reg_cap=10**6)  # the CI rule alone
 
     def run(label: str, true_effect: float, n: int, arms) -> None:
         acc = {"one": [0, 0], "look": [0, 0]}
+        seq, used, agree, seq_ci = 0, 0.0, 0, 0
         for g in range(n):
-            bm, cm = arms()
-            for key, (full, ci) in zip(("one", "look"), verdicts(bm, cm, [one, per_look], check=g < 5)):
+            bc, cc = arms()
+            for key, (full, ci) in zip(("one", "look"), verdicts(bc.mean(1), cc.mean(1), [one, per_look],
+                                                                  check=g < 5)):
                 acc[key][0] += full
                 acc[key][1] += ci
+            s_acc, s_used = sequential(bc, cc, per_look, a.looks, a.spending)
+            seq, used, agree = seq + s_acc, used + s_used, agree + (s_acc == full)  # full: the @alpha_k verdict
+            seq_ci += sequential(bc, cc, no_cap, a.looks, a.spending)[0]
         rows.append((label, true_effect, n, acc))
         print(f"{label:<22} true {100 * true_effect:+6.2f} pts  gates {n:5d}  promoted @0.05 {fmt(acc['one'][0], n)}  "
               f"@{per_look.alpha:.2f} {fmt(acc['look'][0], n)}  (CI alone: @0.05 {100 * acc['one'][1] / n:.1f}%, "
-              f"@{per_look.alpha:.2f} {100 * acc['look'][1] / n:.1f}%)",
+              f"@{per_look.alpha:.2f} {100 * acc['look'][1] / n:.1f}%)  sequential @{per_look.alpha:.2f} "
+              f"{fmt(seq, n)}, same verdict {100 * agree / n:.1f}%, episodes {100 * used / n:.0f}% "
+              f"(CI alone {100 * seq_ci / n:.1f}%)",
               flush=True)
 
     def aa():
         s = draw_seeds(rng, len(items), pool, 2 * a.seeds)
-        return arm_mean(base, s[:, :a.seeds]), arm_mean(base, s[:, a.seeds:])
+        return arm_cells(base, s[:, :a.seeds]), arm_cells(base, s[:, a.seeds:])
 
     run("A/A", 0.0, n_aa, aa)
     for name in ("nothing", "misleading", "bounce"):
         def patch(name=name):
             s = draw_seeds(rng, len(items), pool, a.seeds)
-            return arm_mean(base, s), arm_mean(S[name], s)
+            return arm_cells(base, s), arm_cells(S[name], s)
         run(f"patch: {name}", float(S[name].mean() - base.mean()), n_patch, patch)
     # a real improvement also changes behaviour elsewhere: build it on the "nothing" patch (an added card that
     # perturbs episodes and costs a little) and add fixes until the total true effect is +5 / +10 points
@@ -256,11 +285,11 @@ def main() -> None:
     for effect in (0.05, 0.10):
         def clean(effect=effect):
             s = draw_seeds(rng, len(items), pool, a.seeds)
-            return arm_mean(base, s), arm_mean(effect_arm(rng, base, effect), s)
+            return arm_cells(base, s), arm_cells(effect_arm(rng, base, effect), s)
 
         def perturbed(effect=effect):
             s = draw_seeds(rng, len(items), pool, a.seeds)
-            return arm_mean(base, s), arm_mean(effect_arm(rng, noisy, effect + cost), s)
+            return arm_cells(base, s), arm_cells(effect_arm(rng, noisy, effect + cost), s)
         run(f"power: +{round(100 * effect)} clean", effect, n_power, clean)
         run(f"power: +{round(100 * effect)} perturbed", effect, n_power, perturbed)
     # what dev size would give 80% power at +10 under alpha spending: virtual dev sets of items drawn from the 60
@@ -268,21 +297,24 @@ def main() -> None:
         def bigger(mult=mult):
             pick = rng.integers(0, len(items), len(items) * mult)
             s = draw_seeds(rng, len(pick), pool, a.seeds)
-            return arm_mean(base[pick], s), arm_mean(effect_arm(rng, noisy[pick], 0.10 + cost), s)
+            return arm_cells(base[pick], s), arm_cells(effect_arm(rng, noisy[pick], 0.10 + cost), s)
         run(f"power: +10, {mult * len(items)} items", 0.10, n_power // 2, bigger)
     # a 10-round campaign of null patches: one champion evaluation, a fresh null candidate at every look
-    camp = {"one": 0, "look": 0, "ci_one": 0, "ci_look": 0}
+    camp = {"one": 0, "look": 0, "ci_one": 0, "ci_look": 0, "seq": 0, "ci_seq": 0}
     for _ in range(n_camp):
         perm = draw_seeds(rng, len(items), pool, pool)
-        bm = arm_mean(base, perm[:, :a.seeds])  # the champion's dev evaluation, fixed for the whole campaign
+        bc = arm_cells(base, perm[:, :a.seeds])  # the champion's dev evaluation, fixed for the whole campaign
+        bm = bc.mean(axis=1)
         rest = perm[:, a.seeds:]
         hit = dict.fromkeys(camp, False)
         for r in range(a.rounds):
             cand_seeds = np.take_along_axis(rest, np.argsort(rng.random(rest.shape), axis=1)[:, :a.seeds], axis=1)
-            cm = arm_mean(base, cand_seeds)
-            for key, (full, ci) in zip(("one", "look"), verdicts(bm, cm, [one, per_look])):
+            cc = arm_cells(base, cand_seeds)
+            for key, (full, ci) in zip(("one", "look"), verdicts(bm, cc.mean(axis=1), [one, per_look])):
                 hit[key] = hit[key] or full
                 hit["ci_" + key] = hit["ci_" + key] or ci
+            hit["seq"] = hit["seq"] or sequential(bc, cc, per_look, a.looks, a.spending)[0]
+            hit["ci_seq"] = hit["ci_seq"] or sequential(bc, cc, no_cap, a.looks, a.spending)[0]
             if all(hit.values()):
                 break
         for key in camp:
@@ -291,9 +323,11 @@ def main() -> None:
           f"{fmt(camp['one'], n_camp)}; with linear alpha spending ({per_look.alpha:.3f} per look) {fmt(camp['look'], n_camp)}")
     print(f"  the CI rule alone (no regression cap): without spending {fmt(camp['ci_one'], n_camp)}; "
           f"with spending {fmt(camp['ci_look'], n_camp)}")
+    print(f"  sequential ({a.looks} looks by seeds, {a.spending} spending of each look's alpha): {fmt(camp['seq'], n_camp)}; "
+          f"its CI rule alone {fmt(camp['ci_seq'], n_camp)}")
     print(f"total {time.perf_counter() - t0:.0f} s")
     print(f"campaign-level false promotion with alpha spending: {100 * camp['look'] / n_camp:.1f}% "
-          f"(CI rule alone {100 * camp['ci_look'] / n_camp:.1f}%)")
+          f"(CI rule alone {100 * camp['ci_look'] / n_camp:.1f}%; sequential {100 * camp['seq'] / n_camp:.1f}%)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,15 @@
-"""Sequential early stopping of the held-out gate, replayed on a finished campaign's recorded dev evaluations.
+"""Sequential early stopping of the held-out gate: two finished campaigns compared, or one replayed.
 
+    python benchmarks/bench_gate_sequential.py --on DIR --off DIR
     python benchmarks/bench_gate_sequential.py --campaign runs/campaign [--looks 3] [--spending obf|pocock] [--order hash|dev]
 
+Compare (`--on`, `--off`): the same campaign run with `gate.sequential` on and off (each in a fresh RATCHET_HOME, so
+nothing comes from an earlier run's task cache): each round's verdict, plan and looks used side by side, and the
+model calls each campaign paid (its budget ledger, `.state/budget.json`: cached evaluations, such as the champion's
+dev cells from the round that accepted it, cost nothing) and where they went (its evaluations, by split and arm).
+Last line: the share of model calls the sequential campaign saved.
+
+Replay (`--campaign`):
 Every round that looked at dev recorded both arms' scores per (item, seed), model calls included. Shards run in dev
 order (`campaign.shard_size` items each, the items ordered by a hash of their id so that a group is not one task
 family: dev ids run family by family); the replay puts a look after every group of shards, applies
@@ -9,7 +17,8 @@ family: dev ids run family by family); the replay puts a look after every group 
 regression cap or a non-positive net) at the round's own alpha, and counts the model calls of the shards a
 sequential round would never have run, in both arms. It reports each round's verdict next to the full evaluation's
 and the saving against the campaign's whole evidence cost. The replay is exact for what it covers (same episodes, same
-bootstrap); the flow itself still evaluates dev in full (see README). Last line: the share of model calls saved.
+bootstrap) but ignores what a partly evaluated champion costs the next round. Last line: the share of model calls
+saved.
 """
 
 from __future__ import annotations
@@ -66,14 +75,63 @@ def replay(campaign: Path, looks: int, spending: str, shuffle: bool = True) -> d
             "same": all(r["full"] == r["sequential"] for r in rows)}
 
 
+def _where(camp: Path) -> dict:
+    """Model calls of the campaign's evaluations by split and arm (reused ones excluded: counted where they ran)."""
+    out: dict = {}
+    files = sorted(camp.glob("rounds/r*/evals.json")) + [camp / "test_evals.json"]
+    for f in files:
+        for e in json.loads(f.read_text()) if f.exists() else []:
+            if not e.get("reused"):
+                key = f"{e['split']} {e['arm']}"
+                out[key] = out.get(key, 0) + int(e["summary"]["model_calls"])
+    return out
+
+
+def compare(on: Path, off: Path) -> dict:
+    s_on, s_off = (json.loads((c / "summary.json").read_text()) for c in (on, off))
+    paid = {k: int(json.loads((c / ".state/budget.json").read_text())["spent"]["model_calls"])
+            for k, c in (("on", on), ("off", off))}
+    by_round = {}
+    for k, s in (("on", s_on), ("off", s_off)):
+        for r in s["history"]:
+            seq = (r.get("sequential") or {}).get("gate") or {}
+            by_round.setdefault(r["round"], {})[k] = {"verdict": r["verdict"], "plan": r.get("plan_key", "-"),
+                                                      "looks": f"{seq.get('looks_used', '-')}/{seq.get('looks', '-')}"}
+    same = all(v.get("on", {}).get("verdict") == v.get("off", {}).get("verdict")
+               and v.get("on", {}).get("plan") == v.get("off", {}).get("plan") for v in by_round.values())
+    return {"paid": paid, "rounds": by_round, "same": same, "test": (s_on["test"], s_off["test"]),
+            "champion": (s_on["champion_digest"], s_off["champion_digest"]), "where": (_where(on), _where(off))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--on", help="a finished campaign run with gate.sequential on")
+    ap.add_argument("--off", help="the same campaign with gate.sequential.looks: 1")
     ap.add_argument("--campaign", default=str(ROOT / "runs/campaign"))
     ap.add_argument("--looks", type=int, default=3)
     ap.add_argument("--spending", default="obf")
     ap.add_argument("--order", choices=["hash", "dev"], default="hash",
                     help="shard order: by a hash of the item id (default), or the dev ids' own order")
     a = ap.parse_args()
+    if a.on or a.off:
+        if not (a.on and a.off):
+            raise SystemExit("--on and --off go together")
+        c = compare(Path(a.on), Path(a.off))
+        print(f"{'round':>5} {'verdict on':>11} {'verdict off':>11} {'looks on':>8}  plan")
+        for r, v in sorted(c["rounds"].items()):
+            on, off = v.get("on", {}), v.get("off", {})
+            print(f"{r:>5} {on.get('verdict', '-'):>11} {off.get('verdict', '-'):>11} {on.get('looks', '-'):>8}  "
+                  f"{on.get('plan', '-')}{'' if on.get('plan') == off.get('plan') else ' | off: ' + str(off.get('plan'))}")
+        for k, w in zip(("on", "off"), c["where"]):
+            print(f"{k:>3}: model calls behind each evaluation (cached ones too): " + ", ".join(f"{x} {n:,}" for x, n in sorted(w.items())))
+        t_on, t_off = c["test"]
+        print(f"verdicts and plans {'identical' if c['same'] else 'DIFFER'}; champion "
+              f"{'identical' if c['champion'][0] == c['champion'][1] else 'DIFFERS'}; test net on "
+              f"{(t_on or {}).get('net', float('nan')):+.3f}, off {(t_off or {}).get('net', float('nan')):+.3f}")
+        on_, off_ = c["paid"]["on"], c["paid"]["off"]
+        print(f"model calls paid per campaign: sequential on {on_:,}, off {off_:,}: "
+              f"{100 * (off_ - on_) / max(1, off_):.1f}% fewer")
+        return
     r = replay(Path(a.campaign), a.looks, a.spending, a.order == "hash")
     print(f"{'round':>5} {'full':>7} {'seq':>7} {'look':>5} {'items':>6} {'net':>7} {'ci_lo':>7} {'dev calls':>10} {'saved':>7}")
     for x in r["rows"]:

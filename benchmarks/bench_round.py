@@ -42,7 +42,7 @@ def plain_round(p, budget: dict) -> tuple[float, str]:
     from components.contracts import check_paired_scores
     from components.evidence.packets import verify_citations
     from components.evolution.diagnose import diagnose
-    from components.evolution.gate import GateConfig, gate, repair_screen
+    from components.evolution.gate import gate, repair_screen
     from components.evolution.lineage import Lineage
     from components.evolution.meta import PlanContext, make_meta_agent
     from components.evolution.patch import apply_plan
@@ -99,7 +99,7 @@ def plain_round(p, budget: dict) -> tuple[float, str]:
     write_csv(rd / "dev_base.csv", db.scores)
     write_csv(rd / "dev_cand.csv", dc.scores)
     check_paired_scores(db.scores, dc.scores, "held-out gate")
-    verdict, per_item = gate(db.scores, dc.scores, GateConfig(**p.gate.model_dump()),
+    verdict, per_item = gate(db.scores, dc.scores, p.gate.config(),
                              mechanism_fired=fired(dc.traces, plan.mechanism))
     write_json(rd / "gate.json", verdict.as_dict())
     write_csv(rd / "gate_items.csv", per_item)

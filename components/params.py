@@ -11,7 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 
 from components.errors import InputError
-from components.evolution.gate import MIN_BOOT, MIN_ITEMS, GateConfig
+from components.evolution.gate import MIN_BOOT, MIN_ITEMS, GateConfig, SequentialDesign
 from components.io import strict_yaml
 
 # A free-form options dict (meta_agent_cfg, model_cfg) is data a strategy reads, not a store: bounded so that a
@@ -83,6 +83,18 @@ class BenchmarkParams(_M):
         return out
 
 
+class SequentialParams(_M):
+    """Early stopping of the round's dev evaluation (and repair screen): looks: 1 evaluates in full."""
+
+    looks: int = Field(1, ge=1, le=20)
+    spending: Literal["pocock", "obf"] = "pocock"
+    by: Literal["seeds", "items"] = "seeds"
+    repair: bool = True  # the repair screen stops early with the same looks
+
+    def design(self) -> SequentialDesign:
+        return SequentialDesign(self.looks, self.spending, self.by)
+
+
 class GateParams(_M):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # nan passes no comparison: refuse it
 
@@ -94,9 +106,11 @@ class GateParams(_M):
     max_error_share: float = Field(0.25, ge=0, le=1)
     min_items: int = Field(MIN_ITEMS, ge=2)
     campaign_alpha: float = Field(0.05, gt=0, lt=0.5)
+    reg_share: float = Field(0.0, ge=0, le=1)
+    sequential: SequentialParams = Field(default_factory=SequentialParams)
 
     def config(self) -> GateConfig:
-        return GateConfig(**self.model_dump())
+        return GateConfig(**self.model_dump(exclude={"sequential"}))
 
 
 class BudgetParams(_M):

@@ -20,6 +20,7 @@ the campaign are relative to it, so a moved or copied campaign resumes and repro
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 
 from prefect import flow
@@ -28,7 +29,7 @@ from rich.console import Console
 from components.contracts import check_benchmark, check_paired_scores
 from components.evidence.budget import BudgetExceeded, BudgetLedger
 from components.errors import InputError
-from components.evolution.gate import GateConfig, gate, look_alpha
+from components.evolution.gate import SequentialDesign, gate, look_alpha
 from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock
 from components.evolution.localization import localization_from_rounds
 from components.evolution.report import round_dir, write_csv, write_json
@@ -42,8 +43,8 @@ from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
 from flows.evaluate import submit_eval, task_runner
 from flows.prefect_setup import quiet_expected_failures, tie_temporary_server_to_this_process
-from flows.tasks import (causes_stage, commit_stage, diagnose_stage, gate_stage, patch_stage, plan_stage, reject_stage,
-                         repair_stage, validate_stage)
+from flows.tasks import (causes_stage, commit_stage, diagnose_stage, gate_look_stage, patch_stage, plan_stage,
+                         reject_stage, repair_look_stage, validate_stage)
 
 tie_temporary_server_to_this_process()
 quiet_expected_failures()
@@ -75,11 +76,39 @@ class _Eval:
     def __init__(self, p: Params, budget: dict):
         self.p, self.budget, self.seeds = p, budget, list(range(p.campaign.seeds))
 
-    def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None) -> EvalTables:
+    def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None,
+                 seeds: list[int] | None = None) -> EvalTables:
         c = self.p.campaign
-        return submit_eval(str(package), self.p.benchmark.out, self.seeds, split=split, items=items,
-                           shard_size=c.shard_size, model=c.model, model_cfg=c.model_cfg, max_turns=c.max_turns,
-                           label=label, budget=self.budget)
+        return submit_eval(str(package), self.p.benchmark.out, self.seeds if seeds is None else seeds, split=split,
+                           items=items, shard_size=c.shard_size, model=c.model, model_cfg=c.model_cfg,
+                           max_turns=c.max_turns, label=label, budget=self.budget)
+
+
+def by_looks(groups: list[tuple[list[str], list[int]]], arms: dict, judge):
+    """Evaluate the arms look by look, each look's (items, seeds) cells in shards, and ask `judge(tables so far,
+    look)` after each; stop at its first answer that is not None. `arms[name](items, seeds, look)` evaluates one
+    arm's cells. Returns (the arms' tables over the cells evaluated, the judge's answer)."""
+    got: dict[str, list[EvalTables]] = {k: [] for k in arms}
+    for g, (items, seeds) in enumerate(groups, start=1):
+        for k, run in arms.items():
+            got[k].append(run(items, seeds, g))
+        tables = {k: EvalTables.concat(v) for k, v in got.items()}
+        answer = judge(tables, g)
+        if answer is not None:
+            return tables, answer
+    raise AssertionError("unreachable: the last look always decides")
+
+
+def _reused(train: EvalTables, items: list[str], seeds: list[int]) -> EvalTables | None:
+    """The champion's train episodes on `items` (every seed), if the train evaluation holds them all: the same
+    (package, item, seed) episodes a new evaluation would run, at no cost."""
+    s = train.scores
+    rows = s[s["item_id"].isin(set(items)) & s["seed"].isin(set(seeds))]
+    if len(rows) != len(items) * len(seeds) or len(set(items)) != len(items):
+        return None
+    keep = lambda df: df[df["item_id"].isin(set(items)) & df["seed"].isin(set(seeds))]  # noqa: E731
+    return EvalTables(rows.reset_index(drop=True), keep(train.traces).reset_index(drop=True),
+                      keep(train.causes).reset_index(drop=True) if len(train.causes) else train.causes)
 
 
 def dev_look(lineage: Lineage, round_no: int, p: Params) -> dict:
@@ -110,8 +139,9 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
                     "champion_before": champ.name}
     evals: list[dict] = []
 
-    def note(split: str, arm: str, package: str, t: EvalTables) -> EvalTables:
-        evals.append({"split": split, "arm": arm, "package_digest": digest(package), "summary": summary(t.scores)})
+    def note(split: str, arm: str, package: str, t: EvalTables, **extra) -> EvalTables:
+        evals.append({"split": split, "arm": arm, "package_digest": digest(package), "summary": summary(t.scores),
+                      **extra})
         write_json(rd / "evals.json", evals)
         return t
 
@@ -157,34 +187,67 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     stage_done(p, round_no, "validate")
     if not validation.ok:
         return reject("invalid: " + "; ".join(validation.problems), plan, validation=validation.checks)
-    # 6. repair screen on the diagnosed source tasks
-    rb = note("repair", "base", base, ev(base, f"r{round_no} repair base", items=plan.source_items))
-    rc = note("repair", "cand", cand, ev(cand, f"r{round_no} repair cand", items=plan.source_items))
-    repair, repair_items = repair_stage(rb.scores, rc.scores, p.gate.material)
-    write_json(rd / "repair.json", repair.as_dict())
+    # 6. repair screen on the diagnosed source tasks. The champion's side is its train evaluation (the same
+    #    episodes: package, item, seed), so only the candidate runs, look by look when sequential
+    seq, design = p.gate.sequential, p.gate.sequential.design()
+    rb = _reused(train, plan.source_items, ev.seeds)
+    if rb is None:
+        rb = note("repair", "base", base, ev(base, f"r{round_no} repair base", items=plan.source_items))
+    else:
+        note("repair", "base", base, rb, reused="train")
+    repair_design = design if seq.repair else SequentialDesign()
+    repair_groups = repair_design.groups(plan.source_items, ev.seeds)
+
+    def repair_judge(t: dict, look: int):
+        got = repair_look_stage(rb.scores, t["cand"].scores, p.gate.material, p.gate.alpha, asdict(repair_design),
+                                plan.source_items, ev.seeds)
+        return got if got[0] is not None else None
+
+    _, (repair, repair_items, repair_seq) = by_looks(repair_groups, {"cand": lambda its, sds, g: note(
+        "repair", "cand", cand, ev(cand, f"r{round_no} repair cand look {g}", items=its, seeds=sds), look=g)},
+        repair_judge)
+    write_json(rd / "repair.json", {**repair.as_dict(), "sequential": repair_seq})
     write_csv(rd / "repair_items.csv", repair_items)
     stage_done(p, round_no, "repair")
     if not repair.ok:
-        return reject(f"repair screen: {repair.reason}", plan, repair=repair.as_dict())
+        return reject(f"repair screen: {repair.reason}", plan, repair=repair.as_dict(),
+                      sequential={"repair": repair_seq})
     # 7. held-out gate: candidate vs champion on dev, paired seeds, identical benchmark bytes; this look at dev
-    #    spends its share of the campaign's alpha (the same dev items are looked at every round)
+    #    spends its share of the campaign's alpha (the same dev items are looked at every round). Sequential: both
+    #    arms look by look, stopping at the first clear verdict; the champion's cells come from the Prefect task
+    #    cache when it was last round's accepted candidate (same package bytes, items, seeds: same shard keys)
     look = dev_look(lineage, round_no, p)
-    gate_cfg = {**p.gate.model_dump(), "alpha": look["alpha"]}
-    db = note("dev", "base", base, ev(base, f"r{round_no} dev {champ.name}", split="dev"))
-    dc = note("dev", "cand", cand, ev(cand, f"r{round_no} dev candidate", split="dev"))
+    gate_cfg = {**p.gate.config().__dict__, "alpha": look["alpha"]}
+    dev_ids, leak = b.ids("dev"), validation.checks.get("leakage") != "ok"
+    fired_by_look: list[bool] = []
+
+    def gate_judge(t: dict, look_no: int):
+        fired_by_look.append(fired(t["cand"].traces, plan.mechanism))
+        got = gate_look_stage(t["base"].scores, t["cand"].scores, gate_cfg, asdict(design), dev_ids, ev.seeds,
+                              fired_by_look, leak)
+        return got if got[0] is not None else None
+
+    def dev_arm(arm: str, package: str, name: str):
+        return lambda its, sds, g: note("dev", arm, package, ev(package, f"r{round_no} dev {name}" + (
+            f" look {g}" if design.on else ""), items=its, seeds=sds), **({"look": g} if design.on else {}))
+
+    dev_t, (verdict, per_item, dev_seq) = by_looks(
+        design.groups(dev_ids, ev.seeds), {"base": dev_arm("base", base, champ.name),
+                                           "cand": dev_arm("cand", cand, "candidate")}, gate_judge)
+    db, dc = dev_t["base"], dev_t["cand"]
     write_csv(rd / "dev_base.csv", db.scores)
     write_csv(rd / "dev_cand.csv", dc.scores)
-    verdict, per_item = gate_stage(db.scores, dc.scores, gate_cfg, fired(dc.traces, plan.mechanism),
-                                   validation.checks.get("leakage") != "ok")
-    write_json(rd / "gate.json", verdict.as_dict())
+    write_json(rd / "gate.json", {**verdict.as_dict(), "sequential": dev_seq})
     write_csv(rd / "gate_items.csv", per_item)
     stage_done(p, round_no, "gate")
     figures = {"repair": repair.as_dict(), "gate": verdict.as_dict(), "dev_look": look, "validation": validation.checks,
+               "sequential": {"repair": repair_seq, "gate": dev_seq},
                "candidate_digest": digest(cand), "benchmark_digest": b.digest, "mechanism": plan.mechanism,
                "seed_map_hash": seed_map_hash(b.ids("dev"), ev.seeds),
-               # what `ratchet reproduce` needs to re-run this gate on the same bytes
+               # what `ratchet reproduce` needs to re-run this gate on the same bytes (and the same looks)
                "evaluation": {"benchmark": bench, "split": "dev", "seeds": ev.seeds, "model": c.model,
-                              "model_cfg": c.model_cfg, "max_turns": c.max_turns, "gate": gate_cfg}}
+                              "model_cfg": c.model_cfg, "max_turns": c.max_turns, "gate": gate_cfg,
+                              "sequential": {**asdict(design), "looks_used": dev_seq["looks_used"]}}}
     if not verdict.accept:
         return reject(f"gate: {verdict.reason}", plan, **figures)
     # 8. commit an immutable version (digest recomputed and compared to the one evaluated)
@@ -333,7 +396,7 @@ def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict,
     base = ev(start, "test start", split="test")
     cand = ev(champion, "test champion", split="test")
     check_paired_scores(base.scores, cand.scores, "test certification")
-    verdict, _ = gate(base.scores, cand.scores, GateConfig(**p.gate.model_dump()))
+    verdict, _ = gate(base.scores, cand.scores, p.gate.config())
     test = {"base_mean": verdict.base_mean, "champion_mean": verdict.cand_mean, "net": verdict.net,
             "ci_lo": verdict.ci_lo, "ci_hi": verdict.ci_hi, "n_items": verdict.n_items,
             "n_improved": verdict.n_improved, "n_regressed": verdict.n_regressed, "dropped_errors": verdict.dropped_errors}
@@ -353,11 +416,12 @@ def _evals(out: Path, test: dict | None) -> list[dict]:
 def _episodes(out: Path, test: dict | None) -> dict:
     """Episodes run across every evaluation of the campaign, and how many errored (a model fault is never a success)."""
     evs = _evals(out, test)
+    evs = [e for e in evs if not e.get("reused")]  # the same episodes as another evaluation, counted there
     return {"total": sum(e["summary"]["episodes"] for e in evs), "errors": sum(e["summary"]["errors"] for e in evs)}
 
 
 def _cost(out: Path, test: dict | None) -> dict:
-    evs = _evals(out, test)
+    evs = [e for e in _evals(out, test) if not e.get("reused")]
     return {k: sum(e["summary"].get(k, 0) for e in evs) for k in ("tokens_in", "tokens_out", "model_calls", "tool_calls")}
 
 

@@ -364,7 +364,7 @@ def _print_summary(summary: dict, path: Path) -> None:
     for col in ("round", "owner", "plan", "repair", "verdict", "net [CI]", "regr", "champion"):
         table.add_column(col, overflow="fold")
     for r in round_rows(summary):
-        ci = f"{r['net']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]" if r["net"] is not None else "-"
+        ci = f"{r['net']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] {r['level']}" if r["net"] is not None else "-"
         table.add_row(str(r["round"]), r["owner"], r["plan"], r["repair"], r["verdict"], ci,
                       "-" if r["regressed"] is None else str(r["regressed"]), r["champion"])
     out.print(table)

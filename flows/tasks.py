@@ -25,7 +25,8 @@ from components.contracts import check_paired_scores
 from components.evidence.budget import BudgetExceeded, BudgetLedger, Estimate, usage
 from components.evidence.packets import verify_citations
 from components.evolution.diagnose import Diagnosis, diagnose
-from components.evolution.gate import GateConfig, GateResult, RepairResult, gate, repair_screen
+from components.evolution.gate import (GateConfig, GateResult, RepairResult, SequentialDesign, gate, repair_screen,
+                                       sequential_gate, sequential_repair)
 from components.evolution.lineage import Lineage
 from components.evolution.meta import PlanContext, PlanOutcome, make_meta_agent
 from components.evolution.patch import apply_plan
@@ -248,6 +249,34 @@ def gate_stage(base: pd.DataFrame, cand: pd.DataFrame, cfg: dict, mechanism_fire
                leakage: bool) -> tuple[GateResult, pd.DataFrame]:
     check_paired_scores(base, cand, "held-out gate")
     return gate(base, cand, GateConfig(**cfg), mechanism_fired=mechanism_fired, leakage=leakage)
+
+
+@task(name="repair_look", cache_key_fn=_scores_key("repair_look"), **PERSIST)
+def repair_look_stage(base: pd.DataFrame, cand: pd.DataFrame, material: float, alpha: float, design: dict,
+                      items: list[str], seeds: list[int]) -> tuple[RepairResult | None, pd.DataFrame, dict]:
+    """The repair screen over the looks evaluated so far (None: not decided yet); one look is the full screen."""
+    d = SequentialDesign(**design)
+    seen = pd.MultiIndex.from_frame(cand[["item_id", "seed"]])  # the base side holds every look: keep those seen
+    base = base[pd.MultiIndex.from_frame(base[["item_id", "seed"]]).isin(seen)].reset_index(drop=True)
+    check_paired_scores(base, cand, "repair screen")
+    if not d.on:
+        result, per = repair_screen(base, cand, material)
+        return result, per, {"looks": 1, "looks_used": 1, "stopped_early": False, "why": "full screen"}
+    return sequential_repair(base, cand, material, alpha, d, items, seeds)
+
+
+@task(name="gate_look", cache_key_fn=_scores_key("gate_look"), **PERSIST)
+def gate_look_stage(base: pd.DataFrame, cand: pd.DataFrame, cfg: dict, design: dict, items: list[str],
+                    seeds: list[int], fired_by_look: list[bool],
+                    leakage: bool) -> tuple[GateResult | None, pd.DataFrame, dict]:
+    """The held-out gate over the looks evaluated so far (None: not decided yet); one look is the ordinary gate."""
+    d = SequentialDesign(**design)
+    check_paired_scores(base, cand, "held-out gate")
+    if not d.on:
+        verdict, per = gate(base, cand, GateConfig(**cfg), mechanism_fired=fired_by_look[-1], leakage=leakage)
+        return verdict, per, {"looks": 1, "looks_used": 1, "stopped_early": False, "why": "full evaluation"}
+    return sequential_gate(base, cand, GateConfig(**cfg), d, items, seeds, fired_by_look=fired_by_look,
+                           leakage=leakage)
 
 
 # -- commit ------------------------------------------------------------------------------------------------------------

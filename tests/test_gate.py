@@ -715,11 +715,16 @@ def test_bench_gate_calibration_quick(bench_dir, tmp_path):
     out = p.stdout
     rate = lambda label, at: int(re.search(rf"{re.escape(label)}.*?@{at}\s+\S+% \[[^]]*\] \((\d+)/", out).group(1))  # noqa: E731
     assert rate("patch: bounce", "0.01") == 0  # bouncing every good write never passes for an improvement
+    bounce = re.search(r"patch: bounce.*sequential @0\.01\s+\S+% \[[^]]*\] \((\d+)/\d+\), same verdict ([\d.]+)%, "
+                       r"episodes (\d+)%", out)
+    # the sequential gate never promotes it either, agrees with the full gate, and stops before the last look
+    assert bounce and int(bounce.group(1)) == 0 and float(bounce.group(2)) == 100.0 and int(bounce.group(3)) < 100
     camp = re.search(r"without spending .*?\((\d+)/(\d+)\); with linear alpha spending .*?\((\d+)/(\d+)\)", out)
     assert camp, out
     # the spent alpha is smaller than one look's, on the same draws: it can only promote less often
     assert int(camp.group(3)) <= int(camp.group(1))
-    assert re.fullmatch(r"campaign-level false promotion with alpha spending: [\d.]+% \(CI rule alone [\d.]+%\)",
+    assert re.fullmatch(r"campaign-level false promotion with alpha spending: [\d.]+% "
+                        r"\(CI rule alone [\d.]+%; sequential [\d.]+%\)",
                         out.strip().splitlines()[-1])
 
 
@@ -794,3 +799,174 @@ def test_bench_gate_sequential_replays_a_campaign(tmp_path):
     # each round stops after the first 10-item look: 20 of 30 items unseen, 2 seeds x 10 calls x 2 arms each
     assert re.search(r"saved 1600 \(", p.stdout), p.stdout
     assert p.stdout.strip().splitlines()[-1] == "model calls saved per campaign: 40.0% of 4000"
+
+
+# -- sequential early stopping in the round (design, looks over evaluated cells, repair screen) -----------------------
+
+
+def _cells_table(d_by_item_seed: np.ndarray, base: float = 0.4) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Score tables of two arms over (item, seed) cells: cand - base = d[item, seed]."""
+    n, k = d_by_item_seed.shape
+    rows = [(f"t{i:03d}", s) for i in range(n) for s in range(k)]
+    b = pd.DataFrame({"item_id": [r[0] for r in rows], "seed": [r[1] for r in rows], "score": base})
+    c = b.assign(score=np.clip(base + d_by_item_seed.reshape(-1), 0, 1))
+    return b, c
+
+
+def test_sequential_design_groups_and_refusals():
+    from components.errors import InputError
+
+    items, seeds = [f"t{i:03d}" for i in range(10)], [0, 1, 2]
+    by_seeds = gate_mod.SequentialDesign(3, "pocock", "seeds").groups(items, seeds)
+    assert [g[1] for g in by_seeds] == [[0], [1], [2]] and all(g[0] == items for g in by_seeds)
+    by_items = gate_mod.SequentialDesign(3, "obf", "items").groups(items, seeds)
+    flat = [i for g in by_items for i in g[0]]
+    assert sorted(flat) == items and flat != items and all(g[1] == seeds for g in by_items)  # a hash order, not dev's
+    assert gate_mod.SequentialDesign(5, "pocock", "seeds").groups(items, [0, 1]) == [(items, [0]), (items, [1])]
+    assert gate_mod.SequentialDesign(3).fractions(items, seeds) == pytest.approx([1 / 3, 2 / 3, 1])
+    assert not gate_mod.SequentialDesign(1).on and gate_mod.SequentialDesign(2).on
+    for bad in ({"looks": 0}, {"spending": "linear"}, {"by": "families"}):
+        with pytest.raises(InputError, match=list(bad)[0]):
+            gate_mod.SequentialDesign(**bad)
+
+
+def test_sequential_gate_waits_for_unevaluated_looks_and_stops_at_a_clear_win():
+    cfg = GateConfig(n_boot=1000, alpha=0.01)
+    items, seeds = [f"t{i:03d}" for i in range(30)], [0, 1, 2]
+    design = gate_mod.SequentialDesign(3, "pocock", "seeds")
+    b, c = _cells_table(np.full((30, 3), 0.4))
+    first = lambda t: t[t["seed"] == 0]  # noqa: E731  only look 1 evaluated
+    verdict, per, rec = gate_mod.sequential_gate(first(b), first(c), cfg, design, items, seeds)
+    assert verdict.accept and rec["looks_used"] == 1 and rec["stopped_early"] and len(per) == 30
+    # a candidate that has not fired its mechanism yet cannot be accepted early; with nothing evaluated past look 1,
+    # the gate asks for the next look (None) rather than deciding
+    verdict, _, rec = gate_mod.sequential_gate(first(b), first(c), cfg, design, items, seeds, fired_by_look=[False])
+    assert verdict is None and rec["looks_used"] == 0
+    # ... and it rejects at the last look if the mechanism never fired
+    verdict, _, rec = gate_mod.sequential_gate(b, c, cfg, design, items, seeds, fired_by_look=[False] * 3)
+    assert not verdict.accept and rec["looks_used"] == 3 and "mechanism" in verdict.reason
+
+
+def test_sequential_gate_by_seeds_does_not_reject_on_interim_regressions():
+    """By seeds an item's d is not final before the last look: seed 0 shows 4 regressions (cap 2) that the other
+    seeds undo, so the gate must look on, and then agrees with the full gate."""
+    rng = np.random.default_rng(3)
+    d = np.zeros((60, 3))
+    d[:20] = 0.3  # a real improvement on 20 items
+    d[20:24, 0], d[20:24, 1:] = -0.3, 0.15  # item means 0: regressed at seed 0 only
+    d[24:, :] = rng.choice([0.0, 0.0, 0.0, 0.02], size=(36, 3))
+    b, c = _cells_table(d)
+    items, seeds, cfg = sorted(b["item_id"].unique()), [0, 1, 2], GateConfig(n_boot=2000, alpha=0.01)
+    verdict, _, rec = gate_mod.sequential_gate(b, c, cfg, gate_mod.SequentialDesign(3, "pocock", "seeds"), items, seeds)
+    assert rec["per_look"][0]["regressed"] == 4 and rec["looks_used"] >= 2
+    full, _ = gate_mod.gate(b, c, cfg)
+    assert verdict.accept == full.accept is True
+    # by items a regression seen is final: the same cap rejects at the first look that holds it
+    by_items = gate_mod.SequentialDesign(3, "pocock", "items")
+    bad = d.copy()
+    bad[20:24, :] = -0.3
+    b2, c2 = _cells_table(bad)
+    verdict, _, rec = gate_mod.sequential_gate(b2, c2, cfg, by_items, items, seeds)
+    assert not verdict.accept and "reg_cap" in verdict.reason and not gate_mod.gate(b2, c2, cfg)[0].accept
+
+
+def test_sequential_repair_stops_for_a_clear_repair_and_for_futility_and_else_is_the_full_screen():
+    items, seeds = [f"t{i:03d}" for i in range(12)], [0, 1, 2]
+    design = gate_mod.SequentialDesign(3, "pocock", "seeds")
+    good = np.full((12, 3), 0.5)
+    good[0] = 0.0
+    b, c = _cells_table(good, base=0.3)
+    first = lambda t: t[t["seed"] == 0]  # noqa: E731
+    res, per, rec = gate_mod.sequential_repair(b, first(c), 0.05, 0.05, design, items, seeds)
+    assert res.ok and rec["stopped_early"] and rec["looks_used"] == 1 and res.repaired == 11 and len(per) == 12
+    b, c = _cells_table(np.full((12, 3), -0.2), base=0.5)
+    res, _, rec = gate_mod.sequential_repair(b, first(c), 0.05, 0.05, design, items, seeds)
+    assert not res.ok and "futility" in rec["why"]
+    # unclear after each interim look: the last look is exactly the full screen
+    mixed = np.tile([0.3, -0.2, 0.0, 0.1], (3, 3)).T.reshape(12, 3)
+    b, c = _cells_table(mixed, base=0.4)
+    res, _, rec = gate_mod.sequential_repair(b, c, 0.05, 0.05, design, items, seeds)
+    full, _ = gate_mod.repair_screen(b, c, 0.05)
+    assert rec["looks_used"] == 3 and (res.ok, res.repaired, res.broken) == (full.ok, full.repaired, full.broken)
+
+
+def test_gate_params_sequential_block_is_validated():
+    from components.errors import InputError
+    from components.params import load_params
+
+    p = load_params(ROOT / "params.yaml")
+    assert p.gate.sequential.design() == gate_mod.SequentialDesign(p.gate.sequential.looks, p.gate.sequential.spending,
+                                                                   p.gate.sequential.by)
+    assert "sequential" not in p.gate.config().__dict__  # the arithmetic's config stays the gate's own
+    assert "gate.sequential" in p.identity()  # a rerun may not change how dev is looked at
+    for field, value in (("looks", 0), ("spending", "linear"), ("by", "tasks"), ("surprise", 1)):
+        with pytest.raises(InputError, match=rf"gate\.sequential\.{field}"):
+            load_params(None, {f"gate.sequential.{field}": value})
+
+
+def test_ci_level_labels_each_dev_ci_with_the_alpha_it_spent():
+    from components.evolution.report import ci_level, round_rows
+
+    plain = {"round": 1, "verdict": "accept", "gate": {"net": 0.1, "ci_lo": 0.01, "ci_hi": 0.2, "n_regressed": 0},
+             "dev_look": {"look": 1, "alpha": 0.01}}
+    seq = {**plain, "round": 2, "sequential": {"gate": {"looks": 3, "looks_used": 2, "per_look": [
+        {"level": 0.002}, {"level": 0.0019}]}}}
+    assert ci_level(plain) == pytest.approx(0.99) and ci_level(seq) == pytest.approx(1 - 0.0038)
+    rows = round_rows({"history": [plain, seq, {"round": 3, "verdict": "no_plan"}]})
+    assert [r["level"] for r in rows] == ["99%", "99.62%", ""]
+
+
+def test_the_round_flow_stops_dev_and_repair_looks_early_and_records_them(small_campaign):
+    """The shared small campaign runs with params.yaml's sequential gate (2 seeds: 2 looks by seeds). Each gated round
+    records its looks; the dev tables hold exactly the cells of the looks used; the repair screen's base side is the
+    champion's train episodes (reused, not re-run, and not counted twice in the evidence cost)."""
+    p, out = small_campaign.params, small_campaign.out
+    assert p.gate.sequential.looks > 1
+    gated = [r for r in small_campaign.summary["history"] if r.get("gate")]
+    assert gated
+    for r in gated:
+        seq = r["sequential"]["gate"]
+        assert 1 <= seq["looks_used"] <= seq["looks"] == min(p.gate.sequential.looks, p.campaign.seeds)
+        assert seq["stopped_early"] == (seq["looks_used"] < seq["looks"]) and seq["why"]
+        assert r["evaluation"]["sequential"]["looks_used"] == seq["looks_used"]
+        rd = out / "rounds" / f"r{r['round']:02d}"
+        dev = pd.read_csv(rd / "dev_cand.csv", dtype={"item_id": str})
+        assert sorted(dev["seed"].unique()) == list(range(seq["looks_used"]))  # by seeds: look g adds seed g-1
+        assert len(pd.read_csv(rd / "dev_base.csv")) == len(dev) == len(set(dev["item_id"])) * seq["looks_used"]
+        evals = json.loads((rd / "evals.json").read_text())
+        assert [e.get("reused") for e in evals if e["split"] == "repair" and e["arm"] == "base"] == ["train"]
+        assert {e["look"] for e in evals if e["split"] == "dev"} == set(range(1, seq["looks_used"] + 1))
+    from flows.campaign import _cost, _evals
+
+    evs = _evals(out, small_campaign.summary["test"])
+    all_calls = sum(e["summary"]["model_calls"] for e in evs)
+    reused = sum(e["summary"]["model_calls"] for e in evs if e.get("reused"))
+    assert reused > 0 and _cost(out, small_campaign.summary["test"])["model_calls"] == all_calls - reused
+
+
+def test_bench_gate_sequential_compares_two_campaigns(tmp_path):
+    """The on/off comparison reads each campaign's ledger (what it paid) and verdicts; a differing verdict is said."""
+    for name, paid, verdicts in (("on", 600, ["accept", "reject"]), ("off", 1000, ["accept", "accept"])):
+        camp = tmp_path / name
+        (camp / ".state").mkdir(parents=True)
+        (camp / ".state/budget.json").write_text(json.dumps({"spent": {"model_calls": paid}}))
+        history = [{"round": i + 1, "verdict": v, "plan_key": f"p{i}",
+                    "sequential": {"gate": {"looks": 3, "looks_used": 1}}} for i, v in enumerate(verdicts)]
+        (camp / "summary.json").write_text(json.dumps({"history": history, "test": {"net": 0.1},
+                                                       "champion_digest": name}))
+    p = subprocess.run([sys.executable, "benchmarks/bench_gate_sequential.py", "--on", str(tmp_path / "on"),
+                        "--off", str(tmp_path / "off")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "verdicts and plans DIFFER; champion DIFFERS" in p.stdout, p.stdout
+    assert p.stdout.strip().splitlines()[-1] == "model calls paid per campaign: sequential on 600, off 1,000: 40.0% fewer"
+
+
+def test_a_proportional_regression_cap_grows_with_the_items_compared():
+    from components.errors import InputError
+
+    cfg = GateConfig(n_boot=1000, reg_share=0.1)
+    assert (cfg.cap(10), cfg.cap(60), cfg.cap(240)) == (2, 6, 24)  # never below reg_cap
+    d = np.array([0.3] * 40 + [-0.1] * 5 + [0.0] * 15)  # a real gain that perturbs 5 of 60 items
+    assert gate_mod.decide(_per(d), cfg).accept and not gate_mod.decide(_per(d), GateConfig(n_boot=1000)).accept
+    with pytest.raises(InputError, match="reg_share"):
+        GateConfig(reg_share=float("nan"))

@@ -6,13 +6,14 @@
     ci       bootstrap over items (not trials): resample the n items with replacement, n_boot times, seeded;
              percentile interval. O(n_items) memory, exact at any size: d_i on a lattice -> the resample sum's
              distribution by one FFT; few distinct values -> multinomial counts; else item indices in bounded chunks
-    decide   accept iff ci_lo > 0 (the CI excludes zero on the improving side), regressed items <= reg_cap,
+    decide   accept iff ci_lo > 0 (the CI excludes zero on the improving side), regressed items <= the cap
+             (reg_cap, or reg_share of the items compared when that is more),
              the prescribed mechanism fired, and no leakage. Anything else, ties included, keeps the parent.
-    sequential  the same gate with looks after each group of dev items: a group-sequential efficacy boundary from a
-             pre-declared spending function (exact crossing probabilities), early reject when the regressions seen
-             already exceed the cap or the effect so far is not positive; the last look is the full gate
-             (measured by replaying recorded campaigns, benchmarks/bench_gate_sequential.py; the round flow
-             still evaluates dev in full)
+    sequential  the same gate with looks: after each look (by seeds: every item, one more seed; by items: more items,
+             every seed) a group-sequential efficacy boundary from a pre-declared Lan-DeMets spending function
+             (exact crossing probabilities) accepts, a non-positive net so far rejects (futility), final regressions
+             over the cap reject; the last look is the full gate at its level. The round flow evaluates dev (and
+             the repair screen) look by look and stops at the first verdict (`sequential_gate`, `sequential_repair`)
     spend    held-out reuse: a campaign looks at the same dev items every round, so the k-th look gets its share
              alpha_k of one campaign budget (linear alpha spending over the declared maximum number of looks);
              P(any false promotion in the campaign) <= sum of the one-sided alpha_k / 2 <= campaign_alpha
@@ -25,6 +26,7 @@ Pure functions over arrays; no I/O.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -81,6 +83,13 @@ class GateConfig:
     max_error_share: float = 0.25
     min_items: int = MIN_ITEMS
     campaign_alpha: float = 0.05  # a campaign's budget for P(any false promotion) over all its dev looks
+    # the regression cap grows with the items compared: a candidate that really changes behaviour perturbs a share of
+    # items, so an absolute count rejects more real improvements the larger dev is (0: the absolute reg_cap only)
+    reg_share: float = 0.0
+
+    def cap(self, n_items: int) -> int:
+        """Regressed items allowed among n_items compared."""
+        return max(int(self.reg_cap), math.floor(self.reg_share * n_items + 1e-9))
 
     def __post_init__(self) -> None:
         _finite("alpha", self.alpha, 0, 1, lo_open=True, hi_open=True)
@@ -88,6 +97,7 @@ class GateConfig:
         _finite("material", self.material, 0, 1)
         _finite("reg_cap", self.reg_cap, 0)
         _finite("max_error_share", self.max_error_share, 0, 1)
+        _finite("reg_share", self.reg_share, 0, 1)
         for name in ("n_boot", "seed", "reg_cap", "min_items"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -277,11 +287,11 @@ def decide(per_item: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_
         reason = "the prescribed mechanism did not fire"
     elif not lo > 0:
         reason = f"CI [{lo:+.4f}, {hi:+.4f}] does not exclude zero on the improving side (ties keep the parent)"
-    elif regressed > cfg.reg_cap:
-        reason = f"{regressed} regressed items > reg_cap {cfg.reg_cap}"
+    elif regressed > cfg.cap(len(d)):
+        reason = f"{regressed} regressed items > reg_cap {cfg.cap(len(d))}"
     else:
         reason = f"net {net:+.4f}, CI [{lo:+.4f}, {hi:+.4f}], {improved} improved, {regressed} regressed"
-    accept = not leakage and mechanism_fired and lo > 0 and regressed <= cfg.reg_cap
+    accept = not leakage and mechanism_fired and lo > 0 and regressed <= cfg.cap(len(d))
     return GateResult(accept, net, lo, hi, len(d), improved, regressed, reason,
                       float(per_item["base"].mean()), float(per_item["cand"].mean()), dropped_errors)
 
@@ -369,6 +379,52 @@ def _efficacy_levels(fractions: tuple[float, ...], alpha: float, spending: str) 
     return tuple(levels)
 
 
+SEQUENTIAL_BY = ("seeds", "items")
+
+
+@dataclass(frozen=True)
+class SequentialDesign:
+    """Pre-declared before any look: how many looks, what each adds, and how alpha is spent over them.
+
+    by seeds  look g adds the next group of seeds on EVERY item (each look sees every task family; the per-item means
+              sharpen). The running mean over items keeps the canonical group-sequential covariance (the later
+              estimate contains the earlier data), and the information fraction is at least the seeds' share, so
+              spending at the seeds' share is conservative (higher correlation between looks than assumed only
+              lowers the chance of crossing anywhere: Slepian). Regressions seen at an interim look are not final.
+    by items  look g adds the next group of items (in a hash order of their ids, so a look is not one family), all
+              seeds: exact information fractions, and a regression seen is final."""
+    looks: int = 1
+    spending: str = "pocock"
+    by: str = "seeds"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.looks, bool) or not isinstance(self.looks, (int, np.integer)) or self.looks < 1:
+            raise InputError(f"gate: sequential.looks: {self.looks!r} is not an integer >= 1")
+        if self.spending not in SPENDING:
+            raise InputError(f"gate: sequential.spending: {self.spending!r} is not one of {', '.join(sorted(SPENDING))}")
+        if self.by not in SEQUENTIAL_BY:
+            raise InputError(f"gate: sequential.by: {self.by!r} is not one of {', '.join(SEQUENTIAL_BY)}")
+
+    @property
+    def on(self) -> bool:
+        return self.looks > 1
+
+    def groups(self, items: list[str], seeds: list[int]) -> list[tuple[list[str], list[int]]]:
+        """The (items, seeds) cells each look adds, in order; fewer looks than declared when there are fewer seeds
+        (by seeds) or items (by items) to split."""
+        if self.by == "seeds":
+            parts = [list(x) for x in np.array_split(np.asarray(seeds, dtype=int), min(self.looks, len(seeds)))]
+            return [(list(items), [int(s) for s in part]) for part in parts]
+        order = sorted(items, key=lambda i: hashlib.sha256(str(i).encode()).hexdigest())
+        parts = [list(x) for x in np.array_split(np.asarray(order, dtype=object), min(self.looks, len(order)))]
+        return [([str(i) for i in part], list(seeds)) for part in parts]
+
+    def fractions(self, items: list[str], seeds: list[int]) -> list[float]:
+        groups = self.groups(items, seeds)
+        sizes = np.cumsum([len(g[0]) * len(g[1]) for g in groups])
+        return [float(x / sizes[-1]) for x in sizes]
+
+
 @dataclass(frozen=True)
 class SequentialResult:
     accept: bool
@@ -383,14 +439,52 @@ class SequentialResult:
         return asdict(self)
 
 
+def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig, *, final_items: bool = True,
+                 mechanism_fired: bool = True, leakage: bool = False,
+                 n_total: int | None = None) -> tuple[bool | None, str, dict]:
+    """One look of the group-sequential gate over the per-item d seen so far: (True accept | False reject | None go
+    on, why, the look's figures).
+
+    Interim look: accept when the z-statistic of the mean d clears the efficacy boundary (a bootstrap cannot resolve
+    levels like 1e-6 with 10^4 draws) with the regressions seen within the cap and the mechanism seen firing;
+    reject when the net so far is not positive (futility, non-binding: it only ever keeps the parent, so it cannot
+    raise the false-promotion rate), or, when the d seen are final (`final_items`), when they already hold more
+    regressions than the cap (for `n_total` items). The last look is the ordinary bootstrap gate at that look's level.
+    Ties keep the parent."""
+    n_looks, p = len(levels), levels[look - 1]
+    cap_now, cap_end = cfg.cap(len(d)), cfg.cap(len(d) if n_total is None else n_total)
+    last = look == n_looks
+    net, regressed = float(d.mean()), int((d < -cfg.material).sum())
+    if last:
+        lo, hi = (float(x) for x in np.quantile(boot_means(d, cfg.n_boot, cfg.seed), [p, 1 - p]))
+    elif len(d) < max(cfg.min_items, 2):
+        lo, hi = -math.inf, math.inf
+    else:  # z-test against the boundary, reported as the interval it implies
+        se = float(d.std(ddof=1)) / math.sqrt(len(d))
+        z = _N01.inv_cdf(1 - p)
+        lo, hi = (net - z * se, net + z * se) if se > 0 else (net if net != 0 else -0.0, net)
+    fig = {"look": look, "n_looks": n_looks, "n_items": int(len(d)), "level": p, "lo": lo, "hi": hi, "net": net,
+           "regressed": regressed}
+    where = f"at look {look} of {n_looks}"
+    if leakage:
+        return False, "leakage", fig
+    if regressed > (cap_now if last else cap_end) and (last or final_items):
+        return False, f"{regressed} regressed items > reg_cap {cap_now if last else cap_end} {where}", fig
+    if last and not mechanism_fired:
+        return False, "the prescribed mechanism did not fire", fig
+    if lo > 0 and regressed <= cap_now and mechanism_fired:
+        return True, (f"net {net:+.4f}, lower bound {lo:+.4f} at one-sided level {p:.5f} {where}, "
+                      f"{regressed} regressed"), fig
+    if last or net <= 0:
+        why = "does not clear zero (ties keep the parent)" if last else "net so far is not positive (futility)"
+        return False, f"net {net:+.4f}, lower bound {lo:+.4f} {where}: {why}", fig
+    return None, "", fig
+
+
 def sequential_decide(per_item: pd.DataFrame, cfg: GateConfig, group_sizes: list[int], spending: str = "obf",
                       *, mechanism_fired: bool = True, leakage: bool = False) -> SequentialResult:
     """The gate with a look after each group of items (in evaluation order, which must not follow the items' kind:
-    shuffle it once, before looking). At an interim look, accept when the z-statistic of the mean d clears the
-    boundary (a bootstrap cannot resolve levels like 1e-6 with 10^4 draws) and the regressions seen are within the
-    cap; reject early when the regressions seen already exceed the cap (the full gate would too), or the net so far
-    is not positive (a non-binding futility rule: it only ever keeps the parent, so it cannot raise the
-    false-promotion rate). The last look is the ordinary bootstrap gate at that look's level. Ties keep the parent."""
+    shuffle it once, before looking); `look_verdict` at each. Used to replay recorded full evaluations."""
     d_all = per_item["d"].to_numpy(dtype=float)
     n = len(d_all)
     if sum(group_sizes) != n or min(group_sizes) < 1:
@@ -398,30 +492,106 @@ def sequential_decide(per_item: pd.DataFrame, cfg: GateConfig, group_sizes: list
     ends = np.cumsum(group_sizes)
     levels = efficacy_levels([e / n for e in ends], cfg.alpha / 2, spending)
     looks = []
-    for g, (end, p) in enumerate(zip(ends, levels), start=1):
-        d = d_all[:end]
-        last = g == len(ends)
-        net, regressed = float(d.mean()), int((d < -cfg.material).sum())
-        if last:
-            lo = float(np.quantile(boot_means(d, cfg.n_boot, cfg.seed), p))
-        elif len(d) < max(cfg.min_items, 2):
-            lo = -math.inf
-        else:  # z-test against the boundary, reported as the lower bound it implies
-            se = float(d.std(ddof=1)) / math.sqrt(len(d))
-            lo = net - _N01.inv_cdf(1 - p) * se if se > 0 else (net if net != 0 else -0.0)
-        looks.append({"look": g, "n": int(end), "level": p, "lo": lo, "net": net, "regressed": regressed})
-        if leakage or not mechanism_fired:
-            return SequentialResult(False, g, len(ends), int(end), n, "leakage" if leakage else
-                                    "the prescribed mechanism did not fire", tuple(looks))
-        if regressed > cfg.reg_cap:
-            return SequentialResult(False, g, len(ends), int(end), n,
-                                    f"{regressed} regressed items > reg_cap {cfg.reg_cap} after {end} items",
-                                    tuple(looks))
-        if lo > 0:
-            return SequentialResult(True, g, len(ends), int(end), n, f"net {net:+.4f}, lower bound {lo:+.4f} at "
-                                    f"level {p:.5f} after {end} of {n} items, {regressed} regressed", tuple(looks))
-        if last or net <= 0:
-            why = "does not clear zero" if last else "net so far is not positive (futility)"
-            return SequentialResult(False, g, len(ends), int(end), n, f"net {net:+.4f}, lower bound {lo:+.4f}: {why} "
-                                    f"after {end} of {n} items (ties keep the parent)", tuple(looks))
+    for g, end in enumerate(ends, start=1):
+        verdict, why, fig = look_verdict(d_all[:end], g, levels, cfg, mechanism_fired=mechanism_fired,
+                                         leakage=leakage, n_total=n)
+        looks.append({k: fig[k] for k in ("look", "level", "lo", "net", "regressed")} | {"n": int(end)})
+        if verdict is not None:
+            return SequentialResult(verdict, g, len(ends), int(end), n, f"{why} ({end} of {n} items)", tuple(looks))
     raise AssertionError("unreachable")
+
+
+def _cells(scores: pd.DataFrame, items: list[str], seeds: list[int]) -> pd.DataFrame:
+    return scores[scores["item_id"].astype(str).isin(set(items)) & scores["seed"].isin(set(seeds))]
+
+
+def sequential_gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig, design: SequentialDesign,
+                    items: list[str], seeds: list[int], *, fired_by_look: list[bool] | None = None,
+                    leakage: bool = False) -> tuple[GateResult | None, pd.DataFrame, dict]:
+    """The group-sequential gate over the looks whose cells the two score tables hold (cells of later looks absent:
+    not evaluated yet). Replays the looks in order and stops at the first decision: (the verdict, or None when the
+    looks seen leave it open and the next look must be evaluated; the per-item table of the cells seen at the
+    deciding look; the record: design, looks used, whether it stopped early and why, each look's figures).
+    `fired_by_look[g]`: whether the prescribed mechanism fired in the candidate's traces up to look g+1."""
+    groups = design.groups(items, seeds)
+    levels = efficacy_levels(design.fractions(items, seeds), cfg.alpha / 2, design.spending)
+    record: dict = {"looks": len(groups), "spending": design.spending, "by": design.by, "looks_used": 0,
+                    "stopped_early": False, "why": "", "per_look": []}
+    seen_i: list[str] = []
+    seen_s: list[int] = []
+    for g, (its, sds) in enumerate(groups, start=1):
+        seen_i, seen_s = list(dict.fromkeys(seen_i + its)), sorted(set(seen_s) | set(sds))
+        if _cells(base, its, sds).empty or _cells(cand, its, sds).empty:  # this look is not evaluated yet
+            return None, pd.DataFrame(columns=["item_id", "base", "cand", "d"]), record
+        try:
+            per, dropped = pair(_cells(base, seen_i, seen_s), _cells(cand, seen_i, seen_s), cfg.max_error_share,
+                                cfg.min_items)
+        except TooManyErrors as e:
+            record.update(looks_used=g, stopped_early=g < len(groups), why=f"refused: {e}")
+            return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=-1), \
+                pd.DataFrame(columns=["item_id", "base", "cand", "d"]), record
+        d = per["d"].to_numpy(dtype=float)
+        fired = True if fired_by_look is None else bool(fired_by_look[min(g, len(fired_by_look)) - 1])
+        verdict, why, fig = look_verdict(d, g, levels, cfg, final_items=design.by == "items",
+                                         mechanism_fired=fired, leakage=leakage, n_total=len(items))
+        record["per_look"].append(fig)
+        if verdict is None:
+            continue
+        record.update(looks_used=g, stopped_early=g < len(groups), why=why)
+        result = GateResult(verdict, fig["net"], fig["lo"], fig["hi"], len(d), int((d > cfg.material).sum()),
+                            fig["regressed"], why, float(per["base"].mean()), float(per["cand"].mean()), dropped)
+        return result, per, record
+    raise AssertionError("unreachable: the last look always decides")
+
+
+def repair_look(d: np.ndarray, look: int, levels: list[float], material: float) -> tuple[bool | None, str]:
+    """One look of the sequential repair screen. The last look is the full screen (repaired > broken and a positive
+    mean). Interim: a clear pass when repaired > broken and the z lower bound of the mean gain clears the level from
+    the same spending function; a clear fail when the mean so far is not positive. A wrong early pass costs held-out
+    budget only (the gate still decides), a wrong early fail a round."""
+    repaired, broken, net = int((d > material).sum()), int((d < -material).sum()), float(d.mean())
+    if look == len(levels):
+        return repaired > broken and net > 0, f"look {look} of {len(levels)} (full screen)"
+    if net <= 0:
+        return False, f"mean gain {net:+.3f} not positive at look {look} of {len(levels)} (futility)"
+    se = float(d.std(ddof=1)) / math.sqrt(len(d)) if len(d) > 1 else math.inf
+    lo = net - _N01.inv_cdf(1 - levels[look - 1]) * se
+    if repaired > broken and lo > 0:
+        return True, f"clear repair at look {look} of {len(levels)}: mean gain {net:+.3f}, lower bound {lo:+.3f}"
+    return None, ""
+
+
+def sequential_repair(base: pd.DataFrame, cand: pd.DataFrame, material: float, alpha: float,
+                      design: SequentialDesign, items: list[str],
+                      seeds: list[int]) -> tuple[RepairResult | None, pd.DataFrame, dict]:
+    """The repair screen with the gate's looks (`repair_look` at each; one-sided `alpha` / 2 spent over them): the
+    verdict (None: the looks seen leave it open), the per-item table of the cells seen, and the looks' record."""
+    groups = design.groups(items, seeds)
+    levels = efficacy_levels(design.fractions(items, seeds), alpha / 2, design.spending)
+    record: dict = {"looks": len(groups), "spending": design.spending, "by": design.by, "looks_used": 0,
+                    "stopped_early": False, "why": ""}
+    seen_i: list[str] = []
+    seen_s: list[int] = []
+    for g, (its, sds) in enumerate(groups, start=1):
+        if _cells(base, its, sds).empty or _cells(cand, its, sds).empty:  # this look is not evaluated yet
+            return None, pd.DataFrame(columns=["item_id", "base", "cand", "d"]), record
+        seen_i, seen_s = list(dict.fromkeys(seen_i + its)), sorted(set(seen_s) | set(sds))
+        b, c = _cells(base, seen_i, seen_s), _cells(cand, seen_i, seen_s)
+        last = g == len(groups)
+        if last:
+            result, per = repair_screen(b, c, material)
+            ok, why = result.ok, f"look {g} of {len(groups)} (full screen)"
+        else:
+            try:
+                per, _ = pair(b, c, max_error_share=0.5)
+            except TooManyErrors:
+                continue  # the full screen at the last look refuses it with its reason
+            ok, why = repair_look(per["d"].to_numpy(dtype=float), g, levels, material)
+            if ok is None:
+                continue
+            result, per = repair_screen(b, c, material)
+            result = RepairResult(ok, result.repaired, result.broken, result.base_mean, result.cand_mean,
+                                  result.n_items, f"{result.reason}; {why}")
+        record.update(looks_used=g, stopped_early=not last, why=why)
+        return result, per, record
+    raise AssertionError("unreachable: the last look always decides")

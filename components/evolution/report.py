@@ -12,7 +12,7 @@ and, from a finished campaign, what `ratchet report` (the DVC `report` stage) wr
     reports/metrics.json   flat campaign figures (`dvc metrics show`)
     reports/rounds.csv     per-round net, CI, champion dev mean and diagnosed causes (a table)
     reports/campaign.md    the round table, the certification and the lineage, readable on any forge
-    reports/rounds.png     per-round net with its 95% CI
+    reports/rounds.png     per-round net with its dev CI (at the look's level alpha_k, not 95%)
     reports/champion.png   the champion's dev score per round, and its test certification
     reports/causes.png     diagnosed failure causes (owner) per round
     reports/families.png   per-family dev score, start vs champion
@@ -44,6 +44,21 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_json(path, obj)
 
 
+def ci_level(r: dict) -> float | None:
+    """The two-sided confidence of a round's dev CI: each look at dev spends alpha_k of the campaign's budget (not
+    0.05), and a sequential gate decides at its deciding look's one-sided level p (a 1 - 2p interval)."""
+    seq = (r.get("sequential") or {}).get("gate") or {}
+    looks = seq.get("per_look") or []
+    if seq.get("looks", 1) > 1 and looks:
+        return 1 - 2 * looks[-1]["level"]
+    alpha = (r.get("dev_look") or {}).get("alpha") or ((r.get("evaluation") or {}).get("gate") or {}).get("alpha")
+    return None if alpha is None else 1 - alpha
+
+
+def _pct(level: float | None) -> str:
+    return "" if level is None else f"{100 * level:.4g}%"
+
+
 def round_rows(summary: dict) -> list[dict]:
     """Rows for the per-round table the CLI prints."""
     rows = []
@@ -54,6 +69,7 @@ def round_rows(summary: dict) -> list[dict]:
             "round": r["round"], "owner": r.get("owner") or "-", "plan": r.get("summary") or r.get("reason", "-"),
             "repair": f"{rep.get('repaired', '-')}/{rep.get('broken', '-')}" if rep else "-",
             "verdict": r["verdict"], "net": g.get("net"), "ci": (g.get("ci_lo"), g.get("ci_hi")) if g else None,
+            "level": _pct(ci_level(r)) if g else "",
             "regressed": g.get("n_regressed"), "reason": r.get("reason", ""),
             "champion": "{version} {digest:.8}".format(**(r.get("child") or r.get("parent") or {"version": "", "digest": ""})),
         })
@@ -95,9 +111,10 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     if loc.get("accuracy") is not None:
         md += [f"Diagnosis localization {loc['accuracy']:.1%} vs outcome-only {loc['outcome_only_accuracy']:.1%} "
                f"(n={loc['n']}).", ""]
-    md += ["| round | owner | plan | verdict | net | 95% CI | regressed | champion |", "|---|---|---|---|---|---|---|---|"]
+    md += ["| round | owner | plan | verdict | net | dev CI (level: the look's alpha_k) | regressed | champion |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in round_rows(summary):
-        ci = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]" if r["net"] is not None else ""
+        ci = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] {r['level']}" if r["net"] is not None else ""
         net = f"{r['net']:+.3f}" if r["net"] is not None else ""
         md.append(f"| {r['round']} | {r['owner']} | {r['plan']} | {r['verdict']} | {net} | {ci} | "
                   f"{'' if r['regressed'] is None else r['regressed']} | {r['champion']} |")
@@ -255,7 +272,7 @@ def _plot(table: pd.DataFrame, path: Path) -> None:
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("round")
     ax.set_ylabel("dev net (candidate - champion)")
-    ax.set_title("held-out gate per round (green: accepted), 95% CI")
+    ax.set_title("held-out gate per round (green: accepted), CI at each look's alpha_k")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})

@@ -193,10 +193,12 @@ class CampaignTracker:
         run = self.client.create_run(self.experiment_id, run_name=title, tags=tags)
         rid = run.info.run_id
         c, gp = self.params.get("campaign", {}), self.params.get("gate", {})
-        self._params(rid, {"gate": {k: gp.get(k) for k in ("alpha", "n_boot", "material", "reg_cap", "seed")},
+        self._params(rid, {"gate": {k: gp.get(k) for k in ("alpha", "n_boot", "material", "reg_cap", "seed", "sequential")},
                            "seeds": c.get("seeds"), "model": c.get("model"), "meta_agent": c.get("meta_agent"),
                            "max_turns": c.get("max_turns"), "plan": rec.get("summary") or "-",
-                           "owner": rec.get("owner") or "-"})
+                           "owner": rec.get("owner") or "-",
+                           "looks": {k: {x: seq.get(x) for x in ("looks_used", "stopped_early", "why")}
+                                     for k, seq in (rec.get("sequential") or {}).items() if seq}})
         self._metrics(rid, {"dev_base_mean": g.get("base_mean"), "dev_cand_mean": g.get("cand_mean"), "net": g.get("net"),
                             "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"), "n_improved": g.get("n_improved"),
                             "n_regressed": g.get("n_regressed"), "repair_repaired": rep.get("repaired"),
@@ -204,6 +206,11 @@ class CampaignTracker:
                             "repair_delta": (rep["cand_mean"] - rep["base_mean"]) if rep else None,
                             "accepted": 1.0 if rec["verdict"] == "accept" else 0.0,
                             "dev_look": (rec.get("dev_look") or {}).get("look"),
+                            # sequential early stopping: looks evaluated, and whether the verdict came early
+                            **{f"{k}_looks_used": (seq or {}).get("looks_used") for k, seq in
+                               (rec.get("sequential") or {}).items()},
+                            **{f"{k}_stopped_early": float(seq["stopped_early"]) for k, seq in
+                               (rec.get("sequential") or {}).items() if seq and "stopped_early" in seq},
                             "gate_alpha": (rec.get("dev_look") or {}).get("alpha")})
         for name in ("plan.json", "diagnosis.json", "validation.json", "repair.json", "repair_items.csv", "gate.json",
                      "gate_items.csv", "dev_base.csv", "dev_cand.csv", "findings.csv", "round.json"):

@@ -3,7 +3,8 @@
     1. find the round that promoted version M<k> (from the lineage, or from an MLflow round run's tags)
     2. refuse up front unless the parent version, the promoted version and the benchmark on disk have exactly the
        digests the round recorded (check out the git + DVC commit first: `git checkout <rev> && dvc checkout`)
-    3. evaluate parent and candidate on the recorded split with the recorded seeds, model and turn limit
+    3. evaluate parent and candidate on the recorded split with the recorded seeds, model and turn limit (a
+       sequential gate: the cells of the looks it used) and re-run the gate's looks
     4. compare the per-episode and per-item tables byte for byte with what the round wrote, and the verdict
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from components.errors import InputError
-from components.evolution.gate import GateConfig, gate
+from components.evolution.gate import GateConfig, SequentialDesign, gate, sequential_gate
 from components.evolution.lineage import Lineage
 from components.evolution.validate import fired
 from components.memory.package import digest
@@ -92,11 +93,26 @@ def reproduce(campaign: str | Path, rec: dict) -> Reproduction:
     ids, seeds = bench.ids(ev["split"]), list(ev["seeds"])
     if seed_map_hash(ids, seeds) != rec["seed_map_hash"]:
         raise ReproduceError(f"{bench_dir}: seed map hash differs from the record (split or seeds changed)")
-    # 3. re-run the gate's evaluations
-    base = run_shard(parent_dir, bench, ids, seeds, ev["model"], ev["model_cfg"], ev["max_turns"])
-    cand = run_shard(child_dir, bench, ids, seeds, ev["model"], ev["model_cfg"], ev["max_turns"])
-    verdict, per_item = gate(base.scores, cand.scores, GateConfig(**ev["gate"]),
-                             mechanism_fired=fired(cand.traces, rec["mechanism"]))
+    # 3. re-run the gate's evaluations (a sequential gate: the cells of the looks it used, then the same looks)
+    seq = ev.get("sequential") or {}
+    design = SequentialDesign(**{k: seq[k] for k in ("looks", "spending", "by")}) if seq else SequentialDesign()
+    groups = design.groups(ids, seeds)[: seq.get("looks_used", 1)] if design.on else [(ids, seeds)]
+    run_items = [i for i in ids if i in {x for its, _ in groups for x in its}]
+    run_seeds = sorted({s for _, sds in groups for s in sds})
+    base = run_shard(parent_dir, bench, run_items, run_seeds, ev["model"], ev["model_cfg"], ev["max_turns"])
+    cand = run_shard(child_dir, bench, run_items, run_seeds, ev["model"], ev["model_cfg"], ev["max_turns"])
+    if design.on:
+        upto = [(set().union(*(its for its, _ in groups[:g])), set().union(*(sds for _, sds in groups[:g])))
+                for g in range(1, len(groups) + 1)]
+        tr = cand.traces
+        fired_by_look = [fired(tr[tr["item_id"].isin(its) & tr["seed"].isin(sds)], rec["mechanism"]) for its, sds in upto]
+        verdict, per_item, _ = sequential_gate(base.scores, cand.scores, GateConfig(**ev["gate"]), design, ids, seeds,
+                                               fired_by_look=fired_by_look)
+        if verdict is None:
+            raise ReproduceError(f"round {rec['round']}: the recorded looks do not reach a verdict")
+    else:
+        verdict, per_item = gate(base.scores, cand.scores, GateConfig(**ev["gate"]),
+                                 mechanism_fired=fired(cand.traces, rec["mechanism"]))
     # 4. compare with what the round recorded
     rd = campaign / "rounds" / Path(rec["round_dir"]).name  # where the campaign is now, wherever it ran
     diffs: list[str] = []
