@@ -90,7 +90,8 @@ BOUNCE = """checkers:
   - use: confirm_before_write
     at: pre_write
     cfg:
-      affirmations: [xyzzy-plugh]
+      # the agent's confirmation names only the identifying args: demanding these too bounces every good write
+      match_args: [reason, item_ids, payment_method_id, address1]
 """
 
 
