@@ -98,5 +98,10 @@ def make_order(rng: random.Random, user: dict, products: dict, status: str, n_it
     order = {"order_id": oid, "user_id": user["user_id"], "status": status, "items": items,
              "payment_method_id": payment_method_id or rng.choice(user["payment_methods"])["id"],
              "address": dict(user["address"])}
+    # the ages the fee rules read: hours since a not-yet-delivered order was placed, days since delivery
+    if status == "delivered":
+        order.update(delivered_days_ago=rng.randint(1, 60), days_late=0)
+    else:
+        order["placed_hours_ago"] = rng.randint(1, 96)
     user["orders"].append(oid)
     return order
