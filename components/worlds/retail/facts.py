@@ -364,12 +364,12 @@ def _due(fee: Fee | None, age: int) -> bool:
 
 def cancel_refund(order: dict, fee: Fee | None) -> float:
     total = sum(i["price"] for i in order["items"])
-    return cents(total * (1 - fee.amount / 100) if _due(fee, order["placed_hours_ago"]) else total)
+    return cents(total * (1 - fee.amount / 100) if _due(fee, order.get("placed_hours_ago", 0)) else total)
 
 
 def return_refund(order: dict, item_ids: list[str], fee: Fee | None, bonus: float | None, to_gift_card: bool) -> float:
     price = sum(i["price"] for i in order["items"] if i["item_id"] in item_ids)
-    if _due(fee, order["delivered_days_ago"]):
+    if _due(fee, order.get("delivered_days_ago", 0)):
         price *= 1 - fee.amount / 100
     if to_gift_card and bonus:
         price = cents(price) * (1 + bonus / 100)
@@ -377,15 +377,15 @@ def return_refund(order: dict, item_ids: list[str], fee: Fee | None, bonus: floa
 
 
 def exchange_fee(order: dict, n_items: int, fee: Fee | None) -> float:
-    return cents(fee.amount * n_items) if _due(fee, order["delivered_days_ago"]) else 0.0
+    return cents(fee.amount * n_items) if _due(fee, order.get("delivered_days_ago", 0)) else 0.0
 
 
 def reroute_fee(order: dict, fee: Fee | None) -> float:
-    return cents(fee.amount) if _due(fee, order["placed_hours_ago"]) else 0.0
+    return cents(fee.amount) if _due(fee, order.get("placed_hours_ago", 0)) else 0.0
 
 
 def credit_amount(order: dict, rate: float | None, cap: float | None) -> float:
-    amount = NAIVE_CREDIT if rate is None else rate * order["days_late"]
+    amount = NAIVE_CREDIT if rate is None else rate * order.get("days_late", 0)
     return cents(min(amount, cap) if cap is not None else amount)
 
 
