@@ -20,7 +20,7 @@ from components.worlds.retail import facts as F
 from components.worlds.retail.facts import BY_ID, FACTS
 from components.worlds.retail.tools import WRITE_TOOLS
 
-FAMILIES = {"cancel": 36, "return": 36, "exchange": 36, "address": 36, "credit": 36, "multi": 36}
+FAMILIES = {"cancel": 36, "return": 36, "exchange": 36, "address": 36, "multi": 36, "credit": 36}
 EXTERNAL_EVERY = 9  # every 9th task of every family but multi is impossible
 REASON_PHRASES = {
     "I no longer need it": "no longer needed",
@@ -61,6 +61,9 @@ You help customers of an online store with their orders and account. Use the too
 class _Builder:
     def __init__(self, seed: int):
         self.rng = random.Random(seed)
+        # what the deeper world added (ages, gift cards, late days) draws from its own stream: the orders, users and
+        # requests of the first five families stay those of the same seed before it
+        self.extra = random.Random(seed * 104729 + 3)
         self.products = make_catalog(self.rng)
         self.users: dict[str, dict] = {}
         self.orders: dict[str, dict] = {}
@@ -75,7 +78,8 @@ class _Builder:
         return u
 
     def order(self, user: dict, status: str, n_items: int | None = None, pm: str | None = None) -> dict:
-        o = make_order(self.rng, user, self.products, status, n_items or self.rng.randint(1, 3), self._oids, pm)
+        o = make_order(self.rng, user, self.products, status, n_items or self.rng.randint(1, 3), self._oids, pm,
+                       self.extra)
         self.orders[o["order_id"]] = o
         return o
 
@@ -83,7 +87,7 @@ class _Builder:
     def cancel(self, user: dict, possible: bool = True) -> dict:
         o = self.order(user, "pending" if possible else "delivered")
         if possible:
-            o["placed_hours_ago"] = self.rng.randint(2, 72)  # the cancellation fee is due in about two thirds
+            o["placed_hours_ago"] = self.extra.randint(2, 72)  # the cancellation fee is due in about two thirds
         phrase = self.rng.choice(sorted(REASON_PHRASES))
         return {"kind": "cancel", "order_id": o["order_id"], "reason_phrase": phrase, "reason": REASON_PHRASES[phrase],
                 "refund_amount": F.cancel_refund(o, BY_ID["cancel_fee"].value) if possible else None}
@@ -91,13 +95,16 @@ class _Builder:
     def return_(self, user: dict, possible: bool = True) -> dict:
         others = user["payment_methods"][1:]  # not the account's first method
         gift = [m["id"] for m in others if m["kind"] == "gift_card"]
-        pm = gift[0] if gift and self.rng.random() < 0.6 else self.rng.choice([m["id"] for m in others])
-        o = self.order(user, "delivered" if possible else "processed", self.rng.randint(2, 3), pm)
+        n_items = self.rng.randint(2, 3)
+        pm = self.rng.choice([m["id"] for m in others])
+        if gift and self.extra.random() < 0.4:  # raise the share of gift-card orders to about half
+            pm = gift[0]
+        o = self.order(user, "delivered" if possible else "processed", n_items, pm)
         items = self.rng.sample(o["items"], k=self.rng.randint(1, len(o["items"]) - 1))
         ids = sorted(i["item_id"] for i in items)
         due = None
         if possible:
-            o["delivered_days_ago"] = self.rng.randint(3, 60)  # the restocking fee is due in about half
+            o["delivered_days_ago"] = self.extra.randint(3, 60)  # the restocking fee is due in about half
             to_gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in others)
             due = F.return_refund(o, ids, BY_ID["restocking_fee"].value, BY_ID["gift_card_bonus"].value, to_gift)
         return {"kind": "return", "order_id": o["order_id"], "item_ids": ids, "item_names": [i["name"] for i in items],
@@ -115,7 +122,7 @@ class _Builder:
                 want, alt = self.rng.choice(gone), self.rng.choice(there)
                 fee = None
                 if possible:
-                    o["delivered_days_ago"] = self.rng.randint(3, 45)  # past the free window in about two thirds
+                    o["delivered_days_ago"] = self.extra.randint(3, 45)  # past the free window in about two thirds
                     fee = F.exchange_fee(o, 1, BY_ID["exchange_fee"].value)
                 return {"kind": "exchange", "order_id": o["order_id"], "item_ids": [item["item_id"]],
                         "product_name": item["name"], "want": want["options"], "alt": alt["options"],
@@ -125,17 +132,17 @@ class _Builder:
 
     def order_address(self, user: dict, address: dict | None = None) -> dict:
         o = self.order(user, "pending")
-        o["placed_hours_ago"] = self.rng.randint(2, 96)  # the re-routing fee is due in about half
+        o["placed_hours_ago"] = self.extra.randint(2, 96)  # the re-routing fee is due in about half
         return {"kind": "order_address", "order_id": o["order_id"], "address": address or make_address(self.rng),
                 "reroute_fee": F.reroute_fee(o, BY_ID["reroute_fee"].value)}
 
     def credit(self, user: dict, possible: bool = True) -> dict:
         if not any(m["kind"] == "gift_card" for m in user["payment_methods"]):
-            user["payment_methods"].append({"id": f"gift_card_{self.rng.randint(10**6, 10**7 - 1)}", "kind": "gift_card"})
+            user["payment_methods"].append({"id": f"gift_card_{self.extra.randint(10**6, 10**7 - 1)}", "kind": "gift_card"})
         paid = [m["id"] for m in user["payment_methods"] if m["kind"] != "gift_card"]
         o = self.order(user, "delivered" if possible else "processed", None, self.rng.choice(paid))
         # never 2 days: the naive flat credit would be right by chance; 6 or more: the cap decides
-        o["days_late"] = self.rng.choice((1, 3, 4, 5, 6, 7, 8, 9))
+        o["days_late"] = self.extra.choice((1, 3, 4, 5, 6, 7, 8, 9))
         gift = next(m["id"] for m in user["payment_methods"] if m["kind"] == "gift_card")
         return {"kind": "credit", "order_id": o["order_id"], "payment_method_id": gift,
                 "amount": F.credit_amount(o, BY_ID["credit_rate"].value, BY_ID["credit_cap"].value)}
