@@ -165,7 +165,7 @@ def test_the_tasks_exercise_every_fact(bench):
                 hits += careful_args(env, task, req, {f.id: f.value for f in FACTS}) != careful_args(
                     env, task, req, {f.id: (None if f is fact else f.value) for f in FACTS})
         share[fact.id] = hits / n
-    assert all(0.3 <= v <= 1.0 for v in share.values()), share
+    assert all(0.2 <= v <= 1.0 for v in share.values()), share
     assert sum(v < 1.0 for v in share.values()) >= 6, share  # the thresholds leave room on both sides
 
 

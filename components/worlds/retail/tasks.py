@@ -87,7 +87,7 @@ class _Builder:
     def cancel(self, user: dict, possible: bool = True) -> dict:
         o = self.order(user, "pending" if possible else "delivered")
         if possible:
-            o["placed_hours_ago"] = self.extra.randint(2, 72)  # the cancellation fee is due in about two thirds
+            o["placed_hours_ago"] = self.extra.randint(2, 48)  # the cancellation fee is due in about half
         phrase = self.rng.choice(sorted(REASON_PHRASES))
         return {"kind": "cancel", "order_id": o["order_id"], "reason_phrase": phrase, "reason": REASON_PHRASES[phrase],
                 "refund_amount": F.cancel_refund(o, BY_ID["cancel_fee"].value) if possible else None}
@@ -97,14 +97,14 @@ class _Builder:
         gift = [m["id"] for m in others if m["kind"] == "gift_card"]
         n_items = self.rng.randint(2, 3)
         pm = self.rng.choice([m["id"] for m in others])
-        if gift and self.extra.random() < 0.4:  # raise the share of gift-card orders to about half
+        if gift and self.extra.random() < 0.2:  # raise the share of gift-card orders to about two fifths
             pm = gift[0]
         o = self.order(user, "delivered" if possible else "processed", n_items, pm)
         items = self.rng.sample(o["items"], k=self.rng.randint(1, len(o["items"]) - 1))
         ids = sorted(i["item_id"] for i in items)
         due = None
         if possible:
-            o["delivered_days_ago"] = self.extra.randint(3, 60)  # the restocking fee is due in about half
+            o["delivered_days_ago"] = self.extra.randint(3, 50)  # the restocking fee is due in about two fifths
             to_gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in others)
             due = F.return_refund(o, ids, BY_ID["restocking_fee"].value, BY_ID["gift_card_bonus"].value, to_gift)
         return {"kind": "return", "order_id": o["order_id"], "item_ids": ids, "item_names": [i["name"] for i in items],
@@ -122,7 +122,7 @@ class _Builder:
                 want, alt = self.rng.choice(gone), self.rng.choice(there)
                 fee = None
                 if possible:
-                    o["delivered_days_ago"] = self.extra.randint(3, 45)  # past the free window in about two thirds
+                    o["delivered_days_ago"] = self.extra.randint(3, 26)  # past the free window in about half
                     fee = F.exchange_fee(o, 1, BY_ID["exchange_fee"].value)
                 return {"kind": "exchange", "order_id": o["order_id"], "item_ids": [item["item_id"]],
                         "product_name": item["name"], "want": want["options"], "alt": alt["options"],
@@ -132,18 +132,19 @@ class _Builder:
 
     def order_address(self, user: dict, address: dict | None = None) -> dict:
         o = self.order(user, "pending")
-        o["placed_hours_ago"] = self.extra.randint(2, 96)  # the re-routing fee is due in about half
+        o["placed_hours_ago"] = self.extra.randint(2, 80)  # the re-routing fee is due in about two fifths
         return {"kind": "order_address", "order_id": o["order_id"], "address": address or make_address(self.rng),
                 "reroute_fee": F.reroute_fee(o, BY_ID["reroute_fee"].value)}
 
     def credit(self, user: dict, possible: bool = True) -> dict:
         if not any(m["kind"] == "gift_card" for m in user["payment_methods"]):
             user["payment_methods"].append({"id": f"gift_card_{self.extra.randint(10**6, 10**7 - 1)}", "kind": "gift_card"})
-        paid = [m["id"] for m in user["payment_methods"] if m["kind"] != "gift_card"]
-        o = self.order(user, "delivered" if possible else "processed", None, self.rng.choice(paid))
-        # never 2 days: the naive flat credit would be right by chance; 6 or more: the cap decides
-        o["days_late"] = self.extra.choice((1, 3, 4, 5, 6, 7, 8, 9))
         gift = next(m["id"] for m in user["payment_methods"] if m["kind"] == "gift_card")
+        paid = [m["id"] for m in user["payment_methods"] if m["kind"] != "gift_card"]
+        pm = gift if self.extra.random() < 0.4 else self.extra.choice(paid)  # a gift-card order needs no redirect
+        o = self.order(user, "delivered" if possible else "processed", None, pm)
+        # never 2 days: the naive flat credit would be right by chance; 6 or more: the cap decides
+        o["days_late"] = self.extra.choice((1, 3, 4, 5, 6, 8))
         return {"kind": "credit", "order_id": o["order_id"], "payment_method_id": gift,
                 "amount": F.credit_amount(o, BY_ID["credit_rate"].value, BY_ID["credit_cap"].value)}
 

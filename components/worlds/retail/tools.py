@@ -241,14 +241,14 @@ class RetailTools:
         if o.get("days_late", 0) <= 0 or "credit" in o:
             return self._fail("invalid_state", f"order {order_id} was not delivered late or is already credited",
                               blocking=True)
-        if self._method_kind(o, payment_method_id) != "gift_card":
-            return self._policy("credit_gift_card", f"credit to {payment_method_id} refused.")
         rate, cap = BY_ID["credit_rate"].value, BY_ID["credit_cap"].value
         due = F.credit_amount(o, rate, cap)
         if not F.same_amount(amount, due):
             # the rate was right when the amount is the uncapped per-day credit
             rate_right = F.same_amount(amount, F.credit_amount(o, rate, None))
             return self._policy("credit_cap" if rate_right else "credit_rate", f"credit amount {amount!r} refused.")
+        if self._method_kind(o, payment_method_id) != "gift_card":
+            return self._policy("credit_gift_card", f"credit to {payment_method_id} refused.")
         o["credit"] = {"amount": due, "payment_method_id": payment_method_id}
         return True, None, {"order_id": order_id, "credited": due, "to": payment_method_id}
 
