@@ -5,7 +5,7 @@ Families, by horizon: `cancel` (one pending order), `return` (delivered items, r
 `credit` (store credit for a late delivery), `multi` (three or four requests in one conversation). Some tasks are
 impossible by construction (the order is in the wrong state, the customer's email matches no account): no memory can
 fix them. The ages and payment methods are drawn so that each fact decides a good share of its family's requests
-(a fee is due in about half of them, a gift card paid about half of the returns, ...), and the rubric's request
+(a fee is due in a third to three fifths of them, a gift card paid two fifths of the returns, ...), and the rubric's request
 criteria hold the amounts the facts' true values give.
 """
 
