@@ -196,7 +196,8 @@ def careful_args(env, task, req: dict, know: dict) -> dict:
         addr = normalize_address(**req["address"]) if know["address_validated"] else req["address"]
         return {"order_id": req["order_id"], **addr, "reroute_fee": F.reroute_fee(order, know["reroute_fee"])}
     gift = next(m["id"] for m in user["payment_methods"] if m["kind"] == "gift_card")
-    return {"order_id": req["order_id"], "payment_method_id": gift if know["credit_gift_card"] else order["payment_method_id"],
+    pm = gift if know["credit_gift_card"] else order["payment_method_id"]
+    return {"order_id": req["order_id"], "payment_method_id": pm,
             "amount": F.credit_amount(order, know["credit_rate"], know["credit_cap"])}
 
 

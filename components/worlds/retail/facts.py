@@ -151,7 +151,8 @@ class Fee(NamedTuple):
 
 
 NUM = r"(\d+(?:\.\d+)?)"
-AMOUNT = {"pct": re.compile(NUM + r"\s*(?:%|percent\b)", re.I), "usd": re.compile(r"\$\s*" + NUM + "|" + NUM + r" dollars\b", re.I)}
+AMOUNT = {"pct": re.compile(NUM + r"\s*(?:%|percent\b)", re.I),
+          "usd": re.compile(r"\$\s*" + NUM + "|" + NUM + r" dollars\b", re.I)}
 AGE = {"hours": re.compile(r"\b(\d+)\s*hours?\b", re.I), "days": re.compile(r"\b(\d+)\s*days?\b", re.I)}
 
 

@@ -5,8 +5,8 @@ Families, by horizon: `cancel` (one pending order), `return` (delivered items, r
 `credit` (store credit for a late delivery), `multi` (three or four requests in one conversation). Some tasks are
 impossible by construction (the order is in the wrong state, the customer's email matches no account): no memory can
 fix them. The ages and payment methods are drawn so that each fact decides a good share of its family's requests
-(a fee is due in a third to three fifths of them, a gift card paid two fifths of the returns, ...), and the rubric's request
-criteria hold the amounts the facts' true values give.
+(a fee is due in a third to three fifths of them, a gift card paid two fifths of the returns, ...), and the
+rubric's request criteria hold the amounts the facts' true values give.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ class _Builder:
 
     def credit(self, user: dict, possible: bool = True) -> dict:
         if not any(m["kind"] == "gift_card" for m in user["payment_methods"]):
-            user["payment_methods"].append({"id": f"gift_card_{self.extra.randint(10**6, 10**7 - 1)}", "kind": "gift_card"})
+            gid = f"gift_card_{self.extra.randint(10**6, 10**7 - 1)}"
+            user["payment_methods"].append({"id": gid, "kind": "gift_card"})
         gift = next(m["id"] for m in user["payment_methods"] if m["kind"] == "gift_card")
         paid = [m["id"] for m in user["payment_methods"] if m["kind"] != "gift_card"]
         pm = gift if self.extra.random() < 0.4 else self.extra.choice(paid)  # a gift-card order needs no redirect
