@@ -161,13 +161,13 @@ def test_confirm_is_offered_and_answered_by_the_world(harness, bench):
 def test_a_rule_refusal_and_an_external_one_carry_the_receipt_schema(harness):
     port, task = harness
     order = task.requests[0]["order_id"]
-    refused = call(port, CANCEL, {"order_id": order, "reason": "changed my mind"})
+    refused = call(port, CANCEL, {"order_id": order, "reason": "changed my mind", "refund_amount": 0.0})
     assert (refused["ok"], refused["rule_id"], refused["blocking"]) == (False, "cancel_reason", False)
     assert f"`{CANCEL}`" in refused["rule"]  # the rule's text, as a card would state it
     model_sees = json.loads(port.messages[-1]["content"])
     assert model_sees["rule_id"] == "cancel_reason" and model_sees["rule"] == refused["rule"]
     assert "error" in model_sees and "blocking" not in model_sees
-    external = call(port, CANCEL, {"order_id": "#W0000000", "reason": "no longer needed"}, "c2")
+    external = call(port, CANCEL, {"order_id": "#W0000000", "reason": "no longer needed", "refund_amount": 0.0}, "c2")
     assert (external["ok"], external["rule_id"], external["blocking"]) == (False, None, True)
     model_sees = json.loads(port.messages[-1]["content"])
     assert model_sees["blocking"] is True and "rule_id" not in model_sees

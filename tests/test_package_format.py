@@ -25,8 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"
 SHIPPED = ["none", "seed", "all-skills", "reference"]
 REFERENCE_CARDS = [
+    "em/procedure/account-address.md",
     "em/procedure/cancel-reason.md",
     "em/procedure/exchange-available-variant.md",
+    "em/procedure/late-delivery-credit.md",
     "em/procedure/normalize-shipping-address.md",
     "em/procedure/refund-original-payment.md",
 ]

@@ -326,7 +326,7 @@ def test_event_without_delivering_binding_is_flagged(bench):
     # load_package already refuses this shape; reachability must catch it on its own too
     stripped = dataclasses.replace(pkg, delivery=tuple(b for b in pkg.delivery if not b.strategy.delivers_cards))
     problems = reachability(stripped, bench)
-    assert len(problems) == len(pkg.cards) == 4
+    assert len(problems) == len(pkg.cards) == 6
     assert all("no binding delivers cards at 'intent_recorded'" in p for p in problems)
     assert {p.split(":")[0] for p in problems} == {c.path for c in pkg.cards.values()}
 

@@ -19,7 +19,8 @@ from components.runtime.trace import TraceStep, steps_frame
 from components.worlds.retail.facts import BY_ID, BY_TOOL
 from tests.conftest import PACKAGES
 
-CANCEL, IMPOSSIBLE, RETURN = "retail-cancel-000", "retail-cancel-008", "retail-return-000"
+# items decided by the written policy's rules only (no fee due, no gift card): one fault at a time below
+CANCEL, IMPOSSIBLE, RETURN = "retail-cancel-002", "retail-cancel-008", "retail-return-000"
 # one fault at a time: everything else done right
 CLEAN = replace(RATES, p_base=1.0, p_skip_confirm=0.0, p_early_done=0.0, drift=0.0, p_recover=0.0)
 CANCEL_CARD = ("When you call `cancel_pending_order`, the `reason` must be exactly 'no longer needed' or "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import math
 import subprocess
 import sys
 import time
@@ -16,7 +17,11 @@ from components.memory import digest, load_package
 from components.models.simulated import SimulatedAgent
 from components.runtime.evaluate import run_shard
 from components.worlds import world
-from components.worlds.retail.facts import FACTS
+from components.runtime.types import ToolCall
+from components.worlds.retail import facts as F
+from components.worlds.retail import language
+from components.worlds.retail.catalog import normalize_address
+from components.worlds.retail.facts import BY_ID, FACTS, Fee
 from tests.conftest import PACKAGES, ROOT
 
 
@@ -37,7 +42,7 @@ def test_materialize_same_seed_same_bytes(tmp_path, bench_dir):
 def test_benchmark_shape(bench):
     assert len(bench.tasks) >= 150
     families = {t.family for t in bench.tasks.values()}
-    assert len(families) >= 5
+    assert len(families) >= 6
     ids = [set(bench.ids(s)) for s in ("train", "dev", "test")]
     assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
     assert set().union(*ids) == set(bench.tasks)
@@ -49,12 +54,19 @@ def test_benchmark_shape(bench):
 
 
 def test_the_knowledge_is_written_down(bench, bench_dir):
-    """What the agent lacks is in the policy it is shown, and a violated rule comes back, stated, in the receipt."""
+    """What the agent lacks is in the policy it is shown, or only in the receipts: a violated rule comes back, cited
+    and stated, in the refusal receipt; the unstated rules are nowhere in the policy."""
     policy = (bench_dir / "policy.md").read_text()
     env = world(bench.world).make_env(bench, bench.tasks[bench.ids("train")[0]])
     assert policy in env.system_prompt  # the policy on disk is what the agent reads
+    assert len(FACTS) >= 12 and len({f.tool for f in FACTS}) < len(FACTS)  # rules share writes: they interact
+    assert sum(not f.stated for f in FACTS) >= 3
     for fact in FACTS:
-        assert fact.value is not None and fact.read(policy) == fact.value
+        assert fact.value is not None and fact.read(fact.statement) == fact.value
+        if not fact.stated:  # learnable only from receipts or successful episodes
+            assert fact.read(policy) is None and fact.statement not in policy, fact.id
+            continue
+        assert fact.read(policy) == fact.value
         without = policy.replace(fact.statement, "")
         assert without != policy and fact.read(without) is None  # the policy says it in that statement, nowhere else
     t = run_shard(PACKAGES / "seed", bench, bench.ids("train"), [0, 1, 2]).traces
@@ -71,6 +83,120 @@ def test_the_knowledge_is_written_down(bench, bench_dir):
             assert obs["args"]["reason"] not in fact.value  # and it is refused for breaking it
         refused[fact.id] = refused.get(fact.id, 0) + 1
     assert set(refused) == {f.id for f in FACTS}, refused  # every rule the seed lacks comes back in some receipt
+
+
+@pytest.mark.parametrize("text,fid,value", [
+    # numbers: the clause naming the fee gives the amount, the first age of the clause (else paragraph) the threshold
+    ("- `return_delivered_order_items`: a 15% restocking fee applies to items delivered more than 20 days ago.",
+     "restocking_fee", Fee(20, 15.0)),
+    ("- `return_delivered_order_items` charges a restocking fee of 10 percent on every return.", "restocking_fee",
+     Fee(0, 10.0)),
+    ("- For `return_delivered_order_items` there is no restocking fee.", "restocking_fee", Fee(0, 0.0)),
+    ("- A 10% restocking fee applies to returns after 30 days.", "restocking_fee", None),  # no tool named: outside
+    ("- Cancelling with `cancel_pending_order` after 24 hours costs a 5% cancellation fee.", "cancel_fee", Fee(24, 5.0)),
+    ("- `cancel_pending_order` never charges a cancellation fee.", "cancel_fee", Fee(0, 0.0)),
+    ("- `exchange_delivered_order_items`: exchanges are free for 14 days; later, the `exchange_fee` is $8.",
+     "exchange_fee", Fee(14, 8.0)),
+    ("- `modify_pending_order_address` does not carry a re-routing fee.", "reroute_fee", Fee(0, 0.0)),
+    ("- `return_delivered_order_items` to a gift card adds a 5% bonus.", "gift_card_bonus", 5.0),
+    ("- `return_delivered_order_items` pays no bonus on gift cards.", "gift_card_bonus", 0.0),
+    ("- `issue_store_credit`: $4 per day late.", "credit_rate", 4.0),
+    ("- `issue_store_credit`: the credit is at most $30.", "credit_cap", 30.0),
+    ("- `issue_store_credit`: the credit is not capped.", "credit_cap", math.inf),
+    ("- `issue_store_credit` pays back to the method the order was paid with.", "credit_gift_card", "original"),
+    ("- `issue_store_credit` never credits a gift card.", "credit_gift_card", "original"),
+    ("- `modify_user_address` takes the address as given; do not call `validate_address`.", "user_address_validated",
+     "raw"),
+    ("- For `modify_user_address`, normalize the address with `validate_address` first.", "user_address_validated",
+     "validate"),
+    ("- For `modify_pending_order_address`, normalize the address with `validate_address` first.",
+     "user_address_validated", None),  # another write's rule
+])
+def test_reading_numbers_negation_and_scope(text, fid, value):
+    assert BY_ID[fid].read(text) == value
+
+
+def test_every_fact_is_enforced_by_its_write(bench):
+    """For each fact, on a task that exercises it: the write with every rule applied succeeds; the same write with
+    only this rule unknown (the naive default) is refused, citing this rule and no other."""
+    exercised: set[str] = set()
+    for fact in FACTS:
+        for item in bench.ids("train") + bench.ids("dev"):
+            task = bench.tasks[item]
+            if not task.possible:
+                continue
+            env = world(bench.world).make_env(bench, task)
+            reqs = [r for r in task.requests if language.TOOL_OF[r["kind"]] == fact.tool]
+            if not reqs:
+                continue
+            right = careful_args(env, task, reqs[0], {f.id: f.value for f in FACTS})
+            naive = careful_args(env, task, reqs[0], {f.id: (None if f is fact else f.value) for f in FACTS})
+            if naive == right:
+                continue  # this request does not exercise the fact
+            r = env.call(ToolCall(id="c1", name=fact.tool, args=naive))
+            assert not r.ok and r.code == "policy", (fact.id, r.content)
+            assert r.content["error"].split("Policy: ", 1)[1] == fact.statement.lstrip("- ")
+            ok = env.call(ToolCall(id="c2", name=fact.tool, args=right))
+            assert ok.ok, (fact.id, ok.content)
+            score = env.score([])
+            crit = next(c.id for c in task.rubric if c.id.startswith("req") and task.requests[int(c.id[3:]) - 1] is reqs[0])
+            assert score.criteria[crit] == 1.0  # the rubric credits the write that follows every rule
+            exercised.add(fact.id)
+            break
+    assert exercised == {f.id for f in FACTS}
+
+
+def test_the_tasks_exercise_every_fact(bench):
+    """Each fact decides a good share of the requests of its write, not all and not none (so a rule is learnable
+    from contrast, and an agent ignorant of it still passes some)."""
+    share = {}
+    for fact in FACTS:
+        hits = n = 0
+        for task in bench.tasks.values():
+            if not task.possible:
+                continue
+            env = world(bench.world).make_env(bench, task)
+            for req in task.requests:
+                if language.TOOL_OF[req["kind"]] != fact.tool:
+                    continue
+                n += 1
+                hits += careful_args(env, task, req, {f.id: f.value for f in FACTS}) != careful_args(
+                    env, task, req, {f.id: (None if f is fact else f.value) for f in FACTS})
+        share[fact.id] = hits / n
+    assert all(0.2 <= v <= 1.0 for v in share.values()), share
+    assert sum(v < 1.0 for v in share.values()) >= 6, share  # the thresholds leave room on both sides
+
+
+def careful_args(env, task, req: dict, know: dict) -> dict:
+    """The write for one request by an agent that knows the rules in `know` (None: the naive default)."""
+    db, kind = env.db, req["kind"]
+    user = db["users"][task.user_id]
+    order = db["orders"].get(req.get("order_id"), {})
+    if kind == "cancel":
+        reason = req["reason"] if know["cancel_reason"] else req["reason_phrase"]
+        return {"order_id": req["order_id"], "reason": reason, "refund_amount": F.cancel_refund(order, know["cancel_fee"])}
+    if kind == "return":
+        pm = order["payment_method_id"] if know["refund_original"] else user["payment_methods"][0]["id"]
+        gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in user["payment_methods"])
+        return {"order_id": req["order_id"], "item_ids": req["item_ids"], "payment_method_id": pm,
+                "refund_amount": F.return_refund(order, req["item_ids"], know["restocking_fee"], know["gift_card_bonus"],
+                                                 gift)}
+    if kind == "exchange":
+        new = req["new_item_ids"] if know["exchange_available"] else [
+            v["item_id"] for p in db["products"].values() for v in p["variants"].values() if v["options"] == req["want"]
+            and p["name"] == req["product_name"]]
+        return {"order_id": req["order_id"], "item_ids": req["item_ids"], "new_item_ids": new,
+                "exchange_fee": F.exchange_fee(order, 1, know["exchange_fee"])}
+    if kind == "user_address":
+        addr = normalize_address(**req["address"]) if know["user_address_validated"] else req["address"]
+        return {"user_id": task.user_id, **addr}
+    if kind == "order_address":
+        addr = normalize_address(**req["address"]) if know["address_validated"] else req["address"]
+        return {"order_id": req["order_id"], **addr, "reroute_fee": F.reroute_fee(order, know["reroute_fee"])}
+    gift = next(m["id"] for m in user["payment_methods"] if m["kind"] == "gift_card")
+    pm = gift if know["credit_gift_card"] else order["payment_method_id"]
+    return {"order_id": req["order_id"], "payment_method_id": pm,
+            "amount": F.credit_amount(order, know["credit_rate"], know["credit_cap"])}
 
 
 def test_reward_is_weighted_rubric(bench):
@@ -138,8 +264,8 @@ def mean_dev(bench, name):
 def test_memory_changes_the_scores_in_the_designed_order(bench):
     s = {name: mean_dev(bench, name) for name in ("none", "seed", "all-skills", "reference")}
     assert s["reference"] >= s["seed"] + 0.30, s
-    assert s["reference"] >= s["all-skills"] + 0.10, s
-    assert s["seed"] > s["none"], s
+    assert s["reference"] >= s["all-skills"] + 0.10, s  # 13 facts: routing beats attention dilution
+    assert s["none"] < s["seed"] < s["all-skills"] < s["reference"], s
     assert s["reference"] < 1.0
 
 

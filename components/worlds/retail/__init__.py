@@ -17,7 +17,7 @@ VERSION = 1
 # [] = the session's account (one per conversation)
 TARGETS = {"cancel_pending_order": ["order_id"], "return_delivered_order_items": ["order_id"],
            "exchange_delivered_order_items": ["order_id"], "modify_pending_order_address": ["order_id"],
-           "modify_user_address": []}
+           "modify_user_address": [], "issue_store_credit": ["order_id"]}
 
 
 def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,

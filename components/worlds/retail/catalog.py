@@ -82,7 +82,8 @@ def make_user(rng: random.Random, used: set[str]) -> dict:
 
 
 def make_order(rng: random.Random, user: dict, products: dict, status: str, n_items: int, used: set[str],
-               payment_method_id: str | None = None) -> dict:
+               payment_method_id: str | None = None, ages: random.Random | None = None) -> dict:
+    """An order; `ages` draws its ages (a stream of its own, so the rest of the data does not shift with them)."""
     while True:
         oid = "#W" + _digits(rng, 7)
         if oid not in used:
@@ -98,5 +99,11 @@ def make_order(rng: random.Random, user: dict, products: dict, status: str, n_it
     order = {"order_id": oid, "user_id": user["user_id"], "status": status, "items": items,
              "payment_method_id": payment_method_id or rng.choice(user["payment_methods"])["id"],
              "address": dict(user["address"])}
+    # the ages the fee rules read: hours since a not-yet-delivered order was placed, days since delivery
+    ages = ages or rng
+    if status == "delivered":
+        order.update(delivered_days_ago=ages.randint(1, 60), days_late=0)
+    else:
+        order["placed_hours_ago"] = ages.randint(1, 96)
     user["orders"].append(oid)
     return order

@@ -2,7 +2,8 @@
 
 The simulated agent's fault engine decides when it slips; this module says what it does when it does not: read the
 customer's message (`language`), authenticate by email and load the account, read each order (and a product's
-variants for an exchange), and fill in each write's arguments from what it believes about the rules (`facts`).
+variants for an exchange), and fill in each write's arguments from what it believes about the rules (`facts`): two
+or three rules on most writes, each read from its own belief, the amounts from the formulas the tools check.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ from typing import Any
 
 from components.worlds.competence import Beliefs, Request, Step, View
 from components.worlds.retail import language
-from components.worlds.retail.facts import FACTS, VERBATIM
+from components.worlds.retail import facts as F
+from components.worlds.retail.facts import FACTS, VERBATIM, Fee
 
-# which fact governs each request kind's write
-FACT_OF = {"cancel": "cancel_reason", "return": "refund_original", "exchange": "exchange_available",
-           "order_address": "address_validated"}
 
 
 class RetailCompetence:
@@ -61,43 +60,61 @@ class RetailCompetence:
 
     # -- the write -----------------------------------------------------------------------------------------------
     def write(self, view: View, request: Request, beliefs: Beliefs) -> Step:
+        """The write from the rules the agent believes: a rule it does not follow (or whose value it does not have)
+        leaves the naive default (the customer's words, the account's first method, no fee, no bonus, no cap, a flat
+        courtesy credit); amounts come from the same formulas the tools check (`facts`)."""
         r, d = request, request.data
         oid = r.target.get("order_id")
         order = _order(view, oid) if oid else None
-        follow, value = beliefs.get(FACT_OF.get(r.kind, ""), (False, None))
+        know = {fid: (value if follows else None) for fid, (follows, value) in beliefs.items()}
         if r.kind == "cancel":
-            reason = d["reason_phrase"]
-            if follow and isinstance(value, tuple) and value and value != VERBATIM:
+            reason, value = d["reason_phrase"], know.get("cancel_reason")
+            if isinstance(value, tuple) and value and value != VERBATIM:
                 want = "no longer needed" if "need" in d["reason_phrase"] else "ordered by mistake"
                 reason = want if want in value else value[0]
-            return "", (r.tool, {"order_id": oid, "reason": reason})
+            return "", (r.tool, {"order_id": oid, "reason": reason,
+                                 "refund_amount": F.cancel_refund(order, _fee(know.get("cancel_fee")))})
         if r.kind == "return":
             ids = sorted(i["item_id"] for i in order["items"] if i["name"] in d["item_names"])
             methods = _user_methods(view)
             pm = methods[0]["id"] if methods else order["payment_method_id"]
-            if follow and value == "original":
+            value = know.get("refund_original")
+            if value == "original":
                 pm = order["payment_method_id"]
-            elif follow and value == "gift_card":
+            elif value == "gift_card":
                 pm = next((m["id"] for m in methods if m["kind"] == "gift_card"), pm)
-            return "", (r.tool, {"order_id": oid, "item_ids": ids, "payment_method_id": pm})
+            gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in methods)
+            amount = F.return_refund(order, ids, _fee(know.get("restocking_fee")), _num(know.get("gift_card_bonus")),
+                                     gift)
+            return "", (r.tool, {"order_id": oid, "item_ids": ids, "payment_method_id": pm, "refund_amount": amount})
         if r.kind == "exchange":
             item = _item(order, r)
             variants = _variants(view, item)
             choice = _variant(variants, d["want"])
-            if follow and value == "check_available" and (choice is None or not choice["available"]):
+            if know.get("exchange_available") == "check_available" and (choice is None or not choice["available"]):
                 choice = _variant(variants, d["alt"]) or choice
             return "", (r.tool, {"order_id": oid, "item_ids": [item["item_id"]],
-                                 "new_item_ids": [choice["item_id"] if choice else item["item_id"]]})
-        if r.kind == "user_address":
-            return "", (r.tool, {"user_id": _user_id(view) or "", **d["address"]})
-        if r.kind == "order_address":
+                                 "new_item_ids": [choice["item_id"] if choice else item["item_id"]],
+                                 "exchange_fee": F.exchange_fee(order, 1, _fee(know.get("exchange_fee")))})
+        if r.kind in ("user_address", "order_address"):
+            if r.kind == "user_address":
+                target, extra, rule = {"user_id": _user_id(view) or ""}, {}, "user_address_validated"
+            else:
+                target, rule = {"order_id": oid}, "address_validated"
+                extra = {"reroute_fee": F.reroute_fee(order, _fee(know.get("reroute_fee")))}
             normalized = [res["normalized"] for c, res in view.results("validate_address")
                           if c["args"] == d["address"] and "normalized" in res]
             if normalized:
-                return "", (r.tool, {"order_id": oid, **normalized[-1]})
-            if follow and value == "validate":
+                return "", (r.tool, {**target, **normalized[-1], **extra})
+            if know.get(rule) == "validate":
                 return "", ("validate_address", dict(d["address"]))
-            return "", (r.tool, {"order_id": oid, **d["address"]})
+            return "", (r.tool, {**target, **d["address"], **extra})
+        if r.kind == "credit":
+            pm = order["payment_method_id"]
+            if know.get("credit_gift_card") == "gift_card":
+                pm = next((m["id"] for m in _user_methods(view) if m["kind"] == "gift_card"), pm)
+            amount = F.credit_amount(order, _num(know.get("credit_rate")), _num(know.get("credit_cap")))
+            return "", (r.tool, {"order_id": oid, "amount": amount, "payment_method_id": pm})
         raise ValueError(f"unknown retail request kind {r.kind}")
 
     # -- what the agent says -------------------------------------------------------------------------------------
@@ -108,6 +125,15 @@ class RetailCompetence:
         return f"I will {language.ACTION_PHRASE[request.kind].format(order_id=request.target.get('order_id'))}."
 
 # -- reading the results ---------------------------------------------------------------------------------------
+
+def _fee(value: object) -> Fee | None:
+    """A believed fee rule, or None (no fee) when the belief is not one (a wrong card can say anything)."""
+    return value if isinstance(value, Fee) else None
+
+
+def _num(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
 
 def _user_id(v: View) -> str | None:
     for _c, r in v.results("find_user_id_by_email"):

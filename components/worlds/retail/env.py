@@ -7,7 +7,7 @@ from components.runtime.confirm import acts_from_turns, uncovered
 from components.runtime.types import Receipt, ToolCall, Turn
 from components.worlds.base import Benchmark, Criterion, Score, Task
 from components.worlds.retail import language
-from components.worlds.retail.catalog import normalize_address
+from components.worlds.retail.facts import same_amount
 from components.worlds.retail.tools import TERMINAL_TOOLS, WRITE_TOOLS, RetailTools
 
 SYSTEM_PREAMBLE = (
@@ -64,27 +64,37 @@ class RetailEnv:
 # -- the rubric's executable checks -------------------------------------------------------------------------
 
 def _order_cancelled(env: RetailEnv, c: Criterion, _t) -> bool:
-    return env.db["orders"][c.args["order_id"]]["status"] == "cancelled"
+    o = env.db["orders"][c.args["order_id"]]
+    return o["status"] == "cancelled" and same_amount(o["refund_amount"], c.args["refund_amount"])
 
 
 def _order_returned(env: RetailEnv, c: Criterion, _t) -> bool:
     o = env.db["orders"][c.args["order_id"]]
     return (o["status"] == "return requested" and o["return"]["item_ids"] == sorted(c.args["item_ids"])
-            and o["return"]["payment_method_id"] == c.args["payment_method_id"])
+            and o["return"]["payment_method_id"] == c.args["payment_method_id"]
+            and same_amount(o["return"]["refund_amount"], c.args["refund_amount"]))
 
 
 def _order_exchanged(env: RetailEnv, c: Criterion, _t) -> bool:
     o = env.db["orders"][c.args["order_id"]]
     return (o["status"] == "exchange requested" and o["exchange"]["item_ids"] == c.args["item_ids"]
-            and o["exchange"]["new_item_ids"] == c.args["new_item_ids"])
+            and o["exchange"]["new_item_ids"] == c.args["new_item_ids"]
+            and same_amount(o["exchange"]["exchange_fee"], c.args["exchange_fee"]))
 
 
 def _user_address_is(env: RetailEnv, c: Criterion, _t) -> bool:
-    return normalize_address(**env.db["users"][c.args["user_id"]]["address"]) == c.args["address"]
+    return env.db["users"][c.args["user_id"]]["address"] == c.args["address"]  # stored normalized, exactly
 
 
 def _order_address_is(env: RetailEnv, c: Criterion, _t) -> bool:
-    return env.db["orders"][c.args["order_id"]]["address"] == c.args["address"]
+    o = env.db["orders"][c.args["order_id"]]
+    return o["address"] == c.args["address"] and same_amount(o.get("reroute_fee"), c.args["reroute_fee"])
+
+
+def _store_credit_issued(env: RetailEnv, c: Criterion, _t) -> bool:
+    credit = env.db["orders"][c.args["order_id"]].get("credit")
+    return (credit is not None and credit["payment_method_id"] == c.args["payment_method_id"]
+            and same_amount(credit["amount"], c.args["amount"]))
 
 
 def _writes_confirmed(env: RetailEnv, c: Criterion, transcript: list[Turn]) -> bool:
@@ -102,6 +112,7 @@ CHECKS = {
     "order_exchanged": _order_exchanged,
     "user_address_is": _user_address_is,
     "order_address_is": _order_address_is,
+    "store_credit_issued": _store_credit_issued,
     "writes_confirmed": _writes_confirmed,
     "only_requested_writes": _only_requested_writes,
 }

@@ -38,6 +38,8 @@ def request_sentence(req: dict) -> str:
         return f"I have moved: please update my account address to {address_text(req['address'])}."
     if kind == "order_address":
         return f"Please ship pending order {req['order_id']} to {address_text(req['address'])}."
+    if kind == "credit":
+        return f"My order {req['order_id']} arrived late: I would like the late-delivery credit for it."
     raise ValueError(kind)
 
 
@@ -52,6 +54,7 @@ PATTERNS = {
                            r"(?P<want>.+?); if that is not available, (?P<alt>.+?) is fine\."),
     "user_address": re.compile(r"please update my account address to " + ADDRESS_RE + r"\."),
     "order_address": re.compile(r"Please ship pending order (?P<order_id>#W\d{7}) to " + ADDRESS_RE + r"\."),
+    "credit": re.compile(r"My order (?P<order_id>#W\d{7}) arrived late: I would like the late-delivery credit"),
 }
 TOOL_OF = {
     "cancel": "cancel_pending_order",
@@ -59,6 +62,7 @@ TOOL_OF = {
     "exchange": "exchange_delivered_order_items",
     "user_address": "modify_user_address",
     "order_address": "modify_pending_order_address",
+    "credit": "issue_store_credit",
 }
 
 
@@ -77,6 +81,8 @@ def parse_requests(text: str) -> list[dict]:
                 req["item_names"] = [s.strip() for s in g["items"].split(" and ")]
             elif kind == "exchange":
                 req.update(product_name=g["product"], want=parse_options(g["want"]), alt=parse_options(g["alt"]))
+            elif kind == "credit":
+                pass
             else:
                 req["address"] = {k: g[k] for k in ("address1", "city", "state", "zip")}
             found.append(req)
@@ -97,4 +103,5 @@ ACTION_PHRASE = {
     "exchange": "exchange an item in order {order_id}",
     "user_address": "update your account address",
     "order_address": "update the shipping address of order {order_id}",
+    "credit": "issue a late-delivery credit for order {order_id}",
 }

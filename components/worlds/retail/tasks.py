@@ -2,8 +2,11 @@
 
 Families, by horizon: `cancel` (one pending order), `return` (delivered items, refund to the original payment),
 `exchange` (a variant of the same product), `address` (account address, then the pending orders' shipping address),
-`multi` (three or four requests in one conversation). Some tasks are impossible by construction (the order is in the
-wrong state, the customer's email matches no account): no memory can fix them.
+`credit` (store credit for a late delivery), `multi` (three or four requests in one conversation). Some tasks are
+impossible by construction (the order is in the wrong state, the customer's email matches no account): no memory can
+fix them. The ages and payment methods are drawn so that each fact decides a good share of its family's requests
+(a fee is due in a third to three fifths of them, a gift card paid two fifths of the returns, ...), and the
+rubric's request criteria hold the amounts the facts' true values give.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import random
 from components.worlds.base import Criterion, Task
 from components.worlds.retail import language
 from components.worlds.retail.catalog import make_address, make_catalog, make_order, make_user, normalize_address
-from components.worlds.retail.facts import FACTS
+from components.worlds.retail import facts as F
+from components.worlds.retail.facts import BY_ID, FACTS
 from components.worlds.retail.tools import WRITE_TOOLS
 
-FAMILIES = {"cancel": 36, "return": 36, "exchange": 36, "address": 36, "multi": 36}
-EXTERNAL_EVERY = 9  # every 9th task of cancel/return/exchange/address is impossible
+FAMILIES = {"cancel": 36, "return": 36, "exchange": 36, "address": 36, "multi": 36, "credit": 36}
+EXTERNAL_EVERY = 9  # every 9th task of every family but multi is impossible
 REASON_PHRASES = {
     "I no longer need it": "no longer needed",
     "I don't need it anymore": "no longer needed",
@@ -27,8 +31,15 @@ REASON_PHRASES = {
 REQUEST_WEIGHT = 3.0
 
 
+# policy sections and the writes whose stated rules they hold; rules with `stated=False` are not written down
+SECTIONS = (("Cancellations", "cancel_pending_order"), ("Returns", "return_delivered_order_items"),
+            ("Exchanges", "exchange_delivered_order_items"), ("Shipping addresses", "modify_pending_order_address"),
+            ("Late deliveries", "issue_store_credit"))
+
+
 def policy_text() -> str:
-    sections = {f.id: f.statement for f in FACTS}
+    sections = "\n\n".join(f"## {title}\n" + "\n".join(f.statement for f in FACTS if f.tool == tool and f.stated)
+                             for title, tool in SECTIONS)
     writes = ", ".join(f"`{t}`" for t in sorted(WRITE_TOOLS))
     return f"""# Retail customer-service policy
 
@@ -40,26 +51,20 @@ You help customers of an online store with their orders and account. Use the too
 - Before every write ({writes}), call `confirm` with that tool, the arguments that identify what it acts on
   and a one-line summary; make the write only if the customer confirmed it. A confirmation covers one write.
 - One write per request; never change anything the customer did not ask for.
-- Only pending orders can be cancelled or re-addressed; only delivered orders can be returned or exchanged.
+- Only pending orders can be cancelled or re-addressed; only delivered orders can be returned, exchanged or
+  credited for a late delivery.
 - Call `finish` only when every request has a receipt from a tool, or cannot be done.
 
-## Cancellations
-{sections['cancel_reason']}
-
-## Returns
-{sections['refund_original']}
-
-## Exchanges
-{sections['exchange_available']}
-
-## Shipping addresses
-{sections['address_validated']}
+{sections}
 """
 
 
 class _Builder:
     def __init__(self, seed: int):
         self.rng = random.Random(seed)
+        # what the deeper world added (ages, gift cards, late days) draws from its own stream: the orders, users and
+        # requests of the first five families stay those of the same seed before it
+        self.extra = random.Random(seed * 104729 + 3)
         self.products = make_catalog(self.rng)
         self.users: dict[str, dict] = {}
         self.orders: dict[str, dict] = {}
@@ -74,22 +79,37 @@ class _Builder:
         return u
 
     def order(self, user: dict, status: str, n_items: int | None = None, pm: str | None = None) -> dict:
-        o = make_order(self.rng, user, self.products, status, n_items or self.rng.randint(1, 3), self._oids, pm)
+        o = make_order(self.rng, user, self.products, status, n_items or self.rng.randint(1, 3), self._oids, pm,
+                       self.extra)
         self.orders[o["order_id"]] = o
         return o
 
     # -- one request of each kind; `possible=False` puts the order in a state that forbids it ---------------
     def cancel(self, user: dict, possible: bool = True) -> dict:
         o = self.order(user, "pending" if possible else "delivered")
+        if possible:
+            o["placed_hours_ago"] = self.extra.randint(2, 48)  # the cancellation fee is due in about half
         phrase = self.rng.choice(sorted(REASON_PHRASES))
-        return {"kind": "cancel", "order_id": o["order_id"], "reason_phrase": phrase, "reason": REASON_PHRASES[phrase]}
+        return {"kind": "cancel", "order_id": o["order_id"], "reason_phrase": phrase, "reason": REASON_PHRASES[phrase],
+                "refund_amount": F.cancel_refund(o, BY_ID["cancel_fee"].value) if possible else None}
 
     def return_(self, user: dict, possible: bool = True) -> dict:
-        others = [m["id"] for m in user["payment_methods"][1:]]  # not the account's first method
-        o = self.order(user, "delivered" if possible else "processed", self.rng.randint(2, 3), self.rng.choice(others))
+        others = user["payment_methods"][1:]  # not the account's first method
+        gift = [m["id"] for m in others if m["kind"] == "gift_card"]
+        n_items = self.rng.randint(2, 3)
+        pm = self.rng.choice([m["id"] for m in others])
+        if gift and self.extra.random() < 0.2:  # raise the share of gift-card orders to about two fifths
+            pm = gift[0]
+        o = self.order(user, "delivered" if possible else "processed", n_items, pm)
         items = self.rng.sample(o["items"], k=self.rng.randint(1, len(o["items"]) - 1))
-        return {"kind": "return", "order_id": o["order_id"], "item_ids": sorted(i["item_id"] for i in items),
-                "item_names": [i["name"] for i in items], "payment_method_id": o["payment_method_id"]}
+        ids = sorted(i["item_id"] for i in items)
+        due = None
+        if possible:
+            o["delivered_days_ago"] = self.extra.randint(3, 50)  # the restocking fee is due in about two fifths
+            to_gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in others)
+            due = F.return_refund(o, ids, BY_ID["restocking_fee"].value, BY_ID["gift_card_bonus"].value, to_gift)
+        return {"kind": "return", "order_id": o["order_id"], "item_ids": ids, "item_names": [i["name"] for i in items],
+                "payment_method_id": o["payment_method_id"], "refund_amount": due}
 
     def exchange(self, user: dict, possible: bool = True) -> dict:
         while True:
@@ -101,15 +121,34 @@ class _Builder:
             there = [v for v in others if v["available"]]
             if gone and there:
                 want, alt = self.rng.choice(gone), self.rng.choice(there)
+                fee = None
+                if possible:
+                    o["delivered_days_ago"] = self.extra.randint(3, 26)  # past the free window in about half
+                    fee = F.exchange_fee(o, 1, BY_ID["exchange_fee"].value)
                 return {"kind": "exchange", "order_id": o["order_id"], "item_ids": [item["item_id"]],
                         "product_name": item["name"], "want": want["options"], "alt": alt["options"],
-                        "new_item_ids": [alt["item_id"]]}
+                        "new_item_ids": [alt["item_id"]], "exchange_fee": fee}
             user["orders"].remove(o["order_id"])
             del self.orders[o["order_id"]]
 
     def order_address(self, user: dict, address: dict | None = None) -> dict:
         o = self.order(user, "pending")
-        return {"kind": "order_address", "order_id": o["order_id"], "address": address or make_address(self.rng)}
+        o["placed_hours_ago"] = self.extra.randint(2, 80)  # the re-routing fee is due in about two fifths
+        return {"kind": "order_address", "order_id": o["order_id"], "address": address or make_address(self.rng),
+                "reroute_fee": F.reroute_fee(o, BY_ID["reroute_fee"].value)}
+
+    def credit(self, user: dict, possible: bool = True) -> dict:
+        if not any(m["kind"] == "gift_card" for m in user["payment_methods"]):
+            gid = f"gift_card_{self.extra.randint(10**6, 10**7 - 1)}"
+            user["payment_methods"].append({"id": gid, "kind": "gift_card"})
+        gift = next(m["id"] for m in user["payment_methods"] if m["kind"] == "gift_card")
+        paid = [m["id"] for m in user["payment_methods"] if m["kind"] != "gift_card"]
+        pm = gift if self.extra.random() < 0.4 else self.extra.choice(paid)  # a gift-card order needs no redirect
+        o = self.order(user, "delivered" if possible else "processed", None, pm)
+        # never 2 days: the naive flat credit would be right by chance; 6 or more: the cap decides
+        o["days_late"] = self.extra.choice((1, 3, 4, 5, 6, 8))
+        return {"kind": "credit", "order_id": o["order_id"], "payment_method_id": gift,
+                "amount": F.credit_amount(o, BY_ID["credit_rate"].value, BY_ID["credit_cap"].value)}
 
 
 def _criterion(i: int, req: dict, user: dict) -> Criterion:
@@ -117,18 +156,22 @@ def _criterion(i: int, req: dict, user: dict) -> Criterion:
     desc = language.request_sentence(req)
     if kind == "cancel":
         return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_cancelled", desc=desc,
-                         args={"order_id": req["order_id"]})
+                         args={"order_id": req["order_id"], "refund_amount": req["refund_amount"]})
     if kind == "return":
         return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_returned", desc=desc,
-                         args={k: req[k] for k in ("order_id", "item_ids", "payment_method_id")})
+                         args={k: req[k] for k in ("order_id", "item_ids", "payment_method_id", "refund_amount")})
     if kind == "exchange":
         return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_exchanged", desc=desc,
-                         args={k: req[k] for k in ("order_id", "item_ids", "new_item_ids")})
+                         args={k: req[k] for k in ("order_id", "item_ids", "new_item_ids", "exchange_fee")})
+    if kind == "credit":
+        return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="store_credit_issued", desc=desc,
+                         args={k: req[k] for k in ("order_id", "amount", "payment_method_id")})
     if kind == "user_address":
         return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="user_address_is", desc=desc,
                          args={"user_id": user["user_id"], "address": normalize_address(**req["address"])})
     return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_address_is", desc=desc,
-                     args={"order_id": req["order_id"], "address": normalize_address(**req["address"])})
+                     args={"order_id": req["order_id"], "address": normalize_address(**req["address"]),
+                           "reroute_fee": req["reroute_fee"]})
 
 
 def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]]:
@@ -146,6 +189,8 @@ def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]
                 reqs = [b.return_(u, possible)]
             elif family == "exchange":
                 reqs = [b.exchange(u, possible)]
+            elif family == "credit":
+                reqs = [b.credit(u, possible)]
             elif family == "address":
                 new = make_address(b.rng)
                 reqs = [{"kind": "user_address", "address": new}]
@@ -153,10 +198,11 @@ def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]
                 if not possible:  # the customer gives an email that matches no account
                     email = email.replace("@", ".old@")
             else:
-                kinds = b.rng.sample(["cancel", "return", "exchange", "order_address"], k=b.rng.choice((2, 3)))
+                kinds = b.rng.sample(["cancel", "return", "exchange", "order_address", "credit"], k=b.rng.choice((2, 3)))
                 kinds.append(b.rng.choice(kinds))  # a repeated kind: two writes through the same tool
                 b.rng.shuffle(kinds)
-                make = {"cancel": b.cancel, "return": b.return_, "exchange": b.exchange, "order_address": b.order_address}
+                make = {"cancel": b.cancel, "return": b.return_, "exchange": b.exchange, "order_address": b.order_address,
+                        "credit": b.credit}
                 reqs = [make[kd](u) for kd in kinds]
             rubric = [_criterion(i + 1, r, u) for i, r in enumerate(reqs)]
             rubric.append(Criterion(id="confirmed", weight=1.0, check="writes_confirmed",
