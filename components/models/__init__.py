@@ -13,11 +13,13 @@ MODELS = Registry("model")
 
 
 @MODELS.register("sim")
-def sim():
-    """The embedded simulated agent (offline, deterministic)."""
+def sim(*, world: str | None = None):
+    """The embedded simulated agent (offline, deterministic). `world`: the registered world it plays; by default the
+    one each request belongs to (by the tools it offers)."""
     from components.models.simulated import SimulatedAgent
+    from components.worlds import world as world_spec
 
-    return SimulatedAgent()
+    return SimulatedAgent(competence=world_spec(world).competence if world else None)
 
 
 @MODELS.register("openai")

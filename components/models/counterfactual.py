@@ -27,7 +27,7 @@ import pandas as pd
 from components.memory.package import MemoryPackage
 from components.models.simulated import OWNERS, RATES, Rates, SimulatedAgent
 from components.runtime.episode import MAX_TURNS, run_episode
-from components.worlds import Benchmark
+from components.worlds import Benchmark, world
 
 COLUMNS = ["item_id", "seed", "cause", "fired", "E_off", "rho_off", "W_off", "C_off", "all_off", "fixing_pairs",
            "replays"]
@@ -47,7 +47,8 @@ class Replayer:
         self._cards = tuple(c.render() for c in self.package.cards.values())
 
     def run(self, item_id: str, seed: int, off: frozenset[str] = frozenset(), probe: bool = False):
-        agent = SimulatedAgent(self.rates, off, self._cards, probe=probe, metered=False)
+        agent = SimulatedAgent(self.rates, off, self._cards, probe=probe, metered=False,
+                               competence=world(self.bench.world).competence)
         self.replays += 1
         return run_episode(self.package, self.bench, item_id, seed, agent, self.max_turns).success, agent.onsets
 

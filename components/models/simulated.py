@@ -4,9 +4,10 @@ It reads only its messages (system prompt, the harness's memory message, the con
 request's seed; the same inputs give the same output. It fails the ways the seeds describe, each at a rate that
 memory changes:
 
-  E  family knowledge (a fact of `worlds.retail.facts`): followed at a low base rate when only the long policy states
+  E  family knowledge (a fact of the world's competence): followed at a low base rate when only the long policy states
      it, at a high rate when a card stating it is in this turn's memory. A wrong card is followed too.
-  rho  attention: every card in memory that does not concern the current action scales that rate by 1/(1+lambda*n).
+  rho  attention: every card in memory that addresses none of the facts on the current write scales that rate by
+     1/(1+lambda*n).
   W  drift: a pending request is forgotten with a hazard that grows with the conversation's length, much lower while
      the ledger board lists it as pending; a board entry shown DONE is believed (even when wrongly settled).
   C  discipline: writes without asking for confirmation, and declares done after a write while work remains, at base
@@ -16,8 +17,11 @@ Every random choice is a hash of (seed, what the choice is about), not of the tu
 the same seed face the same coin flips wherever their conversations agree: paired evaluation with common random
 numbers. It also answers the `llm` meta-agent's planning prompt (see `plan_reply`).
 
-Cards and policy are read with the world's grammar (`worlds.retail.facts`): the agent follows the value a text
-instructs, a negated instruction included; text outside the grammar is ignored.
+This module is the generic fault engine: it decides WHEN the agent slips. WHAT a careful agent does in a world (how
+it reads the customer, opens the session, which reads a request needs, the write's arguments given its beliefs, what it
+says) is the world's `Competence` (`components.worlds.competence`), registered with the world; `resolve` finds it from
+the request when the agent was not built for one world. Cards and policy are read with the world's facts
+(`Fact.read`): the agent follows the value a text instructs; text a fact does not address is ignored.
 
 Fault switches (`off`), one per owner, for the counterfactual ground truth (`components.models.counterfactual`):
   E off    knows every fact correctly, whatever its memory says;
@@ -34,14 +38,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 from components.models.base import ChatResult, ModelError, count_tokens
 from components.runtime import prompts
-from components.runtime.types import ToolCall, Usage
-from components.worlds.retail import language
-from components.worlds.retail.facts import BY_TOOL, VERBATIM, Fact
+from components.runtime.types import FINISH_TOOL, ToolCall, Usage
+from components.worlds.competence import Beliefs, Competence, Fact, Request, Step, View
 
 NAME = "ratchet-sim"
 
@@ -77,49 +80,7 @@ BOARD_RE = re.compile(r"^- \[(PENDING|DONE|BLOCKED)\] (e\d+) (\w+)((?: \w+=\S+)*
 CARD_SPLIT = re.compile(r"^### card ", re.M)
 
 
-@dataclass
-class Request:
-    kind: str
-    tool: str
-    order_id: str | None = None
-    item_names: list[str] = field(default_factory=list)
-    reason_phrase: str = ""
-    product_name: str = ""
-    want: dict = field(default_factory=dict)
-    alt: dict = field(default_factory=dict)
-    address: dict = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return f"{self.kind}:{self.order_id or 'account'}"
-
-
-@dataclass
-class View:
-    """Everything the agent can read, parsed."""
-
-    policy: str
-    memory: str
-    cards: list[str]
-    board: dict[tuple[str, str], str] | None  # (tool, target) -> status; None when no board is rendered
-    requests: list[Request]
-    email: str | None
-    calls: list[tuple[dict, dict]]  # (call, result) in order
-    user_texts: list[str]
-    assistant_texts: list[str]
-    turn: int  # assistant turns so far
-    feedback: str | None
-    mode: str  # draft | propose
-
-    def results(self, tool: str) -> list[tuple[dict, dict]]:
-        return [(c, r) for c, r in self.calls if c["name"] == tool]
-
-
-def _target(tool: str, args: dict) -> str:
-    return str(args.get("order_id") or "account")
-
-
-def read(messages: list[dict]) -> View:
+def read(messages: list[dict], comp: Competence) -> View:
     if len(messages) < 2 or messages[0].get("role") != "system":
         raise ModelError("expected a system prompt and a memory message first")
     policy = messages[0]["content"] or ""
@@ -136,10 +97,8 @@ def read(messages: list[dict]) -> View:
     cards = [c for c in CARD_SPLIT.split(memory)[1:]]
     board = None
     if "## Working memory (ledger)" in memory:
-        board = {}
-        for status, _eid, tool, args in BOARD_RE.findall(memory):
-            kv = dict(a.split("=", 1) for a in args.split())
-            board[(tool, kv.get("order_id", "account"))] = status
+        board = [(tool, dict(a.split("=", 1) for a in args.split()), status)
+                 for status, _eid, tool, args in BOARD_RE.findall(memory)]
     calls: list[tuple[dict, dict]] = []
     pending_calls: dict[str, dict] = {}
     user_texts, assistant_texts = [], []
@@ -167,54 +126,100 @@ def read(messages: list[dict]) -> View:
                 except json.JSONDecodeError:
                     result = {"error": m.get("content")}
                 calls.append((call, result if isinstance(result, dict) else {"value": result}))
-    first = user_texts[0] if user_texts else ""
-    reqs = [Request(**{k: v for k, v in r.items() if k in Request.__dataclass_fields__}) for r in language.parse_requests(first)]
-    return View(policy, memory, cards, board, reqs, language.parse_email(first), calls, user_texts, assistant_texts,
-                turn, feedback, mode)
+    reqs, info = comp.parse(user_texts[0] if user_texts else "")
+    return View(policy, memory, cards, board, reqs, info, calls, user_texts, assistant_texts, turn, feedback, mode)
+
+
+def refusal_rule(result: dict) -> str:
+    """The rule a refusal receipt quotes (CONTRACT.md section 3: `rule`). Receipts from before that schema quoted it
+    in the message after "Policy: "; read those the same way until every world's receipts carry `rule`."""
+    if result.get("rule") is not None:
+        return str(result["rule"])
+    return str(result.get("error", "")).split("Policy: ", 1)[-1]
+
+
+# -- which world it plays -----------------------------------------------------------------------------------------
+
+def _enums(schema: object) -> list[str]:
+    """Every string in an `enum` of a JSON schema (a state proposal's schema lists the offered tools)."""
+    if isinstance(schema, dict):
+        out = [v for v in schema.get("enum", []) if isinstance(v, str)]
+        return out + [x for v in schema.values() for x in _enums(v)]
+    if isinstance(schema, list):
+        return [x for v in schema for x in _enums(v)]
+    return []
+
+
+def offered_tools(tools: list[dict] | None, json_mode: object = False) -> frozenset[str]:
+    names = {t["function"]["name"] for t in tools or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)}
+    return frozenset(names or _enums(json_mode))
+
+
+@lru_cache(maxsize=256)
+def resolve(offered: frozenset[str], first_message: str) -> Competence:
+    """The competence of the registered world this conversation belongs to, from what a model sees: the world whose
+    request-settling writes are all offered, else (no tools in the request) whose customer it understands."""
+    from components.worlds import WORLDS, world
+
+    comps = [world(name).competence for name in sorted(WORLDS)]
+    fit = [c for c in comps if c.writes <= offered] if offered else comps
+    if len(fit) > 1:
+        fit = [c for c in fit if c.parse(first_message)[0]] or fit
+    if not fit:
+        raise ModelError(f"no registered world offers these tools ({', '.join(sorted(offered)) or 'none'})")
+    return fit[0]
+
+
+def _first_user(messages: list[dict]) -> str:
+    return next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
 
 
 # -- the agent --------------------------------------------------------------------------------------------------
 
 
 class SimulatedAgent:
-    """`complete()` with OpenAI chat semantics. Stateless: everything comes from the messages and the seed."""
+    """`complete()` with OpenAI chat semantics. Stateless: everything comes from the messages and the seed.
+
+    `competence`: the world it plays; None = the registered world the request belongs to (`resolve`)."""
 
     name = NAME
 
     def __init__(self, rates: Rates = RATES, off: frozenset[str] = frozenset(), cards: tuple[str, ...] = (),
-                 probe: bool = False, metered: bool = True):
+                 probe: bool = False, metered: bool = True, competence: Competence | None = None):
         self.rates = rates
         self.off = frozenset(off)
         self.cards = tuple(cards)  # the package's cards as rendered, for rho off (perfect routing of what exists)
         self.probe = probe
         self.metered = metered  # token counts; a counterfactual replay needs none
+        self.competence = competence
         self.onsets: dict[str, int] = {}  # owner -> index of the first call its fault changed (with probe)
         self.n_calls = 0
 
-    def _twin(self, off: frozenset[str], v: View, seed: int) -> tuple:
-        return SimulatedAgent(self.rates, off, self.cards)._respond(v, seed)
+    def _twin(self, off: frozenset[str], v: View, seed: int, comp: Competence) -> tuple:
+        return SimulatedAgent(self.rates, off, self.cards, competence=comp)._respond(v, seed, comp)
 
-    def _probe(self, v: View, seed: int, mine: tuple) -> None:
+    def _probe(self, v: View, seed: int, mine: tuple, comp: Competence) -> None:
         """Record the first call at which each owner's fault (not yet switched off) changes the output."""
         for owner in OWNERS:
             if owner in self.off or owner in self.onsets or (v.mode == "propose" and owner != "W"):
                 continue  # proposing the state applies no fact and no discipline: only W can change it
-            if self._twin(self.off | {owner}, v, seed) != mine:
+            if self._twin(self.off | {owner}, v, seed, comp) != mine:
                 self.onsets[owner] = self.n_calls
 
-    def _respond(self, v: View, seed: int) -> tuple:
+    def _respond(self, v: View, seed: int, comp: Competence) -> tuple:
         if v.mode == "propose":
-            return json.dumps(self._propose(v, seed), sort_keys=True), None
-        return self._draft(v, seed)
+            return json.dumps(self._propose(v, seed, comp), sort_keys=True), None
+        return self._draft(v, seed, comp)
 
-    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool = False) -> ChatResult:
+    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool | dict = False) -> ChatResult:
         if messages and messages[0].get("role") == "system" and (messages[0].get("content") or "").startswith(prompts.PLAN_MARK):
             content = plan_reply(messages)
             return ChatResult(content=content, usage=count_tokens(messages, tools, content))
-        v = read(messages)
-        content, call = self._respond(v, seed)
+        comp = self.competence or resolve(offered_tools(tools, json_mode), _first_user(messages))
+        v = read(messages, comp)
+        content, call = self._respond(v, seed, comp)
         if self.probe:
-            self._probe(v, seed, (content, call))
+            self._probe(v, seed, (content, call), comp)
         self.n_calls += 1
         if v.mode == "propose":
             return ChatResult(content=content, usage=self._meter(messages, tools, content))
@@ -225,32 +230,40 @@ class SimulatedAgent:
     def _meter(self, messages: list[dict], tools: list[dict] | None, out: str) -> Usage:
         return count_tokens(messages, tools, out) if self.metered else Usage(calls=1)
 
-    # -- beliefs -------------------------------------------------------------------------------------------------
-    def _history_status(self, v: View, r: Request) -> str:
+    # -- beliefs about the work ------------------------------------------------------------------------------------
+    def _history_status(self, v: View, r: Request, comp: Competence) -> str:
         status = "todo"
         for call, result in v.results(r.tool):
-            if _target(r.tool, call["args"]) != (r.order_id or "account"):
+            if not r.targets(call["args"]):
                 continue
             if "error" not in result:
                 return "done"
             status = "blocked" if result.get("blocking") else "error"
-        if any(f"could not complete the request for {r.order_id or 'your account'}" in t for t in v.assistant_texts):
+        if any(comp.give_up(r) in t for t in v.assistant_texts):
             return "given_up"
         return status
+
+    @staticmethod
+    def _on_board(v: View, r: Request) -> str | None:
+        """The status the ledger board shows for the request (its latest line), None when it does not list it."""
+        if v.board is None:
+            return None
+        shown = [status for tool, args, status in v.board if tool == r.tool and r.targets(args)]
+        return shown[-1] if shown else None
 
     def _hazard(self, t: int) -> float:
         return min(self.rates.drift_max, self.rates.drift * max(0, t - self.rates.drift_after))
 
-    def pending(self, v: View, seed: int) -> list[Request]:
+    def pending(self, v: View, seed: int, comp: Competence) -> list[Request]:
         """The requests the agent believes are still to do, in the customer's order."""
         out = []
         for r in v.requests:
-            hist = self._history_status(v, r)
+            hist = self._history_status(v, r, comp)
             if "W" in self.off:  # perfect tracking: what the history shows, no drift
                 if hist not in ("done", "blocked", "given_up"):
                     out.append(r)
                 continue
-            on_board = v.board.get((r.tool, r.order_id or "account")) if v.board is not None else None
+            on_board = self._on_board(v, r)
             if on_board in ("DONE", "BLOCKED"):
                 continue  # the ledger says settled: believed, right or wrong
             if on_board is None and hist in ("done", "blocked", "given_up"):
@@ -266,158 +279,91 @@ class SimulatedAgent:
         return out
 
     # -- knowledge ---------------------------------------------------------------------------------------------
-    def follows(self, v: View, fact: Fact, r: Request, seed: int) -> tuple[bool, object]:
-        """Whether the agent applies `fact` to request `r` now, and the value it believes the rule has."""
+    def follows(self, v: View, fact: Fact, r: Request, seed: int, on_tool: list[Fact]) -> tuple[bool, object]:
+        """Whether the agent applies `fact` to request `r` now, and the value it believes the rule has.
+        `on_tool`: every fact on the request's write; a card addressing none of them is irrelevant (dilutes)."""
         u = coin(seed, "fact", fact.id, r.key)
         if "E" in self.off:
             return True, fact.value
         if "rho" in self.off:  # every card of the package about this action, and nothing else
-            stated = [(i, val) for i, text in enumerate(self.cards) if (val := fact.read(text)) is not None]
+            stated = [val for text in self.cards if (val := fact.read(text)) is not None]
             if stated:
-                return u < self.rates.p_card, stated[0][1]
-        stated = [(i, val) for i, text in enumerate(v.cards) if (val := fact.read(text)) is not None]
+                return u < self.rates.p_card, stated[0]
+        stated = [val for text in v.cards if (val := fact.read(text)) is not None]
         if stated and "rho" not in self.off:
-            irrelevant = len(v.cards) - len(stated)
-            return u < self.rates.p_card / (1 + self.rates.attention * irrelevant), stated[0][1]
+            irrelevant = sum(1 for text in v.cards if all(f.read(text) is None for f in on_tool))
+            return u < self.rates.p_card / (1 + self.rates.attention * irrelevant), stated[0]
         in_policy = fact.read(v.policy)
         return (in_policy is not None and u < self.rates.p_base), in_policy
 
+    def beliefs(self, v: View, r: Request, seed: int, comp: Competence, attempts: list) -> Beliefs:
+        """(follows, value) for every fact on the request's write. Retrying after a refusal, the agent re-reads the
+        rule the receipt quotes: the facts it addresses take its value and are followed, the others keep theirs; a
+        refusal that addresses none of them (not a rule of this write) is retried plainly, following none."""
+        on_tool = [f for f in comp.facts if f.tool == r.tool]
+        out = {f.id: self.follows(v, f, r, seed, on_tool) for f in on_tool}
+        if attempts and "error" in attempts[-1][1]:
+            rule = refusal_rule(attempts[-1][1])
+            quoted = {f.id: val for f in on_tool if (val := f.read(rule)) is not None}
+            out = {fid: (True, quoted[fid]) if fid in quoted else (b if quoted else (True, None))
+                   for fid, b in out.items()}
+        return out
+
     # -- proposing state -----------------------------------------------------------------------------------------
-    def _propose(self, v: View, seed: int) -> dict:
-        todo = self.pending(v, seed)
-        pending = [{"tool": r.tool, "args": {"order_id": r.order_id} if r.order_id else {}, "note": r.kind} for r in todo]
+    def _propose(self, v: View, seed: int, comp: Competence) -> dict:
+        todo = self.pending(v, seed, comp)
+        pending = [{"tool": r.tool, "args": dict(r.target), "note": r.kind} for r in todo]
         nxt = None
-        if self._user_id(v) is None:
-            nxt = "find_user_id_by_email"
+        opening = comp.opening(v, plan_only=True)
+        if opening is not None:
+            nxt = opening[1][0] if opening[1] else None
         elif todo:
-            step = self._step(v, todo[0], seed, plan_only=True)
+            step = self._step(v, todo[0], seed, comp, plan_only=True)
             nxt = step[1][0] if step[1] else todo[0].tool
         return {"pending": pending, "next_tool": nxt}
 
     # -- drafting ------------------------------------------------------------------------------------------------
-    @staticmethod
-    def _user_id(v: View) -> str | None:
-        for _c, r in v.results("find_user_id_by_email"):
-            if "user_id" in r:
-                return r["user_id"]
-        return None
-
-    def _draft(self, v: View, seed: int) -> tuple[str, tuple[str, dict] | None]:
-        uid = self._user_id(v)
-        if uid is None:
-            tried = v.results("find_user_id_by_email")
-            if not tried:
-                return "", ("find_user_id_by_email", {"email": v.email or ""})
-            if any("only email" in t for t in v.user_texts):
-                return "", ("transfer_to_human_agents", {"summary": "customer could not be authenticated"})
-            return "I could not find an account with that email. Could you give me another email?", None
-        if not v.results("get_user_details"):
-            return "", ("get_user_details", {"user_id": uid})
-
-        todo = self.pending(v, seed)
+    def _draft(self, v: View, seed: int, comp: Competence) -> Step:
+        opening = comp.opening(v)
+        if opening is not None:
+            return opening
+        todo = self.pending(v, seed, comp)
         if not todo:
-            return "", ("finish", {"summary": "all requests handled"})
+            return "", (FINISH_TOOL, {"summary": "all requests handled"})
         bounced_finish = bool(v.feedback and "cannot finish" in v.feedback)
         last = v.calls[-1] if v.calls else None
-        just_wrote = last is not None and last[0]["name"] in language.TOOL_OF.values() and "error" not in last[1]
-        n_writes = sum(1 for c, r in v.calls if c["name"] in language.TOOL_OF.values() and "error" not in r)
+        just_wrote = last is not None and last[0]["name"] in comp.writes and "error" not in last[1]
+        n_writes = sum(1 for c, r in v.calls if c["name"] in comp.writes and "error" not in r)
         if just_wrote and "C" not in self.off and coin(seed, "early", n_writes) < self.rates.p_early_done:
             if not (bounced_finish and coin(seed, "fix", "finish", n_writes) < self.rates.p_fix):
-                return "", ("finish", {"summary": "all requests handled"})
-        return self._step(v, todo[0], seed)
+                return "", (FINISH_TOOL, {"summary": "all requests handled"})
+        return self._step(v, todo[0], seed, comp)
 
-    def _step(self, v: View, r: Request, seed: int, plan_only: bool = False) -> tuple[str, tuple[str, dict] | None]:
+    def _step(self, v: View, r: Request, seed: int, comp: Competence, plan_only: bool = False) -> Step:
         """The next action for request `r`. With plan_only, no fact is applied (what the agent means to do next)."""
-        uid = self._user_id(v) or ""
-        order = None
-        if r.order_id:
-            got = [res for c, res in v.results("get_order_details") if c["args"].get("order_id") == r.order_id]
-            if not got or "error" in got[-1]:
-                return "", ("get_order_details", {"order_id": r.order_id})
-            order = got[-1]
-        variants = None
-        if r.kind == "exchange":
-            item = next((i for i in order["items"] if i["name"] == r.product_name), order["items"][0])
-            got = [res for c, res in v.results("get_product_variants") if c["args"].get("product_id") == item["product_id"]]
-            if not got:
-                return "", ("get_product_variants", {"product_id": item["product_id"]})
-            variants = got[-1]["variants"]
-
-        attempts = [(c, res) for c, res in v.results(r.tool) if _target(r.tool, c["args"]) == (r.order_id or "account")]
+        read_first = comp.prepare(v, r)
+        if read_first is not None:
+            return read_first
+        attempts = [(c, res) for c, res in v.results(r.tool) if r.targets(c["args"])]
         if attempts and "error" in attempts[-1][1] and not plan_only:
             if len(attempts) >= 2 or coin(seed, "recover", r.key, len(attempts)) >= self.rates.p_recover:
-                return f"I'm sorry, I could not complete the request for {r.order_id or 'your account'}.", None
-
+                return comp.give_up(r), None
         if plan_only:
             return "", (r.tool, {})
-        args = self._write_args(v, r, seed, uid, order, variants, attempts)
-        if args is None:  # a lookup the rule requires comes first
-            return "", ("validate_address", dict(r.address))
-
-        if not self._confirmed(v, r):
+        step = comp.write(v, r, self.beliefs(v, r, seed, comp, attempts))
+        if step[1] is None or step[1][0] != r.tool:
+            return step  # a read that a followed rule requires comes first
+        if not self._confirmed(v, r, comp):
             asked = bool(v.feedback and "confirmation" in v.feedback) and coin(seed, "fix", "confirm", r.key) < self.rates.p_fix
             if asked or "C" in self.off or coin(seed, "confirm", r.key) >= self.rates.p_skip_confirm:
-                return language.confirm_question(r.kind, r.order_id), None
-        return "", (r.tool, args)
-
-    def _confirmed(self, v: View, r: Request) -> bool:
-        question = language.confirm_question(r.kind, r.order_id)
-        msgs = v.assistant_texts
-        # confirmed when the latest user message is a yes to this very question
-        return bool(v.user_texts) and v.user_texts[-1] == language.YES and bool(msgs) and msgs[-1] == question
-
-    def _write_args(self, v: View, r: Request, seed: int, uid: str, order: dict | None, variants: list | None,
-                    attempts: list) -> dict | None:
-        fact = BY_TOOL.get(r.tool)
-        follow, value = self.follows(v, fact, r, seed) if fact else (False, None)
-        if attempts and "error" in attempts[-1][1]:  # retrying: the error receipt quotes the rule after "Policy: "
-            follow, value = True, fact.read(attempts[-1][1]["error"].split("Policy: ", 1)[-1]) if fact else None
-        if r.kind == "cancel":
-            reason = r.reason_phrase
-            if follow and isinstance(value, tuple) and value and value != VERBATIM:
-                want = "no longer needed" if "need" in r.reason_phrase else "ordered by mistake"
-                reason = want if want in value else value[0]
-            return {"order_id": r.order_id, "reason": reason}
-        if r.kind == "return":
-            ids = sorted(i["item_id"] for i in order["items"] if i["name"] in r.item_names)
-            methods = self._user_methods(v)
-            pm = methods[0]["id"] if methods else order["payment_method_id"]
-            if follow and value == "original":
-                pm = order["payment_method_id"]
-            elif follow and value == "gift_card":
-                pm = next((m["id"] for m in methods if m["kind"] == "gift_card"), pm)
-            return {"order_id": r.order_id, "item_ids": ids, "payment_method_id": pm}
-        if r.kind == "exchange":
-            item = next((i for i in order["items"] if i["name"] == r.product_name), order["items"][0])
-            choice = _variant(variants, r.want)
-            if follow and value == "check_available" and (choice is None or not choice["available"]):
-                choice = _variant(variants, r.alt) or choice
-            return {"order_id": r.order_id, "item_ids": [item["item_id"]],
-                    "new_item_ids": [choice["item_id"] if choice else item["item_id"]]}
-        if r.kind == "user_address":
-            return {"user_id": uid, **r.address}
-        if r.kind == "order_address":
-            normalized = [res["normalized"] for c, res in v.results("validate_address")
-                          if c["args"] == r.address and "normalized" in res]
-            if normalized:
-                return {"order_id": r.order_id, **normalized[-1]}
-            if follow and value == "validate":
-                return None
-            return {"order_id": r.order_id, **r.address}
-        raise ModelError(f"unknown request kind {r.kind}")
+                return comp.confirm_question(r), None
+        return step
 
     @staticmethod
-    def _user_methods(v: View) -> list[dict]:
-        for _c, res in v.results("get_user_details"):
-            return res.get("payment_methods", [])
-        return []
-
-
-def _variant(variants: list | None, options: dict) -> dict | None:
-    for var in variants or []:
-        if all(str(var["options"].get(k)) == str(val) for k, val in options.items()):
-            return var
-    return None
+    def _confirmed(v: View, r: Request, comp: Competence) -> bool:
+        # confirmed when the latest user message is a yes to this very question
+        return (bool(v.user_texts) and comp.is_yes(v.user_texts[-1]) and bool(v.assistant_texts)
+                and v.assistant_texts[-1] == comp.confirm_question(r))
 
 
 # -- the meta-agent's planning prompt -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.worlds.base import Benchmark, BenchmarkError, Environment, Task, load_benchmark
+from components.worlds.competence import Competence
 
 
 @dataclass(frozen=True)
@@ -15,13 +16,15 @@ class WorldSpec:
     name: str
     materialize: Callable[..., Path]  # (out, seed, per_family=None, fractions=(train, dev))
     make_env: Callable[[Benchmark, Task], Environment]
+    competence: Competence  # what a careful agent does there: the simulated agent plays the world with it
 
 
 def _retail() -> WorldSpec:
     from components.worlds import retail
+    from components.worlds.retail.competence import RetailCompetence
     from components.worlds.retail.env import RetailEnv
 
-    return WorldSpec("retail", retail.materialize, RetailEnv)
+    return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence())
 
 
 WORLDS: dict[str, Callable[[], WorldSpec]] = {"retail": _retail}
@@ -33,4 +36,4 @@ def world(name: str) -> WorldSpec:
     return WORLDS[name]()
 
 
-__all__ = ["Benchmark", "BenchmarkError", "WORLDS", "WorldSpec", "load_benchmark", "world"]
+__all__ = ["Benchmark", "BenchmarkError", "Competence", "WORLDS", "WorldSpec", "load_benchmark", "world"]
