@@ -27,7 +27,15 @@ def _retail() -> WorldSpec:
     return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence())
 
 
-WORLDS: dict[str, Callable[[], WorldSpec]] = {"retail": _retail}
+def _airline() -> WorldSpec:
+    from components.worlds import airline
+    from components.worlds.airline.competence import AirlineCompetence
+    from components.worlds.airline.env import AirlineEnv
+
+    return WorldSpec("airline", airline.materialize, AirlineEnv, AirlineCompetence())
+
+
+WORLDS: dict[str, Callable[[], WorldSpec]] = {"retail": _retail, "airline": _airline}
 
 
 def world(name: str) -> WorldSpec:

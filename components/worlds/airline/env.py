@@ -56,7 +56,11 @@ class AirlineEnv:
         return granted
 
     def user_reply(self, assistant_text: str) -> str | None:
-        """The member answers what is asked: another email when none matched (they have none), else OK."""
+        """The member answers what is asked: a confirmation question like `confirm` (yes only to an action they
+        asked for), another email when none matched (they have none), else OK."""
+        asked = language.asked_action(assistant_text)
+        if asked is not None:
+            return language.YES if self.confirm(*asked, assistant_text) else language.NO
         if language.ASK_EMAIL in assistant_text.lower() and "email" in assistant_text.lower():
             return language.ONLY_EMAIL
         return language.OK
