@@ -92,7 +92,8 @@ def test_formulas():
     fees, window = F.BY_ID["change_fee"].value, F.BY_ID["change_window"].value
     assert F.change_fee("economy", 10, fees, window) == 75
     assert F.change_fee("economy", 7, fees, window) == 150  # inside the window: doubled
-    assert F.change_fee("flex", 3, fees, window) == 0
+    assert F.change_fee("flex", 3, fees, window) == 50
+    assert F.change_fee("business", 3, fees, window) == 0
     allowance, bonus = F.BY_ID["bag_allowance"].value, F.BY_ID["bag_business"].value
     assert F.free_bags("gold", "business", 2, allowance, bonus) == 6
     assert F.free_bags("regular", "economy", 2, allowance, bonus) == 0

@@ -7,7 +7,7 @@ about each rule on that write (`facts`: several rules combine into one fee, allo
 
 What an agent that does not follow a rule does (its naive guess) is part of the world too: it refunds to the
 account's first method, charges no change fee, assumes one free bag per passenger and $50 per extra bag, pays
-$30 per hour of delay in cash, charges an upgrade to the reservation's own payment method, and types names as the
+$30 per hour of delay in the form the member asked for, charges an upgrade to the reservation's own payment method, and types names as the
 member wrote them.
 """
 
@@ -31,7 +31,7 @@ NAIVE = {
     "bag_business": 0,
     "comp_rate": 30,
     "comp_gold": 1,
-    "comp_form": "cash",
+    "comp_form": None,  # the form the member asked for (see `write`)
     "upgrade_payment": "any",
     "name_upper": "as_given",
 }
@@ -106,7 +106,9 @@ class AirlineCompetence:
             flight = _flight(view, res.get("flight_no")) or {}
             amount = F.compensation(int(flight.get("delay_minutes", 0)), user.get("tier", ""), know("comp_rate"),
                                     know("comp_gold"))
-            form = know("comp_form")
+            follows, form = beliefs.get("comp_form", (False, None))
+            if not follows or form is None:  # not knowing the rule, it gives what the member asked for
+                form = "cash" if d.get("cash") else "certificate"
             return "", (r.tool, {"reservation_id": rid, "amount": amount, "form": str(form)})
         if r.kind == "upgrade":
             pm = res.get("payment_method_id", "")

@@ -274,8 +274,8 @@ FACTS: tuple[Fact, ...] = (
          "- `cancel_reservation` of a basic fare refunds as travel credit only: pass `refund_to` 'travel_credit' "
          "for basic fares.", _read_credit, stated=False),
     Fact("change_fee", "change_flight",
-         "- `change_flight` charges a change fee, passed as `fee`: $75 for economy fares, while flex and business "
-         "fares change free.", _read_change_fee),
+         "- `change_flight` charges a change fee, passed as `fee`: $75 for economy fares and $25 for flex fares, "
+         "while business fares change free.", _read_change_fee),
     Fact("change_window", "change_flight",
          "- `change_flight` within 7 days of departure (days from today to the departure date) doubles the change "
          "fee.", _read_window, stated=False),

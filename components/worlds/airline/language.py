@@ -30,7 +30,8 @@ def request_sentence(req: dict) -> str:
         n = req["bags"]
         return f"I'd like to add {n} checked bag{'s' if n > 1 else ''} to reservation {rid}."
     if kind == "compensation":
-        return f"My flight on reservation {rid} was badly delayed and I'd like the compensation I'm owed."
+        how = "in cash, please" if req.get("cash") else "in whatever form you issue it"
+        return f"My flight on reservation {rid} was badly delayed and I'd like the compensation I'm owed, {how}."
     if kind == "upgrade":
         return f"Please upgrade reservation {rid} to business class."
     if kind == "name":
@@ -47,7 +48,8 @@ PATTERNS = {
     "change": re.compile(r"Please move reservation " + RES + r" to flight (?P<new_flight_no>AX\d{4}) on "
                          r"(?P<new_date>\d{4}-\d\d-\d\d)\."),
     "bags": re.compile(r"I'd like to add (?P<bags>\d+) checked bags? to reservation " + RES + r"\."),
-    "compensation": re.compile(r"My flight on reservation " + RES + r" was badly delayed"),
+    "compensation": re.compile(r"My flight on reservation " + RES + r" was badly delayed and I'd like the "
+                               r"compensation I'm owed, (?P<how>in cash, please|in whatever form you issue it)\."),
     "upgrade": re.compile(r"Please upgrade reservation " + RES + r" to business class\."),
     "name": re.compile(r"The passenger name on reservation " + RES + r" is misspelled: it should be "
                        r"(?P<first_name>[A-Za-z]+) (?P<last_name>[A-Za-z]+)\."),
@@ -62,6 +64,8 @@ def parse_requests(text: str) -> list[dict]:
             req = {"kind": kind, "tool": TOOL_OF[kind], "pos": m.start(), **m.groupdict()}
             if "bags" in req:
                 req["bags"] = int(req["bags"])
+            if "how" in req:
+                req["cash"] = req.pop("how").endswith("please")
             found.append(req)
     found.sort(key=lambda r: r.pop("pos"))
     return found

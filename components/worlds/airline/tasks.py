@@ -20,6 +20,7 @@ from components.worlds.base import Criterion, Task
 
 FAMILIES = {"cancel": 30, "change": 30, "bags": 30, "compensation": 30, "upgrade": 30, "name": 30, "multi": 30}
 EXTERNAL_EVERY = 9
+BAG_FOCUS = ("fee", "allowance", "business")
 KINDS = ("cancel", "change", "bags", "compensation", "upgrade", "name")
 # a request settles most of the reward; money-moving requests weigh more (a wrong fee or amount costs the customer)
 REQUEST_WEIGHT = {"cancel": 3.0, "change": 4.0, "bags": 4.0, "compensation": 4.0, "upgrade": 3.0, "name": 2.0}
@@ -115,7 +116,7 @@ class _Builder:
 
     def change(self, u: dict, possible: bool = True) -> dict:
         rng = self.rng
-        fare = rng.choice(("economy", "economy", "economy", "flex", "business")) if possible else "basic"
+        fare = rng.choice(("economy", "economy", "flex", "flex", "business")) if possible else "basic"
         days = rng.randint(2, 14)
         r = self.reservation(u, fare, days, pax=rng.randint(1, 2))
         new = self.flight(days + rng.randint(1, 10), (r["origin"], r["destination"]))
@@ -123,14 +124,20 @@ class _Builder:
         return {"kind": "change", "reservation_id": r["reservation_id"], "new_flight_no": new["flight_no"],
                 "new_date": new["date"], "fare": fare, "days": days, "fee": fee}
 
-    def bags(self, u: dict, possible: bool = True) -> dict:
+    def bags(self, u: dict, possible: bool = True, focus: str | None = None) -> dict:
+        """`focus` (the bags family cycles through them) picks the case where that one rule decides the write:
+        `fee` a silver member (whose allowance an agent guesses right) with bags beyond it, `allowance` a gold
+        member within the allowance, `business` a silver member on a business fare within it. A multi task's
+        bags request is drawn at random, where the rules combine."""
         rng = self.rng
-        fare = rng.choice(("economy", "flex", "business", "business"))
+        fare = {"business": "business", None: rng.choice(("economy", "flex", "business", "business"))}.get(
+            focus, rng.choice(("economy", "flex")))
         pax = rng.randint(1, 2)
         r = self.reservation(u, fare, rng.randint(2, 30) if possible else -rng.randint(2, 20), pax=pax,
                              status="booked" if possible else "flown")
         free = F.free_bags(u["tier"], fare, pax, F.BY_ID["bag_allowance"].value, F.BY_ID["bag_business"].value)
-        n = free + rng.randint(1, 2)  # always some bags beyond the allowance: the fee matters
+        n = free + (rng.randint(1, 2) if focus in (None, "fee") else 0)  # beyond the allowance: the fee matters
+        n = max(n, 1)
         fee = F.bag_total(n, free, F.BY_ID["bag_fee"].value)
         return {"kind": "bags", "reservation_id": r["reservation_id"], "bags": n, "free_bags": free, "fee": fee}
 
@@ -140,7 +147,8 @@ class _Builder:
         r = self.reservation(u, rng.choice(("basic", "economy", "flex", "business")), -rng.randint(1, 20),
                              status="flown", delay=delay)
         amount = F.compensation(delay, u["tier"], F.BY_ID["comp_rate"].value, F.BY_ID["comp_gold"].value)
-        return {"kind": "compensation", "reservation_id": r["reservation_id"], "amount": amount, "form": "certificate"}
+        return {"kind": "compensation", "reservation_id": r["reservation_id"], "amount": amount, "form": "certificate",
+                "cash": rng.random() < 0.5}  # the member asks for cash: only the rule says no
 
     def upgrade(self, u: dict, possible: bool = True) -> dict:
         rng = self.rng
@@ -184,10 +192,11 @@ def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]
                 b.rng.shuffle(kinds)
                 if kinds[0] == "credit_card" and family == "upgrade":  # not the first method: reading the rule matters
                     kinds.append(kinds.pop(0))
+            focus = BAG_FOCUS[k % len(BAG_FOCUS)] if family == "bags" else None
             if family == "bags":
-                tier = b.rng.choice(("regular", "silver", "gold"))
+                tier = {"fee": "silver", "allowance": "gold", "business": "silver"}[focus]
             if family == "compensation":
-                tier = b.rng.choice(("regular", "silver", "gold", "gold"))
+                tier = b.rng.choice(("regular", "silver", "gold"))
             if family == "cancel":
                 kinds = b.rng.sample(["credit_card", "gift_card", "certificate"], k=b.rng.choice((2, 3)))
             u = b.user(tier, kinds)
@@ -199,7 +208,7 @@ def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]
                 b.rng.shuffle(chosen)
                 reqs = [make[kd](u) for kd in chosen]
             else:
-                reqs = [make[family](u, possible)]
+                reqs = [b.bags(u, possible, focus) if family == "bags" else make[family](u, possible)]
                 if family == "name" and not possible:  # the customer gives an email that matches no account
                     email = email.replace("@", ".old@")
             rubric = [_criterion(i + 1, r) for i, r in enumerate(reqs)]
