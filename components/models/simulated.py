@@ -159,9 +159,9 @@ def offered_tools(tools: list[dict] | None, json_mode: object = False) -> frozen
 def resolve(offered: frozenset[str], first_message: str) -> Competence:
     """The competence of the registered world this conversation belongs to, from what a model sees: the world whose
     request-settling writes are all offered, else (no tools in the request) whose customer it understands."""
-    from components.worlds import WORLDS, world
+    from components.worlds import names, world
 
-    comps = [world(name).competence for name in sorted(WORLDS)]
+    comps = [world(name).competence for name in names()]
     fit = [c for c in comps if c.writes <= offered] if offered else comps
     if len(fit) > 1:
         fit = [c for c in fit if c.parse(first_message)[0]] or fit

@@ -1,47 +1,99 @@
-"""Worlds by name: how to materialize a benchmark and open an episode. (A failure's hidden cause is found by
-counterfactual replay, `components.models.counterfactual`, not by a world's rules.)"""
+"""Worlds by name (CONTRACT.md section 1): how to materialize a benchmark, open an episode, and act in it.
+
+Built-in worlds register here with `@WORLDS.register(name)`, the same registry as strategies (`components.registry`):
+a name and a factory that returns a `WorldSpec`. An installed package adds a world through the `ratchet.worlds`
+entry-point group; each entry point loads a callable returning a `WorldSpec`, or a `WorldSpec`:
+
+    [project.entry-points."ratchet.worlds"]
+    clinic = "my_package.world:spec"
+
+A world's factory runs once; `world(name)` returns its spec. (A failure's hidden cause is found by counterfactual
+replay, `components.models.counterfactual`, not by a world's rules.)
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 
-from components.worlds.base import Benchmark, BenchmarkError, Environment, Task, load_benchmark
+from components.registry import Registry
+from components.worlds.base import Benchmark, BenchmarkError, Environment, Task, WorldSpec, load_benchmark
 from components.worlds.competence import Competence
 
+ENTRY_POINT_GROUP = "ratchet.worlds"
+WORLDS = Registry("world")
+PACKAGES = Path(__file__).resolve().parents[2] / "data" / "packages"  # the repository's shipped packages
 
-@dataclass(frozen=True)
-class WorldSpec:
-    name: str
-    materialize: Callable[..., Path]  # (out, seed, per_family=None, fractions=(train, dev))
-    make_env: Callable[[Benchmark, Task], Environment]
-    competence: Competence  # what a careful agent does there: the simulated agent plays the world with it
+_specs: dict[str, WorldSpec] = {}
+_from_entry_points: dict[str, str] = {}  # world name -> the entry point's value, for error messages
 
 
+@WORLDS.register("retail")
 def _retail() -> WorldSpec:
+    """The built-in retail customer-service world."""
     from components.worlds import retail
     from components.worlds.retail.competence import RetailCompetence
     from components.worlds.retail.env import RetailEnv
 
-    return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence())
+    packages = {name: PACKAGES / name for name in ("none", "seed", "all-skills", "reference")}
+    return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence(), packages)
 
 
+@WORLDS.register("airline")
 def _airline() -> WorldSpec:
+    """The built-in airline desk world (bookings, fares, changes, bags, compensation, tiers)."""
     from components.worlds import airline
     from components.worlds.airline.competence import AirlineCompetence
     from components.worlds.airline.env import AirlineEnv
 
-    return WorldSpec("airline", airline.materialize, AirlineEnv, AirlineCompetence())
+    packages = {name: PACKAGES / "airline" / name for name in ("none", "seed", "all-skills", "reference")}
+    return WorldSpec("airline", airline.materialize, AirlineEnv, AirlineCompetence(), packages)
 
 
-WORLDS: dict[str, Callable[[], WorldSpec]] = {"retail": _retail, "airline": _airline}
+def discover() -> None:
+    """Register every `ratchet.worlds` entry point not registered yet (safe to call again after an install)."""
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if _from_entry_points.get(ep.name) == ep.value:
+            continue
+        if ep.name in WORLDS:
+            where = f"entry point {_from_entry_points[ep.name]}" if ep.name in _from_entry_points else "a built-in"
+            raise BenchmarkError(f"{ENTRY_POINT_GROUP}: {ep.name}: entry point {ep.value} names a world already "
+                                 f"registered by {where}")
+        WORLDS.register(ep.name)(_loader(ep))
+        _from_entry_points[ep.name] = ep.value
+
+
+def _loader(ep):
+    def factory() -> WorldSpec:
+        try:
+            obj = ep.load()
+            return obj() if callable(obj) else obj
+        except Exception as e:  # noqa: BLE001 - a broken plug-in is bad input, named, not a traceback
+            raise BenchmarkError(f"{ENTRY_POINT_GROUP}: {ep.name}: entry point {ep.value} failed: "
+                                 f"{type(e).__name__}: {e}") from None
+
+    return factory
+
+
+def names() -> list[str]:
+    """Every registered world: the built-ins and the installed entry points."""
+    discover()
+    return WORLDS.names()
 
 
 def world(name: str) -> WorldSpec:
+    if name in _specs:
+        return _specs[name]
     if name not in WORLDS:
-        raise BenchmarkError(f"unknown world {name!r} (one of {', '.join(sorted(WORLDS))})")
-    return WORLDS[name]()
+        discover()
+    if name not in WORLDS:
+        raise BenchmarkError(f"unknown world {name!r} (one of {', '.join(WORLDS.names())})")
+    spec = WORLDS.make(name, {}, where="world")
+    if not isinstance(spec, WorldSpec) or spec.name != name:
+        raise BenchmarkError(f"world {name!r}: its factory must return a WorldSpec named {name!r} (got {spec!r:.80})")
+    _specs[name] = spec
+    return spec
 
 
-__all__ = ["Benchmark", "BenchmarkError", "Competence", "WORLDS", "WorldSpec", "load_benchmark", "world"]
+__all__ = ["Benchmark", "BenchmarkError", "Competence", "ENTRY_POINT_GROUP", "Environment", "Task", "WORLDS",
+           "WorldSpec", "discover", "load_benchmark", "names", "world"]

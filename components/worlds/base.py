@@ -1,8 +1,8 @@
-"""What every world provides, and a benchmark as it lies on disk.
+"""What every world provides (`WorldSpec`), and a benchmark as it lies on disk.
 
 A benchmark directory (written by `ratchet bench materialize`, pinned by DVC):
 
-    meta.json       world name, seed, version, task counts
+    meta.json       world name, seed, version, task counts, write_tools, targets (write tool -> identifying args)
     policy.md       the written policy (the agent's system prompt; where a diagnoser finds the rules)
     tools.json      tool schemas (OpenAI function format)
     db.json         the world's initial database
@@ -14,6 +14,7 @@ A benchmark directory (written by `ratchet bench materialize`, pinned by DVC):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,9 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from components.errors import InputError
 from components.memory.package import digest as tree_digest
 from components.runtime.types import Receipt, ToolCall, Turn
+from components.worlds.competence import Competence
 
 SPLITS = ("train", "dev", "test")
-BENCH_FILES = ("meta.json", "policy.md", "tools.json", "db.json", "tasks.jsonl", "splits.json")
+BENCH_FILES = ("meta.json", "policy.md", "tools.json", "db.json", "tasks.jsonl", "splits.json", "tasks.csv")
 
 
 class Criterion(BaseModel):
@@ -103,9 +105,26 @@ class Benchmark:
     def write_tools(self) -> frozenset[str]:
         return frozenset(self.meta["write_tools"])
 
+    @property
+    def targets(self) -> dict[str, list[str]]:
+        """Write tool -> the args that identify what it acts on ([] = the session's account). Generic code reads
+        this instead of naming a world's fields."""
+        return {t: list(a) for t, a in self.meta["targets"].items()}
+
     @cached_property
     def tool_names(self) -> frozenset[str]:
         return frozenset(t["function"]["name"] for t in self.tools)
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """What a world provides (CONTRACT.md section 1); registered by name in `components.worlds`."""
+
+    name: str
+    materialize: Callable[..., Path]  # (out, seed, per_family=None, fractions=(train, dev)) -> out
+    make_env: Callable[[Benchmark, Task], Environment]
+    competence: Competence  # what a careful agent does there: the simulated agent plays the world with it
+    packages: dict[str, Path] = field(default_factory=dict)  # built-in memory packages by name (none, seed, ...)
 
 
 def load_benchmark(root: str | Path) -> Benchmark:
@@ -114,11 +133,18 @@ def load_benchmark(root: str | Path) -> Benchmark:
         if not (root / name).is_file():
             raise BenchmarkError(f"{root / name}: missing (materialize with `ratchet bench materialize`)")
     meta = _json(root / "meta.json")
-    for key in ("world", "write_tools"):
+    for key in ("world", "write_tools", "targets"):
         if not isinstance(meta, dict) or key not in meta:
-            raise BenchmarkError(f"{root / 'meta.json'}: {key}: missing")
+            raise BenchmarkError(f"{root / 'meta.json'}: {key}: missing (re-materialize with `ratchet bench materialize`)")
     if not isinstance(meta["write_tools"], list) or not all(isinstance(t, str) for t in meta["write_tools"]):
         raise BenchmarkError(f"{root / 'meta.json'}: write_tools: must be a list of tool names")
+    targets = meta["targets"]
+    if not isinstance(targets, dict) or not all(isinstance(a, list) and all(isinstance(x, str) for x in a)
+                                                for a in targets.values()):
+        raise BenchmarkError(f"{root / 'meta.json'}: targets: must map each write tool to a list of argument names")
+    if set(targets) != set(meta["write_tools"]):
+        odd = sorted(set(targets) ^ set(meta["write_tools"]))
+        raise BenchmarkError(f"{root / 'meta.json'}: targets: must name exactly the write tools (differs on {', '.join(odd)})")
     tasks: dict[str, Task] = {}
     try:
         task_lines = (root / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
@@ -172,3 +198,28 @@ def _json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BenchmarkError(f"{path}: -: not valid JSON ({e})") from None
+
+
+def write_benchmark(out: str | Path, meta: dict, policy: str, tools: list[dict], db: dict, tasks: list[Task],
+                    splits: dict[str, list[str]]) -> Path:
+    """Write a benchmark directory atomically (tasks.csv derived from the tasks), checked by the data contract before
+    anything is moved into place: what a world's `materialize` ends with. `meta` needs world, write_tools, targets."""
+    import pandas as pd
+
+    from components.contracts import check_benchmark
+    from components.io import atomic_dir, dumps
+
+    where = {tid: name for name, ids in splits.items() for tid in ids}
+    rows = [{"task_id": t.id, "family": t.family, "split": where.get(t.id), "n_requests": len(t.requests),
+             "possible": t.possible, "n_criteria": len(t.rubric), "min_weight": min(c.weight for c in t.rubric),
+             "total_weight": sum(c.weight for c in t.rubric)} for t in tasks]
+    with atomic_dir(out) as tmp:
+        (tmp / "meta.json").write_text(dumps(meta))
+        (tmp / "policy.md").write_text(policy)
+        (tmp / "tools.json").write_text(dumps(tools))
+        (tmp / "db.json").write_text(json.dumps(db, sort_keys=True) + "\n")
+        (tmp / "tasks.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in tasks))
+        (tmp / "splits.json").write_text(dumps(splits))
+        pd.DataFrame(rows).to_csv(tmp / "tasks.csv", index=False, lineterminator="\n")
+        check_benchmark(tmp)
+    return Path(out)

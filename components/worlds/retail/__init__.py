@@ -13,6 +13,11 @@ from components.worlds.retail.tasks import FAMILIES, generate, policy_text, spli
 from components.worlds.retail.tools import TOOLS, WRITE_TOOLS
 
 VERSION = 1
+# write tool -> the args that name what it acts on (meta.json "targets"; generic code reads it from there);
+# [] = the session's account (one per conversation)
+TARGETS = {"cancel_pending_order": ["order_id"], "return_delivered_order_items": ["order_id"],
+           "exchange_delivered_order_items": ["order_id"], "modify_pending_order_address": ["order_id"],
+           "modify_user_address": []}
 
 
 def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
@@ -23,7 +28,8 @@ def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
     where = {tid: name for name, ids in splits.items() for tid in ids}
     families = {f: per_family or n for f, n in FAMILIES.items()}
     meta = {"world": "retail", "version": VERSION, "seed": seed, "n_tasks": len(tasks), "families": families,
-            "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(WRITE_TOOLS)}
+            "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(WRITE_TOOLS),
+            "targets": {t: TARGETS[t] for t in sorted(WRITE_TOOLS)}}
     rows = [{"task_id": t.id, "family": t.family, "split": where[t.id], "n_requests": len(t.requests),
              "possible": t.possible, "n_criteria": len(t.rubric), "min_weight": min(c.weight for c in t.rubric),
              "total_weight": sum(c.weight for c in t.rubric)} for t in tasks]
