@@ -99,8 +99,9 @@ def test_formulas():
     assert F.free_bags("regular", "economy", 2, allowance, bonus) == 0
     assert F.bag_total(5, 2, F.BY_ID["bag_fee"].value) == 105
     rate, gold = F.BY_ID["comp_rate"].value, F.BY_ID["comp_gold"].value
-    assert F.compensation(239, "silver", rate, gold) == 150  # full hours only
-    assert F.compensation(240, "gold", rate, gold) == 400
+    assert F.compensation(179, "silver", rate, gold) == 0  # below the first band
+    assert F.compensation(359, "silver", rate, gold) == 100
+    assert F.compensation(360, "gold", rate, gold) == 500  # the 6-hour band, doubled for gold
 
 
 def test_policy_states_only_the_stated_facts():
@@ -128,8 +129,8 @@ def test_policy_states_only_the_stated_facts():
     ("bag_fee", "- `add_checked_bags`: never $40 per bag.", 0),
     ("bag_business", "- `add_checked_bags` on business gives 2 extra free bags.", 2),
     ("bag_business", "- `add_checked_bags` on business gives no extra free bags.", 0),
-    ("comp_rate", "- `issue_compensation` pays $20 for each hour of delay.", 20),
-    ("comp_rate", "- `issue_compensation` does not pay $20 per hour.", 0),
+    ("comp_rate", "- `issue_compensation` pays $20 after 2 hours, $90 after 5 hours.", ((2, 20), (5, 90))),
+    ("comp_rate", "- `issue_compensation` never pays $20 for 2 hours of delay.", ()),
     ("comp_gold", "- `issue_compensation`: gold members get 3 times the amount.", 3),
     ("comp_gold", "- `issue_compensation`: gold members are not paid double.", 1),
     ("comp_form", "- `issue_compensation` is paid in cash.", "cash"),
@@ -139,7 +140,7 @@ def test_policy_states_only_the_stated_facts():
     ("name_upper", "- `update_passenger_name` takes names in capital letters.", "upper"),
     ("name_upper", "- `update_passenger_name`: do not use upper case.", "as_given"),
     # scope: a text that does not name the write tool in backticks is silent
-    ("comp_rate", "- issue_compensation pays $20 per hour.", None),
+    ("comp_rate", "- issue_compensation pays $20 after 2 hours.", None),
     ("refund_original", "- `change_flight`: refund to the original payment method.", None),
 ])
 def test_fact_reading(fact, text, value):

@@ -6,9 +6,9 @@ reservation (and the flight's delay for a compensation), and fill in each write'
 about each rule on that write (`facts`: several rules combine into one fee, allowance or amount).
 
 What an agent that does not follow a rule does (its naive guess) is part of the world too: it refunds to the
-account's first method, charges no change fee, assumes one free bag per passenger and $50 per extra bag, pays
-$30 per hour of delay in the form the member asked for, charges an upgrade to the reservation's own payment method, and types names as the
-member wrote them.
+account's first method, charges no change fee, assumes one free bag per passenger and $50 per extra bag, gives a
+flat $100 in the form the member asked for, charges an upgrade to the reservation's own payment method, and types
+names as the member wrote them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ NAIVE = {
     "bag_allowance": (("gold", 1), ("regular", 1), ("silver", 1)),
     "bag_fee": 50,
     "bag_business": 0,
-    "comp_rate": 30,
+    "comp_rate": ((0, 100),),  # a flat $100 voucher, whatever the delay
     "comp_gold": 1,
     "comp_form": None,  # the form the member asked for (see `write`)
     "upgrade_payment": "any",

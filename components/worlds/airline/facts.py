@@ -32,7 +32,8 @@ The grammar (anything else is ignored, as if the card were not there):
        tier followed by a count); negated ("no free bags") -> every tier 0.
      - bag_fee: "$N per/for each (extra) bag" -> N; negated ("no fee per bag") -> 0.
      - bag_business: "business" with "N more/extra/additional free bag(s)" -> N; negated -> 0.
-     - comp_rate: "$N per/for each (full) hour" -> N; negated -> 0.
+     - comp_rate: a table of bands, "$A ... N hours" pairs -> ((N, A), ...) (the amount from N hours of delay on);
+       negated -> () (no compensation).
      - comp_gold: "gold" with "double(s|d)"/"twice"/"N times" -> 2 or N; negated -> 1.
      - comp_form: "certificate" -> certificate; "cash" -> cash. Opposites: certificate <-> cash.
      - upgrade_payment: "credit card" / "`credit_card`" -> credit_card; negated -> any (the reservation's method).
@@ -200,14 +201,18 @@ def _read_business(text: str) -> int | None:
 
 # -- issue_compensation -------------------------------------------------------------------------------------------
 
-PER_HOUR = re.compile(r"\$(\d+) (?:per|for each|for every|an|a) (?:full )?hour", re.I)
+TIER_AMOUNT = re.compile(r"\$(\d+)[^$]*?\b(\d+) hours", re.I)
 
 
-def _read_rate(text: str) -> int | None:
+def _read_rate(text: str) -> tuple | None:
+    """A table of (hours of delay from which it applies, amount): "$100 for a delay of 3 hours or more and $250
+    for a delay of 6 hours or more" -> ((3, 100), (6, 250)); negated ("never pays $100 ...") -> () (nothing)."""
     for clause in _clauses(text, "issue_compensation"):
-        m = PER_HOUR.search(clause)
-        if m:
-            return 0 if _negated(clause, m.start()) else int(m.group(1))
+        hits = list(TIER_AMOUNT.finditer(clause))
+        if hits:
+            if _negated(clause, hits[0].start()):
+                return ()
+            return tuple(sorted((int(m.group(2)), int(m.group(1))) for m in hits))
     return None
 
 
@@ -288,7 +293,8 @@ FACTS: tuple[Fact, ...] = (
          "- `add_checked_bags` on a business fare gives 1 more free bag per passenger on top of the tier allowance.",
          _read_business, stated=False),
     Fact("comp_rate", "issue_compensation",
-         "- `issue_compensation` pays $50 per full hour of delay, passed as `amount`.", _read_rate),
+         "- `issue_compensation` pays $100 for a delay of 3 hours or more and $250 for a delay of 6 hours or more, "
+         "passed as `amount`.", _read_rate),
     Fact("comp_gold", "issue_compensation",
          "- `issue_compensation` doubles the amount for gold members.", _read_gold, stated=False),
     Fact("comp_form", "issue_compensation",
@@ -341,6 +347,8 @@ def bag_total(bags: int, free: int, per_bag: object) -> int:
 
 
 def compensation(delay_minutes: int, tier: str, rate: object, gold: object) -> int:
-    hours = delay_minutes // 60
+    """The amount of the highest band of `rate` ((hours, amount), ...) the delay reaches, times the gold factor."""
+    hours = delay_minutes / 60
+    bands = [amount for h, amount in (rate if isinstance(rate, tuple) else ()) if hours >= h]
     mult = gold if tier == "gold" and isinstance(gold, int) else 1
-    return hours * (rate if isinstance(rate, int) else 0) * mult
+    return (max(bands) if bands else 0) * mult

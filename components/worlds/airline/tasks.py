@@ -143,7 +143,7 @@ class _Builder:
 
     def compensation(self, u: dict, possible: bool = True) -> dict:
         rng = self.rng
-        delay = rng.randrange(MIN_DELAY, 480, 5) if possible else rng.randrange(40, MIN_DELAY - 10, 5)
+        delay = rng.randrange(MIN_DELAY, 490, 5) if possible else rng.randrange(40, MIN_DELAY - 10, 5)
         r = self.reservation(u, rng.choice(("basic", "economy", "flex", "business")), -rng.randint(1, 20),
                              status="flown", delay=delay)
         amount = F.compensation(delay, u["tier"], F.BY_ID["comp_rate"].value, F.BY_ID["comp_gold"].value)
