@@ -20,7 +20,8 @@ from components.worlds.base import Criterion, Task
 
 FAMILIES = {"cancel": 30, "change": 30, "bags": 30, "compensation": 30, "upgrade": 30, "name": 30, "multi": 30}
 EXTERNAL_EVERY = 9
-BAG_FOCUS = ("fee", "allowance", "business")
+BAG_FOCUS = ("fee", "allowance", "business")  # single-request tasks where one rule on the write decides it
+COMP_FOCUS = ("rate", "gold", "form")
 KINDS = ("cancel", "change", "bags", "compensation", "upgrade", "name")
 # a request settles most of the reward; money-moving requests weigh more (a wrong fee or amount costs the customer)
 REQUEST_WEIGHT = {"cancel": 3.0, "change": 4.0, "bags": 4.0, "compensation": 4.0, "upgrade": 3.0, "name": 2.0}
@@ -141,14 +142,21 @@ class _Builder:
         fee = F.bag_total(n, free, F.BY_ID["bag_fee"].value)
         return {"kind": "bags", "reservation_id": r["reservation_id"], "bags": n, "free_bags": free, "fee": fee}
 
-    def compensation(self, u: dict, possible: bool = True) -> dict:
+    def compensation(self, u: dict, possible: bool = True, focus: str | None = None) -> dict:
+        """`focus` (the compensation family cycles through them) picks the case where that one rule decides the
+        write: `rate` a long delay (the upper band), `gold` a gold member, `form` a member who asks for cash."""
         rng = self.rng
-        delay = rng.randrange(MIN_DELAY, 490, 5) if possible else rng.randrange(40, MIN_DELAY - 10, 5)
+        if not possible:
+            delay = rng.randrange(40, MIN_DELAY - 10, 5)
+        elif focus is None:
+            delay = rng.randrange(MIN_DELAY, 490, 5)
+        else:
+            delay = rng.randrange(360, 490, 5) if focus == "rate" else rng.randrange(MIN_DELAY, 355, 5)
         r = self.reservation(u, rng.choice(("basic", "economy", "flex", "business")), -rng.randint(1, 20),
                              status="flown", delay=delay)
         amount = F.compensation(delay, u["tier"], F.BY_ID["comp_rate"].value, F.BY_ID["comp_gold"].value)
         return {"kind": "compensation", "reservation_id": r["reservation_id"], "amount": amount, "form": "certificate",
-                "cash": rng.random() < 0.5}  # the member asks for cash: only the rule says no
+                "cash": focus == "form" if focus else rng.random() < 0.5}  # asked for cash: only the rule says no
 
     def upgrade(self, u: dict, possible: bool = True) -> dict:
         rng = self.rng
@@ -196,7 +204,8 @@ def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]
             if family == "bags":
                 tier = {"fee": "silver", "allowance": "gold", "business": "silver"}[focus]
             if family == "compensation":
-                tier = b.rng.choice(("regular", "silver", "gold"))
+                focus = COMP_FOCUS[k % len(COMP_FOCUS)]
+                tier = "gold" if focus == "gold" else b.rng.choice(("regular", "silver"))
             if family == "cancel":
                 kinds = b.rng.sample(["credit_card", "gift_card", "certificate"], k=b.rng.choice((2, 3)))
             u = b.user(tier, kinds)
@@ -208,7 +217,7 @@ def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]
                 b.rng.shuffle(chosen)
                 reqs = [make[kd](u) for kd in chosen]
             else:
-                reqs = [b.bags(u, possible, focus) if family == "bags" else make[family](u, possible)]
+                reqs = [getattr(b, family)(u, possible, focus) if focus else make[family](u, possible)]
                 if family == "name" and not possible:  # the customer gives an email that matches no account
                     email = email.replace("@", ".old@")
             rubric = [_criterion(i + 1, r) for i, r in enumerate(reqs)]
