@@ -24,7 +24,7 @@ BAG_FOCUS = ("fee", "allowance", "business")  # single-request tasks where one r
 COMP_FOCUS = ("rate", "gold", "form")
 KINDS = ("cancel", "change", "bags", "compensation", "upgrade", "name")
 # a request settles most of the reward; money-moving requests weigh more (a wrong fee or amount costs the customer)
-REQUEST_WEIGHT = {"cancel": 3.0, "change": 4.0, "bags": 4.0, "compensation": 4.0, "upgrade": 3.0, "name": 2.0}
+REQUEST_WEIGHT = {"cancel": 4.0, "change": 5.0, "bags": 5.0, "compensation": 5.0, "upgrade": 4.0, "name": 3.0}
 CONFIRM_WEIGHT, EXTRA_WEIGHT = 1.0, 1.0
 
 
@@ -107,7 +107,7 @@ class _Builder:
     # -- one request of each kind; `possible=False` builds the state that forbids it -------------------------------
     def cancel(self, u: dict, possible: bool = True) -> dict:
         rng = self.rng
-        fare = rng.choice(("basic", "basic", "economy", "flex", "business"))
+        fare = rng.choice(("basic", "economy", "economy", "flex", "business"))
         others = [m["id"] for m in u["payment_methods"][1:]]  # never the account's first method
         r = self.reservation(u, fare, rng.randint(2, 30) if possible else -rng.randint(2, 20),
                              pm=rng.choice(others), status="booked" if possible else "flown")
