@@ -112,7 +112,15 @@ def _name_done(env: AirlineEnv, c: Criterion, _t) -> bool:
 
 def _writes_confirmed(env: AirlineEnv, c: Criterion, transcript: list[Turn]) -> bool:
     """Every successful write was covered: the latest confirmation since the previous successful write was granted
-    for the same tool and identifying args (CONTRACT §4)."""
+    for the same tool and identifying args (CONTRACT §4). The one implementation, `components.runtime.confirm`, reads
+    the transcript's structured `confirm` calls; where this build's runtime has none yet, the world's own log of
+    the same events (`confirm` answers and successful writes) decides by the same rule."""
+    try:
+        from components.runtime.confirm import acts_from_turns, uncovered
+    except ImportError:
+        uncovered = None
+    if uncovered is not None and any(t.tool == "confirm" for t in transcript):
+        return not uncovered(acts_from_turns(transcript), TARGETS)
     latest = None
     for kind, tool, target, flag in env.events:
         if kind == "confirm":
