@@ -4,7 +4,6 @@ external tasks, and the hand-written packages."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -160,7 +159,8 @@ def test_unstated_rule_is_only_in_its_refusal_receipt(small):
     env = AirlineEnv(small, t)
     req = t.requests[0]
     plain = req["amount"] // 2  # the policy's rate without the unstated gold multiplier
-    r = _call(env, "issue_compensation", {"reservation_id": req["reservation_id"], "amount": plain, "form": "certificate"})
+    r = _call(env, "issue_compensation",
+              {"reservation_id": req["reservation_id"], "amount": plain, "form": "certificate"})
     assert not r.ok and r.code == "policy"
     fact = F.BY_ID["comp_gold"]
     assert not fact.stated and r.content["rule_id"] == "comp_gold" and r.content["rule"] == fact.rule

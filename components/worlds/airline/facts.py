@@ -27,7 +27,8 @@ The grammar (anything else is ignored, as if the card were not there):
        negated -> same (basic fares are refunded like any other).
      - change_fee: a table fare -> fee. "$N for economy (and ...) fares" gives each fare named after `$N` (up to the
        next `$`) that fee; "<fares> ... free" or a negated "fee" clause naming fares gives them 0.
-     - change_window: "within N days" with "doubl"/"twice" (or "K times") -> (N, 2 or K); negated -> (0, 1): no surcharge.
+     - change_window: "within N days" with "doubl"/"twice" (or "K times") -> (N, 2 or K); negated -> (0, 1): no
+       surcharge.
      - bag_allowance: a table tier -> free bags per passenger, "regular members 0, silver members 1, gold 2" (a
        tier followed by a count); negated ("no free bags") -> every tier 0.
      - bag_fee: "$N per/for each (extra) bag" -> N; negated ("no fee per bag") -> 0.
@@ -64,7 +65,6 @@ def _paragraphs(text: str, tool: str) -> list[str]:
 def _clauses(text: str, tool: str) -> list[str]:
     out = []
     for p in _paragraphs(text, tool):
-        # protect decimals and backticked names from the clause split
         flat = " ".join(p.split())
         out += [c for c in CLAUSE_SPLIT.split(flat) if c and c.strip()]
     return out
@@ -288,7 +288,8 @@ FACTS: tuple[Fact, ...] = (
          "- `add_checked_bags` takes the free allowance as `free_bags`, per passenger by tier: regular members 0, "
          "silver members 1, gold members 2 (times the number of passengers).", _read_allowance),
     Fact("bag_fee", "add_checked_bags",
-         "- `add_checked_bags` charges $35 per bag beyond the free allowance, passed as the total `fee`.", _read_bag_fee),
+         "- `add_checked_bags` charges $35 per bag beyond the free allowance, passed as the total `fee`.",
+         _read_bag_fee),
     Fact("bag_business", "add_checked_bags",
          "- `add_checked_bags` on a business fare gives 1 more free bag per passenger on top of the tier allowance.",
          _read_business, stated=False),

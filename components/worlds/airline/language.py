@@ -35,7 +35,8 @@ def request_sentence(req: dict) -> str:
     if kind == "upgrade":
         return f"Please upgrade reservation {rid} to business class."
     if kind == "name":
-        return f"The passenger name on reservation {rid} is misspelled: it should be {req['first_name']} {req['last_name']}."
+        name = f"{req['first_name']} {req['last_name']}"
+        return f"The passenger name on reservation {rid} is misspelled: it should be {name}."
     raise ValueError(kind)
 
 

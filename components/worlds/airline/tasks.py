@@ -14,7 +14,7 @@ import random
 
 from components.worlds.airline import facts as F
 from components.worlds.airline import language
-from components.worlds.airline.catalog import (AIRPORTS, TODAY, make_flight, make_reservation, make_user)
+from components.worlds.airline.catalog import AIRPORTS, TODAY, make_flight, make_reservation, make_user
 from components.worlds.airline.tools import MIN_DELAY, WRITE_TOOLS
 from components.worlds.base import Criterion, Task
 
@@ -181,8 +181,8 @@ def _criterion(i: int, req: dict) -> Criterion:
     args = {"reservation_id": rid, **{k: req[k] for k in keep[kind]}}
     if kind == "name":
         args = {**args, "first_name": req["first_name"].upper(), "last_name": req["last_name"].upper()}
-    return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT[kind], check=f"{kind}_done", desc=language.request_sentence(req),
-                     args=args)
+    return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT[kind], check=f"{kind}_done",
+                     desc=language.request_sentence(req), args=args)
 
 
 def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]]:

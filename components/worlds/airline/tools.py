@@ -167,7 +167,8 @@ class AirlineTools:
                                                    "cannot be changed")
         new = self.db["flights"].get(new_flight_no)
         if new is None or (new["origin"], new["destination"]) != (r["origin"], r["destination"]):
-            return False, "invalid_args", {"error": f"{new_flight_no} is not a flight on {r['origin']}-{r['destination']}"}
+            route = f"{r['origin']}-{r['destination']}"
+            return False, "invalid_args", {"error": f"{new_flight_no} is not a flight on {route}"}
         fee_i = _int(fee)
         if fee_i is None:
             return False, "invalid_args", {"error": f"fee {fee!r} is not a whole number of dollars"}
