@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 
 from components.errors import InputError
@@ -50,13 +51,36 @@ class _M(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every number finite
 
 
+def world_bench_dir(world: str) -> str:
+    """Where a world's benchmark lives when `benchmark.out` is not given (dvc.yaml uses the same path)."""
+    return f"data/benchmarks/{world}"
+
+
 class BenchmarkParams(_M):
     world: str = "retail"
     seed: int = 0
-    out: str = "data/benchmarks/retail"
+    out: str = Field(world_bench_dir("retail"), description="null: data/benchmarks/<world>")
     per_family: int | None = Field(None, ge=3, description="tasks per family; null: the world's default (36)")
     train_share: float = Field(1 / 3, gt=0, lt=1)
     dev_share: float = Field(1 / 3, gt=0, lt=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _out_follows_world(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("out") is None:
+            data = {**data, "out": world_bench_dir(str(data.get("world", "retail")))}
+        return data
+
+    @field_validator("world")
+    @classmethod
+    def _known_world(cls, v: str) -> str:
+        from components.worlds import WORLDS, world
+
+        try:
+            world(v)
+        except InputError:
+            raise ValueError(f"unknown world {v!r} (one of {', '.join(sorted(WORLDS))})") from None
+        return v
 
     @field_validator("dev_share")
     @classmethod
@@ -164,11 +188,56 @@ RERUN_MAY_CHANGE = ("campaign.rounds", "campaign.out", "campaign.start", "campai
 _TRANSPORT = ("base_url", "timeout", "max_retries", "backoff", "backoff_cap", "api_key_env")
 
 
+BUILTIN_PACKAGES = ("none", "seed", "all-skills", "reference")
+
+
+def _builtin_packages(world_name: str) -> dict[str, Path]:
+    """Where the built-in packages lie for a world spec that does not list them: retail's at data/packages/<name>,
+    another world's at data/packages/<world>/<name>."""
+    root = Path(__file__).resolve().parents[1] / "data" / "packages"
+    base = root if world_name == "retail" else root / world_name
+    return {n: base / n for n in BUILTIN_PACKAGES if (base / n).is_dir()}
+
+
+def resolve_start(start: str, world_name: str) -> str:
+    """`campaign.start` as a path: a built-in package name (`none`, `seed`, `all-skills`, `reference`) names the
+    world's own package, unless a directory of that name exists here (a path always works)."""
+    if Path(start).exists() or "/" in start or "\\" in start:
+        return start
+    from components.worlds import world
+
+    try:
+        spec = world(world_name)
+    except InputError:
+        return start  # the unknown world is reported on benchmark.world
+    packages = getattr(spec, "packages", None) or _builtin_packages(world_name)
+    where = packages.get(start)
+    if where is None:
+        return start
+    where = Path(where).resolve()
+    try:  # relative to the project when it is inside it: the default campaign records the same path as before
+        return where.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(where)
+
+
 class Params(_M):
     benchmark: BenchmarkParams = Field(default_factory=BenchmarkParams)
     campaign: CampaignParams = Field(default_factory=CampaignParams)
     gate: GateParams = Field(default_factory=GateParams)
     budget: BudgetParams = Field(default_factory=BudgetParams)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _start_follows_world(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("campaign"), dict):
+            return data
+        start = data["campaign"].get("start")
+        bench = data.get("benchmark") if isinstance(data.get("benchmark"), dict) else {}
+        if isinstance(start, str) and start:
+            data = {**data, "campaign": {**data["campaign"],
+                                         "start": resolve_start(start, str(bench.get("world", "retail")))}}
+        return data
 
     def identity(self) -> dict[str, Any]:
         """The evolution params a rerun must keep (dotted name -> value); see RERUN_MAY_CHANGE."""

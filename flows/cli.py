@@ -94,7 +94,8 @@ def package_digest(path: Path) -> None:
 
 @bench_app.command("materialize")
 def bench_materialize(
-    out_dir: Annotated[Path, typer.Option("--out", help="where to write the benchmark")] = DEFAULT_BENCH,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to write the benchmark "
+                                                    "(default: data/benchmarks/<world>)")] = None,
     world_name: Annotated[str, typer.Option("--world")] = "retail",
     seed: Annotated[int, typer.Option(help="fixes the data, the tasks and the splits")] = 0,
     per_family: Annotated[Optional[int], typer.Option(help="tasks per family (default: the world's)")] = None,
@@ -109,10 +110,11 @@ def bench_materialize(
     from components.params import BenchmarkParams
 
     try:
-        bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir), per_family=per_family,
-                                train_share=train_share, dev_share=dev_share)
+        bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir) if out_dir else None,
+                                per_family=per_family, train_share=train_share, dev_share=dev_share)
     except ValidationError as e:
         raise InputError(_option_error(e)) from None
+    out_dir = Path(bench.out)
     bench.materialize()
     out.print(f"wrote {out_dir} (world {world_name}, seed {seed}, digest {digest(out_dir)[:12]})")
 

@@ -39,6 +39,17 @@ def _retail() -> WorldSpec:
     return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence(), packages)
 
 
+@WORLDS.register("airline")
+def _airline() -> WorldSpec:
+    """The built-in airline desk world (bookings, fares, changes, bags, compensation, tiers)."""
+    from components.worlds import airline
+    from components.worlds.airline.competence import AirlineCompetence
+    from components.worlds.airline.env import AirlineEnv
+
+    packages = {name: PACKAGES / "airline" / name for name in ("none", "seed", "all-skills", "reference")}
+    return WorldSpec("airline", airline.materialize, AirlineEnv, AirlineCompetence(), packages)
+
+
 def discover() -> None:
     """Register every `ratchet.worlds` entry point not registered yet (safe to call again after an install)."""
     for ep in entry_points(group=ENTRY_POINT_GROUP):

@@ -1,0 +1,167 @@
+"""What a careful airline agent does: the airline world's `Competence` (see `components.worlds.competence`).
+
+The fault engine decides when the simulated agent slips; this module says what it does when it does not: read the
+member's message (`language`), authenticate by email and load the profile (tier, payment methods), read each
+reservation (and the flight's delay for a compensation), and fill in each write's arguments from what it believes
+about each rule on that write (`facts`: several rules combine into one fee, allowance or amount).
+
+What an agent that does not follow a rule does (its naive guess) is part of the world too: it refunds to the
+account's first method, charges no change fee, assumes one free bag per passenger and $50 per extra bag, gives a
+flat $100 in the form the member asked for, charges an upgrade to the reservation's own payment method, and types
+names as the member wrote them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from components.worlds.airline import facts as F
+from components.worlds.airline import language
+from components.worlds.airline.catalog import TODAY, days_before
+from components.worlds.competence import Beliefs, Request, Step, View
+
+NAIVE = {
+    "refund_original": "account",
+    "basic_credit": "same",
+    "change_fee": (),
+    "change_window": (0, 1),
+    "bag_allowance": (("gold", 1), ("regular", 1), ("silver", 1)),
+    "bag_fee": 50,
+    "bag_business": 0,
+    "comp_rate": ((0, 100),),  # a flat $100 voucher, whatever the delay
+    "comp_gold": 1,
+    "comp_form": None,  # the form the member asked for (see `write`)
+    "upgrade_payment": "any",
+    "name_upper": "as_given",
+}
+TODAY_RE = re.compile(r"Today is (\d{4}-\d\d-\d\d)")
+
+
+class AirlineCompetence:
+    facts = F.FACTS
+    writes = frozenset(language.TOOL_OF.values())
+
+    # -- reading the member ------------------------------------------------------------------------------------------
+    def parse(self, first_message: str) -> tuple[list[Request], dict[str, Any]]:
+        reqs = []
+        for r in language.parse_requests(first_message):
+            kind, tool, rid = r.pop("kind"), r.pop("tool"), r.pop("reservation_id")
+            reqs.append(Request(kind, tool, {"reservation_id": rid}, r))
+        return reqs, {"email": language.parse_email(first_message)}
+
+    # -- session and reads -------------------------------------------------------------------------------------------
+    def opening(self, view: View, plan_only: bool = False) -> Step | None:
+        uid = _user_id(view)
+        if uid is None:
+            if plan_only:
+                return "", ("find_user_id_by_email", {})
+            if not view.results("find_user_id_by_email"):
+                return "", ("find_user_id_by_email", {"email": view.info.get("email") or ""})
+            if any(t == language.ONLY_EMAIL for t in view.user_texts):
+                return "", ("transfer_to_human_agents", {"summary": "member could not be authenticated"})
+            return "I could not find an account with that email. Could you give me another email?", None
+        if plan_only:
+            return None
+        if _user(view) is None:
+            return "", ("get_user_details", {"user_id": uid})
+        return None
+
+    def prepare(self, view: View, request: Request) -> Step | None:
+        rid = request.target["reservation_id"]
+        res = _reservation(view, rid)
+        if res is None:
+            return "", ("get_reservation_details", {"reservation_id": rid})
+        if request.kind == "compensation" and "error" not in res and _flight(view, res["flight_no"]) is None:
+            return "", ("get_flight_status", {"flight_no": res["flight_no"]})
+        return None
+
+    # -- the write ---------------------------------------------------------------------------------------------------
+    def write(self, view: View, request: Request, beliefs: Beliefs) -> Step:
+        r, d = request, request.data
+        rid = r.target["reservation_id"]
+        res = _reservation(view, rid) or {}
+        user = _user(view) or {}
+
+        def know(fact_id: str) -> object:
+            follows, value = beliefs.get(fact_id, (False, None))
+            return value if follows and value is not None else NAIVE[fact_id]
+
+        if r.kind == "cancel":
+            methods = user.get("payment_methods") or [{"id": res.get("payment_method_id", "")}]
+            pm = res.get("payment_method_id", "") if know("refund_original") == "original" else methods[0]["id"]
+            if res.get("fare") == "basic" and know("basic_credit") == "travel_credit":
+                pm = "travel_credit"
+            return "", (r.tool, {"reservation_id": rid, "refund_to": pm})
+        if r.kind == "change":
+            days = (days_before(res["date"]) + (TODAY - _today(view)).days) if res.get("date") else 99
+            fee = F.change_fee(res.get("fare", ""), days, know("change_fee"), know("change_window"))
+            return "", (r.tool, {"reservation_id": rid, "new_flight_no": d["new_flight_no"], "fee": fee})
+        if r.kind == "bags":
+            free = F.free_bags(user.get("tier", ""), res.get("fare", ""), len(res.get("passengers") or [1]),
+                               know("bag_allowance"), know("bag_business"))
+            fee = F.bag_total(d["bags"], free, know("bag_fee"))
+            return "", (r.tool, {"reservation_id": rid, "bags": d["bags"], "free_bags": free, "fee": fee})
+        if r.kind == "compensation":
+            flight = _flight(view, res.get("flight_no")) or {}
+            amount = F.compensation(int(flight.get("delay_minutes", 0)), user.get("tier", ""), know("comp_rate"),
+                                    know("comp_gold"))
+            follows, form = beliefs.get("comp_form", (False, None))
+            if not follows or form is None:  # not knowing the rule, it gives what the member asked for
+                form = "cash" if d.get("cash") else "certificate"
+            return "", (r.tool, {"reservation_id": rid, "amount": amount, "form": str(form)})
+        if r.kind == "upgrade":
+            pm = res.get("payment_method_id", "")
+            if know("upgrade_payment") == "credit_card":
+                pm = next((m["id"] for m in user.get("payment_methods", []) if m["kind"] == "credit_card"), pm)
+            return "", (r.tool, {"reservation_id": rid, "cabin": "business", "payment_method_id": pm})
+        if r.kind == "name":
+            first, last = d["first_name"], d["last_name"]
+            if know("name_upper") == "upper":
+                first, last = first.upper(), last.upper()
+            return "", (r.tool, {"reservation_id": rid, "first_name": first, "last_name": last})
+        raise ValueError(f"unknown airline request kind {r.kind}")
+
+    # -- what the agent says -----------------------------------------------------------------------------------------
+    def give_up(self, request: Request) -> str:
+        return f"I'm sorry, I could not complete the request for reservation {request.target['reservation_id']}."
+
+    def summary(self, request: Request) -> str:
+        return language.summary(request.kind, request.target["reservation_id"])
+
+    def confirm_question(self, request: Request) -> str:
+        return language.confirm_question(request.kind, request.target["reservation_id"])
+
+    def is_yes(self, reply: str) -> bool:
+        return reply == language.YES
+
+
+# -- reading the results -------------------------------------------------------------------------------------------
+
+def _today(v: View):
+    from datetime import date
+
+    m = TODAY_RE.search(v.policy)
+    return date.fromisoformat(m.group(1)) if m else TODAY
+
+
+def _user_id(v: View) -> str | None:
+    for _c, r in v.results("find_user_id_by_email"):
+        if "user_id" in r:
+            return r["user_id"]
+    return None
+
+
+def _user(v: View) -> dict | None:
+    got = [r for _c, r in v.results("get_user_details") if "error" not in r]
+    return got[-1] if got else None
+
+
+def _reservation(v: View, rid: str) -> dict | None:
+    got = [r for c, r in v.results("get_reservation_details") if c["args"].get("reservation_id") == rid]
+    return got[-1] if got else None
+
+
+def _flight(v: View, flight_no: str | None) -> dict | None:
+    got = [r for c, r in v.results("get_flight_status") if c["args"].get("flight_no") == flight_no]
+    return got[-1] if got else None
