@@ -89,6 +89,9 @@ class WritePolicy:
             raise PolicyError(f"{nid}: gate verdict {verdict.id} did not accept")
         if verdict.confidence != "supported":
             raise PolicyError(f"{nid}: gate verdict {verdict.id} is {verdict.confidence}")
+        supports = list(supports)
+        if not any(c.kind == "claim" for c in supports):
+            raise PolicyError(f"{nid}: a promotion rests on at least one claim whose citations resolve")
         for c in supports:
             if c.confidence != "supported":
                 raise PolicyError(f"{nid}: claim {c.id} is {c.confidence}: only supported claims carry a promotion")
