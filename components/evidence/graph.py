@@ -369,6 +369,18 @@ class EvidenceGraph:
             self.policy.support(c, self.citations(claim), resolve)
             return self._reversion(conn, c, "supported") if c.confidence == "unverified" else c
 
+    def settle(self, nid: str, resolve, now: Expiry | None) -> Node:
+        """Policy rule 4's way out of a contest: supported again once no opponent stands on the current evidence."""
+        with self._tx() as conn:
+            n = self.store.latest(conn, nid)
+            if n is None:
+                raise PolicyError(f"{nid}: no such node")
+            opp = [self.store.latest(conn, e.src if e.dst == nid else e.dst)
+                   for e in self.store.edges(conn, relation="contradicts") if nid in (e.src, e.dst)]
+            self.policy.settled(n, [o for o in opp if o is not None], self.store.revocations(conn), now)
+            self.policy.support(n, self.citations(nid), resolve)
+            return self._reversion(conn, n, "supported")
+
     def promote(self, key: str, content: str, verdict: str, supports: list[str], data: dict | None = None) -> Node:
         """Policy rule 3: a promotion with its accepting gate verdict and supported claims."""
         nid = node_id("decision", key)

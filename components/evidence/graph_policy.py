@@ -9,7 +9,9 @@
     3. promotion    a promotion decision needs an accepting gate verdict node, and every claim it rests on must be
                     `supported` (an unverified or contested claim cannot carry a promotion).
     4. contradiction  evidence that contradicts a node opens a contested branch: both sides get a new version marked
-                    `contested`; neither is overwritten or removed (older versions stay readable).
+                    `contested`; neither is overwritten or removed (older versions stay readable). A side is settled
+                    back to `supported` only when every opponent is revoked or expired for the current evidence,
+                    and its citations still resolve.
     5. expiry       an observation tied to a benchmark digest, a model or a backend version expires when the current
                     one differs; expired nodes stay in the graph, and the projection leaves them out.
     6. revocation   a revoked node flags everything derived from it: nodes that are derived_from it, that it supports
@@ -102,6 +104,15 @@ class WritePolicy:
         if a.id == b.id:
             raise PolicyError(f"{a.id}: a node cannot contradict itself")
         return "contested", "contested"
+
+    def settled(self, node: Node, opponents: list[Node], revoked: dict, now: Expiry | None) -> None:
+        """A contested node may return to supported only when no opponent still stands on the current evidence
+        (each is revoked, or expired for the current benchmark digest / model); its citations are then re-checked."""
+        if node.confidence != "contested":
+            raise PolicyError(f"{node.id}: not contested ({node.confidence})")
+        standing = [o.id for o in opponents if o.id not in revoked and not self.expired(o, now)]
+        if standing:
+            raise PolicyError(f"{node.id}: still contested by {standing[0]} on the current evidence")
 
     # 5 -----------------------------------------------------------------------------------------------------------
     def expired(self, node: Node, now: Expiry | None) -> list[str]:

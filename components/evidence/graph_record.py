@@ -142,7 +142,7 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
         gate = rec.get("gate") or {}
         stage = "gate" if gate else "repair" if rec.get("repair") else "validate"
         accept = rec["verdict"] == "accept"
-        verdict = g.add("decision", f"verdict:{key}:{parent}:{bench}:{model}", f"{stage}: {rec.get('reason', '')}"[:1000],
+        verdict = g.add("decision", f"verdict:{key}:{parent}:{bench}:{model}", str(rec.get("reason", ""))[:1000],
                         {"type": "gate_verdict", "stage": stage, "accept": accept, "plan_key": key,
                          "benchmark_digest": bench, "model": model, "parent_digest": parent,
                          **{k: gate.get(k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed")
@@ -152,6 +152,16 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
         if accept:
             child = rec["child"]
             support = [claims[plan["cluster"]].id] if plan["cluster"] in claims else []
+            revoked = (memory.get("revocations") or {}).get(key)
+            if revoked and g.get(revoked) is not None:  # a revocation plan passed the gate: the old promotion goes
+                g.revoke(revoked, f"revoked through the gate in round {rec['round']} of {g.campaign}: "
+                                  f"{plan['summary']}", by="gate")
+            for s in support:  # a contest this gate verdict settles on the current evidence (rule 4)
+                if g.get(s).confidence == "contested" and resolve is not None:
+                    try:
+                        g.settle(s, resolve, expiry)
+                    except PolicyError:
+                        pass  # still contested: the promotion below is refused and becomes a question
             try:
                 promo = g.promote(f"promotion:{child['digest']}", f"{child['version']}: {plan['summary']}", verdict.id,
                                   support, {"version": child["version"], "digest": child["digest"], "plan_key": key,
@@ -168,11 +178,8 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
             src_child = g.add("source", f"package:{child['digest']}", f"package {child['version']} {child['digest'][:12]}",
                               {"type": "package", "digest": child["digest"]})
             g.link(src_child.id, "derived_from", promo.id)
-            revoked = (memory.get("revocations") or {}).get(key)
-            if revoked and g.get(revoked) is not None:  # a revocation plan passed the gate: the old promotion goes
+            if revoked and g.get(revoked) is not None:
                 g.link(promo.id, "supersedes", revoked)
-                g.revoke(revoked, f"revoked through the gate in round {rec['round']} of {g.campaign}: "
-                                  f"{plan['summary']}", by="gate")
         else:
             rej = g.add("decision", f"rejection:{key}:{bench}:{model}", f"rejected at the {stage}: "
                         f"{rec.get('reason', '')}"[:1000], {"type": "rejection", "plan_key": key, "stage": stage,
