@@ -144,7 +144,8 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     write_json(rd / "memory.json", memory.record())
     outcome = plan_stage(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys() | set(memory.rejected_here)),
                          c.meta_agent, c.meta_agent_cfg, budget,
-                         memory={"revocations": memory.revocations, "projection": memory.projection})
+                         memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere,
+                                 "projection": memory.projection})
     if outcome.replies:  # the llm meta-agent's raw replies, kept whatever became of them
         write_json(rd / "meta_agent.json", outcome.record(cap=1_000_000))
     if outcome.failure:

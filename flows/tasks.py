@@ -177,7 +177,7 @@ def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str
     memory = memory or {}
     ctx = PlanContext(diagnosis.packets, load_package(package), load_benchmark(bench), train.traces, train.scores,
                       set(rejected), diagnosis.findings, revocations=[parse_plan(x) for x in memory.get("revocations", [])],
-                      memory=memory.get("projection") or {})
+                      later=set(memory.get("later", [])), memory=memory.get("projection") or {})
     propose = make_meta_agent(meta_agent, meta_cfg)
 
     def outcome() -> PlanOutcome:

@@ -66,7 +66,9 @@ def _read(path: Path) -> Any:
 
 def _packet_claim(g: EvidenceGraph, p: EvidencePacket, bench: str, model: str, resolve, run: Node | None) -> Node:
     """A packet as a claim (keyed by what it says and what it rests on), its citations, verified when they resolve."""
-    key = f"packet:{p.owner}:{p.kind}:{p.tool}:{bench}:{model}:{p.detail.strip()}"
+    # keyed by the corpus its citations resolve against (package, benchmark, seed map) and by what it says: the
+    # same finding on another package's traces is another claim, with citations of its own
+    key = f"packet:{p.corpus}:{model}:{p.owner}:{p.kind}:{p.tool}:{p.detail.strip()}"
     text = f"{p.owner}/{p.kind} on {p.tool}: " + " ".join(c.statement for c in p.claims)
     c = g.add("claim", key, text[:2000], {"owner": p.owner, "kind": p.kind, "tool": p.tool, "detail": p.detail,
                                            "packet": p.id, "n_episodes": len(p.episodes), "items": p.items[:12],
@@ -202,14 +204,15 @@ class Memory:
     """What the meta-agent gets from the graph for this round."""
 
     rejected_here: list[str] = field(default_factory=list)  # plan keys rejected on this benchmark digest and model
+    rejected_elsewhere: list[str] = field(default_factory=list)  # rejected only on other evidence: tried after the rest
     revocations: list[dict] = field(default_factory=list)  # plans (as dicts) that remove a contradicted promotion
     revokes: dict[str, str] = field(default_factory=dict)  # revocation plan key -> the promotion node it removes
     projection: dict = field(default_factory=dict)  # the budgeted view shown to the llm meta-agent
     chars: int = 0
 
     def record(self) -> dict:
-        return {"rejected_here": self.rejected_here, "revocations": self.revokes, "projection": self.projection,
-                "chars": self.chars}
+        return {"rejected_here": self.rejected_here, "rejected_elsewhere": self.rejected_elsewhere,
+                "revocations": self.revokes, "projection": self.projection, "chars": self.chars}
 
 
 def _in_force(g: EvidenceGraph) -> list[Node]:
@@ -228,6 +231,8 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
     decisions = g.nodes("decision")
     rejections = [n for n in decisions if n.data.get("type") == "rejection"]
     m.rejected_here = sorted({n.data["plan_key"] for n in rejections if not g.expired(n, now)})
+    accepted = {n.data.get("plan_key") for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")}
+    m.rejected_elsewhere = sorted({n.data["plan_key"] for n in rejections} - set(m.rejected_here) - accepted)
     # a promoted card whose rule the current refusals contradict: record the contradiction, propose its revocation
     resolve = trace_resolver(traces) if len(traces) else None
     for promo in _in_force(g):

@@ -44,6 +44,7 @@ class PlanContext:
     # campaign memory (components/evidence/graph_record.py): revocations of contradicted promotions come first;
     # the projection is what the llm meta-agent reads of earlier campaigns
     revocations: list[Plan] = field(default_factory=list)
+    later: set[str] = field(default_factory=set)  # plan keys rejected on other evidence: may be retried, after the rest
     memory: dict = field(default_factory=dict)
 
 
@@ -63,13 +64,17 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
         for plan in ctx.revocations:  # a promotion the current data contradicts hurts now: remove it first
             if plan.key() not in ctx.rejected:
                 return plan
+        deferred = None
         for packet in sorted(ctx.packets, key=lambda p: (LAYER.get(p.owner, 9), -len(p.episodes), p.id)):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
             plan = rules_plan(packet, ctx, max_per_episode, max_source_items)
             if plan is not None and plan.key() not in ctx.rejected:
+                if plan.key() in ctx.later:
+                    deferred = deferred or plan
+                    continue
                 return plan
-        return None
+        return deferred
 
     return propose
 
