@@ -68,7 +68,8 @@ def test_a_plan_rejected_on_the_same_evidence_is_not_retried_on_other_evidence_i
     ev = EvidenceParams(db=str(db))
     same = memory_for_round(ev, "later", packets, traces, m0, bench.digest, "sim")
     assert same.rejected_here == [rec["plan_key"]]
-    assert memory_for_round(ev, "later", packets, traces, m0, "0" * 64, "sim").rejected_here == []
+    other = memory_for_round(ev, "later", packets, traces, m0, "0" * 64, "sim")
+    assert other.rejected_here == [] and other.rejected_elsewhere == [rec["plan_key"]]  # may be retried, after the rest
     assert memory_for_round(ev, "later", packets, traces, m0, bench.digest, "openai:other").rejected_here == []
     assert memory_for_round(ev.model_copy(update={"memory": False}), "later", packets, traces, m0, bench.digest,
                             "sim").rejected_here == []
@@ -84,6 +85,10 @@ def test_a_plan_rejected_on_the_same_evidence_is_not_retried_on_other_evidence_i
                       set(same.rejected_here))
     plan = make_meta_agent("rules")(ctx)
     assert plan is None or plan.key() != rec["plan_key"]
+    # rejected only elsewhere: deferred behind every other plan, and still proposed when nothing else is left
+    ctx.rejected, ctx.later = set(), {rec["plan_key"]}
+    deferred = make_meta_agent("rules")(ctx)
+    assert deferred.key() == (plan.key() if plan is not None else rec["plan_key"])
 
 
 def test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_evidence(small_campaign, prefect_server,
