@@ -27,7 +27,8 @@ from rich.console import Console
 
 from components.contracts import check_benchmark, check_paired_scores
 from components.evidence.budget import BudgetExceeded, BudgetLedger
-from components.evidence.graph_record import champion_chain, memory_for_round, model_id, record_campaign_round
+from components.evidence.graph_record import (champion_chain, memory_for_round, model_id, open_graph,
+                                              record_campaign_round)
 from components.errors import InputError
 from components.evolution.gate import GateConfig, gate, look_alpha
 from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock
@@ -277,6 +278,7 @@ def _check_rerun(p: Params, lineage: Lineage) -> None:
 
 def _campaign(p: Params, lineage: Lineage) -> dict:
     c, out = p.campaign, Path(p.campaign.out)
+    open_graph(p.evidence, c.name).close()  # an evidence.db that cannot be opened is refused before any round
     write_json(state_dir(out) / "params.json", p.model_dump())  # what `ratchet campaign resume` reruns
     budget = budget_spec(p)
     ledger = BudgetLedger(budget["db"])

@@ -29,7 +29,7 @@ def _round(out: Path, n: int):
     return rd, packets, pd.read_parquet(rd / "train" / "traces.parquet")
 
 
-def test_the_campaign_is_recorded_and_every_supported_claim_resolves(small_campaign):
+def test_the_campaign_is_recorded_and_every_supported_claim_resolves(small_campaign, tmp_path):
     s = small_campaign.summary
     with EvidenceGraph(default_db(None)) as g:
         promos = promotions_for(g, s["champion"], campaign="small")
@@ -44,6 +44,12 @@ def test_the_campaign_is_recorded_and_every_supported_claim_resolves(small_campa
             for c in ch["claims"]:  # checked again here, independently of the policy that admitted them
                 assert c["trace_steps"]
                 assert all(resolve(t["episode_id"], t["step"]) == t["hash"] for t in c["trace_steps"])
+    # the champion's chain is an artifact of the campaign's MLflow run
+    from mlflow import MlflowClient
+
+    client = MlflowClient(s["mlflow"]["tracking_uri"])
+    text = Path(client.download_artifacts(s["mlflow"]["run_id"], "evidence/champion_chain.txt", str(tmp_path))).read_text()
+    assert all(f"{v['version']} (campaign small" in text for v in s["lineage"][1:]) and "gate verdict" in text
 
 
 def test_recording_a_round_again_adds_nothing(small_campaign, tmp_path):

@@ -156,3 +156,11 @@ def test_kill_9_during_graph_writes_leaves_the_graph_consistent(tmp_path):
     for c in claims:
         assert len(g.citations(c.id)) == 1
     g.add("claim", "after", "the graph takes writes again")
+
+
+@pytest.mark.parametrize("where,match", [("bogus://x", "not a database URL"), ("/proc/nope/e.db", "cannot create")])
+def test_a_graph_that_cannot_be_opened_is_one_clear_error(where, match):
+    from components.evidence.graph import GraphError
+
+    with pytest.raises(GraphError, match=match):
+        EvidenceGraph(where)

@@ -148,13 +148,17 @@ class Store:
 
     def __init__(self, where: str | Path):
         self.url = _url(where)
-        if self.url.startswith("sqlite:///"):
-            Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         try:
+            if self.url.startswith("sqlite:///"):
+                Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
             self.engine = _engine(self.url)
             META.create_all(self.engine)
         except sa.exc.ArgumentError as e:
             raise GraphError(f"{where}: evidence.db: not a database URL or path ({e})") from None
+        except ImportError as e:
+            raise GraphError(f"{where}: evidence.db: the database driver is not installed ({e})") from None
+        except OSError as e:
+            raise GraphError(f"{where}: evidence.db: cannot create the evidence graph ({e.strerror})") from None
         except sa.exc.DatabaseError as e:
             raise GraphError(f"{where}: evidence.db: cannot open the evidence graph ({e.orig})") from None
 
