@@ -141,7 +141,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     # 3. plan: one owner, the smallest connected change, never one already rejected (in this campaign, or on the same
     #    evidence in the campaign memory); a promotion the current data contradicts is proposed for revocation
     memory = memory_for_round(p.evidence, c.name, diagnosis.packets, train.traces, base, b.digest,
-                              model_id(c.model, c.model_cfg))
+                              model_id(c.model, c.model_cfg), c.out)
     write_json(rd / "memory.json", memory.record())
     outcome = plan_stage(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys() | set(memory.rejected_here)),
                          c.meta_agent, c.meta_agent_cfg, budget,

@@ -74,6 +74,8 @@ def test_a_plan_rejected_on_the_same_evidence_is_not_retried_on_other_evidence_i
     ev = EvidenceParams(db=str(db))
     same = memory_for_round(ev, "later", packets, traces, m0, bench.digest, "sim")
     assert same.rejected_here == [rec["plan_key"]]
+    # a campaign's own records are its lineage's business: a forced rerun of it plans exactly as its first run did
+    assert memory_for_round(ev, "earlier", packets, traces, m0, bench.digest, "sim").rejected_here == []
     other = memory_for_round(ev, "later", packets, traces, m0, "0" * 64, "sim")
     assert other.rejected_here == [] and other.rejected_elsewhere == [rec["plan_key"]]  # may be retried, after the rest
     assert memory_for_round(ev, "later", packets, traces, m0, bench.digest, "openai:other").rejected_here == []

@@ -68,7 +68,7 @@ class Node(BaseModel):
 
     def compact(self, chars: int = 160) -> dict[str, Any]:
         """The layer a projection shows: identity, status and a short content; the id fetches the rest."""
-        out = {"id": self.id, "kind": self.kind, "v": self.version, "confidence": self.confidence,
+        out = {"id": self.id, "kind": self.kind, "confidence": self.confidence,
                "content": self.content if len(self.content) <= chars else self.content[: chars - 1] + "…"}
         if self.data.get("type"):
             out["type"] = self.data["type"]
@@ -110,6 +110,10 @@ REVOCATION = sa.Table(
     "evidence_revocation", META,
     sa.Column("node", sa.String(64), primary_key=True), sa.Column("reason", sa.Text, nullable=False),
     sa.Column("by", sa.Text, nullable=False), sa.Column("created", sa.Float, nullable=False),
+)
+MENTION = sa.Table(  # which campaign recorded (or re-recorded) a node: memory reads what *other* campaigns learned
+    "evidence_mention", META,
+    sa.Column("node", sa.String(64), primary_key=True), sa.Column("scope", sa.String(64), primary_key=True),
 )
 sa.Index("evidence_node_kind", NODE.c.kind)
 sa.Index("evidence_edge_dst", EDGE.c.dst, EDGE.c.relation)
@@ -225,6 +229,14 @@ class Store:
         conn.execute(EDGE.insert().values(**e.model_dump()))
         return True
 
+    def insert_mention(self, conn: sa.Connection, nid: str, scope: str) -> None:
+        if scope and not conn.execute(sa.select(MENTION.c.node).where(MENTION.c.node == nid,
+                                                                      MENTION.c.scope == scope)).first():
+            conn.execute(MENTION.insert().values(node=nid, scope=scope))
+
+    def mentioned_outside(self, conn: sa.Connection, scope: str) -> set[str]:
+        return {r[0] for r in conn.execute(sa.select(MENTION.c.node).where(MENTION.c.scope != scope).distinct())}
+
     def insert_revocation(self, conn: sa.Connection, nid: str, reason: str, by: str) -> bool:
         if conn.execute(sa.select(REVOCATION.c.node).where(REVOCATION.c.node == nid)).first():
             return False
@@ -259,11 +271,12 @@ class EvidenceGraph:
     """The campaign memory. Every write method is one transaction (or joins the open `batch()`), and every write is
     decided by the write policy (`graph_policy.POLICY`)."""
 
-    def __init__(self, where: str | Path, campaign: str = "", policy=None):
+    def __init__(self, where: str | Path, campaign: str = "", policy=None, scope: str | None = None):
         from components.evidence.graph_policy import POLICY
 
         self.store = Store(where)
         self.campaign = campaign
+        self.scope = scope if scope is not None else campaign  # who is writing: one campaign output
         self.policy = policy or POLICY
         self._conn: sa.Connection | None = None
 
@@ -315,6 +328,7 @@ class EvidenceGraph:
 
     def _put(self, kind, key, nid, content, data, author, confidence, expiry, force_new: bool = False) -> Node:
         with self._tx() as conn:
+            self.store.insert_mention(conn, nid, self.scope)
             cur = self.store.latest(conn, nid)
             data = json.loads(json.dumps(data, sort_keys=True, default=str))  # as it will read back
             if cur is not None and not force_new and (cur.content, cur.data, cur.expiry, cur.author) == \
@@ -436,6 +450,11 @@ class EvidenceGraph:
         """Nodes derived from a revoked node -> that revoked node."""
         with self._read() as conn:
             return self.policy.flagged(self.store.revocations(conn), self.store.edges(conn))
+
+    def from_elsewhere(self) -> set[str]:
+        """Ids of nodes some other campaign (scope) recorded: what this campaign can learn from."""
+        with self._read() as conn:
+            return self.store.mentioned_outside(conn, self.scope)
 
     def expired(self, node: Node, now: Expiry | None) -> list[str]:
         return self.policy.expired(node, now)

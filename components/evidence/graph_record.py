@@ -228,7 +228,10 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
 
     now = Expiry(benchmark=bench, model=model)
     m = Memory()
-    decisions = g.nodes("decision")
+    # only what other campaigns recorded: this campaign's own rejections are in its lineage already, and a forced rerun
+    # of the same campaign must plan exactly as its first run did (the same bytes for `dvc repro --force`)
+    elsewhere = g.from_elsewhere()
+    decisions = [n for n in g.nodes("decision") if n.id in elsewhere]
     rejections = [n for n in decisions if n.data.get("type") == "rejection"]
     m.rejected_here = sorted({n.data["plan_key"] for n in rejections if not g.expired(n, now)})
     accepted = {n.data.get("plan_key") for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")}
@@ -264,18 +267,19 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
                 m.revocations.append(plan.model_dump(mode="json"))
                 m.revokes[plan.key()] = promo.id
                 break
-    m.projection = project(g, [p for p in packets if p.patchable], now, max_chars)
+    m.projection = project(g, [p for p in packets if p.patchable], now, max_chars, elsewhere)
     m.chars = len(json.dumps(m.projection, separators=(",", ":")))
     return m
 
 
-def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_chars: int) -> dict:
+def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_chars: int,
+            among: set[str] | None = None) -> dict:
     """The budgeted projection: compact records with ids (so deeper evidence can be fetched), most decisive first:
     verdicts on plans for the current clusters' tools, contested nodes, open questions, promotions in force. Expired
     records are left out; what did not fit is counted, never silently cut."""
     tools = {p.tool for p in packets}
     revoked, flagged = g.revoked(), g.flagged()
-    nodes = [n for n in g.nodes() if n.id not in revoked]
+    nodes = [n for n in g.nodes() if n.id not in revoked and (among is None or n.id in among)]
     live = [n for n in nodes if not g.expired(n, now)]
     verdicts = []
     for n in nodes:  # verdicts on other evidence are kept: a plan rejected elsewhere may be retried, knowingly
@@ -388,23 +392,25 @@ def chain_text(ch: dict) -> list[str]:
 
 # -- the campaign's calls (one per round each; flows/campaign.py) ------------------------------------------------------
 
-def open_graph(evidence, campaign: str) -> EvidenceGraph:
-    return EvidenceGraph(default_db(evidence.db), campaign=campaign)
+def open_graph(evidence, campaign: str, out: str | Path | None = None) -> EvidenceGraph:
+    """The graph, writing as this campaign; its scope (which records are its own) is its output directory."""
+    scope = f"{campaign}@{Path(out).resolve()}" if out is not None else campaign
+    return EvidenceGraph(default_db(evidence.db), campaign=campaign, scope=scope)
 
 
 def memory_for_round(evidence, campaign: str, packets: list[EvidencePacket], traces: pd.DataFrame, package: str,
-                     bench: str, model: str) -> Memory:
+                     bench: str, model: str, out: str | Path | None = None) -> Memory:
     """What planning reads this round; an empty Memory when `evidence.memory` is off (a stateless campaign)."""
     if not evidence.memory:
         return Memory()
     from components.memory.package import load_package
 
-    with open_graph(evidence, campaign) as g:
+    with open_graph(evidence, campaign, out) as g:
         return plan_memory(g, packets, traces, load_package(package), bench, model, evidence.projection_chars)
 
 
 def record_campaign_round(evidence, campaign: str, out: str | Path, rec: dict, model: str) -> dict:
-    with open_graph(evidence, campaign) as g:
+    with open_graph(evidence, campaign, out) as g:
         return record_round(g, out, rec, model)
 
 
