@@ -179,11 +179,19 @@ class CampaignParams(_M):
     tracking_uri: str | None = None  # MLflow; null: $MLFLOW_TRACKING_URI (sqlite under .ratchet/ by default)
 
 
+class EvidenceParams(_M):
+    """Campaign memory (components/evidence/graph*.py): where the evidence graph lives and what planning reads."""
+
+    db: str | None = None  # a path or a SQLAlchemy URL; null: $RATCHET_HOME/evidence.db, next to the MLflow store
+    memory: bool = True  # read the graph before planning; false: a stateless campaign (it still records)
+    projection_chars: int = Field(4000, ge=200, le=200_000)  # size limit of the projection the meta-agent reads
+
+
 # What a rerun on an existing campaign output may change. Everything else that decides the campaign's results (its
 # name, seeds, meta-agent, model, turn limit, probe and repair sizes, the gate) must equal what its lineage recorded, as
 # must the bytes of the start package and of the benchmark (their digests; their paths may change).
 RERUN_MAY_CHANGE = ("campaign.rounds", "campaign.out", "campaign.start", "campaign.shard_size", "campaign.task_runner",
-                    "campaign.workers", "campaign.dask_address", "campaign.tracking_uri", "benchmark.*", "budget.*",
+                    "campaign.workers", "campaign.dask_address", "campaign.tracking_uri", "benchmark.*", "budget.*", "evidence.*",
                     "campaign.model_cfg.{base_url,timeout,max_retries,backoff,backoff_cap,api_key_env}")
 _TRANSPORT = ("base_url", "timeout", "max_retries", "backoff", "backoff_cap", "api_key_env")
 
@@ -226,6 +234,7 @@ class Params(_M):
     campaign: CampaignParams = Field(default_factory=CampaignParams)
     gate: GateParams = Field(default_factory=GateParams)
     budget: BudgetParams = Field(default_factory=BudgetParams)
+    evidence: EvidenceParams = Field(default_factory=EvidenceParams)
 
     @model_validator(mode="before")
     @classmethod

@@ -28,6 +28,8 @@ from rich.console import Console
 
 from components.contracts import check_benchmark, check_paired_scores
 from components.evidence.budget import BudgetExceeded, BudgetLedger
+from components.evidence.graph_record import (champion_chain, memory_for_round, model_id, open_graph,
+                                              record_campaign_round)
 from components.errors import InputError
 from components.evolution.gate import SequentialDesign, gate, look_alpha
 from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock
@@ -166,9 +168,15 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     write_json(rd / "diagnosis.json", [pk.model_dump() for pk in diagnosis.packets])
     write_csv(rd / "findings.csv", diagnosis.findings_frame().assign(champion=champ.digest[:12]))
     stage_done(p, round_no, "diagnose")
-    # 3. plan: one owner, the smallest connected change, never one already rejected
-    outcome = plan_stage(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys()), c.meta_agent,
-                         c.meta_agent_cfg, budget)
+    # 3. plan: one owner, the smallest connected change, never one already rejected (in this campaign, or on the same
+    #    evidence in the campaign memory); a promotion the current data contradicts is proposed for revocation
+    memory = memory_for_round(p.evidence, c.name, diagnosis.packets, train.traces, base, b.digest,
+                              model_id(c.model, c.model_cfg), c.out)
+    write_json(rd / "memory.json", memory.record())
+    outcome = plan_stage(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys() | set(memory.rejected_here)),
+                         c.meta_agent, c.meta_agent_cfg, budget,
+                         memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere,
+                                 "projection": memory.projection})
     if outcome.replies:  # the llm meta-agent's raw replies, kept whatever became of them
         write_json(rd / "meta_agent.json", outcome.record(cap=1_000_000))
     if outcome.failure:
@@ -333,6 +341,7 @@ def _check_rerun(p: Params, lineage: Lineage) -> None:
 
 def _campaign(p: Params, lineage: Lineage) -> dict:
     c, out = p.campaign, Path(p.campaign.out)
+    open_graph(p.evidence, c.name).close()  # an evidence.db that cannot be opened is refused before any round
     write_json(state_dir(out) / "params.json", p.model_dump())  # what `ratchet campaign resume` reruns
     budget = budget_spec(p)
     ledger = BudgetLedger(budget["db"])
@@ -354,6 +363,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
                 break
             rec = lineage.round_record(r)
         tracker.log_round(rec)
+        record_campaign_round(p.evidence, c.name, out, rec, model_id(c.model, c.model_cfg))  # campaign memory
         _say(rec)
         if rec["verdict"] in ("no_plan", "rejected_plan"):  # the same inputs would plan the same way again
             break
@@ -384,6 +394,9 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     ledger_report = ledger.report(wallet)
     write_json(state_dir(out) / "budget.json", ledger_report)
     tracker.finish(result, out / "summary.json", test_evals if test else [], spent=ledger_report["spent"])
+    text, chains = champion_chain(p.evidence, c.name, champion.name)  # why the champion is what it is
+    tracker.client.log_text(tracker.run_id, text, "evidence/champion_chain.txt")
+    tracker.client.log_dict(tracker.run_id, chains, "evidence/champion_chain.json")
     write_json(state_dir(out) / "state.json", {"round": result["rounds"], "stage": "done", "stopped": stopped})
     return {**result, "budget_spent": ledger_report["spent"],
             "mlflow": {"experiment_id": tracker.experiment_id, "run_id": tracker.run_id, "tracking_uri": tracker.uri}}

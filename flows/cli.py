@@ -52,6 +52,8 @@ campaign_app = typer.Typer(no_args_is_help=True, help="Evolution campaigns: run,
 app.add_typer(package_app, name="package")
 app.add_typer(bench_app, name="bench")
 app.add_typer(campaign_app, name="campaign")
+evidence_app = typer.Typer(no_args_is_help=True, help="Campaign memory: why a change is there, what is contested, revoke.")
+app.add_typer(evidence_app, name="evidence")
 
 DEFAULT_BENCH = Path("data/benchmarks/retail")
 
@@ -569,6 +571,98 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
               highlight=False)
     raise typer.Exit(subprocess.call([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                                       "--port", str(port)], env=dict(os.environ)))
+
+
+# -- campaign memory -------------------------------------------------------------------------------------------
+
+DB_HELP = "the evidence graph: a path or a SQLAlchemy URL (default: evidence.db in params.yaml, else .ratchet/evidence.db)"
+
+
+def _graph(db: Optional[str]):
+    from components.evidence.graph import EvidenceGraph
+    from components.evidence.graph_record import default_db
+
+    if db is None and Path("params.yaml").is_file():
+        from components.params import load_params
+
+        db = load_params(Path("params.yaml")).evidence.db
+    where = default_db(db)
+    if "://" not in where and not Path(where).is_file():
+        raise InputError(f"{where}: --db: no evidence graph here (a campaign writes one)")
+    return EvidenceGraph(where)
+
+
+@evidence_app.command("why")
+def evidence_why(
+    ref: Annotated[str, typer.Argument(help="a version (M3), a package digest, a card path (em/procedure/x.md) or a node id")],
+    campaign: Annotated[Optional[str], typer.Option(help="the campaign that made the version (default: any)")] = None,
+    db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """The chain behind a change: the card, the plan, the packet's claims and the trace steps they cite, the gate
+    verdict and the benchmark digest; for a version, every promotion of its lineage."""
+    from components.evidence.graph_record import chain, chain_text, promotions_for
+
+    with _graph(db) as g:
+        promos = promotions_for(g, ref, campaign)
+        if not promos:
+            raise InputError(f"{ref}: no promotion in the evidence graph made this version or card"
+                             + (f" (campaign {campaign})" if campaign else ""))
+        chains = [chain(g, n) for n in promos]
+    if as_json:
+        out.print(json.dumps(chains, sort_keys=True), highlight=False, markup=False)
+        return
+    for ch in chains:
+        for line in chain_text(ch):
+            out.print(line, highlight=False, markup=False)
+
+
+@evidence_app.command("show")
+def evidence_show(
+    contested: Annotated[bool, typer.Option("--contested", help="only contested nodes")] = False,
+    open_: Annotated[bool, typer.Option("--open", help="only open questions")] = False,
+    kind: Annotated[Optional[str], typer.Option(help="only this kind (source, run, claim, artifact, decision, question)")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 200,
+    db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
+) -> None:
+    """List the graph's current nodes (latest version of each) with their confidence and revoked/flagged marks."""
+    from components.evidence.graph import KINDS
+
+    if kind is not None and kind not in KINDS:
+        raise InputError(f"--kind: {kind!r} is not one of {', '.join(KINDS)}")
+    with _graph(db) as g:
+        revoked, flagged = g.revoked(), g.flagged()
+        nodes = g.nodes(kind)
+        if contested:
+            nodes = [n for n in nodes if n.confidence == "contested"]
+        if open_:
+            nodes = [n for n in nodes if n.kind == "question" and n.id not in revoked
+                     and not g.edges(dst=n.id, relation="supersedes")]
+    table = Table(title=f"evidence graph: {len(nodes)} node(s)" + (f", first {limit}" if len(nodes) > limit else ""))
+    for col in ("id", "kind", "type", "v", "confidence", "mark", "content"):
+        table.add_column(col, overflow="fold")
+    for n in nodes[:limit]:
+        mark = "revoked" if n.id in revoked else (f"flagged ({flagged[n.id]})" if n.id in flagged else "")
+        table.add_row(n.id, n.kind, str(n.data.get("type", "")), str(n.version), n.confidence, mark, n.content[:120])
+    out.print(table)
+
+
+@evidence_app.command("revoke")
+def evidence_revoke(
+    node: Annotated[str, typer.Argument(help="a node id (or a unique prefix of one)")],
+    reason: Annotated[str, typer.Option(help="why the node is wrong (kept with the revocation)")],
+    db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
+) -> None:
+    """Mark a node revoked (append-only: nothing is deleted) and list what derives from it, now flagged."""
+    with _graph(db) as g:
+        n = g.find(node)
+        if n is None:
+            raise InputError(f"{node}: no such node in the evidence graph (ids: `ratchet evidence show`)")
+        flagged = g.revoke(n.id, reason)
+    out.print(f"revoked {n.id} ({n.kind}: {n.content[:80]}); {len(flagged)} derived node(s) flagged", highlight=False,
+              markup=False)
+    for f in sorted(flagged):
+        out.print(f"  flagged {f}", highlight=False, markup=False)
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from components.evolution.gate import (GateConfig, GateResult, RepairResult, Seq
 from components.evolution.lineage import Lineage
 from components.evolution.meta import PlanContext, PlanOutcome, make_meta_agent
 from components.evolution.patch import apply_plan
-from components.evolution.plan import Plan
+from components.evolution.plan import Plan, parse_plan
 from components.evolution.validate import Validation, fired, static_checks
 from components.memory.package import digest, load_package
 from components.runtime.evaluate import EvalTables, run_shard
@@ -168,14 +168,17 @@ def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> 
 
 def _plan_key(_ctx, p: dict) -> str:
     return stage_key("plan", package=digest(p["package"]), bench=tree_digest(p["bench"]), corpus=p["corpus"],
-                     rejected=sorted(p["rejected"]), meta_agent=p["meta_agent"], meta_cfg=p["meta_cfg"])
+                     rejected=sorted(p["rejected"]), meta_agent=p["meta_agent"], meta_cfg=p["meta_cfg"],
+                     **({"memory": p["memory"]} if p.get("memory") else {}))
 
 
 @task(name="plan", cache_key_fn=_plan_key, **PERSIST)
 def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str, corpus: str, rejected: list[str],
-               meta_agent: str, meta_cfg: dict, budget: dict | None = None) -> PlanOutcome:
+               meta_agent: str, meta_cfg: dict, budget: dict | None = None, memory: dict | None = None) -> PlanOutcome:
+    memory = memory or {}
     ctx = PlanContext(diagnosis.packets, load_package(package), load_benchmark(bench), train.traces, train.scores,
-                      set(rejected), diagnosis.findings)
+                      set(rejected), diagnosis.findings, revocations=[parse_plan(x) for x in memory.get("revocations", [])],
+                      later=set(memory.get("later", [])), memory=memory.get("projection") or {})
     propose = make_meta_agent(meta_agent, meta_cfg)
 
     def outcome() -> PlanOutcome:
@@ -187,7 +190,7 @@ def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str
     ledger, est = BudgetLedger(budget["db"]), Estimate(**budget["estimate"])
     hold = ledger.reserve(budget["wallet"], {k: v / (est.max_turns * est.calls_per_turn) for k, v in est.episodes(1).items()},
                           key=_plan_key(None, {"package": package, "bench": bench, "corpus": corpus, "rejected": rejected,
-                                               "meta_agent": meta_agent, "meta_cfg": meta_cfg}), wait=3600)
+                                               "meta_agent": meta_agent, "meta_cfg": meta_cfg, "memory": memory}), wait=3600)
     try:
         result = outcome()
     except BaseException:

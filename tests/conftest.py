@@ -79,7 +79,8 @@ class Campaign:
 
 # The shared small campaign: 3 rounds, 2 seeds per item on the session's benchmark. Tests that vary a knob start from
 # these overrides so that everything they do not vary comes from the Prefect task cache this campaign filled.
-SMALL = {"campaign.name": "small", "campaign.rounds": 3, "campaign.seeds": 2, "gate.n_boot": 2000}
+SMALL = {"campaign.name": "small", "campaign.rounds": 3, "campaign.seeds": 2, "gate.n_boot": 2000,
+         "evidence.memory": False}  # stateless: a test that wants campaign memory turns it on
 
 
 def small_params(bench_dir: Path, out: Path, **over):

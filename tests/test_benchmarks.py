@@ -18,7 +18,7 @@ HEADLINE = re.compile(r"^ratio [^:]+: (\d+\.\d+)$")
 OWN = ("RATCHET_HOME", "PREFECT_HOME", "PREFECT_LOCAL_STORAGE_PATH", "MLFLOW_TRACKING_URI", "DVC_SITE_CACHE_DIR")
 
 
-@pytest.mark.parametrize("script", ["bench_episodes.py", "bench_round.py", "bench_scaleout.py"])
+@pytest.mark.parametrize("script", ["bench_episodes.py", "bench_round.py", "bench_scaleout.py", "bench_memory.py"])
 def test_benchmark_quick_runs_and_ends_on_its_ratio(script, tmp_path, prefect_server):
     # a subprocess, as a person runs it; it uses the session's Prefect server instead of starting its own
     env = {k: v for k, v in os.environ.items() if k not in OWN} | {"PREFECT_API_URL": prefect_server}

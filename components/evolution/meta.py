@@ -42,6 +42,11 @@ class PlanContext:
     scores: pd.DataFrame
     rejected: set[str] = field(default_factory=set)  # keys of plans already rejected in this campaign
     findings: list[Finding] = field(default_factory=list)
+    # campaign memory (components/evidence/graph_record.py): revocations of contradicted promotions come first;
+    # the projection is what the llm meta-agent reads of earlier campaigns
+    revocations: list[Plan] = field(default_factory=list)
+    later: set[str] = field(default_factory=set)  # plan keys rejected on other evidence: may be retried, after the rest
+    memory: dict = field(default_factory=dict)
 
 
 # -- rules -----------------------------------------------------------------------------------------------------------
@@ -57,13 +62,20 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
     """Deterministic attribution-to-patch rules."""
 
     def propose(ctx: PlanContext) -> Plan | None:
+        for plan in ctx.revocations:  # a promotion the current data contradicts hurts now: remove it first
+            if plan.key() not in ctx.rejected:
+                return plan
+        deferred = None
         for packet in sorted(ctx.packets, key=lambda p: (LAYER.get(p.owner, 9), -len(p.episodes), p.id)):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
             plan = rules_plan(packet, ctx, max_per_episode, max_source_items)
             if plan is not None and plan.key() not in ctx.rejected:
+                if plan.key() in ctx.later:
+                    deferred = deferred or plan
+                    continue
                 return plan
-        return None
+        return deferred
 
     return propose
 
@@ -280,6 +292,8 @@ def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None,
         "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": "none"})) + "\n```",
         "## Plans already rejected (keys)", json.dumps(rejected[-50:]),
     ]
+    if ctx.memory:  # earlier campaigns' verdicts, contested evidence, open questions: budgeted, with node ids
+        head += ["## Campaign memory (evidence graph projection)", json.dumps(ctx.memory, separators=(",", ":"))]
     used = sum(len(x) + 2 for x in head) + len(LLM_INSTRUCTIONS)
     ranked = sorted(packets, key=lambda p: (-len(p.episodes), p.id))[:max_packets]
     shown: list[str] = []

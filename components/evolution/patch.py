@@ -13,7 +13,7 @@ import frontmatter
 import yaml
 
 from components.errors import InputError
-from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, SetTrigger, SetWM
+from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM
 from components.io import atomic_dir
 from components.memory.package import MANIFEST
 
@@ -59,6 +59,11 @@ def _apply(i: int, op, root: Path, manifest: dict) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(frontmatter.dumps(frontmatter.Post(op.body.strip() + "\n", **op.meta), sort_keys=False) + "\n",
                           encoding="utf-8")
+    elif isinstance(op, RemoveCard):
+        target = root / op.path
+        if not target.is_file():
+            raise PatchError(f"{where}.path: {op.path} does not exist")
+        target.unlink()
     elif isinstance(op, SetTrigger):
         target = root / op.path
         if not target.is_file():

@@ -40,6 +40,12 @@ class AddCard(_Op):
     body: str = Field(min_length=1)
 
 
+class RemoveCard(_Op):
+    """Take a card out (a revocation: the change a promotion made is removed in a candidate, then gated)."""
+    op: Literal["remove_card"]
+    path: CardPath
+
+
 class SetTrigger(_Op):
     op: Literal["set_trigger"]
     path: CardPath
@@ -68,7 +74,7 @@ class RemoveBinding(_Op):
     at: str
 
 
-Operation = Annotated[Union[AddCard, SetTrigger, SetWM, AddBinding, RemoveBinding], Field(discriminator="op")]
+Operation = Annotated[Union[AddCard, RemoveCard, SetTrigger, SetWM, AddBinding, RemoveBinding], Field(discriminator="op")]
 
 
 class Plan(BaseModel):

@@ -1,0 +1,177 @@
+"""Campaign memory: stateless campaigns against recursive ones on a sequence of related campaigns (the evaluation the
+recursive-context source proposes: reuse prior failures, update after conflicting evidence, reproduce).
+
+    python benchmarks/bench_memory.py [--quick]
+
+    first       world seed 0, from the seed package; it fills the recursive arm's evidence graph
+    (a) seed    the same world with benchmark seed 1, from the seed package
+    (c) repeat  world seed 0 again, from the seed package
+    (b) drift   a changed world where a promoted rule became wrong: NOT RUN here (see the README's "Campaign memory":
+                the built-in worlds hold their rule values in code, so no copied benchmark can change one; the
+                revocation path is covered by tests/test_evidence_campaign.py)
+
+Each of (a) and (c) runs twice: stateless (`evidence.memory: false`, a graph of its own) and recursive (memory on,
+the graph every earlier campaign of the sequence wrote). Reported per campaign:
+
+    repeated    plans tried that an earlier campaign of the sequence rejected on the same benchmark digest and model
+                (computed from the campaigns' own lineages, not from the graph)
+    calls       model calls (the agent's, from every evaluation's score table) until the champion's dev mean first
+                reached the stateless arm's final champion dev mean; `-` when it never did
+    total       model calls of the whole campaign
+    resolve     share of the graph's supported claims whose every cited trace step exists in the campaign's traces
+                with the same hash (checked here against the trace files, independently of the write policy)
+    projection  the largest projection the meta-agent read (characters; the limit is evidence.projection_chars)
+
+Model calls are read from the score tables of every evaluation a campaign's rounds made (what its evidence cost),
+so they do not depend on the Prefect task cache the campaigns share (which only makes this script faster).
+Last line: the headline ratio, recursive / stateless model calls to reach the same champion score on the second-seed
+campaign (total model calls when the stateless arm gated nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from components.env import quiet_offline  # noqa: E402
+
+HOME = Path(tempfile.mkdtemp(prefix="ratchet-bench-memory-"))
+quiet_offline(HOME)
+
+
+def prefect_server():
+    """The Prefect server at $PREFECT_API_URL when one is set (the tests pass theirs), else a temporary one."""
+    import contextlib
+    import os
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    if os.environ.get("PREFECT_API_URL"):
+        return contextlib.nullcontext()
+    return prefect_test_harness(server_startup_timeout=180)
+
+
+def run(name: str, bench: Path, start: Path, db: Path, memory: bool, size: dict) -> dict:
+    """One campaign in its own output directory."""
+    from components.params import load_params
+    from flows.campaign import run_campaign
+
+    out = HOME / "campaigns" / name
+    p = load_params(ROOT / "params.yaml", {
+        "benchmark.out": str(bench), "campaign.out": str(out), "campaign.name": name, "campaign.start": str(start),
+        "campaign.rounds": size["rounds"], "campaign.seeds": size["seeds"], "gate.n_boot": size["n_boot"],
+        "evidence.db": str(db), "evidence.memory": memory})
+    s = run_campaign(p)
+    return {"name": name, "out": out, "summary": s, "memory": memory}
+
+
+def rounds(c: dict) -> list[dict]:
+    """Per round: plan key, verdict, model calls, the champion's dev mean after it."""
+    out, champ = [], None
+    for rec in c["summary"]["history"]:
+        rd = c["out"] / rec["round_dir"]
+        evals = json.loads((rd / "evals.json").read_text()) if (rd / "evals.json").exists() else []
+        g = rec.get("gate") or {}
+        if g:
+            champ = g["cand_mean"] if rec["verdict"] == "accept" else g["base_mean"]
+        mem = json.loads((rd / "memory.json").read_text()) if (rd / "memory.json").exists() else {}
+        out.append({"plan_key": rec.get("plan_key"), "verdict": rec["verdict"], "champion_dev": champ,
+                    "calls": sum(e["summary"]["model_calls"] for e in evals), "projection": mem.get("chars", 0),
+                    "revocation": bool((mem.get("revocations") or {}).get(rec.get("plan_key", "")))})
+    return out
+
+
+def calls_to(rs: list[dict], target: float | None) -> int | None:
+    spent = 0
+    for r in rs:
+        spent += r["calls"]
+        if target is not None and r["champion_dev"] is not None and r["champion_dev"] >= target - 1e-12:
+            return spent
+    return None
+
+
+def repeated(c: dict, earlier: list[dict]) -> int:
+    """Plans tried here that an earlier campaign rejected on the same benchmark digest (same model throughout)."""
+    bench = c["summary"]["benchmark_digest"]
+    known = {r["plan_key"] for e in earlier if e["summary"]["benchmark_digest"] == bench
+             for r in e["summary"]["history"] if r["verdict"] != "accept" and r.get("plan_key")}
+    return sum(1 for r in c["summary"]["history"] if r.get("plan_key") in known)
+
+
+def resolution(db: Path, campaigns: list[dict]) -> tuple[int, int]:
+    """(supported claims whose citations all resolve in the trace files, supported claims)."""
+    import pandas as pd
+
+    from components.evidence.graph import EvidenceGraph
+
+    steps = set()
+    for c in campaigns:
+        for tp in sorted(c["out"].glob("rounds/r*/train/traces.parquet")):
+            t = pd.read_parquet(tp, columns=["episode_id", "step", "hash"])
+            steps |= set(zip(t["episode_id"], t["step"].astype(int), t["hash"]))
+    with EvidenceGraph(db) as g:
+        claims = [n for n in g.nodes("claim") if n.confidence == "supported"]
+        ok = sum(1 for n in claims if (cites := g.citations(n.id)) and
+                 all((a.data["episode_id"], int(a.data["step"]), a.data["hash"]) in steps for a in cites))
+    return ok, len(claims)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small benchmarks, two rounds, one seed (the test's size)")
+    args = ap.parse_args()
+    size = {"per_family": 3, "rounds": 2, "seeds": 1, "n_boot": 1000} if args.quick else \
+        {"per_family": 36, "rounds": 3, "seeds": 1, "n_boot": 2000}
+    from components.params import BenchmarkParams
+
+    benches = {}
+    for seed in (0, 1):
+        benches[seed] = HOME / f"bench-s{seed}"
+        BenchmarkParams(seed=seed, out=str(benches[seed]), per_family=size["per_family"]).materialize()
+    seed_pkg = ROOT / "data" / "packages" / "seed"
+    memory_db, rows = HOME / "memory.db", []
+    with prefect_server():
+        first = run("first", benches[0], seed_pkg, memory_db, True, size)  # an empty graph: stateless in effect
+        done = [first]
+        for label, bench in (("(a) seed", benches[1]), ("(c) repeat", benches[0])):
+            tag = label.split()[0].strip("()")
+            stateless = run(f"{tag}-stateless", bench, seed_pkg, HOME / f"{tag}-stateless.db", False, size)
+            recursive = run(f"{tag}-recursive", bench, seed_pkg, memory_db, True, size)
+            rs, rr = rounds(stateless), rounds(recursive)
+            target = next((r["champion_dev"] for r in reversed(rs) if r["champion_dev"] is not None), None)
+            for arm, c, rws in (("stateless", stateless, rs), ("recursive", recursive, rr)):
+                rows.append({"campaign": label, "arm": arm, "repeated": repeated(c, done), "calls": calls_to(rws, target),
+                             "total": sum(r["calls"] for r in rws), "promotions": c["summary"]["accepted"],
+                             "revoked": sum(r["revocation"] and r["verdict"] == "accept" for r in rws),
+                             "projection": max([r["projection"] for r in rws] + [0]),
+                             "plans": " ".join((r["plan_key"] or "-")[:6] + ("+" if r["verdict"] == "accept" else "x")
+                                               for r in rws)})
+            done += [stateless, recursive]
+        ok, n = resolution(memory_db, [first] + [c for c in done if c["memory"]])
+    print(f"campaign memory, {'quick' if args.quick else 'full'}: {size}; first campaign: "
+          f"{first['summary']['accepted']} promotion(s) in {first['summary']['rounds']} round(s)")
+    print("| campaign | arm | repeated plans | model calls to the stateless champion's dev score | model calls, total "
+          "| promotions | revoked | projection chars | plans (+ accepted, x not) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        calls = "-" if r["calls"] is None else f"{r['calls']:,}"
+        print(f"| {r['campaign']} | {r['arm']} | {r['repeated']} | {calls} | {r['total']:,} | {r['promotions']} | "
+              f"{r['revoked']} | {r['projection']:,} | {r['plans']} |")
+    print(f"citation resolution: {ok}/{n} supported claims resolve ({(ok / n if n else 1):.0%})")
+    a = {r["arm"]: r for r in rows if r["campaign"] == "(a) seed"}
+    num, den = a["recursive"]["calls"], a["stateless"]["calls"]
+    if num is not None and den:
+        print(f"ratio recursive / stateless model calls to the same champion score, second seed: {num / den:.3f}")
+    else:  # the stateless arm gated nothing (or the recursive one never got there): the whole campaigns
+        print(f"ratio recursive / stateless model calls in total, second seed: "
+              f"{a['recursive']['total'] / max(1, a['stateless']['total']):.3f}")
+
+
+if __name__ == "__main__":
+    main()

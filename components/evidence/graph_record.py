@@ -1,0 +1,422 @@
+"""What a campaign writes into its memory, and what the meta-agent reads back before planning.
+
+    record_round    once per finished round, from what the round left on disk (like the MLflow log, so a resumed
+                    round records the same nodes again, which the graph turns into no-ops):
+                      sources    the benchmark digest, the parent package (and the child, when promoted)
+                      run        the train evaluation (tied to benchmark digest and model: it expires with them)
+                      claims     each diagnosis packet, its cited trace steps as artifacts, verified against the
+                                 round's traces (policy rule 2); `unknown` packets become open questions
+                      decisions  the plan, the verdict of the stage that decided it (validate, repair screen or gate),
+                                 a promotion (policy rule 3) or a rejection; the same plan accepted on one benchmark
+                                 digest and rejected on another contradict each other (rule 4)
+    plan_memory     before planning: the budgeted projection (earlier verdicts on the same plan keys, contested
+                    nodes, open questions, promotions in force), the plan keys already rejected on the same evidence
+                    (same plan key, benchmark digest and model: not retried; other evidence: may be), and
+                    revocation plans for promotions whose support the current data contradicts.
+    chain           `ratchet evidence why`: a promotion back to its verdict, plan, claims, trace steps and sources.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from components.evidence.graph import EvidenceGraph, Expiry, Node, node_id
+from components.evidence.graph_policy import CitationError, PolicyError
+from components.evidence.packets import EvidencePacket
+from components.runtime.trace import frame_steps
+
+MAX_CITES = 8  # trace steps recorded per packet: enough to audit it; the round's diagnosis.json keeps them all
+
+
+def default_db(db: str | None) -> str:
+    """`evidence.db`, else next to the MLflow store: $RATCHET_HOME/evidence.db (`.ratchet/evidence.db`)."""
+    from components.env import project_home
+
+    return db or str(project_home() / "evidence.db")
+
+
+def model_id(model: str, model_cfg: dict) -> str:
+    name = model_cfg.get("model")
+    return f"{model}:{name}" if name else model
+
+
+def trace_resolver(traces: pd.DataFrame):
+    """(episode, step) -> the step's recorded hash, or None; a step whose content no longer hashes to its recorded
+    hash resolves to a marker that matches nothing."""
+    index = {(r.episode_id, int(r.step)): i for i, r in enumerate(traces[["episode_id", "step"]].itertuples(index=False))}
+
+    def resolve(ep: str, step: int) -> str | None:
+        at = index.get((ep, step))
+        if at is None:
+            return None
+        s = frame_steps(traces.iloc[[at]])[0]
+        return s.hash if s.content_hash() == s.hash else "content-changed"
+
+    return resolve
+
+
+def _read(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _packet_claim(g: EvidenceGraph, p: EvidencePacket, bench: str, model: str, resolve, run: Node | None) -> Node:
+    """A packet as a claim (keyed by what it says and what it rests on), its citations, verified when they resolve."""
+    # keyed by the corpus its citations resolve against (package, benchmark, seed map) and by what it says: the
+    # same finding on another package's traces is another claim, with citations of its own
+    key = f"packet:{p.corpus}:{model}:{p.owner}:{p.kind}:{p.tool}:{p.detail.strip()}"
+    text = f"{p.owner}/{p.kind} on {p.tool}: " + " ".join(c.statement for c in p.claims)
+    c = g.add("claim", key, text[:2000], {"owner": p.owner, "kind": p.kind, "tool": p.tool, "detail": p.detail,
+                                           "packet": p.id, "n_episodes": len(p.episodes), "items": p.items[:12],
+                                           "benchmark_digest": bench, "model": model},
+              author="harness", expiry=Expiry(benchmark=bench, model=model))
+    for cite in p.citations()[:MAX_CITES]:
+        g.cite(c.id, cite.episode_id, cite.step, cite.hash)
+    if run is not None:
+        g.link(c.id, "derived_from", run.id)
+    if resolve is not None and c.confidence == "unverified":
+        try:
+            c = g.verify(c.id, resolve)
+        except CitationError:
+            pass  # stays unverified: the policy refused it, and an unverified claim carries no promotion
+    return c
+
+
+def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> dict:
+    """Record one finished round (its lineage record `rec`, its round directory under `out`); returns counts."""
+    out = Path(out)
+    rd = out / rec["round_dir"] if rec.get("round_dir") else None
+    if rd is None or not rd.is_dir():
+        return {}
+    meta = _read(rd / "train" / "meta.json") or {}
+    bench = rec.get("benchmark_digest") or meta.get("benchmark_digest", "")
+    parent = (rec.get("parent") or {}).get("digest") or meta.get("package_digest", "")
+    packets = [EvidencePacket.model_validate(x) for x in (_read(rd / "diagnosis.json") or [])]
+    plan = _read(rd / "plan.json")
+    memory = _read(rd / "memory.json") or {}
+    tp = rd / "train" / "traces.parquet"
+    traces = pd.read_parquet(tp) if tp.is_file() and packets else None
+    resolve = trace_resolver(traces) if traces is not None else None
+    expiry = Expiry(benchmark=bench, model=model)
+    counts = {"claims": 0, "supported": 0, "questions": 0}
+    with g.batch():  # the round's memory lands whole or not at all
+        src_bench = g.add("source", f"benchmark:{bench}", f"benchmark {bench[:12]}", {"type": "benchmark", "digest": bench})
+        src_parent = g.add("source", f"package:{parent}", f"package {(rec.get('parent') or {}).get('version', '')} "
+                           f"{parent[:12]}", {"type": "package", "digest": parent})
+        run = None
+        if meta:
+            run = g.add("run", f"eval:{meta.get('corpus', '')}:{model}", f"train evaluation of {parent[:12]} on "
+                        f"{bench[:12]} with {model}", {"split": "train", "package_digest": parent,
+                                                        "benchmark_digest": bench, "model": model,
+                                                        "seeds": meta.get("seeds"), "round_dir": rec["round_dir"]},
+                        expiry=expiry)
+            g.link(src_bench.id, "used_in", run.id)
+            g.link(src_parent.id, "used_in", run.id)
+        claims: dict[str, Node] = {}
+        for p in packets:
+            c = _packet_claim(g, p, bench, model, resolve, run)
+            claims[p.id] = c
+            counts["claims"] += 1
+            counts["supported"] += c.confidence == "supported"
+            if p.owner == "unknown" or (p.opportunity == "unknown" and p.patchability == "unknown"):
+                q = g.add("question", f"unknown:{p.kind}:{p.tool}:{bench}", f"unexplained failures: {p.kind} on "
+                          f"{p.tool} ({len(p.episodes)} episodes)", {"kind": p.kind, "tool": p.tool,
+                                                                      "benchmark_digest": bench, "packet": p.id},
+                          expiry=expiry)
+                g.link(q.id, "derived_from", c.id)
+                counts["questions"] += 1
+        if plan is None:
+            return counts
+        key = rec.get("plan_key") or ""
+        cards = [{"path": o["path"], "id": Path(o["path"]).stem, "tool": ((o.get("meta") or {}).get("trigger") or {})
+                  .get("tool"), "rule": claims[plan["cluster"]].data.get("detail", "") if plan["cluster"] in claims
+                  else ""} for o in plan["operations"] if o["op"] == "add_card"]
+        pn = g.add("decision", f"plan:{key}", plan["summary"], {"type": "plan", "plan_key": key, "owner": plan["owner"],
+                   "mechanism": plan["mechanism"], "operations": plan["operations"], "cards": cards},
+                   author="meta_agent")
+        if plan["cluster"] in claims:
+            g.link(claims[plan["cluster"]].id, "used_in", pn.id)
+        g.link(src_parent.id, "used_in", pn.id)
+        gate = rec.get("gate") or {}
+        stage = "gate" if gate else "repair" if rec.get("repair") else "validate"
+        accept = rec["verdict"] == "accept"
+        verdict = g.add("decision", f"verdict:{key}:{parent}:{bench}:{model}", str(rec.get("reason", ""))[:1000],
+                        {"type": "gate_verdict", "stage": stage, "accept": accept, "plan_key": key,
+                         "benchmark_digest": bench, "model": model, "parent_digest": parent,
+                         **{k: gate.get(k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed")
+                            if k in gate}}, expiry=expiry)
+        g.link(verdict.id, "derived_from", pn.id)
+        g.link(src_bench.id, "used_in", verdict.id)
+        if accept:
+            child = rec["child"]
+            support = [claims[plan["cluster"]].id] if plan["cluster"] in claims else []
+            revoked = (memory.get("revocations") or {}).get(key)
+            if revoked and g.get(revoked) is not None:  # a revocation plan passed the gate: the old promotion goes
+                g.revoke(revoked, f"revoked through the gate in round {rec['round']} of {g.campaign}: "
+                                  f"{plan['summary']}", by="gate")
+            for s in support:  # a contest this gate verdict settles on the current evidence (rule 4)
+                if g.get(s).confidence == "contested" and resolve is not None:
+                    try:
+                        g.settle(s, resolve, expiry)
+                    except PolicyError:
+                        pass  # still contested: the promotion below is refused and becomes a question
+            try:
+                promo = g.promote(f"promotion:{child['digest']}", f"{child['version']}: {plan['summary']}", verdict.id,
+                                  support, {"version": child["version"], "digest": child["digest"], "plan_key": key,
+                                            "round": rec["round"], "campaign": g.campaign, "out": str(out.resolve()),
+                                            "benchmark_digest": bench, "model": model, "parent_digest": parent,
+                                            "cards": cards, "owner": plan["owner"]})
+            except PolicyError as e:  # the lineage committed it, but memory will not vouch for it: ask, do not claim
+                q = g.add("question", f"unsupported-promotion:{child['digest']}", f"{child['version']} was committed "
+                          f"without a claim whose citations resolve ({e})", {"version": child["version"]})
+                g.link(q.id, "derived_from", verdict.id)
+                counts["questions"] += 1
+                return counts
+            g.link(pn.id, "used_in", promo.id)
+            src_child = g.add("source", f"package:{child['digest']}", f"package {child['version']} {child['digest'][:12]}",
+                              {"type": "package", "digest": child["digest"]})
+            g.link(src_child.id, "derived_from", promo.id)
+            if revoked and g.get(revoked) is not None:
+                g.link(promo.id, "supersedes", revoked)
+        else:
+            rej = g.add("decision", f"rejection:{key}:{bench}:{model}", f"rejected at the {stage}: "
+                        f"{rec.get('reason', '')}"[:1000], {"type": "rejection", "plan_key": key, "stage": stage,
+                                                           "benchmark_digest": bench, "model": model},
+                        expiry=expiry)
+            g.link(rej.id, "derived_from", verdict.id)
+        # the same plan judged both ways on other evidence: a contested branch, both verdicts kept
+        for other in g.nodes("decision"):
+            d = other.data
+            if d.get("type") == "gate_verdict" and d.get("plan_key") == key and other.id != verdict.id and \
+                    bool(d.get("accept")) != accept and d.get("benchmark_digest") != bench:
+                g.link(verdict.id, "contradicts", other.id)
+    return counts
+
+
+# -- before planning ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class Memory:
+    """What the meta-agent gets from the graph for this round."""
+
+    rejected_here: list[str] = field(default_factory=list)  # plan keys rejected on this benchmark digest and model
+    rejected_elsewhere: list[str] = field(default_factory=list)  # rejected only on other evidence: tried after the rest
+    revocations: list[dict] = field(default_factory=list)  # plans (as dicts) that remove a contradicted promotion
+    revokes: dict[str, str] = field(default_factory=dict)  # revocation plan key -> the promotion node it removes
+    projection: dict = field(default_factory=dict)  # the budgeted view shown to the llm meta-agent
+    chars: int = 0
+
+    def record(self) -> dict:
+        return {"rejected_here": self.rejected_here, "rejected_elsewhere": self.rejected_elsewhere,
+                "revocations": self.revokes, "projection": self.projection, "chars": self.chars}
+
+
+def _in_force(g: EvidenceGraph) -> list[Node]:
+    revoked, flagged = g.revoked(), g.flagged()
+    return [n for n in g.nodes("decision") if n.data.get("type") == "promotion" and n.id not in revoked
+            and n.id not in flagged]
+
+
+def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.DataFrame, package, bench: str,
+                model: str, max_chars: int = 4000) -> Memory:
+    """The projection and the decisions memory makes before planning (see the module docstring)."""
+    from components.evolution.plan import AddCard, Plan, RemoveCard
+
+    now = Expiry(benchmark=bench, model=model)
+    m = Memory()
+    # only what other campaigns recorded: this campaign's own rejections are in its lineage already, and a forced rerun
+    # of the same campaign must plan exactly as its first run did (the same bytes for `dvc repro --force`)
+    elsewhere = g.from_elsewhere()
+    decisions = [n for n in g.nodes("decision") if n.id in elsewhere]
+    rejections = [n for n in decisions if n.data.get("type") == "rejection"]
+    m.rejected_here = sorted({n.data["plan_key"] for n in rejections if not g.expired(n, now)})
+    accepted = {n.data.get("plan_key") for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")}
+    m.rejected_elsewhere = sorted({n.data["plan_key"] for n in rejections} - set(m.rejected_here) - accepted)
+    # a promoted card whose rule the current refusals contradict: record the contradiction, propose its revocation
+    resolve = trace_resolver(traces) if len(traces) else None
+    for promo in _in_force(g):
+        for card in promo.data.get("cards") or []:
+            if card["path"] not in {c.path for c in package.cards.values()} or not card.get("tool"):
+                continue
+            for p in packets:
+                if p.owner != "E" or p.kind != "policy_refusal" or p.tool != card["tool"] or not p.detail.strip():
+                    continue
+                if p.detail.strip() == (card.get("rule") or "").strip():
+                    continue  # the same rule refused again: the card is not contradicted, it was not followed
+                with g.batch():
+                    c = _packet_claim(g, p, bench, model, resolve, None)
+                    for s in g.edges(dst=promo.id, relation="supports"):
+                        old = g.get(s.src)
+                        if old is not None and old.kind == "claim":
+                            g.link(c.id, "contradicts", old.id)
+                old_card = package.cards.get(card["id"]) or next(
+                    (x for x in package.cards.values() if x.path == card["path"]), None)
+                meta = old_card.meta.model_dump(mode="json", exclude_none=True) if old_card is not None else \
+                    {"id": card["id"], "type": "procedure", "trigger": {"event": "intent_recorded", "tool": card["tool"]}}
+                meta["source"] = f"revision of {promo.id} after diagnosis {p.id} ({len(p.episodes)} refusals)"
+                plan = Plan(owner="E", cluster=p.id, rationale=p.claims[0].statement, evidence=p.citations(),
+                            summary=f"E: revoke {card['id']} ({promo.data.get('version', '')} of "
+                                    f"{promo.data.get('campaign', '')}, contradicted on {bench[:12]}) and restate the rule",
+                            operations=[RemoveCard(op="remove_card", path=card["path"]),
+                                        AddCard(op="add_card", path=card["path"], meta=meta, body=p.detail.strip())],
+                            mechanism=f"deliver:{card['id']}@", source_items=p.items[:12])
+                m.revocations.append(plan.model_dump(mode="json"))
+                m.revokes[plan.key()] = promo.id
+                break
+    m.projection = project(g, [p for p in packets if p.patchable], now, max_chars, elsewhere)
+    m.chars = len(json.dumps(m.projection, separators=(",", ":")))
+    return m
+
+
+def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_chars: int,
+            among: set[str] | None = None) -> dict:
+    """The budgeted projection: compact records with ids (so deeper evidence can be fetched), most decisive first:
+    verdicts on plans for the current clusters' tools, contested nodes, open questions, promotions in force. Expired
+    records are left out; what did not fit is counted, never silently cut."""
+    tools = {p.tool for p in packets}
+    revoked, flagged = g.revoked(), g.flagged()
+    nodes = [n for n in g.nodes() if n.id not in revoked and (among is None or n.id in among)]
+    live = [n for n in nodes if not g.expired(n, now)]
+    verdicts = []
+    for n in nodes:  # verdicts on other evidence are kept: a plan rejected elsewhere may be retried, knowingly
+        if n.data.get("type") in ("gate_verdict",):
+            here = not g.expired(n, now)
+            plan = g.get(node_id("decision", f"plan:{n.data.get('plan_key', '')}"))
+            touches = plan is not None and any((c.get("tool") in tools) for c in plan.data.get("cards") or [])
+            verdicts.append((0 if here else 1, 0 if touches else 1, n, here))
+    sections: dict[str, list[dict]] = {"verdicts": [], "contested": [], "open_questions": [], "promotions": []}
+    ranked = [("verdicts", {**n.compact(), "plan_key": n.data.get("plan_key"), "accept": n.data.get("accept"),
+                            "stage": n.data.get("stage"), "same_evidence": here})
+              for _, _, n, here in sorted(verdicts, key=lambda t: (t[0], t[1], -t[2].created))]
+    ranked += [("contested", n.compact()) for n in live if n.confidence == "contested"]
+    ranked += [("open_questions", n.compact()) for n in live if n.kind == "question"]
+    ranked += [("promotions", {**n.compact(), "flagged": n.id in flagged}) for n in nodes
+               if n.data.get("type") == "promotion"]
+    used, omitted = 0, 0
+    for sec, item in ranked:
+        size = len(json.dumps(item, separators=(",", ":"))) + 1
+        if used + size > max_chars:
+            omitted += 1
+            continue
+        sections[sec].append(item)
+        used += size
+    return {**sections, "omitted": omitted}
+
+
+# -- why ---------------------------------------------------------------------------------------------------------------
+
+def promotions_for(g: EvidenceGraph, ref: str, campaign: str | None = None) -> list[Node]:
+    """The promotions behind a version name (M3), a package digest (prefix), a card path, or a node id."""
+    promos = [n for n in g.nodes("decision") if n.data.get("type") == "promotion"
+              and (campaign is None or n.data.get("campaign") == campaign)]
+    hit = [n for n in promos if ref in (n.id, n.data.get("version")) or
+           (len(ref) >= 8 and str(n.data.get("digest", "")).startswith(ref))]
+    if hit:
+        # a version is its lineage: every promotion up to it, in the campaign that made it
+        last = max(hit, key=lambda n: n.created)
+        if last.data.get("version") == ref or str(last.data.get("digest", "")).startswith(ref):
+            same = [n for n in promos if n.data.get("campaign") == last.data.get("campaign")
+                    and n.data.get("round", 0) <= last.data.get("round", 0)]
+            return sorted(same, key=lambda n: n.data.get("round", 0))
+        return [last]
+    path = ref.split("/em/", 1)[-1] if "/em/" in ref else ref
+    path = path if path.startswith("em/") else path
+    return sorted([n for n in promos if any(c.get("path") == path or c.get("id") == Path(ref).stem
+                                            for c in n.data.get("cards") or [])], key=lambda n: n.created)[-1:]
+
+
+def chain(g: EvidenceGraph, promo: Node) -> dict:
+    """A promotion's chain: its verdict, plan, claims with their cited trace steps, the run and the sources."""
+    revoked, flagged = g.revoked(), g.flagged()
+
+    def mark(n: Node) -> dict:
+        d = {"id": n.id, "kind": n.kind, "confidence": n.confidence, "content": n.content}
+        if n.id in revoked:
+            d["revoked"] = revoked[n.id]["reason"]
+        if n.id in flagged:
+            d["flagged_by"] = flagged[n.id]
+        return d
+
+    supports = [g.get(e.src) for e in g.edges(dst=promo.id, relation="supports")]
+    verdict = next((n for n in supports if n is not None and n.data.get("type") == "gate_verdict"), None)
+    claims = [n for n in supports if n is not None and n.kind == "claim"]
+    plan = g.get(node_id("decision", f"plan:{promo.data.get('plan_key', '')}"))
+    out: dict[str, Any] = {"promotion": mark(promo), "version": promo.data.get("version"),
+                           "campaign": promo.data.get("campaign"), "round": promo.data.get("round"),
+                           "cards": [c["path"] for c in promo.data.get("cards") or []],
+                           "benchmark_digest": promo.data.get("benchmark_digest"), "model": promo.data.get("model")}
+    out["plan"] = {**mark(plan), "plan_key": plan.data.get("plan_key")} if plan else None
+    out["verdict"] = {**mark(verdict), **{k: verdict.data.get(k) for k in ("stage", "net", "ci_lo", "ci_hi", "n_items",
+                                                                            "n_improved", "n_regressed")}} if verdict else None
+    out["claims"] = []
+    for c in claims:
+        steps = [{"id": a.id, "episode_id": a.data["episode_id"], "step": a.data["step"], "hash": a.data["hash"]}
+                 for a in g.citations(c.id)]
+        contra = [e.src if e.dst == c.id else e.dst for e in g.edges(relation="contradicts") if c.id in (e.src, e.dst)]
+        out["claims"].append({**mark(c), "trace_steps": steps, "contradicted_by": contra})
+    out["superseded_by"] = [e.src for e in g.edges(dst=promo.id, relation="supersedes")]
+    return out
+
+
+def chain_text(ch: dict) -> list[str]:
+    """The chain as lines a person reads (the CLI prints them; MLflow gets them as an artifact)."""
+    p = ch["promotion"]
+    lines = [f"{ch['version']} (campaign {ch['campaign']}, round {ch['round']}): {p['content']}  [{p['id']}]"]
+    if p.get("revoked"):
+        lines.append(f"  REVOKED: {p['revoked']}")
+    if p.get("flagged_by"):
+        lines.append(f"  FLAGGED: derived from revoked {p['flagged_by']}")
+    for s in ch.get("superseded_by") or []:
+        lines.append(f"  superseded by {s}")
+    if ch["cards"]:
+        lines.append("  cards: " + ", ".join(ch["cards"]))
+    if ch["plan"]:
+        lines.append(f"  plan {ch['plan']['plan_key']}: {ch['plan']['content']}  [{ch['plan']['id']}]")
+    for c in ch["claims"]:
+        lines.append(f"  packet claim ({c['confidence']}): {c['content'][:200]}  [{c['id']}]")
+        for s in c["trace_steps"]:
+            lines.append(f"    cites {s['episode_id']} step {s['step']} hash {s['hash'][:12]}")
+        for x in c["contradicted_by"]:
+            lines.append(f"    contradicted by {x}")
+    v = ch["verdict"]
+    if v:
+        fig = f" net {v['net']:+.3f} CI [{v['ci_lo']:+.3f}, {v['ci_hi']:+.3f}]" if v.get("net") is not None else ""
+        lines.append(f"  {v['stage']} verdict ({v['confidence']}):{fig}  [{v['id']}]")
+    lines.append(f"  benchmark {str(ch['benchmark_digest'])[:12]}, model {ch['model']}")
+    return lines
+
+
+# -- the campaign's calls (one per round each; flows/campaign.py) ------------------------------------------------------
+
+def open_graph(evidence, campaign: str, out: str | Path | None = None) -> EvidenceGraph:
+    """The graph, writing as this campaign; its scope (which records are its own) is its output directory."""
+    scope = f"{campaign}@{Path(out).resolve()}" if out is not None else campaign
+    return EvidenceGraph(default_db(evidence.db), campaign=campaign, scope=scope)
+
+
+def memory_for_round(evidence, campaign: str, packets: list[EvidencePacket], traces: pd.DataFrame, package: str,
+                     bench: str, model: str, out: str | Path | None = None) -> Memory:
+    """What planning reads this round; an empty Memory when `evidence.memory` is off (a stateless campaign)."""
+    if not evidence.memory:
+        return Memory()
+    from components.memory.package import load_package
+
+    with open_graph(evidence, campaign, out) as g:
+        return plan_memory(g, packets, traces, load_package(package), bench, model, evidence.projection_chars)
+
+
+def record_campaign_round(evidence, campaign: str, out: str | Path, rec: dict, model: str) -> dict:
+    with open_graph(evidence, campaign, out) as g:
+        return record_round(g, out, rec, model)
+
+
+def champion_chain(evidence, campaign: str, version: str) -> tuple[str, list[dict]]:
+    """The champion's chain (every promotion of its lineage) as text and as records."""
+    with open_graph(evidence, campaign) as g:
+        chains = [chain(g, n) for n in promotions_for(g, version, campaign=campaign)]
+    text = "\n".join(line for ch in chains for line in chain_text(ch)) or f"{version}: no promotion (the start package)"
+    return text + "\n", chains

@@ -1,0 +1,214 @@
+"""Campaign memory in the loop: what a campaign records, what planning reads back, revocation, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from components.evidence.graph import EvidenceGraph, Expiry
+from components.evidence.graph_record import (chain, default_db, memory_for_round, plan_memory, promotions_for,
+                                              record_round, trace_resolver)
+from components.evidence.packets import Citation, Claim, EvidencePacket
+from components.evolution.meta import PlanContext, make_meta_agent
+from components.evolution.patch import apply_plan
+from components.evolution.plan import parse_plan
+from components.memory import load_package
+from components.params import EvidenceParams
+from components.runtime.trace import TraceStep, steps_frame
+from components.worlds import load_benchmark
+from tests.conftest import run_cli as cli, small_params
+
+
+def _round(out: Path, n: int):
+    rd = out / "rounds" / f"r{n:02d}"
+    packets = [EvidencePacket.model_validate(x) for x in json.loads((rd / "diagnosis.json").read_text())]
+    return rd, packets, pd.read_parquet(rd / "train" / "traces.parquet")
+
+
+def test_the_campaign_is_recorded_and_every_supported_claim_resolves(small_campaign, tmp_path):
+    s = small_campaign.summary
+    with EvidenceGraph(default_db(None)) as g:
+        promos = promotions_for(g, s["champion"], campaign="small")
+        assert [p.data["version"] for p in promos] == [v["version"] for v in s["lineage"][1:]]
+        for p in promos:
+            ch = chain(g, p)
+            assert ch["verdict"]["stage"] == "gate" and ch["verdict"]["net"] > 0
+            assert ch["benchmark_digest"] == s["benchmark_digest"]
+            assert ch["claims"] and all(c["confidence"] == "supported" for c in ch["claims"])
+            _, _, traces = _round(small_campaign.out, ch["round"])
+            resolve = trace_resolver(traces)
+            for c in ch["claims"]:  # checked again here, independently of the policy that admitted them
+                assert c["trace_steps"]
+                assert all(resolve(t["episode_id"], t["step"]) == t["hash"] for t in c["trace_steps"])
+    # the champion's chain is an artifact of the campaign's MLflow run
+    from mlflow import MlflowClient
+
+    client = MlflowClient(s["mlflow"]["tracking_uri"])
+    text = Path(client.download_artifacts(s["mlflow"]["run_id"], "evidence/champion_chain.txt", str(tmp_path))).read_text()
+    assert all(f"{v['version']} (campaign small" in text for v in s["lineage"][1:]) and "gate verdict" in text
+
+
+def test_recording_a_round_again_adds_nothing(small_campaign, tmp_path):
+    rec = small_campaign.summary["history"][0]
+    with EvidenceGraph(tmp_path / "e.db", campaign="small") as g:
+        record_round(g, small_campaign.out, rec, "sim")
+        before = (len(g.nodes()), len(g.edges()), sum(len(g.versions(n.id)) for n in g.nodes()))
+        record_round(g, small_campaign.out, rec, "sim")  # a resumed campaign records the same round again
+        assert (len(g.nodes()), len(g.edges()), sum(len(g.versions(n.id)) for n in g.nodes())) == before
+
+
+def test_a_plan_rejected_on_the_same_evidence_is_not_retried_on_other_evidence_it_may_be(small_campaign, tmp_path,
+                                                                                       bench):
+    out = small_campaign.out
+    rec = small_campaign.summary["history"][0]
+    rejected = {**rec, "verdict": "reject", "child": None, "reason": "gate: recorded as rejected for this test"}
+    db = tmp_path / "e.db"
+    with EvidenceGraph(db, campaign="earlier") as g:
+        record_round(g, out, rejected, "sim")
+    rd, packets, traces = _round(out, 1)
+    m0 = str(out / "lineage" / "versions" / "M0")
+    ev = EvidenceParams(db=str(db))
+    same = memory_for_round(ev, "later", packets, traces, m0, bench.digest, "sim")
+    assert same.rejected_here == [rec["plan_key"]]
+    # a campaign's own records are its lineage's business: a forced rerun of it plans exactly as its first run did
+    assert memory_for_round(ev, "earlier", packets, traces, m0, bench.digest, "sim").rejected_here == []
+    other = memory_for_round(ev, "later", packets, traces, m0, "0" * 64, "sim")
+    assert other.rejected_here == [] and other.rejected_elsewhere == [rec["plan_key"]]  # may be retried, after the rest
+    assert memory_for_round(ev, "later", packets, traces, m0, bench.digest, "openai:other").rejected_here == []
+    assert memory_for_round(ev.model_copy(update={"memory": False}), "later", packets, traces, m0, bench.digest,
+                            "sim").rejected_here == []
+    # the projection keeps the verdict's id and says whether it was on the same evidence, within its size limit
+    shown = same.projection["verdicts"]
+    assert shown[0]["plan_key"] == rec["plan_key"] and shown[0]["same_evidence"] and shown[0]["id"].startswith("decision:")
+    tight = memory_for_round(ev.model_copy(update={"projection_chars": 200}), "later", packets, traces, m0,
+                             bench.digest, "sim")
+    assert tight.chars <= 200 + 80 and tight.projection["omitted"] >= 1
+    # the rules meta-agent, given what memory rejected, proposes another change
+    ctx = PlanContext(packets, load_package(m0), bench, traces, pd.read_csv(rd / "train" / "scores.csv",
+                                                                             dtype={"item_id": str}),
+                      set(same.rejected_here))
+    plan = make_meta_agent("rules")(ctx)
+    assert plan is None or plan.key() != rec["plan_key"]
+    # rejected only elsewhere: deferred behind every other plan, and still proposed when nothing else is left
+    ctx.rejected, ctx.later = set(), {rec["plan_key"]}
+    deferred = make_meta_agent("rules")(ctx)
+    assert deferred.key() == (plan.key() if plan is not None else rec["plan_key"])
+
+
+def test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_evidence(small_campaign, prefect_server,
+                                                                                      tmp_path, bench_dir):
+    from flows.campaign import run_campaign
+
+    rec = small_campaign.summary["history"][0]
+    db = tmp_path / "e.db"
+    with EvidenceGraph(db, campaign="earlier") as g:
+        record_round(g, small_campaign.out, {**rec, "verdict": "reject", "child": None, "reason": "gate: test"}, "sim")
+    p = small_params(bench_dir, tmp_path / "later", **{"campaign.name": "small-later", "campaign.rounds": 1,
+                                                       "evidence.memory": True, "evidence.db": str(db)})
+    s = run_campaign(p)
+    memory = json.loads((tmp_path / "later" / "rounds" / "r01" / "memory.json").read_text())
+    assert memory["rejected_here"] == [rec["plan_key"]]
+    assert s["history"][0].get("plan_key") != rec["plan_key"]
+    with EvidenceGraph(db) as g:  # and the second campaign recorded its round too
+        assert any(n.data.get("plan_key") == s["history"][0].get("plan_key") for n in g.nodes("decision"))
+
+
+R1 = "- `cancel_pending_order` takes a `reason` that must be exactly 'no longer needed' or 'ordered by mistake'."
+R2 = "- `cancel_pending_order` takes a `reason` that must be exactly 'changed my mind'."
+
+
+def _step(ep: str) -> TraceStep:
+    return TraceStep(episode_id=ep, step=3, incoming={}, state_before=[], delivered=["cancel-reason"], deliveries=[],
+                     proposal={}, action={"tool": "cancel_pending_order"}, checks=[], observation={"ok": False},
+                     state_after=[], fingerprint=[]).sealed()
+
+
+def _packet(detail: str, step: TraceStep) -> EvidencePacket:
+    return EvidencePacket(id="E-policy_refusal-cancel", corpus="c", owner="E", opportunity="present",
+                          patchability="memory", kind="policy_refusal", tool="cancel_pending_order", detail=detail,
+                          episodes=[step.episode_id], items=["cancel-001"],
+                          claims=[Claim(statement="refusals of cancel_pending_order quote a rule",
+                                        evidence=[Citation(episode_id=step.episode_id, step=3, hash=step.hash)])])
+
+
+def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_path, package_copy):
+    pkg_dir = package_copy("reference")
+    step = _step("cancel-001#0")
+    traces = steps_frame([step], item_id="cancel-001", seed=0)
+    card = {"path": "em/procedure/cancel-reason.md", "id": "cancel-reason", "tool": "cancel_pending_order", "rule": R1}
+    with EvidenceGraph(tmp_path / "e.db", campaign="first") as g:
+        old = g.add("claim", "old-rule", R1, expiry=Expiry(benchmark="a" * 64, model="sim"))  # the first world
+        g.cite(old.id, step.episode_id, 3, step.hash)
+        g.verify(old.id, trace_resolver(traces))
+        v = g.add("decision", "v1", "gate", {"type": "gate_verdict", "accept": True})
+        promo = g.promote("promotion:x", "M1: add cancel-reason", v.id, [old.id],
+                          {"version": "M1", "campaign": "first", "cards": [card]})
+        pkg = load_package(pkg_dir)
+        assert plan_memory(g, [_packet(R1, step)], traces, pkg, "b" * 64, "sim").revocations == []  # same rule
+        m = plan_memory(g, [_packet(R2, step)], traces, pkg, "b" * 64, "sim")
+        assert len(m.revocations) == 1 and m.revokes == {parse_plan(m.revocations[0]).key(): promo.id}
+        assert g.get(old.id).confidence == "contested"  # both sides kept
+        assert [n for n in g.nodes("claim") if n.data.get("detail") == R2][0].confidence == "contested"
+        plan = parse_plan(m.revocations[0])
+        assert [o.op for o in plan.operations] == ["remove_card", "add_card"]
+        cand = apply_plan(plan, pkg_dir, tmp_path / "cand")
+        assert "changed my mind" in (cand / card["path"]).read_text() and "no longer needed" not in \
+            (cand / card["path"]).read_text()
+        # the rules meta-agent takes the revocation first; once it is rejected, it is not proposed again
+        ctx = PlanContext([_packet(R2, step)], pkg, None, traces, pd.DataFrame(), set(), revocations=[plan])
+        assert make_meta_agent("rules")(ctx).key() == plan.key()
+        # the revocation passes the gate: recorded, the old promotion is revoked and what derives from it flagged
+        rd = tmp_path / "camp" / "rounds" / "r02"
+        (rd / "train").mkdir(parents=True)
+        traces.to_parquet(rd / "train" / "traces.parquet", index=False)
+        (rd / "diagnosis.json").write_text(json.dumps([_packet(R2, step).model_dump()]))
+        (rd / "plan.json").write_text(plan.model_dump_json())
+        (rd / "memory.json").write_text(json.dumps(m.record()))
+        child = g.add("source", "package:old-child", "M1 package")
+        g.link(child.id, "derived_from", promo.id)
+        record_round(g, tmp_path / "camp", {"round": 2, "round_dir": "rounds/r02", "verdict": "accept",
+                                            "plan_key": plan.key(), "reason": "gate: accept", "benchmark_digest": "b" * 64,
+                                            "gate": {"net": 0.1, "ci_lo": 0.05, "ci_hi": 0.15},
+                                            "parent": {"version": "M1", "digest": "p" * 64},
+                                            "child": {"version": "M2", "digest": "c" * 64}}, "sim")
+        assert promo.id in g.revoked() and g.flagged()[child.id] == promo.id
+        new = promotions_for(g, "M2")[-1]  # the new side settled: the old one stands only on the old benchmark
+        assert chain(g, promo)["superseded_by"] == [new.id]
+        assert all(c["confidence"] == "supported" for c in chain(g, new)["claims"])
+
+
+def test_evidence_cli(small_campaign, capsys, tmp_path):
+    s = small_campaign.summary
+    code, out, err = cli(capsys, "evidence", "why", s["champion"], "--campaign", "small")
+    assert code == 0, err
+    assert "plan " in out and "cites " in out and "gate verdict" in out and s["benchmark_digest"][:12] in out
+    card = next((c for r in s["history"] if r["verdict"] == "accept"
+                 for c in json.loads((small_campaign.out / r["round_dir"] / "plan.json").read_text())["operations"]
+                 if c["op"] == "add_card"), None)
+    if card is not None:
+        code, out, _ = cli(capsys, "evidence", "why", card["path"], "--campaign", "small")
+        assert code == 0 and card["path"] in out
+    code, out, err = cli(capsys, "evidence", "why", "M999", "--campaign", "small")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    # revoke on a copy of the graph (the shared one stays as the campaign left it)
+    db = tmp_path / "e.db"
+    with EvidenceGraph(db, campaign="small") as g:
+        for rec in s["history"]:
+            record_round(g, small_campaign.out, rec, "sim")
+        promo = promotions_for(g, s["champion"], campaign="small")[0]
+        claim = next(e.src for e in g.edges(dst=promo.id, relation="supports") if e.src.startswith("claim:"))
+    code, out, err = cli(capsys, "evidence", "revoke", claim, "--reason", "the rule changed", "--db", str(db))
+    assert code == 0, err
+    assert f"flagged {promo.id}" in out
+    code, out, _ = cli(capsys, "evidence", "show", "--db", str(db), "--kind", "decision")
+    assert code == 0 and "flagged" in out
+    code, out, _ = cli(capsys, "evidence", "show", "--db", str(db), "--contested")
+    assert code == 0 and "0 node(s)" in out
+    code, _, err = cli(capsys, "evidence", "revoke", "claim:nope", "--reason", "x", "--db", str(db))
+    assert code == 2 and "no such node" in err
+    code, _, err = cli(capsys, "evidence", "show", "--db", str(tmp_path / "missing.db"))
+    assert code == 2 and "no evidence graph" in err and not (tmp_path / "missing.db").exists()
