@@ -88,7 +88,7 @@ class _Builder:
     def cancel(self, user: dict, possible: bool = True) -> dict:
         o = self.order(user, "pending" if possible else "delivered")
         if possible:
-            o["placed_hours_ago"] = self.extra.randint(2, 48)  # the cancellation fee is due in about half
+            o["placed_hours_ago"] = self.extra.randint(2, 40)  # the cancellation fee is due in about two fifths
         phrase = self.rng.choice(sorted(REASON_PHRASES))
         return {"kind": "cancel", "order_id": o["order_id"], "reason_phrase": phrase, "reason": REASON_PHRASES[phrase],
                 "refund_amount": F.cancel_refund(o, BY_ID["cancel_fee"].value) if possible else None}
