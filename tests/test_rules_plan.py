@@ -300,3 +300,19 @@ def test_rules_agent_repairs_upstream_first_and_skips_what_it_cannot_or_may_not_
     assert propose(context).cluster == "c"
     context.rejected.add(propose(context).key())
     assert propose(context) is None
+
+
+def test_a_card_plan_key_ignores_its_provenance():
+    """The same card proposed again in a later round (more refusals counted in its `source`) is the same plan, so a
+    rejected card is not retried; a different body is a different plan."""
+    from components.evolution.plan import parse_plan
+
+    def plan(source: str, body: str = "Before `w`, do it.") -> dict:
+        card = {"op": "add_card", "path": "em/procedure/r-rule.md", "body": body,
+                "meta": {"id": "r-rule", "type": "procedure", "source": source}}
+        return {"owner": "E", "cluster": "c1", "summary": "s", "evidence": [{"episode_id": "t#0", "step": 1, "hash": "h" * 64}],
+                "operations": [card], "mechanism": "deliver:r-rule@", "source_items": ["t"]}
+
+    a, b = parse_plan(plan("diagnosis p1: 4 refusals")), parse_plan(plan("diagnosis p7: 9 refusals"))
+    assert a.key() == b.key()
+    assert parse_plan(plan("diagnosis p1: 4 refusals", "Never `w`.")).key() != a.key()

@@ -89,8 +89,12 @@ class Plan(BaseModel):
     source_items: list[str] = Field(min_length=1)
 
     def key(self) -> str:
-        """Identity of the change itself (owner + operations): equal plans are not tried twice."""
+        """Identity of the change itself (owner + operations): equal plans are not tried twice. A card's `source` is
+        provenance (which packet, how many refusals), not the change: it differs every round for the same card."""
         ops = [o.model_dump() for o in self.operations]
+        for o in ops:
+            if o["op"] == "add_card":
+                o["meta"] = {k: v for k, v in o["meta"].items() if k != "source"}
         return hashlib.sha256(json.dumps([self.owner, ops], sort_keys=True).encode()).hexdigest()[:16]
 
 
