@@ -275,7 +275,7 @@ def test_two_rules_on_one_write_are_two_clusters_and_two_cards(tmp_path, bench):
     ({"c": "`cancel_pending_order` ..."}, (), None, ("unknown", "card_unobserved")),  # no evidence: no guess
 ])
 def test_policy_refusals(tmp_path, cards, delivered, helps, expect):
-    f = one(refused_episode(delivered), pkg_with(tmp_path, cards), {"cancel_pending_order": helps})
+    f = one(refused_episode(delivered), pkg_with(tmp_path, cards), {("cancel_pending_order", "cancel_reason"): helps})
     assert (f.owner, f.kind) == expect
     assert f.step == 1
     assert (f.opportunity == "present") == (expect[0] != "unknown")

@@ -4,7 +4,7 @@ For every failed episode, the earliest of:
   - a write no granted `confirm` covered (`components.runtime.confirm`)                          -> C, unconfirmed_write
   - a write refused by a rule (its receipt carries a `rule_id`) and never redone successfully for
     that target (the write's identifying args, from the benchmark's `targets`)                  -> E, rho or unknown
-        whether the package's card about the tool helps is judged from the corpus (`card_evidence`: turns with the
+        whether the package's card about the rule helps is judged from the corpus (`card_evidence`: turns with the
         card in memory clear the rule more often than turns without), never by reading the card like the model:
         E:   no card mentions the tool, the card does not help, or a helpful card alone in memory was not enough
         rho: a helpful card was not delivered at that step, or was drowned among other cards
@@ -91,7 +91,7 @@ def _rule_text(observation: dict) -> str:
 
 def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackage, write_tools: frozenset[str],
                      error: str = "", episode_id: str | None = None,
-                     helps: dict[str, bool | None] | None = None, budget: TurnBudget | None = None,
+                     helps: dict[tuple[str, str], bool | None] | None = None, budget: TurnBudget | None = None,
                      targets: Targets | None = None) -> Finding:
     eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
     if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
@@ -129,7 +129,7 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
                 later = any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
                             and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps)
                 if not later:
-                    findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get(tool), targets))
+                    findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get((tool, rule)), targets))
         if (act := step_act(a, obs, s.blocked, write_tools)) is not None:
             acts.append(act)
         if a.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending"):
@@ -224,37 +224,46 @@ def cards_about(package: MemoryPackage, tool: str, rule_id: str | None = None) -
 
 
 def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackage,
-                  write_tools: frozenset[str], targets: Targets | None = None) -> dict[str, bool | None]:
-    """Per write tool: does a card about it help, judged from the whole corpus rather than from any one episode?
+                  write_tools: frozenset[str], targets: Targets | None = None) -> dict[tuple[str, str], bool | None]:
+    """Per (write tool, rule): does a card about it help, judged from the whole corpus rather than from any one episode?
 
     Over every first attempt at a write (per episode and target) that the world judged on policy (accepted, or
-    refused on a rule), compare the share accepted when a card about the tool was in that turn's memory
-    with the share accepted without one. A card that helps is one whose turns clear the rule clearly more often
-    (by `CARD_LIFT`, and at least `CARD_FLOOR`); one that does not is wrong, or written in a way the model does not
-    take in. None: no attempt with the card delivered, so no evidence either way."""
-    tally: dict[str, dict[bool, list[int]]] = {}
-    about = {t: set(cards_about(package, t)) for t in write_tools}
+    refused on a rule), and for each rule the corpus saw refused on that write, compare the share that cleared the
+    rule (accepted, or refused on another rule) when a card about it was in that turn's memory with the share without
+    one. Judged per rule because a write may carry several: a card can state one rule well while the write still fails
+    on another. A card that helps is one whose turns clear the rule clearly more often (by `CARD_LIFT`, and at least
+    `CARD_FLOOR`); one that does not is wrong, or written in a way the model does not take in. None: no attempt with
+    the card delivered, so no evidence either way."""
+    attempts: list[tuple[str, set[str], str | None]] = []  # (tool, delivered cards, rule refused on or None)
+    rules: dict[str, set[str]] = {}
     for steps in steps_by_episode:
         seen: set[tuple] = set()
         for s in steps:
             a, obs = s.action, s.observation
             tool = a.get("tool")
-            if tool not in write_tools or s.blocked is not None or not (obs.get("ok") or rule_refusal(s)):
+            refused = rule_refusal(s)
+            if tool not in write_tools or s.blocked is not None or not (obs.get("ok") or refused):
                 continue
+            if refused:
+                rules.setdefault(tool, set()).add(refused)
             key = (tool, _ident(tool, a.get("args", {}), targets))
             if key in seen:
                 continue
             seen.add(key)
-            with_card = any(c in about[tool] for c in s.delivered)
-            tally.setdefault(tool, {True: [], False: []})[with_card].append(int(bool(obs.get("ok"))))
-    out: dict[str, bool | None] = {}
-    for tool in write_tools:
-        t = tally.get(tool, {True: [], False: []})
-        if not t[True]:
-            out[tool] = None
-            continue
-        without = sum(t[False]) / len(t[False]) if len(t[False]) >= MIN_CONTRAST else 0.0
-        out[tool] = sum(t[True]) / len(t[True]) >= max(CARD_FLOOR, without + CARD_LIFT)
+            attempts.append((tool, set(s.delivered), None if obs.get("ok") else refused))
+    out: dict[tuple[str, str], bool | None] = {}
+    for tool, ids in rules.items():
+        for rule in sorted(ids):
+            about = set(cards_about(package, tool, rule))
+            tally: dict[bool, list[int]] = {True: [], False: []}
+            for t, delivered, refused in attempts:
+                if t == tool:
+                    tally[bool(delivered & about)].append(int(refused != rule))
+            if not tally[True]:
+                out[(tool, rule)] = None
+                continue
+            without = sum(tally[False]) / len(tally[False]) if len(tally[False]) >= MIN_CONTRAST else 0.0
+            out[(tool, rule)] = sum(tally[True]) / len(tally[True]) >= max(CARD_FLOOR, without + CARD_LIFT)
     return out
 
 
