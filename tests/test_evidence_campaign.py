@@ -127,9 +127,10 @@ def _step(ep: str) -> TraceStep:
                      state_after=[], fingerprint=[]).sealed()
 
 
-def _packet(detail: str, step: TraceStep) -> EvidencePacket:
-    return EvidencePacket(id="E-policy_refusal-cancel", corpus="c", owner="E", opportunity="present",
+def _packet(detail: str, step: TraceStep, rule_id: str = "cancel_reason") -> EvidencePacket:
+    return EvidencePacket(id=f"E-policy_refusal-cancel-{rule_id}", corpus="c", owner="E", opportunity="present",
                           patchability="memory", kind="policy_refusal", tool="cancel_pending_order", detail=detail,
+                          rule_id=rule_id,
                           episodes=[step.episode_id], items=["cancel-001"],
                           claims=[Claim(statement="refusals of cancel_pending_order quote a rule",
                                         evidence=[Citation(episode_id=step.episode_id, step=3, hash=step.hash)])])
@@ -139,7 +140,8 @@ def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_
     pkg_dir = package_copy("reference")
     step = _step("cancel-001#0")
     traces = steps_frame([step], item_id="cancel-001", seed=0)
-    card = {"path": "em/procedure/cancel-reason.md", "id": "cancel-reason", "tool": "cancel_pending_order", "rule": R1}
+    card = {"path": "em/procedure/cancel-reason.md", "id": "cancel-reason", "tool": "cancel_pending_order", "rule": R1,
+            "rule_id": "cancel_reason"}
     with EvidenceGraph(tmp_path / "e.db", campaign="first") as g:
         old = g.add("claim", "old-rule", R1, expiry=Expiry(benchmark="a" * 64, model="sim"))  # the first world
         g.cite(old.id, step.episode_id, 3, step.hash)
@@ -149,6 +151,9 @@ def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_
                           {"version": "M1", "campaign": "first", "cards": [card]})
         pkg = load_package(pkg_dir)
         assert plan_memory(g, [_packet(R1, step)], traces, pkg, "b" * 64, "sim").revocations == []  # same rule
+        # another rule of the same write, refused with its own text, does not contradict what the card states
+        fee = "- `cancel_pending_order` keeps a 5% cancellation fee on orders placed more than 24 hours ago."
+        assert plan_memory(g, [_packet(fee, step, "cancel_fee")], traces, pkg, "b" * 64, "sim").revocations == []
         m = plan_memory(g, [_packet(R2, step)], traces, pkg, "b" * 64, "sim")
         assert len(m.revocations) == 1 and m.revokes == {parse_plan(m.revocations[0]).key(): promo.id}
         assert g.get(old.id).confidence == "contested"  # both sides kept

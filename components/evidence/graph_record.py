@@ -70,8 +70,8 @@ def _packet_claim(g: EvidenceGraph, p: EvidencePacket, bench: str, model: str, r
     # same finding on another package's traces is another claim, with citations of its own
     key = f"packet:{p.corpus}:{model}:{p.owner}:{p.kind}:{p.tool}:{p.detail.strip()}"
     text = f"{p.owner}/{p.kind} on {p.tool}: " + " ".join(c.statement for c in p.claims)
-    c = g.add("claim", key, text[:2000], {"owner": p.owner, "kind": p.kind, "tool": p.tool, "detail": p.detail,
-                                           "packet": p.id, "n_episodes": len(p.episodes), "items": p.items[:12],
+    c = g.add("claim", key, text[:2000], {"owner": p.owner, "kind": p.kind, "tool": p.tool, "rule_id": p.rule_id,
+                                           "detail": p.detail, "packet": p.id, "n_episodes": len(p.episodes), "items": p.items[:12],
                                            "benchmark_digest": bench, "model": model},
               author="harness", expiry=Expiry(benchmark=bench, model=model))
     for cite in p.citations()[:MAX_CITES]:
@@ -134,7 +134,8 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
         key = rec.get("plan_key") or ""
         cards = [{"path": o["path"], "id": Path(o["path"]).stem, "tool": ((o.get("meta") or {}).get("trigger") or {})
                   .get("tool"), "rule": claims[plan["cluster"]].data.get("detail", "") if plan["cluster"] in claims
-                  else ""} for o in plan["operations"] if o["op"] == "add_card"]
+                  else "", "rule_id": claims[plan["cluster"]].data.get("rule_id") if plan["cluster"] in claims
+                  else None} for o in plan["operations"] if o["op"] == "add_card"]
         pn = g.add("decision", f"plan:{key}", plan["summary"], {"type": "plan", "plan_key": key, "owner": plan["owner"],
                    "mechanism": plan["mechanism"], "operations": plan["operations"], "cards": cards},
                    author="meta_agent")
@@ -245,6 +246,8 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
             for p in packets:
                 if p.owner != "E" or p.kind != "policy_refusal" or p.tool != card["tool"] or not p.detail.strip():
                     continue
+                if p.rule_id != card.get("rule_id"):
+                    continue  # another rule of the same write: not what the card states (a write may carry several)
                 if p.detail.strip() == (card.get("rule") or "").strip():
                     continue  # the same rule refused again: the card is not contradicted, it was not followed
                 with g.batch():
