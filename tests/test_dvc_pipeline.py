@@ -51,21 +51,22 @@ def project(tmp_path_factory) -> "Project":
         (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
     params = yaml.safe_load((root / "params.yaml").read_text())
-    params["campaign"].update(rounds=1, seeds=2, shard_size=30)
+    params["campaign"].update(rounds=2, seeds=2, shard_size=30)
     params["gate"]["n_boot"] = 1000
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.lock").unlink(missing_ok=True)
     run("git", "init", "-q", "-b", "main")
     run("git", "add", "-A")
     run("git", "commit", "-qm", "small params")
-    # the history every test starts from: a 1-round campaign committed, then a 2-round one (one param changed)
+    # the history every test starts from: a 2-round campaign committed, then a 3-round one (one param changed);
+    # two rounds, because the first plan (a W change) is rejected at the repair screen on this world
     first = run("dvc", "repro").stdout
     run("git", "add", "-A")
-    run("git", "commit", "-qm", "campaign with 1 round")
-    set_rounds(2)
+    run("git", "commit", "-qm", "campaign with 2 rounds")
+    set_rounds(3)
     changed = run("dvc", "repro").stdout
     run("git", "add", "-A")
-    run("git", "commit", "-qm", "campaign with 2 rounds")
+    run("git", "commit", "-qm", "campaign with 3 rounds")
     return Project(root, run, {"first": first, "changed": changed})
 
 
@@ -95,7 +96,7 @@ def test_repro_then_nothing_then_only_downstream(project):
     assert stages_run(project.logs["changed"]) == {"campaign", "report"}
     assert "Stage 'benchmark' didn't change" in project.logs["changed"]
     project.reset()
-    assert json.loads((root / "reports" / "metrics.json").read_text())["rounds"] == 2
+    assert json.loads((root / "reports" / "metrics.json").read_text())["rounds"] == 3
     again = run("dvc", "repro")
     assert stages_run(again.stdout) == set()
     assert "Data and pipelines are up to date" in again.stdout
@@ -124,12 +125,12 @@ def test_experiments_vary_a_param(project):
 
 def test_reproduce_a_promotion_from_an_older_commit(project):
     root, run = project.root, project.run
-    project.reset(project.commit("campaign with 1 round"))
+    project.reset(project.commit("campaign with 2 rounds"))
     try:
         record = [json.loads(x) for x in (root / "runs/campaign/lineage/lineage.jsonl").read_text().splitlines()]
-        assert max(r["round"] for r in record) == 1  # the older commit's bytes, not the newer campaign's
+        assert max(r["round"] for r in record) == 2  # the older commit's bytes, not the newer campaign's
         promoted = [r["child"]["version"] for r in record if r["verdict"] == "accept"]
-        assert promoted, "the 1-round campaign promoted nothing"
+        assert promoted, "the 2-round campaign promoted nothing"
         r = run("ratchet", "reproduce", "--version", promoted[-1], "--json", check=False)
         assert r.returncode == 0, r.stdout + r.stderr
         assert json.loads(r.stdout)["identical"] is True
