@@ -96,7 +96,8 @@ def small_campaign(prefect_server, tmp_path_factory, bench_dir) -> Campaign:
     from flows.campaign import run_campaign
 
     out = tmp_path_factory.mktemp("small-campaign") / "camp"
-    p = small_params(bench_dir, out)
+    # its own evidence graph: other tests' campaigns named "small" must not record over what this one's tests read
+    p = small_params(bench_dir, out, **{"evidence.db": str(out.parent / "evidence.db")})
     return Campaign(p, out, run_campaign(p))
 
 

@@ -31,7 +31,7 @@ def _round(out: Path, n: int):
 
 def test_the_campaign_is_recorded_and_every_supported_claim_resolves(small_campaign, tmp_path):
     s = small_campaign.summary
-    with EvidenceGraph(default_db(None)) as g:
+    with EvidenceGraph(default_db(small_campaign.params.evidence.db)) as g:
         promos = promotions_for(g, s["champion"], campaign="small")
         assert [p.data["version"] for p in promos] == [v["version"] for v in s["lineage"][1:]]
         for p in promos:
@@ -188,16 +188,17 @@ def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_
 
 def test_evidence_cli(small_campaign, capsys, tmp_path):
     s = small_campaign.summary
-    code, out, err = cli(capsys, "evidence", "why", s["champion"], "--campaign", "small")
+    own = ("--db", small_campaign.params.evidence.db)
+    code, out, err = cli(capsys, "evidence", "why", s["champion"], "--campaign", "small", *own)
     assert code == 0, err
     assert "plan " in out and "cites " in out and "gate verdict" in out and s["benchmark_digest"][:12] in out
     card = next((c for r in s["history"] if r["verdict"] == "accept"
                  for c in json.loads((small_campaign.out / r["round_dir"] / "plan.json").read_text())["operations"]
                  if c["op"] == "add_card"), None)
     if card is not None:
-        code, out, _ = cli(capsys, "evidence", "why", card["path"], "--campaign", "small")
+        code, out, _ = cli(capsys, "evidence", "why", card["path"], "--campaign", "small", *own)
         assert code == 0 and card["path"] in out
-    code, out, err = cli(capsys, "evidence", "why", "M999", "--campaign", "small")
+    code, out, err = cli(capsys, "evidence", "why", "M999", "--campaign", "small", *own)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     # revoke on a copy of the graph (the shared one stays as the campaign left it)
     db = tmp_path / "e.db"
