@@ -1,0 +1,287 @@
+"""What a package author sees when a package does not load: every problem at once, one line each, naming the file,
+the field, the offending value and what would have been allowed. In-process calls to the loader on small packages
+built here (found by mutation testing of components/memory/package.py; the CLI tests show the same lines through a
+subprocess, which mutmut cannot attribute)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import frontmatter
+import pytest
+import yaml
+
+from components.memory.errors import PackageError
+from components.memory.package import digest, lint, load_package
+
+TYPES = "knowledge, procedure, action_result"
+EVENTS = "turn_start, intent_recorded, draft_ready, pre_write, agent_declares_done"
+LAYOUT = "cards live at em/<type>/<id>.md"
+EVENT_CARDS = "delivery:\n  - use: event_cards\n    at: intent_recorded\n"
+
+
+def card(cid: str, ctype: str = "procedure", event: str | None = "intent_recorded", body: str = "Do it right.\n",
+         extra: str = "") -> str:
+    trigger = f"trigger:\n  event: {event}\n" if event else ""
+    return f"---\nid: {cid}\ntype: {ctype}\n{trigger}source: a failure\n{extra}---\n{body}"
+
+
+def make(tmp_path: Path, files: dict[str, str | bytes], manifest: str | None = "name: t\n" + EVENT_CARDS) -> Path:
+    root = tmp_path / "pkg"
+    root.mkdir()
+    if manifest is not None:
+        files = {"manifest.yaml": manifest, **files}
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    return root
+
+
+def problems(root: Path) -> list[tuple[str, str, str]]:
+    """(file relative to the package, field, message) of every problem; each must be one line naming its file."""
+    with pytest.raises(PackageError) as info:
+        load_package(root)
+    err = info.value
+    assert str(err).splitlines() == [str(p) for p in err.problems]  # one line per problem, in order
+    out = []
+    for p in err.problems:
+        assert "\n" not in p.message
+        assert Path(p.file).is_relative_to(root), p.file  # the full path of the file, under the package given
+        out.append((Path(p.file).relative_to(root).as_posix(), p.field, p.message))
+    assert lint(root) == err.problems
+    return out
+
+
+# -- the package as a whole -------------------------------------------------------------------------------------------
+
+
+def test_not_a_directory_and_missing_manifest_name_the_path(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(PackageError) as info:
+        load_package(missing)
+    assert [(p.file, p.field, p.message) for p in info.value.problems] == [(str(missing), "-", "not a package directory")]
+
+    root = make(tmp_path, {"em/procedure/a.md": card("a")}, manifest=None)
+    (root / "manifest.yaml").mkdir()  # a directory of that name is not a manifest
+    with pytest.raises(PackageError) as info:
+        load_package(root)
+    assert [(p.file, p.field, p.message) for p in info.value.problems] == [
+        (str(root / "manifest.yaml"), "-", "missing manifest.yaml")]
+
+
+def test_symlinks_stray_files_and_bad_bytes_are_all_reported(tmp_path):
+    root = make(tmp_path, {
+        "README.md": "free text\n",
+        ".gitkeep": "",
+        "docs/README.md": "free text anywhere\n",  # a README or .gitkeep is fine at any depth
+        "em/procedure/a.md": card("a"),
+        "em/procedure/b.md": card("b").encode() + b"caf\xe9\n",
+        "notes.txt": "stray\n",
+        "emx/c.md": card("c"),
+    })
+    os.symlink(root / "notes.txt", root / "em" / "link.md")
+    os.symlink(root / "README.md", root / "a-link")
+    bad_byte = len(card("b").encode()) + 3
+    unexpected = "unexpected file (a package holds manifest.yaml and em/<type>/<id>.md)"
+    assert problems(root) == [
+        ("a-link", "-", "symlinks are not allowed in a package"),
+        ("em/link.md", "-", "symlinks are not allowed in a package"),
+        ("em/procedure/b.md", "-", f"not UTF-8 (byte {bad_byte})"),
+        ("emx/c.md", "-", unexpected),
+        ("notes.txt", "-", unexpected),
+    ]
+
+
+def test_a_package_that_loads_is_compiled_with_its_bindings_in_manifest_order(tmp_path):
+    manifest = ("name: t\nwm:\n  board: false\ndelivery:\n  - use: state_reminder\n    at: turn_start\n"
+                "  - use: event_cards\n    at: intent_recorded\n    cfg:\n      max_per_episode: 2\n"
+                "checkers:\n  - use: completion_requires_receipts\n    at: agent_declares_done\n")
+    root = make(tmp_path, {"em/procedure/b.md": card("b"), "em/knowledge/a.md": card("a", "knowledge"),
+                           "em/README.md": "about the cards\n", "em/procedure/.gitkeep": ""}, manifest)
+    pkg = load_package(root)
+    assert pkg.name == "t" and pkg.wm.board is False and pkg.root == root
+    assert sorted(pkg.cards) == ["a", "b"]
+    assert pkg.cards["a"].path == "em/knowledge/a.md" and pkg.cards["a"].body == "Do it right."
+    assert [(b.label, b.index) for b in pkg.delivery] == [("state_reminder@turn_start", 0),
+                                                           ("event_cards@intent_recorded", 1)]
+    assert [(b.label, b.index) for b in pkg.checkers] == [("completion_requires_receipts@agent_declares_done", 0)]
+    assert pkg.digest == digest(root)
+    assert lint(root) == []
+
+
+# -- manifest ----------------------------------------------------------------------------------------------------------
+
+
+def test_malformed_manifest_yaml_names_the_line_and_the_parser_problem(tmp_path):
+    text = "name: t\ndescription: fine\ndelivery: [a\ncheckers: []\n"
+    with pytest.raises(yaml.YAMLError) as parsed:
+        yaml.safe_load(text)
+    root = make(tmp_path, {}, manifest=text)
+    [(file, field, message)] = problems(root)
+    assert (file, message) == ("manifest.yaml", f"malformed YAML: {parsed.value.problem}")
+    assert field == f"line {parsed.value.problem_mark.line + 1}"
+    assert field in ("line 4", "line 5")  # the parser notices the unclosed list of line 3 at the next key
+
+
+def test_a_manifest_that_is_not_a_mapping_and_its_cards_are_both_reported(tmp_path):
+    # a bad manifest does not hide the cards' problems, and no binding is guessed for a card to be unreachable by
+    root = make(tmp_path, {"em/procedure/a.md": card("a", event=None), "em/procedure/b.md": card("c")},
+                manifest="- name: t\n")
+    assert problems(root) == [
+        ("manifest.yaml", "-", "must be a mapping"),
+        ("em/procedure/b.md", "id", "card id 'c' does not match its file name 'b'"),
+    ]
+
+
+def test_manifest_schema_errors_name_the_field(tmp_path):
+    root = make(tmp_path, {}, manifest="name: ''\ncolour: red\ndelivery:\n  - at: turn_start\n")
+    assert problems(root) == [
+        ("manifest.yaml", "name", "String should have at least 1 character"),
+        ("manifest.yaml", "delivery[0].use", "Field required"),
+        ("manifest.yaml", "colour", "unknown option"),
+    ]
+
+
+def test_unknown_checker_and_bad_options_name_the_binding(tmp_path):
+    manifest = ("name: t\n" + EVENT_CARDS + "checkers:\n  - use: done_check\n    at: agent_declares_done\n"
+                "  - use: completion_requires_receipts\n    at: agent_declares_done\n    cfg:\n      allow_blokced: true\n"
+                "  - use: confirm_before_write\n    at: agent_declares_done\n")
+    root = make(tmp_path, {"em/procedure/a.md": card("a")}, manifest)
+    assert problems(root) == [
+        ("manifest.yaml", "checkers[0].use",
+         "unknown checker 'done_check' (one of completion_requires_receipts, confirm_before_write)"),
+        ("manifest.yaml", "checkers[1].cfg.allow_blokced", "unknown option"),
+        ("manifest.yaml", "checkers[2].at", "'confirm_before_write' cannot run at 'agent_declares_done' (only pre_write)"),
+    ]
+
+
+# -- cards -------------------------------------------------------------------------------------------------------------
+
+
+def test_misplaced_card_files_are_each_reported(tmp_path):
+    root = make(tmp_path, {
+        "em/a.md": card("a"),
+        "em/procedure/deep/b.md": card("b"),
+        "em/procedure/c.txt": card("c"),
+        "em/skills/d.md": card("d"),
+        "em/skills/e.md": card("e"),
+        "em/procedure/ok.md": card("ok"),
+    })
+    unknown = f"(one of {TYPES})"
+    assert problems(root) == [
+        ("em/a.md", "-", LAYOUT),
+        ("em/procedure/c.txt", "-", LAYOUT),
+        ("em/procedure/deep/b.md", "-", LAYOUT),
+        ("em/skills/d.md", "type", f"unknown card type directory 'skills' {unknown}"),
+        ("em/skills/e.md", "type", f"unknown card type directory 'skills' {unknown}"),
+    ]
+
+
+def test_malformed_front_matter_is_one_line_with_the_parser_problem(tmp_path):
+    text = "---\nid: [a\ntype: procedure\n---\nbody\n"
+    with pytest.raises(yaml.YAMLError) as parsed:
+        frontmatter.loads(text)  # the parser's own words for the problem
+    root = make(tmp_path, {"em/procedure/a.md": text, "em/procedure/b.md": "---\nid: [b\n---\nx\n",
+                           "em/procedure/c.md": card("c", extra="colour: red\n")})
+    got = problems(root)
+    assert got[0] == ("em/procedure/a.md", "front matter", f"malformed YAML: {parsed.value.problem}")
+    assert [g[:2] for g in got[1:]] == [("em/procedure/b.md", "front matter"), ("em/procedure/c.md", "colour")]
+    assert got[2][2] == "unknown option"
+
+
+def test_each_inconsistent_card_names_its_field_and_both_values(tmp_path):
+    root = make(tmp_path, {
+        "em/procedure/a.md": card("b"),
+        "em/procedure/c.md": card("c", "knowledge"),
+        "em/knowledge/d.md": card("d", "knowledge"),
+        "em/procedure/d.md": card("d"),
+        "em/procedure/e.md": card("e", event="on_refund"),
+        "em/procedure/f.md": card("f", body="  \n\n"),
+        "em/procedure/g.md": card("g", extra="trigger:\n  tool: x\n").replace(
+            "trigger:\n  event: intent_recorded\n", ""),
+        "em/procedure/ok.md": card("ok"),
+    })
+    assert problems(root) == [
+        ("em/procedure/a.md", "id", "card id 'b' does not match its file name 'a'"),
+        ("em/procedure/c.md", "type", "card type 'knowledge' does not match its directory 'procedure'"),
+        ("em/procedure/d.md", "id", "duplicate card id 'd' (also em/knowledge/d.md)"),
+        ("em/procedure/e.md", "trigger.event", f"unknown event 'on_refund' (one of {EVENTS})"),
+        ("em/procedure/f.md", "body", "empty card body"),
+        ("em/procedure/g.md", "trigger.event", "Field required"),
+    ]
+
+
+# -- reachability ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("delivery", "unreachable"), [
+    # event_cards delivers by trigger, within its types
+    ("  - use: event_cards\n    at: intent_recorded\n", {"n": "trigger", "t": "trigger.event"}),
+    ("  - use: event_cards\n    at: turn_start\n    cfg: {types: [knowledge]}\n",
+     {"n": "trigger", "i": "trigger.event", "t": "trigger.event"}),
+    ("  - use: event_cards\n    at: turn_start\n    cfg: {types: [procedure]}\n", {"n": "trigger", "i": "trigger.event"}),
+    # all_cards delivers every card of its types whatever the trigger; other cards still need a trigger's binding
+    ("  - use: all_cards\n    at: pre_write\n", {}),
+    ("  - use: all_cards\n    at: pre_write\n    cfg: {types: [knowledge]}\n",
+     {"n": "trigger", "i": "trigger.event", "t": "trigger.event"}),
+    ("  - use: all_cards\n    at: turn_start\n    cfg: {types: [knowledge]}\n"
+     "  - use: event_cards\n    at: turn_start\n", {"n": "trigger", "i": "trigger.event"}),
+    # state_reminder delivers no cards at all
+    ("  - use: state_reminder\n    at: turn_start\n", {"n": "trigger", "i": "trigger.event", "t": "trigger.event"}),
+])
+def test_a_card_no_binding_can_deliver_is_refused(tmp_path, delivery, unreachable):
+    root = make(tmp_path, {
+        "em/knowledge/k.md": card("k", "knowledge", event=None),  # taken by all_cards of any types, else unreachable
+        "em/procedure/i.md": card("i", event="intent_recorded"),
+        "em/procedure/n.md": card("n", event=None),
+        "em/procedure/t.md": card("t", event="turn_start"),
+    }, manifest=f"name: t\ndelivery:\n{delivery}")
+    messages = {"trigger": "card has no trigger and no all_cards binding delivers it",
+                "i": "no delivery binding delivers procedure cards at 'intent_recorded'",
+                "t": "no delivery binding delivers procedure cards at 'turn_start'"}
+    k_taken = "all_cards" in delivery and "types: [procedure]" not in delivery
+    expected = [] if k_taken else [("em/knowledge/k.md", "trigger", messages["trigger"])]
+    for cid in ("i", "n", "t"):
+        if cid in unreachable:
+            field = unreachable[cid]
+            expected.append((f"em/procedure/{cid}.md", field, messages["trigger" if field == "trigger" else cid]))
+    if not expected:
+        assert sorted(load_package(root).cards) == ["i", "k", "n", "t"]
+    else:
+        assert problems(root) == expected
+
+
+# -- digest ------------------------------------------------------------------------------------------------------------
+
+
+def test_digest_hashes_a_symlink_as_a_link_and_keeps_going(tmp_path):
+    root = make(tmp_path, {"em/procedure/a.md": card("a"), "z.md": "after the link\n"})
+    os.symlink("em/procedure/a.md", root / "link")
+    first = digest(root)
+    (root / "z.md").write_text("after the link, changed\n")  # a file sorted after the link still counts
+    second = digest(root)
+    assert second != first
+    os.remove(root / "link")
+    os.symlink("manifest.yaml", root / "link")  # where the link points counts
+    third = digest(root)
+    assert third not in (first, second)
+    os.remove(root / "link")
+    (root / "link").write_text("manifest.yaml")  # a file holding the target's name is not the link
+    assert digest(root) not in (first, second, third)
+
+
+def test_digest_does_not_follow_a_symlink(tmp_path):
+    root = make(tmp_path, {"em/procedure/a.md": card("a")})
+    outside = tmp_path / "outside.txt"
+    outside.write_text("one\n")
+    os.symlink(outside, root / "link")
+    before = digest(root)
+    outside.write_text("two\n")  # the bytes behind the link are not the package's
+    assert digest(root) == before
+    assert before != hashlib.sha256().hexdigest()
