@@ -285,3 +285,20 @@ def test_digest_does_not_follow_a_symlink(tmp_path):
     outside.write_text("two\n")  # the bytes behind the link are not the package's
     assert digest(root) == before
     assert before != hashlib.sha256().hexdigest()
+
+
+# -- a bug found on the way: a control character made a two-line problem ------------------------------------------------
+
+
+def test_a_control_character_is_one_problem_line_naming_the_character(tmp_path):
+    root = make(tmp_path, {"em/procedure/a.md": card("a").replace("id: a\n", "id: a\x07\n")},
+                manifest="name: t\x07\n" + EVENT_CARDS)
+    got = problems(root)  # asserts one line per problem
+    assert [g[:2] for g in got] == [("manifest.yaml", "-"), ("em/procedure/a.md", "front matter")]
+    for _, _, message in got:
+        assert message.startswith("malformed YAML: unacceptable character #x0007"), message
+
+
+def test_a_duplicate_manifest_key_names_its_line_and_the_key(tmp_path):
+    root = make(tmp_path, {}, manifest="name: t\ndescription: d\nname: u\n")
+    assert problems(root) == [("manifest.yaml", "line 3", "malformed YAML: duplicate key 'name'")]
