@@ -87,10 +87,12 @@ def test_symlinks_stray_files_and_bad_bytes_are_all_reported(tmp_path):
     })
     os.symlink(root / "notes.txt", root / "em" / "link.md")
     os.symlink(root / "README.md", root / "a-link")
+    os.symlink(root / "docs", root / "em" / "dir-link")  # a link to a directory too, and not followed
     bad_byte = len(card("b").encode()) + 3
     unexpected = "unexpected file (a package holds manifest.yaml and em/<type>/<id>.md)"
     assert problems(root) == [
         ("a-link", "-", "symlinks are not allowed in a package"),
+        ("em/dir-link", "-", "symlinks are not allowed in a package"),
         ("em/link.md", "-", "symlinks are not allowed in a package"),
         ("em/procedure/b.md", "-", f"not UTF-8 (byte {bad_byte})"),
         ("emx/c.md", "-", unexpected),
