@@ -190,11 +190,12 @@ def test_malformed_front_matter_is_one_line_with_the_parser_problem(tmp_path):
     with pytest.raises(yaml.YAMLError) as parsed:
         frontmatter.loads(text)  # the parser's own words for the problem
     root = make(tmp_path, {"em/procedure/a.md": text, "em/procedure/b.md": "---\nid: [b\n---\nx\n",
-                           "em/procedure/c.md": card("c", extra="colour: red\n")})
+                           "em/procedure/c.md": card("c", extra="colour: red\n"), "em/procedure/d.md": card("e")})
     got = problems(root)
     assert got[0] == ("em/procedure/a.md", "front matter", f"malformed YAML: {parsed.value.problem}")
-    assert [g[:2] for g in got[1:]] == [("em/procedure/b.md", "front matter"), ("em/procedure/c.md", "colour")]
-    assert got[2][2] == "unknown option"
+    assert [g[:2] for g in got[1:3]] == [("em/procedure/b.md", "front matter"), ("em/procedure/c.md", "colour")]
+    assert got[2:] == [("em/procedure/c.md", "colour", "unknown option"),
+                       ("em/procedure/d.md", "id", "card id 'e' does not match its file name 'd'")]
 
 
 def test_each_inconsistent_card_names_its_field_and_both_values(tmp_path):
