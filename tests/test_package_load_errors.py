@@ -224,11 +224,12 @@ def test_each_inconsistent_card_names_its_field_and_both_values(tmp_path):
 
 
 @pytest.mark.parametrize(("delivery", "unreachable"), [
-    # event_cards delivers by trigger, within its types
-    ("  - use: event_cards\n    at: intent_recorded\n", {"n": "trigger", "t": "trigger.event"}),
+    # event_cards delivers by trigger, within its types; a trigger-less card needs all_cards
+    ("  - use: event_cards\n    at: intent_recorded\n", {"k": "trigger", "n": "trigger", "t": "trigger.event"}),
     ("  - use: event_cards\n    at: turn_start\n    cfg: {types: [knowledge]}\n",
-     {"n": "trigger", "i": "trigger.event", "t": "trigger.event"}),
-    ("  - use: event_cards\n    at: turn_start\n    cfg: {types: [procedure]}\n", {"n": "trigger", "i": "trigger.event"}),
+     {"k": "trigger", "n": "trigger", "i": "trigger.event", "t": "trigger.event"}),
+    ("  - use: event_cards\n    at: turn_start\n    cfg: {types: [procedure]}\n",
+     {"k": "trigger", "n": "trigger", "i": "trigger.event"}),
     # all_cards delivers every card of its types whatever the trigger; other cards still need a trigger's binding
     ("  - use: all_cards\n    at: pre_write\n", {}),
     ("  - use: all_cards\n    at: pre_write\n    cfg: {types: [knowledge]}\n",
@@ -236,28 +237,26 @@ def test_each_inconsistent_card_names_its_field_and_both_values(tmp_path):
     ("  - use: all_cards\n    at: turn_start\n    cfg: {types: [knowledge]}\n"
      "  - use: event_cards\n    at: turn_start\n", {"n": "trigger", "i": "trigger.event"}),
     # state_reminder delivers no cards at all
-    ("  - use: state_reminder\n    at: turn_start\n", {"n": "trigger", "i": "trigger.event", "t": "trigger.event"}),
+    ("  - use: state_reminder\n    at: turn_start\n",
+     {"k": "trigger", "n": "trigger", "i": "trigger.event", "t": "trigger.event"}),
 ])
 def test_a_card_no_binding_can_deliver_is_refused(tmp_path, delivery, unreachable):
-    root = make(tmp_path, {
-        "em/knowledge/k.md": card("k", "knowledge", event=None),  # taken by all_cards of any types, else unreachable
-        "em/procedure/i.md": card("i", event="intent_recorded"),
-        "em/procedure/n.md": card("n", event=None),
-        "em/procedure/t.md": card("t", event="turn_start"),
-    }, manifest=f"name: t\ndelivery:\n{delivery}")
-    messages = {"trigger": "card has no trigger and no all_cards binding delivers it",
-                "i": "no delivery binding delivers procedure cards at 'intent_recorded'",
-                "t": "no delivery binding delivers procedure cards at 'turn_start'"}
-    k_taken = "all_cards" in delivery and "types: [procedure]" not in delivery
-    expected = [] if k_taken else [("em/knowledge/k.md", "trigger", messages["trigger"])]
-    for cid in ("i", "n", "t"):
-        if cid in unreachable:
-            field = unreachable[cid]
-            expected.append((f"em/procedure/{cid}.md", field, messages["trigger" if field == "trigger" else cid]))
-    if not expected:
-        assert sorted(load_package(root).cards) == ["i", "k", "n", "t"]
-    else:
+    cards = {"k": ("knowledge", None), "i": ("procedure", "intent_recorded"), "n": ("procedure", None),
+             "t": ("procedure", "turn_start")}
+    root = make(tmp_path, {f"em/{ctype}/{cid}.md": card(cid, ctype, event=event) for cid, (ctype, event) in cards.items()},
+                manifest=f"name: t\ndelivery:\n{delivery}")
+    expected = []
+    for cid in ("k", "i", "n", "t"):  # in file order: em/knowledge/ sorts before em/procedure/
+        ctype, event = cards[cid]
+        if unreachable.get(cid) == "trigger":
+            expected.append((f"em/{ctype}/{cid}.md", "trigger", "card has no trigger and no all_cards binding delivers it"))
+        elif unreachable.get(cid) == "trigger.event":
+            expected.append((f"em/{ctype}/{cid}.md", "trigger.event",
+                             f"no delivery binding delivers {ctype} cards at {event!r}"))
+    if expected:
         assert problems(root) == expected
+    else:
+        assert sorted(load_package(root).cards) == ["i", "k", "n", "t"]
 
 
 # -- digest ------------------------------------------------------------------------------------------------------------
