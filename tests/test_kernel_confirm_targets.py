@@ -15,7 +15,8 @@ from tests.test_runtime import WRITE, ScriptedPort, write_draft
 
 @pytest.fixture
 def confirm_only(tmp_path):
-    (tmp_path / "manifest.yaml").write_text("name: confirm-only\ncheckers:\n  - use: confirm_before_write\n    at: pre_write\n")
+    (tmp_path / "manifest.yaml").write_text(
+        "name: confirm-only\ncheckers:\n  - use: confirm_before_write\n    at: pre_write\n")
     return load_package(tmp_path)
 
 

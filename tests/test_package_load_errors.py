@@ -65,7 +65,8 @@ def test_not_a_directory_and_missing_manifest_name_the_path(tmp_path):
     missing = tmp_path / "nope"
     with pytest.raises(PackageError) as info:
         load_package(missing)
-    assert [(p.file, p.field, p.message) for p in info.value.problems] == [(str(missing), "-", "not a package directory")]
+    assert [(p.file, p.field, p.message) for p in info.value.problems] == [
+        (str(missing), "-", "not a package directory")]
 
     root = make(tmp_path, {"em/procedure/a.md": card("a")}, manifest=None)
     (root / "manifest.yaml").mkdir()  # a directory of that name is not a manifest
@@ -152,14 +153,16 @@ def test_manifest_schema_errors_name_the_field(tmp_path):
 
 def test_unknown_checker_and_bad_options_name_the_binding(tmp_path):
     manifest = ("name: t\n" + EVENT_CARDS + "checkers:\n  - use: done_check\n    at: agent_declares_done\n"
-                "  - use: completion_requires_receipts\n    at: agent_declares_done\n    cfg:\n      allow_blokced: true\n"
+                "  - use: completion_requires_receipts\n    at: agent_declares_done\n"
+                "    cfg:\n      allow_blokced: true\n"
                 "  - use: confirm_before_write\n    at: agent_declares_done\n")
     root = make(tmp_path, {"em/procedure/a.md": card("a")}, manifest)
     assert problems(root) == [
         ("manifest.yaml", "checkers[0].use",
          "unknown checker 'done_check' (one of completion_requires_receipts, confirm_before_write)"),
         ("manifest.yaml", "checkers[1].cfg.allow_blokced", "unknown option"),
-        ("manifest.yaml", "checkers[2].at", "'confirm_before_write' cannot run at 'agent_declares_done' (only pre_write)"),
+        ("manifest.yaml", "checkers[2].at",
+         "'confirm_before_write' cannot run at 'agent_declares_done' (only pre_write)"),
     ]
 
 
@@ -243,13 +246,14 @@ def test_each_inconsistent_card_names_its_field_and_both_values(tmp_path):
 def test_a_card_no_binding_can_deliver_is_refused(tmp_path, delivery, unreachable):
     cards = {"k": ("knowledge", None), "i": ("procedure", "intent_recorded"), "n": ("procedure", None),
              "t": ("procedure", "turn_start")}
-    root = make(tmp_path, {f"em/{ctype}/{cid}.md": card(cid, ctype, event=event) for cid, (ctype, event) in cards.items()},
-                manifest=f"name: t\ndelivery:\n{delivery}")
+    files = {f"em/{ctype}/{cid}.md": card(cid, ctype, event=event) for cid, (ctype, event) in cards.items()}
+    root = make(tmp_path, files, manifest=f"name: t\ndelivery:\n{delivery}")
     expected = []
     for cid in ("k", "i", "n", "t"):  # in file order: em/knowledge/ sorts before em/procedure/
         ctype, event = cards[cid]
         if unreachable.get(cid) == "trigger":
-            expected.append((f"em/{ctype}/{cid}.md", "trigger", "card has no trigger and no all_cards binding delivers it"))
+            expected.append((f"em/{ctype}/{cid}.md", "trigger",
+                             "card has no trigger and no all_cards binding delivers it"))
         elif unreachable.get(cid) == "trigger.event":
             expected.append((f"em/{ctype}/{cid}.md", "trigger.event",
                              f"no delivery binding delivers {ctype} cards at {event!r}"))
@@ -289,7 +293,7 @@ def test_digest_does_not_follow_a_symlink(tmp_path):
     assert before != hashlib.sha256().hexdigest()
 
 
-# -- a bug found on the way: a control character made a two-line problem ------------------------------------------------
+# -- a bug found on the way: a control character made a two-line problem ---------------------------------------------
 
 
 def test_a_control_character_is_one_problem_line_naming_the_character(tmp_path):
