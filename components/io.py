@@ -110,6 +110,12 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error as one line: a ReaderError (a control character) has no `problem`, and its str() adds a second
+    line (the position)."""
+    return str(getattr(e, "problem", None) or e).splitlines()[0]
+
+
 def strict_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
 

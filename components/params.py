@@ -13,7 +13,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 from components.errors import InputError
 from components.evolution.gate import MIN_BOOT, MIN_ITEMS, GateConfig, SequentialDesign
-from components.io import strict_yaml
+from components.io import strict_yaml, yaml_problem
 
 # A free-form options dict (meta_agent_cfg, model_cfg) is data a strategy reads, not a store: bounded so that a
 # hostile or mistaken file cannot make serializing the params explode.
@@ -270,7 +270,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         try:
             out[k] = strict_yaml(v)
         except yaml.YAMLError as e:
-            raise InputError(f"--set: {k}: malformed YAML value: {getattr(e, 'problem', None) or e}") from None
+            raise InputError(f"--set: {k}: malformed YAML value: {yaml_problem(e)}") from None
     return out
 
 
@@ -291,7 +291,7 @@ def load_params(path: str | Path | None = "params.yaml", overrides: dict[str, An
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark else "-"
-            raise InputError(f"{path}: {where}: malformed YAML: {getattr(e, 'problem', None) or e}") from None
+            raise InputError(f"{path}: {where}: malformed YAML: {yaml_problem(e)}") from None
         except OSError as e:
             raise InputError(f"{path}: -: cannot read ({e.strerror})") from None
         if not isinstance(raw, dict):

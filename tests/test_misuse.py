@@ -569,3 +569,17 @@ def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_serv
     r = ratchet("reproduce", "--campaign", "copy", "--version", "M1")
     assert r.exit_code == 0, r.stdout + r.stderr
     assert "per-item scores: identical" in r.stdout and "verdict: matches" in r.stdout
+
+
+@pytest.mark.parametrize("where", ["file", "set"])
+def test_a_control_character_in_params_is_one_line_naming_the_file(tmp_path, where):
+    """PyYAML's ReaderError (a control character) has no `problem` and a two-line str(); the error stays one line."""
+    from components.errors import InputError as Err
+    from components.params import parse_set
+    path = tmp_path / "params.yaml"
+    path.write_text("gate:\n  alpha: 0.05\x07\n" if where == "file" else "gate: {}\n", encoding="utf-8")
+    with pytest.raises(Err) as e:
+        load_params(path) if where == "file" else parse_set(["gate.alpha=0.05\x07"])
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert (str(path) if where == "file" else "--set: gate.alpha") in msg

@@ -22,7 +22,7 @@ import frontmatter
 import yaml
 from pydantic import ValidationError
 
-from components.io import strict_yaml
+from components.io import strict_yaml, yaml_problem
 from components.memory.cards import CARD_TYPES, Card, CardMeta
 from components.memory.errors import PackageError, Problem
 from components.memory.events import EVENTS
@@ -138,7 +138,7 @@ def _manifest(text: str | None, problems: list[Problem]) -> Manifest | None:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "-"
-        problems.append(Problem(MANIFEST, where, f"malformed YAML: {_yaml_problem(e)}"))
+        problems.append(Problem(MANIFEST, where, f"malformed YAML: {yaml_problem(e)}"))
         return None
     if not isinstance(raw, dict):
         problems.append(Problem(MANIFEST, "-", "must be a mapping"))
@@ -165,7 +165,7 @@ def _cards(texts: dict[str, str], problems: list[Problem]) -> dict[str, Card]:
         try:
             post = frontmatter.loads(text)
         except yaml.YAMLError as e:
-            problems.append(Problem(rel, "front matter", f"malformed YAML: {_yaml_problem(e)}"))
+            problems.append(Problem(rel, "front matter", f"malformed YAML: {yaml_problem(e)}"))
             continue
         try:
             meta = CardMeta.model_validate(dict(post.metadata))
@@ -227,11 +227,6 @@ def _reachability(cards: dict[str, Card], delivery: tuple[Bound, ...], problems:
         elif not any(b.spec.at == t.event and not b.strategy.ignores_triggers and takes(b, card) for b in delivery):
             problems.append(Problem(card.path, "trigger.event",
                                     f"no delivery binding delivers {card.meta.type} cards at {t.event!r}"))
-
-
-def _yaml_problem(e: yaml.YAMLError) -> str:
-    # one line: a ReaderError (a control character) has no `problem`, and its str() adds a second line (the position)
-    return str(getattr(e, "problem", None) or e).splitlines()[0]
 
 
 def _pydantic(file: str, err: ValidationError, prefix: str = "") -> list[Problem]:
