@@ -228,16 +228,27 @@ def test_work_done_listed_until_the_end_or_refused_is_not_w():
     refused = [st(0, ASK, pending=[(CANCEL, "2")]), st(1, a, o, pending=[(CANCEL, "2")]), st(2, ASK), st(3, FINISH)]
     f = one(refused)
     assert (f.kind, f.step) == ("policy_refusal", 1)
-    # the W finding would come later anyway; with the refusal's target excluded there is exactly one finding
-    # whichever comes first; an ineffective-card refusal does not exclude the W finding of its target
-    p = pkg(c=f"`{CANCEL}` ...")
+    # work dropped from the state and then refused on a rule that no card knows: the refusal, not W
     a, o = call(CANCEL, "2", ok=False, rule_id="r")
     late = [st(0, ASK, pending=[(CANCEL, "2")]), st(1, ASK, pending=[(CANCEL, "2")]), st(2, ASK),
-            st(3, a, o, delivered=("c",)), st(4, FINISH)]
-    f = one(late, p, {(CANCEL, "r"): False})
-    assert (f.owner, f.kind, f.step) == ("W", "overflow", 2)
+            st(3, a, o), st(4, FINISH)]
     f = one(late, NO_CARDS)
-    assert (f.owner, f.kind, f.step) == ("E", "policy_refusal", 3)  # a missing-rule refusal excludes its target
+    assert (f.owner, f.kind, f.step) == ("E", "policy_refusal", 3)
+
+
+@pytest.mark.xfail(strict=True, reason="bug (reported, issue 15): only `policy_refusal` findings exclude their target "
+                   "from W; a refused write judged ineffective_card / diluted_card / card_not_fired / card_unobserved "
+                   "is also reported as never written (W overflow), which wins as the earlier step")
+@pytest.mark.parametrize("helps,delivered", [(False, ("c",)), (True, ("c", "u")), (True, ()), (None, ())])
+def test_a_refused_write_is_never_work_that_was_not_written(helps, delivered):
+    """The same trace as above with a card about the rule in the package: the write was attempted and refused, so
+    whatever the card evidence says, the finding is the refusal (E, rho or unknown), never W ("never wrote")."""
+    p = pkg(c=f"`{CANCEL}` ...", u="other")
+    a, o = call(CANCEL, "2", ok=False, rule_id="r")
+    late = [st(0, ASK, pending=[(CANCEL, "2")]), st(1, ASK, pending=[(CANCEL, "2")]), st(2, ASK),
+            st(3, a, o, delivered=delivered), st(4, FINISH)]
+    f = one(late, p, {(CANCEL, "r"): helps})
+    assert f.owner != "W" and f.step == 3 and f.rule_id == "r"
 
 
 def test_the_earliest_finding_wins_and_a_tie_goes_to_the_owner_first_in_order():
