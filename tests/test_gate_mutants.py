@@ -621,3 +621,70 @@ def test_sequential_repair_records_and_skips_errored_interim_looks():
     # a look not evaluated yet: no verdict, an empty table
     res, p, rec = g.sequential_repair(b[b["seed"] == 5], c, 0.05, 0.05, design, items, seeds)
     assert res is None and p.empty and rec["looks_used"] == 0
+
+
+# -- second pass: survivors of the first run of these tests ----------------------------------------------------------
+
+
+def test_ci_ends_are_the_two_quantiles_of_the_resample_mean():
+    """0/1 over 200 items: the resample mean is Binomial(200, 0.6) / 200 (grid 0.005); each end within a grid step
+    of its exact quantile, at two levels (an asymmetric level would move one end by more)."""
+    d = np.array([1.0] * 120 + [0.0] * 80)
+    for alpha in (0.2, 0.05):
+        lo, hi = g.bootstrap_ci(d, 40_000, alpha, 3)
+        assert lo == pytest.approx(stats.binom.ppf(alpha / 2, 200, 0.6) / 200, abs=0.0051)
+        assert hi == pytest.approx(stats.binom.ppf(1 - alpha / 2, 200, 0.6) / 200, abs=0.0051)
+
+
+def test_decide_draws_with_the_configured_seed_and_reads_d_as_numbers():
+    d = np.random.default_rng(1).normal(0.2, 0.3, 40)
+    a = g.decide(per(d), GateConfig(n_boot=1000, seed=7, reg_cap=40))
+    assert a == g.decide(per(d), GateConfig(n_boot=1000, seed=7, reg_cap=40))
+    assert (a.ci_lo, a.ci_hi) != (g.decide(per(d), GateConfig(n_boot=1000, seed=8, reg_cap=40)).ci_lo,
+                                  g.decide(per(d), GateConfig(n_boot=1000, seed=8, reg_cap=40)).ci_hi)
+    assert (a.ci_lo, a.ci_hi) != (g.decide(per(d), GateConfig(n_boot=1000, seed=0, reg_cap=40)).ci_lo,
+                                  g.decide(per(d), GateConfig(n_boot=1000, seed=0, reg_cap=40)).ci_hi)
+    # a per-item table read as text (a CSV read with dtype=str) decides the same
+    as_text = per(d).astype({"d": str})
+    assert g.decide(as_text, GateConfig(n_boot=1000, seed=7, reg_cap=40)).accept == a.accept
+    assert g.decide(as_text, GateConfig(n_boot=1000, seed=7, reg_cap=40)).net == pytest.approx(a.net)
+
+
+def test_gate_refusal_figures_are_all_zero_and_the_mechanism_veto_is_passed_on():
+    b, c = arms({f"i{k}": [0.3] for k in range(6)}, errors={("cand", f"i{k}", 0): "x" for k in range(4)})
+    res, _ = g.gate(b, c, GateConfig(n_boot=1000))
+    assert (res.net, res.ci_lo, res.ci_hi, res.n_items, res.n_improved, res.n_regressed) == (0.0, 0.0, 0.0, 0, 0, 0)
+    assert (res.base_mean, res.cand_mean) == (0.0, 0.0)
+    b, c = arms({f"i{k}": [0.3] for k in range(8)})
+    assert g.gate(b, c, GateConfig(n_boot=1000))[0].accept
+    res, _ = g.gate(b, c, GateConfig(n_boot=1000), mechanism_fired=False)
+    assert not res.accept and res.reason == "the prescribed mechanism did not fire"
+    res, _ = g.gate(b, c, GateConfig(n_boot=1000), leakage=True)
+    assert not res.accept and res.reason == "leakage"
+
+
+def test_sequential_decide_takes_single_item_groups_and_the_named_spending():
+    res = g.sequential_decide(per([0.3] * 7), GateConfig(n_boot=1000, alpha=0.05), [1, 6], "pocock")
+    assert res.n_looks == 2 and res.looks[0]["n"] == 1
+    # two equal looks at one-sided 0.025: Pocock's first nominal level is about 0.0155, O'Brien-Fleming's 0.0015
+    poc = g.sequential_decide(per([0.1, -0.02] * 10), GateConfig(n_boot=1000, alpha=0.05, reg_cap=20), [10, 10],
+                              "pocock")
+    obf = g.sequential_decide(per([0.1, -0.02] * 10), GateConfig(n_boot=1000, alpha=0.05, reg_cap=20), [10, 10],
+                              "obf")
+    assert poc.looks[0]["level"] == pytest.approx(0.0155, rel=0.03)
+    assert obf.looks[0]["level"] == pytest.approx(0.0015, rel=0.1)
+
+
+def test_sequential_gate_waiting_and_refusing_return_an_empty_per_item_table_and_a_clean_record():
+    items, seeds = [f"t{i:02d}" for i in range(10)], [0, 1]
+    b, c = arms({i: [0.3, 0.3] for i in items}, base=0.4)
+    design = g.SequentialDesign(2, "pocock", "seeds")
+    cfg = GateConfig(n_boot=1000)
+    verdict, p, rec = g.sequential_gate(b.iloc[:0], c.iloc[:0], cfg, design, items, seeds)
+    assert verdict is None and p.empty and list(p.columns) == ["item_id", "base", "cand", "d"]
+    assert rec == {"looks": 2, "spending": "pocock", "by": "seeds", "looks_used": 0, "stopped_early": False,
+                   "why": "", "per_look": []}
+    b, c = arms({i: [0.3, 0.3] for i in items}, base=0.4, errors={("cand", i, 0): "x" for i in items[:6]})
+    res, p, _ = g.sequential_gate(b, c, cfg, design, items, seeds)
+    assert p.empty and list(p.columns) == ["item_id", "base", "cand", "d"]
+    assert (res.net, res.ci_lo, res.ci_hi, res.n_items, res.n_improved, res.n_regressed) == (0.0, 0.0, 0.0, 0, 0, 0)
