@@ -488,3 +488,13 @@ def test_each_kind_has_its_statement(kind, words):
     assert dg._statement(f, 3) == f"3 failed episode(s): {words}"
     assert dg._statement(Finding("e#0", "e", 1, "h", "E", kind, tool="T", rule_id="R", detail="d"), 1).endswith(
         f"{words} — d")
+
+
+def test_work_matches_proposals_to_writes_of_the_same_tool_only():
+    steps = [st(0, ASK, pending=[(CANCEL, "1")]), st(1, *call(RETURN, "1")), st(2, FINISH)]
+    assert dg._work(steps, WRITES, TARGETS) == 2  # a cancel proposal does not name a return of the same order
+    bare = {"kind": "tool", "tool": RETURN}  # a write with no args at all (a session-level write)
+    steps = [st(0, ASK, pending=[(RETURN, "1")]), st(1, bare, {"ok": True}), st(2, FINISH)]
+    assert dg._work(steps, WRITES) == 2  # the proposal's order is not among the write's (absent) args
+    steps = [st(0, ASK), st(1, bare, {"ok": True}), st(2, FINISH)]
+    assert dg._work(steps, WRITES) == 1

@@ -688,3 +688,51 @@ def test_sequential_gate_waiting_and_refusing_return_an_empty_per_item_table_and
     res, p, _ = g.sequential_gate(b, c, cfg, design, items, seeds)
     assert p.empty and list(p.columns) == ["item_id", "base", "cand", "d"]
     assert (res.net, res.ci_lo, res.ci_hi, res.n_items, res.n_improved, res.n_regressed) == (0.0, 0.0, 0.0, 0, 0, 0)
+
+
+def test_last_look_names_the_cap_of_the_items_it_compared():
+    """At the last look the cap is that of the items compared (errored items dropped), not of all declared items."""
+    share = GateConfig(n_boot=1000, reg_cap=0, reg_share=0.1)
+    d = np.array([0.4] * 17 + [-0.1] * 3)
+    v, why, _ = g.look_verdict(d, 2, [0.01, 0.02], share, n_total=40)
+    assert v is False and why == "3 regressed items > reg_cap 2 at look 2 of 2"
+
+
+def test_sequential_gate_passes_on_leakage_reads_by_items_as_final_and_records_each_look():
+    items, seeds = [f"t{i:02d}" for i in range(30)], [0, 1]
+    cfg = GateConfig(n_boot=1000, alpha=0.05)
+    b, c = arms({i: [0.3, 0.3] for i in items}, base=0.4)
+    res, _, rec = g.sequential_gate(b, c, cfg, g.SequentialDesign(2, "pocock", "seeds"), items, seeds, leakage=True)
+    assert not res.accept and res.reason == "leakage"
+    res, _, rec = g.sequential_gate(b, c, cfg, g.SequentialDesign(2, "pocock", "seeds"), items, seeds)
+    look = rec["per_look"][0]
+    assert (look["look"], look["n_looks"], look["n_items"], look["regressed"]) == (1, 2, 30, 0)
+    assert look["net"] == pytest.approx(0.3) and res.ci_lo == look["lo"] and res.ci_hi == look["hi"]
+    # by items the first look's regressions are final: 3 over the cap of 2 reject there
+    by_items = g.SequentialDesign(3, "pocock", "items")
+    first = set(by_items.groups(items, seeds)[0][0])
+    bad = {i: ([-0.3, -0.3] if i in sorted(first)[:3] else [0.3, 0.3]) for i in items}
+    b, c = arms(bad, base=0.4)
+    res, _, rec = g.sequential_gate(b, c, cfg, by_items, items, seeds)
+    assert not res.accept and rec["looks_used"] == 1 and "3 regressed items > reg_cap 2" in res.reason
+
+
+def test_repair_look_boundaries():
+    # exactly -material is not broken: one repair against none passes the full screen
+    assert g.repair_look(np.array([0.5, -0.0625]), 2, [0.01, 0.02], 0.0625)[0] is True
+    # two items already have a spread: a tight pair clears the bound at an interim look
+    ok, why = g.repair_look(np.array([0.3, 0.31]), 1, [0.01, 0.02], 0.05)
+    assert ok is True and why.startswith("clear repair at look 1 of 2")
+    # as many broken as repaired is not a clear repair, however tight the mean gain
+    assert g.repair_look(np.array([0.2, -0.06] + [0.04] * 30), 1, [0.01, 0.02], 0.05) == (None, "")
+
+
+def test_sequential_repair_waiting_record_and_early_means():
+    items, seeds = [f"t{i:02d}" for i in range(6)], [0, 1]
+    design = g.SequentialDesign(2, "pocock", "seeds")
+    b, c = arms({i: [0.3, 0.3] for i in items}, base=0.3)
+    res, p, rec = g.sequential_repair(b.iloc[:0], c, 0.05, 0.05, design, items, seeds)
+    assert res is None and list(p.columns) == ["item_id", "base", "cand", "d"]
+    assert rec == {"looks": 2, "spending": "pocock", "by": "seeds", "looks_used": 0, "stopped_early": False, "why": ""}
+    res, _, _ = g.sequential_repair(b, c, 0.05, 0.05, design, items, seeds)
+    assert res.base_mean == pytest.approx(0.3) and res.cand_mean == pytest.approx(0.6) and res.n_items == 6
