@@ -498,3 +498,34 @@ def test_work_matches_proposals_to_writes_of_the_same_tool_only():
     assert dg._work(steps, WRITES) == 2  # the proposal's order is not among the write's (absent) args
     steps = [st(0, ASK), st(1, bare, {"ok": True}), st(2, FINISH)]
     assert dg._work(steps, WRITES) == 1
+
+
+def test_card_evidence_reads_on_past_a_repeated_attempt():
+    """An episode retries order 1 and then writes order 2: both first attempts count (1 of 2 cleared the rule)."""
+    refused = call(CANCEL, "1", ok=False, rule_id="r")
+    eps = [[st(0, *refused, delivered=("c",), eid=f"e{i}#0"), st(1, *refused, delivered=("c",), eid=f"e{i}#0"),
+            st(2, *call(CANCEL, "2"), delivered=("c",), eid=f"e{i}#0")] for i in range(3)]
+    assert dg.card_evidence(eps, P, WRITES, TARGETS) == {(CANCEL, "r"): True}  # 0.5 >= the floor
+
+
+def test_diagnose_reads_write_targets_for_the_evidence_and_the_budget():
+    """Targets tell two orders apart: in the corpus's card evidence (a second order's write is a first attempt too)
+    and in the turn budget (two writes of one tool to two orders are two writes of work)."""
+    refused = call(CANCEL, "1", ok=False, rule_id="r")
+    two = [st(0, ASK), st(1, *refused, delivered=("c",)), st(2, *call(CANCEL, "2"), delivered=("c",)), st(3, FINISH)]
+    eps = {f"f{i}#0": two for i in range(5)}
+    scores = scores_of([(f"f{i}", 0, False, "") for i in range(5)])
+    d = diagnose(frames(eps), scores, P, WRITES, "c", TARGETS)
+    assert {(f.owner, f.kind, f.step) for f in d.findings} == {("E", "policy_refusal", 1)}  # 5 of 10 cleared: helps
+    success = [*confirmed_write(0, RETURN, "2"), *confirmed_write(2, RETURN, "3"), st(4, FINISH)]
+    pend = [(CANCEL, "1"), (CANCEL, "2")]
+    cut = [st(i, ASK, pending=pend) for i in range(5)]  # two writes of work, cut off at 5 steps
+    eps = {"s#0": success, "x#0": cut}
+    d = diagnose(frames(eps), scores_of([("s", 0, True, ""), ("x", 0, False, "")]), NO_CARDS, WRITES, "c", TARGETS)
+    assert [f.kind for f in d.findings] == ["no_divergence"]  # a success did two writes in 5 turns: not out of turns
+
+
+def test_turn_budget_counts_writes_to_distinct_targets():
+    success = [*confirmed_write(0, RETURN, "2", eid="s#0"), *confirmed_write(2, RETURN, "3", eid="s#0"),
+               st(4, FINISH, eid="s#0")]
+    assert TurnBudget.of([success], {"s#0": True}, WRITES, TARGETS).need == {1: 5, 2: 5}
