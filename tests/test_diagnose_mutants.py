@@ -529,3 +529,30 @@ def test_turn_budget_counts_writes_to_distinct_targets():
     success = [*confirmed_write(0, RETURN, "2", eid="s#0"), *confirmed_write(2, RETURN, "3", eid="s#0"),
                st(4, FINISH, eid="s#0")]
     assert TurnBudget.of([success], {"s#0": True}, WRITES, TARGETS).need == {1: 5, 2: 5}
+
+
+def test_a_blocking_receipt_on_a_step_that_names_no_tool_is_on_any_tool():
+    f = one([st(0, {"kind": "message", "content": "x"}, {"ok": False, "blocking": True, "code": "gone"}), st(1, FINISH)])
+    assert (f.kind, f.tool, f.detail) == ("blocking_error", "*", "gone")
+
+
+def test_out_of_turns_counts_the_work_with_the_benchmark_targets():
+    """Two unproposed writes of one tool to two orders are two writes of work (per the targets), beyond a budget in
+    which successes only ever did one; only the tools being written count."""
+    budget = TurnBudget(5, True, {1: 3})
+    steps = [*confirmed_write(0, RETURN, "2"), *confirmed_write(2, RETURN, "3"), st(4, ASK)]
+    f = one(steps, budget=budget)
+    assert (f.item_id, f.kind, f.detail) == ("t", "out_of_turns", "2 write(s) of work within a 5-turn budget")
+    only_cancel = {CANCEL: ["order_id"]}
+    pend = [(CANCEL, "1"), (RETURN, "2")]
+    f = diagnose_episode([st(i, ASK, pending=pend) for i in range(3)], "t", NO_CARDS, WRITES, episode_id="t#0",
+                         budget=TurnBudget(3, True, {1: 3}), targets=only_cancel)
+    assert (f.kind, f.detail) == ("out_of_turns", "2 write(s) of work within a 3-turn budget")
+
+
+def test_a_confirmation_is_read_through_the_benchmark_targets():
+    """Under targets only the order identifies a cancel: a confirmation that also carries a note covers it."""
+    ask = ({"kind": "tool", "tool": "confirm", "args": {"tool": CANCEL, "args": {"order_id": "1", "note": "asap"},
+                                                         "summary": "s"}},
+           {"role": "tool", "ok": True, "content": {"confirmed": True}})
+    assert one([st(0, *ask), st(1, *call(CANCEL, "1")), st(2, FINISH)]).kind == "no_divergence"
