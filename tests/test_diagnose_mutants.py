@@ -556,3 +556,28 @@ def test_a_confirmation_is_read_through_the_benchmark_targets():
                                                          "summary": "s"}},
            {"role": "tool", "ok": True, "content": {"confirmed": True}})
     assert one([st(0, *ask), st(1, *call(CANCEL, "1")), st(2, FINISH)]).kind == "no_divergence"
+
+
+def test_every_finding_names_its_episode_and_item():
+    cases = {
+        "premature_finish": confirmed_write(0, CANCEL, "1") + [st(2, FINISH, pending=[(CANCEL, "2")])],
+        "overflow": [st(0, ASK, pending=[(CANCEL, "2")]), st(1, FINISH)],
+        "no_divergence": [st(0, ASK), st(1, FINISH)],
+        "unconfirmed_write": [st(0, *call(CANCEL, "1")), st(1, FINISH)],
+    }
+    for kind, steps in cases.items():
+        f = diagnose_episode(steps, "item-7", NO_CARDS, WRITES, episode_id="item-7#2", targets=TARGETS)
+        assert (f.kind, f.episode_id, f.item_id) == (kind, "item-7#2", "item-7")
+    f = one(cases["no_divergence"])
+    assert (f.step, f.hash, f.owner, f.opportunity, f.patchability) == (1, cases["no_divergence"][1].hash, "none",
+                                                                         "unknown", "unknown")
+    # work listed at step 0 only and a finish at step 1: the divergence is the finish step, not the listing step
+    f = one(cases["overflow"])
+    assert (f.step, f.hash) == (1, cases["overflow"][1].hash)
+
+
+def test_steps_without_a_proposal_are_read():
+    steps = [TraceStep(episode_id="t#0", step=i, incoming={}, state_before=[], delivered=[], deliveries=[],
+                       action=a, checks=[], observation={}, proposal={}, state_after=[], fingerprint=[]).sealed()
+             for i, a in enumerate([ASK, FINISH])]
+    assert one(steps).kind == "no_divergence"
