@@ -736,3 +736,10 @@ def test_sequential_repair_waiting_record_and_early_means():
     assert rec == {"looks": 2, "spending": "pocock", "by": "seeds", "looks_used": 0, "stopped_early": False, "why": ""}
     res, _, _ = g.sequential_repair(b, c, 0.05, 0.05, design, items, seeds)
     assert res.base_mean == pytest.approx(0.3) and res.cand_mean == pytest.approx(0.6) and res.n_items == 6
+
+
+@pytest.mark.parametrize("d", [[0.0, 0.5, 1.0, 0.5], [0.0, math.sqrt(2) / 10, math.pi / 10]])
+def test_boot_means_are_reproducible_from_their_seed(d):
+    a = g.boot_means(np.array(d), 2000, 5)
+    assert np.array_equal(a, g.boot_means(np.array(d), 2000, 5))
+    assert not np.array_equal(a, g.boot_means(np.array(d), 2000, 6))
