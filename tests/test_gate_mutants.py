@@ -743,3 +743,21 @@ def test_boot_means_are_reproducible_from_their_seed(d):
     a = g.boot_means(np.array(d), 2000, 5)
     assert np.array_equal(a, g.boot_means(np.array(d), 2000, 5))
     assert not np.array_equal(a, g.boot_means(np.array(d), 2000, 6))
+
+
+def test_scores_read_as_text_pair_as_numbers_and_out_of_range_lists_five():
+    b, c = arms({f"i{k}": [0.25, 0.25] for k in range(5)}, base=0.5)
+    p, _ = g.pair(b.astype({"score": str}), c.astype({"score": str}))
+    assert np.allclose(p["d"], 0.25) and np.allclose(p["base"], 0.5)
+    b, c = arms({f"i{k}": [0.1] for k in range(7)})
+    with pytest.raises(PairingError) as e:
+        g.pair(b, c.assign(score=1.5))
+    assert str(e.value) == "cand: score outside [0, 1] for i0#0, i1#0, i2#0, i3#0, i4#0"
+
+
+def test_repair_screen_refusal_is_a_plain_no_with_an_empty_table():
+    b, c = arms({"a": [0.3, 0.3], "b": [0.3, 0.3]}, errors={("cand", "a", 0): "x", ("cand", "a", 1): "y",
+                                                             ("cand", "b", 0): "z"})
+    res, p = g.repair_screen(b, c)
+    assert res.ok is False and (res.repaired, res.broken, res.base_mean, res.cand_mean) == (0, 0, 0.0, 0.0)
+    assert list(p.columns) == ["item_id", "base", "cand", "d"] and p.empty
