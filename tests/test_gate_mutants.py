@@ -761,3 +761,10 @@ def test_repair_screen_refusal_is_a_plain_no_with_an_empty_table():
     res, p = g.repair_screen(b, c)
     assert res.ok is False and (res.repaired, res.broken, res.base_mean, res.cand_mean) == (0, 0, 0.0, 0.0)
     assert list(p.columns) == ["item_id", "base", "cand", "d"] and p.empty
+
+
+def test_missing_error_cells_are_not_errors():
+    b, c = arms({f"i{k}": [0.3] for k in range(5)}, errors={})
+    b["error"], c["error"] = None, float("nan")
+    p, dropped = g.pair(b, c)
+    assert dropped == 0 and len(p) == 5
