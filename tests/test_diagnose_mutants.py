@@ -532,7 +532,8 @@ def test_turn_budget_counts_writes_to_distinct_targets():
 
 
 def test_a_blocking_receipt_on_a_step_that_names_no_tool_is_on_any_tool():
-    f = one([st(0, {"kind": "message", "content": "x"}, {"ok": False, "blocking": True, "code": "gone"}), st(1, FINISH)])
+    gone = {"ok": False, "blocking": True, "code": "gone"}
+    f = one([st(0, {"kind": "message", "content": "x"}, gone), st(1, FINISH)])
     assert (f.kind, f.tool, f.detail) == ("blocking_error", "*", "gone")
 
 
