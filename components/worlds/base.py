@@ -320,6 +320,26 @@ def stratified_split(tasks: list[Task], seed: int, families: Iterable[str],
     return out
 
 
+def materializer(world: str, version: int, generate: Callable[[int, int | None], tuple[dict, list[Task]]],
+                 families: Mapping[str, int], policy_text: Callable[[], str], tools: list[dict],
+                 targets: Mapping[str, list[str]]) -> Callable[..., Path]:
+    """A world's `materialize` from its parts: `generate(seed, per_family) -> (db, tasks)`, the families (name ->
+    default count; the split is stratified by them), the policy, the tool schemas and the write tools' targets."""
+
+    def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
+                    fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> Path:
+        """Write the benchmark files for `seed` atomically; the same arguments give the same bytes."""
+        db, tasks = generate(seed, per_family)
+        splits = stratified_split(tasks, seed, families, fractions)
+        meta = {"world": world, "version": version, "seed": seed, "n_tasks": len(tasks),
+                "families": {f: per_family or n for f, n in families.items()},
+                "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(targets),
+                "targets": {t: list(targets[t]) for t in sorted(targets)}}
+        return write_benchmark(out, meta, policy_text(), tools, db, tasks, splits)  # checked by the data contract
+
+    return materialize
+
+
 def write_benchmark(out: str | Path, meta: dict, policy: str, tools: list[dict], db: dict, tasks: list[Task],
                     splits: dict[str, list[str]]) -> Path:
     """Write a benchmark directory atomically (tasks.csv derived from the tasks), checked by the data contract before

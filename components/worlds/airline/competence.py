@@ -19,7 +19,7 @@ from typing import Any
 from components.worlds.airline import facts as F
 from components.worlds.airline import language
 from components.worlds.airline.catalog import TODAY, days_before
-from components.worlds.base import ONLY_EMAIL
+from components.worlds.accounts import opening
 from components.worlds.competence import Beliefs, Request, Step, View, requests_from
 
 NAIVE = {
@@ -50,20 +50,7 @@ class AirlineCompetence:
 
     # -- session and reads -------------------------------------------------------------------------------------------
     def opening(self, view: View, plan_only: bool = False) -> Step | None:
-        uid = _user_id(view)
-        if uid is None:
-            if plan_only:
-                return "", ("find_user_id_by_email", {})
-            if not view.results("find_user_id_by_email"):
-                return "", ("find_user_id_by_email", {"email": view.info.get("email") or ""})
-            if any(t == ONLY_EMAIL for t in view.user_texts):
-                return "", ("transfer_to_human_agents", {"summary": "member could not be authenticated"})
-            return "I could not find an account with that email. Could you give me another email?", None
-        if plan_only:
-            return None
-        if _user(view) is None:
-            return "", ("get_user_details", {"user_id": uid})
-        return None
+        return opening(view, plan_only, "member", loaded=_user(view) is not None)
 
     def prepare(self, view: View, request: Request) -> Step | None:
         rid = request.target["reservation_id"]
@@ -135,13 +122,6 @@ def _today(v: View):
 
     m = TODAY_RE.search(v.policy)
     return date.fromisoformat(m.group(1)) if m else TODAY
-
-
-def _user_id(v: View) -> str | None:
-    for _c, r in v.results("find_user_id_by_email"):
-        if "user_id" in r:
-            return r["user_id"]
-    return None
 
 
 def _user(v: View) -> dict | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from components.worlds.airline import facts as F
 from components.worlds.airline.catalog import days_before
-from components.worlds.base import ToolBase
+from components.worlds.accounts import AccountTools
 
 MIN_DELAY = 180  # minutes: shorter delays are not compensated (a stated general rule; a blocking refusal)
 
@@ -69,7 +69,7 @@ def _int(x: Any) -> int | None:
     return None
 
 
-class AirlineTools(ToolBase):
+class AirlineTools(AccountTools):
     tool_names, write_tools, facts = TOOL_NAMES, WRITE_TOOLS, F.BY_ID
     shared = "flights"  # flights are never written
 
@@ -86,18 +86,6 @@ class AirlineTools(ToolBase):
         return self.db["users"][r["user_id"]]["tier"]
 
     # -- reads -----------------------------------------------------------------------------------------------------
-    def _t_find_user_id_by_email(self, email: str):
-        for u in self.db["users"].values():
-            if u["email"] == str(email).strip().lower():
-                return True, None, {"user_id": u["user_id"]}
-        return self._fail("not_found", f"no user with email {email}", blocking=True)
-
-    def _t_get_user_details(self, user_id: str):
-        u = self.db["users"].get(user_id)
-        if u is None:
-            return self._fail("not_found", f"no user {user_id}", blocking=True)
-        return True, None, copy.deepcopy(u)
-
     def _t_get_reservation_details(self, reservation_id: str):
         r = self.db["reservations"].get(reservation_id)
         if r is None:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from components.worlds.base import stratified_split, write_benchmark
+from components.worlds.base import materializer
 from components.worlds.retail.tasks import FAMILIES, generate, policy_text
-from components.worlds.retail.tools import TOOLS, WRITE_TOOLS
+from components.worlds.retail.tools import TOOLS
 
 VERSION = 1
 # write tool -> the args that name what it acts on (meta.json "targets"; generic code reads it from there);
@@ -15,14 +13,4 @@ TARGETS = {"cancel_pending_order": ["order_id"], "return_delivered_order_items":
            "exchange_delivered_order_items": ["order_id"], "modify_pending_order_address": ["order_id"],
            "modify_user_address": [], "issue_store_credit": ["order_id"]}
 
-
-def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
-                fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> Path:
-    """Write the benchmark files for `seed` atomically; the same arguments give the same bytes."""
-    db, tasks = generate(seed, per_family)
-    splits = stratified_split(tasks, seed, FAMILIES, fractions)
-    families = {f: per_family or n for f, n in FAMILIES.items()}
-    meta = {"world": "retail", "version": VERSION, "seed": seed, "n_tasks": len(tasks), "families": families,
-            "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(WRITE_TOOLS),
-            "targets": {t: TARGETS[t] for t in sorted(WRITE_TOOLS)}}
-    return write_benchmark(out, meta, policy_text(), TOOLS, db, tasks, splits)  # checked by the data contract
+materialize = materializer("retail", VERSION, generate, FAMILIES, policy_text, TOOLS, TARGETS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.worlds.accounts import opening, user_id
 from components.worlds.competence import Beliefs, Request, Step, View, requests_from
 from components.worlds.retail import language
 from components.worlds.retail import facts as F
@@ -28,20 +29,7 @@ class RetailCompetence:
 
     # -- session and reads ---------------------------------------------------------------------------------------
     def opening(self, view: View, plan_only: bool = False) -> Step | None:
-        uid = _user_id(view)
-        if uid is None:
-            if plan_only:
-                return "", ("find_user_id_by_email", {})
-            if not view.results("find_user_id_by_email"):
-                return "", ("find_user_id_by_email", {"email": view.info.get("email") or ""})
-            if any("only email" in t for t in view.user_texts):
-                return "", ("transfer_to_human_agents", {"summary": "customer could not be authenticated"})
-            return "I could not find an account with that email. Could you give me another email?", None
-        if plan_only:
-            return None  # loading the account is bookkeeping: the intent is the first request's next step
-        if not view.results("get_user_details"):
-            return "", ("get_user_details", {"user_id": uid})
-        return None
+        return opening(view, plan_only, "customer", loaded=bool(view.results("get_user_details")))
 
     def prepare(self, view: View, request: Request) -> Step | None:
         oid = request.target.get("order_id")
@@ -95,7 +83,7 @@ class RetailCompetence:
                                  "exchange_fee": F.exchange_fee(order, 1, _fee(know.get("exchange_fee")))})
         if r.kind in ("user_address", "order_address"):
             if r.kind == "user_address":
-                target, extra, rule = {"user_id": _user_id(view) or ""}, {}, "user_address_validated"
+                target, extra, rule = {"user_id": user_id(view) or ""}, {}, "user_address_validated"
             else:
                 target, rule = {"order_id": oid}, "address_validated"
                 extra = {"reroute_fee": F.reroute_fee(order, _fee(know.get("reroute_fee")))}
@@ -130,13 +118,6 @@ def _fee(value: object) -> Fee | None:
 
 def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _user_id(v: View) -> str | None:
-    for _c, r in v.results("find_user_id_by_email"):
-        if "user_id" in r:
-            return r["user_id"]
-    return None
 
 
 def _user_methods(v: View) -> list[dict]:

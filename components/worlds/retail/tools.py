@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from components.worlds.base import ToolBase
+from components.worlds.accounts import AccountTools
 from components.worlds.retail.catalog import normalize_address
 from components.worlds.retail import facts as F
 from components.worlds.retail.facts import BY_ID, REASONS
@@ -69,7 +69,7 @@ TERMINAL_TOOLS = frozenset({"transfer_to_human_agents"})
 TOOL_NAMES = READ_TOOLS | WRITE_TOOLS | TERMINAL_TOOLS
 
 
-class RetailTools(ToolBase):
+class RetailTools(AccountTools):
     tool_names, write_tools, facts = TOOL_NAMES, WRITE_TOOLS, BY_ID
     shared = "products"  # the catalog is never written (reads hand out copies)
 
@@ -78,18 +78,6 @@ class RetailTools(ToolBase):
         return self.db["orders"].get(order_id)
 
     # -- reads -----------------------------------------------------------------------------------------------
-    def _t_find_user_id_by_email(self, email: str):
-        for u in self.db["users"].values():
-            if u["email"] == email.strip().lower():
-                return True, None, {"user_id": u["user_id"]}
-        return self._fail("not_found", f"no user with email {email}", blocking=True)
-
-    def _t_get_user_details(self, user_id: str):
-        u = self.db["users"].get(user_id)
-        if u is None:
-            return self._fail("not_found", f"no user {user_id}", blocking=True)
-        return True, None, copy.deepcopy(u)
-
     def _t_get_order_details(self, order_id: str):
         o = self._order(order_id)
         if o is None:
