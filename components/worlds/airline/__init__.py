@@ -5,21 +5,10 @@ episodes show them)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from components.worlds.airline.tasks import FAMILIES, generate, policy_text, split
-from components.worlds.airline.tools import TARGETS, TOOLS, WRITE_TOOLS
-from components.worlds.base import write_benchmark
+from components.worlds.airline.tasks import FAMILIES, generate, policy_text
+from components.worlds.airline.tools import TARGETS, TOOLS
+from components.worlds.base import materializer
 
 VERSION = 1
 
-
-def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
-                fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> Path:
-    """Write the benchmark files for `seed` atomically; the same arguments give the same bytes."""
-    db, tasks = generate(seed, per_family)
-    splits = split(tasks, seed, fractions)
-    families = {f: per_family or n for f, n in FAMILIES.items()}
-    meta = {"world": "airline", "version": VERSION, "seed": seed, "n_tasks": len(tasks), "families": families,
-            "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(WRITE_TOOLS), "targets": TARGETS}
-    return write_benchmark(out, meta, policy_text(), TOOLS, db, tasks, splits)  # checked by the data contract
+materialize = materializer("airline", VERSION, generate, FAMILIES, policy_text, TOOLS, TARGETS)

@@ -9,19 +9,13 @@ from __future__ import annotations
 import random
 from datetime import date, timedelta
 
+from components.worlds.accounts import FIRST, digits, email, new_person, payment_methods
+
 TODAY = date(2026, 6, 1)
 TIERS = ("regular", "silver", "gold")
 FARES = ("basic", "economy", "flex", "business")
 AIRPORTS = ("JFK", "LAX", "ORD", "SEA", "BOS", "DEN", "ATL", "SFO", "MIA", "PHX", "DFW", "MSP")
-FIRST = ("Ava", "Liam", "Noah", "Emma", "Mia", "Lucas", "Yusuf", "Sofia", "Omar", "Ivan", "Chen", "Amara", "Raj",
-         "Lena", "Mateo", "Fatima", "Ethan", "Hana", "Olivia", "Kofi", "Ines", "Arjun", "Zoe", "Daniel")
-LAST = ("Smith", "Garcia", "Kim", "Patel", "Nguyen", "Silva", "Ivanova", "Okafor", "Rossi", "Haddad", "Lopez",
-        "Moreau", "Schmidt", "Sato", "Kowalski", "Brown", "Ali", "Costa", "Hansen", "Jones")
 ALNUM = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
-
-
-def _digits(rng: random.Random, n: int) -> str:
-    return "".join(rng.choice("0123456789") for _ in range(n))
 
 
 def day(offset: int) -> str:
@@ -34,22 +28,16 @@ def days_before(departure: str) -> int:
 
 
 def make_user(rng: random.Random, used: set[str], tier: str, kinds: list[str]) -> dict:
-    while True:
-        first, last = rng.choice(FIRST), rng.choice(LAST)
-        uid = f"{first.lower()}_{last.lower()}_{_digits(rng, 4)}"
-        if uid not in used:
-            used.add(uid)
-            break
-    methods = [{"id": f"{k}_{_digits(rng, 7)}", "kind": k} for k in kinds]
+    uid, first, last = new_person(rng, used)
+    methods = payment_methods(rng, kinds)
     return {"user_id": uid, "name": f"{first} {last}", "first_name": first, "last_name": last,
-            "email": f"{first.lower()}.{last.lower()}{_digits(rng, 3)}@example.com", "tier": tier,
-            "payment_methods": methods, "reservations": []}
+            "email": email(rng, first, last), "tier": tier, "payment_methods": methods, "reservations": []}
 
 
 def make_flight(rng: random.Random, used: set[str], origin: str, destination: str, offset: int,
                 status: str = "scheduled", delay_minutes: int = 0) -> dict:
     while True:
-        no = "AX" + _digits(rng, 4)
+        no = "AX" + digits(rng, 4)
         if no not in used:
             used.add(no)
             break

@@ -7,6 +7,8 @@ import hashlib
 import itertools
 import random
 
+from components.worlds.accounts import digits, email, new_person, payment_methods
+
 PRODUCTS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
     ("T-Shirt", {"color": ("black", "white", "blue", "red"), "size": ("S", "M", "L", "XL")}),
     ("Hiking Boots", {"size": ("8", "9", "10", "11"), "material": ("leather", "synthetic")}),
@@ -20,19 +22,11 @@ PRODUCTS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
     ("Wall Clock", {"style": ("modern", "classic"), "color": ("black", "wood", "white")}),
 )
 
-FIRST = ("Ava", "Liam", "Noah", "Emma", "Mia", "Lucas", "Yusuf", "Sofia", "Omar", "Ivan", "Chen", "Amara", "Raj",
-         "Lena", "Mateo", "Fatima", "Ethan", "Hana", "Olivia", "Kofi", "Ines", "Arjun", "Zoe", "Daniel")
-LAST = ("Smith", "Garcia", "Kim", "Patel", "Nguyen", "Silva", "Ivanova", "Okafor", "Rossi", "Haddad", "Lopez",
-        "Moreau", "Schmidt", "Sato", "Kowalski", "Brown", "Ali", "Costa", "Hansen", "Jones")
 STREETS = ("Maple Street", "Oak Avenue", "Cedar Lane", "Pine Road", "Elm Street", "Lake Drive", "Hill Road",
            "River Avenue", "Park Lane", "Sunset Boulevard", "Main Street", "Willow Way")
 CITIES = (("Austin", "TX", "787"), ("Denver", "CO", "802"), ("Seattle", "WA", "981"), ("Boston", "MA", "021"),
           ("Phoenix", "AZ", "850"), ("Columbus", "OH", "432"), ("Portland", "OR", "972"), ("Chicago", "IL", "606"))
 ABBREV = {"Street": "ST", "Avenue": "AVE", "Lane": "LN", "Road": "RD", "Drive": "DR", "Boulevard": "BLVD", "Way": "WAY"}
-
-
-def _digits(rng: random.Random, n: int) -> str:
-    return "".join(rng.choice("0123456789") for _ in range(n))
 
 
 def normalize_address(address1: str, city: str, state: str, zip: str) -> dict[str, str]:
@@ -46,12 +40,12 @@ def normalize_address(address1: str, city: str, state: str, zip: str) -> dict[st
 def make_catalog(rng: random.Random) -> dict[str, dict]:
     products = {}
     for name, dims in PRODUCTS:
-        pid = _digits(rng, 10)
+        pid = digits(rng, 10)
         variants = {}
         keys = list(dims)
         base = rng.randint(15, 180)
         for combo in itertools.product(*(dims[k] for k in keys)):
-            item_id = _digits(rng, 10)
+            item_id = digits(rng, 10)
             variants[item_id] = {
                 "item_id": item_id,
                 "options": dict(zip(keys, combo)),
@@ -65,19 +59,13 @@ def make_catalog(rng: random.Random) -> dict[str, dict]:
 def make_address(rng: random.Random) -> dict[str, str]:
     city, state, zp = rng.choice(CITIES)
     return {"address1": f"{rng.randint(10, 999)} {rng.choice(STREETS)}", "city": city, "state": state,
-            "zip": zp + _digits(rng, 2)}
+            "zip": zp + digits(rng, 2)}
 
 
 def make_user(rng: random.Random, used: set[str]) -> dict:
-    while True:
-        first, last = rng.choice(FIRST), rng.choice(LAST)
-        uid = f"{first.lower()}_{last.lower()}_{_digits(rng, 4)}"
-        if uid not in used:
-            used.add(uid)
-            break
-    kinds = rng.sample(["credit_card", "paypal", "gift_card"], k=rng.choice((2, 3)))
-    methods = [{"id": f"{k}_{_digits(rng, 7)}", "kind": k} for k in kinds]
-    return {"user_id": uid, "name": f"{first} {last}", "email": f"{first.lower()}.{last.lower()}{_digits(rng, 3)}@example.com",
+    uid, first, last = new_person(rng, used)
+    methods = payment_methods(rng, rng.sample(["credit_card", "paypal", "gift_card"], k=rng.choice((2, 3))))
+    return {"user_id": uid, "name": f"{first} {last}", "email": email(rng, first, last),
             "address": make_address(rng), "payment_methods": methods, "orders": []}
 
 
@@ -85,7 +73,7 @@ def make_order(rng: random.Random, user: dict, products: dict, status: str, n_it
                payment_method_id: str | None = None, ages: random.Random | None = None) -> dict:
     """An order; `ages` draws its ages (a stream of its own, so the rest of the data does not shift with them)."""
     while True:
-        oid = "#W" + _digits(rng, 7)
+        oid = "#W" + digits(rng, 7)
         if oid not in used:
             used.add(oid)
             break

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.worlds.competence import Beliefs, Request, Step, View
+from components.worlds.accounts import opening, user_id
+from components.worlds.competence import Beliefs, Request, Step, View, requests_from
 from components.worlds.retail import language
 from components.worlds.retail import facts as F
 from components.worlds.retail.facts import FACTS, VERBATIM, Fee
@@ -23,28 +24,12 @@ class RetailCompetence:
 
     # -- reading the customer ----------------------------------------------------------------------------------
     def parse(self, first_message: str) -> tuple[list[Request], dict[str, Any]]:
-        reqs = []
-        for r in language.parse_requests(first_message):
-            kind, tool, oid = r.pop("kind"), r.pop("tool"), r.pop("order_id", None)
-            reqs.append(Request(kind, tool, {"order_id": oid} if oid else {}, r))
-        return reqs, {"email": language.parse_email(first_message)}
+        return requests_from(language.parse_requests(first_message), "order_id"), \
+            {"email": language.parse_email(first_message)}
 
     # -- session and reads ---------------------------------------------------------------------------------------
     def opening(self, view: View, plan_only: bool = False) -> Step | None:
-        uid = _user_id(view)
-        if uid is None:
-            if plan_only:
-                return "", ("find_user_id_by_email", {})
-            if not view.results("find_user_id_by_email"):
-                return "", ("find_user_id_by_email", {"email": view.info.get("email") or ""})
-            if any("only email" in t for t in view.user_texts):
-                return "", ("transfer_to_human_agents", {"summary": "customer could not be authenticated"})
-            return "I could not find an account with that email. Could you give me another email?", None
-        if plan_only:
-            return None  # loading the account is bookkeeping: the intent is the first request's next step
-        if not view.results("get_user_details"):
-            return "", ("get_user_details", {"user_id": uid})
-        return None
+        return opening(view, plan_only, "customer", loaded=bool(view.results("get_user_details")))
 
     def prepare(self, view: View, request: Request) -> Step | None:
         oid = request.target.get("order_id")
@@ -98,7 +83,7 @@ class RetailCompetence:
                                  "exchange_fee": F.exchange_fee(order, 1, _fee(know.get("exchange_fee")))})
         if r.kind in ("user_address", "order_address"):
             if r.kind == "user_address":
-                target, extra, rule = {"user_id": _user_id(view) or ""}, {}, "user_address_validated"
+                target, extra, rule = {"user_id": user_id(view) or ""}, {}, "user_address_validated"
             else:
                 target, rule = {"order_id": oid}, "address_validated"
                 extra = {"reroute_fee": F.reroute_fee(order, _fee(know.get("reroute_fee")))}
@@ -135,13 +120,6 @@ def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _user_id(v: View) -> str | None:
-    for _c, r in v.results("find_user_id_by_email"):
-        if "user_id" in r:
-            return r["user_id"]
-    return None
-
-
 def _user_methods(v: View) -> list[dict]:
     for _c, res in v.results("get_user_details"):
         return res.get("payment_methods", [])
@@ -149,8 +127,7 @@ def _user_methods(v: View) -> list[dict]:
 
 
 def _order(v: View, order_id: str | None) -> dict | None:
-    got = [res for c, res in v.results("get_order_details") if c["args"].get("order_id") == order_id]
-    return got[-1] if got else None
+    return v.latest("get_order_details", "order_id", order_id)
 
 
 def _item(order: dict, r: Request) -> dict:
@@ -158,8 +135,8 @@ def _item(order: dict, r: Request) -> dict:
 
 
 def _variants(v: View, item: dict) -> list | None:
-    got = [res for c, res in v.results("get_product_variants") if c["args"].get("product_id") == item["product_id"]]
-    return got[-1]["variants"] if got else None
+    got = v.latest("get_product_variants", "product_id", item["product_id"])
+    return got["variants"] if got is not None else None
 
 
 def _variant(variants: list | None, options: dict) -> dict | None:
