@@ -39,7 +39,7 @@ from components.evolution.validate import fired
 from components.failpoints import failpoint
 from components.io import claim_output, mark_output, output_kind, remove_output
 from components.memory.package import digest, load_package
-from components.models.callcache import deterministic
+from components.models.callcache import deterministic, saved
 from components.params import Params
 from components.runtime.evaluate import EvalTables, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
@@ -396,6 +396,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     result["dev_looks"] = dev_looks(result["history"], p.gate.campaign_alpha)  # held-out reuse, accounted
     write_json(out / "summary.json", result)
     ledger_report = ledger.report(wallet)
+    ledger_report["reply_store"] = saved(budget.get("call_cache"))  # answered from the store: not paid, still used
     write_json(state_dir(out) / "budget.json", ledger_report)
     tracker.finish(result, out / "summary.json", test_evals if test else [], spent=ledger_report["spent"])
     text, chains = champion_chain(p.evidence, c.name, champion.name)  # why the champion is what it is

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from components.evidence.budget import Estimate
-from components.models.callcache import deterministic
+from components.models.callcache import deterministic, saved
 from components.runtime.evaluate import run_shard
 from tests.conftest import PACKAGES
 
@@ -55,6 +55,10 @@ def test_a_champion_evaluated_again_pays_nothing_and_a_patch_pays_only_where_it_
     cand_calls = int(cand.scores["model_calls"].sum())
     assert 0 < cand.paid["model_calls"] < cand_calls  # paid only from the turn the card first changes the request
     assert cand.paid["hits"] + cand.paid["model_calls"] == cand_calls
+    # the store's books: every call answered from it is counted as saved, so paid + saved = what the tables used
+    used = calls + calls + cand_calls
+    paid = first.paid["model_calls"] + again.paid["model_calls"] + cand.paid["model_calls"]
+    assert saved(store)["model_calls"] == used - paid > 0
 
 
 def test_the_ledger_is_charged_what_was_paid_and_only_deterministic_models_are_stored(bench, tmp_path):

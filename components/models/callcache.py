@@ -39,8 +39,11 @@ class CallStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("CREATE TABLE IF NOT EXISTS reply (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+        # what the replies answered from the store would have cost (the campaign's books: paid + saved = used)
+        self.db.execute("CREATE TABLE IF NOT EXISTS saved (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
         self.db.commit()
         self.pending: dict[str, bytes] = {}
+        self.saved = Usage()  # not yet written
 
     def get(self, key: str) -> ChatResult | None:
         blob = self.pending.get(key)
@@ -53,10 +56,19 @@ class CallStore:
         self.pending[key] = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
 
     def flush(self) -> None:
-        if self.pending:
+        if self.pending or self.saved.calls:
             with self.db:
                 self.db.executemany("INSERT OR IGNORE INTO reply (key, value) VALUES (?, ?)", self.pending.items())
+                self.db.executemany("INSERT INTO saved (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
+                                    "SET value = value + excluded.value", _fields(self.saved).items())
             self.pending.clear()
+            self.saved = Usage()
+
+    def totals(self) -> dict[str, int]:
+        """Model calls and tokens the store answered so far (what they would have cost)."""
+        got = dict.fromkeys(_fields(Usage()), 0)
+        got.update(self.db.execute("SELECT name, value FROM saved").fetchall())
+        return got
 
     def close(self) -> None:
         self.flush()
@@ -79,6 +91,7 @@ class CachedModel:
         got = self.store.get(key)
         if got is not None:
             self.hits += 1
+            self.store.saved = add_usage(self.store.saved, got.usage)
             return got
         try:
             got = self.model.complete(messages, tools=tools, seed=seed, json_mode=json_mode)
@@ -88,3 +101,18 @@ class CachedModel:
         self.paid = add_usage(self.paid, got.usage)
         self.store.put(key, got)
         return got
+
+
+def _fields(u: Usage) -> dict[str, int]:
+    return {"model_calls": u.calls, "tokens_in": u.tokens_in, "tokens_out": u.tokens_out}
+
+
+def saved(path: str | Path | None) -> dict[str, int] | None:
+    """What a campaign's reply store answered (None: no store)."""
+    if path is None or not Path(path).is_file():
+        return None
+    store = CallStore(path)
+    try:
+        return store.totals()
+    finally:
+        store.close()
