@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
@@ -70,11 +71,11 @@ def one_size(kind: str, n: int, n_boot: int) -> dict:
 
     d = (rubric_d if kind == "rubric" else continuous_d)(n)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     lo, hi = bootstrap_ci(d, n_boot, 0.05, 0)
-    dt = time.perf_counter() - t
+    dt, cpu = time.perf_counter() - t, time.process_time() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"kind": kind, "n": n, "n_boot": n_boot, "seconds": dt, "peak_rss_mb": peak / 1024,
+    return {"kind": kind, "n": n, "n_boot": n_boot, "seconds": dt, "cpu_seconds": cpu, "peak_rss_mb": peak / 1024,
             "rss_before_mb": before / 1024, "ci": [lo, hi]}
 
 
@@ -134,7 +135,8 @@ def main() -> None:
         p = subprocess.run([sys.executable, __file__, "--one", f"{kind}:{big}:{boots}"], capture_output=True, text=True,
                            check=True)
         r = json.loads(p.stdout.strip().splitlines()[-1])
-        print(f"{kind:>10} d, {big} items, {boots} resamples: {r['seconds']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB "
+        print(f"{kind:>10} d, {big} items, {boots} resamples: {r['seconds']:.2f} s wall "
+              f"({r['cpu_seconds']:.2f} s CPU, all threads; load {os.getloadavg()[0]:.1f}), peak RSS {r['peak_rss_mb']:.0f} MB "
               f"(process before the CI: {r['rss_before_mb']:.0f} MB), CI [{r['ci'][0]:+.5f}, {r['ci'][1]:+.5f}]")
     print(f"ratchet gate on a 60-item table: {cli_wall(60, 1 if a.quick else 5):.2f} s wall (median)")
     print(f"bootstrap speedup vs plain Python at {n} items (rubric d): {t_plain / t_ours:.0f}x")

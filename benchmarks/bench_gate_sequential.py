@@ -108,6 +108,8 @@ def main() -> None:
     ap.add_argument("--on", help="a finished campaign run with gate.sequential on")
     ap.add_argument("--off", help="the same campaign with gate.sequential.looks: 1")
     ap.add_argument("--campaign", default=str(ROOT / "runs/campaign"))
+    ap.add_argument("--names", default="sequential on,off",
+                    help="what --on and --off differ by, for the last line (e.g. 'reply store on,off')")
     ap.add_argument("--looks", type=int, default=3)
     ap.add_argument("--spending", default="obf")
     ap.add_argument("--order", choices=["hash", "dev"], default="hash",
@@ -129,7 +131,8 @@ def main() -> None:
               f"{'identical' if c['champion'][0] == c['champion'][1] else 'DIFFERS'}; test net on "
               f"{(t_on or {}).get('net', float('nan')):+.3f}, off {(t_off or {}).get('net', float('nan')):+.3f}")
         on_, off_ = c["paid"]["on"], c["paid"]["off"]
-        print(f"model calls paid per campaign: sequential on {on_:,}, off {off_:,}: "
+        name_on, name_off = (a.names.split(",") + ["off"])[:2]
+        print(f"model calls paid per campaign: {name_on} {on_:,}, {name_off} {off_:,}: "
               f"{100 * (off_ - on_) / max(1, off_):.1f}% fewer")
         return
     r = replay(Path(a.campaign), a.looks, a.spending, a.order == "hash")

@@ -39,6 +39,7 @@ from components.evolution.validate import fired
 from components.failpoints import failpoint
 from components.io import claim_output, mark_output, output_kind, remove_output
 from components.memory.package import digest, load_package
+from components.models.callcache import deterministic, saved
 from components.params import Params
 from components.runtime.evaluate import EvalTables, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
@@ -66,7 +67,10 @@ def stage_done(p: Params, round_no: int, stage: str, **extra) -> None:
 
 def budget_spec(p: Params) -> dict:
     b, c = p.budget, p.campaign
+    # a deterministic model's replies are stored per campaign: a request asked again (the same champion's episodes,
+    # a candidate's up to its patch's first effect) is not paid twice, and the tables stay byte-identical
     return {"db": str(state_dir(c.out) / "budget.sqlite"), "wallet": c.name,
+            "call_cache": str(state_dir(c.out) / "calls.sqlite") if deterministic(c.model, c.model_cfg) else None,
             "estimate": {"max_turns": c.max_turns, "tokens_in_per_call": b.est_tokens_in_per_call,
                          "tokens_out_per_call": b.est_tokens_out_per_call, "price_in_per_1k": b.price_in_per_1k,
                          "price_out_per_1k": b.price_out_per_1k}}
@@ -392,6 +396,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     result["dev_looks"] = dev_looks(result["history"], p.gate.campaign_alpha)  # held-out reuse, accounted
     write_json(out / "summary.json", result)
     ledger_report = ledger.report(wallet)
+    ledger_report["reply_store"] = saved(budget.get("call_cache"))  # answered from the store: not paid, still used
     write_json(state_dir(out) / "budget.json", ledger_report)
     tracker.finish(result, out / "summary.json", test_evals if test else [], spent=ledger_report["spent"])
     text, chains = champion_chain(p.evidence, c.name, champion.name)  # why the champion is what it is

@@ -116,8 +116,22 @@ def _charged(budget: dict | None, key: str, n_episodes: int, work):
     except BaseException:
         ledger.settle(hold, spent, completed=False)  # what the failed shard consumed was spent all the same
         raise
-    ledger.settle(hold, usage(result.scores, est))
+    ledger.settle(hold, paid_usage(result, est))
     return result
+
+
+def call_cache(budget: dict | None) -> str | None:
+    """The campaign's reply store (None: every call is paid; see components.models.callcache)."""
+    return (budget or {}).get("call_cache")
+
+
+def paid_usage(t: EvalTables, est: Estimate) -> dict[str, float]:
+    """What a shard paid: its score tables' usage, less the model calls its reply store answered."""
+    got = usage(t.scores, est)
+    if t.paid is not None:
+        got.update(tokens_in=float(t.paid["tokens_in"]), tokens_out=float(t.paid["tokens_out"]),
+                   model_calls=float(t.paid["model_calls"]), money=est.cost(t.paid["tokens_in"], t.paid["tokens_out"]))
+    return got
 
 
 @task(name="eval_shard", cache_key_fn=_shard_key, task_run_name="eval {label}", **PERSIST)
@@ -126,7 +140,8 @@ def eval_shard(package: str, bench: str, items: list[str], seeds: list[int], mod
     key = _shard_key(None, {"package": package, "bench": bench, "items": items, "seeds": seeds, "model": model,
                             "model_cfg": model_cfg, "max_turns": max_turns})
     return _charged(budget, key, len(items) * len(seeds),
-                    lambda check: run_shard(package, bench, items, seeds, model, model_cfg, max_turns, check))
+                    lambda check: run_shard(package, bench, items, seeds, model, model_cfg, max_turns, check,
+                                            call_cache=call_cache(budget)))
 
 
 # -- hidden causes (counterfactual replay; read only by diagnosis scoring) -----------------------------------------------
@@ -225,7 +240,8 @@ def validate_stage(plan: Plan, candidate: str, bench: str, probe_items: list[str
         key = _validate_key(None, {"candidate": candidate, "bench": bench, "plan": plan, "probe_items": probe_items,
                                    "model": model, "model_cfg": model_cfg})
         probe = _charged(budget, key, len(probe_items),
-                         lambda check: run_shard(pkg, b, probe_items, [0], model, model_cfg, max_turns, check))
+                         lambda check: run_shard(pkg, b, probe_items, [0], model, model_cfg, max_turns, check,
+                                                 call_cache=call_cache(budget)))
         v.checks["activation"] = "ok" if fired(probe.traces, plan.mechanism) else \
             f"mechanism {plan.mechanism!r} did not fire on {len(probe_items)} source task(s)"
         v.ok = v.checks["activation"] == "ok"

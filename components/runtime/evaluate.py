@@ -45,6 +45,7 @@ class EvalTables:
     scores: pd.DataFrame
     traces: pd.DataFrame
     causes: pd.DataFrame
+    paid: dict | None = None  # with a reply store: what the calls that missed it cost (scores keep logical usage)
 
     @classmethod
     def concat(cls, parts: list[EvalTables]) -> EvalTables:
@@ -68,19 +69,38 @@ def tables(results: list[EpisodeResult]) -> EvalTables:
 
 def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark, items: list[str], seeds: list[int],
               model: str = "sim", model_cfg: dict[str, Any] | None = None, max_turns: int = MAX_TURNS,
-              on_episode: Callable[[EpisodeResult], None] | None = None) -> EvalTables:
-    """Run every (item, seed) of a shard. Paths are accepted so a shard can run in another process."""
+              on_episode: Callable[[EpisodeResult], None] | None = None,
+              call_cache: str | Path | None = None) -> EvalTables:
+    """Run every (item, seed) of a shard. Paths are accepted so a shard can run in another process.
+    `call_cache`: a reply store (`components.models.callcache`) that answers requests already paid for; the tables
+    are the same, and `paid` says what the calls that missed it cost."""
     pkg = package if isinstance(package, MemoryPackage) else load_package(package)
     b = bench if isinstance(bench, Benchmark) else load_benchmark(bench)
     chat = make_model(model, model_cfg)
+    store = None
+    if call_cache is not None:
+        from components.models.callcache import CachedModel, CallStore
+
+        store = CallStore(call_cache)
+        chat = CachedModel(chat, store, {"model": model, "cfg": model_cfg or {}})
     results = []
-    for item in items:
-        for s in seeds:
-            r = run_episode(pkg, b, item, s, chat, max_turns)
-            results.append(r)
-            if on_episode:
-                on_episode(r)
-    return tables(results)
+    try:
+        for item in items:
+            for s in seeds:
+                r = run_episode(pkg, b, item, s, chat, max_turns)
+                results.append(r)
+                if store is not None:
+                    store.flush()
+                if on_episode:
+                    on_episode(r)
+    finally:
+        if store is not None:
+            store.close()
+    out = tables(results)
+    if store is not None:
+        out.paid = {"tokens_in": chat.paid.tokens_in, "tokens_out": chat.paid.tokens_out,
+                    "model_calls": chat.paid.calls, "hits": chat.hits}
+    return out
 
 
 def shards(items: list[str], size: int) -> list[list[str]]:

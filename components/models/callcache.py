@@ -1,0 +1,118 @@
+"""A content-addressed store of model replies: the same request to a deterministic model is paid for once.
+
+A round's packages differ by one small patch, so most of what the next evaluation asks the model was asked before:
+the new champion's train episodes are its parent's wherever the patch does not reach them (and its own repair
+episodes on the diagnosed items), a candidate's dev episodes are the champion's up to the turn the patch first changes
+what the model reads. A reply is keyed by everything the model sees (model name and options, the messages, the tools
+offered, the seed, the output mode), so a hit returns the very reply the model would have produced: score tables are
+byte-identical with or without the store, and only what was paid changes. Usage stays the logical usage in the score
+tables (deterministic); `CachedModel.paid` is what the calls that missed cost, for the budget ledger.
+
+Only for deterministic backends (`deterministic`): the simulator always; an OpenAI-compatible server at temperature 0.
+One SQLite file (WAL) per campaign, safe for the shards of two threads or Dask processes at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from components.models.base import ChatModel, ChatResult, ModelError, add_usage
+from components.runtime.types import Usage
+
+
+def deterministic(model: str, cfg: dict[str, Any] | None) -> bool:
+    """Does the same request always get the same reply? (A sampled model's replies must not be pinned.)"""
+    return model == "sim" or float((cfg or {}).get("temperature", 0.0)) == 0.0
+
+
+class CallStore:
+    """request key -> pickled ChatResult. Writes are buffered and committed per episode (`flush`)."""
+
+    def __init__(self, path: str | Path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), timeout=120, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS reply (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+        # what the replies answered from the store would have cost (the campaign's books: paid + saved = used)
+        self.db.execute("CREATE TABLE IF NOT EXISTS saved (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        self.db.commit()
+        self.pending: dict[str, bytes] = {}
+        self.saved = Usage()  # not yet written
+
+    def get(self, key: str) -> ChatResult | None:
+        blob = self.pending.get(key)
+        if blob is None:
+            row = self.db.execute("SELECT value FROM reply WHERE key = ?", (key,)).fetchone()
+            blob = row[0] if row else None
+        return None if blob is None else pickle.loads(blob)
+
+    def put(self, key: str, result: ChatResult) -> None:
+        self.pending[key] = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def flush(self) -> None:
+        if self.pending or self.saved.calls:
+            with self.db:
+                self.db.executemany("INSERT OR IGNORE INTO reply (key, value) VALUES (?, ?)", self.pending.items())
+                self.db.executemany("INSERT INTO saved (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
+                                    "SET value = value + excluded.value", _fields(self.saved).items())
+            self.pending.clear()
+            self.saved = Usage()
+
+    def totals(self) -> dict[str, int]:
+        """Model calls and tokens the store answered so far (what they would have cost)."""
+        got = dict.fromkeys(_fields(Usage()), 0)
+        got.update(self.db.execute("SELECT name, value FROM saved").fetchall())
+        return got
+
+    def close(self) -> None:
+        self.flush()
+        self.db.close()
+
+
+class CachedModel:
+    """A ChatModel that answers a request it has seen from the store and pays only for the others."""
+
+    def __init__(self, model: ChatModel, store: CallStore, ident: Any):
+        self.model, self.store = model, store
+        self.name = model.name
+        self.ident = json.dumps(ident, sort_keys=True, default=str)
+        self.paid, self.hits = Usage(), 0
+
+    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
+                 json_mode: bool | dict[str, Any] = False) -> ChatResult:
+        blob = json.dumps([self.ident, messages, tools, seed, json_mode], sort_keys=True, default=str)
+        key = hashlib.sha256(blob.encode()).hexdigest()
+        got = self.store.get(key)
+        if got is not None:
+            self.hits += 1
+            self.store.saved = add_usage(self.store.saved, got.usage)
+            return got
+        try:
+            got = self.model.complete(messages, tools=tools, seed=seed, json_mode=json_mode)
+        except ModelError as e:  # a fault is not stored; what its attempts cost was paid all the same
+            self.paid = add_usage(self.paid, e.usage)
+            raise
+        self.paid = add_usage(self.paid, got.usage)
+        self.store.put(key, got)
+        return got
+
+
+def _fields(u: Usage) -> dict[str, int]:
+    return {"model_calls": u.calls, "tokens_in": u.tokens_in, "tokens_out": u.tokens_out}
+
+
+def saved(path: str | Path | None) -> dict[str, int] | None:
+    """What a campaign's reply store answered (None: no store)."""
+    if path is None or not Path(path).is_file():
+        return None
+    store = CallStore(path)
+    try:
+        return store.totals()
+    finally:
+        store.close()
