@@ -159,9 +159,15 @@ def changed_rule(first: dict, db: Path) -> tuple[str, str, str] | None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small benchmarks, two rounds, one seed (the test's size)")
+    ap.add_argument("--per-family", type=int, help="tasks per family (default 36; quick 3)")
+    ap.add_argument("--rounds", type=int, help="rounds of every campaign (default 3; quick 2)")
+    ap.add_argument("--seeds", type=int, help="seeds per item (default 1; quick 1)")
+    ap.add_argument("--scenarios", default="abc", help="which of (a) seed, (b) drift, (c) repeat to run (default abc)")
     args = ap.parse_args()
     size = {"per_family": 3, "rounds": 2, "seeds": 1, "n_boot": 1000} if args.quick else \
         {"per_family": 36, "rounds": 3, "seeds": 1, "n_boot": 2000}
+    size |= {k: v for k, v in (("per_family", args.per_family), ("rounds", args.rounds), ("seeds", args.seeds))
+             if v is not None}
     from components.params import BenchmarkParams
 
     benches = {}
@@ -173,8 +179,8 @@ def main() -> None:
     with prefect_server():
         first = run("first", benches[0], seed_pkg, memory_db, True, size)  # an empty graph: stateless in effect
         done = [first]
-        drift = changed_rule(first, memory_db)
-        sequence = [("(a) seed", benches[1], seed_pkg)]
+        drift = changed_rule(first, memory_db) if "b" in args.scenarios else None
+        sequence = [("(a) seed", benches[1], seed_pkg)] if "a" in args.scenarios else []
         if drift is not None:
             rule, card, statement = drift
             benches["b"] = HOME / "bench-b"
@@ -183,9 +189,10 @@ def main() -> None:
             champion = first["out"] / "lineage" / "versions" / first["summary"]["champion"]
             sequence.append(("(b) drift", benches["b"], champion))
             notes.append(f"(b) drift: rule {rule} (card {card}, promoted by the first campaign) now reads: {statement}")
-        else:
+        elif "b" in args.scenarios:
             notes.append("(b) drift: not run: the first campaign promoted no card whose rule this script can change")
-        sequence.append(("(c) repeat", benches[0], seed_pkg))
+        if "c" in args.scenarios:
+            sequence.append(("(c) repeat", benches[0], seed_pkg))
         for label, bench, start in sequence:
             tag = label.split()[0].strip("()")
             stateless = run(f"{tag}-stateless", bench, start, HOME / f"{tag}-stateless.db", False, size)
@@ -200,6 +207,17 @@ def main() -> None:
                              "plans": " ".join((r["plan_key"] or "-")[:6] + ("+" if r["verdict"] == "accept" else "x")
                                                for r in rws)})
             done += [stateless, recursive]
+            if label == "(b) drift":  # does each arm's champion still carry the card with the old, now wrong, value?
+                from components.worlds.retail.facts import BY_ID
+
+                rule, card, _ = drift
+                for arm, c in (("stateless", stateless), ("recursive", recursive)):
+                    f = c["out"] / "lineage" / "versions" / c["summary"]["champion"] / card
+                    body = f.read_text(encoding="utf-8") if f.is_file() else ""
+                    state = "no such card" if not body else "the OLD (wrong) value" if \
+                        BY_ID[rule].read(body) == BY_ID[rule].value else "the new value" if \
+                        BY_ID[rule].read(body) == BY_ID[rule].read(drift[2]) else "another value"
+                    notes.append(f"(b) {arm}: champion {c['summary']['champion']}: {card} states {state}")
         ok, n = resolution(memory_db, [first] + [c for c in done if c["memory"]])
     print(f"campaign memory, {'quick' if args.quick else 'full'}: {size}; first campaign: "
           f"{first['summary']['accepted']} promotion(s) in {first['summary']['rounds']} round(s)")
@@ -213,12 +231,17 @@ def main() -> None:
     print(f"citation resolution: {ok}/{n} supported claims resolve ({(ok / n if n else 1):.0%})")
     for line in notes:
         print(line)
-    a = {r["arm"]: r for r in rows if r["campaign"] == "(a) seed"}
+    label = "(a) seed" if "a" in args.scenarios else rows[0]["campaign"] if rows else None
+    a = {r["arm"]: r for r in rows if r["campaign"] == label}
+    if not a:
+        print("ratio recursive / stateless: no scenario run: 1.000")
+        return
     num, den = a["recursive"]["calls"], a["stateless"]["calls"]
+    name = {"(a) seed": "second seed", "(b) drift": "changed world", "(c) repeat": "repeat"}[label]
     if num is not None and den:
-        print(f"ratio recursive / stateless model calls to the same champion score, second seed: {num / den:.3f}")
+        print(f"ratio recursive / stateless model calls to the same champion score, {name}: {num / den:.3f}")
     else:  # the stateless arm gated nothing (or the recursive one never got there): the whole campaigns
-        print(f"ratio recursive / stateless model calls in total, second seed: "
+        print(f"ratio recursive / stateless model calls in total, {name}: "
               f"{a['recursive']['total'] / max(1, a['stateless']['total']):.3f}")
 
 
