@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from components.runtime.types import ToolCall
+from components.runtime.types import CONFIRM_TOOL, ToolCall, Turn
 from components.worlds import load_benchmark
 from components.worlds.airline import facts as F
 from components.worlds.airline import materialize
@@ -48,6 +48,18 @@ def correct_args(req: dict) -> tuple[str, dict]:
 def _call(env: AirlineEnv, name: str, args: dict, n: list = [0]):  # noqa: B006 - a call-id counter
     n[0] += 1
     return env.call(ToolCall(id=f"c{n[0]}", name=name, args=args))
+
+
+def _line(tool: str, args: dict, ok: bool = True, granted: bool | None = None) -> Turn:
+    """A tool line as the chat harness records it (what the rubric's confirmation check reads)."""
+    return Turn(role="tool", text="", tool=tool, write=tool in WRITE_TOOLS, ok=ok, args=args, granted=granted)
+
+
+def _asked(env: AirlineEnv, tool: str, args: dict) -> Turn:
+    """The agent's `confirm` of a write, answered by the member, as a transcript line."""
+    target = {k: args[k] for k in TARGETS[tool]}
+    granted = env.confirm(tool, target, "ok")
+    return _line(CONFIRM_TOOL, {"tool": tool, "args": target, "summary": "ok"}, granted=granted)
 
 
 # -- materialization -------------------------------------------------------------------------------------------------
@@ -201,19 +213,22 @@ def test_oracle_scores_one_and_the_rubric_weighs(small):
         if not t.possible:
             continue
         env = AirlineEnv(small, t)
+        transcript = []
         for req in t.requests:
             tool, args = correct_args(req)
-            assert env.confirm(tool, args, "ok")
+            transcript.append(_asked(env, tool, args))
+            assert transcript[-1].granted
             r = _call(env, tool, args)
             assert r.ok, (t.id, r.content)
-        s = env.score([])
+            transcript.append(_line(tool, args))
+        s = env.score(transcript)
         assert s.success and s.reward == 1.0, t.id
     # partial work: the first request done without confirmation, the rest untouched
     t = _task(small, lambda t: t.family == "multi" and len(t.requests) >= 3)
     env = AirlineEnv(small, t)
     tool, args = correct_args(t.requests[0])
     assert _call(env, tool, args).ok
-    s = env.score([])
+    s = env.score([_line(tool, args)])
     weights = {c.id: c.weight for c in t.rubric}
     want = (weights["req1"] + weights["no_extra_writes"]) / sum(weights.values())
     assert not s.success and s.criteria["confirmed"] == 0.0 and s.reward == pytest.approx(want, abs=1e-6)
@@ -224,9 +239,9 @@ def test_a_confirmation_covers_one_write_of_the_confirmed_action(small):
     t = _task(small, lambda t: t.family == "multi")
     env = AirlineEnv(small, t)
     a, b = t.requests[0], t.requests[1]
-    env.confirm(*correct_args(a)[:1], {"reservation_id": a["reservation_id"]}, "a")
-    assert _call(env, *correct_args(b)).ok  # confirmed a, wrote b
-    assert env.score([]).criteria["confirmed"] == 0.0
+    asked = _asked(env, *correct_args(a))
+    assert asked.granted and _call(env, *correct_args(b)).ok  # confirmed a, wrote b
+    assert env.score([asked, _line(*correct_args(b))]).criteria["confirmed"] == 0.0
 
 
 def test_external_tasks_are_impossible(small):

@@ -13,8 +13,10 @@ A benchmark directory (written by `ratchet bench materialize`, pinned by DVC):
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -77,6 +79,17 @@ class Environment(Protocol):
     def score(self, transcript: list[Turn]) -> Score: ...
 
 
+ONLY_EMAIL = "Sorry, that is the only email I have."  # the simulated user's answer when its email matched no account
+OK = "OK."
+
+
+def system_preamble(agent: str, party: str) -> str:
+    """The system prompt's opening, before the world's policy: who the agent is (`agent`, with its article) and whom
+    it writes to (`party`)."""
+    return (f"You are {agent}. Follow the policy below. Act with one tool call at a time, or write one message to the "
+            f"{party}. Call `finish` with a short summary when every request is settled.\n\n")
+
+
 class BenchmarkError(InputError):
     """A benchmark directory that cannot be used; the message names the file and the field."""
 
@@ -117,6 +130,94 @@ class Benchmark:
     @cached_property
     def tool_names(self) -> frozenset[str]:
         return frozenset(t["function"]["name"] for t in self.tools)
+
+
+class ToolBase:
+    """One episode's database and a world's tools over it: the dispatch and the receipts every world shares
+    (CONTRACT §3). A world subclasses it, names its tools and rules in the class attributes and writes one method
+    `_t_<tool>(**args) -> (ok, code, content)` per tool. `log` keeps every successful write for scoring."""
+
+    tool_names: frozenset[str] = frozenset()  # every tool this class serves (a `_t_` method alone is not enough)
+    write_tools: frozenset[str] = frozenset()
+    facts: Mapping[str, Any] = {}  # rule id -> the world's fact (its `rule` is the text a refusal cites)
+    shared: str = ""  # the database key no write changes (a catalog): shared between episodes, not copied
+
+    def __init__(self, db: dict):
+        self.db = {k: (v if k == self.shared else copy.deepcopy(v)) for k, v in db.items()}
+        self.log: list[dict] = []
+
+    def call(self, call: ToolCall) -> Receipt:
+        fn = getattr(self, f"_t_{call.name}", None)
+        if fn is None or call.name not in self.tool_names:
+            return self._receipt(call, False, "invalid_args", {"error": f"unknown tool {call.name!r}"})
+        try:
+            ok, code, content = fn(**call.args)
+        except TypeError as e:  # wrong or missing arguments
+            ok, code, content = False, "invalid_args", {"error": f"bad arguments: {e}"}
+        if ok and call.name in self.write_tools:
+            self.log.append({"tool": call.name, "args": dict(call.args), "call_id": call.id})
+        return self._receipt(call, ok, code, content)
+
+    def _receipt(self, call: ToolCall, ok: bool, code: str | None, content: Any) -> Receipt:
+        c = content if isinstance(content, dict) and not ok else {}
+        return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=ok, code=code, content=content,
+                       genuine=True, write=call.name in self.write_tools, rule_id=c.get("rule_id"), rule=c.get("rule"),
+                       blocking=bool(c.get("blocking")))
+
+    @staticmethod
+    def _fail(code: str, msg: str, blocking: bool = False):
+        """A refusal that is not a rule's: `blocking` when no agent can do the request (an external failure)."""
+        content = {"error": msg}
+        if blocking:
+            content["blocking"] = True
+        return False, code, content
+
+    @classmethod
+    def _policy(cls, fact_id: str, msg: str):
+        """A rule refusal: the receipt carries the rule's id and text (also for rules the policy does not state)."""
+        rule = cls.facts[fact_id].rule
+        # the message also quotes the rule after "Policy: " for readers of the error text alone
+        return False, "policy", {"error": f"{msg} Policy: {rule}", "rule_id": fact_id, "rule": rule}
+
+
+class EnvBase:
+    """One episode of a world (the `Environment` protocol): what every world's episode shares. A world sets the class
+    attributes, calls `super().__init__` and builds `self._tools` (a `ToolBase` over the task's slice of the
+    database), and writes `confirm` (its user grants only what the customer asked for). `checks` maps each rubric
+    check name to `check(env, criterion, transcript) -> bool`."""
+
+    write_tools: frozenset[str] = frozenset()
+    terminal_tools: frozenset[str] = frozenset()
+    preamble: str = ""
+    checks: Mapping[str, Callable[..., bool]] = {}
+    _tools: ToolBase
+
+    def __init__(self, bench: Benchmark, task: Task):
+        self.task = task
+        self.system_prompt = self.preamble + bench.policy
+        self.tools = bench.tools
+
+    @property
+    def db(self) -> dict:
+        return self._tools.db
+
+    def first_message(self) -> str:
+        return self.task.first_message
+
+    def call(self, call: ToolCall) -> Receipt:
+        return self._tools.call(call)
+
+    def user_reply(self, assistant_text: str) -> str | None:
+        """The customer answers what is asked: another email when none matched (they have none), else OK. (A
+        confirmation is the structured `confirm`, not a reply: see `components.runtime.confirm`.)"""
+        low = assistant_text.lower()
+        return ONLY_EMAIL if "could not find" in low and "email" in low else OK
+
+    def score(self, transcript: list[Turn]) -> Score:
+        results = {c.id: float(self.checks[c.check](self, c, transcript)) for c in self.task.rubric}
+        total = sum(c.weight for c in self.task.rubric)
+        reward = sum(c.weight * results[c.id] for c in self.task.rubric) / total
+        return Score(reward=round(reward, 6), success=all(v == 1.0 for v in results.values()), criteria=results)
 
 
 @dataclass(frozen=True)
@@ -201,6 +302,22 @@ def _json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BenchmarkError(f"{path}: -: not valid JSON ({e})") from None
+
+
+def stratified_split(tasks: list[Task], seed: int, families: Iterable[str],
+                     fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> dict[str, list[str]]:
+    """Train/dev/test, stratified by family, fixed by the seed; `fractions` are the train and dev shares."""
+    rng = random.Random(seed * 7919 + 1)
+    out: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
+    for family in families:
+        ids = sorted(t.id for t in tasks if t.family == family)
+        rng.shuffle(ids)
+        a = round(len(ids) * fractions[0])
+        b = a + round(len(ids) * fractions[1])
+        out["train"] += sorted(ids[:a])
+        out["dev"] += sorted(ids[a:b])
+        out["test"] += sorted(ids[b:])
+    return out
 
 
 def write_benchmark(out: str | Path, meta: dict, policy: str, tools: list[dict], db: dict, tasks: list[Task],

@@ -37,6 +37,16 @@ class Request:
         return all(str(args.get(k)) == v for k, v in self.target.items())
 
 
+def requests_from(parsed: list[dict[str, Any]], arg: str) -> list[Request]:
+    """Requests from a world's parsed sentences: each a dict with `kind`, `tool`, the identifying `arg` when the
+    request names its target (else it acts on the account), and whatever else as the request's data."""
+    reqs = []
+    for r in parsed:
+        kind, tool, target = r.pop("kind"), r.pop("tool"), r.pop(arg, None)
+        reqs.append(Request(kind, tool, {arg: target} if target else {}, r))
+    return reqs
+
+
 @runtime_checkable
 class Fact(Protocol):
     """One rule the agent may or may not know. Several facts may share a write tool (interacting rules)."""
@@ -74,6 +84,11 @@ class View:
 
     def results(self, tool: str) -> list[tuple[dict, dict]]:
         return [(c, r) for c, r in self.calls if c["name"] == tool]
+
+    def latest(self, tool: str, arg: str, value: object) -> dict | None:
+        """The latest result of `tool` called with `arg` == `value`, or None when it was not called so."""
+        got = [r for c, r in self.results(tool) if c["args"].get(arg) == value]
+        return got[-1] if got else None
 
 
 Beliefs = dict[str, tuple[bool, object]]  # fact id -> (follows, believed value), for each fact on the request's tool

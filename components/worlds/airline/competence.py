@@ -19,7 +19,8 @@ from typing import Any
 from components.worlds.airline import facts as F
 from components.worlds.airline import language
 from components.worlds.airline.catalog import TODAY, days_before
-from components.worlds.competence import Beliefs, Request, Step, View
+from components.worlds.base import ONLY_EMAIL
+from components.worlds.competence import Beliefs, Request, Step, View, requests_from
 
 NAIVE = {
     "refund_original": "account",
@@ -44,11 +45,8 @@ class AirlineCompetence:
 
     # -- reading the member ------------------------------------------------------------------------------------------
     def parse(self, first_message: str) -> tuple[list[Request], dict[str, Any]]:
-        reqs = []
-        for r in language.parse_requests(first_message):
-            kind, tool, rid = r.pop("kind"), r.pop("tool"), r.pop("reservation_id")
-            reqs.append(Request(kind, tool, {"reservation_id": rid}, r))
-        return reqs, {"email": language.parse_email(first_message)}
+        return requests_from(language.parse_requests(first_message), "reservation_id"), \
+            {"email": language.parse_email(first_message)}
 
     # -- session and reads -------------------------------------------------------------------------------------------
     def opening(self, view: View, plan_only: bool = False) -> Step | None:
@@ -58,7 +56,7 @@ class AirlineCompetence:
                 return "", ("find_user_id_by_email", {})
             if not view.results("find_user_id_by_email"):
                 return "", ("find_user_id_by_email", {"email": view.info.get("email") or ""})
-            if any(t == language.ONLY_EMAIL for t in view.user_texts):
+            if any(t == ONLY_EMAIL for t in view.user_texts):
                 return "", ("transfer_to_human_agents", {"summary": "member could not be authenticated"})
             return "I could not find an account with that email. Could you give me another email?", None
         if plan_only:
@@ -129,12 +127,6 @@ class AirlineCompetence:
     def summary(self, request: Request) -> str:
         return language.summary(request.kind, request.target["reservation_id"])
 
-    def confirm_question(self, request: Request) -> str:
-        return language.confirm_question(request.kind, request.target["reservation_id"])
-
-    def is_yes(self, reply: str) -> bool:
-        return reply == language.YES
-
 
 # -- reading the results -------------------------------------------------------------------------------------------
 
@@ -158,10 +150,8 @@ def _user(v: View) -> dict | None:
 
 
 def _reservation(v: View, rid: str) -> dict | None:
-    got = [r for c, r in v.results("get_reservation_details") if c["args"].get("reservation_id") == rid]
-    return got[-1] if got else None
+    return v.latest("get_reservation_details", "reservation_id", rid)
 
 
 def _flight(v: View, flight_no: str | None) -> dict | None:
-    got = [r for c, r in v.results("get_flight_status") if c["args"].get("flight_no") == flight_no]
-    return got[-1] if got else None
+    return v.latest("get_flight_status", "flight_no", flight_no)

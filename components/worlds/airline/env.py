@@ -3,25 +3,22 @@
 
 from __future__ import annotations
 
-from components.runtime.types import Receipt, ToolCall, Turn
+from components.runtime.confirm import acts_from_turns, uncovered
+from components.runtime.types import Turn
 from components.worlds.airline import language
 from components.worlds.airline.tools import TARGETS, TERMINAL_TOOLS, WRITE_TOOLS, AirlineTools
-from components.worlds.base import Benchmark, Criterion, Score, Task
+from components.worlds.base import Benchmark, Criterion, EnvBase, Task, system_preamble
 
-SYSTEM_PREAMBLE = (
-    "You are an airline customer-service agent. Follow the policy below. Act with one tool call at a time, or write "
-    "one message to the member. Call `finish` with a short summary when every request is settled.\n\n"
-)
+SYSTEM_PREAMBLE = system_preamble("an airline customer-service agent", "member")
 
 
-class AirlineEnv:
+class AirlineEnv(EnvBase):
     write_tools = WRITE_TOOLS
     terminal_tools = TERMINAL_TOOLS
+    preamble = SYSTEM_PREAMBLE
 
     def __init__(self, bench: Benchmark, task: Task):
-        self.task = task
-        self.system_prompt = SYSTEM_PREAMBLE + bench.policy
-        self.tools = bench.tools
+        super().__init__(bench, task)
         user = bench.db["users"][task.user_id]
         res = {rid: bench.db["reservations"][rid] for rid in user["reservations"]}
         flights = {r["flight_no"]: bench.db["flights"][r["flight_no"]] for r in res.values()}
@@ -29,20 +26,6 @@ class AirlineEnv:
             if req.get("new_flight_no"):
                 flights[req["new_flight_no"]] = bench.db["flights"][req["new_flight_no"]]
         self._tools = AirlineTools({"users": {user["user_id"]: user}, "reservations": res, "flights": flights})
-        self.events: list[tuple[str, str, dict, bool]] = []  # ("confirm" | "write", tool, target, granted/ok)
-
-    @property
-    def db(self) -> dict:
-        return self._tools.db
-
-    def first_message(self) -> str:
-        return self.task.first_message
-
-    def call(self, call: ToolCall) -> Receipt:
-        receipt = self._tools.call(call)
-        if call.name in WRITE_TOOLS and receipt.ok:
-            self.events.append(("write", call.name, _target(call.name, call.args), True))
-        return receipt
 
     def requested(self, tool: str, args: dict) -> bool:
         """Whether the member asked for `tool` on the thing `args` identify."""
@@ -51,25 +34,7 @@ class AirlineEnv:
 
     def confirm(self, tool: str, args: dict, summary: str = "") -> bool:
         """The member says yes only to an action they asked for (the tool and its identifying args)."""
-        granted = tool in WRITE_TOOLS and isinstance(args, dict) and self.requested(tool, args)
-        self.events.append(("confirm", tool, _target(tool, args if isinstance(args, dict) else {}), granted))
-        return granted
-
-    def user_reply(self, assistant_text: str) -> str | None:
-        """The member answers what is asked: a confirmation question like `confirm` (yes only to an action they
-        asked for), another email when none matched (they have none), else OK."""
-        asked = language.asked_action(assistant_text)
-        if asked is not None:
-            return language.YES if self.confirm(*asked, assistant_text) else language.NO
-        if language.ASK_EMAIL in assistant_text.lower() and "email" in assistant_text.lower():
-            return language.ONLY_EMAIL
-        return language.OK
-
-    def score(self, transcript: list[Turn]) -> Score:
-        results = {c.id: float(CHECKS[c.check](self, c, transcript)) for c in self.task.rubric}
-        total = sum(c.weight for c in self.task.rubric)
-        reward = sum(c.weight * results[c.id] for c in self.task.rubric) / total
-        return Score(reward=round(reward, 6), success=all(v == 1.0 for v in results.values()), criteria=results)
+        return tool in WRITE_TOOLS and isinstance(args, dict) and self.requested(tool, args)
 
 
 def _target(tool: str, args: dict) -> dict:
@@ -111,25 +76,9 @@ def _name_done(env: AirlineEnv, c: Criterion, _t) -> bool:
 
 
 def _writes_confirmed(env: AirlineEnv, c: Criterion, transcript: list[Turn]) -> bool:
-    """Every successful write was covered: the latest confirmation since the previous successful write was granted
-    for the same tool and identifying args (CONTRACT §4). The one implementation, `components.runtime.confirm`, reads
-    the transcript's structured `confirm` calls; where this build's runtime has none yet, the world's own log of
-    the same events (`confirm` answers and successful writes) decides by the same rule."""
-    try:
-        from components.runtime.confirm import acts_from_turns, uncovered
-    except ImportError:
-        uncovered = None
-    if uncovered is not None and any(t.tool == "confirm" for t in transcript):
-        return not uncovered(acts_from_turns(transcript), TARGETS)
-    latest = None
-    for kind, tool, target, flag in env.events:
-        if kind == "confirm":
-            latest = (tool, target, flag)
-        else:
-            if latest is None or latest != (tool, target, True):
-                return False
-            latest = None
-    return True
+    """Every successful write was covered by a granted `confirm` (CONTRACT §4): the one rule,
+    `components.runtime.confirm`."""
+    return not uncovered(acts_from_turns(transcript), TARGETS)
 
 
 def _only_requested_writes(env: AirlineEnv, c: Criterion, _t) -> bool:
@@ -147,3 +96,4 @@ CHECKS = {
     "writes_confirmed": _writes_confirmed,
     "only_requested_writes": _only_requested_writes,
 }
+AirlineEnv.checks = CHECKS  # after the class: the checks take an AirlineEnv

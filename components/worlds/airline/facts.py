@@ -45,43 +45,13 @@ The grammar (anything else is ignored, as if the card were not there):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Callable
 
-NEGATION = re.compile(r"\b(not|never|no|don't|do not|doesn't|does not|cannot|can't|avoid|instead of|rather than|"
-                      r"other than|without)\b", re.I)
-CLAUSE_SPLIT = re.compile(r"[.;:!?](?:\s+|$)|,\s+(?=but\b|while\b)")
+from components.worlds.grammar import NEGATION, Fact, clauses, first, negated, on_tool
+from components.worlds.grammar import facts_read as read_all
+
 NUMBER_WORDS = {"no": 0, "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4}
 FARES = ("basic", "economy", "flex", "business")
 TIERS = ("regular", "silver", "gold")
-
-
-def _paragraphs(text: str, tool: str) -> list[str]:
-    """Paragraphs or list items that name `tool` in backticks (rule 1)."""
-    parts = re.split(r"\n\s*\n|\n(?=\s*[-*] )", text)
-    return [p for p in parts if f"`{tool}`" in p]
-
-
-def _clauses(text: str, tool: str) -> list[str]:
-    out = []
-    for p in _paragraphs(text, tool):
-        flat = " ".join(p.split())
-        out += [c for c in CLAUSE_SPLIT.split(flat) if c and c.strip()]
-    return out
-
-
-def _negated(clause: str, at: int) -> bool:
-    return bool(NEGATION.search(clause[:at]))
-
-
-def _first(text: str, tool: str, phrases: dict[str, re.Pattern], opposite: dict[str, object]) -> object | None:
-    """The value of the first clause that names one of the value phrases (rules 2-3)."""
-    for clause in _clauses(text, tool):
-        hits = [(m.start(), value) for value, pat in phrases.items() if (m := pat.search(clause))]
-        if hits:
-            at, value = min(hits)
-            return opposite[value] if _negated(clause, at) else value
-    return None
 
 
 def _num(s: str) -> int:
@@ -99,14 +69,14 @@ REFUND = {
 
 
 def _read_refund(text: str) -> object | None:
-    return _first(text, "cancel_reservation", REFUND, {"original": "account", "account": "original"})
+    return first(text, "cancel_reservation", REFUND, {"original": "account", "account": "original"})
 
 
 CREDIT = {"travel_credit": re.compile(r"travel[ _]credit", re.I)}
 
 
 def _read_credit(text: str) -> object | None:
-    return _first(text, "cancel_reservation", CREDIT, {"travel_credit": "same"})
+    return first(text, "cancel_reservation", CREDIT, {"travel_credit": "same"})
 
 
 # -- change_flight ------------------------------------------------------------------------------------------------
@@ -117,7 +87,7 @@ FARE_RE = re.compile(r"\b(basic|economy|flex|business)\b", re.I)
 
 def _read_change_fee(text: str) -> tuple | None:
     table: dict[str, int] = {}
-    for clause in _clauses(text, "change_flight"):
+    for clause in clauses(text, "change_flight"):
         low = clause.lower()
         if "fee" not in low and "$" not in low and "free" not in low:
             continue
@@ -139,10 +109,10 @@ FACTOR = re.compile(r"doubl|twice|(\d+) times", re.I)
 
 
 def _read_window(text: str) -> tuple | None:
-    for clause in _clauses(text, "change_flight"):
+    for clause in clauses(text, "change_flight"):
         w, f = WINDOW.search(clause), FACTOR.search(clause)
         if w and f:
-            if _negated(clause, f.start()):
+            if negated(clause, f.start()):
                 return (0, 1)
             return (int(w.group(1)), int(f.group(1)) if f.group(1) else 2)
     return None
@@ -155,14 +125,14 @@ TIER_COUNT = re.compile(r"\b(regular|silver|gold)\b(?: members?)?(?: get| have)?
 
 def _read_allowance(text: str) -> tuple | None:
     table: dict[str, int] = {}
-    for clause in _clauses(text, "add_checked_bags"):
+    for clause in clauses(text, "add_checked_bags"):
         hits = list(TIER_COUNT.finditer(clause))
         if not hits:
             if re.search(r"\bfree (checked )?bags?\b", clause, re.I) and re.search(r"\bno free", clause, re.I) \
                     and not re.search(r"business", clause, re.I):
                 return tuple(sorted((t, 0) for t in TIERS))
             continue
-        if _negated(clause, hits[0].start()):
+        if negated(clause, hits[0].start()):
             return tuple(sorted((t, 0) for t in TIERS))
         for m in hits:
             table.setdefault(m.group(1).lower(), _num(m.group(2)))
@@ -174,12 +144,12 @@ NO_BAG_FEE = re.compile(r"\bfee\b.*\b(per|each) (?:extra |additional )?bag|\bbag
 
 
 def _read_bag_fee(text: str) -> int | None:
-    for clause in _clauses(text, "add_checked_bags"):
+    for clause in clauses(text, "add_checked_bags"):
         m = PER_BAG.search(clause)
         if m:
-            return 0 if _negated(clause, m.start()) else int(m.group(1))
+            return 0 if negated(clause, m.start()) else int(m.group(1))
         n = NO_BAG_FEE.search(clause)
-        if n and _negated(clause, n.end()) and "business" not in clause.lower() and not TIER_COUNT.search(clause):
+        if n and negated(clause, n.end()) and "business" not in clause.lower() and not TIER_COUNT.search(clause):
             return 0
     return None
 
@@ -188,12 +158,12 @@ BONUS = re.compile(r"(\d+|one|two|three) (?:more|extra|additional) free (?:check
 
 
 def _read_business(text: str) -> int | None:
-    for clause in _clauses(text, "add_checked_bags"):
+    for clause in clauses(text, "add_checked_bags"):
         if "business" not in clause.lower():
             continue
         m = BONUS.search(clause)
         if m:
-            return 0 if _negated(clause, m.start()) else _num(m.group(1))
+            return 0 if negated(clause, m.start()) else _num(m.group(1))
         if re.search(r"\bno (more|extra|additional) free", clause, re.I):
             return 0
     return None
@@ -207,10 +177,10 @@ TIER_AMOUNT = re.compile(r"\$(\d+)[^$]*?\b(\d+) hours", re.I)
 def _read_rate(text: str) -> tuple | None:
     """A table of (hours of delay from which it applies, amount): "$100 for a delay of 3 hours or more and $250
     for a delay of 6 hours or more" -> ((3, 100), (6, 250)); negated ("never pays $100 ...") -> () (nothing)."""
-    for clause in _clauses(text, "issue_compensation"):
+    for clause in clauses(text, "issue_compensation"):
         hits = list(TIER_AMOUNT.finditer(clause))
         if hits:
-            if _negated(clause, hits[0].start()):
+            if negated(clause, hits[0].start()):
                 return ()
             return tuple(sorted((int(m.group(2)), int(m.group(1))) for m in hits))
     return None
@@ -220,12 +190,12 @@ GOLD_FACTOR = re.compile(r"doubl\w*|twice|(\d+) times", re.I)
 
 
 def _read_gold(text: str) -> int | None:
-    for clause in _clauses(text, "issue_compensation"):
+    for clause in clauses(text, "issue_compensation"):
         if not re.search(r"\bgold\b", clause, re.I):
             continue
         m = GOLD_FACTOR.search(clause)
         if m:
-            return 1 if _negated(clause, m.start()) else (int(m.group(1)) if m.group(1) else 2)
+            return 1 if negated(clause, m.start()) else (int(m.group(1)) if m.group(1) else 2)
     return None
 
 
@@ -233,7 +203,7 @@ FORM = {"certificate": re.compile(r"certificate", re.I), "cash": re.compile(r"\b
 
 
 def _read_form(text: str) -> object | None:
-    return _first(text, "issue_compensation", FORM, {"certificate": "cash", "cash": "certificate"})
+    return first(text, "issue_compensation", FORM, {"certificate": "cash", "cash": "certificate"})
 
 
 # -- upgrade_cabin, update_passenger_name -------------------------------------------------------------------------
@@ -242,33 +212,14 @@ CARD = {"credit_card": re.compile(r"credit[ _]card", re.I)}
 
 
 def _read_upgrade(text: str) -> object | None:
-    return _first(text, "upgrade_cabin", CARD, {"credit_card": "any"})
+    return first(text, "upgrade_cabin", CARD, {"credit_card": "any"})
 
 
 UPPER = {"upper": re.compile(r"upper ?case|capital letters|as printed on the passport", re.I)}
 
 
 def _read_upper(text: str) -> object | None:
-    return _first(text, "update_passenger_name", UPPER, {"upper": "as_given"})
-
-
-@dataclass(frozen=True)
-class Fact:
-    id: str
-    tool: str  # the write whose arguments the fact governs (several facts may share one)
-    statement: str  # the rule's text: in policy.md when `stated`, else only in refusal receipts
-    read: Callable[[str], object]
-    stated: bool = True
-
-    @property
-    def value(self) -> object:
-        """The correct value: what the rule's own text instructs."""
-        return self.read(self.statement)
-
-    @property
-    def rule(self) -> str:
-        """The rule's text as a receipt carries it."""
-        return self.statement.lstrip("- ")
+    return first(text, "update_passenger_name", UPPER, {"upper": "as_given"})
 
 
 FACTS: tuple[Fact, ...] = (
@@ -308,21 +259,14 @@ FACTS: tuple[Fact, ...] = (
 )
 
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
-BY_TOOL: dict[str, tuple[Fact, ...]] = {}
-for _f in FACTS:
-    BY_TOOL[_f.tool] = BY_TOOL.get(_f.tool, ()) + (_f,)
+BY_TOOL: dict[str, tuple[Fact, ...]] = on_tool(FACTS)
 STATED = tuple(f for f in FACTS if f.stated)
 UNSTATED = tuple(f for f in FACTS if not f.stated)
 
 
 def facts_read(text: str) -> dict[str, object]:
     """Every fact `text` addresses, with the value it instructs."""
-    out = {}
-    for f in FACTS:
-        v = f.read(text)
-        if v is not None:
-            out[f.id] = v
-    return out
+    return read_all(FACTS, text)
 
 
 # -- what the rules make of a request (the world's truth; the tools and the rubric use these) ------------------------

@@ -77,7 +77,7 @@ def parse_email(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-# -- the agent's confirmation question (text, until the harness's `confirm` tool replaces it) ------------------------
+# -- what the agent's confirmation summary says (the `confirm` tool's summary) -------------------------------------
 
 ACTION_PHRASE = {
     "cancel": "cancel reservation {rid}",
@@ -87,34 +87,7 @@ ACTION_PHRASE = {
     "upgrade": "upgrade reservation {rid} to business",
     "name": "correct the passenger name on reservation {rid}",
 }
-CONFIRM_RE = re.compile(r"To confirm: I will (?P<action>.+?)\. Shall I proceed\? \(yes/no\)")
 
 
 def summary(kind: str, rid: str) -> str:
     return ACTION_PHRASE[kind].format(rid=rid)
-
-
-def confirm_question(kind: str, rid: str) -> str:
-    return f"To confirm: I will {summary(kind, rid)}. Shall I proceed? (yes/no)"
-
-
-def asked_action(text: str) -> tuple[str, dict] | None:
-    """The (write tool, identifying args) an agent's confirmation question asks about, if it is one."""
-    m = CONFIRM_RE.search(text)
-    if not m:
-        return None
-    for kind, phrase in ACTION_PHRASE.items():
-        pat = re.escape(phrase).replace(re.escape("{rid}"), RES)
-        hit = re.fullmatch(pat, m.group("action"))
-        if hit:
-            return TOOL_OF[kind], {"reservation_id": hit.group("reservation_id")}
-    return None
-
-
-# -- the customer's replies ------------------------------------------------------------------------------------------
-
-YES = "Yes, please proceed."
-NO = "No, that is not what I asked for."
-ONLY_EMAIL = "Sorry, that is the only email I have."
-ASK_EMAIL = "could not find"  # what an agent says when an email matches no account (the customer then answers)
-OK = "OK."

@@ -231,18 +231,3 @@ def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]
                               rubric=rubric, possible=possible))
     db = {"users": b.users, "flights": b.flights, "reservations": b.reservations}
     return db, tasks
-
-
-def split(tasks: list[Task], seed: int, fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> dict[str, list[str]]:
-    """Train/dev/test, stratified by family, fixed by the seed; `fractions` are the train and dev shares."""
-    rng = random.Random(seed * 7919 + 1)
-    out: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
-    for family in FAMILIES:
-        ids = sorted(t.id for t in tasks if t.family == family)
-        rng.shuffle(ids)
-        a = round(len(ids) * fractions[0])
-        c = a + round(len(ids) * fractions[1])
-        out["train"] += sorted(ids[:a])
-        out["dev"] += sorted(ids[a:c])
-        out["test"] += sorted(ids[c:])
-    return out

@@ -13,9 +13,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from components.runtime.types import Receipt, ToolCall
 from components.worlds.airline import facts as F
 from components.worlds.airline.catalog import days_before
+from components.worlds.base import ToolBase
 
 MIN_DELAY = 180  # minutes: shorter delays are not compensated (a stated general rule; a blocking refusal)
 
@@ -55,7 +55,6 @@ WRITE_TOOLS = frozenset({"cancel_reservation", "change_flight", "add_checked_bag
 TERMINAL_TOOLS = frozenset({"transfer_to_human_agents"})
 TOOL_NAMES = READ_TOOLS | WRITE_TOOLS | TERMINAL_TOOLS
 TARGETS = {t: ["reservation_id"] for t in sorted(WRITE_TOOLS)}  # what each write acts on (meta.json "targets")
-RECEIPT_FIELDS = frozenset(Receipt.model_fields)  # rule_id/rule/blocking once the port's Receipt has them
 
 
 def _int(x: Any) -> int | None:
@@ -70,50 +69,17 @@ def _int(x: Any) -> int | None:
     return None
 
 
-class AirlineTools:
-    """One episode's database and the tools over it. `log` keeps every successful write for scoring."""
-
-    def __init__(self, db: dict):
-        self.db = {k: (v if k == "flights" else copy.deepcopy(v)) for k, v in db.items()}  # flights are never written
-        self.log: list[dict] = []
-
-    def call(self, call: ToolCall) -> Receipt:
-        fn = getattr(self, f"_t_{call.name}", None)
-        if fn is None or call.name not in TOOL_NAMES:
-            return self._receipt(call, False, "invalid_args", {"error": f"unknown tool {call.name!r}"})
-        try:
-            ok, code, content = fn(**call.args)
-        except TypeError as e:  # wrong or missing arguments
-            ok, code, content = False, "invalid_args", {"error": f"bad arguments: {e}"}
-        if ok and call.name in WRITE_TOOLS:
-            self.log.append({"tool": call.name, "args": dict(call.args), "call_id": call.id})
-        return self._receipt(call, ok, code, content)
-
-    @staticmethod
-    def _receipt(call: ToolCall, ok: bool, code: str | None, content: Any) -> Receipt:
-        extra = {}
-        if isinstance(content, dict) and not ok:  # the schema's fields, where this build's Receipt has them
-            extra = {k: content[k] for k in ("rule_id", "rule", "blocking") if k in content and k in RECEIPT_FIELDS}
-        return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=ok, code=code, content=content,
-                       genuine=True, write=call.name in WRITE_TOOLS, **extra)
-
-    @staticmethod
-    def _blocking(code: str, msg: str):
-        return False, code, {"error": msg, "blocking": True}
-
-    @staticmethod
-    def _rule(fact_id: str, msg: str):
-        rule = F.BY_ID[fact_id].rule
-        # the message also quotes the rule after "Policy: " for readers that predate the rule_id/rule fields
-        return False, "policy", {"error": f"{msg} Policy: {rule}", "rule_id": fact_id, "rule": rule}
+class AirlineTools(ToolBase):
+    tool_names, write_tools, facts = TOOL_NAMES, WRITE_TOOLS, F.BY_ID
+    shared = "flights"  # flights are never written
 
     def _booked(self, rid: str, verb: str, need: str = "booked"):
         r = self.db["reservations"].get(rid)
         if r is None:
-            return None, self._blocking("not_found", f"no reservation {rid}")
+            return None, self._fail("not_found", f"no reservation {rid}", blocking=True)
         if r["status"] != need:
-            return None, self._blocking("invalid_state", f"reservation {rid} is {r['status']}; only {need} "
-                                                         f"reservations can be {verb}")
+            return None, self._fail("invalid_state", f"reservation {rid} is {r['status']}; only {need} "
+                                                     f"reservations can be {verb}", blocking=True)
         return r, None
 
     def _tier(self, r: dict) -> str:
@@ -124,18 +90,18 @@ class AirlineTools:
         for u in self.db["users"].values():
             if u["email"] == str(email).strip().lower():
                 return True, None, {"user_id": u["user_id"]}
-        return self._blocking("not_found", f"no user with email {email}")
+        return self._fail("not_found", f"no user with email {email}", blocking=True)
 
     def _t_get_user_details(self, user_id: str):
         u = self.db["users"].get(user_id)
         if u is None:
-            return self._blocking("not_found", f"no user {user_id}")
+            return self._fail("not_found", f"no user {user_id}", blocking=True)
         return True, None, copy.deepcopy(u)
 
     def _t_get_reservation_details(self, reservation_id: str):
         r = self.db["reservations"].get(reservation_id)
         if r is None:
-            return self._blocking("not_found", f"no reservation {reservation_id}")
+            return self._fail("not_found", f"no reservation {reservation_id}", blocking=True)
         return True, None, copy.deepcopy(r)
 
     def _t_get_flight_status(self, flight_no: str):
@@ -151,9 +117,9 @@ class AirlineTools:
             return err
         if r["fare"] == "basic":
             if refund_to != "travel_credit":
-                return self._rule("basic_credit", f"refund of basic fare {reservation_id} to {refund_to} refused.")
+                return self._policy("basic_credit", f"refund of basic fare {reservation_id} to {refund_to} refused.")
         elif refund_to != r["payment_method_id"]:
-            return self._rule("refund_original", f"refund to {refund_to} refused.")
+            return self._policy("refund_original", f"refund to {refund_to} refused.")
         r["status"] = "cancelled"
         r["refund_to"] = refund_to
         return True, None, {"reservation_id": reservation_id, "status": "cancelled", "refund_to": refund_to}
@@ -163,8 +129,8 @@ class AirlineTools:
         if err:
             return err
         if r["fare"] == "basic":
-            return self._blocking("invalid_state", f"reservation {reservation_id} is a basic fare; basic fares "
-                                                   "cannot be changed")
+            return self._fail("invalid_state", f"reservation {reservation_id} is a basic fare; basic fares "
+                                               "cannot be changed", blocking=True)
         new = self.db["flights"].get(new_flight_no)
         if new is None or (new["origin"], new["destination"]) != (r["origin"], r["destination"]):
             route = f"{r['origin']}-{r['destination']}"
@@ -177,7 +143,7 @@ class AirlineTools:
         if fee_i != want:
             base = F.change_fee(r["fare"], days, F.BY_ID["change_fee"].value, (0, 1))
             rule = "change_window" if base != want and fee_i == base else "change_fee"
-            return self._rule(rule, f"change fee {fee_i} refused.")
+            return self._policy(rule, f"change fee {fee_i} refused.")
         r.update(flight_no=new["flight_no"], date=new["date"], change_fee=fee_i)
         return True, None, {"reservation_id": reservation_id, "flight_no": new["flight_no"], "date": new["date"],
                             "fee_charged": fee_i}
@@ -195,10 +161,10 @@ class AirlineTools:
         if free != want_free:
             tier_only = F.free_bags(tier, r["fare"], pax, allowance, 0)
             rule = "bag_business" if r["fare"] == "business" and free == tier_only else "bag_allowance"
-            return self._rule(rule, f"free allowance {free} refused.")
+            return self._policy(rule, f"free allowance {free} refused.")
         want_fee = F.bag_total(n, want_free, F.BY_ID["bag_fee"].value)
         if fee_i != want_fee:
-            return self._rule("bag_fee", f"bag fee {fee_i} refused.")
+            return self._policy("bag_fee", f"bag fee {fee_i} refused.")
         r["bags"] += n
         r["bag_fee"] = r.get("bag_fee", 0) + fee_i
         return True, None, {"reservation_id": reservation_id, "bags": r["bags"], "fee_charged": fee_i}
@@ -206,24 +172,24 @@ class AirlineTools:
     def _t_issue_compensation(self, reservation_id: str, amount: Any, form: str):
         r = self.db["reservations"].get(reservation_id)
         if r is None:
-            return self._blocking("not_found", f"no reservation {reservation_id}")
+            return self._fail("not_found", f"no reservation {reservation_id}", blocking=True)
         if r.get("compensation"):
-            return self._blocking("invalid_state", f"reservation {reservation_id} was already compensated")
+            return self._fail("invalid_state", f"reservation {reservation_id} was already compensated", blocking=True)
         delay = self.db["flights"][r["flight_no"]]["delay_minutes"]
         if delay < MIN_DELAY:
-            return self._blocking("not_eligible", f"flight {r['flight_no']} was delayed {delay} minutes; only delays "
-                                                  f"of {MIN_DELAY // 60} hours or more are compensated")
+            return self._fail("not_eligible", f"flight {r['flight_no']} was delayed {delay} minutes; only delays "
+                                              f"of {MIN_DELAY // 60} hours or more are compensated", blocking=True)
         amt = _int(amount)
         if amt is None:
             return False, "invalid_args", {"error": f"amount {amount!r} is not a whole number of dollars"}
         if form != "certificate":
-            return self._rule("comp_form", f"compensation as {form!r} refused.")
+            return self._policy("comp_form", f"compensation as {form!r} refused.")
         tier = self._tier(r)
         want = F.compensation(delay, tier, F.BY_ID["comp_rate"].value, F.BY_ID["comp_gold"].value)
         if amt != want:
             plain = F.compensation(delay, tier, F.BY_ID["comp_rate"].value, 1)
             rule = "comp_gold" if tier == "gold" and amt == plain else "comp_rate"
-            return self._rule(rule, f"amount {amt} refused.")
+            return self._policy(rule, f"amount {amt} refused.")
         r["compensation"] = {"amount": amt, "form": form}
         return True, None, {"reservation_id": reservation_id, "compensation": amt, "form": form}
 
@@ -232,15 +198,15 @@ class AirlineTools:
         if err:
             return err
         if r["fare"] == "basic":
-            return self._blocking("invalid_state", f"reservation {reservation_id} is a basic fare; basic fares "
-                                                   "cannot be upgraded")
+            return self._fail("invalid_state", f"reservation {reservation_id} is a basic fare; basic fares "
+                                               "cannot be upgraded", blocking=True)
         if cabin != "business":
             return False, "invalid_args", {"error": f"cabin {cabin!r}: only 'business' is an upgrade"}
         methods = {m["id"]: m["kind"] for m in self.db["users"][r["user_id"]]["payment_methods"]}
         if payment_method_id not in methods:
             return False, "invalid_args", {"error": f"{payment_method_id} is not a payment method of the account"}
         if methods[payment_method_id] != "credit_card":
-            return self._rule("upgrade_payment", f"payment with {payment_method_id} refused.")
+            return self._policy("upgrade_payment", f"payment with {payment_method_id} refused.")
         r["cabin"] = "business"
         r["upgrade_paid_with"] = payment_method_id
         return True, None, {"reservation_id": reservation_id, "cabin": "business", "charged_to": payment_method_id}
@@ -250,7 +216,7 @@ class AirlineTools:
         if err:
             return err
         if first_name != first_name.upper() or last_name != last_name.upper():
-            return self._rule("name_upper", f"name {first_name} {last_name} refused.")
+            return self._policy("name_upper", f"name {first_name} {last_name} refused.")
         r["passengers"][0] = {"first_name": first_name, "last_name": last_name}
         return True, None, {"reservation_id": reservation_id, "passenger": r["passengers"][0]}
 

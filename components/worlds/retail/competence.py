@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.worlds.competence import Beliefs, Request, Step, View
+from components.worlds.competence import Beliefs, Request, Step, View, requests_from
 from components.worlds.retail import language
 from components.worlds.retail import facts as F
 from components.worlds.retail.facts import FACTS, VERBATIM, Fee
@@ -23,11 +23,8 @@ class RetailCompetence:
 
     # -- reading the customer ----------------------------------------------------------------------------------
     def parse(self, first_message: str) -> tuple[list[Request], dict[str, Any]]:
-        reqs = []
-        for r in language.parse_requests(first_message):
-            kind, tool, oid = r.pop("kind"), r.pop("tool"), r.pop("order_id", None)
-            reqs.append(Request(kind, tool, {"order_id": oid} if oid else {}, r))
-        return reqs, {"email": language.parse_email(first_message)}
+        return requests_from(language.parse_requests(first_message), "order_id"), \
+            {"email": language.parse_email(first_message)}
 
     # -- session and reads ---------------------------------------------------------------------------------------
     def opening(self, view: View, plan_only: bool = False) -> Step | None:
@@ -149,8 +146,7 @@ def _user_methods(v: View) -> list[dict]:
 
 
 def _order(v: View, order_id: str | None) -> dict | None:
-    got = [res for c, res in v.results("get_order_details") if c["args"].get("order_id") == order_id]
-    return got[-1] if got else None
+    return v.latest("get_order_details", "order_id", order_id)
 
 
 def _item(order: dict, r: Request) -> dict:
@@ -158,8 +154,8 @@ def _item(order: dict, r: Request) -> dict:
 
 
 def _variants(v: View, item: dict) -> list | None:
-    got = [res for c, res in v.results("get_product_variants") if c["args"].get("product_id") == item["product_id"]]
-    return got[-1]["variants"] if got else None
+    got = v.latest("get_product_variants", "product_id", item["product_id"])
+    return got["variants"] if got is not None else None
 
 
 def _variant(variants: list | None, options: dict) -> dict | None:

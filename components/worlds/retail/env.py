@@ -4,47 +4,27 @@ and the rubric's executable checks."""
 from __future__ import annotations
 
 from components.runtime.confirm import acts_from_turns, uncovered
-from components.runtime.types import Receipt, ToolCall, Turn
-from components.worlds.base import Benchmark, Criterion, Score, Task
+from components.runtime.types import Turn
+from components.worlds.base import Benchmark, Criterion, EnvBase, Task, system_preamble
 from components.worlds.retail import language
 from components.worlds.retail.facts import same_amount
 from components.worlds.retail.tools import TERMINAL_TOOLS, WRITE_TOOLS, RetailTools
 
-SYSTEM_PREAMBLE = (
-    "You are a customer-service agent. Follow the policy below. Act with one tool call at a time, or write one "
-    "message to the customer. Call `finish` with a short summary when every request is settled.\n\n"
-)
+SYSTEM_PREAMBLE = system_preamble("a customer-service agent", "customer")
 
 
-class RetailEnv:
+class RetailEnv(EnvBase):
     write_tools = WRITE_TOOLS
     terminal_tools = TERMINAL_TOOLS
+    preamble = SYSTEM_PREAMBLE
 
     def __init__(self, bench: Benchmark, task: Task):
-        self.task = task
+        super().__init__(bench, task)
         self.targets = bench.meta.get("targets") or {}
-        self.system_prompt = SYSTEM_PREAMBLE + bench.policy
-        self.tools = bench.tools
         user = bench.db["users"][task.user_id]
         db = {"products": bench.db["products"], "users": {user["user_id"]: user},
               "orders": {oid: bench.db["orders"][oid] for oid in user["orders"]}}
         self._tools = RetailTools(db)
-
-    @property
-    def db(self) -> dict:
-        return self._tools.db
-
-    def first_message(self) -> str:
-        return self.task.first_message
-
-    def call(self, call: ToolCall) -> Receipt:
-        return self._tools.call(call)
-
-    def user_reply(self, assistant_text: str) -> str | None:
-        """The customer answers what is asked (a confirmation is the structured `confirm`, not a reply: see `confirm`)."""
-        if "email" in assistant_text.lower() and "could not find" in assistant_text.lower():
-            return "Sorry, that is the only email I have."
-        return "OK."
 
     def confirm(self, tool: str, args: dict, summary: str) -> bool:
         """The customer grants a confirmation only for a write they asked for: its tool and its target."""
@@ -53,12 +33,6 @@ class RetailEnv:
             if language.TOOL_OF[r["kind"]] == tool and all(str(args.get(k)) == v for k, v in target.items()):
                 return True
         return False
-
-    def score(self, transcript: list[Turn]) -> Score:
-        results = {c.id: float(CHECKS[c.check](self, c, transcript)) for c in self.task.rubric}
-        total = sum(c.weight for c in self.task.rubric)
-        reward = sum(c.weight * results[c.id] for c in self.task.rubric) / total
-        return Score(reward=round(reward, 6), success=all(v == 1.0 for v in results.values()), criteria=results)
 
 
 # -- the rubric's executable checks -------------------------------------------------------------------------
@@ -116,3 +90,4 @@ CHECKS = {
     "writes_confirmed": _writes_confirmed,
     "only_requested_writes": _only_requested_writes,
 }
+RetailEnv.checks = CHECKS  # after the class: the checks take a RetailEnv

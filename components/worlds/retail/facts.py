@@ -57,58 +57,26 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Callable, NamedTuple
+
+from components.worlds.grammar import Fact, clauses, first, keyed, negated, on_tool
+from components.worlds.grammar import facts_read as read_all
 
 REASONS = ("no longer needed", "ordered by mistake")
 VERBATIM = ("<customer's words>",)  # the negated cancel rule: pass the customer's sentence through
-
-NEGATION = re.compile(r"\b(not|never|no|don't|do not|doesn't|does not|cannot|can't|avoid|instead of|rather than|"
-                      r"other than|without)\b", re.I)
-CLAUSE_SPLIT = re.compile(r"[.;:!?](?:\s+|$)|,\s+(?=but\b|while\b)")
-
-
-def _paragraphs(text: str, tool: str) -> list[str]:
-    """Paragraphs or list items that name `tool` in backticks (rule 1), whitespace folded."""
-    parts = re.split(r"\n\s*\n|\n(?=\s*[-*] )", text)
-    return [" ".join(p.split()) for p in parts if f"`{tool}`" in p]
-
-
-def _split(paragraph: str) -> list[str]:
-    # a backticked name holds no clause boundary: `a.b` is one token
-    return [c for c in CLAUSE_SPLIT.split(paragraph) if c and c.strip()]
-
-
-def _clauses(text: str, tool: str) -> list[str]:
-    return [c for p in _paragraphs(text, tool) for c in _split(p)]
-
-
-def _negated(clause: str, at: int) -> bool:
-    return bool(NEGATION.search(clause[:at]))
-
-
-def _first(text: str, tool: str, phrases: dict[str, re.Pattern], opposite: dict[str, str]) -> str | None:
-    """The value of the first clause that names one of the value phrases (rules 2-3)."""
-    for clause in _clauses(text, tool):
-        hits = [(m.start(), value) for value, pat in phrases.items() if (m := pat.search(clause))]
-        if hits:
-            at, value = min(hits)
-            return opposite[value] if _negated(clause, at) else value
-    return None
-
 
 QUOTED = re.compile(r"['\"“‘]([a-z][a-z ]+?)['\"”’]")
 MODAL = re.compile(r"\b(must|should|has to|have to|needs? to|only|exactly|one of|either|allowed|accepted)\b")
 
 
 def _read_reason(text: str) -> tuple[str, ...] | None:
-    for clause in _clauses(text, "cancel_pending_order"):
+    for clause in clauses(text, "cancel_pending_order"):
         low = clause.lower()
         if "reason" not in low or not MODAL.search(low):
             continue
         quoted = tuple(q.strip() for q in QUOTED.findall(low))
         if quoted:
-            return VERBATIM if _negated(low, low.index(QUOTED.search(low).group(0))) else quoted
+            return VERBATIM if negated(low, low.index(QUOTED.search(low).group(0))) else quoted
     return None
 
 
@@ -122,7 +90,7 @@ REFUND = {
 
 
 def _read_refund(text: str) -> str | None:
-    return _first(text, "return_delivered_order_items", REFUND,
+    return first(text, "return_delivered_order_items", REFUND,
                   {"original": "account", "account": "original", "gift_card": "original"})
 
 
@@ -130,7 +98,7 @@ AVAILABLE = {"check_available": re.compile(r"`available`|availab(le|ility)|in st
 
 
 def _read_available(text: str) -> str | None:
-    return _first(text, "exchange_delivered_order_items", AVAILABLE, {"check_available": "ignore_available"})
+    return first(text, "exchange_delivered_order_items", AVAILABLE, {"check_available": "ignore_available"})
 
 
 VALIDATE = {"validate": re.compile(r"`validate_address`|normaliz(e|ed)|validat(e|ed)", re.I)}
@@ -138,7 +106,7 @@ VALIDATE = {"validate": re.compile(r"`validate_address`|normaliz(e|ed)|validat(e
 
 def _read_validate(tool: str) -> Callable[[str], str | None]:
     def read(text: str) -> str | None:
-        return _first(text, tool, VALIDATE, {"validate": "raw"})
+        return first(text, tool, VALIDATE, {"validate": "raw"})
 
     return read
 
@@ -164,20 +132,11 @@ def _number(pattern: re.Pattern, *texts: str) -> float | None:
     return None
 
 
-def _keyed(text: str, tool: str, key: re.Pattern):
-    """(clause, paragraph, negated) of the first clause on `tool` that names `key`, or None."""
-    for p in _paragraphs(text, tool):
-        for c in _split(p):
-            m = key.search(c)
-            if m:
-                yield c, p, _negated(c, m.start())
-
-
 def _read_fee(tool: str, key: str, unit: str, age: str) -> Callable[[str], Fee | None]:
     pat = re.compile(key, re.I)
 
     def read(text: str) -> Fee | None:
-        for clause, para, negated in _keyed(text, tool, pat):
+        for clause, para, negated in keyed(text, tool, pat):
             if negated:
                 return Fee(0, 0.0)
             amount = _number(AMOUNT[unit], clause, para)
@@ -194,7 +153,7 @@ def _read_amount(tool: str, key: str, unit: str, negated_value: float) -> Callab
     pat = re.compile(key, re.I)
 
     def read(text: str) -> float | None:
-        for clause, para, negated in _keyed(text, tool, pat):
+        for clause, para, negated in keyed(text, tool, pat):
             if negated:
                 return negated_value
             amount = _number(AMOUNT[unit], clause, para)
@@ -212,24 +171,10 @@ CREDIT_TO = {
 
 
 def _read_credit_to(text: str) -> str | None:
-    return _first(text, "issue_store_credit", CREDIT_TO, {"gift_card": "original", "original": "gift_card"})
+    return first(text, "issue_store_credit", CREDIT_TO, {"gift_card": "original", "original": "gift_card"})
 
 
 # -- the facts ------------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Fact:
-    id: str
-    tool: str  # the write whose arguments the fact governs (several facts may share one)
-    statement: str  # the rule's text: in the written policy when `stated`, always in the receipts that cite it
-    read: Callable[[str], object]
-    stated: bool = True  # False: not in policy.md; learnable only from refusal receipts or successful episodes
-
-    @property
-    def value(self) -> object:
-        """The correct value: what the rule's own statement instructs."""
-        return self.read(self.statement)
-
 
 FACTS: tuple[Fact, ...] = (
     Fact(
@@ -332,21 +277,14 @@ FACTS: tuple[Fact, ...] = (
 )
 
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
-ON_TOOL: dict[str, tuple[Fact, ...]] = {}
-for _f in FACTS:
-    ON_TOOL[_f.tool] = ON_TOOL.get(_f.tool, ()) + (_f,)
+ON_TOOL: dict[str, tuple[Fact, ...]] = on_tool(FACTS)
 # the first fact on each write (the one each write had before the world grew); kept for callers that know one per tool
 BY_TOOL: dict[str, Fact] = {tool: fs[0] for tool, fs in ON_TOOL.items()}
 
 
 def facts_read(text: str) -> dict[str, object]:
     """Every fact `text` addresses, with the value it instructs."""
-    out = {}
-    for f in FACTS:
-        v = f.read(text)
-        if v is not None:
-            out[f.id] = v
-    return out
+    return read_all(FACTS, text)
 
 
 # -- the formulas: one home for the tools (true values), the task generator (truth) and the agent (beliefs) ---------

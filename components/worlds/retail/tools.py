@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from components.runtime.types import Receipt, ToolCall
+from components.worlds.base import ToolBase
 from components.worlds.retail.catalog import normalize_address
 from components.worlds.retail import facts as F
 from components.worlds.retail.facts import BY_ID, REASONS
@@ -69,48 +69,13 @@ TERMINAL_TOOLS = frozenset({"transfer_to_human_agents"})
 TOOL_NAMES = READ_TOOLS | WRITE_TOOLS | TERMINAL_TOOLS
 
 
-class RetailTools:
-    """One episode's database and the tools over it. `log` keeps every successful write for scoring."""
-
-    def __init__(self, db: dict):
-        # the catalog is never written (reads hand out copies): share it; copy what writes change
-        self.db = {k: (v if k == "products" else copy.deepcopy(v)) for k, v in db.items()}
-        self.log: list[dict] = []
-
-    def call(self, call: ToolCall) -> Receipt:
-        fn = getattr(self, f"_t_{call.name}", None)
-        if fn is None or call.name not in TOOL_NAMES:
-            return self._receipt(call, False, "invalid_args", {"error": f"unknown tool {call.name!r}"})
-        try:
-            ok, code, content = fn(**call.args)
-        except TypeError as e:  # wrong or missing arguments
-            ok, code, content = False, "invalid_args", {"error": f"bad arguments: {e}"}
-        if ok and call.name in WRITE_TOOLS:
-            self.log.append({"tool": call.name, "args": dict(call.args), "call_id": call.id})
-        return self._receipt(call, ok, code, content)
-
-    @staticmethod
-    def _receipt(call: ToolCall, ok: bool, code: str | None, content: Any) -> Receipt:
-        c = content if isinstance(content, dict) and not ok else {}
-        return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=ok, code=code, content=content,
-                       genuine=True, write=call.name in WRITE_TOOLS, rule_id=c.get("rule_id"), rule=c.get("rule"),
-                       blocking=bool(c.get("blocking")))
+class RetailTools(ToolBase):
+    tool_names, write_tools, facts = TOOL_NAMES, WRITE_TOOLS, BY_ID
+    shared = "products"  # the catalog is never written (reads hand out copies)
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _order(self, order_id: str):
         return self.db["orders"].get(order_id)
-
-    @staticmethod
-    def _fail(code: str, msg: str, blocking: bool = False):
-        content = {"error": msg}
-        if blocking:
-            content["blocking"] = True
-        return False, code, content
-
-    @staticmethod
-    def _policy(fact_id: str, msg: str):
-        rule = BY_ID[fact_id].statement.lstrip("- ")
-        return False, "policy", {"error": f"{msg} Policy: {rule}", "rule_id": fact_id, "rule": rule}
 
     # -- reads -----------------------------------------------------------------------------------------------
     def _t_find_user_id_by_email(self, email: str):
