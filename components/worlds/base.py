@@ -172,10 +172,10 @@ class ToolBase:
             content["blocking"] = True
         return False, code, content
 
-    @classmethod
-    def _policy(cls, fact_id: str, msg: str):
-        """A rule refusal: the receipt carries the rule's id and text (also for rules the policy does not state)."""
-        rule = cls.facts[fact_id].rule
+    def _policy(self, fact_id: str, msg: str):
+        """A rule refusal: the receipt carries the rule's id and text (also for rules the policy does not state); the
+        episode's own rules (`self.facts`: a changed world's, when its benchmark changes one)."""
+        rule = self.facts[fact_id].rule
         # the message also quotes the rule after "Policy: " for readers of the error text alone
         return False, "policy", {"error": f"{msg} Policy: {rule}", "rule_id": fact_id, "rule": rule}
 
