@@ -154,6 +154,9 @@ def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_
         # another rule of the same write, refused with its own text, does not contradict what the card states
         fee = "- `cancel_pending_order` keeps a 5% cancellation fee on orders placed more than 24 hours ago."
         assert plan_memory(g, [_packet(fee, step, "cancel_fee")], traces, pkg, "b" * 64, "sim").revocations == []
+        # the card delivered and refused anyway, quoting another statement of its rule: contradicted too
+        wrong = _packet(R2, step).model_copy(update={"kind": "ineffective_card"})
+        assert len(plan_memory(g, [wrong], traces, pkg, "b" * 64, "sim").revocations) == 1
         m = plan_memory(g, [_packet(R2, step)], traces, pkg, "b" * 64, "sim")
         assert len(m.revocations) == 1 and m.revokes == {parse_plan(m.revocations[0]).key(): promo.id}
         assert g.get(old.id).confidence == "contested"  # both sides kept

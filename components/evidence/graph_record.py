@@ -282,7 +282,10 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
             if card["path"] not in {c.path for c in package.cards.values()} or not card.get("tool"):
                 continue
             for p in packets:
-                if p.owner != "E" or p.kind != "policy_refusal" or p.tool != card["tool"] or not p.detail.strip():
+                # refusals of the card's rule while it is delivered (ineffective_card: the card does not help
+                # where delivered) or while it is not (policy_refusal): either quotes the rule as the world has it now
+                if p.owner != "E" or p.kind not in ("policy_refusal", "ineffective_card") or p.tool != card["tool"] \
+                        or not p.detail.strip():
                     continue
                 if p.rule_id != card.get("rule_id"):
                     continue  # another rule of the same write: not what the card states (a write may carry several)
