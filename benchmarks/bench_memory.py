@@ -5,19 +5,22 @@ recursive-context source proposes: reuse prior failures, update after conflictin
 
     first       world seed 0, from the seed package; it fills the recursive arm's evidence graph
     (a) seed    the same world with benchmark seed 1, from the seed package
+    (b) drift   a changed world: world seed 0 with ONE rule changed (`benchmark.facts`: the rule's statement in this
+                benchmark, so its digest differs), the rule of a card the first campaign promoted (an amount doubled,
+                or the allowed values replaced); from the first campaign's champion, which carries that card, now
+                wrong. The recursive arm is expected to see the card contradicted by the new refusals and to propose
+                its revocation, a plan the gate judges like any other
     (c) repeat  world seed 0 again, from the seed package
-    (b) drift   a changed world where a promoted rule became wrong: NOT RUN here (see the README's "Campaign memory":
-                the built-in worlds hold their rule values in code, so no copied benchmark can change one; the
-                revocation path is covered by tests/test_evidence_campaign.py)
 
-Each of (a) and (c) runs twice: stateless (`evidence.memory: false`, a graph of its own) and recursive (memory on,
-the graph every earlier campaign of the sequence wrote). Reported per campaign:
+Each of (a), (b) and (c) runs twice: stateless (`evidence.memory: false`, a graph of its own) and recursive (memory
+on, the graph every earlier campaign of the sequence wrote). Reported per campaign:
 
     repeated    plans tried that an earlier campaign of the sequence rejected on the same benchmark digest and model
                 (computed from the campaigns' own lineages, not from the graph)
     calls       model calls (the agent's, from every evaluation's score table) until the champion's dev mean first
                 reached the stateless arm's final champion dev mean; `-` when it never did
     total       model calls of the whole campaign
+    revoked     revocation plans (memory's, removing a promoted card) that the gate accepted
     resolve     share of the graph's supported claims whose every cited trace step exists in the campaign's traces
                 with the same hash (checked here against the trace files, independently of the write policy)
     projection  the largest projection the meta-agent read (characters; the limit is evidence.projection_chars)
@@ -122,12 +125,49 @@ def resolution(db: Path, campaigns: list[dict]) -> tuple[int, int]:
     return ok, len(claims)
 
 
+def changed_rule(first: dict, db: Path) -> tuple[str, str, str] | None:
+    """(rule id, card path, the rule's changed statement) for the first card the first campaign promoted whose rule can
+    be changed here (an amount doubled, or other allowed values); None when it promoted no such card."""
+    import re
+
+    from components.evidence.graph import EvidenceGraph
+    from components.worlds.retail.facts import BY_ID
+
+    def change(fid: str) -> str | None:
+        f = BY_ID.get(fid)
+        if f is None:
+            return None
+        if fid == "cancel_reason":
+            new = f.statement.replace("'no longer needed' or 'ordered by mistake'", "'no longer wanted' or "
+                                      "'placed in error'")
+        else:  # the first amount doubled: 5% -> 10%, $8 -> $16
+            new = re.sub(r"\$(\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)%", lambda m: f"${float(m[1]) * 2:g}" if m[1] else
+                         f"{float(m[2]) * 2:g}%", f.statement, count=1)
+        return new if new and f.read(new) is not None and f.read(new) != f.value else None
+
+    with EvidenceGraph(db) as g:
+        promos = sorted((n for n in g.nodes("decision") if n.data.get("type") == "promotion"
+                         and n.data.get("campaign") == first["name"]), key=lambda n: n.data.get("round", 0))
+        for n in promos:
+            for card in n.data.get("cards") or []:
+                new = change(card.get("rule_id") or "")
+                if new:
+                    return card["rule_id"], card["path"], new
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small benchmarks, two rounds, one seed (the test's size)")
+    ap.add_argument("--per-family", type=int, help="tasks per family (default 36; quick 3)")
+    ap.add_argument("--rounds", type=int, help="rounds of every campaign (default 3; quick 2)")
+    ap.add_argument("--seeds", type=int, help="seeds per item (default 1; quick 1)")
+    ap.add_argument("--scenarios", default="abc", help="which of (a) seed, (b) drift, (c) repeat to run (default abc)")
     args = ap.parse_args()
     size = {"per_family": 3, "rounds": 2, "seeds": 1, "n_boot": 1000} if args.quick else \
         {"per_family": 36, "rounds": 3, "seeds": 1, "n_boot": 2000}
+    size |= {k: v for k, v in (("per_family", args.per_family), ("rounds", args.rounds), ("seeds", args.seeds))
+             if v is not None}
     from components.params import BenchmarkParams
 
     benches = {}
@@ -135,14 +175,28 @@ def main() -> None:
         benches[seed] = HOME / f"bench-s{seed}"
         BenchmarkParams(seed=seed, out=str(benches[seed]), per_family=size["per_family"]).materialize()
     seed_pkg = ROOT / "data" / "packages" / "seed"
-    memory_db, rows = HOME / "memory.db", []
+    memory_db, rows, notes = HOME / "memory.db", [], []
     with prefect_server():
         first = run("first", benches[0], seed_pkg, memory_db, True, size)  # an empty graph: stateless in effect
         done = [first]
-        for label, bench in (("(a) seed", benches[1]), ("(c) repeat", benches[0])):
+        drift = changed_rule(first, memory_db) if "b" in args.scenarios else None
+        sequence = [("(a) seed", benches[1], seed_pkg)] if "a" in args.scenarios else []
+        if drift is not None:
+            rule, card, statement = drift
+            benches["b"] = HOME / "bench-b"
+            BenchmarkParams(seed=0, out=str(benches["b"]), per_family=size["per_family"],
+                            facts={rule: statement}).materialize()
+            champion = first["out"] / "lineage" / "versions" / first["summary"]["champion"]
+            sequence.append(("(b) drift", benches["b"], champion))
+            notes.append(f"(b) drift: rule {rule} (card {card}, promoted by the first campaign) now reads: {statement}")
+        elif "b" in args.scenarios:
+            notes.append("(b) drift: not run: the first campaign promoted no card whose rule this script can change")
+        if "c" in args.scenarios:
+            sequence.append(("(c) repeat", benches[0], seed_pkg))
+        for label, bench, start in sequence:
             tag = label.split()[0].strip("()")
-            stateless = run(f"{tag}-stateless", bench, seed_pkg, HOME / f"{tag}-stateless.db", False, size)
-            recursive = run(f"{tag}-recursive", bench, seed_pkg, memory_db, True, size)
+            stateless = run(f"{tag}-stateless", bench, start, HOME / f"{tag}-stateless.db", False, size)
+            recursive = run(f"{tag}-recursive", bench, start, memory_db, True, size)
             rs, rr = rounds(stateless), rounds(recursive)
             target = next((r["champion_dev"] for r in reversed(rs) if r["champion_dev"] is not None), None)
             for arm, c, rws in (("stateless", stateless, rs), ("recursive", recursive, rr)):
@@ -153,6 +207,17 @@ def main() -> None:
                              "plans": " ".join((r["plan_key"] or "-")[:6] + ("+" if r["verdict"] == "accept" else "x")
                                                for r in rws)})
             done += [stateless, recursive]
+            if label == "(b) drift":  # does each arm's champion still carry the card with the old, now wrong, value?
+                from components.worlds.retail.facts import BY_ID
+
+                rule, card, _ = drift
+                for arm, c in (("stateless", stateless), ("recursive", recursive)):
+                    f = c["out"] / "lineage" / "versions" / c["summary"]["champion"] / card
+                    body = f.read_text(encoding="utf-8") if f.is_file() else ""
+                    state = "no such card" if not body else "the OLD (wrong) value" if \
+                        BY_ID[rule].read(body) == BY_ID[rule].value else "the new value" if \
+                        BY_ID[rule].read(body) == BY_ID[rule].read(drift[2]) else "another value"
+                    notes.append(f"(b) {arm}: champion {c['summary']['champion']}: {card} states {state}")
         ok, n = resolution(memory_db, [first] + [c for c in done if c["memory"]])
     print(f"campaign memory, {'quick' if args.quick else 'full'}: {size}; first campaign: "
           f"{first['summary']['accepted']} promotion(s) in {first['summary']['rounds']} round(s)")
@@ -164,12 +229,19 @@ def main() -> None:
         print(f"| {r['campaign']} | {r['arm']} | {r['repeated']} | {calls} | {r['total']:,} | {r['promotions']} | "
               f"{r['revoked']} | {r['projection']:,} | {r['plans']} |")
     print(f"citation resolution: {ok}/{n} supported claims resolve ({(ok / n if n else 1):.0%})")
-    a = {r["arm"]: r for r in rows if r["campaign"] == "(a) seed"}
+    for line in notes:
+        print(line)
+    label = "(a) seed" if "a" in args.scenarios else rows[0]["campaign"] if rows else None
+    a = {r["arm"]: r for r in rows if r["campaign"] == label}
+    if not a:
+        print("ratio recursive / stateless: no scenario run: 1.000")
+        return
     num, den = a["recursive"]["calls"], a["stateless"]["calls"]
+    name = {"(a) seed": "second seed", "(b) drift": "changed world", "(c) repeat": "repeat"}[label]
     if num is not None and den:
-        print(f"ratio recursive / stateless model calls to the same champion score, second seed: {num / den:.3f}")
+        print(f"ratio recursive / stateless model calls to the same champion score, {name}: {num / den:.3f}")
     else:  # the stateless arm gated nothing (or the recursive one never got there): the whole campaigns
-        print(f"ratio recursive / stateless model calls in total, second seed: "
+        print(f"ratio recursive / stateless model calls in total, {name}: "
               f"{a['recursive']['total'] / max(1, a['stateless']['total']):.3f}")
 
 

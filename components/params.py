@@ -63,6 +63,9 @@ class BenchmarkParams(_M):
     per_family: int | None = Field(None, ge=3, description="tasks per family; null: the world's default (36)")
     train_share: float = Field(1 / 3, gt=0, lt=1)
     dev_share: float = Field(1 / 3, gt=0, lt=1)
+    # a changed world: rule id -> that rule's statement in this benchmark (its value is what the statement instructs);
+    # written to meta.json, read by the world's tools, rubric and policy; empty: the world's own rules
+    facts: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -96,9 +99,15 @@ class BenchmarkParams(_M):
         from components.io import atomic_dir, claim_output
         from components.worlds import BenchmarkError, world
 
+        import inspect
+
+        spec = world(self.world)
+        if self.facts and "facts" not in inspect.signature(spec.materialize).parameters:
+            raise BenchmarkError(f"benchmark.facts: the {self.world} world's rules cannot be changed by a benchmark")
         out = claim_output(self.out, "benchmark", option="benchmark.out", inputs=inputs)
         with atomic_dir(out) as tmp:  # built and checked aside: a refused benchmark replaces nothing
-            world(self.world).materialize(tmp, self.seed, self.per_family, (self.train_share, self.dev_share))
+            changed = {"facts": self.facts} if self.facts else {}  # only a world that takes rule overrides gets one
+            spec.materialize(tmp, self.seed, self.per_family, (self.train_share, self.dev_share), **changed)
             sizes = {k: len(v) for k, v in json.loads((tmp / "splits.json").read_text(encoding="utf-8")).items()}
             empty = [k for k, n in sizes.items() if n == 0]
             if empty:

@@ -622,22 +622,34 @@ def evidence_show(
     contested: Annotated[bool, typer.Option("--contested", help="only contested nodes")] = False,
     open_: Annotated[bool, typer.Option("--open", help="only open questions")] = False,
     kind: Annotated[Optional[str], typer.Option(help="only this kind (source, run, claim, artifact, decision, question)")] = None,
+    benchmark: Annotated[Optional[str], typer.Option(help="--open: the current benchmark digest (default: that of "
+                                                          "benchmark.out in params.yaml, when it exists)")] = None,
+    model: Annotated[Optional[str], typer.Option(help="--open: the current model (default: any)")] = None,
     limit: Annotated[int, typer.Option(min=1)] = 200,
     db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
 ) -> None:
-    """List the graph's current nodes (latest version of each) with their confidence and revoked/flagged marks."""
-    from components.evidence.graph import KINDS
+    """List the graph's current nodes (latest version of each) with their confidence and revoked/flagged marks.
+    --open: questions neither answered (a later finding or promotion explains them) nor expired for the current
+    benchmark digest and model."""
+    from components.evidence.graph import KINDS, Expiry
+    from components.evidence.graph_record import open_questions
 
     if kind is not None and kind not in KINDS:
         raise InputError(f"--kind: {kind!r} is not one of {', '.join(KINDS)}")
+    if open_ and benchmark is None and Path("params.yaml").is_file():
+        from components.params import load_params
+        from components.worlds import load_benchmark
+
+        where = Path(load_params(Path("params.yaml")).benchmark.out)
+        benchmark = load_benchmark(where).digest if (where / "meta.json").is_file() else None
     with _graph(db) as g:
         revoked, flagged = g.revoked(), g.flagged()
         nodes = g.nodes(kind)
         if contested:
             nodes = [n for n in nodes if n.confidence == "contested"]
         if open_:
-            nodes = [n for n in nodes if n.kind == "question" and n.id not in revoked
-                     and not g.edges(dst=n.id, relation="supersedes")]
+            still = {q.id for q in open_questions(g, Expiry(benchmark=benchmark, model=model))}
+            nodes = [n for n in nodes if n.id in still]
     table = Table(title=f"evidence graph: {len(nodes)} node(s)" + (f", first {limit}" if len(nodes) > limit else ""))
     for col in ("id", "kind", "type", "v", "confidence", "mark", "content"):
         table.add_column(col, overflow="fold")

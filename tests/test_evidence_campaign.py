@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from components.evidence.graph import EvidenceGraph, Expiry
-from components.evidence.graph_record import (chain, default_db, memory_for_round, plan_memory, promotions_for,
-                                              record_round, trace_resolver)
+from components.evidence.graph_record import (chain, default_db, memory_for_round, plan_memory, project,
+                                              promotions_for, record_round, trace_resolver)
 from components.evidence.packets import Citation, Claim, EvidencePacket
 from components.evolution.meta import PlanContext, make_meta_agent
 from components.evolution.patch import apply_plan
@@ -154,6 +154,9 @@ def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_
         # another rule of the same write, refused with its own text, does not contradict what the card states
         fee = "- `cancel_pending_order` keeps a 5% cancellation fee on orders placed more than 24 hours ago."
         assert plan_memory(g, [_packet(fee, step, "cancel_fee")], traces, pkg, "b" * 64, "sim").revocations == []
+        # the card delivered and refused anyway, quoting another statement of its rule: contradicted too
+        wrong = _packet(R2, step).model_copy(update={"kind": "ineffective_card"})
+        assert len(plan_memory(g, [wrong], traces, pkg, "b" * 64, "sim").revocations) == 1
         m = plan_memory(g, [_packet(R2, step)], traces, pkg, "b" * 64, "sim")
         assert len(m.revocations) == 1 and m.revokes == {parse_plan(m.revocations[0]).key(): promo.id}
         assert g.get(old.id).confidence == "contested"  # both sides kept
@@ -218,3 +221,81 @@ def test_evidence_cli(small_campaign, capsys, tmp_path):
     assert code == 2 and "no such node" in err
     code, _, err = cli(capsys, "evidence", "show", "--db", str(tmp_path / "missing.db"))
     assert code == 2 and "no evidence graph" in err and not (tmp_path / "missing.db").exists()
+
+
+def _unknown(step: TraceStep, owner: str = "unknown", tool: str = "issue_store_credit") -> EvidencePacket:
+    return EvidencePacket(id=f"{owner}-wrong_args-{tool}", corpus="c", owner=owner,
+                          opportunity="unknown" if owner == "unknown" else "present",
+                          patchability="unknown" if owner == "unknown" else "memory", kind="wrong_args", tool=tool,
+                          detail="" if owner == "unknown" else "the credit is capped", episodes=[step.episode_id],
+                          items=["credit-001"], claims=[Claim(statement="failed writes of issue_store_credit",
+                                                              evidence=[Citation(episode_id=step.episode_id, step=3,
+                                                                                 hash=step.hash)])])
+
+
+def _diagnosed_round(out: Path, n: int, packets: list[EvidencePacket], traces: pd.DataFrame, bench: str) -> dict:
+    rd = out / "rounds" / f"r{n:02d}"
+    (rd / "train").mkdir(parents=True)
+    traces.to_parquet(rd / "train" / "traces.parquet", index=False)
+    (rd / "diagnosis.json").write_text(json.dumps([p.model_dump() for p in packets]))
+    return {"round": n, "round_dir": f"rounds/r{n:02d}", "verdict": "reject", "benchmark_digest": bench,
+            "parent": {"version": "M0", "digest": "p" * 64}}
+
+
+def test_an_open_question_is_answered_by_a_later_finding_or_expires_with_its_digest(tmp_path, capsys):
+    from components.evidence.graph_record import open_questions
+
+    step = _step("credit-001#0")
+    traces = steps_frame([step], item_id="credit-001", seed=0)
+    out, db, b1, b2 = tmp_path / "camp", tmp_path / "e.db", "b" * 64, "c" * 64
+    here = Expiry(benchmark=b1, model="sim")
+    with EvidenceGraph(db, campaign="c") as g:
+        record_round(g, out, _diagnosed_round(out, 1, [_unknown(step), _unknown(step, tool="modify_user_address")],
+                                              traces, b1), "sim")
+        asked = open_questions(g, here)
+        assert sorted(q.data["tool"] for q in asked) == ["issue_store_credit", "modify_user_address"]
+    code, shown, _ = cli(capsys, "evidence", "show", "--open", "--db", str(db), "--benchmark", b1)
+    assert code == 0 and all(q.id in shown for q in asked)
+    with EvidenceGraph(db, campaign="c") as g:
+        # a later round explains the store-credit failures: that question is answered by the finding, kept, closed
+        counts = record_round(g, out, _diagnosed_round(out, 2, [_unknown(step, owner="E")], traces, b1), "sim")
+        assert counts["answered"] == 1
+        (left,) = open_questions(g, here)
+        assert left.data["tool"] == "modify_user_address"
+        credit = next(q for q in asked if q.data["tool"] == "issue_store_credit")
+        (edge,) = g.edges(dst=credit.id, relation="supersedes")
+        assert g.get(edge.src).data["owner"] == "E" and g.get(credit.id) is not None
+        # the same finding in a later round answers nothing twice
+        assert record_round(g, out, _diagnosed_round(out, 3, [_unknown(step, owner="E")], traces, b1),
+                            "sim")["answered"] == 0
+        # a question on the previous benchmark digest is not open on the new one; an unknown model changes nothing
+        assert open_questions(g, Expiry(benchmark=b2, model="sim")) == []
+        assert [q.id for q in open_questions(g, Expiry(benchmark=b1))] == [left.id]
+        # nor does the projection show answered or expired questions
+        shown_q = project(g, [], here, 4000)["open_questions"]
+        assert [q["id"] for q in shown_q] == [left.id]
+        assert project(g, [], Expiry(benchmark=b2, model="sim"), 4000)["open_questions"] == []
+    code, shown, _ = cli(capsys, "evidence", "show", "--open", "--db", str(db), "--benchmark", b1)
+    assert code == 0 and left.id in shown and credit.id not in shown and "1 node(s)" in shown
+    code, shown, _ = cli(capsys, "evidence", "show", "--open", "--db", str(db), "--benchmark", b2)
+    assert code == 0 and "0 node(s)" in shown
+
+
+def test_a_promotion_whose_card_acts_on_the_tool_answers_the_question(tmp_path):
+    from components.evidence.graph_record import answer_questions, open_questions
+
+    step = _step("credit-001#0")
+    traces = steps_frame([step], item_id="credit-001", seed=0)
+    out, now = tmp_path / "camp", Expiry(benchmark="b" * 64, model="sim")
+    with EvidenceGraph(tmp_path / "e.db", campaign="c") as g:
+        record_round(g, out, _diagnosed_round(out, 1, [_unknown(step)], traces, "b" * 64), "sim")
+        (q,) = open_questions(g, now)
+        c = g.add("claim", "credit-rule", "the credit is capped")
+        g.cite(c.id, step.episode_id, 3, step.hash)
+        g.verify(c.id, trace_resolver(traces))
+        v = g.add("decision", "v", "gate", {"type": "gate_verdict", "accept": True})
+        other = g.promote("promotion:o", "M1", v.id, [c.id], {"cards": [{"tool": "cancel_pending_order"}]})
+        assert answer_questions(g, [other], now) == 0  # a card on another tool explains nothing here
+        promo = g.promote("promotion:p", "M2", v.id, [c.id], {"cards": [{"tool": "issue_store_credit"}]})
+        assert answer_questions(g, [promo], now) == 1
+        assert open_questions(g, now) == [] and [e.src for e in g.edges(dst=q.id, relation="supersedes")] == [promo.id]

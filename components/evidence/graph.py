@@ -13,7 +13,9 @@ Every write goes through the write policy (`graph_policy.py`, the one home of th
 
 The store is SQLAlchemy Core over a URL: a path or `sqlite:///...` is an embedded SQLite file (WAL, IMMEDIATE
 transactions, so concurrent writers serialize instead of interleaving); `postgresql://...` (any SQLAlchemy URL with an
-installed driver) is a shared server database with the same tables and statements, run at SERIALIZABLE isolation.
+installed driver) is a shared server database with the same tables and statements; its writers serialize on an
+advisory lock (tests/test_evidence_postgres.py runs the graph against a real server when the `postgres` extra is
+installed).
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ sa.Index("evidence_node_kind", NODE.c.kind)
 sa.Index("evidence_edge_dst", EDGE.c.dst, EDGE.c.relation)
 
 
+WRITE_LOCK = 0x52415443  # the advisory lock id of the graph's writers on a shared Postgres server ("RATC")
+
+
 class GraphError(InputError):
     """The graph cannot be opened or read (a bad URL, a damaged file)."""
 
@@ -144,7 +149,16 @@ def _engine(url: str) -> sa.Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return eng
-    return sa.create_engine(url, isolation_level="SERIALIZABLE")
+    # a shared server: writers serialize on one transaction-scoped advisory lock taken at BEGIN (as BEGIN IMMEDIATE
+    # does on SQLite), and READ COMMITTED lets each statement after the lock see every earlier writer's commit; under
+    # SERIALIZABLE the snapshot would predate the lock wait and concurrent writers would fail instead of queueing
+    eng = sa.create_engine(url, isolation_level="READ COMMITTED")
+    if eng.dialect.name == "postgresql":
+        @sa.event.listens_for(eng, "begin")
+        def _lock(conn):
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+
+    return eng
 
 
 class Store:

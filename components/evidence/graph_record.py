@@ -5,7 +5,10 @@
                       sources    the benchmark digest, the parent package (and the child, when promoted)
                       run        the train evaluation (tied to benchmark digest and model: it expires with them)
                       claims     each diagnosis packet, its cited trace steps as artifacts, verified against the
-                                 round's traces (policy rule 2); `unknown` packets become open questions
+                                 round's traces (policy rule 2); `unknown` packets become open questions, and
+                                 a later supported finding on the same kind and tool, or a promotion whose card
+                                 acts on that tool, answers them (answer --supersedes--> question); a question
+                                 expires with its benchmark digest and model
                       decisions  the plan, the verdict of the stage that decided it (validate, repair screen or gate),
                                  a promotion (policy rule 3) or a rejection; the same plan accepted on one benchmark
                                  digest and rejected on another contradict each other (rule 4)
@@ -117,6 +120,7 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
             g.link(src_bench.id, "used_in", run.id)
             g.link(src_parent.id, "used_in", run.id)
         claims: dict[str, Node] = {}
+        asking: set[str] = set()  # claims that are themselves unexplained: they answer nothing
         for p in packets:
             c = _packet_claim(g, p, bench, model, resolve, run)
             claims[p.id] = c
@@ -128,7 +132,9 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
                                                                       "benchmark_digest": bench, "packet": p.id},
                           expiry=expiry)
                 g.link(q.id, "derived_from", c.id)
+                asking.add(c.id)
                 counts["questions"] += 1
+        counts["answered"] = answer_questions(g, [c for c in claims.values() if c.id not in asking], expiry)
         if plan is None:
             return counts
         key = rec.get("plan_key") or ""
@@ -173,11 +179,13 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
                                             "cards": cards, "owner": plan["owner"]})
             except PolicyError as e:  # the lineage committed it, but memory will not vouch for it: ask, do not claim
                 q = g.add("question", f"unsupported-promotion:{child['digest']}", f"{child['version']} was committed "
-                          f"without a claim whose citations resolve ({e})", {"version": child["version"]})
+                          f"without a claim whose citations resolve ({e})", {"version": child["version"]},
+                          expiry=expiry)  # asked about this evidence: it expires with the digest
                 g.link(q.id, "derived_from", verdict.id)
                 counts["questions"] += 1
                 return counts
             g.link(pn.id, "used_in", promo.id)
+            counts["answered"] += answer_questions(g, [promo], expiry)
             src_child = g.add("source", f"package:{child['digest']}", f"package {child['version']} {child['digest'][:12]}",
                               {"type": "package", "digest": child["digest"]})
             g.link(src_child.id, "derived_from", promo.id)
@@ -196,6 +204,36 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
                     bool(d.get("accept")) != accept and d.get("benchmark_digest") != bench:
                 g.link(verdict.id, "contradicts", other.id)
     return counts
+
+
+# -- open questions ----------------------------------------------------------------------------------------------------
+
+def open_questions(g: EvidenceGraph, now: Expiry | None) -> list[Node]:
+    """Questions still open: not revoked, not answered (no `supersedes` edge into them from the finding or promotion
+    that explains them) and not expired for the current evidence (`now`: benchmark digest and model; None: unknown,
+    nothing expires)."""
+    revoked = g.revoked()
+    answered = {e.dst for e in g.edges(relation="supersedes")}
+    return [q for q in g.nodes("question") if q.id not in revoked and q.id not in answered and not g.expired(q, now)]
+
+
+def answer_questions(g: EvidenceGraph, answers: list[Node], now: Expiry) -> int:
+    """Close the open questions on the current evidence that `answers` explain, by an edge answer --supersedes-->
+    question (the question stays, with its answer): a supported finding of the same kind on the same tool (a later
+    diagnosis told what the unexplained failures were), or a promotion whose card acts on that tool. Returns how many."""
+    n = 0
+    for q in open_questions(g, now):
+        kind, tool = q.data.get("kind"), q.data.get("tool")
+        if kind is None:
+            continue  # a question about one promotion: it only expires
+        by = next((a for a in answers if a.kind == "claim" and a.confidence == "supported"
+                   and (a.data.get("kind"), a.data.get("tool")) == (kind, tool)), None)
+        by = by or next((a for a in answers if a.data.get("type") == "promotion"
+                         and any(c.get("tool") == tool for c in a.data.get("cards") or [])), None)
+        if by is not None:
+            g.link(by.id, "supersedes", q.id)
+            n += 1
+    return n
 
 
 # -- before planning ---------------------------------------------------------------------------------------------------
@@ -244,7 +282,10 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
             if card["path"] not in {c.path for c in package.cards.values()} or not card.get("tool"):
                 continue
             for p in packets:
-                if p.owner != "E" or p.kind != "policy_refusal" or p.tool != card["tool"] or not p.detail.strip():
+                # refusals of the card's rule while it is delivered (ineffective_card: the card does not help
+                # where delivered) or while it is not (policy_refusal): either quotes the rule as the world has it now
+                if p.owner != "E" or p.kind not in ("policy_refusal", "ineffective_card") or p.tool != card["tool"] \
+                        or not p.detail.strip():
                     continue
                 if p.rule_id != card.get("rule_id"):
                     continue  # another rule of the same write: not what the card states (a write may carry several)
@@ -296,7 +337,8 @@ def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_ch
                             "stage": n.data.get("stage"), "same_evidence": here})
               for _, _, n, here in sorted(verdicts, key=lambda t: (t[0], t[1], -t[2].created))]
     ranked += [("contested", n.compact()) for n in live if n.confidence == "contested"]
-    ranked += [("open_questions", n.compact()) for n in live if n.kind == "question"]
+    still_open = {q.id for q in open_questions(g, now)}
+    ranked += [("open_questions", n.compact()) for n in live if n.id in still_open]
     ranked += [("promotions", {**n.compact(), "flagged": n.id in flagged}) for n in nodes
                if n.data.get("type") == "promotion"]
     used, omitted = 0, 0

@@ -172,10 +172,10 @@ class ToolBase:
             content["blocking"] = True
         return False, code, content
 
-    @classmethod
-    def _policy(cls, fact_id: str, msg: str):
-        """A rule refusal: the receipt carries the rule's id and text (also for rules the policy does not state)."""
-        rule = cls.facts[fact_id].rule
+    def _policy(self, fact_id: str, msg: str):
+        """A rule refusal: the receipt carries the rule's id and text (also for rules the policy does not state); the
+        episode's own rules (`self.facts`: a changed world's, when its benchmark changes one)."""
+        rule = self.facts[fact_id].rule
         # the message also quotes the rule after "Policy: " for readers of the error text alone
         return False, "policy", {"error": f"{msg} Policy: {rule}", "rule_id": fact_id, "rule": rule}
 
@@ -320,24 +320,42 @@ def stratified_split(tasks: list[Task], seed: int, families: Iterable[str],
     return out
 
 
-def materializer(world: str, version: int, generate: Callable[[int, int | None], tuple[dict, list[Task]]],
-                 families: Mapping[str, int], policy_text: Callable[[], str], tools: list[dict],
-                 targets: Mapping[str, list[str]]) -> Callable[..., Path]:
+def materializer(world: str, version: int, generate: Callable[..., tuple[dict, list[Task]]],
+                 families: Mapping[str, int], policy_text: Callable[..., str], tools: list[dict],
+                 targets: Mapping[str, list[str]], facts_of: Callable[[dict | None], Mapping] | None = None
+                 ) -> Callable[..., Path]:
     """A world's `materialize` from its parts: `generate(seed, per_family) -> (db, tasks)`, the families (name ->
-    default count; the split is stratified by them), the policy, the tool schemas and the write tools' targets."""
+    default count; the split is stratified by them), the policy, the tool schemas and the write tools' targets.
+    A world whose rules a benchmark may change (a changed world, `benchmark.facts`) passes `facts_of(changes) ->
+    rules`; its `generate` and `policy_text` then take the rules, and its `materialize` takes `facts`."""
 
-    def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
-                    fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> Path:
-        """Write the benchmark files for `seed` atomically; the same arguments give the same bytes."""
-        db, tasks = generate(seed, per_family)
+    def build(out: str | Path, seed: int, per_family: int | None, fractions: tuple[float, float],
+              facts: dict[str, str] | None) -> Path:
+        rules = facts_of(facts) if facts_of else None
+        db, tasks = generate(seed, per_family, rules) if facts_of else generate(seed, per_family)
         splits = stratified_split(tasks, seed, families, fractions)
         meta = {"world": world, "version": version, "seed": seed, "n_tasks": len(tasks),
                 "families": {f: per_family or n for f, n in families.items()},
                 "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(targets),
                 "targets": {t: list(targets[t]) for t in sorted(targets)}}
-        return write_benchmark(out, meta, policy_text(), tools, db, tasks, splits)  # checked by the data contract
+        if facts:  # absent otherwise: the world's own benchmarks stay byte-identical
+            meta["facts"] = {fid: rules[fid].statement for fid in sorted(facts)}
+        policy = policy_text(rules) if facts_of else policy_text()
+        return write_benchmark(out, meta, policy, tools, db, tasks, splits)  # checked by the data contract
 
-    return materialize
+    if facts_of is None:  # no `facts` parameter: params refuse `benchmark.facts` for this world
+        def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
+                        fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> Path:
+            """Write the benchmark files for `seed` atomically; the same arguments give the same bytes."""
+            return build(out, seed, per_family, fractions, None)
+        return materialize
+
+    def materialize_changed(out: str | Path, seed: int = 0, per_family: int | None = None,
+                            fractions: tuple[float, float] = (1 / 3, 1 / 3), facts: dict[str, str] | None = None) -> Path:
+        """Write the benchmark files for `seed` atomically; the same arguments give the same bytes. `facts`: a changed
+        world (rule id -> its statement here), kept in meta.json for the tools; None: the world's own rules."""
+        return build(out, seed, per_family, fractions, facts)
+    return materialize_changed
 
 
 def write_benchmark(out: str | Path, meta: dict, policy: str, tools: list[dict], db: dict, tasks: list[Task],

@@ -7,7 +7,7 @@ from components.runtime.confirm import acts_from_turns, uncovered
 from components.runtime.types import Turn
 from components.worlds.base import Benchmark, Criterion, EnvBase, Task, system_preamble
 from components.worlds.retail import language
-from components.worlds.retail.facts import same_amount
+from components.worlds.retail.facts import facts_of, same_amount
 from components.worlds.retail.tools import TERMINAL_TOOLS, WRITE_TOOLS, RetailTools
 
 SYSTEM_PREAMBLE = system_preamble("a customer-service agent", "customer")
@@ -24,7 +24,7 @@ class RetailEnv(EnvBase):
         user = bench.db["users"][task.user_id]
         db = {"products": bench.db["products"], "users": {user["user_id"]: user},
               "orders": {oid: bench.db["orders"][oid] for oid in user["orders"]}}
-        self._tools = RetailTools(db)
+        self._tools = RetailTools(db, facts_of(bench.meta.get("facts"), f"{bench.root / 'meta.json'}: facts"))
 
     def confirm(self, tool: str, args: dict, summary: str) -> bool:
         """The customer grants a confirmation only for a write they asked for: its tool and its target."""

@@ -57,9 +57,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Callable, NamedTuple
 
-from components.worlds.grammar import Fact, clauses, first, keyed, negated, on_tool
+from components.worlds.grammar import Fact, changed, clauses, first, keyed, negated, on_tool
 from components.worlds.grammar import facts_read as read_all
 
 REASONS = ("no longer needed", "ordered by mistake")
@@ -277,6 +278,11 @@ FACTS: tuple[Fact, ...] = (
 )
 
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
+
+
+def facts_of(statements: dict[str, str] | None, where: str = "benchmark.facts") -> Mapping[str, Fact]:
+    """The rules of a benchmark: the world's own, or a changed world's (`meta.json` "facts": rule id -> statement)."""
+    return changed(BY_ID, statements, where)
 ON_TOOL: dict[str, tuple[Fact, ...]] = on_tool(FACTS)
 # the first fact on each write (the one each write had before the world grew); kept for callers that know one per tool
 BY_TOOL: dict[str, Fact] = {tool: fs[0] for tool, fs in ON_TOOL.items()}

@@ -17,7 +17,7 @@ from components.worlds.base import Criterion, Task
 from components.worlds.retail import language
 from components.worlds.retail.catalog import make_address, make_catalog, make_order, make_user, normalize_address
 from components.worlds.retail import facts as F
-from components.worlds.retail.facts import BY_ID, FACTS
+from components.worlds.retail.facts import BY_ID
 from components.worlds.retail.tools import WRITE_TOOLS
 
 FAMILIES = {"cancel": 36, "return": 36, "exchange": 36, "address": 36, "multi": 36, "credit": 36}
@@ -37,8 +37,10 @@ SECTIONS = (("Cancellations", "cancel_pending_order"), ("Returns", "return_deliv
             ("Late deliveries", "issue_store_credit"))
 
 
-def policy_text() -> str:
-    sections = "\n\n".join(f"## {title}\n" + "\n".join(f.statement for f in FACTS if f.tool == tool and f.stated)
+def policy_text(facts=None) -> str:
+    """The written policy; `facts`: a changed world's rules (default: the world's own)."""
+    facts = (facts or BY_ID).values()
+    sections = "\n\n".join(f"## {title}\n" + "\n".join(f.statement for f in facts if f.tool == tool and f.stated)
                              for title, tool in SECTIONS)
     writes = ", ".join(f"`{t}`" for t in sorted(WRITE_TOOLS))
     return f"""# Retail customer-service policy
@@ -60,7 +62,8 @@ You help customers of an online store with their orders and account. Use the too
 
 
 class _Builder:
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, facts=None):
+        self.facts = facts or BY_ID  # the amounts the rubric holds come from these rules' values
         self.rng = random.Random(seed)
         # what the deeper world added (ages, gift cards, late days) draws from its own stream: the orders, users and
         # requests of the first five families stay those of the same seed before it
@@ -91,7 +94,7 @@ class _Builder:
             o["placed_hours_ago"] = self.extra.randint(2, 40)  # the cancellation fee is due in about two fifths
         phrase = self.rng.choice(sorted(REASON_PHRASES))
         return {"kind": "cancel", "order_id": o["order_id"], "reason_phrase": phrase, "reason": REASON_PHRASES[phrase],
-                "refund_amount": F.cancel_refund(o, BY_ID["cancel_fee"].value) if possible else None}
+                "refund_amount": F.cancel_refund(o, self.facts["cancel_fee"].value) if possible else None}
 
     def return_(self, user: dict, possible: bool = True) -> dict:
         others = user["payment_methods"][1:]  # not the account's first method
@@ -107,7 +110,7 @@ class _Builder:
         if possible:
             o["delivered_days_ago"] = self.extra.randint(3, 50)  # the restocking fee is due in about two fifths
             to_gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in others)
-            due = F.return_refund(o, ids, BY_ID["restocking_fee"].value, BY_ID["gift_card_bonus"].value, to_gift)
+            due = F.return_refund(o, ids, self.facts["restocking_fee"].value, self.facts["gift_card_bonus"].value, to_gift)
         return {"kind": "return", "order_id": o["order_id"], "item_ids": ids, "item_names": [i["name"] for i in items],
                 "payment_method_id": o["payment_method_id"], "refund_amount": due}
 
@@ -124,7 +127,7 @@ class _Builder:
                 fee = None
                 if possible:
                     o["delivered_days_ago"] = self.extra.randint(3, 26)  # past the free window in about half
-                    fee = F.exchange_fee(o, 1, BY_ID["exchange_fee"].value)
+                    fee = F.exchange_fee(o, 1, self.facts["exchange_fee"].value)
                 return {"kind": "exchange", "order_id": o["order_id"], "item_ids": [item["item_id"]],
                         "product_name": item["name"], "want": want["options"], "alt": alt["options"],
                         "new_item_ids": [alt["item_id"]], "exchange_fee": fee}
@@ -135,7 +138,7 @@ class _Builder:
         o = self.order(user, "pending")
         o["placed_hours_ago"] = self.extra.randint(2, 80)  # the re-routing fee is due in about two fifths
         return {"kind": "order_address", "order_id": o["order_id"], "address": address or make_address(self.rng),
-                "reroute_fee": F.reroute_fee(o, BY_ID["reroute_fee"].value)}
+                "reroute_fee": F.reroute_fee(o, self.facts["reroute_fee"].value)}
 
     def credit(self, user: dict, possible: bool = True) -> dict:
         if not any(m["kind"] == "gift_card" for m in user["payment_methods"]):
@@ -148,7 +151,7 @@ class _Builder:
         # never 2 days: the naive flat credit would be right by chance; 6 or more: the cap decides
         o["days_late"] = self.extra.choice((1, 3, 4, 5, 6, 8))
         return {"kind": "credit", "order_id": o["order_id"], "payment_method_id": gift,
-                "amount": F.credit_amount(o, BY_ID["credit_rate"].value, BY_ID["credit_cap"].value)}
+                "amount": F.credit_amount(o, self.facts["credit_rate"].value, self.facts["credit_cap"].value)}
 
 
 def _criterion(i: int, req: dict, user: dict) -> Criterion:
@@ -174,9 +177,9 @@ def _criterion(i: int, req: dict, user: dict) -> Criterion:
                            "reroute_fee": req["reroute_fee"]})
 
 
-def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]]:
+def generate(seed: int, per_family: int | None = None, facts=None) -> tuple[dict, list[Task]]:
     """The database and the tasks for a seed (`per_family` tasks of each family, 36 by default)."""
-    b = _Builder(seed)
+    b = _Builder(seed, facts)
     tasks: list[Task] = []
     for family, count in FAMILIES.items():
         for k in range(per_family or count):

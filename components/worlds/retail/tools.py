@@ -15,7 +15,7 @@ from typing import Any
 from components.worlds.accounts import AccountTools
 from components.worlds.retail.catalog import normalize_address
 from components.worlds.retail import facts as F
-from components.worlds.retail.facts import BY_ID, REASONS
+from components.worlds.retail.facts import BY_ID
 
 ADDRESS_PARAMS = {
     "address1": {"type": "string"},
@@ -71,6 +71,11 @@ TOOL_NAMES = READ_TOOLS | WRITE_TOOLS | TERMINAL_TOOLS
 
 class RetailTools(AccountTools):
     tool_names, write_tools, facts = TOOL_NAMES, WRITE_TOOLS, BY_ID
+
+    def __init__(self, db: dict, facts=None):
+        super().__init__(db)
+        if facts is not None:  # a changed world's rules (its benchmark's meta.json "facts")
+            self.facts = facts
     shared = "products"  # the catalog is never written (reads hand out copies)
 
     # -- helpers -------------------------------------------------------------------------------------------
@@ -108,9 +113,9 @@ class RetailTools(AccountTools):
         o, err = self._pending(order_id, "cancelled")
         if err:
             return err
-        if reason not in REASONS:
+        if reason not in self.facts["cancel_reason"].value:
             return self._policy("cancel_reason", f"reason {reason!r} refused.")
-        due = F.cancel_refund(o, BY_ID["cancel_fee"].value)
+        due = F.cancel_refund(o, self.facts["cancel_fee"].value)
         if not F.same_amount(refund_amount, due):
             return self._policy("cancel_fee", f"refund amount {refund_amount!r} refused.")
         o["status"] = "cancelled"
@@ -133,7 +138,7 @@ class RetailTools(AccountTools):
         if payment_method_id != o["payment_method_id"]:
             return self._policy("refund_original", f"refund to {payment_method_id} refused.")
         gift = self._method_kind(o, payment_method_id) == "gift_card"
-        fee, bonus = BY_ID["restocking_fee"].value, BY_ID["gift_card_bonus"].value
+        fee, bonus = self.facts["restocking_fee"].value, self.facts["gift_card_bonus"].value
         due = F.return_refund(o, item_ids, fee, bonus, gift)
         if not F.same_amount(refund_amount, due):
             # which rule the amount broke: the fee was right when it matches the amount before the bonus
@@ -159,7 +164,7 @@ class RetailTools(AccountTools):
                 return self._fail("invalid_args", f"{new} is not a variant of the same product as {old}")
             if not variants[new]["available"]:
                 return self._policy("exchange_available", f"item {new} is not available.")
-        due = F.exchange_fee(o, len(item_ids), BY_ID["exchange_fee"].value)
+        due = F.exchange_fee(o, len(item_ids), self.facts["exchange_fee"].value)
         if not F.same_amount(exchange_fee, due):
             return self._policy("exchange_fee", f"exchange fee {exchange_fee!r} refused.")
         o["status"] = "exchange requested"
@@ -184,7 +189,7 @@ class RetailTools(AccountTools):
         given = {"address1": address1, "city": city, "state": state, "zip": zip}
         if given != normalize_address(address1, city, state, zip):
             return self._policy("address_validated", "address is not normalized.")
-        due = F.reroute_fee(o, BY_ID["reroute_fee"].value)
+        due = F.reroute_fee(o, self.facts["reroute_fee"].value)
         if not F.same_amount(reroute_fee, due):
             return self._policy("reroute_fee", f"re-routing fee {reroute_fee!r} refused.")
         o["address"] = given
@@ -198,7 +203,7 @@ class RetailTools(AccountTools):
         if o.get("days_late", 0) <= 0 or "credit" in o:
             return self._fail("invalid_state", f"order {order_id} was not delivered late or is already credited",
                               blocking=True)
-        rate, cap = BY_ID["credit_rate"].value, BY_ID["credit_cap"].value
+        rate, cap = self.facts["credit_rate"].value, self.facts["credit_cap"].value
         due = F.credit_amount(o, rate, cap)
         if not F.same_amount(amount, due):
             # the rate was right when the amount is the uncapped per-day credit
