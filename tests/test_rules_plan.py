@@ -359,3 +359,17 @@ def test_a_card_plan_key_ignores_its_provenance():
     a, b = parse_plan(plan("diagnosis p1: 4 refusals")), parse_plan(plan("diagnosis p7: 9 refusals"))
     assert a.key() == b.key()
     assert parse_plan(plan("diagnosis p1: 4 refusals", "Never `w`.")).key() != a.key()
+
+
+def test_a_rule_whose_text_validation_would_call_task_data_is_left_off_the_card(bench):
+    """One leaking rule would sink the whole card at validation: it is left off, the write's other rules still go."""
+    from components.evolution.validate import leak_tokens
+
+    token = sorted(leak_tokens(bench))[0]
+    leaky = packet("E", "policy_refusal", "cancel_pending_order", detail=f"`cancel_pending_order` pass {token}.",
+                   pid="k2", n=4, rule_id="leaky")
+    clean = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY, pid="k1", n=1, rule_id="cancel_reason")
+    c = PlanContext([leaky, clean], load_package(PACKAGES / "seed"), bench, pd.DataFrame(),
+                    pd.DataFrame(columns=["item_id", "seed", "success"]), set(), [])
+    assert rules_plan(leaky, c) is None  # its own rule cannot be written
+    assert rules_plan(clean, c).operations[0].body == POLICY  # the other rule of the write, without the leaky one

@@ -24,6 +24,7 @@ import pandas as pd
 from components.evidence.packets import EvidencePacket
 from components.evolution.diagnose import Finding, cards_about, rule_card_id
 from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM, parse_plan
+from components.evolution.validate import leak_tokens
 from components.memory.package import MemoryPackage
 from components.registry import Registry
 from components.runtime import prompts
@@ -169,6 +170,10 @@ def tool_card_id(tool: str) -> str:
     return rule_card_id(tool).removesuffix("-rule") + "-rules"
 
 
+def _leak_tokens(bench) -> frozenset[str]:
+    return leak_tokens(bench) if getattr(bench, "tasks", None) is not None else frozenset()
+
+
 def _norm(text: str) -> str:
     return " ".join(text.split())
 
@@ -185,8 +190,14 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
         return None
     bodies = [_norm(pkg.cards[c].body) for c in cards_about(pkg, tool)]
 
+    leaks = _leak_tokens(ctx.bench)
+
     def stated(rule_id: str, text: str) -> bool:
-        return rule_card_id(rule_id) in pkg.cards or any(_norm(text) in b for b in bodies)
+        """Written down already, or not writable: validation rejects a card with task data (a value of a request or
+        rubric the policy never uses), and one such rule would sink the others on the card."""
+        low = text.lower()
+        return rule_card_id(rule_id) in pkg.cards or any(_norm(text) in b for b in bodies) \
+            or any(t.lower() in low for t in leaks)
 
     if stated(p.rule_id, p.detail):
         return None
