@@ -53,9 +53,11 @@ class PlanContext:
 # -- rules -----------------------------------------------------------------------------------------------------------
 
 
-# Repair upstream first (Recuris' dependency spine: state -> routing and experience -> checking): a checker added
-# while the ledger still loses work would be judged on a state it cannot see.
-LAYER = {"W": 0, "E": 1, "rho": 1, "C": 2}
+# Repair upstream first (Recuris' dependency spine: state before routing, experience and checking): a checker added
+# while the ledger still loses work would be judged on a state it cannot see. Knowledge and checking do not depend on
+# each other (a card changes what is written, a checker whether it was confirmed or finished), so after W the largest
+# cluster goes first: a checker for the most common escape is not held back behind every small rule cluster.
+LAYER = {"W": 0, "E": 1, "rho": 1, "C": 1}
 
 
 @META_AGENTS.register("rules")
