@@ -1,10 +1,10 @@
 """The meta-agent: turns the diagnosis into one scoped plan. Two backends behind one interface, registered by name.
 
-`rules` (embedded, deterministic): takes the largest patchable cluster whose plan was not already rejected and writes
-the smallest connected change for its owner:
-    E    one card per rule (`<rule id>-rule`), written from the rule text the refusal receipts carry, plus the tools
-         successful episodes called before that write (never ids or values), triggered where the write is intended;
-         wiring if missing
+`rules` (embedded, deterministic): takes the largest patchable cluster (W first) whose plan was not already rejected
+and writes the smallest connected change for its owner:
+    E    one card per write (`<write>-rules`) stating every rule the diagnosis saw refused on it, written from the rule
+         texts the refusal receipts carry, plus the tools successful episodes called before that write (never ids or
+         values), triggered where the write is intended; a rule seen later rewrites that card; wiring if missing
     rho  rebind the existing card's trigger to the write it concerns (or route instead of delivering everything)
     W    change the ledger option the evidence points at (bind_on, max_entries, board)
     C    add the checker that would have bounced the escaped action
