@@ -61,3 +61,40 @@ def test_episodes_deterministic_memory_helps_external_never(bench):
     assert sum(a) > sum(b) and max(a) == 1.0
     for i in [i for i in ids if not bench.tasks[i].possible][:3]:
         assert not _run(bench, ref, i).success
+
+
+# -- the fault engine on a write with several rules (engine requests 4 and 7) ----------------------------------------
+
+def _refusal(fact_id: str) -> tuple[dict, dict]:
+    return ({"name": F.BY_ID[fact_id].tool, "args": {"reservation_id": "R1"}},
+            {"error": "refused.", "rule_id": fact_id, "rule": F.BY_ID[fact_id].rule})
+
+
+def test_a_refusal_on_a_new_rule_is_retried_a_repeated_one_is_not():
+    from components.models.simulated import _gives_up
+
+    n = len(F.BY_TOOL["change_flight"])  # fee and window
+    assert not _gives_up([_refusal("change_fee")], n)
+    assert not _gives_up([_refusal("change_window"), _refusal("change_fee")], n)  # each rule refused once: learnable
+    assert _gives_up([_refusal("change_fee"), _refusal("change_fee")], n)  # the same rule again: nothing new to read
+    assert _gives_up([_refusal("change_window"), _refusal("change_fee"), _refusal("change_window")], n)
+    assert _gives_up([_refusal("upgrade_payment"), _refusal("name_upper")], 1)  # one rule on the write: 2 attempts
+    assert _gives_up([_refusal("bag_fee"), _refusal("bag_allowance"), _refusal("bag_business")], 3) is False
+    assert _gives_up([_refusal("bag_fee")] + [_refusal(f) for f in ("bag_allowance", "bag_business", "comp_form")], 3)
+
+
+def test_a_retry_rereads_every_earlier_refusal_latest_wins():
+    from components.models.simulated import SimulatedAgent
+    from components.worlds.competence import Request, View
+
+    comp = world("airline").competence
+    r = Request("change", "change_flight", {"reservation_id": "R1"})
+    v = View("", "", [], None, [r], {}, [], [], [], 3, None, "draft")  # no policy, no card: nothing known up front
+    agent = SimulatedAgent(competence=comp)
+    truth = {f.id: (True, f.value) for f in F.BY_TOOL["change_flight"]}
+    # refused on the fee, then on the window: the third attempt applies both rules, not only the last one
+    assert agent.beliefs(v, r, 0, comp, [_refusal("change_fee"), _refusal("change_window")]) == truth
+    assert agent.beliefs(v, r, 0, comp, [_refusal("change_window"), _refusal("change_fee")]) == truth
+    # a last refusal that names no rule of this write is retried plainly, as before
+    plain = ({"name": "change_flight", "args": {}}, {"error": "no such flight"})
+    assert set(agent.beliefs(v, r, 0, comp, [_refusal("change_fee"), plain]).values()) == {(True, None)}

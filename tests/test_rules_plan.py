@@ -97,16 +97,57 @@ def test_e_policy_refusal_adds_a_routed_card_with_the_calls_successful_episodes_
     plan = rules_plan(p, ctx(PACKAGES / "seed", p, traces=traces, scores=scores), max_per_episode=4, max_source_items=2)
     check_schema(plan, p, max_source_items=2)
     card = plan.operations[0]
-    assert card.op == "add_card" and card.path == "em/procedure/cancel-reason-rule.md"  # one card per rule
+    assert card.op == "add_card" and card.path == "em/procedure/cancel-pending-order-rules.md"  # one card per write
     assert card.meta["trigger"] == {"event": "intent_recorded", "tool": "cancel_pending_order"}
     assert card.body == POLICY + "\n\nIn successful episodes, the calls before `cancel_pending_order` were: " \
                                  "`find_user`, `get_order`."
-    assert "3 refusals" in card.meta["source"] and "rule cancel_reason" in card.meta["source"]
-    assert plan.mechanism == "deliver:cancel-reason-rule@"
+    assert "cancel_reason" in card.meta["source"] and "k1" in card.meta["source"]
+    assert plan.mechanism == "deliver:cancel-pending-order-rules@"
     # seed has no routing: the card comes with the binding that delivers it
     cand = applied(plan, PACKAGES / "seed", tmp_path)
-    assert event_cards_at_intent(cand) and "cancel-reason-rule" in cand.cards
+    assert event_cards_at_intent(cand) and "cancel-pending-order-rules" in cand.cards
     assert [b.spec.cfg for b in cand.delivery] == [{"max_per_episode": 4}]
+
+
+WINDOW = "`cancel_pending_order` only within a day of ordering."
+
+
+def test_e_card_states_every_rule_refused_on_its_write(tmp_path):
+    """Two rules on one write (two clusters) are one card: a change large enough for the gate to see."""
+    small = packet("E", "policy_refusal", "cancel_pending_order", detail=WINDOW, pid="k2", n=1, rule_id="cancel_window")
+    big = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY, pid="k1", n=3, rule_id="cancel_reason")
+    other = packet("E", "policy_refusal", "return_delivered_order_items", detail="`return_delivered_order_items` x.",
+                   pid="k3", n=5, rule_id="ret")
+    c = ctx(PACKAGES / "seed", small, big, other)
+    plan = rules_plan(small, c)
+    assert plan.owner == "E" and plan.cluster == "k2"
+    card = plan.operations[0]
+    assert card.body.split("\n\n") == [WINDOW, POLICY]  # its own rule first, then the others on the write, largest first
+    assert plan.source_items == ["i1", "i2", "i3"]  # the items of every rule it states
+    assert rules_plan(big, c).operations[0].body.split("\n\n") == [POLICY, WINDOW]
+    assert "x." not in card.body  # another write's rule stays on its own card
+
+
+def test_e_new_rule_on_a_written_card_rewrites_that_card_whole(tmp_path):
+    first = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY, pid="k1", rule_id="cancel_reason")
+    base = apply_plan(rules_plan(first, ctx(PACKAGES / "seed", first)), PACKAGES / "seed", tmp_path / "m1")
+    pkg = load_package(base)
+    assert rules_plan(first, ctx(pkg, first)) is None  # the rule is written down: nothing to add
+    # a rule the card does not state shows up later, judged against the card (ineffective, or diluted routing)
+    for owner, kind in (("E", "ineffective_card"), ("rho", "diluted_card")):
+        later = packet(owner, kind, "cancel_pending_order", detail=WINDOW, pid="k2", rule_id="cancel_window")
+        plan = rules_plan(later, ctx(pkg, later))
+        assert plan.owner == "E" and [o.op for o in plan.operations] == ["remove_card", "add_card"]  # routed already
+        assert plan.operations[1].body.split("\n\n") == [POLICY, WINDOW]
+        cand = load_package(apply_plan(plan, base, tmp_path / f"m2{owner}"))
+        assert [c for c in cand.cards if c.endswith("-rules")] == ["cancel-pending-order-rules"]
+        assert WINDOW in cand.cards["cancel-pending-order-rules"].body
+
+
+def test_rho_about_a_hand_written_card_is_routing_not_a_new_card():
+    later = packet("rho", "diluted_card", "cancel_pending_order", detail=WINDOW, pid="k2", rule_id="cancel_window")
+    plan = rules_plan(later, ctx(PACKAGES / "reference", later))
+    assert plan is None or all(o.op != "add_card" for o in plan.operations)
 
 
 def test_e_policy_refusal_without_successes_or_routing_to_add(tmp_path):
@@ -115,7 +156,7 @@ def test_e_policy_refusal_without_successes_or_routing_to_add(tmp_path):
     plan = rules_plan(p, ctx(PACKAGES / "reference", p))
     assert [o.op for o in plan.operations] == ["add_card"]  # reference already routes at intent_recorded
     assert plan.operations[0].body == "Validate the address first."
-    assert "address-validated-rule" in applied(plan, PACKAGES / "reference", tmp_path).cards  # a valid card id
+    assert "modify-pending-order-address-rules" in applied(plan, PACKAGES / "reference", tmp_path).cards  # a valid id
 
 
 @pytest.mark.parametrize("detail,rule_id", [("", "cancel_reason"), ("   ", "cancel_reason"), (POLICY, None)])
@@ -246,8 +287,10 @@ def test_w_overflow_raises_max_entries_past_the_largest_proposal(tmp_path):
           finding("i3#0", "W", "overflow", proposed_max=40)]  # another cluster's episode
     plan = rules_plan(p, ctx(PACKAGES / "seed", p, findings=fs))
     check_schema(plan, p)
-    assert plan.operations[0].value == 7 and plan.mechanism == "ledger:add"  # 5 + 2 of headroom
-    assert "was 2" in plan.summary and applied(plan, PACKAGES / "seed", tmp_path).wm.max_entries == 7
+    assert plan.operations[0].value == 8 and plan.mechanism == "ledger:add"  # 5 + 2 of headroom, to a power of two
+    assert "was 2" in plan.summary and applied(plan, PACKAGES / "seed", tmp_path).wm.max_entries == 8
+    fs[1] = finding("i2#0", "W", "overflow", proposed_max=4)  # one entry fewer seen: the same plan, not a new one
+    assert rules_plan(p, ctx(PACKAGES / "seed", p, findings=fs)).key() == plan.key()
 
 
 def test_w_overflow_is_capped_at_the_schema_limit(tmp_path):
@@ -316,3 +359,17 @@ def test_a_card_plan_key_ignores_its_provenance():
     a, b = parse_plan(plan("diagnosis p1: 4 refusals")), parse_plan(plan("diagnosis p7: 9 refusals"))
     assert a.key() == b.key()
     assert parse_plan(plan("diagnosis p1: 4 refusals", "Never `w`.")).key() != a.key()
+
+
+def test_a_rule_whose_text_validation_would_call_task_data_is_left_off_the_card(bench):
+    """One leaking rule would sink the whole card at validation: it is left off, the write's other rules still go."""
+    from components.evolution.validate import leak_tokens
+
+    token = sorted(leak_tokens(bench))[0]
+    leaky = packet("E", "policy_refusal", "cancel_pending_order", detail=f"`cancel_pending_order` pass {token}.",
+                   pid="k2", n=4, rule_id="leaky")
+    clean = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY, pid="k1", n=1, rule_id="cancel_reason")
+    c = PlanContext([leaky, clean], load_package(PACKAGES / "seed"), bench, pd.DataFrame(),
+                    pd.DataFrame(columns=["item_id", "seed", "success"]), set(), [])
+    assert rules_plan(leaky, c) is None  # its own rule cannot be written
+    assert rules_plan(clean, c).operations[0].body == POLICY  # the other rule of the write, without the leaky one

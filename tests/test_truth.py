@@ -243,7 +243,7 @@ def test_a_rule_refusal_is_told_by_its_rule_id_not_by_its_words(tmp_path):
     assert one([st(0, ASK), st(1, a, o), st(2, FINISH)], pkg).kind == "no_divergence"
 
 
-def test_two_rules_on_one_write_are_two_clusters_and_two_cards(tmp_path, bench):
+def test_two_rules_on_one_write_are_two_clusters_and_one_card(tmp_path, bench):
     from components.evolution.meta import PlanContext, rules_plan
 
     pkg = pkg_with(tmp_path)
@@ -261,9 +261,9 @@ def test_two_rules_on_one_write_are_two_clusters_and_two_cards(tmp_path, bench):
     ctx = PlanContext(d.packets, pkg, bench, traces, scores, set(), d.findings)
     plans = {p.rule_id: rules_plan(p, ctx) for p in d.packets}
     cards = {r: plan.operations[0] for r, plan in plans.items()}
-    assert {r: c.meta["id"] for r, c in cards.items()} == {"cancel_reason": "cancel-reason-rule",
-                                                           "cancel_window": "cancel-window-rule"}
-    assert cards["cancel_reason"].body.startswith(RULE)  # written from the receipt's rule text
+    # one card per write, stating both rules (each cluster alone may be too small for the gate)
+    assert {c.meta["id"] for c in cards.values()} == {"cancel-pending-order-rules"}
+    assert cards["cancel_reason"].body.startswith(RULE) and "within a day" in cards["cancel_reason"].body
 
 
 @pytest.mark.parametrize("cards,delivered,helps,expect", [

@@ -1,10 +1,10 @@
 """The meta-agent: turns the diagnosis into one scoped plan. Two backends behind one interface, registered by name.
 
-`rules` (embedded, deterministic): takes the largest patchable cluster whose plan was not already rejected and writes
-the smallest connected change for its owner:
-    E    one card per rule (`<rule id>-rule`), written from the rule text the refusal receipts carry, plus the tools
-         successful episodes called before that write (never ids or values), triggered where the write is intended;
-         wiring if missing
+`rules` (embedded, deterministic): takes the largest patchable cluster (W first) whose plan was not already rejected
+and writes the smallest connected change for its owner:
+    E    one card per write (`<write>-rules`) stating every rule the diagnosis saw refused on it, written from the rule
+         texts the refusal receipts carry, plus the tools successful episodes called before that write (never ids or
+         values), triggered where the write is intended; a rule seen later rewrites that card; wiring if missing
     rho  rebind the existing card's trigger to the write it concerns (or route instead of delivering everything)
     W    change the ledger option the evidence points at (bind_on, max_entries, board)
     C    add the checker that would have bounced the escaped action
@@ -23,7 +23,8 @@ import pandas as pd
 
 from components.evidence.packets import EvidencePacket
 from components.evolution.diagnose import Finding, cards_about, rule_card_id
-from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, SetTrigger, SetWM, parse_plan
+from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM, parse_plan
+from components.evolution.validate import leak_tokens
 from components.memory.package import MemoryPackage
 from components.registry import Registry
 from components.runtime import prompts
@@ -52,9 +53,11 @@ class PlanContext:
 # -- rules -----------------------------------------------------------------------------------------------------------
 
 
-# Repair upstream first (Recuris' dependency spine: state -> routing and experience -> checking): a checker added
-# while the ledger still loses work would be judged on a state it cannot see.
-LAYER = {"W": 0, "E": 1, "rho": 1, "C": 2}
+# Repair upstream first (Recuris' dependency spine: state before routing, experience and checking): a checker added
+# while the ledger still loses work would be judged on a state it cannot see. Knowledge and checking do not depend on
+# each other (a card changes what is written, a checker whether it was confirmed or finished), so after W the largest
+# cluster goes first: a checker for the most common escape is not held back behind every small rule cluster.
+LAYER = {"W": 0, "E": 1, "rho": 1, "C": 1}
 
 
 @META_AGENTS.register("rules")
@@ -95,23 +98,19 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
     routed = any(b.spec.use == "event_cards" and b.spec.at == "intent_recorded" for b in pkg.delivery)
     wiring = [] if routed else [AddBinding(op="add_binding", section="delivery", use="event_cards", at="intent_recorded",
                                            cfg={"max_per_episode": max_per_episode})]
-    if p.owner == "E" and p.kind == "policy_refusal":
-        if not p.rule_id:
-            return None
-        card_id = rule_card_id(p.rule_id)
-        path = f"em/procedure/{card_id}.md"
-        if card_id in pkg.cards or not p.detail.strip():  # no rule text: nothing to write down
-            return None
-        before = _calls_before(ctx, p.tool)
-        body = p.detail.strip()
-        if before:
-            body += "\n\nIn successful episodes, the calls before `" + p.tool + "` were: " + \
-                    ", ".join(f"`{t}`" for t in before) + "."
-        meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": p.tool},
-                "source": f"diagnosis {p.id}: {len(p.episodes)} refusals of {p.tool} on rule {p.rule_id}"}
-        ops = [AddCard(op="add_card", path=path, meta=meta, body=body), *wiring]
+    # E: one card per write (`tool_card_id`), from the rule texts the refusal receipts carry, plus the tools
+    # successful episodes called before that write (never ids or values), triggered where the write is intended
+    merged = _write_card(p, ctx) if p.rule_id and p.detail.strip() else None
+    if merged is not None:  # a rule no card about its write states yet: the knowledge is missing, whatever the kind
+        card_id, ops, rules_in, items = merged
+        ops = [*ops, *wiring]
         mechanism = f"deliver:{card_id}@"
-        summary = f"E: add card {card_id} (rule {p.rule_id} on {p.tool})"
+        summary = f"E: card {card_id} on {p.tool} (rules {', '.join(rules_in)})"
+        return Plan(owner="E", cluster=p.id, summary=summary, rationale=p.claims[0].statement,
+                    evidence=p.citations(), operations=ops, mechanism=mechanism,
+                    source_items=items[:max_source_items])
+    if p.owner == "E" and p.kind == "policy_refusal":
+        return None  # every rule refused on this write is already written down: nothing to add
     elif p.owner == "rho" and p.kind == "card_not_fired":
         cards = cards_about(pkg, p.tool, p.rule_id)
         if not cards:  # no card concerns the rule: nothing to rebind
@@ -145,7 +144,8 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         mechanism = "ground:"
         summary = f"W: bind receipts on {', '.join(keys)} as well as the tool"
     elif p.owner == "W" and p.kind == "overflow":
-        want = min(64, max([f.get("proposed_max", 0) for f in _findings(ctx, p)] + [0]) + 2)
+        need = max([f.get("proposed_max", 0) for f in _findings(ctx, p)] + [0]) + 2
+        want = min(64, 1 << (need - 1).bit_length())  # a power of two: a corpus that saw one more entry is not a new plan
         if want <= pkg.wm.max_entries:
             return None
         ops = [SetWM(op="set_wm", field="max_entries", value=want)]
@@ -161,6 +161,69 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         return None
     return Plan(owner=p.owner, cluster=p.id, summary=summary, rationale=p.claims[0].statement,
                 evidence=p.citations(), operations=ops, mechanism=mechanism, source_items=p.items[:max_source_items])
+
+
+CALLS_BEFORE = "In successful episodes, the calls before `"
+
+
+def tool_card_id(tool: str) -> str:
+    """The id of the E card the rules meta-agent writes for a write: one card per write, stating every rule refused
+    on it (several rules on one write are one change to the gate, large enough to show, not several small ones)."""
+    return rule_card_id(tool).removesuffix("-rule") + "-rules"
+
+
+def _leak_tokens(bench) -> frozenset[str]:
+    return leak_tokens(bench) if getattr(bench, "tasks", None) is not None else frozenset()
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[str], list[str]] | None:
+    """The card for `p.tool` with every rule refused on it that no card about the write states yet: (card id,
+    operations, the rules it adds, the items of their packets), or None when `p`'s rule is already written down. Rules come from every packet of the
+    diagnosis on the same write (largest first); a card already written for the write keeps its rules and gains the
+    new ones (replaced whole: one card per write). A rho packet about a hand-written card is routing, not knowledge."""
+    pkg, tool = ctx.package, p.tool
+    card_id = tool_card_id(tool)
+    about = cards_about(pkg, tool, p.rule_id)
+    if p.owner not in ("E", "rho") or (p.owner == "rho" and any(c != card_id for c in about)):
+        return None
+    bodies = [_norm(pkg.cards[c].body) for c in cards_about(pkg, tool)]
+
+    leaks = _leak_tokens(ctx.bench)
+
+    def stated(rule_id: str, text: str) -> bool:
+        """Written down already, or not writable: validation rejects a card with task data (a value of a request or
+        rubric the policy never uses), and one such rule would sink the others on the card."""
+        low = text.lower()
+        return rule_card_id(rule_id) in pkg.cards or any(_norm(text) in b for b in bodies) \
+            or any(t.lower() in low for t in leaks)
+
+    if stated(p.rule_id, p.detail):
+        return None
+    new: dict[str, str] = {p.rule_id: p.detail.strip()}
+    items = list(p.items)
+    for q in sorted(ctx.packets, key=lambda q: (-len(q.episodes), q.id)):
+        if q.tool != tool or not q.rule_id or not q.detail.strip() or q.owner not in ("E", "rho") \
+                or q.rule_id in new or stated(q.rule_id, q.detail):
+            continue
+        new[q.rule_id] = q.detail.strip()
+        items += [i for i in q.items if i not in items]
+    path = f"em/procedure/{card_id}.md"
+    old = pkg.cards.get(card_id)
+    kept = [para for para in old.body.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)] if old else []
+    paras = kept + list(new.values())
+    before = _calls_before(ctx, tool)
+    if before:
+        paras.append(CALLS_BEFORE + tool + "` were: " + ", ".join(f"`{t}`" for t in before) + ".")
+    rules_in = list(new)
+    meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": tool},
+            "source": f"diagnosis {p.id}: refusals of {tool} on rule(s) {', '.join(rules_in)}"}
+    ops: list = [RemoveCard(op="remove_card", path=old.path)] if old else []
+    ops.append(AddCard(op="add_card", path=path, meta=meta, body="\n\n".join(paras)))
+    return card_id, ops, rules_in, items
 
 
 def _findings(ctx: PlanContext, p: EvidencePacket) -> list[dict]:

@@ -296,15 +296,21 @@ class SimulatedAgent:
 
     def beliefs(self, v: View, r: Request, seed: int, comp: Competence, attempts: list) -> Beliefs:
         """(follows, value) for every fact on the request's write. Retrying after a refusal, the agent re-reads the
-        rule the receipt quotes: the facts it addresses take its value and are followed, the others keep theirs; a
-        refusal that addresses none of them (not a rule of this write) is retried plainly, following none."""
+        rules every refusal of this request quoted so far: the facts they address take the latest value and are
+        followed, the others keep theirs; a last refusal that addresses none of them (not a rule of this write) is
+        retried plainly, following none."""
         on_tool = [f for f in comp.facts if f.tool == r.tool]
         out = {f.id: self.follows(v, f, r, seed, on_tool) for f in on_tool}
         if attempts and "error" in attempts[-1][1]:
-            rule = refusal_rule(attempts[-1][1])
-            quoted = {f.id: val for f in on_tool if (val := f.read(rule)) is not None}
-            out = {fid: (True, quoted[fid]) if fid in quoted else (b if quoted else (True, None))
-                   for fid, b in out.items()}
+            last = refusal_rule(attempts[-1][1])
+            if not any(f.read(last) is not None for f in on_tool):
+                return {fid: (True, None) for fid in out}
+            quoted: dict[str, object] = {}
+            for _call, res in attempts:  # every refusal of this request so far: a later rule wins per fact
+                if "error" in res:
+                    rule = refusal_rule(res)
+                    quoted |= {f.id: val for f in on_tool if (val := f.read(rule)) is not None}
+            out = {fid: (True, quoted[fid]) if fid in quoted else b for fid, b in out.items()}
         return out
 
     # -- proposing state -----------------------------------------------------------------------------------------
@@ -344,7 +350,8 @@ class SimulatedAgent:
             return read_first
         attempts = [(c, res) for c, res in v.results(r.tool) if r.targets(c["args"])]
         if attempts and "error" in attempts[-1][1] and not plan_only:
-            if len(attempts) >= 2 or coin(seed, "recover", r.key, len(attempts)) >= self.rates.p_recover:
+            if _gives_up(attempts, sum(1 for f in comp.facts if f.tool == r.tool)) \
+                    or coin(seed, "recover", r.key, len(attempts)) >= self.rates.p_recover:
                 return comp.give_up(r), None
         if plan_only:
             return "", (r.tool, {})
@@ -359,6 +366,19 @@ class SimulatedAgent:
             if asked or "C" in self.off or coin(seed, "confirm", r.key) >= self.rates.p_skip_confirm:
                 return "", (CONFIRM_TOOL, {"tool": r.tool, "args": dict(r.target), "summary": comp.summary(r)})
         return step
+
+
+def _refused_on(result: dict) -> str:
+    """What a refusal was about: its rule id, else its rule text, else its message."""
+    return str(result.get("rule_id") or refusal_rule(result) or result.get("error") or "")
+
+
+def _gives_up(attempts: list[tuple[dict, dict]], n_facts: int) -> bool:
+    """After a refusal: give up when it repeats what an earlier refusal of this request was about (retrying would
+    not learn anything new), or after one attempt more than the write has rules. A write with several rules can
+    thus be refused once per rule and still recover."""
+    refusals = [_refused_on(res) for _c, res in attempts if "error" in res]
+    return refusals[-1] in refusals[:-1] or len(attempts) >= max(2, n_facts + 1)
 
 
 def _acts(v: View, comp: Competence) -> list[Act]:
