@@ -236,9 +236,6 @@ def test_work_done_listed_until_the_end_or_refused_is_not_w():
     assert (f.owner, f.kind, f.step) == ("E", "policy_refusal", 3)
 
 
-@pytest.mark.xfail(strict=True, reason="bug (reported, issue 15): only `policy_refusal` findings exclude their target "
-                   "from W; a refused write judged ineffective_card / diluted_card / card_not_fired / card_unobserved "
-                   "is also reported as never written (W overflow), which wins as the earlier step")
 @pytest.mark.parametrize("helps,delivered", [(False, ("c",)), (True, ("c", "u")), (True, ()), (None, ())])
 def test_a_refused_write_is_never_work_that_was_not_written(helps, delivered):
     """The same trace as above with a card about the rule in the package: the write was attempted and refused, so

@@ -358,7 +358,7 @@ def test_cards_the_rules_distil_from_receipts_are_understood(fact):
     preceded the write in successful episodes; the agent must read it as the rule's correct value."""
     from components.worlds.retail.tools import RetailTools
 
-    _, _, content = RetailTools._policy(fact.id, "refused.")
+    _, _, content = RetailTools({})._policy(fact.id, "refused.")
     assert content["rule_id"] == fact.id
     body = content["rule"] + (f"\n\nIn successful episodes, the calls before `{fact.tool}` were: "
                               "`find_user_id_by_email`, `get_order_details`, `validate_address`.")

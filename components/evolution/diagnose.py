@@ -145,7 +145,8 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         for p in pend:
             last_listed[(p["tool"], _target(p.get("args", {})))] = s.step
     finish = next((s.step for s in steps if s.action.get("kind") == "finish" and s.blocked is None), steps[-1].step)
-    refused = {(f.tool, f.extra.get("target")) for f in findings if f.kind == "policy_refusal"}
+    # a write refused on a rule is owned by that rule's finding, whatever its kind (policy_refusal, ineffective_card...)
+    refused = {(f.tool, f.extra.get("target")) for f in findings if f.rule_id}
     by_step = {s.step: s for s in steps}
     for (tool, target), last in last_listed.items():
         if last >= finish or any(t == tool and _matches(dict(target), dict(k)) for t, k in done_ok):
