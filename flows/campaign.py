@@ -191,6 +191,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     write_json(rd / "plan.json", plan.model_dump())
     # 4. patch a disposable copy
     cand = patch_stage(plan, base, str(rd / "candidate"))
+    made = {"candidate_digest": digest(cand), "benchmark_digest": b.digest}  # recorded by every round with a candidate
     stage_done(p, round_no, "patch")
     # 5. validate it: schema, lint, leakage, reachability, activation probe
     validation = validate_stage(plan, cand, bench, plan.source_items[: c.probe_items], c.model, c.model_cfg,
@@ -198,7 +199,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     write_json(rd / "validation.json", validation.as_dict())
     stage_done(p, round_no, "validate")
     if not validation.ok:
-        return reject("invalid: " + "; ".join(validation.problems), plan, validation=validation.checks)
+        return reject("invalid: " + "; ".join(validation.problems), plan, validation=validation.checks, **made)
     # 6. repair screen on the diagnosed source tasks. The champion's side is its train evaluation (the same
     #    episodes: package, item, seed), so only the candidate runs, look by look when sequential
     seq, design = p.gate.sequential, p.gate.sequential.design()
@@ -223,7 +224,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     stage_done(p, round_no, "repair")
     if not repair.ok:
         return reject(f"repair screen: {repair.reason}", plan, repair=repair.as_dict(),
-                      sequential={"repair": repair_seq})
+                      sequential={"repair": repair_seq}, **made)
     # 7. held-out gate: candidate vs champion on dev, paired seeds, identical benchmark bytes; this look at dev
     #    spends its share of the campaign's alpha (the same dev items are looked at every round). Sequential: both
     #    arms look by look, stopping at the first clear verdict; the champion's cells come from the Prefect task

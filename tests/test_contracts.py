@@ -88,14 +88,10 @@ def test_materialize_writes_nothing_when_the_contract_fails(tmp_path, monkeypatc
     assert list(tmp_path.iterdir()) == []  # no benchmark, no temp directory left behind
 
 
-def test_cli_gate_stops_a_broken_table(tmp_path):
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
+def test_cli_gate_stops_a_broken_table(tmp_path, capsys):
+    from tests.conftest import run_cli  # the real entry point in this process: a subprocess proves nothing more
 
     GOOD.to_csv(tmp_path / "b.csv", index=False)
     GOOD.assign(score=[0.5, 0.2, 3.0, 0.0]).to_csv(tmp_path / "c.csv", index=False)
-    r = subprocess.run([sys.executable, "-m", "flows.cli", "gate", "--base", str(tmp_path / "b.csv"), "--cand",
-                        str(tmp_path / "c.csv")], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "outside [0, 1]" in r.stderr and "Traceback" not in r.stderr
+    code, _, err = run_cli(capsys, "gate", "--base", str(tmp_path / "b.csv"), "--cand", str(tmp_path / "c.csv"))
+    assert code == 2 and "outside [0, 1]" in err and "Traceback" not in err

@@ -8,12 +8,15 @@ import json
 import pytest
 from mlflow import MlflowClient
 
+from components.memory.package import digest
 from tests.conftest import run_cli as cli
 
 ROUND_TAGS = ("ratchet.parent_digest", "ratchet.candidate_digest", "ratchet.benchmark_digest", "ratchet.git_commit",
               "ratchet.dvc_lock", "ratchet.seed_map_hash", "ratchet.verdict")
-# recorded with the gate's figures (flows/campaign.py): a round rejected before the gate has none of them yet
-GATE_TAGS = ("ratchet.candidate_digest", "ratchet.benchmark_digest", "ratchet.seed_map_hash")
+# the dev seed map is the gate's: a round rejected before the gate (invalid plan, repair screen) did not look at dev
+GATE_TAGS = ("ratchet.seed_map_hash",)
+# every round that patched a candidate records its digest and the benchmark's, whether or not it reached the gate
+CANDIDATE_TAGS = ("ratchet.candidate_digest", "ratchet.benchmark_digest")
 
 
 @pytest.fixture
@@ -35,10 +38,17 @@ def test_mlflow_has_nested_runs_tags_and_lineage(campaign):
     rounds = [r for r in by_parent[top.info.run_id] if r.data.tags["ratchet.kind"] == "round"]
     assert sorted(int(r.data.tags["ratchet.round"]) for r in rounds) == list(range(1, s["rounds"] + 1))
     for r in rounds:
-        # a round rejected before the gate (invalid plan, repair screen) has no candidate evaluated on dev
-        gated = (out / "rounds" / f"r{int(r.data.tags['ratchet.round']):02d}" / "gate.json").exists()
-        for tag in ROUND_TAGS if gated else tuple(t for t in ROUND_TAGS if t not in GATE_TAGS):
+        rd = out / "rounds" / f"r{int(r.data.tags['ratchet.round']):02d}"
+        gated, patched = (rd / "gate.json").exists(), (rd / "candidate").is_dir()
+        assert patched or not gated
+        need = set(ROUND_TAGS) - set(GATE_TAGS) - set(CANDIDATE_TAGS)
+        need |= set(CANDIDATE_TAGS) if patched else set()
+        need |= set(GATE_TAGS) if gated else set()
+        for tag in sorted(need):
             assert r.data.tags.get(tag), (tag, r.info.run_name)
+        if patched:  # the digests of the bytes this round patched and evaluated, not just any value
+            assert r.data.tags["ratchet.candidate_digest"] == digest(rd / "candidate"), r.info.run_name
+            assert r.data.tags["ratchet.benchmark_digest"] == s["benchmark_digest"], r.info.run_name
         evals = by_parent.get(r.info.run_id, [])
         assert {(e.data.tags["ratchet.split"], e.data.tags["ratchet.arm"]) for e in evals} >= {("train", "base")}
         if r.data.tags["ratchet.verdict"] == "accept":
@@ -173,8 +183,14 @@ def test_every_version_is_a_registered_model_version_with_lineage(small_campaign
 
 
 def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
+    import pandas as pd
+    from mlflow.environment_variables import MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS
+
     s = small_campaign.summary
     client = MlflowClient()
+    # a SQLite store takes traces from one export thread (concurrent exporters lost traces to "database is locked")
+    assert client.tracking_uri.startswith("sqlite") and MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS.get() == 1
+    steps = pd.read_parquet(small_campaign.out / "rounds/r01/train/traces.parquet")
     exp_id = s["mlflow"]["experiment_id"]
     rounds = _round_runs(client, s["mlflow"]["run_id"], exp_id)
     r1 = rounds[1]
@@ -187,6 +203,8 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
         assert any(c["episode_id"] == episode for claim in pk["claims"] for c in claim["evidence"])
         names = [sp.name for sp in t.data.spans]
         assert names[0] == f"episode {episode}"
+        # every span reached the store: the root, and per turn its span and one per kernel phase
+        assert len(names) == 1 + 5 * int((steps["episode_id"] == episode).sum()), episode
         for phase in ("memory delivered", "model call", "checker verdicts", "tool call"):
             assert phase in names
         assert any(n.endswith("(cited)") for n in names)

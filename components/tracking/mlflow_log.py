@@ -103,6 +103,21 @@ def describe_round(rec: dict[str, Any]) -> str:
     return " ".join(words)
 
 
+def one_trace_writer(uri: str | None) -> None:
+    """On a SQLite store, export traces from one thread. SQLite takes one writer at a time, and a transaction that
+    reads and then writes while another connection writes fails at once with "database is locked" (no busy wait;
+    MLflow retries only Postgres deadlocks). MLflow's async export runs `log_spans` and `start_trace` of the same
+    traces on up to 10 threads at once, so traces were lost. One export thread, drained before the tracker writes
+    again (`_log_traces`), keeps this process's writes in sequence while spans are still sent in batches."""
+    from mlflow.environment_variables import MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS
+
+    if str(uri or "").startswith("sqlite") and MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS.get() != 1:
+        import mlflow
+
+        MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS.set(1)
+        mlflow.tracing.reset()  # the exporter reads the setting when it is built: build it again
+
+
 class CampaignTracker:
     def __init__(self, name: str, out: str | Path, params: dict[str, Any], tracking_uri: str | None = None,
                  artifact_root: str | Path | None = None):
@@ -111,6 +126,7 @@ class CampaignTracker:
         self.name, self.out, self.params = name, Path(out), params
         self.uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         self.client = MlflowClient(tracking_uri=self.uri)
+        one_trace_writer(self.client.tracking_uri)
         exp_name = f"ratchet/{name}"
         exp = self.client.get_experiment_by_name(exp_name)
         if exp is None:
@@ -281,6 +297,10 @@ class CampaignTracker:
                     done[ep] = self._episode_trace(run_id, round_no, pk, ep, steps, cites)
                 if ep in done:
                     cited.append((pk["id"], ep, done[ep]))
+        if done:  # the traces are in the store before this round's run is finished and before the next write
+            import mlflow
+
+            mlflow.flush_trace_async_logging()
         return cited
 
     def _episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int]) -> str:
