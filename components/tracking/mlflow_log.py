@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,36 @@ IDS = ".state"
 RUN_FILE = "campaign.json"
 MAX_TRACES_PER_ROUND = 12  # cited failed episodes logged as traces per round (the first ones of each packet)
 MAX_TRACES_PER_PACKET = 2
+
+
+# Traces are written by the tracker itself, one tracker at a time in this process (see CampaignTracker._write_traces).
+_TRACE_WRITES = threading.Lock()
+_TRACER: Any = None
+
+
+def _start_span(name: str, kind: str, parent: Any, start_ns: int, spans: list, inputs: Any = None,
+                attributes: dict | None = None):
+    """A live mlflow span from a private OpenTelemetry tracer. The tracer has no span processor, so ending a span
+    exports nothing: MLflow's own tracer would send it to the process's tracking URI, not the campaign's."""
+    global _TRACER
+    from mlflow.entities import LiveSpan
+    from mlflow.tracing.utils import generate_trace_id_v3
+    from opentelemetry import trace as otel
+    from opentelemetry.context import Context
+
+    if _TRACER is None:
+        from opentelemetry.sdk.trace import TracerProvider
+
+        _TRACER = TracerProvider(shutdown_on_exit=False).get_tracer("ratchet.tracking")
+    # an empty context for a root: never the child of whatever span is active in this thread
+    ctx = otel.set_span_in_context(parent._span) if parent is not None else Context()
+    o = _TRACER.start_span(name, context=ctx, start_time=start_ns)
+    span = LiveSpan(o, parent.trace_id if parent is not None else generate_trace_id_v3(o), kind)
+    if inputs is not None:
+        span.set_inputs(inputs)
+    span.set_attributes(attributes or {})
+    spans.append(span)
+    return span
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
@@ -187,7 +218,11 @@ class CampaignTracker:
         if found is not None and found.info.status == "FINISHED":  # a forced rerun of the same campaign
             atomic_write_json(logged, {"run_id": found.info.run_id})
             return found.info.run_id
-        if found is not None:  # half-logged by a killed process: log it again from the files
+        if found is not None:  # half-logged by a killed process: log it again from the files, its traces too
+            stale = self.client.search_traces(locations=[self.experiment_id], run_id=found.info.run_id,
+                                              include_spans=False, max_results=1000)
+            if stale:
+                self.client.delete_traces(self.experiment_id, trace_ids=[t.info.trace_id for t in stale])
             self.client.delete_run(found.info.run_id)
         g, rep = rec.get("gate") or {}, rec.get("repair") or {}
         parent = rec.get("parent") or {}
@@ -282,7 +317,7 @@ class CampaignTracker:
             return []
         packets = json.loads(diag.read_text())
         traces = pd.read_parquet(tp)
-        done: dict[str, str] = {}
+        built: dict[str, Any] = {}  # episode -> its trace, built in memory
         cited: list[tuple[str, str, str]] = []
         for pk in packets:
             eps: list[str] = []
@@ -291,41 +326,63 @@ class CampaignTracker:
                     if c["episode_id"] not in eps:
                         eps.append(c["episode_id"])
             for ep in eps[:MAX_TRACES_PER_PACKET]:
-                if ep not in done and len(done) < MAX_TRACES_PER_ROUND:
+                if ep not in built and len(built) < MAX_TRACES_PER_ROUND:
                     steps = traces[traces["episode_id"] == ep].sort_values("step")
                     cites = {int(c["step"]) for claim in pk["claims"] for c in claim["evidence"] if c["episode_id"] == ep}
-                    done[ep] = self._episode_trace(run_id, round_no, pk, ep, steps, cites)
-                if ep in done:
-                    cited.append((pk["id"], ep, done[ep]))
-        if done:  # the traces are in the store before this round's run is finished and before the next write
-            import mlflow
-
-            mlflow.flush_trace_async_logging()
+                    built[ep] = self._episode_trace(run_id, round_no, pk, ep, steps, cites)
+                if ep in built:
+                    cited.append((pk["id"], ep, built[ep].info.trace_id))
+        if built:
+            self._write_traces(list(built.values()))
         return cited
 
-    def _episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int]) -> str:
-        from mlflow.entities import SpanType
+    def _write_traces(self, traces: list) -> None:
+        """Write finished traces to the campaign's own store, whatever the process's tracking URI: through a
+        TracingClient bound to this tracker's URI (the calls MLflow's exporter makes), not through MLflow's
+        process-wide exporter, which sends every trace to the process's URI. Synchronous and on this thread: all of
+        a round's spans in one `log_spans` transaction, then each trace's info, so on a SQLite store nothing writes
+        concurrently, and the traces are complete in the store before the round's run is finished."""
+        from mlflow.tracing.client import TracingClient
+        from mlflow.tracing.utils import add_size_stats_to_trace_metadata
+
+        client = TracingClient(self.client.tracking_uri)
+        with _TRACE_WRITES:
+            try:
+                client.log_spans(self.experiment_id, [s for t in traces for s in t.data.spans])
+                spans_in_store = True
+            except NotImplementedError:  # a store without span storage: the spans go to the trace's artifacts
+                spans_in_store = False
+            for t in traces:
+                add_size_stats_to_trace_metadata(t)
+                info = client.start_trace(t.info)
+                if not spans_in_store:
+                    client._upload_trace_data(info, t.data)
+
+    def _episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int]):
+        """One episode as a finished mlflow Trace, built in memory (nothing is exported): its spans come from a
+        private OpenTelemetry tracer with no processor, its info is what MLflow's span processor would record (the
+        source run links it to the round run)."""
+        from mlflow.entities import SpanType, Trace, TraceData, TraceInfo, TraceLocation, TraceState
+        from mlflow.tracing.constant import (MAX_CHARS_IN_TRACE_INFO_METADATA, TRACE_SCHEMA_VERSION,
+                                             TRACE_SCHEMA_VERSION_KEY, SpanAttributeKey, TraceMetadataKey,
+                                             TraceTagKey)
 
         t0 = time.time_ns()
         tick = iter(range(t0, t0 + 10**12, 1_000_000))  # synthetic 1 ms per phase: the simulator keeps no clock
         first = steps.iloc[0] if len(steps) else None
-        root = self.client.start_trace(
-            f"episode {ep}", span_type=SpanType.AGENT, experiment_id=self.experiment_id, start_time_ns=next(tick),
-            inputs={"episode": ep, "item_id": str(first["item_id"]) if first is not None else "",
-                    "incoming": json.loads(first["incoming"]) if first is not None else {}},
-            attributes={"ratchet.packet": packet["id"], "ratchet.owner": packet["owner"], "ratchet.kind": packet["kind"]},
-            tags={"ratchet.round": str(round_no), "ratchet.packet": packet["id"], "ratchet.episode": ep,
-                  "ratchet.owner": packet["owner"]}, run_id=run_id)
-        tid = root.trace_id
+        spans: list = []
+        root = _start_span(f"episode {ep}", SpanType.AGENT, None, next(tick), spans, inputs={
+            "episode": ep, "item_id": str(first["item_id"]) if first is not None else "",
+            "incoming": json.loads(first["incoming"]) if first is not None else {}},
+            attributes={"ratchet.packet": packet["id"], "ratchet.owner": packet["owner"], "ratchet.kind": packet["kind"]})
         for s in steps.to_dict("records"):
             j = {k: (json.loads(s[k]) if isinstance(s.get(k), str) and k != "episode_id" and k != "hash"
                      and s[k][:1] in "[{" else s.get(k)) for k in s}
-            turn = self.client.start_span(f"turn {s['step']}" + (" (cited)" if int(s["step"]) in cited_steps else ""),
-                                          trace_id=tid, parent_id=root.span_id, span_type=SpanType.CHAIN,
-                                          inputs={"incoming": j.get("incoming"), "state_before": j.get("state_before")},
-                                          attributes={"step": int(s["step"]), "hash": s.get("hash", ""),
-                                                      "cited": int(s["step"]) in cited_steps},
-                                          start_time_ns=next(tick))
+            turn = _start_span(f"turn {s['step']}" + (" (cited)" if int(s["step"]) in cited_steps else ""),
+                               SpanType.CHAIN, root, next(tick), spans,
+                               inputs={"incoming": j.get("incoming"), "state_before": j.get("state_before")},
+                               attributes={"step": int(s["step"]), "hash": s.get("hash", ""),
+                                           "cited": int(s["step"]) in cited_steps})
             for name, kind, inputs, outputs in (
                 ("memory delivered", SpanType.MEMORY, {"deliveries": j.get("deliveries")}, {"cards": j.get("delivered")}),
                 ("model call", SpanType.LLM, {"state_before": j.get("state_before")},
@@ -335,13 +392,27 @@ class CampaignTracker:
                 ("tool call", SpanType.TOOL, {"action": j.get("action")},
                  {"receipt": j.get("observation"), "state_after": j.get("state_after")}),
             ):
-                span = self.client.start_span(name, trace_id=tid, parent_id=turn.span_id, span_type=kind, inputs=inputs,
-                                              start_time_ns=next(tick))
-                self.client.end_span(tid, span.span_id, outputs=outputs, end_time_ns=next(tick))
-            self.client.end_span(tid, turn.span_id, outputs={"fingerprint": j.get("fingerprint")}, end_time_ns=next(tick))
-        self.client.end_trace(tid, outputs={"claims": [c["statement"] for c in packet.get("claims", [])]},
-                              status="ERROR", end_time_ns=next(tick))
-        return tid
+                _start_span(name, kind, turn, next(tick), spans, inputs=inputs).end(outputs=outputs,
+                                                                                    end_time_ns=next(tick))
+            turn.end(outputs={"fingerprint": j.get("fingerprint")}, end_time_ns=next(tick))
+        root.end(outputs={"claims": [c["statement"] for c in packet.get("claims", [])]}, status="ERROR",
+                 end_time_ns=next(tick))
+
+        def preview(key: str) -> str:  # the request/response columns of the Traces tab, cut as MLflow cuts them
+            v = root._span.attributes.get(key) or ""
+            return v if len(v) <= MAX_CHARS_IN_TRACE_INFO_METADATA else v[:MAX_CHARS_IN_TRACE_INFO_METADATA - 3] + "..."
+
+        start_ns, end_ns = root.start_time_ns, root.end_time_ns
+        info = TraceInfo(
+            trace_id=root.trace_id, trace_location=TraceLocation.from_experiment_id(self.experiment_id),
+            request_time=start_ns // 1_000_000, execution_duration=(end_ns - start_ns) // 1_000_000,
+            state=TraceState.ERROR,
+            trace_metadata={TRACE_SCHEMA_VERSION_KEY: str(TRACE_SCHEMA_VERSION), TraceMetadataKey.SOURCE_RUN: run_id,
+                            TraceMetadataKey.INPUTS: preview(SpanAttributeKey.INPUTS),
+                            TraceMetadataKey.OUTPUTS: preview(SpanAttributeKey.OUTPUTS)},
+            tags={TraceTagKey.TRACE_NAME: f"episode {ep}", "ratchet.round": str(round_no),
+                  "ratchet.packet": packet["id"], "ratchet.episode": ep, "ratchet.owner": packet["owner"]})
+        return Trace(info=info, data=TraceData(spans=[s.to_immutable_span() for s in spans]))
 
     # -- package versions as logged models / registered model versions ----------------------------------------------
     def log_versions(self) -> None:
