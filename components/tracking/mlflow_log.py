@@ -16,7 +16,8 @@ Everything is logged from what a round left on disk (its round directory and lin
 logged again after a crash. Logging is idempotent: the campaign run is found again by a key over (name, output dir,
 params, git commit), a round run by its number under it, a model version by its digest, so a rerun, a resume or a
 forced `dvc repro` of the same campaign adds no run, trace or version twice. Runs are addressed by id through
-MlflowClient (no fluent, thread-local active run).
+MlflowClient (no fluent, thread-local active run). Traces are built in memory and written through a client bound to
+the campaign's tracking URI, so they land in the campaign's store with its runs, whatever the process's URI is.
 """
 
 from __future__ import annotations
@@ -43,6 +44,17 @@ MAX_TRACES_PER_PACKET = 2
 # Traces are written by the tracker itself, one tracker at a time in this process (see CampaignTracker._write_traces).
 _TRACE_WRITES = threading.Lock()
 _TRACER: Any = None
+_ENV_METADATA: dict[str, str] | None = None
+
+
+def _env_metadata() -> dict[str, str]:
+    """What MLflow's span processor records about the writing process (user, source, git), resolved once."""
+    global _ENV_METADATA
+    if _ENV_METADATA is None:
+        from mlflow.tracing.utils.environment import resolve_env_metadata
+
+        _ENV_METADATA = dict(resolve_env_metadata())
+    return _ENV_METADATA
 
 
 def _start_span(name: str, kind: str, parent: Any, start_ns: int, spans: list, inputs: Any = None,
@@ -56,9 +68,14 @@ def _start_span(name: str, kind: str, parent: Any, start_ns: int, spans: list, i
     from opentelemetry.context import Context
 
     if _TRACER is None:
+        import mlflow
+        from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
 
-        _TRACER = TracerProvider(shutdown_on_exit=False).get_tracer("ratchet.tracking")
+        # the resource MLflow's own provider uses (the default one would add service.* tags to every trace)
+        resource = Resource({"telemetry.sdk.language": "python", "telemetry.sdk.name": "mlflow",
+                             "telemetry.sdk.version": mlflow.__version__})
+        _TRACER = TracerProvider(resource=resource, shutdown_on_exit=False).get_tracer("ratchet.tracking")
     # an empty context for a root: never the child of whatever span is active in this thread
     ctx = otel.set_span_in_context(parent._span) if parent is not None else Context()
     o = _TRACER.start_span(name, context=ctx, start_time=start_ns)
@@ -135,11 +152,12 @@ def describe_round(rec: dict[str, Any]) -> str:
 
 
 def one_trace_writer(uri: str | None) -> None:
-    """On a SQLite store, export traces from one thread. SQLite takes one writer at a time, and a transaction that
-    reads and then writes while another connection writes fails at once with "database is locked" (no busy wait;
-    MLflow retries only Postgres deadlocks). MLflow's async export runs `log_spans` and `start_trace` of the same
-    traces on up to 10 threads at once, so traces were lost. One export thread, drained before the tracker writes
-    again (`_log_traces`), keeps this process's writes in sequence while spans are still sent in batches."""
+    """On a SQLite store, have MLflow's process-wide trace exporter write from one thread. SQLite takes one writer
+    at a time, and a transaction that reads and then writes while another connection writes fails at once with
+    "database is locked" (no busy wait; MLflow retries only Postgres deadlocks); the async exporter runs `log_spans`
+    and `start_trace` of the same traces on up to 10 threads at once. The tracker's own traces no longer go through
+    that exporter (`CampaignTracker._write_traces` writes them itself, in sequence); this keeps any other tracing in
+    the process (a `@mlflow.trace` of the caller's) from meeting the error on the same store."""
     from mlflow.environment_variables import MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS
 
     if str(uri or "").startswith("sqlite") and MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS.get() != 1:
@@ -152,12 +170,13 @@ def one_trace_writer(uri: str | None) -> None:
 class CampaignTracker:
     def __init__(self, name: str, out: str | Path, params: dict[str, Any], tracking_uri: str | None = None,
                  artifact_root: str | Path | None = None):
+        import mlflow
         from mlflow import MlflowClient
 
         self.name, self.out, self.params = name, Path(out), params
         self.uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         self.client = MlflowClient(tracking_uri=self.uri)
-        one_trace_writer(self.client.tracking_uri)
+        one_trace_writer(mlflow.get_tracking_uri())  # MLflow's own exporter writes to the process's URI
         exp_name = f"ratchet/{name}"
         exp = self.client.get_experiment_by_name(exp_name)
         if exp is None:
@@ -374,7 +393,8 @@ class CampaignTracker:
         root = _start_span(f"episode {ep}", SpanType.AGENT, None, next(tick), spans, inputs={
             "episode": ep, "item_id": str(first["item_id"]) if first is not None else "",
             "incoming": json.loads(first["incoming"]) if first is not None else {}},
-            attributes={"ratchet.packet": packet["id"], "ratchet.owner": packet["owner"], "ratchet.kind": packet["kind"]})
+            attributes={SpanAttributeKey.EXPERIMENT_ID: self.experiment_id, "ratchet.packet": packet["id"],
+                        "ratchet.owner": packet["owner"], "ratchet.kind": packet["kind"]})
         for s in steps.to_dict("records"):
             j = {k: (json.loads(s[k]) if isinstance(s.get(k), str) and k != "episode_id" and k != "hash"
                      and s[k][:1] in "[{" else s.get(k)) for k in s}
@@ -407,7 +427,8 @@ class CampaignTracker:
             trace_id=root.trace_id, trace_location=TraceLocation.from_experiment_id(self.experiment_id),
             request_time=start_ns // 1_000_000, execution_duration=(end_ns - start_ns) // 1_000_000,
             state=TraceState.ERROR,
-            trace_metadata={TRACE_SCHEMA_VERSION_KEY: str(TRACE_SCHEMA_VERSION), TraceMetadataKey.SOURCE_RUN: run_id,
+            trace_metadata={**_env_metadata(), TRACE_SCHEMA_VERSION_KEY: str(TRACE_SCHEMA_VERSION),
+                            TraceMetadataKey.SOURCE_RUN: run_id,
                             TraceMetadataKey.INPUTS: preview(SpanAttributeKey.INPUTS),
                             TraceMetadataKey.OUTPUTS: preview(SpanAttributeKey.OUTPUTS)},
             tags={TraceTagKey.TRACE_NAME: f"episode {ep}", "ratchet.round": str(round_no),
