@@ -36,6 +36,14 @@ def _all_traces(client, exp_ids: list[str]) -> list:
     return client.search_traces(locations=exp_ids, max_results=1000) if exp_ids else []
 
 
+def _traces_in_store(db) -> list:
+    """Every trace in the SQLite store at `db` (none when nothing ever opened it)."""
+    if not db.exists():
+        return []
+    client = MlflowClient(f"sqlite:///{db}")
+    return _all_traces(client, [e.experiment_id for e in client.search_experiments()])
+
+
 @pytest.fixture
 def two_stores(tmp_path, monkeypatch):
     """The process's tracking URI is store A (env and mlflow's own setting, its trace exporter rebuilt for it); the
@@ -101,8 +109,7 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
             assert len(spans) == 1 + 5 * len(turns)
     # ... and no other trace; store A (the process's) has none at all
     assert set(by_id) == {tr.info.trace_id for tr in _all_traces(cb, [exp_id])}
-    ca = MlflowClient(a)
-    assert _all_traces(ca, [e.experiment_id for e in ca.search_experiments()]) == []
+    assert _traces_in_store(tmp_path / "a.db") == []
 
     # a forced rerun (the run ids lost with the output) finds its runs again and adds no trace
     shutil.rmtree(out / ".state")
@@ -122,4 +129,4 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     assert len(now) == len(by_id)
     relogged = {tr.info.tags["ratchet.episode"] for tr in cb.search_traces(locations=[exp_id], run_id=new_run)}
     assert relogged == set(expected[n])
-    assert mlflow.get_tracking_uri() == a and _all_traces(ca, [e.experiment_id for e in ca.search_experiments()]) == []
+    assert mlflow.get_tracking_uri() == a and _traces_in_store(tmp_path / "a.db") == []
