@@ -361,20 +361,24 @@ class CampaignTracker:
         process-wide exporter, which sends every trace to the process's URI. Synchronous and on this thread: all of
         a round's spans in one `log_spans` transaction, then each trace's info, so on a SQLite store nothing writes
         concurrently, and the traces are complete in the store before the round's run is finished."""
+        from mlflow.exceptions import RestException
         from mlflow.tracing.client import TracingClient
+        from mlflow.tracing.constant import SpansLocation, TraceTagKey
         from mlflow.tracing.utils import add_size_stats_to_trace_metadata
 
         client = TracingClient(self.client.tracking_uri)
         with _TRACE_WRITES:
             try:
                 client.log_spans(self.experiment_id, [s for t in traces for s in t.data.spans])
-                spans_in_store = True
-            except NotImplementedError:  # a store without span storage: the spans go to the trace's artifacts
-                spans_in_store = False
+            except NotImplementedError:  # a store without span storage: the spans go to artifacts, below
+                pass
+            except RestException as e:  # the same, behind a tracking server (what MLflow's exporter tolerates)
+                if "REST OTLP span logging is not supported" not in e.message:
+                    raise
             for t in traces:
                 add_size_stats_to_trace_metadata(t)
                 info = client.start_trace(t.info)
-                if not spans_in_store:
+                if info.tags.get(TraceTagKey.SPANS_LOCATION) != SpansLocation.TRACKING_STORE.value:
                     client._upload_trace_data(info, t.data)
 
     def _episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int]):
