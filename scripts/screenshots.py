@@ -5,10 +5,11 @@
 Starts `ratchet ui` on a free loopback port against the store (default: $MLFLOW_TRACKING_URI, else the project's
 `.ratchet/mlflow.db`), writes four PNGs into the directory, and stops the server:
 
-    1-model-versions.png   Models -> ratchet-<campaign>: every version, its description naming its parent, @champion
-    2-round-run.png        a promoting round run: its description (plan, verdict, cited traces) and its params
-    3-cited-trace.png      the trace of a failed episode an evidence packet cites, the cited turn expanded
-    4-rounds-compared.png  the round runs compared: params and net/CI side by side
+    1-model-versions.png   Models -> ratchet-<campaign>: every version with its tags ratchet.parent and
+                           ratchet.parent_model_version (the lineage), @champion
+    2-round-run.png        a promoting round run (classic layout): its params, its registered model version
+    3-cited-trace.png      the trace of a failed episode an evidence packet cites, the cited turn selected
+    4-rounds-compared.png  the round runs compared: the params that differ (plan, owner, the gate's why), metrics
 
 Needs Playwright's Python package (`pip install playwright`) and a Chromium on the machine (`/usr/bin/chromium`,
 or --chromium): Playwright drives it as it is, no browser is downloaded. Not part of the test suite.
@@ -23,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -42,16 +44,19 @@ def free_port() -> int:
 def mlflow_ui(uri: str, port: int, timeout: float = 300.0):
     """`ratchet ui` in its own process group (mlflow server starts workers), stopped with the group on exit."""
     ratchet = Path(sys.executable).with_name("ratchet")
+    log = tempfile.TemporaryFile()  # not a pipe: a server writing to an unread pipe would block once it is full
     proc = subprocess.Popen([str(ratchet), "ui", "--port", str(port), "--tracking-uri", uri],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
     try:
         deadline = time.monotonic() + timeout  # a loaded machine: the server's imports take a while
         while True:
             if proc.poll() is not None:
-                sys.exit(f"screenshots: `ratchet ui` exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+                log.seek(0)
+                sys.exit(f"screenshots: `ratchet ui` exited {proc.returncode}: {log.read().decode()[-2000:]}")
             try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as r:
+                with direct.open(f"{base}/health", timeout=5) as r:
                     if r.status == 200:
                         break
             except OSError:
@@ -62,6 +67,7 @@ def mlflow_ui(uri: str, port: int, timeout: float = 300.0):
         yield base
     finally:
         stop_group(proc)
+        log.close()
 
 
 def stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
