@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Create .venv and install Ratchet (with test extras) into it; skipped when pyproject.toml has not changed.
+# Create .venv and install Ratchet (with test extras) into it; skipped when pyproject.toml has not changed and the
+# extras asked for are already installed.
+# RATCHET_EXTRAS (default `test`) picks the extras, e.g. `test,postgres` in CI (.ci/run); the stamp records the
+# extras installed with this pyproject.toml, so a run asking for extras not yet installed installs again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-$(command -v python3.11 || command -v python3)}"
@@ -8,15 +11,22 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.ratchet-installed
+extras="${RATCHET_EXTRAS:-test}"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+have=""  # the extras installed with this very pyproject.toml (stamp: its hash, then the extras, one a line)
+if [ -f "$stamp" ] && [ "$(head -n 1 "$stamp")" = "$want" ]; then
+  have="$(tail -n +2 "$stamp")"
+  have="${have:-test}"  # a stamp of the hash alone was written by an install of `.[test]`
+fi
+missing="$(tr ',' '\n' <<<"$extras" | grep -vxF -f <(printf '%s\n' "$have") || true)"
+if [ -z "$have" ] || [ -n "$missing" ]; then
   echo "installing Ratchet and its pinned dependencies into .venv (about a minute, once)..." >&2
   log=.venv/install.log
   if ! { .venv/bin/python -m pip install --disable-pip-version-check --upgrade pip &&
-         .venv/bin/python -m pip install --disable-pip-version-check -e ".[test]"; } >"$log" 2>&1; then
+         .venv/bin/python -m pip install --disable-pip-version-check -e ".[$extras]"; } >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     echo "installation failed; the whole log is in $log" >&2
     exit 1
   fi
-  echo "$want" > "$stamp"
+  printf '%s\n' "$want" $have $(tr ',' ' ' <<<"$extras") | awk '!seen[$0]++' > "$stamp"
 fi

@@ -1,0 +1,209 @@
+"""Screenshots of the MLflow UI on a campaign's records, taken in headless Chromium (README "Records and pins").
+
+    .venv/bin/python scripts/screenshots.py docs/screenshots [--campaign default] [--tracking-uri URI]
+
+Starts `ratchet ui` on a free loopback port against the store (default: $MLFLOW_TRACKING_URI, else the project's
+`.ratchet/mlflow.db`), writes four PNGs into the directory, and stops the server:
+
+    1-model-versions.png   Models -> ratchet-<campaign>: every version with its tags ratchet.parent and
+                           ratchet.parent_model_version (the lineage), @champion
+    2-round-run.png        a promoting round run (classic layout): its params, its registered model version
+    3-cited-trace.png      the trace of a failed episode an evidence packet cites, the cited turn selected
+    4-rounds-compared.png  the round runs compared: the params that differ (plan, owner, the gate's why), metrics
+
+Needs Playwright's Python package (`pip install playwright`) and a Chromium on the machine (`/usr/bin/chromium`,
+or --chromium): Playwright drives it as it is, no browser is downloaded. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+W, H = 1400, 900  # the viewport (the comparison: 1400x1100); each PNG stays under 300 KB
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def mlflow_ui(uri: str, port: int, timeout: float = 300.0):
+    """`ratchet ui` in its own process group (mlflow server starts workers), stopped with the group on exit."""
+    ratchet = Path(sys.executable).with_name("ratchet")
+    log = tempfile.TemporaryFile()  # not a pipe: a server writing to an unread pipe would block once it is full
+    proc = subprocess.Popen([str(ratchet), "ui", "--port", str(port), "--tracking-uri", uri],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+    try:
+        deadline = time.monotonic() + timeout  # a loaded machine: the server's imports take a while
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                sys.exit(f"screenshots: `ratchet ui` exited {proc.returncode}: {log.read().decode()[-2000:]}")
+            try:
+                with direct.open(f"{base}/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                sys.exit(f"screenshots: the MLflow UI did not answer on {base} within {timeout:.0f} s")
+            time.sleep(1)
+        yield base
+    finally:
+        stop_group(proc)
+        log.close()
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
+    """SIGTERM the server's process group and wait until every member is gone (the mlflow server outlives
+    `ratchet ui` by a few seconds), SIGKILL after `grace` seconds."""
+    sig, deadline = signal.SIGTERM, time.monotonic() + grace
+    while True:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        proc.poll()  # reap `ratchet ui` itself
+        if time.monotonic() > deadline:
+            sig = signal.SIGKILL
+        time.sleep(0.5)
+        sig = signal.SIGKILL if sig == signal.SIGKILL else 0  # after the first TERM: only probe, until the deadline
+
+
+def records(uri: str, campaign: str) -> dict:
+    """What the four views show, found through the client API: the experiment, the registered model, the round
+    runs (oldest first), a promoting round and a trace it cites."""
+    from mlflow import MlflowClient
+
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name(f"ratchet/{campaign}")
+    if exp is None:
+        sys.exit(f"screenshots: {uri}: no experiment ratchet/{campaign} (run a campaign first)")
+    eid = exp.experiment_id
+    rounds = c.search_runs([eid], "tags.`ratchet.kind` = 'round'", order_by=["attributes.start_time ASC"])
+    if not rounds:
+        sys.exit(f"screenshots: {uri}: experiment ratchet/{campaign} has no round runs")
+    accepted = [r for r in rounds if r.data.tags.get("ratchet.verdict") == "accept"]
+    # the round shown: the first promotion that cites traces (its description links them), else any promotion
+    traced = [r for r in accepted if c.search_traces(locations=[eid], run_id=r.info.run_id, max_results=1,
+                                                     include_spans=False)]
+    shown = (traced or accepted or rounds)[0]
+    traces = c.search_traces(locations=[eid], run_id=shown.info.run_id, max_results=1, include_spans=False) or \
+        c.search_traces(locations=[eid], max_results=1, include_spans=False)
+    if not traces:
+        sys.exit(f"screenshots: {uri}: experiment ratchet/{campaign} has no traces")
+    return {"eid": eid, "model": f"ratchet-{campaign}", "rounds": [r.info.run_id for r in rounds],
+            "round": shown.info.run_id, "trace": traces[0].info.trace_id}
+
+
+# scroll only the nearest scrollable box (the span tree) so the element is in its middle; scrollIntoView would also
+# shift the page under the trace's header
+CENTER_IN_ITS_LIST = """e => {
+  let p = e.parentElement;
+  while (p && !(p.scrollHeight > p.clientHeight && /(auto|scroll)/.test(getComputedStyle(p).overflowY))) p = p.parentElement;
+  if (p) p.scrollTop += e.getBoundingClientRect().top - p.getBoundingClientRect().top - p.clientHeight / 2;
+}"""
+
+
+def settle(page, text: str | None = None, timeout: float = 120_000) -> None:
+    """Wait until the page has drawn its data: `text` (something only the loaded data shows) visible and no spinner
+    left. Not "network idle": the UI polls, so the network never is."""
+    if text:
+        page.get_by_text(text, exact=False).first.wait_for(state="visible", timeout=timeout)
+    page.wait_for_function("!document.querySelector('[role=progressbar], .ant-spin-spinning, [data-testid*=spinner]')",
+                           timeout=timeout)
+    page.wait_for_timeout(2500)  # late panels, column sizing and animations
+
+
+def shoot(base: str, rec: dict, out: Path, chromium: str) -> list[Path]:
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    eid, shots = rec["eid"], []
+    with sync_playwright() as p:
+        # run as root (CI, containers) Chromium needs --no-sandbox; nothing it opens leaves 127.0.0.1
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": W, "height": H})
+        page.set_default_timeout(120_000)
+        click = lambda text: page.get_by_text(text, exact=False).first.click()  # noqa: E731
+        button = lambda label: page.locator(f"button[aria-label='{label}']").first.click()  # noqa: E731
+
+        def step(name: str, url: str, text: str, *then, height: int = H) -> None:
+            page.set_viewport_size({"width": W, "height": height})
+            page.goto(url)
+            try:
+                settle(page, text)
+                for action in then:
+                    action()
+                    page.wait_for_timeout(1000)
+                settle(page)
+            except Exception:
+                page.screenshot(path=str(out / f"failed-{name}"))  # what the page showed instead
+                raise
+            path = out / name
+            page.screenshot(path=str(path))
+            shots.append(path)
+
+        # once per browser: close the assistant panel, pick the classic layout of run pages ("Model training"; GenAI
+        # shows a round run as an evaluation run, params far below) and fold the sidebar, for room
+        page.goto(f"{base}/#/models/{rec['model']}")
+        settle(page, "Version 1")
+        if page.locator("button[aria-label='Close']").count():
+            button("Close")
+        click("Model training")
+        settle(page)
+        button("Toggle sidebar")
+
+        # the versions, newest first: tags ratchet.parent / ratchet.parent_model_version walk the lineage, @champion
+        step("1-model-versions.png", f"{base}/#/models/{rec['model']}", "Version 1",
+             lambda: click("Description"), lambda: click("Tags"))
+        # the params table scrolled to the top; the description (plan, verdict, cited traces) is above it
+        step("2-round-run.png", f"{base}/#/experiments/{eid}/runs/{rec['round']}", "Parameters (",
+             lambda: page.get_by_text("Parameters (").first.evaluate("e => e.scrollIntoView({block: 'start'})"))
+        # the trace full screen, the cited turn selected: its phase spans (memory delivered, model call, checker
+        # verdicts, tool call) and its inputs
+        step("3-cited-trace.png", f"{base}/#/experiments/{eid}/traces?selectedEvaluationId={rec['trace']}", "(cited)",
+             lambda: button("Full screen"), lambda: click("(cited)"),
+             lambda: page.get_by_text("(cited)").first.evaluate(CENTER_IN_ITS_LIST))
+        # the round runs side by side: what differs between rounds (plan, owner, the gate's why) and their metrics
+        runs, exps = json.dumps(rec["rounds"]), json.dumps([eid])
+        step("4-rounds-compared.png", f"{base}/#/compare-runs?runs={runs}&experiments={exps}", "Show diff only",
+             lambda: click("Visualizations"), lambda: click("Run details"),
+             lambda: page.locator("[role=switch][aria-label='Parameters - Show diff only']").click(),
+             lambda: page.locator("[role=switch][aria-label='Metrics - Show diff only']").click(), height=1100)
+        browser.close()
+    return shots
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="directory for the PNGs")
+    ap.add_argument("--campaign", default="default", help="the campaign's name (experiment ratchet/<name>)")
+    ap.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI")
+                    or f"sqlite:///{ROOT / '.ratchet' / 'mlflow.db'}")
+    ap.add_argument("--chromium", default="/usr/bin/chromium")
+    a = ap.parse_args()
+    rec = records(a.tracking_uri, a.campaign)
+    with mlflow_ui(a.tracking_uri, free_port()) as base:
+        for path in shoot(base, rec, a.out, a.chromium):
+            print(f"{path}  {path.stat().st_size // 1024} KB")
+
+
+if __name__ == "__main__":
+    main()
