@@ -19,8 +19,10 @@ the campaign are relative to it, so a moved or copied campaign resumes and repro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from prefect import flow
@@ -46,8 +48,8 @@ from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
 from flows.evaluate import submit_eval, task_runner
 from flows.prefect_setup import quiet_expected_failures, tie_temporary_server_to_this_process
-from flows.tasks import (causes_stage, commit_stage, diagnose_stage, gate_look_stage, patch_stage, plan_stage,
-                         reject_stage, repair_look_stage, validate_stage)
+from flows.tasks import (causes_stage, commit_stage, diagnose_stage, gate_look_stage, patch_stage, plain_eval,
+                         plan_stage, reject_stage, repair_look_stage, validate_stage)
 
 tie_temporary_server_to_this_process()
 quiet_expected_failures()
@@ -76,18 +78,47 @@ def budget_spec(p: Params) -> dict:
                          "price_out_per_1k": b.price_out_per_1k}}
 
 
-class _Eval:
-    """Evaluate packages with the campaign's seeds, model, shards and budget, on the running flow's task runner."""
+@dataclass(frozen=True)
+class Steps:
+    """The stage calls a round makes. The flow's are Prefect tasks (cached, persisted, observable); `plain_steps()`
+    are the very same functions called directly. One composition (`run_round`) takes either, so the flow and the
+    plain-calls baseline of benchmarks/bench_round.py cannot drift apart."""
+    evaluate: Callable[..., EvalTables]
+    causes: Callable
+    diagnose: Callable
+    plan: Callable
+    patch: Callable
+    validate: Callable
+    repair_look: Callable
+    gate_look: Callable
+    commit: Callable
+    reject: Callable
 
-    def __init__(self, p: Params, budget: dict):
-        self.p, self.budget, self.seeds = p, budget, list(range(p.campaign.seeds))
+
+PREFECT_STEPS = Steps(submit_eval, causes_stage, diagnose_stage, plan_stage, patch_stage, validate_stage,
+                      repair_look_stage, gate_look_stage, commit_stage, reject_stage)
+
+
+def plain_steps(workers: int) -> Steps:
+    """The same stage functions without Prefect: shards on a plain thread pool of the flow's size."""
+    return Steps(partial(plain_eval, workers=workers),
+                 *(t.fn for t in (causes_stage, diagnose_stage, plan_stage, patch_stage, validate_stage,
+                                  repair_look_stage, gate_look_stage, commit_stage, reject_stage)))
+
+
+class _Eval:
+    """Evaluate packages with the campaign's seeds, model, shards and budget (on the running flow's task runner when
+    the steps are Prefect's)."""
+
+    def __init__(self, p: Params, budget: dict, steps: Steps = PREFECT_STEPS):
+        self.p, self.budget, self.seeds, self.steps = p, budget, list(range(p.campaign.seeds)), steps
 
     def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None,
                  seeds: list[int] | None = None) -> EvalTables:
         c = self.p.campaign
-        return submit_eval(str(package), self.p.benchmark.out, self.seeds if seeds is None else seeds, split=split,
-                           items=items, shard_size=c.shard_size, model=c.model, model_cfg=c.model_cfg,
-                           max_turns=c.max_turns, label=label, budget=self.budget)
+        return self.steps.evaluate(str(package), self.p.benchmark.out, self.seeds if seeds is None else seeds,
+                                   split=split, items=items, shard_size=c.shard_size, model=c.model,
+                                   model_cfg=c.model_cfg, max_turns=c.max_turns, label=label, budget=self.budget)
 
 
 def by_looks(groups: list[tuple[list[str], list[int]]], arms: dict, judge):
@@ -135,11 +166,15 @@ def dev_looks(history: list[dict], campaign_alpha: float) -> dict:
 
 @flow(name="evolution_round", flow_run_name="round {round_no}", validate_parameters=False)
 def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
-    p = Params.model_validate(params)
+    return run_round(round_no, Params.model_validate(params), budget, PREFECT_STEPS)
+
+
+def run_round(round_no: int, p: Params, budget: dict, steps: Steps) -> dict:
+    """One round: the stages in order, each through `steps`, writing the round's files and its lineage record."""
     c, bench = p.campaign, p.benchmark.out
     lineage = Lineage(Path(c.out) / "lineage")
     champ = lineage.champion()
-    base, rd, ev = str(champ.path), round_dir(c.out, round_no), _Eval(p, budget)
+    base, rd, ev = str(champ.path), round_dir(c.out, round_no), _Eval(p, budget, steps)
     b = load_benchmark(bench)
     record: dict = {"round": round_no, "round_dir": rd.relative_to(c.out).as_posix(),  # relative: the campaign moves
                     "champion_before": champ.name}
@@ -155,7 +190,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
         rec = {**record, **figures, "reason": reason, "verdict": verdict}
         if plan is not None:
             rec.update(plan_key=plan.key(), owner=plan.owner, summary=plan.summary)
-        reject_stage(str(lineage.root), round_no, rec, plan.model_dump() if plan is not None else None)
+        steps.reject(str(lineage.root), round_no, rec, plan.model_dump() if plan is not None else None)
         write_json(rd / "round.json", rec)
         stage_done(p, round_no, "commit", verdict=verdict)
         return rec
@@ -163,12 +198,12 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     # 1. evaluate the working base on train
     train = note("train", "base", base, ev(base, f"r{round_no} train {champ.name}", split="train"))
     corpus = f"{champ.digest}:{b.digest}:{seed_map_hash(b.ids('train'), ev.seeds)}"
-    hidden = EvalTables(train.scores, train.traces, causes_stage(train.scores, base, bench, c.max_turns))
+    hidden = EvalTables(train.scores, train.traces, steps.causes(train.scores, base, bench, c.max_turns))
     write_eval(rd / "train", hidden, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
                                      "seeds": ev.seeds, "corpus": corpus})
     stage_done(p, round_no, "evaluate")
     # 2. diagnose (traces and package only) into evidence packets with checked citations
-    diagnosis = diagnose_stage(train, base, bench, corpus)
+    diagnosis = steps.diagnose(train, base, bench, corpus)
     write_json(rd / "diagnosis.json", [pk.model_dump() for pk in diagnosis.packets])
     write_csv(rd / "findings.csv", diagnosis.findings_frame().assign(champion=champ.digest[:12]))
     stage_done(p, round_no, "diagnose")
@@ -177,7 +212,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     memory = memory_for_round(p.evidence, c.name, diagnosis.packets, train.traces, base, b.digest,
                               model_id(c.model, c.model_cfg), c.out)
     write_json(rd / "memory.json", memory.record())
-    outcome = plan_stage(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys() | set(memory.rejected_here)),
+    outcome = steps.plan(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys() | set(memory.rejected_here)),
                          c.meta_agent, c.meta_agent_cfg, budget,
                          memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere,
                                  "projection": memory.projection})
@@ -190,11 +225,11 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
         return reject("no patchable cluster left that was not already tried", verdict="no_plan")
     write_json(rd / "plan.json", plan.model_dump())
     # 4. patch a disposable copy
-    cand = patch_stage(plan, base, str(rd / "candidate"))
+    cand = steps.patch(plan, base, str(rd / "candidate"))
     made = {"candidate_digest": digest(cand), "benchmark_digest": b.digest}  # recorded by every round with a candidate
     stage_done(p, round_no, "patch")
     # 5. validate it: schema, lint, leakage, reachability, activation probe
-    validation = validate_stage(plan, cand, bench, plan.source_items[: c.probe_items], c.model, c.model_cfg,
+    validation = steps.validate(plan, cand, bench, plan.source_items[: c.probe_items], c.model, c.model_cfg,
                                 c.max_turns, budget)
     write_json(rd / "validation.json", validation.as_dict())
     stage_done(p, round_no, "validate")
@@ -212,7 +247,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     repair_groups = repair_design.groups(plan.source_items, ev.seeds)
 
     def repair_judge(t: dict, look: int):
-        got = repair_look_stage(rb.scores, t["cand"].scores, p.gate.material, p.gate.alpha, asdict(repair_design),
+        got = steps.repair_look(rb.scores, t["cand"].scores, p.gate.material, p.gate.alpha, asdict(repair_design),
                                 plan.source_items, ev.seeds)
         return got if got[0] is not None else None
 
@@ -236,7 +271,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
 
     def gate_judge(t: dict, look_no: int):
         fired_by_look.append(fired(t["cand"].traces, plan.mechanism))
-        got = gate_look_stage(t["base"].scores, t["cand"].scores, gate_cfg, asdict(design), dev_ids, ev.seeds,
+        got = steps.gate_look(t["base"].scores, t["cand"].scores, gate_cfg, asdict(design), dev_ids, ev.seeds,
                               fired_by_look, leak)
         return got if got[0] is not None else None
 
@@ -266,7 +301,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     # 8. commit an immutable version (digest recomputed and compared to the one evaluated)
     rec = {**record, **figures, "plan_key": plan.key(), "owner": plan.owner, "summary": plan.summary,
            "reason": verdict.reason}
-    version = commit_stage(str(lineage.root), cand, figures["candidate_digest"], round_no, rec)
+    version = steps.commit(str(lineage.root), cand, figures["candidate_digest"], round_no, rec)
     rec.update(verdict="accept", version=version)
     write_json(rd / "round.json", rec)
     stage_done(p, round_no, "commit", verdict="accept", version=version)
