@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -39,7 +39,7 @@ from components.evolution.localization import localization_from_rounds
 from components.evolution.report import round_dir, write_csv, write_json
 from components.evolution.validate import fired
 from components.failpoints import failpoint
-from components.io import claim_output, mark_output, output_kind, remove_output
+from components.io import atomic_write_bytes, claim_output, mark_output, output_kind, remove_output
 from components.memory.package import digest, load_package
 from components.models.callcache import deterministic, saved
 from components.params import Params
@@ -48,8 +48,8 @@ from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
 from flows.evaluate import submit_eval, task_runner
 from flows.prefect_setup import quiet_expected_failures, tie_temporary_server_to_this_process
-from flows.tasks import (causes_stage, commit_stage, diagnose_stage, gate_look_stage, patch_stage, plain_eval,
-                         plan_stage, reject_stage, repair_look_stage, validate_stage)
+from flows.tasks import (PERSIST, causes_stage, commit_stage, diagnose_stage, gate_look_stage, patch_stage, plain_eval,
+                         plan_stage, reject_stage, repair_look_stage, stage_key, tree_digest, validate_stage)
 
 tie_temporary_server_to_this_process()
 quiet_expected_failures()
@@ -61,7 +61,7 @@ def state_dir(out: str | Path) -> Path:
     return Path(out) / STATE
 
 
-def stage_done(p: Params, round_no: int, stage: str, **extra) -> None:
+def _stage_done(p: Params, round_no: int, stage: str, **extra) -> None:
     """Record progress atomically, then honour a failpoint at this boundary (crash tests)."""
     write_json(state_dir(p.campaign.out) / "state.json", {"round": round_no, "stage": stage, **extra})
     failpoint(f"round{round_no}:{stage}")
@@ -166,11 +166,31 @@ def dev_looks(history: list[dict], campaign_alpha: float) -> dict:
 
 @flow(name="evolution_round", flow_run_name="round {round_no}", validate_parameters=False)
 def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
-    return run_round(round_no, Params.model_validate(params), budget, PREFECT_STEPS)
+    p = Params.model_validate(params)
+    key, trail = round_key(round_no, p, Lineage(Path(p.campaign.out) / "lineage")), Trail()
+    rec = run_round(round_no, p, budget, PREFECT_STEPS, trail)
+    keep_round(key, round_dir(p.campaign.out, round_no), trail)  # for a rerun on the same inputs: see play_round
+    return rec
 
 
-def run_round(round_no: int, p: Params, budget: dict, steps: Steps) -> dict:
+@dataclass
+class Trail:
+    """What a round did besides writing its round directory: the progress it recorded, its lineage write, and what its
+    plan read from the campaign memory. Kept with the round's files so that a rerun on the same inputs replays it."""
+    stages: list[tuple[str, dict]] = field(default_factory=list)
+    action: tuple = ()
+    memory: dict | None = None
+    memory_inputs: tuple | None = None  # (packets, train traces): to ask the campaign memory again on a replay
+
+
+def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail | None = None) -> dict:
     """One round: the stages in order, each through `steps`, writing the round's files and its lineage record."""
+    trail = Trail() if trail is None else trail
+
+    def stage_done(p: Params, round_no: int, stage: str, **extra) -> None:
+        trail.stages.append((stage, extra))
+        _stage_done(p, round_no, stage, **extra)
+
     c, bench = p.campaign, p.benchmark.out
     lineage = Lineage(Path(c.out) / "lineage")
     champ = lineage.champion()
@@ -190,7 +210,8 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps) -> dict:
         rec = {**record, **figures, "reason": reason, "verdict": verdict}
         if plan is not None:
             rec.update(plan_key=plan.key(), owner=plan.owner, summary=plan.summary)
-        steps.reject(str(lineage.root), round_no, rec, plan.model_dump() if plan is not None else None)
+        trail.action = ("reject", rec, plan.model_dump() if plan is not None else None)
+        steps.reject(str(lineage.root), round_no, *trail.action[1:])
         write_json(rd / "round.json", rec)
         stage_done(p, round_no, "commit", verdict=verdict)
         return rec
@@ -212,6 +233,9 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps) -> dict:
     memory = memory_for_round(p.evidence, c.name, diagnosis.packets, train.traces, base, b.digest,
                               model_id(c.model, c.model_cfg), c.out)
     write_json(rd / "memory.json", memory.record())
+    trail.memory = memory.record()
+    if p.evidence.memory:
+        trail.memory_inputs = (diagnosis.packets, train.traces)
     outcome = steps.plan(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys() | set(memory.rejected_here)),
                          c.meta_agent, c.meta_agent_cfg, budget,
                          memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere,
@@ -301,11 +325,103 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps) -> dict:
     # 8. commit an immutable version (digest recomputed and compared to the one evaluated)
     rec = {**record, **figures, "plan_key": plan.key(), "owner": plan.owner, "summary": plan.summary,
            "reason": verdict.reason}
+    trail.action = ("commit", figures["candidate_digest"], dict(rec))
     version = steps.commit(str(lineage.root), cand, figures["candidate_digest"], round_no, rec)
     rec.update(verdict="accept", version=version)
     write_json(rd / "round.json", rec)
     stage_done(p, round_no, "commit", verdict="accept", version=version)
     return rec
+
+
+# -- a whole round from the cache -----------------------------------------------------------------------------------
+# A rerun of a round on the same inputs (a resumed or repeated campaign, a new campaign on the same bytes) would find
+# every stage in the task cache, but each lookup still costs a task run, and the round a flow run. One lookup of the
+# whole round skips them all: its files, progress records and lineage write are kept (compressed, in Prefect's result
+# storage) under a key of every input the round reads, and replayed in order. What the plan read from the campaign
+# memory is asked again and compared, since the evidence graph changes under the same key.
+
+def _flows_version() -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):  # the round's composition is code too
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
+    """Every input of a round: the code (components/ and flows/), the champion's bytes, the benchmark's bytes, the
+    params that shape a round, and what the round reads from the lineage (rejected plans, earlier dev looks)."""
+    round_params = p.model_dump()
+    for k in ("out", "tracking_uri", "task_runner", "workers", "dask_address"):  # where things run, not what
+        round_params["campaign"].pop(k)
+    round_params.pop("budget")  # a budget stop leaves no completed round to keep
+    round_params["evidence"].pop("db")  # the memory it reads is compared on replay instead
+    return stage_key("round", flows=_flows_version(), round=round_no, champion=lineage.champion().digest,
+                     bench=tree_digest(p.benchmark.out), params=round_params, rejected=sorted(lineage.rejected_keys()),
+                     dev_look=dev_look(lineage, round_no, p))
+
+
+def _round_store():
+    from prefect.results import ResultStore
+
+    return ResultStore(serializer=PERSIST["result_serializer"], cache_result_in_memory=False)
+
+
+def keep_round(key: str, rd: Path, trail: Trail) -> None:
+    files = {f.relative_to(rd).as_posix(): f.read_bytes() for f in sorted(rd.rglob("*"))
+             if f.is_file() and f.name != "round.json"}  # round.json names the committed version: written again
+    _round_store().write({"files": files, "stages": trail.stages, "action": trail.action, "memory": trail.memory,
+                          "memory_inputs": trail.memory_inputs}, key=key)
+
+
+def replay_round(key: str, round_no: int, p: Params, lineage: Lineage) -> dict | None:
+    """The round kept under `key`, written again: its files, its progress records in order, its lineage write and
+    round.json. None when no round is kept there (or it cannot be read, or the campaign memory now says otherwise)."""
+    store = _round_store()
+    try:
+        if not store.exists(key):
+            return None
+        kept = store.read(key).result
+    except Exception:  # a record cut short by a kill is a miss, not an error: the round runs
+        return None
+    c, rd = p.campaign, round_dir(p.campaign.out, round_no)
+    if kept["memory_inputs"] is not None or p.evidence.memory:
+        if kept["memory_inputs"] is None:
+            return None
+        packets, traces = kept["memory_inputs"]
+        champ, b = lineage.champion(), load_benchmark(p.benchmark.out)
+        now = memory_for_round(p.evidence, c.name, packets, traces, str(champ.path), b.digest,
+                               model_id(c.model, c.model_cfg), c.out)
+        if now.record() != kept["memory"]:
+            return None
+    for name, data in kept["files"].items():
+        atomic_write_bytes(rd / name, data)
+    for stage, extra in kept["stages"][:-1]:
+        _stage_done(p, round_no, stage, **extra)
+    action = kept["action"]
+    if action[0] == "commit":
+        rec = dict(action[2])
+        version = lineage.commit(rd / "candidate", action[1], round_no, rec).name
+        rec.update(verdict="accept", version=version)
+    else:
+        rec = action[1]
+        lineage.reject(round_no, rec, action[2])
+    write_json(rd / "round.json", rec)
+    stage, extra = kept["stages"][-1]
+    _stage_done(p, round_no, stage, **{**extra, **({"version": rec["version"]} if "version" in extra else {})})
+    return rec
+
+
+def play_round(round_no: int, p: Params, budget: dict, round_flow=None) -> dict:
+    """A round as the campaign runs it: replayed whole from the cache when every input is the same, else the round
+    flow (whose stages still come from the task cache one by one where their own inputs are the same)."""
+    lineage = Lineage(Path(p.campaign.out) / "lineage")
+    key = round_key(round_no, p, lineage)
+    rec = replay_round(key, round_no, p, lineage)
+    if rec is not None:
+        return rec
+    return (round_flow or evolution_round)(round_no, p.model_dump(), budget)
 
 
 @flow(name="campaign", flow_run_name="campaign {name}", validate_parameters=False)
@@ -397,7 +513,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
         rec = lineage.round_record(r)
         if rec is None:
             try:
-                round_flow(r, p.model_dump(), budget)
+                play_round(r, p, budget, round_flow)
             except BudgetExceeded as e:  # stop cleanly between stages; the committed lineage is untouched
                 stopped = f"round {r}: {e}"
                 break
