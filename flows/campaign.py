@@ -9,7 +9,11 @@ Operating it safely: the campaign holds an exclusive lock on its lineage; every 
 before it runs and reconciles after; after each stage the campaign's state is written atomically to
 `<out>/.state/state.json`. A round that already has a lineage record is not run again, and the stages of an
 interrupted round come back from Prefect's task cache, so rerunning the same command (or `ratchet campaign resume`)
-finishes a killed campaign with the lineage a clean run would have produced.
+finishes a killed campaign with the lineage a clean run would have produced. A completed round is also kept whole,
+under a key of every input it reads, so a round rerun on the same inputs is one lookup and a replay (`play_round`).
+
+The round's composition (`run_round`) takes its stage calls as `Steps`: the Prefect tasks for the flow, the same
+functions called directly for the plain-calls baseline that benchmarks/bench_round.py measures the flow against.
 
 A campaign owns its output directory (marked `campaign`): `prepare` refuses, before any work, an output that is a file,
 an input, or a directory Ratchet did not write, and a rerun whose start package, benchmark or evolution params
@@ -22,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 
 from prefect import flow
@@ -340,7 +344,9 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
 # storage) under a key of every input the round reads, and replayed in order. What the plan read from the campaign
 # memory is asked again and compared, since the evidence graph changes under the same key.
 
+@lru_cache(maxsize=1)
 def _flows_version() -> str:
+    """A hash of flows/*.py as this process loaded them (like components.version.code_version for components/)."""
     import hashlib
 
     h = hashlib.sha256()
@@ -353,7 +359,9 @@ def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
     """Every input of a round: the code (components/ and flows/), the champion's bytes, the benchmark's bytes, the
     params that shape a round, and what the round reads from the lineage (rejected plans, earlier dev looks)."""
     round_params = p.model_dump()
-    for k in ("out", "tracking_uri", "task_runner", "workers", "dask_address"):  # where things run, not what
+    # where things run and what they are called, not what they compute (a round's files never name its campaign;
+    # the campaign memory, which is per campaign name, is compared on replay)
+    for k in ("out", "name", "tracking_uri", "task_runner", "workers", "dask_address"):
         round_params["campaign"].pop(k)
     round_params.pop("budget")  # a budget stop leaves no completed round to keep
     round_params["evidence"].pop("db")  # the memory it reads is compared on replay instead
