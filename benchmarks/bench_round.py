@@ -1,6 +1,11 @@
-"""One evolution round three ways, in one run: plain component calls doing the round's whole work (evaluations in the
-same shards with their budget holds, citation checks, data contracts, every file the round writes, the commit), the
-Prefect flow cold (empty task cache), and the Prefect flow again with the same bytes (everything cached).
+"""One evolution round three ways, in one run: plain calls doing the round's whole work, the Prefect flow cold (empty
+task cache), and the Prefect flow again with the same bytes in a new campaign directory (everything cached).
+
+The plain round is flows.campaign.run_round, the flow's own composition, given the stage functions themselves
+instead of their Prefect tasks (`plain_steps`): the same stages in the same order (evaluations in the same shards on a
+thread pool of the flow's size, with their budget holds; citation checks; data contracts; sequential looks; every file
+the round writes; the commit). Both Prefect rounds must give the plain round's verdict and byte-identical files (each
+hashed), or the benchmark fails.
 
     python benchmarks/bench_round.py [--quick]
 
@@ -10,6 +15,7 @@ Prefect server's start is measured separately and not in the round's time (a cam
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import sys
 import tempfile
@@ -37,81 +43,6 @@ HOME = Path(tempfile.mkdtemp(prefix="ratchet-bench-"))
 quiet_offline(HOME)
 
 
-def plain_round(p, budget: dict) -> tuple[float, str]:
-    """flows.campaign.evolution_round's stages as direct calls, writing the same files."""
-    from components.contracts import check_paired_scores
-    from components.evidence.packets import verify_citations
-    from components.evolution.diagnose import diagnose
-    from components.evolution.gate import gate, repair_screen
-    from components.evolution.lineage import Lineage
-    from components.evolution.meta import PlanContext, make_meta_agent
-    from components.evolution.patch import apply_plan
-    from components.evolution.report import round_dir, write_csv, write_json
-    from components.evolution.validate import fired, static_checks
-    from components.memory import digest, load_package
-    from components.runtime.evaluate import EvalTables, run_shard, seed_map_hash, shards, summary, write_eval
-    from components.worlds import load_benchmark
-    from flows.tasks import _charged  # the budget hold each shard takes: plain code, no Prefect
-
-    c = p.campaign
-    t = time.perf_counter()
-    lineage = Lineage(Path(c.out) / "lineage")
-    champ = lineage.champion()
-    base, rd, seeds = str(champ.path), round_dir(c.out, 1), list(range(c.seeds))
-    b = load_benchmark(p.benchmark.out)
-    evals: list[dict] = []
-
-    def ev(package: str, split: str, arm: str, items: list[str] | None = None) -> EvalTables:
-        ids = items if items is not None else b.ids(split)
-        parts = [_charged(budget, f"plain-{package}-{i}-{split}-{arm}", len(s) * len(seeds),
-                          lambda check, s=s: run_shard(package, b, s, seeds, c.model, c.model_cfg, c.max_turns, check))
-                 for i, s in enumerate(shards(ids, c.shard_size))]
-        tables = EvalTables.concat(parts)
-        evals.append({"split": split, "arm": arm, "package_digest": digest(package), "summary": summary(tables.scores)})
-        write_json(rd / "evals.json", evals)
-        return tables
-
-    train = ev(base, "train", "base")
-    corpus = f"{champ.digest}:{b.digest}:{seed_map_hash(b.ids('train'), seeds)}"
-    write_eval(rd / "train", train, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
-                                     "seeds": seeds, "corpus": corpus})
-    pkg = load_package(base)
-    d = diagnose(train.traces, train.scores, pkg, b.write_tools, corpus, targets=b.meta.get("targets"))
-    assert not any(verify_citations(pk, train.traces) for pk in d.packets)
-    write_json(rd / "diagnosis.json", [pk.model_dump() for pk in d.packets])
-    write_csv(rd / "findings.csv", d.findings_frame().assign(champion=champ.digest[:12]))
-    plan = make_meta_agent(c.meta_agent, c.meta_agent_cfg)(
-        PlanContext(d.packets, pkg, b, train.traces, train.scores, set(), d.findings))
-    write_json(rd / "plan.json", plan.model_dump())
-    cand = str(apply_plan(plan, base, rd / "candidate"))
-    v, cpkg = static_checks(plan, cand, b)
-    probe_items = plan.source_items[: c.probe_items]
-    probe = _charged(budget, "plain-probe", len(probe_items),
-                     lambda check: run_shard(cpkg, b, probe_items, [0], c.model, c.model_cfg, c.max_turns, check))
-    assert v.ok and fired(probe.traces, plan.mechanism)
-    write_json(rd / "validation.json", v.as_dict())
-    rb, rc = ev(base, "repair", "base", plan.source_items), ev(cand, "repair", "cand", plan.source_items)
-    check_paired_scores(rb.scores, rc.scores, "repair screen")
-    repair, repair_items = repair_screen(rb.scores, rc.scores, p.gate.material)
-    write_json(rd / "repair.json", repair.as_dict())
-    write_csv(rd / "repair_items.csv", repair_items)
-    db, dc = ev(base, "dev", "base"), ev(cand, "dev", "cand")
-    write_csv(rd / "dev_base.csv", db.scores)
-    write_csv(rd / "dev_cand.csv", dc.scores)
-    check_paired_scores(db.scores, dc.scores, "held-out gate")
-    verdict, per_item = gate(db.scores, dc.scores, p.gate.config(),
-                             mechanism_fired=fired(dc.traces, plan.mechanism))
-    write_json(rd / "gate.json", verdict.as_dict())
-    write_csv(rd / "gate_items.csv", per_item)
-    rec = {"round": 1, "gate": verdict.as_dict(), "plan_key": plan.key(), "owner": plan.owner, "summary": plan.summary}
-    if verdict.accept:
-        lineage.commit(cand, digest(cand), 1, rec)
-    else:
-        lineage.reject(1, {**rec, "verdict": "reject", "reason": verdict.reason}, plan.model_dump())
-    write_json(rd / "round.json", rec)
-    return time.perf_counter() - t, f"{'accept' if verdict.accept else 'reject'}: {plan.summary}"
-
-
 def setup(name: str, bench: Path, quick: bool):
     """Params, a started lineage and an open budget wallet for one arm, in its own output directory."""
     from components.evidence.budget import BudgetLedger
@@ -119,7 +50,8 @@ def setup(name: str, bench: Path, quick: bool):
     from components.params import load_params
     from flows.campaign import budget_spec
 
-    over = {"benchmark.out": str(bench), "campaign.out": str(HOME / name), "campaign.name": name}
+    # one campaign name for every arm (it is recorded in the round's files); each arm has its own output directory
+    over = {"benchmark.out": str(bench), "campaign.out": str(HOME / name), "campaign.name": "bench"}
     if quick:
         over.update({"campaign.seeds": 1, "gate.n_boot": 1000})
     p = load_params(ROOT / "params.yaml", over)
@@ -130,34 +62,80 @@ def setup(name: str, bench: Path, quick: bool):
     return p, budget
 
 
+def round_files(p) -> dict[str, str]:
+    """sha256 of every file the round wrote (its round directory and the lineage), by path inside the campaign."""
+    out = Path(p.campaign.out)
+    return {f.relative_to(out).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
+            for d in ("rounds", "lineage") for f in sorted((out / d).rglob("*")) if f.is_file() and f.name != "LOCK"}
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process (every thread) and of its children (the temporary Prefect server) so far."""
+    try:
+        import psutil
+
+        kids = sum(c.cpu_times().user + c.cpu_times().system for c in psutil.Process().children(recursive=True))
+    except Exception:  # psutil missing, or a child gone: this process only
+        kids = 0.0
+    return time.process_time() + kids
+
+
+def warm_up(bench: Path, p) -> None:
+    """First-use costs (imports, the world's caches) paid before any arm is timed, so the first arm is not charged them."""
+    from components.runtime.evaluate import run_shard
+    from components.worlds import load_benchmark
+
+    b = load_benchmark(bench)
+    run_shard(str(ROOT / p.campaign.start), b, b.ids("train")[:1], [0], p.campaign.model, p.campaign.model_cfg, p.campaign.max_turns, None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a small benchmark and one seed (the test's size)")
     a = ap.parse_args()
 
     from components.params import BenchmarkParams
+    from flows.campaign import play_round, plain_steps, run_round
 
     bench = HOME / "bench"
     BenchmarkParams(out=str(bench), per_family=12 if a.quick else None).materialize()
+    runs, cpu, recs, files = {}, {}, {}, {}
+
+    def timed(name: str, p, call) -> None:
+        t, c = time.perf_counter(), cpu_seconds()
+        recs[name] = call()
+        runs[name], cpu[name] = time.perf_counter() - t, cpu_seconds() - c
+        files[name] = round_files(p)
+
     p, budget = setup("plain", bench, a.quick)
-    plain, what = plain_round(p, budget)
-
-    from flows.campaign import evolution_round
-
+    warm_up(bench, p)
+    timed("plain", p, lambda: run_round(1, p, budget, plain_steps(p.campaign.workers)))
     t = time.perf_counter()
     with prefect_server():
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:  # a campaign's first contact, once per process like the start
+            client.raise_for_api_version_mismatch()
         server = time.perf_counter() - t
-        runs = {}
         for name in ("cold", "rerun"):
             p, budget = setup(name, bench, a.quick)
-            t = time.perf_counter()
-            rec = evolution_round(1, p.model_dump(), budget)
-            runs[name] = time.perf_counter() - t
-            print(f"  prefect {name:<5} round: {runs[name]:6.2f} s  ({rec['verdict']}: {rec.get('summary')})")
-    print(f"  plain calls round:   {plain:6.2f} s  ({what})")
-    print(f"  temporary Prefect server start: {server:.1f} s (once per process, not in the round's time)")
+            # as a campaign runs a round: the whole round from the cache when every input is the same, else the flow
+            timed(name, p, lambda: play_round(1, p, budget))
+    for name in ("cold", "rerun"):  # like for like, or the ratios mean nothing
+        if recs[name] != recs["plain"] or files[name] != files["plain"]:
+            diff = sorted(k for k in files[name].keys() | files["plain"].keys()
+                          if files[name].get(k) != files["plain"].get(k))
+            sys.exit(f"bench_round: the Prefect {name} round and the plain round differ: verdict "
+                     f"{recs[name]['verdict']} vs {recs['plain']['verdict']}; files {diff[:8]}")
+    what = f"{recs['plain']['verdict']}: {recs['plain'].get('summary')}; {len(files['plain'])} files, identical"
+    for name in ("plain", "cold", "rerun"):
+        print(f"  {'plain calls' if name == 'plain' else 'prefect ' + name:<13} round: {runs[name]:6.2f} s wall, "
+              f"{cpu[name]:6.2f} s CPU")
+    print(f"  every arm: {what}")
+    print(f"  temporary Prefect server start and first contact: {server:.1f} s (once per process, not in the round's time)")
+    print(f"  ratio prefect-cold / plain in CPU time (this process and the server's): {cpu['cold'] / cpu['plain']:.2f}")
     print(f"ratio rerun / cold: {runs['rerun'] / runs['cold']:.3f}")
-    print(f"ratio prefect-cold / plain: {runs['cold'] / plain:.2f}")
+    print(f"ratio prefect-cold / plain: {runs['cold'] / runs['plain']:.2f}")
     shutil.rmtree(HOME, ignore_errors=True)
 
 

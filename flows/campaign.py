@@ -9,7 +9,11 @@ Operating it safely: the campaign holds an exclusive lock on its lineage; every 
 before it runs and reconciles after; after each stage the campaign's state is written atomically to
 `<out>/.state/state.json`. A round that already has a lineage record is not run again, and the stages of an
 interrupted round come back from Prefect's task cache, so rerunning the same command (or `ratchet campaign resume`)
-finishes a killed campaign with the lineage a clean run would have produced.
+finishes a killed campaign with the lineage a clean run would have produced. A completed round is also kept whole,
+under a key of every input it reads, so a round rerun on the same inputs is one lookup and a replay (`play_round`).
+
+The round's composition (`run_round`) takes its stage calls as `Steps`: the Prefect tasks for the flow, the same
+functions called directly for the plain-calls baseline that benchmarks/bench_round.py measures the flow against.
 
 A campaign owns its output directory (marked `campaign`): `prepare` refuses, before any work, an output that is a file,
 an input, or a directory Ratchet did not write, and a rerun whose start package, benchmark or evolution params
@@ -19,8 +23,10 @@ the campaign are relative to it, so a moved or copied campaign resumes and repro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache, partial
 from pathlib import Path
 
 from prefect import flow
@@ -37,7 +43,7 @@ from components.evolution.localization import localization_from_rounds
 from components.evolution.report import round_dir, write_csv, write_json
 from components.evolution.validate import fired
 from components.failpoints import failpoint
-from components.io import claim_output, mark_output, output_kind, remove_output
+from components.io import atomic_write_bytes, claim_output, mark_output, output_kind, remove_output
 from components.memory.package import digest, load_package
 from components.models.callcache import deterministic, saved
 from components.params import Params
@@ -46,8 +52,8 @@ from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
 from flows.evaluate import submit_eval, task_runner
 from flows.prefect_setup import quiet_expected_failures, tie_temporary_server_to_this_process
-from flows.tasks import (causes_stage, commit_stage, diagnose_stage, gate_look_stage, patch_stage, plan_stage,
-                         reject_stage, repair_look_stage, validate_stage)
+from flows.tasks import (PERSIST, causes_stage, commit_stage, diagnose_stage, gate_look_stage, patch_stage, plain_eval,
+                         plan_stage, reject_stage, repair_look_stage, stage_key, tree_digest, validate_stage)
 
 tie_temporary_server_to_this_process()
 quiet_expected_failures()
@@ -59,7 +65,7 @@ def state_dir(out: str | Path) -> Path:
     return Path(out) / STATE
 
 
-def stage_done(p: Params, round_no: int, stage: str, **extra) -> None:
+def _stage_done(p: Params, round_no: int, stage: str, **extra) -> None:
     """Record progress atomically, then honour a failpoint at this boundary (crash tests)."""
     write_json(state_dir(p.campaign.out) / "state.json", {"round": round_no, "stage": stage, **extra})
     failpoint(f"round{round_no}:{stage}")
@@ -76,18 +82,47 @@ def budget_spec(p: Params) -> dict:
                          "price_out_per_1k": b.price_out_per_1k}}
 
 
-class _Eval:
-    """Evaluate packages with the campaign's seeds, model, shards and budget, on the running flow's task runner."""
+@dataclass(frozen=True)
+class Steps:
+    """The stage calls a round makes. The flow's are Prefect tasks (cached, persisted, observable); `plain_steps()`
+    are the very same functions called directly. One composition (`run_round`) takes either, so the flow and the
+    plain-calls baseline of benchmarks/bench_round.py cannot drift apart."""
+    evaluate: Callable[..., EvalTables]
+    causes: Callable
+    diagnose: Callable
+    plan: Callable
+    patch: Callable
+    validate: Callable
+    repair_look: Callable
+    gate_look: Callable
+    commit: Callable
+    reject: Callable
 
-    def __init__(self, p: Params, budget: dict):
-        self.p, self.budget, self.seeds = p, budget, list(range(p.campaign.seeds))
+
+PREFECT_STEPS = Steps(submit_eval, causes_stage, diagnose_stage, plan_stage, patch_stage, validate_stage,
+                      repair_look_stage, gate_look_stage, commit_stage, reject_stage)
+
+
+def plain_steps(workers: int) -> Steps:
+    """The same stage functions without Prefect: shards on a plain thread pool of the flow's size."""
+    return Steps(partial(plain_eval, workers=workers),
+                 *(t.fn for t in (causes_stage, diagnose_stage, plan_stage, patch_stage, validate_stage,
+                                  repair_look_stage, gate_look_stage, commit_stage, reject_stage)))
+
+
+class _Eval:
+    """Evaluate packages with the campaign's seeds, model, shards and budget (on the running flow's task runner when
+    the steps are Prefect's)."""
+
+    def __init__(self, p: Params, budget: dict, steps: Steps = PREFECT_STEPS):
+        self.p, self.budget, self.seeds, self.steps = p, budget, list(range(p.campaign.seeds)), steps
 
     def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None,
                  seeds: list[int] | None = None) -> EvalTables:
         c = self.p.campaign
-        return submit_eval(str(package), self.p.benchmark.out, self.seeds if seeds is None else seeds, split=split,
-                           items=items, shard_size=c.shard_size, model=c.model, model_cfg=c.model_cfg,
-                           max_turns=c.max_turns, label=label, budget=self.budget)
+        return self.steps.evaluate(str(package), self.p.benchmark.out, self.seeds if seeds is None else seeds,
+                                   split=split, items=items, shard_size=c.shard_size, model=c.model,
+                                   model_cfg=c.model_cfg, max_turns=c.max_turns, label=label, budget=self.budget)
 
 
 def by_looks(groups: list[tuple[list[str], list[int]]], arms: dict, judge):
@@ -136,10 +171,34 @@ def dev_looks(history: list[dict], campaign_alpha: float) -> dict:
 @flow(name="evolution_round", flow_run_name="round {round_no}", validate_parameters=False)
 def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     p = Params.model_validate(params)
+    key, trail = round_key(round_no, p, Lineage(Path(p.campaign.out) / "lineage")), Trail()
+    rec = run_round(round_no, p, budget, PREFECT_STEPS, trail)
+    keep_round(key, round_dir(p.campaign.out, round_no), trail)  # for a rerun on the same inputs: see play_round
+    return rec
+
+
+@dataclass
+class Trail:
+    """What a round did besides writing its round directory: the progress it recorded, its lineage write, and what its
+    plan read from the campaign memory. Kept with the round's files so that a rerun on the same inputs replays it."""
+    stages: list[tuple[str, dict]] = field(default_factory=list)
+    action: tuple = ()
+    memory: dict | None = None
+    memory_inputs: tuple | None = None  # (packets, train traces): to ask the campaign memory again on a replay
+
+
+def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail | None = None) -> dict:
+    """One round: the stages in order, each through `steps`, writing the round's files and its lineage record."""
+    trail = Trail() if trail is None else trail
+
+    def stage_done(p: Params, round_no: int, stage: str, **extra) -> None:
+        trail.stages.append((stage, extra))
+        _stage_done(p, round_no, stage, **extra)
+
     c, bench = p.campaign, p.benchmark.out
     lineage = Lineage(Path(c.out) / "lineage")
     champ = lineage.champion()
-    base, rd, ev = str(champ.path), round_dir(c.out, round_no), _Eval(p, budget)
+    base, rd, ev = str(champ.path), round_dir(c.out, round_no), _Eval(p, budget, steps)
     b = load_benchmark(bench)
     record: dict = {"round": round_no, "round_dir": rd.relative_to(c.out).as_posix(),  # relative: the campaign moves
                     "champion_before": champ.name}
@@ -155,7 +214,8 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
         rec = {**record, **figures, "reason": reason, "verdict": verdict}
         if plan is not None:
             rec.update(plan_key=plan.key(), owner=plan.owner, summary=plan.summary)
-        reject_stage(str(lineage.root), round_no, rec, plan.model_dump() if plan is not None else None)
+        trail.action = ("reject", rec, plan.model_dump() if plan is not None else None)
+        steps.reject(str(lineage.root), round_no, *trail.action[1:])
         write_json(rd / "round.json", rec)
         stage_done(p, round_no, "commit", verdict=verdict)
         return rec
@@ -163,12 +223,12 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     # 1. evaluate the working base on train
     train = note("train", "base", base, ev(base, f"r{round_no} train {champ.name}", split="train"))
     corpus = f"{champ.digest}:{b.digest}:{seed_map_hash(b.ids('train'), ev.seeds)}"
-    hidden = EvalTables(train.scores, train.traces, causes_stage(train.scores, base, bench, c.max_turns))
+    hidden = EvalTables(train.scores, train.traces, steps.causes(train.scores, base, bench, c.max_turns))
     write_eval(rd / "train", hidden, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
                                      "seeds": ev.seeds, "corpus": corpus})
     stage_done(p, round_no, "evaluate")
     # 2. diagnose (traces and package only) into evidence packets with checked citations
-    diagnosis = diagnose_stage(train, base, bench, corpus)
+    diagnosis = steps.diagnose(train, base, bench, corpus)
     write_json(rd / "diagnosis.json", [pk.model_dump() for pk in diagnosis.packets])
     write_csv(rd / "findings.csv", diagnosis.findings_frame().assign(champion=champ.digest[:12]))
     stage_done(p, round_no, "diagnose")
@@ -177,7 +237,10 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     memory = memory_for_round(p.evidence, c.name, diagnosis.packets, train.traces, base, b.digest,
                               model_id(c.model, c.model_cfg), c.out)
     write_json(rd / "memory.json", memory.record())
-    outcome = plan_stage(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys() | set(memory.rejected_here)),
+    trail.memory = memory.record()
+    if p.evidence.memory:
+        trail.memory_inputs = (diagnosis.packets, train.traces)
+    outcome = steps.plan(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys() | set(memory.rejected_here)),
                          c.meta_agent, c.meta_agent_cfg, budget,
                          memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere,
                                  "projection": memory.projection})
@@ -190,11 +253,11 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
         return reject("no patchable cluster left that was not already tried", verdict="no_plan")
     write_json(rd / "plan.json", plan.model_dump())
     # 4. patch a disposable copy
-    cand = patch_stage(plan, base, str(rd / "candidate"))
+    cand = steps.patch(plan, base, str(rd / "candidate"))
     made = {"candidate_digest": digest(cand), "benchmark_digest": b.digest}  # recorded by every round with a candidate
     stage_done(p, round_no, "patch")
     # 5. validate it: schema, lint, leakage, reachability, activation probe
-    validation = validate_stage(plan, cand, bench, plan.source_items[: c.probe_items], c.model, c.model_cfg,
+    validation = steps.validate(plan, cand, bench, plan.source_items[: c.probe_items], c.model, c.model_cfg,
                                 c.max_turns, budget)
     write_json(rd / "validation.json", validation.as_dict())
     stage_done(p, round_no, "validate")
@@ -212,7 +275,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     repair_groups = repair_design.groups(plan.source_items, ev.seeds)
 
     def repair_judge(t: dict, look: int):
-        got = repair_look_stage(rb.scores, t["cand"].scores, p.gate.material, p.gate.alpha, asdict(repair_design),
+        got = steps.repair_look(rb.scores, t["cand"].scores, p.gate.material, p.gate.alpha, asdict(repair_design),
                                 plan.source_items, ev.seeds)
         return got if got[0] is not None else None
 
@@ -236,7 +299,7 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
 
     def gate_judge(t: dict, look_no: int):
         fired_by_look.append(fired(t["cand"].traces, plan.mechanism))
-        got = gate_look_stage(t["base"].scores, t["cand"].scores, gate_cfg, asdict(design), dev_ids, ev.seeds,
+        got = steps.gate_look(t["base"].scores, t["cand"].scores, gate_cfg, asdict(design), dev_ids, ev.seeds,
                               fired_by_look, leak)
         return got if got[0] is not None else None
 
@@ -266,11 +329,107 @@ def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
     # 8. commit an immutable version (digest recomputed and compared to the one evaluated)
     rec = {**record, **figures, "plan_key": plan.key(), "owner": plan.owner, "summary": plan.summary,
            "reason": verdict.reason}
-    version = commit_stage(str(lineage.root), cand, figures["candidate_digest"], round_no, rec)
+    trail.action = ("commit", figures["candidate_digest"], dict(rec))
+    version = steps.commit(str(lineage.root), cand, figures["candidate_digest"], round_no, rec)
     rec.update(verdict="accept", version=version)
     write_json(rd / "round.json", rec)
     stage_done(p, round_no, "commit", verdict="accept", version=version)
     return rec
+
+
+# -- a whole round from the cache -----------------------------------------------------------------------------------
+# A rerun of a round on the same inputs (a resumed or repeated campaign, a new campaign on the same bytes) would find
+# every stage in the task cache, but each lookup still costs a task run, and the round a flow run. One lookup of the
+# whole round skips them all: its files, progress records and lineage write are kept (compressed, in Prefect's result
+# storage) under a key of every input the round reads, and replayed in order. What the plan read from the campaign
+# memory is asked again and compared, since the evidence graph changes under the same key.
+
+@lru_cache(maxsize=1)
+def _flows_version() -> str:
+    """A hash of flows/*.py as this process loaded them (like components.version.code_version for components/)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):  # the round's composition is code too
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
+    """Every input of a round: the code (components/ and flows/), the champion's bytes, the benchmark's bytes, the
+    params that shape a round, and what the round reads from the lineage (rejected plans, earlier dev looks)."""
+    round_params = p.model_dump()
+    # where things run and what they are called, not what they compute (a round's files never name its campaign;
+    # the campaign memory, which is per campaign name, is compared on replay)
+    for k in ("out", "name", "tracking_uri", "task_runner", "workers", "dask_address"):
+        round_params["campaign"].pop(k)
+    round_params.pop("budget")  # a budget stop leaves no completed round to keep
+    round_params["evidence"].pop("db")  # the memory it reads is compared on replay instead
+    return stage_key("round", flows=_flows_version(), round=round_no, champion=lineage.champion().digest,
+                     bench=tree_digest(p.benchmark.out), params=round_params, rejected=sorted(lineage.rejected_keys()),
+                     dev_look=dev_look(lineage, round_no, p))
+
+
+def _round_store():
+    from prefect.results import ResultStore
+
+    return ResultStore(serializer=PERSIST["result_serializer"], cache_result_in_memory=False)
+
+
+def keep_round(key: str, rd: Path, trail: Trail) -> None:
+    files = {f.relative_to(rd).as_posix(): f.read_bytes() for f in sorted(rd.rglob("*"))
+             if f.is_file() and f.name != "round.json"}  # round.json names the committed version: written again
+    _round_store().write({"files": files, "stages": trail.stages, "action": trail.action, "memory": trail.memory,
+                          "memory_inputs": trail.memory_inputs}, key=key)
+
+
+def replay_round(key: str, round_no: int, p: Params, lineage: Lineage) -> dict | None:
+    """The round kept under `key`, written again: its files, its progress records in order, its lineage write and
+    round.json. None when no round is kept there (or it cannot be read, or the campaign memory now says otherwise)."""
+    store = _round_store()
+    try:
+        if not store.exists(key):
+            return None
+        kept = store.read(key).result
+    except Exception:  # a record cut short by a kill is a miss, not an error: the round runs
+        return None
+    c, rd = p.campaign, round_dir(p.campaign.out, round_no)
+    if kept["memory_inputs"] is not None or p.evidence.memory:
+        if kept["memory_inputs"] is None:
+            return None
+        packets, traces = kept["memory_inputs"]
+        champ, b = lineage.champion(), load_benchmark(p.benchmark.out)
+        now = memory_for_round(p.evidence, c.name, packets, traces, str(champ.path), b.digest,
+                               model_id(c.model, c.model_cfg), c.out)
+        if now.record() != kept["memory"]:
+            return None
+    for name, data in kept["files"].items():
+        atomic_write_bytes(rd / name, data)
+    for stage, extra in kept["stages"][:-1]:
+        _stage_done(p, round_no, stage, **extra)
+    action = kept["action"]
+    if action[0] == "commit":
+        rec = dict(action[2])
+        version = lineage.commit(rd / "candidate", action[1], round_no, rec).name
+        rec.update(verdict="accept", version=version)
+    else:
+        rec = action[1]
+        lineage.reject(round_no, rec, action[2])
+    write_json(rd / "round.json", rec)
+    stage, extra = kept["stages"][-1]
+    _stage_done(p, round_no, stage, **{**extra, **({"version": rec["version"]} if "version" in extra else {})})
+    return rec
+
+
+def play_round(round_no: int, p: Params, budget: dict, round_flow=None) -> dict:
+    """A round as the campaign runs it: replayed whole from the cache when every input is the same, else the round
+    flow (whose stages still come from the task cache one by one where their own inputs are the same)."""
+    lineage = Lineage(Path(p.campaign.out) / "lineage")
+    key = round_key(round_no, p, lineage)
+    rec = replay_round(key, round_no, p, lineage)
+    if rec is not None:
+        return rec
+    return (round_flow or evolution_round)(round_no, p.model_dump(), budget)
 
 
 @flow(name="campaign", flow_run_name="campaign {name}", validate_parameters=False)
@@ -362,7 +521,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
         rec = lineage.round_record(r)
         if rec is None:
             try:
-                round_flow(r, p.model_dump(), budget)
+                play_round(r, p, budget, round_flow)
             except BudgetExceeded as e:  # stop cleanly between stages; the committed lineage is untouched
                 stopped = f"round {r}: {e}"
                 break

@@ -308,3 +308,21 @@ def commit_stage(lineage: str, candidate: str, evaluated_digest: str, round_no: 
 @task(name="reject", cache_policy=NO_CACHE)
 def reject_stage(lineage: str, round_no: int, record: dict, plan: dict | None) -> None:
     Lineage(lineage).reject(round_no, record, plan)
+
+
+# -- the same evaluation without Prefect -------------------------------------------------------------------------------
+
+def plain_eval(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
+               shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = 40,
+               label: str = "", budget: dict | None = None, workers: int = 2) -> EvalTables:
+    """flows.evaluate.submit_eval's shards as direct calls of eval_shard's function on a plain thread pool of the flow's
+    size (its budget holds included): the baseline benchmarks/bench_round.py measures Prefect against."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from components.runtime.evaluate import shards
+
+    ids = list(items) if items is not None else load_benchmark(bench).ids(split)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(eval_shard.fn, package, bench, shard, seeds, model, model_cfg or {}, max_turns,
+                               label=label, budget=budget) for shard in shards(ids, shard_size)]
+        return EvalTables.concat([f.result() for f in futures])

@@ -1,0 +1,38 @@
+"""A whole round from the cache (flows.campaign.play_round): replayed byte for byte on the same inputs, run again when
+what the plan read from the campaign memory differs."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import flows.campaign
+from tests.conftest import small_params
+
+
+def _files(out: Path) -> dict[str, str]:
+    return {f.relative_to(out).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted((out / "rounds").rglob("*")) if f.is_file()}
+
+
+def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_server, bench_dir, tmp_path, monkeypatch):
+    from components.evidence.graph_record import Memory
+
+    runs = []
+    real = flows.campaign.run_round
+    monkeypatch.setattr(flows.campaign, "run_round", lambda *a, **k: runs.append(a[0]) or real(*a, **k))
+    camp = lambda name: small_params(bench_dir, tmp_path / name, **{  # noqa: E731
+        "campaign.name": f"replay-{name}", "campaign.rounds": 1, "campaign.seeds": 1, "gate.n_boot": 1000,
+        "evidence.memory": True, "evidence.db": str(tmp_path / f"{name}.db")})
+
+    first = flows.campaign.run_campaign(camp("a"))
+    assert runs == [1]
+    again = flows.campaign.run_campaign(camp("b"))  # a new campaign on the same bytes: the round is not run
+    assert runs == [1]
+    assert _files(tmp_path / "b") == _files(tmp_path / "a")
+    assert again["lineage"] == first["lineage"] and again["history"][0]["verdict"] == first["history"][0]["verdict"]
+
+    # the same inputs, but the campaign memory now tells the plan something else: the round runs
+    monkeypatch.setattr(flows.campaign, "memory_for_round", lambda *a, **k: Memory(rejected_elsewhere=["other"]))
+    flows.campaign.run_campaign(camp("c"))
+    assert runs == [1, 1]
