@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -38,10 +39,11 @@ def child_env(home: Path, api: str, **env) -> dict:
             "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", **env}
 
 
-# A process that imports the CLI and what a campaign uses once (~8 CPU-s an interpreter), then forks one child per `ratchet`
-# command and reports how it ended. Each child is a real process running the real entry point from the top (exit
-# through SystemExit and atexit, or SIGKILL by a failpoint); only the imports are shared, and they hold no campaign
-# state (no thread, no connection: the zygote never runs a command itself).
+# A process that imports the CLI and what a campaign uses once (~8 CPU-s an interpreter), then forks one child
+# per `ratchet` command and reports how it ended. Each child is a real process running the real entry point from the
+# top (exit through SystemExit and atexit, or SIGKILL by a failpoint); only the imports are shared, and they hold no
+# campaign state (no thread, no connection: the zygote never runs a command itself). Each command has its own home:
+# the environment, and Prefect's home and task cache through Prefect's settings (read once, at import, from it).
 ZYGOTE = r"""
 import json, os, sys
 from components.env import quiet_offline
@@ -50,18 +52,22 @@ from flows.cli import main
 # what `campaign run/resume` import lazily: the flows, the data contract, the MLflow store, the worlds
 import flows.campaign, flows.schedule, great_expectations, mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 import components.worlds.retail, components.worlds.airline, git  # noqa: F401
+from prefect.settings import PREFECT_HOME, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 results = os.fdopen(os.dup(1), "w")
 for line in sys.stdin:
     job = json.loads(line)
     pid = os.fork()
     if pid == 0:
+        os.chdir(job["cwd"])
         os.environ.update(job["env"])
         for fd, name in ((1, "stdout"), (2, "stderr")):
             f = os.open(job[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(f, fd)
             os.close(f)
         sys.argv = ["ratchet", *job["args"]]
-        main()
+        with temporary_settings({PREFECT_HOME: os.environ["PREFECT_HOME"],
+                                 PREFECT_LOCAL_STORAGE_PATH: os.environ["PREFECT_LOCAL_STORAGE_PATH"]}):
+            main()
         sys.exit(0)
     _, status = os.waitpid(pid, 0)
     results.write(json.dumps(os.waitstatus_to_exitcode(status)) + "\n")
@@ -70,23 +76,27 @@ for line in sys.stdin:
 
 
 class Ratchet:
-    """`ratchet <args>` run in `cwd` as a child process with its own home (see ZYGOTE); returns a CompletedProcess
-    (returncode -9 when a failpoint killed it). Only variables no library reads at import may vary per command."""
+    """`ratchet(cwd, *args)`: `ratchet <args>` run in `cwd` as a child process with its own home `cwd/home` (see
+    ZYGOTE); returns a CompletedProcess (returncode -9 when a failpoint killed it)."""
 
-    def __init__(self, cwd: Path, api: str, mlflow_db: Path):
-        self.cwd, self.home, self.n = Path(cwd), Path(cwd) / "home", 0
-        self.home.mkdir(parents=True)
-        shutil.copyfile(mlflow_db, self.home / "mlflow.db")  # an empty store, migrated once per module
-        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE], cwd=self.cwd, env=child_env(self.home, api),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def __init__(self, api: str, mlflow_db: Path, where: Path):
+        self.api, self.mlflow_db, self.n = api, mlflow_db, 0
+        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE], cwd=where, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env={**os.environ, "PREFECT_API_URL": api})
 
-    def __call__(self, *args: str, **env: str) -> subprocess.CompletedProcess:
-        assert set(env) <= {"RATCHET_FAILPOINT"}, env
+    def __call__(self, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+        home = Path(cwd) / "home"
+        if not home.is_dir():
+            home.mkdir(parents=True)
+            shutil.copyfile(self.mlflow_db, home / "mlflow.db")  # an empty store, migrated once per module
         self.n += 1
-        out, err = self.home / f"cmd{self.n}.out", self.home / f"cmd{self.n}.err"
-        job = {"args": list(args), "env": env, "stdout": str(out), "stderr": str(err)}
+        out, err = home / f"cmd{self.n}.out", home / f"cmd{self.n}.err"
+        job = {"args": list(args), "cwd": str(cwd), "env": {**child_env(home, self.api), **env},
+               "stdout": str(out), "stderr": str(err)}
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], 900)  # one result line per command
+        assert ready, f"ratchet {' '.join(args)}: no result within 900 s"
         line = self.proc.stdout.readline()
         assert line, f"the zygote died (exit {self.proc.wait()})"
         return subprocess.CompletedProcess(args, json.loads(line), out.read_text(), err.read_text())
@@ -111,16 +121,15 @@ def mlflow_db(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ratchet(prefect_server, mlflow_db):
-    made: list[Ratchet] = []
+def ratchet(prefect_server, mlflow_db, tmp_path_factory):
+    r = Ratchet(prefect_server, mlflow_db, tmp_path_factory.mktemp("zygote"))
+    yield r
+    r.close()
 
-    def make(cwd: Path) -> Ratchet:
-        made.append(Ratchet(cwd, prefect_server, mlflow_db))
-        return made[-1]
 
-    yield make
-    for r in made:
-        r.close()
+def own_cache(home: Path) -> None:
+    """The command's Prefect results went to its own home (a shared cache would hide work: spent, kills)."""
+    assert any((home / "prefect" / "storage").iterdir())
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +146,10 @@ def crash_setup(ratchet, tmp_path_factory):
     manifest = start / "manifest.yaml"
     manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6").replace("bind_on: []", "bind_on: [order_id]"))
     clean = root / "clean"
-    r = ratchet(clean)("campaign", "run", *small(bench.out, start=start))
+    r = ratchet(clean, "campaign", "run", *small(bench.out, start=start))
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((clean / "camp" / "summary.json").read_text())["accepted"] == 1, "the test needs a round that commits"
+    own_cache(clean / "home")
     return bench.out, start, clean
 
 
@@ -147,15 +157,15 @@ def test_kill_at_every_stage_boundary_then_resume_gives_the_clean_result(ratchet
     """SIGKILL after each stage of a round in turn; each resume continues from the kill and is killed at the next
     boundary; the last resume finishes. The lineage and the summary (budget spent included) equal a clean run's."""
     bench, start, clean = crash_setup
-    cmd = ratchet(tmp_path)
-    first = cmd("campaign", "run", *small(bench, start=start), RATCHET_FAILPOINT=f"round1:{STAGES[0]}")
+    first = ratchet(tmp_path, "campaign", "run", *small(bench, start=start), RATCHET_FAILPOINT=f"round1:{STAGES[0]}")
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
     for i, stage in enumerate(STAGES):
         state = json.loads((tmp_path / "camp" / ".state" / "state.json").read_text())
         assert (state["round"], state["stage"]) == (1, stage)
         nxt = {"RATCHET_FAILPOINT": f"round1:{STAGES[i + 1]}"} if i + 1 < len(STAGES) else {}
-        resumed = cmd("campaign", "resume", "--out", "camp", **nxt)
+        resumed = ratchet(tmp_path, "campaign", "resume", "--out", "camp", **nxt)
         assert resumed.returncode == (-signal.SIGKILL if nxt else 0), (stage, resumed.stderr[-3000:])
+    own_cache(tmp_path / "home")
     for name in ("lineage/lineage.jsonl", "summary.json"):  # byte for byte
         assert (tmp_path / "camp" / name).read_bytes() == (clean / "camp" / name).read_bytes(), name
     spent = [json.loads((d / "camp" / ".state" / "budget.json").read_text())["spent"] for d in (tmp_path, clean)]
@@ -194,9 +204,10 @@ def test_a_budget_too_small_stops_the_campaign_cleanly(ratchet, tmp_path, crash_
     """A ceiling that cannot pay for three rounds and the certification: the campaign stops between stages with
     exit 0, never spends past the ceiling, names what stopped it, and leaves records that agree with each other."""
     bench, start, _ = crash_setup
-    r = ratchet(tmp_path)("campaign", "run", *small(bench, "--set", f"budget.model_calls={CAP}", "--set",
-                                                    "campaign.rounds=3", start=start))
+    r = ratchet(tmp_path, "campaign", "run", *small(bench, "--set", f"budget.model_calls={CAP}", "--set",
+                                                     "campaign.rounds=3", start=start))
     assert r.returncode == 0, r.stderr[-3000:]
+    own_cache(tmp_path / "home")
     out = tmp_path / "camp"
     s = json.loads((out / "summary.json").read_text())
     m = re.fullmatch(r"(round (\d+)|certification): budget: cannot admit: model_calls (\S+) > (\S+) left", s["stopped"])
