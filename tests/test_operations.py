@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -20,8 +21,9 @@ import pytest
 from components.evolution.lineage import Lineage, LineageLock, LineageLocked
 from components.memory import digest
 from components.params import load_params
-from tests.conftest import PACKAGES, ROOT
+from tests.conftest import PACKAGES, ROOT, run_cli
 
+CAP = 2500  # model calls: one round and the certification on crash_setup's benchmark cost ~1500
 STAGES = ["evaluate", "diagnose", "patch", "validate", "repair", "gate", "commit"]
 
 
@@ -30,48 +32,140 @@ def small(bench_dir, *extra, start=PACKAGES / "seed"):
             f"campaign.start={start}", "--set", "campaign.seeds=2", "--set", "gate.n_boot=1000", *extra]
 
 
-def cli(args, cwd, api, **env):
-    home = Path(cwd) / "home"
-    full = {**os.environ, "PREFECT_API_URL": api, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
+def child_env(home: Path, api: str, **env) -> dict:
+    """A `ratchet` process of its own: its own Prefect home and task cache and MLflow store, the session's server."""
+    return {**os.environ, "PREFECT_API_URL": api, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
             "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
             "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", **env}
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, env=full, capture_output=True, text=True,
-                          timeout=900)
+
+
+# A process that imports the CLI and what a campaign uses once (~8 CPU-s an interpreter), then forks one child
+# per `ratchet` command and reports how it ended. Each child is a real process running the real entry point from the
+# top (exit through SystemExit and atexit, or SIGKILL by a failpoint); only the imports are shared, and they hold no
+# campaign state (no thread, no connection: the zygote never runs a command itself). Each command has its own home:
+# the environment, and Prefect's home and task cache through Prefect's settings (read once, at import, from it).
+ZYGOTE = r"""
+import json, os, sys
+from components.env import quiet_offline
+quiet_offline()  # as `ratchet` does before anything imports prefect or mlflow
+from flows.cli import main
+# what `campaign run/resume` import lazily: the flows, the data contract, the MLflow store, the worlds
+import flows.campaign, flows.schedule, great_expectations, mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+import components.worlds.retail, components.worlds.airline, git  # noqa: F401
+from prefect.settings import PREFECT_HOME, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+results = os.fdopen(os.dup(1), "w")
+for line in sys.stdin:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(job["cwd"])
+        os.environ.update(job["env"])
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            f = os.open(job[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(f, fd)
+            os.close(f)
+        sys.argv = ["ratchet", *job["args"]]
+        with temporary_settings({PREFECT_HOME: os.environ["PREFECT_HOME"],
+                                 PREFECT_LOCAL_STORAGE_PATH: os.environ["PREFECT_LOCAL_STORAGE_PATH"]}):
+            main()
+        sys.exit(0)
+    _, status = os.waitpid(pid, 0)
+    results.write(json.dumps(os.waitstatus_to_exitcode(status)) + "\n")
+    results.flush()
+"""
+
+
+class Ratchet:
+    """`ratchet(cwd, *args)`: `ratchet <args>` run in `cwd` as a child process with its own home `cwd/home` (see
+    ZYGOTE); returns a CompletedProcess (returncode -9 when a failpoint killed it)."""
+
+    def __init__(self, api: str, mlflow_db: Path, where: Path):
+        self.api, self.mlflow_db, self.n = api, mlflow_db, 0
+        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE], cwd=where, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env={**os.environ, "PREFECT_API_URL": api})
+
+    def __call__(self, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+        home = Path(cwd) / "home"
+        if not home.is_dir():
+            home.mkdir(parents=True)
+            shutil.copyfile(self.mlflow_db, home / "mlflow.db")  # an empty store, migrated once per module
+        self.n += 1
+        out, err = home / f"cmd{self.n}.out", home / f"cmd{self.n}.err"
+        job = {"args": list(args), "cwd": str(cwd), "env": {**child_env(home, self.api), **env},
+               "stdout": str(out), "stderr": str(err)}
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], 900)  # one result line per command
+        assert ready, f"ratchet {' '.join(args)}: no result within 900 s"
+        line = self.proc.stdout.readline()
+        assert line, f"the zygote died (exit {self.proc.wait()})"
+        return subprocess.CompletedProcess(args, json.loads(line), out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            assert self.proc.wait(timeout=60) == 0
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
 
 
 @pytest.fixture(scope="module")
-def crash_setup(prefect_server, tmp_path_factory):
-    """A small benchmark, and a start package whose first round commits (the ledger fixes already in place)."""
+def mlflow_db(tmp_path_factory) -> Path:
+    """An empty MLflow store (creating one runs its migrations, ~2.5 CPU-s), copied into every child's home."""
+    from mlflow import MlflowClient
+
+    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture(scope="module")
+def ratchet(prefect_server, mlflow_db, tmp_path_factory):
+    r = Ratchet(prefect_server, mlflow_db, tmp_path_factory.mktemp("zygote"))
+    yield r
+    r.close()
+
+
+def own_cache(home: Path) -> None:
+    """The command's Prefect results went to its own home (a shared cache would hide work: spent, kills)."""
+    assert any((home / "prefect" / "storage").iterdir())
+
+
+@pytest.fixture(scope="module")
+def crash_setup(ratchet, tmp_path_factory):
+    """A small benchmark (6 tasks per family: the smallest on which the first round of this start package commits),
+    and a start package whose first round commits (the ledger fixes already in place)."""
     from components.params import BenchmarkParams
 
     root = tmp_path_factory.mktemp("crash")
-    bench = BenchmarkParams(out=str(root / "bench"), per_family=12)
+    bench = BenchmarkParams(out=str(root / "bench"), per_family=6)
     bench.materialize()
     start = root / "start"
     shutil.copytree(PACKAGES / "seed", start)
     manifest = start / "manifest.yaml"
     manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6").replace("bind_on: []", "bind_on: [order_id]"))
     clean = root / "clean"
-    clean.mkdir()
-    r = cli(["campaign", "run", *small(bench.out, start=start)], clean, prefect_server)
+    r = ratchet(clean, "campaign", "run", *small(bench.out, start=start))
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((clean / "camp" / "summary.json").read_text())["accepted"] == 1, "the test needs a round that commits"
+    own_cache(clean / "home")
     return bench.out, start, clean
 
 
-def test_kill_at_every_stage_boundary_then_resume_gives_the_clean_result(prefect_server, crash_setup, tmp_path):
+def test_kill_at_every_stage_boundary_then_resume_gives_the_clean_result(ratchet, crash_setup, tmp_path):
     """SIGKILL after each stage of a round in turn; each resume continues from the kill and is killed at the next
     boundary; the last resume finishes. The lineage and the summary (budget spent included) equal a clean run's."""
     bench, start, clean = crash_setup
-    first = cli(["campaign", "run", *small(bench, start=start)], tmp_path, prefect_server,
-                RATCHET_FAILPOINT=f"round1:{STAGES[0]}")
+    first = ratchet(tmp_path, "campaign", "run", *small(bench, start=start), RATCHET_FAILPOINT=f"round1:{STAGES[0]}")
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
     for i, stage in enumerate(STAGES):
         state = json.loads((tmp_path / "camp" / ".state" / "state.json").read_text())
         assert (state["round"], state["stage"]) == (1, stage)
         nxt = {"RATCHET_FAILPOINT": f"round1:{STAGES[i + 1]}"} if i + 1 < len(STAGES) else {}
-        resumed = cli(["campaign", "resume", "--out", "camp"], tmp_path, prefect_server, **nxt)
+        resumed = ratchet(tmp_path, "campaign", "resume", "--out", "camp", **nxt)
         assert resumed.returncode == (-signal.SIGKILL if nxt else 0), (stage, resumed.stderr[-3000:])
+    own_cache(tmp_path / "home")
     for name in ("lineage/lineage.jsonl", "summary.json"):  # byte for byte
         assert (tmp_path / "camp" / name).read_bytes() == (clean / "camp" / name).read_bytes(), name
     spent = [json.loads((d / "camp" / ".state" / "budget.json").read_text())["spent"] for d in (tmp_path, clean)]
@@ -82,12 +176,16 @@ def test_kill_at_every_stage_boundary_then_resume_gives_the_clean_result(prefect
         assert digest(v.path) == v.digest
 
 
-def test_a_second_campaign_on_the_same_lineage_fails_at_once(prefect_server, tmp_path, crash_setup):
+def test_a_second_campaign_on_the_same_lineage_fails_at_once(prefect_server, tmp_path, crash_setup, capsys,
+                                                             monkeypatch):
+    """In this process: the lock is an OS file lock (flock), which a second open of the file conflicts with in the
+    same process as in another one (the stale-lock test below kills a real holder)."""
+    monkeypatch.chdir(tmp_path)
     with LineageLock(tmp_path / "camp" / "lineage"):
         t = time.monotonic()
-        r = cli(["campaign", "run", *small(crash_setup[0])], tmp_path, prefect_server)
-        assert r.returncode == 2 and time.monotonic() - t < 120
-        assert "locked by another campaign" in r.stderr and f'"pid": {os.getpid()}' in r.stderr
+        code, _, err = run_cli(capsys, "campaign", "run", *small(crash_setup[0]))
+        assert code == 2 and time.monotonic() - t < 120
+        assert "locked by another campaign" in err and f'"pid": {os.getpid()}' in err
         with pytest.raises(LineageLocked):
             LineageLock(tmp_path / "camp" / "lineage").__enter__()
 
@@ -102,13 +200,14 @@ def test_a_stale_lock_from_a_dead_process_is_recovered(tmp_path):
         assert lock.recovered and lock.recovered["pid"] != os.getpid()
 
 
-def test_a_budget_too_small_stops_the_campaign_cleanly(prefect_server, tmp_path, crash_setup):
+def test_a_budget_too_small_stops_the_campaign_cleanly(ratchet, tmp_path, crash_setup):
     """A ceiling that cannot pay for three rounds and the certification: the campaign stops between stages with
     exit 0, never spends past the ceiling, names what stopped it, and leaves records that agree with each other."""
     bench, start, _ = crash_setup
-    r = cli(["campaign", "run", *small(bench, "--set", "budget.model_calls=5000", "--set", "campaign.rounds=3",
-                                     start=start)], tmp_path, prefect_server)
+    r = ratchet(tmp_path, "campaign", "run", *small(bench, "--set", f"budget.model_calls={CAP}", "--set",
+                                                     "campaign.rounds=3", start=start))
     assert r.returncode == 0, r.stderr[-3000:]
+    own_cache(tmp_path / "home")
     out = tmp_path / "camp"
     s = json.loads((out / "summary.json").read_text())
     m = re.fullmatch(r"(round (\d+)|certification): budget: cannot admit: model_calls (\S+) > (\S+) left", s["stopped"])
@@ -116,8 +215,8 @@ def test_a_budget_too_small_stops_the_campaign_cleanly(prefect_server, tmp_path,
     assert float(m.group(3)) > float(m.group(4))  # refused because the reservation did not fit what was left
     assert f"stopped: {s['stopped']}" in r.stderr
     spent = json.loads((out / ".state" / "budget.json").read_text())
-    assert spent["open_holds"] == 0 and s["budget"]["caps"] == {"model_calls": 5000}
-    assert 0 < spent["spent"]["model_calls"] <= 5000
+    assert spent["open_holds"] == 0 and s["budget"]["caps"] == {"model_calls": CAP}
+    assert 0 < spent["spent"]["model_calls"] <= CAP
     # what the recorded evidence cost was paid for; what the stopped stage had consumed was paid for too
     # (the reply store answers repeated requests unpaid: what it answered counts as used, not paid)
     assert s["budget"]["evidence_cost"]["model_calls"] <= spent["spent"]["model_calls"] + \
@@ -186,7 +285,7 @@ def test_twenty_percent_model_faults(prefect_server, faulty_server, tmp_path):
     bench.materialize()
     p = load_params(ROOT / "params.yaml", {
         "benchmark.out": bench.out, "benchmark.per_family": 6, "campaign.out": str(tmp_path / "camp"),
-        "campaign.rounds": 1, "campaign.seeds": 2, "campaign.model": "openai", "gate.n_boot": 1000,
+        "campaign.rounds": 1, "campaign.seeds": 1, "campaign.model": "openai", "gate.n_boot": 1000,
         "campaign.model_cfg": {"base_url": url, "timeout": 0.3, "backoff": 0.01, "max_retries": 4}})
     s = run_campaign(p)  # completes
     faults = app.state.faults
@@ -214,7 +313,7 @@ def test_dask_gives_the_same_scores_as_threads(prefect_server, bench_dir):
 
     from flows.evaluate import evaluate, task_runner
 
-    items = sorted(json.loads((bench_dir / "splits.json").read_text())["dev"])[:12]
+    items = sorted(json.loads((bench_dir / "splits.json").read_text())["dev"])[:6]  # a shard for each worker
     args = (str(PACKAGES / "reference"), str(bench_dir), [0, 1])
     threads = evaluate.with_options(task_runner=task_runner("threads", 2))(*args, items=items, shard_size=3)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
@@ -224,20 +323,26 @@ def test_dask_gives_the_same_scores_as_threads(prefect_server, bench_dir):
     assert list(dask.traces["hash"]) == list(threads.traces["hash"])
 
 
-def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path, crash_setup):
-    bench_dir = crash_setup[0]
+def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path, crash_setup, capsys, monkeypatch,
+                                                        mlflow_db):
+    """`campaign schedule` registers a deployment, a real `ratchet worker` process serves it (the run in its own
+    subprocess), and `campaign runs` lists it. schedule and runs are run in this process: they only talk to the
+    server, which a subprocess would reach the same way."""
     from prefect.deployments import run_deployment
 
-    over = ["--set", "campaign.rounds=1", "--set", f"campaign.out={tmp_path / 'camp'}", *small(bench_dir)[4:]]
-    sched = cli(["campaign", "schedule", "--cron", "0 3 * * *", "--name", "nightly-test", *over], tmp_path, prefect_server)
-    assert sched.returncode == 0, sched.stderr[-2000:]
     home = tmp_path / "home"
+    home.mkdir()
+    shutil.copyfile(mlflow_db, home / "mlflow.db")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RATCHET_HOME", str(home))  # where `schedule` records what `worker` serves
+    # the smallest campaign: one round, one seed (what is scheduled is any campaign)
+    over = ["--set", "campaign.rounds=1", "--set", f"campaign.out={tmp_path / 'camp'}", *small(crash_setup[0])[4:],
+            "--set", "campaign.seeds=1"]
+    code, _, err = run_cli(capsys, "campaign", "schedule", "--cron", "0 3 * * *", "--name", "nightly-test", *over)
+    assert code == 0, err[-2000:]
     worker = subprocess.Popen([sys.executable, "-m", "flows.cli", "worker"], cwd=tmp_path, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL,
-                              env={**os.environ, "PREFECT_API_URL": prefect_server, "RATCHET_HOME": str(home),
-                                   "PREFECT_HOME": str(home / "prefect"), "PREFECT_RUNNER_POLL_FREQUENCY": "1",
-                                   "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
-                                   "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"})
+                              env=child_env(home, prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1"))
     try:
         run = run_deployment("campaign/nightly-test", timeout=600)
         assert run.state.is_completed(), run.state
@@ -248,9 +353,9 @@ def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path
         except subprocess.TimeoutExpired:
             worker.kill()
     assert (tmp_path / "camp" / "summary.json").exists()
-    runs = cli(["campaign", "runs"], tmp_path, prefect_server)
-    assert runs.returncode == 0, runs.stderr[-2000:]
-    assert "nightly-test" in runs.stdout and "Completed" in runs.stdout, runs.stdout
+    code, out, err = run_cli(capsys, "campaign", "runs")
+    assert code == 0, err[-2000:]
+    assert "nightly-test" in out and "Completed" in out, out
     import asyncio
 
     from prefect.client.orchestration import get_client
@@ -261,3 +366,25 @@ def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path
             return [s.schedule.cron for s in dep.schedules]
 
     assert asyncio.run(schedules()) == ["0 3 * * *"]  # the schedule is registered (a persistent server fires it)
+
+
+def test_with_a_configured_server_the_temporary_one_is_not_tied_nor_imported(monkeypatch):
+    """Against a configured server (the CLI with PREFECT_API_URL, a worker), Prefect starts no temporary server, so
+    `tie_temporary_server_to_this_process` neither patches it nor imports its code (half of a campaign's imports)."""
+    import prefect.server.api
+    from prefect.server.api import server as server_module
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.prefect_setup import tie_temporary_server_to_this_process
+
+    cls = server_module.SubprocessASGIServer
+    monkeypatch.delattr(cls, "_ratchet_tied", raising=False)
+    monkeypatch.setattr(cls, "_run_uvicorn_command", cls._run_uvicorn_command)  # restored after the test
+    with monkeypatch.context() as m, temporary_settings({PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        m.delattr(prefect.server.api, "server")
+        m.setitem(sys.modules, "prefect.server.api.server", None)  # importing it now raises ImportError
+        tie_temporary_server_to_this_process()
+    assert not getattr(cls, "_ratchet_tied", False)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        tie_temporary_server_to_this_process()  # no server configured: Prefect would start one, tied to us
+    assert getattr(cls, "_ratchet_tied", False)
