@@ -117,6 +117,47 @@ def test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_ev
         assert any(n.data.get("plan_key") == s["history"][0].get("plan_key") for n in g.nodes("decision"))
 
 
+def test_a_plan_accepted_elsewhere_is_proposed_first_bound_to_the_current_evidence(small_campaign, tmp_path, bench):
+    out, hist = small_campaign.out, small_campaign.summary["history"]
+    rec = next(r for r in hist if r["verdict"] == "accept")
+    rd, packets, traces = _round(out, rec["round"])
+    parent = str(out / "lineage" / "versions" / rec["parent"]["version"])
+    db = tmp_path / "e.db"
+    ev = EvidenceParams(db=str(db))
+    with EvidenceGraph(db, campaign="earlier") as g:  # a fresh graph: nothing to reuse, memory.json as it always was
+        pass
+    fresh = memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "sim")
+    assert fresh.revocations == [] and "reused" not in fresh.record()
+    with EvidenceGraph(db, campaign="earlier") as g:
+        for r in hist:
+            record_round(g, out, r, "sim")
+    # on another benchmark digest, same model: the accepted change comes back first, as the same plan (same key)
+    other = memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "sim")
+    keys = [parse_plan(x).key() for x in other.revocations]
+    assert keys and keys[0] == rec["plan_key"] and set(other.reused) == set(keys)
+    reused = parse_plan(other.revocations[0])
+    assert reused.cluster in {p.id for p in packets} and reused.source_items  # bound to a current packet
+    assert all(c.episode_id in {p2 for p in packets for p2 in p.episodes} for c in reused.evidence)
+    ctx = PlanContext(packets, load_package(parent), bench, traces, pd.read_csv(rd / "train" / "scores.csv",
+                                                                                 dtype={"item_id": str}),
+                      set(), revocations=[reused])
+    assert make_meta_agent("rules")(ctx).key() == rec["plan_key"]  # tried before any new plan
+    ctx.rejected = {rec["plan_key"]}  # once rejected here, it is not proposed again
+    assert make_meta_agent("rules")(ctx) is None or make_meta_agent("rules")(ctx).key() != rec["plan_key"]
+    # another model: not reused; a campaign's own records: not reused (a rerun plans as its first run did)
+    assert memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "openai:other").reused == {}
+    assert memory_for_round(ev, "earlier", packets, traces, parent, "0" * 64, "sim").reused == {}
+    # a package that already carries the change: nothing to reuse (the plan no longer applies)
+    child = str(out / "lineage" / "versions" / rec["child"]["version"])
+    assert rec["plan_key"] not in memory_for_round(ev, "later", packets, traces, child, "0" * 64, "sim").reused
+    # a promotion a person revoked is not reused
+    with EvidenceGraph(db, campaign="someone") as g:
+        promo = next(n for n in g.nodes("decision") if n.data.get("type") == "promotion"
+                     and n.data.get("plan_key") == rec["plan_key"])
+        g.revoke(promo.id, "wrong", by="person")
+    assert rec["plan_key"] not in memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "sim").reused
+
+
 R1 = "- `cancel_pending_order` takes a `reason` that must be exactly 'no longer needed' or 'ordered by mistake'."
 R2 = "- `cancel_pending_order` takes a `reason` that must be exactly 'changed my mind'."
 

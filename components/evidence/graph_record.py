@@ -246,12 +246,17 @@ class Memory:
     rejected_elsewhere: list[str] = field(default_factory=list)  # rejected only on other evidence: tried after the rest
     revocations: list[dict] = field(default_factory=list)  # plans (as dicts) that remove a contradicted promotion
     revokes: dict[str, str] = field(default_factory=dict)  # revocation plan key -> the promotion node it removes
+    # plans another campaign's gate accepted (same model), bound to a current packet; appended to `revocations`,
+    # the plans memory proposes before the meta-agent's own (the meta-agent reads them as one list, revocations first)
+    reused: dict[str, str] = field(default_factory=dict)  # reused plan key -> the accepting verdict node
     projection: dict = field(default_factory=dict)  # the budgeted view shown to the llm meta-agent
     chars: int = 0
 
     def record(self) -> dict:
+        # `reused` only when memory reused something: a campaign on a fresh graph writes what it always wrote
         return {"rejected_here": self.rejected_here, "rejected_elsewhere": self.rejected_elsewhere,
-                "revocations": self.revokes, "projection": self.projection, "chars": self.chars}
+                "revocations": self.revokes, **({"reused": self.reused} if self.reused else {}),
+                "projection": self.projection, "chars": self.chars}
 
 
 def _in_force(g: EvidenceGraph) -> list[Node]:
@@ -311,9 +316,75 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
                 m.revocations.append(plan.model_dump(mode="json"))
                 m.revokes[plan.key()] = promo.id
                 break
+    # plans accepted elsewhere: the likeliest to help again, so proposed before any new plan (after revocations)
+    for plan, verdict in reusable(g, decisions, packets, package, now, set(m.rejected_here) | set(m.revokes)):
+        m.revocations.append(plan.model_dump(mode="json"))
+        m.reused[plan.key()] = verdict.id
     m.projection = project(g, [p for p in packets if p.patchable], now, max_chars, elsewhere)
     m.chars = len(json.dumps(m.projection, separators=(",", ":")))
     return m
+
+
+def reusable(g: EvidenceGraph, decisions: list[Node], packets: list[EvidencePacket], package, now: Expiry,
+             skip: set[str]) -> list[tuple[Any, Node]]:
+    """Plans another campaign's gate accepted with the current model, that apply to `package` as they are and that a
+    current packet calls for: (plan, accepting verdict), those accepted on this very evidence (benchmark digest and
+    model) first, then in the order they were accepted. Each is the recorded change itself (same operations, so the
+    same plan key: its verdicts here and there are verdicts on one plan), bound to the current packet of the same
+    finding (owner, kind, write, rule; else the same owner and write), which gives it its rationale, cited evidence
+    and the source items its repair screen runs on. A plan rejected on this evidence, or whose promotion a person
+    revoked (or that derives from a revoked node), is not reused; one the gate revoked on other evidence is reused
+    only on the evidence it was accepted on."""
+    import tempfile
+
+    from components.evolution.patch import PatchError, apply_plan
+    from components.evolution.plan import Plan
+
+    revoked, flagged = g.revoked(), g.flagged()
+    promos = {n.data.get("plan_key"): n for n in g.nodes("decision") if n.data.get("type") == "promotion"}
+    found: list[tuple[tuple, Any, Node]] = []
+    seen: set[str] = set(skip)
+    live = [p for p in packets if p.patchable]
+    for v in sorted((n for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")
+                     and n.data.get("model") == now.model), key=lambda n: n.created):
+        key, here = v.data.get("plan_key") or "", v.data.get("benchmark_digest") == now.benchmark
+        promo = promos.get(key)
+        if not key or key in seen or promo is None or promo.id in flagged:
+            continue
+        if promo.id in revoked and (revoked[promo.id].get("by") != "gate" or not here):
+            continue
+        pn = g.get(node_id("decision", f"plan:{key}"))
+        claim = next((g.get(e.src) for e in g.edges(dst=pn.id, relation="used_in")
+                      if (c := g.get(e.src)) is not None and c.kind == "claim"), None) if pn is not None else None
+        if claim is None:
+            continue
+        sig = (claim.data.get("owner"), claim.data.get("kind"), claim.data.get("tool"), claim.data.get("rule_id"))
+        bound = min((p for p in live if (p.owner, p.tool) == (sig[0], sig[2])), default=None,
+                    key=lambda p: ((p.owner, p.kind, p.tool, p.rule_id) != sig, -len(p.episodes), p.id))
+        if bound is None:
+            continue  # nothing here calls for it: the failure it fixed is not among the current clusters
+        ops = json.loads(json.dumps(pn.data.get("operations") or []))
+        for o in ops:
+            if o.get("op") == "add_card":
+                o.setdefault("meta", {})["source"] = (f"plan {key} accepted on {str(v.data.get('benchmark_digest'))[:12]}"
+                                                      f" ({v.id}), reused for diagnosis {bound.id}")
+        try:
+            plan = Plan(owner=pn.data["owner"], cluster=bound.id, rationale=bound.claims[0].statement,
+                        evidence=bound.citations(), operations=ops, mechanism=pn.data.get("mechanism", ""),
+                        summary=f"{pn.content} (accepted on {str(v.data.get('benchmark_digest'))[:12]} by "
+                                f"{promo.data.get('campaign', '')}; reused)", source_items=bound.items[:12])
+        except (ValueError, KeyError):
+            continue
+        if plan.key() != key:
+            continue  # not the recorded change after all (a schema moved on): nothing to reuse
+        with tempfile.TemporaryDirectory() as tmp:
+            try:  # applies to this package as it is (a card it adds is not there yet, one it removes is)
+                apply_plan(plan, package.root, Path(tmp) / "candidate")
+            except PatchError:
+                continue
+        seen.add(key)
+        found.append(((0 if here else 1, v.created), plan, v))
+    return [(plan, v) for _, plan, v in sorted(found, key=lambda t: t[0])]
 
 
 def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_chars: int,
