@@ -25,8 +25,9 @@ on, the graph every earlier campaign of the sequence wrote). Reported per campai
                 with the same hash (checked here against the trace files, independently of the write policy)
     projection  the largest projection the meta-agent read (characters; the limit is evidence.projection_chars)
 
-    reused      plans memory reused (accepted by another campaign's gate with the same model, proposed first) and,
-                in brackets, how many of them this campaign's gate accepted
+    reused      plans memory put first: another campaign's accepted plan itself (on the same benchmark digest and
+                model), or a plan for a finding whose fix another campaign's gate accepted on other evidence (same
+                model); in brackets, how many of them this campaign's gate accepted
 
 "Model calls" are LOGICAL calls: every call the campaign's evaluations asked the model, read from the score tables of
 every evaluation its rounds made (what its evidence cost, the same with or without any store). They are not the calls
@@ -99,8 +100,18 @@ def rounds(c: dict) -> list[dict]:
         out.append({"plan_key": rec.get("plan_key"), "verdict": rec["verdict"], "champion_dev": champ,
                     "calls": sum(e["summary"]["model_calls"] for e in evals), "projection": mem.get("chars", 0),
                     "revocation": bool((mem.get("revocations") or {}).get(rec.get("plan_key", ""))),
-                    "reused": bool((mem.get("reused") or {}).get(rec.get("plan_key", "")))})
+                    "reused": bool((mem.get("reused") or {}).get(rec.get("plan_key", ""))) or _helped(rd, mem)})
     return out
+
+
+def _helped(rd: Path, mem: dict) -> bool:
+    """Did this round plan for a finding memory put first (its fix accepted by another campaign on other evidence)?"""
+    helped = (mem.get("projection") or {}).get("helped_elsewhere") or []
+    if not helped or not (rd / "plan.json").exists():
+        return False
+    cluster = json.loads((rd / "plan.json").read_text())["cluster"]
+    p = next((x for x in json.loads((rd / "diagnosis.json").read_text()) if x["id"] == cluster), None)
+    return p is not None and [p["owner"], p["kind"], p["tool"], p.get("rule_id") or ""] in helped
 
 
 def calls_to(rs: list[dict], target: float | None) -> int | None:
@@ -162,10 +173,11 @@ def changed_rule(first: dict, db: Path) -> tuple[str, str, str] | None:
         promos = sorted((n for n in g.nodes("decision") if n.data.get("type") == "promotion"
                          and n.data.get("campaign") == first["name"]), key=lambda n: n.data.get("round", 0))
         for n in promos:
-            for card in n.data.get("cards") or []:
-                new = change(card.get("rule_id") or "")
-                if new:
-                    return card["rule_id"], card["path"], new
+            for card in n.data.get("cards") or []:  # every rule the card states (one card per write may state several)
+                for rule in card.get("rules") or [{"rule_id": card.get("rule_id")}]:
+                    new = change(rule.get("rule_id") or "")
+                    if new:
+                        return rule["rule_id"], card["path"], new
     return None
 
 

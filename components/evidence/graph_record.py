@@ -67,6 +67,22 @@ def _read(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def _stated(body: str, packets: list[EvidencePacket]) -> list[dict]:
+    """The rules (id, statement) of the round's packets that a card's body states word for word."""
+    text, got = " ".join(body.split()), {}
+    for p in packets:
+        if p.rule_id and p.detail.strip() and " ".join(p.detail.split()) in text:
+            got.setdefault(p.rule_id, p.detail.strip())
+    return [{"rule_id": k, "rule": v} for k, v in got.items()]
+
+
+def _restated(card, old: str | None, new: str) -> str:
+    """The card's body with its statement of a rule replaced by the rule as the world states it now (its other
+    rules and guidance kept); the new statement alone when the card cannot be read or does not state it verbatim."""
+    body, old = (card.body.strip() if card is not None else ""), (old or "").strip()
+    return body.replace(old, new.strip()) if old and old in body else new.strip()
+
+
 def _packet_claim(g: EvidenceGraph, p: EvidencePacket, bench: str, model: str, resolve, run: Node | None) -> Node:
     """A packet as a claim (keyed by what it says and what it rests on), its citations, verified when they resolve."""
     # keyed by the corpus its citations resolve against (package, benchmark, seed map) and by what it says: the
@@ -141,7 +157,8 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
         cards = [{"path": o["path"], "id": Path(o["path"]).stem, "tool": ((o.get("meta") or {}).get("trigger") or {})
                   .get("tool"), "rule": claims[plan["cluster"]].data.get("detail", "") if plan["cluster"] in claims
                   else "", "rule_id": claims[plan["cluster"]].data.get("rule_id") if plan["cluster"] in claims
-                  else None} for o in plan["operations"] if o["op"] == "add_card"]
+                  else None, "rules": _stated(o.get("body") or "", packets)}
+                 for o in plan["operations"] if o["op"] == "add_card"]
         pn = g.add("decision", f"plan:{key}", plan["summary"], {"type": "plan", "plan_key": key, "owner": plan["owner"],
                    "mechanism": plan["mechanism"], "operations": plan["operations"], "cards": cards},
                    author="meta_agent")
@@ -292,9 +309,14 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
                 if p.owner != "E" or p.kind not in ("policy_refusal", "ineffective_card") or p.tool != card["tool"] \
                         or not p.detail.strip():
                     continue
-                if p.rule_id != card.get("rule_id"):
-                    continue  # another rule of the same write: not what the card states (a write may carry several)
-                if p.detail.strip() == (card.get("rule") or "").strip():
+                # the card's statement of this packet's rule (a card may state several rules of its write; another
+                # rule of the same write is not what the card states)
+                stated = next((r["rule"] for r in card.get("rules") or [{"rule_id": card.get("rule_id"),
+                                                                          "rule": card.get("rule")}]
+                               if r.get("rule_id") and r["rule_id"] == p.rule_id), None)
+                if stated is None:
+                    continue
+                if p.detail.strip() == (stated or "").strip():
                     continue  # the same rule refused again: the card is not contradicted, it was not followed
                 with g.batch():
                     c = _packet_claim(g, p, bench, model, resolve, None)
@@ -311,30 +333,57 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
                             summary=f"E: revoke {card['id']} ({promo.data.get('version', '')} of "
                                     f"{promo.data.get('campaign', '')}, contradicted on {bench[:12]}) and restate the rule",
                             operations=[RemoveCard(op="remove_card", path=card["path"]),
-                                        AddCard(op="add_card", path=card["path"], meta=meta, body=p.detail.strip())],
+                                        AddCard(op="add_card", path=card["path"], meta=meta,
+                                                body=_restated(old_card, stated, p.detail))],
                             mechanism=f"deliver:{card['id']}@", source_items=p.items[:12])
                 m.revocations.append(plan.model_dump(mode="json"))
                 m.revokes[plan.key()] = promo.id
                 break
-    # plans accepted elsewhere: the likeliest to help again, so proposed before any new plan (after revocations)
+    # plans another campaign's gate accepted are the likeliest to help again: on this very evidence the change itself
+    # is proposed before any new plan (after revocations); on other evidence (another digest, same model) the finding
+    # it fixed is planned for first, with a plan built from the current data (a card from another benchmark's
+    # refusals may miss rules this one shows)
     for plan, verdict in reusable(g, decisions, packets, package, now, set(m.rejected_here) | set(m.revokes)):
         m.revocations.append(plan.model_dump(mode="json"))
         m.reused[plan.key()] = verdict.id
     m.projection = project(g, [p for p in packets if p.patchable], now, max_chars, elsewhere)
+    helped = helped_elsewhere(g, decisions, now)
+    if helped:  # only when there is something: a campaign on a fresh graph reads what it always read
+        m.projection["helped_elsewhere"] = helped
     m.chars = len(json.dumps(m.projection, separators=(",", ":")))
     return m
 
 
+def helped_elsewhere(g: EvidenceGraph, decisions: list[Node], now: Expiry) -> list[list[str]]:
+    """Findings (owner, kind, tool, rule id) whose plan another campaign's gate accepted with the current model on
+    other evidence (another benchmark digest), in the order they were accepted; not those a person revoked."""
+    revoked, flagged = g.revoked(), g.flagged()
+    promos = {n.data.get("plan_key"): n for n in g.nodes("decision") if n.data.get("type") == "promotion"}
+    out: list[list[str]] = []
+    for v in sorted((n for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")
+                     and n.data.get("model") == now.model and n.data.get("benchmark_digest") != now.benchmark),
+                    key=lambda n: n.created):
+        promo = promos.get(v.data.get("plan_key"))
+        if promo is None or promo.id in flagged or (promo.id in revoked and revoked[promo.id].get("by") != "gate"):
+            continue
+        pn = g.get(node_id("decision", f"plan:{v.data.get('plan_key')}"))
+        for e in g.edges(dst=pn.id, relation="used_in") if pn is not None else []:
+            c = g.get(e.src)
+            if c is not None and c.kind == "claim":
+                sig = [c.data.get("owner"), c.data.get("kind"), c.data.get("tool"), c.data.get("rule_id") or ""]
+                if sig not in out:
+                    out.append(sig)
+    return out
+
+
 def reusable(g: EvidenceGraph, decisions: list[Node], packets: list[EvidencePacket], package, now: Expiry,
              skip: set[str]) -> list[tuple[Any, Node]]:
-    """Plans another campaign's gate accepted with the current model, that apply to `package` as they are and that a
-    current packet calls for: (plan, accepting verdict), those accepted on this very evidence (benchmark digest and
-    model) first, then in the order they were accepted. Each is the recorded change itself (same operations, so the
-    same plan key: its verdicts here and there are verdicts on one plan), bound to the current packet of the same
-    finding (owner, kind, write, rule; else the same owner and write), which gives it its rationale, cited evidence
-    and the source items its repair screen runs on. A plan rejected on this evidence, or whose promotion a person
-    revoked (or that derives from a revoked node), is not reused; one the gate revoked on other evidence is reused
-    only on the evidence it was accepted on."""
+    """Plans another campaign's gate accepted on this very evidence (benchmark digest and model) that apply to
+    `package` as they are and that a current packet calls for: (plan, accepting verdict), in the order they were
+    accepted. Each is the recorded change itself (same operations, so the same plan key), bound to the current packet
+    of the same finding (owner, kind, write, rule; else the same owner and write), which gives it its rationale, cited
+    evidence and the source items its repair screen runs on. A plan whose promotion a person revoked (or that derives
+    from a revoked node) is not reused; one the gate revoked on other evidence still stands on this evidence."""
     import tempfile
 
     from components.evolution.patch import PatchError, apply_plan
@@ -346,12 +395,13 @@ def reusable(g: EvidenceGraph, decisions: list[Node], packets: list[EvidencePack
     seen: set[str] = set(skip)
     live = [p for p in packets if p.patchable]
     for v in sorted((n for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")
-                     and n.data.get("model") == now.model), key=lambda n: n.created):
-        key, here = v.data.get("plan_key") or "", v.data.get("benchmark_digest") == now.benchmark
+                     and n.data.get("model") == now.model and n.data.get("benchmark_digest") == now.benchmark),
+                    key=lambda n: n.created):
+        key = v.data.get("plan_key") or ""
         promo = promos.get(key)
         if not key or key in seen or promo is None or promo.id in flagged:
             continue
-        if promo.id in revoked and (revoked[promo.id].get("by") != "gate" or not here):
+        if promo.id in revoked and revoked[promo.id].get("by") != "gate":
             continue
         pn = g.get(node_id("decision", f"plan:{key}"))
         claim = next((g.get(e.src) for e in g.edges(dst=pn.id, relation="used_in")
@@ -371,7 +421,8 @@ def reusable(g: EvidenceGraph, decisions: list[Node], packets: list[EvidencePack
         try:
             plan = Plan(owner=pn.data["owner"], cluster=bound.id, rationale=bound.claims[0].statement,
                         evidence=bound.citations(), operations=ops, mechanism=pn.data.get("mechanism", ""),
-                        summary=f"{pn.content} (accepted on {str(v.data.get('benchmark_digest'))[:12]} by "
+                        summary=f"{pn.content.split(' (accepted on ')[0]} (accepted on "
+                                f"{str(v.data.get('benchmark_digest'))[:12]} by "
                                 f"{promo.data.get('campaign', '')}; reused)", source_items=bound.items[:12])
         except (ValueError, KeyError):
             continue
@@ -383,7 +434,7 @@ def reusable(g: EvidenceGraph, decisions: list[Node], packets: list[EvidencePack
             except PatchError:
                 continue
         seen.add(key)
-        found.append(((0 if here else 1, v.created), plan, v))
+        found.append(((0, v.created), plan, v))
     return [(plan, v) for _, plan, v in sorted(found, key=lambda t: t[0])]
 
 
