@@ -183,14 +183,14 @@ def changed_rule(first: dict, db: Path) -> tuple[str, str, str] | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="small benchmarks, two rounds, one seed (the test's size)")
+    ap.add_argument("--quick", action="store_true", help="(c) only, small: one round, one seed (the test's size)")
     ap.add_argument("--per-family", type=int, help="tasks per family (default 36; quick 3)")
-    ap.add_argument("--rounds", type=int, help="rounds of every campaign (default 3; quick 2)")
+    ap.add_argument("--rounds", type=int, help="rounds of every campaign (default 3; quick 1)")
     ap.add_argument("--seeds", type=int, help="seeds per item (default 1; quick 1)")
     ap.add_argument("--scenarios", help="which of (a) seed, (b) drift, (c) repeat to run (default abc; quick c)")
     args = ap.parse_args()
     args.scenarios = args.scenarios or ("c" if args.quick else "abc")
-    size = {"per_family": 3, "rounds": 2, "seeds": 1, "n_boot": 1000} if args.quick else \
+    size = {"per_family": 3, "rounds": 1, "seeds": 1, "n_boot": 1000} if args.quick else \
         {"per_family": 36, "rounds": 3, "seeds": 1, "n_boot": 2000}
     size |= {k: v for k, v in (("per_family", args.per_family), ("rounds", args.rounds), ("seeds", args.seeds))
              if v is not None}
