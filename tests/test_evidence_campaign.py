@@ -148,6 +148,9 @@ def test_a_plan_accepted_elsewhere_is_proposed_first_bound_to_the_current_eviden
     other = memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "sim")
     assert other.reused == {} and other.revocations == []
     helped = other.projection["helped_elsewhere"]
+    tight = memory_for_round(ev.model_copy(update={"projection_chars": 300}), "later", packets, traces, parent,
+                             "0" * 64, "sim")
+    assert tight.projection["helped_elsewhere"] == helped and tight.chars <= 300 + 80  # within the limit
     cluster = next(p for p in packets if p.id == json.loads((rd / "plan.json").read_text())["cluster"])
     assert helped[0] == [cluster.owner, cluster.kind, cluster.tool, cluster.rule_id or ""]
     last = sorted(packets, key=lambda p: p.id)  # the order the agent would use without memory, reversed

@@ -346,8 +346,10 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
     for plan, verdict in reusable(g, decisions, packets, package, now, set(m.rejected_here) | set(m.revokes)):
         m.revocations.append(plan.model_dump(mode="json"))
         m.reused[plan.key()] = verdict.id
-    m.projection = project(g, [p for p in packets if p.patchable], now, max_chars, elsewhere)
+    # within the projection's limit: the rest of it gets what these findings leave (nothing: it is as it always was)
     helped = helped_elsewhere(g, decisions, now)
+    extra = len(json.dumps({"helped_elsewhere": helped}, separators=(",", ":"))) if helped else 0
+    m.projection = project(g, [p for p in packets if p.patchable], now, max(0, max_chars - extra), elsewhere)
     if helped:  # only when there is something: a campaign on a fresh graph reads what it always read
         m.projection["helped_elsewhere"] = helped
     m.chars = len(json.dumps(m.projection, separators=(",", ":")))
