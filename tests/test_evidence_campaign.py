@@ -270,13 +270,16 @@ def test_a_card_stating_several_rules_is_revoked_for_the_one_that_changed_and_ke
         g.cite(old.id, step.episode_id, 3, step.hash)
         g.verify(old.id, trace_resolver(traces))
         v = g.add("decision", "v1", "gate", {"type": "gate_verdict", "accept": True})
-        g.promote("promotion:y", "M1: card on cancel_pending_order", v.id, [old.id],
-                  {"version": "M1", "campaign": "first", "cards": [card]})
+        first = g.promote("promotion:y", "M1: card on cancel_pending_order", v.id, [old.id],
+                          {"version": "M1", "campaign": "first", "cards": [card]})
+        g.promote("promotion:z", "M1: the same card, promoted by another campaign", v.id, [old.id],
+                  {"version": "M1", "campaign": "other", "cards": [card]})
         # both rules as the card states them: nothing contradicted
         assert plan_memory(g, [_packet(fee, step, "cancel_fee")], traces, pkg, "b" * 64, "sim").revocations == []
         new_fee = fee.replace("5%", "10%")
         m = plan_memory(g, [_packet(new_fee, step, "cancel_fee")], traces, pkg, "b" * 64, "sim")
         assert len(m.revocations) == 1  # the card's second rule changed: contradicted, though not its cluster's rule
+        assert list(m.revokes.values()) == [first.id]  # one plan, aimed at the oldest promotion of that card
         body = [o for o in parse_plan(m.revocations[0]).operations if o.op == "add_card"][0].body
         assert "10%" in body and "5%" not in body and "no longer needed" in body  # the other rule is kept
 

@@ -336,8 +336,9 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
                                         AddCard(op="add_card", path=card["path"], meta=meta,
                                                 body=_restated(old_card, stated, p.detail))],
                             mechanism=f"deliver:{card['id']}@", source_items=p.items[:12])
-                m.revocations.append(plan.model_dump(mode="json"))
-                m.revokes[plan.key()] = promo.id
+                if plan.key() not in m.revokes:  # the same card promoted again elsewhere: the oldest promotion
+                    m.revocations.append(plan.model_dump(mode="json"))
+                    m.revokes[plan.key()] = promo.id
                 break
     # plans another campaign's gate accepted are the likeliest to help again: on this very evidence the change itself
     # is proposed before any new plan (after revocations); on other evidence (another digest, same model) the finding
