@@ -25,10 +25,23 @@ on, the graph every earlier campaign of the sequence wrote). Reported per campai
                 with the same hash (checked here against the trace files, independently of the write policy)
     projection  the largest projection the meta-agent read (characters; the limit is evidence.projection_chars)
 
-Model calls are read from the score tables of every evaluation a campaign's rounds made (what its evidence cost),
-so they do not depend on the Prefect task cache the campaigns share (which only makes this script faster).
-Last line: the headline ratio, recursive / stateless model calls to reach the same champion score on the second-seed
-campaign (total model calls when the stateless arm gated nothing).
+    reused      plans memory put first: another campaign's accepted plan itself (on the same benchmark digest and
+                model), or a plan for a finding whose fix another campaign's gate accepted on other evidence (same
+                model); in brackets, how many of them this campaign's gate accepted
+
+"Model calls" are LOGICAL calls: every call the campaign's evaluations asked the model, read from the score tables of
+every evaluation its rounds made (what its evidence cost, the same with or without any store). They are not the calls
+paid after the reply store (components/models/callcache.py): that store is per campaign (`.state/calls.sqlite` in its
+output directory), so the two arms never share one, and a saving here is memory's (fewer rounds, better plans first),
+not the store's. The campaigns of one run do share the Prefect task cache, which only makes this script faster (a
+shard already evaluated is not run again) and changes no score table, hence no logical count; paid calls are not
+reported because that shared cache would make them depend on which campaign ran first.
+Last line: the headline ratio, recursive / stateless model calls to reach the same champion score on the first
+scenario run (the second seed by default; total model calls when the stateless arm gated nothing).
+
+The first campaign runs stateless (`evidence.memory: false`; it still records into the recursive arm's graph), and it
+is also (c)'s stateless arm: a repeat without memory is that campaign again (same benchmark, start, seeds and params;
+plans and score tables are deterministic), so it is not run twice. --quick (the test's size) runs only (c), small.
 """
 
 from __future__ import annotations
@@ -86,8 +99,19 @@ def rounds(c: dict) -> list[dict]:
         mem = json.loads((rd / "memory.json").read_text()) if (rd / "memory.json").exists() else {}
         out.append({"plan_key": rec.get("plan_key"), "verdict": rec["verdict"], "champion_dev": champ,
                     "calls": sum(e["summary"]["model_calls"] for e in evals), "projection": mem.get("chars", 0),
-                    "revocation": bool((mem.get("revocations") or {}).get(rec.get("plan_key", "")))})
+                    "revocation": bool((mem.get("revocations") or {}).get(rec.get("plan_key", ""))),
+                    "reused": bool((mem.get("reused") or {}).get(rec.get("plan_key", ""))) or _helped(rd, mem)})
     return out
+
+
+def _helped(rd: Path, mem: dict) -> bool:
+    """Did this round plan for a finding memory put first (its fix accepted by another campaign on other evidence)?"""
+    helped = (mem.get("projection") or {}).get("helped_elsewhere") or []
+    if not helped or not (rd / "plan.json").exists():
+        return False
+    cluster = json.loads((rd / "plan.json").read_text())["cluster"]
+    p = next((x for x in json.loads((rd / "diagnosis.json").read_text()) if x["id"] == cluster), None)
+    return p is not None and [p["owner"], p["kind"], p["tool"], p.get("rule_id") or ""] in helped
 
 
 def calls_to(rs: list[dict], target: float | None) -> int | None:
@@ -149,35 +173,37 @@ def changed_rule(first: dict, db: Path) -> tuple[str, str, str] | None:
         promos = sorted((n for n in g.nodes("decision") if n.data.get("type") == "promotion"
                          and n.data.get("campaign") == first["name"]), key=lambda n: n.data.get("round", 0))
         for n in promos:
-            for card in n.data.get("cards") or []:
-                new = change(card.get("rule_id") or "")
-                if new:
-                    return card["rule_id"], card["path"], new
+            for card in n.data.get("cards") or []:  # every rule the card states (one card per write may state several)
+                for rule in card.get("rules") or [{"rule_id": card.get("rule_id")}]:
+                    new = change(rule.get("rule_id") or "")
+                    if new:
+                        return rule["rule_id"], card["path"], new
     return None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="small benchmarks, two rounds, one seed (the test's size)")
+    ap.add_argument("--quick", action="store_true", help="(c) only, small: one round, one seed (the test's size)")
     ap.add_argument("--per-family", type=int, help="tasks per family (default 36; quick 3)")
-    ap.add_argument("--rounds", type=int, help="rounds of every campaign (default 3; quick 2)")
+    ap.add_argument("--rounds", type=int, help="rounds of every campaign (default 3; quick 1)")
     ap.add_argument("--seeds", type=int, help="seeds per item (default 1; quick 1)")
-    ap.add_argument("--scenarios", default="abc", help="which of (a) seed, (b) drift, (c) repeat to run (default abc)")
+    ap.add_argument("--scenarios", help="which of (a) seed, (b) drift, (c) repeat to run (default abc; quick c)")
     args = ap.parse_args()
-    size = {"per_family": 3, "rounds": 2, "seeds": 1, "n_boot": 1000} if args.quick else \
+    args.scenarios = args.scenarios or ("c" if args.quick else "abc")
+    size = {"per_family": 3, "rounds": 1, "seeds": 1, "n_boot": 1000} if args.quick else \
         {"per_family": 36, "rounds": 3, "seeds": 1, "n_boot": 2000}
     size |= {k: v for k, v in (("per_family", args.per_family), ("rounds", args.rounds), ("seeds", args.seeds))
              if v is not None}
     from components.params import BenchmarkParams
 
     benches = {}
-    for seed in (0, 1):
+    for seed in (0, 1) if "a" in args.scenarios else (0,):
         benches[seed] = HOME / f"bench-s{seed}"
         BenchmarkParams(seed=seed, out=str(benches[seed]), per_family=size["per_family"]).materialize()
     seed_pkg = ROOT / "data" / "packages" / "seed"
     memory_db, rows, notes = HOME / "memory.db", [], []
     with prefect_server():
-        first = run("first", benches[0], seed_pkg, memory_db, True, size)  # an empty graph: stateless in effect
+        first = run("first", benches[0], seed_pkg, memory_db, False, size)  # stateless; it records into memory_db
         done = [first]
         drift = changed_rule(first, memory_db) if "b" in args.scenarios else None
         sequence = [("(a) seed", benches[1], seed_pkg)] if "a" in args.scenarios else []
@@ -195,18 +221,22 @@ def main() -> None:
             sequence.append(("(c) repeat", benches[0], seed_pkg))
         for label, bench, start in sequence:
             tag = label.split()[0].strip("()")
-            stateless = run(f"{tag}-stateless", bench, start, HOME / f"{tag}-stateless.db", False, size)
+            # the stateless repeat is the first campaign itself (the same inputs without memory)
+            stateless = first if tag == "c" else \
+                run(f"{tag}-stateless", bench, start, HOME / f"{tag}-stateless.db", False, size)
             recursive = run(f"{tag}-recursive", bench, start, memory_db, True, size)
             rs, rr = rounds(stateless), rounds(recursive)
             target = next((r["champion_dev"] for r in reversed(rs) if r["champion_dev"] is not None), None)
             for arm, c, rws in (("stateless", stateless, rs), ("recursive", recursive, rr)):
                 rows.append({"campaign": label, "arm": arm, "repeated": repeated(c, done), "calls": calls_to(rws, target),
+                             "reused": f"{sum(r['reused'] for r in rws)} "
+                                       f"({sum(r['reused'] and r['verdict'] == 'accept' for r in rws)})",
                              "total": sum(r["calls"] for r in rws), "promotions": c["summary"]["accepted"],
                              "revoked": sum(r["revocation"] and r["verdict"] == "accept" for r in rws),
                              "projection": max([r["projection"] for r in rws] + [0]),
                              "plans": " ".join((r["plan_key"] or "-")[:6] + ("+" if r["verdict"] == "accept" else "x")
                                                for r in rws)})
-            done += [stateless, recursive]
+            done += [c for c in (stateless, recursive) if c not in done]
             if label == "(b) drift":  # does each arm's champion still carry the card with the old, now wrong, value?
                 from components.worlds.retail.facts import BY_ID
 
@@ -218,16 +248,16 @@ def main() -> None:
                         BY_ID[rule].read(body) == BY_ID[rule].value else "the new value" if \
                         BY_ID[rule].read(body) == BY_ID[rule].read(drift[2]) else "another value"
                     notes.append(f"(b) {arm}: champion {c['summary']['champion']}: {card} states {state}")
-        ok, n = resolution(memory_db, [first] + [c for c in done if c["memory"]])
+        ok, n = resolution(memory_db, [first] + [c for c in done if c["memory"] and c is not first])
     print(f"campaign memory, {'quick' if args.quick else 'full'}: {size}; first campaign: "
           f"{first['summary']['accepted']} promotion(s) in {first['summary']['rounds']} round(s)")
     print("| campaign | arm | repeated plans | model calls to the stateless champion's dev score | model calls, total "
-          "| promotions | revoked | projection chars | plans (+ accepted, x not) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| promotions | revoked | reused plans (accepted) | projection chars | plans (+ accepted, x not) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         calls = "-" if r["calls"] is None else f"{r['calls']:,}"
         print(f"| {r['campaign']} | {r['arm']} | {r['repeated']} | {calls} | {r['total']:,} | {r['promotions']} | "
-              f"{r['revoked']} | {r['projection']:,} | {r['plans']} |")
+              f"{r['revoked']} | {r['reused']} | {r['projection']:,} | {r['plans']} |")
     print(f"citation resolution: {ok}/{n} supported claims resolve ({(ok / n if n else 1):.0%})")
     for line in notes:
         print(line)

@@ -117,6 +117,64 @@ def test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_ev
         assert any(n.data.get("plan_key") == s["history"][0].get("plan_key") for n in g.nodes("decision"))
 
 
+def test_a_plan_accepted_elsewhere_is_proposed_first_bound_to_the_current_evidence(small_campaign, tmp_path, bench):
+    out, hist = small_campaign.out, small_campaign.summary["history"]
+    rec = next(r for r in hist if r["verdict"] == "accept")
+    rd, packets, traces = _round(out, rec["round"])
+    parent = str(out / "lineage" / "versions" / rec["parent"]["version"])
+    db = tmp_path / "e.db"
+    ev = EvidenceParams(db=str(db))
+    with EvidenceGraph(db, campaign="earlier") as g:  # a fresh graph: nothing to reuse, memory.json as it always was
+        pass
+    fresh = memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "sim")
+    assert fresh.revocations == [] and "reused" not in fresh.record() and "helped_elsewhere" not in fresh.projection
+    with EvidenceGraph(db, campaign="earlier") as g:
+        for r in hist:
+            record_round(g, out, r, "sim")
+    digest = small_campaign.summary["benchmark_digest"]
+    # on the same evidence (digest and model): the accepted change itself comes back first (same key)
+    same = memory_for_round(ev, "later", packets, traces, parent, digest, "sim")
+    keys = [parse_plan(x).key() for x in same.revocations]
+    assert keys and keys[0] == rec["plan_key"] and set(same.reused) == set(keys)
+    reused = parse_plan(same.revocations[0])
+    assert reused.cluster in {p.id for p in packets} and reused.source_items  # bound to a current packet
+    assert all(c.episode_id in {e for p in packets for e in p.episodes} for c in reused.evidence)
+    scores = pd.read_csv(rd / "train" / "scores.csv", dtype={"item_id": str})
+    ctx = PlanContext(packets, load_package(parent), bench, traces, scores, set(), revocations=[reused])
+    assert make_meta_agent("rules")(ctx).key() == rec["plan_key"]  # tried before any new plan
+    ctx.rejected = {rec["plan_key"]}  # once rejected here, it is not proposed again
+    assert make_meta_agent("rules")(ctx) is None or make_meta_agent("rules")(ctx).key() != rec["plan_key"]
+    # on other evidence (another digest, same model): the finding it fixed is planned for first, from current data
+    other = memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "sim")
+    assert other.reused == {} and other.revocations == []
+    helped = other.projection["helped_elsewhere"]
+    tight = memory_for_round(ev.model_copy(update={"projection_chars": 300}), "later", packets, traces, parent,
+                             "0" * 64, "sim")
+    assert tight.projection["helped_elsewhere"] == helped and tight.chars <= 300 + 80  # within the limit
+    cluster = next(p for p in packets if p.id == json.loads((rd / "plan.json").read_text())["cluster"])
+    assert helped[0] == [cluster.owner, cluster.kind, cluster.tool, cluster.rule_id or ""]
+    last = sorted(packets, key=lambda p: p.id)  # the order the agent would use without memory, reversed
+    ctx = PlanContext(last[::-1], load_package(parent), bench, traces, scores, set(), memory=other.projection)
+    first = make_meta_agent("rules")(ctx)
+    assert first is not None and first.cluster in {p.id for p in packets if [p.owner, p.kind, p.tool, p.rule_id or ""]
+                                                   == helped[0]} | {p.id for p in packets if p.tool == cluster.tool}
+    # another model: nothing; a campaign's own records: nothing (a rerun plans as its first run did)
+    assert memory_for_round(ev, "later", packets, traces, parent, digest, "openai:other").reused == {}
+    assert "helped_elsewhere" not in memory_for_round(ev, "later", packets, traces, parent, "0" * 64,
+                                                      "openai:other").projection
+    assert memory_for_round(ev, "earlier", packets, traces, parent, digest, "sim").reused == {}
+    # a package that already carries the change: nothing to reuse (the plan no longer applies)
+    child = str(out / "lineage" / "versions" / rec["child"]["version"])
+    assert rec["plan_key"] not in memory_for_round(ev, "later", packets, traces, child, digest, "sim").reused
+    # a promotion a person revoked is not reused
+    with EvidenceGraph(db, campaign="someone") as g:
+        promo = next(n for n in g.nodes("decision") if n.data.get("type") == "promotion"
+                     and n.data.get("plan_key") == rec["plan_key"])
+        g.revoke(promo.id, "wrong", by="person")
+    assert rec["plan_key"] not in memory_for_round(ev, "later", packets, traces, parent, digest, "sim").reused
+    assert "helped_elsewhere" not in memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "sim").projection
+
+
 R1 = "- `cancel_pending_order` takes a `reason` that must be exactly 'no longer needed' or 'ordered by mistake'."
 R2 = "- `cancel_pending_order` takes a `reason` that must be exactly 'changed my mind'."
 
@@ -187,6 +245,43 @@ def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_
         new = promotions_for(g, "M2")[-1]  # the new side settled: the old one stands only on the old benchmark
         assert chain(g, promo)["superseded_by"] == [new.id]
         assert all(c["confidence"] == "supported" for c in chain(g, new)["claims"])
+
+
+def test_a_card_stating_several_rules_is_revoked_for_the_one_that_changed_and_keeps_the_others(tmp_path,
+                                                                                                package_copy):
+    pkg_dir = package_copy("reference")
+    step = _step("cancel-001#0")
+    traces = steps_frame([step], item_id="cancel-001", seed=0)
+    fee = "- `cancel_pending_order` keeps a 5% cancellation fee on orders placed more than 24 hours ago."
+    card = {"path": "em/procedure/cancel-pending-order-rules.md", "id": "cancel-pending-order-rules",
+            "tool": "cancel_pending_order", "rule": R1, "rule_id": "cancel_reason",
+            "rules": [{"rule_id": "cancel_reason", "rule": R1}, {"rule_id": "cancel_fee", "rule": fee}]}
+    cand = tmp_path / "with-card"
+    from components.evolution.plan import AddCard, Plan
+    add = Plan(owner="E", cluster="x", rationale="r", evidence=_packet(R1, step).citations(), summary="s",
+               mechanism="deliver:x@", source_items=["cancel-001"],
+               operations=[AddCard(op="add_card", path=card["path"], body=R1 + "\n\n" + fee,
+                                   meta={"id": card["id"], "type": "procedure", "source": "test",
+                                         "trigger": {"event": "intent_recorded", "tool": card["tool"]}})])
+    apply_plan(add, pkg_dir, cand)
+    pkg = load_package(cand)
+    with EvidenceGraph(tmp_path / "e.db", campaign="first") as g:
+        old = g.add("claim", "old-rule", R1, expiry=Expiry(benchmark="a" * 64, model="sim"))
+        g.cite(old.id, step.episode_id, 3, step.hash)
+        g.verify(old.id, trace_resolver(traces))
+        v = g.add("decision", "v1", "gate", {"type": "gate_verdict", "accept": True})
+        first = g.promote("promotion:y", "M1: card on cancel_pending_order", v.id, [old.id],
+                          {"version": "M1", "campaign": "first", "cards": [card]})
+        g.promote("promotion:z", "M1: the same card, promoted by another campaign", v.id, [old.id],
+                  {"version": "M1", "campaign": "other", "cards": [card]})
+        # both rules as the card states them: nothing contradicted
+        assert plan_memory(g, [_packet(fee, step, "cancel_fee")], traces, pkg, "b" * 64, "sim").revocations == []
+        new_fee = fee.replace("5%", "10%")
+        m = plan_memory(g, [_packet(new_fee, step, "cancel_fee")], traces, pkg, "b" * 64, "sim")
+        assert len(m.revocations) == 1  # the card's second rule changed: contradicted, though not its cluster's rule
+        assert list(m.revokes.values()) == [first.id]  # one plan, aimed at the oldest promotion of that card
+        body = [o for o in parse_plan(m.revocations[0]).operations if o.op == "add_card"][0].body
+        assert "10%" in body and "5%" not in body and "no longer needed" in body  # the other rule is kept
 
 
 def test_evidence_cli(small_campaign, capsys, tmp_path):

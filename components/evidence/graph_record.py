@@ -67,6 +67,22 @@ def _read(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def _stated(body: str, packets: list[EvidencePacket]) -> list[dict]:
+    """The rules (id, statement) of the round's packets that a card's body states word for word."""
+    text, got = " ".join(body.split()), {}
+    for p in packets:
+        if p.rule_id and p.detail.strip() and " ".join(p.detail.split()) in text:
+            got.setdefault(p.rule_id, p.detail.strip())
+    return [{"rule_id": k, "rule": v} for k, v in got.items()]
+
+
+def _restated(card, old: str | None, new: str) -> str:
+    """The card's body with its statement of a rule replaced by the rule as the world states it now (its other
+    rules and guidance kept); the new statement alone when the card cannot be read or does not state it verbatim."""
+    body, old = (card.body.strip() if card is not None else ""), (old or "").strip()
+    return body.replace(old, new.strip()) if old and old in body else new.strip()
+
+
 def _packet_claim(g: EvidenceGraph, p: EvidencePacket, bench: str, model: str, resolve, run: Node | None) -> Node:
     """A packet as a claim (keyed by what it says and what it rests on), its citations, verified when they resolve."""
     # keyed by the corpus its citations resolve against (package, benchmark, seed map) and by what it says: the
@@ -141,7 +157,8 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
         cards = [{"path": o["path"], "id": Path(o["path"]).stem, "tool": ((o.get("meta") or {}).get("trigger") or {})
                   .get("tool"), "rule": claims[plan["cluster"]].data.get("detail", "") if plan["cluster"] in claims
                   else "", "rule_id": claims[plan["cluster"]].data.get("rule_id") if plan["cluster"] in claims
-                  else None} for o in plan["operations"] if o["op"] == "add_card"]
+                  else None, "rules": _stated(o.get("body") or "", packets)}
+                 for o in plan["operations"] if o["op"] == "add_card"]
         pn = g.add("decision", f"plan:{key}", plan["summary"], {"type": "plan", "plan_key": key, "owner": plan["owner"],
                    "mechanism": plan["mechanism"], "operations": plan["operations"], "cards": cards},
                    author="meta_agent")
@@ -246,12 +263,17 @@ class Memory:
     rejected_elsewhere: list[str] = field(default_factory=list)  # rejected only on other evidence: tried after the rest
     revocations: list[dict] = field(default_factory=list)  # plans (as dicts) that remove a contradicted promotion
     revokes: dict[str, str] = field(default_factory=dict)  # revocation plan key -> the promotion node it removes
+    # plans another campaign's gate accepted (same model), bound to a current packet; appended to `revocations`,
+    # the plans memory proposes before the meta-agent's own (the meta-agent reads them as one list, revocations first)
+    reused: dict[str, str] = field(default_factory=dict)  # reused plan key -> the accepting verdict node
     projection: dict = field(default_factory=dict)  # the budgeted view shown to the llm meta-agent
     chars: int = 0
 
     def record(self) -> dict:
+        # `reused` only when memory reused something: a campaign on a fresh graph writes what it always wrote
         return {"rejected_here": self.rejected_here, "rejected_elsewhere": self.rejected_elsewhere,
-                "revocations": self.revokes, "projection": self.projection, "chars": self.chars}
+                "revocations": self.revokes, **({"reused": self.reused} if self.reused else {}),
+                "projection": self.projection, "chars": self.chars}
 
 
 def _in_force(g: EvidenceGraph) -> list[Node]:
@@ -287,9 +309,14 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
                 if p.owner != "E" or p.kind not in ("policy_refusal", "ineffective_card") or p.tool != card["tool"] \
                         or not p.detail.strip():
                     continue
-                if p.rule_id != card.get("rule_id"):
-                    continue  # another rule of the same write: not what the card states (a write may carry several)
-                if p.detail.strip() == (card.get("rule") or "").strip():
+                # the card's statement of this packet's rule (a card may state several rules of its write; another
+                # rule of the same write is not what the card states)
+                stated = next((r["rule"] for r in card.get("rules") or [{"rule_id": card.get("rule_id"),
+                                                                          "rule": card.get("rule")}]
+                               if r.get("rule_id") and r["rule_id"] == p.rule_id), None)
+                if stated is None:
+                    continue
+                if p.detail.strip() == (stated or "").strip():
                     continue  # the same rule refused again: the card is not contradicted, it was not followed
                 with g.batch():
                     c = _packet_claim(g, p, bench, model, resolve, None)
@@ -306,14 +333,112 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
                             summary=f"E: revoke {card['id']} ({promo.data.get('version', '')} of "
                                     f"{promo.data.get('campaign', '')}, contradicted on {bench[:12]}) and restate the rule",
                             operations=[RemoveCard(op="remove_card", path=card["path"]),
-                                        AddCard(op="add_card", path=card["path"], meta=meta, body=p.detail.strip())],
+                                        AddCard(op="add_card", path=card["path"], meta=meta,
+                                                body=_restated(old_card, stated, p.detail))],
                             mechanism=f"deliver:{card['id']}@", source_items=p.items[:12])
-                m.revocations.append(plan.model_dump(mode="json"))
-                m.revokes[plan.key()] = promo.id
+                if plan.key() not in m.revokes:  # the same card promoted again elsewhere: the oldest promotion
+                    m.revocations.append(plan.model_dump(mode="json"))
+                    m.revokes[plan.key()] = promo.id
                 break
-    m.projection = project(g, [p for p in packets if p.patchable], now, max_chars, elsewhere)
+    # plans another campaign's gate accepted are the likeliest to help again: on this very evidence the change itself
+    # is proposed before any new plan (after revocations); on other evidence (another digest, same model) the finding
+    # it fixed is planned for first, with a plan built from the current data (a card from another benchmark's
+    # refusals may miss rules this one shows)
+    for plan, verdict in reusable(g, decisions, packets, package, now, set(m.rejected_here) | set(m.revokes)):
+        m.revocations.append(plan.model_dump(mode="json"))
+        m.reused[plan.key()] = verdict.id
+    # within the projection's limit: the rest of it gets what these findings leave (nothing: it is as it always was)
+    helped = helped_elsewhere(g, decisions, now)
+    extra = len(json.dumps({"helped_elsewhere": helped}, separators=(",", ":"))) if helped else 0
+    m.projection = project(g, [p for p in packets if p.patchable], now, max(0, max_chars - extra), elsewhere)
+    if helped:  # only when there is something: a campaign on a fresh graph reads what it always read
+        m.projection["helped_elsewhere"] = helped
     m.chars = len(json.dumps(m.projection, separators=(",", ":")))
     return m
+
+
+def helped_elsewhere(g: EvidenceGraph, decisions: list[Node], now: Expiry) -> list[list[str]]:
+    """Findings (owner, kind, tool, rule id) whose plan another campaign's gate accepted with the current model on
+    other evidence (another benchmark digest), in the order they were accepted; not those a person revoked."""
+    revoked, flagged = g.revoked(), g.flagged()
+    promos = {n.data.get("plan_key"): n for n in g.nodes("decision") if n.data.get("type") == "promotion"}
+    out: list[list[str]] = []
+    for v in sorted((n for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")
+                     and n.data.get("model") == now.model and n.data.get("benchmark_digest") != now.benchmark),
+                    key=lambda n: n.created):
+        promo = promos.get(v.data.get("plan_key"))
+        if promo is None or promo.id in flagged or (promo.id in revoked and revoked[promo.id].get("by") != "gate"):
+            continue
+        pn = g.get(node_id("decision", f"plan:{v.data.get('plan_key')}"))
+        for e in g.edges(dst=pn.id, relation="used_in") if pn is not None else []:
+            c = g.get(e.src)
+            if c is not None and c.kind == "claim":
+                sig = [c.data.get("owner"), c.data.get("kind"), c.data.get("tool"), c.data.get("rule_id") or ""]
+                if sig not in out:
+                    out.append(sig)
+    return out
+
+
+def reusable(g: EvidenceGraph, decisions: list[Node], packets: list[EvidencePacket], package, now: Expiry,
+             skip: set[str]) -> list[tuple[Any, Node]]:
+    """Plans another campaign's gate accepted on this very evidence (benchmark digest and model) that apply to
+    `package` as they are and that a current packet calls for: (plan, accepting verdict), in the order they were
+    accepted. Each is the recorded change itself (same operations, so the same plan key), bound to the current packet
+    of the same finding (owner, kind, write, rule; else the same owner and write), which gives it its rationale, cited
+    evidence and the source items its repair screen runs on. A plan whose promotion a person revoked (or that derives
+    from a revoked node) is not reused; one the gate revoked on other evidence still stands on this evidence."""
+    import tempfile
+
+    from components.evolution.patch import PatchError, apply_plan
+    from components.evolution.plan import Plan
+
+    revoked, flagged = g.revoked(), g.flagged()
+    promos = {n.data.get("plan_key"): n for n in g.nodes("decision") if n.data.get("type") == "promotion"}
+    found: list[tuple[tuple, Any, Node]] = []
+    seen: set[str] = set(skip)
+    live = [p for p in packets if p.patchable]
+    for v in sorted((n for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")
+                     and n.data.get("model") == now.model and n.data.get("benchmark_digest") == now.benchmark),
+                    key=lambda n: n.created):
+        key = v.data.get("plan_key") or ""
+        promo = promos.get(key)
+        if not key or key in seen or promo is None or promo.id in flagged:
+            continue
+        if promo.id in revoked and revoked[promo.id].get("by") != "gate":
+            continue
+        pn = g.get(node_id("decision", f"plan:{key}"))
+        claim = next((g.get(e.src) for e in g.edges(dst=pn.id, relation="used_in")
+                      if (c := g.get(e.src)) is not None and c.kind == "claim"), None) if pn is not None else None
+        if claim is None:
+            continue
+        sig = (claim.data.get("owner"), claim.data.get("kind"), claim.data.get("tool"), claim.data.get("rule_id"))
+        bound = min((p for p in live if (p.owner, p.tool) == (sig[0], sig[2])), default=None,
+                    key=lambda p: ((p.owner, p.kind, p.tool, p.rule_id) != sig, -len(p.episodes), p.id))
+        if bound is None:
+            continue  # nothing here calls for it: the failure it fixed is not among the current clusters
+        ops = json.loads(json.dumps(pn.data.get("operations") or []))
+        for o in ops:
+            if o.get("op") == "add_card":
+                o.setdefault("meta", {})["source"] = (f"plan {key} accepted on {str(v.data.get('benchmark_digest'))[:12]}"
+                                                      f" ({v.id}), reused for diagnosis {bound.id}")
+        try:
+            plan = Plan(owner=pn.data["owner"], cluster=bound.id, rationale=bound.claims[0].statement,
+                        evidence=bound.citations(), operations=ops, mechanism=pn.data.get("mechanism", ""),
+                        summary=f"{pn.content.split(' (accepted on ')[0]} (accepted on "
+                                f"{str(v.data.get('benchmark_digest'))[:12]} by "
+                                f"{promo.data.get('campaign', '')}; reused)", source_items=bound.items[:12])
+        except (ValueError, KeyError):
+            continue
+        if plan.key() != key:
+            continue  # not the recorded change after all (a schema moved on): nothing to reuse
+        with tempfile.TemporaryDirectory() as tmp:
+            try:  # applies to this package as it is (a card it adds is not there yet, one it removes is)
+                apply_plan(plan, package.root, Path(tmp) / "candidate")
+            except PatchError:
+                continue
+        seen.add(key)
+        found.append(((0, v.created), plan, v))
+    return [(plan, v) for _, plan, v in sorted(found, key=lambda t: t[0])]
 
 
 def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_chars: int,

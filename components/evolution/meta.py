@@ -69,7 +69,10 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
             if plan.key() not in ctx.rejected:
                 return plan
         deferred = None
-        for packet in sorted(ctx.packets, key=lambda p: (LAYER.get(p.owner, 9), -len(p.episodes), p.id)):
+        # findings whose change another campaign's gate accepted (campaign memory) are planned for first
+        helped = {tuple(x) for x in (ctx.memory or {}).get("helped_elsewhere", [])}
+        for packet in sorted(ctx.packets, key=lambda p: ((p.owner, p.kind, p.tool, p.rule_id or "") not in helped,
+                                                         LAYER.get(p.owner, 9), -len(p.episodes), p.id)):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
             plan = rules_plan(packet, ctx, max_per_episode, max_source_items)
