@@ -5,7 +5,10 @@ Under pytest-xdist (the default: `-n 2 --dist loadgroup`, pyproject.toml) each w
 home, MLflow store, Prefect server and task cache. The benchmark is plain files, so the first worker to need it
 materializes it once for all (a file lock, as pytest-xdist documents). The small campaign is not files only: the tests
 that read it also read its MLflow runs from their process's default tracking store and rely on its Prefect task
-cache, so every test that uses it runs on one worker (the `xdist_group` mark added below), which builds it once."""
+cache, so they are marked to run on one worker (`xdist_group`, below). NOT YET IN EFFECT: pytest-xdist 3.8 groups by
+suffixing `item._nodeid`, which pytest 9 no longer reads (ids live in `item._id`), so today the readers spread over
+both workers and each worker that runs one builds its own small campaign (correct, as the fixture is per process,
+but paid up to twice)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks into the test ids
 def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`, the tests that read the small campaign go to one worker (see the module docstring)."""
     for item in items:
