@@ -5,10 +5,7 @@ Under pytest-xdist (the default: `-n 2 --dist loadgroup`, pyproject.toml) each w
 home, MLflow store, Prefect server and task cache. The benchmark is plain files, so the first worker to need it
 materializes it once for all (a file lock, as pytest-xdist documents). The small campaign is not files only: the tests
 that read it also read its MLflow runs from their process's default tracking store and rely on its Prefect task
-cache, so they are marked to run on one worker (`xdist_group`, below). NOT YET IN EFFECT: pytest-xdist 3.8 groups by
-suffixing `item._nodeid`, which pytest 9 no longer reads (ids live in `item._id`), so today the readers spread over
-both workers and each worker that runs one builds its own small campaign (correct, as the fixture is per process,
-but paid up to twice)."""
+cache, so they all run on one worker (the `xdist_group` mark and id suffix added below), which builds it once."""
 
 from __future__ import annotations
 
@@ -34,6 +31,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "small_campaign" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("small_campaign"))
+            if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
+                # pytest 9 keeps the id in `item._id`; pytest-xdist 3.8 suffixes `item._nodeid`, which it no longer
+                # reads. Suffix the id here the way xdist would (its scheduler groups by the part after "@").
+                from _pytest.nodeid import NodeId
+
+                item._id = NodeId.parse(f"{item.nodeid}@small_campaign")
 
 
 def shared_dir(tmp_path_factory, worker_id: str, name: str) -> tuple[Path, Any]:
