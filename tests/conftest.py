@@ -1,5 +1,11 @@
-"""Test setup: the quiet/offline environment in a temp home, a benchmark materialized once per session, one
-temporary Prefect server, and one small campaign shared by every test that only reads a campaign's results."""
+"""Test setup: the quiet/offline environment in a temp home, a benchmark materialized once per run, one temporary
+Prefect server per process, and one small campaign shared by every test that only reads a campaign's results.
+
+Under pytest-xdist (the default: `-n 2 --dist loadgroup`, pyproject.toml) each worker is its own process with its own
+home, MLflow store, Prefect server and task cache. The benchmark is plain files, so the first worker to need it
+materializes it once for all (a file lock, as pytest-xdist documents). The small campaign is not files only: the tests
+that read it also read its MLflow runs from their process's default tracking store and rely on its Prefect task
+cache, so they all run on one worker (the `xdist_group` mark and id suffix added below), which builds it once."""
 
 from __future__ import annotations
 
@@ -19,12 +25,49 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks into the test ids
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup`, the tests that read the small campaign go to one worker (see the module docstring)."""
+    for item in items:
+        if "small_campaign" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("small_campaign"))
+            if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
+                # pytest 9 keeps the id in `item._id`; pytest-xdist 3.8 suffixes `item._nodeid`, which it no longer
+                # reads. Suffix the id here the way xdist would (its scheduler groups by the part after "@").
+                from _pytest.nodeid import NodeId
+
+                item._id = NodeId.parse(f"{item.nodeid}@small_campaign")
+
+
+def shared_dir(tmp_path_factory, worker_id: str, name: str) -> tuple[Path, Any]:
+    """(a directory every xdist worker of this run sees, a lock on it); in a run without workers, this session's own."""
+    from filelock import FileLock
+
+    if worker_id == "master":  # not under xdist: the parent is shared by every run of this user, so stay in ours
+        root = tmp_path_factory.getbasetemp()
+    else:
+        root = tmp_path_factory.getbasetemp().parent
+    return root / name, FileLock(str(root / f"{name}.lock"))
+
+
 @pytest.fixture(scope="session")
-def bench_dir(tmp_path_factory) -> Path:
+def worker_id(request) -> str:
+    """pytest-xdist's worker id ("gw0", ...), "master" when not under xdist (also when xdist is not installed)."""
+    workerinput = getattr(request.config, "workerinput", None)
+    return workerinput["workerid"] if workerinput else "master"
+
+
+@pytest.fixture(scope="session")
+def bench_dir(tmp_path_factory, worker_id) -> Path:
+    """The retail benchmark (seed 0), materialized once per run, read-only. Materializing writes it atomically, so
+    it exists whole or not at all."""
     from components.worlds import world
 
-    out = tmp_path_factory.mktemp("bench") / "retail"
-    world("retail").materialize(out, 0)
+    root, lock = shared_dir(tmp_path_factory, worker_id, "bench")
+    out = root / "retail"
+    with lock:
+        if not out.exists():
+            world("retail").materialize(out, 0)
     return out
 
 

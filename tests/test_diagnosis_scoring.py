@@ -19,13 +19,24 @@ from tests.conftest import PACKAGES, ROOT
 SEEDS = [0, 1]
 
 
-def labelled(bench, pkg, split, n=30):
-    t = run_shard(pkg, bench, bench.ids(split)[:n], SEEDS)
-    return t, causes_table(pkg, bench, t.scores)
+@pytest.fixture(scope="module")
+def labelled(bench):
+    """(tables, hidden causes) of a shipped package on the first 30 items of a split; each computed once per module
+    (the seed's train set is read by two tests; its counterfactual replays are the costly part)."""
+    done = {}
+
+    def get(name, split, n=30):
+        if (name, split) not in done:
+            pkg = load_package(PACKAGES / name)
+            t = run_shard(pkg, bench, bench.ids(split)[:n], SEEDS)
+            done[name, split] = t, causes_table(pkg, bench, t.scores)
+        return done[name, split]
+
+    return get
 
 
-def test_seed_failures_cover_e_c_and_compound(bench):
-    _, causes = labelled(bench, load_package(PACKAGES / "seed"), "train")
+def test_seed_failures_cover_e_c_and_compound(labelled):
+    _, causes = labelled("seed", "train")
     share = {k: v / len(causes) for k, v in Counter(causes["cause"]).items()}
     for cause in ("E", "C", "compound", "external"):
         assert share.get(cause, 0) >= 0.05, share
@@ -41,10 +52,10 @@ ALL_SKILLS_GAP = pytest.mark.xfail(strict=True, reason="known gap: dilution with
 
 
 @pytest.mark.parametrize("name", ["seed", pytest.param("all-skills", marks=ALL_SKILLS_GAP), "none"])
-def test_localization_beats_outcome_only_fitted_on_train(bench, name):
+def test_localization_beats_outcome_only_fitted_on_train(bench, labelled, name):
     pkg = load_package(PACKAGES / name)
-    train, train_causes = labelled(bench, pkg, "train")
-    dev, dev_causes = labelled(bench, pkg, "dev")
+    train, train_causes = labelled(name, "train")
+    dev, dev_causes = labelled(name, "dev")
     d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, "test")
     loc = localization(d.findings_frame(), _eid(dev_causes), _eid(dev.scores),
                        fit_outcome_only(_eid(train_causes), _eid(train.scores)))

@@ -432,9 +432,17 @@ def write_csv(path: Path, df: pd.DataFrame) -> Path:
     return path
 
 
-def run_gate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flows.cli", "gate", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+def run_gate(*args: str, capsys=None) -> subprocess.CompletedProcess:
+    """`ratchet gate ...`: in this process through the real entry point when given capsys (an interpreter start and
+    the imports per call prove nothing more), else as a subprocess (kept where the process's exit code, streams and
+    imports are the point)."""
+    if capsys is None:
+        return subprocess.run([sys.executable, "-m", "flows.cli", "gate", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+    from tests.conftest import run_cli
+
+    code, out, err = run_cli(capsys, "gate", *args)
+    return subprocess.CompletedProcess(["ratchet", "gate", *args], code, out, err)
 
 
 @pytest.fixture(scope="module")
@@ -457,8 +465,9 @@ def tables(tmp_path_factory):
     }
 
 
-def test_cli_json_accept(tables):
-    p = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "2000", "--json")
+def test_cli_json_accept(tables, capsys):
+    p = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "2000", "--json",
+                 capsys=capsys)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1
@@ -482,11 +491,12 @@ def test_cli_json_reject_exits_1(tables):
     assert obj["accept"] is False and obj["net"] == pytest.approx(-0.3) and obj["n_regressed"] == 20
 
 
-def test_cli_text_and_options(tables):
-    same = run_gate("--base", str(tables["base"]), "--cand", str(tables["base"]), "--n-boot", "1000")
+def test_cli_text_and_options(tables, capsys):
+    same = run_gate("--base", str(tables["base"]), "--cand", str(tables["base"]), "--n-boot", "1000", capsys=capsys)
     assert same.returncode == 1 and same.stdout.startswith("REJECT:")
     # the options reach the gate: a negative reg_cap is refused as bad input, naming the option
-    capped = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "1000", "--reg-cap", "-1")
+    capped = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "1000",
+                      "--reg-cap", "-1", capsys=capsys)
     assert capped.returncode == 2 and "reg_cap" in capped.stderr and "Traceback" not in capped.stderr
 
 
@@ -495,9 +505,9 @@ def test_cli_text_and_options(tables):
     ("nan", ["not a number", "b#0"]),
     ("range", ["outside [0, 1]", "a#0"]),
 ])
-def test_cli_broken_table_exits_2_with_one_line(tables, cand_key, words):
+def test_cli_broken_table_exits_2_with_one_line(tables, capsys, cand_key, words):
     cand = tables[cand_key]
-    p = run_gate("--base", str(tables["small"]), "--cand", str(cand), "--json")
+    p = run_gate("--base", str(tables["small"]), "--cand", str(cand), "--json", capsys=capsys)
     assert p.returncode == 2
     assert "Traceback" not in p.stderr + p.stdout
     assert p.stdout.strip() == ""
@@ -517,18 +527,18 @@ def test_cli_missing_file_exits_2_naming_it(tables):
     assert len(lines) == 1 and str(missing) in lines[0] and "--cand" in lines[0]
 
 
-def test_cli_empty_seed_cell_exits_2(tables):
+def test_cli_empty_seed_cell_exits_2(tables, capsys):
     bad = tables["dir"] / "empty_seed.csv"
     bad.write_text("item_id,seed,score\na,0,0.1\na,,0.2\n")
     ok = tables["dir"] / "two.csv"
     ok.write_text("item_id,seed,score\na,0,0.1\na,1,0.2\n")
-    p = run_gate("--base", str(bad), "--cand", str(ok))
+    p = run_gate("--base", str(bad), "--cand", str(ok), capsys=capsys)
     assert "Traceback" not in p.stderr
     assert p.returncode == 2
 
 
-def test_cli_zero_bootstrap_draws_is_bad_input(tables):
-    p = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "0")
+def test_cli_zero_bootstrap_draws_is_bad_input(tables, capsys):
+    p = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "0", capsys=capsys)
     assert "Traceback" not in p.stderr
     assert p.returncode == 2
 
@@ -631,10 +641,10 @@ def refusals(tables):
     (("base", "win", "--n-boot", "1"), ["n_boot", "1000"]),
     (("base", "win", "--n-boot", "999"), ["n_boot", "1000"]),
 ])
-def test_cli_refusals_exit_2_with_one_line(tables, refusals, args, words):
+def test_cli_refusals_exit_2_with_one_line(tables, capsys, refusals, args, words):
     files = {**tables, **refusals}
     b, c, *rest = args
-    p = run_gate("--base", str(files[b]), "--cand", str(files[c]), *rest)
+    p = run_gate("--base", str(files[b]), "--cand", str(files[c]), *rest, capsys=capsys)
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
     assert p.stdout.strip() == "" and "Traceback" not in p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]

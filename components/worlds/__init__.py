@@ -13,6 +13,7 @@ replay, `components.models.counterfactual`, not by a world's rules.)
 
 from __future__ import annotations
 
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -75,9 +76,31 @@ def _loader(ep):
     return factory
 
 
+_scanned: tuple | None = None  # the sys.path that `names()` last scanned for entry points
+
+
+def _path_state() -> tuple:
+    """sys.path and each entry's mtime: an install or uninstall adds or removes a dist-info directory in one."""
+    import os
+
+    state = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, None))
+    return tuple(state)
+
+
 def names() -> list[str]:
-    """Every registered world: the built-ins and the installed entry points."""
-    discover()
+    """Every registered world: the built-ins and the installed entry points. Scanning the entry points reads every
+    installed distribution's metadata (~15 ms), and the simulated agent asks once per conversation, so a scan is
+    skipped while sys.path and its directories are as they were at the last one; `discover()` always scans."""
+    global _scanned
+    state = _path_state()
+    if state != _scanned:
+        discover()
+        _scanned = state
     return WORLDS.names()
 
 
