@@ -5,7 +5,8 @@ Under pytest-xdist (the default: `-n 2 --dist loadgroup`, pyproject.toml) each w
 home, MLflow store, Prefect server and task cache. The benchmark is plain files, so the first worker to need it
 materializes it once for all (a file lock, as pytest-xdist documents). The small campaign is not files only: the tests
 that read it also read its MLflow runs from their process's default tracking store and rely on its Prefect task
-cache, so they all run on one worker (the `xdist_group` mark and id suffix added below), which builds it once."""
+cache, so they all run on one worker (the `xdist_group` mark and id suffix added below), which builds it once; so
+do the tests of a module that share a module-scoped fixture."""
 
 from __future__ import annotations
 
@@ -27,16 +28,23 @@ PACKAGES = ROOT / "data" / "packages"
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks into the test ids
 def pytest_collection_modifyitems(config, items):
-    """Under `--dist loadgroup`, the tests that read the small campaign go to one worker (see the module docstring)."""
+    """Under `--dist loadgroup`, fixtures built once stay built once: the tests that read the small campaign go to one
+    worker, and so do a module's tests that share a module-scoped fixture (a DVC project, a preloaded process)."""
     for item in items:
+        fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         if "small_campaign" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("small_campaign"))
-            if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
-                # pytest 9 keeps the id in `item._id`; pytest-xdist 3.8 suffixes `item._nodeid`, which it no longer
-                # reads. Suffix the id here the way xdist would (its scheduler groups by the part after "@").
-                from _pytest.nodeid import NodeId
+            group = "small_campaign"
+        elif any(d.scope == "module" for defs in fixturedefs.values() for d in defs):
+            group = item.path.stem
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+        if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
+            # pytest 9 keeps the id in `item._id`; pytest-xdist 3.8 suffixes `item._nodeid`, which it no longer
+            # reads. Suffix the id here the way xdist would (its scheduler groups by the part after "@").
+            from _pytest.nodeid import NodeId
 
-                item._id = NodeId.parse(f"{item.nodeid}@small_campaign")
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 def shared_dir(tmp_path_factory, worker_id: str, name: str) -> tuple[Path, Any]:
