@@ -121,6 +121,14 @@ def free_port():
     return get
 
 
+@pytest.fixture(autouse=True)
+def own_evidence_graph(tmp_path_factory, monkeypatch):
+    """Each test's campaigns (and the CLI processes it starts) record into a graph of their own: with one shared
+    graph, a campaign plans from what other tests' campaigns on the same benchmark accepted or rejected, so results
+    would depend on test order. A test that wants shared memory passes `evidence.db` itself."""
+    monkeypatch.setenv("RATCHET_EVIDENCE_DB", str(tmp_path_factory.mktemp("evidence") / "evidence.db"))
+
+
 @dataclass(frozen=True)
 class Campaign:
     params: Any  # components.params.Params

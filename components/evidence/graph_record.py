@@ -37,10 +37,13 @@ MAX_CITES = 8  # trace steps recorded per packet: enough to audit it; the round'
 
 
 def default_db(db: str | None) -> str:
-    """`evidence.db`, else next to the MLflow store: $RATCHET_HOME/evidence.db (`.ratchet/evidence.db`)."""
+    """`evidence.db`, else $RATCHET_EVIDENCE_DB, else next to the MLflow store: $RATCHET_HOME/evidence.db
+    (`.ratchet/evidence.db`)."""
+    import os
+
     from components.env import project_home
 
-    return db or str(project_home() / "evidence.db")
+    return db or os.environ.get("RATCHET_EVIDENCE_DB") or str(project_home() / "evidence.db")
 
 
 def model_id(model: str, model_cfg: dict) -> str:
