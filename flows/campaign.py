@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 from pathlib import Path
 
 from prefect import flow
@@ -43,6 +43,7 @@ from components.evolution.localization import localization_from_rounds
 from components.evolution.report import round_dir, write_csv, write_json
 from components.evolution.validate import fired
 from components.failpoints import failpoint
+from components.version import code_version
 from components.io import atomic_write_bytes, claim_output, mark_output, output_kind, remove_output
 from components.memory.package import digest, load_package
 from components.models.callcache import deterministic, saved
@@ -344,17 +345,6 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
 # storage) under a key of every input the round reads, and replayed in order. What the plan read from the campaign
 # memory is asked again and compared, since the evidence graph changes under the same key.
 
-@lru_cache(maxsize=1)
-def _flows_version() -> str:
-    """A hash of flows/*.py as this process loaded them (like components.version.code_version for components/)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):  # the round's composition is code too
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
     """Every input of a round: the code (components/ and flows/), the champion's bytes, the benchmark's bytes, the
     params that shape a round, and what the round reads from the lineage (rejected plans, earlier dev looks)."""
@@ -365,7 +355,7 @@ def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
         round_params["campaign"].pop(k)
     round_params.pop("budget")  # a budget stop leaves no completed round to keep
     round_params["evidence"].pop("db")  # the memory it reads is compared on replay instead
-    return stage_key("round", flows=_flows_version(), round=round_no, champion=lineage.champion().digest,
+    return stage_key("round", flows=code_version(Path(__file__).resolve().parent), round=round_no, champion=lineage.champion().digest,
                      bench=tree_digest(p.benchmark.out), params=round_params, rejected=sorted(lineage.rejected_keys()),
                      dev_look=dev_look(lineage, round_no, p))
 
