@@ -66,10 +66,10 @@ def prefect_server():
     import contextlib
     import os
 
+    if os.environ.get("PREFECT_API_URL"):  # before the harness's import, which loads the server's code (~2.5 CPU-s)
+        return contextlib.nullcontext()
     from prefect.testing.utilities import prefect_test_harness
 
-    if os.environ.get("PREFECT_API_URL"):
-        return contextlib.nullcontext()
     return prefect_test_harness(server_startup_timeout=180)
 
 
@@ -181,14 +181,14 @@ def changed_rule(first: dict, db: Path) -> tuple[str, str, str] | None:
     return None
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="(c) only, small: one round, one seed (the test's size)")
     ap.add_argument("--per-family", type=int, help="tasks per family (default 36; quick 3)")
     ap.add_argument("--rounds", type=int, help="rounds of every campaign (default 3; quick 1)")
     ap.add_argument("--seeds", type=int, help="seeds per item (default 1; quick 1)")
     ap.add_argument("--scenarios", help="which of (a) seed, (b) drift, (c) repeat to run (default abc; quick c)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.scenarios = args.scenarios or ("c" if args.quick else "abc")
     size = {"per_family": 3, "rounds": 1, "seeds": 1, "n_boot": 1000} if args.quick else \
         {"per_family": 36, "rounds": 3, "seeds": 1, "n_boot": 2000}

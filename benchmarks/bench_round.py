@@ -10,7 +10,10 @@ hashed), or the benchmark fails.
     python benchmarks/bench_round.py [--quick]
 
 Reports wall times and the ratios rerun / cold and (last line, the headline) Prefect-cold / plain. The temporary
-Prefect server's start is measured separately and not in the round's time (a campaign starts it once)."""
+Prefect server's start is measured separately and not in the round's time (a campaign starts it once). The Prefect
+rounds use a result store of this run's own (an empty one for the cold round), whatever the environment sets.
+`--quick` (the test's size: 60 tasks, one seed) does the same work on a round of about a second, where a flow run's
+fixed costs outweigh its per-task overhead, so its last line says so: the 1.3x goal is for the full size."""
 
 from __future__ import annotations
 
@@ -32,10 +35,10 @@ def prefect_server():
     import contextlib
     import os
 
+    if os.environ.get("PREFECT_API_URL"):  # before the harness's import, which loads the server's code (~2.5 CPU-s)
+        return contextlib.nullcontext()
     from prefect.testing.utilities import prefect_test_harness
 
-    if os.environ.get("PREFECT_API_URL"):
-        return contextlib.nullcontext()
     return prefect_test_harness(server_startup_timeout=180)
 
 
@@ -89,10 +92,12 @@ def warm_up(bench: Path, p) -> None:
     run_shard(str(ROOT / p.campaign.start), b, b.ids("train")[:1], [0], p.campaign.model, p.campaign.model_cfg, p.campaign.max_turns, None)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a small benchmark and one seed (the test's size)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 
     from components.params import BenchmarkParams
     from flows.campaign import play_round, plain_steps, run_round
@@ -111,7 +116,8 @@ def main() -> None:
     warm_up(bench, p)
     timed("plain", p, lambda: run_round(1, p, budget, plain_steps(p.campaign.workers)))
     t = time.perf_counter()
-    with prefect_server():
+    # a result store of this run's own, whatever the environment says: the cold round must find it empty
+    with prefect_server(), temporary_settings({PREFECT_LOCAL_STORAGE_PATH: HOME / "prefect-results"}):
         from prefect.client.orchestration import get_client
 
         with get_client(sync_client=True) as client:  # a campaign's first contact, once per process like the start
@@ -132,10 +138,17 @@ def main() -> None:
         print(f"  {'plain calls' if name == 'plain' else 'prefect ' + name:<13} round: {runs[name]:6.2f} s wall, "
               f"{cpu[name]:6.2f} s CPU")
     print(f"  every arm: {what}")
-    print(f"  temporary Prefect server start and first contact: {server:.1f} s (once per process, not in the round's time)")
-    print(f"  ratio prefect-cold / plain in CPU time (this process and the server's): {cpu['cold'] / cpu['plain']:.2f}")
+    print(f"  Prefect server start (when this run starts one) and first contact: {server:.1f} s (once per process, not "
+          f"in the round's time)")
+    print(f"  prefect-cold - plain: {runs['cold'] - runs['plain']:+.2f} s wall, {cpu['cold'] - cpu['plain']:+.2f} s CPU")
+    print(f"  ratio prefect-cold / plain in CPU time (this process and its children: the server when it started one): "
+          f"{cpu['cold'] / cpu['plain']:.2f}")
     print(f"ratio rerun / cold: {runs['rerun'] / runs['cold']:.3f}")
-    print(f"ratio prefect-cold / plain: {runs['cold'] / runs['plain']:.2f}")
+    # at the quick size a round is ~1 s of work, so a flow run's fixed costs (its start, each task run's records on
+    # the server) are most of the difference: that ratio shows the script runs, not how the goal stands
+    what = "prefect-cold / plain" + (" at the quick size, fixed costs of a flow run dominate, the goal is for the "
+                                     "full size" if a.quick else "")
+    print(f"ratio {what}: {runs['cold'] / runs['plain']:.2f}")
     shutil.rmtree(HOME, ignore_errors=True)
 
 

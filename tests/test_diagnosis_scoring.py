@@ -89,7 +89,7 @@ def test_bench_diagnosis_quick_prints_the_table(bench_dir, capsys):
     spec = importlib.util.spec_from_file_location("bench_diagnosis", ROOT / "benchmarks" / "bench_diagnosis.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rows = mod.main(["--quick", "--bench", str(bench_dir), "--items", "6"])
+    rows = mod.main(["--quick", "--bench", str(bench_dir), "--items", "4"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(rows) == 13 and len(lines) == 15
     assert lines[-1].startswith("worst-row localization accuracy:")
