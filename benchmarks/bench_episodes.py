@@ -65,9 +65,13 @@ def main(argv: list[str] | None = None) -> None:
     TimedHarness = timed_harness()  # noqa: N806
     real = episode_mod.ChatHarness
     if a.quick:
+        import atexit
+        import shutil
         import tempfile
 
-        a.bench, a.seeds = str(Path(tempfile.mkdtemp(prefix="ratchet-bench-episodes-")) / "bench"), 1
+        tmp = tempfile.mkdtemp(prefix="ratchet-bench-episodes-")
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        a.bench, a.seeds = str(Path(tmp) / "bench"), 1
         world("retail").materialize(a.bench, 0, 3)
     elif not (Path(a.bench) / "meta.json").exists():
         world("retail").materialize(a.bench, 0)

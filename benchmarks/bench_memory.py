@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -261,6 +262,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"citation resolution: {ok}/{n} supported claims resolve ({(ok / n if n else 1):.0%})")
     for line in notes:
         print(line)
+    if args.quick:  # nothing to look into afterwards: leave no temp home behind
+        shutil.rmtree(HOME, ignore_errors=True)
+    else:
+        print(f"evidence graph: {memory_db} (ratchet evidence why ... --db {memory_db}); campaigns in {HOME / 'campaigns'}")
     label = "(a) seed" if "a" in args.scenarios else rows[0]["campaign"] if rows else None
     a = {r["arm"]: r for r in rows if r["campaign"] == label}
     if not a:

@@ -12,6 +12,7 @@ which its last line says)."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
                     dt, tables = measure.with_options(task_runner=runner)(str(bench), ids, seeds, a.shard_size)
             results[name] = (dt, tables.scores.to_csv(index=False))
             print(f"  {name:<11} {n / dt:7.1f} episodes/s  ({n} episodes in {dt:.2f} s)")
+    shutil.rmtree(HOME, ignore_errors=True)
     same = len({csv for _, csv in results.values()}) == 1
     print(f"scores identical across runners: {same}")
     if not same:
