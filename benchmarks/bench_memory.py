@@ -67,7 +67,7 @@ def prefect_server():
     import contextlib
     import os
 
-    if os.environ.get("PREFECT_API_URL"):  # before the harness's import, which loads the server's code (~2.5 CPU-s)
+    if os.environ.get("PREFECT_API_URL"):  # before the harness's import, which loads the server's code (CPU-seconds)
         return contextlib.nullcontext()
     from prefect.testing.utilities import prefect_test_harness
 
