@@ -265,7 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:  # nothing to look into afterwards: leave no temp home behind
         shutil.rmtree(HOME, ignore_errors=True)
     else:
-        print(f"evidence graph: {memory_db} (ratchet evidence why ... --db {memory_db}); campaigns in {HOME / 'campaigns'}")
+        print(f"evidence graph: {memory_db} (ratchet evidence why ... --db {memory_db}); "
+              f"campaigns in {HOME / 'campaigns'}")
     label = "(a) seed" if "a" in args.scenarios else rows[0]["campaign"] if rows else None
     a = {r["arm"]: r for r in rows if r["campaign"] == label}
     if not a:

@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  every arm: {what}")
     print(f"  Prefect server start (when this run starts one) and first contact: {server:.1f} s (once per process, not "
           f"in the round's time)")
-    print(f"  prefect-cold - plain: {runs['cold'] - runs['plain']:+.2f} s wall, {cpu['cold'] - cpu['plain']:+.2f} s CPU")
+    print(f"  prefect-cold - plain: {runs['cold'] - runs['plain']:+.2f} s wall, "
+          f"{cpu['cold'] - cpu['plain']:+.2f} s CPU")
     print(f"  ratio prefect-cold / plain in CPU time (this process and its children: the server when it started one): "
           f"{cpu['cold'] / cpu['plain']:.2f}")
     print(f"ratio rerun / cold: {runs['rerun'] / runs['cold']:.3f}")
