@@ -69,6 +69,7 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
         t = CampaignTracker(p.campaign.name, out, p.model_dump(), tracking_uri=b, artifact_root=tmp_path / "art")
         for rec in s["history"]:
             t.log_round(rec)
+        t.log_versions()  # registering a version must not look its logged model up in the process's store
         return t
 
     t = log()
@@ -76,6 +77,8 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     cb = MlflowClient(b)
     exp_id = t.experiment_id
     assert cb.get_experiment(exp_id).name == f"ratchet/{p.campaign.name}"
+    versions = cb.search_model_versions(f"name = 'ratchet-{p.campaign.name}'")
+    assert sorted(v.tags["ratchet.digest"] for v in versions) == sorted(v["digest"] for v in s["lineage"])
     rounds = _round_runs(cb, exp_id)
     expected = {}
     for n, run in rounds.items():
@@ -115,6 +118,7 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     shutil.rmtree(out / ".state")
     again = log()
     assert again.run_id == t.run_id
+    assert len(cb.search_model_versions(f"name = 'ratchet-{p.campaign.name}'")) == len(versions)
     assert {tr.info.trace_id for tr in _all_traces(cb, [exp_id])} == set(by_id)
 
     # a round half-logged by a killed process is logged again, its traces replaced rather than doubled
