@@ -181,7 +181,7 @@ def test_every_version_is_a_registered_model_version_with_lineage(small_campaign
         assert f"](#/experiments/{s['mlflow']['experiment_id']}/models/{model.model_id})" in mv.description
         parent = versions[rec["parent"]["version"]]
         assert f"](#/models/{name}/versions/{parent.version})" in mv.description
-        assert mv.tags["ratchet.parent_model_version"] == parent.version
+        assert mv.tags["ratchet.parent_model_version"] == str(parent.version)
         assert model.tags["ratchet.parent_digest"] == rec["parent"]["digest"]
         assert "wm.max_entries" in model.params and "cards" in model.params
         metrics = {m.key: m.value for m in model.metrics}
