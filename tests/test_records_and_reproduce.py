@@ -177,6 +177,9 @@ def test_every_version_is_a_registered_model_version_with_lineage(small_campaign
         mv = versions[rec["child"]["version"]]
         model = client.get_logged_model(mv.tags["ratchet.model_id"])
         assert mv.source == model.artifact_location and model.name == f"{s['campaign']}-{rec['child']['version']}"
+        # ... and the logged model's page lists the version it is registered as
+        assert [(d["name"], str(d["version"])) for d in json.loads(model.tags["mlflow.modelVersions"])] == [
+            (name, str(mv.version))]
         # the UI walks the lineage: the version's description links its parent version's page, and its logged model
         assert f"](#/experiments/{s['mlflow']['experiment_id']}/models/{model.model_id})" in mv.description
         parent = versions[rec["parent"]["version"]]

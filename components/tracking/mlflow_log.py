@@ -427,7 +427,7 @@ class CampaignTracker:
         finished: each trace's info first, then all of the round's spans in one `log_spans` transaction. In that
         order each `start_trace` is a plain insert; after `log_spans` (the exporter's order) it would meet the row
         `log_spans` created and take MLflow's slower merge path. The stored traces, tags, metadata and spans are the
-        same either way (MLflow's internal payload counter aside); writing them takes about 40% less CPU."""
+        same either way (MLflow's internal payload counter aside); writing them takes about a third less CPU."""
         from mlflow.exceptions import RestException
         from mlflow.tracing.client import TracingClient
         from mlflow.tracing.utils import add_size_stats_to_trace_metadata
@@ -564,6 +564,9 @@ class CampaignTracker:
             mv = self.client.create_model_version(name, source=lm.artifact_location, run_id=src,
                                                   tags={**tags, "ratchet.model_id": lm.model_id},
                                                   description=desc, model_id=lm.model_id)
+            # the logged model's page lists its registered version (the tag `mlflow.register_model` sets)
+            self.client.set_logged_model_tags(lm.model_id, {"mlflow.modelVersions": json.dumps(
+                [{"name": name, "version": mv.version}])})
             by_version[child["version"]] = last = mv
         if last is not None:
             self.client.set_registered_model_alias(name, "champion", last.version)
