@@ -138,7 +138,7 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     assert mlflow.get_tracking_uri() == a and _traces_in_store(tmp_path / "a.db") == []
 
 
-def test_a_new_store_is_a_copy_of_a_migrated_one(tmp_path):
+def test_a_new_store_is_a_copy_of_a_migrated_one(tmp_path, monkeypatch):
     """A new SQLite store starts from the template (MLflow's own migrated store, its Default experiment removed):
     once MLflow opens the copy it has every table, index and row a store MLflow migrated itself has; an existing
     store is never replaced."""
@@ -174,3 +174,8 @@ def test_a_new_store_is_a_copy_of_a_migrated_one(tmp_path):
     before = db.read_bytes()
     new_store_from_template(f"sqlite:///{db}")
     assert db.read_bytes() == before
+    # no cache to write (here: the cache dir is a file): nothing is made, MLflow makes the store as before
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-dir"))
+    new_store_from_template(f"sqlite:///{tmp_path / 'other' / 'm.db'}")
+    assert not (tmp_path / "other" / "m.db").exists()

@@ -163,7 +163,6 @@ def new_store_from_template(uri: str | None) -> None:
     creation time). MLflow adds that row itself when it first opens the copy, as it would on a new file, so the copy
     ends up with the same rows a migrated store has. Anything but a `sqlite:///<path>` URI, or an existing file, is
     left alone; the copy is linked into place, so a store another process created meanwhile is never replaced."""
-    import shutil
     import sqlite3
 
     if not uri or not uri.startswith("sqlite:///") or "?" in uri:
@@ -171,6 +170,16 @@ def new_store_from_template(uri: str | None) -> None:
     path = Path(uri[len("sqlite:///"):])
     if path.exists() or str(path) in ("", ":memory:"):
         return
+    try:
+        _copy_template(path)
+    except (OSError, sqlite3.Error):  # no cache to write (a read-only home): MLflow makes the store as before
+        pass
+
+
+def _copy_template(path: Path) -> None:
+    import shutil
+    import sqlite3
+
     import mlflow
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ratchet"
