@@ -3,15 +3,18 @@
     .venv/bin/python scripts/screenshots.py docs/screenshots [--campaign default] [--tracking-uri URI]
 
 Starts `ratchet ui` on a free loopback port against the store (default: $MLFLOW_TRACKING_URI, else the project's
-`.ratchet/mlflow.db`), writes four PNGs into the directory, and stops the server:
+`.ratchet/mlflow.db`), writes five PNGs into the directory, and stops the server:
 
     1-model-versions.png   Models -> ratchet-<campaign>: every version with its tags ratchet.parent and
                            ratchet.parent_model_version (the lineage), @champion
     2-round-run.png        a promoting round run (classic layout): its params, its registered model version
-    3-cited-trace.png      the trace of a failed episode an evidence packet cites, the cited turn selected
+    3-cited-trace.png      the trace of a failed episode an evidence packet cites, opened by clicking the claim's link in
+                           the round run's description, the cited turn selected
     4-rounds-compared.png  the round runs compared: the params that differ (plan, owner, the gate's why), metrics
+    5-version-lineage.png  the champion version's page: its description links its parent version (the link is
+                           clicked and the parent's page checked) and its logged model; its source run
 
-Needs Playwright's Python package (`pip install playwright`) and a Chromium on the machine (`/usr/bin/chromium`,
+Needs Playwright's Python package (`.venv/bin/pip install playwright`; it is in no extra) and a Chromium on the machine (`/usr/bin/chromium`,
 or --chromium): Playwright drives it as it is, no browser is downloaded. Not part of the test suite.
 """
 
@@ -31,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-W, H = 1400, 900  # the viewport (the comparison: 1400x1100); each PNG stays under 300 KB
+W, H = 1400, 900  # the viewport (the comparison: 1400x1700); each PNG stays under 300 KB
 
 
 def free_port() -> int:
@@ -108,8 +111,10 @@ def records(uri: str, campaign: str) -> dict:
         c.search_traces(locations=[eid], max_results=1, include_spans=False)
     if not traces:
         sys.exit(f"screenshots: {uri}: experiment ratchet/{campaign} has no traces")
+    champion = c.get_model_version_by_alias(f"ratchet-{campaign}", "champion")
     return {"eid": eid, "model": f"ratchet-{campaign}", "rounds": [r.info.run_id for r in rounds],
-            "round": shown.info.run_id, "trace": traces[0].info.trace_id}
+            "round": shown.info.run_id, "trace": traces[0].info.trace_id, "champion": str(champion.version),
+            "parent": champion.tags.get("ratchet.parent_model_version", "")}
 
 
 # scroll only the nearest scrollable box (the span tree) so the element is in its middle; scrollIntoView would also
@@ -176,17 +181,42 @@ def shoot(base: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         # the params table scrolled to the top; the description (plan, verdict, cited traces) is above it
         step("2-round-run.png", f"{base}/#/experiments/{eid}/runs/{rec['round']}", "Parameters (",
              lambda: page.get_by_text("Parameters (").first.evaluate("e => e.scrollIntoView({block: 'start'})"))
-        # the trace full screen, the cited turn selected: its phase spans (memory delivered, model call, checker
+        # from a packet's claim in the round's description, its link clicked (the UI opens it in a new tab): the
+        # trace full screen, the cited turn selected: its phase spans (memory delivered, model call, checker
         # verdicts, tool call) and its inputs
-        step("3-cited-trace.png", f"{base}/#/experiments/{eid}/traces?selectedEvaluationId={rec['trace']}", "(cited)",
-             lambda: button("Full screen"), lambda: click("(cited)"),
-             lambda: page.get_by_text("(cited)").first.evaluate(CENTER_IN_ITS_LIST))
+        page.set_viewport_size({"width": W, "height": H})
+        page.goto(f"{base}/#/experiments/{eid}/runs/{rec['round']}")
+        settle(page, "Cited failed episodes")
+        with page.context.expect_page() as opened:
+            page.locator("a[href*='selectedEvaluationId=']").first.click()
+        trace = opened.value
+        trace.set_default_timeout(120_000)
+        settle(trace, "(cited)")
+        for action in (lambda: trace.locator("button[aria-label='Full screen']").first.click(),
+                       lambda: trace.get_by_text("(cited)").first.click(),
+                       lambda: trace.get_by_text("(cited)").first.evaluate(CENTER_IN_ITS_LIST)):
+            action()
+            trace.wait_for_timeout(1000)
+        settle(trace)
+        trace.set_viewport_size({"width": W, "height": H})
+        trace.screenshot(path=str(out / "3-cited-trace.png"))
+        shots.append(out / "3-cited-trace.png")
+        trace.close()
         # the round runs side by side: what differs between rounds (plan, owner, the gate's why) and their metrics
         runs, exps = json.dumps(rec["rounds"]), json.dumps([eid])
         step("4-rounds-compared.png", f"{base}/#/compare-runs?runs={runs}&experiments={exps}", "Show diff only",
-             lambda: click("Visualizations"), lambda: click("Run details"),
+             lambda: click("Visualizations"),
              lambda: page.locator("[role=switch][aria-label='Parameters - Show diff only']").click(),
-             lambda: page.locator("[role=switch][aria-label='Metrics - Show diff only']").click(), height=1100)
+             lambda: page.locator("[role=switch][aria-label='Metrics - Show diff only']").click(), height=1700)
+        # the champion's version page: its description links the parent version (clicked: the parent's page opens)
+        # and its logged model; its source run is the promoting round
+        step("5-version-lineage.png", f"{base}/#/models/{rec['model']}/versions/{rec['champion']}", "Promoted in round")
+        if rec["parent"]:
+            with page.context.expect_page() as opened:
+                page.locator(f"a[href$='/versions/{rec['parent']}']").first.click()
+            parent = opened.value
+            settle(parent, f"Version {rec['parent']}")
+            parent.close()
         browser.close()
     return shots
 

@@ -162,6 +162,7 @@ def test_every_version_is_a_registered_model_version_with_lineage(small_campaign
     client = MlflowClient()
     name = f"ratchet-{s['campaign']}"
     versions = {v.tags["ratchet.version"]: v for v in client.search_model_versions(f"name = '{name}'")}
+    rounds = _round_runs(client, s["mlflow"]["run_id"], s["mlflow"]["experiment_id"])
     assert sorted(versions) == sorted(v["version"] for v in s["lineage"])  # once each
     champion = client.get_model_version_by_alias(name, "champion")
     assert champion.tags["ratchet.version"] == s["champion"] and champion.tags["ratchet.digest"] == s["champion_digest"]
@@ -174,12 +175,25 @@ def test_every_version_is_a_registered_model_version_with_lineage(small_campaign
     assert walk[::-1] == [(x["version"], x["digest"]) for x in s["lineage"]]
     for rec in (r for r in s["history"] if r["verdict"] == "accept"):
         mv = versions[rec["child"]["version"]]
-        assert mv.source == f"models:/{mv.tags['ratchet.model_id']}"
         model = client.get_logged_model(mv.tags["ratchet.model_id"])
+        assert mv.source == model.artifact_location and model.name == f"{s['campaign']}-{rec['child']['version']}"
+        # ... and the logged model's page lists the version it is registered as
+        assert [(d["name"], str(d["version"])) for d in json.loads(model.tags["mlflow.modelVersions"])] == [
+            (name, str(mv.version))]
+        # the UI walks the lineage: the version's description links its parent version's page, and its logged model
+        assert f"](#/experiments/{s['mlflow']['experiment_id']}/models/{model.model_id})" in mv.description
+        parent = versions[rec["parent"]["version"]]
+        assert f"](#/models/{name}/versions/{parent.version})" in mv.description
+        assert mv.tags["ratchet.parent_model_version"] == str(parent.version)
         assert model.tags["ratchet.parent_digest"] == rec["parent"]["digest"]
         assert "wm.max_entries" in model.params and "cards" in model.params
         metrics = {m.key: m.value for m in model.metrics}
         assert metrics["net"] == pytest.approx(rec["gate"]["net"]) and metrics["ci_lo"] == pytest.approx(rec["gate"]["ci_lo"])
+        assert metrics["dev_cand_mean"] == pytest.approx(rec["gate"]["cand_mean"])
+        # ... the very points of its round run, which holds each gate figure once (no second point, no extra key)
+        rr = rounds[rec["round"]]
+        assert mv.run_id == rr.info.run_id and set(metrics) <= set(rr.data.metrics)
+        assert [len(client.get_metric_history(rr.info.run_id, k)) for k in metrics] == [1] * len(metrics)
 
 
 def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
@@ -208,7 +222,15 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
         for phase in ("memory delivered", "model call", "checker verdicts", "tool call"):
             assert phase in names
         assert any(n.endswith("(cited)") for n in names)
-        assert t.info.trace_id in r1.data.tags["mlflow.note.content"]  # the round's description links its traces
+        # the round's description links each claim to the traces of the episodes it cites: the line holding this
+        # trace's link names its packet and a claim of that packet citing this episode
+        links = [ln for ln in r1.data.tags["mlflow.note.content"].splitlines()
+                 if f"selectedEvaluationId={t.info.trace_id})" in ln]
+        assert links, t.info.trace_id
+        claims = [c["statement"][:100] for c in pk["claims"] if any(e["episode_id"] == episode for e in c["evidence"])]
+        for ln in links:
+            assert f"packet `{pk['id']}`" in ln and any(st in ln for st in claims), ln
+            assert f"[{episode}, turn " in ln
 
 
 def test_logging_the_same_campaign_again_adds_nothing(small_campaign, monkeypatch):

@@ -4,7 +4,9 @@ URI is; logging them again adds none twice. Logged in-process from the session's
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from pathlib import Path
 
 import mlflow
 import pandas as pd
@@ -69,6 +71,7 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
         t = CampaignTracker(p.campaign.name, out, p.model_dump(), tracking_uri=b, artifact_root=tmp_path / "art")
         for rec in s["history"]:
             t.log_round(rec)
+        t.log_versions()  # registering a version must not look its logged model up in the process's store
         return t
 
     t = log()
@@ -76,6 +79,8 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     cb = MlflowClient(b)
     exp_id = t.experiment_id
     assert cb.get_experiment(exp_id).name == f"ratchet/{p.campaign.name}"
+    versions = cb.search_model_versions(f"name = 'ratchet-{p.campaign.name}'")
+    assert sorted(v.tags["ratchet.digest"] for v in versions) == sorted(v["digest"] for v in s["lineage"])
     rounds = _round_runs(cb, exp_id)
     expected = {}
     for n, run in rounds.items():
@@ -115,6 +120,7 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     shutil.rmtree(out / ".state")
     again = log()
     assert again.run_id == t.run_id
+    assert len(cb.search_model_versions(f"name = 'ratchet-{p.campaign.name}'")) == len(versions)
     assert {tr.info.trace_id for tr in _all_traces(cb, [exp_id])} == set(by_id)
 
     # a round half-logged by a killed process is logged again, its traces replaced rather than doubled
@@ -130,3 +136,46 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     relogged = {tr.info.tags["ratchet.episode"] for tr in cb.search_traces(locations=[exp_id], run_id=new_run)}
     assert relogged == set(expected[n])
     assert mlflow.get_tracking_uri() == a and _traces_in_store(tmp_path / "a.db") == []
+
+
+def test_a_new_store_is_a_copy_of_a_migrated_one(tmp_path, monkeypatch):
+    """A new SQLite store starts from the template (MLflow's own migrated store, its Default experiment removed):
+    once MLflow opens the copy it has every table, index and row a store MLflow migrated itself has; an existing
+    store is never replaced."""
+    import sqlite3
+
+    from components.tracking.mlflow_log import new_store_from_template
+
+    db = tmp_path / "new" / "m.db"
+    new_store_from_template(f"sqlite:///{db}")
+    MlflowClient(f"sqlite:///{db}").search_experiments()  # MLflow opens it: adds its Default experiment
+    template = next((Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ratchet").glob(
+        f"mlflow-{mlflow.__version__}-*.db"))
+
+    def dump(path) -> set[str]:
+        with sqlite3.connect(path) as con:
+            return set(con.iterdump())
+
+    copy, made = dump(db), dump(template)
+    # at MLflow's latest schema revision, with every table of its models
+    from mlflow.store.db.base_sql_model import Base
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    with sqlite3.connect(db) as con:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [(_get_latest_schema_revision(),)]
+    assert set(Base.metadata.tables) <= tables and len(Base.metadata.tables) > 20
+    default = [x for x in copy - made if x.startswith('INSERT INTO "experiments"')]
+    assert copy - made == set(default) and made <= copy  # the schema and every other row are MLflow's
+    assert len(default) == 1 and "VALUES(0,'Default'," in default[0]
+    assert MlflowClient(f"sqlite:///{db}").get_experiment("0").name == "Default"
+    # an existing store is left as it is
+    MlflowClient(f"sqlite:///{db}").create_experiment("kept")
+    before = db.read_bytes()
+    new_store_from_template(f"sqlite:///{db}")
+    assert db.read_bytes() == before
+    # no cache to write (here: the cache dir is a file): nothing is made, MLflow makes the store as before
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-dir"))
+    new_store_from_template(f"sqlite:///{tmp_path / 'other' / 'm.db'}")
+    assert not (tmp_path / "other" / "m.db").exists()

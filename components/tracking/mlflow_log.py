@@ -39,6 +39,8 @@ IDS = ".state"
 RUN_FILE = "campaign.json"
 MAX_TRACES_PER_ROUND = 12  # cited failed episodes logged as traces per round (the first ones of each packet)
 MAX_TRACES_PER_PACKET = 2
+# a promoted version's metrics: the gate figures of the round that promoted it
+GATE_METRICS = ("net", "ci_lo", "ci_hi", "dev_base_mean", "dev_cand_mean", "n_improved", "n_regressed")
 
 
 # Traces are written by the tracker itself, one tracker at a time in this process (see CampaignTracker._write_traces).
@@ -151,6 +153,59 @@ def describe_round(rec: dict[str, Any]) -> str:
     return " ".join(words)
 
 
+def new_store_from_template(uri: str | None) -> None:
+    """Start a new local SQLite store as a copy of an empty, migrated one instead of migrating it afresh.
+
+    Creating a store runs all of MLflow's schema migrations on the empty file: ~2.6 s of CPU each time, paid by every
+    campaign with a new store (each test's own store, each fresh `RATCHET_HOME`). The template is made once per MLflow
+    version (in `$XDG_CACHE_HOME/ratchet`, else `~/.cache/ratchet`) the way MLflow makes any store, and then emptied of
+    its one row that names a place and a time: the Default experiment (artifact location under the current directory,
+    creation time). MLflow adds that row itself when it first opens the copy, as it would on a new file, so the copy
+    ends up with the same rows a migrated store has. Anything but a `sqlite:///<path>` URI, or an existing file, is
+    left alone; the copy is linked into place, so a store another process created meanwhile is never replaced."""
+    import sqlite3
+
+    if not uri or not uri.startswith("sqlite:///") or "?" in uri:
+        return
+    path = Path(uri[len("sqlite:///"):])
+    if path.exists() or str(path) in ("", ":memory:"):
+        return
+    try:
+        _copy_template(path)
+    except (OSError, sqlite3.Error):  # no cache to write (a read-only home): MLflow makes the store as before
+        pass
+
+
+def _copy_template(path: Path) -> None:
+    import shutil
+    import sqlite3
+
+    import mlflow
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ratchet"
+    template = cache / f"mlflow-{mlflow.__version__}-empty-store.db"
+    if not template.exists():
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cache / f".{template.name}.{os.getpid()}-{threading.get_ident()}"
+        tmp.unlink(missing_ok=True)
+        SqlAlchemyStore(f"sqlite:///{tmp}", str(cache / "artifacts")).engine.dispose()
+        with sqlite3.connect(tmp) as con:
+            con.execute("DELETE FROM experiments")
+        con.close()
+        os.replace(tmp, template)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
+    shutil.copyfile(template, tmp)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+
+
 def one_trace_writer(uri: str | None) -> None:
     """On a SQLite store, have MLflow's process-wide trace exporter write from one thread. SQLite takes one writer
     at a time, and a transaction that reads and then writes while another connection writes fails at once with
@@ -175,7 +230,9 @@ class CampaignTracker:
 
         self.name, self.out, self.params = name, Path(out), params
         self.uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        new_store_from_template(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
+        self._tracing = None  # the TracingClient the traces are written through, made on first use
         one_trace_writer(mlflow.get_tracking_uri())  # MLflow's own exporter writes to the process's URI
         exp_name = f"ratchet/{name}"
         exp = self.client.get_experiment_by_name(exp_name)
@@ -293,10 +350,7 @@ class CampaignTracker:
         self._metrics(rid, {k: sum(ev["summary"].get(k, 0) for ev in evals) for k in ("tokens_in", "tokens_out")})
         cited = self._log_traces(rid, rd, n)
         if cited:
-            # markdown links: from a packet's citation to its trace in the experiment's Traces tab
-            self.client.set_tag(rid, "mlflow.note.content", describe_round(rec) + "\n\nCited failed episodes:\n" + "\n".join(
-                f"- packet `{pk}` cites episode [{ep}](#/experiments/{self.experiment_id}/traces?selectedEvaluationId={tid})"
-                f" (trace `{tid}`)" for pk, ep, tid in cited))
+            self.client.set_tag(rid, "mlflow.note.content", describe_round(rec) + "\n\n" + self._cited_links(rd, cited))
         self._campaign_step(rec)
         self.client.set_terminated(rid)
         atomic_write_json(logged, {"run_id": rid})
@@ -355,31 +409,57 @@ class CampaignTracker:
             self._write_traces(list(built.values()))
         return cited
 
+    def _cited_links(self, rd: Path, cited: list[tuple[str, str, str]]) -> str:
+        """Markdown for the round's description: each packet's claims, each followed by links to the traces of the
+        episodes it cites (the cited turn named), so a reader clicks from a claim to the trace it rests on."""
+        packets = {pk["id"]: pk for pk in json.loads((rd / "diagnosis.json").read_text())}
+        trace_of: dict[str, dict[str, str]] = {}
+        for pk, ep, tid in cited:
+            trace_of.setdefault(pk, {})[ep] = tid
+        lines = ["Cited failed episodes (each packet's claim, then the traces of the episodes it cites):"]
+        for pk, eps in trace_of.items():
+            for claim in packets[pk].get("claims", []):
+                links = [f"[{c['episode_id']}, turn {c['step']}](#/experiments/{self.experiment_id}/traces?"
+                         f"selectedEvaluationId={eps[c['episode_id']]})"
+                         for c in claim.get("evidence", []) if c["episode_id"] in eps]
+                if links:
+                    st = claim["statement"]
+                    st = st if len(st) <= 160 else st[:157] + "..."
+                    lines.append(f"- packet `{pk}` ({packets[pk].get('owner', '?')}): \"{st}\" → " + ", ".join(links))
+        return "\n".join(lines)
+
     def _write_traces(self, traces: list) -> None:
         """Write finished traces to the campaign's own store, whatever the process's tracking URI: through a
         TracingClient bound to this tracker's URI (the calls MLflow's exporter makes), not through MLflow's
-        process-wide exporter, which sends every trace to the process's URI. Synchronous and on this thread: all of
-        a round's spans in one `log_spans` transaction, then each trace's info, so on a SQLite store nothing writes
-        concurrently, and the traces are complete in the store before the round's run is finished."""
+        process-wide exporter, which sends every trace to the process's URI. Synchronous and on this thread, so on a
+        SQLite store nothing writes concurrently, and the traces are complete in the store before the round's run is
+        finished: each trace's info first, then all of the round's spans in one `log_spans` transaction. In that
+        order each `start_trace` is a plain insert; after `log_spans` (the exporter's order) it would meet the row
+        `log_spans` created and take MLflow's slower merge path. The stored traces, tags, metadata and spans are the
+        same either way (MLflow's internal payload counter aside); writing them takes about a third less CPU."""
         from mlflow.exceptions import RestException
         from mlflow.tracing.client import TracingClient
-        from mlflow.tracing.constant import SpansLocation, TraceTagKey
         from mlflow.tracing.utils import add_size_stats_to_trace_metadata
 
-        client = TracingClient(self.client.tracking_uri)
+        if self._tracing is None:
+            self._tracing = TracingClient(self.client.tracking_uri)
+        client = self._tracing
         with _TRACE_WRITES:
+            infos = []
+            for t in traces:
+                add_size_stats_to_trace_metadata(t)
+                infos.append(client.start_trace(t.info))
             try:
                 client.log_spans(self.experiment_id, [s for t in traces for s in t.data.spans])
-            except NotImplementedError:  # a store without span storage: the spans go to artifacts, below
+            except NotImplementedError:  # a store without span storage: the spans go to artifacts
                 pass
             except RestException as e:  # the same, behind a tracking server (what MLflow's exporter tolerates)
                 if "REST OTLP span logging is not supported" not in e.message:
                     raise
-            for t in traces:
-                add_size_stats_to_trace_metadata(t)
-                info = client.start_trace(t.info)
-                if info.tags.get(TraceTagKey.SPANS_LOCATION) != SpansLocation.TRACKING_STORE.value:
-                    client._upload_trace_data(info, t.data)
+            else:
+                return
+            for info, t in zip(infos, traces):
+                client._upload_trace_data(info, t.data)
 
     def _episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int]):
         """One episode as a finished mlflow Trace, built in memory (nothing is exported): its spans come from a
@@ -478,20 +558,38 @@ class CampaignTracker:
                                                  model_type="memory-package")
             self.client.log_model_artifacts(lm.model_id, str(path))
             g = rec.get("gate") or {}
-            self._metrics(src, {"net": g.get("net"), "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"),
-                                "dev_mean": g.get("cand_mean"), "n_improved": g.get("n_improved"),
-                                "n_regressed": g.get("n_regressed")}, step=int(rec["round"]), model_id=lm.model_id)
+            if round_run is not None and g:
+                self._model_metrics(lm.model_id, round_run.info.run_id)
             self.client.finalize_logged_model(lm.model_id, LoggedModelStatus.READY)
             desc = (f"{child['version']} (`{d[:12]}`) of campaign `{self.name}`. " + (
-                f"Promoted in round {rec['round']} from {parent.get('version')} (version {parent_mv.version} of this "
-                f"model): {rec.get('summary', '')}; dev net {g['net']:+.3f}, 95% CI [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]."
-                if rec["verdict"] == "accept" and parent_mv is not None and g else "The campaign's starting package."))
-            mv = self.client.create_model_version(name, source=f"models:/{lm.model_id}", run_id=src,
+                f"Promoted in round {rec['round']} from {parent.get('version')} ([version {parent_mv.version}]"
+                f"(#/models/{name}/versions/{parent_mv.version}) of this model, a link to walk the lineage): "
+                f"{rec.get('summary', '')}; dev net {g['net']:+.3f}, 95% CI [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]."
+                if rec["verdict"] == "accept" and parent_mv is not None and g else "The campaign's starting package.")
+                + f" Logged model: [{lm.name}](#/experiments/{self.experiment_id}/models/{lm.model_id}) (its knobs, "
+                "gate figures and files).")
+            # source: the logged model's files. A `models:/<id>` source makes MLflow's SQL registry look the model up
+            # through the process's tracking URI (a TODO of theirs), which fails when the campaign's store is another
+            mv = self.client.create_model_version(name, source=lm.artifact_location, run_id=src,
                                                   tags={**tags, "ratchet.model_id": lm.model_id},
                                                   description=desc, model_id=lm.model_id)
+            # the logged model's page lists its registered version (the tag `mlflow.register_model` sets)
+            self.client.set_logged_model_tags(lm.model_id, {"mlflow.modelVersions": json.dumps(
+                [{"name": name, "version": mv.version}])})
             by_version[child["version"]] = last = mv
         if last is not None:
             self.client.set_registered_model_alias(name, "champion", last.version)
+
+    def _model_metrics(self, model_id: str, round_run_id: str) -> None:
+        """The logged model's metrics: its round's gate figures, the very points the round run holds (same key,
+        value, step and timestamp). MLflow records a model's metrics through a run's `log_batch`, and a point a run
+        already has is not added again, so the round run's metrics stay as they were (no second point, no new key)."""
+        from mlflow.entities import Metric
+
+        points = [Metric(m.key, m.value, m.timestamp, m.step, model_id=model_id)
+                  for key in GATE_METRICS for m in self.client.get_metric_history(round_run_id, key)[-1:]]
+        if points:
+            self.client.log_batch(round_run_id, metrics=points)
 
     def finish(self, summary: dict[str, Any], summary_path: str | Path, test_evals: list[dict] = (),
                spent: dict[str, float] | None = None) -> None:
