@@ -80,12 +80,19 @@ def test_a_changed_input_recomputes_only_what_depends_on_it(small_campaign, camp
     assert s["test"] == first["test"]
 
 
-def test_a_rejected_plan_is_not_tried_again(prefect_server, camp):
-    p = camp("strict", **{"gate.reg_cap": 0, "gate.material": 0.0, "campaign.rounds": 3})
+def test_a_rejected_plan_is_not_tried_again(prefect_server, tmp_path):
+    from components.worlds import world
+
+    # its own campaign, cold wherever it runs (it reads no other campaign's cache): on a third of the session's
+    # benchmark (12 tasks per family) with one seed, this strict gate rejects a plan in every round (deterministic)
+    bench = world("retail").materialize(tmp_path / "bench", 0, 12)
+    p = small_params(bench, tmp_path / "strict", **{"campaign.name": "small-strict", "gate.reg_cap": 0,
+                                                     "gate.material": 0.0, "campaign.rounds": 3, "campaign.seeds": 1})
     s = run_campaign(p)
     keys = [r.get("plan_key") for r in s["history"] if r.get("plan_key")]
     assert len(keys) == len(set(keys))
     rejected = [r for r in s["history"] if r["verdict"] == "reject"]
+    assert len(rejected) >= 2  # a rejection followed by another plan: what "not tried again" is about
     for r in rejected:
         assert (Path(p.campaign.out) / "lineage/rejected" / f"{r['plan_key']}.json").exists()
 
@@ -99,10 +106,14 @@ def test_llm_meta_agent_goes_through_the_model_and_the_same_schema(small_campaig
     assert s["history"][0]["plan_key"] == plan.key()
 
 
-def test_cli_campaign_prints_rounds_and_certification(prefect_server, capsys, tmp_path, bench_dir):
+def test_cli_campaign_prints_rounds_and_certification(prefect_server, capsys, tmp_path):
+    from components.worlds import world
+
+    # a third of the session's benchmark (12 tasks per family): what is printed does not depend on the size
+    bench = world("retail").materialize(tmp_path / "bench", 0, 12)
     # in-process: the entry point, option parsing and printing are the same code a subprocess would run
     code, out, err = cli(capsys, "campaign", "run", "--rounds", "1", "--out", str(tmp_path / "c"), "--set",
-                         f"benchmark.out={bench_dir}", "--set", "campaign.seeds=1", "--set", "gate.n_boot=1000",
+                         f"benchmark.out={bench}", "--set", "campaign.seeds=1", "--set", "gate.n_boot=1000",
                          "--set", "campaign.name=cli")
     assert code == 0, err[-3000:]
     assert "round 1:" in err

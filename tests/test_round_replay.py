@@ -15,8 +15,12 @@ def _files(out: Path) -> dict[str, str]:
             for f in sorted((out / "rounds").rglob("*")) if f.is_file()}
 
 
-def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_server, bench_dir, tmp_path, monkeypatch):
+def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_server, tmp_path, monkeypatch):
     from components.evidence.graph_record import Memory
+    from components.worlds import world
+
+    # a third of the session's benchmark (12 tasks per family): replaying a round does not depend on its size
+    bench_dir = world("retail").materialize(tmp_path / "bench", 0, 12)
 
     runs = []
     real = flows.campaign.run_round
