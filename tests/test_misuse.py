@@ -543,7 +543,7 @@ def test_kill_9_of_a_campaign_leaves_no_prefect_server(tmp_path, bench_dir, zygo
                       " ".join(psutil.Process(c).cmdline())]
         assert server, "the campaign never started its temporary Prefect server"
         os.kill(pid, signal.SIGKILL)
-        assert zygote.wait(pid, timeout=10) == -signal.SIGKILL
+        zygote.wait(pid, timeout=10)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and any(_running(p) for p in server):
             time.sleep(0.1)
