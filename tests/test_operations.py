@@ -289,20 +289,24 @@ def test_dask_gives_the_same_scores_as_threads(prefect_server, bench_dir):
     assert list(dask.traces["hash"]) == list(threads.traces["hash"])
 
 
-def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path, crash_setup, capsys, monkeypatch,
-                                                        mlflow_db, ratchet):
+def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path, capsys, monkeypatch, mlflow_db,
+                                                        ratchet):
     """`campaign schedule` registers a deployment, a real `ratchet worker` process serves it (the run in its own
     subprocess), and `campaign runs` lists it. schedule and runs are run in this process: they only talk to the
     server, which a subprocess would reach the same way."""
     from prefect.deployments import run_deployment
+
+    from components.params import BenchmarkParams
 
     home = tmp_path / "home"
     home.mkdir()
     shutil.copyfile(mlflow_db, home / "mlflow.db")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RATCHET_HOME", str(home))  # where `schedule` records what `worker` serves
-    # the smallest campaign: one round, one seed (what is scheduled is any campaign)
-    over = ["--set", "campaign.rounds=1", "--set", f"campaign.out={tmp_path / 'camp'}", *small(crash_setup[0])[4:],
+    # the smallest campaign: one round, one seed, 3 tasks per family (what is scheduled is any campaign)
+    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=3)
+    bench.materialize()
+    over = ["--set", "campaign.rounds=1", "--set", f"campaign.out={tmp_path / 'camp'}", *small(bench.out)[4:],
             "--set", "campaign.seeds=1"]
     code, _, err = run_cli(capsys, "campaign", "schedule", "--cron", "0 3 * * *", "--name", "nightly-test", *over)
     assert code == 0, err[-2000:]
