@@ -1,9 +1,9 @@
 """Misuse, as a new user would try it: every case ends with the right exit code, one line saying what is wrong, and
 nothing outside the command's own output changed.
 
-Commands run in-process through typer's CliRunner (exceptions not caught, so a traceback fails the test); a
-subprocess only where the process itself is the point (kill -9, what Prefect prints). serve-sim runs on a loopback
-port in a thread, so connection reuse and timeouts are real.
+Commands run in-process through typer's CliRunner (exceptions not caught, so a traceback fails the test); a process
+of their own only where the process itself is the point (kill -9, what Prefect prints), forked from one that did the
+imports (tests/zygote.py). serve-sim runs on a loopback port in a thread, so connection reuse and timeouts are real.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -29,6 +27,7 @@ from components.io import MARK
 from components.params import load_params
 from flows.cli import app
 from tests.conftest import PACKAGES
+from tests.zygote import Zygote
 
 SEED = PACKAGES / "seed"
 
@@ -208,15 +207,26 @@ def test_rerun_may_change_rounds_and_budget_and_force_starts_over(project, bench
     assert not camp.exists() and (project / "mine" / "notes.txt").exists()
 
 
-def test_a_running_campaign_is_refused_before_prefect_says_anything(project, bench_dir):
-    """Subprocess: what a user sees on stderr is one line, no Prefect traceback first."""
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    """`ratchet` as a real process, forked from one that has done the imports a campaign command does (~8 CPU-s each
+    otherwise; see tests/zygote.py). Imported without PREFECT_API_URL, as a user's `ratchet campaign run` is."""
+    z = Zygote(tmp_path_factory.mktemp("zygote"), {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"},
+               ["flows.campaign", "prefect.flow_engine", "prefect.task_engine"])
+    yield z
+    z.close()
+
+
+def test_a_running_campaign_is_refused_before_prefect_says_anything(project, bench_dir, zygote):
+    """A real process: what a user sees on stderr is one line, no Prefect traceback first (and nothing printed by
+    the imports, which the zygote did for it)."""
     _started(project, bench_dir)
     with LineageLock(project / "camp" / "lineage"):
-        r = subprocess.run([sys.executable, "-m", "flows.cli", "campaign", "run", "--out", "camp", "--set",
-                            f"benchmark.out={bench_dir}", "--set", "campaign.start=pkg"], cwd=project,
-                           capture_output=True, text=True, timeout=120)
+        r = zygote(project, ["campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+                             "campaign.start=pkg"], env=dict(os.environ), timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().count("\n") == 0 and "locked by another campaign" in r.stderr, r.stderr
+    assert zygote.import_stderr.read_text() == ""
 
 
 # -- params ------------------------------------------------------------------------------------------------------------
@@ -502,37 +512,47 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def test_kill_9_of_a_campaign_leaves_no_prefect_server(tmp_path, bench_dir):
-    """No PREFECT_API_URL: the campaign starts Prefect's temporary server; kill -9 it once the server is up."""
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_kill_9_of_a_campaign_leaves_no_prefect_server(tmp_path, bench_dir, zygote):
+    """No PREFECT_API_URL: the campaign (a real process) starts Prefect's temporary server; kill -9 it once the server
+    is up."""
     import psutil
 
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(RATCHET_HOME=str(home), PREFECT_HOME=str(home / "prefect"),
-               PREFECT_LOCAL_STORAGE_PATH=str(home / "prefect" / "storage"),
-               MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}")
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "campaign", "run", "--out", "camp", "--rounds", "3",
-                             "--set", f"benchmark.out={bench_dir}", "--set", f"campaign.start={SEED}"], cwd=tmp_path,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
+           "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
+    env.pop("PREFECT_API_URL", None)
+    pid = zygote.start(tmp_path, ["campaign", "run", "--out", "camp", "--rounds", "3", "--set",
+                                  f"benchmark.out={bench_dir}", "--set", f"campaign.start={SEED}"],
+                       env=env, unset=["PREFECT_API_URL"])
     try:
         server = []
         deadline = time.monotonic() + 120
-        while not server and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.5)
-            server = [c for c in _children(proc.pid) if "prefect.server.api.server:create_app" in
+        while not server and time.monotonic() < deadline and _running(pid):
+            time.sleep(0.1)
+            server = [c for c in _children(pid) if "prefect.server.api.server:create_app" in
                       " ".join(psutil.Process(c).cmdline())]
         assert server, "the campaign never started its temporary Prefect server"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        os.kill(pid, signal.SIGKILL)
+        zygote.wait(pid, timeout=10)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
-                                                  for p in server):
-            time.sleep(0.2)
-        alive = [p for p in server if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        while time.monotonic() < deadline and any(_running(p) for p in server):
+            time.sleep(0.1)
+        alive = [p for p in server if _running(p)]
         assert not alive, f"orphaned Prefect server(s): {alive}"
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+            zygote.wait(pid)
 
 
 # -- campaigns move ----------------------------------------------------------------------------------------------------
@@ -544,14 +564,15 @@ def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_serv
     from flows.campaign import run_campaign
 
     monkeypatch.chdir(tmp_path)
-    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=12)
+    # 6 tasks per family: the smallest benchmark on which this start package's first round commits (test_operations)
+    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=6)
     bench.materialize()
     start = tmp_path / "start"  # the ledger fixes in place, so that round 1 commits (as in test_operations)
     shutil.copytree(SEED, start)
     manifest = start / "manifest.yaml"
     manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6")
                         .replace("bind_on: []", "bind_on: [order_id]"))
-    p = load_params(None, {"benchmark.out": bench.out, "benchmark.per_family": 12, "campaign.out": str(tmp_path / "a"),
+    p = load_params(None, {"benchmark.out": bench.out, "benchmark.per_family": 6, "campaign.out": str(tmp_path / "a"),
                            "campaign.start": str(start), "campaign.rounds": 1, "campaign.seeds": 2,
                            "gate.n_boot": 1000})
     s = run_campaign(p)

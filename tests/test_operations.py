@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import subprocess
@@ -22,6 +21,7 @@ from components.evolution.lineage import Lineage, LineageLock, LineageLocked
 from components.memory import digest
 from components.params import load_params
 from tests.conftest import PACKAGES, ROOT, run_cli
+from tests.zygote import Zygote
 
 CAP = 2500  # model calls: one round and the certification on crash_setup's benchmark cost ~1500
 STAGES = ["evaluate", "diagnose", "patch", "validate", "repair", "gate", "commit"]
@@ -39,75 +39,41 @@ def child_env(home: Path, api: str, **env) -> dict:
             "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", **env}
 
 
-# A process that imports the CLI and what a campaign uses once (~8 CPU-s an interpreter), then forks one child
-# per `ratchet` command and reports how it ended. Each child is a real process running the real entry point from the
-# top (exit through SystemExit and atexit, or SIGKILL by a failpoint); only the imports are shared, and they hold no
-# campaign state (no thread, no connection: the zygote never runs a command itself). Each command has its own home:
-# the environment, and Prefect's home and task cache through Prefect's settings (read once, at import, from it).
-ZYGOTE = r"""
-import json, os, sys
-from components.env import quiet_offline
-quiet_offline()  # as `ratchet` does before anything imports prefect or mlflow
-from flows.cli import main
-# what `campaign run/resume` import lazily: the flows, the data contract, the MLflow store, the worlds
-import flows.campaign, flows.schedule, great_expectations, mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-import components.worlds.retail, components.worlds.airline, git  # noqa: F401
-from prefect.settings import PREFECT_HOME, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
-results = os.fdopen(os.dup(1), "w")
-for line in sys.stdin:
-    job = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        os.chdir(job["cwd"])
-        os.environ.update(job["env"])
-        for fd, name in ((1, "stdout"), (2, "stderr")):
-            f = os.open(job[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(f, fd)
-            os.close(f)
-        sys.argv = ["ratchet", *job["args"]]
-        with temporary_settings({PREFECT_HOME: os.environ["PREFECT_HOME"],
-                                 PREFECT_LOCAL_STORAGE_PATH: os.environ["PREFECT_LOCAL_STORAGE_PATH"]}):
-            main()
-        sys.exit(0)
-    _, status = os.waitpid(pid, 0)
-    results.write(json.dumps(os.waitstatus_to_exitcode(status)) + "\n")
-    results.flush()
-"""
+# What `campaign run/resume` and `worker` import lazily (the flows, the data contract, the MLflow store, the worlds,
+# then what a run imports on its way: ~0.5 CPU-s a command, `python -X importtime`): imported once by the zygote
+# (tests/zygote.py), which forks a real process per `ratchet` command.
+PRELOAD = ["flows.campaign", "flows.schedule", "great_expectations", "mlflow.store.tracking.sqlalchemy_store",
+           "components.worlds.retail", "components.worlds.airline", "git",
+           "prefect.flow_engine", "prefect.task_engine", "prefect.utilities.visualization", "anyio.streams.tls",
+           "anyio._core._sockets", "alembic.command", "mlflow.store.tracking.sqlalchemy_workspace_store",
+           "mlflow.tracing.processor.base_mlflow", "pyarrow.vendored.version", "components.models.simulated",
+           "components.worlds.retail.env", "components.worlds.airline.env"]
 
 
 class Ratchet:
-    """`ratchet(cwd, *args)`: `ratchet <args>` run in `cwd` as a child process with its own home `cwd/home` (see
-    ZYGOTE); returns a CompletedProcess (returncode -9 when a failpoint killed it)."""
+    """`ratchet(cwd, *args)`: `ratchet <args>` run in `cwd` as a child process with its own home `cwd/home` (its own
+    Prefect home and task cache and MLflow store, the session's server; see tests/zygote.py); returns a
+    CompletedProcess (returncode -9 when a failpoint killed it). `start(cwd, *args)`: the same in the background."""
 
     def __init__(self, api: str, mlflow_db: Path, where: Path):
-        self.api, self.mlflow_db, self.n = api, mlflow_db, 0
-        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE], cwd=where, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env={**os.environ, "PREFECT_API_URL": api})
+        self.api, self.mlflow_db = api, mlflow_db
+        self.zygote = Zygote(where, {**os.environ, "PREFECT_API_URL": api}, PRELOAD)
 
-    def __call__(self, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    def _env(self, cwd: Path, env: dict) -> dict:
         home = Path(cwd) / "home"
         if not home.is_dir():
             home.mkdir(parents=True)
             shutil.copyfile(self.mlflow_db, home / "mlflow.db")  # an empty store, migrated once per module
-        self.n += 1
-        out, err = home / f"cmd{self.n}.out", home / f"cmd{self.n}.err"
-        job = {"args": list(args), "cwd": str(cwd), "env": {**child_env(home, self.api), **env},
-               "stdout": str(out), "stderr": str(err)}
-        self.proc.stdin.write(json.dumps(job) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], 900)  # one result line per command
-        assert ready, f"ratchet {' '.join(args)}: no result within 900 s"
-        line = self.proc.stdout.readline()
-        assert line, f"the zygote died (exit {self.proc.wait()})"
-        return subprocess.CompletedProcess(args, json.loads(line), out.read_text(), err.read_text())
+        return {**child_env(home, self.api), **env}
+
+    def __call__(self, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+        return self.zygote(cwd, args, self._env(cwd, env))
+
+    def start(self, cwd: Path, *args: str, **env: str) -> int:
+        return self.zygote.start(cwd, args, self._env(cwd, env))
 
     def close(self) -> None:
-        self.proc.stdin.close()
-        try:
-            assert self.proc.wait(timeout=60) == 0
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
+        self.zygote.close()
 
 
 @pytest.fixture(scope="module")
@@ -281,10 +247,10 @@ def test_twenty_percent_model_faults(prefect_server, faulty_server, tmp_path):
     from flows.campaign import run_campaign
 
     url, app = faulty_server
-    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=6)
+    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=3)  # the smallest: faults need no more episodes
     bench.materialize()
     p = load_params(ROOT / "params.yaml", {
-        "benchmark.out": bench.out, "benchmark.per_family": 6, "campaign.out": str(tmp_path / "camp"),
+        "benchmark.out": bench.out, "benchmark.per_family": 3, "campaign.out": str(tmp_path / "camp"),
         "campaign.rounds": 1, "campaign.seeds": 1, "campaign.model": "openai", "gate.n_boot": 1000,
         "campaign.model_cfg": {"base_url": url, "timeout": 0.3, "backoff": 0.01, "max_retries": 4}})
     s = run_campaign(p)  # completes
@@ -310,48 +276,52 @@ def test_twenty_percent_model_faults(prefect_server, faulty_server, tmp_path):
 
 def test_dask_gives_the_same_scores_as_threads(prefect_server, bench_dir):
     from distributed import LocalCluster
+    from prefect.settings import PREFECT_TASKS_REFRESH_CACHE, temporary_settings
 
     from flows.evaluate import evaluate, task_runner
 
     items = sorted(json.loads((bench_dir / "splits.json").read_text())["dev"])[:6]  # a shard for each worker
     args = (str(PACKAGES / "reference"), str(bench_dir), [0, 1])
-    threads = evaluate.with_options(task_runner=task_runner("threads", 2))(*args, items=items, shard_size=3)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        dask = evaluate.with_options(task_runner=task_runner("dask", 2, cluster.scheduler_address))(
-            *args, items=items, shard_size=3, label="dask")
+    # each run computes its shards: from the task cache (same key: the label is not in it), the Dask run would
+    # return the threads run's tables without running an episode, and compare a table with itself
+    with temporary_settings({PREFECT_TASKS_REFRESH_CACHE: True}):
+        threads = evaluate.with_options(task_runner=task_runner("threads", 2))(*args, items=items, shard_size=3)
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+            dask = evaluate.with_options(task_runner=task_runner("dask", 2, cluster.scheduler_address))(
+                *args, items=items, shard_size=3, label="dask")
     assert dask.scores.to_csv(index=False) == threads.scores.to_csv(index=False)
     assert list(dask.traces["hash"]) == list(threads.traces["hash"])
 
 
-def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path, crash_setup, capsys, monkeypatch,
-                                                        mlflow_db):
+def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path, capsys, monkeypatch, mlflow_db,
+                                                        ratchet):
     """`campaign schedule` registers a deployment, a real `ratchet worker` process serves it (the run in its own
     subprocess), and `campaign runs` lists it. schedule and runs are run in this process: they only talk to the
     server, which a subprocess would reach the same way."""
     from prefect.deployments import run_deployment
+
+    from components.params import BenchmarkParams
 
     home = tmp_path / "home"
     home.mkdir()
     shutil.copyfile(mlflow_db, home / "mlflow.db")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RATCHET_HOME", str(home))  # where `schedule` records what `worker` serves
-    # the smallest campaign: one round, one seed (what is scheduled is any campaign)
-    over = ["--set", "campaign.rounds=1", "--set", f"campaign.out={tmp_path / 'camp'}", *small(crash_setup[0])[4:],
+    # the smallest campaign: one round, one seed, 3 tasks per family (what is scheduled is any campaign)
+    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=3)
+    bench.materialize()
+    over = ["--set", "campaign.rounds=1", "--set", f"campaign.out={tmp_path / 'camp'}", *small(bench.out)[4:],
             "--set", "campaign.seeds=1"]
     code, _, err = run_cli(capsys, "campaign", "schedule", "--cron", "0 3 * * *", "--name", "nightly-test", *over)
     assert code == 0, err[-2000:]
-    worker = subprocess.Popen([sys.executable, "-m", "flows.cli", "worker"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL,
-                              env=child_env(home, prefect_server, PREFECT_RUNNER_POLL_FREQUENCY="1"))
+    # a real `ratchet worker` process (forked by the zygote: its imports are done), polling for runs every second
+    worker = ratchet.start(tmp_path, "worker", PREFECT_RUNNER_POLL_FREQUENCY="1")
     try:
-        run = run_deployment("campaign/nightly-test", timeout=600)
+        run = run_deployment("campaign/nightly-test", timeout=600, poll_interval=0.5)
         assert run.state.is_completed(), run.state
     finally:
-        worker.send_signal(signal.SIGINT)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        os.kill(worker, signal.SIGINT)
+        ratchet.zygote.wait(worker, timeout=30)  # SIGKILLed if it has not stopped by then
     assert (tmp_path / "camp" / "summary.json").exists()
     code, out, err = run_cli(capsys, "campaign", "runs")
     assert code == 0, err[-2000:]
