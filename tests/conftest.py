@@ -99,14 +99,118 @@ def package_copy(tmp_path):
     return make
 
 
-@pytest.fixture(scope="session")
-def prefect_server():
-    """One temporary Prefect server (and database) for the whole session: starting one costs seconds."""
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
+SERVER_URL_KEY = "ratchet_prefect_api_url"  # in each xdist worker's `workerinput`: the run's Prefect server
+SERVER_LOG_KEY = "ratchet_prefect_server_log"
 
-    with prefect_test_harness(server_startup_timeout=180):
-        yield PREFECT_API_URL.value()  # subprocesses (CLI, worker) reach the same server through this URL
+
+class RunPrefectServer:
+    """In the xdist controller: one temporary Prefect server (and SQLite database) for the whole run, not one per
+    worker (starting one costs ~13 CPU-s). It is started, without waiting, as the first worker is set up, so it boots
+    while the workers import and collect; each worker's `prefect_server` waits until it answers. It is Prefect's own
+    temporary server (Prefect 3.9.1's `SubprocessASGIServer` command and environment, as `prefect_test_harness`
+    runs it) started through flows/prefect_setup.py's wrapper, which stops it when this process dies however it
+    died; a normal end stops it at once. Only the server is shared: each worker keeps its own home, result storage
+    (the task cache) and MLflow store (`quiet_offline` above)."""
+
+    def __init__(self) -> None:
+        self.proc = None
+        self.url = self.log = self.tmp = None
+
+    def start(self) -> None:
+        import importlib.util
+        import os
+        import socket
+        import subprocess
+        import sys
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="ratchet-test-prefect-"))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/api"
+        self.log = self.tmp / "server.log"
+        site = Path(importlib.util.find_spec("prefect").origin).parents[1]  # `prefect.__module_path__.parent`
+        env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+               "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{self.tmp / 'prefect.db'}",
+               "PYTHONPATH": os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH", "")) if x)}
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "flows.prefect_setup", str(os.getpid()), "--app-dir", str(site),
+                 "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+                 "--log-level", "error", "--lifespan", "on"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
+
+    def pytest_configure_node(self, node) -> None:  # pytest-xdist's hook, in the controller, per worker
+        if self.proc is None:
+            self.start()
+        node.workerinput[SERVER_URL_KEY] = self.url
+        node.workerinput[SERVER_LOG_KEY] = str(self.log)
+
+    def pytest_unconfigure(self, config) -> None:
+        import shutil
+        import subprocess
+
+        if self.proc is not None:
+            self.proc.terminate()  # SIGTERM: uvicorn shuts down cleanly
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def pytest_configure(config):
+    # the controller of an xdist run (not a worker, not a run without workers, which keep the fixture's own server)
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(RunPrefectServer(), "ratchet-run-prefect-server")
+
+
+def wait_for_server(url: str, log: str, timeout: float = 180) -> None:
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=5) as client:
+        while True:
+            try:
+                if client.get(f"{url}/health").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                tail = Path(log).read_text(errors="replace")[-3000:] if Path(log).exists() else "(no log)"
+                raise RuntimeError(f"the run's Prefect server at {url} did not answer in {timeout:.0f} s; "
+                                   f"its log ({log}):\n{tail}")
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def prefect_server(request):
+    """The Prefect server of the run: under xdist, the one the controller started for every worker (RunPrefectServer
+    above); without workers, a temporary server (and database) for this session. Its API URL is set in this process's
+    Prefect settings; subprocesses (CLI, worker) reach the same server through the URL this returns."""
+    from prefect.settings import PREFECT_API_URL
+
+    workerinput = getattr(request.config, "workerinput", {})
+    if SERVER_URL_KEY not in workerinput:
+        from prefect.testing.utilities import prefect_test_harness
+
+        with prefect_test_harness(server_startup_timeout=180):
+            yield PREFECT_API_URL.value()
+        return
+    import prefect.context
+    from prefect.settings import temporary_settings
+
+    url = workerinput[SERVER_URL_KEY]
+    wait_for_server(url, workerinput[SERVER_LOG_KEY])
+    # as prefect_test_harness does: also the process-global settings, for contexts copied before this point
+    with temporary_settings(updates={PREFECT_API_URL: url}), \
+            prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+        yield url
 
 
 @pytest.fixture(scope="session")
