@@ -26,10 +26,45 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks into the test ids
-def pytest_collection_modifyitems(config, items):
+# Seconds each heavy scheduling unit took on the idle machine (a group, or one test: what pytest-xdist hands a worker
+# whole), from `./test.sh --durations` (93f404d). Only the order of the queue depends on these: the heaviest units
+# start first, on different workers (longest-processing-time first), so that neither worker is left with a long unit
+# at the end. A unit not listed weighs nothing and keeps its place (pytest-randomly's order, or the files' order).
+# Stale figures cost balance, never correctness.
+HEAVY = {
+    "small_campaign": 135, "test_dvc_pipeline": 92, "test_operations": 84, "test_diagnosis_scoring": 9.5,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_memory.py]": 25,
+    "tests/test_misuse.py::test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place": 18,
+    "tests/test_operations.py::test_twenty_percent_model_faults": 17.5,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_round.py]": 15.7,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_scaleout.py]": 15.7,
+    "tests/test_round_replay.py::test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory": 15.6,
+    "tests/test_campaign.py::test_a_rejected_plan_is_not_tried_again": 15.2,
+    "tests/test_campaign.py::test_cli_campaign_prints_rounds_and_certification": 12.2,
+    "tests/test_world_and_agent.py::test_memory_changes_the_scores_in_the_designed_order": 11.8,
+    "tests/test_misuse.py::test_a_running_campaign_is_refused_before_prefect_says_anything": 7.6,
+    "tests/test_operations.py::test_dask_gives_the_same_scores_as_threads": 7.5,
+    "tests/test_budget.py::test_sixteen_concurrent_reservers_never_exceed_the_ceiling": 6,
+    "tests/test_misuse.py::test_kill_9_of_a_campaign_leaves_no_prefect_server": 6.5,
+    "tests/test_world_and_agent.py::test_http_path_gives_identical_scores": 6.2,
+    "tests/test_world_plugin.py::test_an_installed_world_is_found_materialized_and_evolved": 5.3,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio": 5,
+    "tests/test_diagnosis_scoring.py::test_bench_diagnosis_quick_prints_the_table": 5,
+}
+
+
+def weight(unit: str) -> float:
+    """HEAVY's figure for a group name or a test id (a parametrized test also matches by its function)."""
+    return HEAVY.get(unit, HEAVY.get(unit.split("[", 1)[0], 0.0))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks into the test ids; after
+def pytest_collection_modifyitems(config, items):  # pytest-randomly's shuffle (a hook wrapper that runs first)
     """Under `--dist loadgroup`, fixtures built once stay built once: the tests that read the small campaign go to one
-    worker, and so do a module's tests that share a module-scoped fixture (a DVC project, a preloaded process)."""
+    worker, and so do a module's tests that share a module-scoped fixture (a DVC project, a preloaded process).
+    Then the heaviest units go to the front of the queue (HEAVY)."""
+    loadgroup = getattr(config.option, "loadgroup", False)
+    units = {}
     for item in items:
         fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         if "small_campaign" in getattr(item, "fixturenames", ()):
@@ -37,14 +72,24 @@ def pytest_collection_modifyitems(config, items):
         elif any(d.scope == "module" for defs in fixturedefs.values() for d in defs):
             group = item.path.stem
         else:
+            units[item] = item.nodeid
             continue
+        units[item] = group
         item.add_marker(pytest.mark.xdist_group(group))
-        if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
+        if loadgroup and hasattr(item, "_id"):
             # pytest 9 keeps the id in `item._id`; pytest-xdist 3.8 suffixes `item._nodeid`, which it no longer
             # reads. Suffix the id here the way xdist would (its scheduler groups by the part after "@").
             from _pytest.nodeid import NodeId
 
             item._id = NodeId.parse(f"{item.nodeid}@{group}")
+    if loadgroup:
+        # pytest-xdist queues the units in the order of their first test (with `--no-loadscope-reorder`, addopts):
+        # heaviest first, ties in the order given. The same on every worker (the same collection and seed), as
+        # xdist requires.
+        first = {}
+        for i, item in enumerate(items):
+            first.setdefault(units[item], i)
+        items.sort(key=lambda item: (-weight(units[item]), first[units[item]]))
 
 
 def shared_dir(tmp_path_factory, worker_id: str, name: str) -> tuple[Path, Any]:
