@@ -26,10 +26,45 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks into the test ids
-def pytest_collection_modifyitems(config, items):
+# Seconds each heavy scheduling unit took on the idle machine (a group, or one test: what pytest-xdist hands a worker
+# whole), from `./test.sh --durations` (93f404d). Only the order of the queue depends on these: the heaviest units
+# start first, on different workers (longest-processing-time first), so that neither worker is left with a long unit
+# at the end. A unit not listed weighs nothing and keeps its place (pytest-randomly's order, or the files' order).
+# Stale figures cost balance, never correctness.
+HEAVY = {
+    "small_campaign": 135, "test_dvc_pipeline": 92, "test_operations": 84, "test_diagnosis_scoring": 9.5,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_memory.py]": 25,
+    "tests/test_misuse.py::test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place": 18,
+    "tests/test_operations.py::test_twenty_percent_model_faults": 17.5,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_round.py]": 15.7,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_scaleout.py]": 15.7,
+    "tests/test_round_replay.py::test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory": 15.6,
+    "tests/test_campaign.py::test_a_rejected_plan_is_not_tried_again": 15.2,
+    "tests/test_campaign.py::test_cli_campaign_prints_rounds_and_certification": 12.2,
+    "tests/test_world_and_agent.py::test_memory_changes_the_scores_in_the_designed_order": 11.8,
+    "tests/test_misuse.py::test_a_running_campaign_is_refused_before_prefect_says_anything": 7.6,
+    "tests/test_operations.py::test_dask_gives_the_same_scores_as_threads": 7.5,
+    "tests/test_budget.py::test_sixteen_concurrent_reservers_never_exceed_the_ceiling": 6,
+    "tests/test_misuse.py::test_kill_9_of_a_campaign_leaves_no_prefect_server": 6.5,
+    "tests/test_world_and_agent.py::test_http_path_gives_identical_scores": 6.2,
+    "tests/test_world_plugin.py::test_an_installed_world_is_found_materialized_and_evolved": 5.3,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio": 5,
+    "tests/test_diagnosis_scoring.py::test_bench_diagnosis_quick_prints_the_table": 5,
+}
+
+
+def weight(unit: str) -> float:
+    """HEAVY's figure for a group name or a test id (a parametrized test also matches by its function)."""
+    return HEAVY.get(unit, HEAVY.get(unit.split("[", 1)[0], 0.0))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks into the test ids; after
+def pytest_collection_modifyitems(config, items):  # pytest-randomly's shuffle (a hook wrapper that runs first)
     """Under `--dist loadgroup`, fixtures built once stay built once: the tests that read the small campaign go to one
-    worker, and so do a module's tests that share a module-scoped fixture (a DVC project, a preloaded process)."""
+    worker, and so do a module's tests that share a module-scoped fixture (a DVC project, a preloaded process).
+    Then the heaviest units go to the front of the queue (HEAVY)."""
+    loadgroup = getattr(config.option, "loadgroup", False)
+    units = {}
     for item in items:
         fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         if "small_campaign" in getattr(item, "fixturenames", ()):
@@ -37,14 +72,24 @@ def pytest_collection_modifyitems(config, items):
         elif any(d.scope == "module" for defs in fixturedefs.values() for d in defs):
             group = item.path.stem
         else:
+            units[item] = item.nodeid
             continue
+        units[item] = group
         item.add_marker(pytest.mark.xdist_group(group))
-        if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
+        if loadgroup and hasattr(item, "_id"):
             # pytest 9 keeps the id in `item._id`; pytest-xdist 3.8 suffixes `item._nodeid`, which it no longer
             # reads. Suffix the id here the way xdist would (its scheduler groups by the part after "@").
             from _pytest.nodeid import NodeId
 
             item._id = NodeId.parse(f"{item.nodeid}@{group}")
+    if loadgroup:
+        # pytest-xdist queues the units in the order of their first test (with `--no-loadscope-reorder`, addopts):
+        # heaviest first, ties in the order given. The same on every worker (the same collection and seed), as
+        # xdist requires.
+        first = {}
+        for i, item in enumerate(items):
+            first.setdefault(units[item], i)
+        items.sort(key=lambda item: (-weight(units[item]), first[units[item]]))
 
 
 def shared_dir(tmp_path_factory, worker_id: str, name: str) -> tuple[Path, Any]:
@@ -99,14 +144,118 @@ def package_copy(tmp_path):
     return make
 
 
-@pytest.fixture(scope="session")
-def prefect_server():
-    """One temporary Prefect server (and database) for the whole session: starting one costs seconds."""
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
+SERVER_URL_KEY = "ratchet_prefect_api_url"  # in each xdist worker's `workerinput`: the run's Prefect server
+SERVER_LOG_KEY = "ratchet_prefect_server_log"
 
-    with prefect_test_harness(server_startup_timeout=180):
-        yield PREFECT_API_URL.value()  # subprocesses (CLI, worker) reach the same server through this URL
+
+class RunPrefectServer:
+    """In the xdist controller: one temporary Prefect server (and SQLite database) for the whole run, not one per
+    worker (starting one costs ~13 CPU-s). It is started, without waiting, as the first worker is set up, so it boots
+    while the workers import and collect; each worker's `prefect_server` waits until it answers. It is Prefect's own
+    temporary server (Prefect 3.9.1's `SubprocessASGIServer` command and environment, as `prefect_test_harness`
+    runs it) started through flows/prefect_setup.py's wrapper, which stops it when this process dies however it
+    died; a normal end stops it at once. Only the server is shared: each worker keeps its own home, result storage
+    (the task cache) and MLflow store (`quiet_offline` above)."""
+
+    def __init__(self) -> None:
+        self.proc = None
+        self.url = self.log = self.tmp = None
+
+    def start(self) -> None:
+        import importlib.util
+        import os
+        import socket
+        import subprocess
+        import sys
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="ratchet-test-prefect-"))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/api"
+        self.log = self.tmp / "server.log"
+        site = Path(importlib.util.find_spec("prefect").origin).parents[1]  # `prefect.__module_path__.parent`
+        env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+               "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{self.tmp / 'prefect.db'}",
+               "PYTHONPATH": os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH", "")) if x)}
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "flows.prefect_setup", str(os.getpid()), "--app-dir", str(site),
+                 "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+                 "--log-level", "error", "--lifespan", "on"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
+
+    def pytest_configure_node(self, node) -> None:  # pytest-xdist's hook, in the controller, per worker
+        if self.proc is None:
+            self.start()
+        node.workerinput[SERVER_URL_KEY] = self.url
+        node.workerinput[SERVER_LOG_KEY] = str(self.log)
+
+    def pytest_unconfigure(self, config) -> None:
+        import shutil
+        import subprocess
+
+        if self.proc is not None:
+            self.proc.terminate()  # SIGTERM: uvicorn shuts down cleanly
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def pytest_configure(config):
+    # the controller of an xdist run (not a worker, not a run without workers, which keep the fixture's own server)
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(RunPrefectServer(), "ratchet-run-prefect-server")
+
+
+def wait_for_server(url: str, log: str, timeout: float = 180) -> None:
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=5) as client:
+        while True:
+            try:
+                if client.get(f"{url}/health").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                tail = Path(log).read_text(errors="replace")[-3000:] if Path(log).exists() else "(no log)"
+                raise RuntimeError(f"the run's Prefect server at {url} did not answer in {timeout:.0f} s; "
+                                   f"its log ({log}):\n{tail}")
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def prefect_server(request):
+    """The Prefect server of the run: under xdist, the one the controller started for every worker (RunPrefectServer
+    above); without workers, a temporary server (and database) for this session. Its API URL is set in this process's
+    Prefect settings; subprocesses (CLI, worker) reach the same server through the URL this returns."""
+    from prefect.settings import PREFECT_API_URL
+
+    workerinput = getattr(request.config, "workerinput", {})
+    if SERVER_URL_KEY not in workerinput:
+        from prefect.testing.utilities import prefect_test_harness
+
+        with prefect_test_harness(server_startup_timeout=180):
+            yield PREFECT_API_URL.value()
+        return
+    import prefect.context
+    from prefect.settings import temporary_settings
+
+    url = workerinput[SERVER_URL_KEY]
+    wait_for_server(url, workerinput[SERVER_LOG_KEY])
+    # as prefect_test_harness does: also the process-global settings, for contexts copied before this point
+    with temporary_settings(updates={PREFECT_API_URL: url}), \
+            prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+        yield url
 
 
 @pytest.fixture(scope="session")
