@@ -53,7 +53,9 @@ class ChatModel(Protocol):
 
 
 def add_usage(a: Usage, b: Usage) -> Usage:
-    return Usage(tokens_in=a.tokens_in + b.tokens_in, tokens_out=a.tokens_out + b.tokens_out, calls=a.calls + b.calls)
+    # sums of two validated Usages' ints need no validation (called several times a turn)
+    return Usage.model_construct(tokens_in=a.tokens_in + b.tokens_in, tokens_out=a.tokens_out + b.tokens_out,
+                                 calls=a.calls + b.calls)
 
 
 @lru_cache(maxsize=1 << 12)

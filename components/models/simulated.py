@@ -103,6 +103,19 @@ def _fact_read(fact: Fact, text: str) -> object:
     return fact.read(text)
 
 
+@lru_cache(maxsize=1 << 10)
+def _fact_value(fact: Fact) -> object:
+    return fact.value
+
+
+def fact_value(fact: Fact) -> object:
+    """`fact.value` (the truth: what its own statement instructs), memoized when the fact is hashable."""
+    try:
+        return _fact_value(fact)
+    except TypeError:
+        return fact.value
+
+
 def fact_read(fact: Fact, text: str) -> object:
     """`fact.read(text)`: a pure function of the text (see `Fact.read`), memoized when the fact is hashable."""
     try:
@@ -316,7 +329,7 @@ class SimulatedAgent:
         `on_tool`: every fact on the request's write; a card addressing none of them is irrelevant (dilutes)."""
         u = coin(seed, "fact", fact.id, r.key)
         if "E" in self.off:
-            return True, fact.value
+            return True, fact_value(fact)
         if "rho" in self.off:  # every card of the package about this action, and nothing else
             stated = [val for text in self.cards if (val := fact_read(fact, text)) is not None]
             if stated:
