@@ -82,7 +82,8 @@ def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
 
     # 8. commit the action; append the trace step
     observation = port.commit(draft, blocked)
-    step = TraceStep(
+    # built by this function from typed values every turn: constructed without re-validating them
+    step = TraceStep.model_construct(
         episode_id=ep.episode_id,
         step=len(ep.steps),
         incoming=incoming,
