@@ -105,3 +105,21 @@ def test_fact_reads_are_memoized_and_the_same(recorded):
     for f in comp.facts:
         for text in (bench.policy, f.statement, "nothing here"):
             assert fact_read(f, text) == f.read(text)
+
+
+def test_reply_store_round_trips_replies_packed_or_pickled_whole(tmp_path):
+    import pickle
+
+    from components.models.base import ChatResult
+    from components.models.callcache import CallStore
+    from components.runtime.types import ToolCall, Usage
+
+    reply = ChatResult(content="ok", tool_calls=[ToolCall(id="call_001", name="t", args={"a": [1, {"b": None}]})],
+                       usage=Usage(tokens_in=7, tokens_out=2, calls=1))
+    store = CallStore(tmp_path / "calls.sqlite")
+    store.put("k", reply)
+    assert store.get("k") == reply  # pending
+    store.flush()
+    store.db.execute("INSERT INTO reply (key, value) VALUES (?, ?)", ("old", pickle.dumps(reply)))  # an older store
+    assert store.get("k") == reply and store.get("old") == reply and store.get("missing") is None
+    store.close()

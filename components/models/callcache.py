@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from components.models.base import ChatModel, ChatResult, ModelError, add_usage, message_json, tools_json
-from components.runtime.types import Usage
+from components.runtime.types import ToolCall, Usage
 
 
 def deterministic(model: str, cfg: dict[str, Any] | None) -> bool:
@@ -50,10 +50,10 @@ class CallStore:
         if blob is None:
             row = self.db.execute("SELECT value FROM reply WHERE key = ?", (key,)).fetchone()
             blob = row[0] if row else None
-        return None if blob is None else pickle.loads(blob)
+        return None if blob is None else _unpack(blob)
 
     def put(self, key: str, result: ChatResult) -> None:
-        self.pending[key] = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        self.pending[key] = _pack(result)
 
     def flush(self) -> None:
         if self.pending or self.saved.calls:
@@ -116,6 +116,22 @@ def request_json(ident: str, messages: list[dict], tools: list[dict] | None, see
     msgs = ", ".join(enc(m, message_json) for m in messages)
     return (f"[{json.dumps(ident)}, [{msgs}], {'null' if tools is None else enc(tools, tools_json)}, "
             f"{json.dumps(seed, default=str)}, {json.dumps(json_mode, sort_keys=True, default=str)}]")
+
+
+def _pack(r: ChatResult) -> bytes:
+    """A reply as plain tuples: pickling the pydantic models themselves costs several times more, both ways."""
+    u = r.usage
+    return pickle.dumps((r.content, [(c.id, c.name, c.args) for c in r.tool_calls], (u.tokens_in, u.tokens_out, u.calls)),
+                        protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _unpack(blob: bytes) -> ChatResult:
+    got = pickle.loads(blob)
+    if isinstance(got, ChatResult):  # a store written before replies were packed
+        return got
+    content, calls, (t_in, t_out, n) = got
+    return ChatResult(content=content, tool_calls=[ToolCall(id=i, name=name, args=args) for i, name, args in calls],
+                      usage=Usage(tokens_in=t_in, tokens_out=t_out, calls=n))
 
 
 def _fields(u: Usage) -> dict[str, int]:
