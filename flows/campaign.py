@@ -48,7 +48,7 @@ from components.io import atomic_write_bytes, claim_output, mark_output, output_
 from components.memory.package import digest, load_package
 from components.models.callcache import deterministic, saved
 from components.params import Params
-from components.runtime.evaluate import EvalTables, seed_map_hash, summary, write_eval
+from components.runtime.evaluate import EvalTables, benchmark_at, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
 from flows.evaluate import submit_eval, task_runner
@@ -200,7 +200,7 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
     lineage = Lineage(Path(c.out) / "lineage")
     champ = lineage.champion()
     base, rd, ev = str(champ.path), round_dir(c.out, round_no), _Eval(p, budget, steps)
-    b = load_benchmark(bench)
+    b = benchmark_at(bench)
     record: dict = {"round": round_no, "round_dir": rd.relative_to(c.out).as_posix(),  # relative: the campaign moves
                     "champion_before": champ.name}
     evals: list[dict] = []

@@ -5,8 +5,7 @@ from __future__ import annotations
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from components.runtime.evaluate import EvalTables, shards
-from components.worlds import load_benchmark
+from components.runtime.evaluate import EvalTables, benchmark_at, shards
 from flows.tasks import eval_shard
 
 
@@ -30,7 +29,7 @@ def submit_eval(package: str, bench: str, seeds: list[int], split: str | None = 
 
     Rounds call this directly rather than the `evaluate` subflow: a subflow run costs about a second of Prefect
     bookkeeping (its heartbeat thread joins on exit), a task a few milliseconds."""
-    ids = list(items) if items is not None else load_benchmark(bench).ids(split)
+    ids = list(items) if items is not None else benchmark_at(bench).ids(split)
     n = -(-len(ids) // shard_size)
     futures = [eval_shard.submit(package, bench, shard, seeds, model, model_cfg or {}, max_turns,
                                  label=f"{label} {i + 1}/{n}", budget=budget)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -32,10 +32,9 @@ from components.evolution.meta import PlanContext, PlanOutcome, make_meta_agent
 from components.evolution.patch import apply_plan
 from components.evolution.plan import Plan, parse_plan
 from components.evolution.validate import Validation, fired, static_checks
-from components.memory.package import digest, load_package
-from components.runtime.evaluate import EvalTables, run_shard
+from components.memory.package import digest
+from components.runtime.evaluate import RACY_NS, EvalTables, benchmark_at, package_at, run_shard, tree_stats
 from components.version import code_version
-from components.worlds import load_benchmark
 
 # zlib: as small as lzma for these tables at a tenth of the time
 PERSIST = {"persist_result": True,
@@ -47,26 +46,9 @@ def stage_key(stage: str, **inputs: Any) -> str:
     return f"{stage}-{code_version()}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
 
 
-RACY_NS = 2_000_000_000  # a file changed this recently may change again within the same clock tick: hash it
-
-
 @lru_cache(maxsize=64)
 def _tree_digest(path: str, _stats: tuple) -> str:
     return digest(path)
-
-
-def _tree_stats(root: Path) -> tuple[tuple, int]:
-    """Every file's (relative path, size, mtime, ctime, inode), and the newest ctime. Writing any byte of a file moves
-    its ctime, which no user call can set back (unlike mtime), so an in-place edit changes this key."""
-    out, newest = [], 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
-            full = os.path.join(dirpath, name)
-            st = os.lstat(full)
-            out.append((os.path.relpath(full, root), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-            newest = max(newest, st.st_ctime_ns)
-    return tuple(out), newest
 
 
 def tree_digest(path: str | Path) -> str:
@@ -77,7 +59,7 @@ def tree_digest(path: str | Path) -> str:
     p = Path(path).resolve()
     if not p.is_dir():
         return digest(p)
-    stats, newest = _tree_stats(p)
+    stats, newest = tree_stats(p)
     if time.time_ns() - newest < RACY_NS:
         return digest(p)
     return _tree_digest(str(p), stats)
@@ -105,7 +87,8 @@ def _charged(budget: dict | None, key: str, n_episodes: int, work):
     spent = dict.fromkeys(hold.amounts, 0.0)
 
     def allowance(r) -> None:
-        for k, v in usage(pd.DataFrame([r.row()]), est).items():
+        # the episode's row as one-element columns: what `usage` sums, without building a DataFrame per episode
+        for k, v in usage({k: np.asarray([x]) for k, x in r.row().items()}, est).items():
             spent[k] = spent.get(k, 0.0) + v
         over = [k for k in hold.amounts if spent[k] > hold.amounts[k]]
         if over and not hold.already_settled:
@@ -156,7 +139,7 @@ def causes_stage(scores: pd.DataFrame, package: str, bench: str, max_turns: int)
     """Replay each failed episode with one owner's faults off at a time (cached: a champion's train set once)."""
     from components.models.counterfactual import causes_table
 
-    return causes_table(load_package(package), load_benchmark(bench), scores, max_turns)
+    return causes_table(package_at(package), benchmark_at(bench), scores, max_turns)
 
 
 # -- diagnose ----------------------------------------------------------------------------------------------------------
@@ -168,8 +151,8 @@ def _diag_key(_ctx, p: dict) -> str:
 @task(name="diagnose", cache_key_fn=_diag_key, **PERSIST)
 def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> Diagnosis:
     """Diagnose from traces and scores only (never the hidden causes), then check every packet's citations."""
-    b = load_benchmark(bench)
-    d = diagnose(train.traces, train.scores, load_package(package), b.write_tools, corpus, targets=b.meta.get("targets"))
+    b = benchmark_at(bench)
+    d = diagnose(train.traces, train.scores, package_at(package), b.write_tools, corpus, targets=b.meta.get("targets"))
     checked = []
     for p in d.packets:
         problems = verify_citations(p, train.traces)
@@ -191,7 +174,7 @@ def _plan_key(_ctx, p: dict) -> str:
 def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str, corpus: str, rejected: list[str],
                meta_agent: str, meta_cfg: dict, budget: dict | None = None, memory: dict | None = None) -> PlanOutcome:
     memory = memory or {}
-    ctx = PlanContext(diagnosis.packets, load_package(package), load_benchmark(bench), train.traces, train.scores,
+    ctx = PlanContext(diagnosis.packets, package_at(package), benchmark_at(bench), train.traces, train.scores,
                       set(rejected), diagnosis.findings, revocations=[parse_plan(x) for x in memory.get("revocations", [])],
                       later=set(memory.get("later", [])), memory=memory.get("projection") or {})
     propose = make_meta_agent(meta_agent, meta_cfg)
@@ -234,7 +217,7 @@ def _validate_key(_ctx, p: dict) -> str:
 def validate_stage(plan: Plan, candidate: str, bench: str, probe_items: list[str], model: str, model_cfg: dict,
                    max_turns: int, budget: dict | None = None) -> Validation:
     """Schema, lint, leakage, reachability; then an activation probe: the mechanism must fire on the source tasks."""
-    b = load_benchmark(bench)
+    b = benchmark_at(bench)
     v, pkg = static_checks(plan, candidate, b)
     if v.ok:
         key = _validate_key(None, {"candidate": candidate, "bench": bench, "plan": plan, "probe_items": probe_items,
@@ -321,7 +304,7 @@ def plain_eval(package: str, bench: str, seeds: list[int], split: str | None = N
 
     from components.runtime.evaluate import shards
 
-    ids = list(items) if items is not None else load_benchmark(bench).ids(split)
+    ids = list(items) if items is not None else benchmark_at(bench).ids(split)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(eval_shard.fn, package, bench, shard, seeds, model, model_cfg or {}, max_turns,
                                label=label, budget=budget) for shard in shards(ids, shard_size)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+import threading
+from functools import lru_cache
 from typing import Any, Protocol
 
 from components.runtime.types import ToolCall, Usage
@@ -51,12 +53,48 @@ class ChatModel(Protocol):
 
 
 def add_usage(a: Usage, b: Usage) -> Usage:
-    return Usage(tokens_in=a.tokens_in + b.tokens_in, tokens_out=a.tokens_out + b.tokens_out, calls=a.calls + b.calls)
+    # sums of two validated Usages' ints need no validation (called several times a turn)
+    return Usage.model_construct(tokens_in=a.tokens_in + b.tokens_in, tokens_out=a.tokens_out + b.tokens_out,
+                                 calls=a.calls + b.calls)
+
+
+@lru_cache(maxsize=1 << 12)
+def _flat_json(items: tuple[tuple[str, str | None], ...]) -> str:
+    return json.dumps(dict(items), sort_keys=True)
+
+
+def message_json(m: dict) -> str:
+    """`json.dumps(m, sort_keys=True)` of one chat message. Every call re-sends the whole conversation (and the same
+    long system prompt), so the encoding of a message whose fields are all strings (or null) is memoized by content;
+    other messages (tool calls) are encoded afresh."""
+    if all(type(k) is str and (type(v) is str or v is None) for k, v in m.items()):
+        return _flat_json(tuple(sorted(m.items())))
+    return json.dumps(m, sort_keys=True)
+
+
+_tools_lock = threading.Lock()
+_tools_memo: dict[int, tuple[object, str]] = {}  # id -> (the list itself, pinned so its id is not reused; JSON)
+
+
+def tools_json(tools: list[dict] | None) -> str:
+    """`json.dumps(tools, sort_keys=True)`, memoized by identity: a harness offers one fixed list of tool schemas for a
+    whole episode (a list must not be changed once offered), and its JSON is ~5 kB, asked on every draft."""
+    key = id(tools)
+    with _tools_lock:
+        hit = _tools_memo.get(key)
+    if hit is not None and hit[0] is tools:
+        return hit[1]
+    enc = json.dumps(tools, sort_keys=True)
+    with _tools_lock:
+        _tools_memo[key] = (tools, enc)
+        while len(_tools_memo) > 64:
+            _tools_memo.pop(next(iter(_tools_memo)))
+    return enc
 
 
 def count_tokens(messages: list[dict], tools: list[dict] | None, output: str) -> Usage:
     """The simulated agent's token meter: four characters a token, deterministic on both sides of HTTP."""
-    chars_in = sum(len(json.dumps(m, sort_keys=True)) for m in messages)
+    chars_in = sum(len(message_json(m)) for m in messages)
     if tools:
-        chars_in += len(json.dumps(tools, sort_keys=True))
+        chars_in += len(tools_json(tools))
     return Usage(tokens_in=math.ceil(chars_in / 4), tokens_out=math.ceil(len(output) / 4), calls=1)

@@ -21,8 +21,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from components.models.base import ChatModel, ChatResult, ModelError, add_usage
-from components.runtime.types import Usage
+from components.models.base import ChatModel, ChatResult, ModelError, add_usage, message_json, tools_json
+from components.runtime.types import ToolCall, Usage
 
 
 def deterministic(model: str, cfg: dict[str, Any] | None) -> bool:
@@ -50,10 +50,10 @@ class CallStore:
         if blob is None:
             row = self.db.execute("SELECT value FROM reply WHERE key = ?", (key,)).fetchone()
             blob = row[0] if row else None
-        return None if blob is None else pickle.loads(blob)
+        return None if blob is None else _unpack(blob)
 
     def put(self, key: str, result: ChatResult) -> None:
-        self.pending[key] = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        self.pending[key] = _pack(result)
 
     def flush(self) -> None:
         if self.pending or self.saved.calls:
@@ -86,8 +86,7 @@ class CachedModel:
 
     def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
                  json_mode: bool | dict[str, Any] = False) -> ChatResult:
-        blob = json.dumps([self.ident, messages, tools, seed, json_mode], sort_keys=True, default=str)
-        key = hashlib.sha256(blob.encode()).hexdigest()
+        key = hashlib.sha256(request_json(self.ident, messages, tools, seed, json_mode).encode()).hexdigest()
         got = self.store.get(key)
         if got is not None:
             self.hits += 1
@@ -101,6 +100,38 @@ class CachedModel:
         self.paid = add_usage(self.paid, got.usage)
         self.store.put(key, got)
         return got
+
+
+def request_json(ident: str, messages: list[dict], tools: list[dict] | None, seed: int,
+                 json_mode: bool | dict[str, Any]) -> str:
+    """`json.dumps([ident, messages, tools, seed, json_mode], sort_keys=True, default=str)`, the same bytes, built
+    from the memoized encodings of the messages and tools (`message_json`, `tools_json`): a list's JSON is its items'
+    JSON joined by ", ", and the conversation and the tool schemas are re-sent on every call."""
+    def enc(x, memo) -> str:
+        try:
+            return memo(x)
+        except (TypeError, AttributeError):  # not a plain message, or a value JSON cannot encode: as json.dumps does
+            return json.dumps(x, sort_keys=True, default=str)
+
+    msgs = ", ".join(enc(m, message_json) for m in messages)
+    return (f"[{json.dumps(ident)}, [{msgs}], {'null' if tools is None else enc(tools, tools_json)}, "
+            f"{json.dumps(seed, default=str)}, {json.dumps(json_mode, sort_keys=True, default=str)}]")
+
+
+def _pack(r: ChatResult) -> bytes:
+    """A reply as plain tuples: pickling the pydantic models themselves costs several times more, both ways."""
+    u = r.usage
+    return pickle.dumps((r.content, [(c.id, c.name, c.args) for c in r.tool_calls], (u.tokens_in, u.tokens_out, u.calls)),
+                        protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _unpack(blob: bytes) -> ChatResult:
+    got = pickle.loads(blob)
+    if isinstance(got, ChatResult):  # a store written before replies were packed
+        return got
+    content, calls, (t_in, t_out, n) = got
+    return ChatResult(content=content, tool_calls=[ToolCall(id=i, name=name, args=args) for i, name, args in calls],
+                      usage=Usage(tokens_in=t_in, tokens_out=t_out, calls=n))
 
 
 def _fields(u: Usage) -> dict[str, int]:

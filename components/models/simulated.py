@@ -76,6 +76,53 @@ def coin(seed: int, *about: object) -> float:
 
 
 # -- reading the messages -----------------------------------------------------------------------------------
+# Every call re-reads the whole conversation, so the same strings are parsed again and again within an episode (and
+# by the probe's twins and the counterfactual replays). The parsers below are pure functions of one string, memoized;
+# what they return is only read, never mutated (the agent builds its outputs from fresh dicts).
+
+@lru_cache(maxsize=1 << 14)
+def _json(text: str) -> object:
+    return json.loads(text)
+
+
+@lru_cache(maxsize=1 << 12)
+def _parse_first(comp: Competence, first_message: str) -> tuple[list[Request], dict]:
+    return comp.parse(first_message)
+
+
+def parse_first(comp: Competence, first_message: str) -> tuple[list[Request], dict]:
+    """`comp.parse` of the customer's first message (memoized when the competence is hashable)."""
+    try:
+        return _parse_first(comp, first_message)
+    except TypeError:  # an unhashable plug-in competence
+        return comp.parse(first_message)
+
+
+@lru_cache(maxsize=1 << 16)
+def _fact_read(fact: Fact, text: str) -> object:
+    return fact.read(text)
+
+
+@lru_cache(maxsize=1 << 10)
+def _fact_value(fact: Fact) -> object:
+    return fact.value
+
+
+def fact_value(fact: Fact) -> object:
+    """`fact.value` (the truth: what its own statement instructs), memoized when the fact is hashable."""
+    try:
+        return _fact_value(fact)
+    except TypeError:
+        return fact.value
+
+
+def fact_read(fact: Fact, text: str) -> object:
+    """`fact.read(text)`: a pure function of the text (see `Fact.read`), memoized when the fact is hashable."""
+    try:
+        return _fact_read(fact, text)
+    except TypeError:  # an unhashable plug-in fact
+        return fact.read(text)
+
 
 BOARD_RE = re.compile(r"^- \[(PENDING|DONE|BLOCKED)\] (e\d+) (\w+)((?: \w+=\S+)*)", re.M)
 CARD_SPLIT = re.compile(r"^### card ", re.M)
@@ -113,7 +160,7 @@ def read(messages: list[dict], comp: Competence) -> View:
             for tc in m.get("tool_calls") or []:
                 fn = tc["function"]
                 try:
-                    args = json.loads(fn["arguments"] or "{}")
+                    args = _json(fn["arguments"] or "{}")
                 except json.JSONDecodeError:
                     args = {}
                 pending_calls[tc["id"]] = {"name": fn["name"], "args": args}
@@ -123,11 +170,11 @@ def read(messages: list[dict], comp: Competence) -> View:
             call = pending_calls.pop(m.get("tool_call_id"), None)
             if call is not None:
                 try:
-                    result = json.loads(m.get("content") or "{}")
+                    result = _json(m.get("content") or "{}")
                 except json.JSONDecodeError:
                     result = {"error": m.get("content")}
                 calls.append((call, result if isinstance(result, dict) else {"value": result}))
-    reqs, info = comp.parse(user_texts[0] if user_texts else "")
+    reqs, info = parse_first(comp, user_texts[0] if user_texts else "")
     return View(policy, memory, cards, board, reqs, info, calls, user_texts, assistant_texts, turn, feedback, mode)
 
 
@@ -282,16 +329,16 @@ class SimulatedAgent:
         `on_tool`: every fact on the request's write; a card addressing none of them is irrelevant (dilutes)."""
         u = coin(seed, "fact", fact.id, r.key)
         if "E" in self.off:
-            return True, fact.value
+            return True, fact_value(fact)
         if "rho" in self.off:  # every card of the package about this action, and nothing else
-            stated = [val for text in self.cards if (val := fact.read(text)) is not None]
+            stated = [val for text in self.cards if (val := fact_read(fact, text)) is not None]
             if stated:
                 return u < self.rates.p_card, stated[0]
-        stated = [val for text in v.cards if (val := fact.read(text)) is not None]
+        stated = [val for text in v.cards if (val := fact_read(fact, text)) is not None]
         if stated and "rho" not in self.off:
-            irrelevant = sum(1 for text in v.cards if all(f.read(text) is None for f in on_tool))
+            irrelevant = sum(1 for text in v.cards if all(fact_read(f, text) is None for f in on_tool))
             return u < self.rates.p_card / (1 + self.rates.attention * irrelevant), stated[0]
-        in_policy = fact.read(v.policy)
+        in_policy = fact_read(fact, v.policy)
         return (in_policy is not None and u < self.rates.p_base), in_policy
 
     def beliefs(self, v: View, r: Request, seed: int, comp: Competence, attempts: list) -> Beliefs:
@@ -303,13 +350,13 @@ class SimulatedAgent:
         out = {f.id: self.follows(v, f, r, seed, on_tool) for f in on_tool}
         if attempts and "error" in attempts[-1][1]:
             last = refusal_rule(attempts[-1][1])
-            if not any(f.read(last) is not None for f in on_tool):
+            if not any(fact_read(f, last) is not None for f in on_tool):
                 return {fid: (True, None) for fid in out}
             quoted: dict[str, object] = {}
             for _call, res in attempts:  # every refusal of this request so far: a later rule wins per fact
                 if "error" in res:
                     rule = refusal_rule(res)
-                    quoted |= {f.id: val for f in on_tool if (val := f.read(rule)) is not None}
+                    quoted |= {f.id: val for f in on_tool if (val := fact_read(f, rule)) is not None}
             out = {fid: (True, quoted[fid]) if fid in quoted else b for fid, b in out.items()}
         return out
 

@@ -164,7 +164,8 @@ class ChatHarness:
         except ModelError as e:  # a failed call still spent what it spent
             self.usage = add_usage(self.usage, e.usage)
             raise
-        self.usage = add_usage(self.usage, res.usage.model_copy(update={"calls": max(1, res.usage.calls)}))
+        u = res.usage
+        self.usage = add_usage(self.usage, u if u.calls >= 1 else u.model_copy(update={"calls": 1}))
         return res
 
 

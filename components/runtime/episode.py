@@ -57,12 +57,13 @@ def failed_step(ep: Episode, port: ChatHarness, e: ModelError) -> TraceStep:
 
 
 def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: int, model: ChatModel,
-                max_turns: int = MAX_TURNS) -> EpisodeResult:
+                max_turns: int = MAX_TURNS, sealed: bool = True) -> EpisodeResult:
+    """`sealed=False`: the steps are not content-hashed (a counterfactual replay reads only the outcome)."""
     spec = world(bench.world)
     task = bench.tasks[item_id]
     env = spec.make_env(bench, task)
     port = ChatHarness(env, model, episode_seed(item_id, seed), targets=bench.meta.get("targets"))
-    ep = Episode.start(f"{item_id}#{seed}", package)
+    ep = Episode.start(f"{item_id}#{seed}", package, sealed=sealed)
     error = ""
     try:
         while not port.ended and len(ep.steps) < max_turns:

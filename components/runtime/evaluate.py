@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,61 @@ from components.worlds import Benchmark, load_benchmark
 SCORE_COLUMNS = ["item_id", "seed", "score", "success", "turns", "tokens_in", "tokens_out", "model_calls",
                  "tool_calls", "error"]
 HIDDEN = "_hidden"
+
+
+RACY_NS = 2_000_000_000  # a file changed this recently may change again within the same clock tick: do not trust stats
+
+
+def tree_stats(root: Path) -> tuple[tuple, int]:
+    """Every file's (relative path, size, mtime, ctime, inode), and the newest ctime. Writing any byte of a file moves
+    its ctime, which no user call can set back (unlike mtime), so an in-place edit changes this key."""
+    out, newest = [], 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            out.append((os.path.relpath(full, root), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+            newest = max(newest, st.st_ctime_ns)
+    return tuple(out), newest
+
+
+_loaded: dict[tuple, Any] = {}
+_loaded_lock = threading.Lock()
+
+
+def _memo_load(kind: str, loader: Callable[[Path], Any], path: str | Path) -> Any:
+    """`loader(path)`, memoized on the stat of every file under the directory (as `flows.tasks.tree_digest` is): a
+    campaign's every shard and stage reads the same benchmark (~0.3 s to parse) and packages. A tree touched within
+    the last two seconds is loaded afresh (as in git's "racy" check). What is returned is shared: read-only."""
+    p = Path(path)
+    rp = p.resolve()
+    if not rp.is_dir():
+        return loader(p)
+    stats, newest = tree_stats(rp)
+    if time.time_ns() - newest < RACY_NS:
+        return loader(p)
+    key = (kind, str(p), str(rp), stats)
+    with _loaded_lock:
+        hit = _loaded.get(key)
+    if hit is not None:
+        return hit
+    got = loader(p)
+    with _loaded_lock:
+        _loaded[key] = got
+        while len(_loaded) > 32:
+            _loaded.pop(next(iter(_loaded)))
+    return got
+
+
+def benchmark_at(path: str | Path | Benchmark) -> Benchmark:
+    """The benchmark at `path` (`load_benchmark`), loaded once while its files are unchanged."""
+    return path if isinstance(path, Benchmark) else _memo_load("benchmark", load_benchmark, path)
+
+
+def package_at(path: str | Path | MemoryPackage) -> MemoryPackage:
+    """The memory package at `path` (`load_package`), loaded once while its files are unchanged."""
+    return path if isinstance(path, MemoryPackage) else _memo_load("package", load_package, path)
 
 
 def seed_map(items: list[str], seeds: list[int]) -> dict[str, int]:
@@ -74,8 +132,7 @@ def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark
     """Run every (item, seed) of a shard. Paths are accepted so a shard can run in another process.
     `call_cache`: a reply store (`components.models.callcache`) that answers requests already paid for; the tables
     are the same, and `paid` says what the calls that missed it cost."""
-    pkg = package if isinstance(package, MemoryPackage) else load_package(package)
-    b = bench if isinstance(bench, Benchmark) else load_benchmark(bench)
+    pkg, b = package_at(package), benchmark_at(bench)
     chat = make_model(model, model_cfg)
     store = None
     if call_cache is not None:

@@ -32,10 +32,11 @@ class Episode:
     ledger: Ledger
     delivered_counts: Counter = field(default_factory=Counter)
     steps: list[TraceStep] = field(default_factory=list)
+    sealed: bool = True  # content-hash each step; False only for a replay whose trace is discarded (a counterfactual)
 
     @classmethod
-    def start(cls, episode_id: str, package: MemoryPackage) -> Episode:
-        return cls(episode_id, package, Ledger(package.wm))
+    def start(cls, episode_id: str, package: MemoryPackage, sealed: bool = True) -> Episode:
+        return cls(episode_id, package, Ledger(package.wm), sealed=sealed)
 
 
 def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
@@ -81,7 +82,8 @@ def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
 
     # 8. commit the action; append the trace step
     observation = port.commit(draft, blocked)
-    step = TraceStep(
+    # built by this function from typed values every turn: constructed without re-validating them
+    step = TraceStep.model_construct(
         episode_id=ep.episode_id,
         step=len(ep.steps),
         incoming=incoming,
@@ -96,7 +98,9 @@ def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
         observation=observation,
         state_after=ledger.snapshot(),
         fingerprint=turn.fingerprint,
-    ).sealed()
+    )
+    if ep.sealed:
+        step = step.sealed()
     ep.steps.append(step)
     return step
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 NESTED = ("incoming", "state_before", "delivered", "deliveries", "proposal", "first_draft", "action", "checks",
           "observation", "state_after", "fingerprint")
@@ -32,13 +32,39 @@ class TraceStep(BaseModel):
     state_after: list[dict[str, Any]]
     fingerprint: list[str]  # mechanisms that fired: deliver:<card>, check:<name>@<event>:bounce, ground:<entry>:done...
     hash: str = Field(default="", description="sha256 of the step's canonical JSON, without this field")
+    # each nested field's canonical JSON, kept from sealing for `steps_frame` (the same bytes it would write)
+    _nested_json: dict[str, str] | None = PrivateAttr(default=None)
+
+    def _encoded(self) -> tuple[str, dict[str, str]]:
+        """The canonical JSON of the step without `hash` (`json.dumps(model_dump(exclude={"hash"}), sort_keys=True,
+        default=str)`, the same bytes, assembled field by field: an object's JSON is its sorted "key": value pairs
+        joined by ", "), and each nested field's JSON as `steps_frame` writes it (strict: no default)."""
+        fields = self.model_dump(exclude={"hash"})
+        enc, nested = {}, {}
+        for k, v in fields.items():
+            try:
+                enc[k] = json.dumps(v, sort_keys=True)
+                if k in NESTED:
+                    nested[k] = enc[k]
+            except TypeError:  # not JSON: the hash reads it as str(); steps_frame would refuse it, so keep none
+                enc[k] = json.dumps(v, sort_keys=True, default=str)
+        body = ", ".join(f"{json.dumps(k)}: {enc[k]}" for k in sorted(enc))
+        return "{" + body + "}", nested
 
     def content_hash(self) -> str:
-        payload = self.model_dump(exclude={"hash"})
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+        return hashlib.sha256(self._encoded()[0].encode()).hexdigest()
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> TraceStep:
+        out = super().model_copy(update=update, deep=deep)
+        if update:  # changed fields: the kept encodings no longer describe it
+            out._nested_json = None
+        return out
 
     def sealed(self) -> TraceStep:
-        return self.model_copy(update={"hash": self.content_hash()})
+        payload, nested = self._encoded()
+        out = self.model_copy(update={"hash": hashlib.sha256(payload.encode()).hexdigest()})
+        out._nested_json = nested if len(nested) == len(NESTED) else None
+        return out
 
 
 def steps_frame(steps: list[TraceStep], **columns: Any) -> pd.DataFrame:
@@ -46,9 +72,13 @@ def steps_frame(steps: list[TraceStep], **columns: Any) -> pd.DataFrame:
     rows = []
     for s in steps:
         row = {k: v for k, v in columns.items()}
-        d = s.model_dump()
-        for k, v in d.items():
-            row[k] = json.dumps(v, sort_keys=True) if k in NESTED else v
+        nested = s._nested_json
+        if nested is not None and s.hash:  # sealed: its fields are as they were encoded (the model is frozen)
+            for k in TraceStep.model_fields:
+                row[k] = nested[k] if k in NESTED else getattr(s, k)
+        else:
+            for k, v in s.model_dump().items():
+                row[k] = json.dumps(v, sort_keys=True) if k in NESTED else v
         rows.append(row)
     return pd.DataFrame(rows)
 
