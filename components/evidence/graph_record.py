@@ -448,7 +448,8 @@ def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_ch
             among: set[str] | None = None) -> dict:
     """The budgeted projection: compact records with ids (so deeper evidence can be fetched), most decisive first:
     verdicts on plans for the current clusters' tools, contested nodes, open questions, promotions in force. Expired
-    records are left out; what did not fit is counted, never silently cut."""
+    records are left out; what did not fit is counted, never silently cut. Its serialized length (compact separators)
+    is at most `max_chars` (when that holds the empty wrapper, ~80 chars)."""
     tools = {p.tool for p in packets}
     revoked, flagged = g.revoked(), g.flagged()
     nodes = [n for n in g.nodes() if n.id not in revoked and (among is None or n.id in among)]
@@ -469,7 +470,9 @@ def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_ch
     ranked += [("open_questions", n.compact()) for n in live if n.id in still_open]
     ranked += [("promotions", {**n.compact(), "flagged": n.id in flagged}) for n in nodes
                if n.data.get("type") == "promotion"]
-    used, omitted = 0, 0
+    # the limit counts what is emitted: the wrapper (its omitted count at most len(ranked)) plus each record and a
+    # comma (one too many per non-empty section: it errs short, never over); the empty wrapper is always emitted
+    used, omitted = len(json.dumps({**sections, "omitted": len(ranked)}, separators=(",", ":"))), 0
     for sec, item in ranked:
         size = len(json.dumps(item, separators=(",", ":"))) + 1
         if used + size > max_chars:
