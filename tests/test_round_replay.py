@@ -8,6 +8,7 @@ from pathlib import Path
 
 import flows.campaign
 from tests.conftest import small_params
+from tests.no_mlflow import NoMLflow
 
 
 def _files(out: Path) -> dict[str, str]:
@@ -15,35 +16,11 @@ def _files(out: Path) -> dict[str, str]:
             for f in sorted((out / "rounds").rglob("*")) if f.is_file()}
 
 
-class NoMLflow:
-    """Stands in for the campaign's MLflow tracker (flows/campaign.py's calls only): what this test compares is the
-    round's files and lineage, which the tracker only reads after the round. Logging each of the three campaigns'
-    runs and cited traces was half of this test's CPU; what a campaign logs is checked in
-    tests/test_records_and_reproduce.py, and a replayed campaign logged in tests/test_campaign.py's rerun on the same
-    bytes."""
-
-    run_id = experiment_id = uri = "no-mlflow"
-
-    def __init__(self, *args, **kwargs):
-        self.client = self  # `tracker.client.log_text(...)`, `tracker.client.log_dict(...)`
-
-    def log_round(self, rec: dict) -> str:
-        return self.run_id
-
-    def finish(self, *args, **kwargs) -> None:
-        pass
-
-    def log_text(self, *args, **kwargs) -> None:
-        pass
-
-    def log_dict(self, *args, **kwargs) -> None:
-        pass
-
-
 def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_server, tmp_path, monkeypatch):
     from components.evidence.graph_record import Memory
     from components.worlds import world
 
+    # what is compared is the round's files and lineage: MLflow logging of the three campaigns was half the CPU
     monkeypatch.setattr(flows.campaign, "CampaignTracker", NoMLflow)
 
     # a third of the session's benchmark (12 tasks per family): replaying a round does not depend on its size
