@@ -21,8 +21,11 @@ def test_the_serialized_projection_is_within_its_limit(tmp_path):
         whole = project(g, [], now, 200_000)
         assert whole["omitted"] == 0 and len(whole["verdicts"]) == len(whole["open_questions"]) == 12
         full = len(json.dumps(whole, separators=(",", ":")))
-        # the records alone used to be budgeted, so the emitted JSON overshot by its wrapper (~80 chars)
-        for limit in range(200, full + 1, 41):
+        # limits the first k records (in the projection's order) fill exactly, separators counted: the old budget
+        # counted the records alone, kept all k and emitted the wrapper (~80 chars) on top of the limit
+        ranked = whole["verdicts"] + whole["open_questions"]
+        sizes = [len(json.dumps(x, separators=(",", ":"))) + 1 for x in ranked]
+        for limit in [sum(sizes[:k]) for k in range(1, len(ranked) + 1, 2)] + [200, full]:
             p = project(g, [], now, limit)
             emitted = len(json.dumps(p, separators=(",", ":")))
             assert emitted <= limit, (limit, emitted)
