@@ -8,7 +8,6 @@ from pathlib import Path
 
 import flows.campaign
 from tests.conftest import small_params
-from tests.no_mlflow import NoMLflow
 
 
 def _files(out: Path) -> dict[str, str]:
@@ -19,9 +18,6 @@ def _files(out: Path) -> dict[str, str]:
 def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_server, tmp_path, monkeypatch):
     from components.evidence.graph_record import Memory
     from components.worlds import world
-
-    # what is compared is the round's files and lineage: MLflow logging of the three campaigns was half the CPU
-    monkeypatch.setattr(flows.campaign, "CampaignTracker", NoMLflow)
 
     # a third of the session's benchmark (12 tasks per family): replaying a round does not depend on its size
     bench_dir = world("retail").materialize(tmp_path / "bench", 0, 12)

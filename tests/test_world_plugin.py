@@ -160,16 +160,10 @@ def lamp_installed(tmp_path, monkeypatch):
     simulated.resolve.cache_clear()
 
 
-def test_an_installed_world_is_found_materialized_and_evolved(lamp_installed, prefect_server, tmp_path, monkeypatch):
-    import flows.campaign
+def test_an_installed_world_is_found_materialized_and_evolved(lamp_installed, prefect_server, tmp_path):
     from components.evolution.lineage import Lineage
     from components.worlds import load_benchmark, names, world
     from flows.campaign import run_campaign
-    from tests.no_mlflow import NoMLflow
-
-    # what is checked is the world's round, verdict and champion: the campaign's MLflow logging (world-blind: the
-    # generic trace schema, params and manifests) was three quarters of the campaign's main-thread CPU here
-    monkeypatch.setattr(flows.campaign, "CampaignTracker", NoMLflow)
 
     assert "lamp" in names() and "retail" in names()
     spec = world("lamp")
