@@ -274,7 +274,29 @@ def test_twenty_percent_model_faults(prefect_server, faulty_server, tmp_path):
         assert retry[3] - at < 5.0, "a replay by a later evaluation, not a retry"
 
 
-def test_dask_gives_the_same_scores_as_threads(prefect_server, bench_dir):
+@pytest.fixture
+def dask_forkserver():
+    """Dask's worker processes forked from one server that imported Dask and the evaluation code once, instead of
+    each spawned interpreter importing them (~3 CPU-s a worker): still processes of their own, sent pickled shards.
+    A fork server is single-threaded, so forking it is safe where forking pytest is not (as in tests/test_budget.py).
+    The process's one fork server is stopped before and after, so no other test forks from this one's preload."""
+    import multiprocessing
+    import multiprocessing.forkserver
+
+    import dask
+    from distributed.utils import get_mp_context
+
+    multiprocessing.forkserver._forkserver._stop()
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        get_mp_context()  # Dask sets its own preload the first time: ours replaces it, not the other way round
+        multiprocessing.get_context("forkserver").set_forkserver_preload(["distributed", "flows.evaluate"])
+        try:
+            yield
+        finally:
+            multiprocessing.forkserver._forkserver._stop()
+
+
+def test_dask_gives_the_same_scores_as_threads(prefect_server, bench_dir, dask_forkserver):
     from distributed import LocalCluster
     from prefect.settings import PREFECT_TASKS_REFRESH_CACHE, temporary_settings
 
@@ -317,25 +339,28 @@ def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path
     # a real `ratchet worker` process (forked by the zygote: its imports are done), polling for runs every second
     worker = ratchet.start(tmp_path, "worker", PREFECT_RUNNER_POLL_FREQUENCY="1")
     try:
-        run = run_deployment("campaign/nightly-test", timeout=600, poll_interval=0.5)
+        try:
+            run = run_deployment("campaign/nightly-test", timeout=600, poll_interval=0.5)
+        finally:
+            os.kill(worker, signal.SIGINT)  # it shuts down (seconds) while this process checks what it did
         assert run.state.is_completed(), run.state
+        assert (tmp_path / "camp" / "summary.json").exists()
+        code, out, err = run_cli(capsys, "campaign", "runs")
+        assert code == 0, err[-2000:]
+        assert "nightly-test" in out and "Completed" in out, out
+        import asyncio
+
+        from prefect.client.orchestration import get_client
+
+        async def schedules():
+            async with get_client() as client:
+                dep = await client.read_deployment_by_name("campaign/nightly-test")
+                return [s.schedule.cron for s in dep.schedules]
+
+        # the schedule is registered (a persistent server fires it)
+        assert asyncio.run(schedules()) == ["0 3 * * *"]
     finally:
-        os.kill(worker, signal.SIGINT)
         ratchet.zygote.wait(worker, timeout=30)  # SIGKILLed if it has not stopped by then
-    assert (tmp_path / "camp" / "summary.json").exists()
-    code, out, err = run_cli(capsys, "campaign", "runs")
-    assert code == 0, err[-2000:]
-    assert "nightly-test" in out and "Completed" in out, out
-    import asyncio
-
-    from prefect.client.orchestration import get_client
-
-    async def schedules():
-        async with get_client() as client:
-            dep = await client.read_deployment_by_name("campaign/nightly-test")
-            return [s.schedule.cron for s in dep.schedules]
-
-    assert asyncio.run(schedules()) == ["0 3 * * *"]  # the schedule is registered (a persistent server fires it)
 
 
 def test_with_a_configured_server_the_temporary_one_is_not_tied_nor_imported(monkeypatch):

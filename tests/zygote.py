@@ -63,6 +63,10 @@ for line in sys.stdin:
         _, status = os.waitpid(pid, 0)
         results.write(json.dumps(os.waitstatus_to_exitcode(status)) + "\n")
     results.flush()
+# stdin closed: done. This process ran no command (it only imported), so there is nothing to tear down; a normal exit
+# would finalize every imported module (atexit hooks, GC of the heap: ~2 s idle, 8 s loaded) for nothing.
+results.close()
+os._exit(0)
 """
 
 
