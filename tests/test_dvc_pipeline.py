@@ -67,7 +67,9 @@ def project(tmp_path_factory, prefect_server) -> "Project":
     run("git", "add", "-A")
     run("git", "commit", "-qm", "small params")
     # the history every test starts from: a 1-round campaign committed, then a 2-round one (one param changed; its
-    # round 1 comes from the task cache the first campaign filled)
+    # round 1 comes from the task cache the first campaign filled). Most of this module's time: these five stages are
+    # fresh interpreters, and their imports dominate at these sizes (each `ratchet campaign` ~9 CPU-s before any
+    # work: great-expectations, MLflow, Prefect, scipy), so the tests below start no campaign interpreter of their own
     first = run("dvc", "repro").stdout
     run("git", "add", "-A")
     run("git", "commit", "-qm", "campaign with 1 round")
