@@ -120,10 +120,18 @@ class _Eval:
 
     def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None,
                  seeds: list[int] | None = None) -> EvalTables:
-        c = self.p.campaign
-        return self.steps.evaluate(str(package), self.p.benchmark.out, self.seeds if seeds is None else seeds,
-                                   split=split, items=items, shard_size=c.shard_size, model=c.model,
-                                   model_cfg=c.model_cfg, max_turns=c.max_turns, label=label, budget=self.budget)
+        c, seeds = self.p.campaign, self.seeds if seeds is None else seeds
+        return self.steps.evaluate(str(package), self.p.benchmark.out, seeds, split=split, items=items,
+                                   shard_size=self.shard_items(seeds), model=c.model, model_cfg=c.model_cfg,
+                                   max_turns=c.max_turns, label=label, budget=self.budget)
+
+    def shard_items(self, seeds: list[int]) -> int:
+        """Items per task: `campaign.shard_size` at the campaign's seeds, more when a look runs fewer seeds, so every
+        task holds about shard_size x seeds episodes. A look at one seed of three would otherwise be three times the
+        tasks for the same episodes, and each task run costs Prefect's bookkeeping (its engine, three state events
+        the server records, a persisted result). The shards a look is cut into never change a score table: the
+        tables are sorted by (item, seed) when gathered. Deterministic, so a champion's cells keep their cache keys."""
+        return max(1, self.p.campaign.shard_size * len(self.seeds) // max(1, len(seeds)))
 
 
 def by_looks(groups: list[tuple[list[str], list[int]]], arms: dict, judge):

@@ -2,7 +2,8 @@
 
 Cache keys are the code version of components/ plus the digests of the stage's inputs (package bytes, benchmark
 bytes, seed map, options), never object identities, so a rerun with the same bytes recomputes nothing and a changed
-input recomputes only what depends on it. Results persist (compressed pickle) under PREFECT_LOCAL_STORAGE_PATH.
+input recomputes only what depends on it. Results persist (compressed pickle: flows/resultzip.py) under
+PREFECT_LOCAL_STORAGE_PATH.
 `patch` and `commit` write files and are cheap: they run every time and are idempotent instead of cached.
 """
 
@@ -36,9 +37,9 @@ from components.memory.package import digest
 from components.runtime.evaluate import RACY_NS, EvalTables, benchmark_at, package_at, run_shard, tree_stats
 from components.version import code_version
 
-# zlib: as small as lzma for these tables at a tenth of the time
+# zlib (as small as lzma for these tables at a tenth of the time) at level 1 on the pickle's bytes: flows/resultzip.py
 PERSIST = {"persist_result": True,
-           "result_serializer": CompressedSerializer(serializer=PickleSerializer(), compressionlib="zlib")}
+           "result_serializer": CompressedSerializer(serializer=PickleSerializer(), compressionlib="flows.resultzip")}
 
 
 def stage_key(stage: str, **inputs: Any) -> str:

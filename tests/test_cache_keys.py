@@ -56,3 +56,26 @@ def test_a_package_key_follows_its_cards(tmp_path, package_copy, monkeypatch):
     card.unlink()
     (pkg / "em" / "extra.md").write_text("x")  # a file removed and another added
     assert tasks.tree_digest(pkg) == digest(pkg)
+
+
+def test_results_persisted_before_level_1_still_load(tmp_path):
+    """Task results are now packed by flows/resultzip.py; a result store written with Prefect's plain "zlib" (before)
+    must still load on a resume (each record names the serializer that wrote it), and the new records round-trip."""
+    import pandas as pd
+    from prefect.filesystems import LocalFileSystem
+    from prefect.results import ResultStore
+    from prefect.serializers import CompressedSerializer, PickleSerializer
+
+    from flows.tasks import PERSIST
+
+    storage = LocalFileSystem(basepath=str(tmp_path))
+    frame = pd.DataFrame({"item_id": [f"t{i}" for i in range(200)], "score": [i / 7 for i in range(200)]})
+    old = ResultStore(result_storage=storage, serializer=CompressedSerializer(serializer=PickleSerializer(),
+                                                                               compressionlib="zlib"))
+    old.write(frame, key="before")
+    new = ResultStore(result_storage=storage, serializer=PERSIST["result_serializer"])
+    new.write(frame, key="after")
+    for key in ("before", "after"):
+        pd.testing.assert_frame_equal(new.read(key).result, frame)
+    assert new.read("after").metadata.serializer.compressionlib == "flows.resultzip"
+    assert (tmp_path / "after").stat().st_size < (tmp_path / "before").stat().st_size  # raw bytes pack smaller
