@@ -32,7 +32,6 @@ from pathlib import Path
 from prefect import flow
 from rich.console import Console
 
-from components.contracts import check_benchmark, check_paired_scores
 from components.evidence.budget import BudgetExceeded, BudgetLedger
 from components.evidence.graph_record import (champion_chain, memory_for_round, model_id, open_graph,
                                               record_campaign_round)
@@ -53,7 +52,8 @@ from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
 from flows.evaluate import submit_eval, task_runner
 from flows.prefect_setup import quiet_expected_failures, tie_temporary_server_to_this_process
-from flows.tasks import (PERSIST, causes_stage, commit_stage, diagnose_stage, gate_look_stage, patch_stage, plain_eval,
+from flows.tasks import (PERSIST, benchmark_contract, causes_stage, commit_stage, diagnose_stage, gate_look_stage,
+                         paired_contract, patch_stage, plain_eval,
                          plan_stage, reject_stage, repair_look_stage, stage_key, tree_digest, validate_stage)
 
 tie_temporary_server_to_this_process()
@@ -437,7 +437,7 @@ def campaign(params: dict, name: str = "default") -> dict:
     prepare(p)
     if not (Path(p.benchmark.out) / "meta.json").exists():
         p.benchmark.materialize(inputs={"start package": c.start, "campaign output": c.out})
-    check_benchmark(p.benchmark.out)  # the data contract, once per campaign
+    benchmark_contract(str(p.benchmark.out))  # the data contract, once per campaign (cached on the bytes)
     lineage = Lineage(out / "lineage")
     with ExitStack() as stack:
         lock = stack.enter_context(LineageLock(lineage.root))
@@ -571,7 +571,7 @@ def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict,
     ev = _Eval(p, budget)
     base = ev(start, "test start", split="test")
     cand = ev(champion, "test champion", split="test")
-    check_paired_scores(base.scores, cand.scores, "test certification")
+    paired_contract(base.scores, cand.scores, "test certification")
     verdict, _ = gate(base.scores, cand.scores, p.gate.config())
     test = {"base_mean": verdict.base_mean, "champion_mean": verdict.cand_mean, "net": verdict.net,
             "ci_lo": verdict.ci_lo, "ci_hi": verdict.ci_hi, "n_items": verdict.n_items,

@@ -22,7 +22,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.serializers import CompressedSerializer, PickleSerializer
 
-from components.contracts import check_paired_scores
+from components.contracts import check_benchmark, check_paired_scores
 from components.evidence.budget import BudgetExceeded, BudgetLedger, Estimate, usage
 from components.evidence.packets import verify_citations
 from components.evolution.diagnose import Diagnosis, diagnose
@@ -292,6 +292,26 @@ def commit_stage(lineage: str, candidate: str, evaluated_digest: str, round_no: 
 @task(name="reject", cache_policy=NO_CACHE)
 def reject_stage(lineage: str, round_no: int, record: dict, plan: dict | None) -> None:
     Lineage(lineage).reject(round_no, record, plan)
+
+
+# -- data contracts whose inputs are not inside a cached stage ------------------------------------------------------------
+# A contract's verdict on the same bytes is the same verdict: cached on them like a stage, so a resume or a rerun of
+# the same campaign neither imports great-expectations (~3.5 CPU-s) nor validates again. A failure is never cached.
+
+def _benchmark_contract_key(_ctx, p: dict) -> str:
+    return stage_key("benchmark_contract", bench=tree_digest(p["bench"]))
+
+
+@task(name="benchmark_contract", cache_key_fn=_benchmark_contract_key, **PERSIST)
+def benchmark_contract(bench: str) -> bool:
+    check_benchmark(bench)
+    return True
+
+
+@task(name="paired_contract", cache_key_fn=_scores_key("paired_contract"), **PERSIST)
+def paired_contract(base: pd.DataFrame, cand: pd.DataFrame, where: str) -> bool:
+    check_paired_scores(base, cand, where)
+    return True
 
 
 # -- the same evaluation without Prefect -------------------------------------------------------------------------------
