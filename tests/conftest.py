@@ -67,7 +67,13 @@ def pytest_collection_modifyitems(config, items):  # pytest-randomly's shuffle (
     units = {}
     for item in items:
         fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        if "small_campaign" in getattr(item, "fixturenames", ()):
+        # a test's own group (named as pytest-xdist names it): for a fixture its closure does not show because it is
+        # reached through getfixturevalue, e.g. the Postgres server of tests/test_evidence_graph.py
+        marked = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+        if marked:
+            group = "_".join(marked)
+        elif "small_campaign" in getattr(item, "fixturenames", ()):
             group = "small_campaign"
         elif any(d.scope == "module" for defs in fixturedefs.values() for d in defs):
             group = item.path.stem
@@ -75,7 +81,8 @@ def pytest_collection_modifyitems(config, items):  # pytest-randomly's shuffle (
             units[item] = item.nodeid
             continue
         units[item] = group
-        item.add_marker(pytest.mark.xdist_group(group))
+        if not marked:
+            item.add_marker(pytest.mark.xdist_group(group))
         if loadgroup and hasattr(item, "_id"):
             # pytest 9 keeps the id in `item._id`; pytest-xdist 3.8 suffixes `item._nodeid`, which it no longer
             # reads. Suffix the id here the way xdist would (its scheduler groups by the part after "@").
