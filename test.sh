@@ -7,9 +7,10 @@ scripts/bootstrap.sh
 # the tests start would compile the project's modules and redo pytest's assertion rewriting of every test module
 # (~3 CPU-s per worker). The run keeps its bytecode in .venv/pycache instead, never next to the sources, seeded with
 # the installed files' bytecode (scripts/seed_pycache.py). A PYTHONPYCACHEPREFIX of your own is left as it is.
-if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && [ -z "${PYTHONPYCACHEPREFIX:-}" ]; then
+# If the cache cannot be prepared, the run goes on without it.
+if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && [ -z "${PYTHONPYCACHEPREFIX:-}" ] &&
+   .venv/bin/python scripts/seed_pycache.py .venv/pycache; then
   export PYTHONPYCACHEPREFIX="$PWD/.venv/pycache"
-  .venv/bin/python scripts/seed_pycache.py "$PYTHONPYCACHEPREFIX"
   unset PYTHONDONTWRITEBYTECODE
 fi
 exec .venv/bin/python -m pytest "$@"
