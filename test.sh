@@ -3,4 +3,14 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh
+# With PYTHONDONTWRITEBYTECODE set (this machine sets it for everything), each pytest worker and each Python process
+# the tests start would compile the project's modules and redo pytest's assertion rewriting of every test module
+# (~3 CPU-s per worker). The run keeps its bytecode in .venv/pycache instead, never next to the sources, seeded with
+# the installed files' bytecode (scripts/seed_pycache.py). A PYTHONPYCACHEPREFIX of your own is left as it is.
+# If the cache cannot be prepared, the run goes on without it.
+if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && [ -z "${PYTHONPYCACHEPREFIX:-}" ] &&
+   .venv/bin/python scripts/seed_pycache.py .venv/pycache; then
+  export PYTHONPYCACHEPREFIX="$PWD/.venv/pycache"
+  unset PYTHONDONTWRITEBYTECODE
+fi
 exec .venv/bin/python -m pytest "$@"

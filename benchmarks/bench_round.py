@@ -39,6 +39,9 @@ def prefect_server():
         return contextlib.nullcontext()
     from prefect.testing.utilities import prefect_test_harness
 
+    from flows.prefect_setup import tie_temporary_server_to_this_process
+
+    tie_temporary_server_to_this_process()  # the harness's server, too, must not outlive a kill -9 of this process
     return prefect_test_harness(server_startup_timeout=180)
 
 

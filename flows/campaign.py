@@ -56,7 +56,6 @@ from flows.tasks import (PERSIST, benchmark_contract, causes_stage, commit_stage
                          paired_contract, patch_stage, plain_eval,
                          plan_stage, reject_stage, repair_look_stage, stage_key, tree_digest, validate_stage)
 
-tie_temporary_server_to_this_process()
 quiet_expected_failures()
 console = Console(stderr=True, soft_wrap=True)  # one line per round, however narrow the terminal
 STATE = ".state"  # under the campaign's output dir; excluded from DVC (ids, timestamps, the budget ledger)
@@ -610,4 +609,7 @@ def _say(rec: dict) -> None:
 
 def run_campaign(p: Params) -> dict:
     """Run the campaign flow in this process (its rounds and certification run on the configured task runner)."""
+    # here, not at import: tying imports the server's code (~2.5 CPU-s) when no server is configured, which only a
+    # process that runs a flow needs (a test module or a CLI command that only imports this module does not)
+    tie_temporary_server_to_this_process()
     return campaign(p.model_dump(), name=p.campaign.name)

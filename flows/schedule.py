@@ -37,6 +37,9 @@ def _deployment(name: str, cron: str | None, params: dict):
 
 def register(name: str, cron: str | None, p: Params) -> str:
     """Record the schedule and register (or update) its deployment on the Prefect server; returns the deployment id."""
+    from flows.prefect_setup import tie_temporary_server_to_this_process
+
+    tie_temporary_server_to_this_process()  # no server configured: registering starts a temporary one
     params = p.model_dump()
     if not Path(p.campaign.out).is_absolute():  # scheduled runs must not depend on the worker's cwd for outputs
         params["campaign"]["out"] = str(Path(p.campaign.out).resolve())

@@ -26,30 +26,47 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"
 
 
-# Seconds each heavy scheduling unit took on the idle machine (a group, or one test: what pytest-xdist hands a worker
-# whole), from `./test.sh --durations` (93f404d). Only the order of the queue depends on these: the heaviest units
-# start first, on different workers (longest-processing-time first), so that neither worker is left with a long unit
-# at the end. A unit not listed weighs nothing and keeps its place (pytest-randomly's order, or the files' order).
-# Stale figures cost balance, never correctness.
+# Seconds each heavy scheduling unit takes (a group, or one test: what pytest-xdist hands a worker whole), printed from
+# a suite log by scripts/heavy_units.py. Only the order of the queue depends on these: the heaviest units start first,
+# on different workers (longest-processing-time first), so that neither worker is left with a long unit at the end.
+# A unit not listed weighs nothing and keeps its place (pytest-randomly's order, or the files' order). Stale figures
+# cost balance, never correctness. Figures: s6-infra's branch (main a8ce927 + this session's start-up changes), two runs
+# of `./test.sh -p randomly --randomly-seed=4242 --durations=0 --durations-min=0.3 -vv` at load ~9-12 (17-18 min wall),
+# each divided by its ratio to the same units' seconds in the idle run of a8ce927 (4.2, 4.0), then averaged;
+# "postgres" runs only with the `postgres` extra (CI).
 HEAVY = {
-    "small_campaign": 135, "test_dvc_pipeline": 92, "test_operations": 84, "test_diagnosis_scoring": 9.5,
-    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_memory.py]": 25,
-    "tests/test_misuse.py::test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place": 18,
-    "tests/test_operations.py::test_twenty_percent_model_faults": 17.5,
-    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_round.py]": 15.7,
-    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_scaleout.py]": 15.7,
-    "tests/test_round_replay.py::test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory": 15.6,
-    "tests/test_campaign.py::test_a_rejected_plan_is_not_tried_again": 15.2,
-    "tests/test_campaign.py::test_cli_campaign_prints_rounds_and_certification": 12.2,
-    "tests/test_world_and_agent.py::test_memory_changes_the_scores_in_the_designed_order": 11.8,
-    "tests/test_misuse.py::test_a_running_campaign_is_refused_before_prefect_says_anything": 7.6,
-    "tests/test_operations.py::test_dask_gives_the_same_scores_as_threads": 7.5,
-    "tests/test_budget.py::test_sixteen_concurrent_reservers_never_exceed_the_ceiling": 6,
-    "tests/test_misuse.py::test_kill_9_of_a_campaign_leaves_no_prefect_server": 6.5,
-    "tests/test_world_and_agent.py::test_http_path_gives_identical_scores": 6.2,
-    "tests/test_world_plugin.py::test_an_installed_world_is_found_materialized_and_evolved": 5.3,
-    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio": 5,
-    "tests/test_diagnosis_scoring.py::test_bench_diagnosis_quick_prints_the_table": 5,
+    "test_dvc_pipeline": 101,
+    "small_campaign": 98,
+    "test_operations": 65,
+    "tests/test_round_replay.py::test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory": 15,
+    "tests/test_misuse.py::test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place": 13,
+    "tests/test_world_and_agent.py::test_memory_changes_the_scores_in_the_designed_order": 12,
+    "tests/test_campaign.py::test_a_rejected_plan_is_not_tried_again": 11,
+    "tests/test_operations.py::test_dask_gives_the_same_scores_as_threads": 9.2,
+    "test_diagnosis_scoring": 8.8,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_memory.py]": 8.4,
+    "test_misuse": 7.5,
+    "tests/test_world_plugin.py::test_an_installed_world_is_found_materialized_and_evolved": 6.7,
+    "tests/test_world_and_agent.py::test_http_path_gives_identical_scores": 5.9,
+    "tests/test_budget.py::test_sixteen_concurrent_reservers_never_exceed_the_ceiling[processes]": 5.8,
+    "tests/test_operations.py::test_twenty_percent_model_faults": 5.6,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_scaleout.py]": 5.2,
+    "tests/test_gate.py::test_bench_gate_calibration_quick": 4.7,
+    "tests/test_campaign.py::test_cli_campaign_prints_rounds_and_certification": 4.4,
+    "tests/test_gate.py::test_bench_gate_quick": 4.4,
+    "postgres": 4.4,
+    "tests/test_world_and_agent.py::test_cli_eval_writes_tables_byte_identically": 4.2,
+    "tests/test_budget.py::test_sixteen_concurrent_reservers_never_exceed_the_ceiling[threads]": 4.2,
+    "tests/test_operations.py::test_with_a_configured_server_the_temporary_one_is_not_tied_nor_imported": 4.0,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_round.py]": 3.9,
+    "test_gate": 3.3,
+    "tests/test_diagnosis_scoring.py::test_bench_diagnosis_quick_prints_the_table": 2.8,
+    "tests/test_diagnosis_scoring.py::test_ratchet_diagnose_prints_one_json_object": 2.5,
+    "tests/test_world_and_agent.py::test_the_knowledge_is_written_down": 2.1,
+    "tests/test_gate_reuse.py::test_a_champion_evaluated_again_pays_nothing_and_a_patch_pays_only_where_it_acts": 1.7,
+    "tests/test_world_and_agent.py::test_routed_cards_beat_the_same_cards_everywhere": 1.6,
+    "tests/test_misuse.py::test_a_package_nested_thousands_deep_is_one_line": 1.6,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio": 2,  # a benchmark not listed above
 }
 
 
@@ -61,13 +78,19 @@ def weight(unit: str) -> float:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks into the test ids; after
 def pytest_collection_modifyitems(config, items):  # pytest-randomly's shuffle (a hook wrapper that runs first)
     """Under `--dist loadgroup`, fixtures built once stay built once: the tests that read the small campaign go to one
-    worker, and so do a module's tests that share a module-scoped fixture (a DVC project, a preloaded process).
-    Then the heaviest units go to the front of the queue (HEAVY)."""
+    worker, and so do a module's tests that share a module-scoped fixture (a DVC project, a preloaded process) and
+    the tests marked with one `xdist_group`. Then the heaviest units go to the front of the queue (HEAVY)."""
     loadgroup = getattr(config.option, "loadgroup", False)
     units = {}
     for item in items:
         fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        if "small_campaign" in getattr(item, "fixturenames", ()):
+        # a test's own group (named as pytest-xdist names it): for a fixture its closure does not show because it is
+        # reached through getfixturevalue, e.g. the Postgres server of tests/test_evidence_graph.py
+        marked = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+        if marked:
+            group = "_".join(marked)
+        elif "small_campaign" in getattr(item, "fixturenames", ()):
             group = "small_campaign"
         elif any(d.scope == "module" for defs in fixturedefs.values() for d in defs):
             group = item.path.stem
@@ -75,7 +98,8 @@ def pytest_collection_modifyitems(config, items):  # pytest-randomly's shuffle (
             units[item] = item.nodeid
             continue
         units[item] = group
-        item.add_marker(pytest.mark.xdist_group(group))
+        if not marked:
+            item.add_marker(pytest.mark.xdist_group(group))
         if loadgroup and hasattr(item, "_id"):
             # pytest 9 keeps the id in `item._id`; pytest-xdist 3.8 suffixes `item._nodeid`, which it no longer
             # reads. Suffix the id here the way xdist would (its scheduler groups by the part after "@").

@@ -55,7 +55,8 @@ def _pg_url(request, tmp_path) -> str:
     return f"postgresql+psycopg://postgres@/{name}?host={root}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# the Postgres cases run on one xdist worker (tests/conftest.py), which starts the one server (~4 s, +2 s to stop)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.xdist_group("postgres"))])
 def where(request, tmp_path):
     """The graph's store: the embedded SQLite file, and a shared Postgres server when the extra is installed."""
     return tmp_path / "evidence.db" if request.param == "sqlite" else _pg_url(request, tmp_path)
