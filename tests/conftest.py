@@ -298,14 +298,23 @@ def small_params(bench_dir: Path, out: Path, **over):
 
 
 @pytest.fixture(scope="session")
-def small_campaign(prefect_server, tmp_path_factory, bench_dir) -> Campaign:
+def small_campaign(prefect_server, tmp_path_factory) -> Campaign:
     """One small campaign, run once in-process, for every test that reads a campaign (records, reproduce, reruns,
-    the notebook). Read-only: a test that changes files copies `out` first."""
+    the notebook). Read-only: a test that changes files copies `out` first. A test that runs a variant of it takes
+    its benchmark from `params.benchmark` (the same bytes at the same path: the task cache answers)."""
+    from components.worlds import world
     from flows.campaign import run_campaign
 
-    out = tmp_path_factory.mktemp("small-campaign") / "camp"
+    root = tmp_path_factory.mktemp("small-campaign")
+    # half the session's benchmark (18 tasks per family; a quarter each for train and test, half for dev): ~4x less
+    # work, and still every kind of round its readers look at: one rejected before the gate, one promoted, one
+    # rejected by the gate, then a champion certified on the test split. What they check does not depend on the size.
+    size = {"benchmark.per_family": 18, "benchmark.train_share": 0.25, "benchmark.dev_share": 0.5}
+    bench = world("retail").materialize(root / "bench", 0, size["benchmark.per_family"],
+                                        (size["benchmark.train_share"], size["benchmark.dev_share"]))
+    out = root / "camp"
     # its own evidence graph: other tests' campaigns named "small" must not record over what this one's tests read
-    p = small_params(bench_dir, out, **{"evidence.db": str(out.parent / "evidence.db")})
+    p = small_params(bench, out, **size, **{"evidence.db": str(root / "evidence.db")})
     return Campaign(p, out, run_campaign(p))
 
 
