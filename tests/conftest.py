@@ -285,8 +285,9 @@ class Campaign:
     summary: dict
 
 
-# The shared small campaign: 3 rounds, 2 seeds per item on the session's benchmark. Tests that vary a knob start from
-# these overrides so that everything they do not vary comes from the Prefect task cache this campaign filled.
+# Small campaigns: 3 rounds, 2 seeds per item (the shared one, `small_campaign`, sets its own benchmark size and round
+# count). Tests that vary a knob of it start from these overrides and its benchmark (tests/test_campaign.py `variant`)
+# so that everything they do not vary comes from the Prefect task cache this campaign filled.
 SMALL = {"campaign.name": "small", "campaign.rounds": 3, "campaign.seeds": 2, "gate.n_boot": 2000,
          "evidence.memory": False}  # stateless: a test that wants campaign memory turns it on
 
