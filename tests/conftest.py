@@ -309,8 +309,9 @@ class Campaign:
     summary: dict
 
 
-# The shared small campaign: 3 rounds, 2 seeds per item on the session's benchmark. Tests that vary a knob start from
-# these overrides so that everything they do not vary comes from the Prefect task cache this campaign filled.
+# Small campaigns: 3 rounds, 2 seeds per item (the shared one, `small_campaign`, sets its own benchmark size and round
+# count). Tests that vary a knob of it start from these overrides and its benchmark (tests/test_campaign.py `variant`)
+# so that everything they do not vary comes from the Prefect task cache this campaign filled.
 SMALL = {"campaign.name": "small", "campaign.rounds": 3, "campaign.seeds": 2, "gate.n_boot": 2000,
          "evidence.memory": False}  # stateless: a test that wants campaign memory turns it on
 
@@ -322,14 +323,24 @@ def small_params(bench_dir: Path, out: Path, **over):
 
 
 @pytest.fixture(scope="session")
-def small_campaign(prefect_server, tmp_path_factory, bench_dir) -> Campaign:
+def small_campaign(prefect_server, tmp_path_factory) -> Campaign:
     """One small campaign, run once in-process, for every test that reads a campaign (records, reproduce, reruns,
-    the notebook). Read-only: a test that changes files copies `out` first."""
+    the notebook). Read-only: a test that changes files copies `out` first. A test that runs a variant of it takes
+    its benchmark from `params.benchmark` (the same bytes at the same path: the task cache answers)."""
+    from components.worlds import world
     from flows.campaign import run_campaign
 
-    out = tmp_path_factory.mktemp("small-campaign") / "camp"
+    root = tmp_path_factory.mktemp("small-campaign")
+    # half the session's benchmark (18 tasks per family), two rounds: ~3x less work, and still what its readers
+    # look at: a round rejected by the gate, then one promoted, and a champion certified on the test split (dev a
+    # little larger than a third, so that the promotion is not too small to show). What they check does not depend
+    # on the size.
+    size = {"benchmark.per_family": 18, "benchmark.train_share": 0.34, "benchmark.dev_share": 0.46, "campaign.rounds": 2}
+    bench = world("retail").materialize(root / "bench", 0, size["benchmark.per_family"],
+                                        (size["benchmark.train_share"], size["benchmark.dev_share"]))
+    out = root / "camp"
     # its own evidence graph: other tests' campaigns named "small" must not record over what this one's tests read
-    p = small_params(bench_dir, out, **{"evidence.db": str(out.parent / "evidence.db")})
+    p = small_params(bench, out, **size, **{"evidence.db": str(root / "evidence.db")})
     return Campaign(p, out, run_campaign(p))
 
 

@@ -23,6 +23,11 @@ from components.worlds import load_benchmark
 from tests.conftest import run_cli as cli, small_params
 
 
+def _bench(campaign):
+    """The benchmark the shared small campaign ran on (its evidence)."""
+    return load_benchmark(campaign.params.benchmark.out)
+
+
 def _round(out: Path, n: int):
     rd = out / "rounds" / f"r{n:02d}"
     packets = [EvidencePacket.model_validate(x) for x in json.loads((rd / "diagnosis.json").read_text())]
@@ -61,9 +66,8 @@ def test_recording_a_round_again_adds_nothing(small_campaign, tmp_path):
         assert (len(g.nodes()), len(g.edges()), sum(len(g.versions(n.id)) for n in g.nodes())) == before
 
 
-def test_a_plan_rejected_on_the_same_evidence_is_not_retried_on_other_evidence_it_may_be(small_campaign, tmp_path,
-                                                                                       bench):
-    out = small_campaign.out
+def test_a_plan_rejected_on_the_same_evidence_is_not_retried_on_other_evidence_it_may_be(small_campaign, tmp_path):
+    out, bench = small_campaign.out, _bench(small_campaign)
     rec = small_campaign.summary["history"][0]
     rejected = {**rec, "verdict": "reject", "child": None, "reason": "gate: recorded as rejected for this test"}
     db = tmp_path / "e.db"
@@ -100,15 +104,18 @@ def test_a_plan_rejected_on_the_same_evidence_is_not_retried_on_other_evidence_i
 
 
 def test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_evidence(small_campaign, prefect_server,
-                                                                                      tmp_path, bench_dir):
+                                                                                      tmp_path):
     from flows.campaign import run_campaign
 
     rec = small_campaign.summary["history"][0]
     db = tmp_path / "e.db"
     with EvidenceGraph(db, campaign="earlier") as g:
         record_round(g, small_campaign.out, {**rec, "verdict": "reject", "child": None, "reason": "gate: test"}, "sim")
-    p = small_params(bench_dir, tmp_path / "later", **{"campaign.name": "small-later", "campaign.rounds": 1,
-                                                       "evidence.memory": True, "evidence.db": str(db)})
+    b = small_campaign.params.benchmark  # the first campaign's benchmark (path and size): the same evidence
+    p = small_params(Path(b.out), tmp_path / "later", **{
+        "benchmark.per_family": b.per_family, "benchmark.train_share": b.train_share,
+        "benchmark.dev_share": b.dev_share, "campaign.name": "small-later", "campaign.rounds": 1,
+        "evidence.memory": True, "evidence.db": str(db)})
     s = run_campaign(p)
     memory = json.loads((tmp_path / "later" / "rounds" / "r01" / "memory.json").read_text())
     assert memory["rejected_here"] == [rec["plan_key"]]
@@ -117,8 +124,8 @@ def test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_ev
         assert any(n.data.get("plan_key") == s["history"][0].get("plan_key") for n in g.nodes("decision"))
 
 
-def test_a_plan_accepted_elsewhere_is_proposed_first_bound_to_the_current_evidence(small_campaign, tmp_path, bench):
-    out, hist = small_campaign.out, small_campaign.summary["history"]
+def test_a_plan_accepted_elsewhere_is_proposed_first_bound_to_the_current_evidence(small_campaign, tmp_path):
+    out, hist, bench = small_campaign.out, small_campaign.summary["history"], _bench(small_campaign)
     rec = next(r for r in hist if r["verdict"] == "accept")
     rd, packets, traces = _round(out, rec["round"])
     parent = str(out / "lineage" / "versions" / rec["parent"]["version"])

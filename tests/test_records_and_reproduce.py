@@ -74,8 +74,11 @@ def reproduce(capsys):
     return lambda *args: Result(*cli(capsys, "reproduce", *args))
 
 
-def test_reproduce_a_promotion_is_identical(campaign, reproduce, bench):
+def test_reproduce_a_promotion_is_identical(small_campaign, campaign, reproduce):
+    from components.worlds import load_benchmark
+
     out, s = campaign
+    bench = load_benchmark(small_campaign.params.benchmark.out)
     promoted = [v["version"] for v in s["lineage"][1:]]
     assert promoted
     r = reproduce("--version", promoted[-1], "--campaign", str(out), "--json")
