@@ -1,12 +1,13 @@
 """Test setup: the quiet/offline environment in a temp home, a benchmark materialized once per run, one temporary
-Prefect server per process, and one small campaign shared by every test that only reads a campaign's results.
+Prefect server per run, and one small campaign shared by every test that only reads a campaign's results.
 
-Under pytest-xdist (the default: `-n 2 --dist loadgroup`, pyproject.toml) each worker is its own process with its own
-home, MLflow store, Prefect server and task cache. The benchmark is plain files, so the first worker to need it
-materializes it once for all (a file lock, as pytest-xdist documents). The small campaign is not files only: the tests
-that read it also read its MLflow runs from their process's default tracking store and rely on its Prefect task
-cache, so they all run on one worker (the `xdist_group` mark and id suffix added below), which builds it once; so
-do the tests of a module that share a module-scoped fixture."""
+Under pytest-xdist (the default: `-n auto --dist loadgroup`, pyproject.toml: cores + 1 workers) each worker is its own
+process with its own home, MLflow store and task cache; the Prefect server is the run's (RunPrefectServer below). The
+benchmark is plain files, so the first worker to need it materializes it once for all (a file lock, as pytest-xdist
+documents). The small campaign is not files only: the tests that read it also read its MLflow runs from their
+process's default tracking store and rely on its Prefect task cache, so they all run on one worker (the
+`xdist_group` mark and id suffix added below), which builds it once; so do the tests of a module that share a
+module-scoped fixture."""
 
 from __future__ import annotations
 
@@ -30,42 +31,41 @@ PACKAGES = ROOT / "data" / "packages"
 # a suite log by scripts/heavy_units.py. Only the order of the queue depends on these: the heaviest units start first,
 # on different workers (longest-processing-time first), so that neither worker is left with a long unit at the end.
 # A unit not listed weighs nothing and keeps its place (pytest-randomly's order, or the files' order). Stale figures
-# cost balance, never correctness. Figures: s6-infra's branch (main a8ce927 + this session's start-up changes), two runs
-# of `./test.sh -p randomly --randomly-seed=4242 --durations=0 --durations-min=0.3 -vv` at load ~9-12 (17-18 min wall),
-# each divided by its ratio to the same units' seconds in the idle run of a8ce927 (4.2, 4.0), then averaged;
-# "postgres" runs only with the `postgres` extra (CI).
+# cost balance, never correctness. Figures: the idle run of main after the session-6 merges (`./test.sh -p randomly
+# --randomly-seed=4242 --durations=0 --durations-min=0.3 -vv`, two workers); "postgres" runs only with the `postgres`
+# extra (CI).
 HEAVY = {
-    "test_dvc_pipeline": 101,
-    "small_campaign": 98,
-    "test_operations": 65,
-    "tests/test_round_replay.py::test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory": 15,
-    "tests/test_misuse.py::test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place": 13,
-    "tests/test_world_and_agent.py::test_memory_changes_the_scores_in_the_designed_order": 12,
-    "tests/test_campaign.py::test_a_rejected_plan_is_not_tried_again": 11,
-    "tests/test_operations.py::test_dask_gives_the_same_scores_as_threads": 9.2,
-    "test_diagnosis_scoring": 8.8,
-    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_memory.py]": 8.4,
-    "test_misuse": 7.5,
-    "tests/test_world_plugin.py::test_an_installed_world_is_found_materialized_and_evolved": 6.7,
-    "tests/test_world_and_agent.py::test_http_path_gives_identical_scores": 5.9,
-    "tests/test_budget.py::test_sixteen_concurrent_reservers_never_exceed_the_ceiling[processes]": 5.8,
-    "tests/test_operations.py::test_twenty_percent_model_faults": 5.6,
-    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_scaleout.py]": 5.2,
-    "tests/test_gate.py::test_bench_gate_calibration_quick": 4.7,
-    "tests/test_campaign.py::test_cli_campaign_prints_rounds_and_certification": 4.4,
-    "tests/test_gate.py::test_bench_gate_quick": 4.4,
-    "postgres": 4.4,
-    "tests/test_world_and_agent.py::test_cli_eval_writes_tables_byte_identically": 4.2,
-    "tests/test_budget.py::test_sixteen_concurrent_reservers_never_exceed_the_ceiling[threads]": 4.2,
-    "tests/test_operations.py::test_with_a_configured_server_the_temporary_one_is_not_tied_nor_imported": 4.0,
-    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_round.py]": 3.9,
-    "test_gate": 3.3,
-    "tests/test_diagnosis_scoring.py::test_bench_diagnosis_quick_prints_the_table": 2.8,
-    "tests/test_diagnosis_scoring.py::test_ratchet_diagnose_prints_one_json_object": 2.5,
-    "tests/test_world_and_agent.py::test_the_knowledge_is_written_down": 2.1,
-    "tests/test_gate_reuse.py::test_a_champion_evaluated_again_pays_nothing_and_a_patch_pays_only_where_it_acts": 1.7,
-    "tests/test_world_and_agent.py::test_routed_cards_beat_the_same_cards_everywhere": 1.6,
-    "tests/test_misuse.py::test_a_package_nested_thousands_deep_is_one_line": 1.6,
+    "test_operations": 83.4,
+    "test_dvc_pipeline": 81.2,
+    "small_campaign": 72.1,
+    "tests/test_campaign.py::test_a_rejected_plan_is_not_tried_again": 17.3,
+    "tests/test_round_replay.py::test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory": 17.1,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_memory.py]": 13.1,
+    "tests/test_misuse.py::test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place": 12.9,
+    "tests/test_operations.py::test_twenty_percent_model_faults": 9.5,
+    "test_misuse": 8.1,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_scaleout.py]": 7.5,
+    "tests/test_operations.py::test_dask_gives_the_same_scores_as_threads": 6.3,
+    "tests/test_campaign.py::test_cli_campaign_prints_rounds_and_certification": 5.9,
+    "test_diagnosis_scoring": 5.4,
+    "tests/test_world_and_agent.py::test_memory_changes_the_scores_in_the_designed_order": 5.1,
+    "tests/test_world_and_agent.py::test_http_path_gives_identical_scores": 4.6,
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio[bench_round.py]": 4.3,
+    "tests/test_world_plugin.py::test_an_installed_world_is_found_materialized_and_evolved": 4.3,
+    "tests/test_gate.py::test_bench_gate_quick": 4.1,
+    "tests/test_gate.py::test_bench_gate_calibration_quick": 4.1,
+    "tests/test_budget.py::test_sixteen_concurrent_reservers_never_exceed_the_ceiling[threads]": 3.7,
+    "tests/test_contract_cache.py::test_the_paired_contract_is_cached_on_the_frames_and_a_broken_pairing_fails": 3.5,
+    "tests/test_operations.py::test_with_a_configured_server_the_temporary_one_is_not_tied_nor_imported": 3.4,
+    "tests/test_contract_cache.py::test_the_benchmark_contract_is_cached_on_the_bytes_and_an_edit_is_validated_again": 3.4,
+    "tests/test_world_and_agent.py::test_routed_cards_beat_the_same_cards_everywhere": 3.0,
+    "tests/test_world_and_agent.py::test_the_knowledge_is_written_down": 3.0,
+    "test_gate": 2.9,
+    "tests/test_diagnosis_scoring.py::test_ratchet_diagnose_prints_one_json_object": 2.6,
+    "tests/test_diagnosis_scoring.py::test_bench_diagnosis_quick_prints_the_table": 2.5,
+    "tests/test_budget.py::test_sixteen_concurrent_reservers_never_exceed_the_ceiling[processes]": 2.2,
+    "tests/test_world_and_agent.py::test_cli_eval_writes_tables_byte_identically": 2.1,
+    "postgres": 4.4,  # CI only (the `postgres` extra): s6-infra's figure
     "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio": 2,  # a benchmark not listed above
 }
 
@@ -229,6 +229,15 @@ class RunPrefectServer:
             self.proc = None
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject.toml): one worker more than the cores this process may use. A worker spends about a
+    quarter of its time waiting (fresh interpreters starting, Prefect polling, DVC's stage processes), which a third
+    worker on two cores fills: idle, 3m52s with three against 4m01s-4m13s with two (README "Tests that can fail")."""
+    import os
+
+    return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
 
 
 def pytest_configure(config):
