@@ -62,21 +62,6 @@ HOME = Path(tempfile.mkdtemp(prefix="ratchet-bench-memory-"))
 quiet_offline(HOME)
 
 
-def prefect_server():
-    """The Prefect server at $PREFECT_API_URL when one is set (the tests pass theirs), else a temporary one."""
-    import contextlib
-    import os
-
-    if os.environ.get("PREFECT_API_URL"):  # before the harness's import, which loads the server's code (CPU-seconds)
-        return contextlib.nullcontext()
-    from prefect.testing.utilities import prefect_test_harness
-
-    from flows.prefect_setup import tie_temporary_server_to_this_process
-
-    tie_temporary_server_to_this_process()  # the harness's server, too, must not outlive a kill -9 of this process
-    return prefect_test_harness(server_startup_timeout=180)
-
-
 def run(name: str, bench: Path, start: Path, db: Path, memory: bool, size: dict) -> dict:
     """One campaign in its own output directory."""
     from components.params import load_params
@@ -206,7 +191,9 @@ def main(argv: list[str] | None = None) -> None:
         BenchmarkParams(seed=seed, out=str(benches[seed]), per_family=size["per_family"]).materialize()
     seed_pkg = ROOT / "data" / "packages" / "seed"
     memory_db, rows, notes = HOME / "memory.db", [], []
-    with prefect_server():
+    from flows.prefect_setup import server_for_a_script  # after quiet_offline(HOME), like every flows import
+
+    with server_for_a_script():
         first = run("first", benches[0], seed_pkg, memory_db, False, size)  # stateless; it records into memory_db
         done = [first]
         drift = changed_rule(first, memory_db) if "b" in args.scenarios else None

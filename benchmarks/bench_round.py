@@ -30,21 +30,6 @@ sys.path.insert(0, str(ROOT))
 
 from components.env import quiet_offline  # noqa: E402
 
-def prefect_server():
-    """The Prefect server at $PREFECT_API_URL when one is set (the tests pass theirs), else a temporary one."""
-    import contextlib
-    import os
-
-    if os.environ.get("PREFECT_API_URL"):  # before the harness's import, which loads the server's code (CPU-seconds)
-        return contextlib.nullcontext()
-    from prefect.testing.utilities import prefect_test_harness
-
-    from flows.prefect_setup import tie_temporary_server_to_this_process
-
-    tie_temporary_server_to_this_process()  # the harness's server, too, must not outlive a kill -9 of this process
-    return prefect_test_harness(server_startup_timeout=180)
-
-
 HOME = Path(tempfile.mkdtemp(prefix="ratchet-bench-"))
 quiet_offline(HOME)
 
@@ -120,7 +105,9 @@ def main(argv: list[str] | None = None) -> None:
     timed("plain", p, lambda: run_round(1, p, budget, plain_steps(p.campaign.workers)))
     t = time.perf_counter()
     # a result store of this run's own, whatever the environment says: the cold round must find it empty
-    with prefect_server(), temporary_settings({PREFECT_LOCAL_STORAGE_PATH: HOME / "prefect-results"}):
+    from flows.prefect_setup import server_for_a_script  # after quiet_offline(HOME), like every flows import
+
+    with server_for_a_script(), temporary_settings({PREFECT_LOCAL_STORAGE_PATH: HOME / "prefect-results"}):
         from prefect.client.orchestration import get_client
 
         with get_client(sync_client=True) as client:  # a campaign's first contact, once per process like the start

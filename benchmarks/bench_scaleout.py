@@ -23,21 +23,6 @@ sys.path.insert(0, str(ROOT))
 
 from components.env import quiet_offline  # noqa: E402
 
-def prefect_server():
-    """The Prefect server at $PREFECT_API_URL when one is set (the tests pass theirs), else a temporary one."""
-    import contextlib
-    import os
-
-    if os.environ.get("PREFECT_API_URL"):  # before the harness's import, which loads the server's code (CPU-seconds)
-        return contextlib.nullcontext()
-    from prefect.testing.utilities import prefect_test_harness
-
-    from flows.prefect_setup import tie_temporary_server_to_this_process
-
-    tie_temporary_server_to_this_process()  # the harness's server, too, must not outlive a kill -9 of this process
-    return prefect_test_harness(server_startup_timeout=180)
-
-
 HOME = Path(tempfile.mkdtemp(prefix="ratchet-scaleout-"))
 quiet_offline(HOME)
 
@@ -72,7 +57,9 @@ def main(argv: list[str] | None = None) -> None:
     configs = (("threads x2", 2), ("dask x1", 1)) if a.quick else (("threads x2", 2), ("dask x1", 1), ("dask x2", 2))
     n = len(ids) * len(seeds)
     results = {}
-    with prefect_server():
+    from flows.prefect_setup import server_for_a_script  # after quiet_offline(HOME), like every flows import
+
+    with server_for_a_script():
         for name, workers in configs:
             with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: HOME / f"store-{name.replace(' ', '')}"}):
                 if name.startswith("dask"):

@@ -85,6 +85,19 @@ def tie_temporary_server_to_this_process() -> None:
     cls._ratchet_tied = True
 
 
+def server_for_a_script():
+    """A context for a script that runs flows (the benchmarks): the Prefect server at $PREFECT_API_URL when one is set
+    (the tests pass theirs), else a temporary one of its own, tied to the script's process like a campaign's."""
+    import contextlib
+
+    if os.environ.get("PREFECT_API_URL"):  # before the harness's import, which loads the server's code (CPU-seconds)
+        return contextlib.nullcontext()
+    from prefect.testing.utilities import prefect_test_harness
+
+    tie_temporary_server_to_this_process()  # the harness's server, too, must not outlive a kill -9 of this process
+    return prefect_test_harness(server_startup_timeout=180)
+
+
 def _watch_parent(parent: int) -> None:
     """In the server's process: stop the server (SIGTERM: uvicorn shuts down cleanly) once the parent is gone."""
     import signal
