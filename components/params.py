@@ -82,7 +82,7 @@ class BenchmarkParams(_M):
         try:
             world(v)
         except InputError:
-            raise ValueError(f"unknown world {v!r} (one of {', '.join(sorted(WORLDS))})") from None
+            raise ValueError(f"unknown world {v!r} (one of {', '.join(WORLDS.names())})") from None
         return v
 
     @field_validator("dev_share")
