@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from prefect.serializers import CompressedSerializer, PickleSerializer
 
 from components.contracts import check_benchmark, check_paired_scores
 from components.evidence.budget import BudgetExceeded, BudgetLedger, Estimate, usage
@@ -36,10 +35,11 @@ from components.evolution.validate import Validation, fired, static_checks
 from components.memory.package import digest
 from components.runtime.evaluate import RACY_NS, EvalTables, benchmark_at, package_at, run_shard, tree_stats
 from components.version import code_version
+from flows.resultzip import ZlibPickle
 
-# zlib (as small as lzma for these tables at a tenth of the time) at level 1 on the pickle's bytes: flows/resultzip.py
-PERSIST = {"persist_result": True,
-           "result_serializer": CompressedSerializer(serializer=PickleSerializer(), compressionlib="flows.resultzip")}
+# zlib (as small as lzma for these tables at a tenth of the time) at level 1 on the pickle's bytes, under a type name
+# that Prefect's server and clients can read back (flows/resultzip.py)
+PERSIST = {"persist_result": True, "result_serializer": ZlibPickle()}
 
 
 def stage_key(stage: str, **inputs: Any) -> str:
