@@ -12,8 +12,9 @@ Why a type of its own: Prefect 3.9.1 sends a task run's result metadata to its s
 "compressed", it lost its required inner serializer, and every read of our task runs (`read_task_runs`, `prefect
 task-run ls`, ...) failed to validate. "ratchet/zlib1-pickle" stands for all of its fields: a process that imported
 this module (which registers the type) gets the whole serializer back from the name; any other process (the `prefect`
-CLI, the server) gets Prefect's `UnknownSerializer` stand-in, which reads fine. The result bytes are the same as
-before, and records written as "compressed" with this module as compressionlib still load (their file names every field).
+CLI, the server) gets Prefect's `UnknownSerializer` stand-in (Prefect PR #21644), which reads fine. The result bytes are
+the same as before, and records written as "compressed" with this module as compressionlib still load (a record's
+file names every field).
 """
 
 from __future__ import annotations
