@@ -12,7 +12,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 
 from components.errors import InputError
-from components.evolution.gate import MIN_BOOT, MIN_ITEMS, GateConfig, SequentialDesign
+from components.evolution.gate import MAX_BOOT, MIN_BOOT, MIN_ITEMS, GateConfig, SequentialDesign
 from components.io import strict_yaml, yaml_problem
 
 # A free-form options dict (meta_agent_cfg, model_cfg) is data a strategy reads, not a store: bounded so that a
@@ -60,7 +60,7 @@ class BenchmarkParams(_M):
     world: str = "retail"
     seed: int = 0
     out: str = Field(world_bench_dir("retail"), description="null: data/benchmarks/<world>")
-    per_family: int | None = Field(None, ge=3, description="tasks per family; null: the world's default (36)")
+    per_family: int | None = Field(None, ge=3, le=1000, description="tasks per family; null: the world's default (36)")
     train_share: float = Field(1 / 3, gt=0, lt=1)
     dev_share: float = Field(1 / 3, gt=0, lt=1)
     # a changed world: rule id -> that rule's statement in this benchmark (its value is what the statement instructs);
@@ -132,8 +132,8 @@ class GateParams(_M):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # nan passes no comparison: refuse it
 
     alpha: float = Field(0.05, gt=0, lt=1)
-    n_boot: int = Field(10_000, ge=MIN_BOOT)
-    seed: int = 0
+    n_boot: int = Field(10_000, ge=MIN_BOOT, le=MAX_BOOT)
+    seed: int = Field(0, ge=0)  # numpy refuses a negative seed: refused here, before a campaign starts
     reg_cap: int = Field(2, ge=0)
     material: float = Field(0.05, ge=0, le=1)
     max_error_share: float = Field(0.25, ge=0, le=1)
@@ -280,6 +280,8 @@ def parse_set(items: list[str]) -> dict[str, Any]:
             out[k] = strict_yaml(v)
         except yaml.YAMLError as e:
             raise InputError(f"--set: {k}: malformed YAML value: {yaml_problem(e)}") from None
+        except RecursionError:
+            raise InputError(f"--set: {k}: nested too deeply to read") from None
     return out
 
 
@@ -303,6 +305,8 @@ def load_params(path: str | Path | None = "params.yaml", overrides: dict[str, An
             raise InputError(f"{path}: {where}: malformed YAML: {yaml_problem(e)}") from None
         except OSError as e:
             raise InputError(f"{path}: -: cannot read ({e.strerror})") from None
+        except RecursionError:
+            raise InputError(f"{path}: -: nested too deeply to read") from None
         if not isinstance(raw, dict):
             raise InputError(f"{path}: -: must be a mapping")
     for dotted, value in (overrides or {}).items():

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from components.io import atomic_write_bytes, atomic_write_json
+from components.errors import InputError
+from components.io import atomic_write_bytes, atomic_write_json, read_json_object
 
 SCORE_COLS = ["item_id", "seed", "score", "success", "error"]
 
@@ -76,11 +78,48 @@ def round_rows(summary: dict) -> list[dict]:
     return rows
 
 
+class _Named(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    version: str
+    digest: str
+
+
+class _Round(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    round: int
+    verdict: str
+
+
+class _Summary(BaseModel):
+    """What the report reads of summary.json (the campaign writes more)."""
+    model_config = ConfigDict(extra="allow")
+    campaign: str
+    champion: str
+    champion_digest: str
+    accepted: int
+    rounds: int
+    test: dict[str, Any] | None
+    localization: dict[str, Any]
+    history: list[_Round]
+    lineage: list[_Named]
+
+
+def read_summary(campaign_out: str | Path) -> dict:
+    """A campaign's summary.json, checked for what a report reads: a damaged or foreign file is one line naming the
+    field, before anything is written."""
+    path = Path(campaign_out) / "summary.json"
+    summary = read_json_object(path)
+    try:
+        _Summary.model_validate(summary)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise InputError(f"{path}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
+    return summary
+
+
 def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     """Tables and a plot from a finished campaign's summary.json."""
-    import json
-
-    summary = json.loads((Path(campaign_out) / "summary.json").read_text())
+    summary = read_summary(campaign_out)
     out = Path(out)
     t, loc = summary["test"] or {}, summary["localization"]
     write_json(out / "metrics.json", {
