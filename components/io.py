@@ -126,7 +126,7 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
-class _UniqueKeysLoader(yaml.SafeLoader):
+class _UniqueKeysLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # python-frontmatter's loader, and words
     """SafeLoader that refuses duplicate mapping keys only: for a card's front matter, which pydantic checks field by
     field (nothing of it is serialized whole), and which Ratchet's own writer may emit with an alias."""
 

@@ -235,7 +235,7 @@ def load_benchmark(root: str | Path) -> Benchmark:
     root = Path(root)
     for name in BENCH_FILES:
         if not (root / name).is_file():
-            raise BenchmarkError(f"{root / name}: -: missing (materialize with `ratchet bench materialize`)")
+            raise BenchmarkError(f"{root / name}: missing (materialize with `ratchet bench materialize`)")
     meta = _json(root / "meta.json")
     for key in ("world", "write_tools", "targets"):
         if not isinstance(meta, dict) or key not in meta:
