@@ -806,3 +806,16 @@ def test_a_manifest_nested_too_deeply_is_named_not_taken_for_deep_directories(pa
 def test_a_huge_per_family_is_refused(project):
     one_line(ratchet("bench", "materialize", "--out", "b", "--per-family", "100000000"), 2, "--per-family:", "1000")
     assert not (project / "b").exists()
+
+
+def test_a_benchmark_file_behind_a_symlink_is_refused(project, bench_dir):
+    """A campaign's lineage pins the benchmark's digest, which hashes a link, not the bytes read through it: the
+    target could change under an unchanged digest (it loaded and ran)."""
+    linked = project / "linked"
+    shutil.copytree(bench_dir, linked)
+    shutil.copy(linked / "policy.md", project / "policy.md")
+    (linked / "policy.md").unlink()
+    (linked / "policy.md").symlink_to(project / "policy.md")
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", linked, "--out", "ev"), 2,
+             "linked/policy.md: -: a symlink")
+    assert not (project / "ev").exists()

@@ -236,6 +236,8 @@ def load_benchmark(root: str | Path) -> Benchmark:
     for name in BENCH_FILES:
         if not (root / name).is_file():
             raise BenchmarkError(f"{root / name}: missing (materialize with `ratchet bench materialize`)")
+        if (root / name).is_symlink():  # the digest (what a lineage pins) hashes a link, not the bytes read through it
+            raise BenchmarkError(f"{root / name}: -: a symlink: a benchmark's files are its own (copy it)")
     meta = _json(root / "meta.json")
     for key in ("world", "write_tools", "targets"):
         if not isinstance(meta, dict) or key not in meta:
