@@ -819,3 +819,25 @@ def test_a_benchmark_file_behind_a_symlink_is_refused(project, bench_dir):
     one_line(ratchet("eval", "--package", "pkg", "--benchmark", linked, "--out", "ev"), 2,
              "linked/policy.md: -: a symlink")
     assert not (project / "ev").exists()
+
+
+def test_a_campaign_evidence_db_that_is_something_else_is_refused_and_left_intact(tmp_path):
+    """evidence.db in params.yaml pointing at a user's file or another program's SQLite database: refused when the
+    campaign opens it (before any round), byte-identical; a new or empty file becomes a graph as before."""
+    import sqlite3
+
+    from components.evidence.graph import EvidenceGraph, GraphError
+
+    (tmp_path / "notes.txt").write_text("x")
+    with contextlib.closing(sqlite3.connect(tmp_path / "mlflow.db")) as con:
+        con.execute("CREATE TABLE runs (id TEXT)")
+        con.commit()
+    before = snapshot(tmp_path)
+    with pytest.raises(GraphError, match="notes.txt: evidence.db: not a SQLite database"):
+        EvidenceGraph(tmp_path / "notes.txt")
+    with pytest.raises(GraphError, match="mlflow.db: evidence.db: a database of something else"):
+        EvidenceGraph(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert snapshot(tmp_path) == before
+    (tmp_path / "empty.db").write_bytes(b"")
+    for name in ("empty.db", "new.db", "new.db"):  # created, then reopened
+        EvidenceGraph(tmp_path / name).close()
