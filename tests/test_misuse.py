@@ -841,3 +841,10 @@ def test_a_campaign_evidence_db_that_is_something_else_is_refused_and_left_intac
     (tmp_path / "empty.db").write_bytes(b"")
     for name in ("empty.db", "new.db", "new.db"):  # created, then reopened
         EvidenceGraph(tmp_path / name).close()
+
+
+def test_a_campaign_on_another_worlds_benchmark_is_refused(project, bench_dir):
+    # benchmark.world=airline with the retail benchmark at benchmark.out: the airline start package ran on retail tasks
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", "benchmark.world=airline", "--set",
+                     f"benchmark.out={bench_dir}"), 2, "meta.json: world: 'retail', but benchmark.world is 'airline'")
+    assert not (project / "camp").exists()
