@@ -848,3 +848,16 @@ def test_a_campaign_on_another_worlds_benchmark_is_refused(project, bench_dir):
     one_line(ratchet("campaign", "run", "--out", "camp", "--set", "benchmark.world=airline", "--set",
                      f"benchmark.out={bench_dir}"), 2, "meta.json: world: 'retail', but benchmark.world is 'airline'")
     assert not (project / "camp").exists()
+
+
+def test_report_on_a_damaged_round_file_is_one_line_and_writes_nothing(project):
+    # it was a pandas traceback after metrics.json had been written: a half-written report
+    camp = project / "camp"
+    (camp / "rounds" / "r01").mkdir(parents=True)
+    (camp / "summary.json").write_text(json.dumps({
+        "campaign": "x", "champion": "M0", "champion_digest": "a" * 64, "accepted": 0, "rounds": 1, "test": None,
+        "localization": {}, "history": [{"round": 1, "verdict": "reject"}],
+        "lineage": [{"version": "M0", "digest": "a" * 64}]}))
+    (camp / "rounds" / "r01" / "findings.csv").write_text("not,the,columns\n1,2,3\n")
+    one_line(ratchet("report", "--campaign", "camp", "--out", "rep"), 2, "r01/findings.csv: -: not a readable table")
+    assert not (project / "rep").exists()
