@@ -226,7 +226,7 @@ def eval_cmd(
     foreign = foreign_tools(pkg, bench)
     if foreign:
         raise InputError(foreign[0] + (f" (and {len(foreign) - 1} more card(s))" if len(foreign) > 1 else ""))
-    ids = [i for i in items.split(",") if i] if items is not None else bench.ids(split)
+    ids = [i.strip() for i in items.split(",") if i.strip()] if items is not None else bench.ids(split)
     if not ids:
         raise InputError(f"--items: no item ids given" if items is not None else
                          f"{benchmark / 'splits.json'}: {split}: the split is empty")

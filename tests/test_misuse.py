@@ -654,7 +654,8 @@ def test_an_output_under_a_file_is_refused_and_nothing_is_written(project, bench
 def test_eval_refuses_repeated_items_huge_seeds_and_bad_endpoints_before_any_episode(project, bench_dir):
     item = json.loads((bench_dir / "splits.json").read_text())["dev"][0]
     common = ["eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "ev"]
-    one_line(ratchet(*common, "--items", f"{item},{item}", "--seeds", "1"), 2, "--items: given more than once", item)
+    one_line(ratchet(*common, "--items", f"{item}, {item} ", "--seeds", "1"), 2,  # spaces after commas are not ids
+             f"--items: given more than once: {item}")
     one_line(ratchet(*common, "--items", item, "--seeds", "10000000000"), 2, "--seeds:", "at most")  # a MemoryError
     one_line(ratchet(*common, "--items", item, "--model", "openai", "--base-url", "localhost:8000"), 2,
              "model.base_url:", "not an http(s) URL")  # each episode spent its retries on it, then exit 1
