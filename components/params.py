@@ -168,6 +168,10 @@ class BudgetParams(_M):
                 "tool_calls": self.tool_calls, "money": self.money}
 
 
+TRACKING_SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks",
+                    "databricks-uc", "uc")  # what MLflow 3 accepts as a tracking and model registry store
+
+
 class CampaignParams(_M):
     name: str = "default"
     start: str = "data/packages/seed"
@@ -186,6 +190,31 @@ class CampaignParams(_M):
     probe_items: int = Field(4, ge=1)
     max_turns: int = Field(40, ge=1)
     tracking_uri: str | None = None  # MLflow; null: $MLFLOW_TRACKING_URI (sqlite under .ratchet/ by default)
+
+    # Checked here, not where they are used: a bad one otherwise failed inside the first round, in Prefect's traceback
+    @field_validator("tracking_uri")
+    @classmethod
+    def _tracking_scheme(cls, v: str | None) -> str | None:
+        scheme = v.split("://", 1)[0].split("+", 1)[0].lower() if v and "://" in v else ""
+        if scheme not in TRACKING_SCHEMES:
+            raise ValueError(f"{v!r}: not a store MLflow can use (a path, or a URL of {', '.join(TRACKING_SCHEMES[1:])})")
+        return v
+
+    @field_validator("dask_address")
+    @classmethod
+    def _dask_address(cls, v: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if v is None or v.startswith("inproc://"):
+            return v
+        u = urlsplit(v if "://" in v else f"tcp://{v}")
+        try:
+            port = u.port
+        except ValueError:
+            port = None
+        if u.scheme not in ("tcp", "tls", "ws", "wss", "ucx") or not u.hostname or port is None:
+            raise ValueError(f"{v!r}: not a Dask scheduler address (e.g. tcp://127.0.0.1:8786)")
+        return v
 
 
 class EvidenceParams(_M):
@@ -322,4 +351,4 @@ def load_params(path: str | Path | None = "params.yaml", overrides: dict[str, An
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "-"
-        raise InputError(f"{path or 'params'}: {loc}: {err['msg']}") from None
+        raise InputError(f"{path or 'params'}: {loc}: {err['msg'].removeprefix('Value error, ')}") from None

@@ -862,3 +862,15 @@ def test_report_on_a_damaged_round_file_is_one_line_and_writes_nothing(project):
     (camp / "rounds" / "r01" / "findings.csv").write_text("not,the,columns\n1,2,3\n")
     one_line(ratchet("report", "--campaign", "camp", "--out", "rep"), 2, "r01/findings.csv: -: not a readable table")
     assert not (project / "rep").exists()
+
+
+@pytest.mark.parametrize("setting,fragment", [
+    ("campaign.tracking_uri=bogus://x", "not a store MLflow can use"),
+    ("campaign.dask_address=notanaddress", "not a Dask scheduler address"),
+])
+def test_a_store_or_scheduler_address_that_cannot_work_is_refused_before_the_campaign(project, bench_dir, setting,
+                                                                                      fragment):
+    # both ran the campaign into a traceback of 150-300 lines inside its first round, its lineage already written
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+                     "campaign.start=pkg", "--set", setting), 2, f"params: {setting.split('=')[0]}: ", fragment)
+    assert not (project / "camp").exists()
