@@ -593,6 +593,9 @@ def campaign_schedule(
         CronSchedule(cron=cron)
     except ValidationError:
         raise InputError(f"--cron: {cron!r} is not a valid cron expression") from None
+    banned = "/%&><"  # what Prefect refuses in a deployment name (its InvalidNameError came as a traceback)
+    if not name.strip() or any(c in name for c in banned):
+        raise InputError(f"--name: {name!r}: a deployment name must be non-empty, without any of {' '.join(banned)}")
     p = _params(params, None, None, set_)
     from flows.schedule import register
 

@@ -874,3 +874,8 @@ def test_a_store_or_scheduler_address_that_cannot_work_is_refused_before_the_cam
     one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
                      "campaign.start=pkg", "--set", setting), 2, f"params: {setting.split('=')[0]}: ", fragment)
     assert not (project / "camp").exists()
+
+
+@pytest.mark.parametrize("name", ["", "nightly/retail", "a%b"])
+def test_a_deployment_name_prefect_refuses_is_one_line(name):
+    one_line(ratchet("campaign", "schedule", "--cron", "0 3 * * *", "--name", name), 2, "--name:", "deployment name")
