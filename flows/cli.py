@@ -192,9 +192,11 @@ def eval_cmd(
     items: Annotated[Optional[str], typer.Option(help="comma-separated item ids (default: the whole split)")] = None,
     max_turns: Annotated[int, typer.Option(min=1, help="turns per episode before it is cut off")] = 40,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="cap on each reply's tokens (openai/local)")] = None,
-    timeout: Annotated[Optional[float], typer.Option(min=0.1, help="seconds per request before it is retried")] = None,
+    timeout: Annotated[Optional[float], typer.Option(min=0.1, max=86400.0,  # inf: an OverflowError in the socket
+                                                     help="seconds per request before it is retried")] = None,
     max_retries: Annotated[Optional[int], typer.Option(min=0, help="retries of transient failures per call")] = None,
-    temperature: Annotated[Optional[float], typer.Option(min=0.0, help="sampling temperature")] = None,
+    temperature: Annotated[Optional[float], typer.Option(min=0.0, max=2.0,  # the OpenAI API's range
+                                                         help="sampling temperature")] = None,
     tool_choice: Annotated[Optional[str], typer.Option(help="sent when tools are offered (default auto)")] = None,
     json_actions: Annotated[Optional[bool], typer.Option("--json-actions/--native-tools",
                                                          help="actions as schema-constrained JSON, for models without tool calling")] = None,

@@ -661,6 +661,9 @@ def test_eval_refuses_repeated_items_huge_seeds_and_bad_endpoints_before_any_epi
              "model.base_url:", "not an http(s) URL")  # each episode spent its retries on it, then exit 1
     one_line(ratchet(*common, "--items", item, "--model", "openai", "--base-url", "http://127.0.0.1:9/v1",
                      "--tool-choice", "always"), 2, "model.tool_choice:")
+    for option in ("--timeout", "--temperature"):  # inf: a socket OverflowError traceback; every episode errored
+        one_line(ratchet(*common, "--items", item, "--model", "openai", "--base-url", "http://127.0.0.1:9/v1",
+                         option, "inf"), 2, f"{option}:")
     assert not (project / "ev").exists()
 
 
