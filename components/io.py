@@ -53,6 +53,22 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, dumps(obj))
 
 
+def read_json_object(path: str | Path) -> dict:
+    """A JSON object from a file a user may have damaged or swapped: any problem is one line naming the file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: -: not UTF-8 text (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise InputError(f"{path}: -: no such file") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: -: must be a JSON object, not {type(data).__name__}")
+    return data
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | Path, *, replace: bool = True, mark: str | None = None) -> Iterator[Path]:
     """Build a directory in a temp sibling and move it into place when the block succeeds.
@@ -110,6 +126,18 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
+class _UniqueKeysLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # python-frontmatter's loader, and words
+    """SafeLoader that refuses duplicate mapping keys only: for a card's front matter, which pydantic checks field by
+    field (nothing of it is serialized whole), and which Ratchet's own writer may emit with an alias."""
+
+
+_UniqueKeysLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def unique_keys_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_UniqueKeysLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def yaml_problem(e: yaml.YAMLError) -> str:
     """A YAML error as one line: a ReaderError (a control character) has no `problem`, and its str() adds a second
     line (the position)."""
@@ -163,6 +191,9 @@ def claim_output(path: str | Path, kind: str, *, option: str = "--out", inputs: 
     Refused: a file or a symlink; an input of the command (`inputs`: label -> path), a directory holding one, or a
     place inside one; any other non-empty directory (it is not Ratchet's to replace)."""
     path = Path(path)
+    above = next((a for a in path.absolute().parents if a.exists() or a.is_symlink()), None)
+    if above is not None and not above.is_dir():  # mkdir would fail half-way with a FileExistsError
+        raise OutputRefused(f"{path}: {option}: {above} is not a directory (a file is in the way)")
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise OutputRefused(f"{path}: {option}: is a {'symbolic link' if path.is_symlink() else 'file'}, "
                             f"not an output directory; refusing to replace it")

@@ -12,7 +12,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 
 from components.errors import InputError
-from components.evolution.gate import MIN_BOOT, MIN_ITEMS, GateConfig, SequentialDesign
+from components.evolution.gate import MAX_BOOT, MIN_BOOT, MIN_ITEMS, GateConfig, SequentialDesign
 from components.io import strict_yaml, yaml_problem
 
 # A free-form options dict (meta_agent_cfg, model_cfg) is data a strategy reads, not a store: bounded so that a
@@ -60,7 +60,7 @@ class BenchmarkParams(_M):
     world: str = "retail"
     seed: int = 0
     out: str = Field(world_bench_dir("retail"), description="null: data/benchmarks/<world>")
-    per_family: int | None = Field(None, ge=3, description="tasks per family; null: the world's default (36)")
+    per_family: int | None = Field(None, ge=3, le=1000, description="tasks per family; null: the world's default (36)")
     train_share: float = Field(1 / 3, gt=0, lt=1)
     dev_share: float = Field(1 / 3, gt=0, lt=1)
     # a changed world: rule id -> that rule's statement in this benchmark (its value is what the statement instructs);
@@ -132,8 +132,8 @@ class GateParams(_M):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # nan passes no comparison: refuse it
 
     alpha: float = Field(0.05, gt=0, lt=1)
-    n_boot: int = Field(10_000, ge=MIN_BOOT)
-    seed: int = 0
+    n_boot: int = Field(10_000, ge=MIN_BOOT, le=MAX_BOOT)
+    seed: int = Field(0, ge=0)  # numpy refuses a negative seed: refused here, before a campaign starts
     reg_cap: int = Field(2, ge=0)
     material: float = Field(0.05, ge=0, le=1)
     max_error_share: float = Field(0.25, ge=0, le=1)
@@ -168,6 +168,10 @@ class BudgetParams(_M):
                 "tool_calls": self.tool_calls, "money": self.money}
 
 
+TRACKING_SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks",
+                    "databricks-uc", "uc")  # what MLflow 3 accepts as a tracking and model registry store
+
+
 class CampaignParams(_M):
     name: str = "default"
     start: str = "data/packages/seed"
@@ -186,6 +190,31 @@ class CampaignParams(_M):
     probe_items: int = Field(4, ge=1)
     max_turns: int = Field(40, ge=1)
     tracking_uri: str | None = None  # MLflow; null: $MLFLOW_TRACKING_URI (sqlite under .ratchet/ by default)
+
+    # Checked here, not where they are used: a bad one otherwise failed inside the first round, in Prefect's traceback
+    @field_validator("tracking_uri")
+    @classmethod
+    def _tracking_scheme(cls, v: str | None) -> str | None:
+        scheme = v.split("://", 1)[0].split("+", 1)[0].lower() if v and "://" in v else ""
+        if scheme not in TRACKING_SCHEMES:
+            raise ValueError(f"{v!r}: not a store MLflow can use (a path, or a URL of {', '.join(TRACKING_SCHEMES[1:])})")
+        return v
+
+    @field_validator("dask_address")
+    @classmethod
+    def _dask_address(cls, v: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if v is None or v.startswith("inproc://"):
+            return v
+        u = urlsplit(v if "://" in v else f"tcp://{v}")
+        try:
+            port = u.port
+        except ValueError:
+            port = None
+        if u.scheme not in ("tcp", "tls", "ws", "wss", "ucx") or not u.hostname or port is None:
+            raise ValueError(f"{v!r}: not a Dask scheduler address (e.g. tcp://127.0.0.1:8786)")
+        return v
 
 
 class EvidenceParams(_M):
@@ -280,6 +309,8 @@ def parse_set(items: list[str]) -> dict[str, Any]:
             out[k] = strict_yaml(v)
         except yaml.YAMLError as e:
             raise InputError(f"--set: {k}: malformed YAML value: {yaml_problem(e)}") from None
+        except RecursionError:
+            raise InputError(f"--set: {k}: nested too deeply to read") from None
     return out
 
 
@@ -303,6 +334,8 @@ def load_params(path: str | Path | None = "params.yaml", overrides: dict[str, An
             raise InputError(f"{path}: {where}: malformed YAML: {yaml_problem(e)}") from None
         except OSError as e:
             raise InputError(f"{path}: -: cannot read ({e.strerror})") from None
+        except RecursionError:
+            raise InputError(f"{path}: -: nested too deeply to read") from None
         if not isinstance(raw, dict):
             raise InputError(f"{path}: -: must be a mapping")
     for dotted, value in (overrides or {}).items():
@@ -318,4 +351,4 @@ def load_params(path: str | Path | None = "params.yaml", overrides: dict[str, An
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "-"
-        raise InputError(f"{path or 'params'}: {loc}: {err['msg']}") from None
+        raise InputError(f"{path or 'params'}: {loc}: {err['msg'].removeprefix('Value error, ')}") from None

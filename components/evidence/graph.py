@@ -20,6 +20,7 @@ installed).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -161,11 +162,33 @@ def _engine(url: str) -> sa.Engine:
     return eng
 
 
+def _refuse_foreign(path: Path, where: str | Path) -> None:
+    """Opening creates the graph's tables: never in a file that is something else (SQLite took a short text file for
+    an empty database and rewrote it; another program's database, MLflow's say, would get the tables added)."""
+    import sqlite3
+
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        if f.read(16) != b"SQLite format 3\x00":
+            raise GraphError(f"{where}: evidence.db: not a SQLite database (a file of something else); left as it is")
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as con:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:  # not readable this way (a locked or read-only WAL file): opening it says what is wrong
+        return
+    if tables and NODE.name not in tables:
+        raise GraphError(f"{where}: evidence.db: a database of something else (tables {', '.join(sorted(tables)[:3])}"
+                         f"{', ...' if len(tables) > 3 else ''}); left as it is")
+
+
 class Store:
     """Rows in, rows out. Inserts only (append-only); the write policy decides what may be inserted."""
 
     def __init__(self, where: str | Path):
         self.url = _url(where)
+        if self.url.startswith("sqlite:///"):
+            _refuse_foreign(Path(self.url.removeprefix("sqlite:///")), where)
         try:
             if self.url.startswith("sqlite:///"):
                 Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)

@@ -54,6 +54,7 @@ class TooFewItems(PairingError):
 
 MIN_ITEMS = 5  # with fewer items the percentile bootstrap is degenerate (1 item: a zero-width CI)
 MIN_BOOT = 1_000  # below this the CI's own Monte-Carlo error is a sizeable share of its width
+MAX_BOOT = 1_000_000  # above this the CI does not move, only the time and memory grow (10^11 ran out of memory)
 _CHUNK = 1 << 18  # index draws per bootstrap chunk (<= 2 MB): bounds memory at any n_items, stays in cache
 _PAR_MIN_DRAWS = 1 << 26  # above this many index draws (~0.1 s), chunks run on threads (see _boot_parallel)
 _PAR_CHUNK = 1 << 20  # index draws per threaded chunk (8 MB of indices, 8 MB gathered)
@@ -109,6 +110,10 @@ class GateConfig:
         if self.n_boot < MIN_BOOT:
             raise InputError(f"gate: n_boot: {self.n_boot} is below {MIN_BOOT} "
                              "(the CI would carry its own sampling noise)")
+        if self.n_boot > MAX_BOOT:
+            raise InputError(f"gate: n_boot: {self.n_boot} is above {MAX_BOOT} (more resamples do not move the CI)")
+        if self.seed < 0:
+            raise InputError(f"gate: seed: {self.seed} must be >= 0")
         if self.min_items < 2:
             raise InputError(f"gate: min_items: {self.min_items} must be at least 2")
 

@@ -136,10 +136,9 @@ def outcome_only_on_train(package, bench, seeds: list[int], max_turns: int) -> d
 def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str | Path) -> dict:
     """Diagnose a finished evaluation (traces and package only), then score it against its hidden causes.
     The outcome-only baseline is fitted on train; when the evaluation is itself on train, cross-fitted by item."""
-    import json
-
     from components.errors import InputError
     from components.evolution.diagnose import diagnose
+    from components.io import read_json_object
     from components.memory import load_package
     from components.worlds import load_benchmark
 
@@ -148,9 +147,19 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
         if not (ev / name).is_file():
             raise InputError(f"{ev / name}: -: missing (run `ratchet eval --out {ev}` first)")
     pkg, bench = load_package(package_dir), load_benchmark(bench_dir)
-    meta = json.loads((ev / "meta.json").read_text())
-    scores = pd.read_csv(ev / "scores.csv", dtype={"item_id": str})
-    traces = pd.read_parquet(ev / "traces.parquet")
+    meta = read_json_object(ev / "meta.json")
+    for key, what, given in (("package_digest", "package", pkg), ("benchmark_digest", "benchmark", bench)):
+        if meta.get(key) not in (None, given.digest):  # diagnosing against other bytes scores nonsense
+            raise InputError(f"{ev / 'meta.json'}: {key}: the eval ran on another {what} ({meta.get(what)}, "
+                             f"{str(meta[key])[:12]}) than {given.root} ({given.digest[:12]})")
+    try:
+        scores = pd.read_csv(ev / "scores.csv", dtype={"item_id": str})
+        traces = pd.read_parquet(ev / "traces.parquet")
+    except (ValueError, OSError) as e:  # pyarrow's ArrowInvalid and pandas' parser errors are ValueErrors
+        raise InputError(f"{ev}: -: an unreadable eval file ({str(e).strip().splitlines()[0]})") from None
+    lacking = [c for c in ("item_id", "seed", "score", "success") if c not in scores.columns]
+    if lacking:
+        raise InputError(f"{ev / 'scores.csv'}: {lacking[0]}: missing column")
     d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=bench.meta.get("targets"))
     split = meta.get("split")
     baseline = None if split == "train" else outcome_only_on_train(pkg, bench, list(meta.get("seeds", [0, 1, 2])),

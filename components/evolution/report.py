@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from components.io import atomic_write_bytes, atomic_write_json
+from components.errors import InputError
+from components.io import atomic_write_bytes, atomic_write_json, read_json_object
 
 SCORE_COLS = ["item_id", "seed", "score", "success", "error"]
 
@@ -76,17 +78,54 @@ def round_rows(summary: dict) -> list[dict]:
     return rows
 
 
+class _Named(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    version: str
+    digest: str
+
+
+class _Round(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    round: int
+    verdict: str
+
+
+class _Summary(BaseModel):
+    """What the report reads of summary.json (the campaign writes more)."""
+    model_config = ConfigDict(extra="allow")
+    campaign: str
+    champion: str
+    champion_digest: str
+    accepted: int
+    rounds: int
+    test: dict[str, Any] | None
+    localization: dict[str, Any]
+    history: list[_Round]
+    lineage: list[_Named]
+
+
+def read_summary(campaign_out: str | Path) -> dict:
+    """A campaign's summary.json, checked for what a report reads: a damaged or foreign file is one line naming the
+    field, before anything is written."""
+    path = Path(campaign_out) / "summary.json"
+    summary = read_json_object(path)
+    try:
+        _Summary.model_validate(summary)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise InputError(f"{path}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
+    return summary
+
+
 def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     """Tables and a plot from a finished campaign's summary.json."""
-    import json
-
-    summary = json.loads((Path(campaign_out) / "summary.json").read_text())
+    summary = read_summary(campaign_out)
     out = Path(out)
     t, loc = summary["test"] or {}, summary["localization"]
-    write_json(out / "metrics.json", {
+    metrics = {
         **{f"test_{k}": round(t[k], 6) for k in ("net", "ci_lo", "ci_hi", "base_mean", "champion_mean") if k in t},
         "accepted": summary["accepted"], "rounds": summary["rounds"],
-        "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy")})
+        "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy")}
     rows = []
     for r in summary["history"]:
         g = r.get("gate") or {}
@@ -99,7 +138,7 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     causes = _causes(Path(campaign_out), summary)
     table["champion_dev_mean"] = [(_champion_mean(r)) for r in summary["history"]] if len(table) else []
     table = table.join(causes, on="round") if len(causes.columns) else table
-    write_csv(out / "rounds.csv", table)
+    families = _families(Path(campaign_out), summary)  # every input read before the first write: none half-written
     md = [f"# Campaign {summary['campaign']}", "",
           f"Champion **{summary['champion']}** (`{summary['champion_digest'][:12]}`), {summary['accepted']} promotion(s) "
           f"in {summary['rounds']} round(s).", ""]
@@ -119,12 +158,22 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
         md.append(f"| {r['round']} | {r['owner']} | {r['plan']} | {r['verdict']} | {net} | {ci} | "
                   f"{'' if r['regressed'] is None else r['regressed']} | {r['champion']} |")
     md += ["", "Lineage: " + " -> ".join(f"{v['version']} `{v['digest'][:12]}`" for v in summary["lineage"]), ""]
+    write_json(out / "metrics.json", metrics)
+    write_csv(out / "rounds.csv", table)
     atomic_write_bytes(out / "campaign.md", "\n".join(md).encode())
     _plot(table, out / "rounds.png")
     _plot_champion(table, t, out / "champion.png")
     _plot_causes(causes, out / "causes.png")
-    _plot_families(_families(Path(campaign_out), summary), out / "families.png")
+    _plot_families(families, out / "families.png")
     return out
+
+
+def _read_csv(path: Path, **kw) -> pd.DataFrame:
+    """A campaign file the report reads: damaged (a column missing, not a table), one line naming it."""
+    try:
+        return pd.read_csv(path, **kw)
+    except (ValueError, UnicodeDecodeError) as e:  # pandas' parser and usecols errors are ValueErrors
+        raise InputError(f"{path}: -: not a readable table ({str(e).strip().splitlines()[0]})") from None
 
 
 def _champion_mean(r: dict) -> float | None:
@@ -141,7 +190,7 @@ def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:
     for r in summary["history"]:
         f = campaign_out / "rounds" / f"r{r['round']:02d}" / "findings.csv"
         if f.exists():
-            counts[r["round"]] = pd.read_csv(f, usecols=["owner"], keep_default_na=False)["owner"].value_counts()
+            counts[r["round"]] = _read_csv(f, usecols=["owner"], keep_default_na=False)["owner"].value_counts()
     if not counts:
         return pd.DataFrame()
     df = pd.DataFrame(counts).T.fillna(0).astype(int).sort_index()
@@ -162,10 +211,11 @@ def _families(campaign_out: Path, summary: dict) -> pd.DataFrame:
     champ_f = rd(last) / ("dev_cand.csv" if last["verdict"] == "accept" else "dev_base.csv")
     if not (tasks.exists() and start_f.exists() and champ_f.exists()):
         return pd.DataFrame()
-    fam = pd.read_csv(tasks, usecols=["task_id", "family"], dtype={"task_id": str}).rename(columns={"task_id": "item_id"})
+    fam = _read_csv(tasks, usecols=["task_id", "family"], dtype={"task_id": str}).rename(columns={"task_id": "item_id"})
 
     def by_family(f: Path) -> pd.Series:
-        return pd.read_csv(f, dtype={"item_id": str}).merge(fam, on="item_id").groupby("family")["score"].mean()
+        scores = _read_csv(f, usecols=["item_id", "score"], dtype={"item_id": str})
+        return scores.merge(fam, on="item_id").groupby("family")["score"].mean()
 
     return pd.DataFrame({"start": by_family(start_f), "champion": by_family(champ_f)})
 

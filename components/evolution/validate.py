@@ -99,6 +99,15 @@ def reachability(pkg: MemoryPackage, bench: Benchmark) -> list[str]:
     return out
 
 
+def foreign_tools(pkg: MemoryPackage, bench: Benchmark) -> list[str]:
+    """Cards triggered by a tool this benchmark's world does not have (a package written for another world): they
+    could never be delivered, so an evaluation would silently measure a package without them."""
+    tools = set(bench.tool_names) | {FINISH_TOOL, CONFIRM_TOOL}
+    return [f"{(pkg.root / card.path).as_posix()}: trigger.tool: {card.meta.trigger.tool!r} is not a tool of the "
+            f"{bench.world} world of {bench.root}" for card in pkg.cards.values()
+            if card.meta.trigger is not None and card.meta.trigger.tool not in (None, *tools)]
+
+
 def static_checks(plan: Plan, candidate: str | Path, bench: Benchmark) -> tuple[Validation, MemoryPackage | None]:
     v = Validation(ok=True, checks={"schema": "ok"})
     problems = lint(candidate)

@@ -22,7 +22,7 @@ import frontmatter
 import yaml
 from pydantic import ValidationError
 
-from components.io import strict_yaml, yaml_problem
+from components.io import strict_yaml, unique_keys_yaml, yaml_problem
 from components.memory.cards import CARD_TYPES, Card, CardMeta
 from components.memory.errors import PackageError, Problem
 from components.memory.events import EVENTS
@@ -140,6 +140,9 @@ def _manifest(text: str | None, problems: list[Problem]) -> Manifest | None:
         where = f"line {mark.line + 1}" if mark else "-"
         problems.append(Problem(MANIFEST, where, f"malformed YAML: {yaml_problem(e)}"))
         return None
+    except RecursionError:  # not a directory thousands deep (what the CLI would otherwise say): the document
+        problems.append(Problem(MANIFEST, "-", "malformed YAML: nested too deeply to read"))
+        return None
     if not isinstance(raw, dict):
         problems.append(Problem(MANIFEST, "-", "must be a mapping"))
         return None
@@ -162,10 +165,17 @@ def _cards(texts: dict[str, str], problems: list[Problem]) -> dict[str, Card]:
         if parts[1] not in CARD_TYPES:
             problems.append(Problem(rel, "type", f"unknown card type directory {parts[1]!r} (one of {', '.join(CARD_TYPES)})"))
             continue
+        if not _FRONT_MATTER.detect(text):
+            bom = " (the file starts with a byte-order mark: save it as UTF-8 without one)" if text.startswith("\ufeff") else ""
+            problems.append(Problem(rel, "front matter", f"missing: a card starts with a '---' line, YAML, and '---'{bom}"))
+            continue
         try:
-            post = frontmatter.loads(text)
+            post = frontmatter.loads(text, handler=_FRONT_MATTER)
         except yaml.YAMLError as e:
             problems.append(Problem(rel, "front matter", f"malformed YAML: {yaml_problem(e)}"))
+            continue
+        except RecursionError:
+            problems.append(Problem(rel, "front matter", "malformed YAML: nested too deeply to read"))
             continue
         try:
             meta = CardMeta.model_validate(dict(post.metadata))
@@ -186,6 +196,25 @@ def _cards(texts: dict[str, str], problems: list[Problem]) -> dict[str, Card]:
         else:
             cards[meta.id] = Card(meta=meta, body=post.content, path=rel)
     return cards
+
+
+class _UniqueKeysFrontMatter(frontmatter.YAMLHandler):
+    """python-frontmatter's YAML handler, refusing a key given twice (SafeLoader keeps the last one silently)."""
+
+    def load(self, fm: str, **kwargs: object) -> Any:
+        meta = unique_keys_yaml(fm)
+        if meta is not None and not isinstance(meta, dict):  # python-frontmatter would drop it without a word
+            raise yaml.YAMLError(f"must be a mapping of fields (id, type, ...), not a {type(meta).__name__}")
+        return meta
+
+    def split(self, text: str) -> tuple[str, str]:
+        try:
+            return super().split(text)
+        except ValueError:  # python-frontmatter would read the whole file as a body without front matter
+            raise yaml.YAMLError("no closing '---' line") from None
+
+
+_FRONT_MATTER = _UniqueKeysFrontMatter()
 
 
 def _bindings(manifest: Manifest, section: str, registry: Registry, problems: list[Problem]) -> tuple[Bound, ...]:

@@ -4,12 +4,28 @@ that `ratchet serve-local` serves on loopback)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator
 
 from components.models.base import ChatModel, ChatResult, ModelError
 from components.registry import Registry
 
 MODELS = Registry("model")
+
+
+def _http_url(v: str) -> str:
+    """An endpoint the OpenAI SDK can reach: refused at once, not after every episode has spent its retries."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(v)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError(f"{v!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
+    return v
+
+
+HttpURL = Annotated[str, AfterValidator(_http_url)]
+ToolChoice = Literal["auto", "none", "required"]  # sent as is: a server refuses anything else on every request
 
 
 @MODELS.register("sim")
@@ -23,9 +39,9 @@ def sim(*, world: str | None = None):
 
 
 @MODELS.register("openai")
-def openai_chat(*, base_url: str, model: str = "ratchet-sim", api_key_env: str = "OPENAI_API_KEY",
+def openai_chat(*, base_url: HttpURL, model: str = "ratchet-sim", api_key_env: str = "OPENAI_API_KEY",
                 timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5, backoff_cap: float = 8.0,
-                temperature: float = 0.0, max_tokens: int = 512, tool_choice: str = "auto",
+                temperature: float = 0.0, max_tokens: int = 512, tool_choice: ToolChoice = "auto",
                 headers: dict[str, str] | None = None, json_actions: bool = False,
                 schema_format: Literal["json_schema", "json_object", "none"] = "json_schema"):
     """A model behind an OpenAI-compatible /v1/chat/completions endpoint (see `openai_chat.py` for each option)."""
@@ -44,9 +60,9 @@ LOCAL_MODEL = "smollm2-135m-instruct"
 
 
 @MODELS.register("local")
-def local(*, base_url: str = f"http://127.0.0.1:{LOCAL_PORT}/v1", model: str = LOCAL_MODEL, timeout: float = 300.0,
+def local(*, base_url: HttpURL = f"http://127.0.0.1:{LOCAL_PORT}/v1", model: str = LOCAL_MODEL, timeout: float = 300.0,
           max_retries: int = 1, backoff: float = 1.0, temperature: float = 0.0, max_tokens: int = 256,
-          tool_choice: str = "auto", json_actions: bool = False,
+          tool_choice: ToolChoice = "auto", json_actions: bool = False,
           schema_format: Literal["json_schema", "json_object", "none"] = "json_object"):
     """The small local model served by `ratchet serve-local` (the optional `[local]` extra)."""
     from components.models.openai_chat import OpenAIChat

@@ -236,10 +236,20 @@ def load_benchmark(root: str | Path) -> Benchmark:
     for name in BENCH_FILES:
         if not (root / name).is_file():
             raise BenchmarkError(f"{root / name}: missing (materialize with `ratchet bench materialize`)")
+        if (root / name).is_symlink():  # the digest (what a lineage pins) hashes a link, not the bytes read through it
+            raise BenchmarkError(f"{root / name}: -: a symlink: a benchmark's files are its own (copy it)")
     meta = _json(root / "meta.json")
     for key in ("world", "write_tools", "targets"):
         if not isinstance(meta, dict) or key not in meta:
             raise BenchmarkError(f"{root / 'meta.json'}: {key}: missing (re-materialize with `ratchet bench materialize`)")
+    from components.worlds import world  # here: the registry imports this module
+
+    if not isinstance(meta["world"], str):
+        raise BenchmarkError(f"{root / 'meta.json'}: world: must be a world's name")
+    try:
+        world(meta["world"])
+    except InputError as e:  # say which file names the unknown world
+        raise BenchmarkError(f"{root / 'meta.json'}: world: {e}") from None
     if not isinstance(meta["write_tools"], list) or not all(isinstance(t, str) for t in meta["write_tools"]):
         raise BenchmarkError(f"{root / 'meta.json'}: write_tools: must be a list of tool names")
     targets = meta["targets"]
