@@ -40,7 +40,7 @@ from components.evolution.gate import SequentialDesign, gate, look_alpha
 from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock
 from components.evolution.localization import localization_from_rounds
 from components.evolution.report import round_dir, write_csv, write_json
-from components.evolution.validate import fired
+from components.evolution.validate import fired, foreign_tools
 from components.failpoints import failpoint
 from components.version import code_version
 from components.io import atomic_write_bytes, claim_output, mark_output, output_kind, remove_output
@@ -468,7 +468,11 @@ def prepare(p: Params, *, force: bool = False) -> None:
     if not start.is_dir() and not started:  # a started campaign has its M0; the start path is only compared then
         raise InputError(f"{c.start}: campaign.start: {'not a directory' if start.exists() else 'no such directory'}")
     if start.is_dir():
-        load_package(start)  # one line per problem, before anything runs
+        pkg = load_package(start)  # one line per problem, before anything runs
+        if (Path(p.benchmark.out) / "meta.json").is_file():  # a start written for another world: refused as eval does
+            foreign = foreign_tools(pkg, load_benchmark(p.benchmark.out))
+            if foreign:
+                raise InputError(f"campaign.start: {foreign[0]}")
     if out.is_dir() and any(out.iterdir()):
         LineageLock(lineage.root).probe()  # a running campaign here: say so now, not from inside a flow
         if force and output_kind(out) != "campaign":

@@ -671,7 +671,9 @@ def test_a_package_for_another_world_is_refused_naming_a_card(project, bench_dir
     other = PACKAGES / "airline" / "reference"
     one_line(ratchet("eval", "--package", other, "--benchmark", bench_dir, "--seeds", "1", "--out", "ev"), 2,
              "em/procedure/", "trigger.tool:", "is not a tool of the retail world")  # ran with every card inert
-    assert not (project / "ev").exists()
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}",
+                     "--set", f"campaign.start={other}"), 2, "campaign.start: ", "is not a tool of the retail world")
+    assert not (project / "ev").exists() and not (project / "camp").exists()
 
 
 def test_a_benchmark_naming_an_unknown_world_is_one_line_naming_meta_json(project, bench_dir):
