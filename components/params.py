@@ -14,6 +14,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from components.errors import InputError
 from components.evolution.gate import MAX_BOOT, MIN_BOOT, MIN_ITEMS, GateConfig, SequentialDesign
 from components.io import strict_yaml, yaml_problem
+from components.tracking.mlflow_log import MAX_TRACES_PER_ROUND
 
 # A free-form options dict (meta_agent_cfg, model_cfg) is data a strategy reads, not a store: bounded so that a
 # hostile or mistaken file cannot make serializing the params explode.
@@ -190,6 +191,8 @@ class CampaignParams(_M):
     probe_items: int = Field(4, ge=1)
     max_turns: int = Field(40, ge=1)
     tracking_uri: str | None = None  # MLflow; null: $MLFLOW_TRACKING_URI (sqlite under .ratchet/ by default)
+    # cited failed episodes logged to MLflow as traces per round: a record only, no result depends on it
+    traces_per_round: int = Field(MAX_TRACES_PER_ROUND, ge=0, le=1000)
 
     # Checked here, not where they are used: a bad one otherwise failed inside the first round, in Prefect's traceback
     @field_validator("tracking_uri")
@@ -229,7 +232,8 @@ class EvidenceParams(_M):
 # name, seeds, meta-agent, model, turn limit, probe and repair sizes, the gate) must equal what its lineage recorded, as
 # must the bytes of the start package and of the benchmark (their digests; their paths may change).
 RERUN_MAY_CHANGE = ("campaign.rounds", "campaign.out", "campaign.start", "campaign.shard_size", "campaign.task_runner",
-                    "campaign.workers", "campaign.dask_address", "campaign.tracking_uri", "benchmark.*", "budget.*", "evidence.*",
+                    "campaign.workers", "campaign.dask_address", "campaign.tracking_uri",
+                    "campaign.traces_per_round", "benchmark.*", "budget.*", "evidence.*",
                     "campaign.model_cfg.{base_url,timeout,max_retries,backoff,backoff_cap,api_key_env}")
 _TRANSPORT = ("base_url", "timeout", "max_retries", "backoff", "backoff_cap", "api_key_env")
 

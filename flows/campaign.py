@@ -358,7 +358,7 @@ def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
     round_params = p.model_dump()
     # where things run and what they are called, not what they compute (a round's files never name its campaign;
     # the campaign memory, which is per campaign name, is compared on replay)
-    for k in ("out", "name", "tracking_uri", "task_runner", "workers", "dask_address"):
+    for k in ("out", "name", "tracking_uri", "traces_per_round", "task_runner", "workers", "dask_address"):
         round_params["campaign"].pop(k)
     round_params.pop("budget")  # a budget stop leaves no completed round to keep
     round_params["evidence"].pop("db")  # the memory it reads is compared on replay instead

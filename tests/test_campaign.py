@@ -20,11 +20,13 @@ from tests.conftest import run_cli as cli, small_params
 
 def variant(campaign, out: Path, **over):
     """Params of a variant of the shared small campaign at `out`: on its benchmark (the same path and size) with as
-    many rounds, so that what the variant does not change comes from the task cache it filled; `over` changed."""
-    b = campaign.params.benchmark
+    many rounds and the same shards, so that what the variant does not change comes from the task cache it filled;
+    `over` changed. No variant's test reads a trace: none is logged."""
+    b, c = campaign.params.benchmark, campaign.params.campaign
     return small_params(Path(b.out), out, **{"benchmark.per_family": b.per_family,
                                              "benchmark.train_share": b.train_share, "benchmark.dev_share": b.dev_share,
-                                             "campaign.rounds": campaign.params.campaign.rounds, **over})
+                                             "campaign.rounds": c.rounds, "campaign.shard_size": c.shard_size,
+                                             "campaign.traces_per_round": 0, **over})
 
 
 @pytest.fixture
@@ -92,16 +94,18 @@ def test_a_changed_input_recomputes_only_what_depends_on_it(small_campaign, camp
 def test_a_rejected_plan_is_not_tried_again(prefect_server, tmp_path):
     from components.worlds import world
 
-    # its own campaign, cold wherever it runs (it reads no other campaign's cache): on a third of the session's
-    # benchmark (12 tasks per family) with one seed, this strict gate rejects a plan in every round (deterministic)
-    bench = world("retail").materialize(tmp_path / "bench", 0, 12)
+    # its own campaign, cold wherever it runs (it reads no other campaign's cache): on a sixth of the session's
+    # benchmark (6 tasks per family: 10 dev items, above the gate's minimum) with one seed, this strict gate rejects
+    # the plan of both rounds (deterministic). Nothing here reads a trace: none is logged.
+    bench = world("retail").materialize(tmp_path / "bench", 0, 6)
     p = small_params(bench, tmp_path / "strict", **{"campaign.name": "small-strict", "gate.reg_cap": 0,
-                                                     "gate.material": 0.0, "campaign.rounds": 3, "campaign.seeds": 1})
+                                                     "gate.material": 0.0, "campaign.rounds": 2, "campaign.seeds": 1,
+                                                     "campaign.traces_per_round": 0})
     s = run_campaign(p)
     keys = [r.get("plan_key") for r in s["history"] if r.get("plan_key")]
     assert len(keys) == len(set(keys))
     rejected = [r for r in s["history"] if r["verdict"] == "reject"]
-    assert len(rejected) >= 2  # a rejection followed by another plan: what "not tried again" is about
+    assert len(rejected) >= 2, s["history"]  # a rejection followed by another plan: what "not tried again" is about
     for r in rejected:
         assert (Path(p.campaign.out) / "lineage/rejected" / f"{r['plan_key']}.json").exists()
 
@@ -123,7 +127,7 @@ def test_cli_campaign_prints_rounds_and_certification(prefect_server, capsys, tm
     # in-process: the entry point, option parsing and printing are the same code a subprocess would run
     code, out, err = cli(capsys, "campaign", "run", "--rounds", "1", "--out", str(tmp_path / "c"), "--set",
                          f"benchmark.out={bench}", "--set", "campaign.seeds=1", "--set", "gate.n_boot=1000",
-                         "--set", "campaign.name=cli")
+                         "--set", "campaign.name=cli", "--set", "campaign.traces_per_round=0")
     assert code == 0, err[-3000:]
     assert "round 1:" in err
     assert "test (touched once)" in out and "summary:" in out
@@ -136,4 +140,20 @@ def test_bad_params_are_one_clear_line(capsys, tmp_path):
     code, out, err = cli(capsys, "campaign", "run", "--params", str(bad))
     assert code == 2
     assert "campaign.rounds" in err and str(bad) in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_trace_count_is_a_validated_setting_defaulting_to_the_old_constant(capsys, tmp_path):
+    from components.params import load_params
+    from components.tracking.mlflow_log import MAX_TRACES_PER_ROUND
+    from tests.conftest import ROOT
+
+    # params.yaml and the model agree with the constant it replaced: the default campaign logs what it logged
+    assert load_params(ROOT / "params.yaml").campaign.traces_per_round == MAX_TRACES_PER_ROUND == 12
+    assert load_params(None).campaign.traces_per_round == MAX_TRACES_PER_ROUND
+    bad = tmp_path / "params.yaml"
+    bad.write_text("campaign:\n  traces_per_round: -1\n")
+    code, out, err = cli(capsys, "campaign", "run", "--params", str(bad))
+    assert code == 2
+    assert "campaign.traces_per_round" in err and str(bad) in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1

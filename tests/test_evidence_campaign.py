@@ -115,6 +115,8 @@ def test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_ev
     p = small_params(Path(b.out), tmp_path / "later", **{
         "benchmark.per_family": b.per_family, "benchmark.train_share": b.train_share,
         "benchmark.dev_share": b.dev_share, "campaign.name": "small-later", "campaign.rounds": 1,
+        # the first campaign's shards (its task cache answers what this round shares with it); no trace is read here
+        "campaign.shard_size": small_campaign.params.campaign.shard_size, "campaign.traces_per_round": 0,
         "evidence.memory": True, "evidence.db": str(db)})
     s = run_campaign(p)
     memory = json.loads((tmp_path / "later" / "rounds" / "r01" / "memory.json").read_text())

@@ -14,17 +14,17 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.tracking._tracking_service import utils as tracking_utils
 
-from components.tracking.mlflow_log import MAX_TRACES_PER_PACKET, MAX_TRACES_PER_ROUND, CampaignTracker
+from components.tracking.mlflow_log import MAX_TRACES_PER_PACKET, CampaignTracker
 
 
-def _cited(rd) -> dict[str, str]:
+def _cited(rd, cap: int) -> dict[str, str]:
     """The episodes round `rd` logs as traces, episode -> the packet that cites it first: each packet's first cited
-    episodes, up to the round's cap."""
+    episodes, up to the round's cap (`campaign.traces_per_round`)."""
     chosen: dict[str, str] = {}
     for pk in json.loads((rd / "diagnosis.json").read_text()):
         eps = list(dict.fromkeys(c["episode_id"] for claim in pk["claims"] for c in claim["evidence"]))
         for ep in eps[:MAX_TRACES_PER_PACKET]:
-            if ep not in chosen and len(chosen) < MAX_TRACES_PER_ROUND:
+            if ep not in chosen and len(chosen) < cap:
                 chosen[ep] = pk["id"]
     return chosen
 
@@ -86,8 +86,12 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     for n, run in rounds.items():
         rd = out / "rounds" / f"r{n:02d}"
         if (rd / "diagnosis.json").exists() and (rd / "train" / "traces.parquet").exists():
-            expected[n] = _cited(rd)
+            expected[n] = _cited(rd, p.campaign.traces_per_round)
     assert any(expected.values()), "the small campaign cites no failed episode: nothing to test"
+    # `campaign.traces_per_round` bounds them: a round citing more episodes logs that many, from more than one packet
+    cap = p.campaign.traces_per_round
+    assert any(len(_cited(out / "rounds" / f"r{n:02d}", 10**6)) > cap == len(c) and len(set(c.values())) > 1
+               for n, c in expected.items()), (cap, expected)
 
     # store B has every cited episode as a trace of its round run, with all its spans and its tags
     by_id = {}

@@ -37,7 +37,9 @@ from components.io import atomic_write_json
 # output stays byte-identical for identical inputs while a resumed campaign still finds its runs.
 IDS = ".state"
 RUN_FILE = "campaign.json"
-MAX_TRACES_PER_ROUND = 12  # cited failed episodes logged as traces per round (the first ones of each packet)
+# cited failed episodes logged as traces per round (the first ones of each packet): the default of the setting
+# `campaign.traces_per_round` (each trace costs a few hundred spans written to the store; no result depends on them)
+MAX_TRACES_PER_ROUND = 12
 MAX_TRACES_PER_PACKET = 2
 # a promoted version's metrics: the gate figures of the round that promoted it
 GATE_METRICS = ("net", "ci_lo", "ci_hi", "dev_base_mean", "dev_cand_mean", "n_improved", "n_regressed")
@@ -229,6 +231,7 @@ class CampaignTracker:
         from mlflow import MlflowClient
 
         self.name, self.out, self.params = name, Path(out), params
+        self.traces_per_round = int((params.get("campaign") or {}).get("traces_per_round", MAX_TRACES_PER_ROUND))
         self.uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         new_store_from_template(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
@@ -399,7 +402,7 @@ class CampaignTracker:
                     if c["episode_id"] not in eps:
                         eps.append(c["episode_id"])
             for ep in eps[:MAX_TRACES_PER_PACKET]:
-                if ep not in built and len(built) < MAX_TRACES_PER_ROUND:
+                if ep not in built and len(built) < self.traces_per_round:
                     steps = traces[traces["episode_id"] == ep].sort_values("step")
                     cites = {int(c["step"]) for claim in pk["claims"] for c in claim["evidence"] if c["episode_id"] == ep}
                     built[ep] = self._episode_trace(run_id, round_no, pk, ep, steps, cites)
