@@ -46,6 +46,8 @@ PRELOAD = ["flows.campaign", "great_expectations", "mlflow.store.tracking.sqlalc
 
 ZYGOTE = r"""
 import atexit, gc, json, logging, os, select, socket, sys, threading, traceback
+if sys.path[0] == "":  # as in a console script: the project's code through its install, never from the cwd
+    del sys.path[0]
 from components.env import quiet_offline
 quiet_offline()  # as `ratchet` does before anything imports prefect or mlflow
 from flows.cli import main
