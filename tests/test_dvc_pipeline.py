@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,8 @@ class RatchetZygote:
     def __init__(self, where: Path, env: dict[str, str]):
         where.mkdir(parents=True)
         sock = where / "z.sock"
+        if len(str(sock)) > 100:  # a socket's path has a length limit (108 bytes on Linux, 104 on macOS)
+            sock = Path(tempfile.mkdtemp(prefix="rz", dir="/tmp")) / "z.sock"
         for name in ("ratchet", "dvc"):
             stub = where / name
             stub.write_text(STUB.format(python=sys.executable, sock=str(sock)))
