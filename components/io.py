@@ -159,7 +159,8 @@ KINDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "benchmark": (frozenset({"meta.json", "policy.md", "tools.json", "db.json", "tasks.jsonl", "splits.json",
                              "tasks.csv"}), frozenset({"meta.json", "tasks.jsonl", "splits.json"})),
     "campaign": (frozenset({"lineage", "rounds", "summary.json", "test_evals.json", ".state"}), frozenset({"lineage"})),
-    "report": (frozenset({"metrics.json", "rounds.csv", "campaign.md", "rounds.png"}), frozenset()),
+    "report": (frozenset({"metrics.json", "rounds.csv", "campaign.md", "rounds.png", "champion.png", "causes.png",
+                          "families.png"}), frozenset()),
 }
 
 

@@ -293,3 +293,8 @@ def test_report_writes_tables_and_offline_images(small_campaign, capsys, tmp_pat
     accepted = [r for r in s["history"] if r["verdict"] == "accept"]
     last = rounds.set_index("round").loc[accepted[-1]["round"], "champion_dev_mean"]
     assert last == pytest.approx(accepted[-1]["gate"]["cand_mean"])
+    # the report is Ratchet's own output: written again over itself, it is replaced, not refused
+    first_bytes = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()}
+    code, out, err = cli(capsys, "report", "--campaign", str(small_campaign.out), "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()} == first_bytes
