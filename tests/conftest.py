@@ -312,26 +312,29 @@ def wait_for_server(url: str, log: str, timeout: float = 180) -> None:
 @pytest.fixture(scope="session")
 def prefect_server(request):
     """The Prefect server of the run: under xdist, the one the controller started for every worker (RunPrefectServer
-    above); without workers, a temporary server (and database) for this session. Its API URL is set in this process's
-    Prefect settings; subprocesses (CLI, worker) reach the same server through the URL this returns."""
-    from prefect.settings import PREFECT_API_URL
+    above); without workers, the same kind of server started by this session (on a migrated database too, where
+    Prefect's test harness would migrate a new one). Its API URL is set in this process's Prefect settings;
+    subprocesses (CLI, worker) reach the same server through the URL this returns."""
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     workerinput = getattr(request.config, "workerinput", {})
-    if SERVER_URL_KEY not in workerinput:
-        from prefect.testing.utilities import prefect_test_harness
-
-        with prefect_test_harness(server_startup_timeout=180):
-            yield PREFECT_API_URL.value()
-        return
-    import prefect.context
-    from prefect.settings import temporary_settings
-
-    url = workerinput[SERVER_URL_KEY]
-    wait_for_server(url, workerinput[SERVER_LOG_KEY])
-    # as prefect_test_harness does: also the process-global settings, for contexts copied before this point
-    with temporary_settings(updates={PREFECT_API_URL: url}), \
-            prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
-        yield url
+    own = None
+    if SERVER_URL_KEY in workerinput:
+        url, log = workerinput[SERVER_URL_KEY], workerinput[SERVER_LOG_KEY]
+    else:
+        own = RunPrefectServer()
+        own.start()
+        url, log = own.url, str(own.log)
+    try:
+        wait_for_server(url, log)
+        # as prefect_test_harness does: also the process-global settings, for contexts copied before this point
+        with temporary_settings(updates={PREFECT_API_URL: url}), \
+                prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+            yield url
+    finally:
+        if own is not None:
+            own.pytest_unconfigure(request.config)
 
 
 @pytest.fixture(scope="session")
