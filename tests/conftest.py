@@ -172,25 +172,55 @@ SERVER_URL_KEY = "ratchet_prefect_api_url"  # in each xdist worker's `workerinpu
 SERVER_LOG_KEY = "ratchet_prefect_server_log"
 
 
+def migrated_database(db: Path) -> None:
+    """Start the run's Prefect database as a copy of an empty one that Prefect's own command migrated
+    (`prefect server database upgrade -y`), made once per Prefect version in `$XDG_CACHE_HOME/ratchet` (else
+    `~/.cache/ratchet`, beside MLflow's store template: components/tracking/mlflow_log.py). A server starting on a
+    new file runs every migration first: 17 CPU-s to answer instead of 8 on a migrated copy (idle-ish machine, load
+    5-8); making the template costs ~6 CPU-s once. The server still runs its migrations on start, which find nothing
+    to do. On any failure the server migrates its own new file, as before."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ratchet"
+    template = cache / f"prefect-{version('prefect')}-migrated.db"
+    try:
+        if not template.exists():
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = cache / f".{template.name}.{os.getpid()}"
+            tmp.unlink(missing_ok=True)
+            with open(db.with_name("template.log"), "wb") as log:
+                subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"], check=True,
+                               env={**os.environ, "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp}"},
+                               stdout=log, stderr=subprocess.STDOUT, timeout=600)
+            os.replace(tmp, template)  # whole or not at all; another run's identical template may win the race
+        shutil.copyfile(template, db)
+    except (OSError, subprocess.SubprocessError):
+        db.unlink(missing_ok=True)
+
+
 class RunPrefectServer:
     """In the xdist controller: one temporary Prefect server (and SQLite database) for the whole run, not one per
-    worker (starting one costs ~13 CPU-s). It is started, without waiting, as the first worker is set up, so it boots
-    while the workers import and collect; each worker's `prefect_server` waits until it answers. It is Prefect's own
+    worker (starting one costs ~8 CPU-s on a migrated database: `migrated_database`). It is started, without
+    waiting, as the first worker is set up, so it boots while the workers import and collect; each worker's
+    `prefect_server` waits until it answers. It is Prefect's own
     temporary server (Prefect 3.9.1's `SubprocessASGIServer` command and environment, as `prefect_test_harness`
     runs it) started through flows/prefect_setup.py's wrapper, which stops it when this process dies however it
     died; a normal end stops it at once. Only the server is shared: each worker keeps its own home, result storage
     (the task cache) and MLflow store (`quiet_offline` above)."""
 
     def __init__(self) -> None:
-        self.proc = None
+        self.proc = self.thread = None
         self.url = self.log = self.tmp = None
 
     def start(self) -> None:
-        import importlib.util
-        import os
+        """Pick the port now (the workers are told the URL at once); the database and the server come in a thread,
+        so that making the template the first time (`migrated_database`) never holds up the workers' start."""
         import socket
-        import subprocess
-        import sys
+        import threading
 
         self.tmp = Path(tempfile.mkdtemp(prefix="ratchet-test-prefect-"))
         with socket.socket() as s:
@@ -198,11 +228,22 @@ class RunPrefectServer:
             port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}/api"
         self.log = self.tmp / "server.log"
+        self.thread = threading.Thread(target=self._serve, args=(port,), daemon=True)
+        self.thread.start()
+
+    def _serve(self, port: int) -> None:
+        import importlib.util
+        import os
+        import subprocess
+        import sys
+
+        db = self.tmp / "prefect.db"
+        migrated_database(db)
         site = Path(importlib.util.find_spec("prefect").origin).parents[1]  # `prefect.__module_path__.parent`
         env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-               "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{self.tmp / 'prefect.db'}",
+               "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{db}",
                "PYTHONPATH": os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH", "")) if x)}
-        with open(self.log, "wb") as log:
+        with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "flows.prefect_setup", str(os.getpid()), "--app-dir", str(site),
                  "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
@@ -210,7 +251,7 @@ class RunPrefectServer:
                 env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
 
     def pytest_configure_node(self, node) -> None:  # pytest-xdist's hook, in the controller, per worker
-        if self.proc is None:
+        if self.thread is None:
             self.start()
         node.workerinput[SERVER_URL_KEY] = self.url
         node.workerinput[SERVER_LOG_KEY] = str(self.log)
@@ -219,6 +260,8 @@ class RunPrefectServer:
         import shutil
         import subprocess
 
+        if self.thread is not None:
+            self.thread.join()
         if self.proc is not None:
             self.proc.terminate()  # SIGTERM: uvicorn shuts down cleanly
             try:
@@ -269,26 +312,29 @@ def wait_for_server(url: str, log: str, timeout: float = 180) -> None:
 @pytest.fixture(scope="session")
 def prefect_server(request):
     """The Prefect server of the run: under xdist, the one the controller started for every worker (RunPrefectServer
-    above); without workers, a temporary server (and database) for this session. Its API URL is set in this process's
-    Prefect settings; subprocesses (CLI, worker) reach the same server through the URL this returns."""
-    from prefect.settings import PREFECT_API_URL
+    above); without workers, the same kind of server started by this session (on a migrated database too, where
+    Prefect's test harness would migrate a new one). Its API URL is set in this process's Prefect settings;
+    subprocesses (CLI, worker) reach the same server through the URL this returns."""
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     workerinput = getattr(request.config, "workerinput", {})
-    if SERVER_URL_KEY not in workerinput:
-        from prefect.testing.utilities import prefect_test_harness
-
-        with prefect_test_harness(server_startup_timeout=180):
-            yield PREFECT_API_URL.value()
-        return
-    import prefect.context
-    from prefect.settings import temporary_settings
-
-    url = workerinput[SERVER_URL_KEY]
-    wait_for_server(url, workerinput[SERVER_LOG_KEY])
-    # as prefect_test_harness does: also the process-global settings, for contexts copied before this point
-    with temporary_settings(updates={PREFECT_API_URL: url}), \
-            prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
-        yield url
+    own = None
+    if SERVER_URL_KEY in workerinput:
+        url, log = workerinput[SERVER_URL_KEY], workerinput[SERVER_LOG_KEY]
+    else:
+        own = RunPrefectServer()
+        own.start()
+        url, log = own.url, str(own.log)
+    try:
+        wait_for_server(url, log)
+        # as prefect_test_harness does: also the process-global settings, for contexts copied before this point
+        with temporary_settings(updates={PREFECT_API_URL: url}), \
+                prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+            yield url
+    finally:
+        if own is not None:
+            own.pytest_unconfigure(request.config)
 
 
 @pytest.fixture(scope="session")
@@ -323,6 +369,21 @@ class Campaign:
 # so that everything they do not vary comes from the Prefect task cache this campaign filled.
 SMALL = {"campaign.name": "small", "campaign.rounds": 3, "campaign.seeds": 2, "gate.n_boot": 2000,
          "evidence.memory": False}  # stateless: a test that wants campaign memory turns it on
+
+
+def no_traces(monkeypatch) -> dict:
+    """Overrides for a campaign whose test reads no MLflow trace: logging a round's cited failed episodes as traces
+    is ~22% of a small campaign's CPU (the session-7 brief's measure) and no result depends on it (the runs, params,
+    metrics and model versions are still logged). `campaign.traces_per_round: 0` where that setting exists; before
+    it, the module's cap, patched for this test."""
+    from components.params import CampaignParams
+
+    if "traces_per_round" in CampaignParams.model_fields:
+        return {"campaign.traces_per_round": 0}
+    import components.tracking.mlflow_log as mlflow_log
+
+    monkeypatch.setattr(mlflow_log, "MAX_TRACES_PER_ROUND", 0)
+    return {}
 
 
 def small_params(bench_dir: Path, out: Path, **over):

@@ -573,6 +573,7 @@ def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_serv
     original is untouched) and `ratchet reproduce` on it finds the promotion identical."""
     from components.params import BenchmarkParams
     from flows.campaign import run_campaign
+    from tests.conftest import no_traces
 
     monkeypatch.chdir(tmp_path)
     # 6 tasks per family: the smallest benchmark on which this start package's first round commits (test_operations)
@@ -583,9 +584,10 @@ def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_serv
     manifest = start / "manifest.yaml"
     manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6")
                         .replace("bind_on: []", "bind_on: [order_id]"))
+    # no MLflow traces: neither the resume nor `ratchet reproduce` reads them (two seeds: with one, round 1 rejects)
     p = load_params(None, {"benchmark.out": bench.out, "benchmark.per_family": 6, "campaign.out": str(tmp_path / "a"),
                            "campaign.start": str(start), "campaign.rounds": 1, "campaign.seeds": 2,
-                           "gate.n_boot": 1000})
+                           "gate.n_boot": 1000, **no_traces(monkeypatch)})
     s = run_campaign(p)
     assert s["accepted"] == 1, "the test needs a round that promotes"
     shutil.copytree(tmp_path / "a", tmp_path / "copy")

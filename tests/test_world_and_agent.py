@@ -275,12 +275,18 @@ def mean_score(package, bench, items, seeds) -> float:
                             for s in seeds]).mean())
 
 
+# One seed: what memory changes shows on each seed alone. Measured on the session's benchmark, seeds 0, 1 and 2 each
+# give the designed order with reference - seed >= 0.42, reference - all-skills >= 0.37 and routed - all-skills >= 0.23
+# (asserted: 0.30, 0.10, 0.05), as three seeds together do, at a third of the episodes.
+DEV_SEEDS = [0]
+
+
 def mean_dev(bench, name):
-    """A shipped package's mean dev score over 3 seeds. Deterministic (the tests above show it), so it is computed
+    """A shipped package's mean dev score (DEV_SEEDS). Deterministic (the tests above show it), so it is computed
     once per process: two tests below read all-skills' (whichever runs first pays for it)."""
     key = (bench.digest, name)
     if key not in _MEAN_DEV:
-        _MEAN_DEV[key] = mean_score(PACKAGES / name, bench, bench.ids("dev"), [0, 1, 2])
+        _MEAN_DEV[key] = mean_score(PACKAGES / name, bench, bench.ids("dev"), DEV_SEEDS)
     return _MEAN_DEV[key]
 
 
@@ -299,7 +305,7 @@ def test_routed_cards_beat_the_same_cards_everywhere(bench, package_copy):
                                                           "use: event_cards\n    at: intent_recorded")
     (routed / "manifest.yaml").write_text(text)
     a = mean_dev(bench, "all-skills")  # the same shard as the designed-order test's: computed once
-    b = mean_score(routed, bench, bench.ids("dev"), [0, 1, 2])
+    b = mean_score(routed, bench, bench.ids("dev"), DEV_SEEDS)
     assert b > a + 0.05
 
 
@@ -327,19 +333,27 @@ def test_cli_eval_writes_tables_byte_identically(tmp_path, bench_dir, capsys):
 
 
 def test_http_path_gives_identical_scores(tmp_path, bench_dir, free_port, capsys):
+    import threading
+
+    import uvicorn
+
+    from components.models.server import HEADER_TIMEOUT, _header_timeout_protocol, create_app
     from tests.conftest import run_cli
 
+    # serve-sim's app and server (components.models.server.serve) in a thread on a loopback port: every turn crosses
+    # HTTP as it would to another process, and no interpreter starts and imports the stack again for it
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve-sim", "--port", str(port)], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning",
+                                           access_log=False, http=_header_timeout_protocol(HEADER_TIMEOUT)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
     try:
         # one dev item of each family (dev sorted by id is 12 per family): every turn crosses HTTP either way, more
         # items prove nothing more
         items = ",".join(sorted(json.loads((bench_dir / "splits.json").read_text())["dev"])[::12])
         common = ["eval", "--package", str(PACKAGES / "reference"), "--benchmark", str(bench_dir), "--items", items,
                   "--seeds", "2"]
-        # both evals in this process (the server is the other process): a subprocess would prove nothing more. The
-        # local one runs while the server starts up.
+        # both evals in this process, through the real entry point. The local one runs while the server starts up.
         local = run_cli(capsys, *common, "--out", str(tmp_path / "local"))
         for _ in range(200):
             try:
@@ -355,8 +369,8 @@ def test_http_path_gives_identical_scores(tmp_path, bench_dir, free_port, capsys
         assert remote[0] == 0, remote[2]
         assert filecmp.cmp(tmp_path / "local" / "scores.csv", tmp_path / "http" / "scores.csv", shallow=False)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def test_openai_backend_without_base_url_is_a_clear_error(tmp_path, bench_dir, capsys):
