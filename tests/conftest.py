@@ -371,21 +371,6 @@ SMALL = {"campaign.name": "small", "campaign.rounds": 3, "campaign.seeds": 2, "g
          "evidence.memory": False}  # stateless: a test that wants campaign memory turns it on
 
 
-def no_traces(monkeypatch) -> dict:
-    """Overrides for a campaign whose test reads no MLflow trace: logging a round's cited failed episodes as traces
-    is ~22% of a small campaign's CPU (the session-7 brief's measure) and no result depends on it (the runs, params,
-    metrics and model versions are still logged). `campaign.traces_per_round: 0` where that setting exists; before
-    it, the module's cap, patched for this test."""
-    from components.params import CampaignParams
-
-    if "traces_per_round" in CampaignParams.model_fields:
-        return {"campaign.traces_per_round": 0}
-    import components.tracking.mlflow_log as mlflow_log
-
-    monkeypatch.setattr(mlflow_log, "MAX_TRACES_PER_ROUND", 0)
-    return {}
-
-
 def small_params(bench_dir: Path, out: Path, **over):
     from components.params import load_params
 

@@ -573,7 +573,6 @@ def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_serv
     original is untouched) and `ratchet reproduce` on it finds the promotion identical."""
     from components.params import BenchmarkParams
     from flows.campaign import run_campaign
-    from tests.conftest import no_traces
 
     monkeypatch.chdir(tmp_path)
     # 6 tasks per family: the smallest benchmark on which this start package's first round commits (test_operations)
@@ -587,7 +586,7 @@ def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_serv
     # no MLflow traces: neither the resume nor `ratchet reproduce` reads them (two seeds: with one, round 1 rejects)
     p = load_params(None, {"benchmark.out": bench.out, "benchmark.per_family": 6, "campaign.out": str(tmp_path / "a"),
                            "campaign.start": str(start), "campaign.rounds": 1, "campaign.seeds": 2,
-                           "gate.n_boot": 1000, **no_traces(monkeypatch)})
+                           "gate.n_boot": 1000, "campaign.traces_per_round": 0})
     s = run_campaign(p)
     assert s["accepted"] == 1, "the test needs a round that promotes"
     shutil.copytree(tmp_path / "a", tmp_path / "copy")

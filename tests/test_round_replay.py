@@ -7,7 +7,7 @@ import hashlib
 from pathlib import Path
 
 import flows.campaign
-from tests.conftest import no_traces, small_params
+from tests.conftest import small_params
 
 
 def _files(out: Path) -> dict[str, str]:
@@ -22,14 +22,14 @@ def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_se
     # a sixth of the session's benchmark (6 tasks per family): replaying a round does not depend on its size. No MLflow
     # traces: a replay does not depend on them either, and no claim here reads them
     bench_dir = world("retail").materialize(tmp_path / "bench", 0, 6)
-    quiet = no_traces(monkeypatch)
 
     runs = []
     real = flows.campaign.run_round
     monkeypatch.setattr(flows.campaign, "run_round", lambda *a, **k: runs.append(a[0]) or real(*a, **k))
     camp = lambda name: small_params(bench_dir, tmp_path / name, **{  # noqa: E731
         "campaign.name": f"replay-{name}", "campaign.rounds": 1, "campaign.seeds": 1, "gate.n_boot": 1000,
-        "evidence.memory": True, "evidence.db": str(tmp_path / f"{name}.db"), **quiet})
+        "evidence.memory": True, "evidence.db": str(tmp_path / f"{name}.db"),
+        "campaign.traces_per_round": 0})
 
     first = flows.campaign.run_campaign(camp("a"))
     ran = len(runs)  # 1, or 0 when another test in this process already ran a round on the same inputs

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PACKAGES, no_traces, small_params
+from tests.conftest import PACKAGES, small_params
 
 # The whole plug-in: one write tool, one rule that the written policy states, a competence, a rubric scorer.
 LAMP = '''
@@ -172,7 +172,7 @@ def test_an_installed_world_is_found_materialized_and_evolved(lamp_installed, pr
         "campaign.name": "lamp", "campaign.rounds": 1, "campaign.start": str(spec.packages["seed"]),
         # one seed, the smallest n_boot: every dev item goes from a refused write to a success, so the promotion
         # does not depend on more seeds or resamples (this world is its own; nothing here comes from the shared cache)
-        "campaign.seeds": 1, "gate.n_boot": 1000, **no_traces(monkeypatch)})  # no claim here reads MLflow traces
+        "campaign.seeds": 1, "gate.n_boot": 1000, "campaign.traces_per_round": 0})  # no claim here reads MLflow traces
     p.benchmark.materialize()  # what `ratchet bench materialize` does, through the registry
     b = load_benchmark(p.benchmark.out)
     assert b.world == "lamp" and b.targets == {"set_lamp": ["room"]} and len(b.ids("dev")) == 6
