@@ -684,6 +684,11 @@ def test_a_benchmark_naming_an_unknown_world_is_one_line_naming_meta_json(projec
     (bad / "meta.json").write_text(json.dumps({**meta, "world": "mars"}))
     one_line(ratchet("eval", "--package", "pkg", "--benchmark", bad, "--out", "ev"), 2,
              "bench/meta.json: world: unknown world 'mars'")
+    # another world's name on this benchmark: its episodes failed deep in that world's environment (a KeyError)
+    (bad / "meta.json").write_text(json.dumps({**meta, "world": "airline"}))
+    one_line(ratchet("eval", "--package", PACKAGES / "airline" / "seed", "--benchmark", bad, "--out", "ev"), 2,
+             "bench/meta.json: write_tools: ", "not a write tool of the 'airline' world")
+    assert not (project / "ev").exists()
 
 
 def _scores(path: Path, rows: str) -> Path:

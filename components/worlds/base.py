@@ -247,11 +247,15 @@ def load_benchmark(root: str | Path) -> Benchmark:
     if not isinstance(meta["world"], str):
         raise BenchmarkError(f"{root / 'meta.json'}: world: must be a world's name")
     try:
-        world(meta["world"])
+        spec = world(meta["world"])
     except InputError as e:  # say which file names the unknown world
         raise BenchmarkError(f"{root / 'meta.json'}: world: {e}") from None
     if not isinstance(meta["write_tools"], list) or not all(isinstance(t, str) for t in meta["write_tools"]):
         raise BenchmarkError(f"{root / 'meta.json'}: write_tools: must be a list of tool names")
+    foreign = sorted(set(meta["write_tools"]) - spec.competence.writes)
+    if foreign:  # another world's benchmark under this world's name: its episodes would fail deep in the environment
+        raise BenchmarkError(f"{root / 'meta.json'}: write_tools: {', '.join(foreign[:3])} not a write tool of the "
+                             f"{meta['world']!r} world (a benchmark of another world?)")
     targets = meta["targets"]
     if not isinstance(targets, dict) or not all(isinstance(a, list) and all(isinstance(x, str) for x in a)
                                                 for a in targets.values()):
