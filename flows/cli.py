@@ -49,6 +49,16 @@ class _OneLineErrors(TyperGroup):
         except OSError as e:  # the system refused (no such directory, read-only, disk full): a runtime failure
             raise fail(f"{e.filename or '-'}: -: {e.strerror or e}", 1) from None
 
+    def parse_args(self, ctx, args):
+        from typer._click import exceptions as click
+
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoArgsIsHelpError:  # `ratchet` alone: the help
+            raise
+        except click.UsageError as e:  # an option before the command (`ratchet --bogus`): one line, not a box
+            raise fail(_usage_line(e, ctx), e.exit_code) from None
+
 
 def _usage_line(e, ctx) -> str:
     """click's usage error as `--option: what` plus where the help is."""
@@ -111,6 +121,8 @@ def package_digest(path: Path) -> None:
 
     if not path.is_dir():
         raise InputError(f"{path}: -: not a package directory")
+    if not (path / "manifest.yaml").is_file():  # an empty or foreign directory has bytes, but no package to pin
+        raise InputError(f"{path / 'manifest.yaml'}: -: missing (not a package directory)")
     try:
         links = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_symlink())
         if links:  # a package may not hold one (see load_package): its bytes would depend on where the link points

@@ -627,7 +627,9 @@ def test_a_control_character_in_params_is_one_line_naming_the_file(tmp_path, whe
     (["nosuch"], ["No such command 'nosuch'"]),
     (["campaign", "runs", "--limit", "-1"], ["--limit:"]),  # was Prefect's 422 traceback
     (["worker", "--limit", "0"], ["--limit:"]),
-], ids=["not-an-int", "missing-option", "out-of-range", "no-such-command", "runs-limit", "worker-limit"])
+    (["--bogus"], ["No such option: --bogus", "--help`)"]),  # before the command: parsed by the app itself
+], ids=["not-an-int", "missing-option", "out-of-range", "no-such-command", "runs-limit", "worker-limit",
+        "option-before-the-command"])
 def test_an_option_typer_refuses_is_one_line_not_a_box(project, args, fragments):
     one_line(ratchet(*args), 2, *fragments)
     assert not (project / "runs").exists()

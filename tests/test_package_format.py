@@ -489,10 +489,16 @@ def test_cli_digest_matches_library(package_copy, name):
     assert r.stdout.strip() == digest(pkg) == digest(PACKAGES / name)
 
 
-def test_cli_digest_not_a_directory(tmp_path):
-    r = run_cli("package", "digest", str(tmp_path / "missing"))
-    assert r.returncode != 0
-    assert "Traceback" not in r.stdout + r.stderr
+@pytest.mark.parametrize("what", ["missing", "empty", "foreign"])
+def test_cli_digest_not_a_package_directory(tmp_path, what):
+    path = tmp_path / what
+    if what != "missing":  # an empty directory, or one without a manifest, printed a digest of no package
+        path.mkdir()
+        if what == "foreign":
+            (path / "notes.txt").write_text("mine\n")
+    r = run_cli("package", "digest", str(path))
+    assert r.returncode == 2 and r.stdout == ""
+    assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
     assert "not a package directory" in r.stderr
 
 
