@@ -461,6 +461,7 @@ def prepare(p: Params, *, force: bool = False) -> None:
     start bytes, the benchmark bytes and the evolution params its lineage recorded. With `force`, Ratchet's own
     output that does not match is deleted and the campaign starts over (never anything Ratchet did not write)."""
     c = p.campaign
+    bench = _existing_benchmark(p)
     out = claim_output(c.out, "campaign", option="campaign.out", force=force,
                        inputs={"start package": c.start, "benchmark": p.benchmark.out})
     lineage = Lineage(out / "lineage")
@@ -469,10 +470,9 @@ def prepare(p: Params, *, force: bool = False) -> None:
         raise InputError(f"{c.start}: campaign.start: {'not a directory' if start.exists() else 'no such directory'}")
     if start.is_dir():
         pkg = load_package(start)  # one line per problem, before anything runs
-        if (Path(p.benchmark.out) / "meta.json").is_file():  # a start written for another world: refused as eval does
-            foreign = foreign_tools(pkg, load_benchmark(p.benchmark.out))
-            if foreign:
-                raise InputError(f"campaign.start: {foreign[0]}")
+        foreign = foreign_tools(pkg, bench) if bench is not None else []
+        if foreign:  # a start written for another world: refused as eval does
+            raise InputError(f"campaign.start: {foreign[0]}")
     if out.is_dir() and any(out.iterdir()):
         LineageLock(lineage.root).probe()  # a running campaign here: say so now, not from inside a flow
         if force and output_kind(out) != "campaign":
@@ -484,6 +484,20 @@ def prepare(p: Params, *, force: bool = False) -> None:
         if not force:
             raise
         remove_output(out, "campaign")
+
+
+def _existing_benchmark(p: Params):
+    """The benchmark at benchmark.out, used as it is when it exists (None when it is yet to be materialized): one of
+    another world than benchmark.world would run the campaign on it silently (the start package follows
+    benchmark.world, the tasks follow the files)."""
+    meta = Path(p.benchmark.out) / "meta.json"
+    if not meta.is_file():
+        return None
+    bench = load_benchmark(p.benchmark.out)
+    if bench.world != p.benchmark.world:
+        raise InputError(f"{meta}: world: {bench.world!r}, but benchmark.world is {p.benchmark.world!r} (a benchmark "
+                         "of another world at benchmark.out)")
+    return bench
 
 
 def _check_rerun(p: Params, lineage: Lineage) -> None:

@@ -414,19 +414,6 @@ def _params(params: Optional[Path], rounds: Optional[int], out_dir: Optional[Pat
     return load_params(params, overrides)
 
 
-def _check_bench_world(p) -> None:
-    """An existing benchmark at benchmark.out is used as it is: one of another world would run a campaign on it
-    silently (the start package follows benchmark.world, the tasks follow the files)."""
-    from components.io import read_json_object
-
-    meta = Path(p.benchmark.out) / "meta.json"
-    if meta.is_file():
-        found = read_json_object(meta).get("world")
-        if found != p.benchmark.world:
-            raise InputError(f"{meta}: world: {found!r}, but benchmark.world is {p.benchmark.world!r} (a benchmark of "
-                             "another world at benchmark.out)")
-
-
 def _print_summary(summary: dict, path: Path) -> None:
     from components.evolution.report import round_rows
 
@@ -477,7 +464,6 @@ def campaign_run(
     Rerunning the same command resumes an interrupted campaign; a rerun may change only campaign.rounds, budget.*
     and where things run (see README), else it is refused naming the field."""
     p = _params(params, rounds, out_dir, set_)
-    _check_bench_world(p)
     from flows.campaign import prepare, run_campaign
 
     prepare(p, force=force)
@@ -573,7 +559,6 @@ def campaign_resume(
         first = e.errors()[0]
         raise InputError(f"{saved}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
     p = p.model_copy(update={"campaign": p.campaign.model_copy(update={"out": str(out_dir)})})
-    _check_bench_world(p)
     from flows.campaign import prepare, run_campaign
 
     prepare(p)
