@@ -39,6 +39,7 @@ from components.errors import InputError
 from components.evolution.gate import SequentialDesign, gate, look_alpha
 from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock
 from components.evolution.localization import localization_from_rounds
+from components.evolution.power import components as power_components, mde
 from components.evolution.report import round_dir, write_csv, write_json
 from components.evolution.validate import fired, foreign_tools
 from components.failpoints import failpoint
@@ -77,6 +78,8 @@ def budget_spec(p: Params) -> dict:
     # a candidate's up to its patch's first effect) is not paid twice, and the tables stay byte-identical
     return {"db": str(state_dir(c.out) / "budget.sqlite"), "wallet": c.name,
             "call_cache": str(state_dir(c.out) / "calls.sqlite") if deterministic(c.model, c.model_cfg) else None,
+            # a served model's finished episodes, one file each while a shard runs: a killed shard resumes them
+            "episodes": str(state_dir(c.out) / "episodes") if c.model != "sim" else None,
             "estimate": {"max_turns": c.max_turns, "tokens_in_per_call": b.est_tokens_in_per_call,
                          "tokens_out_per_call": b.est_tokens_out_per_call, "price_in_per_1k": b.price_in_per_1k,
                          "price_out_per_1k": b.price_out_per_1k}}
@@ -593,6 +596,11 @@ def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict,
     test = {"base_mean": verdict.base_mean, "champion_mean": verdict.cand_mean, "net": verdict.net,
             "ci_lo": verdict.ci_lo, "ci_hi": verdict.ci_hi, "n_items": verdict.n_items,
             "n_improved": verdict.n_improved, "n_regressed": verdict.n_regressed, "dropped_errors": verdict.dropped_errors}
+    if verdict.n_items >= 2:  # beside the certification: the smallest effect this test split could have shown
+        var = power_components(base.scores, cand.scores)
+        trials = int(base.scores["seed"].nunique())
+        test.update(mde=round(mde(verdict.n_items, trials, var, p.gate.alpha), 6), mde_trials=trials,
+                    mde_sd_item=round(var.sd_item, 6), mde_sd_trial=round(var.sd_trial, 6))
     evals = [{"split": "test", "arm": "start", "package_digest": digest(start), "summary": summary(base.scores)},
              {"split": "test", "arm": "champion", "package_digest": digest(champion), "summary": summary(cand.scores)}]
     write_json(Path(p.campaign.out) / "test_evals.json", evals)
@@ -610,7 +618,13 @@ def _episodes(out: Path, test: dict | None) -> dict:
     """Episodes run across every evaluation of the campaign, and how many errored (a model fault is never a success)."""
     evs = _evals(out, test)
     evs = [e for e in evs if not e.get("reused")]  # the same episodes as another evaluation, counted there
-    return {"total": sum(e["summary"]["episodes"] for e in evs), "errors": sum(e["summary"]["errors"] for e in evs)}
+    kinds: dict[str, int] = {}
+    for e in evs:
+        for k, n in e["summary"].items():
+            if k.startswith("errors_"):
+                kinds[k.removeprefix("errors_")] = kinds.get(k.removeprefix("errors_"), 0) + n
+    out = {"total": sum(e["summary"]["episodes"] for e in evs), "errors": sum(e["summary"]["errors"] for e in evs)}
+    return {**out, "by_kind": dict(sorted(kinds.items()))} if kinds else out  # absent without errors: unchanged records
 
 
 def _cost(out: Path, test: dict | None) -> dict:

@@ -184,7 +184,6 @@ def _model_cfg(model: str, base_url: Optional[str], model_name: Optional[str], *
             raise InputError("--base-url: required with --model openai")
         return {"base_url": base_url, **({"model": model_name} if model_name else {}), **given}
     if model == "local":
-        given.pop("headers", None)
         return {**({"base_url": base_url} if base_url else {}), **({"model": model_name} if model_name else {}), **given}
     if given or base_url or model_name:
         raise InputError(f"--model {model}: model settings (--base-url, --max-tokens, ...) apply to openai and local only")
@@ -217,14 +216,17 @@ def eval_cmd(
     """Run every (item, seed) episode; write scores.csv, traces.parquet and the hidden-cause sidecar (each failed
     episode replayed in-process with the simulated agent's faults switched off, one owner at a time). --out must be
     new, empty or an earlier eval's output (which is replaced); anything else is refused. Exit 1 when every episode
-    errored. With --model local, `ratchet serve-local` must be running (`pip install -e ".\\[local]"`)."""
+    errored. With --model local, `ratchet serve-local` must be running (`pip install -e ".\\[local]"`). With a served
+    model (openai, local), each finished episode is written to --out/partial/ as it ends, and a rerun of the same
+    evaluation (package, benchmark, model and its settings, turn limit) resumes them."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from components.evolution.validate import foreign_tools
-    from components.io import claim_output
+    from components.io import claim_output, mark_output, output_kind
+    from components.runtime.journal import PARTIAL, TRANSPORT, Journal, journal_key
     from components.memory import load_package
     from components.models.counterfactual import causes_table
-    from components.runtime.evaluate import run_shard, seed_map_hash, summary, write_eval
+    from components.runtime.evaluate import error_kinds, run_shard, seed_map_hash, summary, write_eval
     from components.worlds import load_benchmark
 
     if seeds < 1:
@@ -253,10 +255,21 @@ def eval_cmd(
     cfg = _model_cfg(model, base_url, model_name, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
                      temperature=temperature, tool_choice=tool_choice, json_actions=json_actions, headers=header)
     seed_list = list(range(seeds))
+    journal = None
+    if model != "sim":  # a served model's episode costs seconds to minutes: each is kept as it ends (the sim's not)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if output_kind(out_dir) is None:  # so that a rerun may claim it (and resume)
+            mark_output(out_dir, "eval")
+        key = journal_key(package=pkg.digest, benchmark=bench.digest, model=model, max_turns=max_turns,
+                          model_cfg={k: v for k, v in cfg.items() if k not in TRANSPORT})
+        journal = Journal(out_dir / PARTIAL, key)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=err, transient=True) as progress:
         bar = progress.add_task(f"{pkg.name} on {split}", total=len(ids) * len(seed_list))
-        t = run_shard(pkg, bench, ids, seed_list, model, cfg, max_turns, on_episode=lambda _r: progress.advance(bar))
+        t = run_shard(pkg, bench, ids, seed_list, model, cfg, max_turns, on_episode=lambda _r: progress.advance(bar),
+                      journal=journal)
+    if journal is not None and journal.resumed:
+        err.print(f"resumed {journal.resumed} finished episode(s) from {out_dir / PARTIAL}", highlight=False)
     t.causes = causes_table(pkg, bench, t.scores, max_turns)
     meta = {"package": str(package), "package_digest": pkg.digest, "benchmark": str(benchmark),
             "benchmark_digest": bench.digest, "split": split, "seeds": seed_list, "items": len(ids),
@@ -264,8 +277,10 @@ def eval_cmd(
             "model_cfg": {k: v for k, v in cfg.items() if k != "headers"}, **summary(t.scores)}
     write_eval(out_dir, t, meta, mark="eval")
     s = summary(t.scores)
+    kinds = ", ".join(f"{k} {n}" for k, n in error_kinds(t.scores).items())
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
-              f"{s['episodes']} episodes, {s['errors']} errors, tokens {s['tokens_in']}/{s['tokens_out']}")
+              f"{s['episodes']} episodes, {s['errors']} errors{f' ({kinds})' if kinds else ''}, "
+              f"tokens {s['tokens_in']}/{s['tokens_out']}", highlight=False)
     out.print(f"wrote {out_dir}/scores.csv, traces.parquet")
     if s["episodes"] and s["errors"] == s["episodes"]:  # nothing behind the numbers: not a success
         first = t.scores["error"].fillna("").astype(str)
@@ -396,6 +411,56 @@ def gate_cmd(
     raise typer.Exit(0 if verdict.accept else 1)
 
 
+@app.command("power")
+def power_cmd(
+    items: Annotated[Optional[int], typer.Option(help="items in the split (default: the tables' items)")] = None,
+    trials: Annotated[Optional[list[int]], typer.Option(help="trials (seeds) per item; repeatable (default 1 and 4)")] = None,
+    sd_item: Annotated[Optional[float], typer.Option(help="SD of the items' true paired effects (between items)")] = None,
+    sd_trial: Annotated[Optional[float], typer.Option(help="SD of one trial's paired difference within an item")] = None,
+    base: Annotated[Optional[Path], typer.Option(help="a base score table, to estimate the SDs (with --cand)")] = None,
+    cand: Annotated[Optional[Path], typer.Option(help="the paired candidate score table")] = None,
+    alpha: Annotated[float, typer.Option(help="the gate's two-sided CI level 1 - alpha")] = 0.05,
+    power: Annotated[float, typer.Option(help="the chance of accepting a true effect of the MDE")] = 0.8,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON list")] = False,
+) -> None:
+    """The minimum detectable effect of the gate: the smallest true net improvement its bootstrap CI accepts with
+    probability --power, for --items, each --trials, and the variance given (--sd-item, --sd-trial) or estimated
+    from two paired score tables (--base, --cand)."""
+    import math
+
+    from components.evolution.power import Variance, components, power_table
+
+    if (base is None) != (cand is None):
+        raise InputError("--base/--cand: give both tables, or neither")
+    if base is not None and (sd_item is not None or sd_trial is not None):
+        raise InputError("--sd-item/--sd-trial: give the SDs or the tables, not both")
+    if base is not None:
+        b, c = _read_scores(base, "--base"), _read_scores(cand, "--cand")
+        try:
+            var = components(b, c)
+        except InputError as e:
+            raise InputError(f"{base} vs {cand}: {e}") from None
+        items = items or int(b["item_id"].nunique())
+    else:
+        if sd_item is None and sd_trial is None:
+            raise InputError("--sd-item/--sd-trial: give at least one (or --base and --cand)")
+        for name, v in (("--sd-item", sd_item), ("--sd-trial", sd_trial)):
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise InputError(f"{name}: {v}: must be a finite number >= 0")
+        var = Variance(sd_item or 0.0, sd_trial or 0.0, "given")
+    if items is None:
+        raise InputError("--items: required without --base and --cand")
+    rows = power_table(items, trials or [1, 4], var, alpha, power)
+    if as_json:
+        out.print(json.dumps(rows, sort_keys=True), highlight=False, markup=False)
+        return
+    out.print(f"SDs ({var.source}): item {var.sd_item:.4f}, trial {var.sd_trial:.4f}; alpha {alpha:g}, "
+              f"power {power:.0%}", highlight=False, markup=False)
+    for r in rows:
+        out.print(f"{r['n_items']} items x {r['trials']} trial(s): minimum detectable effect {r['mde']:+.4f} "
+                  f"(SD of d_i {r['sigma']:.4f})", highlight=False, markup=False)
+
+
 # -- campaigns ---------------------------------------------------------------------------------------------------
 
 PARAMS_HELP = "parameter file (default: ./params.yaml if present, else the built-in defaults)"
@@ -435,14 +500,19 @@ def _print_summary(summary: dict, path: Path) -> None:
         out.print(f"test (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
                   f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}] over {t['n_items']} items",
                   highlight=False)
+        if t.get("mde") is not None:
+            out.print(f"minimum detectable effect on test: {t['mde']:+.3f} ({t['n_items']} items x {t['mde_trials']} "
+                      f"trial(s), SDs item {t['mde_sd_item']:.3f}, trial {t['mde_sd_trial']:.3f}; 80% power; "
+                      "`ratchet power` for other sizes)", highlight=False)
     spent = summary.get("budget_spent") or {}
     if spent:
         out.print("budget spent by this run: " + ", ".join(f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}"
                                                           for k, v in sorted(spent.items())), highlight=False)
     errors = (summary.get("episodes") or {}).get("errors")
     if errors:
-        out.print(f"errored episodes: {errors} of {summary['episodes']['total']} (model faults; never a success)",
-                  highlight=False)
+        kinds = ", ".join(f"{k} {n}" for k, n in (summary["episodes"].get("by_kind") or {}).items())
+        out.print(f"errored episodes: {errors} of {summary['episodes']['total']}{f' ({kinds})' if kinds else ''} "
+                  "(model faults; never a success)", highlight=False)
     if loc.get("accuracy") is not None:
         comp = loc.get("compound") or {}
         out.print(f"diagnosis localization {loc['accuracy']:.1%} vs outcome-only {loc['outcome_only_accuracy']:.1%} "

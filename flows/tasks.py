@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -34,6 +35,8 @@ from components.evolution.plan import Plan, parse_plan
 from components.evolution.validate import Validation, fired, static_checks
 from components.memory.package import digest
 from components.runtime.evaluate import RACY_NS, EvalTables, benchmark_at, package_at, run_shard, tree_stats
+from components.runtime.journal import Journal
+from components.runtime.progress import progress_bar
 from components.version import code_version
 from flows.resultzip import ZlibPickle
 
@@ -123,9 +126,22 @@ def eval_shard(package: str, bench: str, items: list[str], seeds: list[int], mod
                max_turns: int, label: str = "", budget: dict | None = None) -> EvalTables:
     key = _shard_key(None, {"package": package, "bench": bench, "items": items, "seeds": seeds, "model": model,
                             "model_cfg": model_cfg, "max_turns": max_turns})
-    return _charged(budget, key, len(items) * len(seeds),
-                    lambda check: run_shard(package, bench, items, seeds, model, model_cfg, max_turns, check,
-                                            call_cache=call_cache(budget)))
+    where = (budget or {}).get("episodes")  # a served model's finished episodes, kept while the shard runs
+    journal = Journal(Path(where) / key, key) if where else None
+    progress = progress_bar(label, len(items) * len(seeds))
+
+    def run(check):
+        def each(r):
+            progress(r)
+            if check is not None:
+                check(r)
+        return run_shard(package, bench, items, seeds, model, model_cfg, max_turns, each,
+                         call_cache=call_cache(budget), journal=journal)
+
+    out = _charged(budget, key, len(items) * len(seeds), run)
+    if journal is not None:  # the shard's result is cached by Prefect now: its episode files are not needed again
+        shutil.rmtree(journal.root, ignore_errors=True)
+    return out
 
 
 # -- hidden causes (counterfactual replay; read only by diagnosis scoring) -----------------------------------------------

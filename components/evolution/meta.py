@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -265,20 +266,27 @@ class PlanOutcome:
     plan: Plan | None = None
     failure: str | None = None
     replies: list[dict] = field(default_factory=list)
+    prompt_chars: int | None = None  # the planning prompt as sent (after the budget)
+    prompt_tokens: int | None = None  # the same, in the server's tokens (with a token budget)
 
     def record(self, cap: int = 8000) -> dict:
-        return {"failure": self.failure,
-                "replies": [{**r, "raw": None if r.get("raw") is None else r["raw"][:cap]} for r in self.replies]}
+        out = {"failure": self.failure,
+               "replies": [{**r, "raw": None if r.get("raw") is None else r["raw"][:cap]} for r in self.replies]}
+        if self.prompt_chars is not None:
+            out["prompt"] = {"chars": self.prompt_chars, "tokens": self.prompt_tokens}
+        return out
 
 
 @META_AGENTS.register("llm")
 def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B006 - frozen by the options model
-        max_prompt_chars: int = 24_000, max_packets: int = 8, repair_turns: int = 1, structured: bool = True):
+        max_prompt_chars: int = 24_000, max_prompt_tokens: int | None = None, max_packets: int = 8,
+        repair_turns: int = 1, structured: bool = True):
     """Ask a model (through the same chat interface as the agent) for a JSON plan; validate it like any plan.
 
-    The prompt is a budgeted projection: the plan schema and the rules' draft always, then the largest clusters first
-    while the prompt stays under `max_prompt_chars` (about 4 characters a token: 24,000 fits an 8K context with room
-    for the reply). With `structured`, the reply is constrained by the plan's JSON schema where the server supports it.
+    The prompt is a budgeted projection (`_prompt`): the least useful evidence goes first until the prompt fits
+    `max_prompt_tokens` (counted by the server's tokenizer where it has one, `/tokenize` as llama-server and
+    `ratchet serve-local` serve it; else 4 characters a token) or, without it, `max_prompt_chars` (24,000 fits an
+    8K context with room for the reply). With `structured`, the reply is constrained by the plan's JSON schema where the server supports it.
     A reply that fails gets `repair_turns` more turns with the validation error fed back; a reply that still fails
     is a rejected plan, never an exception and never "nothing to patch"."""
     from components.models import make_model
@@ -292,15 +300,24 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B00
         if not patchable:
             return PlanOutcome()
         draft = rules(max_per_episode=6, max_source_items=12)(ctx)
-        messages = [{"role": "system", "content": f"{prompts.PLAN_MARK}\n" + LLM_INSTRUCTIONS},
-                    {"role": "user", "content": _prompt(ctx, patchable, draft, max_prompt_chars, max_packets)}]
-        out = PlanOutcome()
+        system = f"{prompts.PLAN_MARK}\n" + LLM_INSTRUCTIONS
+        if max_prompt_tokens is not None:
+            def fits(text: str) -> bool:
+                return _tokens(chat, system + "\n" + text) <= max_prompt_tokens
+        else:
+            def fits(text: str) -> bool:
+                return len(system) + len(text) <= max_prompt_chars
+        user = _prompt(ctx, patchable, draft, fits, max_packets, schema_sent=structured)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        out = PlanOutcome(prompt_chars=len(system) + len(user),
+                          prompt_tokens=_tokens(chat, system + "\n" + user) if max_prompt_tokens is not None else None)
         for turn in range(repair_turns + 1):
             try:
                 reply = chat.complete(messages, tools=None, seed=seed, json_mode=plan_schema if structured else True)
             except ModelError as e:  # the server failed or cut the reply: what it spent is still counted
                 propose.usage.append(e.usage)
-                out.replies.append({"turn": turn, "raw": None, "error": str(e)})
+                # a cut reply's text is the model's answer as far as it got: kept, as every reply is
+                out.replies.append({"turn": turn, "raw": e.text or None, "error": str(e)})
                 out.failure = f"model error: {e}"
                 return out  # a model fault is not the model's answer: no repair turn on it
             propose.usage.append(reply.usage)
@@ -347,39 +364,60 @@ def _check(content: str | None, ctx: PlanContext, n_patchable: int) -> tuple[str
     return None, plan
 
 
-def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None, max_chars: int,
-            max_packets: int) -> str:
-    """The planning prompt as a budgeted projection: fixed parts first, then clusters largest first while they fit."""
-    pkg = ctx.package
-    rejected = sorted(ctx.rejected)
-    head = [
-        "## Plan schema", json.dumps(Plan.model_json_schema(), separators=(",", ":")),
-        "## Draft from the rules (use, edit or replace)",
-        "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": "none"})) + "\n```",
-        "## Plans already rejected (keys)", json.dumps(rejected[-50:]),
-    ]
-    if ctx.memory:  # earlier campaigns' verdicts, contested evidence, open questions: budgeted, with node ids
-        head += ["## Campaign memory (evidence graph projection)", json.dumps(ctx.memory, separators=(",", ":"))]
-    used = sum(len(x) + 2 for x in head) + len(LLM_INSTRUCTIONS)
+def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None, fits: Callable[[str], bool],
+            max_packets: int, schema_sent: bool = False) -> str:
+    """The planning prompt as a budgeted projection: the largest that `fits`, shrunk by dropping the least useful
+    evidence first (campaign memory, old rejected keys, full packets for compact ones, the smallest clusters, the
+    card listing, the plan schema when the server is given it anyway, the rest of the rejected keys), keeping the
+    rules' draft and the largest cluster. When even that does not fit, the smallest prompt goes (the server says)."""
     ranked = sorted(packets, key=lambda p: (-len(p.episodes), p.id))[:max_packets]
-    shown: list[str] = []
-    for p in ranked:
-        text = _packet_json(p, full=True)
-        if used + len(text) > max_chars:
-            text = _packet_json(p, full=False)  # fewer citations and items, same claims
-        if shown and used + len(text) > max_chars:
-            break
-        shown.append(text)  # the largest cluster always goes in
-        used += len(text) + 1
-    listing = json.dumps({"manifest": pkg.manifest.model_dump(mode="json"),
-                          "cards": {c.path: c.meta.model_dump(mode="json") for c in pkg.cards.values()}},
-                         separators=(",", ":"), default=str)
-    if used + len(listing) > max_chars:
-        listing = json.dumps({"manifest": pkg.manifest.model_dump(mode="json"), "cards": sorted(c.path for c in pkg.cards.values())},
-                             separators=(",", ":"), default=str)[: max(200, max_chars - used)]
-    body = [f"## Diagnosis packets (largest first; {len(shown)} of {len(packets)} patchable shown)", "\n".join(shown),
-            "## Package", listing]
-    return "\n\n".join([*head[:4], *body, *head[4:]])
+    opts = {"memory": bool(ctx.memory), "rejected": 50, "full": True, "n": len(ranked), "listing": 2, "schema": True}
+    steps: list[dict] = [{"memory": False}, {"rejected": 10}, {"full": False}]
+    steps += [{"n": n} for n in range(len(ranked) - 1, 0, -1)]
+    steps += [{"listing": 1}] + ([{"schema": False}] if schema_sent else []) + [{"listing": 0}, {"rejected": 0}]
+    text = _render(ctx, ranked, len(packets), draft, **opts)
+    for step in steps:
+        if fits(text):
+            return text
+        opts.update(step)
+        text = _render(ctx, ranked, len(packets), draft, **opts)
+    return text
+
+
+def _render(ctx: PlanContext, ranked: list[EvidencePacket], n_patchable: int, draft: Plan | None, *, memory: bool,
+            rejected: int, full: bool, n: int, listing: int, schema: bool) -> str:
+    pkg = ctx.package
+    keys = sorted(ctx.rejected)[-rejected:] if rejected else []
+    head = []
+    if schema:
+        head += ["## Plan schema", json.dumps(Plan.model_json_schema(), separators=(",", ":"))]
+    head += ["## Draft from the rules (use, edit or replace)",
+             "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": "none"})) + "\n```"]
+    shown = [_packet_json(p, full=full) for p in ranked[:max(1, n)]]
+    if listing == 2:
+        cards = json.dumps({"manifest": pkg.manifest.model_dump(mode="json"),
+                            "cards": {c.path: c.meta.model_dump(mode="json") for c in pkg.cards.values()}},
+                           separators=(",", ":"), default=str)
+    elif listing == 1:
+        cards = json.dumps({"manifest": pkg.manifest.model_dump(mode="json"),
+                            "cards": sorted(c.path for c in pkg.cards.values())}, separators=(",", ":"), default=str)
+    else:
+        cards = f"(omitted for length: {len(pkg.cards)} cards)"
+    body = [f"## Diagnosis packets (largest first; {len(shown)} of {n_patchable} patchable shown)", "\n".join(shown),
+            "## Package", cards]
+    tail = []
+    if rejected:
+        tail += ["## Plans already rejected (keys)", json.dumps(keys)]
+    if memory and ctx.memory:  # earlier campaigns' verdicts, contested evidence, open questions: with node ids
+        tail += ["## Campaign memory (evidence graph projection)", json.dumps(ctx.memory, separators=(",", ":"))]
+    return "\n\n".join([*head, *body, *tail])
+
+
+def _tokens(chat, text: str) -> int:
+    """The prompt's tokens: the backend's own count (`count_tokens`, the server's tokenizer) when it has one."""
+    count = getattr(chat, "count_tokens", None)
+    got = count(text) if count is not None else None
+    return got if got is not None else -(-len(text) // 4)
 
 
 def _packet_json(p: EvidencePacket, full: bool) -> str:

@@ -62,13 +62,14 @@ LOCAL_MODEL = "smollm2-135m-instruct"
 @MODELS.register("local")
 def local(*, base_url: HttpURL = f"http://127.0.0.1:{LOCAL_PORT}/v1", model: str = LOCAL_MODEL, timeout: float = 300.0,
           max_retries: int = 1, backoff: float = 1.0, temperature: float = 0.0, max_tokens: int = 256,
-          tool_choice: ToolChoice = "auto", json_actions: bool = False,
+          tool_choice: ToolChoice = "auto", headers: dict[str, str] | None = None, json_actions: bool = False,
           schema_format: Literal["json_schema", "json_object", "none"] = "json_object"):
-    """The small local model served by `ratchet serve-local` (the optional `[local]` extra)."""
+    """The small local model served by `ratchet serve-local` (the optional `[local]` extra); `headers` reach it as
+    they reach any server (a proxy in front of it may want them)."""
     from components.models.openai_chat import OpenAIChat
 
     return OpenAIChat(base_url=base_url, model=model, timeout=timeout, max_retries=max_retries, backoff=backoff,
-                      temperature=temperature, max_tokens=max_tokens, tool_choice=tool_choice,
+                      temperature=temperature, max_tokens=max_tokens, tool_choice=tool_choice, headers=headers,
                       json_actions=json_actions, schema_format=schema_format)
 
 

@@ -19,17 +19,29 @@ ERROR_KINDS = (
     "content_filter",     # the server withheld the reply (finish_reason `content_filter`)
     "malformed",          # a reply Ratchet cannot use: no choices, bad JSON, a state proposal that breaks its schema
     "unknown_tool",       # a call to a tool that was not offered
+    "empty",              # a draft with neither a tool call nor text, when tools were offered
 )
+
+
+KEPT_CHARS = 2000  # a cut reply can be the whole context long; its head shows the loop it was stuck in
+
+
+def kept(text: str) -> str:
+    """`text`, bounded to KEPT_CHARS (with how much was left out)."""
+    if len(text) <= KEPT_CHARS:
+        return text
+    return f"{text[:KEPT_CHARS]}... [{len(text) - KEPT_CHARS} more characters not kept]"
 
 
 class ModelError(Exception):
     """A model fault that ends the episode as an error. `usage` is what the failed call(s) spent all the same
     (every attempt counts), so the episode's and the budget's books include work that produced nothing."""
 
-    def __init__(self, message: str, kind: str = "malformed", usage: Usage | None = None):
+    def __init__(self, message: str, kind: str = "malformed", usage: Usage | None = None, text: str = ""):
         assert kind in ERROR_KINDS, kind
         super().__init__(message)
         self.kind, self.message, self.usage = kind, message, usage or Usage()
+        self.text = kept(text)  # what the model did write (a cut reply): a failing model's output stays readable
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"

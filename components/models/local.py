@@ -4,8 +4,10 @@
 Why not llama-cpp-python's own server: it keeps generating a non-streamed request whose client has gone (a timed-out
 request blocks every later one), and it rejects `content: null`. This server is the same model call with what
 Ratchet needs around it:
-    - the `chatml-function-calling` chat format, which renders the offered tools (when `tool_choice` is sent), with
-      the conversation reshaped so its template shows tool results (it drops the content of `tool` messages);
+    - the model's own chat template (from the GGUF) when it renders the offered tools; for a ChatML template without
+      tools (SmolLM2's) the `chatml-function-calling` format, which renders them (when `tool_choice` is sent), with
+      the conversation reshaped so its template shows tool results (it drops the content of `tool` messages); a GGUF
+      with neither is refused in one line. It answers under the GGUF's own name (`general.name`);
     - one generation at a time (a CPU model); a queued request whose client has gone (timed out, killed) is dropped
       before it starts, so abandoned requests never pile up into a backlog. The one running finishes, bounded by the
       client's max_tokens: forcing end-of-text under a grammar-constrained reply aborts llama.cpp (measured here);
@@ -61,7 +63,35 @@ def render(messages: list[dict]) -> list[dict]:
     return out
 
 
-def create_app(llama, name: str = LOCAL_MODEL):
+OWN_TEMPLATE = "chat_template.default"  # llama-cpp-python's name for the GGUF's own template (rendered by Jinja2)
+REFUSE_HINT = "serve an instruction-tuned GGUF whose template renders tools, or a ChatML one"
+
+
+def chat_format(metadata: dict, path: Path) -> str:
+    """How to render conversations for this GGUF: its own chat template when it renders the offered tools (tool calls
+    then come back as text, which the client recovers), else `chatml-function-calling` for a ChatML template (the
+    format the model was tuned on, with the tools rendered). A GGUF without a template, or with one that is neither,
+    has no usable tool-call format: refused in one line."""
+    template = metadata.get("tokenizer.chat_template") or ""
+    if not template.strip():
+        raise InputError(f"{path}: tokenizer.chat_template: none in the GGUF (a base model?): it has no chat or "
+                         f"tool-call format; {REFUSE_HINT}")
+    if "tools" in template:
+        return OWN_TEMPLATE
+    if "<|im_start|>" in template:
+        return "chatml-function-calling"
+    raise InputError(f"{path}: tokenizer.chat_template: renders no tools and is not ChatML: no tool-call format; "
+                     f"{REFUSE_HINT}")
+
+
+def served_name(metadata: dict, path: Path) -> str:
+    """The name the server answers to: the GGUF's `general.name`, else its file name (the default model keeps the
+    name `--model local` asks for)."""
+    name = str(metadata.get("general.name") or path.stem).strip()
+    return name.lower().replace(" ", "-") or path.stem
+
+
+def create_app(llama, name: str = LOCAL_MODEL, reshape: bool = True):
     app = FastAPI(title="ratchet local model", openapi_url=None, docs_url=None, redoc_url=None)
     lock = asyncio.Lock()  # one generation at a time: the model and its KV cache are not shared
     app.state.cancelled = 0
@@ -70,6 +100,14 @@ def create_app(llama, name: str = LOCAL_MODEL):
     @app.get("/v1/models")
     def models() -> dict:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "local"}]}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        """A text's tokens, as llama-server answers `{"content": text}`: for a client's prompt budget."""
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("content"), str):
+            return JSONResponse({"error": {"message": "content: a string is required"}}, 400)
+        return {"tokens": llama.tokenize(body["content"].encode(), add_bos=False, special=True)}
 
     @app.get("/usage")
     def usage() -> dict:
@@ -82,7 +120,9 @@ def create_app(llama, name: str = LOCAL_MODEL):
         if body.get("stream"):
             return JSONResponse({"error": {"message": "stream is not supported", "type": "invalid_request_error"}}, 400)
         kwargs = {k: body[k] for k in PASSED if body.get(k) is not None}
-        kwargs["messages"] = render(body.get("messages") or [])
+        # chatml-function-calling drops tool results: reshaped; a model's own template takes the conversation as is
+        msgs = body.get("messages") or []
+        kwargs["messages"] = render(msgs) if reshape else [{**m, "content": m.get("content") or ""} for m in msgs]
         async with lock:
             if await request.is_disconnected():
                 app.state.cancelled += 1
@@ -113,7 +153,14 @@ def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 1, model_pat
     path = Path(model_path) if model_path else default_gguf()
     if not path.is_file():
         raise InputError(f"--model-path: {path}: no such file")
-    llama = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, chat_format="chatml-function-calling",
-                  verbose=False)
-    say(f"serving {path.name} as {LOCAL_MODEL!r} on http://127.0.0.1:{port}/v1 (context {n_ctx}, {threads} threads)")
-    uvicorn.run(create_app(llama), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    try:
+        llama = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
+    except ValueError as e:  # llama.cpp could not load it: not a GGUF, or an architecture it does not know
+        raise InputError(f"--model-path: {path}: llama.cpp cannot load it ({e})") from None
+    fmt = chat_format(llama.metadata, path)
+    llama.chat_format = fmt  # create_chat_completion looks the handler up by this name on every call
+    name = LOCAL_MODEL if model_path is None else served_name(llama.metadata, path)
+    say(f"serving {path.name} as {name!r} on http://127.0.0.1:{port}/v1 (chat format "
+        f"{'its own template' if fmt == OWN_TEMPLATE else fmt}, context {n_ctx}, {threads} threads)")
+    uvicorn.run(create_app(llama, name, reshape=fmt != OWN_TEMPLATE), host="127.0.0.1", port=port,
+                log_level="warning", access_log=False)

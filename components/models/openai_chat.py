@@ -9,7 +9,8 @@ Failures, by what they are:
                 then `retries_exhausted`.
     rejected    any other 4xx, a validation 500 (llama-cpp-python answers a request it cannot validate with a 500), a
                 500 that repeats: the same request would fail again, so it is one episode error at once.
-    length / content_filter   the reply's finish_reason: a truncated reply is never parsed as if it were whole.
+    length / content_filter   the reply's finish_reason: a truncated reply is never parsed as if it were whole; its
+                text is kept (bounded) on the error, which says whether max_tokens or the context window cut it.
     malformed   a body the SDK cannot parse, no choices, tool arguments that are not a JSON object.
 Each attempt is counted (calls, and tokens: the server's own usage when it answered; otherwise the prompt estimate,
 plus `max_tokens` for a timed-out attempt, which the server may still be generating), and a ModelError carries
@@ -53,6 +54,7 @@ class OpenAIChat:
         self.max_retries, self.backoff, self.backoff_cap = max_retries, backoff, backoff_cap
         self.json_actions, self.schema_format = json_actions, schema_format
         self.retries = 0  # transient failures retried so far (for reports)
+        self._tokenize: bool | None = None  # False: the server has no /tokenize
         # local servers ignore the key, but the SDK requires one; retries are ours (per-attempt accounting and a
         # status policy the SDK's loop does not expose), with the same backoff law: doubling, capped, 0-25% jitter
         key = os.environ.get(api_key_env) or "not-needed"
@@ -87,7 +89,7 @@ class OpenAIChat:
             raise fail("malformed", "no choices in the response")
         choice = choices[0]
         if choice.finish_reason == "length":
-            raise fail("length", f"reply cut at max_tokens={self.max_tokens} ({spent.tokens_out} tokens generated)")
+            raise ModelError(self._cut(spent), "length", spent, text=_written(choice.message))
         if choice.finish_reason == "content_filter":
             raise fail("content_filter", "the server withheld the reply (finish_reason content_filter)")
         msg = choice.message
@@ -103,6 +105,17 @@ class OpenAIChat:
                 raise fail("malformed", "finish_reason tool_calls but no tool call in the reply")
         return ChatResult(content=content, tool_calls=calls, usage=spent)
 
+    def _cut(self, spent: Usage) -> str:
+        """Which limit cut the reply: max_tokens when the server generated that many, else the context window (the
+        prompt and the reply filled it first). Without the server's usage, which one is unknown."""
+        got = spent.tokens_out
+        if got >= self.max_tokens:
+            return f"reply cut at max_tokens={self.max_tokens} ({got} tokens generated)"
+        if got:
+            return (f"reply cut by the context window after {got} tokens (max_tokens={self.max_tokens} not reached; "
+                    f"prompt {spent.tokens_in} tokens)")
+        return f"reply cut at max_tokens={self.max_tokens} or the context window (the server reported no usage)"
+
     def _action(self, content: str, tools: list[dict], spent: Usage, fail) -> ChatResult:
         try:
             raw = json.loads(content)
@@ -116,6 +129,25 @@ class OpenAIChat:
         if isinstance(raw, dict) and isinstance(raw.get("message"), str):
             return ChatResult(content=raw["message"], usage=spent)
         raise fail("malformed", "JSON action is neither {tool, args} nor {message}")
+
+    def count_tokens(self, text: str) -> int | None:
+        """`text`'s tokens by the server's own tokenizer (`POST /tokenize {"content"}`, as llama-server and
+        `ratchet serve-local` serve it), or None where the server has none (asked once)."""
+        if self._tokenize is False:
+            return None
+        import httpx
+
+        root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
+        try:
+            r = httpx.post(f"{root}/tokenize", json={"content": text}, timeout=self.client.timeout,
+                           headers=dict(self.client.default_headers))
+            tokens = r.json().get("tokens") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            tokens = None
+        if not isinstance(tokens, list):
+            self._tokenize = False
+            return None
+        return len(tokens)
 
     # -- attempts ------------------------------------------------------------------------------------------------
     def _create(self, kwargs: dict, messages: list[dict], tools: list[dict] | None):
@@ -183,6 +215,17 @@ def _describe(e: openai.APIError) -> str:
     status = getattr(e, "status_code", None)
     head = f"HTTP {status}" if status else type(e).__name__
     return f"{head}: {_message(e)[:300]}"
+
+
+def _written(msg: Any) -> str:
+    """The text of a (cut) reply: its content and any tool call's name and raw arguments."""
+    if msg is None:
+        return ""
+    parts = [msg.content or ""] if isinstance(getattr(msg, "content", None), str) else []
+    for tc in getattr(msg, "tool_calls", None) or []:
+        fn = getattr(tc, "function", None)
+        parts.append(f"[tool call] {getattr(fn, 'name', '')} {getattr(fn, 'arguments', '') or ''}")
+    return "\n".join(p for p in parts if p)
 
 
 def _names(tools: list[dict]) -> set[str]:

@@ -19,6 +19,10 @@ from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL, Draft, Intent, P
 from components.worlds.base import Environment
 
 
+# bounds of the state proposal (a task has at most five requests; a tool at most five arguments)
+MAX_PENDING, MAX_ARGS, MAX_TEXT = 8, 8, 200
+
+
 class ChatHarness:
     def __init__(self, env: Environment, model: ChatModel, seed: int, targets: dict[str, list[str]] | None = None):
         self.env = env
@@ -29,14 +33,17 @@ class ChatHarness:
         self.tools = [*env.tools, prompts.CONFIRM_SCHEMA, prompts.FINISH_SCHEMA]
         self._tool_names = {t["function"]["name"] for t in self.tools}
         names = sorted(self._tool_names)
-        # the proposal's shape as a JSON schema: servers with structured output can only produce well-formed state
+        # the proposal's shape as a JSON schema: servers with structured output can only produce well-formed state,
+        # and bounded: an unbounded list let a small model repeat one entry until max_tokens cut every proposal
+        text = {"type": "string", "maxLength": MAX_TEXT}
         self._proposal_schema = {
             "type": "object", "required": ["pending", "next_tool"],
             "properties": {
-                "pending": {"type": "array", "items": {
+                "pending": {"type": "array", "maxItems": MAX_PENDING, "items": {
                     "type": "object", "required": ["tool", "args", "note"],
-                    "properties": {"tool": {"enum": names}, "args": {"type": "object", "additionalProperties": {"type": "string"}},
-                                   "note": {"type": "string"}}}},
+                    "properties": {"tool": {"enum": names},
+                                   "args": {"type": "object", "additionalProperties": text, "maxProperties": MAX_ARGS},
+                                   "note": text}}},
                 "next_tool": {"anyOf": [{"enum": names}, {"type": "null"}]}}}
         self.messages: list[dict] = []
         self._turns: list[Turn] = []
@@ -65,6 +72,8 @@ class ChatHarness:
             raw = json.loads(res.content)
             if not isinstance(raw, dict) or not isinstance(raw.get("pending", []), list):
                 raise TypeError("expected an object with a `pending` list")
+            if len(raw.get("pending", [])) > MAX_PENDING:  # a server that ignored the schema's bound
+                raise ValueError(f"{len(raw['pending'])} pending entries (at most {MAX_PENDING})")
             pending = []
             for p in raw.get("pending", []):
                 self._known_tool(p.get("tool"), "pending tool")
@@ -88,6 +97,8 @@ class ChatHarness:
             msgs.append({"role": "system", "content": prompts.FEEDBACK.format(reasons=feedback)})
         res = self._complete(msgs, tools=self.tools, json_mode=False)
         if not res.tool_calls:
+            if not (res.content or "").strip():  # sent on, the user answers an empty message and nothing happens
+                raise ModelError("empty reply: no tool call and no text, with tools offered", "empty", res.usage)
             return Draft(content=res.content)
         call = res.tool_calls[0]
         if call.name not in self._tool_names:

@@ -34,6 +34,7 @@ class EpisodeResult:
     error: str
     criteria: dict[str, float] = field(default_factory=dict)
     steps: list[TraceStep] = field(default_factory=list)
+    resumed: bool = False  # read back from a journal: finished (and paid for) by an earlier run
 
     @property
     def episode_id(self) -> str:
@@ -52,7 +53,7 @@ def failed_step(ep: Episode, port: ChatHarness, e: ModelError) -> TraceStep:
     return TraceStep(
         episode_id=ep.episode_id, step=len(ep.steps), incoming=transcript[-1].model_dump() if transcript else {},
         state_before=state, delivered=[], deliveries=[], proposal={}, action={"kind": "error", "content": ""},
-        checks=[], observation={"error": str(e), "kind": e.kind}, state_after=state, fingerprint=[f"error:{e.kind}"],
+        checks=[], observation={"error": str(e), "kind": e.kind, **({"text": e.text} if e.text else {})}, state_after=state, fingerprint=[f"error:{e.kind}"],
     ).sealed()
 
 

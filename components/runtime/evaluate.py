@@ -128,10 +128,11 @@ def tables(results: list[EpisodeResult]) -> EvalTables:
 def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark, items: list[str], seeds: list[int],
               model: str = "sim", model_cfg: dict[str, Any] | None = None, max_turns: int = MAX_TURNS,
               on_episode: Callable[[EpisodeResult], None] | None = None,
-              call_cache: str | Path | None = None) -> EvalTables:
+              call_cache: str | Path | None = None, journal: Any = None) -> EvalTables:
     """Run every (item, seed) of a shard. Paths are accepted so a shard can run in another process.
     `call_cache`: a reply store (`components.models.callcache`) that answers requests already paid for; the tables
-    are the same, and `paid` says what the calls that missed it cost."""
+    are the same, and `paid` says what the calls that missed it cost. `journal` (`components.runtime.journal`): each
+    finished episode is written there as it ends, and an episode it already holds is not run again."""
     pkg, b = package_at(package), benchmark_at(bench)
     chat = make_model(model, model_cfg)
     store = None
@@ -144,7 +145,11 @@ def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark
     try:
         for item in items:
             for s in seeds:
-                r = run_episode(pkg, b, item, s, chat, max_turns)
+                r = journal.get(item, s) if journal is not None else None
+                if r is None:
+                    r = run_episode(pkg, b, item, s, chat, max_turns)
+                    if journal is not None:
+                        journal.put(r)
                 results.append(r)
                 if store is not None:
                     store.flush()
@@ -157,6 +162,10 @@ def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark
     if store is not None:
         out.paid = {"tokens_in": chat.paid.tokens_in, "tokens_out": chat.paid.tokens_out,
                     "model_calls": chat.paid.calls, "hits": chat.hits}
+    elif journal is not None and journal.resumed:  # resumed episodes were paid for by the run that finished them
+        fresh = [r for r in results if not r.resumed]
+        out.paid = {"tokens_in": sum(r.tokens_in for r in fresh), "tokens_out": sum(r.tokens_out for r in fresh),
+                    "model_calls": sum(r.model_calls for r in fresh), "hits": 0}
     return out
 
 
@@ -175,7 +184,15 @@ def write_eval(out: str | Path, t: EvalTables, meta: dict[str, Any], mark: str |
     return Path(out)
 
 
+def error_kinds(scores: pd.DataFrame) -> dict[str, int]:
+    """Errored episodes by kind (`components.models.base.ERROR_KINDS`: the word after "model: " in `error`)."""
+    errs = scores["error"].fillna("").astype(str) if len(scores) else pd.Series([], dtype=str)
+    kinds = errs[errs != ""].str.removeprefix("model: ").str.split(":").str[0]
+    return {k: int(n) for k, n in sorted(kinds.value_counts().items())}
+
+
 def summary(scores: pd.DataFrame) -> dict[str, float]:
+    """The headline figures, and `errors_<kind>` for each error kind that occurred (flat: MLflow logs them)."""
     return {
         "episodes": int(len(scores)),
         "mean_score": float(scores["score"].mean()) if len(scores) else 0.0,
@@ -185,4 +202,5 @@ def summary(scores: pd.DataFrame) -> dict[str, float]:
         "tokens_out": int(scores["tokens_out"].sum()) if len(scores) else 0,
         "model_calls": int(scores["model_calls"].sum()) if len(scores) else 0,
         "tool_calls": int(scores["tool_calls"].sum()) if len(scores) else 0,
+        **{f"errors_{k}": n for k, n in error_kinds(scores).items()},
     }

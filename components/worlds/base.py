@@ -215,9 +215,19 @@ class EnvBase:
 
     def score(self, transcript: list[Turn]) -> Score:
         results = {c.id: float(self.checks[c.check](self, c, transcript)) for c in self.task.rubric}
+        if self.task.requests and not acted(transcript, self.tools):
+            # a task that asks for writes, and not one call of the world's tools: the criteria that hold vacuously
+            # when nothing was written (every write confirmed, no extra write) earn nothing, so doing nothing scores 0
+            results = dict.fromkeys(results, 0.0)
         total = sum(c.weight for c in self.task.rubric)
         reward = sum(c.weight * results[c.id] for c in self.task.rubric) / total
         return Score(reward=round(reward, 6), success=all(v == 1.0 for v in results.values()), criteria=results)
+
+
+def acted(transcript: list[Turn], tools: list[dict]) -> bool:
+    """Whether the agent called one of the world's tools (the harness's `confirm` and `finish` act on nothing)."""
+    names = {t["function"]["name"] for t in tools}
+    return any(t.role == "tool" and t.tool in names for t in transcript)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,222 @@
+"""A real model's path (issue 32): doing nothing earns nothing, an empty reply is its own error, a cut reply keeps
+its text and names the limit that cut it, and the proposal schema bounds its lists."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.memory import load_package
+from components.models.base import KEPT_CHARS, ChatResult, ModelError
+from components.models.simulated import OWNERS, SimulatedAgent
+from components.runtime.chat import MAX_PENDING, ChatHarness
+from components.runtime.episode import run_episode
+from components.runtime.evaluate import error_kinds, run_shard, summary
+from components.runtime.types import Usage
+from components.worlds import world
+from tests.conftest import PACKAGES
+from tests.test_openai_backend import MSGS, TOOLS, call, completion, fails, fake, model  # noqa: F401 - fixture
+
+AIRLINE = PACKAGES / "airline"
+
+
+class DoNothing:
+    """An agent that never calls a tool: proposes nothing pending, then only talks (`say`) or only finishes."""
+
+    name = "do-nothing"
+
+    def __init__(self, say: str | None = "Done. Anything else?"):
+        self.say = say
+
+    def complete(self, messages, *, tools, seed, json_mode=False) -> ChatResult:
+        if tools is None:
+            return ChatResult(content='{"pending": [], "next_tool": null}', usage=Usage(calls=1))
+        if self.say is None:
+            from components.runtime.types import FINISH_TOOL, ToolCall
+
+            return ChatResult(tool_calls=[ToolCall(id="f", name=FINISH_TOOL, args={"summary": "done"})],
+                              usage=Usage(calls=1))
+        return ChatResult(content=self.say, usage=Usage(calls=1))
+
+
+@pytest.fixture(scope="module")
+def airline_bench(tmp_path_factory):
+    from components.worlds import load_benchmark
+
+    out = tmp_path_factory.mktemp("airline") / "bench"
+    world("airline").materialize(out, 0)
+    return load_benchmark(out)
+
+
+def _benches(bench, airline_bench):
+    return [(bench, PACKAGES / "reference"), (airline_bench, AIRLINE / "reference")]
+
+
+# -- no credit for doing nothing ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("say", ["Done. Anything else?", None], ids=["only-talks", "only-finishes"])
+def test_a_do_nothing_agent_scores_zero_on_every_dev_task_of_each_world(bench, airline_bench, say):
+    for b, pkg in _benches(bench, airline_bench):
+        p = load_package(pkg)
+        for item in b.ids("dev"):
+            r = run_episode(p, b, item, 0, DoNothing(say), max_turns=3)
+            assert r.error == "" and r.tool_calls == 0
+            assert r.score == 0.0 and set(r.criteria.values()) == {0.0}, (item, r.criteria)
+
+
+def test_one_read_is_enough_to_earn_the_vacuous_criteria_again(bench):
+    """The rule is about no call at all: an agent that looked something up and wrote nothing keeps the credit for
+    'no extra write' (what it always got), so only a do-nothing episode's score moves."""
+    from components.runtime.types import Turn
+
+    item = next(i for i in bench.ids("dev") if bench.tasks[i].family == "cancel")
+    env = world("retail").make_env(bench, bench.tasks[item])
+    read = [Turn(role="assistant", text="", tool="find_user_id_by_email"),
+            Turn(role="tool", text="{}", tool="find_user_id_by_email")]
+    harness_only = [Turn(role="assistant", text="", tool="finish"), Turn(role="tool", text="{}", tool="finish")]
+    assert env.score(read).criteria["no_extra_writes"] == 1.0
+    assert env.score(harness_only).criteria["no_extra_writes"] == 0.0 and env.score(harness_only).reward == 0.0
+
+
+def test_a_perfect_agent_scores_one_on_every_possible_dev_task_of_each_world(bench, airline_bench):
+    """The simulated agent with every fault switched off, on each world's dev split: 1.0 on each task an agent can
+    complete; an impossible task (`possible: false`) scores below 1.0 whatever the agent does."""
+    perfect = SimulatedAgent(off=frozenset(OWNERS))
+    for b, pkg in _benches(bench, airline_bench):
+        t = run_shard(load_package(pkg), b, b.ids("dev"), [0], model="sim")
+        scores = dict(zip(t.scores["item_id"], t.scores["score"]))
+        p = load_package(pkg)
+        for item in b.ids("dev"):
+            r = run_episode(p, b, item, 0, perfect)
+            assert r.error == ""
+            if b.tasks[item].possible:
+                assert r.score == 1.0, (item, r.criteria)
+            else:
+                assert r.score < 1.0
+            assert r.score >= scores[item] - 1e-9  # never below the faulty agent with the same package
+
+
+# -- an empty reply ------------------------------------------------------------------------------------------------
+
+def test_an_empty_reply_with_tools_offered_is_its_own_error_counted_in_the_summary(fake, bench):
+    items = bench.ids("dev")[:2]
+    proposal = json.dumps({"pending": [], "next_tool": None})
+    fake.script = [{"body": completion(proposal)}, {"body": completion("")},
+                   {"body": completion(proposal)}, {"body": completion(None)}]
+    t = run_shard(load_package(PACKAGES / "seed"), bench, items, [0], model="openai",
+                  model_cfg={"base_url": fake.url, "max_retries": 0})
+    assert list(t.scores["error"].str.split(":").str[1].str.strip()) == ["empty", "empty"]
+    assert (t.scores["score"] == 0).all() and error_kinds(t.scores) == {"empty": 2}
+    s = summary(t.scores)
+    assert s["errors"] == 2 and s["errors_empty"] == 2
+    assert "errors_length" not in s  # only the kinds that occurred: a clean run's summary is unchanged
+
+
+# -- a cut reply ------------------------------------------------------------------------------------------------------
+
+def test_a_reply_cut_at_max_tokens_keeps_its_text_and_names_the_cap(fake):
+    text = '{"pending": [' + '{"tool": "finish", "args": {}, "note": "x"}, ' * 200
+    fake.script = [{"body": completion(text, finish="length", usage=(900, 64))}]
+    e = fails(model(fake, max_tokens=64), "length", json_mode=True)
+    assert "max_tokens=64" in str(e) and "context" not in str(e)
+    assert e.text.startswith(text[:KEPT_CHARS]) and len(e.text) < KEPT_CHARS + 100  # kept, bounded
+    assert "more characters not kept" in e.text
+
+
+def test_a_reply_cut_by_the_context_window_says_so(fake):
+    fake.script = [{"body": completion('{"owner": "E", "clu', finish="length", usage=(7927, 265))}]
+    e = fails(model(fake, max_tokens=1024), "length", json_mode=True)
+    assert "context window after 265 tokens" in str(e) and "max_tokens=1024 not reached" in str(e)
+    assert e.text == '{"owner": "E", "clu'
+
+
+def test_a_cut_tool_call_keeps_its_arguments(fake):
+    fake.script = [{"body": completion(None, [call(arguments='{"order_id": "#W')], "length", usage=(100, 512))}]
+    e = fails(model(fake, max_tokens=512), "length", tools=TOOLS)
+    assert e.text == '[tool call] get_order_details {"order_id": "#W'
+
+
+def test_a_cut_reply_is_in_the_episode_trace(fake, bench):
+    fake.script = [{"body": completion('{"pending": [{"tool": "finish"', finish="length", usage=(1000, 256))}]
+    r = run_episode(load_package(PACKAGES / "seed"), bench, bench.ids("dev")[0], 0, model(fake, max_tokens=256))
+    last = r.steps[-1]
+    assert last.observation["text"] == '{"pending": [{"tool": "finish"'
+    assert last.hash == last.content_hash()
+
+
+# -- the proposal schema bounds its lists ------------------------------------------------------------------------------
+
+def test_the_proposal_schema_bounds_its_lists_and_a_longer_list_is_malformed(fake, bench):
+    item = bench.ids("dev")[0]
+    env = world("retail").make_env(bench, bench.tasks[item])
+    h = ChatHarness(env, model(fake), 0)
+    pending = h._proposal_schema["properties"]["pending"]
+    assert pending["maxItems"] == MAX_PENDING and pending["items"]["properties"]["args"]["maxProperties"] >= 5
+    assert pending["items"]["properties"]["note"]["maxLength"] > 0
+    entry = {"tool": "finish", "args": {}, "note": ""}
+    fake.script = [{"body": completion(json.dumps({"pending": [entry] * (MAX_PENDING + 1), "next_tool": None}))}]
+    with pytest.raises(ModelError, match="pending entries") as e:
+        h.propose("")
+    assert e.value.kind == "malformed"
+    sent = fake.requests[-1]["response_format"]["json_schema"]["schema"]
+    assert sent["properties"]["pending"]["maxItems"] == MAX_PENDING  # the server was given the bound
+
+
+# -- finished episodes are kept as they end; a rerun resumes them -------------------------------------------------------
+
+def test_a_killed_eval_leaves_its_finished_episodes_and_a_rerun_resumes_them(fake, bench, bench_dir, tmp_path,
+                                                                               capsys, monkeypatch):
+    import pandas as pd
+
+    import components.runtime.evaluate as evaluate
+    from components.runtime.journal import PARTIAL
+    from tests.conftest import run_cli
+
+    items = bench.ids("dev")[:3]
+    args = ["eval", "--package", str(PACKAGES / "seed"), "--benchmark", str(bench_dir), "--model", "openai",
+            "--base-url", fake.url, "--seeds", "1", "--items", ",".join(items), "--max-retries", "0"]
+    code, _, err = run_cli(capsys, *args, "--out", str(tmp_path / "whole"))
+    assert code == 0 and not (tmp_path / "whole" / PARTIAL).exists()  # a finished eval keeps no partial episodes
+    whole_requests = len(fake.requests)
+
+    real, ran = evaluate.run_episode, []
+
+    def killed_on_the_third(*a, **kw):
+        if len(ran) == 2:
+            raise KeyboardInterrupt  # what Ctrl-C or a kill does between two episodes' calls
+        ran.append(a[2])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(evaluate, "run_episode", killed_on_the_third)
+    out = tmp_path / "killed"
+    code, _, _ = run_cli(capsys, *args, "--out", str(out))  # click reports the interrupt as a shell would
+    assert code == 130  # 128 + SIGINT, as a shell reports it
+    kept = sorted((out / PARTIAL).glob("*.json"))
+    assert len(kept) == 2 and not (out / "scores.csv").exists()
+    rows = [json.loads(p.read_text())["result"] for p in kept]
+    assert sorted(r["item_id"] for r in rows) == sorted(items[:2]) and all(r["steps"] for r in rows)  # readable
+
+    monkeypatch.setattr(evaluate, "run_episode", real)
+    before = len(fake.requests)
+    code, _, err = run_cli(capsys, *args, "--out", str(out))
+    assert code == 0 and "resumed 2 finished episode(s)" in err
+    third = len(fake.requests) - before
+    assert 0 < third < whole_requests  # only the third episode asked the model
+    assert (out / "scores.csv").read_bytes() == (tmp_path / "whole" / "scores.csv").read_bytes()
+    a, b = pd.read_parquet(out / "traces.parquet"), pd.read_parquet(tmp_path / "whole" / "traces.parquet")
+    assert a.equals(b) and not (out / PARTIAL).exists()
+
+
+def test_an_episode_recorded_under_other_settings_is_run_again(fake, bench, tmp_path):
+    from components.runtime.journal import Journal
+
+    items, pkg = bench.ids("dev")[:1], load_package(PACKAGES / "seed")
+    cfg = {"base_url": fake.url, "max_retries": 0}
+    first = run_shard(pkg, bench, items, [0], "openai", cfg, journal=Journal(tmp_path, "key-a"))
+    n = len(fake.requests)
+    same = run_shard(pkg, bench, items, [0], "openai", cfg, journal=Journal(tmp_path, "key-a"))
+    assert len(fake.requests) == n and same.scores.equals(first.scores)
+    assert same.paid == {"tokens_in": 0, "tokens_out": 0, "model_calls": 0, "hits": 0}  # paid by the first run
+    run_shard(pkg, bench, items, [0], "openai", cfg, journal=Journal(tmp_path, "key-b"))
+    assert len(fake.requests) == 2 * n
