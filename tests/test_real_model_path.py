@@ -16,7 +16,8 @@ from components.runtime.evaluate import error_kinds, run_shard, summary
 from components.runtime.types import Usage
 from components.worlds import world
 from tests.conftest import PACKAGES
-from tests.test_openai_backend import MSGS, TOOLS, call, completion, fails, fake, model  # noqa: F401 - fixture
+from tests.test_openai_backend import (TOOLS, call, completion, fails, fake, meta, model,  # noqa: F401 - fixtures
+                                       plan_ctx)
 
 AIRLINE = PACKAGES / "airline"
 
@@ -220,3 +221,135 @@ def test_an_episode_recorded_under_other_settings_is_run_again(fake, bench, tmp_
     assert same.paid == {"tokens_in": 0, "tokens_out": 0, "model_calls": 0, "hits": 0}  # paid by the first run
     run_shard(pkg, bench, items, [0], "openai", cfg, journal=Journal(tmp_path, "key-b"))
     assert len(fake.requests) == 2 * n
+
+
+# -- the llm meta-agent: a token budget that shrinks the prompt, every reply kept --------------------------------------
+
+def test_llm_meta_agent_prompt_fits_a_token_budget_and_records_it(fake, plan_ctx, monkeypatch):
+    from components.models.openai_chat import OpenAIChat
+
+    # the server's tokenizer (llama-server's /tokenize; the fake serves none): 3 characters a token
+    monkeypatch.setattr(OpenAIChat, "count_tokens", lambda self, text: len(text) // 3)
+    fake.script = [{"body": completion("{}")}] * 2
+    out = meta(fake, max_prompt_tokens=1500)(plan_ctx)
+    prompt = fake.requests[0]["messages"][1]["content"]
+    system = fake.requests[0]["messages"][0]["content"]
+    big = meta(fake, max_prompt_tokens=100_000)
+    fake.script = [{"body": completion("{}")}] * 2
+    big_out = big(plan_ctx)
+    full = fake.requests[2]["messages"][1]["content"]
+    assert len(system + "\n" + prompt) // 3 <= 1500 < len(full) // 3
+    assert out.prompt_tokens <= 1500 < big_out.prompt_tokens and out.record()["prompt"]["tokens"] == out.prompt_tokens
+    assert "## Draft from the rules" in prompt and "```json" in prompt  # the draft always stays
+    assert "## Plan schema" not in prompt  # the server is given the schema anyway: in the prompt it goes early
+    assert "1 of" in prompt.split("## Diagnosis packets")[1].splitlines()[0]  # the largest cluster stays
+
+
+def test_llm_meta_agent_keeps_a_cut_reply(fake, plan_ctx):
+    fake.script = [{"body": completion('{"owner": "E", "clu', finish="length", usage=(7927, 265))}]
+    out = meta(fake, model_cfg={"base_url": fake.url, "max_tokens": 1024, "max_retries": 0})(plan_ctx)
+    assert len(fake.requests) == 1  # no /tokenize asked without a token budget
+    assert out.plan is None and "context window" in out.failure
+    assert out.replies[0]["raw"] == '{"owner": "E", "clu'  # saved, not null
+
+
+# -- serve-local: the model it was given, under its name, with its own template or refused -----------------------------
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>' + '\\n'}}{% endfor %}")
+
+
+@pytest.mark.parametrize("template,expected", [
+    ("{% if tools %}{{ tools | tojson }}{% endif %}" + CHATML, "chat_template.default"),
+    (CHATML, "chatml-function-calling"),
+], ids=["renders-tools", "chatml-without-tools"])
+def test_serve_local_picks_the_models_own_template_when_it_renders_tools(template, expected, tmp_path):
+    from components.models.local import chat_format
+
+    assert chat_format({"tokenizer.chat_template": template}, tmp_path / "m.gguf") == expected
+
+
+@pytest.mark.parametrize("metadata,msg", [
+    ({}, "tokenizer.chat_template: none in the GGUF (a base model?)"),
+    ({"tokenizer.chat_template": "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m.content }}{% endfor %}"},
+     "renders no tools and is not ChatML"),
+], ids=["base-model", "no-tools-not-chatml"])
+def test_serve_local_refuses_a_model_without_a_tool_call_format_in_one_line(metadata, msg, tmp_path):
+    from components.errors import InputError
+    from components.models.local import chat_format
+
+    with pytest.raises(InputError) as e:
+        chat_format(metadata, tmp_path / "gemma.gguf")
+    assert msg in str(e.value) and str(e.value).startswith(str(tmp_path / "gemma.gguf")) and "\n" not in str(e.value)
+
+
+def test_serve_local_answers_under_the_models_name_and_tokenizes(fake):
+    from fastapi.testclient import TestClient
+
+    from components.models.local import create_app, served_name
+    from components.models.openai_chat import OpenAIChat
+
+    assert served_name({"general.name": "Gemma 3 270m"}, __import__("pathlib").Path("x.gguf")) == "gemma-3-270m"
+    assert served_name({}, __import__("pathlib").Path("/m/qwen2.5-0.5b-q4.gguf")) == "qwen2.5-0.5b-q4"
+
+    class StandIn:
+        def __init__(self):
+            self.calls = []
+
+        def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False):
+            return list(range(len(text.split())))
+
+        def create_chat_completion(self, **kw):
+            self.calls.append(kw)
+            return completion("hi", usage=(30, 3))
+
+    llama = StandIn()
+    client = TestClient(create_app(llama, "gemma-3-270m", reshape=False))
+    assert client.get("/v1/models").json()["data"][0]["id"] == "gemma-3-270m"
+    msgs = [{"role": "system", "content": "policy"}, {"role": "tool", "tool_call_id": "c", "content": None}]
+    r = client.post("/v1/chat/completions", json={"model": "x", "messages": msgs})
+    assert r.json()["model"] == "gemma-3-270m"
+    assert llama.calls[0]["messages"] == [{"role": "system", "content": "policy"},  # its own template: as sent
+                                          {"role": "tool", "tool_call_id": "c", "content": ""}]
+    assert client.post("/tokenize", json={"content": "three words here"}).json() == {"tokens": [0, 1, 2]}
+    assert client.post("/tokenize", json={"text": 1}).status_code == 400
+    # the client's count: the server's tokenizer where it has one, None (asked once) where it has none
+    chat = OpenAIChat(base_url="http://testserver/v1", model="m")
+    import httpx
+
+    real_post = httpx.post
+    httpx.post = lambda url, **kw: client.post(url.removeprefix("http://testserver"), json=kw["json"])
+    try:
+        assert chat.count_tokens("a b c d") == 4
+    finally:
+        httpx.post = real_post
+    none = OpenAIChat(base_url="http://127.0.0.1:9/v1", model="m", timeout=0.5)  # nothing listens on port 9
+    assert none.count_tokens("a b") is None and none._tokenize is False
+
+
+def test_header_reaches_the_local_backend():
+    from components.models import make_model
+    from flows.cli import _model_cfg
+
+    cfg = _model_cfg("local", None, None, headers=["X-Team: ratchet"])
+    assert cfg == {"headers": {"X-Team": "ratchet"}}
+    m = make_model("local", cfg)
+    assert m.client.default_headers.get("X-Team") == "ratchet"
+
+
+def test_progress_is_drawn_only_on_a_terminal():
+    import io
+
+    from components.runtime.progress import progress_bar
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    quiet, tty = io.StringIO(), Tty()
+    tick = progress_bar("dev 1/2", 2, stream=quiet)
+    tick(None), tick(None)
+    assert quiet.getvalue() == ""
+    tick = progress_bar("dev 1/2", 2, stream=tty)
+    tick(None), tick(None)
+    assert "episodes dev 1/2" in tty.getvalue()

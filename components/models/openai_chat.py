@@ -140,9 +140,9 @@ class OpenAIChat:
         root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
         try:
             r = httpx.post(f"{root}/tokenize", json={"content": text}, timeout=self.client.timeout,
-                           headers=dict(self.client.default_headers))
+                           headers={k: v for k, v in self.client.default_headers.items() if isinstance(v, str)})
             tokens = r.json().get("tokens") if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
+        except (httpx.HTTPError, ValueError, AttributeError):  # no such endpoint, or not JSON: the 4-char meter
             tokens = None
         if not isinstance(tokens, list):
             self._tokenize = False
