@@ -69,15 +69,13 @@ def test_a_do_nothing_agent_scores_zero_on_every_dev_task_of_each_world(bench, a
 def test_one_read_is_enough_to_earn_the_vacuous_criteria_again(bench):
     """The rule is about no call at all: an agent that looked something up and wrote nothing keeps the credit for
     'no extra write' (what it always got), so only a do-nothing episode's score moves."""
-    from components.runtime.types import Turn
+    from components.runtime.types import ToolCall
 
     item = next(i for i in bench.ids("dev") if bench.tasks[i].family == "cancel")
     env = world("retail").make_env(bench, bench.tasks[item])
-    read = [Turn(role="assistant", text="", tool="find_user_id_by_email"),
-            Turn(role="tool", text="{}", tool="find_user_id_by_email")]
-    harness_only = [Turn(role="assistant", text="", tool="finish"), Turn(role="tool", text="{}", tool="finish")]
-    assert env.score(read).criteria["no_extra_writes"] == 1.0
-    assert env.score(harness_only).criteria["no_extra_writes"] == 0.0 and env.score(harness_only).reward == 0.0
+    assert env.score([]).criteria["no_extra_writes"] == 0.0 and env.score([]).reward == 0.0
+    env.call(ToolCall(id="c1", name="find_user_id_by_email", args={"email": "nobody@example.com"}))
+    assert env.score([]).criteria["no_extra_writes"] == 1.0
 
 
 def test_a_perfect_agent_scores_one_on_every_possible_dev_task_of_each_world(bench, airline_bench):

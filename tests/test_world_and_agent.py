@@ -205,13 +205,18 @@ def test_reward_is_weighted_rubric(bench):
     from components.models import make_model
     from components.runtime.episode import run_episode
 
-    # an episode where the agent did nothing: every request criterion fails, the two conduct criteria hold
+    # an episode where the agent only looked something up: every request criterion fails, the two conduct criteria
+    # hold (with no call at all, they earn nothing either: tests/test_real_model_path.py)
+    from components.runtime.types import ToolCall
+
     spec = world(bench.world)
     for item in bench.ids("dev")[:30]:
         task = bench.tasks[item]
         conduct = [c for c in task.rubric if not c.id.startswith("req")]
         assert len(conduct) == 2 and len(task.rubric) == len(task.requests) + 2
-        score = spec.make_env(bench, task).score([])
+        env = spec.make_env(bench, task)
+        env.call(ToolCall(id="c1", name="find_user_id_by_email", args={"email": "nobody@example.com"}))
+        score = env.score([])
         total = sum(c.weight for c in task.rubric)
         assert score.reward == pytest.approx(sum(c.weight for c in conduct) / total, abs=1e-6)
         assert not score.success

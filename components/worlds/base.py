@@ -196,6 +196,7 @@ class EnvBase:
         self.task = task
         self.system_prompt = self.preamble + bench.policy
         self.tools = bench.tools
+        self.calls = 0  # calls of the world's tools this episode (the harness's `confirm` and `finish` are not)
 
     @property
     def db(self) -> dict:
@@ -205,6 +206,7 @@ class EnvBase:
         return self.task.first_message
 
     def call(self, call: ToolCall) -> Receipt:
+        self.calls += 1
         return self._tools.call(call)
 
     def user_reply(self, assistant_text: str) -> str | None:
@@ -215,19 +217,13 @@ class EnvBase:
 
     def score(self, transcript: list[Turn]) -> Score:
         results = {c.id: float(self.checks[c.check](self, c, transcript)) for c in self.task.rubric}
-        if self.task.requests and not acted(transcript, self.tools):
+        if self.task.requests and not self.calls:
             # a task that asks for writes, and not one call of the world's tools: the criteria that hold vacuously
             # when nothing was written (every write confirmed, no extra write) earn nothing, so doing nothing scores 0
             results = dict.fromkeys(results, 0.0)
         total = sum(c.weight for c in self.task.rubric)
         reward = sum(c.weight * results[c.id] for c in self.task.rubric) / total
         return Score(reward=round(reward, 6), success=all(v == 1.0 for v in results.values()), criteria=results)
-
-
-def acted(transcript: list[Turn], tools: list[dict]) -> bool:
-    """Whether the agent called one of the world's tools (the harness's `confirm` and `finish` act on nothing)."""
-    names = {t["function"]["name"] for t in tools}
-    return any(t.role == "tool" and t.tool in names for t in transcript)
 
 
 @dataclass(frozen=True)
