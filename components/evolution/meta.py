@@ -286,9 +286,9 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B00
     The prompt is a budgeted projection (`_prompt`): the least useful evidence goes first until the prompt fits
     `max_prompt_tokens` (counted by the server's tokenizer where it has one, `/tokenize` as llama-server and
     `ratchet serve-local` serve it; else 4 characters a token) or, without it, `max_prompt_chars` (24,000 fits an
-    8K context with room for the reply). With `structured`, the reply is constrained by the plan's JSON schema where the server supports it.
-    A reply that fails gets `repair_turns` more turns with the validation error fed back; a reply that still fails
-    is a rejected plan, never an exception and never "nothing to patch"."""
+    8K context with room for the reply). With `structured`, the reply is constrained by the plan's JSON schema where
+    the server supports it. A reply that fails gets `repair_turns` more turns with the validation error fed back; a
+    reply that still fails is a rejected plan, never an exception and never "nothing to patch"."""
     from components.models import make_model
     from components.models.base import ModelError
 

@@ -53,7 +53,8 @@ def failed_step(ep: Episode, port: ChatHarness, e: ModelError) -> TraceStep:
     return TraceStep(
         episode_id=ep.episode_id, step=len(ep.steps), incoming=transcript[-1].model_dump() if transcript else {},
         state_before=state, delivered=[], deliveries=[], proposal={}, action={"kind": "error", "content": ""},
-        checks=[], observation={"error": str(e), "kind": e.kind, **({"text": e.text} if e.text else {})}, state_after=state, fingerprint=[f"error:{e.kind}"],
+        checks=[], observation={"error": str(e), "kind": e.kind, **({"text": e.text} if e.text else {})},
+        state_after=state, fingerprint=[f"error:{e.kind}"],
     ).sealed()
 
 
