@@ -351,3 +351,33 @@ def test_progress_is_drawn_only_on_a_terminal():
     tick = progress_bar("dev 1/2", 2, stream=tty)
     tick(None), tick(None)
     assert "episodes dev 1/2" in tty.getvalue()
+
+
+def test_a_campaign_shard_keeps_its_episodes_and_a_rerun_resumes_them(fake, bench, bench_dir, tmp_path, monkeypatch):
+    import components.runtime.evaluate as evaluate
+    from components.evidence.budget import BudgetLedger
+    from flows.tasks import eval_shard
+
+    BudgetLedger(tmp_path / "b.sqlite").open_wallet("c", {"model_calls": 100_000})
+    budget = {"db": str(tmp_path / "b.sqlite"), "wallet": "c", "call_cache": None, "episodes": str(tmp_path / "ep"),
+              "estimate": {"max_turns": 40, "tokens_in_per_call": 8000, "tokens_out_per_call": 512}}
+    args = (str(PACKAGES / "seed"), str(bench_dir), bench.ids("dev")[:3], [0], "openai",
+            {"base_url": fake.url, "max_retries": 0}, 40)
+    real, ran = evaluate.run_episode, []
+
+    def killed_on_the_third(*a, **kw):
+        if len(ran) == 2:
+            raise KeyboardInterrupt
+        ran.append(a[2])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(evaluate, "run_episode", killed_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        eval_shard.fn(*args, budget=budget)
+    assert len(list((tmp_path / "ep").glob("*/*.json"))) == 2
+    monkeypatch.setattr(evaluate, "run_episode", real)
+    t = eval_shard.fn(*args, budget=budget)
+    assert len(t.scores) == 3 and len(ran) == 2  # the two finished episodes were not run again
+    third = t.scores.set_index("item_id").loc[args[2][2], "model_calls"]
+    assert t.paid is not None and t.paid["model_calls"] == third  # nor paid for again
+    assert not list((tmp_path / "ep").glob("*/*.json"))  # the shard's result is Prefect's now: its files are gone
