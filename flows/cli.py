@@ -256,10 +256,10 @@ def eval_cmd(
                      temperature=temperature, tool_choice=tool_choice, json_actions=json_actions, headers=header)
     seed_list = list(range(seeds))
     journal = None
-    if model != "sim":
+    if model != "sim":  # a served model's episode costs seconds to minutes: each is kept as it ends (the sim's not)
         from components.models import make_model
 
-        make_model(model, cfg)  # bad settings are refused before --out is created for the journal  # a served model's episode costs seconds to minutes: each is kept as it ends (the sim's not)
+        make_model(model, cfg)  # bad settings are refused before --out is created for the journal
         out_dir.mkdir(parents=True, exist_ok=True)
         if output_kind(out_dir) is None:  # so that a rerun may claim it (and resume)
             mark_output(out_dir, "eval")
