@@ -599,8 +599,9 @@ def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict,
     if verdict.n_items >= 2:  # beside the certification: the smallest effect this test split could have shown
         var = power_components(base.scores, cand.scores)
         trials = int(base.scores["seed"].nunique())
-        test.update(mde=round(mde(verdict.n_items, trials, var, p.gate.alpha), 6), mde_trials=trials,
-                    mde_sd_item=round(var.sd_item, 6), mde_sd_trial=round(var.sd_trial, 6))
+        # identical arms (no promotion) show no paired variance: an MDE of 0 would claim any effect is detectable
+        size = round(mde(verdict.n_items, trials, var, p.gate.alpha), 6) if var.sigma(trials) > 0 else None
+        test.update(mde=size, mde_trials=trials, mde_sd_item=round(var.sd_item, 6), mde_sd_trial=round(var.sd_trial, 6))
     evals = [{"split": "test", "arm": "start", "package_digest": digest(start), "summary": summary(base.scores)},
              {"split": "test", "arm": "champion", "package_digest": digest(champion), "summary": summary(cand.scores)}]
     write_json(Path(p.campaign.out) / "test_evals.json", evals)

@@ -503,7 +503,10 @@ def _print_summary(summary: dict, path: Path) -> None:
         out.print(f"test (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
                   f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}] over {t['n_items']} items",
                   highlight=False)
-        if t.get("mde") is not None:
+        if "mde" in t and t["mde"] is None:
+            out.print("minimum detectable effect on test: not sized (the arms' paired scores do not vary: the "
+                      "champion is the start package); `ratchet power --sd-trial ...` sizes it", highlight=False)
+        elif t.get("mde") is not None:
             out.print(f"minimum detectable effect on test: {t['mde']:+.3f} ({t['n_items']} items x {t['mde_trials']} "
                       f"trial(s), SDs item {t['mde_sd_item']:.3f}, trial {t['mde_sd_trial']:.3f}; 80% power; "
                       "`ratchet power` for other sizes)", highlight=False)

@@ -381,3 +381,22 @@ def test_a_campaign_shard_keeps_its_episodes_and_a_rerun_resumes_them(fake, benc
     third = t.scores.set_index("item_id").loc[args[2][2], "model_calls"]
     assert t.paid is not None and t.paid["model_calls"] == third  # nor paid for again
     assert not list((tmp_path / "ep").glob("*/*.json"))  # the shard's result is Prefect's now: its files are gone
+
+
+def test_serve_local_sends_messages_unescaped():
+    """llama-cpp-python's chatml-function-calling escapes messages as HTML (quotes as &#34;): turned off."""
+    import types
+
+    from jinja2 import select_autoescape
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from components.models.local import plain_templates
+
+    module = types.SimpleNamespace(ImmutableSandboxedEnvironment=ImmutableSandboxedEnvironment)
+    template = "<|im_start|>user\n{{ content }}<|im_end|>"
+    escaped = module.ImmutableSandboxedEnvironment(autoescape=select_autoescape(["html", "xml"])).from_string(template)
+    assert "&#34;" in escaped.render(content='{"a": "<b>"}')  # what the handler does as shipped
+    plain_templates(module)
+    plain_templates(module)  # once is enough; twice changes nothing
+    env = module.ImmutableSandboxedEnvironment(autoescape=select_autoescape(["html", "xml"]))
+    assert env.from_string(template).render(content='{"a": "<b>"}') == '<|im_start|>user\n{"a": "<b>"}<|im_end|>'
