@@ -80,3 +80,20 @@ def test_power_cli_on_sds_and_on_tables(capsys, tmp_path):
 def test_power_cli_refuses_bad_input_in_one_line(capsys, args, msg):
     code, out, err = run_cli(capsys, "power", *args)
     assert code == 2 and msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("mde_value,expected", [
+    (0.1204, "minimum detectable effect on test: +0.120 (40 items x 1 trial(s)"),
+    (None, "minimum detectable effect on test: not sized"),
+], ids=["sized", "identical-arms"])
+def test_the_campaign_prints_the_mde_beside_the_certification(capsys, tmp_path, mde_value, expected):
+    from flows.cli import _print_summary
+
+    test = {"base_mean": 0.5, "champion_mean": 0.6, "net": 0.1, "ci_lo": 0.02, "ci_hi": 0.18, "n_items": 40,
+            "mde": mde_value, "mde_trials": 1, "mde_sd_item": 0.165, "mde_sd_trial": 0.219}
+    summary = {"campaign": "c", "history": [], "test": test, "localization": {}, "champion": "M1",
+               "champion_digest": "ab" * 32, "accepted": 1, "rounds": 1,
+               "episodes": {"total": 10, "errors": 3, "by_kind": {"empty": 2, "length": 1}}}
+    _print_summary(summary, tmp_path / "summary.json")
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert expected in out and "errored episodes: 3 of 10 (empty 2, length 1)" in out
