@@ -1177,13 +1177,20 @@ def _reached(cwd: Path, pid: int, moment: str) -> bool:
 
     stage = MOMENTS[moment]
     if stage is None:
-        return any("prefect.server.api.server:create_app" in " ".join(psutil.Process(c).cmdline())
-                   for c in _descendants(pid) if _running(c))
+        for c in _descendants(pid):
+            with contextlib.suppress(psutil.Error):
+                if "prefect.server.api.server:create_app" in " ".join(psutil.Process(c).cmdline()):
+                    return True
+        return False
     state = cwd / "camp" / ".state" / "state.json"
     try:
-        return json.loads(state.read_text()).get("stage") == stage
+        now = json.loads(state.read_text()).get("stage")
     except (OSError, ValueError):
         return False
+    from tests.test_operations import STAGES
+
+    # at or just past it (a short stage can end between two polls); "done" is too late and fails the case
+    return now in STAGES and STAGES.index(now) >= STAGES.index(stage)
 
 
 def test_sigint_and_sigterm_stop_a_campaign_within_10_s_resumably_and_leave_no_process(request, crash_setup, tmp_path):
