@@ -2,8 +2,8 @@
 processes it started with it.
 
 Left to Python and Prefect, a signal was a KeyboardInterrupt (or Prefect's TerminationSignal during a flow run) raised
-wherever the main thread happened to be: caught on the way by the flow engine or a thread pool's shutdown, it ended
-the campaign after a few seconds, after minutes, or never. Here the signal ends the process itself: the children
+wherever the main thread happened to be, free to be caught or held up on its way out (issue 27 saw exits after 3-16 s,
+a hang, and a campaign that ran to the end). Here the signal ends the process itself: the children
 (Prefect's temporary server, a local Dask cluster, the server `ratchet ui` or `ratchet server` runs) get SIGTERM, then
 SIGKILL after a grace period, and the process leaves with `os._exit`. Stopping there is what a `kill -9` does, which a
 campaign already survives: the lineage, round files and budget ledger are written atomically (or in transactions), so
