@@ -25,8 +25,11 @@ def _umask() -> int:
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise _named(e, path) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 is for the temp file, not the result
         with os.fdopen(fd, "wb") as f:
@@ -34,10 +37,21 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _named(e, path) from None
         raise
+
+
+def _named(e: OSError, path: Path) -> OSError:
+    """A write the system refused, naming the file being written: a full disk's write(2) names no file, and the
+    temp file's name would send the user looking for a file that is gone. The same kind of OSError (callers tell
+    a missing directory from a refusal by it)."""
+    if e.errno is None or (e.filename is not None and not Path(e.filename).name.startswith(f".{path.name}.")):
+        return e
+    return type(e)(e.errno, e.strerror or str(e), str(path))
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -94,8 +108,11 @@ def atomic_dir(path: str | Path, *, replace: bool = True, mark: str | None = Non
         os.rename(path, old / "x")
         os.rename(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno is not None and (e.filename is None or str(tmp) in str(e.filename)):
+            # a full disk names no file (or one in the temp directory, now gone): name the output being written
+            raise type(e)(e.errno, e.strerror or str(e), str(path)) from None
         raise
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
@@ -50,6 +50,23 @@ Cfg = Annotated[dict[str, Any], AfterValidator(_bounded)]
 
 class _M(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every number finite
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, v: Any, info: ValidationInfo) -> Any:
+        # pydantic reads `true` as 1 for an int or float field: `seeds: true` would be one seed, silently
+        if isinstance(v, bool) and info.field_name and not _takes_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"{v!r} is a yes/no value, not a {_kind(cls.model_fields[info.field_name].annotation)}")
+        return v
+
+
+def _takes_bool(annotation: Any) -> bool:
+    return annotation is bool or annotation is Any or any(_takes_bool(a) for a in get_args(annotation))
+
+
+def _kind(annotation: Any) -> str:
+    names = [a.__name__ for a in (annotation, *get_args(annotation)) if a in (int, float)]
+    return " or ".join(dict.fromkeys(names)) or "value of this kind"
 
 
 def world_bench_dir(world: str) -> str:

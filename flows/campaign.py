@@ -35,7 +35,7 @@ from rich.console import Console
 from components.evidence.budget import BudgetExceeded, BudgetLedger
 from components.evidence.graph_record import (champion_chain, memory_for_round, model_id, open_graph,
                                               record_campaign_round)
-from components.errors import InputError
+from components.errors import InputError, Unavailable
 from components.evolution.gate import SequentialDesign, gate, look_alpha
 from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock
 from components.evolution.localization import localization_from_rounds
@@ -645,4 +645,15 @@ def run_campaign(p: Params) -> dict:
     # here, not at import: tying imports the server's code (~2.5 CPU-s) when no server is configured, which only a
     # process that runs a flow needs (a test module or a CLI command that only imports this module does not)
     tie_temporary_server_to_this_process()
-    return campaign(p.model_dump(), name=p.campaign.name)
+    try:
+        return campaign(p.model_dump(), name=p.campaign.name)
+    except RuntimeError as e:
+        if "ephemeral Prefect API server" not in str(e):
+            raise
+        from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+
+        waited = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
+        raise Unavailable(
+            f"Prefect's temporary server did not answer within {waited} s (a busy machine): run the same command "
+            "again with PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=600, or start a server once with `ratchet "
+            "server` and export PREFECT_API_URL=http://127.0.0.1:4200/api; the committed rounds are kept") from None

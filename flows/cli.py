@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -15,7 +16,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from components.env import quiet_offline
-from components.errors import InputError
+from components.errors import InputError, Unavailable
 
 # Problem lines must stay one line each when piped; tables get a fixed width when not on a terminal.
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -40,6 +41,8 @@ class _OneLineErrors(TyperGroup):
             return super().invoke(ctx)
         except InputError as e:
             raise fail(str(e)) from None
+        except Unavailable as e:  # not bad input: what to do about a service that did not come up
+            raise fail(str(e), 1) from None
         except RecursionError:
             raise fail("input nested too deeply to read (a directory or document thousands of levels deep)") from None
         except click.NoArgsIsHelpError:  # `ratchet campaign` alone: the help, as asked
@@ -541,7 +544,9 @@ def campaign_run(
     and where things run (see README), else it is refused naming the field."""
     p = _params(params, rounds, out_dir, set_)
     from flows.campaign import prepare, run_campaign
+    from flows.signals import flows_obey
 
+    flows_obey("the committed work is kept: the same command continues the campaign")
     prepare(p, force=force)
 
     summary = run_campaign(p)
@@ -605,7 +610,6 @@ def ui(
 ) -> None:
     """Start the MLflow UI on 127.0.0.1 against the project's store (one worker, no job execution)."""
     import os
-    import subprocess
 
     _check_port(port)
     uri = tracking_uri or os.environ["MLFLOW_TRACKING_URI"]
@@ -613,7 +617,9 @@ def ui(
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1"]
     out.print(f"MLflow UI: http://127.0.0.1:{port}  (store {uri}; Ctrl-C to stop)", highlight=False)
-    raise typer.Exit(subprocess.call(cmd, env=env))
+    from flows.signals import run_server
+
+    raise typer.Exit(run_server(cmd, env))  # the server stops with this command, even on kill -9
 
 
 @campaign_app.command("resume")
@@ -636,6 +642,9 @@ def campaign_resume(
         raise InputError(f"{saved}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
     p = p.model_copy(update={"campaign": p.campaign.model_copy(update={"out": str(out_dir)})})
     from flows.campaign import prepare, run_campaign
+    from flows.signals import flows_obey
+
+    flows_obey(f"the committed work is kept: `ratchet campaign resume --out {out_dir}` continues")
 
     prepare(p)
     state = out_dir / ".state" / "state.json"
@@ -704,13 +713,14 @@ def worker(limit: Annotated[int, typer.Option(min=1, help="campaigns run at once
 def server(port: Annotated[int, typer.Option()] = 4200) -> None:
     """Start a persistent Prefect server on 127.0.0.1 (schedules fire only with one); its data lives in PREFECT_HOME."""
     import os
-    import subprocess
 
     _check_port(port)
     out.print(f"Prefect server on http://127.0.0.1:{port}; in other shells: export PREFECT_API_URL=http://127.0.0.1:{port}/api",
               highlight=False)
-    raise typer.Exit(subprocess.call([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                      "--port", str(port)], env=dict(os.environ)))
+    from flows.signals import run_server
+
+    raise typer.Exit(run_server([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(port)], dict(os.environ)))  # stops with this command, even on kill -9
 
 
 # -- campaign memory -------------------------------------------------------------------------------------------
@@ -718,7 +728,7 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
 DB_HELP = "the evidence graph: a path or a SQLAlchemy URL (default: evidence.db in params.yaml, else .ratchet/evidence.db)"
 
 
-def _graph(db: Optional[str]):
+def _graph(db: Optional[str], write: bool = False):
     from components.evidence.graph import EvidenceGraph
     from components.evidence.graph_record import default_db
 
@@ -734,6 +744,12 @@ def _graph(db: Optional[str]):
         if not _is_graph(Path(local)):
             raise InputError(f"{where}: --db: not an evidence graph (a file or database a campaign did not write); "
                              "left as it is")
+        # a graph this process may not write (read-only file, directory or mount) is still read
+        if not (os.access(local, os.W_OK) and os.access(Path(local).resolve().parent, os.W_OK)):
+            if write:
+                raise InputError(f"{where}: --db: the evidence graph is read-only here (its file or directory "
+                                 "cannot be written); nothing revoked")
+            return EvidenceGraph(where, read_only=True)
     return EvidenceGraph(where)
 
 
@@ -741,11 +757,15 @@ def _is_graph(path: Path) -> bool:
     """A SQLite file holding the evidence graph's node table, read without writing a byte."""
     import sqlite3
 
-    try:
-        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as con:
-            return con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evidence_node'").fetchone() is not None
-    except sqlite3.Error:
-        return False
+    uri = path.resolve().as_uri()
+    for mode in ("mode=ro", "mode=ro&immutable=1"):  # immutable: a WAL graph whose directory SQLite cannot write
+        try:
+            with contextlib.closing(sqlite3.connect(f"{uri}?{mode}", uri=True)) as con:
+                return con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evidence_node'"
+                                   ).fetchone() is not None
+        except sqlite3.Error:
+            continue
+    return False
 
 
 @evidence_app.command("why")
@@ -821,12 +841,19 @@ def evidence_revoke(
     reason: Annotated[str, typer.Option(help="why the node is wrong (kept with the revocation)")],
     db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
 ) -> None:
-    """Mark a node revoked (append-only: nothing is deleted) and list what derives from it, now flagged."""
-    with _graph(db) as g:
+    """Mark a node revoked (append-only: nothing is deleted) and list what derives from it, now flagged. Revoking
+    a revoked node again keeps the new reason with the revocation and changes nothing else."""
+    with _graph(db, write=True) as g:
         n = g.find(node)
         if n is None:
             raise InputError(f"{node}: no such node in the evidence graph (ids: `ratchet evidence show`)")
+        before = g.revoked().get(n.id)
         flagged = g.revoke(n.id, reason)
+        if before is not None:
+            reasons = g.revoked()[n.id]["reasons"]
+            out.print(f"{n.id} was already revoked ({before['reason'][:80]}); this reason is kept with it "
+                      f"({len(reasons)} reasons); nothing newly flagged", highlight=False, markup=False)
+            return
     out.print(f"revoked {n.id} ({n.kind}: {n.content[:80]}); {len(flagged)} derived node(s) flagged", highlight=False,
               markup=False)
     for f in sorted(flagged):
@@ -835,6 +862,9 @@ def evidence_revoke(
 
 def main() -> None:
     quiet_offline()
+    from flows.signals import obey_signals
+
+    obey_signals()  # Ctrl-C and SIGTERM stop any command at once, with the processes it started
     try:
         app()
     except InputError as e:  # raised outside a command (the group catches those inside)

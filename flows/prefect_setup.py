@@ -13,6 +13,7 @@ loggers would first print each with a 20-line traceback. `quiet_expected_failure
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -23,9 +24,9 @@ POLL_SECONDS = 0.5
 
 
 def _expected_names() -> set[str]:
-    from components.errors import InputError
+    from components.errors import InputError, StorageError
 
-    names, todo = set(), [InputError]
+    names, todo = set(), [InputError, StorageError]
     while todo:
         cls = todo.pop()
         names.add(cls.__name__)
@@ -37,15 +38,27 @@ class _ExpectedFailures(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         from components.errors import InputError
 
+        from components.errors import StorageError
+
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, InputError):
+        if isinstance(exc, (InputError, StorageError)) or _refused_by_the_system(exc):  # each ends as one line
             return False
         if record.levelno >= logging.ERROR and isinstance(record.msg, str) and record.msg.startswith("Finished in state"):
             text = record.getMessage()
             return not any(f"{name}:" in text or f"{name}(" in text for name in _expected_names())
         if record.levelno >= logging.ERROR and record.args:  # "... exception: %r" with the exception as an argument
-            return not any(isinstance(a, InputError) for a in (record.args if isinstance(record.args, tuple) else ()))
+            return not any(isinstance(a, (InputError, StorageError))
+                           for a in (record.args if isinstance(record.args, tuple) else ()))
         return True
+
+
+REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def _refused_by_the_system(exc: BaseException | None) -> bool:
+    """A write the system refused (disk full, read-only, no permission) naming its file: the CLI says it in one
+    line, what to free or fix; Prefect's traceback before it would only bury that line."""
+    return isinstance(exc, OSError) and exc.errno in REFUSED and exc.filename is not None
 
 
 def quiet_expected_failures() -> None:

@@ -405,7 +405,7 @@ def test_a_budget_stop_prints_no_prefect_traceback(prefect_server, capfd):
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    """serve-sim on a loopback port in a thread (header timeout 1 s for the test)."""
+    """serve-sim on a loopback port in a thread (header and body timeouts 1 s for the test)."""
     import uvicorn
 
     from components.models.server import _header_timeout_protocol, create_app
@@ -413,7 +413,7 @@ def sim(tmp_path_factory):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(max_body=200_000), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(create_app(max_body=200_000, body_timeout=1.0), host="127.0.0.1", port=port,
                                            log_level="critical", http=_header_timeout_protocol(1.0)))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -892,3 +892,514 @@ def test_a_store_or_scheduler_address_that_cannot_work_is_refused_before_the_cam
 @pytest.mark.parametrize("name", ["", "nightly/retail", "a%b"])
 def test_a_deployment_name_prefect_refuses_is_one_line(name):
     one_line(ratchet("campaign", "schedule", "--cron", "0 3 * * *", "--name", name), 2, "--name:", "deployment name")
+
+
+# -- session 8: the second red team ------------------------------------------------------------------------------------
+
+from tests.test_openai_backend import MSGS, completion, fake  # noqa: E402,F401 - the scripted fake server fixture
+
+
+def _reply(**change) -> dict:
+    body = completion("hello")
+    for path, value in change.items():
+        *head, last = path.split("__")
+        node = body
+        for k in head:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        node[last] = value
+    return {"body": body}
+
+
+@pytest.mark.parametrize("change", [
+    {"choices__0__message": None}, {"choices__0__message": "hello"}, {"usage__prompt_tokens": "many"},
+    {"usage__completion_tokens": -1000000}, {"usage__prompt_tokens": 2.5}, {"usage": "lots"},
+], ids=["null-message", "string-message", "usage-string", "usage-negative", "usage-fraction", "usage-not-an-object"])
+def test_a_reply_with_a_null_message_or_bad_usage_is_one_error_kind_never_credited(fake, change):
+    from components.models import make_model
+    from components.models.base import ModelError
+
+    m = make_model("openai", {"base_url": fake.url, "max_retries": 0, "timeout": 5.0})
+    fake.script = [_reply(**change)]
+    with pytest.raises(ModelError) as e:
+        m.complete(MSGS, tools=None, seed=0)
+    assert e.value.kind == "malformed", str(e.value)
+    u = e.value.usage
+    if "usage" in next(iter(change)):  # counts that are not counts: the prompt by the meter, not the reply's
+        assert u.calls == 1 and u.tokens_out == 0 and 0 < u.tokens_in < 100, u
+    else:  # sound counts with an unusable message: what the server says it spent is counted
+        assert (u.calls, u.tokens_in, u.tokens_out) == (1, 100, 10), u
+
+
+def test_an_eval_on_replies_with_negative_usage_records_the_error_and_credits_nothing(project, bench_dir, fake):
+    items = ",".join(json.loads((bench_dir / "splits.json").read_text())["dev"][:2])
+    fake.script = [_reply(usage__prompt_tokens=-1000000, usage__completion_tokens=-1000000)] * 2
+    r = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1",
+                "--model", "openai", "--base-url", fake.url, "--max-retries", "0", "--out", "ev")
+    one_line(r, 1, "every episode errored (2 of 2); the first: model: malformed: the reply's usage")
+    assert "-1000000" not in r.stdout
+    rows = [json.loads(x) for x in (project / "ev" / "scores.jsonl").read_text().splitlines()] \
+        if (project / "ev" / "scores.jsonl").exists() else []
+    assert all(row.get("tokens_in", 0) >= 0 for row in rows)
+
+
+@pytest.mark.parametrize("raw,param", [('"temperature": "hot"', "temperature"), ('"temperature": NaN', "temperature"),
+                                       ('"temperature": 7', "temperature"), ('"max_tokens": -1', "max_tokens"),
+                                       ('"max_tokens": true', "max_tokens"), ('"top_p": "0.5"', "top_p")])
+def test_serve_sim_refuses_sampling_values_of_the_wrong_type_or_range(sim, bench_dir, raw, param):
+    body = json.dumps(_conversation(bench_dir))
+    bad = body[:-1] + ", " + raw + "}"
+    with httpx.Client(base_url=sim, timeout=10) as client:
+        _error_of(client.post("/v1/chat/completions", content=bad, headers={"content-type": "application/json"}),
+                  400, param)
+        ok = {**_conversation(bench_dir), "temperature": 0.7, "max_tokens": 64}
+        assert client.post("/v1/chat/completions", json=ok).status_code == 200
+
+
+def test_serve_sim_closes_a_connection_whose_body_stalls(sim):
+    host, port = sim.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=8) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{\"messages\": [")  # full headers, then the body stops
+        t = time.monotonic()
+        got = b""
+        while chunk := s.recv(4096):
+            got += chunk
+        assert time.monotonic() - t < 5
+    assert got.startswith(b"HTTP/1.1 408") and b"request_timeout" in got, got[:200]
+
+
+@pytest.mark.parametrize("setting,field", [("campaign.seeds=true", "campaign.seeds"), ("gate.alpha=false", "gate.alpha"),
+                                           ("budget.model_calls=yes", "budget.model_calls")])
+def test_a_yes_no_value_is_not_taken_for_a_number(project, bench_dir, setting, field):
+    before = snapshot(project)
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+                     "campaign.start=pkg", "--set", setting), 2, f"{field}:", "yes/no value")
+    assert snapshot(project) == before
+    assert load_params(None, {"campaign.seeds": 2}).campaign.seeds == 2  # a number still is one
+
+
+def test_report_refuses_a_campaign_with_a_round_directory_missing(project):
+    camp = project / "camp"
+    (camp / "rounds" / "r01").mkdir(parents=True)
+    (camp / "summary.json").write_text(json.dumps({
+        "campaign": "x", "champion": "M0", "champion_digest": "a" * 64, "accepted": 0, "rounds": 2, "test": None,
+        "localization": {}, "history": [{"round": 1, "verdict": "reject"}, {"round": 2, "verdict": "reject"}],
+        "lineage": [{"version": "M0", "digest": "a" * 64}]}))
+    one_line(ratchet("report", "--campaign", "camp", "--out", "rep"), 2, "rounds/r02: -: round 2",
+             "directory is missing")
+    assert not (project / "rep").exists()
+
+
+# the evidence graph: a claim behind promotion M1, its plan and gate verdict, recorded as a campaign records them
+def _graph_with_m1(path: Path):
+    from components.evidence.graph import EvidenceGraph
+
+    h = "a" * 64
+    g = EvidenceGraph(path, campaign="c1")
+    c = g.add("claim", "c1", "refusals of a write quote a rule", author="meta_agent")
+    g.cite(c.id, "e#0", 2, h)
+    g.verify(c.id, lambda ep, step: h)
+    plan = g.add("decision", "plan:p1", "E: add a card", {"type": "plan", "plan_key": "p1"}, author="meta_agent")
+    g.link(c.id, "used_in", plan.id)
+    v = g.add("decision", "verdict:p1", "accepted", {"type": "gate_verdict", "accept": True, "plan_key": "p1",
+                                                     "stage": "gate", "net": 0.1, "ci_lo": 0.01, "ci_hi": 0.2})
+    g.link(v.id, "derived_from", plan.id)
+    promo = g.promote("promotion:d1", "M1: E: add a card", v.id, [c.id],
+                      {"version": "M1", "digest": "d" * 64, "plan_key": "p1", "round": 1, "campaign": "c1"})
+    g.link(plan.id, "used_in", promo.id)
+    return g, c, v, promo
+
+
+def test_revoking_twice_is_idempotent_and_keeps_every_reason(tmp_path):
+    db = tmp_path / "evidence.db"
+    g, c, _, promo = _graph_with_m1(db)
+    g.close()
+    first = ratchet("evidence", "revoke", c.id, "--reason", "the rule changed", "--db", db)
+    assert first.exit_code == 0 and f"flagged {promo.id}" in first.stdout, first.stdout
+    second = ratchet("evidence", "revoke", c.id[:10], "--reason", "and the receipt was misread", "--db", db)
+    assert second.exit_code == 0 and "already revoked" in second.stdout and "flagged " not in second.stdout, \
+        second.stdout
+    from components.evidence.graph import EvidenceGraph
+
+    with EvidenceGraph(db) as g:
+        r = g.revoked()
+        assert list(r) == [c.id] and r[c.id]["reasons"] == ["the rule changed", "and the receipt was misread"]
+    why = ratchet("evidence", "why", "M1", "--db", db)
+    assert "(REVOKED: the rule changed; and the receipt was misread)" in why.stdout, why.stdout  # every reason
+
+
+def test_revocation_reaches_the_projection_and_evidence_why(tmp_path):
+    from components.evidence.graph import Expiry
+    from components.evidence.graph_record import project
+
+    db = tmp_path / "evidence.db"
+    g, c, v, promo = _graph_with_m1(db)
+    now = Expiry(benchmark="b" * 64, model="sim")
+    before = project(g, [], now, 100_000)
+    assert [x["id"] for x in before["verdicts"]] == [v.id] and "flagged" not in before["verdicts"][0]
+    g.revoke(c.id, "the rule changed")
+    after = project(g, [], now, 100_000)
+    assert after["verdicts"][0]["flagged"] == c.id  # the verdict derives from the revoked claim (claim -> plan -> it)
+    assert after["promotions"][0]["flagged"] == c.id
+    g.close()
+    why = ratchet("evidence", "why", "M1", "--db", db)
+    assert why.exit_code == 0, why.stderr
+    claim_line = next(x for x in why.stdout.splitlines() if "packet claim" in x)
+    verdict_line = next(x for x in why.stdout.splitlines() if "gate verdict" in x)
+    assert "(REVOKED: the rule changed)" in claim_line and "(supported)" not in claim_line, claim_line
+    assert f"FLAGGED: derived from revoked {c.id}" in verdict_line, verdict_line
+
+
+def test_an_ambiguous_node_prefix_says_so(tmp_path):
+    from components.evidence.graph import EvidenceGraph
+
+    db = tmp_path / "evidence.db"
+    with EvidenceGraph(db, campaign="c") as g:
+        ids = [g.add("source", f"s{i}", f"source {i}").id for i in range(40)]
+    ids = sorted(ids)
+    common = max((os.path.commonprefix([x, y]) for x, y in zip(ids, ids[1:])), key=len)  # the longest shared one
+    a, n = next(x for x in ids if x.startswith(common)), sum(x.startswith(common) for x in ids)
+    assert n >= 2 and len(common) > len("source:")
+    before = db.read_bytes()
+    one_line(ratchet("evidence", "revoke", common, "--reason", "x", "--db", db), 2,
+             f"{common}: ambiguous: matches {n} nodes", "give more of the id")
+    assert db.read_bytes() == before
+    assert ratchet("evidence", "revoke", a, "--reason", "x", "--db", db).exit_code == 0
+
+
+@contextlib.contextmanager
+def _read_only(directory: Path):
+    """`directory` read-only for this process: a read-only bind mount when running as root (root writes through
+    permission bits), else permission bits."""
+    import subprocess
+
+    if os.geteuid() == 0:
+        ok = subprocess.run(["mount", "--bind", str(directory), str(directory)], capture_output=True).returncode == 0
+        ok = ok and subprocess.run(["mount", "-o", "remount,ro,bind", str(directory)],
+                                   capture_output=True).returncode == 0
+        if not ok:
+            subprocess.run(["umount", str(directory)], capture_output=True)
+            pytest.skip("root without a read-only bind mount: a read-only graph cannot be made here")
+        try:
+            yield
+        finally:
+            subprocess.run(["umount", str(directory)], check=True)
+    else:
+        modes = {p: p.stat().st_mode for p in [directory, *directory.iterdir()]}
+        for p in modes:
+            p.chmod(0o555 if p.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            for p, m in modes.items():
+                p.chmod(m)
+
+
+def test_a_read_only_evidence_graph_is_read(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    db = ro / "evidence.db"
+    g, c, _, _ = _graph_with_m1(db)
+    g.revoke(c.id, "the rule changed")
+    g.close()
+    for side in ("-wal", "-shm"):  # what a finished campaign leaves: the WAL checkpointed, no shared-memory file
+        Path(f"{db}{side}").unlink(missing_ok=True)
+    before = snapshot(ro)
+    with _read_only(ro):
+        why = ratchet("evidence", "why", "M1", "--db", db)
+        assert why.exit_code == 0 and "REVOKED: the rule changed" in why.stdout, (why.stdout, why.stderr)
+        show = ratchet("evidence", "show", "--db", db)
+        assert show.exit_code == 0 and "revoked" in show.stdout, show.stderr
+        one_line(ratchet("evidence", "revoke", c.id, "--reason", "y", "--db", db), 2, "read-only")
+    assert snapshot(ro) == before
+
+
+@pytest.mark.parametrize("edit", ["verdict", "dropped"])
+def test_reproduce_on_an_altered_record_says_the_record_was_altered(project, bench_dir, edit):
+    from components.memory import digest
+
+    camp = _started(project, bench_dir)
+    lin = Lineage(camp / "lineage")
+    shutil.copytree(project / "pkg", project / "cand")
+    (project / "cand" / "manifest.yaml").write_text((project / "cand" / "manifest.yaml").read_text() + "\n")
+    m1 = lin.commit(project / "cand", digest(project / "cand"), 1, {"plan_key": "p1"})
+    (camp / "rounds" / "r01").mkdir(parents=True)
+    (camp / "rounds" / "r01" / "round.json").write_text(json.dumps(
+        {"round": 1, "verdict": "accept", "child": {"version": m1.name, "digest": m1.digest}}))
+    lines = lin.log.read_text().splitlines()
+    rec = json.loads(lines[-1])
+    if edit == "verdict":
+        rec["verdict"] = "reject"  # a person edited the recorded verdict
+    else:
+        rec.update(verdict="reject", child=None)  # and the promoted version with it
+    lin.log.write_text("\n".join([*lines[:-1], json.dumps(rec)]) + "\n")
+    one_line(ratchet("reproduce", "--campaign", "camp", "--version", "M1"), 2, "lineage.jsonl: round 1:",
+             "the record was altered")
+    one_line(ratchet("reproduce", "--campaign", "camp", "--version", "M7"), 2, "'M7' was not promoted here")
+
+
+# -- signals: Ctrl-C and SIGTERM stop a campaign at once, resumably, leaving no process ---------------------------------
+
+# test_operations' fixtures and its `ratchet` commands as processes in homes of their own (a zygote); here the name
+# `ratchet` is the in-process CLI helper, so that fixture is defined under another attribute (crash_setup asks for
+# it by name) and the test takes it by name
+from tests.test_operations import PRELOAD, Ratchet, contract_verdict, crash_setup, mlflow_db, small  # noqa: E402,F401
+
+
+@pytest.fixture(scope="module", name="ratchet")
+def _ops_processes(prefect_server, mlflow_db, tmp_path_factory):
+    r = Ratchet(prefect_server, mlflow_db, tmp_path_factory.mktemp("zygote-ops"))
+    yield r
+    r.close()
+
+# When: the temporary Prefect server is up (no PREFECT_API_URL: the campaign's own child process), the round's
+# evaluation is done (diagnosis and planning under way), the repair screen is done (the gate's dev evaluations under
+# way), the version is committed (the test certification under way). CI runs four cases that cover each moment,
+# signal and target; RATCHET_SIGNAL_MATRIX=full runs all 16 (README, "Misuse").
+MOMENTS = {"server": None, "evaluated": "evaluate", "gating": "repair", "certifying": "commit"}
+CI_CASES = [("server", signal.SIGTERM, "group"), ("evaluated", signal.SIGINT, "group"),
+            ("gating", signal.SIGTERM, "pid"), ("certifying", signal.SIGINT, "pid")]
+CASES = ([(m, s, t) for m in MOMENTS for s in (signal.SIGINT, signal.SIGTERM) for t in ("pid", "group")]
+         if os.environ.get("RATCHET_SIGNAL_MATRIX") == "full" else CI_CASES)
+
+
+def _descendants(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _reached(cwd: Path, pid: int, moment: str) -> bool:
+    import psutil
+
+    stage = MOMENTS[moment]
+    if stage is None:
+        for c in _descendants(pid):
+            with contextlib.suppress(psutil.Error):
+                if "prefect.server.api.server:create_app" in " ".join(psutil.Process(c).cmdline()):
+                    return True
+        return False
+    state = cwd / "camp" / ".state" / "state.json"
+    try:
+        now = json.loads(state.read_text()).get("stage")
+    except (OSError, ValueError):
+        return False
+    from tests.test_operations import STAGES
+
+    # at or just past it (a short stage can end between two polls); "done" is too late and fails the case
+    return now in STAGES and STAGES.index(now) >= STAGES.index(stage)
+
+
+def test_sigint_and_sigterm_stop_a_campaign_within_10_s_resumably_and_leave_no_process(request, crash_setup, tmp_path):
+    """Each case: start the campaign in a process group of its own, wait for the moment, send the signal to the
+    process or its group; it must exit 128+signal within 10 s with no descendant left, and `campaign resume` must
+    finish it with the summary and lineage of an uninterrupted run, byte for byte."""
+    ops = request.getfixturevalue("ratchet")
+    bench, start, clean = crash_setup
+    rows, problems = [], []
+    for i, (moment, sig, target) in enumerate(CASES):
+        cwd = tmp_path / f"case{i}"
+        contract_verdict(clean, cwd)
+        # a graph of its own: campaign memory would otherwise reuse what the previous case's campaign accepted
+        env = ops._env(cwd, {"RATCHET_EVIDENCE_DB": str(cwd / "evidence.db")})
+        unset = []
+        if MOMENTS[moment] is None:  # Prefect's temporary server, the campaign's own child
+            env.pop("PREFECT_API_URL")
+            unset = ["PREFECT_API_URL"]
+        pid = ops.zygote.start(cwd, ["campaign", "run", *small(bench, start=start)], env, unset, session=True)
+        job = ops.zygote.n
+        deadline = time.monotonic() + 300
+        while not _reached(cwd, pid, moment) and _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _running(pid), f"{moment}: the campaign ended before the moment: {ops.zygote.log(job)[1][-2000:]}"
+        time.sleep(0.3)  # into the next stage
+        kids = _descendants(pid)
+        t0 = time.monotonic()
+        os.killpg(pid, sig) if target == "group" else os.kill(pid, sig)
+        code = ops.zygote.wait(pid, timeout=30)
+        took = time.monotonic() - t0
+        time.sleep(0.5)
+        left = [k for k in kids if _running(k)]
+        err = ops.zygote.log(job)[1]
+        # `campaign resume` once the campaign recorded its params; before that, the same command again
+        started = (cwd / "camp" / ".state" / "params.json").is_file()
+        how = "resume" if started else "rerun"
+        resumed = ops.zygote(cwd, ["campaign", "resume", "--out", "camp"] if started else
+                             ["campaign", "run", *small(bench, start=start)], env, unset)
+        same = resumed.returncode == 0 and all((cwd / "camp" / n).is_file() and
+                                               (cwd / "camp" / n).read_bytes() == (clean / "camp" / n).read_bytes()
+                                               for n in ("summary.json", "lineage/lineage.jsonl"))
+        rows.append(f"| {moment} | {sig.name} | {target} | {code} | {took:.1f} | {len(kids)} / {len(left)} | "
+                    f"{how}: {'yes' if same else 'NO'} |")
+        if code != 128 + sig or took > 10 or left or not same or f"stopped by {sig.name}" not in err:
+            problems.append((moment, sig.name, target, code, round(took, 1), left, resumed.returncode,
+                             err[-600:], resumed.stderr[-600:]))
+    table = "\n".join(["| moment | signal | target | exit | seconds | children / left | continued: identical |",
+                       "|---|---|---|---|---|---|---|", *rows])
+    print(table)
+    (Path(os.environ.get("RATCHET_SIGNAL_TABLE", tmp_path / "signals.md"))).write_text(table + "\n")
+    assert not problems, problems
+
+
+# -- a full disk, an unwritable place -----------------------------------------------------------------------------------
+
+def test_a_full_disk_during_eval_names_the_output_and_leaves_nothing(project, bench_dir):
+    """ENOSPC at the write boundary (pandas writing a table): write(2) names no file; the line names the output."""
+    import errno
+
+    import pandas as pd
+
+    items = json.loads((bench_dir / "splits.json").read_text())["dev"][0]
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    before = snapshot(project)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pd.DataFrame, "to_csv", full)
+        one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1",
+                         "--out", "ev"), 1, "error: ev: -: No space left on device")
+    assert snapshot(project) == before  # no half-written output, no temp directory
+    again = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1",
+                    "--out", "ev")
+    assert again.exit_code == 0, again.stderr  # space again: the same command works
+
+
+def test_a_ledger_on_a_failing_disk_is_one_line_naming_it(tmp_path, monkeypatch):
+    """SQLite says "disk I/O error" and no more: the ledger's message names its file and what to do."""
+    import sqlite3
+
+    from components.errors import StorageError
+    from components.evidence import budget
+
+    ledger = budget.BudgetLedger(tmp_path / "budget.sqlite")
+    wallet = ledger.open_wallet("w", {"model_calls": 10})
+    real = sqlite3.connect
+
+    class Failing:
+        def __init__(self, *a, **k):
+            self.db = real(*a, **k)
+
+        def execute(self, sql, *args):
+            if sql.startswith("BEGIN"):
+                raise sqlite3.OperationalError("disk I/O error")
+            return self.db.execute(sql, *args)
+
+        def close(self):
+            self.db.close()
+
+    monkeypatch.setattr(budget.sqlite3, "connect", Failing)
+    with pytest.raises(StorageError) as e:
+        ledger.reserve(wallet, {"model_calls": 1})
+    assert e.value.filename == str(tmp_path / "budget.sqlite") and "disk i/o error" in e.value.strerror
+    assert "rerun the same command" in e.value.strerror
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A directory on a 1 MiB tmpfs with no space left, and a function that frees it; skipped where this process
+    cannot mount (not root): the two tests above simulate ENOSPC at the write boundaries instead."""
+    import subprocess
+
+    where = tmp_path / "full"
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    filler = where / "filler"
+    try:
+        with open(filler, "wb") as f:
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"x" * 65536)
+                    f.flush()
+        yield where, filler.unlink
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+def test_a_campaign_on_a_full_disk_is_one_line_naming_the_path_and_resumes(prefect_server, project, full_disk):
+    from components.params import BenchmarkParams
+
+    where, free = full_disk
+    BenchmarkParams(out=str(project / "b"), per_family=3).materialize()  # the smallest: 1 round, ~20 items
+    camp = where / "camp"
+    args = ["campaign", "run", "--out", camp, "--rounds", "1", "--set", f"benchmark.out={project / 'b'}", "--set",
+            "benchmark.per_family=3", "--set", "campaign.start=pkg", "--set", "campaign.seeds=1", "--set",
+            "gate.n_boot=1000", "--set", "campaign.traces_per_round=0"]
+    r = ratchet(*args)
+    line = one_line(r, 1, str(where))
+    assert "No space left on device" in line or "disk" in line, line
+    free()
+    r = ratchet(*args)
+    assert r.exit_code == 0, r.stderr
+    assert (camp / "summary.json").is_file()
+
+
+SERVER_PARENT = """
+import sys
+sys.path.insert(0, {root!r})
+from flows.signals import obey_signals, run_server
+obey_signals()
+sys.exit(run_server([sys.executable, "-c", "import time; time.sleep(120)"], {{}}))
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGTERM-pid", "SIGINT-group", "SIGKILL-pid"])
+def test_a_server_a_command_started_stops_with_it(tmp_path, how):
+    """`ratchet ui` and `ratchet server` run their server through flows.signals.run_server (checked below): here
+    with a stand-in server, the command is stopped by a signal, or killed, and its server must go with it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    parent = subprocess.Popen([sys.executable, "-c", SERVER_PARENT.format(root=str(ROOT))], start_new_session=True,
+                              stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (kids := _children(parent.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert kids, "the stand-in server never started"
+    sig, target = how.split("-")
+    t0 = time.monotonic()
+    if target == "group":
+        os.killpg(parent.pid, getattr(signal, sig))
+    else:
+        os.kill(parent.pid, getattr(signal, sig))
+    code = parent.wait(timeout=30)
+    while any(_running(k) for k in kids) and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    assert not [k for k in kids if _running(k)], f"{how}: the server outlived its command"
+    assert code == (-9 if sig == "SIGKILL" else 128 + getattr(signal, sig)), (code, parent.stderr.read())
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("args,program", [(["ui", "--port", "5999", "--tracking-uri", "sqlite:///m.db"], "mlflow"),
+                                          (["server", "--port", "4299"], "prefect")])
+def test_ui_and_server_run_their_server_so_that_it_stops_with_them(tmp_path, monkeypatch, args, program):
+    import flows.signals
+
+    seen = []
+    monkeypatch.setattr(flows.signals, "run_server", lambda cmd, env: seen.append(cmd) or 0)
+    r = ratchet(*args)
+    assert r.exit_code == 0 and len(seen) == 1 and program in seen[0], (r.stderr, seen)
+
+
+def test_a_temporary_prefect_server_that_does_not_come_up_is_one_line_saying_what_to_do(project, bench_dir, zygote):
+    """Under load Prefect's temporary server can miss its startup timeout: ~100 lines of Prefect traceback were
+    printed. A timeout of 0 s reproduces that path in a real process (the zygote imported without PREFECT_API_URL)."""
+    _started(project, bench_dir)
+    home = project / "home"
+    env = {**os.environ, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
+           "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0"}
+    env.pop("PREFECT_API_URL", None)
+    r = zygote(project, ["campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+                         "campaign.start=pkg"], env=env, unset=["PREFECT_API_URL"], timeout=300)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr[-3000:]
+    assert "did not answer within 0 s" in lines[0] and "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in lines[0] \
+        and "ratchet server" in lines[0], lines[0]

@@ -42,6 +42,8 @@ for line in sys.stdin:
     pid = os.fork()
     if pid == 0:
         results.close()
+        if job.get("session"):  # a process group of its own, as a shell gives a command: signals to the group
+            os.setsid()
         os.chdir(job["cwd"])
         for key in job["unset"]:
             os.environ.pop(key, None)
@@ -94,13 +96,14 @@ class Zygote:
         assert line, f"the zygote died (exit {self.proc.wait()}): {self.import_stderr.read_text()[-2000:]}"
         return json.loads(line)
 
-    def _job(self, cwd: Path, args, env: dict, unset, background: bool) -> tuple[dict, Path, Path]:
+    def _job(self, cwd: Path, args, env: dict, unset, background: bool, session: bool = False
+             ) -> tuple[dict, Path, Path]:
         self.n += 1
         logs = self.where / "logs"
         logs.mkdir(exist_ok=True)
         out, err = logs / f"cmd{self.n}.out", logs / f"cmd{self.n}.err"
         return ({"args": [str(a) for a in args], "cwd": str(cwd), "env": env, "unset": list(unset),
-                 "stdout": str(out), "stderr": str(err), "background": background}, out, err)
+                 "stdout": str(out), "stderr": str(err), "background": background, "session": session}, out, err)
 
     def __call__(self, cwd: Path, args, env: dict | None = None, unset=(), timeout: float = 900
                  ) -> subprocess.CompletedProcess:
@@ -108,9 +111,16 @@ class Zygote:
         code = self._send(job, timeout)
         return subprocess.CompletedProcess(job["args"], code, out.read_text(), err.read_text())
 
-    def start(self, cwd: Path, args, env: dict | None = None, unset=()) -> int:
-        job, _, _ = self._job(cwd, args, env or {}, unset, True)
+    def start(self, cwd: Path, args, env: dict | None = None, unset=(), session: bool = False) -> int:
+        """`session`: the command leads a process group of its own (a signal to the group reaches only it and
+        its children, as a terminal's Ctrl-C does)."""
+        job, _, _ = self._job(cwd, args, env or {}, unset, True, session)
         return self._send(job, 60)
+
+    def log(self, pid_job: int) -> tuple[str, str]:
+        """(stdout, stderr) of the n-th command started."""
+        logs = self.where / "logs"
+        return (logs / f"cmd{pid_job}.out").read_text(), (logs / f"cmd{pid_job}.err").read_text()
 
     def wait(self, pid: int, timeout: float = 30) -> int:
         """Reap a background command; SIGKILL it if it has not ended within `timeout` (the test then fails)."""

@@ -15,6 +15,7 @@ SERIALIZABLE transaction, or with `SELECT ... FOR UPDATE` on the wallet row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -26,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.errors import InputError
+from components.errors import InputError, StorageError, storage_problem
 
 RESOURCES = ("tokens_in", "tokens_out", "model_calls", "tool_calls", "money")
 
@@ -79,26 +80,42 @@ class BudgetLedger:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=60)
+        with self._storage():
+            db = sqlite3.connect(self.path, timeout=60)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer
+                db.executescript(SCHEMA)
+            finally:
+                db.close()
+
+    @contextmanager
+    def _storage(self) -> Iterator[None]:
+        """A disk that is full or cannot be written, as the one line that names the ledger (SQLite says only "disk
+        I/O error"); the transaction rolled back, so a rerun after freeing space continues."""
         try:
-            db.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer
-            db.executescript(SCHEMA)
-        finally:
-            db.close()
+            yield
+        except sqlite3.Error as e:
+            what = storage_problem(e)
+            if what is None:
+                raise
+            raise StorageError(str(self.path), f"cannot write the budget ledger ({what}); free space or make it "
+                                               "writable, then rerun the same command") from None
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        try:
-            db.execute("BEGIN IMMEDIATE")  # take the write lock before reading balances
+        with self._storage():
+            db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-        finally:
-            db.close()
+                db.execute("BEGIN IMMEDIATE")  # take the write lock before reading balances
+                try:
+                    yield db
+                    db.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):  # a failed COMMIT may have rolled back already
+                        db.execute("ROLLBACK")
+                    raise
+            finally:
+                db.close()
 
     # -- wallets --------------------------------------------------------------------------------------------------
     def open_wallet(self, wallet_id: str, caps: dict[str, float | None], *, wall_seconds: float | None = None,

@@ -32,7 +32,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.errors import InputError
+from components.errors import InputError, StorageError, storage_problem
 from components.failpoints import failpoint
 
 Kind = Literal["source", "run", "claim", "artifact", "decision", "question"]
@@ -114,6 +114,11 @@ REVOCATION = sa.Table(
     sa.Column("node", sa.String(64), primary_key=True), sa.Column("reason", sa.Text, nullable=False),
     sa.Column("by", sa.Text, nullable=False), sa.Column("created", sa.Float, nullable=False),
 )
+REVOCATION_NOTE = sa.Table(  # every later reason given for a node already revoked (the first is in evidence_revocation)
+    "evidence_revocation_note", META,
+    sa.Column("node", sa.String(64), primary_key=True), sa.Column("created", sa.Float, primary_key=True),
+    sa.Column("reason", sa.Text, nullable=False), sa.Column("by", sa.Text, nullable=False),
+)
 MENTION = sa.Table(  # which campaign recorded (or re-recorded) a node: memory reads what *other* campaigns learned
     "evidence_mention", META,
     sa.Column("node", sa.String(64), primary_key=True), sa.Column("scope", sa.String(64), primary_key=True),
@@ -185,10 +190,14 @@ def _refuse_foreign(path: Path, where: str | Path) -> None:
 class Store:
     """Rows in, rows out. Inserts only (append-only); the write policy decides what may be inserted."""
 
-    def __init__(self, where: str | Path):
+    def __init__(self, where: str | Path, read_only: bool = False):
         self.url = _url(where)
+        self.notes: bool | None = True  # the revocation-note table exists (create_all below makes sure)
         if self.url.startswith("sqlite:///"):
             _refuse_foreign(Path(self.url.removeprefix("sqlite:///")), where)
+        if read_only:
+            self._open_read_only(where)
+            return
         try:
             if self.url.startswith("sqlite:///"):
                 Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -203,11 +212,36 @@ class Store:
         except sa.exc.DatabaseError as e:
             raise GraphError(f"{where}: evidence.db: cannot open the evidence graph ({e.orig})") from None
 
+    def _open_read_only(self, where: str | Path) -> None:
+        """A SQLite graph this process may not write (a read-only file or directory, a read-only mount): read as it
+        is, without the WAL setup or table creation a writer does. immutable=1 when even SQLite's shared-memory file
+        cannot be made next to it (a WAL graph in a read-only directory)."""
+        import sqlite3
+
+        path = Path(self.url.removeprefix("sqlite:///"))
+        uri = path.resolve().as_uri()
+        try:
+            with contextlib.closing(sqlite3.connect(f"{uri}?mode=ro", uri=True)) as con:
+                con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            target = f"{uri}?mode=ro"
+        except sqlite3.Error:
+            target = f"{uri}?mode=ro&immutable=1"
+        self.engine = sa.create_engine("sqlite://", creator=lambda: sqlite3.connect(target, uri=True,
+                                                                                     check_same_thread=False))
+        self.notes = None
+
     @contextmanager
     def begin(self) -> Iterator[sa.Connection]:
-        with self.engine.begin() as conn:
-            yield conn
-            failpoint("evidence:before-commit")  # crash tests: kill -9 with the transaction's rows written, uncommitted
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+                failpoint("evidence:before-commit")  # crash tests: kill -9 with the transaction's rows written, uncommitted
+        except sa.exc.OperationalError as e:  # SQLite's "disk I/O error" names no file: this one line does
+            what = storage_problem(e)
+            if what is None:
+                raise
+            raise StorageError(self.url.removeprefix("sqlite:///"), f"cannot write the evidence graph ({what}); "
+                               "free space or make it writable, then rerun the same command") from None
 
     def connect(self) -> sa.Connection:
         return self.engine.connect()
@@ -247,8 +281,19 @@ class Store:
                 for r in conn.execute(q.order_by(EDGE.c.created, EDGE.c.src, EDGE.c.dst))]
 
     def revocations(self, conn: sa.Connection) -> dict[str, dict]:
-        return {r.node: {"reason": r.reason, "by": r.by, "created": r.created}
-                for r in conn.execute(sa.select(REVOCATION).order_by(REVOCATION.c.created))}
+        out = {r.node: {"reason": r.reason, "by": r.by, "created": r.created, "reasons": [r.reason]}
+               for r in conn.execute(sa.select(REVOCATION).order_by(REVOCATION.c.created))}
+        if self.has_notes(conn):
+            for r in conn.execute(sa.select(REVOCATION_NOTE).order_by(REVOCATION_NOTE.c.created)):
+                if r.node in out:
+                    out[r.node]["reasons"].append(r.reason)
+        return out
+
+    def has_notes(self, conn: sa.Connection) -> bool:
+        # a graph written before the table existed, opened read-only, does not have it (and cannot be given it)
+        if self.notes is None:
+            self.notes = sa.inspect(conn).has_table(REVOCATION_NOTE.name)
+        return self.notes
 
     # -- appends (called by the graph, after the policy said yes) ---------------------------------------------------
     def insert_node(self, conn: sa.Connection, n: Node) -> Node:
@@ -276,6 +321,8 @@ class Store:
 
     def insert_revocation(self, conn: sa.Connection, nid: str, reason: str, by: str) -> bool:
         if conn.execute(sa.select(REVOCATION.c.node).where(REVOCATION.c.node == nid)).first():
+            # revoked already: the node stays revoked once, and this reason is kept beside the first
+            conn.execute(REVOCATION_NOTE.insert().values(node=nid, reason=reason, by=by, created=time.time()))
             return False
         conn.execute(REVOCATION.insert().values(node=nid, reason=reason, by=by, created=time.time()))
         return True
@@ -308,10 +355,11 @@ class EvidenceGraph:
     """The campaign memory. Every write method is one transaction (or joins the open `batch()`), and every write is
     decided by the write policy (`graph_policy.POLICY`)."""
 
-    def __init__(self, where: str | Path, campaign: str = "", policy=None, scope: str | None = None):
+    def __init__(self, where: str | Path, campaign: str = "", policy=None, scope: str | None = None,
+                 read_only: bool = False):
         from components.evidence.graph_policy import POLICY
 
-        self.store = Store(where)
+        self.store = Store(where, read_only=read_only)
         self.campaign = campaign
         self.scope = scope if scope is not None else campaign  # who is writing: one campaign output
         self.policy = policy or POLICY
@@ -453,14 +501,15 @@ class EvidenceGraph:
             return n
 
     def revoke(self, nid: str, reason: str, by: str = "person") -> dict[str, str]:
-        """Policy rule 6: mark `nid` revoked; returns what is now flagged because of it."""
+        """Policy rule 6: mark `nid` revoked; returns what is now flagged because of it (nothing when it was revoked
+        already: the reason is kept with the revocation, the flags were reported the first time)."""
         if not reason.strip():
             raise PolicyError(f"{nid}: --reason: a revocation says why")
         with self._tx() as conn:
             if self.store.latest(conn, nid) is None:
                 raise PolicyError(f"{nid}: no such node")
-            self.store.insert_revocation(conn, nid, reason.strip(), by)
-        return {k: v for k, v in self.flagged().items() if v == nid}
+            new = self.store.insert_revocation(conn, nid, reason.strip(), by)
+        return {k: v for k, v in self.flagged().items() if v == nid} if new else {}
 
     # -- reads -------------------------------------------------------------------------------------------------------
     def get(self, nid: str) -> Node | None:
@@ -505,7 +554,10 @@ class EvidenceGraph:
             hits = conn.execute(sa.select(NODE.c.id).where(sa.or_(NODE.c.id.startswith(ref, autoescape=True),
                                                                   NODE.c.key == ref)).distinct()).all()
         ids = sorted({h[0] for h in hits})
-        return self.get(ids[0]) if len(ids) == 1 else None
+        if len(ids) > 1:  # "no such node" would send the user looking for a node that is there, several times
+            raise PolicyError(f"{ref}: ambiguous: matches {len(ids)} nodes ({', '.join(ids[:4])}"
+                              f"{', ...' if len(ids) > 4 else ''}); give more of the id")
+        return self.get(ids[0]) if ids else None
 
 
 from components.evidence.graph_policy import PolicyError  # noqa: E402  (the policy imports this module's models)

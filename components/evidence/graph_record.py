@@ -295,7 +295,11 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
     # only what other campaigns recorded: this campaign's own rejections are in its lineage already, and a forced rerun
     # of the same campaign must plan exactly as its first run did (the same bytes for `dvc repro --force`)
     elsewhere = g.from_elsewhere()
-    decisions = [n for n in g.nodes("decision") if n.id in elsewhere]
+    # a decision derived from a revoked node is not evidence any more: no rejection or acceptance stands on it
+    # (a person's revocation; the gate's revokes a promotion on other evidence only, see `reusable`)
+    by_person = {k for k, r in g.revoked().items() if r.get("by") != "gate"}
+    gone = by_person | {k for k, root in g.flagged().items() if root in by_person}
+    decisions = [n for n in g.nodes("decision") if n.id in elsewhere and n.id not in gone]
     rejections = [n for n in decisions if n.data.get("type") == "rejection"]
     m.rejected_here = sorted({n.data["plan_key"] for n in rejections if not g.expired(n, now)})
     accepted = {n.data.get("plan_key") for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")}
@@ -462,13 +466,18 @@ def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_ch
             touches = plan is not None and any((c.get("tool") in tools) for c in plan.data.get("cards") or [])
             verdicts.append((0 if here else 1, 0 if touches else 1, n, here))
     sections: dict[str, list[dict]] = {"verdicts": [], "contested": [], "open_questions": [], "promotions": []}
-    ranked = [("verdicts", {**n.compact(), "plan_key": n.data.get("plan_key"), "accept": n.data.get("accept"),
+
+    def shown(n: Node) -> dict:
+        # a record derived from a revoked node says so: its recorded confidence no longer stands on its own
+        return {**n.compact(), "flagged": flagged[n.id]} if n.id in flagged else n.compact()
+
+    ranked = [("verdicts", {**shown(n), "plan_key": n.data.get("plan_key"), "accept": n.data.get("accept"),
                             "stage": n.data.get("stage"), "same_evidence": here})
               for _, _, n, here in sorted(verdicts, key=lambda t: (t[0], t[1], -t[2].created))]
-    ranked += [("contested", n.compact()) for n in live if n.confidence == "contested"]
+    ranked += [("contested", shown(n)) for n in live if n.confidence == "contested"]
     still_open = {q.id for q in open_questions(g, now)}
-    ranked += [("open_questions", n.compact()) for n in live if n.id in still_open]
-    ranked += [("promotions", {**n.compact(), "flagged": n.id in flagged}) for n in nodes
+    ranked += [("open_questions", shown(n)) for n in live if n.id in still_open]
+    ranked += [("promotions", {**n.compact(), "flagged": flagged.get(n.id, False)}) for n in nodes
                if n.data.get("type") == "promotion"]
     # the limit counts what is emitted: the wrapper (its omitted count at most len(ranked)) plus each record and a
     # comma (one too many per non-empty section: it errs short, never over); the empty wrapper is always emitted
@@ -512,7 +521,7 @@ def chain(g: EvidenceGraph, promo: Node) -> dict:
     def mark(n: Node) -> dict:
         d = {"id": n.id, "kind": n.kind, "confidence": n.confidence, "content": n.content}
         if n.id in revoked:
-            d["revoked"] = revoked[n.id]["reason"]
+            d["revoked"] = "; ".join(revoked[n.id].get("reasons") or [revoked[n.id]["reason"]])
         if n.id in flagged:
             d["flagged_by"] = flagged[n.id]
         return d
@@ -551,9 +560,11 @@ def chain_text(ch: dict) -> list[str]:
     if ch["cards"]:
         lines.append("  cards: " + ", ".join(ch["cards"]))
     if ch["plan"]:
-        lines.append(f"  plan {ch['plan']['plan_key']}: {ch['plan']['content']}  [{ch['plan']['id']}]")
+        pl = ch["plan"]
+        state = f" ({_standing(pl)})" if pl.get("revoked") or pl.get("flagged_by") else ""
+        lines.append(f"  plan {pl['plan_key']}{state}: {pl['content']}  [{pl['id']}]")
     for c in ch["claims"]:
-        lines.append(f"  packet claim ({c['confidence']}): {c['content'][:200]}  [{c['id']}]")
+        lines.append(f"  packet claim ({_standing(c)}): {c['content'][:200]}  [{c['id']}]")
         for s in c["trace_steps"]:
             lines.append(f"    cites {s['episode_id']} step {s['step']} hash {s['hash'][:12]}")
         for x in c["contradicted_by"]:
@@ -561,9 +572,19 @@ def chain_text(ch: dict) -> list[str]:
     v = ch["verdict"]
     if v:
         fig = f" net {v['net']:+.3f} CI [{v['ci_lo']:+.3f}, {v['ci_hi']:+.3f}]" if v.get("net") is not None else ""
-        lines.append(f"  {v['stage']} verdict ({v['confidence']}):{fig}  [{v['id']}]")
+        lines.append(f"  {v['stage']} verdict ({_standing(v)}):{fig}  [{v['id']}]")
     lines.append(f"  benchmark {str(ch['benchmark_digest'])[:12]}, model {ch['model']}")
     return lines
+
+
+def _standing(d: dict) -> str:
+    """A node's standing as `why` prints it: a revocation, or the revoked node it derives from, over its recorded
+    confidence (which was written before the revocation)."""
+    if d.get("revoked"):
+        return f"REVOKED: {d['revoked']}"
+    if d.get("flagged_by"):
+        return f"FLAGGED: derived from revoked {d['flagged_by']}; recorded {d['confidence']}"
+    return d["confidence"]
 
 
 # -- the campaign's calls (one per round each; flows/campaign.py) ------------------------------------------------------

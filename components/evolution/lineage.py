@@ -231,8 +231,13 @@ class LineageLock:
         if previous:
             self.recovered = json.loads(previous) if previous.startswith("{") else {"holder": previous}
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+        except OSError as e:  # a full disk: pwrite(2) names no file
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise type(e)(e.errno, e.strerror, str(self.path)) from None
         self._fd = fd
         return self
 

@@ -120,6 +120,11 @@ def read_summary(campaign_out: str | Path) -> dict:
 def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     """Tables and a plot from a finished campaign's summary.json."""
     summary = read_summary(campaign_out)
+    for r in summary["history"]:  # a round's columns come from its directory: a blank row would pass for "no data"
+        rd = round_dir(campaign_out, r["round"])
+        if not rd.is_dir():
+            raise InputError(f"{rd}: -: round {r['round']} is in summary.json but its directory is missing; refusing "
+                             f"a report with blank rows (restore it, or rerun the campaign)")
     out = Path(out)
     t, loc = summary["test"] or {}, summary["localization"]
     metrics = {

@@ -32,6 +32,8 @@ import time
 from typing import Any, Literal
 
 import openai
+from openai.types import CompletionUsage
+from openai.types.chat import ChatCompletionMessage
 
 from components.models.base import ChatResult, ModelError, add_usage, count_tokens
 from components.runtime.types import ToolCall, Usage
@@ -93,7 +95,10 @@ class OpenAIChat:
         if choice.finish_reason == "content_filter":
             raise fail("content_filter", "the server withheld the reply (finish_reason content_filter)")
         msg = choice.message
-        content = (msg.content if msg is not None else None) or ""
+        # the SDK builds a 200's body without validating it: a null or non-object message, non-text content
+        if not isinstance(msg, ChatCompletionMessage) or not isinstance(msg.content, (str, type(None))):
+            raise fail("malformed", f"the reply's message is not a message object: {_shown(msg)}")
+        content = msg.content or ""
         if actions:
             return self._action(content, tools, spent, fail)
         calls = [_call(tc.id, tc.function.name, tc.function.arguments, fail) for tc in (msg.tool_calls or [])]
@@ -176,8 +181,11 @@ class OpenAIChat:
                 raise ModelError(f"unparseable response: {type(e).__name__}: {str(e)[:200]}", "malformed",
                                  spent) from None
             u = getattr(resp, "usage", None)
-            spent = add_usage(spent, Usage(tokens_in=(u.prompt_tokens or 0) if u else 0,
-                                           tokens_out=(u.completion_tokens or 0) if u else 0, calls=1))
+            counts = _usage_counts(u)
+            if counts is None:  # never credited: a negative count would lower the budget's spend
+                spent = add_usage(spent, Usage(tokens_in=prompt, calls=1))
+                raise ModelError(f"the reply's usage is not token counts (>= 0): {_shown(u)}", "malformed", spent)
+            spent = add_usage(spent, Usage(tokens_in=counts[0], tokens_out=counts[1], calls=1))
             return resp, spent
         raise AssertionError("unreachable")
 
@@ -205,6 +213,28 @@ class OpenAIChat:
 
 
 # -- helpers -----------------------------------------------------------------------------------------------------------
+
+def _usage_counts(u: Any) -> tuple[int, int] | None:
+    """(prompt, completion) tokens from a reply's usage; (0, 0) when the server sent none; None when it sent
+    something that is not two counts >= 0 (a string, a bool, a negative number)."""
+    if u is None:
+        return 0, 0
+    if not isinstance(u, CompletionUsage):
+        return None
+    out = []
+    for field in ("prompt_tokens", "completion_tokens"):
+        v = getattr(u, field, None)
+        v = 0 if v is None else v
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            return None
+        out.append(v)
+    return out[0], out[1]
+
+
+def _shown(value: Any) -> str:
+    raw = value.model_dump(warnings=False) if hasattr(value, "model_dump") else value
+    return repr(raw)[:200]
+
 
 def _message(e: openai.APIError) -> str:
     body = getattr(e, "body", None)

@@ -8,7 +8,8 @@ request and the fault seed, so a rerun faults the same way; retries of a transie
 Outside injected faults it behaves like an OpenAI-compatible server: a malformed or unsupported request gets a 400
 (422 when it is well formed but the agent cannot answer it) with an OpenAI-style body
 `{"error": {"message", "type", "param", "code"}}` and the connection stays usable; bodies over `max_body` bytes get a
-413; a connection that has not sent its request headers within `header_timeout` seconds is closed; the agent calls
+413; a connection that has not sent its request headers within `header_timeout` seconds is closed, and a body that
+has not arrived within as long after them gets a 408 and the connection closed; the agent calls
 only tools the request offers, as `tool_choice` allows."""
 
 from __future__ import annotations
@@ -82,9 +83,14 @@ class ChatRequest(_Loose):
     messages: list[_Message] = Field(min_length=1)
     tools: list[_Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | _NamedChoice | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, strict=True)
     stream: bool | None = None
     n: int | None = None
+    # the agent ignores them, but a value no server would take is refused, not answered as if it were sound
+    temperature: float | None = Field(default=None, strict=True, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, strict=True, ge=0, le=1, allow_inf_nan=False)
+    max_tokens: int | None = Field(default=None, strict=True, ge=1)
+    max_completion_tokens: int | None = Field(default=None, strict=True, ge=1)
     response_format: dict[str, Any] | None = None
 
 
@@ -183,7 +189,7 @@ def _fault(body: bytes, attempt: int, rate: float, seed: int) -> str | None:
 
 
 def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fault_seed: int = 0,
-               slow_seconds: float = 2.0, max_body: int = MAX_BODY) -> FastAPI:
+               slow_seconds: float = 2.0, max_body: int = MAX_BODY, body_timeout: float = HEADER_TIMEOUT) -> FastAPI:
     agent = agent or SimulatedAgent()
     app = FastAPI(title="ratchet simulated agent", openapi_url=None, docs_url=None, redoc_url=None)
     attempts: dict[bytes, int] = {}
@@ -198,7 +204,16 @@ def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fau
         if declared is not None and (not declared.isdigit() or int(declared) > max_body):
             raise _Refusal(413, f"the request body exceeds {max_body} bytes", code="request_too_large")
         chunks, size = [], 0
-        async for chunk in request.stream():
+        stream, deadline = request.stream().__aiter__(), time.monotonic() + body_timeout
+        while True:
+            # a client that sent its headers and stalls its body would otherwise hold the connection forever
+            try:
+                chunk = await asyncio.wait_for(stream.__anext__(), max(0.0, deadline - time.monotonic()))
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise _Refusal(408, f"the request body did not arrive within {body_timeout:g} s",
+                               code="request_timeout") from None
             size += len(chunk)
             if size > max_body:
                 raise _Refusal(413, f"the request body exceeds {max_body} bytes", code="request_too_large")
@@ -214,7 +229,10 @@ def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fau
         try:
             return await answer(request)
         except _Refusal as e:
-            return e.response()
+            out = e.response()
+            if e.status == 408:  # the rest of that body may still come: the connection cannot be reused
+                out.headers["connection"] = "close"
+            return out
         except Exception as e:  # noqa: BLE001 - a well-formed request the agent cannot read: say so, keep the connection
             return _error(422, f"the simulated agent cannot answer this conversation ({type(e).__name__}: {e})",
                           "messages", "unprocessable_conversation")
@@ -292,6 +310,7 @@ def serve(port: int, host: str = "127.0.0.1", fault_rate: float = 0.0, fault_see
           slow_seconds: float = 2.0, max_body: int = MAX_BODY, header_timeout: float = HEADER_TIMEOUT) -> None:
     import uvicorn
 
-    uvicorn.run(create_app(fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds, max_body=max_body),
+    uvicorn.run(create_app(fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds, max_body=max_body,
+                           body_timeout=header_timeout),
                 host=host, port=port, log_level="warning", access_log=False,
                 http=_header_timeout_protocol(header_timeout))

@@ -1,0 +1,113 @@
+"""Ctrl-C and SIGTERM: every `ratchet` command stops at once, with the shell's exit code (130, 143), and takes the
+processes it started with it.
+
+Left to Python and Prefect, a signal was a KeyboardInterrupt (or Prefect's TerminationSignal during a flow run) raised
+wherever the main thread happened to be, free to be caught or held up on its way out (issue 27 saw exits after 3-16 s,
+a hang, and a campaign that ran to the end). Here the signal ends the process itself: the children
+(Prefect's temporary server, a local Dask cluster, the server `ratchet ui` or `ratchet server` runs) get SIGTERM, then
+SIGKILL after a grace period, and the process leaves with `os._exit`. Stopping there is what a `kill -9` does, which a
+campaign already survives: the lineage, round files and budget ledger are written atomically (or in transactions), so
+the same command, or `ratchet campaign resume`, continues where the committed work ends.
+
+A server command's child also gets the parent-death signal (Linux), so a `kill -9` of the command stops it too."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+STOP = (signal.SIGINT, signal.SIGTERM)
+GRACE_SECONDS = 4.0  # children's clean shutdown (uvicorn, Dask) before SIGKILL; well inside the 10 s a user waits
+_hint: list[str] = []  # what the stop message adds (a campaign: how to resume it)
+_installed: list[bool] = []
+
+
+def obey_signals() -> None:
+    """Install the stop handler for SIGINT and SIGTERM: `ratchet`'s entry point does, in the main thread (commands
+    invoked in-process by a test runner leave the runner's signals alone)."""
+    for sig in STOP:
+        signal.signal(sig, _stop)
+    _installed.append(True)
+
+
+def flows_obey(hint: str | None = None) -> None:
+    """Before a command runs Prefect flows in this process: keep the stop handler in force during them, and end the
+    stop message with `hint` (a campaign: how to resume it). A no-op unless `obey_signals` ran.
+
+    Prefect swaps SIGTERM for its own handler during each flow run (raising TerminationSignal wherever the main
+    thread is, which a thread pool's shutdown or the engine can hold up); a flow run from this CLI is not a Prefect
+    runner's subprocess, so that bridge is left out."""
+    if not _installed:
+        return
+    if hint is not None:
+        _hint[:] = [hint]
+    import contextlib
+
+    import prefect.flow_engine
+
+    prefect.flow_engine.capture_sigterm = contextlib.nullcontext
+
+
+def _stop(signum: int, _frame: Any) -> None:
+    for sig in STOP:  # a second Ctrl-C (or the group's copy of the signal) must not interrupt the stop itself
+        signal.signal(sig, signal.SIG_IGN)
+    name = signal.Signals(signum).name
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - a closed or broken stdout must not keep the process alive
+        pass
+    try:
+        os.write(2, f"stopped by {name}{'; ' + _hint[0] if _hint else ''}\n".encode())
+    except OSError:
+        pass
+    stop_children()
+    os._exit(128 + signum)
+
+
+def stop_children(grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM to every descendant of this process, SIGKILL to those still running after `grace` seconds."""
+    try:
+        import psutil  # a dependency of Dask's (prefect-dask), always installed with Ratchet
+    except ImportError:  # pragma: no cover
+        return
+    try:
+        kids = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for k in kids:
+        try:
+            k.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(kids, timeout=grace)
+    for k in alive:
+        try:
+            k.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=2)
+
+
+def _parent_death_signal():
+    """A function for a child to call between fork and exec: SIGTERM when the parent dies, however it died (Linux's
+    PR_SET_PDEATHSIG); None elsewhere. prctl is looked up here, before the fork: the child only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+
+
+def run_server(cmd: list[str], env: dict[str, str]) -> int:
+    """Run a server command in the foreground: it stops with this process (a signal here stops it, and so does a
+    kill -9 of this process, by the parent-death signal), and its exit code is returned."""
+    import subprocess
+
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_parent_death_signal())
+    return proc.wait()
