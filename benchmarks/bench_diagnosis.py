@@ -10,7 +10,8 @@ pair that fixes them; `unknown` is a miss). The baselines are fitted on the row'
 one constant owner, the best owner per outcome, and the trace rule (the best owner per pattern of glance-level trace
 signals, `components.evolution.trace_rule`). Columns: n failed (labelled), coverage, accuracy, compound n and the
 share right there (and what the best constant owner would get on them), the three baselines, the margin over the
-trace rule, and whether the row passes (coverage >= 50%, accuracy >= 85%, margin >= 10 points). The last lines
+trace rule, the trace rule again with its rule-refusal signal blanked (what it would read in a world whose refusals
+say nothing), and whether the row passes (coverage >= 50%, accuracy >= 85%, margin >= 10 points). The last lines
 count the rows that pass and name the worst."""
 
 from __future__ import annotations
@@ -266,13 +267,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         shutil.rmtree(tmp, ignore_errors=True)
     pct = lambda x: "     -" if x is None else f"{x:6.1%}"  # noqa: E731
     print(f"{'world':<8} {'row':<24} {'n':>4} {'cover':>6} {'acc':>6} {'comp':>4} {'right':>6} {'const':>6} "
-          f"{'constant':>8} {'outcome':>7} {'trace':>6} {'margin':>6} pass")
+          f"{'constant':>8} {'outcome':>7} {'trace':>6} {'margin':>6} {'no-refusal':>10} pass")
     for r in out:
         c = r["compound"]
         margin = "     -" if r["margin"] is None else f"{r['margin'] * 100:+6.1f}"
         print(f"{r['world']:<8} {r['row']:<24} {r['n']:>4} {pct(r['coverage'])} {pct(r['accuracy'])} {c['n']:>4} "
               f"{pct(c['accuracy'])} {pct(c['constant'])} {pct(r['constant_accuracy']):>8} "
               f"{pct(r['outcome_only_accuracy']):>7} {pct(r['trace_rule_accuracy'])} {margin} "
+              f"{pct(r['trace_rule_no_refusal_accuracy']):>10} "
               f"{'yes' if r['passes'] else 'NO ' + ','.join(k for k, ok in r['checks'].items() if not ok)}")
     scored = [r for r in out if r["accuracy"] is not None]
     worst = min(scored, key=lambda r: r["accuracy"], default=None)

@@ -106,3 +106,14 @@ def test_signals_read_off_a_trace():
     clean = [*confirmed_write(0, CANCEL, "1"), st(2, FINISH, {"ok": True})]
     assert signals(clean, WRITES, TARGETS).pattern() == "000000"
     assert signals([], WRITES, TARGETS).blocking  # nothing ran: a model fault
+
+
+def test_the_trace_rule_without_refusals_cannot_see_them():
+    """Blanking the rule-refusal signal (a world whose refusals say nothing): refused episodes look like the others."""
+    plain = Signals(blocking=False, refusal=False, unconfirmed=False, early_finish=False, bounced=False,
+                    unfinished=False).pattern()
+    rows = [(f"e{k}", "E", "", REFUSAL, "E") for k in range(4)] + [(f"w{k}", "W", "", plain, "W") for k in range(6)]
+    train = table(rows)
+    loc = localization(*table([(f"d{r[0]}", *r[1:]) for r in rows]), fit_baselines(*train[1:]))
+    assert loc["trace_rule_accuracy"] == 1.0
+    assert loc["trace_rule_no_refusal_accuracy"] == 0.6  # W everywhere: the refused ones are lost

@@ -263,7 +263,7 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
                 continue
             seen.add(key)
             attempts.append((tool, set(s.delivered), None if obs.get("ok") else refused))
-    out: dict[tuple[str, str], bool | None] = {}
+    tallies: dict[tuple[str, str], dict[bool, list[int]]] = {}
     for tool, ids in rules.items():
         for rule in sorted(ids):
             about = set(cards_about(package, tool, rule))
@@ -271,15 +271,26 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
             for t, delivered, refused in attempts:
                 if t == tool:
                     tally[bool(delivered & about)].append(int(refused != rule))
-            if not tally[True]:
-                out[(tool, rule)] = None
-                continue
-            without = sum(tally[False]) / len(tally[False]) if len(tally[False]) >= MIN_CONTRAST else 0.0
-            out[(tool, rule)] = sum(tally[True]) / len(tally[True]) >= max(CARD_FLOOR, without + CARD_LIFT)
+            tallies[(tool, rule)] = tally
+    # the corpus's own rate of clearing a rule with no card about it in memory, over every rule it saw refused: the
+    # reference for a card never seen absent at its own write (a package that delivers it every turn)
+    pooled = [x for tally in tallies.values() for x in tally[False]]
+    out: dict[tuple[str, str], bool | None] = {}
+    for key, tally in tallies.items():
+        if not tally[True]:
+            out[key] = None
+            continue
+        share = sum(tally[True]) / len(tally[True])
+        if len(tally[False]) >= MIN_CONTRAST:
+            out[key] = share >= sum(tally[False]) / len(tally[False]) + CARD_LIFT
+        elif len(pooled) >= MIN_CONTRAST:
+            out[key] = share >= sum(pooled) / len(pooled) + CARD_LIFT
+        else:  # no turn anywhere without a card: no reference but zero (a card whose turns never clear it is no help)
+            out[key] = share > 0
     return out
 
 
-CARD_FLOOR, CARD_LIFT, MIN_CONTRAST = 0.35, 0.1, 5
+CARD_LIFT, MIN_CONTRAST = 0.1, 5
 
 
 def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, package: MemoryPackage,

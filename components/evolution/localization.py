@@ -18,6 +18,8 @@ such pair: no single owner is right there). Figures:
                                 blocking, rule refusal, unconfirmed write, finish with work pending, checker bounce,
                                 unfinished; the three-line rule where the fit saw no such pattern
         three_line_accuracy     the three-line rule itself, unfitted
+        trace_rule_no_refusal_accuracy  the trace rule fitted and scored with the rule-refusal signal blanked: what
+                                it gets from a world whose refusals say nothing (or that refuses nothing)
     margin              accuracy - trace_rule_accuracy
     checks, passes      coverage >= MIN_COVERAGE, accuracy >= MIN_ACCURACY, margin >= MIN_MARGIN
     per_owner, confusion  truth -> predicted counts
@@ -32,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from components.evolution.trace_rule import Owner, from_pattern, signals_frame, three_line
+from components.evolution.trace_rule import Owner, Signals, from_pattern, signals_frame, three_line
 from components.runtime.confirm import Targets
 from components.runtime.evaluate import HIDDEN
 
@@ -75,6 +77,7 @@ class Baselines(BaseModel):
     constant: Guess
     outcome: Guess
     trace_rule: Guess
+    trace_rule_no_refusal: Guess
 
 
 def read_hidden_causes(eval_dir: str | Path) -> pd.DataFrame:
@@ -124,9 +127,16 @@ def fit(frame: pd.DataFrame, key: Key) -> Guess:
     return Guess(key=key, by_key=by, default=default)
 
 
+def _no_refusal(m: pd.DataFrame) -> pd.DataFrame:
+    """The same episodes with the rule-refusal signal blanked, as a world whose refusals say nothing would show them."""
+    at = list(Signals.model_fields).index("refusal")
+    return m.assign(pattern=m["pattern"].map(lambda p: p[:at] + "0" + p[at + 1:]))
+
+
 def fit_baselines(causes: pd.DataFrame, scores: pd.DataFrame, signals: pd.DataFrame) -> Baselines:
     m = labelled(causes, scores, signals)
-    return Baselines(constant=fit(m, Key.CONSTANT), outcome=fit(m, Key.OUTCOME), trace_rule=fit(m, Key.PATTERN))
+    return Baselines(constant=fit(m, Key.CONSTANT), outcome=fit(m, Key.OUTCOME), trace_rule=fit(m, Key.PATTERN),
+                     trace_rule_no_refusal=fit(_no_refusal(m), Key.PATTERN))
 
 
 def _cross_fit(m: pd.DataFrame, key: Key) -> pd.Series:
@@ -145,7 +155,7 @@ def _rate(pred: pd.Series, needed: pd.Series) -> float | None:
 
 EMPTY = {"accuracy": None, "single_accuracy": None, "n": 0, "n_single": 0, "coverage": None,
          "constant_accuracy": None, "outcome_only_accuracy": None, "trace_rule_accuracy": None,
-         "three_line_accuracy": None, "margin": None,
+         "three_line_accuracy": None, "trace_rule_no_refusal_accuracy": None, "margin": None,
          "compound": {"n": 0, "coverage": None, "accuracy": None, "constant": None, "no_pair": 0},
          "checks": {"coverage": False, "accuracy": False, "margin": False}, "passes": False,
          "per_owner": {}, "confusion": {}}
@@ -164,11 +174,13 @@ def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFr
     m["hit"] = [p in n for p, n in zip(m["pred"], m["needed"])]
     has_signals = "pattern" in m and not m["pattern"].isna().any()
     guess: dict[str, float | None] = {}
-    for name, key in (("constant", Key.CONSTANT), ("outcome", Key.OUTCOME), ("trace_rule", Key.PATTERN)):
+    for name, key in (("constant", Key.CONSTANT), ("outcome", Key.OUTCOME), ("trace_rule", Key.PATTERN),
+                      ("trace_rule_no_refusal", Key.PATTERN)):
         if key is Key.PATTERN and not has_signals:
             guess[name] = None
             continue
-        pred = getattr(baselines, name).predict(m) if baselines is not None else _cross_fit(m, key)
+        seen = _no_refusal(m) if name == "trace_rule_no_refusal" else m
+        pred = getattr(baselines, name).predict(seen) if baselines is not None else _cross_fit(seen, key)
         guess[name] = _rate(pred, m["needed"])
     three = _rate(m["pattern"].map(lambda p: three_line(from_pattern(p)).value), m["needed"]) if has_signals else None
     single, comp = m[m["cause"] != COMPOUND], m[m["cause"] == COMPOUND]
@@ -184,7 +196,8 @@ def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFr
     return {"accuracy": accuracy, "single_accuracy": float(single["hit"].mean()) if len(single) else None,
             "n": int(len(m)), "n_single": int(len(single)), "coverage": coverage,
             "constant_accuracy": guess["constant"], "outcome_only_accuracy": guess["outcome"],
-            "trace_rule_accuracy": guess["trace_rule"], "three_line_accuracy": three, "margin": margin,
+            "trace_rule_accuracy": guess["trace_rule"], "three_line_accuracy": three,
+            "trace_rule_no_refusal_accuracy": guess["trace_rule_no_refusal"], "margin": margin,
             "compound": {"n": int(len(comp)), "coverage": float(comp["covered"].mean()) if len(comp) else None,
                          "accuracy": float(comp["hit"].mean()) if len(comp) else None,
                          "constant": _rate(pd.Series(_best(comp).value, index=comp.index), comp["needed"])
