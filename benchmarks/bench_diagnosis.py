@@ -194,11 +194,16 @@ def evaluate(pkg, bench, items, seeds, max_turns, rates):
     return t, causes_table(pkg, bench, t.scores, max_turns, rates)
 
 
+def spread(ids: list[str], n: int) -> list[str]:
+    """n items taken evenly across a split (its ids are grouped by family: the first n would miss whole families)."""
+    return ids if n >= len(ids) else [ids[i * len(ids) // n] for i in range(n)]
+
+
 def row(name, pkg_dir, bench, n_items, seeds, max_turns=40, rates=RATES) -> dict:
     pkg = load_package(pkg_dir)
     targets = bench.meta.get("targets")
-    train, train_causes = evaluate(pkg, bench, bench.ids("train")[:n_items], seeds, max_turns, rates)
-    dev, dev_causes = evaluate(pkg, bench, bench.ids("dev")[:n_items], seeds, max_turns, rates)
+    train, train_causes = evaluate(pkg, bench, spread(bench.ids("train"), n_items), seeds, max_turns, rates)
+    dev, dev_causes = evaluate(pkg, bench, spread(bench.ids("dev"), n_items), seeds, max_turns, rates)
     d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, name, targets=targets)
     fitted = fit_baselines(_eid(train_causes), _eid(train.scores),
                            signals_frame(train.traces, train.scores, bench.write_tools, targets))
