@@ -20,7 +20,8 @@ import argparse
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import NamedTuple
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,8 +105,7 @@ CHECKERS = "\n  - use: confirm_before_write\n    at: pre_write"
 CARD = "---\nid: {id}\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: {tool}\nsource: bench\n---\n{body}\n"
 
 
-@dataclass(frozen=True)
-class Cards:
+class Cards(NamedTuple):
     """A world's perturbed cards: a wrong one, an unrelated one, and its rules negated and paraphrased (inside the
     world's grammar, so the simulated agent reads them)."""
 
