@@ -9,7 +9,8 @@ hidden causes), diagnoses dev from its traces alone, and scores the diagnosis ov
 pair that fixes them; `unknown` is a miss). The baselines are fitted on the row's train split and scored on its dev:
 one constant owner, the best owner per outcome, and the trace rule (the best owner per pattern of glance-level trace
 signals, `components.evolution.trace_rule`). Columns: n failed (labelled), coverage, accuracy, compound n and the
-share right there (and what the best constant owner would get on them), the three baselines, the margin over the
+share right there (and what the best constant owner would get on them), how many of them no pair of switches fixes
+(they take three or four fixes: no owner named alone counts as right there), the three baselines, the margin over the
 trace rule, the trace rule again with its rule-refusal signal blanked (what it would read in a world whose refusals
 say nothing), and whether the row passes (coverage >= 50%, accuracy >= 85%, margin >= 10 points). The last lines
 count the rows that pass and name the worst."""
@@ -17,6 +18,7 @@ count the rows that pass and name the worst."""
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -254,6 +256,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--items", type=int, help="items per split (default 60, quick 12)")
     ap.add_argument("--seeds", type=int, help="seeds per item (default 3, quick 1)")
     ap.add_argument("--only", help="comma-separated row names to run")
+    ap.add_argument("--json", help="also write the rows to this file")
     a = ap.parse_args(argv)
     worlds = ["retail", "airline"] if a.world == "both" else [a.world]
     if a.bench and len(worlds) > 1:
@@ -271,16 +274,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     pct = lambda x: "     -" if x is None else f"{x:6.1%}"  # noqa: E731
-    print(f"{'world':<8} {'row':<24} {'n':>4} {'cover':>6} {'acc':>6} {'comp':>4} {'right':>6} {'const':>6} "
+    print(f"{'world':<8} {'row':<24} {'n':>4} {'cover':>6} {'acc':>6} {'comp':>4} {'nopair':>6} {'right':>6} {'const':>6} "
           f"{'constant':>8} {'outcome':>7} {'trace':>6} {'margin':>6} {'no-refusal':>10} pass")
     for r in out:
         c = r["compound"]
         margin = "     -" if r["margin"] is None else f"{r['margin'] * 100:+6.1f}"
         print(f"{r['world']:<8} {r['row']:<24} {r['n']:>4} {pct(r['coverage'])} {pct(r['accuracy'])} {c['n']:>4} "
+              f"{c['no_pair']:>6} "
               f"{pct(c['accuracy'])} {pct(c['constant'])} {pct(r['constant_accuracy']):>8} "
               f"{pct(r['outcome_only_accuracy']):>7} {pct(r['trace_rule_accuracy'])} {margin} "
               f"{pct(r['trace_rule_no_refusal_accuracy']):>10} "
               f"{'yes' if r['passes'] else 'NO ' + ','.join(k for k, ok in r['checks'].items() if not ok)}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1, sort_keys=True))
     scored = [r for r in out if r["accuracy"] is not None]
     worst = min(scored, key=lambda r: r["accuracy"], default=None)
     print(f"rows passing: {sum(r['passes'] for r in out)} of {len(out)}")
