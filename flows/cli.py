@@ -286,7 +286,7 @@ def diagnose_cmd(
 
     loc = diagnose_eval(eval_dir, package, benchmark)
     keys = ["accuracy", "n", "coverage", "constant_accuracy", "outcome_only_accuracy", "trace_rule_accuracy",
-            "three_line_accuracy", "margin", "checks", "passes", "confusion", "compound", "per_owner"]
+            "three_line_accuracy", "margin", "ceiling", "checks", "passes", "confusion", "compound", "per_owner"]
     if as_json:
         out.print(json.dumps({k: loc[k] for k in keys}, sort_keys=True), highlight=False, markup=False)
         return

@@ -45,6 +45,7 @@ def test_compound_counts_only_when_the_owner_is_in_a_fixing_pair_and_unknown_is_
     assert loc["accuracy"] == 3 / 6
     assert loc["single_accuracy"] == 2 / 3
     assert loc["coverage"] == 5 / 6
+    assert loc["ceiling"] == 5 / 6  # "d" has no right answer
     assert loc["compound"] == {"n": 3, "coverage": 1.0, "accuracy": 1 / 3, "constant": 2 / 3, "no_pair": 1}
     assert sum(sum(r.values()) for r in loc["confusion"].values()) == 6
 

@@ -20,6 +20,7 @@ such pair: no single owner is right there). Figures:
         three_line_accuracy     the three-line rule itself, unfitted
         trace_rule_no_refusal_accuracy  the trace rule fitted and scored with the rule-refusal signal blanked: what
                                 it gets from a world whose refusals say nothing (or that refuses nothing)
+    ceiling             the share of n that has a right answer at all (compound episodes no pair fixes have none)
     margin              accuracy - trace_rule_accuracy
     checks, passes      coverage >= MIN_COVERAGE, accuracy >= MIN_ACCURACY, margin >= MIN_MARGIN
     per_owner, confusion  truth -> predicted counts
@@ -155,7 +156,7 @@ def _rate(pred: pd.Series, needed: pd.Series) -> float | None:
 
 EMPTY = {"accuracy": None, "single_accuracy": None, "n": 0, "n_single": 0, "coverage": None,
          "constant_accuracy": None, "outcome_only_accuracy": None, "trace_rule_accuracy": None,
-         "three_line_accuracy": None, "trace_rule_no_refusal_accuracy": None, "margin": None,
+         "three_line_accuracy": None, "trace_rule_no_refusal_accuracy": None, "margin": None, "ceiling": None,
          "compound": {"n": 0, "coverage": None, "accuracy": None, "constant": None, "no_pair": 0},
          "checks": {"coverage": False, "accuracy": False, "margin": False}, "passes": False,
          "per_owner": {}, "confusion": {}}
@@ -198,6 +199,7 @@ def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFr
             "constant_accuracy": guess["constant"], "outcome_only_accuracy": guess["outcome"],
             "trace_rule_accuracy": guess["trace_rule"], "three_line_accuracy": three,
             "trace_rule_no_refusal_accuracy": guess["trace_rule_no_refusal"], "margin": margin,
+            "ceiling": float(sum(bool(n) for n in m["needed"]) / len(m)),
             "compound": {"n": int(len(comp)), "coverage": float(comp["covered"].mean()) if len(comp) else None,
                          "accuracy": float(comp["hit"].mean()) if len(comp) else None,
                          "constant": _rate(pd.Series(_best(comp).value, index=comp.index), comp["needed"])
