@@ -1,21 +1,29 @@
-"""The diagnoser under perturbation, scored against counterfactual ground truth.
+"""The diagnoser under perturbation, scored against counterfactual ground truth, in both worlds.
 
-    python benchmarks/bench_diagnosis.py [--quick] [--bench DIR]
+    python benchmarks/bench_diagnosis.py [--quick] [--world retail|airline|both] [--bench DIR] [--only ROWS]
 
-Each row changes one thing (the turn budget, the cards, the package, the simulator's fault rates), evaluates the
-package on dev, replays every failed episode with one owner's faults off at a time (the hidden causes), diagnoses it
-from its traces alone, and scores the diagnosis. Columns: n failed (labelled), accuracy on single-cause episodes the
-diagnoser covered, its coverage (share not `unknown`), compound episodes and the share credited (it named an owner
-whose fix is needed), and the outcome-only baseline fitted on train and scored on dev. The last line is the headline:
-the worst row's accuracy."""
+Each row changes one thing (the turn budget, the cards, the package, its checkers, the simulator's fault rates),
+evaluates the package on train and dev, replays every failed episode with one owner's faults off at a time (the
+hidden causes), diagnoses dev from its traces alone, and scores the diagnosis over every scored failed episode
+(`components.evolution.localization`: compound ones count as right only when the named owner's switch is part of a
+pair that fixes them; `unknown` is a miss). The baselines are fitted on the row's train split and scored on its dev:
+one constant owner, the best owner per outcome, and the trace rule (the best owner per pattern of glance-level trace
+signals, `components.evolution.trace_rule`). Columns: n failed (labelled), coverage, accuracy, compound n and the
+share right there (and what the best constant owner would get on them), how many of them no pair of switches fixes
+(they take three or four fixes: no owner named alone counts as right there), the three baselines, the margin over the
+trace rule, the trace rule again with its rule-refusal signal blanked (what it would read in a world whose refusals
+say nothing), and whether the row passes (coverage >= 50%, accuracy >= 85%, margin >= 10 points). The last lines
+count the rows that pass and name the worst."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
 from dataclasses import replace
+from typing import NamedTuple
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +34,8 @@ from components.env import quiet_offline  # noqa: E402
 quiet_offline()
 
 from components.evolution.diagnose import diagnose  # noqa: E402
-from components.evolution.localization import _eid, fit_outcome_only, localization  # noqa: E402
+from components.evolution.localization import _eid, fit_baselines, localization  # noqa: E402
+from components.evolution.trace_rule import signals_frame  # noqa: E402
 from components.memory import load_package  # noqa: E402
 from components.models.counterfactual import causes_table  # noqa: E402
 from components.models.simulated import RATES, Rates, SimulatedAgent  # noqa: E402
@@ -71,13 +80,106 @@ PARAPHRASED = {
 }
 
 
+PACKAGES = ROOT / "data" / "packages"
+ROUTED = """name: {name}
+wm:
+  board: {board}
+  max_entries: 2
+  bind_on: []
+delivery:
+  - use: {use}
+    at: {at}
+checkers: {checkers}
+"""
+CHECKED = """name: {name}
+wm:
+  board: true
+  max_entries: 2
+  bind_on: []
+delivery: []
+checkers:
+  - use: completion_requires_receipts
+    at: agent_declares_done
+  - use: confirm_before_write
+    at: pre_write
+"""
+CHECKERS = "\n  - use: confirm_before_write\n    at: pre_write"
+CARD = "---\nid: {id}\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: {tool}\nsource: bench\n---\n{body}\n"
+
+
+class Cards(NamedTuple):
+    """A world's perturbed cards: a wrong one, an unrelated one, and its rules negated and paraphrased (inside the
+    world's grammar, so the simulated agent reads them)."""
+
+    wrong: dict[str, str]
+    unrelated: dict[str, str]
+    negated: dict[str, str]
+    paraphrased: dict[str, str]
+
+
+RETAIL = Cards(
+    wrong={"cancel_pending_order": "When you call `cancel_pending_order`, the `reason` must be exactly 'customer request'."},
+    unrelated={"modify_pending_order_address": "`modify_pending_order_address` needs a normalized address: call "
+               "`validate_address` with the customer's address first, then pass the normalized fields it returns "
+               "exactly as given."},
+    negated={
+        "cancel_pending_order": "When you call `cancel_pending_order`, the `reason` must not be 'no longer needed' or "
+                                "'ordered by mistake': pass the customer's own words.",
+        "return_delivered_order_items": "`return_delivered_order_items` must never refund to the original payment "
+                                        "method of the order; use the account's first method.",
+        "exchange_delivered_order_items": "For `exchange_delivered_order_items` there is no need to check "
+                                          "`available`: use the customer's first choice.",
+        "modify_pending_order_address": "`modify_pending_order_address` takes the customer's address as given; do "
+                                        "not call `validate_address`.",
+    },
+    paraphrased={
+        "cancel_pending_order": "With `cancel_pending_order`, the reason has to be one of 'no longer needed' and "
+                                "'ordered by mistake', whatever words the customer used.",
+        "return_delivered_order_items": "A refund made with `return_delivered_order_items` goes back to the method "
+                                        "the order was paid with.",
+        "exchange_delivered_order_items": "Ahead of `exchange_delivered_order_items`, see whether the wanted variant "
+                                          "is in stock; otherwise take the customer's alternative.",
+        "modify_pending_order_address": "For `modify_pending_order_address`, normalize the customer's address with "
+                                        "`validate_address` beforehand and send back its fields.",
+    })
+AIRLINE = Cards(
+    wrong={"issue_compensation": "When you call `issue_compensation`, always pay it as cash: pass `form` 'cash'."},
+    unrelated={"upgrade_cabin": "`upgrade_cabin` is paid only with a credit card on the account: pick the member's "
+               "`credit_card` payment method from `get_user_details`."},
+    negated={
+        "cancel_reservation": "`cancel_reservation` must never refund to the original payment method of the "
+                              "reservation; use the account's first method.",
+        "issue_compensation": "`issue_compensation` is never paid as a certificate: pass `form` 'cash'.",
+        "upgrade_cabin": "`upgrade_cabin` need not be paid with a credit card: use the method the reservation was "
+                         "paid with.",
+        "update_passenger_name": "`update_passenger_name` does not take names in upper case: pass them as given.",
+    },
+    paraphrased={
+        "cancel_reservation": "A refund made with `cancel_reservation` goes back to the method the reservation was "
+                              "paid with.",
+        "issue_compensation": "For `issue_compensation`, set `form` to 'certificate': compensation comes as a "
+                              "certificate.",
+        "upgrade_cabin": "Charge `upgrade_cabin` to the member's credit card, whatever paid for the reservation.",
+        "update_passenger_name": "For `update_passenger_name`, write the names in capital letters.",
+    })
+WORLDS = {"retail": (RETAIL, PACKAGES), "airline": (AIRLINE, PACKAGES / "airline")}
+
+
 def card_package(root: Path, name: str, cards: dict[str, str], use="event_cards", at="intent_recorded",
-                 board="true") -> Path:
+                 board="true", checkers="[]") -> Path:
     pkg = root / name
     (pkg / "em" / "procedure").mkdir(parents=True)
-    (pkg / "manifest.yaml").write_text(ROUTED.format(name=name, use=use, at=at, board=board))
+    (pkg / "manifest.yaml").write_text(ROUTED.format(name=name, use=use, at=at, board=board, checkers=checkers))
     for i, (tool, body) in enumerate(cards.items()):
         (pkg / "em" / "procedure" / f"c{i}.md").write_text(CARD.format(id=f"c{i}", tool=tool, body=body))
+    return pkg
+
+
+def checked_package(root: Path, name: str) -> Path:
+    """The seed with the two checkers installed: a bounced write is the C fault's only trace."""
+    pkg = root / name
+    pkg.mkdir(parents=True)
+    (pkg / "manifest.yaml").write_text(CHECKED.format(name=name))
     return pkg
 
 
@@ -94,59 +196,102 @@ def evaluate(pkg, bench, items, seeds, max_turns, rates):
     return t, causes_table(pkg, bench, t.scores, max_turns, rates)
 
 
+def spread(ids: list[str], n: int) -> list[str]:
+    """n items taken evenly across a split (its ids are grouped by family: the first n would miss whole families)."""
+    return ids if n >= len(ids) else [ids[i * len(ids) // n] for i in range(n)]
+
+
 def row(name, pkg_dir, bench, n_items, seeds, max_turns=40, rates=RATES) -> dict:
     pkg = load_package(pkg_dir)
-    train, train_causes = evaluate(pkg, bench, bench.ids("train")[:n_items], seeds, max_turns, rates)
-    dev, dev_causes = evaluate(pkg, bench, bench.ids("dev")[:n_items], seeds, max_turns, rates)
-    d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, name, targets=bench.meta.get("targets"))
+    targets = bench.meta.get("targets")
+    train, train_causes = evaluate(pkg, bench, spread(bench.ids("train"), n_items), seeds, max_turns, rates)
+    dev, dev_causes = evaluate(pkg, bench, spread(bench.ids("dev"), n_items), seeds, max_turns, rates)
+    d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, name, targets=targets)
+    fitted = fit_baselines(_eid(train_causes), _eid(train.scores),
+                           signals_frame(train.traces, train.scores, bench.write_tools, targets))
     loc = localization(d.findings_frame(), _eid(dev_causes), _eid(dev.scores),
-                       fit_outcome_only(_eid(train_causes), _eid(train.scores)))
-    return {"row": name, **loc}
+                       signals_frame(dev.traces, dev.scores, bench.write_tools, targets), fitted)
+    return {"world": bench.world, "row": name, **loc}
+
+
+def rows_of(world_name: str, tmp: Path) -> list[tuple[str, Path, dict]]:
+    cards, shipped = WORLDS[world_name]
+    tmp = tmp / world_name
+    wrong = cards.wrong
+    return [
+        ("max_turns 5", shipped / "seed", {"max_turns": 5}),
+        ("max_turns 8", shipped / "seed", {"max_turns": 8}),
+        ("max_turns 40", shipped / "seed", {"max_turns": 40}),
+        ("wrong card", card_package(tmp, "wrong", wrong), {}),
+        ("wrong card + unrelated", card_package(tmp, "wrong-unrelated", wrong | cards.unrelated,
+                                                use="all_cards", at="turn_start"), {}),
+        ("negated cards", card_package(tmp, "negated", cards.negated), {}),
+        ("paraphrased cards", card_package(tmp, "paraphrased", cards.paraphrased), {}),
+        ("all-skills", shipped / "all-skills", {}),
+        ("all-skills 8 turns", shipped / "all-skills", {"max_turns": 8}),
+        ("none", shipped / "none", {}),
+        ("seed", shipped / "seed", {}),
+        ("fault rates x0.5", shipped / "seed", {"rates": scaled(0.5)}),
+        ("fault rates x2", shipped / "seed", {"rates": scaled(2.0)}),
+        ("two faults", card_package(tmp, "two-faults", wrong, board="false"), {}),
+        ("checkers", checked_package(tmp, "checkers"), {}),
+        ("checkers + wrong card", card_package(tmp, "checkers-wrong", wrong, checkers=CHECKERS), {}),
+        ("reference", shipped / "reference", {}),
+    ]
+
+
+def _bench_of(world_name: str, given: str | None):
+    """The benchmark at `given`, or the world's default one under data/benchmarks (materialized when missing)."""
+    path = Path(given) if given else ROOT / "data" / "benchmarks" / world_name
+    if not (path / "meta.json").exists():
+        world(world_name).materialize(str(path), 0)
+    return load_benchmark(path)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="12 items per split, one seed")
-    ap.add_argument("--bench", default=str(ROOT / "data/benchmarks/retail"))
+    ap.add_argument("--world", choices=["retail", "airline", "both"], default="both")
+    ap.add_argument("--bench", help="the benchmark directory (one world only; default data/benchmarks/<world>)")
     ap.add_argument("--items", type=int, help="items per split (default 60, quick 12)")
     ap.add_argument("--seeds", type=int, help="seeds per item (default 3, quick 1)")
     ap.add_argument("--only", help="comma-separated row names to run")
+    ap.add_argument("--json", help="also write the rows to this file")
     a = ap.parse_args(argv)
-    if not (Path(a.bench) / "meta.json").exists():
-        world("retail").materialize(a.bench, 0)
-    bench = load_benchmark(a.bench)
+    worlds = ["retail", "airline"] if a.world == "both" else [a.world]
+    if a.bench and len(worlds) > 1:
+        worlds = [load_benchmark(a.bench).world] if (Path(a.bench) / "meta.json").exists() else ["retail"]
     n_items, seeds = (12, [0]) if a.quick else (60, [0, 1, 2])
     n_items, seeds = a.items or n_items, list(range(a.seeds)) if a.seeds else seeds
+    only = set(a.only.split(",")) if a.only else None
     tmp = Path(tempfile.mkdtemp(prefix="bench-diagnosis-"))
+    out: list[dict] = []
     try:
-        rows = [
-            ("max_turns 5", PACKAGES / "seed", {"max_turns": 5}),
-            ("max_turns 8", PACKAGES / "seed", {"max_turns": 8}),
-            ("max_turns 40", PACKAGES / "seed", {"max_turns": 40}),
-            ("wrong card", card_package(tmp, "wrong", {"cancel_pending_order": WRONG_CANCEL}), {}),
-            ("wrong card + unrelated", card_package(tmp, "wrong-unrelated", {"cancel_pending_order": WRONG_CANCEL,
-                                                                            "modify_pending_order_address": UNRELATED},
-                                                    use="all_cards", at="turn_start"), {}),
-            ("negated cards", card_package(tmp, "negated", NEGATED), {}),
-            ("paraphrased cards", card_package(tmp, "paraphrased", PARAPHRASED), {}),
-            ("all-skills", PACKAGES / "all-skills", {}),
-            ("none", PACKAGES / "none", {}),
-            ("seed", PACKAGES / "seed", {}),
-            ("fault rates x0.5", PACKAGES / "seed", {"rates": scaled(0.5)}),
-            ("fault rates x2", PACKAGES / "seed", {"rates": scaled(2.0)}),
-            ("two faults", card_package(tmp, "two-faults", {"cancel_pending_order": WRONG_CANCEL}, board="false"), {}),
-        ]
-        only = set(a.only.split(",")) if a.only else None
-        out = [row(name, pkg, bench, n_items, seeds, **kw) for name, pkg, kw in rows if only is None or name in only]
+        for w in worlds:
+            bench = _bench_of(w, a.bench)
+            out += [row(name, pkg, bench, n_items, seeds, **kw) for name, pkg, kw in rows_of(w, tmp)
+                    if only is None or name in only]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    pct = lambda x: "   -" if x is None else f"{x:5.1%}"  # noqa: E731
-    print(f"{'row':<24} {'n failed':>8} {'accuracy':>9} {'coverage':>9} {'compound':>9} {'credited':>9} {'outcome-only':>13}")
+    pct = lambda x: "     -" if x is None else f"{x:6.1%}"  # noqa: E731
+    print(f"{'world':<8} {'row':<24} {'n':>4} {'cover':>6} {'acc':>6} {'comp':>4} {'nopair':>6} {'right':>6} {'const':>6} "
+          f"{'constant':>8} {'outcome':>7} {'trace':>6} {'margin':>6} {'no-refusal':>10} pass")
     for r in out:
-        print(f"{r['row']:<24} {r['n']:>8} {pct(r['accuracy']):>9} {pct(r['coverage']):>9} {r['compound']['n']:>9} "
-              f"{pct(r['compound']['accuracy']):>9} {pct(r['outcome_only_accuracy']):>13}")
-    worst = min((r["accuracy"] for r in out if r["accuracy"] is not None), default=0.0)
-    print(f"worst-row localization accuracy: {worst:.1%}")
+        c = r["compound"]
+        margin = "     -" if r["margin"] is None else f"{r['margin'] * 100:+6.1f}"
+        print(f"{r['world']:<8} {r['row']:<24} {r['n']:>4} {pct(r['coverage'])} {pct(r['accuracy'])} {c['n']:>4} "
+              f"{c['no_pair']:>6} "
+              f"{pct(c['accuracy'])} {pct(c['constant'])} {pct(r['constant_accuracy']):>8} "
+              f"{pct(r['outcome_only_accuracy']):>7} {pct(r['trace_rule_accuracy'])} {margin} "
+              f"{pct(r['trace_rule_no_refusal_accuracy']):>10} "
+              f"{'yes' if r['passes'] else 'NO ' + ','.join(k for k, ok in r['checks'].items() if not ok)}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1, sort_keys=True))
+    scored = [r for r in out if r["accuracy"] is not None]
+    worst = min(scored, key=lambda r: r["accuracy"], default=None)
+    print(f"rows passing: {sum(r['passes'] for r in out)} of {len(out)}")
+    print("worst-row localization accuracy: " + (f"{worst['accuracy']:.1%} ({worst['world']}, {worst['row']})"
+                                                 if worst else "-"))
     return out
 
 

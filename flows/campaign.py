@@ -559,11 +559,13 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
             stopped = f"certification: {e}"
     if stopped:
         console.print(f"stopped: {stopped}", highlight=False, markup=False)
+    scored = load_benchmark(p.benchmark.out)
     result = {
         "campaign": c.name, "rounds": len([x for x in lineage.records() if x["round"] > 0]),
         "accepted": len(lineage.versions()) - 1, "start_digest": start.digest, "champion": champion.name,
-        "champion_digest": champion.digest, "benchmark_digest": load_benchmark(p.benchmark.out).digest,
-        "test": test, "stopped": stopped, "localization": localization_from_rounds(out),
+        "champion_digest": champion.digest, "benchmark_digest": scored.digest,
+        "test": test, "stopped": stopped,
+        "localization": localization_from_rounds(out, scored.write_tools, scored.meta.get("targets")),
         "episodes": _episodes(out, test),
         # caps, and what the evidence behind this result costs: deterministic, unlike what this process paid
         # (finished work comes from the cache for free); that goes to .state/budget.json and MLflow

@@ -306,14 +306,17 @@ def diagnose_cmd(
     from components.evolution.localization import diagnose_eval
 
     loc = diagnose_eval(eval_dir, package, benchmark)
-    keys = ["accuracy", "n", "coverage", "outcome_only_accuracy", "confusion", "compound", "per_owner"]
+    keys = ["accuracy", "n", "coverage", "constant_accuracy", "outcome_only_accuracy", "trace_rule_accuracy",
+            "three_line_accuracy", "margin", "ceiling", "checks", "passes", "confusion", "compound", "per_owner"]
     if as_json:
         out.print(json.dumps({k: loc[k] for k in keys}, sort_keys=True), highlight=False, markup=False)
         return
     fmt = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
-    out.print(f"localization {fmt(loc['accuracy'])} (coverage {fmt(loc['coverage'])}, n={loc['n']}) vs outcome-only "
-              f"{fmt(loc['outcome_only_accuracy'])}; compound {loc['compound']['n']} "
-              f"(credited {fmt(loc['compound']['accuracy'])})", highlight=False, markup=False)
+    out.print(f"localization {fmt(loc['accuracy'])} of every scored failure (coverage {fmt(loc['coverage'])}, "
+              f"n={loc['n']}; compound {loc['compound']['n']}, right on {fmt(loc['compound']['accuracy'])}) vs trace "
+              f"rule {fmt(loc['trace_rule_accuracy'])}, outcome-only {fmt(loc['outcome_only_accuracy'])}, constant "
+              f"{fmt(loc['constant_accuracy'])}: {'passes' if loc['passes'] else 'fails'}",
+              highlight=False, markup=False)
     preds = sorted({p for row in loc["confusion"].values() for p in row})
     table = Table(title="truth -> predicted")
     for col in ("truth", *preds):
@@ -524,9 +527,11 @@ def _print_summary(summary: dict, path: Path) -> None:
                   "(model faults; never a success)", highlight=False)
     if loc.get("accuracy") is not None:
         comp = loc.get("compound") or {}
-        out.print(f"diagnosis localization {loc['accuracy']:.1%} vs outcome-only {loc['outcome_only_accuracy']:.1%} "
-                  f"(n={loc['n']}, coverage {loc.get('coverage') or 0:.1%}, counterfactual causes; compound "
-                  f"{comp.get('n', 0)}, credited {comp.get('accuracy') or 0:.1%})", highlight=False)
+        rule = loc.get("trace_rule_accuracy")
+        out.print(f"diagnosis localization {loc['accuracy']:.1%} vs trace rule "
+                  f"{'-' if rule is None else f'{rule:.1%}'}, outcome-only {loc['outcome_only_accuracy']:.1%} "
+                  f"(n={loc['n']} incl. compound {comp.get('n', 0)}, coverage {loc.get('coverage') or 0:.1%}, "
+                  "counterfactual causes)", highlight=False)
     out.print(f"summary: {path}", highlight=False)
 
 

@@ -67,7 +67,8 @@ def test_campaign_promotes_and_records(small_campaign):
             assert rec["child"]["digest"] == rec["candidate_digest"]
     t = s["test"]
     assert t["champion_mean"] > t["base_mean"] and t["ci_lo"] > 0
-    assert set(s["localization"]) >= {"accuracy", "outcome_only_accuracy", "n"}
+    assert set(s["localization"]) >= {"accuracy", "outcome_only_accuracy", "trace_rule_accuracy", "n", "coverage", "passes"}
+    assert s["localization"]["trace_rule_accuracy"] is not None  # the round dirs keep the traces it reads
     on_disk = json.loads((small_campaign.out / "summary.json").read_text())
     assert on_disk["champion_digest"] == s["champion_digest"]
     plan = parse_plan((small_campaign.out / "rounds/r01/plan.json").read_text())

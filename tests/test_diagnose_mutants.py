@@ -136,8 +136,9 @@ def test_a_blocking_refusal_is_external_and_a_blocked_one_is_not_read():
     assert (f.opportunity, f.patchability) == ("absent", "external")
     a, o = call(CANCEL, "1", ok=False, blocking=True)
     assert one([st(0, a, o), st(1, FINISH)]).detail == ""
-    # a blocked call never reached the world: its (stale) observation is not a world refusal
-    assert one([st(0, a, o, blocked="checker"), st(1, FINISH)]).kind == "no_divergence"
+    # a blocked call never reached the world: its (stale) observation is not a world refusal (the checker's block
+    # is the agent's: C)
+    assert one([st(0, a, o, blocked="checker"), st(1, FINISH)]).kind == "bounced_write"
 
 
 def test_an_unconfirmed_write_is_c_at_its_step():
@@ -147,8 +148,23 @@ def test_an_unconfirmed_write_is_c_at_its_step():
                                                                    RETURN)
     assert (f.opportunity, f.patchability, f.rule_id) == ("present", "memory", "")
     assert one(confirmed_write(0, CANCEL, "1") + [st(2, FINISH)]).kind == "no_divergence"
-    # a blocked write never ran: nothing to confirm
-    assert one([st(0, *call(CANCEL, "1"), blocked="checker"), st(1, FINISH)]).kind == "no_divergence"
+    # a blocked write never ran: nothing to confirm; never redone, the checker's bounce is the finding
+    f = one([st(0, *call(CANCEL, "1"), blocked="checker"), st(1, FINISH)])
+    assert (f.owner, f.kind, f.step, f.detail) == ("C", "bounced_write", 0, CANCEL)
+
+
+def test_a_checker_bounce_is_c_and_the_work_dropped_after_it_is_not_w():
+    """With a confirmation checker, the unconfirmed write is blocked, the agent gives up and drops the work: the
+    earliest divergence is the bounce (C), not the drop (W). Redone successfully later, it is no finding."""
+    blocked = st(1, *call(CANCEL, "1"), blocked="confirm_before_write: no confirmation", pending=[(CANCEL, "1")])
+    dropped = [st(0, ASK, pending=[(CANCEL, "1")]), blocked, st(2, ASK), st(3, FINISH)]
+    f = one(dropped)
+    assert (f.owner, f.kind, f.step, f.hash) == ("C", "bounced_write", 1, blocked.hash)
+    assert f.extra["target"] == (("order_id", "1"),)
+    redone = [st(0, ASK, pending=[(CANCEL, "1")]), blocked, *confirmed_write(2, CANCEL, "1"), st(4, FINISH)]
+    assert one(redone).kind == "no_divergence"
+    other = [st(0, ASK, pending=[(CANCEL, "1")]), blocked, *confirmed_write(2, CANCEL, "2"), st(4, FINISH)]
+    assert one(other).kind == "bounced_write"  # another order's write does not redo this one
 
 
 def test_a_refusal_redone_right_later_is_no_finding():
@@ -334,17 +350,32 @@ P = pkg(c=f"`{CANCEL}` needs a reason.")
 
 
 @pytest.mark.parametrize("with_card,without,helps", [
-    (["ok", "ok", "r", "r"], ["ok", "r", "r", "r", "r"], True),  # 0.5 >= max(0.35, 0.2 + 0.1)
+    (["ok", "ok", "r", "r"], ["ok", "r", "r", "r", "r"], True),  # 0.5 >= 0.2 + 0.1
     (["ok", "ok", "r", "r"], ["ok", "ok", "ok", "r", "r"], False),  # 0.5 < 0.6 + 0.1
     (["ok", "ok", "r", "r"], ["ok", "ok", "r", "r", "r"], True),  # 0.5 >= 0.4 + 0.1 (exactly)
-    (["ok", "r", "r"], ["r", "r", "r", "r"], False),  # no contrast (4 < 5): the floor alone, 0.33 < 0.35
-    (["ok", "ok", "r", "r", "r"], ["ok", "ok", "ok", "r"], True),  # 0.4 >= 0.35: four without is no contrast
+    (["ok", "r", "r"], ["r", "r", "r", "r"], True),  # no contrast (4 < 5), no reference: it cleared sometimes
+    (["r", "r", "r"], ["r", "r", "r", "r"], False),  # no contrast, no reference: its turns never cleared it
+    (["ok", "ok", "r", "r", "r"], ["ok", "ok", "ok", "r"], True),  # four without is no contrast: 0.4 > 0
     (["other", "r"], ["r", "r", "r", "r", "r"], True),  # refused on another rule clears this one: 0.5
     ([], ["r", "r", "ok"], None),  # never delivered: no evidence either way
 ])
 def test_card_evidence_compares_shares_with_and_without_the_card(with_card, without, helps):
     ev = dg.card_evidence(corpus(with_card, without), P, WRITES, TARGETS)
     assert ev[(CANCEL, "r")] is helps
+
+
+@pytest.mark.parametrize("elsewhere,helps", [(["ok", "r", "r", "r", "r"], True),  # 0.33 >= 0.2 + 0.1
+                                             (["ok", "ok", "ok", "r", "r"], False)])  # 0.33 < 0.6 + 0.1
+def test_a_card_never_absent_at_its_write_is_judged_against_the_corpus_rate_without_cards(elsewhere, helps):
+    """Every cancel had its card in memory (no contrast): the reference is how often the corpus clears a rule with no
+    card about it, here on returns (no constant standing in for it)."""
+    eps = [attempt(f"w{i}#0", x, True) for i, x in enumerate(["ok", "r", "r"])]
+    for i, x in enumerate(elsewhere):
+        a, o = call(RETURN, "1") if x == "ok" else call(RETURN, "1", ok=False, rule_id="q")
+        eps.append([st(0, a, o, eid=f"x{i}#0")])
+    ev = dg.card_evidence(eps, P, WRITES, TARGETS)
+    assert ev[(CANCEL, "r")] is helps
+    assert ev[(RETURN, "q")] is None  # no card about returns was ever delivered
 
 
 def test_card_evidence_reads_first_attempts_on_policy_only():
@@ -470,6 +501,7 @@ def test_diagnose_with_no_traces_reports_model_faults():
     ("diluted_card", "`T` was refused on rule R although its card was delivered among many others"),
     ("ineffective_card", "`T` was refused on rule R; the package's card about it does not help where delivered"),
     ("card_unobserved", "`T` was refused on rule R; a card about it exists but was never seen at such a write"),
+    ("bounced_write", "a checker blocked a write and it was never done (the agent could not meet the check)"),
     ("premature_finish", "the agent declared done while its own state still listed work"),
     ("wrong_grounding", "a ledger entry was settled by a receipt for other arguments"),
     ("overflow", "proposed work was never tracked because the ledger was full"),
@@ -502,7 +534,7 @@ def test_card_evidence_reads_on_past_a_repeated_attempt():
     refused = call(CANCEL, "1", ok=False, rule_id="r")
     eps = [[st(0, *refused, delivered=("c",), eid=f"e{i}#0"), st(1, *refused, delivered=("c",), eid=f"e{i}#0"),
             st(2, *call(CANCEL, "2"), delivered=("c",), eid=f"e{i}#0")] for i in range(3)]
-    assert dg.card_evidence(eps, P, WRITES, TARGETS) == {(CANCEL, "r"): True}  # 0.5 >= the floor
+    assert dg.card_evidence(eps, P, WRITES, TARGETS) == {(CANCEL, "r"): True}  # 0.5, and no reference but zero
 
 
 def test_diagnose_reads_write_targets_for_the_evidence_and_the_budget():

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from components.evolution.diagnose import diagnose
-from components.evolution.localization import _eid, fit_outcome_only, localization
+from components.evolution.localization import _eid, fit_baselines, localization
+from components.evolution.trace_rule import signals_frame
 from components.memory import load_package
 from components.models.counterfactual import causes_table
 from components.runtime.evaluate import run_shard
@@ -19,24 +20,45 @@ from tests.conftest import PACKAGES, ROOT
 SEEDS = [0, 1]
 
 
+CHECKED = """name: checked
+wm:
+  board: true
+  max_entries: 2
+  bind_on: []
+delivery: []
+checkers:
+  - use: completion_requires_receipts
+    at: agent_declares_done
+  - use: confirm_before_write
+    at: pre_write
+"""
+
+
 @pytest.fixture(scope="module")
-def labelled(bench):
-    """(tables, hidden causes) of a shipped package on the first 30 items of a split; each computed once per module
-    (the seed's train set is read by two tests; its counterfactual replays are the costly part)."""
+def labelled(bench, tmp_path_factory):
+    """(tables, hidden causes, trace signals) of a package on the first 30 items of a split; each computed once per
+    module (the seed's train set is read by two tests; its counterfactual replays are the costly part). "checked":
+    the seed with both checkers installed."""
     done = {}
+    root = tmp_path_factory.mktemp("pkgs")
+    (root / "checked").mkdir()
+    (root / "checked" / "manifest.yaml").write_text(CHECKED)
 
-    def get(name, split, n=30):
-        if (name, split) not in done:
-            pkg = load_package(PACKAGES / name)
-            t = run_shard(pkg, bench, bench.ids(split)[:n], SEEDS)
-            done[name, split] = t, causes_table(pkg, bench, t.scores)
-        return done[name, split]
+    def get(name, split, n=30, max_turns=40):
+        if (name, split, max_turns) not in done:
+            pkg = load_package(root / name if name == "checked" else PACKAGES / name)
+            t = run_shard(pkg, bench, bench.ids(split)[:n], SEEDS, max_turns=max_turns)
+            done[name, split, max_turns] = (t, causes_table(pkg, bench, t.scores, max_turns),
+                                            signals_frame(t.traces, t.scores, bench.write_tools,
+                                                          bench.meta.get("targets")))
+        return done[name, split, max_turns]
 
+    get.package = lambda name: load_package(root / name if name == "checked" else PACKAGES / name)
     return get
 
 
 def test_seed_failures_cover_e_c_and_compound(labelled):
-    _, causes = labelled("seed", "train")
+    _, causes, _ = labelled("seed", "train")
     share = {k: v / len(causes) for k, v in Counter(causes["cause"]).items()}
     for cause in ("E", "C", "compound", "external"):
         assert share.get(cause, 0) >= 0.05, share
@@ -45,25 +67,54 @@ def test_seed_failures_cover_e_c_and_compound(labelled):
     assert all(row[f"{row['cause']}_off"] == 1 for row in fixed_alone.to_dict("records"))
 
 
-# all-skills on the 13-rule retail world: every card is in memory at every write, so there is no contrast to show a
-# card helps, and with 2-3 rules per write its diluted turns clear a rule barely above the floor: drowned cards (rho)
-# are read as ineffective (E). Judging per rule lifted it from 0.41 to 0.74; strict, so a fix is noticed.
-ALL_SKILLS_GAP = pytest.mark.xfail(strict=True, reason="known gap: dilution without contrast reads as E (0.74 < 0.85)")
+def scored(bench, labelled, name, max_turns=40) -> dict:
+    """The diagnoser on dev, baselines fitted on train (issue 24's scoring: every scored failure counts)."""
+    train, train_causes, train_signals = labelled(name, "train", max_turns=max_turns)
+    dev, dev_causes, dev_signals = labelled(name, "dev", max_turns=max_turns)
+    d = diagnose(dev.traces, dev.scores, labelled.package(name), bench.write_tools, "test",
+                 targets=bench.meta.get("targets"))
+    return localization(d.findings_frame(), _eid(dev_causes), _eid(dev.scores), dev_signals,
+                        fit_baselines(_eid(train_causes), _eid(train.scores), train_signals))
 
 
-@pytest.mark.parametrize("name", ["seed", pytest.param("all-skills", marks=ALL_SKILLS_GAP), "none"])
-def test_localization_beats_outcome_only_fitted_on_train(bench, labelled, name):
-    pkg = load_package(PACKAGES / name)
-    train, train_causes = labelled(name, "train")
-    dev, dev_causes = labelled(name, "dev")
-    d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, "test")
-    loc = localization(d.findings_frame(), _eid(dev_causes), _eid(dev.scores),
-                       fit_outcome_only(_eid(train_causes), _eid(train.scores)))
+CASES = [("seed", 40), ("all-skills", 40), ("all-skills", 8), ("none", 40), ("checked", 40)]
+
+
+@pytest.mark.parametrize("name,max_turns", CASES)
+def test_localization_over_every_failure_beats_the_simple_guesses(bench, labelled, name, max_turns):
+    """Scored over every failed episode (compound included), fitted baselines on train, scored on dev."""
+    loc = scored(bench, labelled, name, max_turns)
     assert loc["n"] >= 25
     assert loc["accuracy"] >= 0.85, loc
-    assert loc["accuracy"] > loc["outcome_only_accuracy"], loc
-    assert loc["coverage"] >= 0.8, loc
+    assert loc["coverage"] >= 0.8 and loc["checks"]["coverage"], loc
+    assert loc["accuracy"] >= loc["trace_rule_accuracy"], loc  # never worse than the glance
+    assert loc["accuracy"] >= max(loc["outcome_only_accuracy"], loc["constant_accuracy"]) + 0.05, loc
     assert sum(sum(row.values()) for row in loc["confusion"].values()) == loc["n"]
+
+
+# Known gap (issue 24): with receipts that name the broken rule, the trace rule fitted on train reads the owner about
+# as well as the diagnoser (a refusal is E, a bounce C, ...), so the diagnoser does not beat it by 10 points. Strict:
+# it turns red when the diagnoser's outcome evidence (silent receipts) makes the margin.
+@pytest.mark.xfail(strict=True, reason="the fitted trace rule is within 10 points where refusals name the rule")
+@pytest.mark.parametrize("name", ["seed"])
+def test_localization_beats_the_trace_rule_by_ten_points(bench, labelled, name):
+    loc = scored(bench, labelled, name)
+    assert loc["margin"] >= 0.10, loc
+
+
+def test_a_checker_bounce_is_read_as_c(bench, labelled):
+    """With a confirmation checker installed the skipped confirmation never reaches the world: the checker blocks the
+    draft and the agent gives up. The bounce is the C fault's trace; dropped work after it is not W."""
+    said = {}
+    for name in ("checked", "reference"):  # every dev item: with the checker in place true C failures are rare
+        t, causes, _ = labelled(name, "dev", n=72)
+        d = diagnose(t.traces, t.scores, labelled.package(name), bench.write_tools, "test",
+                     targets=bench.meta.get("targets"))
+        truth = _eid(causes).set_index("episode_id")["cause"]
+        said |= {f.episode_id: (f.owner, f.kind) for f in d.findings if truth.get(f.episode_id) == "C"}
+    assert len(said) >= 3, said
+    assert all(owner == "C" for owner, _ in said.values()), said
+    assert any(kind == "bounced_write" for _, kind in said.values()), said
 
 
 def test_ratchet_diagnose_prints_one_json_object(tmp_path, bench_dir):
@@ -79,7 +130,8 @@ def test_ratchet_diagnose_prints_one_json_object(tmp_path, bench_dir):
                             "--benchmark", str(bench_dir), "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert {"accuracy", "n", "coverage", "outcome_only_accuracy", "confusion"} <= set(out)
+    assert {"accuracy", "n", "coverage", "outcome_only_accuracy", "trace_rule_accuracy", "constant_accuracy",
+            "passes", "confusion"} <= set(out)
     assert out["n"] == sum(sum(v.values()) for v in out["confusion"].values())
 
 
@@ -91,6 +143,10 @@ def test_bench_diagnosis_quick_prints_the_table(bench_dir, capsys):
     spec.loader.exec_module(mod)
     rows = mod.main(["--quick", "--bench", str(bench_dir), "--items", "4"])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(rows) == 13 and len(lines) == 15
-    assert lines[-1].startswith("worst-row localization accuracy:")
-    assert all(r["n"] > 0 for r in rows if r["row"] != "paraphrased cards")
+    assert len(rows) == 17 and len(lines) == 20
+    assert {r["world"] for r in rows} == {"retail"}
+    assert lines[-2].startswith("rows passing:") and lines[-1].startswith("worst-row localization accuracy:")
+    assert sum(r["n"] > 0 for r in rows) >= 10
+    # every row states its coverage and its verdict; a row with nothing to score cannot pass
+    assert all(r["coverage"] is not None for r in rows if r["n"])
+    assert not any(r["passes"] for r in rows if not r["n"])

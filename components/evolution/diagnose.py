@@ -9,6 +9,9 @@ For every failed episode, the earliest of:
         E:   no card mentions the tool, the card does not help, or a helpful card alone in memory was not enough
         rho: a helpful card was not delivered at that step, or was drowned among other cards
         unknown: a card exists but was never in memory at such a write (no evidence; no plan is made)
+  - a write a checker blocked (bounced twice, never executed) and never redone successfully      -> C, bounced_write
+        (the checker's bounce is the trace of the discipline fault it guards; with it installed, the unconfirmed
+        write never happens, and without this the work dropped after it would read as W)
   - `finish` while the agent's own proposed state still listed work                               -> C, premature_finish
   - work the agent proposed, never wrote, and dropped from its state                              -> W
         wrong_grounding: its ledger entry was settled by a receipt for other arguments
@@ -130,6 +133,14 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
                             and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps)
                 if not later:
                     findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get((tool, rule)), targets))
+        elif tool in write_tools and s.blocked is not None:
+            # a checker bounced the draft twice and it never ran: the agent could not meet the check (with a
+            # confirmation checker, it never asked); the work it later drops is this failure's consequence
+            mine = _ident(tool, a.get("args", {}), targets)
+            if not any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
+                       and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps):
+                findings.append(Finding(eid, item_id, s.step, s.hash, "C", "bounced_write", "*", tool,
+                                        extra={"target": mine, "blocked": s.blocked}))
         if (act := step_act(a, obs, s.blocked, write_tools)) is not None:
             acts.append(act)
         if a.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending"):
@@ -252,7 +263,7 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
                 continue
             seen.add(key)
             attempts.append((tool, set(s.delivered), None if obs.get("ok") else refused))
-    out: dict[tuple[str, str], bool | None] = {}
+    tallies: dict[tuple[str, str], dict[bool, list[int]]] = {}
     for tool, ids in rules.items():
         for rule in sorted(ids):
             about = set(cards_about(package, tool, rule))
@@ -260,15 +271,26 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
             for t, delivered, refused in attempts:
                 if t == tool:
                     tally[bool(delivered & about)].append(int(refused != rule))
-            if not tally[True]:
-                out[(tool, rule)] = None
-                continue
-            without = sum(tally[False]) / len(tally[False]) if len(tally[False]) >= MIN_CONTRAST else 0.0
-            out[(tool, rule)] = sum(tally[True]) / len(tally[True]) >= max(CARD_FLOOR, without + CARD_LIFT)
+            tallies[(tool, rule)] = tally
+    # the corpus's own rate of clearing a rule with no card about it in memory, over every rule it saw refused: the
+    # reference for a card never seen absent at its own write (a package that delivers it every turn)
+    pooled = [x for tally in tallies.values() for x in tally[False]]
+    out: dict[tuple[str, str], bool | None] = {}
+    for key, tally in tallies.items():
+        if not tally[True]:
+            out[key] = None
+            continue
+        share = sum(tally[True]) / len(tally[True])
+        if len(tally[False]) >= MIN_CONTRAST:
+            out[key] = share >= sum(tally[False]) / len(tally[False]) + CARD_LIFT
+        elif len(pooled) >= MIN_CONTRAST:
+            out[key] = share >= sum(pooled) / len(pooled) + CARD_LIFT
+        else:  # no turn anywhere without a card: no reference but zero (a card whose turns never clear it is no help)
+            out[key] = share > 0
     return out
 
 
-CARD_FLOOR, CARD_LIFT, MIN_CONTRAST = 0.35, 0.1, 5
+CARD_LIFT, MIN_CONTRAST = 0.1, 5
 
 
 def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, package: MemoryPackage,
@@ -375,6 +397,7 @@ def _statement(f: Finding, n: int) -> str:
         "diluted_card": f"`{f.tool}` was refused on rule {f.rule_id} although its card was delivered among many others",
         "ineffective_card": f"`{f.tool}` was refused on rule {f.rule_id}; the package's card about it does not help where delivered",
         "card_unobserved": f"`{f.tool}` was refused on rule {f.rule_id}; a card about it exists but was never seen at such a write",
+        "bounced_write": "a checker blocked a write and it was never done (the agent could not meet the check)",
         "premature_finish": "the agent declared done while its own state still listed work",
         "wrong_grounding": "a ledger entry was settled by a receipt for other arguments",
         "overflow": "proposed work was never tracked because the ledger was full",

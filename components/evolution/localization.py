@@ -1,30 +1,84 @@
 """Diagnosis scoring: how often the diagnoser's owner matches the hidden counterfactual cause.
 
 This is the only code that reads the hidden-cause sidecar (`_hidden/causes.csv`, written by
-`components.models.counterfactual`). Figures, over failed episodes with a label:
+`components.models.counterfactual`). Every labelled failed episode is scored, compound ones included; an episode the
+diagnoser calls `unknown` counts as a miss. An owner is right on a single-cause episode when it is the cause, and on a
+compound one only when its switch is part of a pair that fixes the episode (one that takes three or four fixes has no
+such pair: no single owner is right there). Figures:
 
-    n               labelled failed episodes (compound ones included)
-    coverage        share the diagnoser did not call `unknown`
-    accuracy        single-cause episodes (E, W, rho, C, external) it covered: share where its owner is the cause
-    compound        episodes no single fix repairs: n, and the share where it named an owner whose fix is needed
-                    (a member of a pair that fixes it; with no fixing pair, any owner whose fault fired)
-    outcome_only_accuracy   the best owner guess per outcome (the episode's score), fitted on other labels (train,
-                    or the other half of the items) and scored on these, single-cause episodes
-    confusion       truth -> predicted counts
+    n, coverage         labelled failed episodes; the share the diagnoser did not call `unknown`
+    accuracy            share of all n where its owner is right
+    single_accuracy     the same over single-cause episodes only (for reference)
+    compound            n, coverage, accuracy, no_pair (episodes no pair fixes), and `constant`: what the best single
+                        owner named on every compound episode would get (fitted on those very episodes: an upper bound)
+    baselines           each fitted on other labels (train, or the other half of the items) and scored on these:
+        constant_accuracy       one owner for every episode
+        outcome_only_accuracy   the best owner per outcome (the episode's score)
+        trace_rule_accuracy     the best owner per pattern of trace signals (`components.evolution.trace_rule`):
+                                blocking, rule refusal, unconfirmed write, finish with work pending, checker bounce,
+                                unfinished; the three-line rule where the fit saw no such pattern
+        three_line_accuracy     the three-line rule itself, unfitted
+        trace_rule_no_refusal_accuracy  the trace rule fitted and scored with the rule-refusal signal blanked: what
+                                it gets from a world whose refusals say nothing (or that refuses nothing)
+    ceiling             the share of n that has a right answer at all (compound episodes no pair fixes have none)
+    margin              accuracy - trace_rule_accuracy
+    checks, passes      coverage >= MIN_COVERAGE, accuracy >= MIN_ACCURACY, margin >= MIN_MARGIN
+    per_owner, confusion  truth -> predicted counts
 """
 
 from __future__ import annotations
 
 import zlib
+from enum import StrEnum
 from pathlib import Path
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict
 
+from components.evolution.trace_rule import Owner, Signals, from_pattern, signals_frame, three_line
+from components.runtime.confirm import Targets
 from components.runtime.evaluate import HIDDEN
 
 OWNER_OF = {"none": "external"}  # the diagnoser says "none" (owner ∅) where the hidden label says "external"
-SINGLE = ("E", "W", "rho", "C", "external")
+SINGLE = tuple(o.value for o in Owner)
+COMPOUND = "compound"
 UNKNOWN = "unknown"
+# the bars a row must clear (issue 24): judged on enough of the failures, right often, and well above a glance
+MIN_COVERAGE, MIN_ACCURACY, MIN_MARGIN = 0.5, 0.85, 0.10
+
+
+class Key(StrEnum):
+    """What a fitted guess looks at."""
+
+    CONSTANT = "constant"
+    OUTCOME = "outcome"
+    PATTERN = "pattern"
+
+
+class Guess(BaseModel):
+    """A fitted guess: the owner right most often per key value on the fitting episodes, and a fallback."""
+
+    model_config = ConfigDict(frozen=True)
+    key: Key
+    by_key: dict[str, Owner] = {}
+    default: Owner = Owner.E
+
+    def predict(self, frame: pd.DataFrame) -> pd.Series:
+        if self.key is Key.CONSTANT:
+            return pd.Series(self.default.value, index=frame.index, dtype=object)
+        fallback = (lambda k: three_line(from_pattern(k)).value) if self.key is Key.PATTERN \
+            else (lambda k: self.default.value)
+        return frame[self.key.value].map(lambda k: self.by_key[k].value if k in self.by_key else fallback(k))
+
+
+class Baselines(BaseModel):
+    """The simple guesses the diagnoser is compared with, fitted on one set of labelled episodes."""
+
+    model_config = ConfigDict(frozen=True)
+    constant: Guess
+    outcome: Guess
+    trace_rule: Guess
+    trace_rule_no_refusal: Guess
 
 
 def read_hidden_causes(eval_dir: str | Path) -> pd.DataFrame:
@@ -36,75 +90,128 @@ def _eid(df: pd.DataFrame, suffix: str = "") -> pd.DataFrame:
     return df.assign(episode_id=df["item_id"].astype(str) + "#" + df["seed"].astype(str) + suffix)
 
 
-def _labelled(causes: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
-    m = causes[causes["cause"].isin(SINGLE + ("compound",))]
-    return m.merge(scores[["episode_id", "score"]], on="episode_id").assign(outcome=lambda d: d["score"].round(3))
-
-
-def fit_outcome_only(causes: pd.DataFrame, scores: pd.DataFrame) -> dict:
-    """The most frequent single cause per outcome (rounded score), and overall as a fallback."""
-    return _fit(_labelled(causes, scores))
-
-
-def _fit(m: pd.DataFrame) -> dict:
-    m = m[m["cause"].isin(SINGLE)]
-    if m.empty:
-        return {"by_outcome": {}, "default": "E"}
-    pick = lambda x: x.value_counts().sort_index().idxmax()  # noqa: E731 - ties: alphabetical, deterministic
-    return {"by_outcome": m.groupby("outcome")["cause"].agg(pick).to_dict(), "default": pick(m["cause"])}
-
-
-def _needed(row) -> set[str]:
+def _needed(row: dict) -> frozenset[str]:
+    """The owners whose naming is right: the cause; for a compound episode, every member of a pair that fixes it."""
+    if row["cause"] != COMPOUND:
+        return frozenset({row["cause"]})
     pairs = row.get("fixing_pairs")
-    if isinstance(pairs, str) and pairs:
-        return {o for p in pairs.split(";") for o in p.split("+")}
-    fired = row.get("fired")
-    return {f.split("@")[0] for f in fired.split()} if isinstance(fired, str) else set()
+    return frozenset(o for p in pairs.split(";") for o in p.split("+")) if isinstance(pairs, str) and pairs \
+        else frozenset()
+
+
+def labelled(causes: pd.DataFrame, scores: pd.DataFrame, signals: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The scored failed episodes: cause, the owners that count as right (`needed`), outcome and signal pattern."""
+    m = causes[causes["cause"].isin(SINGLE + (COMPOUND,))].merge(scores[["episode_id", "score"]], on="episode_id")
+    m = m.assign(outcome=m["score"].map(lambda x: f"{x:.3f}"),
+                 needed=[_needed(r) for r in m.to_dict("records")])
+    if signals is not None:
+        m = m.merge(signals[["episode_id", "pattern"]], on="episode_id", how="left")
+    return m
+
+
+def _best(frame: pd.DataFrame, prefer: Owner | None = None) -> Owner:
+    """The owner right on most of `frame`'s episodes (ties: `prefer` if among them, else `Owner` order)."""
+    hits = {o: sum(o.value in n for n in frame["needed"]) for o in Owner}
+    tied = [o for o in Owner if hits[o] == max(hits.values())]
+    return prefer if prefer in tied else tied[0]
+
+
+def fit(frame: pd.DataFrame, key: Key) -> Guess:
+    """The best guess of its kind on labelled episodes (`labelled`)."""
+    if frame.empty:
+        return Guess(key=key)
+    default = _best(frame)
+    if key is Key.CONSTANT:
+        return Guess(key=key, default=default)
+    by = {str(k): _best(g, three_line(from_pattern(str(k))) if key is Key.PATTERN else default)
+          for k, g in frame.groupby(key.value)}
+    return Guess(key=key, by_key=by, default=default)
+
+
+def _no_refusal(m: pd.DataFrame) -> pd.DataFrame:
+    """The same episodes with the rule-refusal signal blanked, as a world whose refusals say nothing would show them."""
+    at = list(Signals.model_fields).index("refusal")
+    return m.assign(pattern=m["pattern"].map(lambda p: p[:at] + "0" + p[at + 1:]))
+
+
+def fit_baselines(causes: pd.DataFrame, scores: pd.DataFrame, signals: pd.DataFrame) -> Baselines:
+    m = labelled(causes, scores, signals)
+    return Baselines(constant=fit(m, Key.CONSTANT), outcome=fit(m, Key.OUTCOME), trace_rule=fit(m, Key.PATTERN),
+                     trace_rule_no_refusal=fit(_no_refusal(m), Key.PATTERN))
+
+
+def _cross_fit(m: pd.DataFrame, key: Key) -> pd.Series:
+    """Two folds by item: each half's labels fit the guess for the other half."""
+    fold = m["item_id"].astype(str).map(lambda i: zlib.crc32(i.encode()) % 2)
+    out = pd.Series(index=m.index, dtype=object)
+    for k in (0, 1):
+        if (fold == k).any():
+            out[fold == k] = fit(m[fold != k], key).predict(m[fold == k])
+    return out
+
+
+def _rate(pred: pd.Series, needed: pd.Series) -> float | None:
+    return float(sum(p in n for p, n in zip(pred, needed)) / len(pred)) if len(pred) else None
+
+
+EMPTY = {"accuracy": None, "single_accuracy": None, "n": 0, "n_single": 0, "coverage": None,
+         "constant_accuracy": None, "outcome_only_accuracy": None, "trace_rule_accuracy": None,
+         "three_line_accuracy": None, "trace_rule_no_refusal_accuracy": None, "margin": None, "ceiling": None,
+         "compound": {"n": 0, "coverage": None, "accuracy": None, "constant": None, "no_pair": 0},
+         "checks": {"coverage": False, "accuracy": False, "margin": False}, "passes": False,
+         "per_owner": {}, "confusion": {}}
 
 
 def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFrame,
-                 baseline: dict | None = None) -> dict:
-    """findings: episode_id, owner (the diagnoser's); causes, scores: episode_id with the hidden labels / score.
-    `baseline`: an outcome-only model fitted elsewhere; without one it is cross-fitted over two halves of the items."""
-    m = _labelled(causes, scores).merge(findings[["episode_id", "owner"]], on="episode_id")
-    empty = {"accuracy": None, "outcome_only_accuracy": None, "n": 0, "coverage": None,
-             "compound": {"n": 0, "accuracy": None}, "per_owner": {}, "confusion": {}}
+                 signals: pd.DataFrame | None = None, baselines: Baselines | None = None) -> dict:
+    """findings: episode_id, owner (the diagnoser's); causes, scores: episode_id with the hidden labels / score;
+    signals: episode_id, pattern (`trace_rule.signals_frame`; without them no trace-rule figure). `baselines`: fitted
+    elsewhere (train); without them each is cross-fitted over two halves of the items."""
+    m = labelled(causes, scores, signals).merge(findings[["episode_id", "owner"]], on="episode_id")
     if m.empty:
-        return empty
+        return {**EMPTY, "compound": dict(EMPTY["compound"]), "checks": dict(EMPTY["checks"])}
     m["pred"] = m["owner"].map(lambda o: OWNER_OF.get(o, o))
     m["covered"] = m["pred"] != UNKNOWN
-    single, comp = m[m["cause"].isin(SINGLE)], m[m["cause"] == "compound"]
-    hit = single["pred"] == single["cause"]
-    cov = single[single["covered"]]
-    comp_cov = comp[comp["covered"]]
-    comp_hit = [p in _needed(r) for p, r in zip(comp_cov["pred"], comp_cov.to_dict("records"))]
-    if baseline is None:  # two folds by item: each half's labels predict the other half's
-        fold = m["item_id"].astype(str).map(lambda i: zlib.crc32(i.encode()) % 2)
-        guesses = pd.Series(index=m.index, dtype=object)
-        for k in (0, 1):
-            fit = _fit(m[fold != k])
-            guesses[fold == k] = m.loc[fold == k, "outcome"].map(lambda o: fit["by_outcome"].get(o, fit["default"]))
-    else:
-        guesses = m["outcome"].map(lambda o: baseline["by_outcome"].get(o, baseline["default"]))
-    base_hit = (guesses[single.index] == single["cause"])
-    per_owner = {str(c): {"n": int(len(g)), "coverage": float(g["covered"].mean()),
-                          "accuracy": float((g.loc[g["covered"], "pred"] == c).mean()) if g["covered"].any() else None}
-                 for c, g in single.groupby("cause")}
+    m["hit"] = [p in n for p, n in zip(m["pred"], m["needed"])]
+    has_signals = "pattern" in m and not m["pattern"].isna().any()
+    guess: dict[str, float | None] = {}
+    for name, key in (("constant", Key.CONSTANT), ("outcome", Key.OUTCOME), ("trace_rule", Key.PATTERN),
+                      ("trace_rule_no_refusal", Key.PATTERN)):
+        if key is Key.PATTERN and not has_signals:
+            guess[name] = None
+            continue
+        seen = _no_refusal(m) if name == "trace_rule_no_refusal" else m
+        pred = getattr(baselines, name).predict(seen) if baselines is not None else _cross_fit(seen, key)
+        guess[name] = _rate(pred, m["needed"])
+    three = _rate(m["pattern"].map(lambda p: three_line(from_pattern(p)).value), m["needed"]) if has_signals else None
+    single, comp = m[m["cause"] != COMPOUND], m[m["cause"] == COMPOUND]
+    accuracy = float(m["hit"].mean())
+    coverage = float(m["covered"].mean())
+    margin = None if guess["trace_rule"] is None else accuracy - guess["trace_rule"]
+    checks = {"coverage": coverage >= MIN_COVERAGE, "accuracy": accuracy >= MIN_ACCURACY,
+              "margin": margin is not None and margin >= MIN_MARGIN - 1e-9}
+    per_owner = {str(c): {"n": int(len(g)), "coverage": float(g["covered"].mean()), "accuracy": float(g["hit"].mean())}
+                 for c, g in m.groupby("cause")}
     confusion = {str(t): {str(p): int(n) for p, n in g["pred"].value_counts().sort_index().items()}
                  for t, g in m.groupby("cause")}
-    return {"accuracy": float((cov["pred"] == cov["cause"]).mean()) if len(cov) else None,
-            "outcome_only_accuracy": float(base_hit.mean()) if len(single) else None,
-            "n": int(len(m)), "n_single": int(len(single)),
-            "coverage": float(m["covered"].mean()),
-            "accuracy_all": float(hit.mean()) if len(single) else None,  # unknown counted as a miss
+    return {"accuracy": accuracy, "single_accuracy": float(single["hit"].mean()) if len(single) else None,
+            "n": int(len(m)), "n_single": int(len(single)), "coverage": coverage,
+            "constant_accuracy": guess["constant"], "outcome_only_accuracy": guess["outcome"],
+            "trace_rule_accuracy": guess["trace_rule"], "three_line_accuracy": three,
+            "trace_rule_no_refusal_accuracy": guess["trace_rule_no_refusal"], "margin": margin,
+            "ceiling": float(sum(bool(n) for n in m["needed"]) / len(m)),
             "compound": {"n": int(len(comp)), "coverage": float(comp["covered"].mean()) if len(comp) else None,
-                         "accuracy": float(sum(comp_hit) / len(comp_hit)) if comp_hit else None},
-            "per_owner": per_owner, "confusion": confusion}
+                         "accuracy": float(comp["hit"].mean()) if len(comp) else None,
+                         "constant": _rate(pd.Series(_best(comp).value, index=comp.index), comp["needed"])
+                         if len(comp) else None,
+                         "no_pair": int(sum(not n for n in comp["needed"]))},
+            "checks": checks, "passes": all(checks.values()), "per_owner": per_owner, "confusion": confusion}
 
 
-def localization_from_rounds(out: str | Path) -> dict:
-    """Pool every round's diagnosed train evaluation, each distinct champion once, and score it."""
-    findings, causes, scores, seen = [], [], [], set()
+def localization_from_rounds(out: str | Path, write_tools: frozenset[str], targets: Targets | None = None) -> dict:
+    """Pool every round's diagnosed train evaluation, each distinct champion once, and score it (baselines
+    cross-fitted by item: the pool is train itself)."""
+    findings, causes, scores, signals, seen = [], [], [], [], set()
     for rd in sorted((Path(out) / "rounds").glob("r*")):
         train = rd / "train"
         if not (rd / "findings.csv").exists() or not (train / "scores.csv").exists():
@@ -114,28 +221,33 @@ def localization_from_rounds(out: str | Path) -> dict:
         if champion in seen:
             continue
         seen.add(champion)
+        sc = pd.read_csv(train / "scores.csv", dtype={"item_id": str})
+        tr = pd.read_parquet(train / "traces.parquet") if (train / "traces.parquet").exists() else pd.DataFrame()
+        sig = signals_frame(tr, sc, write_tools, targets)
         findings.append(f.assign(episode_id=f["episode_id"] + "@" + champion))
         causes.append(_eid(read_hidden_causes(train), "@" + champion))
-        scores.append(_eid(pd.read_csv(train / "scores.csv", dtype={"item_id": str}), "@" + champion))
+        scores.append(_eid(sc, "@" + champion))
+        signals.append(sig.assign(episode_id=sig["episode_id"] + "@" + champion))
     if not findings:
         return localization(pd.DataFrame(columns=["episode_id", "owner"]),
                             pd.DataFrame(columns=["episode_id", "cause", "item_id"]),
                             pd.DataFrame(columns=["episode_id", "score"]))
-    return localization(pd.concat(findings), pd.concat(causes), pd.concat(scores))
+    return localization(pd.concat(findings), pd.concat(causes), pd.concat(scores), pd.concat(signals))
 
 
-def outcome_only_on_train(package, bench, seeds: list[int], max_turns: int) -> dict:
-    """Fit the outcome-only baseline on the train split (evaluated and replayed in-process with the simulator)."""
+def baselines_on_train(package, bench, seeds: list[int], max_turns: int) -> Baselines:
+    """Fit the baselines on the train split (evaluated and replayed in-process with the simulator)."""
     from components.models.counterfactual import causes_table
     from components.runtime.evaluate import run_shard
 
     t = run_shard(package, bench, bench.ids("train"), seeds, max_turns=max_turns)
-    return fit_outcome_only(_eid(causes_table(package, bench, t.scores, max_turns)), _eid(t.scores))
+    return fit_baselines(_eid(causes_table(package, bench, t.scores, max_turns)), _eid(t.scores),
+                         signals_frame(t.traces, t.scores, bench.write_tools, bench.meta.get("targets")))
 
 
 def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str | Path) -> dict:
     """Diagnose a finished evaluation (traces and package only), then score it against its hidden causes.
-    The outcome-only baseline is fitted on train; when the evaluation is itself on train, cross-fitted by item."""
+    The baselines are fitted on train; when the evaluation is itself on train, cross-fitted by item."""
     from components.errors import InputError
     from components.evolution.diagnose import diagnose
     from components.io import read_json_object
@@ -162,6 +274,7 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
         raise InputError(f"{ev / 'scores.csv'}: {lacking[0]}: missing column")
     d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=bench.meta.get("targets"))
     split = meta.get("split")
-    baseline = None if split == "train" else outcome_only_on_train(pkg, bench, list(meta.get("seeds", [0, 1, 2])),
-                                                                  int(meta.get("max_turns", 40)))
-    return localization(d.findings_frame(), _eid(read_hidden_causes(ev)), _eid(scores), baseline)
+    baselines = None if split == "train" else baselines_on_train(pkg, bench, list(meta.get("seeds", [0, 1, 2])),
+                                                                int(meta.get("max_turns", 40)))
+    sig = signals_frame(traces, scores, bench.write_tools, bench.meta.get("targets"))
+    return localization(d.findings_frame(), _eid(read_hidden_causes(ev)), _eid(scores), sig, baselines)

@@ -130,7 +130,8 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     metrics = {
         **{f"test_{k}": round(t[k], 6) for k in ("net", "ci_lo", "ci_hi", "base_mean", "champion_mean") if k in t},
         "accepted": summary["accepted"], "rounds": summary["rounds"],
-        "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy")}
+        "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy"),
+        "trace_rule_accuracy": loc.get("trace_rule_accuracy")}
     rows = []
     for r in summary["history"]:
         g = r.get("gate") or {}
@@ -153,8 +154,10 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
         md += [f"Test split (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
                f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}], {t['n_items']} items.", ""]
     if loc.get("accuracy") is not None:
-        md += [f"Diagnosis localization {loc['accuracy']:.1%} vs outcome-only {loc['outcome_only_accuracy']:.1%} "
-               f"(n={loc['n']}).", ""]
+        rule = loc.get("trace_rule_accuracy")
+        md += [f"Diagnosis localization {loc['accuracy']:.1%} of every scored failure (n={loc['n']}, compound "
+               f"included) vs trace rule {'-' if rule is None else f'{rule:.1%}'}, outcome-only "
+               f"{loc['outcome_only_accuracy']:.1%}.", ""]
     md += ["| round | owner | plan | verdict | net | dev CI (level: the look's alpha_k) | regressed | champion |",
            "|---|---|---|---|---|---|---|---|"]
     for r in round_rows(summary):
