@@ -437,7 +437,7 @@ def _print_summary(summary: dict, path: Path) -> None:
                   highlight=False)
     spent = summary.get("budget_spent") or {}
     if spent:
-        out.print("budget spent by this run: " + ", ".join(f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}"
+        out.print("budget spent by this process: " + ", ".join(f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}"
                                                           for k, v in sorted(spent.items())), highlight=False)
     errors = (summary.get("episodes") or {}).get("errors")
     if errors:
@@ -449,6 +449,12 @@ def _print_summary(summary: dict, path: Path) -> None:
                   f"(n={loc['n']}, coverage {loc.get('coverage') or 0:.1%}, counterfactual causes; compound "
                   f"{comp.get('n', 0)}, credited {comp.get('accuracy') or 0:.1%})", highlight=False)
     out.print(f"summary: {path}", highlight=False)
+    ml = summary.get("mlflow") or {}
+    if ml.get("links"):  # where to look next, in the MLflow UI that `ratchet ui` serves
+        out.print(f"MLflow (`ratchet ui`): experiment {ml['experiment']}, registered model {ml['registered_model']}",
+                  highlight=False)
+        for what, url in ml["links"].items():
+            out.print(f"  {what}: {url}", highlight=False, soft_wrap=True)
 
 
 @campaign_app.command("run")
@@ -631,10 +637,13 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
     import subprocess
 
     _check_port(port)
-    out.print(f"Prefect server on http://127.0.0.1:{port}; in other shells: export PREFECT_API_URL=http://127.0.0.1:{port}/api",
-              highlight=False)
+    out.print(f"Prefect server and dashboard on http://127.0.0.1:{port}; in other shells: "
+              f"export PREFECT_API_URL=http://127.0.0.1:{port}/api", highlight=False)
+    # the dashboard is what a persistent server is for (components/env.py leaves the UI off for the temporary
+    # servers flows start, which nobody browses)
+    env = {**os.environ, "PREFECT_UI_ENABLED": "true"}
     raise typer.Exit(subprocess.call([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                      "--port", str(port)], env=dict(os.environ)))
+                                      "--port", str(port)], env=env))
 
 
 # -- campaign memory -------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def campaign(small_campaign):
 def test_mlflow_has_nested_runs_tags_and_lineage(campaign):
     out, s = campaign
     client = MlflowClient()
-    exp = client.get_experiment_by_name(f"ratchet/{s['campaign']}")
+    exp = client.get_experiment_by_name(s["mlflow"]["experiment"])
     assert exp is not None and exp.experiment_id == s["mlflow"]["experiment_id"]
     runs = client.search_runs([exp.experiment_id], max_results=500)
     by_parent: dict[str, list] = {}
@@ -92,7 +92,7 @@ def test_reproduce_by_mlflow_round_run_id(campaign, reproduce):
     out, s = campaign
     first = next(json.loads(line) for line in (out / "lineage" / "lineage.jsonl").read_text().splitlines()
                  if json.loads(line).get("verdict") == "accept")  # the round that promoted M1
-    run_id = json.loads((out / ".state" / f"round-{first['round']:02d}.json").read_text())["run_id"]
+    run_id = _round_runs(MlflowClient(), s["mlflow"]["run_id"], s["mlflow"]["experiment_id"])[first["round"]].info.run_id
     r = reproduce("--run-id", run_id, "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["version"] == "M1"
@@ -163,7 +163,7 @@ def test_campaign_metrics_are_stepped_by_round_and_only_gated_rounds_have_a_net(
 def test_every_version_is_a_registered_model_version_with_lineage(small_campaign):
     s = small_campaign.summary
     client = MlflowClient()
-    name = f"ratchet-{s['campaign']}"
+    name = s["mlflow"]["registered_model"]
     versions = {v.tags["ratchet.version"]: v for v in client.search_model_versions(f"name = '{name}'")}
     rounds = _round_runs(client, s["mlflow"]["run_id"], s["mlflow"]["experiment_id"])
     assert sorted(versions) == sorted(v["version"] for v in s["lineage"])  # once each
@@ -237,9 +237,7 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
 
 
 def test_logging_the_same_campaign_again_adds_nothing(small_campaign, monkeypatch):
-    """A rerun, a resume or a forced `dvc repro` (which deletes the output, ids included) finds its runs again."""
-    import shutil
-
+    """A rerun, a resume or a forced `dvc repro` (which deletes the output) finds its runs again, in the store."""
     import components.tracking.mlflow_log as mlflow_log
     from components.tracking.mlflow_log import CampaignTracker
 
@@ -250,26 +248,15 @@ def test_logging_the_same_campaign_again_adds_nothing(small_campaign, monkeypatc
     monkeypatch.setattr(mlflow_log, "git_commit", lambda *a, **k: commit)
     exp_id = s["mlflow"]["experiment_id"]
     before = {r.info.run_id for r in client.search_runs([exp_id], max_results=5000)}
-    versions = len(client.search_model_versions(f"name = 'ratchet-{s['campaign']}'"))
-    ids = out / ".state"
-    kept = out.parent / "state-kept"
-    shutil.copytree(ids, kept)
-    try:
-        for f in ids.glob("campaign.json"):
-            f.unlink()
-        for f in ids.glob("round-*.json"):
-            f.unlink()
-        t = CampaignTracker(p.campaign.name, out, p.model_dump(), p.campaign.tracking_uri)
-        assert t.run_id == s["mlflow"]["run_id"]
-        for rec in s["history"]:
-            t.log_round(rec)
-        t.finish(json.loads((out / "summary.json").read_text()), out / "summary.json", [{"split": "test", "arm": "x",
-                 "package_digest": "-", "summary": {}}])
-    finally:
-        shutil.rmtree(ids)
-        shutil.move(kept, ids)
+    versions = len(client.search_model_versions(f"name = '{s['mlflow']['registered_model']}'"))
+    t = CampaignTracker(p.campaign.name, out, p.model_dump(), p.campaign.tracking_uri)
+    assert t.run_id == s["mlflow"]["run_id"]
+    for rec in s["history"]:
+        t.log_round(rec)
+    t.finish(json.loads((out / "summary.json").read_text()), out / "summary.json", [{"split": "test", "arm": "x",
+             "package_digest": "-", "summary": {}}])
     assert {r.info.run_id for r in client.search_runs([exp_id], max_results=5000)} == before
-    assert len(client.search_model_versions(f"name = 'ratchet-{s['campaign']}'")) == versions
+    assert len(client.search_model_versions(f"name = '{s['mlflow']['registered_model']}'")) == versions
     tests = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{s['mlflow']['run_id']}' and "
                                "tags.`ratchet.split` = 'test'")
     assert sorted(r.data.tags["ratchet.arm"] for r in tests) == ["champion", "start"]  # the test split, shown once
@@ -293,8 +280,24 @@ def test_report_writes_tables_and_offline_images(small_campaign, capsys, tmp_pat
     accepted = [r for r in s["history"] if r["verdict"] == "accept"]
     last = rounds.set_index("round").loc[accepted[-1]["round"], "champion_dev_mean"]
     assert last == pytest.approx(accepted[-1]["gate"]["cand_mean"])
+    # the figures as data for `dvc plots` (dvc.yaml), fixed columns so two experiments overlay: the gate per gated
+    # round with the level of its CI, causes per round with every owner a column
+    from components.evolution.report import ci_level
+
+    gated = [r for r in s["history"] if r.get("gate")]
+    gate = pd.read_csv(tmp_path / "r" / "plots" / "gate.csv")
+    assert list(gate["round"]) == [r["round"] for r in gated]
+    assert list(gate["ci_level"]) == pytest.approx([ci_level(r) for r in gated])
+    assert list(gate["accepted"]) == [int(r["verdict"] == "accept") for r in gated]
+    plotted = pd.read_csv(tmp_path / "r" / "plots" / "causes.csv")
+    assert list(plotted.columns) == ["round", "E", "W", "rho", "C", "none"]
+    assert int(plotted.loc[0, ["E", "W", "rho", "C", "none"]].sum()) == len(findings)
+    families = pd.read_csv(tmp_path / "r" / "plots" / "families.csv")
+    assert list(families.columns) == ["family", "start", "champion"] and len(families) > 1
     # the report is Ratchet's own output: written again over itself, it is replaced, not refused
-    first_bytes = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()}
+    files = lambda: {p.relative_to(tmp_path).as_posix(): p.read_bytes()  # noqa: E731
+                     for p in sorted((tmp_path / "r").rglob("*")) if p.is_file()}
+    first_bytes = files()
     code, out, err = cli(capsys, "report", "--campaign", str(small_campaign.out), "--out", str(tmp_path / "r"))
     assert code == 0, err
-    assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()} == first_bytes
+    assert files() == first_bytes
