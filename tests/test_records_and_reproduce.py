@@ -125,6 +125,8 @@ def _round_runs(client, campaign_run_id: str, experiment_id: str) -> dict[int, o
 
 
 def test_round_runs_carry_params_and_a_description(small_campaign):
+    from components.evolution.report import ci_level
+
     s, p = small_campaign.summary, small_campaign.params
     client = MlflowClient()
     top = client.get_run(s["mlflow"]["run_id"])
@@ -143,6 +145,57 @@ def test_round_runs_carry_params_and_a_description(small_campaign):
         assert note.startswith(f"Round {rec['round']} on champion ") and "Verdict:" in note
         if rec["verdict"] == "accept":
             assert f"committed as {rec['child']['version']}" in note and rec["summary"] in note
+        # a list of rounds reads verdict and net first; why a round was rejected is a field, not only prose
+        g = rec.get("gate") or {}
+        assert r.info.run_name.startswith(f"r{rec['round']} {rec['verdict']}" + (f" net {g['net']:+.3f}" if g else ""))
+        assert r.data.params["reason"] == (rec.get("reason") or "-")[:6000] == r.data.tags["ratchet.reason"]
+        # one statement of the interval: the level the gate used, as a metric, in the description, as the CLI says it
+        if g:
+            level = ci_level(rec)
+            assert level is not None and 0 < level < 1 and r.data.metrics["ci_level"] == pytest.approx(level)
+            assert f"net {g['net']:+.3f}, {100 * level:.4g}% CI [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]" in note
+            assert "95% CI" not in note
+        assert r.data.params["gate.look_alpha"] == str(rec["dev_look"]["alpha"]) if rec.get("dev_look") else True
+        if rec.get("dev_look"):
+            assert r.data.metrics["look_alpha"] == pytest.approx(rec["dev_look"]["alpha"])
+        assert "gate_alpha" not in r.data.metrics  # was the look's alpha under the name of the param gate.alpha
+        # the evaluations under a round can be told apart by name: split, arm and look
+        evals = client.search_runs([s["mlflow"]["experiment_id"]], f"tags.mlflow.parentRunId = '{r.info.run_id}'")
+        names = [e.info.run_name for e in evals]
+        assert len(set(names)) == len(names) and all(n.startswith(f"r{rec['round']} ") for n in names), names
+
+
+def test_the_experiment_names_its_identity_and_the_flow_run_links_both_ways(small_campaign, prefect_server):
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    from components.tracking.mlflow_log import campaign_identity, identity_hash, tracking_names
+
+    s, ml = small_campaign.summary, small_campaign.summary["mlflow"]
+    client = MlflowClient()
+    exp = client.get_experiment(ml["experiment_id"])
+    names = tracking_names(json.loads((small_campaign.out / "summary.json").read_text()))
+    assert exp.name == names["experiment"] == ml["experiment"] and ml["registered_model"] == names["registered_model"]
+    assert names["identity"] == identity_hash(campaign_identity(s["params"], s["start_digest"], s["benchmark_digest"]))
+    # filed by the UI as model training, not as GenAI evaluation runs
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert f"`{names['identity']}`" in exp.tags["mlflow.note.content"] and "campaign.rounds" in exp.tags["mlflow.note.content"]
+    # another number of rounds is another campaign: every look spends campaign_alpha / rounds
+    other = {**s["params"], "campaign": {**s["params"]["campaign"], "rounds": s["params"]["campaign"]["rounds"] + 1}}
+    assert identity_hash(campaign_identity(other, s["start_digest"], s["benchmark_digest"])) != names["identity"]
+    top = client.get_run(ml["run_id"])
+    fid = top.data.tags["ratchet.prefect_flow_run"]
+    with get_client(sync_client=True) as prefect:
+        assert f"mlflow:{ml['run_id']}" in prefect.read_flow_run(UUID(fid)).tags
+    # the links the CLI prints: the rounds compared, the champion's version, a cited trace
+    links = ml["links"]
+    assert all(rid in links["rounds"] for rid in (r.info.run_id for r in client.search_runs(
+        [ml["experiment_id"]], f"tags.mlflow.parentRunId = '{ml['run_id']}' and tags.`ratchet.kind` = 'round'")))
+    champion = client.get_model_version_by_alias(ml["registered_model"], "champion")
+    assert links["champion"].endswith(f"/#/models/{ml['registered_model']}/versions/{champion.version}")
+    trace_id = links["trace"].rsplit("selectedEvaluationId=", 1)[1]
+    assert client.get_trace(trace_id).info.experiment_id == ml["experiment_id"]
 
 
 def test_campaign_metrics_are_stepped_by_round_and_only_gated_rounds_have_a_net(small_campaign):
