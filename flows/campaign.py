@@ -649,10 +649,21 @@ def _cost(out: Path, test: dict | None) -> dict:
 
 
 def _say(rec: dict) -> None:
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
+    from components.evolution.report import ci_level
+
     g = rec.get("gate") or {}
-    fig = f" net {g['net']:+.3f} CI [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]" if g else ""
-    console.print(f"round {rec['round']}: {rec['verdict']:<7} {rec.get('summary') or rec.get('reason', '')}{fig}",
-                  highlight=False, markup=False)
+    level = ci_level(rec) if g else None
+    fig = (f" net {g['net']:+.3f} {'' if level is None else f'{100 * level:.4g}% '}CI [{g['ci_lo']:+.3f}, "
+           f"{g['ci_hi']:+.3f}]") if g else ""
+    line = f"round {rec['round']}: {rec['verdict']:<7} {rec.get('summary') or rec.get('reason', '')}{fig}"
+    console.print(line, highlight=False, markup=False)
+    try:  # the campaign flow run's log in Prefect's API (and dashboard) has the same line
+        get_run_logger().info(line)
+    except MissingContextError:
+        pass
 
 
 def run_campaign(p: Params) -> dict:
