@@ -2,7 +2,7 @@
 
     experiment  ratchet/<name>/<identity>           one per campaign identity (see `campaign_identity`)
       run       campaign <name> @<commit> p<params hash>   params, test figures, metrics stepped by round, lineage
-        run     round <N>: <verdict> net <net> <plan>       params (gate, seeds, model, meta-agent), a description,
+        run     r<N> <verdict> net <net>: <plan>           params (gate, seeds, model, meta-agent), a description,
                                                             tags (digests, git commit, dvc.lock hash, seed map hash,
                                                             reason), gate/repair metrics with their `ci_level`,
                                                             plan/diagnosis/per-item artifacts
@@ -37,7 +37,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
 
 # cited failed episodes logged as traces per round (the first ones of each packet): the default of the setting
 # `campaign.traces_per_round` (each trace costs a few hundred spans written to the store; no result depends on them)
