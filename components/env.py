@@ -23,7 +23,12 @@ ALWAYS = {
 
 DEFAULTS = {
     "PREFECT_LOGGING_LEVEL": "WARNING",
-    "PREFECT_LOGGING_TO_API_ENABLED": "false",
+    # flow and task runs log at INFO to the API (their pages in the dashboard show what ran), while the console
+    # keeps only warnings: the CLI prints its own one line per round
+    "PREFECT_LOGGING_TO_API_ENABLED": "true",
+    "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "INFO",
+    "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "INFO",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
     "PREFECT_UI_ENABLED": "false",
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",

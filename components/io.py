@@ -177,7 +177,7 @@ KINDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                              "tasks.csv"}), frozenset({"meta.json", "tasks.jsonl", "splits.json"})),
     "campaign": (frozenset({"lineage", "rounds", "summary.json", "test_evals.json", ".state"}), frozenset({"lineage"})),
     "report": (frozenset({"metrics.json", "rounds.csv", "campaign.md", "rounds.png", "champion.png", "causes.png",
-                          "families.png"}), frozenset()),
+                          "families.png", "plots"}), frozenset()),
 }
 
 

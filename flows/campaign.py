@@ -531,8 +531,12 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
                                 max_concurrency=p.budget.max_concurrency, max_depth=p.budget.max_depth)
     if (released := ledger.recover(wallet)):
         console.print(f"settled {released} budget hold(s) left by a killed process at their full reservation", highlight=False)
+    # the ledger is the campaign output's, kept across processes (a resume adds to it): what this process spends is
+    # the difference from here
+    spent_before = ledger.report(wallet)["spent"]
     start = lineage.start(c.start, load_benchmark(p.benchmark.out).digest, p.identity())
     tracker = CampaignTracker(c.name, out, p.model_dump(), c.tracking_uri)
+    _link_flow_run(tracker)
     round_flow = evolution_round.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
     stopped = None
     for r in range(1, c.rounds + 1):
@@ -577,14 +581,40 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     write_json(out / "summary.json", result)
     ledger_report = ledger.report(wallet)
     ledger_report["reply_store"] = saved(budget.get("call_cache"))  # answered from the store: not paid, still used
+    this_run = {k: v - spent_before.get(k, 0.0) for k, v in ledger_report["spent"].items()}
+    ledger_report["spent_by_this_run"] = this_run
     write_json(state_dir(out) / "budget.json", ledger_report)
     tracker.finish(result, out / "summary.json", test_evals if test else [], spent=ledger_report["spent"])
     text, chains = champion_chain(p.evidence, c.name, champion.name)  # why the champion is what it is
     tracker.client.log_text(tracker.run_id, text, "evidence/champion_chain.txt")
     tracker.client.log_dict(tracker.run_id, chains, "evidence/champion_chain.json")
     write_json(state_dir(out) / "state.json", {"round": result["rounds"], "stage": "done", "stopped": stopped})
-    return {**result, "budget_spent": ledger_report["spent"],
-            "mlflow": {"experiment_id": tracker.experiment_id, "run_id": tracker.run_id, "tracking_uri": tracker.uri}}
+    return {**result, "budget_spent": this_run,
+            "mlflow": {"experiment_id": tracker.experiment_id, "experiment": tracker.experiment_name,
+                       "registered_model": tracker.model_name, "run_id": tracker.run_id, "tracking_uri": tracker.uri,
+                       "links": tracker.links()}}
+
+
+def _link_flow_run(tracker: CampaignTracker) -> None:
+    """The Prefect flow run and the MLflow campaign run name each other: the flow run is tagged `mlflow:<run id>`
+    (searchable in Prefect's UI), the MLflow run gets the flow run's id and, when a persistent server with a UI is
+    configured, its address (a temporary server's is gone with the process)."""
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+    from prefect.settings import get_current_settings
+
+    fid = flow_run.get_id()
+    if not fid:  # called outside a flow run
+        return
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(fid)
+        client.update_flow_run(fid, tags=sorted(set(run.tags) | {f"mlflow:{tracker.run_id}"}))
+    tags = {"ratchet.prefect_flow_run": str(fid)}
+    settings = get_current_settings()
+    if settings.api.url and settings.ui_url:
+        tags["ratchet.prefect_flow_run_url"] = f"{settings.ui_url.rstrip('/')}/runs/flow-run/{fid}"
+    for k, v in tags.items():
+        tracker.client.set_tag(tracker.run_id, k, v)
 
 
 @flow(name="certification", validate_parameters=False)
@@ -636,10 +666,21 @@ def _cost(out: Path, test: dict | None) -> dict:
 
 
 def _say(rec: dict) -> None:
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
+    from components.evolution.report import ci_level
+
     g = rec.get("gate") or {}
-    fig = f" net {g['net']:+.3f} CI [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]" if g else ""
-    console.print(f"round {rec['round']}: {rec['verdict']:<7} {rec.get('summary') or rec.get('reason', '')}{fig}",
-                  highlight=False, markup=False)
+    level = ci_level(rec) if g else None
+    fig = (f" net {g['net']:+.3f} {'' if level is None else f'{100 * level:.4g}% '}CI [{g['ci_lo']:+.3f}, "
+           f"{g['ci_hi']:+.3f}]") if g else ""
+    line = f"round {rec['round']}: {rec['verdict']:<7} {rec.get('summary') or rec.get('reason', '')}{fig}"
+    console.print(line, highlight=False, markup=False)
+    try:  # the campaign flow run's log in Prefect's API (and dashboard) has the same line
+        get_run_logger().info(line)
+    except MissingContextError:
+        pass
 
 
 def run_campaign(p: Params) -> dict:

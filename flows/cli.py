@@ -518,7 +518,7 @@ def _print_summary(summary: dict, path: Path) -> None:
                       "`ratchet power` for other sizes)", highlight=False)
     spent = summary.get("budget_spent") or {}
     if spent:
-        out.print("budget spent by this run: " + ", ".join(f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}"
+        out.print("budget spent by this process: " + ", ".join(f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}"
                                                           for k, v in sorted(spent.items())), highlight=False)
     errors = (summary.get("episodes") or {}).get("errors")
     if errors:
@@ -533,6 +533,12 @@ def _print_summary(summary: dict, path: Path) -> None:
                   f"(n={loc['n']} incl. compound {comp.get('n', 0)}, coverage {loc.get('coverage') or 0:.1%}, "
                   "counterfactual causes)", highlight=False)
     out.print(f"summary: {path}", highlight=False)
+    ml = summary.get("mlflow") or {}
+    if ml.get("links"):  # where to look next, in the MLflow UI that `ratchet ui` serves
+        out.print(f"MLflow (`ratchet ui`): experiment {ml['experiment']}, registered model {ml['registered_model']}",
+                  highlight=False)
+        for what, url in ml["links"].items():
+            out.print(f"  {what}: {url}", highlight=False, soft_wrap=True)
 
 
 @campaign_app.command("run")
@@ -720,12 +726,15 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
     import os
 
     _check_port(port)
-    out.print(f"Prefect server on http://127.0.0.1:{port}; in other shells: export PREFECT_API_URL=http://127.0.0.1:{port}/api",
-              highlight=False)
+    out.print(f"Prefect server and dashboard on http://127.0.0.1:{port}; in other shells: "
+              f"export PREFECT_API_URL=http://127.0.0.1:{port}/api", highlight=False)
     from flows.signals import run_server
 
+    # the dashboard is what a persistent server is for (components/env.py leaves the UI off for the temporary
+    # servers flows start, which nobody browses)
+    env = {**os.environ, "PREFECT_UI_ENABLED": "true"}
     raise typer.Exit(run_server([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                 "--port", str(port)], dict(os.environ)))  # stops with this command, even on kill -9
+                                 "--port", str(port)], env))  # stops with this command, even on kill -9
 
 
 # -- campaign memory -------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 Starts `ratchet ui` on a free loopback port against the store (default: $MLFLOW_TRACKING_URI, else the project's
 `.ratchet/mlflow.db`), writes five PNGs into the directory, and stops the server:
 
-    1-model-versions.png   Models -> ratchet-<campaign>: every version with its tags ratchet.parent and
+    1-model-versions.png   Models -> ratchet-<campaign>-<identity>: every version with its tags ratchet.parent and
                            ratchet.parent_model_version (the lineage), @champion
     2-round-run.png        a promoting round run (classic layout): its params, its registered model version
     3-cited-trace.png      the trace of a failed episode an evidence packet cites, opened by clicking the claim's link in
@@ -95,13 +95,19 @@ def records(uri: str, campaign: str) -> dict:
     from mlflow import MlflowClient
 
     c = MlflowClient(uri)
-    exp = c.get_experiment_by_name(f"ratchet/{campaign}")
-    if exp is None:
-        sys.exit(f"screenshots: {uri}: no experiment ratchet/{campaign} (run a campaign first)")
-    eid = exp.experiment_id
-    rounds = c.search_runs([eid], "tags.`ratchet.kind` = 'round'", order_by=["attributes.start_time ASC"])
+    # the campaign's experiment is ratchet/<name>/<identity>: the one of its most recently finished campaign run
+    exps = [e.experiment_id for e in c.search_experiments(filter_string=f"tags.`ratchet.campaign` = '{campaign}'")]
+    tops = c.search_runs(exps, "tags.`ratchet.kind` = 'campaign' and attributes.status = 'FINISHED'",
+                         order_by=["attributes.start_time DESC"], max_results=1) if exps else []
+    if not tops:
+        sys.exit(f"screenshots: {uri}: no finished campaign {campaign} (run a campaign first)")
+    top = tops[0]
+    eid, model = top.info.experiment_id, top.data.tags["ratchet.registered_model"]
+    name = c.get_experiment(eid).name
+    rounds = c.search_runs([eid], f"tags.`ratchet.kind` = 'round' and tags.mlflow.parentRunId = '{top.info.run_id}'",
+                           order_by=["attributes.start_time ASC"])
     if not rounds:
-        sys.exit(f"screenshots: {uri}: experiment ratchet/{campaign} has no round runs")
+        sys.exit(f"screenshots: {uri}: experiment {name} has no round runs")
     accepted = [r for r in rounds if r.data.tags.get("ratchet.verdict") == "accept"]
     # the round shown: the first promotion that cites traces (its description links them), else any promotion
     traced = [r for r in accepted if c.search_traces(locations=[eid], run_id=r.info.run_id, max_results=1,
@@ -110,9 +116,9 @@ def records(uri: str, campaign: str) -> dict:
     traces = c.search_traces(locations=[eid], run_id=shown.info.run_id, max_results=1, include_spans=False) or \
         c.search_traces(locations=[eid], max_results=1, include_spans=False)
     if not traces:
-        sys.exit(f"screenshots: {uri}: experiment ratchet/{campaign} has no traces")
-    champion = c.get_model_version_by_alias(f"ratchet-{campaign}", "champion")
-    return {"eid": eid, "model": f"ratchet-{campaign}", "rounds": [r.info.run_id for r in rounds],
+        sys.exit(f"screenshots: {uri}: experiment {name} has no traces")
+    champion = c.get_model_version_by_alias(model, "champion")
+    return {"eid": eid, "model": model, "rounds": [r.info.run_id for r in rounds],
             "round": shown.info.run_id, "trace": traces[0].info.trace_id, "champion": str(champion.version),
             "parent": champion.tags.get("ratchet.parent_model_version", "")}
 
@@ -224,7 +230,8 @@ def shoot(base: str, rec: dict, out: Path, chromium: str) -> list[Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="directory for the PNGs")
-    ap.add_argument("--campaign", default="default", help="the campaign's name (experiment ratchet/<name>)")
+    ap.add_argument("--campaign", default="default",
+                    help="the campaign's name (the experiment of its latest finished run: ratchet/<name>/<identity>)")
     ap.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI")
                     or f"sqlite:///{ROOT / '.ratchet' / 'mlflow.db'}")
     ap.add_argument("--chromium", default="/usr/bin/chromium")

@@ -266,12 +266,29 @@ def test_repro_then_nothing_then_only_downstream(project):
     assert "Data and pipelines are up to date" in status.stdout, status.stdout
     metrics = run("dvc", "metrics", "show", "--json")
     assert "test_net" in metrics.stdout
-    # the plots are images: the page `dvc plots show` writes loads nothing from the network
+    # the plots are data rendered by vega, and the page `dvc plots show` writes carries vega itself (.dvc/config:
+    # plots.html_template): it loads no script from the network
     run("dvc", "plots", "show", "-o", "plots-page")
     page = (root / "plots-page" / "index.html").read_text()
-    assert "<script src=" not in page and "https://" not in page
-    for name in ("rounds", "champion", "causes", "families"):
-        assert f"{name}.png" in page and (root / "reports" / f"{name}.png").stat().st_size > 1000
+    assert "<script src=" not in page and "cdn.jsdelivr" not in page and "vegaEmbed" in page
+    plots = list(yaml.safe_load((root / "dvc.yaml").read_text())["plots"])
+    assert len(plots) == 4 and all(f"vegaEmbed('#{_div_id(next(iter(p)))}', spec)" in page for p in plots)
+    # `dvc plots diff` overlays two campaigns: this commit's 2 rounds and the first commit's 1, one page
+    first = project.commit("campaign with 1 round")
+    run("dvc", "plots", "diff", first, "-o", "diff-page")
+    diff = (root / "diff-page" / "index.html").read_text()
+    assert "<script src=" not in diff and f'"rev": "{first[:7]}' in diff and '"rev": "workspace"' in diff
+    # the default page directory is git-ignored
+    run("dvc", "plots", "show")
+    assert (root / "dvc_plots" / "index.html").is_file()
+    assert "dvc_plots" not in run("git", "status", "--porcelain").stdout
+
+
+def _div_id(title: str) -> str:
+    """The element id DVC's page gives a plot (dvc_render's `remove_special_chars`)."""
+    from dvc_render.base import Renderer
+
+    return Renderer.remove_special_chars(title)
 
 
 def test_experiments_vary_a_param(project):

@@ -24,4 +24,16 @@ def test_campaign_notebook_executes_against_a_campaign(small_campaign, monkeypat
     assert len(images) >= 5  # net and CI, champion, causes, families, the paired scatter
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert f"champion: {s['champion']} =" in text
+    # no artifact-download progress bars (MLflow draws one per download, on stderr)
+    assert not [o for o in outputs if o.output_type == "stream" and o.get("name") == "stderr"], text
+    # the CI level of every gated round is stated, and the rounds table holds every round with its plan and reason
+    from components.evolution.report import ci_level
+
+    for r in s["history"]:
+        if r.get("gate"):
+            assert f"round {r['round']}: {100 * ci_level(r):.4g}%" in text
+    table = next(o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" and "rounds[[" in c.source
+                 for o in c.outputs if o.output_type == "execute_result")
+    assert "<th>plan</th>" in table and "<th>reason</th>" in table and "<th>ci_level</th>" in table
+    assert table.count("<tr") == 1 + len(s["history"])  # the header, then every round
     assert " -> ".join(f"{v['version']} ({v['digest'][:12]})" for v in s["lineage"]) in text

@@ -27,7 +27,7 @@ def campaign(small_campaign):
 def test_mlflow_has_nested_runs_tags_and_lineage(campaign):
     out, s = campaign
     client = MlflowClient()
-    exp = client.get_experiment_by_name(f"ratchet/{s['campaign']}")
+    exp = client.get_experiment_by_name(s["mlflow"]["experiment"])
     assert exp is not None and exp.experiment_id == s["mlflow"]["experiment_id"]
     runs = client.search_runs([exp.experiment_id], max_results=500)
     by_parent: dict[str, list] = {}
@@ -92,7 +92,7 @@ def test_reproduce_by_mlflow_round_run_id(campaign, reproduce):
     out, s = campaign
     first = next(json.loads(line) for line in (out / "lineage" / "lineage.jsonl").read_text().splitlines()
                  if json.loads(line).get("verdict") == "accept")  # the round that promoted M1
-    run_id = json.loads((out / ".state" / f"round-{first['round']:02d}.json").read_text())["run_id"]
+    run_id = _round_runs(MlflowClient(), s["mlflow"]["run_id"], s["mlflow"]["experiment_id"])[first["round"]].info.run_id
     r = reproduce("--run-id", run_id, "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["version"] == "M1"
@@ -125,6 +125,8 @@ def _round_runs(client, campaign_run_id: str, experiment_id: str) -> dict[int, o
 
 
 def test_round_runs_carry_params_and_a_description(small_campaign):
+    from components.evolution.report import ci_level
+
     s, p = small_campaign.summary, small_campaign.params
     client = MlflowClient()
     top = client.get_run(s["mlflow"]["run_id"])
@@ -143,6 +145,57 @@ def test_round_runs_carry_params_and_a_description(small_campaign):
         assert note.startswith(f"Round {rec['round']} on champion ") and "Verdict:" in note
         if rec["verdict"] == "accept":
             assert f"committed as {rec['child']['version']}" in note and rec["summary"] in note
+        # a list of rounds reads verdict and net first; why a round was rejected is a field, not only prose
+        g = rec.get("gate") or {}
+        assert r.info.run_name.startswith(f"r{rec['round']} {rec['verdict']}" + (f" net {g['net']:+.3f}" if g else ""))
+        assert r.data.params["reason"] == (rec.get("reason") or "-")[:6000] == r.data.tags["ratchet.reason"]
+        # one statement of the interval: the level the gate used, as a metric, in the description, as the CLI says it
+        if g:
+            level = ci_level(rec)
+            assert level is not None and 0 < level < 1 and r.data.metrics["ci_level"] == pytest.approx(level)
+            assert f"net {g['net']:+.3f}, {100 * level:.4g}% CI [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]" in note
+            assert "95% CI" not in note
+        assert r.data.params["gate.look_alpha"] == str(rec["dev_look"]["alpha"]) if rec.get("dev_look") else True
+        if rec.get("dev_look"):
+            assert r.data.metrics["look_alpha"] == pytest.approx(rec["dev_look"]["alpha"])
+        assert "gate_alpha" not in r.data.metrics  # was the look's alpha under the name of the param gate.alpha
+        # the evaluations under a round can be told apart by name: split, arm and look
+        evals = client.search_runs([s["mlflow"]["experiment_id"]], f"tags.mlflow.parentRunId = '{r.info.run_id}'")
+        names = [e.info.run_name for e in evals]
+        assert len(set(names)) == len(names) and all(n.startswith(f"r{rec['round']} ") for n in names), names
+
+
+def test_the_experiment_names_its_identity_and_the_flow_run_links_both_ways(small_campaign, prefect_server):
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    from components.tracking.mlflow_log import campaign_identity, identity_hash, tracking_names
+
+    s, ml = small_campaign.summary, small_campaign.summary["mlflow"]
+    client = MlflowClient()
+    exp = client.get_experiment(ml["experiment_id"])
+    names = tracking_names(json.loads((small_campaign.out / "summary.json").read_text()))
+    assert exp.name == names["experiment"] == ml["experiment"] and ml["registered_model"] == names["registered_model"]
+    assert names["identity"] == identity_hash(campaign_identity(s["params"], s["start_digest"], s["benchmark_digest"]))
+    # filed by the UI as model training, not as GenAI evaluation runs
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert f"`{names['identity']}`" in exp.tags["mlflow.note.content"] and "campaign.rounds" in exp.tags["mlflow.note.content"]
+    # another number of rounds is another campaign: every look spends campaign_alpha / rounds
+    other = {**s["params"], "campaign": {**s["params"]["campaign"], "rounds": s["params"]["campaign"]["rounds"] + 1}}
+    assert identity_hash(campaign_identity(other, s["start_digest"], s["benchmark_digest"])) != names["identity"]
+    top = client.get_run(ml["run_id"])
+    fid = top.data.tags["ratchet.prefect_flow_run"]
+    with get_client(sync_client=True) as prefect:
+        assert f"mlflow:{ml['run_id']}" in prefect.read_flow_run(UUID(fid)).tags
+    # the links the CLI prints: the rounds compared, the champion's version, a cited trace
+    links = ml["links"]
+    assert all(rid in links["rounds"] for rid in (r.info.run_id for r in client.search_runs(
+        [ml["experiment_id"]], f"tags.mlflow.parentRunId = '{ml['run_id']}' and tags.`ratchet.kind` = 'round'")))
+    champion = client.get_model_version_by_alias(ml["registered_model"], "champion")
+    assert links["champion"].endswith(f"/#/models/{ml['registered_model']}/versions/{champion.version}")
+    trace_id = links["trace"].rsplit("selectedEvaluationId=", 1)[1]
+    assert client.get_trace(trace_id).info.experiment_id == ml["experiment_id"]
 
 
 def test_campaign_metrics_are_stepped_by_round_and_only_gated_rounds_have_a_net(small_campaign):
@@ -163,7 +216,7 @@ def test_campaign_metrics_are_stepped_by_round_and_only_gated_rounds_have_a_net(
 def test_every_version_is_a_registered_model_version_with_lineage(small_campaign):
     s = small_campaign.summary
     client = MlflowClient()
-    name = f"ratchet-{s['campaign']}"
+    name = s["mlflow"]["registered_model"]
     versions = {v.tags["ratchet.version"]: v for v in client.search_model_versions(f"name = '{name}'")}
     rounds = _round_runs(client, s["mlflow"]["run_id"], s["mlflow"]["experiment_id"])
     assert sorted(versions) == sorted(v["version"] for v in s["lineage"])  # once each
@@ -237,9 +290,7 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
 
 
 def test_logging_the_same_campaign_again_adds_nothing(small_campaign, monkeypatch):
-    """A rerun, a resume or a forced `dvc repro` (which deletes the output, ids included) finds its runs again."""
-    import shutil
-
+    """A rerun, a resume or a forced `dvc repro` (which deletes the output) finds its runs again, in the store."""
     import components.tracking.mlflow_log as mlflow_log
     from components.tracking.mlflow_log import CampaignTracker
 
@@ -250,26 +301,15 @@ def test_logging_the_same_campaign_again_adds_nothing(small_campaign, monkeypatc
     monkeypatch.setattr(mlflow_log, "git_commit", lambda *a, **k: commit)
     exp_id = s["mlflow"]["experiment_id"]
     before = {r.info.run_id for r in client.search_runs([exp_id], max_results=5000)}
-    versions = len(client.search_model_versions(f"name = 'ratchet-{s['campaign']}'"))
-    ids = out / ".state"
-    kept = out.parent / "state-kept"
-    shutil.copytree(ids, kept)
-    try:
-        for f in ids.glob("campaign.json"):
-            f.unlink()
-        for f in ids.glob("round-*.json"):
-            f.unlink()
-        t = CampaignTracker(p.campaign.name, out, p.model_dump(), p.campaign.tracking_uri)
-        assert t.run_id == s["mlflow"]["run_id"]
-        for rec in s["history"]:
-            t.log_round(rec)
-        t.finish(json.loads((out / "summary.json").read_text()), out / "summary.json", [{"split": "test", "arm": "x",
-                 "package_digest": "-", "summary": {}}])
-    finally:
-        shutil.rmtree(ids)
-        shutil.move(kept, ids)
+    versions = len(client.search_model_versions(f"name = '{s['mlflow']['registered_model']}'"))
+    t = CampaignTracker(p.campaign.name, out, p.model_dump(), p.campaign.tracking_uri)
+    assert t.run_id == s["mlflow"]["run_id"]
+    for rec in s["history"]:
+        t.log_round(rec)
+    t.finish(json.loads((out / "summary.json").read_text()), out / "summary.json", [{"split": "test", "arm": "x",
+             "package_digest": "-", "summary": {}}])
     assert {r.info.run_id for r in client.search_runs([exp_id], max_results=5000)} == before
-    assert len(client.search_model_versions(f"name = 'ratchet-{s['campaign']}'")) == versions
+    assert len(client.search_model_versions(f"name = '{s['mlflow']['registered_model']}'")) == versions
     tests = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{s['mlflow']['run_id']}' and "
                                "tags.`ratchet.split` = 'test'")
     assert sorted(r.data.tags["ratchet.arm"] for r in tests) == ["champion", "start"]  # the test split, shown once
@@ -293,8 +333,24 @@ def test_report_writes_tables_and_offline_images(small_campaign, capsys, tmp_pat
     accepted = [r for r in s["history"] if r["verdict"] == "accept"]
     last = rounds.set_index("round").loc[accepted[-1]["round"], "champion_dev_mean"]
     assert last == pytest.approx(accepted[-1]["gate"]["cand_mean"])
+    # the figures as data for `dvc plots` (dvc.yaml), fixed columns so two experiments overlay: the gate per gated
+    # round with the level of its CI, causes per round with every owner a column
+    from components.evolution.report import ci_level
+
+    gated = [r for r in s["history"] if r.get("gate")]
+    gate = pd.read_csv(tmp_path / "r" / "plots" / "gate.csv")
+    assert list(gate["round"]) == [r["round"] for r in gated]
+    assert list(gate["ci_level"]) == pytest.approx([ci_level(r) for r in gated])
+    assert list(gate["accepted"]) == [int(r["verdict"] == "accept") for r in gated]
+    plotted = pd.read_csv(tmp_path / "r" / "plots" / "causes.csv")
+    assert list(plotted.columns) == ["round", "E", "W", "rho", "C", "none"]
+    assert int(plotted.loc[0, ["E", "W", "rho", "C", "none"]].sum()) == len(findings)
+    families = pd.read_csv(tmp_path / "r" / "plots" / "families.csv")
+    assert list(families.columns) == ["family", "start", "champion"] and len(families) > 1
     # the report is Ratchet's own output: written again over itself, it is replaced, not refused
-    first_bytes = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()}
+    files = lambda: {p.relative_to(tmp_path).as_posix(): p.read_bytes()  # noqa: E731
+                     for p in sorted((tmp_path / "r").rglob("*")) if p.is_file()}
+    first_bytes = files()
     code, out, err = cli(capsys, "report", "--campaign", str(small_campaign.out), "--out", str(tmp_path / "r"))
     assert code == 0, err
-    assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()} == first_bytes
+    assert files() == first_bytes

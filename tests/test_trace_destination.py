@@ -78,8 +78,8 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     assert mlflow.get_tracking_uri() == a  # the tracker did not move the process's URI
     cb = MlflowClient(b)
     exp_id = t.experiment_id
-    assert cb.get_experiment(exp_id).name == f"ratchet/{p.campaign.name}"
-    versions = cb.search_model_versions(f"name = 'ratchet-{p.campaign.name}'")
+    assert cb.get_experiment(exp_id).name == s["mlflow"]["experiment"] == t.experiment_name
+    versions = cb.search_model_versions(f"name = '{t.model_name}'")
     assert sorted(v.tags["ratchet.digest"] for v in versions) == sorted(v["digest"] for v in s["lineage"])
     rounds = _round_runs(cb, exp_id)
     expected = {}
@@ -120,18 +120,16 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     assert set(by_id) == {tr.info.trace_id for tr in _all_traces(cb, [exp_id])}
     assert _traces_in_store(tmp_path / "a.db") == []
 
-    # a forced rerun (the run ids lost with the output) finds its runs again and adds no trace
-    shutil.rmtree(out / ".state")
+    # a forced rerun finds its runs again (in the store, by their key) and adds no trace
     again = log()
     assert again.run_id == t.run_id
-    assert len(cb.search_model_versions(f"name = 'ratchet-{p.campaign.name}'")) == len(versions)
+    assert len(cb.search_model_versions(f"name = '{t.model_name}'")) == len(versions)
     assert {tr.info.trace_id for tr in _all_traces(cb, [exp_id])} == set(by_id)
 
     # a round half-logged by a killed process is logged again, its traces replaced rather than doubled
     n = next(n for n, cited in expected.items() if cited)
     old_run = rounds[n].info.run_id
     cb.update_run(old_run, status="RUNNING")
-    (out / ".state" / f"round-{n:02d}.json").unlink()
     new_run = CampaignTracker(p.campaign.name, out, p.model_dump(), tracking_uri=b).log_round(
         next(r for r in s["history"] if int(r["round"]) == n))
     assert new_run != old_run

@@ -169,11 +169,35 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     write_json(out / "metrics.json", metrics)
     write_csv(out / "rounds.csv", table)
     atomic_write_bytes(out / "campaign.md", "\n".join(md).encode())
+    _plot_data(summary, table, causes, families, out / "plots")
     _plot(table, out / "rounds.png")
     _plot_champion(table, t, out / "champion.png")
     _plot_causes(causes, out / "causes.png")
     _plot_families(families, out / "families.png")
     return out
+
+
+CAUSE_OWNERS = ("E", "W", "rho", "C", "none")
+
+
+def _plot_data(summary: dict, table: pd.DataFrame, causes: pd.DataFrame, families: pd.DataFrame, out: Path) -> None:
+    """The figures as data for `dvc plots` (dvc.yaml), one tidy CSV each with fixed columns, so `dvc plots diff`
+    overlays two experiments' curves: the gate per gated round (net, CI, the CI's level, verdict), the champion's
+    dev mean per gated round, diagnosed causes per round (every owner a column, 0 when absent), per-family dev means."""
+    levels = {r["round"]: ci_level(r) for r in summary["history"] if r.get("gate")}
+    gated = table.dropna(subset=["net"])
+    gate = pd.DataFrame({"round": gated["round"], "net": gated["net"], "ci_lo": gated["ci_lo"],
+                         "ci_hi": gated["ci_hi"], "ci_level": [levels.get(r) for r in gated["round"]],
+                         "accepted": (gated["verdict"] == "accept").astype(int), "verdict": gated["verdict"]})
+    champ = pd.DataFrame({"round": gated["round"], "champion_dev_mean": gated["champion_dev_mean"]})
+    rounds = [r["round"] for r in summary["history"]]
+    cause = pd.DataFrame({"round": rounds, **{o: [int(causes.at[r, f"causes_{o}"]) if r in causes.index and
+                                                  f"causes_{o}" in causes.columns else 0 for r in rounds]
+                                              for o in CAUSE_OWNERS}})
+    fam = (families.rename_axis("family").reset_index() if len(families)
+           else pd.DataFrame(columns=["family", "start", "champion"]))
+    for name, df in (("gate.csv", gate), ("champion.csv", champ), ("causes.csv", cause), ("families.csv", fam)):
+        write_csv(out / name, df.reset_index(drop=True))
 
 
 def _read_csv(path: Path, **kw) -> pd.DataFrame:

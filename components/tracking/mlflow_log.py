@@ -1,21 +1,28 @@
 """MLflow records for a campaign (SQLite store by default; the tracking URI is configurable).
 
-    experiment  ratchet/<campaign name>
+    experiment  ratchet/<name>/<identity>           one per campaign identity (see `campaign_identity`)
       run       campaign <name> @<commit> p<params hash>   params, test figures, metrics stepped by round, lineage
-        run     round <N>: <verdict> <plan>                 params (gate, seeds, model, meta-agent), a description,
-                                                            tags (digests, git commit, dvc.lock hash, seed map hash),
-                                                            gate/repair metrics, plan/diagnosis/per-item artifacts
-          run   eval <split> <arm>                          mean score, success rate, tokens, errors
+        run     r<N> <verdict> net <net>: <plan>           params (gate, seeds, model, meta-agent), a description,
+                                                            tags (digests, git commit, dvc.lock hash, seed map hash,
+                                                            reason), gate/repair metrics with their `ci_level`,
+                                                            plan/diagnosis/per-item artifacts
+          run   r<N> <split> <arm> [look <k>]              mean score, success rate, tokens, errors
       traces    episode <item>#<seed>                       each failed episode a packet cites: one span per turn,
                                                             one child per kernel phase; linked to its round run
       models    <name>-M<k>                                 each committed version as a logged model (params = the
                                                             manifest's knobs, metrics = its gate figures), registered
-                                                            as a version of `ratchet-<name>`; alias `champion`
+                                                            as a version of `ratchet-<name>-<identity>`; alias `champion`
+
+A campaign's identity is what decides its results: its name, the evolution params a rerun must keep, the number of
+declared rounds (every round's gate spends campaign_alpha / rounds), the start package's and the benchmark's bytes.
+Its experiment and registered model are named by it, so a variant (`dvc exp run -S campaign.rounds=2`, a `--set`, a
+queued experiment) records into its own and never moves another campaign's `@champion`.
 
 Everything is logged from what a round left on disk (its round directory and lineage record), so a round can be
-logged again after a crash. Logging is idempotent: the campaign run is found again by a key over (name, output dir,
-params, git commit), a round run by its number under it, a model version by its digest, so a rerun, a resume or a
-forced `dvc repro` of the same campaign adds no run, trace or version twice. Runs are addressed by id through
+logged again after a crash. Logging is idempotent and keyed in MLflow itself: the campaign run is found by a tag over
+(identity, output dir, git commit), a round run by its number under it, a model version by its digest, so a rerun, a
+resume or a forced `dvc repro` adds no run, trace or version twice, and no file outside the store (a DVC checkout
+restores the outputs, not MLflow) can attach one campaign's rounds to another's run. Runs are addressed by id through
 MlflowClient (no fluent, thread-local active run). Traces are built in memory and written through a client bound to
 the campaign's tracking URI, so they land in the campaign's store with its runs, whatever the process's URI is.
 """
@@ -31,12 +38,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components.io import atomic_write_json
-
-# MLflow run ids are random: they live under <out>/.state/ (excluded by .dvcignore), so the campaign's DVC-tracked
-# output stays byte-identical for identical inputs while a resumed campaign still finds its runs.
-IDS = ".state"
-RUN_FILE = "campaign.json"
 # cited failed episodes logged as traces per round (the first ones of each packet): the default of the setting
 # `campaign.traces_per_round` (each trace costs a few hundred spans written to the store; no result depends on them)
 MAX_TRACES_PER_ROUND = 12
@@ -121,8 +122,34 @@ def params_hash(params: dict) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
-def registered_name(campaign: str) -> str:
-    return f"ratchet-{campaign}"
+def campaign_identity(params: dict, start_digest: str, benchmark_digest: str) -> dict[str, Any]:
+    """What decides a campaign's results, so what names its MLflow records: the evolution params a rerun must keep
+    (`Params.identity`), the declared rounds (each round's gate spends campaign_alpha / rounds: a 2-round campaign is
+    not the first two rounds of a 10-round one), whether it reads the campaign memory, and the bytes it starts from."""
+    from components.params import Params
+
+    p = Params.model_validate(params)
+    return {**p.identity(), "campaign.rounds": p.campaign.rounds, "evidence.memory": p.evidence.memory,
+            "start_digest": start_digest, "benchmark_digest": benchmark_digest}
+
+
+def identity_hash(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def experiment_name(campaign: str, ident: str) -> str:
+    return f"ratchet/{campaign}/{ident}"
+
+
+def registered_name(campaign: str, ident: str) -> str:
+    return f"ratchet-{campaign}-{ident}"
+
+
+def tracking_names(summary: dict[str, Any]) -> dict[str, str]:
+    """The MLflow experiment and registered model of the campaign a summary.json describes (a notebook's way in)."""
+    ih = identity_hash(campaign_identity(summary["params"], summary["start_digest"], summary["benchmark_digest"]))
+    return {"experiment": experiment_name(summary["campaign"], ih),
+            "registered_model": registered_name(summary["campaign"], ih), "identity": ih}
 
 
 def manifest_knobs(package: str | Path) -> dict[str, str]:
@@ -136,6 +163,27 @@ def manifest_knobs(package: str | Path) -> dict[str, str]:
     return knobs
 
 
+def round_ci_level(rec: dict[str, Any]) -> float | None:
+    """The two-sided level of a round's dev CI as the gate used it (the report's and the CLI's, one definition)."""
+    from components.evolution.report import ci_level
+
+    return ci_level(rec)
+
+
+def ci_text(rec: dict[str, Any]) -> str:
+    """A round's dev interval as every view states it: `99.5% CI [+0.012, +0.121]`."""
+    g, level = rec.get("gate") or {}, round_ci_level(rec)
+    return (f"{100 * level:.4g}% CI" if level is not None else "CI") + f" [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]"
+
+
+def round_title(rec: dict[str, Any]) -> str:
+    """A round run's name, verdict and net first (what a reader scans a list of rounds for), then the plan or why
+    there was none."""
+    g = rec.get("gate") or {}
+    net = f" net {g['net']:+.3f}" if g else ""
+    return f"r{int(rec['round'])} {rec['verdict']}{net}: {rec.get('summary') or rec.get('reason', '')}"[:240]
+
+
 def describe_round(rec: dict[str, Any]) -> str:
     """One paragraph a person reads on the round's run page: plan, owner, verdict and why."""
     parent = (rec.get("parent") or {}).get("version") or rec.get("champion_before", "?")
@@ -146,7 +194,7 @@ def describe_round(rec: dict[str, Any]) -> str:
     if rep:
         words.append(f"Repair screen on the diagnosed tasks: {rep.get('repaired')} repaired, {rep.get('broken')} broken.")
     if g:
-        words.append(f"Held-out gate on dev: net {g['net']:+.3f}, 95% CI [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}], "
+        words.append(f"Held-out gate on dev: net {g['net']:+.3f}, {ci_text(rec)}, "
                      f"{g['n_improved']} improved / {g['n_regressed']} regressed of {g['n_items']} items.")
     child = (rec.get("child") or {}).get("version")
     verdict = {"accept": f"accepted: committed as {child}", "reject": "rejected: the champion stays",
@@ -237,28 +285,48 @@ class CampaignTracker:
         self.client = MlflowClient(tracking_uri=self.uri)
         self._tracing = None  # the TracingClient the traces are written through, made on first use
         one_trace_writer(mlflow.get_tracking_uri())  # MLflow's own exporter writes to the process's URI
-        exp_name = f"ratchet/{name}"
-        exp = self.client.get_experiment_by_name(exp_name)
+        start = next((r for r in self._lineage_records() if r.get("verdict") == "start"), None)
+        if start is None:
+            raise ValueError(f"{self.out}: no lineage start record: nothing to log")
+        self.identity = campaign_identity(params, start["child"]["digest"], str(start.get("benchmark_digest", "")))
+        self.ident = identity_hash(self.identity)
+        self.experiment_name = experiment_name(name, self.ident)
+        self.model_name = registered_name(name, self.ident)
+        exp = self.client.get_experiment_by_name(self.experiment_name)
         if exp is None:
             root = Path(artifact_root or Path(os.environ.get("RATCHET_HOME", ".ratchet")) / "mlartifacts").resolve()
-            self.experiment_id = self.client.create_experiment(exp_name, artifact_location=(root / name).as_uri())
+            self.experiment_id = self.client.create_experiment(
+                self.experiment_name, artifact_location=(root / name / self.ident).as_uri(),
+                tags={"ratchet.campaign": name, "ratchet.identity": self.ident,
+                      # MLflow's UI files an experiment of this kind's runs as training runs ("Model training"),
+                      # not as the GenAI evaluation runs it assumes when the kind is unset
+                      "mlflow.experimentKind": "custom_model_development",
+                      "mlflow.note.content": self._identity_note()})
         else:
             self.experiment_id = exp.experiment_id
         commit, phash = git_commit(), params_hash(params)
-        # the same campaign (name, output, params, code) is one run however often it is rerun or resumed
-        self.key = hashlib.sha256(f"{name}|{self.out.resolve()}|{phash}|{commit}".encode()).hexdigest()[:16]
-        saved = self.out / IDS / RUN_FILE
-        self.run_id = json.loads(saved.read_text())["run_id"] if saved.exists() else self._find_campaign_run()
+        # the same campaign (identity, output, code) is one run however often it is rerun or resumed; found in MLflow
+        # by this key, never through a file a checkout can leave behind from another campaign
+        self.key = hashlib.sha256(f"{self.ident}|{self.out.resolve()}|{commit}".encode()).hexdigest()[:16]
+        self.run_id = self._find_campaign_run()
         if self.run_id is None:
             run = self.client.create_run(self.experiment_id, run_name=f"campaign {name} @{commit[:7]} p{phash}", tags={
                 "ratchet.kind": "campaign", "ratchet.campaign_key": self.key, "ratchet.params_hash": phash,
+                "ratchet.identity": self.ident, "ratchet.campaign": name, "ratchet.registered_model": self.model_name,
                 "ratchet.out": str(self.out.resolve()), "ratchet.git_commit": commit, "ratchet.dvc_lock": dvc_lock_hash(),
-                "mlflow.note.content": f"Campaign `{name}` at commit `{commit[:12]}`, params hash `{phash}`, output "
-                                       f"`{self.out}`. Its rounds are the nested runs; its package versions are the "
-                                       f"registered model `{registered_name(name)}` (alias `champion`)."})
+                "mlflow.note.content": f"Campaign `{name}` at commit `{commit[:12]}`, identity `{self.ident}`, params "
+                                       f"hash `{phash}`, output `{self.out}`. Its rounds are the nested runs; its "
+                                       f"package versions are the registered model `{self.model_name}` (alias "
+                                       "`champion`)."})
             self.run_id = run.info.run_id
             self._params(self.run_id, params)
-        atomic_write_json(saved, {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.uri})
+    def _identity_note(self) -> str:
+        rows = "\n".join(f"| `{k}` | `{json.dumps(v, default=str)}` |" for k, v in sorted(self.identity.items()))
+        return (f"Campaign `{self.name}`, identity `{self.ident}`: the runs of every campaign with exactly these "
+                "settings and start/benchmark bytes. Another value of any of them (a `dvc exp run -S ...`, a `--set`) "
+                "is another campaign, recorded in its own experiment and registered model. `campaign.rounds` is "
+                "part of it because each round's gate spends `gate.campaign_alpha / campaign.rounds`.\n\n"
+                "| setting | value |\n|---|---|\n" + rows)
 
     def _find_campaign_run(self) -> str | None:
         runs = self.client.search_runs([self.experiment_id], f"tags.`ratchet.campaign_key` = '{self.key}'",
@@ -290,12 +358,8 @@ class CampaignTracker:
         """One nested run for a finished round, with nested runs for its evaluations; returns its run id."""
         rd = self.out / rec["round_dir"]  # relative to the campaign (an absolute one from older records stays)
         n = int(rec["round"])
-        logged = self.out / IDS / f"round-{n:02d}.json"
-        if logged.exists():  # already logged before an interruption: do not log twice
-            return json.loads(logged.read_text())["run_id"]
         found = self._round_runs().get(n)
-        if found is not None and found.info.status == "FINISHED":  # a forced rerun of the same campaign
-            atomic_write_json(logged, {"run_id": found.info.run_id})
+        if found is not None and found.info.status == "FINISHED":  # logged already (a rerun, a resume): not twice
             return found.info.run_id
         if found is not None:  # half-logged by a killed process: log it again from the files, its traces too
             stale = self.client.search_traces(locations=[self.experiment_id], run_id=found.info.run_id,
@@ -306,7 +370,7 @@ class CampaignTracker:
         g, rep = rec.get("gate") or {}, rec.get("repair") or {}
         parent = rec.get("parent") or {}
         child = rec.get("child") or {}
-        title = f"round {n}: {rec['verdict']} {rec.get('summary') or rec.get('reason', '')}"[:240]
+        title = round_title(rec)
         tags = {
             "mlflow.parentRunId": self.run_id, "ratchet.kind": "round", "ratchet.round": str(n),
             "ratchet.verdict": rec["verdict"], "ratchet.owner": str(rec.get("owner", "")),
@@ -323,7 +387,10 @@ class CampaignTracker:
         run = self.client.create_run(self.experiment_id, run_name=title, tags=tags)
         rid = run.info.run_id
         c, gp = self.params.get("campaign", {}), self.params.get("gate", {})
-        self._params(rid, {"gate": {k: gp.get(k) for k in ("alpha", "n_boot", "material", "reg_cap", "seed", "sequential")},
+        self._params(rid, {"gate": {**{k: gp.get(k) for k in ("alpha", "campaign_alpha", "n_boot", "material",
+                                                              "reg_cap", "seed", "sequential")},
+                                    "look_alpha": (rec.get("dev_look") or {}).get("alpha")},
+                           "reason": str(rec.get("reason") or "-")[:6000], "verdict": rec["verdict"],
                            "seeds": c.get("seeds"), "model": c.get("model"), "meta_agent": c.get("meta_agent"),
                            "max_turns": c.get("max_turns"), "plan": rec.get("summary") or "-",
                            "owner": rec.get("owner") or "-",
@@ -341,7 +408,10 @@ class CampaignTracker:
                                (rec.get("sequential") or {}).items()},
                             **{f"{k}_stopped_early": float(seq["stopped_early"]) for k, seq in
                                (rec.get("sequential") or {}).items() if seq and "stopped_early" in seq},
-                            "gate_alpha": (rec.get("dev_look") or {}).get("alpha")})
+                            # the alpha this look at dev may spend (the param gate.alpha is one comparison's, the
+                            # test certification's), and the level of the CI the gate decided on
+                            "look_alpha": (rec.get("dev_look") or {}).get("alpha"),
+                            "ci_level": round_ci_level(rec) if g else None})
         for name in ("plan.json", "diagnosis.json", "validation.json", "repair.json", "repair_items.csv", "gate.json",
                      "gate_items.csv", "dev_base.csv", "dev_cand.csv", "findings.csv", "round.json"):
             if (rd / name).exists():
@@ -349,14 +419,13 @@ class CampaignTracker:
         if (rd / "train" / "traces.parquet").exists():
             self.client.log_artifact(rid, str(rd / "train" / "traces.parquet"), "traces")
         evals = json.loads((rd / "evals.json").read_text()) if (rd / "evals.json").exists() else []
-        self._evals(rid, evals)
+        self._evals(rid, evals, f"r{n} ")
         self._metrics(rid, {k: sum(ev["summary"].get(k, 0) for ev in evals) for k in ("tokens_in", "tokens_out")})
         cited = self._log_traces(rid, rd, n)
         if cited:
             self.client.set_tag(rid, "mlflow.note.content", describe_round(rec) + "\n\n" + self._cited_links(rd, cited))
         self._campaign_step(rec)
         self.client.set_terminated(rid)
-        atomic_write_json(logged, {"run_id": rid})
         return rid
 
     def _campaign_step(self, rec: dict[str, Any]) -> None:
@@ -374,11 +443,16 @@ class CampaignTracker:
         log = self.out / "lineage" / "lineage.jsonl"
         return [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
 
-    def _evals(self, parent: str, evals: list[dict]) -> None:
+    def _evals(self, parent: str, evals: list[dict], prefix: str = "") -> None:
         for ev in evals:
-            run = self.client.create_run(self.experiment_id, run_name=f"eval {ev['split']} {ev['arm']}", tags={
-                "mlflow.parentRunId": parent, "ratchet.kind": "evaluation", "ratchet.arm": ev["arm"],
-                "ratchet.split": ev["split"], "ratchet.package_digest": ev["package_digest"]})
+            # a sequential gate evaluates each arm once per look: the look number tells the runs apart
+            look = f" look {ev['look']}" if ev.get("look") is not None else ""
+            reused = f" (= {ev['reused']})" if ev.get("reused") else ""
+            run = self.client.create_run(self.experiment_id, run_name=f"{prefix}{ev['split']} {ev['arm']}{look}{reused}",
+                                         tags={"mlflow.parentRunId": parent, "ratchet.kind": "evaluation",
+                                               "ratchet.arm": ev["arm"], "ratchet.split": ev["split"],
+                                               "ratchet.look": str(ev.get("look", "")),
+                                               "ratchet.package_digest": ev["package_digest"]})
             self._metrics(run.info.run_id, ev["summary"])
             self.client.set_terminated(run.info.run_id)
 
@@ -529,7 +603,7 @@ class CampaignTracker:
         from mlflow.entities import LoggedModelStatus
         from mlflow.exceptions import MlflowException
 
-        name = registered_name(self.name)
+        name = self.model_name
         try:
             self.client.get_registered_model(name)
         except MlflowException:
@@ -567,7 +641,7 @@ class CampaignTracker:
             desc = (f"{child['version']} (`{d[:12]}`) of campaign `{self.name}`. " + (
                 f"Promoted in round {rec['round']} from {parent.get('version')} ([version {parent_mv.version}]"
                 f"(#/models/{name}/versions/{parent_mv.version}) of this model, a link to walk the lineage): "
-                f"{rec.get('summary', '')}; dev net {g['net']:+.3f}, 95% CI [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]."
+                f"{rec.get('summary', '')}; dev net {g['net']:+.3f}, {ci_text(rec)}."
                 if rec["verdict"] == "accept" and parent_mv is not None and g else "The campaign's starting package.")
                 + f" Logged model: [{lm.name}](#/experiments/{self.experiment_id}/models/{lm.model_id}) (its knobs, "
                 "gate figures and files).")
@@ -582,6 +656,34 @@ class CampaignTracker:
             by_version[child["version"]] = last = mv
         if last is not None:
             self.client.set_registered_model_alias(name, "champion", last.version)
+
+    def links(self, ui: str | None = None) -> dict[str, str]:
+        """Direct addresses in the MLflow UI (the tracking server's own, else `ratchet ui`'s default address): the
+        rounds side by side, the champion's registered version, and one cited trace (the first round's that has one)."""
+        from urllib.parse import quote
+
+        if ui is None:
+            ui = self.uri.rstrip("/") if str(self.uri or "").startswith("http") else "http://127.0.0.1:5000"
+
+        rounds = [r for _, r in sorted(self._round_runs().items())]
+        exp = json.dumps([self.experiment_id])
+        out = {"campaign": f"{ui}/#/experiments/{self.experiment_id}/runs/{self.run_id}"}
+        if rounds:
+            ids = json.dumps([r.info.run_id for r in rounds], separators=(",", ":"))
+            out["rounds"] = f"{ui}/#/compare-runs?runs={quote(ids)}&experiments={quote(exp)}"
+        try:
+            champ = self.client.get_model_version_by_alias(self.model_name, "champion")
+            out["champion"] = f"{ui}/#/models/{quote(self.model_name)}/versions/{champ.version}"
+        except Exception:  # no version registered (a campaign stopped before certification)
+            pass
+        for r in rounds:
+            traces = self.client.search_traces(locations=[self.experiment_id], run_id=r.info.run_id,
+                                               include_spans=False, max_results=1)
+            if traces:
+                out["trace"] = (f"{ui}/#/experiments/{self.experiment_id}/traces?"
+                                f"selectedEvaluationId={traces[0].info.trace_id}")
+                break
+        return out
 
     def _model_metrics(self, model_id: str, round_run_id: str) -> None:
         """The logged model's metrics: its round's gate figures, the very points the round run holds (same key,
