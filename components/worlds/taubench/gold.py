@@ -7,9 +7,9 @@ not a model: it knows the task from the scripted user's first message (unique pe
 
 Mutations, each a deterministic edit of the gold plan: `drop_write` leaves out the first gold write; `change_arg` changes
 the last argument of the first gold write (a string gets "-x" appended, a number +1, a list loses its last element);
-`extra_write` adds, after the gold actions, the first write of the nearest following task (in benchmark order) whose
-target the gold writes do not touch. A plan a mutation cannot edit (no gold write) is replayed unchanged, and
-`applies(...)` says so.
+`extra_write` adds, after the gold actions, an unrequested write on the customer's account that tau2 carries out for
+any existing customer (`EXTRA`: retail changes the account address, airline sends a certificate). A plan that
+`drop_write` or `change_arg` cannot edit (no gold write) is not played: `plan` returns None for it.
 """
 
 from __future__ import annotations
@@ -32,13 +32,24 @@ class Mutation(str, Enum):
     extra_write = "extra_write"
 
 
+# the `extra_write` mutation's write, given the customer's user id: one tau2 refuses only for an unknown user
+EXTRA = {
+    "retail": lambda user: ("modify_user_address", {"user_id": user, "address1": "1 Extra Street", "address2": "",
+                                                    "city": "Springfield", "state": "IL", "country": "USA",
+                                                    "zip": "62701"}),
+    "airline": lambda user: ("send_certificate", {"user_id": user, "amount": 100}),
+}
+
+
 @lru_cache(maxsize=4)
-def _plans(root: str, digest: str) -> dict[str, tuple[str, list[tuple[str, dict]], list[str], str]]:
-    """First message -> (task id, gold actions, communicate_info, world) for every task of the benchmark."""
+def _plans(root: str, digest: str) -> dict[str, tuple[str, list[tuple[str, dict]], list[str], str, str]]:
+    """First message -> (task id, gold actions, communicate_info, world, customer) for every task of the benchmark;
+    the customer is the user id the gold actions name, else the database's first user."""
     from components.worlds import load_benchmark
     from components.worlds.taubench.world import CRITERION
 
     bench = load_benchmark(root)
+    anyone = next(iter(bench.db.get("users") or {}), "")
     out: dict = {}
     for t in bench.tasks.values():
         crit = next(c for c in t.rubric if c.check == CRITERION)
@@ -46,14 +57,9 @@ def _plans(root: str, digest: str) -> dict[str, tuple[str, list[tuple[str, dict]
         actions = [(a["name"], dict(a.get("arguments") or {})) for a in ec.get("actions") or []]
         if t.first_message in out:
             raise ModelError(f"gold: two tasks open with the same message ({out[t.first_message][0]}, {t.id})")
-        out[t.first_message] = (t.id, actions, list(ec.get("communicate_info") or []), bench.world)
+        out[t.first_message] = (t.id, actions, list(ec.get("communicate_info") or []), bench.world,
+                                t.user_id or anyone)
     return out
-
-
-def _writes(world: str) -> dict[str, list[str]]:
-    from components.worlds.taubench import DOMAINS, TARGETS
-
-    return TARGETS[DOMAINS[world]]
 
 
 def _changed(v):
@@ -68,34 +74,26 @@ def _changed(v):
     return None
 
 
-def mutate(plan: list[tuple[str, dict]], mutation: Mutation | None, world: str, task_id: str,
-           others: list[tuple[str, list[tuple[str, dict]]]]) -> list[tuple[str, dict]] | None:
+def mutate(plan: list[tuple[str, dict]], mutation: Mutation | None, world: str, user: str
+           ) -> list[tuple[str, dict]] | None:
     """The gold plan under `mutation`; None when the mutation does not apply to this plan."""
+    from components.worlds.taubench import DOMAINS, TARGETS
+
     if mutation is None:
         return list(plan)
-    writes = _writes(world)
+    if mutation is Mutation.extra_write:
+        return list(plan) + [EXTRA[DOMAINS[world]](user)]
+    writes = TARGETS[DOMAINS[world]]
     first = next((i for i, (name, _) in enumerate(plan) if name in writes), None)
+    if first is None:
+        return None
     if mutation is Mutation.drop_write:
-        return None if first is None else plan[:first] + plan[first + 1:]
-    if mutation is Mutation.change_arg:
-        if first is None or not plan[first][1]:
-            return None
-        name, args = plan[first]
-        key = list(args)[-1]
-        new = _changed(args[key])
-        if new is None:
-            return None
-        return plan[:first] + [(name, {**args, key: new})] + plan[first + 1:]
-    touched = {(n, json.dumps({k: a[k] for k in writes[n]}, sort_keys=True)) for n, a in plan if n in writes}
-    ids = [tid for tid, _ in others]
-    start = ids.index(task_id) + 1 if task_id in ids else 0
-    for tid, other in others[start:] + others[:start]:
-        if tid == task_id:
-            continue
-        w = next(((n, a) for n, a in other if n in writes), None)
-        if w and writes[w[0]] and (w[0], json.dumps({k: w[1][k] for k in writes[w[0]]}, sort_keys=True)) not in touched:
-            return list(plan) + [w]
-    return None
+        return plan[:first] + plan[first + 1:]
+    name, args = plan[first]
+    new = _changed(args[list(args)[-1]]) if args else None
+    if new is None:
+        return None
+    return plan[:first] + [(name, {**args, list(args)[-1]: new})] + plan[first + 1:]
 
 
 class GoldAgent:
@@ -112,9 +110,8 @@ class GoldAgent:
         plans = _plans(self.root, self.digest)
         if first_message not in plans:
             raise ModelError("gold: the first user message is no task's of this benchmark", "malformed")
-        task_id, actions, communicate, world = plans[first_message]
-        others = [(tid, acts) for tid, acts, _, _ in plans.values()]
-        return task_id, mutate(actions, self.mutation, world, task_id, others), communicate
+        task_id, actions, communicate, world, user = plans[first_message]
+        return task_id, mutate(actions, self.mutation, world, user), communicate
 
     def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
                  json_mode: bool | dict = False) -> ChatResult:
