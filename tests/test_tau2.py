@@ -211,7 +211,7 @@ def test_the_llm_user_speaks_from_tau2s_prompt_with_flipped_roles_and_stops_on_i
     assert [m["role"] for m in msgs[1:]] == ["user", "assistant", "user", "assistant", "user"]
 
 
-def test_the_user_model_is_configured_like_an_openai_model_and_a_bad_one_is_one_line(benches, monkeypatch):
+def test_the_user_model_is_configured_like_an_openai_model_and_a_bad_one_is_one_line(benches, monkeypatch, tmp_path):
     from components.errors import InputError
     from components.models.openai_chat import OpenAIChat
     from components.worlds import world
@@ -227,6 +227,14 @@ def test_the_user_model_is_configured_like_an_openai_model_and_a_bad_one_is_one_
     user = make_user(env.tau_task, task.first_message)  # its first line is asked for only by `first_message()`
     assert isinstance(user, LLMUser) and isinstance(user.model, OpenAIChat) and not user.calls
     assert (user.model.name, user.model.temperature) == ("user-model", 0.7)  # its own, not the agent's
+    # a reply store answers a request it has seen, as for the agent: the second episode's first line costs no call
+    monkeypatch.setenv(ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", model: m, reply_store: "%s"}' % (tmp_path / "u.db"))
+    first = make_user(env.tau_task, task.first_message)
+    first.model.cached.model = _Scripted(["Hello, I need help with a reservation."])
+    assert first.first() == "Hello, I need help with a reservation."
+    again = make_user(env.tau_task, task.first_message)
+    again.model.cached.model = _Scripted([])  # would fail if asked
+    assert again.first() == "Hello, I need help with a reservation." and again.model.cached.hits == 1
     monkeypatch.setenv(ENV_VAR, '{base_url: "not a url"}')
     with pytest.raises(InputError, match="base_url"):
         make_user(env.tau_task, task.first_message)

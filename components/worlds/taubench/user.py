@@ -10,7 +10,8 @@ own (`tau2/user/user_simulator.py`'s SYSTEM_PROMPT over `simulation_guidelines.m
 conversation is shown with the roles flipped as tau2 does, and the agent opens with tau2's greeting. A reply holding
 one of tau2's stop tokens (###STOP###, ###TRANSFER###, ###OUT-OF-SCOPE###) ends the call. A `confirm` is put to it as
 the agent's question, and its answer is asked for under the JSON schema {"confirmed": boolean}. Every call it makes
-is kept in `calls` (request, reply, usage): the episode's record of what the user model was asked and said.
+is kept in `calls` (request, reply, usage); with `reply_store: <path>` among the options and temperature 0, its replies
+go through a reply store like the agent's (a request seen before is answered from it).
 """
 
 from __future__ import annotations
@@ -148,12 +149,36 @@ def user_model_config() -> dict | None:
     return cfg
 
 
+class _StoredUser:
+    """The user model behind a reply store (`reply_store` in RATCHET_TAU2_USER): a request seen before is answered
+    from the store, as the agent's are (`components.models.callcache`); written through after every call, since an
+    episode's environment has no end of its own to flush at."""
+
+    def __init__(self, model, path: str, cfg: dict):
+        from components.models.callcache import CachedModel, CallStore
+
+        self.cached = CachedModel(model, CallStore(path), {"model": "tau2-user", "cfg": cfg})
+        self.name = model.name
+
+    def complete(self, messages, *, tools, seed, json_mode=False):
+        try:
+            return self.cached.complete(messages, tools=tools, seed=seed, json_mode=json_mode)
+        finally:
+            self.cached.store.flush()
+
+
 def make_user(task, first: str):
     cfg = user_model_config()
     if cfg is None:
         return ScriptedUser(task, first)
     from components.models import make_model
+    from components.models.callcache import deterministic
 
+    store = cfg.pop("reply_store", None)
+    if store is not None and not isinstance(store, str):
+        raise InputError(f"{ENV_VAR}: reply_store: must be a file path")
     model = make_model("openai", cfg)  # typed options: a bad key or value is one clear line
+    if store and deterministic("openai", cfg):  # a sampled user's replies must not be pinned
+        model = _StoredUser(model, store, cfg)
     seed = int(hashlib.sha256(f"tau2-user#{task.id}".encode()).hexdigest()[:8], 16)
     return LLMUser(task, model, seed)
