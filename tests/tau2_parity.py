@@ -61,7 +61,6 @@ def native_reward(domain: str, env, port) -> float:
     environment's own `get_response` (not by Ratchet's receipts), graded by tau2's `evaluate_simulation`."""
     from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
     from tau2.data_model.simulation import SimulationRun, TerminationReason
-    from tau2.domains.retail.environment import get_environment as retail_env  # noqa: F401 - imported by registry too
 
     evaluate_simulation, EvaluationType = tau2_evaluate_simulation()
     from importlib import import_module

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from components.runtime.types import Receipt, ToolCall, Turn
 from components.worlds.base import Benchmark, BenchmarkError, Criterion, Score, Task, system_preamble, write_benchmark
-from components.worlds.taubench import DOMAINS, TARGETS, TAU2_DIST, TAU2_VERSION
+from components.worlds.taubench import TARGETS, TAU2_DIST, TAU2_VERSION
 
 CRITERION = "tau2_reward"  # the rubric's one criterion: its args hold tau2's task
 VERSION = 1
@@ -93,9 +93,9 @@ def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_fam
         basis = set(crit.reward_basis) if crit is not None else set()
         if RewardType.NL_ASSERTION in basis:  # graded by an LLM judge in tau2: not a deterministic reward
             raise BenchmarkError(f"tau2 {domain} tasks.json: task {tt.id}: reward_basis: NL_ASSERTION needs an LLM judge")
-        writes = [a for a in (crit.actions or [])] if crit is not None else []
-        writes = [a for a in writes if a.name in TARGETS[domain]]
-        user = next((a.arguments["user_id"] for a in (crit.actions or []) if "user_id" in a.arguments), "") if crit else ""
+        actions = (crit.actions or []) if crit is not None else []
+        writes = [a for a in actions if a.name in TARGETS[domain]]
+        user = next((a.arguments["user_id"] for a in actions if "user_id" in a.arguments), "")  # for leakage checks
         tasks.append(Task(
             id=_task_ref(domain, tt.id), family=writes[0].name if writes else "no_write", user_id=user,
             first_message=first_message(tt), requests=[{"tool": a.name, "args": a.arguments} for a in writes],
