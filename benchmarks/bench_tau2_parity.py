@@ -1,7 +1,8 @@
 """The gold parity table: Ratchet's score of tau2's gold actions (and of three mutations of them), replayed through
 Ratchet's kernel and port, against tau2's own `evaluate_simulation` run natively on the same messages.
 
-    python benchmarks/bench_tau2_parity.py [--worlds tau2-retail,tau2-airline] [--mutations drop_write,...]
+    python benchmarks/bench_tau2_parity.py [--worlds tau2-retail,tau2-airline] [--variants gold,drop_write,...]
+                                           [--splits train,dev,test]
 
 Needs the `tau2` extra. Rows: world, split, variant (gold or a mutation); columns: tasks the variant applies to,
 agreement with tau2 (must be 100%), and how many score 1.0 (gold: all but the tasks named below the table, whose gold
@@ -30,18 +31,21 @@ from tests.tau2_parity import MUTATIONS, parity_rows  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worlds", default=",".join(DOMAINS))
-    ap.add_argument("--mutations", default=",".join(MUTATIONS))
+    ap.add_argument("--variants", default=",".join(("gold", *MUTATIONS)), help="gold and/or mutations")
+    ap.add_argument("--splits", default="train,dev,test")
+    ap.add_argument("--no-header", action="store_true", help="rows only (to join the output of several runs)")
     args = ap.parse_args()
-    variants = [None, *[m for m in args.mutations.split(",") if m]]
-    print("| world | split | variant | tasks | agree with tau2 | score 1.0 |")
-    print("|---|---|---|---|---|---|")
+    variants = [None if v == "gold" else v for v in args.variants.split(",") if v]
+    if not args.no_header:
+        print("| world | split | variant | tasks | agree with tau2 | score 1.0 |")
+        print("|---|---|---|---|---|---|")
     notes = []
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.worlds.split(","):
             bench = load_benchmark(world(name).materialize(Path(tmp) / name, 0))
             for variant in variants:
-                for split in ("train", "dev", "test"):
+                for split in args.splits.split(","):
                     rows = parity_rows(bench, DOMAINS[name], variant, bench.ids(split))
                     agree = sum(a == b for _, a, b in rows)
                     ones = [i for i, a, _ in rows if a >= 1.0]

@@ -91,7 +91,7 @@ def _spec(name: str) -> WorldSpec:
     from components.worlds import PACKAGES
 
     return WorldSpec(name, materialize, make_env, Tau2Competence(frozenset(TARGETS[domain])),
-                     {"none": PACKAGES / "none"})
+                     {name: PACKAGES / name for name in ("none", "seed")})  # world-neutral: no cards
 
 
 def retail() -> WorldSpec:
