@@ -200,7 +200,7 @@ def eval_cmd(
     split: Annotated[str, typer.Option()] = "dev",
     seeds: Annotated[int, typer.Option(help="seeds per item (0..N-1)")] = 3,
     out_dir: Annotated[Path, typer.Option("--out")] = Path("runs/eval"),
-    model: Annotated[str, typer.Option(help="sim | openai | local")] = "sim",
+    model: Annotated[str, typer.Option(help="sim | openai | local | gold (tau2 worlds)")] = "sim",
     base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
     model_name: Annotated[Optional[str], typer.Option(help="model name sent to the endpoint")] = None,
     items: Annotated[Optional[str], typer.Option(help="comma-separated item ids (default: the whole split)")] = None,
@@ -229,7 +229,7 @@ def eval_cmd(
     from components.runtime.journal import PARTIAL, TRANSPORT, Journal, journal_key
     from components.memory import load_package
     from components.models.counterfactual import causes_table
-    from components.runtime.evaluate import error_kinds, run_shard, seed_map_hash, summary, write_eval
+    from components.runtime.evaluate import error_kinds, pass_hat_k, run_shard, seed_map_hash, summary, write_eval
     from components.worlds import load_benchmark
 
     if seeds < 1:
@@ -257,6 +257,8 @@ def eval_cmd(
         raise InputError(f"--items: unknown item ids: {', '.join(unknown[:5])}")
     cfg = _model_cfg(model, base_url, model_name, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
                      temperature=temperature, tool_choice=tool_choice, json_actions=json_actions, headers=header)
+    if model == "gold":  # tau2's gold replay plays the benchmark it is evaluated on
+        cfg = {"benchmark": str(benchmark)}
     seed_list = list(range(seeds))
     journal = None
     if model != "sim":  # a served model's episode costs seconds to minutes: each is kept as it ends (the sim's not)
@@ -287,6 +289,9 @@ def eval_cmd(
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
               f"{s['episodes']} episodes, {s['errors']} errors{f' ({kinds})' if kinds else ''}, "
               f"tokens {s['tokens_in']}/{s['tokens_out']}", highlight=False)
+    if seeds > 1:  # pass^k: all k of a task's trials succeed, averaged over tasks (beside the mean, as leaderboards report)
+        ks = pass_hat_k(t.scores)
+        out.print(f"pass^k on {split}: " + ", ".join(f"k={k} {v:.3f}" for k, v in ks.items()), highlight=False)
     out.print(f"wrote {out_dir}/scores.csv, traces.parquet")
     if s["episodes"] and s["errors"] == s["episodes"]:  # nothing behind the numbers: not a success
         first = t.scores["error"].fillna("").astype(str)

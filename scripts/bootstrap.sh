@@ -19,11 +19,25 @@ if [ -f "$stamp" ] && [ "$(head -n 1 "$stamp")" = "$want" ]; then
   have="${have:-test}"  # a stamp of the hash alone was written by an install of `.[test]`
 fi
 missing="$(tr ',' '\n' <<<"$extras" | grep -vxF -f <(printf '%s\n' "$have") || true)"
+# an extra's requirements that install without their own dependencies (pyproject.toml [tool.ratchet.no-deps])
+install_no_deps() {
+  local reqs
+  reqs="$(.venv/bin/python - "$extras" <<'PY'
+import sys, tomllib
+table = tomllib.load(open("pyproject.toml", "rb")).get("tool", {}).get("ratchet", {}).get("no-deps", {})
+print(" ".join(r for extra in sys.argv[1].split(",") for r in table.get(extra, [])))
+PY
+)"
+  if [ -n "$reqs" ]; then
+    .venv/bin/python -m pip install --disable-pip-version-check --no-deps $reqs
+  fi
+}
 if [ -z "$have" ] || [ -n "$missing" ]; then
   echo "installing Ratchet and its pinned dependencies into .venv (about a minute, once)..." >&2
   log=.venv/install.log
   if ! { .venv/bin/python -m pip install --disable-pip-version-check --upgrade pip &&
-         .venv/bin/python -m pip install --disable-pip-version-check -e ".[$extras]"; } >"$log" 2>&1; then
+         .venv/bin/python -m pip install --disable-pip-version-check -e ".[$extras]" &&
+         install_no_deps; } >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     echo "installation failed; the whole log is in $log" >&2
     exit 1

@@ -1,6 +1,6 @@
 """Model backends behind one chat interface, registered by name with typed options:
-`sim` (the embedded simulated agent), `openai` (any OpenAI-compatible server) and `local` (the small model
-that `ratchet serve-local` serves on loopback)."""
+`sim` (the embedded simulated agent), `openai` (any OpenAI-compatible server), `local` (the small model
+that `ratchet serve-local` serves on loopback) and `gold` (tau2's gold actions replayed, for the parity check)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,15 @@ def local(*, base_url: HttpURL = f"http://127.0.0.1:{LOCAL_PORT}/v1", model: str
     return OpenAIChat(base_url=base_url, model=model, timeout=timeout, max_retries=max_retries, backoff=backoff,
                       temperature=temperature, max_tokens=max_tokens, tool_choice=tool_choice, headers=headers,
                       json_actions=json_actions, schema_format=schema_format)
+
+
+@MODELS.register("gold")
+def gold(*, benchmark: str, mutation: Literal["drop_write", "change_arg", "extra_write"] | None = None):
+    """Replays each tau2 task's gold actions and says its communicate_info (`components.worlds.taubench.gold`): the
+    instrument of the parity check against tau2's grader. `benchmark`: the tau2 benchmark directory it plays."""
+    from components.worlds.taubench.gold import GoldAgent, Mutation
+
+    return GoldAgent(benchmark, Mutation(mutation) if mutation else None)
 
 
 def make_model(name: str, cfg: dict[str, Any] | None = None) -> ChatModel:

@@ -204,3 +204,21 @@ def summary(scores: pd.DataFrame) -> dict[str, float]:
         "tool_calls": int(scores["tool_calls"].sum()) if len(scores) else 0,
         **{f"errors_{k}": n for k, n in error_kinds(scores).items()},
     }
+
+
+def pass_hat_k(scores: pd.DataFrame, per_item: bool = False) -> dict:
+    """pass^k for k = 1..n (the consistency measure benchmark leaderboards report): for each item with n episodes of which c succeeded,
+    C(c, k) / C(n, k), the chance that k episodes drawn without replacement all succeed; averaged over items. Items
+    with fewer than k episodes do not count at k. `per_item`: {item: {k: value}} instead of the average."""
+    from math import comb
+
+    if not len(scores):
+        return {}
+    counts = scores.groupby("item_id")["success"].agg(["size", "sum"])
+    items = {str(i): {k: comb(int(c), k) / comb(int(n), k) for k in range(1, int(n) + 1)}
+             for i, (n, c) in counts.iterrows()}
+    if per_item:
+        return items
+    top = max(len(v) for v in items.values())
+    return {k: float(sum(v[k] for v in items.values() if k in v) / sum(1 for v in items.values() if k in v))
+            for k in range(1, top + 1)}

