@@ -103,6 +103,15 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
                                            cfg={"max_per_episode": max_per_episode})]
     # E: one card per write (`tool_card_id`), from the rule texts the refusal receipts carry, plus the tools
     # successful episodes called before that write (never ids or values), triggered where the write is intended
+    if p.owner == "E" and (p.kind in OUTCOME_KINDS or (p.rule_id and not p.detail.strip())):
+        # a wrong value the gold shows, or a coded refusal (no statement to copy): infer the rule from outcomes
+        inferred = _inferred_card(p, ctx)
+        if inferred is None:
+            return None
+        card_id, ops, fields, items = inferred
+        return Plan(owner="E", cluster=p.id, summary=f"E: card {card_id} on {p.tool} (inferred: {', '.join(fields)})",
+                    rationale=p.claims[0].statement, evidence=p.citations(), operations=[*ops, *wiring],
+                    mechanism=f"deliver:{card_id}@", source_items=items[:max_source_items])
     merged = _write_card(p, ctx) if p.rule_id and p.detail.strip() else None
     if merged is not None:  # a rule no card about its write states yet: the knowledge is missing, whatever the kind
         card_id, ops, rules_in, items = merged
@@ -227,6 +236,59 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
     ops: list = [RemoveCard(op="remove_card", path=old.path)] if old else []
     ops.append(AddCard(op="add_card", path=path, meta=meta, body="\n\n".join(paras)))
     return card_id, ops, rules_in, items
+
+
+OUTCOME_KINDS = ("wrong_value", "ineffective_card")  # E findings whose fix is a rule the outcomes must show
+
+
+def outcome_inferences(ctx: PlanContext, tool: str) -> list:
+    """The inference for every field of `tool` the train episodes got wrong (components/evolution/infer.py), from
+    the working base's train traces and the train items' gold; memoized per context."""
+    from components.evolution.infer import infer_tool
+    from components.worlds.base import train_gold
+
+    memo = ctx.__dict__.setdefault("_inferences", {})
+    if tool not in memo:
+        gold = train_gold(ctx.bench) if hasattr(ctx.bench, "splits") else {}
+        episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in ctx.traces.groupby("episode_id")} \
+            if gold and len(ctx.traces) else {}
+        memo[tool] = infer_tool(tool, episodes, gold, ctx.bench.write_tools, ctx.bench.targets) if episodes else []
+    return memo[tool]
+
+
+def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[str], list[str]] | None:
+    """The write's card with the rules inferred from outcomes added (one item per field, the form of
+    `components.worlds.outcome_rules`), or None when no field has a rule that passed its check, or every one is
+    already on the card. Rules whose text holds task data are left out (validation would refuse the card)."""
+    from components.worlds import outcome_rules as O
+
+    pkg, tool = ctx.package, p.tool
+    card_id = tool_card_id(tool)
+    old = pkg.cards.get(card_id)
+    have = O.parse(old.body, tool) if old else {}
+    leaks = [t.lower() for t in _leak_tokens(ctx.bench)]
+    new = {}
+    for inf in outcome_inferences(ctx, tool):
+        if inf.rule is None or have.get(inf.field) == inf.rule:
+            continue
+        text = O.render(tool, inf.rule).lower()
+        if any(t in text for t in leaks):
+            continue
+        new[inf.field] = inf.rule
+    if not new:
+        return None
+    rules = {**have, **new}
+    kept = [para for para in old.body.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)
+            and O.MARK not in para] if old else []
+    paras = kept + ["\n".join(O.render(tool, rules[f]) for f in sorted(rules))]
+    before = _calls_before(ctx, tool)
+    if before:
+        paras.append(CALLS_BEFORE + tool + "` were: " + ", ".join(f"`{t}`" for t in before) + ".")
+    meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": tool},
+            "source": f"diagnosis {p.id}: outcomes of {tool} on field(s) {', '.join(sorted(new))}"}
+    ops: list = [RemoveCard(op="remove_card", path=old.path)] if old else []
+    ops.append(AddCard(op="add_card", path=f"em/procedure/{card_id}.md", meta=meta, body="\n\n".join(paras)))
+    return card_id, ops, sorted(new), list(p.items)
 
 
 def _findings(ctx: PlanContext, p: EvidencePacket) -> list[dict]:
@@ -360,6 +422,10 @@ def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None,
     ]
     if ctx.memory:  # earlier campaigns' verdicts, contested evidence, open questions: budgeted, with node ids
         head += ["## Campaign memory (evidence graph projection)", json.dumps(ctx.memory, separators=(",", ":"))]
+    diffs = _outcome_projection(ctx, packets)
+    if diffs:  # the same diffs the rules meta-agent infers from: agent value against gold value, per field
+        head += ["## Outcome diffs (train episodes against their gold; the rule inferred per field, or why none)",
+                 json.dumps(diffs, separators=(",", ":"), default=str)]
     used = sum(len(x) + 2 for x in head) + len(LLM_INSTRUCTIONS)
     ranked = sorted(packets, key=lambda p: (-len(p.episodes), p.id))[:max_packets]
     shown: list[str] = []
@@ -380,6 +446,18 @@ def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None,
     body = [f"## Diagnosis packets (largest first; {len(shown)} of {len(packets)} patchable shown)", "\n".join(shown),
             "## Package", listing]
     return "\n\n".join([*head[:4], *body, *head[4:]])
+
+
+def _outcome_projection(ctx: PlanContext, packets: list[EvidencePacket], max_tools: int = 4) -> list[dict]:
+    from components.worlds.outcome_rules import render
+
+    tools = []
+    for p in sorted(packets, key=lambda p: (-len(p.episodes), p.id)):
+        if p.owner == "E" and (p.kind in OUTCOME_KINDS or (p.rule_id and not p.detail.strip())) and p.tool not in tools:
+            tools.append(p.tool)
+    return [{"tool": t, "field": i.field, "wrong_rows": i.wrong, "examples": i.examples[:3],
+             "rule": render(t, i.rule) if i.rule else None, "why": i.why}
+            for t in tools[:max_tools] for i in outcome_inferences(ctx, t)]
 
 
 def _packet_json(p: EvidencePacket, full: bool) -> str:

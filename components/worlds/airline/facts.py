@@ -45,8 +45,10 @@ The grammar (anything else is ignored, as if the card were not there):
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from components.worlds.grammar import NEGATION, Fact, clauses, first, negated, on_tool
+from components.worlds.outcome_rules import ends, with_outcomes
 from components.worlds.grammar import facts_read as read_all
 
 NUMBER_WORDS = {"no": 0, "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4}
@@ -258,6 +260,46 @@ FACTS: tuple[Fact, ...] = (
          "- `update_passenger_name` takes names in upper case, exactly as printed on the passport.", _read_upper),
 )
 
+
+
+# -- the same rules inferred from outcomes (components/worlds/outcome_rules.py): what such a card instructs ---------------
+
+def _refund(part: str):
+    """`refund_to`: equal to the reservation's method (original) when it is not a basic fare; a basic fare's constant
+    'travel_credit' (the condition on the fare)."""
+
+    def value(rules: dict):
+        r = rules.get("refund_to")
+        if r is None:
+            return None
+        orig = any(t.kind == "equal" and ends(t.path, "get_reservation_details.payment_method_id") for t in r.terms())
+        if part == "original":
+            return "original" if orig else None
+        basic = r.cond is not None and r.cond.op == "is" and ends(r.cond.path, ".fare") and r.cond.value == "basic"
+        return "travel_credit" if basic and r.then.kind == "const" and r.then.value == "travel_credit" else None
+
+    return value
+
+
+def _form(rules: dict):
+    r = rules.get("form")
+    return r.then.value if r is not None and r.cond is None and r.then.kind == "const" \
+        and r.then.value in ("certificate", "cash") else None
+
+
+def _upgrade(rules: dict):
+    r = rules.get("payment_method_id")
+    return "credit_card" if r is not None and r.cond is None and r.then.kind == "equal" \
+        and ends(r.then.path, "[kind=credit_card].id") else None
+
+
+OUTCOME_VALUES = {"refund_original": _refund("original"), "basic_credit": _refund("basic"), "comp_form": _form,
+                  "upgrade_payment": _upgrade}
+# the change fee (a table by fare, doubled in a window), the bag allowance and fee (tier, fare and passengers), the
+# compensation (bands, doubled for gold) and the upper-case name take more than one condition or a transformation:
+# no inferred form states them
+FACTS = tuple(replace(f, read=with_outcomes(f.read, f.tool, OUTCOME_VALUES[f.id])) if f.id in OUTCOME_VALUES else f
+              for f in FACTS)
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
 BY_TOOL: dict[str, tuple[Fact, ...]] = on_tool(FACTS)
 STATED = tuple(f for f in FACTS if f.stated)
