@@ -47,7 +47,7 @@ class Diff:
 def same_value(a: Any, b: Any) -> bool:
     """Equal as a database would hold them: numbers to the cent, lists of ids in any order, else exactly."""
     if isinstance(a, bool) or isinstance(b, bool):
-        return a == b
+        return type(a) is type(b) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return abs(float(a) - float(b)) < AMOUNT_TOL
     if isinstance(a, list) and isinstance(b, list):
