@@ -341,8 +341,25 @@ def _gap(rule: FieldRule, rows: list[Row]) -> tuple[float, float] | None:
 def infer_tool(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
                write_tools: frozenset[str], targets: Targets | None = None) -> list[Inference]:
     """One inference per field of the tool's gold that some episode got wrong (identifying args excluded)."""
-    rows = rows_for(tool, episodes, gold, write_tools, targets)
+    return infer_rows(tool, rows_for(tool, episodes, gold, write_tools, targets), targets)
+
+
+def infer_rows(tool: str, rows: list[Row], targets: Targets | None = None) -> list[Inference]:
     ident = {k for r in rows for k, _v in _ident(tool, r.gold, targets)}
     fields = sorted({f for r in rows if r.agent is not None for f in r.gold
                      if f not in ident and not same_value(r.agent.get(f), r.gold[f])})
     return [infer_field(rows, f) for f in fields]
+
+
+def fixable(rows: list[Row], infs: list[Inference]) -> int:
+    """Attempts that the inferred rules would make right: every field the agent got wrong has a rule that gives its
+    gold value there (what a card of these rules could fix, at most; a field without a rule keeps it wrong)."""
+    rules = {i.field: i.rule for i in infs if i.rule is not None}
+    n = 0
+    for r in rows:
+        if r.agent is None:
+            continue
+        wrong = [f for f in r.gold if f in {i.field for i in infs} and not same_value(r.agent.get(f), r.gold[f])]
+        if wrong and all(f in rules and holds(rules[f], r) for f in wrong):
+            n += 1
+    return n

@@ -72,7 +72,7 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
         # findings whose change another campaign's gate accepted (campaign memory) are planned for first
         helped = {tuple(x) for x in (ctx.memory or {}).get("helped_elsewhere", [])}
         for packet in sorted(ctx.packets, key=lambda p: ((p.owner, p.kind, p.tool, p.rule_id or "") not in helped,
-                                                         LAYER.get(p.owner, 9), -len(p.episodes), p.id)):
+                                                         LAYER.get(p.owner, 9), -_size(p, ctx), p.id)):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
             plan = rules_plan(packet, ctx, max_per_episode, max_source_items)
@@ -103,7 +103,7 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
                                            cfg={"max_per_episode": max_per_episode})]
     # E: one card per write (`tool_card_id`), from the rule texts the refusal receipts carry, plus the tools
     # successful episodes called before that write (never ids or values), triggered where the write is intended
-    if p.owner == "E" and (p.kind in OUTCOME_KINDS or (p.rule_id and not p.detail.strip())):
+    if _from_outcomes(p):
         # a wrong value the gold shows, or a coded refusal (no statement to copy): infer the rule from outcomes
         inferred = _inferred_card(p, ctx)
         if inferred is None:
@@ -241,19 +241,44 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
 OUTCOME_KINDS = ("wrong_value", "ineffective_card")  # E findings whose fix is a rule the outcomes must show
 
 
+def _from_outcomes(p: EvidencePacket) -> bool:
+    """An E cluster only outcomes can fix: a wrong value against the gold (no rule id: no receipt named one), or a
+    coded refusal (a rule id with no statement to copy)."""
+    return p.owner == "E" and ((not p.rule_id and p.kind in OUTCOME_KINDS) or bool(p.rule_id and not p.detail.strip()))
+
+
 def outcome_inferences(ctx: PlanContext, tool: str) -> list:
     """The inference for every field of `tool` the train episodes got wrong (components/evolution/infer.py), from
     the working base's train traces and the train items' gold; memoized per context."""
-    from components.evolution.infer import infer_tool
+    return _inferred(ctx, tool)[0]
+
+
+def _inferred(ctx: PlanContext, tool: str) -> tuple[list, int]:
+    """(the inferences for `tool`, how many train attempts their rules would make right), memoized per context."""
+    from components.evolution.infer import fixable, infer_rows, rows_for
     from components.worlds.base import train_gold
 
     memo = ctx.__dict__.setdefault("_inferences", {})
     if tool not in memo:
-        gold = train_gold(ctx.bench) if hasattr(ctx.bench, "splits") else {}
-        episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in ctx.traces.groupby("episode_id")} \
-            if gold and len(ctx.traces) else {}
-        memo[tool] = infer_tool(tool, episodes, gold, ctx.bench.write_tools, ctx.bench.targets) if episodes else []
+        if "_episodes" not in ctx.__dict__:
+            gold = train_gold(ctx.bench) if hasattr(ctx.bench, "splits") else {}
+            ctx.__dict__["_gold"] = gold
+            ctx.__dict__["_episodes"] = {eid: frame_steps(df.sort_values("step"))
+                                         for eid, df in ctx.traces.groupby("episode_id")} \
+                if gold and len(ctx.traces) else {}
+        rows = rows_for(tool, ctx.__dict__["_episodes"], ctx.__dict__["_gold"], ctx.bench.write_tools,
+                        ctx.bench.targets) if ctx.__dict__["_episodes"] else []
+        infs = infer_rows(tool, rows, ctx.bench.targets)
+        memo[tool] = (infs, fixable(rows, infs))
     return memo[tool]
+
+
+def _size(p: EvidencePacket, ctx: PlanContext) -> int:
+    """A cluster's size for ordering: its episodes; for a wrong value, at most the attempts its inferred rules would
+    make right (a write whose other fields no rule explains gains little from a card of the ones that are)."""
+    if _from_outcomes(p):
+        return min(len(p.episodes), _inferred(ctx, p.tool)[1])
+    return len(p.episodes)
 
 
 def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[str], list[str]] | None:
@@ -453,7 +478,7 @@ def _outcome_projection(ctx: PlanContext, packets: list[EvidencePacket], max_too
 
     tools = []
     for p in sorted(packets, key=lambda p: (-len(p.episodes), p.id)):
-        if p.owner == "E" and (p.kind in OUTCOME_KINDS or (p.rule_id and not p.detail.strip())) and p.tool not in tools:
+        if _from_outcomes(p) and p.tool not in tools:
             tools.append(p.tool)
     return [{"tool": t, "field": i.field, "wrong_rows": i.wrong, "examples": i.examples[:3],
              "rule": render(t, i.rule) if i.rule else None, "why": i.why}
