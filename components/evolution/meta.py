@@ -268,7 +268,7 @@ def _inferred(ctx: PlanContext, tool: str) -> tuple[list, int]:
                 if gold and len(ctx.traces) else {}
         rows = rows_for(tool, ctx.__dict__["_episodes"], ctx.__dict__["_gold"], ctx.bench.write_tools,
                         ctx.bench.targets) if ctx.__dict__["_episodes"] else []
-        infs = infer_rows(tool, rows, ctx.bench.targets)
+        infs = infer_rows(tool, rows, ctx.bench.targets) if rows else []
         memo[tool] = (infs, fixable(rows, infs))
     return memo[tool]
 
