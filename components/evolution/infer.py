@@ -12,14 +12,13 @@ Forms, smallest first (the first that fits the fit half is the rule; none is sea
     share    a fixed factor times one feature (to the cent)
     one_of   a string field that takes two or three values (the allowed set)
     cond     a condition on one feature (a threshold on a number, or a category), each side const/equal/share
-The rule is fitted on the items of one half (a stable hash of the item id) and checked on the other half's items,
-which it never saw: a rule that fits its half but not every check item it can be evaluated on is refused. It never
+The rule is fitted on the items of one half  and checked on the other half's items,
+which it never saw (every other item in sorted order): a rule that fits its half but not every check item it can be evaluated on is refused. It never
 sees a rule's statement: only gold values, the agent's values and what reads returned.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,9 +150,10 @@ def rows_for(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[s
     return rows
 
 
-def fit_half(item: str) -> bool:
-    """A stable half of the items: the fit half (True) or the check half."""
-    return hashlib.sha256(item.encode()).digest()[0] % 2 == 0
+def fit_half(items: list[str]) -> set[str]:
+    """The fit half of the items: every other one in sorted order (stable; balanced across families, whose items
+    sort together); the others are the check half."""
+    return set(sorted(set(items))[::2])
 
 
 # -- the forms -----------------------------------------------------------------------------------------------------
@@ -286,8 +286,9 @@ def infer_field(rows: list[Row], fld: str) -> Inference:
     usable = [r for r in rows if fld in r.gold and r.agent is not None]  # what the agent saw when it wrote
     wrong = [r for r in usable if r.agent is not None and not same_value(r.agent.get(fld), r.gold[fld])]
     examples = [{"item": r.item, "agent": r.agent.get(fld), "gold": r.gold[fld]} for r in wrong[:4]]
-    fit = [r for r in usable if fit_half(r.item)]
-    check = [r for r in usable if not fit_half(r.item)]
+    half = fit_half([r.item for r in usable])
+    fit = [r for r in usable if r.item in half]
+    check = [r for r in usable if r.item not in half]
     out = Inference(fld, None, "", _items(fit), _items(check), len(wrong), examples)
     if out.n_fit < MIN_FIT or out.n_check < MIN_CHECK:
         out.why = f"too few items ({out.n_fit} to fit, {out.n_check} to check; need {MIN_FIT} and {MIN_CHECK})"
