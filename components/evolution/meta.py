@@ -172,7 +172,16 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
     else:
         return None
     return Plan(owner=p.owner, cluster=p.id, summary=summary, rationale=p.claims[0].statement,
-                evidence=p.citations(), operations=ops, mechanism=mechanism, source_items=p.items[:max_source_items])
+                evidence=p.citations(), operations=ops, mechanism=mechanism,
+                source_items=_probe_first(p)[:max_source_items])
+
+
+def _probe_first(p: EvidencePacket) -> list[str]:
+    """The cluster's items, those whose seed-0 episode is in it first: validation's activation probe replays the
+    first source items at seed 0, and a slip drawn at another seed (an unconfirmed write, an early finish) need not
+    recur there, so a checker would be refused as never firing."""
+    at0 = {e.rsplit("#", 1)[0] for e in p.episodes if e.rsplit("#", 1)[-1] == "0"}
+    return sorted(p.items, key=lambda i: (i not in at0, i))
 
 
 CALLS_BEFORE = "In successful episodes, the calls before `"
