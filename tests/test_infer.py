@@ -72,6 +72,27 @@ def test_choice_by_a_category():
                                  Term("equal", None, "r.pm"))
 
 
+def test_two_factors_on_one_amount():
+    """A fee after some days and a bonus on a kind: a base times two factors, each when its condition holds."""
+    def feats(n):
+        return {"r.price": 10.0 + 3.7 * n, "r.days": (n * 11) % 50, "u.kind": ("gift_card", "card", "paypal")[n % 3]}
+
+    def gold(n, f):
+        v = f["r.price"]
+        if f["r.days"] > 30:
+            v = round(v * 0.9 + 1e-9, 2)
+        if f["u.kind"] == "gift_card":
+            v = round(v * 1.05 + 1e-9, 2)
+        return v
+
+    inf = infer_field(rows(gold, feats), "x")
+    assert inf.why == "ok" and inf.rule.then == Term("equal", None, "r.price")
+    assert {(c.path, c.op, k) for c, k in inf.rule.factors} == {("r.days", ">", 0.9), ("u.kind", "is", 1.05)}
+    days = next(c for c, _k in inf.rule.factors if c.path == "r.days")
+    # placed on every row: the largest number of days seen without the fee
+    assert days.value == max(d for d in ((n * 11) % 50 for n in range(len(ITEMS))) if d <= 30)
+
+
 def test_refuses_a_rule_that_fits_but_fails_its_check_items():
     """The gold is a constant on the fit half and something else on the check half: the constant fits the items it
     was fitted on, and the check items it never saw refuse it."""
@@ -115,6 +136,21 @@ def test_card_form_round_trips_and_the_worlds_read_it():
     text = render("cancel_reservation", refund)
     assert A.BY_ID["basic_credit"].read(text) == A.BY_ID["basic_credit"].value
     assert A.BY_ID["refund_original"].read(text) == A.BY_ID["refund_original"].value
+    ret = FieldRule("refund_amount", Term("equal", None, "get_order_details.items[item_id in item_ids].price"),
+                    factors=((Cond("get_order_details.delivered_days_ago", ">", 30), 0.9),
+                             (Cond("get_user_details.payment_methods[id=@payment_method_id].kind", "is", "gift_card"),
+                              1.05)))
+    text = render("return_delivered_order_items", ret)
+    assert parse(text, "return_delivered_order_items")["refund_amount"] == ret
+    assert R.BY_ID["restocking_fee"].read(text) == R.BY_ID["restocking_fee"].value
+    assert R.BY_ID["gift_card_bonus"].read(text) == R.BY_ID["gift_card_bonus"].value
+    comp = FieldRule("amount", Term("const", 100), factors=((Cond("get_flight_status.delay_minutes", ">", 359), 2.5),
+                                                            (Cond("get_user_details.tier", "is", "gold"), 2.0)))
+    text = render("issue_compensation", comp)
+    assert A.BY_ID["comp_gold"].read(text) == A.BY_ID["comp_gold"].value
+    rate = A.BY_ID["comp_rate"].read(text)
+    for delay in (180, 300, 359, 360, 500):  # the same amount as the world's own table wherever a delay is eligible
+        assert A.compensation(delay, "silver", rate, 1) == A.compensation(delay, "silver", A.BY_ID["comp_rate"].value, 1)
     # the world's own statements still read as before
     assert all(f.read(f.statement) is not None for f in (*R.FACTS, *A.FACTS))
 

@@ -19,6 +19,7 @@ sees a rule's statement: only gold values, the agent's values and what reads ret
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,7 @@ from components.worlds.outcome_rules import Cond, FieldRule, Term
 
 MIN_FIT, MIN_CHECK = 4, 2  # distinct items: fewer cannot tell a rule from a coincidence
 MIN_SIDE = 2  # items on each side of a condition
+MIN_CELL = 1  # items in each of three cells of a two-factor rule (its check items judge a factor seen once)
 MAX_ONE_OF = 3
 EXPLAIN = 0.9  # the share of rows a feature-reading rule must give the gold value in (fit and check alike)
 
@@ -93,6 +95,15 @@ def flatten(obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str,
                 for k2 in keys:
                     if all(_num(e.get(k2)) for e in chosen):
                         out[f"{prefix}[{k} in {arg}].{k2}"] = round(float(sum(e[k2] for e in chosen)), 2)
+        for arg, av in sorted(write_args.items()):  # the element a write's scalar argument names
+            if not _scalar(av):
+                continue
+            for k in keys:
+                hit = [e for e in obj if str(e.get(k)) == str(av)]
+                if len(hit) == 1:
+                    for k2, v2 in hit[0].items():
+                        if k2 != k and _scalar(v2):
+                            out[f"{prefix}[{k}=@{arg}].{k2}"] = v2
         for k in keys:  # the one element of a kind
             vals = [e.get(k) for e in obj]
             for v in sorted({x for x in vals if _category(x)}):
@@ -176,7 +187,8 @@ def value_of(t: Term, feats: Mapping[str, Any]) -> tuple[bool, Any]:
     return False, None
 
 
-def holds(rule: FieldRule, row: Row, gap: tuple[float, float] | None = None) -> bool | None:
+def holds(rule: FieldRule, row: Row, gap: tuple[float, float] | None = None,
+          factor_gaps: Mapping[int, tuple[float, float]] | None = None) -> bool | None:
     """Whether the rule gives the row's gold value (None: the row lacks a feature the rule reads, or its condition's
     number lies in `gap`, the open interval between the fit rows on either side, where the fit saw nothing)."""
     y = row.gold.get(rule.field)
@@ -193,7 +205,21 @@ def holds(rule: FieldRule, row: Row, gap: tuple[float, float] | None = None) -> 
     if t.kind == "one_of":
         return y in t.value
     ok, v = value_of(t, row.feats)
-    return same_value(v, y) if ok else None
+    if not ok:
+        return None
+    for n, (c, k) in enumerate(rule.factors):
+        if c.path not in row.feats or not _num(v):
+            return None
+        fg = (factor_gaps or {}).get(n)
+        if fg is not None and _num(row.feats[c.path]) and fg[0] < row.feats[c.path] < fg[1]:
+            return None  # between the fit rows on either side of this factor's threshold: not judged
+        if _true(c, row.feats[c.path]):
+            v = _cents(v * k)
+    return same_value(v, y)
+
+
+def _true(c: Cond, g: Any) -> bool:
+    return (_num(g) and g > c.value) if c.op == ">" else g == c.value
 
 
 def _explains(verdicts: list[bool]) -> bool:
@@ -278,7 +304,81 @@ def smallest(rows: list[Row], fld: str) -> FieldRule | None:
                 continue
             found.append(((_complexity(a) + _complexity(b), g, c.value if c.op == ">" else 0, str(c.value)),
                           FieldRule(fld, a, c, b)))
+    if found:
+        return min(found, key=lambda x: x[0])[1]
+    return _product(rows, fld, paths)
+
+
+MAX_CONDS, MAX_CUTS = 200, 12  # candidate conditions for the two-factor form (pairs are checked with numpy)
+
+
+def _product(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
+    """A number or a feature times up to two factors, each when its condition holds: the four cells of the two
+    conditions must each hold one ratio to the base, and the fourth be the product of the other two's factors."""
+    ys = [r.gold.get(fld) for r in rows]
+    if not rows or not all(_num(y) for y in ys):
+        return None
+    conds: list[Cond] = []
+    for g in paths:
+        if "[]" in g or " in " in g:
+            continue
+        vals = [r.feats[g] for r in rows if g in r.feats]
+        if len(vals) < (3 * len(rows)) // 4:
+            continue
+        if all(_num(v) for v in vals) and "[" not in g:
+            uniq = sorted(set(vals))[:-1]
+            step = max(1, len(uniq) // MAX_CUTS)  # a coarse grid: the threshold is placed on every row afterwards
+            conds += [Cond(g, ">", lo) for lo in uniq[::step]]
+        elif all(_category(v) for v in vals):
+            conds += [Cond(g, "is", v) for v in sorted(set(vals))]
+    conds = conds[:MAX_CONDS]
+    if len(conds) < 2:
+        return None
+    truth = np.array([[g in r.feats and _true(c, r.feats[c.path]) for r in rows] for c in conds for g in [c.path]])
+    seen = np.array([[c.path in r.feats for r in rows] for c in conds])
+    y = np.array(ys, dtype=float)
+    bases: list[str | None] = [None] + [p for p in paths if all(_num(r.feats.get(p)) and r.feats[p] for r in rows)]
+    found = []
+    for base in bases:
+        b = np.ones(len(rows)) if base is None else np.array([float(r.feats[base]) for r in rows])
+        ratio = y / b
+        _vals, counts = np.unique(np.round(ratio, 2), return_counts=True)
+        top = np.sort(counts)[::-1][:4]
+        if top.sum() < EXPLAIN * len(rows):  # four ratios at most (two factors): else this base cannot be it
+            continue
+        for i in range(len(conds)):
+            for j in range(i + 1, len(conds)):
+                if conds[i].path == conds[j].path:
+                    continue
+                ok = seen[i] & seen[j]
+                a, c = truth[i] & ok, truth[j] & ok
+                cells = [ok & ~a & ~c, ok & a & ~c, ok & ~a & c, ok & a & c]
+                if any(m.sum() < MIN_CELL for m in cells[:3]):
+                    continue
+                meds = [float(np.median(ratio[m])) for m in cells[:3]]
+                if meds[0] == 0:
+                    continue
+                k1, k2 = round(meds[1] / meds[0], 4), round(meds[2] / meds[0], 4)
+                if k1 in (0.0, 1.0) or k2 in (0.0, 1.0):
+                    continue
+                pred = meds[0] * b * np.where(a, k1, 1.0) * np.where(c, k2, 1.0)
+                if (np.abs(pred - y)[ok] <= 0.011).sum() < EXPLAIN * ok.sum() \
+                        or any(_cell_items(rows, m) < MIN_CELL for m in cells[:3]):
+                    continue
+                r00 = round(meds[0], 4)
+                head = Term("const", r00 if not float(r00).is_integer() else int(r00)) if base is None else \
+                    Term("equal", None, base) if r00 == 1.0 else Term("share", r00, base)
+                rule = FieldRule(fld, head, factors=((conds[i], k1), (conds[j], k2)))
+                verdicts = [v for v in (holds(rule, r) for r in rows) if v is not None]
+                if len(verdicts) >= (3 * len(rows)) // 4 and _explains(verdicts):
+                    found.append(((base is not None, base or "", conds[i].path, conds[j].path), rule))
+        if found:
+            break  # the smallest base that works: a constant before a feature
     return min(found, key=lambda x: x[0])[1] if found else None
+
+
+def _cell_items(rows: list[Row], mask) -> int:
+    return len({r.item for r, m in zip(rows, mask) if m})
 
 
 def infer_field(rows: list[Row], fld: str) -> Inference:
@@ -298,7 +398,8 @@ def infer_field(rows: list[Row], fld: str) -> Inference:
         out.why = "no rule of the known forms fits the fit items"
         return out
     gap = _gap(rule, fit)
-    verdicts = [holds(rule, r, gap) for r in check]
+    fgaps = _factor_gaps(rule, fit)
+    verdicts = [holds(rule, r, gap, fgaps) for r in check]
     judged = [v for v in verdicts if v is not None]
     checked_items = _items([r for r, v in zip(check, verdicts) if v is not None])
     if checked_items < MIN_CHECK:
@@ -313,8 +414,53 @@ def infer_field(rows: list[Row], fld: str) -> Inference:
             out.why = "the condition's two sides overlap once the check items are added"
             return out
         rule = FieldRule(rule.field, rule.then, Cond(rule.cond.path, ">", whole[0]), rule.other)
+    if rule.factors:
+        rule = _placed(rule, usable)
     out.rule, out.why = rule, "ok"
     return out
+
+
+def _factor_gaps(rule: FieldRule, rows: list[Row]) -> dict[int, tuple[float, float]]:
+    """Per numeric factor: (the largest value among rows it must not apply to, the smallest among rows it must)."""
+    out = {}
+    for n, (c, _k) in enumerate(rule.factors):
+        if c.op == ">":
+            yes, no = _sides(rule, n, rows)
+            if yes and no:
+                out[n] = (max(no), min(yes))
+    return out
+
+
+def _sides(rule: FieldRule, n: int, rows: list[Row]) -> tuple[list, list]:
+    """Values of factor n's feature on rows only the rule with it (yes) or only the rule without it (no) explains."""
+    c, k = rule.factors[n]
+    on = FieldRule(rule.field, rule.then, factors=tuple(f if i != n else (Cond(c.path, ">", -math.inf), k)
+                                                        for i, f in enumerate(rule.factors)))
+    off = FieldRule(rule.field, rule.then, factors=tuple(f for i, f in enumerate(rule.factors) if i != n))
+    yes, no = [], []
+    for r in rows:
+        g = r.feats.get(c.path)
+        if not _num(g):
+            continue
+        a, b = holds(on, r), holds(off, r)
+        if a and not b:
+            yes.append(g)
+        elif b and not a:
+            no.append(g)
+    return yes, no
+
+
+def _placed(rule: FieldRule, rows: list[Row]) -> FieldRule:
+    """A factor's threshold placed on every row once the form has passed its check: the largest value among rows
+    the factor must not apply to (the rule without it gives their gold value, with it not)."""
+    factors = list(rule.factors)
+    for n, (c, k) in enumerate(factors):
+        if c.op != ">":
+            continue
+        yes, no = _sides(FieldRule(rule.field, rule.then, factors=tuple(factors)), n, rows)
+        if yes and no and max(no) < min(yes):
+            factors[n] = (Cond(c.path, ">", max(no)), k)
+    return FieldRule(rule.field, rule.then, factors=tuple(factors))
 
 
 def _gap(rule: FieldRule, rows: list[Row]) -> tuple[float, float] | None:

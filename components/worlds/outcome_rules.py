@@ -8,10 +8,13 @@ One list item per field of a write, naming the write in backticks (the grammar's
     term       'text' (a constant) | 12.5 (a constant) | `<feature>` (equal to it) | 0.95 * `<feature>` (a share of
                it) | one of 'a', 'b' (the allowed values)
     condition  `<feature>` > 24 (a threshold) | `<feature>` is 'basic' (a category)
+    factors    a number term followed by up to two `, times <k> when <condition>` (each applied in turn, to the cent,
+               when its condition holds): two rules on one amount, e.g. a fee after some days and a bonus on a kind
     feature    what a read showed before the write: `<read tool>.<key>[.<key>...]`; `<read tool>.<list>[].<key>` is the
                sum of that key over the list; `<read tool>.<list>[<key> in <arg>].<k2>` the sum of k2 over the
                elements whose key is among the write's list argument <arg>; `<read tool>.<list>[<key>=<value>].<k2>` the
-               k2 of the one element whose key has that value.
+               k2 of the one element whose key has that value; `<read tool>.<list>[<key>=@<arg>].<k2>` the k2 of the
+               element whose key is the write's argument <arg>.
 
 Nothing here knows a world: each world's facts map a parsed `FieldRule` onto the value of the rule it is about.
 """
@@ -47,6 +50,7 @@ class FieldRule:
     then: Term
     cond: Cond | None = None
     other: Term | None = None  # the value when `cond` does not hold
+    factors: tuple[tuple[Cond, float], ...] = ()  # applied to `then` in turn, each when its condition holds
 
     def terms(self) -> tuple[Term, ...]:
         return (self.then,) if self.other is None else (self.then, self.other)
@@ -74,14 +78,20 @@ def render(tool: str, rule: FieldRule) -> str:
     """One list item of a card (see the module doc)."""
     text = f"- `{tool}`, {MARK}: `{rule.field}` = {render_term(rule.then)}"
     if rule.cond is not None:
-        c = rule.cond
-        text += f" when `{c.path}` {'>' if c.op == '>' else 'is'} {_val(c.value)}, else {render_term(rule.other)}"
+        text += f" when {_cond(rule.cond)}, else {render_term(rule.other)}"
+    for c, k in rule.factors:
+        text += f", times {_num(k)} when {_cond(c)}"
     return text + "."
+
+
+def _cond(c: Cond) -> str:
+    return f"`{c.path}` {'>' if c.op == '>' else 'is'} {_val(c.value)}"
 
 
 _NUM = r"-?\d+(?:\.\d+)?"
 _ITEM = re.compile(rf"{re.escape(MARK)}: `(?P<field>[^`]+)` = (?P<expr>.+?)\.?$")
 _COND = re.compile(rf"^(?P<then>.+?) when `(?P<path>[^`]+)` (?:> (?P<num>{_NUM})|is '(?P<cat>[^']*)'), else (?P<other>.+)$")
+_FACTOR = re.compile(rf"^times (?P<k>{_NUM}) when `(?P<path>[^`]+)` (?:> (?P<num>{_NUM})|is '(?P<cat>[^']*)')$")
 
 
 def _parse_value(s: str) -> Any:
@@ -114,6 +124,21 @@ def parse(text: str, tool: str) -> dict[str, FieldRule]:
         if not m or m.group("field") in out:
             continue
         expr = m.group("expr")
+        if ", times " in expr:
+            head, *tail = expr.split(", times ")
+            base = parse_term(head)
+            factors = []
+            for part in tail:
+                f = _FACTOR.match("times " + part)
+                if f is None:
+                    break
+                num = f.group("num")
+                cond = Cond(f.group("path"), ">" if num is not None else "is",
+                            float(num) if num is not None else f.group("cat"))
+                factors.append((cond, float(f.group("k"))))
+            if base is not None and len(factors) == len(tail):
+                out[m.group("field")] = FieldRule(m.group("field"), base, factors=tuple(factors))
+            continue
         c = _COND.match(expr)
         if c:
             then, other = parse_term(c.group("then")), parse_term(c.group("other"))

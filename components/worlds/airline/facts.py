@@ -293,11 +293,32 @@ def _upgrade(rules: dict):
         and ends(r.then.path, "[kind=credit_card].id") else None
 
 
+def _comp(part: str):
+    """The compensation: a base amount, times a factor above a delay in minutes (the upper band), times a factor for
+    gold members."""
+
+    def value(rules: dict):
+        r = rules.get("amount")
+        if r is None or not r.factors or r.then.kind != "const" or not _is_number(r.then.value):
+            return None
+        for c, k in r.factors:
+            if part == "rate" and c.op == ">" and ends(c.path, "delay_minutes"):
+                return ((0, int(r.then.value)), ((int(c.value) + 1) / 60, int(round(r.then.value * k))))
+            if part == "gold" and c.op == "is" and c.value == "gold" and float(k).is_integer():
+                return int(k)
+        return None
+
+    return value
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 OUTCOME_VALUES = {"refund_original": _refund("original"), "basic_credit": _refund("basic"), "comp_form": _form,
-                  "upgrade_payment": _upgrade}
-# the change fee (a table by fare, doubled in a window), the bag allowance and fee (tier, fare and passengers), the
-# compensation (bands, doubled for gold) and the upper-case name take more than one condition or a transformation:
-# no inferred form states them
+                  "upgrade_payment": _upgrade, "comp_rate": _comp("rate"), "comp_gold": _comp("gold")}
+# the change fee (a table by fare, doubled in a window), the bag allowance and fee (tier, fare and passengers) and
+# the upper-case name take a table, a difference or a transformation: no inferred form states them
 FACTS = tuple(replace(f, read=with_outcomes(f.read, f.tool, OUTCOME_VALUES[f.id])) if f.id in OUTCOME_VALUES else f
               for f in FACTS)
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}

@@ -354,7 +354,27 @@ def _credit(part: str):
     return value
 
 
+def _return(part: str):
+    """The return's amount: the selected items' prices, times (1 - fee) after a number of days since delivery, times
+    (1 + bonus) when the refund's method is a gift card."""
+
+    def value(rules: dict):
+        r = rules.get("refund_amount")
+        if r is None or not r.factors or r.then.kind != "equal" or not ends(r.then.path, "price"):
+            return None
+        for c, k in r.factors:
+            if part == "fee" and c.op == ">" and ends(c.path, "delivered_days_ago"):
+                return Fee(int(c.value), round((1 - k) * 100, 6))
+            if part == "bonus" and c.op == "is" and c.value == "gift_card":
+                return round((k - 1) * 100, 6)
+        return Fee(0, 0.0) if part == "fee" else 0.0  # an amount rule with no such factor: none of it
+
+    return value
+
+
 OUTCOME_VALUES = {
+    "restocking_fee": _return("fee"),
+    "gift_card_bonus": _return("bonus"),
     "cancel_reason": _one_of("reason"),
     "cancel_fee": _fee_of("refund_amount", "placed_hours_ago", True),
     "refund_original": _method("payment_method_id", {"original": "get_order_details.payment_method_id",
@@ -367,8 +387,7 @@ OUTCOME_VALUES = {
     "credit_cap": _credit("cap"),
     "credit_gift_card": _method("payment_method_id", {"gift_card": "[kind=gift_card].id",
                                                       "original": "get_order_details.payment_method_id"}),
-}  # restocking_fee and gift_card_bonus share one amount with each other (no one-condition form states both),
-# exchange_available is a property of the catalog the write's new item does not carry: neither has an inferred form
+}  # exchange_available is a property of the catalog the write's new item does not carry: it has no inferred form
 FACTS = tuple(replace(f, read=with_outcomes(f.read, f.tool, OUTCOME_VALUES[f.id])) if f.id in OUTCOME_VALUES else f
               for f in FACTS)
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
