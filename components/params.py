@@ -14,6 +14,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from components.errors import InputError
 from components.evolution.gate import MAX_BOOT, MIN_BOOT, MIN_ITEMS, GateConfig, SequentialDesign
 from components.io import strict_yaml, yaml_problem
+from components.worlds.base import ReceiptMode
 from components.tracking.mlflow_log import MAX_TRACES_PER_ROUND
 
 # A free-form options dict (meta_agent_cfg, model_cfg) is data a strategy reads, not a store: bounded so that a
@@ -84,6 +85,8 @@ class BenchmarkParams(_M):
     # a changed world: rule id -> that rule's statement in this benchmark (its value is what the statement instructs);
     # written to meta.json, read by the world's tools, rubric and policy; empty: the world's own rules
     facts: dict[str, str] = Field(default_factory=dict)
+    # what a rule refusal tells the agent (components.worlds.base.ReceiptMode); in meta.json, so in the digest
+    receipts: ReceiptMode = ReceiptMode.explained
 
     @model_validator(mode="before")
     @classmethod
@@ -125,6 +128,10 @@ class BenchmarkParams(_M):
         out = claim_output(self.out, "benchmark", option="benchmark.out", inputs=inputs)
         with atomic_dir(out) as tmp:  # built and checked aside: a refused benchmark replaces nothing
             changed = {"facts": self.facts} if self.facts else {}  # only a world that takes rule overrides gets one
+            if self.receipts is not ReceiptMode.explained:
+                if "receipts" not in inspect.signature(spec.materialize).parameters:
+                    raise BenchmarkError(f"benchmark.receipts: the {self.world} world has only explained receipts")
+                changed["receipts"] = self.receipts
             spec.materialize(tmp, self.seed, self.per_family, (self.train_share, self.dev_share), **changed)
             sizes = {k: len(v) for k, v in json.loads((tmp / "splits.json").read_text(encoding="utf-8")).items()}
             empty = [k for k, n in sizes.items() if n == 0]

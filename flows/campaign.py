@@ -500,6 +500,9 @@ def _existing_benchmark(p: Params):
     if bench.world != p.benchmark.world:
         raise InputError(f"{meta}: world: {bench.world!r}, but benchmark.world is {p.benchmark.world!r} (a benchmark "
                          "of another world at benchmark.out)")
+    if bench.receipts != p.benchmark.receipts:  # the same tasks, another world's receipts: refused, never mixed up
+        raise InputError(f"{meta}: receipts: {bench.receipts.value!r}, but benchmark.receipts is "
+                         f"{p.benchmark.receipts.value!r} (materialize it with --receipts, or set benchmark.out)")
     return bench
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
@@ -40,6 +41,7 @@ from components.evidence.packets import Citation, Claim, EvidencePacket
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets, covered, identity, step_act
 from components.runtime.trace import TraceStep, frame_steps
+from components.worlds.base import Gold
 
 MAX_CITATIONS = 6
 RULE_CARD = "{}-rule"  # the id of the E card written for a rule (meta.py); tells which rule such a card is about
@@ -85,7 +87,10 @@ def rule_refusal(step: TraceStep) -> str | None:
 
 
 def _rule_text(observation: dict) -> str:
-    """The rule's text as the receipt states it (its human message when a world gave no text)."""
+    """The rule's text as the receipt states it (its human message when a world gave no text); "" for a coded
+    refusal (a rule id with no statement): its message says only that a rule was broken, never how to keep it."""
+    if observation.get("rule_id") and not observation.get("rule") and "rule" in observation:
+        return ""
     if observation.get("rule"):
         return str(observation["rule"]).strip()
     content = observation.get("content")
@@ -351,9 +356,10 @@ class Diagnosis:
 
 
 def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage, write_tools: frozenset[str],
-             corpus: str, targets: Targets | None = None) -> Diagnosis:
+             corpus: str, targets: Targets | None = None, gold: Mapping[str, Gold] | None = None) -> Diagnosis:
     """`targets`: the benchmark's write tool -> identifying args (`bench.meta.get("targets")`); a tool it does not
-    list is identified by the session alone."""
+    list is identified by the session alone. `gold`: the train items' gold (`components.worlds.base.train_gold`);
+    a failed episode of an item that has one is also compared with it (`with_outcomes`)."""
     failed = scores[~scores["success"].astype(bool)]
     findings: list[Finding] = []
     if len(traces):
@@ -364,11 +370,19 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
     helps = card_evidence(list(episodes.values()), package, write_tools, targets)
     budget = TurnBudget.of(list(episodes.values()), {f"{r.item_id}#{r.seed}": bool(r.success)
                                                      for r in scores.itertuples(index=False)}, write_tools, targets)
+    value_helps = {}
+    if gold:
+        from components.evolution.outcomes import value_evidence
+
+        value_helps = value_evidence(episodes, gold, package, write_tools, targets)
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
         error = "" if pd.isna(row.error) else str(row.error)
-        findings.append(diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets))
+        f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets)
+        if gold and row.item_id in gold:
+            f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps)
+        findings.append(f)
     clusters: dict[tuple, list[Finding]] = defaultdict(list)
     for f in findings:
         clusters[f.signature].append(f)
@@ -389,6 +403,27 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
     return Diagnosis(findings, packets)
 
 
+# -- evidence from outcomes (train items with gold; components/evolution/outcomes.py) ----------------------------------
+
+def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: MemoryPackage, write_tools: frozenset[str],
+                  targets: Targets | None, value_helps: Mapping[str, bool | None]) -> Finding:
+    """The trace's finding, or the outcome's when the trace saw nothing or saw it later: a write whose argument
+    differs from the gold (a silent world's broken rule leaves no other trace). An external finding stands."""
+    from components.evolution.outcomes import outcome_diffs, outcome_finding
+
+    if f.owner == "none" and f.kind != "no_divergence":
+        return f
+    o = outcome_finding(f.episode_id, f.item_id, outcome_diffs(steps, gold, write_tools, targets), steps, package,
+                        value_helps)
+    if o is None:
+        return f
+    if f.kind == "no_divergence":
+        return o
+    if o.owner == "unknown" or (f.step, f.owner) <= (o.step, o.owner):
+        return f
+    return o
+
+
 def _statement(f: Finding, n: int) -> str:
     what = {
         "unconfirmed_write": "a write ran without a granted confirmation covering it",
@@ -405,6 +440,9 @@ def _statement(f: Finding, n: int) -> str:
         "blocking_error": "the world refused the request as impossible (a blocking receipt)",
         "out_of_turns": "more work than any successful episode did within the turn budget",
         "model_fault": "the model failed",
+        "wrong_value": f"`{f.tool}` was written with an argument its gold does not have",
+        "missing_write": f"a gold write on `{f.tool}` was never made",
+        "extra_write": f"`{f.tool}` was written where no gold write asks for it",
         "no_divergence": "no divergence found",
     }.get(f.kind, f.kind)
     return f"{n} failed episode(s): {what}" + (f" — {f.detail}" if f.detail else "")

@@ -73,7 +73,7 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
         # findings whose change another campaign's gate accepted (campaign memory) are planned for first
         helped = {tuple(x) for x in (ctx.memory or {}).get("helped_elsewhere", [])}
         for packet in sorted(ctx.packets, key=lambda p: ((p.owner, p.kind, p.tool, p.rule_id or "") not in helped,
-                                                         LAYER.get(p.owner, 9), -len(p.episodes), p.id)):
+                                                         LAYER.get(p.owner, 9), -_size(p, ctx), p.id)):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
             plan = rules_plan(packet, ctx, max_per_episode, max_source_items)
@@ -104,6 +104,15 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
                                            cfg={"max_per_episode": max_per_episode})]
     # E: one card per write (`tool_card_id`), from the rule texts the refusal receipts carry, plus the tools
     # successful episodes called before that write (never ids or values), triggered where the write is intended
+    if _from_outcomes(p):
+        # a wrong value the gold shows, or a coded refusal (no statement to copy): infer the rule from outcomes
+        inferred = _inferred_card(p, ctx)
+        if inferred is None:
+            return None
+        card_id, ops, fields, items = inferred
+        return Plan(owner="E", cluster=p.id, summary=f"E: card {card_id} on {p.tool} (inferred: {', '.join(fields)})",
+                    rationale=p.claims[0].statement, evidence=p.citations(), operations=[*ops, *wiring],
+                    mechanism=f"deliver:{card_id}@", source_items=items[:max_source_items])
     merged = _write_card(p, ctx) if p.rule_id and p.detail.strip() else None
     if merged is not None:  # a rule no card about its write states yet: the knowledge is missing, whatever the kind
         card_id, ops, rules_in, items = merged
@@ -164,7 +173,16 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
     else:
         return None
     return Plan(owner=p.owner, cluster=p.id, summary=summary, rationale=p.claims[0].statement,
-                evidence=p.citations(), operations=ops, mechanism=mechanism, source_items=p.items[:max_source_items])
+                evidence=p.citations(), operations=ops, mechanism=mechanism,
+                source_items=_probe_first(p)[:max_source_items])
+
+
+def _probe_first(p: EvidencePacket) -> list[str]:
+    """The cluster's items, those whose seed-0 episode is in it first: validation's activation probe replays the
+    first source items at seed 0, and a slip drawn at another seed (an unconfirmed write, an early finish) need not
+    recur there, so a checker would be refused as never firing."""
+    at0 = {e.rsplit("#", 1)[0] for e in p.episodes if e.rsplit("#", 1)[-1] == "0"}
+    return sorted(p.items, key=lambda i: (i not in at0, i))
 
 
 CALLS_BEFORE = "In successful episodes, the calls before `"
@@ -228,6 +246,84 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
     ops: list = [RemoveCard(op="remove_card", path=old.path)] if old else []
     ops.append(AddCard(op="add_card", path=path, meta=meta, body="\n\n".join(paras)))
     return card_id, ops, rules_in, items
+
+
+OUTCOME_KINDS = ("wrong_value", "ineffective_card")  # E findings whose fix is a rule the outcomes must show
+
+
+def _from_outcomes(p: EvidencePacket) -> bool:
+    """An E cluster only outcomes can fix: a wrong value against the gold (no rule id: no receipt named one), or a
+    coded refusal (a rule id with no statement to copy)."""
+    return p.owner == "E" and ((not p.rule_id and p.kind in OUTCOME_KINDS) or bool(p.rule_id and not p.detail.strip()))
+
+
+def outcome_inferences(ctx: PlanContext, tool: str) -> list:
+    """The inference for every field of `tool` the train episodes got wrong (components/evolution/infer.py), from
+    the working base's train traces and the train items' gold; memoized per context."""
+    return _inferred(ctx, tool)[0]
+
+
+def _inferred(ctx: PlanContext, tool: str) -> tuple[list, int]:
+    """(the inferences for `tool`, how many train attempts their rules would make right), memoized per context."""
+    from components.evolution.infer import fixable, infer_rows, rows_for
+    from components.worlds.base import train_gold
+
+    memo = ctx.__dict__.setdefault("_inferences", {})
+    if tool not in memo:
+        if "_episodes" not in ctx.__dict__:
+            gold = train_gold(ctx.bench) if hasattr(ctx.bench, "splits") else {}
+            ctx.__dict__["_gold"] = gold
+            ctx.__dict__["_episodes"] = {eid: frame_steps(df.sort_values("step"))
+                                         for eid, df in ctx.traces.groupby("episode_id")} \
+                if gold and len(ctx.traces) else {}
+        rows = rows_for(tool, ctx.__dict__["_episodes"], ctx.__dict__["_gold"], ctx.bench.write_tools,
+                        ctx.bench.targets) if ctx.__dict__["_episodes"] else []
+        infs = infer_rows(tool, rows, ctx.bench.targets) if rows else []
+        memo[tool] = (infs, fixable(rows, infs))
+    return memo[tool]
+
+
+def _size(p: EvidencePacket, ctx: PlanContext) -> int:
+    """A cluster's size for ordering: its episodes; for a wrong value, at most the attempts its inferred rules would
+    make right (a write whose other fields no rule explains gains little from a card of the ones that are)."""
+    if _from_outcomes(p):
+        return min(len(p.episodes), _inferred(ctx, p.tool)[1])
+    return len(p.episodes)
+
+
+def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[str], list[str]] | None:
+    """The write's card with the rules inferred from outcomes added (one item per field, the form of
+    `components.worlds.outcome_rules`), or None when no field has a rule that passed its check, or every one is
+    already on the card. Rules whose text holds task data are left out (validation would refuse the card)."""
+    from components.worlds import outcome_rules as O
+
+    pkg, tool = ctx.package, p.tool
+    card_id = tool_card_id(tool)
+    old = pkg.cards.get(card_id)
+    have = O.parse(old.body, tool) if old else {}
+    leaks = [t.lower() for t in _leak_tokens(ctx.bench)]
+    new = {}
+    for inf in outcome_inferences(ctx, tool):
+        if inf.rule is None or have.get(inf.field) == inf.rule:
+            continue
+        text = O.render(tool, inf.rule).lower()
+        if any(t in text for t in leaks):
+            continue
+        new[inf.field] = inf.rule
+    if not new:
+        return None
+    rules = {**have, **new}
+    kept = [para for para in old.body.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)
+            and O.MARK not in para] if old else []
+    paras = kept + ["\n".join(O.render(tool, rules[f]) for f in sorted(rules))]
+    before = _calls_before(ctx, tool)
+    if before:
+        paras.append(CALLS_BEFORE + tool + "` were: " + ", ".join(f"`{t}`" for t in before) + ".")
+    meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": tool},
+            "source": f"diagnosis {p.id}: outcomes of {tool} on field(s) {', '.join(sorted(new))}"}
+    ops: list = [RemoveCard(op="remove_card", path=old.path)] if old else []
+    ops.append(AddCard(op="add_card", path=f"em/procedure/{card_id}.md", meta=meta, body="\n\n".join(paras)))
+    return card_id, ops, sorted(new), list(p.items)
 
 
 def _findings(ctx: PlanContext, p: EvidencePacket) -> list[dict]:
@@ -371,10 +467,13 @@ def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None,
     card listing, the plan schema when the server is given it anyway, the rest of the rejected keys), keeping the
     rules' draft and the largest cluster. When even that does not fit, the smallest prompt goes (the server says)."""
     ranked = sorted(packets, key=lambda p: (-len(p.episodes), p.id))[:max_packets]
-    opts = {"memory": bool(ctx.memory), "rejected": 50, "full": True, "n": len(ranked), "listing": 2, "schema": True}
+    diffs = _outcome_projection(ctx, packets)  # the same diffs the rules meta-agent infers from
+    opts = {"memory": bool(ctx.memory), "rejected": 50, "full": True, "n": len(ranked), "listing": 2, "schema": True,
+            "diffs": diffs}
     steps: list[dict] = [{"memory": False}, {"rejected": 10}, {"full": False}]
     steps += [{"n": n} for n in range(len(ranked) - 1, 0, -1)]
     steps += [{"listing": 1}] + ([{"schema": False}] if schema_sent else []) + [{"listing": 0}, {"rejected": 0}]
+    steps += [{"diffs": diffs[: len(diffs) // 2]}, {"diffs": diffs[:1]}]
     text = _render(ctx, ranked, len(packets), draft, **opts)
     for step in steps:
         if fits(text):
@@ -385,7 +484,7 @@ def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None,
 
 
 def _render(ctx: PlanContext, ranked: list[EvidencePacket], n_patchable: int, draft: Plan | None, *, memory: bool,
-            rejected: int, full: bool, n: int, listing: int, schema: bool) -> str:
+            rejected: int, full: bool, n: int, listing: int, schema: bool, diffs: list[dict]) -> str:
     pkg = ctx.package
     keys = sorted(ctx.rejected)[-rejected:] if rejected else []
     head = []
@@ -393,6 +492,9 @@ def _render(ctx: PlanContext, ranked: list[EvidencePacket], n_patchable: int, dr
         head += ["## Plan schema", json.dumps(Plan.model_json_schema(), separators=(",", ":"))]
     head += ["## Draft from the rules (use, edit or replace)",
              "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": "none"})) + "\n```"]
+    if diffs:  # agent value against gold value per field, and the rule inferred from them (or why none)
+        head += ["## Outcome diffs (train episodes against their gold; the rule inferred per field, or why none)",
+                 json.dumps(diffs, separators=(",", ":"), default=str)]
     shown = [_packet_json(p, full=full) for p in ranked[:max(1, n)]]
     if listing == 2:
         cards = json.dumps({"manifest": pkg.manifest.model_dump(mode="json"),
@@ -418,6 +520,18 @@ def _tokens(chat, text: str) -> int:
     count = getattr(chat, "count_tokens", None)
     got = count(text) if count is not None else None
     return got if got is not None else -(-len(text) // 4)
+
+
+def _outcome_projection(ctx: PlanContext, packets: list[EvidencePacket], max_tools: int = 4) -> list[dict]:
+    from components.worlds.outcome_rules import render
+
+    tools = []
+    for p in sorted(packets, key=lambda p: (-len(p.episodes), p.id)):
+        if _from_outcomes(p) and p.tool not in tools:
+            tools.append(p.tool)
+    return [{"tool": t, "field": i.field, "wrong_rows": i.wrong, "examples": i.examples[:3],
+             "rule": render(t, i.rule) if i.rule else None, "why": i.why}
+            for t in tools[:max_tools] for i in outcome_inferences(ctx, t)]
 
 
 def _packet_json(p: EvidencePacket, full: bool) -> str:

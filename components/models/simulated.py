@@ -342,14 +342,20 @@ class SimulatedAgent:
         return (in_policy is not None and u < self.rates.p_base), in_policy
 
     def beliefs(self, v: View, r: Request, seed: int, comp: Competence, attempts: list) -> Beliefs:
-        """(follows, value) for every fact on the request's write. Retrying after a refusal, the agent re-reads the
-        rules every refusal of this request quoted so far: the facts they address take the latest value and are
+        """(follows, value) for every fact on the request's write. Retrying after a refusal, the agent learns only
+        what the receipt says (a coded one: that a rule was broken, see below; a silent world refuses nothing). After
+        an explained refusal it re-reads the rules every refusal of this request quoted so far: the facts they address take the latest value and are
         followed, the others keep theirs; a last refusal that addresses none of them (not a rule of this write) is
         retried plainly, following none."""
         on_tool = [f for f in comp.facts if f.tool == r.tool]
         out = {f.id: self.follows(v, f, r, seed, on_tool) for f in on_tool}
         if attempts and "error" in attempts[-1][1]:
             last = refusal_rule(attempts[-1][1])
+            if not last and attempts[-1][1].get("rule_id"):
+                # a coded refusal: some rule of this write was broken, and it does not say which value is right. The
+                # agent re-applies, with care, every rule it has a value for (the policy, its cards); a rule nothing
+                # it reads states stays unknown, so it repeats that slip and the same refusal makes it give up
+                return {fid: (True, val) for fid, (_follows, val) in out.items()}
             if not any(fact_read(f, last) is not None for f in on_tool):
                 return {fid: (True, None) for fid in out}
             quoted: dict[str, object] = {}

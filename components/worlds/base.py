@@ -9,6 +9,9 @@ A benchmark directory (written by `ratchet bench materialize`, pinned by DVC):
     tasks.jsonl     one task per line: requests, rubric, first message
     splits.json     {"train": [...], "dev": [...], "test": [...]}: fixed by the seed
     tasks.csv       one row per task (id, family, split, rubric weights): the table the data contract checks
+    gold_train.jsonl  (optional) the labelled train items' gold: one `Gold` per train task, nothing of dev or test
+
+`meta.json` may name `receipts` (`ReceiptMode`: what a refusal tells the agent); absent = explained.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,6 +34,20 @@ from components.runtime.types import Receipt, ToolCall, Turn
 from components.worlds.competence import Competence
 
 SPLITS = ("train", "dev", "test")
+
+
+class ReceiptMode(str, Enum):
+    """What a world's receipt says when a write breaks one of its rules (a benchmark setting, `benchmark.receipts`):
+    explained  a rule refusal with the rule's id and its statement (the refusal is, in effect, the fix);
+    coded      a rule refusal with the rule's id and the tool, no statement and no value;
+    silent     no refusal: the write goes through with the agent's arguments, as tau2-bench's tools do, and the
+               episode fails at the rubric (only outcomes show the rule)."""
+
+    explained = "explained"
+    coded = "coded"
+    silent = "silent"
+
+
 BENCH_FILES = ("meta.json", "policy.md", "tools.json", "db.json", "tasks.jsonl", "splits.json", "tasks.csv")
 
 
@@ -53,6 +71,26 @@ class Task(BaseModel):
     requests: list[dict[str, Any]]
     rubric: list[Criterion] = Field(min_length=1)
     possible: bool = True  # False: no agent can complete it (an external failure by construction)
+
+
+class GoldAction(BaseModel):
+    """One write a correct agent makes for a labelled item: the tool and its full arguments."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tool: str
+    args: dict[str, Any]
+
+
+class Gold(BaseModel):
+    """What a labelled benchmark gives for a train item (tau2-bench gives the same): the gold writes, in the order of
+    the customer's requests; the expected final state is the initial database with these writes applied."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    task_id: str
+    actions: list[GoldAction]
+
+
+GOLD_FILE = "gold_train.jsonl"  # train items only: nothing reads dev or test gold but the rubric, in scoring
 
 
 @dataclass(frozen=True)
@@ -122,6 +160,10 @@ class Benchmark:
         return frozenset(self.meta["write_tools"])
 
     @property
+    def receipts(self) -> ReceiptMode:
+        return ReceiptMode(self.meta.get("receipts", ReceiptMode.explained.value))  # checked at load
+
+    @property
     def targets(self) -> dict[str, list[str]]:
         """Write tool -> the args that identify what it acts on ([] = the session's account). Generic code reads
         this instead of naming a world's fields."""
@@ -142,11 +184,16 @@ class ToolBase:
     facts: Mapping[str, Any] = {}  # rule id -> the world's fact (its `rule` is the text a refusal cites)
     shared: str = ""  # the database key no write changes (a catalog): shared between episodes, not copied
 
+    receipts: ReceiptMode = ReceiptMode.explained  # the benchmark's mode; a world's env sets it per episode
+
     def __init__(self, db: dict):
         self.db = {k: (v if k == self.shared else copy.deepcopy(v)) for k, v in db.items()}
         self.log: list[dict] = []
+        self.breaches: list[dict] = []  # silent mode: the rules writes broke and went through with (never shown)
+        self._calling = ""
 
     def call(self, call: ToolCall) -> Receipt:
+        self._calling = call.name
         fn = getattr(self, f"_t_{call.name}", None)
         if fn is None or call.name not in self.tool_names:
             return self._receipt(call, False, "invalid_args", {"error": f"unknown tool {call.name!r}"})
@@ -178,6 +225,18 @@ class ToolBase:
         rule = self.facts[fact_id].rule
         # the message also quotes the rule after "Policy: " for readers of the error text alone
         return False, "policy", {"error": f"{msg} Policy: {rule}", "rule_id": fact_id, "rule": rule}
+
+    def _breach(self, fact_id: str, msg: str):
+        """A write broke rule `fact_id`: the refusal the benchmark's receipt mode gives, or None in silent mode, where
+        the write goes on with the agent's own arguments (the tool then stores those, not the correct values).
+        coded: the rule's id and the tool, never its statement nor any value (`msg` may quote one: not used)."""
+        if self.receipts is ReceiptMode.silent:
+            self.breaches.append({"tool": self._calling, "rule_id": fact_id})
+            return None
+        if self.receipts is ReceiptMode.coded:
+            return False, "policy", {"error": f"`{self._calling}` refused: the call breaks a rule of this tool.",
+                                     "rule_id": fact_id}
+        return self._policy(fact_id, msg)
 
 
 class EnvBase:
@@ -262,6 +321,9 @@ def load_benchmark(root: str | Path) -> Benchmark:
     if foreign:  # another world's benchmark under this world's name: its episodes would fail deep in the environment
         raise BenchmarkError(f"{root / 'meta.json'}: write_tools: {', '.join(foreign[:3])} not a write tool of the "
                              f"{meta['world']!r} world (a benchmark of another world?)")
+    if "receipts" in meta and meta["receipts"] not in {m.value for m in ReceiptMode}:
+        raise BenchmarkError(f"{root / 'meta.json'}: receipts: {meta['receipts']!r} is not a receipt mode "
+                             f"(one of {', '.join(m.value for m in ReceiptMode)})")
     targets = meta["targets"]
     if not isinstance(targets, dict) or not all(isinstance(a, list) and all(isinstance(x, str) for x in a)
                                                 for a in targets.values()):
@@ -317,6 +379,29 @@ def load_benchmark(root: str | Path) -> Benchmark:
     return Benchmark(root, meta, policy, tools, db, tasks, splits)
 
 
+def train_gold(bench: Benchmark) -> dict[str, Gold]:
+    """The train items' gold (task id -> `Gold`), or {} when the benchmark has none. The one reader of gold outside
+    scoring: it reads a file that holds train items only, and refuses one that holds any other split's item."""
+    path = bench.root / GOLD_FILE
+    if not path.is_file():
+        return {}
+    train = set(bench.splits["train"])
+    out: dict[str, Gold] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            g = Gold.model_validate_json(line)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "-"
+            raise BenchmarkError(f"{path}: line {n}: {loc}: {err['msg']}") from None
+        if g.task_id not in train:
+            raise BenchmarkError(f"{path}: line {n}: task_id: {g.task_id!r} is not a train item (gold is train-only)")
+        out[g.task_id] = g
+    return out
+
+
 def _json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -342,15 +427,15 @@ def stratified_split(tasks: list[Task], seed: int, families: Iterable[str],
 
 def materializer(world: str, version: int, generate: Callable[..., tuple[dict, list[Task]]],
                  families: Mapping[str, int], policy_text: Callable[..., str], tools: list[dict],
-                 targets: Mapping[str, list[str]], facts_of: Callable[[dict | None], Mapping] | None = None
-                 ) -> Callable[..., Path]:
+                 targets: Mapping[str, list[str]], facts_of: Callable[[dict | None], Mapping] | None = None,
+                 gold_of: Callable[[Task], list[dict]] | None = None) -> Callable[..., Path]:
     """A world's `materialize` from its parts: `generate(seed, per_family) -> (db, tasks)`, the families (name ->
     default count; the split is stratified by them), the policy, the tool schemas and the write tools' targets.
     A world whose rules a benchmark may change (a changed world, `benchmark.facts`) passes `facts_of(changes) ->
     rules`; its `generate` and `policy_text` then take the rules, and its `materialize` takes `facts`."""
 
     def build(out: str | Path, seed: int, per_family: int | None, fractions: tuple[float, float],
-              facts: dict[str, str] | None) -> Path:
+              facts: dict[str, str] | None, receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
         rules = facts_of(facts) if facts_of else None
         db, tasks = generate(seed, per_family, rules) if facts_of else generate(seed, per_family)
         splits = stratified_split(tasks, seed, families, fractions)
@@ -360,26 +445,35 @@ def materializer(world: str, version: int, generate: Callable[..., tuple[dict, l
                 "targets": {t: list(targets[t]) for t in sorted(targets)}}
         if facts:  # absent otherwise: the world's own benchmarks stay byte-identical
             meta["facts"] = {fid: rules[fid].statement for fid in sorted(facts)}
+        receipts = ReceiptMode(receipts)
+        if receipts is not ReceiptMode.explained:  # likewise: explained benchmarks keep their bytes and digest
+            meta["receipts"] = receipts.value
         policy = policy_text(rules) if facts_of else policy_text()
-        return write_benchmark(out, meta, policy, tools, db, tasks, splits)  # checked by the data contract
+        gold = None
+        if gold_of is not None:  # the labelled train items only: dev and test gold is never written beside them
+            by_id = {t.id: t for t in tasks}
+            gold = [Gold(task_id=tid, actions=gold_of(by_id[tid])) for tid in sorted(splits["train"])]
+        return write_benchmark(out, meta, policy, tools, db, tasks, splits, gold)  # checked by the data contract
 
     if facts_of is None:  # no `facts` parameter: params refuse `benchmark.facts` for this world
         def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
-                        fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> Path:
+                        fractions: tuple[float, float] = (1 / 3, 1 / 3),
+                        receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
             """Write the benchmark files for `seed` atomically; the same arguments give the same bytes."""
-            return build(out, seed, per_family, fractions, None)
+            return build(out, seed, per_family, fractions, None, receipts)
         return materialize
 
     def materialize_changed(out: str | Path, seed: int = 0, per_family: int | None = None,
-                            fractions: tuple[float, float] = (1 / 3, 1 / 3), facts: dict[str, str] | None = None) -> Path:
+                            fractions: tuple[float, float] = (1 / 3, 1 / 3), facts: dict[str, str] | None = None,
+                            receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
         """Write the benchmark files for `seed` atomically; the same arguments give the same bytes. `facts`: a changed
         world (rule id -> its statement here), kept in meta.json for the tools; None: the world's own rules."""
-        return build(out, seed, per_family, fractions, facts)
+        return build(out, seed, per_family, fractions, facts, receipts)
     return materialize_changed
 
 
 def write_benchmark(out: str | Path, meta: dict, policy: str, tools: list[dict], db: dict, tasks: list[Task],
-                    splits: dict[str, list[str]]) -> Path:
+                    splits: dict[str, list[str]], gold: list[Gold] | None = None) -> Path:
     """Write a benchmark directory atomically (tasks.csv derived from the tasks), checked by the data contract before
     anything is moved into place: what a world's `materialize` ends with. `meta` needs world, write_tools, targets."""
     import pandas as pd
@@ -399,5 +493,9 @@ def write_benchmark(out: str | Path, meta: dict, policy: str, tools: list[dict],
         (tmp / "tasks.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in tasks))
         (tmp / "splits.json").write_text(dumps(splits))
         pd.DataFrame(rows).to_csv(tmp / "tasks.csv", index=False, lineterminator="\n")
+        if gold is not None:
+            train = set(splits.get("train", []))
+            assert all(g.task_id in train for g in gold), "gold is written for train items only"
+            (tmp / GOLD_FILE).write_text("".join(g.model_dump_json() + "\n" for g in gold))
         check_benchmark(tmp)
     return Path(out)

@@ -5,10 +5,10 @@ episodes show them)."""
 
 from __future__ import annotations
 
-from components.worlds.airline.tasks import FAMILIES, generate, policy_text
+from components.worlds.airline.tasks import FAMILIES, generate, gold_of, policy_text
 from components.worlds.airline.tools import TARGETS, TOOLS
 from components.worlds.base import materializer
 
 VERSION = 1
 
-materialize = materializer("airline", VERSION, generate, FAMILIES, policy_text, TOOLS, TARGETS)
+materialize = materializer("airline", VERSION, generate, FAMILIES, policy_text, TOOLS, TARGETS, gold_of=gold_of)

@@ -26,6 +26,7 @@ class AirlineEnv(EnvBase):
             if req.get("new_flight_no"):
                 flights[req["new_flight_no"]] = bench.db["flights"][req["new_flight_no"]]
         self._tools = AirlineTools({"users": {user["user_id"]: user}, "reservations": res, "flights": flights})
+        self._tools.receipts = bench.receipts
 
     def requested(self, tool: str, args: dict) -> bool:
         """Whether the member asked for `tool` on the thing `args` identify."""

@@ -45,8 +45,10 @@ The grammar (anything else is ignored, as if the card were not there):
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from components.worlds.grammar import NEGATION, Fact, clauses, first, negated, on_tool
+from components.worlds.outcome_rules import ends, with_outcomes
 from components.worlds.grammar import facts_read as read_all
 
 NUMBER_WORDS = {"no": 0, "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4}
@@ -258,6 +260,67 @@ FACTS: tuple[Fact, ...] = (
          "- `update_passenger_name` takes names in upper case, exactly as printed on the passport.", _read_upper),
 )
 
+
+
+# -- the same rules inferred from outcomes (components/worlds/outcome_rules.py): what such a card instructs ---------------
+
+def _refund(part: str):
+    """`refund_to`: equal to the reservation's method (original) when it is not a basic fare; a basic fare's constant
+    'travel_credit' (the condition on the fare)."""
+
+    def value(rules: dict):
+        r = rules.get("refund_to")
+        if r is None:
+            return None
+        orig = any(t.kind == "equal" and ends(t.path, "get_reservation_details.payment_method_id") for t in r.terms())
+        if part == "original":
+            return "original" if orig else None
+        basic = r.cond is not None and r.cond.op == "is" and ends(r.cond.path, ".fare") and r.cond.value == "basic"
+        return "travel_credit" if basic and r.then.kind == "const" and r.then.value == "travel_credit" else None
+
+    return value
+
+
+def _form(rules: dict):
+    r = rules.get("form")
+    return r.then.value if r is not None and r.cond is None and r.then.kind == "const" \
+        and r.then.value in ("certificate", "cash") else None
+
+
+def _upgrade(rules: dict):
+    r = rules.get("payment_method_id")
+    return "credit_card" if r is not None and r.cond is None and r.then.kind == "equal" \
+        and ends(r.then.path, "[kind=credit_card].id") else None
+
+
+def _comp(part: str):
+    """The compensation: a base amount, times a factor above a delay in minutes (the upper band), times a factor for
+    gold members."""
+
+    def value(rules: dict):
+        r = rules.get("amount")
+        if r is None or not r.factors or r.then.kind != "const" or not _is_number(r.then.value):
+            return None
+        for c, k in r.factors:
+            if part == "rate" and c.op == ">" and ends(c.path, "delay_minutes"):
+                return ((0, int(r.then.value)), ((int(c.value) + 1) / 60, int(round(r.then.value * k))))
+            if part == "gold" and c.op == "is" and c.value == "gold" and float(k).is_integer():
+                return int(k)
+        return None
+
+    return value
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+OUTCOME_VALUES = {"refund_original": _refund("original"), "basic_credit": _refund("basic"), "comp_form": _form,
+                  "upgrade_payment": _upgrade, "comp_rate": _comp("rate"), "comp_gold": _comp("gold")}
+# the change fee (a table by fare, doubled in a window), the bag allowance and fee (tier, fare and passengers) and
+# the upper-case name take a table, a difference or a transformation: no inferred form states them
+FACTS = tuple(replace(f, read=with_outcomes(f.read, f.tool, OUTCOME_VALUES[f.id])) if f.id in OUTCOME_VALUES else f
+              for f in FACTS)
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
 BY_TOOL: dict[str, tuple[Fact, ...]] = on_tool(FACTS)
 STATED = tuple(f for f in FACTS if f.stated)

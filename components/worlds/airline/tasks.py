@@ -231,3 +231,21 @@ def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]
                               rubric=rubric, possible=possible))
     db = {"users": b.users, "flights": b.flights, "reservations": b.reservations}
     return db, tasks
+
+
+def gold_of(task: Task) -> list[dict]:
+    """The writes a correct agent makes for `task` (its gold actions, train items only are written): one per request,
+    in the member's order; none for an impossible task."""
+    if not task.possible:
+        return []
+    keep = {"cancel": ("refund_to",), "change": ("new_flight_no", "fee"), "bags": ("bags", "free_bags", "fee"),
+            "compensation": ("amount", "form"), "upgrade": ("payment_method_id",), "name": ("first_name", "last_name")}
+    out = []
+    for r in task.requests:
+        args = {"reservation_id": r["reservation_id"], **{k: r[k] for k in keep[r["kind"]]}}
+        if r["kind"] == "upgrade":
+            args["cabin"] = "business"
+        if r["kind"] == "name":
+            args |= {"first_name": r["first_name"].upper(), "last_name": r["last_name"].upper()}
+        out.append({"tool": language.TOOL_OF[r["kind"]], "args": args})
+    return out

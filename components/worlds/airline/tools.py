@@ -105,9 +105,12 @@ class AirlineTools(AccountTools):
             return err
         if r["fare"] == "basic":
             if refund_to != "travel_credit":
-                return self._policy("basic_credit", f"refund of basic fare {reservation_id} to {refund_to} refused.")
+                no = self._breach("basic_credit", f"refund of basic fare {reservation_id} to {refund_to} refused.")
+                if no is not None:
+                    return no
         elif refund_to != r["payment_method_id"]:
-            return self._policy("refund_original", f"refund to {refund_to} refused.")
+            if (no := self._breach("refund_original", f"refund to {refund_to} refused.")) is not None:
+                return no
         r["status"] = "cancelled"
         r["refund_to"] = refund_to
         return True, None, {"reservation_id": reservation_id, "status": "cancelled", "refund_to": refund_to}
@@ -131,7 +134,8 @@ class AirlineTools(AccountTools):
         if fee_i != want:
             base = F.change_fee(r["fare"], days, F.BY_ID["change_fee"].value, (0, 1))
             rule = "change_window" if base != want and fee_i == base else "change_fee"
-            return self._policy(rule, f"change fee {fee_i} refused.")
+            if (no := self._breach(rule, f"change fee {fee_i} refused.")) is not None:
+                return no
         r.update(flight_no=new["flight_no"], date=new["date"], change_fee=fee_i)
         return True, None, {"reservation_id": reservation_id, "flight_no": new["flight_no"], "date": new["date"],
                             "fee_charged": fee_i}
@@ -149,10 +153,12 @@ class AirlineTools(AccountTools):
         if free != want_free:
             tier_only = F.free_bags(tier, r["fare"], pax, allowance, 0)
             rule = "bag_business" if r["fare"] == "business" and free == tier_only else "bag_allowance"
-            return self._policy(rule, f"free allowance {free} refused.")
+            if (no := self._breach(rule, f"free allowance {free} refused.")) is not None:
+                return no
         want_fee = F.bag_total(n, want_free, F.BY_ID["bag_fee"].value)
         if fee_i != want_fee:
-            return self._policy("bag_fee", f"bag fee {fee_i} refused.")
+            if (no := self._breach("bag_fee", f"bag fee {fee_i} refused.")) is not None:
+                return no
         r["bags"] += n
         r["bag_fee"] = r.get("bag_fee", 0) + fee_i
         return True, None, {"reservation_id": reservation_id, "bags": r["bags"], "fee_charged": fee_i}
@@ -171,13 +177,15 @@ class AirlineTools(AccountTools):
         if amt is None:
             return False, "invalid_args", {"error": f"amount {amount!r} is not a whole number of dollars"}
         if form != "certificate":
-            return self._policy("comp_form", f"compensation as {form!r} refused.")
+            if (no := self._breach("comp_form", f"compensation as {form!r} refused.")) is not None:
+                return no
         tier = self._tier(r)
         want = F.compensation(delay, tier, F.BY_ID["comp_rate"].value, F.BY_ID["comp_gold"].value)
         if amt != want:
             plain = F.compensation(delay, tier, F.BY_ID["comp_rate"].value, 1)
             rule = "comp_gold" if tier == "gold" and amt == plain else "comp_rate"
-            return self._policy(rule, f"amount {amt} refused.")
+            if (no := self._breach(rule, f"amount {amt} refused.")) is not None:
+                return no
         r["compensation"] = {"amount": amt, "form": form}
         return True, None, {"reservation_id": reservation_id, "compensation": amt, "form": form}
 
@@ -194,7 +202,8 @@ class AirlineTools(AccountTools):
         if payment_method_id not in methods:
             return False, "invalid_args", {"error": f"{payment_method_id} is not a payment method of the account"}
         if methods[payment_method_id] != "credit_card":
-            return self._policy("upgrade_payment", f"payment with {payment_method_id} refused.")
+            if (no := self._breach("upgrade_payment", f"payment with {payment_method_id} refused.")) is not None:
+                return no
         r["cabin"] = "business"
         r["upgrade_paid_with"] = payment_method_id
         return True, None, {"reservation_id": reservation_id, "cabin": "business", "charged_to": payment_method_id}
@@ -204,7 +213,8 @@ class AirlineTools(AccountTools):
         if err:
             return err
         if first_name != first_name.upper() or last_name != last_name.upper():
-            return self._policy("name_upper", f"name {first_name} {last_name} refused.")
+            if (no := self._breach("name_upper", f"name {first_name} {last_name} refused.")) is not None:
+                return no
         r["passengers"][0] = {"first_name": first_name, "last_name": last_name}
         return True, None, {"reservation_id": reservation_id, "passenger": r["passengers"][0]}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from components.worlds.base import materializer
 from components.worlds.retail.facts import facts_of
-from components.worlds.retail.tasks import FAMILIES, generate, policy_text
+from components.worlds.retail.tasks import FAMILIES, generate, gold_of, policy_text
 from components.worlds.retail.tools import TOOLS
 
 VERSION = 1
@@ -14,4 +14,5 @@ TARGETS = {"cancel_pending_order": ["order_id"], "return_delivered_order_items":
            "exchange_delivered_order_items": ["order_id"], "modify_pending_order_address": ["order_id"],
            "modify_user_address": [], "issue_store_credit": ["order_id"]}
 
-materialize = materializer("retail", VERSION, generate, FAMILIES, policy_text, TOOLS, TARGETS, facts_of)
+materialize = materializer("retail", VERSION, generate, FAMILIES, policy_text, TOOLS, TARGETS, facts_of,
+                           gold_of=gold_of)

@@ -25,6 +25,7 @@ class RetailEnv(EnvBase):
         db = {"products": bench.db["products"], "users": {user["user_id"]: user},
               "orders": {oid: bench.db["orders"][oid] for oid in user["orders"]}}
         self._tools = RetailTools(db, facts_of(bench.meta.get("facts"), f"{bench.root / 'meta.json'}: facts"))
+        self._tools.receipts = bench.receipts
 
     def confirm(self, tool: str, args: dict, summary: str) -> bool:
         """The customer grants a confirmation only for a write they asked for: its tool and its target."""
@@ -39,7 +40,10 @@ class RetailEnv(EnvBase):
 
 def _order_cancelled(env: RetailEnv, c: Criterion, _t) -> bool:
     o = env.db["orders"][c.args["order_id"]]
-    return o["status"] == "cancelled" and same_amount(o["refund_amount"], c.args["refund_amount"])
+    # the reason is checked against the rule, not the task (a silent world lets any reason through; an explained
+    # or coded one never stores a wrong one, so their scores are unchanged)
+    return (o["status"] == "cancelled" and same_amount(o["refund_amount"], c.args["refund_amount"])
+            and o.get("cancel_reason") in env._tools.facts["cancel_reason"].value)
 
 
 def _order_returned(env: RetailEnv, c: Criterion, _t) -> bool:

@@ -58,9 +58,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Callable, NamedTuple
 
 from components.worlds.grammar import Fact, changed, clauses, first, keyed, negated, on_tool
+from components.worlds.outcome_rules import ends, with_outcomes
 from components.worlds.grammar import facts_read as read_all
 
 REASONS = ("no longer needed", "ordered by mistake")
@@ -277,6 +279,117 @@ FACTS: tuple[Fact, ...] = (
     ),
 )
 
+
+# -- the same rules inferred from outcomes (components/worlds/outcome_rules.py): what such a card instructs ---------------
+
+TOTAL = "get_order_details.items[].price"  # the order's total, as the inferred form names it
+
+
+def _fee_of(field: str, age: str, share_of_total: bool):
+    """A fee as a conditional rule on `age`: for an amount, a share of the total above the threshold and the total
+    below (the fee is the missing share, in percent); for a fee field, a constant above and 0 below."""
+
+    def value(rules: dict) -> Fee | None:
+        r = rules.get(field)
+        if r is None:
+            return None
+        if r.cond is None:  # one value whatever the age: no fee
+            plain = r.then.kind == "equal" and ends(r.then.path, TOTAL) if share_of_total else \
+                r.then.kind == "const" and r.then.value == 0
+            return Fee(0, 0.0) if plain else None
+        if r.cond.op != ">" or not ends(r.cond.path, age):
+            return None
+        if share_of_total:
+            if r.then.kind == "share" and ends(r.then.path, TOTAL) and r.other.kind == "equal" and ends(r.other.path, TOTAL):
+                return Fee(int(r.cond.value), round((1 - r.then.value) * 100, 6))
+            return None
+        if r.then.kind == "const" and r.other.kind == "const" and r.other.value == 0:
+            return Fee(int(r.cond.value), float(r.then.value))
+        return None
+
+    return value
+
+
+def _one_of(field: str):
+    def value(rules: dict):
+        r = rules.get(field)
+        return tuple(r.then.value) if r is not None and r.cond is None and r.then.kind == "one_of" else None
+
+    return value
+
+
+def _method(field: str, paths: dict[str, str]):
+    """Which payment method a rule names: the value whose feature the field equals."""
+
+    def value(rules: dict):
+        r = rules.get(field)
+        if r is None or r.cond is not None or r.then.kind != "equal":
+            return None
+        return next((v for v, suffix in paths.items() if ends(r.then.path, suffix)), None)
+
+    return value
+
+
+def _validated(rules: dict):
+    hits = [r for r in rules.values() if r.cond is None and r.then.kind == "equal" and ".normalized." in r.then.path]
+    return "validate" if hits else None
+
+
+def _credit(part: str):
+    """The per-day rate (the share of `days_late`) or the cap (the constant above a threshold on `days_late`)."""
+
+    def value(rules: dict):
+        r = rules.get("amount")
+        if r is None:
+            return None
+        shares = [t.value for t in r.terms() if t.kind == "share" and ends(t.path, "days_late")]
+        if part == "rate":
+            return shares[0] if shares else None
+        if r.cond is None:
+            return math.inf if shares else None  # a plain per-day credit: no cap
+        if r.cond.op == ">" and ends(r.cond.path, "days_late") and r.then.kind == "const" and shares:
+            return float(r.then.value)
+        return None
+
+    return value
+
+
+def _return(part: str):
+    """The return's amount: the selected items' prices, times (1 - fee) after a number of days since delivery, times
+    (1 + bonus) when the refund's method is a gift card."""
+
+    def value(rules: dict):
+        r = rules.get("refund_amount")
+        if r is None or not r.factors or r.then.kind != "equal" or not ends(r.then.path, "price"):
+            return None
+        for c, k in r.factors:
+            if part == "fee" and c.op == ">" and ends(c.path, "delivered_days_ago"):
+                return Fee(int(c.value), round((1 - k) * 100, 6))
+            if part == "bonus" and c.op == "is" and c.value == "gift_card":
+                return round((k - 1) * 100, 6)
+        return Fee(0, 0.0) if part == "fee" else 0.0  # an amount rule with no such factor: none of it
+
+    return value
+
+
+OUTCOME_VALUES = {
+    "restocking_fee": _return("fee"),
+    "gift_card_bonus": _return("bonus"),
+    "cancel_reason": _one_of("reason"),
+    "cancel_fee": _fee_of("refund_amount", "placed_hours_ago", True),
+    "refund_original": _method("payment_method_id", {"original": "get_order_details.payment_method_id",
+                                                     "gift_card": "[kind=gift_card].id"}),
+    "exchange_fee": _fee_of("exchange_fee", "delivered_days_ago", False),
+    "address_validated": _validated,
+    "reroute_fee": _fee_of("reroute_fee", "placed_hours_ago", False),
+    "user_address_validated": _validated,
+    "credit_rate": _credit("rate"),
+    "credit_cap": _credit("cap"),
+    "credit_gift_card": _method("payment_method_id", {"gift_card": "[kind=gift_card].id",
+                                                      "original": "get_order_details.payment_method_id"}),
+}  # exchange_available is a property of the catalog the write's new item does not carry: it has no inferred form
+FACTS = tuple(replace(f, read=with_outcomes(f.read, f.tool, OUTCOME_VALUES[f.id])) if f.id in OUTCOME_VALUES else f
+              for f in FACTS)
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
 
 

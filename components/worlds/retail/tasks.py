@@ -220,3 +220,27 @@ def generate(seed: int, per_family: int | None = None, facts=None) -> tuple[dict
             ))
     db = {"products": b.products, "users": b.users, "orders": b.orders}
     return db, tasks
+
+
+def gold_of(task: Task) -> list[dict]:
+    """The writes a correct agent makes for `task` (its gold actions, train items only are written): one per request,
+    in the customer's order; none for an impossible task."""
+    if not task.possible:
+        return []
+    out = []
+    for r in task.requests:
+        kind = r["kind"]
+        if kind == "cancel":
+            args = {"order_id": r["order_id"], "reason": r["reason"], "refund_amount": r["refund_amount"]}
+        elif kind == "return":
+            args = {k: r[k] for k in ("order_id", "item_ids", "payment_method_id", "refund_amount")}
+        elif kind == "exchange":
+            args = {k: r[k] for k in ("order_id", "item_ids", "new_item_ids", "exchange_fee")}
+        elif kind == "credit":
+            args = {k: r[k] for k in ("order_id", "amount", "payment_method_id")}
+        elif kind == "user_address":
+            args = {"user_id": task.user_id, **normalize_address(**r["address"])}
+        else:
+            args = {"order_id": r["order_id"], **normalize_address(**r["address"]), "reroute_fee": r["reroute_fee"]}
+        out.append({"tool": language.TOOL_OF[kind], "args": args})
+    return out

@@ -114,10 +114,13 @@ class RetailTools(AccountTools):
         if err:
             return err
         if reason not in self.facts["cancel_reason"].value:
-            return self._policy("cancel_reason", f"reason {reason!r} refused.")
+            if (no := self._breach("cancel_reason", f"reason {reason!r} refused.")) is not None:
+                return no
         due = F.cancel_refund(o, self.facts["cancel_fee"].value)
         if not F.same_amount(refund_amount, due):
-            return self._policy("cancel_fee", f"refund amount {refund_amount!r} refused.")
+            if (no := self._breach("cancel_fee", f"refund amount {refund_amount!r} refused.")) is not None:
+                return no
+            due = refund_amount  # silent: what the agent passed is what happens
         o["status"] = "cancelled"
         o["cancel_reason"] = reason
         o["refund_amount"] = due
@@ -136,15 +139,18 @@ class RetailTools(AccountTools):
         if not item_ids or any(i not in have for i in item_ids):
             return self._fail("invalid_args", f"items {item_ids} are not all in order {order_id}")
         if payment_method_id != o["payment_method_id"]:
-            return self._policy("refund_original", f"refund to {payment_method_id} refused.")
+            if (no := self._breach("refund_original", f"refund to {payment_method_id} refused.")) is not None:
+                return no
         gift = self._method_kind(o, payment_method_id) == "gift_card"
         fee, bonus = self.facts["restocking_fee"].value, self.facts["gift_card_bonus"].value
         due = F.return_refund(o, item_ids, fee, bonus, gift)
         if not F.same_amount(refund_amount, due):
             # which rule the amount broke: the fee was right when it matches the amount before the bonus
             fee_right = gift and F.same_amount(refund_amount, F.return_refund(o, item_ids, fee, None, gift))
-            return self._policy("gift_card_bonus" if fee_right else "restocking_fee",
-                                f"refund amount {refund_amount!r} refused.")
+            if (no := self._breach("gift_card_bonus" if fee_right else "restocking_fee",
+                                   f"refund amount {refund_amount!r} refused.")) is not None:
+                return no
+            due = refund_amount
         o["status"] = "return requested"
         o["return"] = {"item_ids": sorted(item_ids), "payment_method_id": payment_method_id, "refund_amount": due}
         return True, None, {"order_id": order_id, "status": "return requested", "refund_to": payment_method_id,
@@ -163,10 +169,13 @@ class RetailTools(AccountTools):
             if new not in variants:
                 return self._fail("invalid_args", f"{new} is not a variant of the same product as {old}")
             if not variants[new]["available"]:
-                return self._policy("exchange_available", f"item {new} is not available.")
+                if (no := self._breach("exchange_available", f"item {new} is not available.")) is not None:
+                    return no
         due = F.exchange_fee(o, len(item_ids), self.facts["exchange_fee"].value)
         if not F.same_amount(exchange_fee, due):
-            return self._policy("exchange_fee", f"exchange fee {exchange_fee!r} refused.")
+            if (no := self._breach("exchange_fee", f"exchange fee {exchange_fee!r} refused.")) is not None:
+                return no
+            due = exchange_fee
         o["status"] = "exchange requested"
         o["exchange"] = {"item_ids": list(item_ids), "new_item_ids": list(new_item_ids), "exchange_fee": due}
         return True, None, {"order_id": order_id, "status": "exchange requested"}
@@ -177,7 +186,8 @@ class RetailTools(AccountTools):
             return self._fail("not_found", f"no user {user_id}", blocking=True)
         given = {"address1": address1, "city": city, "state": state, "zip": zip}
         if given != normalize_address(address1, city, state, zip):
-            return self._policy("user_address_validated", "address is not normalized.")
+            if (no := self._breach("user_address_validated", "address is not normalized.")) is not None:
+                return no
         u["address"] = given
         return True, None, {"user_id": user_id, "address": u["address"]}
 
@@ -188,10 +198,13 @@ class RetailTools(AccountTools):
             return err
         given = {"address1": address1, "city": city, "state": state, "zip": zip}
         if given != normalize_address(address1, city, state, zip):
-            return self._policy("address_validated", "address is not normalized.")
+            if (no := self._breach("address_validated", "address is not normalized.")) is not None:
+                return no
         due = F.reroute_fee(o, self.facts["reroute_fee"].value)
         if not F.same_amount(reroute_fee, due):
-            return self._policy("reroute_fee", f"re-routing fee {reroute_fee!r} refused.")
+            if (no := self._breach("reroute_fee", f"re-routing fee {reroute_fee!r} refused.")) is not None:
+                return no
+            due = reroute_fee
         o["address"] = given
         o["reroute_fee"] = due
         return True, None, {"order_id": order_id, "address": given, "reroute_fee": due}
@@ -208,9 +221,13 @@ class RetailTools(AccountTools):
         if not F.same_amount(amount, due):
             # the rate was right when the amount is the uncapped per-day credit
             rate_right = F.same_amount(amount, F.credit_amount(o, rate, None))
-            return self._policy("credit_cap" if rate_right else "credit_rate", f"credit amount {amount!r} refused.")
+            if (no := self._breach("credit_cap" if rate_right else "credit_rate",
+                                   f"credit amount {amount!r} refused.")) is not None:
+                return no
+            due = amount
         if self._method_kind(o, payment_method_id) != "gift_card":
-            return self._policy("credit_gift_card", f"credit to {payment_method_id} refused.")
+            if (no := self._breach("credit_gift_card", f"credit to {payment_method_id} refused.")) is not None:
+                return no
         o["credit"] = {"amount": due, "payment_method_id": payment_method_id}
         return True, None, {"order_id": order_id, "credited": due, "to": payment_method_id}
 

@@ -1,0 +1,512 @@
+"""Inferring a write's rule from outcomes: which value the gold gives one field of a write, as the smallest rule over
+what the agent's reads showed before that write.
+
+Rows: every train episode with gold (`components.worlds.base.train_gold`), one per gold write on the tool: the gold
+arguments, the agent's first attempt at that target (if any), and the features its successful reads showed before it
+(`features`: scalars by path, list sums, a list's elements selected by the write's list argument or keyed by a
+category; the form is `components.worlds.outcome_rules`). A field is inferred when some episode got it wrong.
+
+Forms, smallest first (the first that fits the fit half is the rule; none is searched for after the check):
+    const    one value everywhere
+    equal    the value of one feature
+    share    a fixed factor times one feature (to the cent)
+    one_of   a string field that takes two or three values (the allowed set)
+    cond     a condition on one feature (a threshold on a number, or a category), each side const/equal/share
+The rule is fitted on the items of one half  and checked on the other half's items,
+which it never saw (every other item in sorted order): a rule that fits its half but not every check item it can be evaluated on is refused. It never
+sees a rule's statement: only gold values, the agent's values and what reads returned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from components.evolution.diagnose import _ident
+from components.evolution.outcomes import same_value
+from components.runtime.confirm import Targets
+from components.runtime.trace import TraceStep
+from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL
+from components.worlds.base import Gold
+from components.worlds.outcome_rules import Cond, FieldRule, Term
+
+MIN_FIT, MIN_CHECK = 4, 2  # distinct items: fewer cannot tell a rule from a coincidence
+MIN_SIDE = 2  # items on each side of a condition
+MIN_CELL = 1  # items in each of three cells of a two-factor rule (its check items judge a factor seen once)
+MAX_ONE_OF = 3
+EXPLAIN = 0.9  # the share of rows a feature-reading rule must give the gold value in (fit and check alike)
+
+
+@dataclass
+class Row:
+    item: str
+    episode: str
+    feats: dict[str, Any]
+    gold: dict[str, Any]
+    agent: dict[str, Any] | None  # the agent's first attempt at this target (None: never attempted)
+
+
+@dataclass
+class Inference:
+    field: str
+    rule: FieldRule | None
+    why: str  # "ok", or why no rule was written
+    n_fit: int = 0
+    n_check: int = 0
+    wrong: int = 0  # rows the agent got this field wrong in
+    examples: list[dict] = field(default_factory=list)  # a few diffs (agent value, gold value) for the projection
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (str, int, float)) and not isinstance(v, bool)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _category(v: Any) -> bool:
+    """A value that names a kind rather than a thing (no digit: not an id, not an amount)."""
+    return isinstance(v, str) and 0 < len(v) <= 40 and not any(ch.isdigit() for ch in v)
+
+
+def flatten(obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str, Any]) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            flatten(v, f"{prefix}.{k}", write_args, out)
+    elif isinstance(obj, list) and obj and all(isinstance(e, dict) for e in obj):
+        keys = sorted(set().union(*obj))
+        for k in keys:
+            vals = [e.get(k) for e in obj]
+            if all(_num(v) for v in vals):
+                out[f"{prefix}[].{k}"] = round(float(sum(vals)), 2)
+        for arg, av in sorted(write_args.items()):  # the elements a write's list argument picks
+            if not isinstance(av, list) or not av:
+                continue
+            chosen_ids = {str(x) for x in av}
+            for k in keys:
+                chosen = [e for e in obj if str(e.get(k)) in chosen_ids]
+                if not chosen:
+                    continue
+                for k2 in keys:
+                    if all(_num(e.get(k2)) for e in chosen):
+                        out[f"{prefix}[{k} in {arg}].{k2}"] = round(float(sum(e[k2] for e in chosen)), 2)
+        for arg, av in sorted(write_args.items()):  # the element a write's scalar argument names
+            if not _scalar(av):
+                continue
+            for k in keys:
+                hit = [e for e in obj if str(e.get(k)) == str(av)]
+                if len(hit) == 1:
+                    for k2, v2 in hit[0].items():
+                        if k2 != k and _scalar(v2):
+                            out[f"{prefix}[{k}=@{arg}].{k2}"] = v2
+        for k in keys:  # the one element of a kind
+            vals = [e.get(k) for e in obj]
+            for v in sorted({x for x in vals if _category(x)}):
+                if vals.count(v) == 1:
+                    for k2, v2 in obj[vals.index(v)].items():
+                        if k2 != k and _scalar(v2):
+                            out[f"{prefix}[{k}={v}].{k2}"] = v2
+    elif _scalar(obj):
+        out[prefix] = obj
+
+
+def features(steps: list[TraceStep], before: int, write_args: Mapping[str, Any], target: Mapping[str, str],
+             write_tools: frozenset[str]) -> dict[str, Any]:
+    """What the episode's successful reads showed before step `before`: a read about the write's target (an arg
+    of the target's name and value) wins over a general read; a read about another target (same arg, another value)
+    is left out."""
+    general: dict[str, Any] = {}
+    mine: dict[str, Any] = {}
+    for s in steps:
+        if s.step >= before:
+            break
+        a, obs = s.action, s.observation
+        tool = a.get("tool")
+        if not tool or tool in write_tools or tool in (CONFIRM_TOOL, FINISH_TOOL) or a.get("kind") == "finish" \
+                or s.blocked is not None or not obs.get("ok") or not isinstance(obs.get("content"), dict):
+            continue
+        args = a.get("args") or {}
+        shared = [k for k in target if k in args]
+        if any(str(args[k]) != target[k] for k in shared):
+            continue
+        f: dict[str, Any] = {}
+        flatten(obs["content"], tool, write_args, f)
+        (mine if shared else general).update(f)
+    return {**general, **mine}
+
+
+def rows_for(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
+             write_tools: frozenset[str], targets: Targets | None = None) -> list[Row]:
+    rows = []
+    for eid in sorted(episodes):
+        steps = episodes[eid]
+        item = eid.split("#", 1)[0]
+        g = gold.get(item)
+        if g is None or not steps:
+            continue
+        for a in g.actions:
+            if a.tool != tool:
+                continue
+            ident = _ident(tool, a.args, targets)
+            first = next((s for s in steps if s.action.get("tool") == tool and s.blocked is None
+                          and _ident(tool, s.action.get("args", {}), targets) == ident), None)
+            at = first.step if first is not None else steps[-1].step + 1
+            feats = features(steps, at, a.args, {k: str(v) for k, v in ident}, write_tools)
+            rows.append(Row(item, eid, feats, dict(a.args), dict(first.action.get("args") or {}) if first else None))
+    return rows
+
+
+def fit_half(items: list[str]) -> set[str]:
+    """The fit half of the items: every other one in sorted order (stable; balanced across families, whose items
+    sort together); the others are the check half."""
+    return set(sorted(set(items))[::2])
+
+
+# -- the forms -----------------------------------------------------------------------------------------------------
+
+def _cents(x: float) -> float:
+    return round(x + 1e-9, 2)
+
+
+def value_of(t: Term, feats: Mapping[str, Any]) -> tuple[bool, Any]:
+    """(evaluable, value) of a term on one row's features."""
+    if t.kind == "const":
+        return True, t.value
+    if t.path not in feats:
+        return False, None
+    x = feats[t.path]
+    if t.kind == "equal":
+        return True, x
+    if t.kind == "share":
+        return (True, _cents(t.value * x)) if _num(x) else (False, None)
+    return False, None
+
+
+def holds(rule: FieldRule, row: Row, gap: tuple[float, float] | None = None,
+          factor_gaps: Mapping[int, tuple[float, float]] | None = None) -> bool | None:
+    """Whether the rule gives the row's gold value (None: the row lacks a feature the rule reads, or its condition's
+    number lies in `gap`, the open interval between the fit rows on either side, where the fit saw nothing)."""
+    y = row.gold.get(rule.field)
+    t = rule.then
+    if rule.cond is not None:
+        c = rule.cond
+        if c.path not in row.feats:
+            return None
+        g = row.feats[c.path]
+        if gap is not None and _num(g) and gap[0] < g < gap[1]:
+            return None
+        on = (_num(g) and g > c.value) if c.op == ">" else g == c.value
+        t = rule.then if on else rule.other
+    if t.kind == "one_of":
+        return y in t.value
+    ok, v = value_of(t, row.feats)
+    if not ok:
+        return None
+    for n, (c, k) in enumerate(rule.factors):
+        if c.path not in row.feats or not _num(v):
+            return None
+        fg = (factor_gaps or {}).get(n)
+        if fg is not None and _num(row.feats[c.path]) and fg[0] < row.feats[c.path] < fg[1]:
+            return None  # between the fit rows on either side of this factor's threshold: not judged
+        if _true(c, row.feats[c.path]):
+            v = _cents(v * k)
+    return same_value(v, y)
+
+
+def _true(c: Cond, g: Any) -> bool:
+    return (_num(g) and g > c.value) if c.op == ">" else g == c.value
+
+
+def _explains(verdicts: list[bool]) -> bool:
+    """A term read off a feature explains the rows when it gives the gold value in all but a few: a read an agent
+    made for another write of the same episode (a second address validated, or not) can stand where this write's
+    would; a constant reads no feature, so it must give every row's value (see `_simple`)."""
+    return bool(verdicts) and sum(verdicts) >= EXPLAIN * len(verdicts)
+
+
+def _items(rows: list[Row]) -> int:
+    return len({r.item for r in rows})
+
+
+def _simple(rows: list[Row], fld: str, paths: list[str]) -> Term | None:
+    """const, else equal, else share: the first that fits every row it can be evaluated on, on enough items."""
+    ys = [r.gold.get(fld) for r in rows]
+    if ys and all(same_value(y, ys[0]) for y in ys):
+        return Term("const", ys[0])
+    best: tuple | None = None
+    for p in paths:
+        on = [r for r in rows if p in r.feats]
+        if _items(on) < max(MIN_SIDE, _items(rows) // 2) \
+                or not _explains([same_value(r.feats[p], r.gold.get(fld)) for r in on]):
+            continue
+        key = (-len(on), p)
+        best = min(best, (key, Term("equal", None, p))) if best else (key, Term("equal", None, p))
+    if best:
+        return best[1]
+    if not all(_num(y) for y in ys):
+        return None
+    for p in paths:
+        on = [r for r in rows if _num(r.feats.get(p)) and r.feats[p] != 0]
+        if _items(on) < max(MIN_SIDE, _items(rows) // 2):
+            continue
+        k = round(float(np.median([r.gold[fld] / r.feats[p] for r in on])), 4)
+        if k in (0.0, 1.0) or not _explains([same_value(_cents(k * r.feats[p]), r.gold[fld]) for r in on]):
+            continue
+        key = (-len(on), p)
+        best = min(best, (key, Term("share", k, p))) if best else (key, Term("share", k, p))
+    return best[1] if best else None
+
+
+def _complexity(t: Term) -> int:
+    return {"const": 0, "equal": 1, "share": 2, "one_of": 3}[t.kind]
+
+
+def smallest(rows: list[Row], fld: str) -> FieldRule | None:
+    """The smallest rule of the forms above that fits every fit row it can be evaluated on."""
+    paths = sorted({p for r in rows for p in r.feats})
+    t = _simple(rows, fld, paths)
+    if t is not None:
+        return FieldRule(fld, t)
+    ys = [r.gold.get(fld) for r in rows]
+    values = sorted({y for y in ys if isinstance(y, str)})
+    if all(isinstance(y, str) for y in ys) and 2 <= len(values) <= MAX_ONE_OF and len(ys) >= 2 * len(values):
+        return FieldRule(fld, Term("one_of", tuple(values)))
+    found: list[tuple] = []
+    for g in paths:
+        if "[" in g:  # conditions on a record's own fields, not on sums or picks from its lists
+            continue
+        on = [r for r in rows if g in r.feats]
+        if _items(on) < max(MIN_FIT, (3 * _items(rows)) // 4):  # readable on most rows (reads an agent skipped: not)
+            continue
+        vals = [r.feats[g] for r in on]
+        if all(_num(v) for v in vals):
+            uniq = sorted(set(vals))
+            cuts = []
+            for lo, _hi in zip(uniq, uniq[1:]):
+                cuts.append(lo)  # "more than lo": the largest value seen on the other side (refined on all rows)
+            conds = [Cond(g, ">", c) for c in cuts]
+        elif all(_category(v) for v in vals):
+            conds = [Cond(g, "is", v) for v in sorted(set(vals))]
+        else:
+            continue
+        for c in conds:
+            yes = [r for r in on if (r.feats[g] > c.value if c.op == ">" else r.feats[g] == c.value)]
+            no = [r for r in on if r not in yes]
+            if _items(yes) < MIN_SIDE or _items(no) < MIN_SIDE:
+                continue
+            a, b = _simple(yes, fld, paths), _simple(no, fld, paths)
+            if a is None or b is None or a == b:
+                continue
+            found.append(((_complexity(a) + _complexity(b), g, c.value if c.op == ">" else 0, str(c.value)),
+                          FieldRule(fld, a, c, b)))
+    if found:
+        return min(found, key=lambda x: x[0])[1]
+    return _product(rows, fld, paths)
+
+
+MAX_CONDS, MAX_CUTS = 200, 12  # candidate conditions for the two-factor form (pairs are checked with numpy)
+
+
+def _product(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
+    """A number or a feature times up to two factors, each when its condition holds: the four cells of the two
+    conditions must each hold one ratio to the base, and the fourth be the product of the other two's factors."""
+    ys = [r.gold.get(fld) for r in rows]
+    if not rows or not all(_num(y) for y in ys):
+        return None
+    conds: list[Cond] = []
+    for g in paths:
+        if "[]" in g or " in " in g:
+            continue
+        vals = [r.feats[g] for r in rows if g in r.feats]
+        if len(vals) < (3 * len(rows)) // 4:
+            continue
+        if all(_num(v) for v in vals) and "[" not in g:
+            uniq = sorted(set(vals))[:-1]
+            step = max(1, len(uniq) // MAX_CUTS)  # a coarse grid: the threshold is placed on every row afterwards
+            conds += [Cond(g, ">", lo) for lo in uniq[::step]]
+        elif all(_category(v) for v in vals):
+            conds += [Cond(g, "is", v) for v in sorted(set(vals))]
+    conds = conds[:MAX_CONDS]
+    if len(conds) < 2:
+        return None
+    truth = np.array([[g in r.feats and _true(c, r.feats[c.path]) for r in rows] for c in conds for g in [c.path]])
+    seen = np.array([[c.path in r.feats for r in rows] for c in conds])
+    y = np.array(ys, dtype=float)
+    bases: list[str | None] = [None] + [p for p in paths if all(_num(r.feats.get(p)) and r.feats[p] for r in rows)]
+    found = []
+    for base in bases:
+        b = np.ones(len(rows)) if base is None else np.array([float(r.feats[base]) for r in rows])
+        ratio = y / b
+        _vals, counts = np.unique(np.round(ratio, 2), return_counts=True)
+        top = np.sort(counts)[::-1][:4]
+        if top.sum() < EXPLAIN * len(rows):  # four ratios at most (two factors): else this base cannot be it
+            continue
+        for i in range(len(conds)):
+            for j in range(i + 1, len(conds)):
+                if conds[i].path == conds[j].path:
+                    continue
+                ok = seen[i] & seen[j]
+                a, c = truth[i] & ok, truth[j] & ok
+                cells = [ok & ~a & ~c, ok & a & ~c, ok & ~a & c, ok & a & c]
+                if any(m.sum() < MIN_CELL for m in cells[:3]):
+                    continue
+                meds = [float(np.median(ratio[m])) for m in cells[:3]]
+                if meds[0] == 0:
+                    continue
+                k1, k2 = round(meds[1] / meds[0], 4), round(meds[2] / meds[0], 4)
+                if k1 in (0.0, 1.0) or k2 in (0.0, 1.0):
+                    continue
+                pred = meds[0] * b * np.where(a, k1, 1.0) * np.where(c, k2, 1.0)
+                if (np.abs(pred - y)[ok] <= 0.011).sum() < EXPLAIN * ok.sum() \
+                        or any(_cell_items(rows, m) < MIN_CELL for m in cells[:3]):
+                    continue
+                r00 = round(meds[0], 4)
+                head = Term("const", r00 if not float(r00).is_integer() else int(r00)) if base is None else \
+                    Term("equal", None, base) if r00 == 1.0 else Term("share", r00, base)
+                rule = FieldRule(fld, head, factors=((conds[i], k1), (conds[j], k2)))
+                verdicts = [v for v in (holds(rule, r) for r in rows) if v is not None]
+                if len(verdicts) >= (3 * len(rows)) // 4 and _explains(verdicts):
+                    found.append(((base is not None, base or "", conds[i].path, conds[j].path), rule))
+        if found:
+            break  # the smallest base that works: a constant before a feature
+    return min(found, key=lambda x: x[0])[1] if found else None
+
+
+def _cell_items(rows: list[Row], mask) -> int:
+    return len({r.item for r, m in zip(rows, mask) if m})
+
+
+def infer_field(rows: list[Row], fld: str) -> Inference:
+    """Fit on one half of the items, check on the other; the rule or why there is none."""
+    usable = [r for r in rows if fld in r.gold and r.agent is not None]  # what the agent saw when it wrote
+    wrong = [r for r in usable if r.agent is not None and not same_value(r.agent.get(fld), r.gold[fld])]
+    examples = [{"item": r.item, "agent": r.agent.get(fld), "gold": r.gold[fld]} for r in wrong[:4]]
+    half = fit_half([r.item for r in usable])
+    fit = [r for r in usable if r.item in half]
+    check = [r for r in usable if r.item not in half]
+    out = Inference(fld, None, "", _items(fit), _items(check), len(wrong), examples)
+    if out.n_fit < MIN_FIT or out.n_check < MIN_CHECK:
+        out.why = f"too few items ({out.n_fit} to fit, {out.n_check} to check; need {MIN_FIT} and {MIN_CHECK})"
+        return out
+    rule = smallest(fit, fld)
+    if rule is None:
+        out.why = "no rule of the known forms fits the fit items"
+        return out
+    gap = _gap(rule, fit)
+    fgaps = _factor_gaps(rule, fit)
+    verdicts = [holds(rule, r, gap, fgaps) for r in check]
+    judged = [v for v in verdicts if v is not None]
+    checked_items = _items([r for r, v in zip(check, verdicts) if v is not None])
+    if checked_items < MIN_CHECK:
+        out.why = f"the rule can be checked on {checked_items} check item(s) only"
+        return out
+    if not _explains(judged):
+        out.why = f"fits the fit items but not {judged.count(False)} of {len(judged)} check rows"
+        return out
+    if gap is not None:  # the form held on the check items: place the threshold on every row (narrower gap)
+        whole = _gap(rule, usable)
+        if whole is None or whole[0] >= whole[1]:
+            out.why = "the condition's two sides overlap once the check items are added"
+            return out
+        rule = FieldRule(rule.field, rule.then, Cond(rule.cond.path, ">", whole[0]), rule.other)
+    if rule.factors:
+        rule = _placed(rule, usable)
+    out.rule, out.why = rule, "ok"
+    return out
+
+
+def _factor_gaps(rule: FieldRule, rows: list[Row]) -> dict[int, tuple[float, float]]:
+    """Per numeric factor: (the largest value among rows it must not apply to, the smallest among rows it must)."""
+    out = {}
+    for n, (c, _k) in enumerate(rule.factors):
+        if c.op == ">":
+            yes, no = _sides(rule, n, rows)
+            if yes and no:
+                out[n] = (max(no), min(yes))
+    return out
+
+
+def _sides(rule: FieldRule, n: int, rows: list[Row]) -> tuple[list, list]:
+    """Values of factor n's feature on rows only the rule with it (yes) or only the rule without it (no) explains."""
+    c, k = rule.factors[n]
+    on = FieldRule(rule.field, rule.then, factors=tuple(f if i != n else (Cond(c.path, ">", -math.inf), k)
+                                                        for i, f in enumerate(rule.factors)))
+    off = FieldRule(rule.field, rule.then, factors=tuple(f for i, f in enumerate(rule.factors) if i != n))
+    yes, no = [], []
+    for r in rows:
+        g = r.feats.get(c.path)
+        if not _num(g):
+            continue
+        a, b = holds(on, r), holds(off, r)
+        if a and not b:
+            yes.append(g)
+        elif b and not a:
+            no.append(g)
+    return yes, no
+
+
+def _placed(rule: FieldRule, rows: list[Row]) -> FieldRule:
+    """A factor's threshold placed on every row once the form has passed its check: the largest value among rows
+    the factor must not apply to (the rule without it gives their gold value, with it not)."""
+    factors = list(rule.factors)
+    for n, (c, k) in enumerate(factors):
+        if c.op != ">":
+            continue
+        yes, no = _sides(FieldRule(rule.field, rule.then, factors=tuple(factors)), n, rows)
+        if yes and no and max(no) < min(yes):
+            factors[n] = (Cond(c.path, ">", max(no)), k)
+    return FieldRule(rule.field, rule.then, factors=tuple(factors))
+
+
+def _gap(rule: FieldRule, rows: list[Row]) -> tuple[float, float] | None:
+    """For a threshold rule: (the largest value of the condition's feature among rows only the else-side explains,
+    the smallest among rows only the then-side explains). None for any other rule."""
+    c = rule.cond
+    if c is None or c.op != ">":
+        return None
+    yes, no = [], []
+    for r in rows:
+        g = r.feats.get(c.path)
+        if not _num(g):
+            continue
+        a = holds(FieldRule(rule.field, rule.then), r)
+        b = holds(FieldRule(rule.field, rule.other), r)
+        if a and not b:
+            yes.append(g)
+        elif b and not a:
+            no.append(g)
+    if not yes or not no:
+        return None
+    return max(no), min(yes)
+
+
+def infer_tool(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
+               write_tools: frozenset[str], targets: Targets | None = None) -> list[Inference]:
+    """One inference per field of the tool's gold that some episode got wrong (identifying args excluded)."""
+    return infer_rows(tool, rows_for(tool, episodes, gold, write_tools, targets), targets)
+
+
+def infer_rows(tool: str, rows: list[Row], targets: Targets | None = None) -> list[Inference]:
+    ident = {k for r in rows for k, _v in _ident(tool, r.gold, targets)}
+    fields = sorted({f for r in rows if r.agent is not None for f in r.gold
+                     if f not in ident and not same_value(r.agent.get(f), r.gold[f])})
+    return [infer_field(rows, f) for f in fields]
+
+
+def fixable(rows: list[Row], infs: list[Inference]) -> int:
+    """Attempts that the inferred rules would make right: every field the agent got wrong has a rule that gives its
+    gold value there (what a card of these rules could fix, at most; a field without a rule keeps it wrong)."""
+    rules = {i.field: i.rule for i in infs if i.rule is not None}
+    n = 0
+    for r in rows:
+        if r.agent is None:
+            continue
+        wrong = [f for f in r.gold if f in {i.field for i in infs} and not same_value(r.agent.get(f), r.gold[f])]
+        if wrong and all(f in rules and holds(rules[f], r) for f in wrong):
+            n += 1
+    return n

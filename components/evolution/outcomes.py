@@ -1,0 +1,153 @@
+"""Evidence from outcomes: a failed train episode compared with its item's gold (the writes a labelled benchmark
+gives, as tau2-bench does), for worlds whose receipts do not say which rule a write broke (`coded`, `silent`).
+
+`outcome_diffs` lists what the episode's successful writes got wrong against the gold writes, matched on the write's
+identifying args (the benchmark's `targets`):
+    missing_write  a gold write the agent never made successfully
+    extra_write    a successful write no gold write asks for
+    wrong_arg      a successful write with a wrong argument: which field, the agent's value, the gold value
+(no confirmation and a finish with work pending are read off the trace by `diagnose`, as before).
+
+`value_evidence` judges, from the whole train corpus, whether the package's cards about a write help its arguments
+come out right (first writes per target with such a card in memory against those without), as `card_evidence` does
+for rule refusals; `outcome_finding` then decides the owner of a wrong argument from the trace: no card about the
+tool (E), a card that does not help (E), a helpful card not delivered at that write or drowned among others (rho).
+
+Gold reaches this module only through `components.worlds.base.train_gold`: train items only. Dev and test gold (the
+rubric) is read by scoring alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from components.evolution.diagnose import CARD_FLOOR, CARD_LIFT, MIN_CONTRAST, Finding, _ident, cards_about
+from components.memory.package import MemoryPackage
+from components.runtime.confirm import Targets
+from components.runtime.trace import TraceStep
+from components.worlds.base import Gold
+
+AMOUNT_TOL = 0.005  # amounts are cents: two values within half a cent are the same amount
+
+
+@dataclass(frozen=True)
+class Diff:
+    kind: str  # missing_write | extra_write | wrong_arg
+    tool: str
+    target: tuple
+    step: int  # the agent's write (wrong_arg, extra_write) or the episode's last step (missing_write)
+    hash: str
+    field: str = ""
+    agent: Any = None
+    gold: Any = None
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal as a database would hold them: numbers to the cent, lists of ids in any order, else exactly."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(float(a) - float(b)) < AMOUNT_TOL
+    if isinstance(a, list) and isinstance(b, list):
+        return sorted(map(str, a)) == sorted(map(str, b))
+    return a == b
+
+
+def successful_writes(steps: list[TraceStep], write_tools: frozenset[str]) -> list[TraceStep]:
+    return [s for s in steps if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")]
+
+
+def outcome_diffs(steps: list[TraceStep], gold: Gold, write_tools: frozenset[str],
+                  targets: Targets | None = None) -> list[Diff]:
+    """The episode's writes against the gold writes, in step order (missing writes last)."""
+    if not steps:
+        return []
+    done: dict[tuple, TraceStep] = {}
+    for s in successful_writes(steps, write_tools):  # the last successful write per target is what the state holds
+        done[(s.action["tool"], _ident(s.action["tool"], s.action.get("args", {}), targets))] = s
+    wanted = {(a.tool, _ident(a.tool, a.args, targets)): a for a in gold.actions}
+    out: list[Diff] = []
+    for key, s in sorted(done.items(), key=lambda kv: kv[1].step):
+        tool, target = key
+        a = wanted.get(key)
+        if a is None:
+            out.append(Diff("extra_write", tool, target, s.step, s.hash))
+            continue
+        args = s.action.get("args", {})
+        for field in sorted(a.args):
+            if not same_value(args.get(field), a.args[field]):
+                out.append(Diff("wrong_arg", tool, target, s.step, s.hash, field, args.get(field), a.args[field]))
+    last = steps[-1]
+    for key, a in wanted.items():
+        if key not in done:
+            out.append(Diff("missing_write", key[0], key[1], last.step, last.hash))
+    return out
+
+
+def value_evidence(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold], package: MemoryPackage,
+                   write_tools: frozenset[str], targets: Targets | None = None) -> dict[str, bool | None]:
+    """Per write tool: do the package's cards about it help its arguments come out right? Over every first successful
+    write per (episode, target) that a gold write matches, the share with every argument right when a card about the
+    tool was in that turn's memory, against the share without one (as `card_evidence`). None: never delivered."""
+    tally: dict[str, dict[bool, list[int]]] = {}
+    for eid, steps in episodes.items():
+        g = gold.get(eid.split("#", 1)[0])
+        if g is None:
+            continue
+        wanted = {(a.tool, _ident(a.tool, a.args, targets)): a for a in g.actions}
+        seen: set[tuple] = set()
+        for s in successful_writes(steps, write_tools):
+            tool = s.action["tool"]
+            key = (tool, _ident(tool, s.action.get("args", {}), targets))
+            if key in seen or key not in wanted:
+                continue
+            seen.add(key)
+            about = set(cards_about(package, tool))
+            right = all(same_value(s.action.get("args", {}).get(f), v) for f, v in wanted[key].args.items())
+            tally.setdefault(tool, {True: [], False: []})[bool(set(s.delivered) & about)].append(int(right))
+    out: dict[str, bool | None] = {}
+    for tool, t in tally.items():
+        if not t[True]:
+            out[tool] = None
+            continue
+        without = sum(t[False]) / len(t[False]) if len(t[False]) >= MIN_CONTRAST else 0.0
+        out[tool] = sum(t[True]) / len(t[True]) >= max(CARD_FLOOR, without + CARD_LIFT)
+    return out
+
+
+def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[TraceStep], package: MemoryPackage,
+                    helps: Mapping[str, bool | None]) -> Finding | None:
+    """The finding for the episode's earliest wrong argument, its owner read from the trace (see the module doc);
+    a missing or extra write no trace finding explains is `unknown` (reported, never planned). None: no diff."""
+    wrong = [d for d in diffs if d.kind == "wrong_arg"]
+    if not wrong:
+        other = next(iter(diffs), None)
+        if other is None:
+            return None
+        return Finding(eid, item_id, other.step, other.hash, "unknown", other.kind, other.tool,
+                       f"{other.kind.replace('_', ' ')} on `{other.tool}`", "unknown", "unknown",
+                       {"target": other.target})
+    step = min(d.step for d in wrong)
+    at = [d for d in wrong if d.step == step]
+    d0 = at[0]
+    s = next(x for x in steps if x.step == step)
+    cards = cards_about(package, d0.tool)
+    here = [c for c in s.delivered if c in cards]
+    h = helps.get(d0.tool)
+    extra = {"target": d0.target, "cards": cards, "delivered": list(s.delivered),
+             "diffs": [{"field": d.field, "agent": d.agent, "gold": d.gold} for d in at]}
+    detail = "; ".join(f"`{d.field}` {d.agent!r}, gold {d.gold!r}" for d in at)
+    opportunity, patchability = "present", "memory"
+    if not cards:
+        owner, kind = "E", "wrong_value"
+    elif h is False:
+        owner, kind = "E", "ineffective_card"
+    elif h is None:
+        owner, kind, opportunity, patchability = "unknown", "card_unobserved", "unknown", "unknown"
+    elif here:
+        owner, kind = ("rho", "diluted_card") if len(s.delivered) > len(here) else ("E", "wrong_value")
+    else:
+        owner, kind = "rho", "card_not_fired"
+    return Finding(eid, item_id, step, s.hash, owner, kind, d0.tool, detail, opportunity, patchability, extra)
