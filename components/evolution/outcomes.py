@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.evolution.diagnose import CARD_FLOOR, CARD_LIFT, MIN_CONTRAST, Finding, _ident, cards_about
+from components.evolution.diagnose import CARD_LIFT, MIN_CONTRAST, Finding, _ident, cards_about
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
@@ -107,13 +107,20 @@ def value_evidence(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, G
             about = set(cards_about(package, tool))
             right = all(same_value(s.action.get("args", {}).get(f), v) for f, v in wanted[key].args.items())
             tally.setdefault(tool, {True: [], False: []})[bool(set(s.delivered) & about)].append(int(right))
+    # as `card_evidence`: against the tool's own rate without a card, else the corpus's pooled rate, else zero
+    pooled = [x for t in tally.values() for x in t[False]]
     out: dict[str, bool | None] = {}
     for tool, t in tally.items():
         if not t[True]:
             out[tool] = None
             continue
-        without = sum(t[False]) / len(t[False]) if len(t[False]) >= MIN_CONTRAST else 0.0
-        out[tool] = sum(t[True]) / len(t[True]) >= max(CARD_FLOOR, without + CARD_LIFT)
+        share = sum(t[True]) / len(t[True])
+        if len(t[False]) >= MIN_CONTRAST:
+            out[tool] = share >= sum(t[False]) / len(t[False]) + CARD_LIFT
+        elif len(pooled) >= MIN_CONTRAST:
+            out[tool] = share >= sum(pooled) / len(pooled) + CARD_LIFT
+        else:
+            out[tool] = share > 0
     return out
 
 
