@@ -1193,6 +1193,7 @@ def _reached(cwd: Path, pid: int, moment: str) -> bool:
     return now in STAGES and STAGES.index(now) >= STAGES.index(stage)
 
 
+@pytest.mark.xdist_group("signals")  # minutes of campaigns: a unit of its own, not queued behind the rest of the module
 def test_sigint_and_sigterm_stop_a_campaign_within_10_s_resumably_and_leave_no_process(request, crash_setup, tmp_path):
     """Each case: start the campaign in a process group of its own, wait for the moment, send the signal to the
     process or its group; it must exit 128+signal within 10 s with no descendant left, and `campaign resume` must
