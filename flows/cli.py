@@ -885,14 +885,14 @@ def evidence_revoke(
 
 def main() -> None:
     quiet_offline()
-    from flows.signals import obey_signals
+    from flows.signals import signals_obeyed
 
-    obey_signals()  # Ctrl-C and SIGTERM stop any command at once, with the processes it started
-    try:
-        app()
-    except InputError as e:  # raised outside a command (the group catches those inside)
-        fail(str(e))
-        sys.exit(2)
+    with signals_obeyed():  # Ctrl-C and SIGTERM stop the command at once, with the processes it started
+        try:
+            app()
+        except InputError as e:  # raised outside a command (the group catches those inside)
+            fail(str(e))
+            sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -13,23 +13,48 @@ A server command's child also gets the parent-death signal (Linux), so a `kill -
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 STOP = (signal.SIGINT, signal.SIGTERM)
 GRACE_SECONDS = 4.0  # children's clean shutdown (uvicorn, Dask) before SIGKILL; well inside the 10 s a user waits
 _hint: list[str] = []  # what the stop message adds (a campaign: how to resume it)
 _installed: list[bool] = []
+_PREFECT_BRIDGE: list[Any] = []  # Prefect's own capture_sigterm, put back when the command is done
 
 
 def obey_signals() -> None:
-    """Install the stop handler for SIGINT and SIGTERM: `ratchet`'s entry point does, in the main thread (commands
-    invoked in-process by a test runner leave the runner's signals alone)."""
+    """Install the stop handler for SIGINT and SIGTERM (main thread only)."""
     for sig in STOP:
         signal.signal(sig, _stop)
-    _installed.append(True)
+    _installed[:] = [True]
+
+
+@contextlib.contextmanager
+def signals_obeyed() -> Iterator[None]:
+    """`ratchet`'s entry point: the stop handler while the command runs, and afterwards everything as it was (a
+    process that runs the entry point in-process, a test runner, keeps its own signals and an unpatched Prefect)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # signals are the main thread's
+        yield
+        return
+    before = {sig: signal.getsignal(sig) for sig in STOP}
+    obey_signals()
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        _installed.clear()
+        _hint.clear()
+        engine = sys.modules.get("prefect.flow_engine")
+        if engine is not None and _PREFECT_BRIDGE:
+            engine.capture_sigterm = _PREFECT_BRIDGE[0]
 
 
 def flows_obey(hint: str | None = None) -> None:
@@ -43,10 +68,10 @@ def flows_obey(hint: str | None = None) -> None:
         return
     if hint is not None:
         _hint[:] = [hint]
-    import contextlib
-
     import prefect.flow_engine
 
+    if not _PREFECT_BRIDGE:
+        _PREFECT_BRIDGE.append(prefect.flow_engine.capture_sigterm)
     prefect.flow_engine.capture_sigterm = contextlib.nullcontext
 
 

@@ -1193,6 +1193,7 @@ def _reached(cwd: Path, pid: int, moment: str) -> bool:
     return now in STAGES and STAGES.index(now) >= STAGES.index(stage)
 
 
+@pytest.mark.xdist_group("signals")  # minutes of campaigns: a unit of its own, not queued behind the rest of the module
 def test_sigint_and_sigterm_stop_a_campaign_within_10_s_resumably_and_leave_no_process(request, crash_setup, tmp_path):
     """Each case: start the campaign in a process group of its own, wait for the moment, send the signal to the
     process or its group; it must exit 128+signal within 10 s with no descendant left, and `campaign resume` must
@@ -1403,3 +1404,22 @@ def test_a_temporary_prefect_server_that_does_not_come_up_is_one_line_saying_wha
     assert r.returncode == 1 and len(lines) == 1, r.stderr[-3000:]
     assert "did not answer within 0 s" in lines[0] and "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in lines[0] \
         and "ratchet server" in lines[0], lines[0]
+
+
+def test_the_entry_point_run_in_process_leaves_the_callers_signals_and_prefect_as_they_were(monkeypatch, capsys,
+                                                                                           tmp_path):
+    import sys
+
+    import prefect.flow_engine
+
+    from flows.cli import main
+
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), prefect.flow_engine.capture_sigterm)
+    monkeypatch.chdir(tmp_path)
+    # refused by prepare, after the command has set up its flows' signal handling
+    monkeypatch.setattr(sys, "argv", ["ratchet", "campaign", "run", "--out", "camp", "--set", "campaign.start=absent"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code == 2 and "campaign.start: no such directory" in capsys.readouterr().err
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM),
+            prefect.flow_engine.capture_sigterm) == before
