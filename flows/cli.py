@@ -322,7 +322,8 @@ def diagnose_cmd(
         return
     fmt = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
     out.print(f"localization {fmt(loc['accuracy'])} of every scored failure (coverage {fmt(loc['coverage'])}, "
-              f"n={loc['n']}; compound {loc['compound']['n']}, right on {fmt(loc['compound']['accuracy'])}) vs trace "
+              f"n={loc['n']}; compound {loc['compound']['n']}, right on {fmt(loc['compound']['accuracy'])}; ceiling "
+              f"{fmt(loc['ceiling'])}) vs trace "
               f"rule {fmt(loc['trace_rule_accuracy'])}, outcome-only {fmt(loc['outcome_only_accuracy'])}, constant "
               f"{fmt(loc['constant_accuracy'])}: {'passes' if loc['passes'] else 'fails'}",
               highlight=False, markup=False)

@@ -248,9 +248,12 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
     refused on a rule), and for each rule the corpus saw refused on that write, compare the share that cleared the
     rule (accepted, or refused on another rule) when a card about it was in that turn's memory with the share without
     one. Judged per rule because a write may carry several: a card can state one rule well while the write still fails
-    on another. A card that helps is one whose turns clear the rule clearly more often (by `CARD_LIFT`, and at least
-    `CARD_FLOOR`); one that does not is wrong, or written in a way the model does not take in. None: no attempt with
-    the card delivered, so no evidence either way."""
+    on another. A card that helps is one whose turns clear the rule clearly more often (by `CARD_LIFT`) than a
+    reference measured in the same corpus: turns at that write without the card (at least `MIN_CONTRAST` of them);
+    else, for a card never absent at its write, the corpus's turns with no card about the rule they were judged on,
+    pooled over every refused rule; else zero (no turn anywhere lacked a card). No constant stands in for the model's
+    follow rate, which depends on how crowded memory is. One that does not help is wrong, or written in a way the
+    model does not take in. None: no attempt with the card delivered, so no evidence either way."""
     attempts: list[tuple[str, set[str], str | None]] = []  # (tool, delivered cards, rule refused on or None)
     rules: dict[str, set[str]] = {}
     for steps in steps_by_episode:
