@@ -46,6 +46,18 @@ def test_share_of_another_field():
     assert inf.rule == FieldRule("x", Term("share", 0.9, "r.total"))
 
 
+def test_the_given_value_in_upper_case():
+    """A transformation of the agent's own value: the gold is what it wrote, in upper case."""
+    rs = rows(lambda n, f: f"NAME{'ABCDEFGHIJ'[n % 10]}", lambda n: {})
+    for r in rs:
+        r.agent = {"x": r.gold["x"].capitalize()}
+    inf = infer_field(rs, "x")
+    assert inf.rule == FieldRule("x", Term("upper"))
+    for r in rs:
+        r.agent = {"x": r.gold["x"].lower() + "z"}  # not the same letters: no such rule
+    assert infer_field(rs, "x").rule != FieldRule("x", Term("upper"))
+
+
 def test_one_of():
     inf = infer_field(rows(lambda n, f: ("no longer needed", "ordered by mistake")[(n // 3) % 2], lambda n: {}), "x")
     assert inf.rule == FieldRule("x", Term("one_of", ("no longer needed", "ordered by mistake")))
@@ -151,6 +163,8 @@ def test_card_form_round_trips_and_the_worlds_read_it():
     rate = A.BY_ID["comp_rate"].read(text)
     for delay in (180, 300, 359, 360, 500):  # the same amount as the world's own table wherever a delay is eligible
         assert A.compensation(delay, "silver", rate, 1) == A.compensation(delay, "silver", A.BY_ID["comp_rate"].value, 1)
+    text = render("update_passenger_name", FieldRule("first_name", Term("upper")))
+    assert A.BY_ID["name_upper"].read(text) == A.BY_ID["name_upper"].value
     # the world's own statements still read as before
     assert all(f.read(f.statement) is not None for f in (*R.FACTS, *A.FACTS))
 

@@ -10,6 +10,7 @@ Forms, smallest first (the first that fits the fit half is the rule; none is sea
     const    one value everywhere
     equal    the value of one feature
     share    a fixed factor times one feature (to the cent)
+    upper    a string field whose gold is the agent's own value in upper case (a transformation of what it was given)
     one_of   a string field that takes two or three values (the allowed set)
     cond     a condition on one feature (a threshold on a number, or a category), each side const/equal/share
 The rule is fitted on the items of one half  and checked on the other half's items,
@@ -204,6 +205,9 @@ def holds(rule: FieldRule, row: Row, gap: tuple[float, float] | None = None,
         t = rule.then if on else rule.other
     if t.kind == "one_of":
         return y in t.value
+    if t.kind == "upper":
+        given = row.agent.get(rule.field) if row.agent else None
+        return given.upper() == y if isinstance(given, str) else None
     ok, v = value_of(t, row.feats)
     if not ok:
         return None
@@ -263,7 +267,7 @@ def _simple(rows: list[Row], fld: str, paths: list[str]) -> Term | None:
 
 
 def _complexity(t: Term) -> int:
-    return {"const": 0, "equal": 1, "share": 2, "one_of": 3}[t.kind]
+    return {"const": 0, "equal": 1, "share": 2, "one_of": 3, "upper": 1}[t.kind]
 
 
 def smallest(rows: list[Row], fld: str) -> FieldRule | None:
@@ -273,6 +277,10 @@ def smallest(rows: list[Row], fld: str) -> FieldRule | None:
     if t is not None:
         return FieldRule(fld, t)
     ys = [r.gold.get(fld) for r in rows]
+    cased = [r for r in rows if isinstance(r.agent.get(fld) if r.agent else None, str) and isinstance(r.gold.get(fld), str)]
+    if cased and len(cased) == len(rows) and any(r.agent[fld] != r.gold[fld] for r in cased) \
+            and all(r.agent[fld].upper() == r.gold[fld] for r in cased):
+        return FieldRule(fld, Term("upper"))  # the agent's own value, transformed: what it wrote, in upper case
     values = sorted({y for y in ys if isinstance(y, str)})
     if all(isinstance(y, str) for y in ys) and 2 <= len(values) <= MAX_ONE_OF and len(ys) >= 2 * len(values):
         return FieldRule(fld, Term("one_of", tuple(values)))

@@ -6,7 +6,7 @@ One list item per field of a write, naming the write in backticks (the grammar's
     - `<tool>`, from train outcomes: `<field>` = <term>[ when <condition>, else <term>].
 
     term       'text' (a constant) | 12.5 (a constant) | `<feature>` (equal to it) | 0.95 * `<feature>` (a share of
-               it) | one of 'a', 'b' (the allowed values)
+               it) | one of 'a', 'b' (the allowed values) | the value as given, in upper case
     condition  `<feature>` > 24 (a threshold) | `<feature>` is 'basic' (a category)
     factors    a number term followed by up to two `, times <k> when <condition>` (each applied in turn, to the cent,
                when its condition holds): two rules on one amount, e.g. a fee after some days and a bonus on a kind
@@ -28,11 +28,12 @@ from typing import Any, Literal
 from components.worlds.grammar import paragraphs
 
 MARK = "from train outcomes"
+UPPER = "the value as given, in upper case"
 
 
 @dataclass(frozen=True)
 class Term:
-    kind: Literal["const", "equal", "share", "one_of"]
+    kind: Literal["const", "equal", "share", "one_of", "upper"]
     value: Any = None  # const: the value; share: the factor; one_of: the tuple of values
     path: str = ""  # equal, share: the feature
 
@@ -71,6 +72,8 @@ def render_term(t: Term) -> str:
         return f"`{t.path}`"
     if t.kind == "share":
         return f"{_num(t.value)} * `{t.path}`"
+    if t.kind == "upper":
+        return UPPER
     return "one of " + ", ".join(_val(v) for v in t.value)
 
 
@@ -105,6 +108,8 @@ def _parse_value(s: str) -> Any:
 
 def parse_term(s: str) -> Term | None:
     s = s.strip()
+    if s == UPPER:
+        return Term("upper")
     if s.startswith("one of "):
         vals = tuple(re.findall(r"'([^']*)'", s))
         return Term("one_of", vals) if vals else None
