@@ -5,11 +5,13 @@ not a model: it knows the task from the scripted user's first message (unique pe
     make_model("gold", {"benchmark": "data/benchmarks/tau2-retail"})
     make_model("gold", {"benchmark": ..., "mutation": "drop_write" | "change_arg" | "extra_write"})
 
-Mutations, each a deterministic edit of the gold plan: `drop_write` leaves out the first gold write; `change_arg` changes
-the last argument of the first gold write (a string gets "-x" appended, a number +1, a list loses its last element);
-`extra_write` adds, after the gold actions, an unrequested write on the customer's account that tau2 carries out for
-any existing customer (`EXTRA`: retail changes the account address, airline sends a certificate). A plan that
-`drop_write` or `change_arg` cannot edit (no gold write) is not played: `plan` returns None for it.
+Mutations, each a deterministic edit of the gold plan: `drop_write` leaves out the first gold write that tau2 carries
+out (some golds hold a write tau2's own tool refuses, which changes nothing: found by replaying the gold in a scratch
+tau2 environment); `change_arg` changes that write's last argument (a string gets "-x" appended, a number +1, a list
+loses its last element); `extra_write` adds an unrequested write on the customer's account that tau2 carries out for
+any existing customer (`EXTRA`: retail changes the account address, airline sends a certificate), after the gold
+actions but before a transfer to a human (which ends the call). A plan that `drop_write` or `change_arg` cannot edit
+(no gold write that tau2 carries out) is not played: `plan` returns None for it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from components.models.base import ChatResult, ModelError
 from components.runtime.types import FINISH_TOOL, ToolCall
 
 NAME = "ratchet-gold"
+TRANSFER = "transfer_to_human_agents"  # ends the call (`Tau2Env.terminal_tools`)
 EMPTY_PROPOSAL = json.dumps({"pending": [], "next_tool": None})
 
 
@@ -74,17 +77,20 @@ def _changed(v):
     return None
 
 
-def mutate(plan: list[tuple[str, dict]], mutation: Mutation | None, world: str, user: str
-           ) -> list[tuple[str, dict]] | None:
-    """The gold plan under `mutation`; None when the mutation does not apply to this plan."""
+def mutate(plan: list[tuple[str, dict]], mutation: Mutation | None, world: str, user: str,
+           carried: list[bool] | None = None) -> list[tuple[str, dict]] | None:
+    """The gold plan under `mutation`; None when the mutation does not apply to this plan. `carried[i]`: tau2 carries
+    out action i of the gold (default: every action)."""
     from components.worlds.taubench import DOMAINS, TARGETS
 
     if mutation is None:
         return list(plan)
     if mutation is Mutation.extra_write:
-        return list(plan) + [EXTRA[DOMAINS[world]](user)]
+        end = next((i for i, (name, _) in enumerate(plan) if name == TRANSFER), len(plan))
+        return plan[:end] + [EXTRA[DOMAINS[world]](user)] + plan[end:]
     writes = TARGETS[DOMAINS[world]]
-    first = next((i for i, (name, _) in enumerate(plan) if name in writes), None)
+    carried = carried or [True] * len(plan)
+    first = next((i for i, (name, _) in enumerate(plan) if name in writes and carried[i]), None)
     if first is None:
         return None
     if mutation is Mutation.drop_write:
@@ -94,6 +100,20 @@ def mutate(plan: list[tuple[str, dict]], mutation: Mutation | None, world: str, 
     if new is None:
         return None
     return plan[:first] + [(name, {**args, list(args)[-1]: new})] + plan[first + 1:]
+
+
+@lru_cache(maxsize=256)
+def _carried(root: str, digest: str, first_message: str) -> tuple[bool, ...]:
+    """Which of a task's gold actions tau2 carries out: the gold replayed in a scratch tau2 environment."""
+    from components.runtime.types import ToolCall as Call
+    from components.worlds import load_benchmark, world
+    from components.worlds.taubench.world import Tau2Env
+
+    bench = load_benchmark(root)
+    task_id, actions, _, _, _ = _plans(root, digest)[first_message]
+    env = world(bench.world).make_env(bench, bench.tasks[task_id])
+    assert isinstance(env, Tau2Env)
+    return tuple(env.call(Call(id=str(i), name=n, args=a)).ok for i, (n, a) in enumerate(actions))
 
 
 class GoldAgent:
@@ -111,7 +131,10 @@ class GoldAgent:
         if first_message not in plans:
             raise ModelError("gold: the first user message is no task's of this benchmark", "malformed")
         task_id, actions, communicate, world, user = plans[first_message]
-        return task_id, mutate(actions, self.mutation, world, user), communicate
+        carried = None
+        if self.mutation in (Mutation.drop_write, Mutation.change_arg):
+            carried = list(_carried(self.root, self.digest, first_message))
+        return task_id, mutate(actions, self.mutation, world, user, carried), communicate
 
     def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
                  json_mode: bool | dict = False) -> ChatResult:
