@@ -272,7 +272,11 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
     lacking = [c for c in ("item_id", "seed", "score", "success") if c not in scores.columns]
     if lacking:
         raise InputError(f"{ev / 'scores.csv'}: {lacking[0]}: missing column")
-    d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=bench.meta.get("targets"))
+    from components.worlds.base import train_gold
+
+    # outcome evidence as a campaign's diagnosis has it: train items' gold only (a dev or test eval gets none)
+    d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=bench.meta.get("targets"),
+                 gold=train_gold(bench))
     split = meta.get("split")
     baselines = None if split == "train" else baselines_on_train(pkg, bench, list(meta.get("seeds", [0, 1, 2])),
                                                                 int(meta.get("max_turns", 40)))
