@@ -174,7 +174,7 @@ MARK = ".ratchet-output"  # one line: the kind of output (eval, campaign, ...) o
 KINDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "eval": (frozenset({"scores.csv", "traces.parquet", "_hidden", "meta.json"}), frozenset({"scores.csv"})),
     "benchmark": (frozenset({"meta.json", "policy.md", "tools.json", "db.json", "tasks.jsonl", "splits.json",
-                             "tasks.csv"}), frozenset({"meta.json", "tasks.jsonl", "splits.json"})),
+                             "tasks.csv", "gold_train.jsonl"}), frozenset({"meta.json", "tasks.jsonl", "splits.json"})),
     "campaign": (frozenset({"lineage", "rounds", "summary.json", "test_evals.json", ".state"}), frozenset({"lineage"})),
     "report": (frozenset({"metrics.json", "rounds.csv", "campaign.md", "rounds.png", "champion.png", "causes.png",
                           "families.png", "plots"}), frozenset()),

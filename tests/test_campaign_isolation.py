@@ -46,7 +46,7 @@ def _records(client: MlflowClient, experiment: str, model: str) -> dict:
 def test_an_experiment_and_its_undo_leave_the_default_campaigns_records_alone(small_campaign, tmp_path, capsys):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = tmp_path / "runs" / "campaign"
-    params = small_campaign.params.model_dump()
+    params = small_campaign.params.model_dump(mode="json")
     params["campaign"].update(out=str(out), tracking_uri=store, traces_per_round=0)
     params["evidence"]["db"] = str(tmp_path / "evidence.db")
     pfile = tmp_path / "params.yaml"

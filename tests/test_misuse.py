@@ -354,7 +354,7 @@ def test_a_missing_or_non_directory_start_is_one_line(project, bench_dir):
 def test_an_unknown_world_is_one_line_naming_the_known_ones(project):
     # the message lists the registered worlds by name (sorting the registry's entries themselves raised a TypeError)
     one_line(ratchet("bench", "materialize", "--world", "nowhere", "--out", "b"), 2,
-             "--world", "unknown world 'nowhere' (one of airline, retail)")
+             "--world", "unknown world 'nowhere' (one of airline, retail, tau2-airline, tau2-retail)")
     one_line(ratchet("campaign", "run", "--out", "camp", "--set", "benchmark.world=nowhere"), 2,
              "benchmark.world", "unknown world 'nowhere'")
     assert not (project / "b").exists() and not (project / "camp").exists()

@@ -1,5 +1,5 @@
 """Evidence from outcomes: a failed train episode compared with its item's gold (the writes a labelled benchmark
-gives, as tau2-bench does), for worlds whose receipts do not say which rule a write broke (`coded`, `silent`).
+gives, as the field's public benchmarks do), for worlds whose receipts do not say which rule a write broke (`coded`, `silent`).
 
 `outcome_diffs` lists what the episode's successful writes got wrong against the gold writes, matched on the write's
 identifying args (the benchmark's `targets`):
