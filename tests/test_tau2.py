@@ -76,6 +76,16 @@ def test_benchmark_is_tau2s_tasks_policy_db_and_split(benches):
         assert b.policy == t2.env.get_environment().get_policy()
         assert b.db == json.loads(Path(getattr(t2.env, f"{domain.upper()}_DB_PATH")).read_text())
         assert len(b.tasks) == len(t2.env.get_tasks(None))
+        # train items carry tau2's gold writes as outcome evidence; no dev or test item does
+        from components.worlds.base import train_gold
+
+        gold = train_gold(b)
+        assert set(gold) == set(b.ids("train"))
+        by_id = {t.id: t for t in t2.env.get_tasks(None)}
+        some = sorted(gold)[0]
+        wanted = [(a.name, a.arguments) for a in by_id[some.split("-", 1)[1]].evaluation_criteria.actions
+                  if a.name in b.write_tools]
+        assert [(a.tool, a.args) for a in gold[some].actions] == wanted
 
 
 def test_materialize_is_deterministic_and_dev_follows_the_seed(tmp_path, benches):

@@ -23,7 +23,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from components.runtime.types import Receipt, ToolCall, Turn
-from components.worlds.base import Benchmark, BenchmarkError, Criterion, Score, Task, system_preamble, write_benchmark
+from components.worlds.base import (Benchmark, BenchmarkError, Criterion, Gold, GoldAction, Score, Task, system_preamble,
+                                    write_benchmark)
 from components.worlds.taubench import TARGETS, TAU2_DIST, TAU2_VERSION
 
 CRITERION = "tau2_reward"  # the rubric's one criterion: its args hold tau2's task
@@ -123,7 +124,12 @@ def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_fam
             "source": {"dist": TAU2_DIST, "version": TAU2_VERSION, "domain": domain},
             "families": {}, "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(targets),
             "targets": {t: list(targets[t]) for t in sorted(targets)}}
-    return write_benchmark(out, meta, env.get_policy(), tools, db, tasks, splits)
+    # train items carry tau2's gold writes (evaluation_criteria.actions) as evidence from outcomes; dev and test gold
+    # stays in the rubric, read by scoring alone
+    train_ids = set(splits["train"])
+    gold = [Gold(task_id=t.id, actions=[GoldAction(tool=r["tool"], args=r["args"]) for r in t.requests])
+            for t in tasks if t.id in train_ids]
+    return write_benchmark(out, meta, env.get_policy(), tools, db, tasks, splits, gold=gold)
 
 
 def _order(task_id: str) -> tuple:
