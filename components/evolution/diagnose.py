@@ -283,19 +283,21 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
     # the corpus's own rate of clearing a rule with no card about it in memory, over every rule it saw refused: the
     # reference for a card never seen absent at its own write (a package that delivers it every turn)
     pooled = [x for tally in tallies.values() for x in tally[False]]
-    out: dict[tuple[str, str], bool | None] = {}
-    for key, tally in tallies.items():
-        if not tally[True]:
-            out[key] = None
-            continue
-        share = sum(tally[True]) / len(tally[True])
-        if len(tally[False]) >= MIN_CONTRAST:
-            out[key] = share >= sum(tally[False]) / len(tally[False]) + CARD_LIFT
-        elif len(pooled) >= MIN_CONTRAST:
-            out[key] = share >= sum(pooled) / len(pooled) + CARD_LIFT
-        else:  # no turn anywhere without a card: no reference but zero (a card whose turns never clear it is no help)
-            out[key] = share > 0
-    return out
+    return {key: card_helps(tally, pooled) for key, tally in tallies.items()}
+
+
+def card_helps(tally: dict[bool, list[int]], pooled: list[int]) -> bool | None:
+    """Whether turns with the card (tally[True]: 1 = right) come out right clearly more often than a reference
+    measured from the same corpus: turns without it, else the corpus's pooled no-card turns, else zero. None: the card
+    was never in memory there."""
+    if not tally[True]:
+        return None
+    share = sum(tally[True]) / len(tally[True])
+    if len(tally[False]) >= MIN_CONTRAST:
+        return share >= sum(tally[False]) / len(tally[False]) + CARD_LIFT
+    if len(pooled) >= MIN_CONTRAST:
+        return share >= sum(pooled) / len(pooled) + CARD_LIFT
+    return share > 0  # no turn anywhere without a card: a card whose turns never come out right is no help
 
 
 CARD_LIFT, MIN_CONTRAST = 0.1, 5
@@ -316,18 +318,25 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
     target = _ident(tool, s.action.get("args", {}), targets)
     extra = {"target": target, "cards": cards, "delivered": list(s.delivered), "rule_id": rule_id}
     quote = _rule_text(s.observation)
-    opportunity, patchability = "present", "memory"
-    if not cards:
-        owner, kind = "E", "policy_refusal"
-    elif helps is False:
-        owner, kind = "E", "ineffective_card"
-    elif helps is None:
-        owner, kind, opportunity, patchability = "unknown", "card_unobserved", "unknown", "unknown"
-    elif here:
-        owner, kind = ("rho", "diluted_card") if len(s.delivered) > len(here) else ("E", "policy_refusal")
-    else:
-        owner, kind = "rho", "card_not_fired"
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, "policy_refusal")
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
+
+
+def card_owner(cards: list[str], here: list[str], n_delivered: int, helps: bool | None,
+               missing: str) -> tuple[str, str, str, str]:
+    """(owner, kind, opportunity, patchability) of a write that went wrong, from the cards about its tool, those
+    in memory at it (`here`, of `n_delivered`) and whether such a card helps (`card_helps`); `missing` is the kind
+    for E with no card, or with a helpful card delivered alone."""
+    if not cards:
+        return "E", missing, "present", "memory"
+    if helps is False:
+        return "E", "ineffective_card", "present", "memory"
+    if helps is None:
+        return "unknown", "card_unobserved", "unknown", "unknown"
+    if here:
+        owner, kind = ("rho", "diluted_card") if n_delivered > len(here) else ("E", missing)
+        return owner, kind, "present", "memory"
+    return "rho", "card_not_fired", "present", "memory"
 
 
 def _w_kind(steps: list[TraceStep], tool: str, target: dict, last: int) -> tuple[str, str, dict]:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.evolution.diagnose import CARD_LIFT, MIN_CONTRAST, Finding, _ident, cards_about
+from components.evolution.diagnose import Finding, _ident, card_helps, card_owner, cards_about
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
@@ -109,19 +109,7 @@ def value_evidence(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, G
             tally.setdefault(tool, {True: [], False: []})[bool(set(s.delivered) & about)].append(int(right))
     # as `card_evidence`: against the tool's own rate without a card, else the corpus's pooled rate, else zero
     pooled = [x for t in tally.values() for x in t[False]]
-    out: dict[str, bool | None] = {}
-    for tool, t in tally.items():
-        if not t[True]:
-            out[tool] = None
-            continue
-        share = sum(t[True]) / len(t[True])
-        if len(t[False]) >= MIN_CONTRAST:
-            out[tool] = share >= sum(t[False]) / len(t[False]) + CARD_LIFT
-        elif len(pooled) >= MIN_CONTRAST:
-            out[tool] = share >= sum(pooled) / len(pooled) + CARD_LIFT
-        else:
-            out[tool] = share > 0
-    return out
+    return {tool: card_helps(t, pooled) for tool, t in tally.items()}
 
 
 def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[TraceStep], package: MemoryPackage,
@@ -146,15 +134,5 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     extra = {"target": d0.target, "cards": cards, "delivered": list(s.delivered),
              "diffs": [{"field": d.field, "agent": d.agent, "gold": d.gold} for d in at]}
     detail = "; ".join(f"`{d.field}` {d.agent!r}, gold {d.gold!r}" for d in at)
-    opportunity, patchability = "present", "memory"
-    if not cards:
-        owner, kind = "E", "wrong_value"
-    elif h is False:
-        owner, kind = "E", "ineffective_card"
-    elif h is None:
-        owner, kind, opportunity, patchability = "unknown", "card_unobserved", "unknown", "unknown"
-    elif here:
-        owner, kind = ("rho", "diluted_card") if len(s.delivered) > len(here) else ("E", "wrong_value")
-    else:
-        owner, kind = "rho", "card_not_fired"
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, "wrong_value")
     return Finding(eid, item_id, step, s.hash, owner, kind, d0.tool, detail, opportunity, patchability, extra)
