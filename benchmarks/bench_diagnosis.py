@@ -43,18 +43,6 @@ from components.runtime.episode import run_episode  # noqa: E402
 from components.runtime.evaluate import tables  # noqa: E402
 from components.worlds import load_benchmark, world  # noqa: E402
 
-PACKAGES = ROOT / "data" / "packages"
-ROUTED = """name: {name}
-wm:
-  board: {board}
-  max_entries: 2
-  bind_on: []
-delivery:
-  - use: {use}
-    at: {at}
-checkers: []
-"""
-CARD = "---\nid: {id}\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: {tool}\nsource: bench\n---\n{body}\n"
 WRONG_CANCEL = "When you call `cancel_pending_order`, the `reason` must be exactly 'customer request'."
 UNRELATED = ("`modify_pending_order_address` needs a normalized address: call `validate_address` with the customer's "
              "address first, then pass the normalized fields it returns exactly as given.")
