@@ -562,7 +562,7 @@ def campaign_run(
 ) -> None:
     """Run an evolution campaign (the default: 10 rounds from data/packages/seed on the retail world, offline).
     Rerunning the same command resumes an interrupted campaign; a rerun may change only campaign.rounds, budget.*
-    and where things run (see README), else it is refused naming the field."""
+    and where things run (docs/operations.md, "Reruns"), else it is refused naming the field."""
     p = _params(params, rounds, out_dir, set_)
     from flows.campaign import prepare, run_campaign
     from flows.signals import flows_obey

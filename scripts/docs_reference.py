@@ -273,9 +273,27 @@ INCLUDED = {"benchmarks.md": "benchmarks/README.md", "contributing.md": "CONTRIB
 
 
 def _included(src: str) -> str:
+    """A repository file as a page of the site: its relative links are resolved from where the file lies, a link into
+    docs/ becomes a link inside the site, and a link to another included file a link to its page (anything else is
+    left as it is, and `mkdocs build --strict` names it)."""
+    import posixpath
+
     text = (ROOT / src).read_text(encoding="utf-8")
-    # links from the repository file into docs/ become links inside the site
-    return re.sub(r"\]\((?:\.\./)*docs/", "](", text)
+    pages = {source: dest for dest, source in INCLUDED.items()}
+    here = posixpath.dirname(src)
+
+    def relink(m: re.Match) -> str:
+        target, anchor = m.group(1), m.group(2) or ""
+        if re.match(r"^[a-z]+:", target):
+            return m.group(0)
+        path = posixpath.normpath(posixpath.join(here, target))
+        if path.startswith("docs/"):
+            return f"]({path[len('docs/'):]}{anchor})"
+        if path in pages:
+            return f"]({pages[path]}{anchor})"
+        return m.group(0)
+
+    return re.sub(r"\]\(([^)#\s]+)(#[^)\s]*)?\)", relink, text)
 
 
 def on_files(files, config):  # noqa: ANN001 (MkDocs hook signature)

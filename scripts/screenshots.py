@@ -1,4 +1,4 @@
-"""Screenshots of the MLflow UI on a campaign's records, taken in headless Chromium (README "Records and pins").
+"""Screenshots of the MLflow UI on a campaign's records, taken in headless Chromium (docs/records.md).
 
     .venv/bin/python scripts/screenshots.py docs/screenshots [--campaign default] [--tracking-uri URI]
 

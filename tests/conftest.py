@@ -278,7 +278,8 @@ class RunPrefectServer:
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto` (pyproject.toml): one worker more than the cores this process may use. A worker spends about a
     quarter of its time waiting (fresh interpreters starting, Prefect polling, DVC's stage processes), which a third
-    worker on two cores fills: idle, 3m52s with three against 4m01s-4m13s with two (README "Tests that can fail")."""
+    worker on two cores fills: idle, 3m52s with three against 4m01s-4m13s with two (CONTRIBUTING.md, "How the suite
+    runs")."""
     import os
 
     return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1

@@ -1,10 +1,10 @@
 """A variant of a campaign records into its own MLflow experiment and registered model, and no sequence of runs and
 checkouts attaches one campaign's rounds to another's run.
 
-The README's experiment-and-undo sequence (`dvc exp run -S campaign.rounds=2`, then `git checkout . && dvc checkout`,
-then `./run.sh`), replayed through the CLI with `--set` on a copy of the shared small campaign. DVC's part in it is
-done to the files as DVC does it: the experiment's stage run deletes the whole output first; the checkout replaces
-the tracked files and leaves `<out>/.state/` (which .dvcignore excludes) as the experiment left it. A real
+The experiment-and-undo sequence of docs/records.md (`dvc exp run -S campaign.rounds=2`, then `git checkout . && dvc
+checkout`, then `./run.sh`), replayed through the CLI with `--set` on a copy of the shared small campaign. DVC's part
+in it is done to the files as DVC does it: the experiment's stage run deletes the whole output first; the checkout
+replaces the tracked files and leaves `<out>/.state/` (which .dvcignore excludes) as the experiment left it. A real
 `dvc exp run` would add a campaign's worth of DVC and Prefect overhead and prove nothing more about the records
 (tests/test_dvc_pipeline.py runs one)."""
 

@@ -1155,7 +1155,7 @@ def _ops_processes(prefect_server, mlflow_db, tmp_path_factory):
 # When: the temporary Prefect server is up (no PREFECT_API_URL: the campaign's own child process), the round's
 # evaluation is done (diagnosis and planning under way), the repair screen is done (the gate's dev evaluations under
 # way), the version is committed (the test certification under way). CI runs four cases that cover each moment,
-# signal and target; RATCHET_SIGNAL_MATRIX=full runs all 16 (README, "Misuse").
+# signal and target; RATCHET_SIGNAL_MATRIX=full runs all 16 (docs/operations.md, "Nothing stuck").
 MOMENTS = {"server": None, "evaluated": "evaluate", "gating": "repair", "certifying": "commit"}
 CI_CASES = [("server", signal.SIGTERM, "group"), ("evaluated", signal.SIGINT, "group"),
             ("gating", signal.SIGTERM, "pid"), ("certifying", signal.SIGINT, "pid")]

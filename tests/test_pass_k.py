@@ -1,4 +1,4 @@
-"""pass^k (README "τ²-bench"): per item C(c, k) / C(n, k), averaged over items; printed by `ratchet eval` beside the
+"""pass^k (docs/tau2.md): per item C(c, k) / C(n, k), averaged over items; printed by `ratchet eval` beside the
 mean when an item has more than one trial."""
 
 import pandas as pd

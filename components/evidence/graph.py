@@ -1,4 +1,4 @@
-"""Campaign memory: a typed, versioned, append-only evidence graph (DESIGN §6, after the recursive-context source).
+"""Campaign memory: a typed, versioned, append-only evidence graph (docs/memory.md).
 
     node   source | run | claim | artifact | decision | question, each with a version, a confidence
            (unverified | supported | contested) and optional expiry keys (benchmark digest, model, backend version)

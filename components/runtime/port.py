@@ -1,7 +1,7 @@
 """The HarnessPort: the only thing the kernel knows of a world and a model.
 
-Seven members, plain data across. An adapter (see `chat.py`) implements it for any world and any chat model; the kernel
-never sees a world's message classes or a model's API."""
+Eight members (two attributes, six calls), plain data across. An adapter (see `chat.py`) implements it for any
+world and any chat model; the kernel never sees a world's message classes or a model's API."""
 
 from __future__ import annotations
 

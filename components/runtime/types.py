@@ -35,7 +35,7 @@ class Receipt(BaseModel):
     """The result of executing a tool call. `genuine` is set only by a world that really ran the call;
     bounces, blocks and anything the harness makes up are synthetic and can never settle a ledger entry.
 
-    The receipt schema every world follows (the one place it is defined; README "Worlds and receipts"):
+    The receipt schema every world follows (the one place it is defined; docs/worlds.md, "Receipts"):
       ok        the call did what it asked; `content` is its result (JSON-serializable)
       code      when not ok, the error class: free for the world (e.g. invalid_args, not_found, invalid_state);
                 the harness adds `blocked` (a draft the kernel bounced) and `invalid_args` (a malformed `confirm`)

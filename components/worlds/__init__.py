@@ -1,4 +1,4 @@
-"""Worlds by name (CONTRACT.md section 1): how to materialize a benchmark, open an episode, and act in it.
+"""Worlds by name (docs/worlds.md, "Adding a world"): how to materialize a benchmark, open an episode, and act in it.
 
 Built-in worlds register here with `@WORLDS.register(name)`, the same registry as strategies (`components.registry`):
 a name and a factory that returns a `WorldSpec`. An installed package adds a world through the `ratchet.worlds`

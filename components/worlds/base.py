@@ -176,8 +176,8 @@ class Benchmark:
 
 class ToolBase:
     """One episode's database and a world's tools over it: the dispatch and the receipts every world shares
-    (CONTRACT §3). A world subclasses it, names its tools and rules in the class attributes and writes one method
-    `_t_<tool>(**args) -> (ok, code, content)` per tool. `log` keeps every successful write for scoring."""
+    (docs/worlds.md, "Receipts"). A world subclasses it, names its tools and rules in the class attributes and writes
+    one method `_t_<tool>(**args) -> (ok, code, content)` per tool. `log` keeps every successful write for scoring."""
 
     tool_names: frozenset[str] = frozenset()  # every tool this class serves (a `_t_` method alone is not enough)
     write_tools: frozenset[str] = frozenset()
@@ -287,7 +287,7 @@ class EnvBase:
 
 @dataclass(frozen=True)
 class WorldSpec:
-    """What a world provides (CONTRACT.md section 1); registered by name in `components.worlds`."""
+    """What a world provides (docs/worlds.md, "Adding a world"); registered by name in `components.worlds`."""
 
     name: str
     materialize: Callable[..., Path]  # (out, seed, per_family=None, fractions=(train, dev)) -> out

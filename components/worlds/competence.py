@@ -1,4 +1,4 @@
-"""Competence: what a careful agent does in a world, as the simulated agent needs it (CONTRACT.md section 2).
+"""Competence: what a careful agent does in a world, as the simulated agent needs it (docs/worlds.md, "Adding a world").
 
 The simulated agent (`components.models.simulated`) is a generic fault engine: it decides WHEN the agent slips (a
 fact followed or not, drift, a skipped confirmation, an early finish, recovery after a refusal, giving up). A world's

@@ -77,7 +77,7 @@ def _name_done(env: AirlineEnv, c: Criterion, _t) -> bool:
 
 
 def _writes_confirmed(env: AirlineEnv, c: Criterion, transcript: list[Turn]) -> bool:
-    """Every successful write was covered by a granted `confirm` (CONTRACT §4): the one rule,
+    """Every successful write was covered by a granted `confirm` (docs/kernel.md, "Confirmation"): the one rule,
     `components.runtime.confirm`."""
     return not uncovered(acts_from_turns(transcript), TARGETS)
 

@@ -1,4 +1,4 @@
-"""The airline world's tools: preconditions, effects and receipts (CONTRACT §3).
+"""The airline world's tools: preconditions, effects and receipts (docs/worlds.md, "Receipts").
 
 Reads never change the database. A write checks its preconditions and either applies its effect or refuses:
   - a rule refusal (code `policy`): the call broke one of the facts; the receipt carries `rule_id` and the rule's text

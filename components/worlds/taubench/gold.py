@@ -1,5 +1,5 @@
 """The `gold` agent: replays a tau2 task's gold actions through Ratchet's kernel and port, then says the task's
-`communicate_info` and finishes. It is the instrument of the parity check against tau2's own grader (README "τ²-bench"),
+`communicate_info` and finishes. It is the instrument of the parity check against tau2's own grader (docs/tau2.md),
 not a model: it knows the task from the scripted user's first message (unique per task) and the benchmark it is given.
 
     make_model("gold", {"benchmark": "data/benchmarks/tau2-retail"})
