@@ -81,7 +81,7 @@ def _usage(path: list[str], cmd) -> str:
 
 
 def _help(cmd) -> str:
-    text = (cmd.help or "").strip()
+    text = (cmd.help or "").strip().replace("\\[", "[")  # rich markup's escaped bracket, as --help prints it
     return re.sub(r"\n(?=\S)", " ", text) if text else ""
 
 
@@ -92,7 +92,7 @@ def _command_md(path: list[str], cmd, out: list[str]) -> None:
     if subs:
         if path:
             out += [f"## `ratchet {' '.join(path)}`", "", _help(cmd), ""]
-        for name in sorted(subs) if path else list(subs):
+        for name in subs:  # as flows/cli.py defines them
             _command_md([*path, name], subs[name], out)
         return
     level = "###" if len(path) > 1 else "##"
@@ -141,6 +141,28 @@ def _yaml_comments(path: Path) -> dict[str, str]:
         if "#" in rest:
             comments[dotted] = rest.split("#", 1)[1].strip()
     return comments
+
+
+def _code_comments(path: Path) -> dict[tuple[str, str], str]:
+    """(class, field) -> the comment on the field's line in components/params.py, or the comment lines just above it."""
+    import ast
+
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out: dict[tuple[str, str], str] = {}
+    for node in ast.parse("\n".join(lines)).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+                continue
+            line = lines[item.end_lineno - 1]
+            comment = line.split("  # ", 1)[1].strip() if "  # " in line else ""
+            above, i = [], item.lineno - 2
+            while i >= 0 and lines[i].strip().startswith("#"):
+                above.insert(0, lines[i].strip().lstrip("#").strip())
+                i -= 1
+            out[(node.name, item.target.id)] = comment or " ".join(above)
+    return out
 
 
 def _yaml_values(path: Path) -> dict[str, Any]:
@@ -221,6 +243,7 @@ def params_markdown() -> str:
     from components.params import RERUN_MAY_CHANGE, Params
 
     comments = _yaml_comments(ROOT / "params.yaml")
+    code_comments = _code_comments(ROOT / "components" / "params.py")
     values = _yaml_values(ROOT / "params.yaml")
     defaults = Params()
     out = [GENERATED_NOTE, "# params reference", "",
@@ -240,8 +263,8 @@ def params_markdown() -> str:
         out.append("")
         if doc and not doc.startswith(("Usage docs", "A base class")):
             out.extend([re.sub(r"\s*\n\s*", " ", doc), ""])
-        if prefix in comments:
-            out.extend([comments[prefix], ""])
+        elif prefix in comments:
+            out.extend([comments[prefix][:1].upper() + comments[prefix][1:], ""])
         rows, nested = [], []
         for name, field in model.model_fields.items():
             dotted = f"{prefix}.{name}"
@@ -251,7 +274,7 @@ def params_markdown() -> str:
                 continue
             allowed = _type_name(ann)
             bounds = _bounds(field)
-            what = field.description or comments.get(dotted, "")
+            what = field.description or comments.get(dotted) or code_comments.get((model.__name__, name), "")
             yaml_value = _value(values[dotted]) if dotted in values else "(absent)"
             rows.append(f"| `{name}` | {allowed}{' (' + bounds + ')' if bounds else ''} | "
                         f"{_value(getattr(instance, name))} | {yaml_value} | {_may_change(dotted, RERUN_MAY_CHANGE)} | "
