@@ -36,8 +36,14 @@ def _click_command():
     return typer.main.get_command(app)
 
 
+def _text(text: str) -> str:
+    """Prose for Markdown: `<` and `>` outside code spans escaped, so that `<world>` is shown, not taken for a tag."""
+    parts = str(text).split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;").replace(">", "&gt;") for i, p in enumerate(parts))
+
+
 def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ").strip()
+    return _text(str(text)).replace("|", "\\|").replace("\n", " ").strip()
 
 
 def _default(p) -> str:
@@ -82,7 +88,7 @@ def _usage(path: list[str], cmd) -> str:
 
 def _help(cmd) -> str:
     text = (cmd.help or "").strip().replace("\\[", "[")  # rich markup's escaped bracket, as --help prints it
-    return re.sub(r"\n(?=\S)", " ", text) if text else ""
+    return _text(re.sub(r"\n(?=\S)", " ", text)) if text else ""
 
 
 def _command_md(path: list[str], cmd, out: list[str]) -> None:
@@ -264,7 +270,7 @@ def params_markdown() -> str:
         if doc and not doc.startswith(("Usage docs", "A base class")):
             out.extend([re.sub(r"\s*\n\s*", " ", doc), ""])
         elif prefix in comments:
-            out.extend([comments[prefix][:1].upper() + comments[prefix][1:], ""])
+            out.extend([_text(comments[prefix][:1].upper() + comments[prefix][1:]), ""])
         rows, nested = [], []
         for name, field in model.model_fields.items():
             dotted = f"{prefix}.{name}"
