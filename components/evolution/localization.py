@@ -3,13 +3,14 @@
 This is the only code that reads the hidden-cause sidecar (`_hidden/causes.csv`, written by
 `components.models.counterfactual`). Every labelled failed episode is scored, compound ones included; an episode the
 diagnoser calls `unknown` counts as a miss. An owner is right on a single-cause episode when it is the cause, and on a
-compound one only when its switch is part of a pair that fixes the episode (one that takes three or four fixes has no
-such pair: no single owner is right there). Figures:
+compound one only when its switch is part of a minimal set of switches (two or three; `components.models.counterfactual`)
+that fixes the episode (one that takes all four fixes has no such set: no single owner is right there). Every baseline,
+the constant guess too, is scored by the same rule. Figures:
 
     n, coverage         labelled failed episodes; the share the diagnoser did not call `unknown`
     accuracy            share of all n where its owner is right
     single_accuracy     the same over single-cause episodes only (for reference)
-    compound            n, coverage, accuracy, no_pair (episodes no pair fixes), and `constant`: what the best single
+    compound            n, coverage, accuracy, no_fix (episodes no set of up to three fixes), and `constant`: what the best single
                         owner named on every compound episode would get (fitted on those very episodes: an upper bound)
     baselines           each fitted on other labels (train, or the other half of the items) and scored on these:
         constant_accuracy       one owner for every episode
@@ -20,7 +21,7 @@ such pair: no single owner is right there). Figures:
         three_line_accuracy     the three-line rule itself, unfitted
         trace_rule_no_refusal_accuracy  the trace rule fitted and scored with the rule-refusal signal blanked: what
                                 it gets from a world whose refusals say nothing (or that refuses nothing)
-    ceiling             the share of n that has a right answer at all (compound episodes no pair fixes have none)
+    ceiling             the share of n that has a right answer at all (compound episodes no set of up to three fixes have none)
     margin              accuracy - trace_rule_accuracy
     checks, passes      coverage >= MIN_COVERAGE, accuracy >= MIN_ACCURACY, margin >= MIN_MARGIN
     per_owner, confusion  truth -> predicted counts
@@ -83,7 +84,7 @@ class Baselines(BaseModel):
 
 def read_hidden_causes(eval_dir: str | Path) -> pd.DataFrame:
     return pd.read_csv(Path(eval_dir) / HIDDEN / "causes.csv", dtype={"item_id": str, "cause": str,
-                                                                      "fired": str, "fixing_pairs": str})
+                                                                      "fired": str, "fixing_sets": str})
 
 
 def _eid(df: pd.DataFrame, suffix: str = "") -> pd.DataFrame:
@@ -91,11 +92,12 @@ def _eid(df: pd.DataFrame, suffix: str = "") -> pd.DataFrame:
 
 
 def _needed(row: dict) -> frozenset[str]:
-    """The owners whose naming is right: the cause; for a compound episode, every member of a pair that fixes it."""
+    """The owners whose naming is right: the cause; for a compound episode, every member of a minimal set that fixes
+    it."""
     if row["cause"] != COMPOUND:
         return frozenset({row["cause"]})
-    pairs = row.get("fixing_pairs")
-    return frozenset(o for p in pairs.split(";") for o in p.split("+")) if isinstance(pairs, str) and pairs \
+    sets = row.get("fixing_sets")
+    return frozenset(o for p in sets.split(";") for o in p.split("+")) if isinstance(sets, str) and sets \
         else frozenset()
 
 
@@ -157,7 +159,7 @@ def _rate(pred: pd.Series, needed: pd.Series) -> float | None:
 EMPTY = {"accuracy": None, "single_accuracy": None, "n": 0, "n_single": 0, "coverage": None,
          "constant_accuracy": None, "outcome_only_accuracy": None, "trace_rule_accuracy": None,
          "three_line_accuracy": None, "trace_rule_no_refusal_accuracy": None, "margin": None, "ceiling": None,
-         "compound": {"n": 0, "coverage": None, "accuracy": None, "constant": None, "no_pair": 0},
+         "compound": {"n": 0, "coverage": None, "accuracy": None, "constant": None, "no_fix": 0},
          "checks": {"coverage": False, "accuracy": False, "margin": False}, "passes": False,
          "per_owner": {}, "confusion": {}}
 
@@ -204,7 +206,7 @@ def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFr
                          "accuracy": float(comp["hit"].mean()) if len(comp) else None,
                          "constant": _rate(pd.Series(_best(comp).value, index=comp.index), comp["needed"])
                          if len(comp) else None,
-                         "no_pair": int(sum(not n for n in comp["needed"]))},
+                         "no_fix": int(sum(not n for n in comp["needed"]))},
             "checks": checks, "passes": all(checks.values()), "per_owner": per_owner, "confusion": confusion}
 
 
