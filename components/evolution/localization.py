@@ -237,12 +237,13 @@ def localization_from_rounds(out: str | Path, write_tools: frozenset[str], targe
     return localization(pd.concat(findings), pd.concat(causes), pd.concat(scores), pd.concat(signals))
 
 
-def baselines_on_train(package, bench, seeds: list[int], max_turns: int) -> Baselines:
-    """Fit the baselines on the train split (evaluated and replayed in-process with the simulator)."""
+def baselines_on_train(package, bench, seeds: list[int], max_turns: int, run=None) -> Baselines:
+    """Fit the baselines on the train split (evaluated and replayed in-process with the simulator; `run`: that
+    evaluation when already made, `run_shard`'s tables)."""
     from components.models.counterfactual import causes_table
     from components.runtime.evaluate import run_shard
 
-    t = run_shard(package, bench, bench.ids("train"), seeds, max_turns=max_turns)
+    t = run if run is not None else run_shard(package, bench, bench.ids("train"), seeds, max_turns=max_turns)
     return fit_baselines(_eid(causes_table(package, bench, t.scores, max_turns)), _eid(t.scores),
                          signals_frame(t.traces, t.scores, bench.write_tools, bench.meta.get("targets")))
 
@@ -276,11 +277,20 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
         raise InputError(f"{ev / 'scores.csv'}: {lacking[0]}: missing column")
     from components.worlds.base import train_gold
 
-    # outcome evidence as a campaign's diagnosis has it: train items' gold only (a dev or test eval gets none)
-    d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=bench.meta.get("targets"),
-                 gold=train_gold(bench))
+    # outcome evidence as a campaign's diagnosis has it: train items' gold only (a dev or test eval gets none of
+    # its own; it gets what train's traces showed against train's gold, `TrainEvidence`)
+    gold, targets = train_gold(bench), bench.meta.get("targets")
     split = meta.get("split")
-    baselines = None if split == "train" else baselines_on_train(pkg, bench, list(meta.get("seeds", [0, 1, 2])),
-                                                                int(meta.get("max_turns", 40)))
+    baselines = train_ev = None
+    if split != "train":
+        from components.evolution.outcomes import evidence_from_train
+        from components.runtime.evaluate import run_shard
+
+        seeds, max_turns = list(meta.get("seeds", [0, 1, 2])), int(meta.get("max_turns", 40))
+        t = run_shard(pkg, bench, bench.ids("train"), seeds, max_turns=max_turns)
+        baselines = baselines_on_train(pkg, bench, seeds, max_turns, run=t)
+        train_ev = evidence_from_train(t.traces, t.scores, pkg, bench.write_tools, gold, targets) if gold else None
+    d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=targets, gold=gold,
+                 train=train_ev)
     sig = signals_frame(traces, scores, bench.write_tools, bench.meta.get("targets"))
     return localization(d.findings_frame(), _eid(read_hidden_causes(ev)), _eid(scores), sig, baselines)
