@@ -1,19 +1,24 @@
 """The diagnoser under perturbation, scored against counterfactual ground truth, in both worlds.
 
-    python benchmarks/bench_diagnosis.py [--quick] [--world retail|airline|both] [--bench DIR] [--only ROWS]
+    python benchmarks/bench_diagnosis.py [--quick] [--world retail|airline|both] [--receipts explained|coded|silent]
+                                         [--bench DIR] [--only ROWS] [--json FILE]
 
 Each row changes one thing (the turn budget, the cards, the package, its checkers, the simulator's fault rates),
 evaluates the package on train and dev, replays every failed episode with one owner's faults off at a time (the
 hidden causes), diagnoses dev from its traces alone, and scores the diagnosis over every scored failed episode
 (`components.evolution.localization`: compound ones count as right only when the named owner's switch is part of a
-pair that fixes them; `unknown` is a miss). The baselines are fitted on the row's train split and scored on its dev:
+minimal set of two or three switches that fixes them; `unknown` is a miss; the baselines are scored by the same rule). The baselines are fitted on the row's train split and scored on its dev:
 one constant owner, the best owner per outcome, and the trace rule (the best owner per pattern of glance-level trace
 signals, `components.evolution.trace_rule`). Columns: n failed (labelled), coverage, accuracy, compound n and the
-share right there (and what the best constant owner would get on them), how many of them no pair of switches fixes
-(they take three or four fixes: no owner named alone counts as right there), the three baselines, the margin over the
+share right there (and what the best constant owner would get on them), how many of them no set of up to three
+switches fixes (they take all four: no owner named alone counts as right there), the ceiling (the share of n that has
+a right answer at all), the three baselines, the margin over the
 trace rule, the trace rule again with its rule-refusal signal blanked (what it would read in a world whose refusals
 say nothing), and whether the row passes (coverage >= 50%, accuracy >= 85%, margin >= 10 points). The last lines
-count the rows that pass and name the worst."""
+count the rows that pass and name the worst. `--receipts` runs every row on the world's benchmark in that receipt
+mode (`benchmark.receipts`: `silent` lets policy-breaking writes through, so no rule refusal is ever seen), built
+under a temporary directory with its train gold (`gold_train.jsonl`), which the diagnosis of dev may use through
+train's outcome evidence (`components.evolution.outcomes.TrainEvidence`); dev gold is read by scoring alone."""
 
 from __future__ import annotations
 
@@ -34,14 +39,17 @@ from components.env import quiet_offline  # noqa: E402
 quiet_offline()
 
 from components.evolution.diagnose import diagnose  # noqa: E402
+from components.evolution.outcomes import evidence_from_train  # noqa: E402
 from components.evolution.localization import _eid, fit_baselines, localization  # noqa: E402
 from components.evolution.trace_rule import signals_frame  # noqa: E402
 from components.memory import load_package  # noqa: E402
 from components.models.counterfactual import causes_table  # noqa: E402
 from components.models.simulated import RATES, Rates, SimulatedAgent  # noqa: E402
+from components.params import BenchmarkParams  # noqa: E402
 from components.runtime.episode import run_episode  # noqa: E402
 from components.runtime.evaluate import tables  # noqa: E402
-from components.worlds import load_benchmark, world  # noqa: E402
+from components.worlds import load_benchmark  # noqa: E402
+from components.worlds.base import ReceiptMode, train_gold  # noqa: E402
 
 WRONG_CANCEL = "When you call `cancel_pending_order`, the `reason` must be exactly 'customer request'."
 UNRELATED = ("`modify_pending_order_address` needs a normalized address: call `validate_address` with the customer's "
@@ -194,12 +202,15 @@ def row(name, pkg_dir, bench, n_items, seeds, max_turns=40, rates=RATES) -> dict
     targets = bench.meta.get("targets")
     train, train_causes = evaluate(pkg, bench, spread(bench.ids("train"), n_items), seeds, max_turns, rates)
     dev, dev_causes = evaluate(pkg, bench, spread(bench.ids("dev"), n_items), seeds, max_turns, rates)
-    d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, name, targets=targets)
+    # dev is diagnosed from its traces, and from what train's traces showed against train's gold (dev gold is the
+    # rubric's alone)
+    train_ev = evidence_from_train(train.traces, train.scores, pkg, bench.write_tools, train_gold(bench), targets)
+    d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, name, targets=targets, train=train_ev)
     fitted = fit_baselines(_eid(train_causes), _eid(train.scores),
                            signals_frame(train.traces, train.scores, bench.write_tools, targets))
     loc = localization(d.findings_frame(), _eid(dev_causes), _eid(dev.scores),
                        signals_frame(dev.traces, dev.scores, bench.write_tools, targets), fitted)
-    return {"world": bench.world, "row": name, **loc}
+    return {"world": bench.world, "receipts": bench.receipts.value, "row": name, **loc}
 
 
 def rows_of(world_name: str, tmp: Path) -> list[tuple[str, Path, dict]]:
@@ -228,18 +239,26 @@ def rows_of(world_name: str, tmp: Path) -> list[tuple[str, Path, dict]]:
     ]
 
 
-def _bench_of(world_name: str, given: str | None):
-    """The benchmark at `given`, or the world's default one under data/benchmarks (materialized when missing)."""
-    path = Path(given) if given else ROOT / "data" / "benchmarks" / world_name
-    if not (path / "meta.json").exists():
-        world(world_name).materialize(str(path), 0)
-    return load_benchmark(path)
+def _bench_of(world_name: str, given: str | None, receipts: ReceiptMode = ReceiptMode.explained,
+              tmp: Path | None = None):
+    """The benchmark at `given`, or the world's default one (seed 0, the world's defaults, as `ratchet bench
+    materialize` writes it) in `receipts` mode, materialized under `tmp` (so its train gold is there)."""
+    if given:
+        bench = load_benchmark(given)
+        if bench.receipts is not receipts:
+            raise SystemExit(f"--bench {given}: its receipts are {bench.receipts.value}, not {receipts.value}")
+        return bench
+    out = BenchmarkParams(world=world_name, receipts=receipts,
+                          out=str((tmp or Path(tempfile.mkdtemp())) / f"bench-{world_name}-{receipts.value}"))
+    return load_benchmark(out.materialize())
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="12 items per split, one seed")
     ap.add_argument("--world", choices=["retail", "airline", "both"], default="both")
+    ap.add_argument("--receipts", choices=[m.value for m in ReceiptMode], default=ReceiptMode.explained.value,
+                    help="what a broken rule's receipt tells the agent (benchmark.receipts; default explained)")
     ap.add_argument("--bench", help="the benchmark directory (one world only; default data/benchmarks/<world>)")
     ap.add_argument("--items", type=int, help="items per split (default 60, quick 12)")
     ap.add_argument("--seeds", type=int, help="seeds per item (default 3, quick 1)")
@@ -252,27 +271,32 @@ def main(argv: list[str] | None = None) -> list[dict]:
     n_items, seeds = (12, [0]) if a.quick else (60, [0, 1, 2])
     n_items, seeds = a.items or n_items, list(range(a.seeds)) if a.seeds else seeds
     only = set(a.only.split(",")) if a.only else None
+    pct = lambda x: "     -" if x is None else f"{x:6.1%}"  # noqa: E731
+    print(f"receipts: {a.receipts}")
+    print(f"{'world':<8} {'row':<24} {'n':>4} {'cover':>6} {'acc':>6} {'comp':>4} {'nofix':>5} {'right':>6} {'const':>6} "
+          f"{'ceil':>6} "
+          f"{'constant':>8} {'outcome':>7} {'trace':>6} {'margin':>6} {'no-refusal':>10} pass", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-diagnosis-"))
     out: list[dict] = []
     try:
         for w in worlds:
-            bench = _bench_of(w, a.bench)
-            out += [row(name, pkg, bench, n_items, seeds, **kw) for name, pkg, kw in rows_of(w, tmp)
-                    if only is None or name in only]
+            bench = _bench_of(w, a.bench, ReceiptMode(a.receipts), tmp)
+            for name, pkg, kw in rows_of(w, tmp):
+                if only is not None and name not in only:
+                    continue
+                r = row(name, pkg, bench, n_items, seeds, **kw)
+                out.append(r)
+                c = r["compound"]
+                margin = "     -" if r["margin"] is None else f"{r['margin'] * 100:+6.1f}"
+                print(f"{r['world']:<8} {r['row']:<24} {r['n']:>4} {pct(r['coverage'])} {pct(r['accuracy'])} "
+                      f"{c['n']:>4} {c['no_fix']:>5} "
+                      f"{pct(c['accuracy'])} {pct(c['constant'])} {pct(r['ceiling'])} {pct(r['constant_accuracy']):>8} "
+                      f"{pct(r['outcome_only_accuracy']):>7} {pct(r['trace_rule_accuracy'])} {margin} "
+                      f"{pct(r['trace_rule_no_refusal_accuracy']):>10} "
+                      f"{'yes' if r['passes'] else 'NO ' + ','.join(k for k, ok in r['checks'].items() if not ok)}",
+                      flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    pct = lambda x: "     -" if x is None else f"{x:6.1%}"  # noqa: E731
-    print(f"{'world':<8} {'row':<24} {'n':>4} {'cover':>6} {'acc':>6} {'comp':>4} {'nopair':>6} {'right':>6} {'const':>6} "
-          f"{'constant':>8} {'outcome':>7} {'trace':>6} {'margin':>6} {'no-refusal':>10} pass")
-    for r in out:
-        c = r["compound"]
-        margin = "     -" if r["margin"] is None else f"{r['margin'] * 100:+6.1f}"
-        print(f"{r['world']:<8} {r['row']:<24} {r['n']:>4} {pct(r['coverage'])} {pct(r['accuracy'])} {c['n']:>4} "
-              f"{c['no_pair']:>6} "
-              f"{pct(c['accuracy'])} {pct(c['constant'])} {pct(r['constant_accuracy']):>8} "
-              f"{pct(r['outcome_only_accuracy']):>7} {pct(r['trace_rule_accuracy'])} {margin} "
-              f"{pct(r['trace_rule_no_refusal_accuracy']):>10} "
-              f"{'yes' if r['passes'] else 'NO ' + ','.join(k for k, ok in r['checks'].items() if not ok)}")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1, sort_keys=True))
     scored = [r for r in out if r["accuracy"] is not None]

@@ -356,7 +356,10 @@ P = pkg(c=f"`{CANCEL}` needs a reason.")
     (["ok", "r", "r"], ["r", "r", "r", "r"], True),  # no contrast (4 < 5), no reference: it cleared sometimes
     (["r", "r", "r"], ["r", "r", "r", "r"], False),  # no contrast, no reference: its turns never cleared it
     (["ok", "ok", "r", "r", "r"], ["ok", "ok", "ok", "r"], True),  # four without is no contrast: 0.4 > 0
-    (["other", "r"], ["r", "r", "r", "r", "r"], True),  # refused on another rule clears this one: 0.5
+    # refused on another rule is not judged on this one: 0 of 1 with the card (it would be 0.5 if it counted as
+    # cleared), against 0 of 5 without
+    (["other", "r"], ["r", "r", "r", "r", "r"], False),
+    (["other", "ok", "r"], ["r", "r", "r", "r", "r"], True),  # 1 of 2 judged on it
     ([], ["r", "r", "ok"], None),  # never delivered: no evidence either way
 ])
 def test_card_evidence_compares_shares_with_and_without_the_card(with_card, without, helps):
@@ -404,8 +407,12 @@ def test_card_evidence_per_rule_and_per_target():
         eps.append([st(0, *call(CANCEL, "1", ok=False, rule_id="r1"), delivered=("c",), eid=f"e{i}#0"),
                     st(1, *call(CANCEL, "2", ok=False, rule_id="r2"), delivered=("c",), eid=f"e{i}#0")])
     ev = dg.card_evidence(eps, P, WRITES, TARGETS)
-    # r1: 4 of 8 attempts cleared it (the r2 refusals) = 0.5; r2 likewise
-    assert ev == {(CANCEL, "r1"): True, (CANCEL, "r2"): True}
+    # r1: judged on 4 attempts (its own refusals), cleared on none: the r2 refusals were stopped on r2 and say
+    # nothing about r1 (the world stops at the first rule broken); r2 likewise
+    assert ev == {(CANCEL, "r1"): False, (CANCEL, "r2"): False}
+    eps += [[st(0, *call(CANCEL, "3"), delivered=("c",), eid=f"ok{i}#0")] for i in range(4)]
+    # four accepted first attempts with the card: each rule cleared on 4 of the 8 judged on it
+    assert dg.card_evidence(eps, P, WRITES, TARGETS) == {(CANCEL, "r1"): True, (CANCEL, "r2"): True}
     rule_cards = pkg(**{"r1-rule": f"`{CANCEL}` r1", "r2-rule": f"`{CANCEL}` r2"})
     eps = [[st(0, *call(CANCEL, "1", ok=False, rule_id="r1"), delivered=("r2-rule",), eid=f"e{i}#0")]
            for i in range(3)]

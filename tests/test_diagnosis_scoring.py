@@ -143,10 +143,24 @@ def test_bench_diagnosis_quick_prints_the_table(bench_dir, capsys):
     spec.loader.exec_module(mod)
     rows = mod.main(["--quick", "--bench", str(bench_dir), "--items", "4"])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(rows) == 17 and len(lines) == 20
-    assert {r["world"] for r in rows} == {"retail"}
+    assert len(rows) == 17 and len(lines) == 21 and lines[0] == "receipts: explained"
+    assert {r["world"] for r in rows} == {"retail"} and {r["receipts"] for r in rows} == {"explained"}
     assert lines[-2].startswith("rows passing:") and lines[-1].startswith("worst-row localization accuracy:")
     assert sum(r["n"] > 0 for r in rows) >= 10
     # every row states its coverage and its verdict; a row with nothing to score cannot pass
     assert all(r["coverage"] is not None for r in rows if r["n"])
     assert not any(r["passes"] for r in rows if not r["n"])
+
+
+def test_bench_diagnosis_runs_a_silent_world(tmp_path):
+    """`--receipts silent`: the rows run on the world's benchmark with silent receipts, where no write is ever refused
+    on a rule, so blanking the trace rule's refusal signal changes nothing."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_diagnosis", ROOT / "benchmarks" / "bench_diagnosis.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.main(["--quick", "--world", "retail", "--receipts", "silent", "--items", "6", "--only", "seed,wrong card"])
+    assert [r["row"] for r in rows] == ["wrong card", "seed"] and {r["receipts"] for r in rows} == {"silent"}
+    assert all(r["n"] > 0 for r in rows)
+    assert all(r["trace_rule_no_refusal_accuracy"] == r["trace_rule_accuracy"] for r in rows)

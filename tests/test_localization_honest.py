@@ -1,5 +1,5 @@
 """Localization scoring on small hand-made label tables (issue 24, part 5): every scored failure counts, compound
-ones only when the named owner is in a pair that fixes them; `unknown` is a miss; a row under 50% coverage fails;
+ones only when the named owner is in a minimal set of switches that fixes them; `unknown` is a miss; a row under 50% coverage fails;
 the trace-rule baseline is the best owner per trace-signal pattern fitted on other labels; and the trace signals
 themselves, read off hand-built traces."""
 
@@ -21,33 +21,36 @@ BOUNCED = Signals(blocking=False, refusal=False, unconfirmed=False, early_finish
 
 
 def table(rows):
-    """rows: (item, cause, fixing_pairs, pattern, diagnosed owner) -> findings, causes, scores, signals frames."""
+    """rows: (item, cause, fixing_sets, pattern, diagnosed owner) -> findings, causes, scores, signals frames."""
     eids = [f"{i}#0" for i, *_ in rows]
     causes = pd.DataFrame({"episode_id": eids, "item_id": [r[0] for r in rows], "cause": [r[1] for r in rows],
-                           "fixing_pairs": [r[2] for r in rows], "fired": ""})
+                           "fixing_sets": [r[2] for r in rows], "fired": ""})
     scores = pd.DataFrame({"episode_id": eids, "score": 0.5})
     signals_ = pd.DataFrame({"episode_id": eids, "pattern": [r[3] for r in rows]})
     findings = pd.DataFrame({"episode_id": eids, "owner": [r[4] for r in rows]})
     return findings, causes, scores, signals_
 
 
-def test_compound_counts_only_when_the_owner_is_in_a_fixing_pair_and_unknown_is_a_miss():
+def test_compound_counts_only_when_the_owner_is_in_a_minimal_fixing_set_and_unknown_is_a_miss():
     f, c, s, sig = table([
         ("a", "E", "", REFUSAL, "E"),             # right
         ("b", "compound", "E+C", REFUSAL, "C"),   # right: C is in the pair that fixes it
-        ("c", "compound", "E+C", REFUSAL, "W"),   # wrong: W fired perhaps, but no pair with W fixes it
-        ("d", "compound", "", REFUSAL, "E"),      # no pair fixes it (three or four fixes): no owner is right
+        ("c", "compound", "E+C", REFUSAL, "W"),   # wrong: W fired perhaps, but no minimal fixing set has W
+        ("d", "compound", "", REFUSAL, "E"),      # only all four switches fix it: no owner is right
         ("e", "C", "", BOUNCED, "unknown"),       # not covered: a miss, and counted in n
         ("f", "external", "", REFUSAL, "none"),   # the diagnoser's `none` is external
+        ("g", "compound", "rho+W+C", REFUSAL, "W"),  # right: W is in a minimal triple that fixes it
+        ("h", "compound", "E+C;rho+W+C", REFUSAL, "rho"),  # right: rho is in one of its minimal sets
     ])
     loc = localization(f, c, s, sig)
-    assert loc["n"] == 6 and loc["n_single"] == 3
-    assert loc["accuracy"] == 3 / 6
+    assert loc["n"] == 8 and loc["n_single"] == 3
+    assert loc["accuracy"] == 5 / 8
     assert loc["single_accuracy"] == 2 / 3
-    assert loc["coverage"] == 5 / 6
-    assert loc["ceiling"] == 5 / 6  # "d" has no right answer
-    assert loc["compound"] == {"n": 3, "coverage": 1.0, "accuracy": 1 / 3, "constant": 2 / 3, "no_pair": 1}
-    assert sum(sum(r.values()) for r in loc["confusion"].values()) == 6
+    assert loc["coverage"] == 7 / 8
+    assert loc["ceiling"] == 7 / 8  # "d" has no right answer
+    # the constant guess is scored by the same rule: C is in a fixing set of b, c, g and h
+    assert loc["compound"] == {"n": 5, "coverage": 1.0, "accuracy": 3 / 5, "constant": 4 / 5, "no_fix": 1}
+    assert sum(sum(r.values()) for r in loc["confusion"].values()) == 8
 
 
 def test_a_row_under_half_coverage_fails_whatever_its_accuracy():

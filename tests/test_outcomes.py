@@ -77,3 +77,51 @@ def test_dev_episodes_get_no_outcome_evidence(silent):
     a = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, "d", bench.targets)
     b = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, "d", bench.targets, gold=gold)
     assert [(f.owner, f.kind, f.step) for f in a.findings] == [(f.owner, f.kind, f.step) for f in b.findings]
+
+
+def test_train_evidence_lets_dev_name_silent_failures_the_trace_cannot_explain(silent):
+    """Dev has no gold. Train's failures with no trace divergence mostly held a wrong argument (the silent world let
+    the broken rule's write through), so dev's such failures are read as a wrong argument on a write the episode
+    made: E, the seed having no card. Without the train evidence they stay unexplained (`none`)."""
+    from components.evolution.outcomes import evidence_from_train
+
+    bench, pkg, train, dev = silent
+    ev = evidence_from_train(train.traces, train.scores, pkg, bench.write_tools, train_gold(bench), bench.targets)
+    assert ev.unexplained > 0 and ev.unexplained_are_values
+    assert ev.wrong_rate and all(0.0 <= r <= 1.0 for r in ev.wrong_rate.values())
+    blind = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, "d", bench.targets)
+    told = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, "d", bench.targets, train=ev)
+    was = {f.episode_id: f for f in blind.findings}
+    changed = [f for f in told.findings if f.kind != was[f.episode_id].kind]
+    assert changed and all(was[f.episode_id].kind == "no_divergence" and f.kind == "unseen_value" and f.owner == "E"
+                           for f in changed)
+    episodes = _episodes(dev.traces)
+    for f in changed:  # the write named is one the episode made, of the tool train got wrong most often among them
+        tools = {s.action["tool"] for s in episodes[f.episode_id] if s.action.get("tool") in bench.write_tools}
+        assert f.tool in tools and ev.wrong_rate.get(f.tool, 0) == max(ev.wrong_rate.get(t, 0) for t in tools)
+    # train evidence that such failures were not wrong values leaves them unexplained
+    no = ev.model_copy(update={"unexplained_wrong": 0})
+    assert not no.unexplained_are_values
+    kept = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, "d", bench.targets, train=no)
+    assert [(f.owner, f.kind) for f in kept.findings] == [(f.owner, f.kind) for f in blind.findings]
+
+
+def test_unseen_value_owner_follows_the_cards_as_a_wrong_argument_would():
+    """A card about the write that train says helps, not delivered at it: routing (rho, card_not_fired); delivered
+    alone: E; one that does not help: E (ineffective_card); no evidence either way: unknown."""
+    from components.evolution.outcomes import TrainEvidence, unseen_value_finding
+    from tests.test_diagnose_mutants import CANCEL as tool, call, pkg as stand_in, st
+
+    pkg = stand_in(c=f"`{tool}` needs a reason.")
+
+    def step(delivered):
+        return st(0, *call(tool, "#1"), delivered=delivered, eid="e#0")
+
+    base = TrainEvidence(wrong_rate={tool: 0.5}, unexplained=4, unexplained_wrong=3)
+    got = lambda helps, delivered: unseen_value_finding(  # noqa: E731
+        "e#0", "e", [step(delivered)], pkg, frozenset({tool}), base.model_copy(update={"value_helps": {tool: helps}}))
+    assert (got(True, []).owner, got(True, []).kind) == ("rho", "card_not_fired")
+    assert (got(True, ["c"]).owner, got(True, ["c"]).kind) == ("E", "unseen_value")
+    assert (got(False, ["c"]).owner, got(False, ["c"]).kind) == ("E", "ineffective_card")
+    assert got(None, ["c"]).owner == "unknown"
+    assert unseen_value_finding("e#0", "e", [], pkg, frozenset({tool}), base) is None  # nothing written

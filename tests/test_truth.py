@@ -4,6 +4,7 @@ simulated agent's grammar (negation, paraphrase, text outside it), and the diagn
 from __future__ import annotations
 
 import shutil
+from itertools import combinations
 from dataclasses import replace
 
 import pandas as pd
@@ -13,7 +14,7 @@ from components.evolution.diagnose import diagnose, diagnose_episode
 from components.memory import load_package
 from components.memory.package import MemoryPackage
 from components.models.counterfactual import Replayer, causes_table
-from components.models.simulated import RATES, SimulatedAgent
+from components.models.simulated import OWNERS, RATES, SimulatedAgent
 from components.runtime.episode import run_episode
 from components.runtime.trace import TraceStep, steps_frame
 from components.worlds.retail.facts import BY_ID, BY_TOOL
@@ -79,7 +80,30 @@ def test_a_wrong_card_in_front_is_e_not_rho(tmp_path, bench):
 def test_two_faults_are_compound_with_the_pair_that_fixes_them(bench):
     row = cause(load_package(PACKAGES / "seed"), bench, CANCEL, replace(CLEAN, p_base=0.0, p_skip_confirm=1.0))
     assert row["cause"] == "compound"
-    assert "E+C" in row["fixing_pairs"].split(";")
+    assert "E+C" in row["fixing_sets"].split(";")
+
+
+def test_three_faults_are_compound_with_the_minimal_triple_that_fixes_them(bench):
+    """E, C and W all slip: no pair of switches fixes the episode, the three together do. The pruned search (a set is
+    replayed only when each of its switches fires with the others off) agrees with replaying every set."""
+    drifting = dict(drift=1.0, drift_after=0, drift_max=1.0, board_factor=1.0)
+    rates = replace(CLEAN, p_base=0.0, p_skip_confirm=1.0, **drifting)
+    pkg = load_package(PACKAGES / "seed")
+    rep = Replayer(pkg, bench, rates=rates)
+    row = rep.cause(CANCEL, 0)
+    assert row["cause"] == "compound" and row["fixing_sets"] == "E+W+C" and row["all_off"] == ""
+    brute = Replayer(pkg, bench, rates=rates)
+    fixes = {frozenset(s) for k in (1, 2, 3) for s in combinations(OWNERS, k)
+             if brute.run(CANCEL, 0, frozenset(s))[0]}
+    minimal = {f for f in fixes if not any(g < f for g in fixes)}
+    assert minimal == {frozenset({"E", "W", "C"})}
+    assert row["replays"] < brute.replays  # the pruned search replayed fewer episodes
+
+
+def test_a_triple_is_not_listed_when_a_pair_inside_it_fixes(bench):
+    pkg = load_package(PACKAGES / "seed")
+    row = Replayer(pkg, bench, rates=replace(CLEAN, p_base=0.0, p_skip_confirm=1.0)).cause(CANCEL, 0)
+    assert row["fixing_sets"].split(";") == ["E+C"]
 
 
 def test_an_impossible_task_is_external(bench):

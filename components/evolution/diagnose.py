@@ -34,6 +34,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -42,6 +43,9 @@ from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets, covered, identity, step_act
 from components.runtime.trace import TraceStep, frame_steps
 from components.worlds.base import Gold
+
+if TYPE_CHECKING:
+    from components.evolution.outcomes import TrainEvidence
 
 MAX_CITATIONS = 6
 RULE_CARD = "{}-rule"  # the id of the E card written for a rule (meta.py); tells which rule such a card is about
@@ -246,8 +250,9 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
 
     Over every first attempt at a write (per episode and target) that the world judged on policy (accepted, or
     refused on a rule), and for each rule the corpus saw refused on that write, compare the share that cleared the
-    rule (accepted, or refused on another rule) when a card about it was in that turn's memory with the share without
-    one. Judged per rule because a write may carry several: a card can state one rule well while the write still fails
+    rule (accepted) among the attempts judged on it (accepted, or refused on it: one refused on another rule was
+    stopped there, and says nothing about this one) when a card about it was in that turn's memory with the share
+    without one. Judged per rule because a write may carry several: a card can state one rule well while the write still fails
     on another. A card that helps is one whose turns clear the rule clearly more often (by `CARD_LIFT`) than a
     reference measured in the same corpus: turns at that write without the card (at least `MIN_CONTRAST` of them);
     else, for a card never absent at its write, the corpus's turns with no card about the rule they were judged on,
@@ -277,8 +282,10 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
             about = set(cards_about(package, tool, rule))
             tally: dict[bool, list[int]] = {True: [], False: []}
             for t, delivered, refused in attempts:
-                if t == tool:
-                    tally[bool(delivered & about)].append(int(refused != rule))
+                # judged on this rule: accepted (it cleared every rule) or refused on it; a write refused on another
+                # rule says nothing about this one (a world stops at the first rule broken, in an order unknown here)
+                if t == tool and refused in (None, rule):
+                    tally[bool(delivered & about)].append(int(refused is None))
             tallies[(tool, rule)] = tally
     # the corpus's own rate of clearing a rule with no card about it in memory, over every rule it saw refused: the
     # reference for a card never seen absent at its own write (a package that delivers it every turn)
@@ -368,10 +375,13 @@ class Diagnosis:
 
 
 def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage, write_tools: frozenset[str],
-             corpus: str, targets: Targets | None = None, gold: Mapping[str, Gold] | None = None) -> Diagnosis:
+             corpus: str, targets: Targets | None = None, gold: Mapping[str, Gold] | None = None,
+             train: TrainEvidence | None = None) -> Diagnosis:
     """`targets`: the benchmark's write tool -> identifying args (`bench.meta.get("targets")`); a tool it does not
     list is identified by the session alone. `gold`: the train items' gold (`components.worlds.base.train_gold`);
-    a failed episode of an item that has one is also compared with it (`with_outcomes`)."""
+    a failed episode of an item that has one is also compared with it (`with_outcomes`). `train`: what a labelled
+    train corpus showed (`train_evidence`), for failures with no gold the trace cannot explain
+    (`components.evolution.outcomes.unseen_value_finding`)."""
     failed = scores[~scores["success"].astype(bool)]
     findings: list[Finding] = []
     if len(traces):
@@ -394,6 +404,10 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets)
         if gold and row.item_id in gold:
             f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps)
+        elif train is not None and f.kind == "no_divergence":
+            from components.evolution.outcomes import unseen_value_finding
+
+            f = unseen_value_finding(eid, row.item_id, steps, package, write_tools, train, targets) or f
         findings.append(f)
     clusters: dict[tuple, list[Finding]] = defaultdict(list)
     for f in findings:
@@ -453,6 +467,7 @@ def _statement(f: Finding, n: int) -> str:
         "out_of_turns": "more work than any successful episode did within the turn budget",
         "model_fault": "the model failed",
         "wrong_value": f"`{f.tool}` was written with an argument its gold does not have",
+        "unseen_value": f"no divergence in the trace; `{f.tool}` is the write train most often got wrong",
         "missing_write": f"a gold write on `{f.tool}` was never made",
         "extra_write": f"`{f.tool}` was written where no gold write asks for it",
         "no_divergence": "no divergence found",

@@ -3,13 +3,14 @@
 This is the only code that reads the hidden-cause sidecar (`_hidden/causes.csv`, written by
 `components.models.counterfactual`). Every labelled failed episode is scored, compound ones included; an episode the
 diagnoser calls `unknown` counts as a miss. An owner is right on a single-cause episode when it is the cause, and on a
-compound one only when its switch is part of a pair that fixes the episode (one that takes three or four fixes has no
-such pair: no single owner is right there). Figures:
+compound one only when its switch is part of a minimal set of switches (two or three; `components.models.counterfactual`)
+that fixes the episode (one that takes all four fixes has no such set: no single owner is right there). Every baseline,
+the constant guess too, is scored by the same rule. Figures:
 
     n, coverage         labelled failed episodes; the share the diagnoser did not call `unknown`
     accuracy            share of all n where its owner is right
     single_accuracy     the same over single-cause episodes only (for reference)
-    compound            n, coverage, accuracy, no_pair (episodes no pair fixes), and `constant`: what the best single
+    compound            n, coverage, accuracy, no_fix (episodes no set of up to three fixes), and `constant`: what the best single
                         owner named on every compound episode would get (fitted on those very episodes: an upper bound)
     baselines           each fitted on other labels (train, or the other half of the items) and scored on these:
         constant_accuracy       one owner for every episode
@@ -20,7 +21,7 @@ such pair: no single owner is right there). Figures:
         three_line_accuracy     the three-line rule itself, unfitted
         trace_rule_no_refusal_accuracy  the trace rule fitted and scored with the rule-refusal signal blanked: what
                                 it gets from a world whose refusals say nothing (or that refuses nothing)
-    ceiling             the share of n that has a right answer at all (compound episodes no pair fixes have none)
+    ceiling             the share of n that has a right answer at all (compound episodes no set of up to three fixes have none)
     margin              accuracy - trace_rule_accuracy
     checks, passes      coverage >= MIN_COVERAGE, accuracy >= MIN_ACCURACY, margin >= MIN_MARGIN
     per_owner, confusion  truth -> predicted counts
@@ -83,7 +84,7 @@ class Baselines(BaseModel):
 
 def read_hidden_causes(eval_dir: str | Path) -> pd.DataFrame:
     return pd.read_csv(Path(eval_dir) / HIDDEN / "causes.csv", dtype={"item_id": str, "cause": str,
-                                                                      "fired": str, "fixing_pairs": str})
+                                                                      "fired": str, "fixing_sets": str})
 
 
 def _eid(df: pd.DataFrame, suffix: str = "") -> pd.DataFrame:
@@ -91,11 +92,12 @@ def _eid(df: pd.DataFrame, suffix: str = "") -> pd.DataFrame:
 
 
 def _needed(row: dict) -> frozenset[str]:
-    """The owners whose naming is right: the cause; for a compound episode, every member of a pair that fixes it."""
+    """The owners whose naming is right: the cause; for a compound episode, every member of a minimal set that fixes
+    it."""
     if row["cause"] != COMPOUND:
         return frozenset({row["cause"]})
-    pairs = row.get("fixing_pairs")
-    return frozenset(o for p in pairs.split(";") for o in p.split("+")) if isinstance(pairs, str) and pairs \
+    sets = row.get("fixing_sets")
+    return frozenset(o for p in sets.split(";") for o in p.split("+")) if isinstance(sets, str) and sets \
         else frozenset()
 
 
@@ -157,7 +159,7 @@ def _rate(pred: pd.Series, needed: pd.Series) -> float | None:
 EMPTY = {"accuracy": None, "single_accuracy": None, "n": 0, "n_single": 0, "coverage": None,
          "constant_accuracy": None, "outcome_only_accuracy": None, "trace_rule_accuracy": None,
          "three_line_accuracy": None, "trace_rule_no_refusal_accuracy": None, "margin": None, "ceiling": None,
-         "compound": {"n": 0, "coverage": None, "accuracy": None, "constant": None, "no_pair": 0},
+         "compound": {"n": 0, "coverage": None, "accuracy": None, "constant": None, "no_fix": 0},
          "checks": {"coverage": False, "accuracy": False, "margin": False}, "passes": False,
          "per_owner": {}, "confusion": {}}
 
@@ -204,7 +206,7 @@ def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFr
                          "accuracy": float(comp["hit"].mean()) if len(comp) else None,
                          "constant": _rate(pd.Series(_best(comp).value, index=comp.index), comp["needed"])
                          if len(comp) else None,
-                         "no_pair": int(sum(not n for n in comp["needed"]))},
+                         "no_fix": int(sum(not n for n in comp["needed"]))},
             "checks": checks, "passes": all(checks.values()), "per_owner": per_owner, "confusion": confusion}
 
 
@@ -235,12 +237,13 @@ def localization_from_rounds(out: str | Path, write_tools: frozenset[str], targe
     return localization(pd.concat(findings), pd.concat(causes), pd.concat(scores), pd.concat(signals))
 
 
-def baselines_on_train(package, bench, seeds: list[int], max_turns: int) -> Baselines:
-    """Fit the baselines on the train split (evaluated and replayed in-process with the simulator)."""
+def baselines_on_train(package, bench, seeds: list[int], max_turns: int, run=None) -> Baselines:
+    """Fit the baselines on the train split (evaluated and replayed in-process with the simulator; `run`: that
+    evaluation when already made, `run_shard`'s tables)."""
     from components.models.counterfactual import causes_table
     from components.runtime.evaluate import run_shard
 
-    t = run_shard(package, bench, bench.ids("train"), seeds, max_turns=max_turns)
+    t = run if run is not None else run_shard(package, bench, bench.ids("train"), seeds, max_turns=max_turns)
     return fit_baselines(_eid(causes_table(package, bench, t.scores, max_turns)), _eid(t.scores),
                          signals_frame(t.traces, t.scores, bench.write_tools, bench.meta.get("targets")))
 
@@ -274,11 +277,20 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
         raise InputError(f"{ev / 'scores.csv'}: {lacking[0]}: missing column")
     from components.worlds.base import train_gold
 
-    # outcome evidence as a campaign's diagnosis has it: train items' gold only (a dev or test eval gets none)
-    d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=bench.meta.get("targets"),
-                 gold=train_gold(bench))
+    # outcome evidence as a campaign's diagnosis has it: train items' gold only (a dev or test eval gets none of
+    # its own; it gets what train's traces showed against train's gold, `TrainEvidence`)
+    gold, targets = train_gold(bench), bench.meta.get("targets")
     split = meta.get("split")
-    baselines = None if split == "train" else baselines_on_train(pkg, bench, list(meta.get("seeds", [0, 1, 2])),
-                                                                int(meta.get("max_turns", 40)))
+    baselines = train_ev = None
+    if split != "train":
+        from components.evolution.outcomes import evidence_from_train
+        from components.runtime.evaluate import run_shard
+
+        seeds, max_turns = list(meta.get("seeds", [0, 1, 2])), int(meta.get("max_turns", 40))
+        t = run_shard(pkg, bench, bench.ids("train"), seeds, max_turns=max_turns)
+        baselines = baselines_on_train(pkg, bench, seeds, max_turns, run=t)
+        train_ev = evidence_from_train(t.traces, t.scores, pkg, bench.write_tools, gold, targets) if gold else None
+    d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=targets, gold=gold,
+                 train=train_ev)
     sig = signals_frame(traces, scores, bench.write_tools, bench.meta.get("targets"))
     return localization(d.findings_frame(), _eid(read_hidden_causes(ev)), _eid(scores), sig, baselines)

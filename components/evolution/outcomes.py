@@ -13,6 +13,13 @@ come out right (first writes per target with such a card in memory against those
 for rule refusals; `outcome_finding` then decides the owner of a wrong argument from the trace: no card about the
 tool (E), a card that does not help (E), a helpful card not delivered at that write or drowned among others (rho).
 
+`TrainEvidence` carries what a labelled train corpus shows to the diagnosis of a corpus without gold (dev, or any
+evaluation of unlabelled items): per write tool, whether its cards help (`value_evidence`) and how often its first
+write carries a wrong argument; and how often a train failure whose trace shows no divergence at all turned out, against
+its gold, to hold a wrong argument. Where that is most of them (a silent world: a broken rule's write goes through), an
+unlabelled failure the trace cannot explain is read as a wrong argument on the write train most often got wrong
+(`unseen_value_finding`), its owner decided from the trace as above; else it stays unexplained.
+
 Gold reaches this module only through `components.worlds.base.train_gold`: train items only. Dev and test gold (the
 rubric) is read by scoring alone.
 """
@@ -22,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from components.evolution.diagnose import Finding, _ident, card_helps, card_owner, cards_about
 from components.memory.package import MemoryPackage
@@ -91,6 +100,16 @@ def value_evidence(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, G
     """Per write tool: do the package's cards about it help its arguments come out right? Over every first successful
     write per (episode, target) that a gold write matches, the share with every argument right when a card about the
     tool was in that turn's memory, against the share without one (as `card_evidence`). None: never delivered."""
+    tally = _value_tally(episodes, gold, package, write_tools, targets)
+    # as `card_evidence`: against the tool's own rate without a card, else the corpus's pooled rate, else zero
+    pooled = [x for t in tally.values() for x in t[False]]
+    return {tool: card_helps(t, pooled) for tool, t in tally.items()}
+
+
+def _value_tally(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold], package: MemoryPackage,
+                 write_tools: frozenset[str], targets: Targets | None) -> dict[str, dict[bool, list[int]]]:
+    """Per write tool, first successful writes per (episode, target) that a gold write matches: 1 = every argument
+    right, split by whether a card about the tool was in that turn's memory."""
     tally: dict[str, dict[bool, list[int]]] = {}
     for eid, steps in episodes.items():
         g = gold.get(eid.split("#", 1)[0])
@@ -107,9 +126,60 @@ def value_evidence(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, G
             about = set(cards_about(package, tool))
             right = all(same_value(s.action.get("args", {}).get(f), v) for f, v in wanted[key].args.items())
             tally.setdefault(tool, {True: [], False: []})[bool(set(s.delivered) & about)].append(int(right))
-    # as `card_evidence`: against the tool's own rate without a card, else the corpus's pooled rate, else zero
+    return tally
+
+
+class TrainEvidence(BaseModel):
+    """What the labelled train corpus shows the diagnosis of an unlabelled one (see the module doc)."""
+
+    model_config = ConfigDict(frozen=True)
+    value_helps: dict[str, bool | None] = {}  # write tool -> do its cards help its arguments (`value_evidence`)
+    wrong_rate: dict[str, float] = {}  # write tool -> share of its first gold-matched writes with a wrong argument
+    unexplained: int = 0  # train failures whose trace shows no divergence
+    unexplained_wrong: int = 0  # of those, the ones whose gold shows a wrong argument
+
+    @property
+    def unexplained_are_values(self) -> bool:
+        """Most train failures the trace cannot explain hold a wrong argument."""
+        return self.unexplained > 0 and 2 * self.unexplained_wrong > self.unexplained
+
+
+def train_evidence(episodes: Mapping[str, list[TraceStep]], failed: Mapping[str, str], gold: Mapping[str, Gold],
+                   package: MemoryPackage, write_tools: frozenset[str], targets: Targets | None = None,
+                   unexplained: frozenset[str] = frozenset()) -> TrainEvidence:
+    """`episodes`: the train corpus; `failed`: failed episode id -> item id; `unexplained`: the failed episodes whose
+    trace finding was `no_divergence`."""
+    tally = _value_tally(episodes, gold, package, write_tools, targets)
     pooled = [x for t in tally.values() for x in t[False]]
-    return {tool: card_helps(t, pooled) for tool, t in tally.items()}
+    rate = {tool: 1 - sum(t[True] + t[False]) / len(t[True] + t[False]) for tool, t in tally.items()
+            if t[True] or t[False]}
+    wrong = sum(1 for eid in unexplained if failed.get(eid) in gold
+                and any(d.kind == "wrong_arg" for d in outcome_diffs(episodes.get(eid, []), gold[failed[eid]],
+                                                                      write_tools, targets)))
+    return TrainEvidence(value_helps={tool: card_helps(t, pooled) for tool, t in tally.items()}, wrong_rate=rate,
+                         unexplained=len([e for e in unexplained if failed.get(e) in gold]), unexplained_wrong=wrong)
+
+
+def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package: MemoryPackage,
+                         write_tools: frozenset[str], train: TrainEvidence,
+                         targets: Targets | None = None) -> Finding | None:
+    """For a failure with no gold whose trace shows no divergence, in a corpus whose train failures of that kind are
+    mostly wrong arguments: the episode's write that train most often got wrong (ties: the earliest), owned as a
+    wrong argument there would be. None: train says otherwise, or the episode wrote nothing."""
+    writes = successful_writes(steps, write_tools)
+    if not train.unexplained_are_values or not writes:
+        return None
+    s = max(writes, key=lambda w: (train.wrong_rate.get(w.action["tool"], 0.0), -w.step))
+    tool = s.action["tool"]
+    cards = cards_about(package, tool)
+    here = [c for c in s.delivered if c in cards]
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), train.value_helps.get(tool),
+                                                        "unseen_value")
+    return Finding(eid, item_id, s.step, s.hash, owner, kind, tool,
+                   f"no divergence in the trace; on train, {train.unexplained_wrong} of {train.unexplained} such "
+                   f"failures held a wrong argument", opportunity, patchability,
+                   {"target": _ident(tool, s.action.get("args", {}), targets), "cards": cards,
+                    "delivered": list(s.delivered)})
 
 
 def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[TraceStep], package: MemoryPackage,
@@ -136,3 +206,18 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     detail = "; ".join(f"`{d.field}` {d.agent!r}, gold {d.gold!r}" for d in at)
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, "wrong_value")
     return Finding(eid, item_id, step, s.hash, owner, kind, d0.tool, detail, opportunity, patchability, extra)
+
+
+def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_tools: frozenset[str],
+                        gold: Mapping[str, Gold], targets: Targets | None = None) -> TrainEvidence:
+    """`train_evidence` of an evaluated train corpus (its traces and scores frames) against its items' gold; which
+    failures the trace cannot explain is the trace-only diagnosis's call (as an unlabelled corpus gets it)."""
+    from components.evolution.diagnose import diagnose
+    from components.runtime.trace import frame_steps
+
+    d = diagnose(traces, scores, package, write_tools, "train-evidence", targets=targets)
+    episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)} \
+        if len(traces) else {}
+    failed = {f.episode_id: str(f.item_id) for f in d.findings}
+    unexplained = frozenset(f.episode_id for f in d.findings if f.kind == "no_divergence")
+    return train_evidence(episodes, failed, gold, package, write_tools, targets, unexplained)
