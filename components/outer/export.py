@@ -138,7 +138,7 @@ def replay(bench: Benchmark, package: MemoryPackage, item_id: str, seed: int, st
                 blocked_ids.add(call_id)
         port.commit(Draft(content=a.get("content") or "", tool_call=call), s.blocked)
     score = env.score(port.transcript())
-    if abs(score.reward - recorded_score) > 1e-9 and recorded_score != 0.0:
+    if abs(score.reward - recorded_score) > 1e-9:
         raise InputError(f"{where}: score: replaying {item_id}#{seed} scores {score.reward:.4f}, the trace recorded "
                          f"{recorded_score:.4f} (the benchmark or the world changed since the campaign ran)")
     system = [{"role": "system", "content": env.system_prompt}]
