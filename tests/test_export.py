@@ -113,7 +113,7 @@ def test_rollout_rewards_are_the_rubric_over_its_criteria(exported):
     for r in read_jsonl(exported / "rollouts.jsonl"):
         w, s = r["weights"], r["criteria"]
         assert set(w) == set(s)
-        assert r["reward"] == pytest.approx(sum(w[k] * s[k] for k in w) / sum(w.values()))
+        assert r["reward"] == pytest.approx(sum(w[k] * s[k] for k in w) / sum(w.values()), abs=1e-6)  # rounded to 6
 
 
 def test_each_file_loads_as_a_table(exported):

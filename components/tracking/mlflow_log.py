@@ -742,6 +742,8 @@ def campaign_run(client: Any, summary: dict[str, Any], campaign_dir: str | Path)
 def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], tracking_uri: str | None = None) -> str | None:
     """Each exported file as a dataset input of the campaign's run (context `training`; source: the campaign and its
     champion version; digest: the file's sha256). Returns the run id, or None when the campaign was never logged."""
+    import warnings
+
     import mlflow.data
     import pandas as pd
     from mlflow import MlflowClient
@@ -762,7 +764,9 @@ def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], t
         ds_name = f"{manifest.campaign}/{manifest.champion}/{name.removesuffix('.jsonl')}"
         if (ds_name, f.sha256[:32]) in logged:
             continue  # the same bytes are logged already (a rerun of the stage)
-        ds = mlflow.data.from_pandas(df, source=str(path.resolve()), name=ds_name, digest=f.sha256[:32])
+        with warnings.catch_warnings():  # MLflow registers its local-file source twice and says so on every call
+            warnings.simplefilter("ignore", UserWarning)
+            ds = mlflow.data.from_pandas(df, source=str(path.resolve()), name=ds_name, digest=f.sha256[:32])
         inputs.append(DatasetInput(ds._to_mlflow_entity(), tags=[
             InputTag("mlflow.data.context", "training"), InputTag("ratchet.source", "campaign"),
             InputTag("ratchet.champion", manifest.champion), InputTag("ratchet.champion_digest", manifest.champion_digest),
