@@ -592,6 +592,87 @@ def report(
               "families.png", highlight=False)
 
 
+@app.command("export")
+def export_cmd(
+    campaign: Annotated[Path, typer.Option(help="a finished campaign's output directory")] = Path("runs/campaign"),
+    bench: Annotated[Path, typer.Option("--benchmark", help="the benchmark the campaign ran")] = DEFAULT_BENCH,
+    out_dir: Annotated[Path, typer.Option("--out")] = Path("runs/export"),
+    split: Annotated[str, typer.Option(help="train only: dev and test are held out and refused")] = "train",
+    mlflow: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="log each file as a dataset input of the "
+                                                                     "campaign's MLflow run")] = True,
+    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow store (default: the campaign's, else "
+                                                             "$MLFLOW_TRACKING_URI)")] = None,
+) -> None:
+    """Training data from a finished campaign's train episodes (the DVC `export` stage): sft.jsonl (OpenAI chat
+    fine-tuning records of the champion's successes), preferences.jsonl (prompt/chosen/rejected: the champion's
+    success against the start package's failure, same item and seed), rollouts.jsonl (every episode with its reward
+    per rubric criterion) and manifest.json (sha256, bytes and records of each)."""
+    from components.io import claim_output, read_json_object
+    from components.outer.export import check_split, export_campaign
+
+    check_split(split)
+    if not (campaign / "summary.json").is_file():
+        raise InputError(f"{campaign / 'summary.json'}: -: no such file (run the campaign first)")
+    claim_output(out_dir, "export", inputs={"campaign": campaign, "benchmark": bench})
+    m = export_campaign(campaign, bench, out_dir, split)
+    for name, f in sorted(m.files.items()):
+        out.print(f"{out_dir / name}: {f.records} records, {f.bytes} bytes, sha256 {f.sha256[:12]}", highlight=False)
+    if mlflow:
+        from components.tracking.mlflow_log import log_export
+
+        summary = read_json_object(campaign / "summary.json")
+        uri = tracking_uri or ((summary.get("params") or {}).get("campaign") or {}).get("tracking_uri")
+        run_id = log_export(m, out_dir, summary, uri)
+        out.print(f"logged as dataset inputs of the campaign's MLflow run {run_id}" if run_id else
+                  "no MLflow run of this campaign was found: nothing logged", highlight=False)
+
+
+outer_app = typer.Typer(no_args_is_help=True, help="The outer recursion: train the model on a campaign's export, then "
+                                                   "evolve the package again under the trained model.")
+app.add_typer(outer_app, name="outer")
+
+
+@outer_app.command("learn-sim")
+def outer_learn_sim(
+    export: Annotated[Path, typer.Option(help="an export directory (`ratchet export`)")] = Path("runs/export"),
+    out_path: Annotated[Path, typer.Option("--out", help="the model.json to write")] = Path("runs/outer/model.json"),
+    base: Annotated[Optional[Path], typer.Option(help="the model.json of the model being trained further")] = None,
+    min_demos: Annotated[int, typer.Option(help="exported successes that must demonstrate a fact")] = 2,
+) -> None:
+    """The offline trainer: "fine-tune" the simulated agent on an export's SFT records (it learns the facts those
+    successes demonstrate) and write the trained model's identity (model.json)."""
+    from components.outer.learn import learn_sim
+    from components.outer.model import read_model, write_model
+
+    spec = learn_sim(export, read_model(base) if base else None, min_demos)
+    write_model(out_path, spec)
+    out.print(f"{out_path}: {spec.name} knows {len(spec.model_cfg['learned'])} facts "
+              f"({len(spec.notes['newly_learned'])} new)", highlight=False)
+
+
+@outer_app.command("run")
+def outer_run(
+    params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
+    campaign: Annotated[Path, typer.Option(help="the finished inner campaign")] = Path("runs/campaign"),
+    out_dir: Annotated[Path, typer.Option("--out", help="the outer round's directory")] = Path("runs/outer"),
+    train: Annotated[Optional[str], typer.Option(help="the training command, run with {export} and {out} "
+                                                      "replaced by the export directory and the model.json to "
+                                                      "write (default: the offline learner, `ratchet outer "
+                                                      "learn-sim`)")] = None,
+    rounds: Annotated[Optional[int], typer.Option(help="rounds of the inner campaign after training")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param of the inner campaign")] = None,
+    adapt: Annotated[bool, typer.Option("--prune/--no-prune", help="remove cards the trained model no longer needs "
+                                                                 "(gated on dev) before the inner campaign")] = True,
+) -> None:
+    """One outer round as a Prefect flow: export -> train -> register the model -> an inner campaign from the
+    current champion with the trained model (its params: --params with the start, model and output set here)."""
+    from flows.outer import run_outer
+
+    p = _params(params, rounds, None, set_)
+    result = run_outer(p, campaign, out_dir, train, adapt)
+    out.print(json.dumps(result, indent=1, sort_keys=True), highlight=False, markup=False)
+
+
 @app.command("reproduce")
 def reproduce_cmd(
     version: Annotated[Optional[str], typer.Option(help="a promoted version, e.g. M3")] = None,

@@ -147,16 +147,19 @@ def eval_shard(package: str, bench: str, items: list[str], seeds: list[int], mod
 # -- hidden causes (counterfactual replay; read only by diagnosis scoring) -----------------------------------------------
 
 def _causes_key(_ctx, p: dict) -> str:
+    learned = sorted(p.get("learned") or ())  # a trained simulated model: its own truth (absent: the keys as before)
     return stage_key("causes", package=digest(p["package"]), bench=tree_digest(p["bench"]),
-                     scores=frame_hash(p["scores"]), max_turns=p["max_turns"])
+                     scores=frame_hash(p["scores"]), max_turns=p["max_turns"], **({"learned": learned} if learned else {}))
 
 
 @task(name="causes", cache_key_fn=_causes_key, **PERSIST)
-def causes_stage(scores: pd.DataFrame, package: str, bench: str, max_turns: int) -> pd.DataFrame:
-    """Replay each failed episode with one owner's faults off at a time (cached: a champion's train set once)."""
+def causes_stage(scores: pd.DataFrame, package: str, bench: str, max_turns: int,
+                 learned: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Replay each failed episode with one owner's faults off at a time (cached: a champion's train set once).
+    `learned`: the facts the campaign's simulated model was trained on (its replays know them too)."""
     from components.models.counterfactual import causes_table
 
-    return causes_table(package_at(package), benchmark_at(bench), scores, max_turns)
+    return causes_table(package_at(package), benchmark_at(bench), scores, max_turns, learned=frozenset(learned))
 
 
 # -- diagnose ----------------------------------------------------------------------------------------------------------

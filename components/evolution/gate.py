@@ -630,3 +630,62 @@ def sequential_repair(base: pd.DataFrame, cand: pd.DataFrame, material: float, a
         record.update(looks_used=g, stopped_early=not last, why=why)
         return result, per, record
     raise AssertionError("unreachable: the last look always decides")
+
+
+# -- removal: a second objective ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RemovalResult:
+    """A card removal under a model that may no longer need the card: two paired intervals over the same items.
+
+    score   d_i = cand - base (mean over seeds), its bootstrap CI: non-inferior iff ci_lo > -material
+    tokens  t_i = cand - base prompt tokens per episode (mean over seeds), its bootstrap CI: cheaper iff ci_hi < 0
+    Accepted iff both, and regressed items <= the cap. Ties on tokens (or a score CI reaching below -material) keep
+    the parent: "ties keep the parent" still holds for score, and a removal must pay for itself in tokens."""
+
+    accept: bool
+    reason: str
+    net: float
+    ci_lo: float
+    ci_hi: float
+    tokens_net: float
+    tokens_ci_lo: float
+    tokens_ci_hi: float
+    base_tokens: float
+    cand_tokens: float
+    n_items: int
+    n_regressed: int
+    base_mean: float = 0.0
+    cand_mean: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def removal_decide(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = GateConfig()) -> RemovalResult:
+    """`base`/`cand`: score tables with `tokens_in` (prompt tokens of each episode). Pure; see `RemovalResult`."""
+    for name, df in (("base", base), ("cand", cand)):
+        if "tokens_in" not in df.columns:
+            raise PairingError(f"{name}: missing column tokens_in")
+    per, _ = pair(base, cand, cfg.max_error_share, cfg.min_items)
+    ok = lambda df: df[df["error"].fillna("").astype(str) == ""] if "error" in df.columns else df  # noqa: E731
+    tb = ok(base).groupby(base["item_id"].astype(str))["tokens_in"].mean()
+    tc = ok(cand).groupby(cand["item_id"].astype(str))["tokens_in"].mean()
+    items = per["item_id"].astype(str)
+    t = (tc.reindex(items).to_numpy(dtype=float) - tb.reindex(items).to_numpy(dtype=float))
+    d = per["d"].to_numpy(dtype=float)
+    lo, hi = bootstrap_ci(d, cfg.n_boot, cfg.alpha, cfg.seed)
+    tlo, thi = bootstrap_ci(t, cfg.n_boot, cfg.alpha, cfg.seed)
+    regressed = int((d < -cfg.material).sum())
+    if not lo > -cfg.material:
+        reason = f"score CI [{lo:+.4f}, {hi:+.4f}] reaches below -material {cfg.material} (the parent is kept)"
+    elif not thi < 0:
+        reason = f"prompt tokens CI [{tlo:+.1f}, {thi:+.1f}] per episode does not show a drop (ties keep the parent)"
+    elif regressed > cfg.cap(len(d)):
+        reason = f"{regressed} regressed items > reg_cap {cfg.cap(len(d))}"
+    else:
+        reason = (f"score net {float(d.mean()):+.4f} CI [{lo:+.4f}, {hi:+.4f}] within -{cfg.material}; prompt tokens "
+                  f"{float(t.mean()):+.1f} per episode CI [{tlo:+.1f}, {thi:+.1f}]")
+    accept = lo > -cfg.material and thi < 0 and regressed <= cfg.cap(len(d))
+    return RemovalResult(accept, reason, float(d.mean()), lo, hi, float(t.mean()), tlo, thi, float(tb.mean()),
+                         float(tc.mean()), len(d), regressed, float(per["base"].mean()), float(per["cand"].mean()))

@@ -29,13 +29,15 @@ ToolChoice = Literal["auto", "none", "required"]  # sent as is: a server refuses
 
 
 @MODELS.register("sim")
-def sim(*, world: str | None = None):
+def sim(*, world: str | None = None, model: str | None = None, learned: list[str] | None = None):
     """The embedded simulated agent (offline, deterministic). `world`: the registered world it plays; by default the
-    one each request belongs to (by the tools it offers)."""
+    one each request belongs to (by the tools it offers). `learned`: fact ids a training step taught it (see
+    `components.outer.learn`); `model`: the name of that trained model (its identity in records)."""
     from components.models.simulated import SimulatedAgent
     from components.worlds import world as world_spec
 
-    return SimulatedAgent(competence=world_spec(world).competence if world else None)
+    return SimulatedAgent(competence=world_spec(world).competence if world else None,
+                          learned=frozenset(learned or ()))
 
 
 @MODELS.register("openai")

@@ -43,6 +43,7 @@ class Replayer:
     bench: Benchmark
     max_turns: int = MAX_TURNS
     rates: Rates = RATES
+    learned: frozenset[str] = frozenset()  # the facts the replayed model was trained on (`sim`'s `learned`)
     replays: int = 0
     _cards: tuple[str, ...] = field(default=(), init=False)
     _runs: dict[frozenset[str], tuple[bool, dict]] = field(default_factory=dict, init=False)
@@ -52,7 +53,7 @@ class Replayer:
 
     def run(self, item_id: str, seed: int, off: frozenset[str] = frozenset(), probe: bool = False):
         agent = SimulatedAgent(self.rates, off, self._cards, probe=probe, metered=False,
-                               competence=world(self.bench.world).competence)
+                               competence=world(self.bench.world).competence, learned=self.learned)
         self.replays += 1
         # the trace is discarded: no step is content-hashed
         return run_episode(self.package, self.bench, item_id, seed, agent, self.max_turns,
@@ -116,9 +117,9 @@ class Replayer:
 
 
 def causes_table(package: MemoryPackage, bench: Benchmark, scores: pd.DataFrame, max_turns: int = MAX_TURNS,
-                 rates: Rates = RATES) -> pd.DataFrame:
+                 rates: Rates = RATES, learned: frozenset[str] = frozenset()) -> pd.DataFrame:
     """The hidden cause of every failed episode in `scores` (columns item_id, seed, success, error)."""
-    rep = Replayer(package, bench, max_turns, rates)
+    rep = Replayer(package, bench, max_turns, rates, frozenset(learned))
     failed = scores[~scores["success"].astype(bool)]
     rows = [rep.cause(str(r.item_id), int(r.seed), "" if pd.isna(r.error) else str(r.error))
             for r in failed.itertuples(index=False)]

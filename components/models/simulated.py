@@ -5,7 +5,9 @@ request's seed; the same inputs give the same output. It fails the ways the seed
 memory changes:
 
   E  family knowledge (a fact of the world's competence): followed at a low base rate when only the long policy states
-     it, at a high rate when a card stating it is in this turn's memory. A wrong card is followed too.
+     it, at a high rate when a card stating it is in this turn's memory. A wrong card is followed too. A fact the
+     agent `learned` (a "fine-tune" on exported successes, `components.outer.learn`) is followed at the card's rate
+     without a card; a card in memory still takes precedence (context over weights).
   rho  attention: every card in memory that addresses none of the facts on the current write scales that rate by
      1/(1+lambda*n).
   W  drift: a pending request is forgotten with a hazard that grows with the conversation's length, much lower while
@@ -230,9 +232,11 @@ class SimulatedAgent:
     name = NAME
 
     def __init__(self, rates: Rates = RATES, off: frozenset[str] = frozenset(), cards: tuple[str, ...] = (),
-                 probe: bool = False, metered: bool = True, competence: Competence | None = None):
+                 probe: bool = False, metered: bool = True, competence: Competence | None = None,
+                 learned: frozenset[str] = frozenset()):
         self.rates = rates
         self.off = frozenset(off)
+        self.learned = frozenset(learned)  # fact ids a fine-tune taught it (`components.outer.learn`): its weights
         self.cards = tuple(cards)  # the package's cards as rendered, for rho off (perfect routing of what exists)
         self.probe = probe
         self.metered = metered  # token counts; a counterfactual replay needs none
@@ -241,7 +245,7 @@ class SimulatedAgent:
         self.n_calls = 0
 
     def _twin(self, off: frozenset[str], v: View, seed: int, comp: Competence) -> tuple:
-        return SimulatedAgent(self.rates, off, self.cards, competence=comp)._respond(v, seed, comp)
+        return SimulatedAgent(self.rates, off, self.cards, competence=comp, learned=self.learned)._respond(v, seed, comp)
 
     def _probe(self, v: View, seed: int, mine: tuple, comp: Competence) -> None:
         """Record the first call at which each owner's fault (not yet switched off) changes the output."""
@@ -338,6 +342,8 @@ class SimulatedAgent:
         if stated and "rho" not in self.off:
             irrelevant = sum(1 for text in v.cards if all(fact_read(f, text) is None for f in on_tool))
             return u < self.rates.p_card / (1 + self.rates.attention * irrelevant), stated[0]
+        if fact.id in self.learned:  # known from training: as reliable as an undiluted card (the same coin), no card
+            return u < self.rates.p_card, fact_value(fact)
         in_policy = fact_read(fact, v.policy)
         return (in_policy is not None and u < self.rates.p_base), in_policy
 

@@ -726,3 +726,52 @@ class CampaignTracker:
         self.log_versions()
         self.client.set_tag(self.run_id, "ratchet.champion_digest", summary["champion_digest"])  # last: the done mark
         self.client.set_terminated(self.run_id)
+
+
+def campaign_run(client: Any, summary: dict[str, Any], campaign_dir: str | Path) -> str | None:
+    """The MLflow run of the campaign written to `campaign_dir` (the latest, when code changes made several)."""
+    exp = client.get_experiment_by_name(tracking_names(summary)["experiment"])
+    if exp is None:
+        return None
+    runs = client.search_runs([exp.experiment_id], "tags.`ratchet.kind` = 'campaign' and "
+                              f"tags.`ratchet.out` = '{Path(campaign_dir).resolve()}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], tracking_uri: str | None = None) -> str | None:
+    """Each exported file as a dataset input of the campaign's run (context `training`; source: the campaign and its
+    champion version; digest: the file's sha256). Returns the run id, or None when the campaign was never logged."""
+    import warnings
+
+    import mlflow.data
+    import pandas as pd
+    from mlflow import MlflowClient
+    from mlflow.entities import DatasetInput, InputTag
+
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    new_store_from_template(uri)
+    client = MlflowClient(tracking_uri=uri)
+    run_id = campaign_run(client, summary, manifest.campaign_dir)
+    if run_id is None:
+        return None
+    logged = {(d.dataset.name, d.dataset.digest) for d in client.get_run(run_id).inputs.dataset_inputs}
+    inputs = []
+    for name, f in sorted(manifest.files.items()):
+        path = Path(export_dir) / f.path
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        df = pd.DataFrame([{k: json.dumps(v, sort_keys=True) for k, v in r.items()} for r in rows])
+        ds_name = f"{manifest.campaign}/{manifest.champion}/{name.removesuffix('.jsonl')}"
+        if (ds_name, f.sha256[:32]) in logged:
+            continue  # the same bytes are logged already (a rerun of the stage)
+        with warnings.catch_warnings():  # MLflow registers its local-file source twice and says so on every call
+            warnings.simplefilter("ignore", UserWarning)
+            ds = mlflow.data.from_pandas(df, source=str(path.resolve()), name=ds_name, digest=f.sha256[:32])
+        inputs.append(DatasetInput(ds._to_mlflow_entity(), tags=[
+            InputTag("mlflow.data.context", "training"), InputTag("ratchet.source", "campaign"),
+            InputTag("ratchet.champion", manifest.champion), InputTag("ratchet.champion_digest", manifest.champion_digest),
+            InputTag("ratchet.split", manifest.split), InputTag("ratchet.sha256", f.sha256),
+            InputTag("ratchet.records", str(f.records))]))
+    if inputs:
+        client.log_inputs(run_id, datasets=inputs)
+    return run_id
