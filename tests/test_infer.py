@@ -185,6 +185,15 @@ def test_a_table_times_a_window_on_days_from_today():
     assert A.BY_ID["change_fee"].read(card) == A.BY_ID["change_fee"].value
     assert A.BY_ID["change_window"].read(card) == A.BY_ID["change_window"].value
 
+    # economy seen outside the window only (days 9 and 10): a cut at 10 would fit with economy's base at 75, a guess
+    # of what the window does to it; no table times a factor is written then
+    def feats2(n):
+        fare = ("economy", "flex", "business")[n % 3]
+        return {"r.fare": fare, "r.date@days_from_today": (9, 10)[n % 2] if fare == "economy" else days[n % len(days)]}
+
+    inf = infer_field(rows(lambda n, f: fee[f["r.fare"]] * (2 if f["r.date@days_from_today"] <= 7 else 1), feats2), "x")
+    assert inf.rule is None or not inf.rule.factors
+
 
 def test_thresholds_land_on_the_round_value_of_the_gap():
     """The boundary is the roundest value in the gap the rows leave, in the feature's unit (hours: days; minutes:
@@ -315,3 +324,23 @@ def test_inference_never_reads_rule_text(path):
     tree = ast.parse(src)
     names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert "rule" not in names and "statement" not in {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+
+def test_a_constant_of_the_train_gold_is_vocabulary_not_a_leak(tmp_path):
+    """A value the train gold gives one write field in four train items (a refund route) may stand in a card (an
+    inferred rule names it); a value of fewer items (a passenger's name) stays task data."""
+    from types import SimpleNamespace
+
+    from components.evolution.validate import VOCABULARY_ITEMS, train_vocabulary
+    from components.worlds.base import GOLD_FILE, Gold, GoldAction
+
+    train = [f"t-{i}" for i in range(6)]
+    gold = [Gold(task_id=t, actions=[GoldAction(tool="cancel_reservation", args={"refund_to": "travel_credit"})])
+            for t in train[:VOCABULARY_ITEMS]]
+    gold += [Gold(task_id=t, actions=[GoldAction(tool="update_passenger_name", args={"last_name": "SILVA"})])
+             for t in train[VOCABULARY_ITEMS:]]
+    (tmp_path / GOLD_FILE).write_text("".join(g.model_dump_json() + "\n" for g in gold))
+    bench = SimpleNamespace(root=tmp_path, splits={"train": train, "dev": [], "test": []})
+    assert train_vocabulary(bench) == frozenset({"travel_credit"})
+    (tmp_path / GOLD_FILE).write_text("".join(g.model_dump_json() + "\n" for g in gold[1:]))  # three items: not yet
+    assert train_vocabulary(bench) == frozenset()

@@ -385,7 +385,8 @@ MAX_TABLE = 6  # categories in a table (more is a lookup of ids, not a rule)
 def _table(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
     """A number chosen by a category of the task's data (`table`), alone or times one factor when a condition on
     another feature holds: the table is read off the rows the condition leaves alone (one value per category, the
-    median), the factor off the others; it must give the gold value in most rows, and name every category seen."""
+    median), the factor off the others; it must give the gold value in most rows, and name every category seen, each
+    (but a zero) on both sides of the condition."""
     ys = [r.gold.get(fld) for r in rows]
     if not rows or not all(_num(y) for y in ys):
         return None
@@ -416,6 +417,8 @@ def _table(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
                 by.setdefault(r.feats[g], []).append(float(r.gold[fld]))
             if {r.feats[g] for r in on} - set(by):  # a category only the factor's side shows: no base value
                 continue
+            if c is not None and {r.feats[g] for r in base if r.gold[fld]} - {r.feats[g] for r in hit}:
+                continue  # a category (of a non-zero value) seen on one side only: the factor on it would be a guess
             entries = tuple(sorted((v, _tidy(float(np.median(xs)))) for v, xs in by.items()))
             if len({n for _v, n in entries}) < 2:
                 continue  # one value for every category: not a table
