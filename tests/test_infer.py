@@ -325,22 +325,3 @@ def test_inference_never_reads_rule_text(path):
     names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert "rule" not in names and "statement" not in {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
 
-
-def test_a_constant_of_the_train_gold_is_vocabulary_not_a_leak(tmp_path):
-    """A value the train gold gives one write field in four train items (a refund route) may stand in a card (an
-    inferred rule names it); a value of fewer items (a passenger's name) stays task data."""
-    from types import SimpleNamespace
-
-    from components.evolution.validate import VOCABULARY_ITEMS, train_vocabulary
-    from components.worlds.base import GOLD_FILE, Gold, GoldAction
-
-    train = [f"t-{i}" for i in range(6)]
-    gold = [Gold(task_id=t, actions=[GoldAction(tool="cancel_reservation", args={"refund_to": "travel_credit"})])
-            for t in train[:VOCABULARY_ITEMS]]
-    gold += [Gold(task_id=t, actions=[GoldAction(tool="update_passenger_name", args={"last_name": "SILVA"})])
-             for t in train[VOCABULARY_ITEMS:]]
-    (tmp_path / GOLD_FILE).write_text("".join(g.model_dump_json() + "\n" for g in gold))
-    bench = SimpleNamespace(root=tmp_path, splits={"train": train, "dev": [], "test": []})
-    assert train_vocabulary(bench) == frozenset({"travel_credit"})
-    (tmp_path / GOLD_FILE).write_text("".join(g.model_dump_json() + "\n" for g in gold[1:]))  # three items: not yet
-    assert train_vocabulary(bench) == frozenset()

@@ -3,9 +3,7 @@
     schema        the plan parsed (it reached here as a Plan)
     lint          the candidate loads as a package
     leakage       no task id, account id, value of a request or rubric, or plain value of the account's record
-                  (of ANY split) appears in a card; the world's vocabulary is not task data: what the policy says,
-                  and a value the train gold gives one write's field in several train items (a rule's constant,
-                  such as a refund route, learned from train outcomes)
+                  (of ANY split) appears in a card
     reachability  every card trigger's event is one the kernel raises with a binding that delivers cards there,
                   and its tool exists in the world
     activation    (after a probe run on the source tasks) the plan's mechanism shows in the fingerprints
@@ -26,7 +24,6 @@ from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL
 from components.worlds import Benchmark
 
 MIN_TOKEN = 5  # shorter values (a state code, a size) are ordinary words
-VOCABULARY_ITEMS = 4  # distinct train items whose gold gives one write field the same value (infer.MIN_FIT)
 
 
 @dataclass
@@ -64,26 +61,9 @@ def _leak_tokens(bench_root: str, digest: str) -> frozenset[str]:
             account = records.get(t.user_id) if isinstance(records, dict) else None
             if isinstance(account, dict):
                 tokens |= {v for v in account.values() if isinstance(v, str)}
-    # vocabulary the policy itself uses (tool names, the allowed reasons) is knowledge, not a leak; so is a constant
-    # the train gold shows for one field across train items (what a rule inferred from outcomes must name)
+    # vocabulary the policy itself uses (tool names, the allowed reasons) is knowledge, not a leak
     policy = bench.policy.lower()
-    learned = train_vocabulary(bench)
-    return frozenset(x for x in tokens if len(x) >= MIN_TOKEN and x.lower() not in policy and x not in learned)
-
-
-def train_vocabulary(bench: Benchmark) -> frozenset[str]:
-    """String values the train gold gives one write's field in at least VOCABULARY_ITEMS distinct train items: the
-    constants of the world's rules (a refund route, a form of payment), learnable from train outcomes, not one task's
-    data. Read through `train_gold` (train items only)."""
-    from components.worlds.base import train_gold
-
-    seen: dict[tuple[str, str, str], set[str]] = {}
-    for task_id, g in train_gold(bench).items():
-        for a in g.actions:
-            for f, v in a.args.items():
-                if isinstance(v, str):
-                    seen.setdefault((a.tool, f, v), set()).add(task_id)
-    return frozenset(v for (_tool, _f, v), items in seen.items() if len(items) >= VOCABULARY_ITEMS)
+    return frozenset(x for x in tokens if len(x) >= MIN_TOKEN and x.lower() not in policy)
 
 
 def leak_tokens(bench: Benchmark) -> frozenset[str]:
