@@ -86,7 +86,7 @@ class BenchmarkParams(_M):
     # written to meta.json, read by the world's tools, rubric and policy; empty: the world's own rules
     facts: dict[str, str] = Field(default_factory=dict)
     # what a rule refusal tells the agent (components.worlds.base.ReceiptMode); in meta.json, so in the digest
-    receipts: ReceiptMode = ReceiptMode.explained
+    receipts: ReceiptMode = ReceiptMode.silent
 
     @model_validator(mode="before")
     @classmethod

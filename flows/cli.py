@@ -146,8 +146,8 @@ def bench_materialize(
     per_family: Annotated[Optional[int], typer.Option(help="tasks per family (default: the world's)")] = None,
     train_share: Annotated[float, typer.Option()] = 1 / 3,
     dev_share: Annotated[float, typer.Option()] = 1 / 3,
-    receipts: Annotated[str, typer.Option(help="what a rule refusal tells the agent: explained | coded | silent")]
-    = "explained",
+    receipts: Annotated[Optional[str], typer.Option(help="what a rule refusal tells the agent: explained | coded | "
+                                                     "silent (default: benchmark.receipts' default)")] = None,
 ) -> None:
     """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files. --out must be new,
     empty or a benchmark (which is replaced); anything else is refused."""
@@ -159,7 +159,7 @@ def bench_materialize(
     try:
         bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir) if out_dir else None,
                                 per_family=per_family, train_share=train_share, dev_share=dev_share,
-                                receipts=receipts)
+                                **({"receipts": receipts} if receipts is not None else {}))
     except ValidationError as e:
         raise InputError(_option_error(e)) from None
     out_dir = Path(bench.out)

@@ -369,8 +369,11 @@ class Campaign:
 # Small campaigns: 3 rounds, 2 seeds per item (the shared one, `small_campaign`, sets its own benchmark size and round
 # count). Tests that vary a knob of it start from these overrides and its benchmark (tests/test_campaign.py `variant`)
 # so that everything they do not vary comes from the Prefect task cache this campaign filled.
+# explained receipts: the session's benchmark (`bench_dir`) is the world's own build, whose refusals state the rule;
+# the small campaign's claims (a rule card written from a refusal) are about that mode, whatever params.yaml defaults to
 SMALL = {"campaign.name": "small", "campaign.rounds": 3, "campaign.seeds": 2, "gate.n_boot": 2000,
-         "evidence.memory": False}  # stateless: a test that wants campaign memory turns it on
+         "evidence.memory": False, "benchmark.receipts": "explained"}  # stateless: a test that wants memory turns it on
+EXPLAINED = ["--set", "benchmark.receipts=explained"]  # the same pin on a command line
 
 
 def small_params(bench_dir: Path, out: Path, **over):

@@ -15,7 +15,7 @@ from components.evolution.lineage import Lineage
 from components.evolution.plan import parse_plan
 from components.memory import digest
 from flows.campaign import run_campaign
-from tests.conftest import run_cli as cli, small_params
+from tests.conftest import EXPLAINED, run_cli as cli, small_params
 
 
 def variant(campaign, out: Path, **over):
@@ -128,7 +128,7 @@ def test_cli_campaign_prints_rounds_and_certification(prefect_server, capsys, tm
     # in-process: the entry point, option parsing and printing are the same code a subprocess would run
     code, out, err = cli(capsys, "campaign", "run", "--rounds", "1", "--out", str(tmp_path / "c"), "--set",
                          f"benchmark.out={bench}", "--set", "campaign.seeds=1", "--set", "gate.n_boot=1000",
-                         "--set", "campaign.name=cli", "--set", "campaign.traces_per_round=0")
+                         "--set", "campaign.name=cli", "--set", "campaign.traces_per_round=0", *EXPLAINED)
     assert code == 0, err[-3000:]
     assert "round 1:" in err
     assert "test (touched once)" in out and "summary:" in out

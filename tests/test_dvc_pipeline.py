@@ -170,8 +170,10 @@ class RatchetZygote:
 # The smallest pipeline that still shows every claim below: 8 tasks per family, one seed, the smallest n_boot, from
 # the stateless package, whose first plan (render the ledger board) is promoted in round 1 on this benchmark
 # (deterministically: the simulated agent and every seed are fixed), so the 1-round commit has a promotion to reproduce.
-# (At 6 per family that plan is rejected; 8 instead of 12 costs a campaign a third less.)
-TINY = {"benchmark": {"per_family": 8}, "campaign": {"start": "none", "rounds": 1, "seeds": 1, "shard_size": 30},
+# (At 6 per family that plan is rejected; 8 instead of 12 costs a campaign a third less.) Explained receipts: that
+# promotion is measured on them, whatever params.yaml defaults to.
+TINY = {"benchmark": {"per_family": 8, "receipts": "explained"},
+        "campaign": {"start": "none", "rounds": 1, "seeds": 1, "shard_size": 30},
         "gate": {"n_boot": 1000}}
 
 

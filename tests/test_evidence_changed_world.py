@@ -21,8 +21,8 @@ RESTOCK = F.BY_ID["restocking_fee"].statement.replace("10% restocking fee", "20%
 def pair(tmp_path_factory):
     """The same seed and size, as built (the world's own rules) and changed in two rules (one unstated, one stated)."""
     root = tmp_path_factory.mktemp("changed")
-    own = BenchmarkParams(seed=0, out=str(root / "own"), per_family=6).materialize()
-    changed = BenchmarkParams(seed=0, out=str(root / "changed"), per_family=6,
+    own = BenchmarkParams(seed=0, out=str(root / "own"), per_family=6, receipts="explained").materialize()
+    changed = BenchmarkParams(seed=0, out=str(root / "changed"), per_family=6, receipts="explained",
                               facts={"cancel_fee": FEE, "restocking_fee": RESTOCK}).materialize()
     return load_benchmark(own), load_benchmark(changed)
 

@@ -101,8 +101,10 @@ def test_two_factors_on_one_amount():
     assert inf.why == "ok" and inf.rule.then == Term("equal", None, "r.price")
     assert {(c.path, c.op, k) for c, k in inf.rule.factors} == {("r.days", ">", 0.9), ("u.kind", "is", 1.05)}
     days = next(c for c, _k in inf.rule.factors if c.path == "r.days")
-    # placed on every row: the largest number of days seen without the fee
-    assert days.value == max(d for d in ((n * 11) % 50 for n in range(len(ITEMS))) if d <= 30)
+    # placed on every row, at the roundest value of the gap the rows leave (27 seen without the fee, 33 with it):
+    # the true boundary, not the largest value seen without the fee
+    seen = [(n * 11) % 50 for n in range(len(ITEMS))]
+    assert max(d for d in seen if d <= 30) < 30 < min(d for d in seen if d > 30) and days.value == 30
 
 
 def test_refuses_a_rule_that_fits_but_fails_its_check_items():
@@ -112,6 +114,122 @@ def test_refuses_a_rule_that_fits_but_fails_its_check_items():
     assert inf.rule is None and inf.why.startswith("fits the fit items but not")
     fit = [r for r in rows(lambda n, f: 8 if ITEMS[n] in HALF else 8 + n, lambda n: {}) if r.item in HALF]
     assert smallest(fit, "x") == FieldRule("x", Term("const", 8))  # it did fit
+
+
+def test_a_share_with_a_ceiling():
+    """A credit per day late, at most a cap: the rows above the ceiling all hold it (one item is enough to show it,
+    as long as every other row is the share)."""
+    def gold(n, f):
+        return min(5.0 * f["r.late"], 25.0)
+
+    inf = infer_field(rows(gold, lambda n: {"r.late": (1, 3, 4, 2, 1, 3, 8)[n % 7]}), "x")
+    assert inf.why == "ok" and inf.rule == FieldRule("x", Term("share", 5.0, "r.late"), cap=25.0)
+    text = render("issue_store_credit", FieldRule("amount", Term("share", 5.0, "r.late"), cap=25.0))
+    assert text.endswith(", at most 25.") and parse(text, "issue_store_credit")["amount"].cap == 25
+    # a row below its share that is not the ceiling: no cap explains it
+    assert infer_field(rows(lambda n, f: gold(n, f) if n % 7 != 6 else 20.0 + n, lambda n: {"r.late": (1, 3, 4, 2, 1, 3, 8)[n % 7]}),
+                       "x").rule is None
+
+
+def test_two_folds_find_a_rule_whose_evidence_sits_in_the_check_half():
+    """The capped rows sit in the check half only: the first fold fits a plain share that its check items refuse;
+    the swapped fold fits the ceiling on them and checks it on the first half."""
+    capped = sorted(set(ITEMS) - HALF)[:2]
+
+    def gold(n, f):
+        return 25.0 if ITEMS[n] in capped else 5.0 * f["r.late"]
+
+    inf = infer_field(rows(gold, lambda n: {"r.late": 8 if ITEMS[n] in capped else 1 + n % 4}), "x")
+    assert inf.why == "ok" and inf.rule == FieldRule("x", Term("share", 5.0, "r.late"), cap=25.0)
+    assert smallest([r for r in rows(gold, lambda n: {"r.late": 8 if ITEMS[n] in capped else 1 + n % 4})
+                     if r.item in HALF], "x") == FieldRule("x", Term("share", 5.0, "r.late"))  # what the first fold fits
+
+
+def test_a_table_by_category():
+    """A fee chosen by a fare: one value per category (three: no condition on one of them explains it)."""
+    fee = {"economy": 75, "flex": 25, "business": 0}
+    inf = infer_field(rows(lambda n, f: fee[f["r.fare"]], lambda n: {"r.fare": ("economy", "flex", "business")[n % 3],
+                                                                       "r.pax": 1 + n % 2}), "x")
+    assert inf.why == "ok"
+    assert inf.rule == FieldRule("x", Term("table", (("business", 0), ("economy", 75), ("flex", 25)), "r.fare"))
+    text = render("change_flight", inf.rule)
+    assert parse(text, "change_flight")["x"] == inf.rule
+
+
+def test_a_table_times_a_window_on_days_from_today():
+    """A fee table doubled within 7 days of departure: the days come from a date the read showed and the policy's
+    date; the window's boundary lands on the round value of the gap (7), whatever the nearest row."""
+    from datetime import date
+
+    from components.evolution.infer import flatten, policy_today
+
+    today = policy_today("You help members. Today is 2026-06-01.")
+    assert today == date(2026, 6, 1) and policy_today("no date here") is None
+    f: dict = {}
+    flatten({"date": "2026-06-15", "fare": "flex"}, "r", {}, f, today)
+    assert f["r.date@days_from_today"] == 14 and f["r.fare"] == "flex"
+    fee = {"economy": 75, "flex": 25, "business": 0}
+    days = [2, 3, 5, 6, 9, 11, 12, 14, 4, 10]  # nothing at 7 or 8: the gap is (6, 9)
+
+    def feats(n):
+        return {"r.fare": ("economy", "flex", "business")[n % 3], "r.date@days_from_today": days[n % len(days)]}
+
+    inf = infer_field(rows(lambda n, f: fee[f["r.fare"]] * (2 if f["r.date@days_from_today"] <= 7 else 1), feats), "x")
+    assert inf.why == "ok" and inf.rule.then == Term("table", (("business", 0), ("economy", 150), ("flex", 50)), "r.fare")
+    assert inf.rule.factors == ((Cond("r.date@days_from_today", ">", 7), 0.5),)
+    from components.worlds.airline import facts as A
+
+    card = render("change_flight", FieldRule("fee", Term("table", inf.rule.then.value, "get_reservation_details.fare"),
+                                             factors=((Cond("get_reservation_details.date@days_from_today", ">", 7),
+                                                       0.5),)))
+    assert A.BY_ID["change_fee"].read(card) == A.BY_ID["change_fee"].value
+    assert A.BY_ID["change_window"].read(card) == A.BY_ID["change_window"].value
+
+    # economy seen outside the window only (days 9 and 10): a cut at 10 would fit with economy's base at 75, a guess
+    # of what the window does to it; no table times a factor is written then
+    def feats2(n):
+        fare = ("economy", "flex", "business")[n % 3]
+        return {"r.fare": fare, "r.date@days_from_today": (9, 10)[n % 2] if fare == "economy" else days[n % len(days)]}
+
+    inf = infer_field(rows(lambda n, f: fee[f["r.fare"]] * (2 if f["r.date@days_from_today"] <= 7 else 1), feats2), "x")
+    assert inf.rule is None or not inf.rule.factors
+
+
+def test_thresholds_land_on_the_round_value_of_the_gap():
+    """The boundary is the roundest value in the gap the rows leave, in the feature's unit (hours: days; minutes:
+    hours; days: months, then weeks), "more than" before "or more"; without one, the largest value below it."""
+    from components.evolution.infer import boundary
+
+    assert boundary(46, 50, "o.placed_hours_ago", [46, 50]) == 48  # two days, not the 46 seen
+    assert boundary(13, 17, "o.delivered_days_ago", [13, 17]) == 14  # two weeks
+    assert boundary(28, 33, "o.delivered_days_ago", [28, 33]) == 30  # a month before four weeks
+    assert boundary(350, 360, "f.delay_minutes", [350, 360]) == 359  # 6 hours or more (360 is seen above it)
+    assert boundary(335, 375, "f.delay_minutes", [335, 375]) == 360  # more than 6 hours
+    assert boundary(0.3, 0.34, "x.ratio", [0.3, 0.34]) == 0.3  # no round value in the gap: the largest below it
+
+    def gold(n, f):
+        return 6.0 if f["r.placed_hours_ago"] > 48 else 0.0
+
+    ages = [3, 10, 20, 30, 41, 46, 52, 60, 75, 80]  # nothing between 46 and 52
+    inf = infer_field(rows(gold, lambda n: {"r.placed_hours_ago": ages[n % len(ages)]}), "x")
+    assert inf.rule == FieldRule("x", Term("const", 6.0), Cond("r.placed_hours_ago", ">", 48), Term("const", 0.0))
+
+
+def test_a_threshold_before_a_coincidental_category():
+    """Two factors that fit the same rows: a cut on a number (one order) before a category that names one of many
+    values (an airport that happens to match the long delays)."""
+    delays = (185, 190, 200, 215, 230, 240, 255, 260, 280, 295, 310, 325, 375, 410, 445)  # more values than airports
+
+    def feats(n):
+        delay = delays[n % len(delays)]
+        return {"f.delay_minutes": delay, "u.tier": ("regular", "silver", "gold")[(n // 2) % 3],
+                "f.origin": "ATL" if delay > 360 else ("JFK", "SFO")[n % 2]}
+
+    def gold(n, f):
+        return 100 * (2.5 if f["f.delay_minutes"] >= 360 else 1) * (2 if f["u.tier"] == "gold" else 1)
+
+    inf = infer_field(rows(gold, feats), "x")
+    assert inf.why == "ok" and {c.path for c, _k in inf.rule.factors} == {"f.delay_minutes", "u.tier"}
 
 
 def test_refuses_with_too_few_items():
@@ -163,6 +281,11 @@ def test_card_form_round_trips_and_the_worlds_read_it():
     rate = A.BY_ID["comp_rate"].read(text)
     for delay in (180, 300, 359, 360, 500):  # the same amount as the world's own table wherever a delay is eligible
         assert A.compensation(delay, "silver", rate, 1) == A.compensation(delay, "silver", A.BY_ID["comp_rate"].value, 1)
+    capped = FieldRule("amount", Term("share", 5.0, "get_order_details.days_late"), cap=25)
+    text = render("issue_store_credit", capped)
+    assert parse(text, "issue_store_credit")["amount"] == capped
+    assert R.BY_ID["credit_rate"].read(text) == R.BY_ID["credit_rate"].value
+    assert R.BY_ID["credit_cap"].read(text) == R.BY_ID["credit_cap"].value
     text = render("update_passenger_name", FieldRule("first_name", Term("upper")))
     assert A.BY_ID["name_upper"].read(text) == A.BY_ID["name_upper"].value
     # the world's own statements still read as before
@@ -201,3 +324,4 @@ def test_inference_never_reads_rule_text(path):
     tree = ast.parse(src)
     names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert "rule" not in names and "statement" not in {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+

@@ -28,7 +28,7 @@ from components.evolution.lineage import CommitError, Lineage, LineageLock
 from components.io import MARK
 from components.params import load_params
 from flows.cli import app
-from tests.conftest import PACKAGES
+from tests.conftest import EXPLAINED, PACKAGES
 from tests.zygote import Zygote
 
 SEED = PACKAGES / "seed"
@@ -142,7 +142,7 @@ def test_report_out_onto_a_file_or_its_campaign_is_refused(project):
 
 def test_campaign_out_over_a_foreign_directory_or_its_start_is_refused(project, bench_dir):
     before = snapshot(project)
-    common = ["--set", f"benchmark.out={bench_dir}", "--set", "campaign.start=pkg"]
+    common = ["--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set", "campaign.start=pkg"]
     one_line(ratchet("campaign", "run", "--out", "mine", *common), 2, "mine: campaign.out:", "did not write")
     one_line(ratchet("campaign", "run", "--out", "mine", "--force", *common), 2, "did not write")  # --force: never that
     one_line(ratchet("campaign", "run", "--out", "pkg", *common), 2, "is the input start package")
@@ -156,14 +156,15 @@ def _started(project, bench_dir, **over) -> Path:
     """A campaign output whose lineage has committed M0 with the identity of these params (no round run)."""
     from components.memory import digest
 
-    p = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir), **over})
+    p = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir),
+                           "benchmark.receipts": "explained", **over})
     Lineage(project / "camp" / "lineage").start("pkg", digest(bench_dir), p.identity())
     (project / "camp" / MARK).write_text("campaign\n")
     return project / "camp"
 
 
 def _rerun(bench_dir, *extra):
-    return ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *extra)
+    return ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, *extra)
 
 
 def test_rerun_with_another_start_package_is_refused(project, bench_dir):
@@ -180,7 +181,7 @@ def test_rerun_with_another_benchmark_is_refused(project, bench_dir):
     shutil.copytree(bench_dir, other)
     (other / "policy.md").write_text((other / "policy.md").read_text() + "\nOne more rule.\n")
     before = snapshot(project)
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={other}", "--set",
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={other}", *EXPLAINED, "--set",
                      "campaign.start=pkg"), 2, "camp: benchmark:", "digest")
     assert snapshot(project) == before
 
@@ -200,10 +201,12 @@ def test_rerun_may_change_rounds_and_budget_and_force_starts_over(project, bench
 
     camp = _started(project, bench_dir)
     ok = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir),
+                            "benchmark.receipts": "explained",
                             "campaign.rounds": 3, "budget.model_calls": 10, "campaign.workers": 1})
     prepare(ok)  # documented as changeable: no refusal
     assert (camp / "lineage" / "lineage.jsonl").exists()
     other = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir),
+                               "benchmark.receipts": "explained",
                                "campaign.seeds": 4})
     prepare(other, force=True)  # Ratchet's own campaign, replacing it meant: deleted, to start over
     assert not camp.exists() and (project / "mine" / "notes.txt").exists()
@@ -224,7 +227,8 @@ def test_a_running_campaign_is_refused_before_prefect_says_anything(project, ben
     the imports, which the zygote did for it)."""
     _started(project, bench_dir)
     with LineageLock(project / "camp" / "lineage"):
-        r = zygote(project, ["campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+        r = zygote(project, ["campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED,
+                             "--set",
                              "campaign.start=pkg"], env=dict(os.environ), timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().count("\n") == 0 and "locked by another campaign" in r.stderr, r.stderr
@@ -345,7 +349,7 @@ def test_a_package_nested_thousands_deep_is_one_line(project):
 
 def test_a_missing_or_non_directory_start_is_one_line(project, bench_dir):
     (project / "afile").write_text("x\n")
-    common = ["--out", "camp", "--set", f"benchmark.out={bench_dir}"]
+    common = ["--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED]
     one_line(ratchet("campaign", "run", *common, "--set", "campaign.start=nope"), 2, "nope: campaign.start: no such")
     one_line(ratchet("campaign", "run", *common, "--set", "campaign.start=afile"), 2, "afile: campaign.start: not a dir")
     assert not (project / "camp").exists()
@@ -543,7 +547,7 @@ def test_kill_9_of_a_campaign_leaves_no_prefect_server(tmp_path, bench_dir, zygo
            "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
     env.pop("PREFECT_API_URL", None)
     pid = zygote.start(tmp_path, ["campaign", "run", "--out", "camp", "--rounds", "3", "--set",
-                                  f"benchmark.out={bench_dir}", "--set", f"campaign.start={SEED}"],
+                                  f"benchmark.out={bench_dir}", *EXPLAINED, "--set", f"campaign.start={SEED}"],
                        env=env, unset=["PREFECT_API_URL"])
     try:
         server = []
@@ -576,7 +580,7 @@ def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_serv
 
     monkeypatch.chdir(tmp_path)
     # 6 tasks per family: the smallest benchmark on which this start package's first round commits (test_operations)
-    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=6)
+    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=6, receipts="explained")
     bench.materialize()
     start = tmp_path / "start"  # the ledger fixes in place, so that round 1 commits (as in test_operations)
     shutil.copytree(SEED, start)
@@ -584,7 +588,8 @@ def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_serv
     manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6")
                         .replace("bind_on: []", "bind_on: [order_id]"))
     # no MLflow traces: neither the resume nor `ratchet reproduce` reads them (two seeds: with one, round 1 rejects)
-    p = load_params(None, {"benchmark.out": bench.out, "benchmark.per_family": 6, "campaign.out": str(tmp_path / "a"),
+    p = load_params(None, {"benchmark.out": bench.out, "benchmark.per_family": 6, "benchmark.receipts": "explained",
+                           "campaign.out": str(tmp_path / "a"),
                            "campaign.start": str(start), "campaign.rounds": 1, "campaign.seeds": 2,
                            "gate.n_boot": 1000, "campaign.traces_per_round": 0})
     s = run_campaign(p)
@@ -674,7 +679,7 @@ def test_a_package_for_another_world_is_refused_naming_a_card(project, bench_dir
     other = PACKAGES / "airline" / "reference"
     one_line(ratchet("eval", "--package", other, "--benchmark", bench_dir, "--seeds", "1", "--out", "ev"), 2,
              "em/procedure/", "trigger.tool:", "is not a tool of the retail world")  # ran with every card inert
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}",
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED,
                      "--set", f"campaign.start={other}"), 2, "campaign.start: ", "is not a tool of the retail world")
     assert not (project / "ev").exists() and not (project / "camp").exists()
 
@@ -716,7 +721,7 @@ def test_gate_bad_tables_and_options_are_bad_input(tmp_path, cand, extra, fragme
 @pytest.mark.parametrize("setting", ["gate.seed=-1", "gate.n_boot=100000000000"])
 def test_gate_params_that_would_crash_a_round_are_refused_before_it_starts(project, bench_dir, setting):
     # gate.seed=-1 ran the campaign into numpy's ValueError inside Prefect (hundreds of lines) and left `camp` behind
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set",
                      "campaign.start=pkg", "--set", setting), 2, f"params: {setting.split('=')[0]}:")
     assert not (project / "camp").exists()
 
@@ -731,7 +736,8 @@ def test_a_damaged_state_file_does_not_stop_a_resume(project, bench_dir, monkeyp
     import flows.campaign
 
     camp = _started(project, bench_dir)
-    p = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir)})
+    p = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir),
+                           "benchmark.receipts": "explained"})
     (camp / ".state").mkdir()
     (camp / ".state" / "params.json").write_text(p.model_dump_json())
     (camp / ".state" / "state.json").write_text("[1, 2")  # was a JSONDecodeError (or AttributeError) traceback
@@ -884,7 +890,7 @@ def test_report_on_a_damaged_round_file_is_one_line_and_writes_nothing(project):
 def test_a_store_or_scheduler_address_that_cannot_work_is_refused_before_the_campaign(project, bench_dir, setting,
                                                                                       fragment):
     # both ran the campaign into a traceback of 150-300 lines inside its first round, its lineage already written
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set",
                      "campaign.start=pkg", "--set", setting), 2, f"params: {setting.split('=')[0]}: ", fragment)
     assert not (project / "camp").exists()
 
@@ -972,7 +978,7 @@ def test_serve_sim_closes_a_connection_whose_body_stalls(sim):
                                            ("budget.model_calls=yes", "budget.model_calls")])
 def test_a_yes_no_value_is_not_taken_for_a_number(project, bench_dir, setting, field):
     before = snapshot(project)
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set",
                      "campaign.start=pkg", "--set", setting), 2, f"{field}:", "yes/no value")
     assert snapshot(project) == before
     assert load_params(None, {"campaign.seeds": 2}).campaign.seeds == 2  # a number still is one
@@ -1326,9 +1332,11 @@ def test_a_campaign_on_a_full_disk_is_one_line_naming_the_path_and_resumes(prefe
     from components.params import BenchmarkParams
 
     where, free = full_disk
-    BenchmarkParams(out=str(project / "b"), per_family=3).materialize()  # the smallest: 1 round, ~20 items
+    # the smallest: 1 round, ~20 items
+    BenchmarkParams(out=str(project / "b"), per_family=3, receipts="explained").materialize()
     camp = where / "camp"
-    args = ["campaign", "run", "--out", camp, "--rounds", "1", "--set", f"benchmark.out={project / 'b'}", "--set",
+    args = ["campaign", "run", "--out", camp, "--rounds", "1", "--set", f"benchmark.out={project / 'b'}", *EXPLAINED,
+            "--set",
             "benchmark.per_family=3", "--set", "campaign.start=pkg", "--set", "campaign.seeds=1", "--set",
             "gate.n_boot=1000", "--set", "campaign.traces_per_round=0"]
     r = ratchet(*args)
@@ -1398,7 +1406,7 @@ def test_a_temporary_prefect_server_that_does_not_come_up_is_one_line_saying_wha
            "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
            "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0"}
     env.pop("PREFECT_API_URL", None)
-    r = zygote(project, ["campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
+    r = zygote(project, ["campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set",
                          "campaign.start=pkg"], env=env, unset=["PREFECT_API_URL"], timeout=300)
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 1 and len(lines) == 1, r.stderr[-3000:]

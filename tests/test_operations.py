@@ -20,7 +20,7 @@ import pytest
 from components.evolution.lineage import Lineage, LineageLock, LineageLocked
 from components.memory import digest
 from components.params import load_params
-from tests.conftest import PACKAGES, ROOT, run_cli
+from tests.conftest import EXPLAINED, PACKAGES, ROOT, run_cli
 from tests.zygote import Zygote
 
 CAP = 2500  # model calls: one round and the certification on crash_setup's benchmark cost ~1500
@@ -29,7 +29,7 @@ STAGES = ["evaluate", "diagnose", "patch", "validate", "repair", "gate", "commit
 
 def small(bench_dir, *extra, start=PACKAGES / "seed"):
     return ["--rounds", "1", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
-            f"campaign.start={start}", "--set", "campaign.seeds=2", "--set", "gate.n_boot=1000", *extra]
+            f"campaign.start={start}", "--set", "campaign.seeds=2", "--set", "gate.n_boot=1000", *EXPLAINED, *extra]
 
 
 def child_env(home: Path, api: str, **env) -> dict:
@@ -118,7 +118,7 @@ def crash_setup(ratchet, tmp_path_factory):
     from components.params import BenchmarkParams
 
     root = tmp_path_factory.mktemp("crash")
-    bench = BenchmarkParams(out=str(root / "bench"), per_family=6)
+    bench = BenchmarkParams(out=str(root / "bench"), per_family=6, receipts="explained")  # a refusal that commits
     bench.materialize()
     start = root / "start"
     shutil.copytree(PACKAGES / "seed", start)
@@ -262,10 +262,11 @@ def test_twenty_percent_model_faults(prefect_server, faulty_server, tmp_path):
     from flows.campaign import run_campaign
 
     url, app = faulty_server
-    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=3)  # the smallest: faults need no more episodes
+    bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=3, receipts="explained")  # the smallest
     bench.materialize()
     p = load_params(ROOT / "params.yaml", {
-        "benchmark.out": bench.out, "benchmark.per_family": 3, "campaign.out": str(tmp_path / "camp"),
+        "benchmark.out": bench.out, "benchmark.per_family": 3, "benchmark.receipts": "explained",
+        "campaign.out": str(tmp_path / "camp"),
         "campaign.rounds": 1, "campaign.seeds": 1, "campaign.model": "openai", "gate.n_boot": 1000,
         "campaign.shard_size": 3,  # a shard on each of the two workers: their timeouts overlap
         "campaign.model_cfg": {"base_url": url, "timeout": 0.3, "backoff": 0.01, "max_retries": 4}})

@@ -12,17 +12,27 @@ Forms, smallest first (the first that fits the fit half is the rule; none is sea
     share    a fixed factor times one feature (to the cent)
     upper    a string field whose gold is the agent's own value in upper case (a transformation of what it was given)
     one_of   a string field that takes two or three values (the allowed set)
+    cap      a share of one feature, at most a constant (the rows above the ceiling all hold that constant)
     cond     a condition on one feature (a threshold on a number, or a category), each side const/equal/share
-The rule is fitted on the items of one half  and checked on the other half's items,
-which it never saw (every other item in sorted order): a rule that fits its half but not every check item it can be evaluated on is refused. It never
-sees a rule's statement: only gold values, the agent's values and what reads returned.
+    product  a constant or a feature times two factors, each when its condition holds
+    table    a number chosen by a category of the task's data (one value per category seen), alone or times one
+             factor when a condition holds (a fee table by fare, doubled inside a window)
+The rule is fitted on the items of one half and checked on the other half's items, which it never saw (every other
+item in sorted order); when it fails, the halves swap (two-fold: a rule whose evidence sits in one half can still be
+found there, and must then hold on the other). A rule that fits its half but not the check items it can be evaluated
+on is refused. A threshold is then placed on every row: the roundest value in the gap the rows leave (a whole number
+of the feature's unit: days for weeks or months, hours for days, minutes for hours; else 100, 50, 10, ...; ties go to
+the gap's middle), so a boundary no train row sits on is not guessed from the nearest row. It never sees a rule's
+statement: only gold values, the agent's values, what reads returned, and the policy's date (for days from today).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 import numpy as np
@@ -75,10 +85,22 @@ def _category(v: Any) -> bool:
     return isinstance(v, str) and 0 < len(v) <= 40 and not any(ch.isdigit() for ch in v)
 
 
-def flatten(obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str, Any]) -> None:
+TODAY = re.compile(r"\b(?:today is|the current (?:date|time) is)\s+(\d{4}-\d{2}-\d{2})", re.I)
+ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+FROM_TODAY = "@days_from_today"
+
+
+def policy_today(policy: str) -> date | None:
+    """The date a written policy says today is (as tau2-bench's policies state the current time), else None."""
+    m = TODAY.search(policy or "")
+    return date.fromisoformat(m.group(1)) if m else None
+
+
+def flatten(obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str, Any],
+            today: date | None = None) -> None:
     if isinstance(obj, dict):
         for k, v in obj.items():
-            flatten(v, f"{prefix}.{k}", write_args, out)
+            flatten(v, f"{prefix}.{k}", write_args, out, today)
     elif isinstance(obj, list) and obj and all(isinstance(e, dict) for e in obj):
         keys = sorted(set().union(*obj))
         for k in keys:
@@ -114,10 +136,12 @@ def flatten(obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str,
                             out[f"{prefix}[{k}={v}].{k2}"] = v2
     elif _scalar(obj):
         out[prefix] = obj
+        if today is not None and isinstance(obj, str) and ISO_DATE.fullmatch(obj):
+            out[prefix + FROM_TODAY] = (date.fromisoformat(obj) - today).days
 
 
 def features(steps: list[TraceStep], before: int, write_args: Mapping[str, Any], target: Mapping[str, str],
-             write_tools: frozenset[str]) -> dict[str, Any]:
+             write_tools: frozenset[str], today: date | None = None) -> dict[str, Any]:
     """What the episode's successful reads showed before step `before`: a read about the write's target (an arg
     of the target's name and value) wins over a general read; a read about another target (same arg, another value)
     is left out."""
@@ -136,13 +160,13 @@ def features(steps: list[TraceStep], before: int, write_args: Mapping[str, Any],
         if any(str(args[k]) != target[k] for k in shared):
             continue
         f: dict[str, Any] = {}
-        flatten(obs["content"], tool, write_args, f)
+        flatten(obs["content"], tool, write_args, f, today)
         (mine if shared else general).update(f)
     return {**general, **mine}
 
 
 def rows_for(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
-             write_tools: frozenset[str], targets: Targets | None = None) -> list[Row]:
+             write_tools: frozenset[str], targets: Targets | None = None, today: date | None = None) -> list[Row]:
     rows = []
     for eid in sorted(episodes):
         steps = episodes[eid]
@@ -157,7 +181,7 @@ def rows_for(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[s
             first = next((s for s in steps if s.action.get("tool") == tool and s.blocked is None
                           and _ident(tool, s.action.get("args", {}), targets) == ident), None)
             at = first.step if first is not None else steps[-1].step + 1
-            feats = features(steps, at, a.args, {k: str(v) for k, v in ident}, write_tools)
+            feats = features(steps, at, a.args, {k: str(v) for k, v in ident}, write_tools, today)
             rows.append(Row(item, eid, feats, dict(a.args), dict(first.action.get("args") or {}) if first else None))
     return rows
 
@@ -185,6 +209,9 @@ def value_of(t: Term, feats: Mapping[str, Any]) -> tuple[bool, Any]:
         return True, x
     if t.kind == "share":
         return (True, _cents(t.value * x)) if _num(x) else (False, None)
+    if t.kind == "table":
+        hit = [n for c, n in t.value if c == x]
+        return (True, hit[0]) if hit else (False, None)
     return False, None
 
 
@@ -219,6 +246,10 @@ def holds(rule: FieldRule, row: Row, gap: tuple[float, float] | None = None,
             return None  # between the fit rows on either side of this factor's threshold: not judged
         if _true(c, row.feats[c.path]):
             v = _cents(v * k)
+    if rule.cap is not None:
+        if not _num(v):
+            return None
+        v = min(v, rule.cap)
     return same_value(v, y)
 
 
@@ -267,7 +298,7 @@ def _simple(rows: list[Row], fld: str, paths: list[str]) -> Term | None:
 
 
 def _complexity(t: Term) -> int:
-    return {"const": 0, "equal": 1, "share": 2, "one_of": 3, "upper": 1}[t.kind]
+    return {"const": 0, "equal": 1, "share": 2, "one_of": 3, "upper": 1, "table": 3}[t.kind]
 
 
 def smallest(rows: list[Row], fld: str) -> FieldRule | None:
@@ -284,6 +315,9 @@ def smallest(rows: list[Row], fld: str) -> FieldRule | None:
     values = sorted({y for y in ys if isinstance(y, str)})
     if all(isinstance(y, str) for y in ys) and 2 <= len(values) <= MAX_ONE_OF and len(ys) >= 2 * len(values):
         return FieldRule(fld, Term("one_of", tuple(values)))
+    capped = _capped(rows, fld, paths)
+    if capped is not None:
+        return capped
     found: list[tuple] = []
     for g in paths:
         if "[" in g:  # conditions on a record's own fields, not on sums or picks from its lists
@@ -314,7 +348,104 @@ def smallest(rows: list[Row], fld: str) -> FieldRule | None:
                           FieldRule(fld, a, c, b)))
     if found:
         return min(found, key=lambda x: x[0])[1]
-    return _product(rows, fld, paths)
+    return _product(rows, fld, paths) or _table(rows, fld, paths)
+
+
+def _capped(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
+    """A share of one feature, at most a constant: the rows the share gives the gold value in hold at most the
+    ceiling, and every other row (one item at least) holds the ceiling itself, below its share."""
+    ys = [r.gold.get(fld) for r in rows]
+    if not rows or not all(_num(y) for y in ys):
+        return None
+    found = []
+    for p in paths:
+        on = [r for r in rows if _num(r.feats.get(p)) and r.feats[p] != 0]
+        if _items(on) < max(MIN_FIT, (3 * _items(rows)) // 4):
+            continue
+        ratios, counts = np.unique(np.round([r.gold[fld] / r.feats[p] for r in on], 4), return_counts=True)
+        k = float(ratios[int(np.argmax(counts))])  # the most common ratio: the share where no ceiling bites
+        if k in (0.0, 1.0):
+            continue
+        free = [r for r in on if same_value(_cents(k * r.feats[p]), r.gold[fld])]
+        over = [r for r in on if r not in free]
+        if not over or _items(free) < max(MIN_SIDE, _items(on) // 2):
+            continue
+        cap = over[0].gold[fld]
+        if not all(same_value(r.gold[fld], cap) and _cents(k * r.feats[p]) > cap for r in over) \
+                or any(_cents(k * r.feats[p]) > cap + AMOUNT_EPS for r in free):
+            continue
+        found.append(((-len(on), p), FieldRule(fld, Term("share", k, p), cap=cap)))
+    return min(found, key=lambda x: x[0])[1] if found else None
+
+
+AMOUNT_EPS = 0.005
+MAX_TABLE = 6  # categories in a table (more is a lookup of ids, not a rule)
+
+
+def _table(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
+    """A number chosen by a category of the task's data (`table`), alone or times one factor when a condition on
+    another feature holds: the table is read off the rows the condition leaves alone (one value per category, the
+    median), the factor off the others; it must give the gold value in most rows, and name every category seen, each
+    (but a zero) on both sides of the condition."""
+    ys = [r.gold.get(fld) for r in rows]
+    if not rows or not all(_num(y) for y in ys):
+        return None
+    cats = [g for g in paths if "[" not in g and _readable(rows, g) and all(_category(r.feats[g]) for r in rows
+                                                                             if g in r.feats)
+            and 2 <= len({r.feats[g] for r in rows if g in r.feats}) <= MAX_TABLE]
+    conds: list[Cond | None] = [None]
+    for g in paths:
+        if "[" in g or not _readable(rows, g):
+            continue
+        vals = [r.feats[g] for r in rows if g in r.feats]
+        if all(_num(v) for v in vals):
+            conds += [Cond(g, ">", lo) for lo in sorted(set(vals))[:-1]]
+        elif all(_category(v) for v in vals):
+            conds += [Cond(g, "is", v) for v in sorted(set(vals))]
+    found = []
+    for g in cats:
+        for c in conds:
+            if c is not None and c.path == g:
+                continue
+            on = [r for r in rows if g in r.feats and (c is None or c.path in r.feats)]
+            base = [r for r in on if c is None or not _true(c, r.feats[c.path])]
+            hit = [r for r in on if r not in base]
+            if c is not None and (_items(base) < MIN_SIDE or _items(hit) < MIN_SIDE):
+                continue
+            by: dict[Any, list[float]] = {}
+            for r in base:
+                by.setdefault(r.feats[g], []).append(float(r.gold[fld]))
+            if {r.feats[g] for r in on} - set(by):  # a category only the factor's side shows: no base value
+                continue
+            if c is not None and {r.feats[g] for r in base if r.gold[fld]} - {r.feats[g] for r in hit}:
+                continue  # a category (of a non-zero value) seen on one side only: the factor on it would be a guess
+            entries = tuple(sorted((v, _tidy(float(np.median(xs)))) for v, xs in by.items()))
+            if len({n for _v, n in entries}) < 2:
+                continue  # one value for every category: not a table
+            head = Term("table", entries, g)
+            factors: tuple = ()
+            if c is not None:
+                ks = [r.gold[fld] / dict(entries)[r.feats[g]] for r in hit if dict(entries)[r.feats[g]]]
+                if not ks:
+                    continue
+                k = round(float(np.median(ks)), 4)
+                if k in (0.0, 1.0):
+                    continue
+                factors = ((c, k),)
+            rule = FieldRule(fld, head, factors=factors)
+            verdicts = [v for v in (holds(rule, r) for r in on) if v is not None]
+            if len(verdicts) >= (3 * len(rows)) // 4 and _explains(verdicts):
+                found.append(((c is not None, -sum(verdicts), len(entries), _choices(rows, c.path) if c else 0, g,
+                               c.path if c else "", str(c.value) if c else ""), rule))
+    return min(found, key=lambda x: x[0])[1] if found else None
+
+
+def _readable(rows: list[Row], g: str) -> bool:
+    return _items([r for r in rows if g in r.feats]) >= max(MIN_FIT, (3 * _items(rows)) // 4)
+
+
+def _tidy(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else round(x, 2)
 
 
 MAX_CONDS, MAX_CUTS = 200, 12  # candidate conditions for the two-factor form (pairs are checked with numpy)
@@ -379,10 +510,20 @@ def _product(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
                 rule = FieldRule(fld, head, factors=((conds[i], k1), (conds[j], k2)))
                 verdicts = [v for v in (holds(rule, r) for r in rows) if v is not None]
                 if len(verdicts) >= (3 * len(rows)) // 4 and _explains(verdicts):
-                    found.append(((base is not None, base or "", conds[i].path, conds[j].path), rule))
+                    found.append(((base is not None, base or "", -sum(verdicts), _choices(rows, conds[i].path)
+                                   + _choices(rows, conds[j].path), conds[i].path, conds[j].path), rule))
         if found:
             break  # the smallest base that works: a constant before a feature
     return min(found, key=lambda x: x[0])[1] if found else None
+
+
+def _choices(rows: list[Row], path: str) -> int:
+    """How many conditions a feature offers: among rules that explain as many rows, the one whose conditions had the
+    fewest to choose from is the least likely to fit by chance. A category names one of its values (a member's tier:
+    3; an airport: as many as seen); a threshold on a number is one cut in an order, placed afterwards on every row
+    (2: the smallest category)."""
+    vals = {r.feats[path] for r in rows if path in r.feats}
+    return 2 if all(_num(v) for v in vals) else len(vals)
 
 
 def _cell_items(rows: list[Row], mask) -> int:
@@ -390,21 +531,36 @@ def _cell_items(rows: list[Row], mask) -> int:
 
 
 def infer_field(rows: list[Row], fld: str) -> Inference:
-    """Fit on one half of the items, check on the other; the rule or why there is none."""
+    """Fit on one half of the items, check on the other (then the other way round when that fails); the rule or why
+    there is none (the first fold's reason when both fail)."""
     usable = [r for r in rows if fld in r.gold and r.agent is not None]  # what the agent saw when it wrote
     wrong = [r for r in usable if r.agent is not None and not same_value(r.agent.get(fld), r.gold[fld])]
     examples = [{"item": r.item, "agent": r.agent.get(fld), "gold": r.gold[fld]} for r in wrong[:4]]
     half = fit_half([r.item for r in usable])
-    fit = [r for r in usable if r.item in half]
-    check = [r for r in usable if r.item not in half]
-    out = Inference(fld, None, "", _items(fit), _items(check), len(wrong), examples)
+    first: Inference | None = None
+    for fold in (half, {r.item for r in usable} - half):
+        fit = [r for r in usable if r.item in fold]
+        check = [r for r in usable if r.item not in fold]
+        out = Inference(fld, None, "", _items(fit), _items(check), len(wrong), examples)
+        _fold(out, fit, check, usable)
+        if out.rule is not None:
+            return out
+        first = first or out
+        if out.why.startswith("too few items"):
+            break  # the other fold has the same items the other way round: no more to fit on
+    return first
+
+
+def _fold(out: Inference, fit: list[Row], check: list[Row], usable: list[Row]) -> None:
+    """One fold: the smallest rule on `fit`, judged on `check`, its thresholds placed on every row (sets out)."""
+    fld = out.field
     if out.n_fit < MIN_FIT or out.n_check < MIN_CHECK:
         out.why = f"too few items ({out.n_fit} to fit, {out.n_check} to check; need {MIN_FIT} and {MIN_CHECK})"
-        return out
+        return
     rule = smallest(fit, fld)
     if rule is None:
         out.why = "no rule of the known forms fits the fit items"
-        return out
+        return
     gap = _gap(rule, fit)
     fgaps = _factor_gaps(rule, fit)
     verdicts = [holds(rule, r, gap, fgaps) for r in check]
@@ -412,20 +568,51 @@ def infer_field(rows: list[Row], fld: str) -> Inference:
     checked_items = _items([r for r, v in zip(check, verdicts) if v is not None])
     if checked_items < MIN_CHECK:
         out.why = f"the rule can be checked on {checked_items} check item(s) only"
-        return out
+        return
     if not _explains(judged):
         out.why = f"fits the fit items but not {judged.count(False)} of {len(judged)} check rows"
-        return out
+        return
     if gap is not None:  # the form held on the check items: place the threshold on every row (narrower gap)
         whole = _gap(rule, usable)
         if whole is None or whole[0] >= whole[1]:
             out.why = "the condition's two sides overlap once the check items are added"
-            return out
-        rule = FieldRule(rule.field, rule.then, Cond(rule.cond.path, ">", whole[0]), rule.other)
+            return
+        at = boundary(whole[0], whole[1], rule.cond.path, _values(usable, rule.cond.path))
+        rule = FieldRule(rule.field, rule.then, Cond(rule.cond.path, ">", at), rule.other)
     if rule.factors:
         rule = _placed(rule, usable)
     out.rule, out.why = rule, "ok"
-    return out
+
+
+def _values(rows: list[Row], path: str) -> list:
+    return [r.feats[path] for r in rows if _num(r.feats.get(path))]
+
+
+# round steps per unit, roundest first: a boundary is a whole number of the next larger unit where it can be
+UNITS = (("minute", (60, 30, 15, 10, 5)), ("hour", (24, 12, 6, 10, 5)), ("day", (30, 7, 10, 5)))
+DECIMAL = (1000, 500, 100, 50, 25, 10, 5, 2)
+
+
+def boundary(lo: float, hi: float, path: str, values: list) -> float:
+    """Where to place `x > t` given that every row it must not hold on has x <= lo and every row it must hold on has
+    x >= hi (lo < hi): the roundest t consistent with both, "more than R" (t = R) or, for whole numbers, "R or more"
+    (t = R - 1), R a multiple of the first step of the feature's unit (its name: minutes, hours, days) that has one
+    in the gap; "more than" before "or more", then the nearest to the gap's middle. Without one: lo (the largest
+    value seen on the side it must not hold on), as before."""
+    steps = next((st for unit, st in UNITS if unit in path.rsplit(".", 1)[-1].lower()), ()) + DECIMAL
+    whole = all(float(v).is_integer() for v in values) and float(lo).is_integer() and float(hi).is_integer()
+    mid = (lo + hi) / 2
+    for step in steps:
+        cands = []
+        for r in range(int(math.ceil(lo / step)) * step, int(hi) + 1, step):
+            if lo <= r < hi:
+                cands.append((0, abs(r - mid), r, r))  # more than r
+            if whole and lo <= r - 1 < hi and r - 1 >= lo:
+                cands.append((1, abs(r - mid), r, r - 1))  # r or more
+        if cands:
+            t = min(cands)[3]
+            return int(t) if float(t).is_integer() else t
+    return lo
 
 
 def _factor_gaps(rule: FieldRule, rows: list[Row]) -> dict[int, tuple[float, float]]:
@@ -465,10 +652,10 @@ def _placed(rule: FieldRule, rows: list[Row]) -> FieldRule:
     for n, (c, k) in enumerate(factors):
         if c.op != ">":
             continue
-        yes, no = _sides(FieldRule(rule.field, rule.then, factors=tuple(factors)), n, rows)
+        yes, no = _sides(FieldRule(rule.field, rule.then, factors=tuple(factors), cap=rule.cap), n, rows)
         if yes and no and max(no) < min(yes):
-            factors[n] = (Cond(c.path, ">", max(no)), k)
-    return FieldRule(rule.field, rule.then, factors=tuple(factors))
+            factors[n] = (Cond(c.path, ">", boundary(max(no), min(yes), c.path, _values(rows, c.path))), k)
+    return FieldRule(rule.field, rule.then, factors=tuple(factors), cap=rule.cap)
 
 
 def _gap(rule: FieldRule, rows: list[Row]) -> tuple[float, float] | None:
@@ -494,9 +681,9 @@ def _gap(rule: FieldRule, rows: list[Row]) -> tuple[float, float] | None:
 
 
 def infer_tool(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
-               write_tools: frozenset[str], targets: Targets | None = None) -> list[Inference]:
+               write_tools: frozenset[str], targets: Targets | None = None, today: date | None = None) -> list[Inference]:
     """One inference per field of the tool's gold that some episode got wrong (identifying args excluded)."""
-    return infer_rows(tool, rows_for(tool, episodes, gold, write_tools, targets), targets)
+    return infer_rows(tool, rows_for(tool, episodes, gold, write_tools, targets, today), targets)
 
 
 def infer_rows(tool: str, rows: list[Row], targets: Targets | None = None) -> list[Inference]:

@@ -265,7 +265,7 @@ def outcome_inferences(ctx: PlanContext, tool: str) -> list:
 
 def _inferred(ctx: PlanContext, tool: str) -> tuple[list, int]:
     """(the inferences for `tool`, how many train attempts their rules would make right), memoized per context."""
-    from components.evolution.infer import fixable, infer_rows, rows_for
+    from components.evolution.infer import fixable, infer_rows, policy_today, rows_for
     from components.worlds.base import train_gold
 
     memo = ctx.__dict__.setdefault("_inferences", {})
@@ -277,7 +277,8 @@ def _inferred(ctx: PlanContext, tool: str) -> tuple[list, int]:
                                          for eid, df in ctx.traces.groupby("episode_id")} \
                 if gold and len(ctx.traces) else {}
         rows = rows_for(tool, ctx.__dict__["_episodes"], ctx.__dict__["_gold"], ctx.bench.write_tools,
-                        ctx.bench.targets) if ctx.__dict__["_episodes"] else []
+                        ctx.bench.targets, policy_today(getattr(ctx.bench, "policy", ""))) \
+            if ctx.__dict__["_episodes"] else []
         infs = infer_rows(tool, rows, ctx.bench.targets) if rows else []
         memo[tool] = (infs, fixable(rows, infs))
     return memo[tool]

@@ -6,15 +6,18 @@ One list item per field of a write, naming the write in backticks (the grammar's
     - `<tool>`, from train outcomes: `<field>` = <term>[ when <condition>, else <term>].
 
     term       'text' (a constant) | 12.5 (a constant) | `<feature>` (equal to it) | 0.95 * `<feature>` (a share of
-               it) | one of 'a', 'b' (the allowed values) | the value as given, in upper case
+               it) | one of 'a', 'b' (the allowed values) | the value as given, in upper case | 'a' 10, 'b' 20 by
+               `<feature>` (a table: the number its category names; a category it does not name has no value)
     condition  `<feature>` > 24 (a threshold) | `<feature>` is 'basic' (a category)
     factors    a number term followed by up to two `, times <k> when <condition>` (each applied in turn, to the cent,
                when its condition holds): two rules on one amount, e.g. a fee after some days and a bonus on a kind
+    cap        a number rule followed by `, at most <n>`: the smaller of its value and n (a credit with a ceiling)
     feature    what a read showed before the write: `<read tool>.<key>[.<key>...]`; `<read tool>.<list>[].<key>` is the
                sum of that key over the list; `<read tool>.<list>[<key> in <arg>].<k2>` the sum of k2 over the
                elements whose key is among the write's list argument <arg>; `<read tool>.<list>[<key>=<value>].<k2>` the
                k2 of the one element whose key has that value; `<read tool>.<list>[<key>=@<arg>].<k2>` the k2 of the
-               element whose key is the write's argument <arg>.
+               element whose key is the write's argument <arg>;
+               `<read tool>.<key>@days_from_today` the days from the policy's date to the date a key holds.
 
 Nothing here knows a world: each world's facts map a parsed `FieldRule` onto the value of the rule it is about.
 """
@@ -33,8 +36,8 @@ UPPER = "the value as given, in upper case"
 
 @dataclass(frozen=True)
 class Term:
-    kind: Literal["const", "equal", "share", "one_of", "upper"]
-    value: Any = None  # const: the value; share: the factor; one_of: the tuple of values
+    kind: Literal["const", "equal", "share", "one_of", "upper", "table"]
+    value: Any = None  # const: the value; share: the factor; one_of: the tuple of values; table: ((category, n), ...)
     path: str = ""  # equal, share: the feature
 
 
@@ -52,6 +55,7 @@ class FieldRule:
     cond: Cond | None = None
     other: Term | None = None  # the value when `cond` does not hold
     factors: tuple[tuple[Cond, float], ...] = ()  # applied to `then` in turn, each when its condition holds
+    cap: float | None = None  # the value is at most this (after the factors)
 
     def terms(self) -> tuple[Term, ...]:
         return (self.then,) if self.other is None else (self.then, self.other)
@@ -74,6 +78,8 @@ def render_term(t: Term) -> str:
         return f"{_num(t.value)} * `{t.path}`"
     if t.kind == "upper":
         return UPPER
+    if t.kind == "table":
+        return ", ".join(f"{_val(c)} {_num(n)}" for c, n in t.value) + f" by `{t.path}`"
     return "one of " + ", ".join(_val(v) for v in t.value)
 
 
@@ -84,6 +90,8 @@ def render(tool: str, rule: FieldRule) -> str:
         text += f" when {_cond(rule.cond)}, else {render_term(rule.other)}"
     for c, k in rule.factors:
         text += f", times {_num(k)} when {_cond(c)}"
+    if rule.cap is not None:
+        text += f", at most {_num(rule.cap)}"
     return text + "."
 
 
@@ -94,6 +102,8 @@ def _cond(c: Cond) -> str:
 _NUM = r"-?\d+(?:\.\d+)?"
 _ITEM = re.compile(rf"{re.escape(MARK)}: `(?P<field>[^`]+)` = (?P<expr>.+?)\.?$")
 _COND = re.compile(rf"^(?P<then>.+?) when `(?P<path>[^`]+)` (?:> (?P<num>{_NUM})|is '(?P<cat>[^']*)'), else (?P<other>.+)$")
+_CAP = re.compile(rf", at most (?P<cap>{_NUM})$")
+_TABLE = re.compile(rf"^((?:'[^']*' {_NUM}, )*'[^']*' {_NUM}) by `([^`]+)`$")
 _FACTOR = re.compile(rf"^times (?P<k>{_NUM}) when `(?P<path>[^`]+)` (?:> (?P<num>{_NUM})|is '(?P<cat>[^']*)')$")
 
 
@@ -110,6 +120,9 @@ def parse_term(s: str) -> Term | None:
     s = s.strip()
     if s == UPPER:
         return Term("upper")
+    if m := _TABLE.fullmatch(s):
+        entries = tuple((c, _parse_value(n)) for c, n in re.findall(rf"'([^']*)' ({_NUM})", m.group(1)))
+        return Term("table", entries, m.group(2))
     if s.startswith("one of "):
         vals = tuple(re.findall(r"'([^']*)'", s))
         return Term("one_of", vals) if vals else None
@@ -129,6 +142,9 @@ def parse(text: str, tool: str) -> dict[str, FieldRule]:
         if not m or m.group("field") in out:
             continue
         expr = m.group("expr")
+        cap = None
+        if c := _CAP.search(expr):
+            cap, expr = _parse_value(c.group("cap")), expr[:c.start()]
         if ", times " in expr:
             head, *tail = expr.split(", times ")
             base = parse_term(head)
@@ -142,7 +158,7 @@ def parse(text: str, tool: str) -> dict[str, FieldRule]:
                             float(num) if num is not None else f.group("cat"))
                 factors.append((cond, float(f.group("k"))))
             if base is not None and len(factors) == len(tail):
-                out[m.group("field")] = FieldRule(m.group("field"), base, factors=tuple(factors))
+                out[m.group("field")] = FieldRule(m.group("field"), base, factors=tuple(factors), cap=cap)
             continue
         c = _COND.match(expr)
         if c:
@@ -154,7 +170,7 @@ def parse(text: str, tool: str) -> dict[str, FieldRule]:
             continue
         t = parse_term(expr)
         if t is not None:
-            out[m.group("field")] = FieldRule(m.group("field"), t)
+            out[m.group("field")] = FieldRule(m.group("field"), t, cap=cap)
     return out
 
 

@@ -315,10 +315,30 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _change(part: str):
+    """The change fee: a table by fare (`table`), times a factor below 1 when the departure is more than N days from
+    today (the window is the days up to N, where the fee is the table's, `1/k` times the fee outside it)."""
+
+    def value(rules: dict):
+        r = rules.get("fee")
+        if r is None or r.then.kind != "table" or not ends(r.then.path, ".fare") or r.cond is not None:
+            return None
+        window = [(c, k) for c, k in r.factors if c.op == ">" and ends(c.path, "@days_from_today")]
+        if len(window) != len(r.factors) or len(window) > 1 or (window and not 0 < window[0][1] < 1):
+            return None
+        k = window[0][1] if window else 1.0
+        if part == "fee":
+            return tuple(sorted((fare, int(round(n * k))) for fare, n in r.then.value))
+        return (int(window[0][0].value), int(round(1 / k))) if window else None  # no window in the rule: not stated
+
+    return value
+
+
 OUTCOME_VALUES = {"refund_original": _refund("original"), "basic_credit": _refund("basic"), "comp_form": _form,
-                  "upgrade_payment": _upgrade, "comp_rate": _comp("rate"), "comp_gold": _comp("gold")}
-# the change fee (a table by fare, doubled in a window), the bag allowance and fee (tier, fare and passengers) and
-# the upper-case name take a table, a difference or a transformation: no inferred form states them
+                  "upgrade_payment": _upgrade, "comp_rate": _comp("rate"), "comp_gold": _comp("gold"),
+                  "change_fee": _change("fee"), "change_window": _change("window")}
+# the bag allowance and fee (a tier table plus a fare's bonus, times the passengers; a fee on the bags beyond it) take
+# a sum and a difference: no inferred form states them
 FACTS = tuple(replace(f, read=with_outcomes(f.read, f.tool, OUTCOME_VALUES[f.id])) if f.id in OUTCOME_VALUES else f
               for f in FACTS)
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}

@@ -336,7 +336,8 @@ def _validated(rules: dict):
 
 
 def _credit(part: str):
-    """The per-day rate (the share of `days_late`) or the cap (the constant above a threshold on `days_late`)."""
+    """The per-day rate (the share of `days_late`) or the cap (the rule's ceiling, or the constant above a threshold
+    on `days_late`)."""
 
     def value(rules: dict):
         r = rules.get("amount")
@@ -345,6 +346,8 @@ def _credit(part: str):
         shares = [t.value for t in r.terms() if t.kind == "share" and ends(t.path, "days_late")]
         if part == "rate":
             return shares[0] if shares else None
+        if r.cond is None and not r.factors and r.cap is not None:
+            return float(r.cap) if shares else None  # a per-day credit, at most the ceiling
         if r.cond is None:
             return math.inf if shares else None  # a plain per-day credit: no cap
         if r.cond.op == ">" and ends(r.cond.path, "days_late") and r.then.kind == "const" and shares:
