@@ -44,6 +44,16 @@ MAX_TRACES_PER_ROUND = 12
 MAX_TRACES_PER_PACKET = 2
 # a promoted version's metrics: the gate figures of the round that promoted it
 GATE_METRICS = ("net", "ci_lo", "ci_hi", "dev_base_mean", "dev_cand_mean", "n_improved", "n_regressed")
+# MLflow 3.17's UI takes its mode ("GenAI apps & agents" or "Machine learning") from the address's `workflowType`,
+# else from the browser's last choice (GenAI when there is none), and not from the experiment's `mlflow.experimentKind`
+# tag (set as well: the experiment list and other clients read it). So every address Ratchet writes names the mode,
+# and a round opens as a training run, its params and metrics first, without a switch to find.
+UI_MODE = "workflowType=machine_learning"
+
+
+def ui_route(route: str) -> str:
+    """A UI route (`#/...`) opened in the "Machine learning" mode."""
+    return f"{route}{'&' if '?' in route else '?'}{UI_MODE}"
 
 
 # Traces are written by the tracker itself, one tracker at a time in this process (see CampaignTracker._write_traces).
@@ -314,6 +324,8 @@ class CampaignTracker:
                 "ratchet.kind": "campaign", "ratchet.campaign_key": self.key, "ratchet.params_hash": phash,
                 "ratchet.identity": self.ident, "ratchet.campaign": name, "ratchet.registered_model": self.model_name,
                 "ratchet.out": str(self.out.resolve()), "ratchet.git_commit": commit, "ratchet.dvc_lock": dvc_lock_hash(),
+                # a queued `dvc exp run` (its stage runs in DVC's temporary copy): the experiment's name in `dvc exp show`
+                **({"ratchet.dvc_experiment": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}),
                 "mlflow.note.content": f"Campaign `{name}` at commit `{commit[:12]}`, identity `{self.ident}`, params "
                                        f"hash `{phash}`, output `{self.out}`. Its rounds are the nested runs; its "
                                        f"package versions are the registered model `{self.model_name}` (alias "
@@ -496,8 +508,9 @@ class CampaignTracker:
         lines = ["Cited failed episodes (each packet's claim, then the traces of the episodes it cites):"]
         for pk, eps in trace_of.items():
             for claim in packets[pk].get("claims", []):
-                links = [f"[{c['episode_id']}, turn {c['step']}](#/experiments/{self.experiment_id}/traces?"
-                         f"selectedEvaluationId={eps[c['episode_id']]})"
+                links = [f"[{c['episode_id']}, turn {c['step']}]("
+                         + ui_route(f"#/experiments/{self.experiment_id}/traces?selectedEvaluationId="
+                                    f"{eps[c['episode_id']]}") + ")"
                          for c in claim.get("evidence", []) if c["episode_id"] in eps]
                 if links:
                     st = claim["statement"]
@@ -640,11 +653,12 @@ class CampaignTracker:
             self.client.finalize_logged_model(lm.model_id, LoggedModelStatus.READY)
             desc = (f"{child['version']} (`{d[:12]}`) of campaign `{self.name}`. " + (
                 f"Promoted in round {rec['round']} from {parent.get('version')} ([version {parent_mv.version}]"
-                f"(#/models/{name}/versions/{parent_mv.version}) of this model, a link to walk the lineage): "
+                f"({ui_route(f'#/models/{name}/versions/{parent_mv.version}')}) of this model, a link to walk the "
+                "lineage): "
                 f"{rec.get('summary', '')}; dev net {g['net']:+.3f}, {ci_text(rec)}."
                 if rec["verdict"] == "accept" and parent_mv is not None and g else "The campaign's starting package.")
-                + f" Logged model: [{lm.name}](#/experiments/{self.experiment_id}/models/{lm.model_id}) (its knobs, "
-                "gate figures and files).")
+                + f" Logged model: [{lm.name}]({ui_route(f'#/experiments/{self.experiment_id}/models/{lm.model_id}')})"
+                " (its knobs, gate figures and files).")
             # source: the logged model's files. A `models:/<id>` source makes MLflow's SQL registry look the model up
             # through the process's tracking URI (a TODO of theirs), which fails when the campaign's store is another
             mv = self.client.create_model_version(name, source=lm.artifact_location, run_id=src,
@@ -667,21 +681,21 @@ class CampaignTracker:
 
         rounds = [r for _, r in sorted(self._round_runs().items())]
         exp = json.dumps([self.experiment_id])
-        out = {"campaign": f"{ui}/#/experiments/{self.experiment_id}/runs/{self.run_id}"}
+        out = {"campaign": f"{ui}/" + ui_route(f"#/experiments/{self.experiment_id}/runs/{self.run_id}")}
         if rounds:
             ids = json.dumps([r.info.run_id for r in rounds], separators=(",", ":"))
-            out["rounds"] = f"{ui}/#/compare-runs?runs={quote(ids)}&experiments={quote(exp)}"
+            out["rounds"] = f"{ui}/" + ui_route(f"#/compare-runs?runs={quote(ids)}&experiments={quote(exp)}")
         try:
             champ = self.client.get_model_version_by_alias(self.model_name, "champion")
-            out["champion"] = f"{ui}/#/models/{quote(self.model_name)}/versions/{champ.version}"
+            out["champion"] = f"{ui}/" + ui_route(f"#/models/{quote(self.model_name)}/versions/{champ.version}")
         except Exception:  # no version registered (a campaign stopped before certification)
             pass
         for r in rounds:
             traces = self.client.search_traces(locations=[self.experiment_id], run_id=r.info.run_id,
                                                include_spans=False, max_results=1)
             if traces:
-                out["trace"] = (f"{ui}/#/experiments/{self.experiment_id}/traces?"
-                                f"selectedEvaluationId={traces[0].info.trace_id}")
+                out["trace"] = f"{ui}/" + ui_route(f"#/experiments/{self.experiment_id}/traces?"
+                                                    f"selectedEvaluationId={traces[0].info.trace_id}")
                 break
         return out
 
