@@ -234,7 +234,8 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
     # 1. evaluate the working base on train
     train = note("train", "base", base, ev(base, f"r{round_no} train {champ.name}", split="train"))
     corpus = f"{champ.digest}:{b.digest}:{seed_map_hash(b.ids('train'), ev.seeds)}"
-    hidden = EvalTables(train.scores, train.traces, steps.causes(train.scores, base, bench, c.max_turns))
+    hidden = EvalTables(train.scores, train.traces, steps.causes(train.scores, base, bench, c.max_turns),
+                        timings=train.timings)  # beside the tables, ignored by DVC: drawn on the round's MLflow traces
     write_eval(rd / "train", hidden, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
                                      "seeds": ev.seeds, "corpus": corpus})
     stage_done(p, round_no, "evaluate")

@@ -265,6 +265,11 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
     # a SQLite store takes traces from one export thread (concurrent exporters lost traces to "database is locked")
     assert client.tracking_uri.startswith("sqlite") and MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS.get() == 1
     steps = pd.read_parquet(small_campaign.out / "rounds/r01/train/traces.parquet")
+    # when each turn and phase ran: beside the traces table (which stays byte-identical), not in it
+    timings = pd.read_parquet(small_campaign.out / "rounds/r01/train/.timings.parquet")
+    assert set(timings.groupby(["item_id", "seed", "step"]).groups) == set(
+        steps.groupby(["item_id", "seed", "step"]).groups)
+    assert not set(timings.columns) & set(steps.columns) - {"item_id", "seed", "step"}
     exp_id = s["mlflow"]["experiment_id"]
     rounds = _round_runs(client, s["mlflow"]["run_id"], exp_id)
     r1 = rounds[1]
@@ -277,10 +282,21 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
         assert any(c["episode_id"] == episode for claim in pk["claims"] for c in claim["evidence"])
         names = [sp.name for sp in t.data.spans]
         assert names[0] == f"episode {episode}"
-        # every span reached the store: the root, and per turn its span and one per kernel phase
-        assert len(names) == 1 + 5 * int((steps["episode_id"] == episode).sum()), episode
+        # every span reached the store: the root, and per turn its span and one per kernel phase as it ran
+        ran = timings[timings["item_id"] + "#" + timings["seed"].astype(str) == episode]
+        n_turns = int((steps["episode_id"] == episode).sum())
+        assert ran["step"].nunique() == n_turns and len(names) == 1 + len(ran), episode
         for phase in ("memory delivered", "model call", "checker verdicts", "tool call"):
             assert phase in names
+        # ... each with the real start and end the kernel recorded (not 1 ms ticks), nested in its turn
+        assert t.data.spans[0].attributes["ratchet.timing"] == f"{n_turns} of {n_turns} turns timed as they ran"
+        assert sorted((sp.start_time_ns, sp.end_time_ns) for sp in t.data.spans[1:]) == sorted(
+            zip(ran["start_ns"].astype(int), ran["end_ns"].astype(int)))
+        by_id = {sp.span_id: sp for sp in t.data.spans}
+        for sp in t.data.spans[1:]:
+            up = by_id[sp.parent_id]
+            assert up.start_time_ns <= sp.start_time_ns <= sp.end_time_ns <= up.end_time_ns, sp.name
+        assert len({sp.end_time_ns - sp.start_time_ns for sp in t.data.spans}) > 2
         assert any(n.endswith("(cited)") for n in names)
         # the round's description links each claim to the traces of the episodes it cites: the line holding this
         # trace's link names its packet and a claim of that packet citing this episode

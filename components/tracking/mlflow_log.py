@@ -102,6 +102,23 @@ def _start_span(name: str, kind: str, parent: Any, start_ns: int, spans: list, i
     return span
 
 
+def episode_timings(eval_dir: Path) -> dict[str, dict[int, list[tuple[str, int, int]]]]:
+    """An evaluation's recorded timings (`components.runtime.evaluate.TIMINGS`, beside its DVC-tracked tables) as
+    episode -> step -> [(turn, start, end), (phase, start, end), ...] in the order they ran; {} when none were kept."""
+    import pandas as pd
+
+    from components.runtime.evaluate import TIMINGS
+
+    path = eval_dir / TIMINGS
+    if not path.exists():
+        return {}
+    out: dict[str, dict[int, list[tuple[str, int, int]]]] = {}
+    for r in pd.read_parquet(path).sort_values(["item_id", "seed", "step", "i"]).itertuples(index=False):
+        out.setdefault(f"{r.item_id}#{r.seed}", {}).setdefault(int(r.step), []).append(
+            (str(r.phase), int(r.start_ns), int(r.end_ns)))
+    return out
+
+
 def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     for k, v in d.items():
@@ -479,6 +496,7 @@ class CampaignTracker:
             return []
         packets = json.loads(diag.read_text())
         traces = pd.read_parquet(tp)
+        timings = episode_timings(rd / "train")
         built: dict[str, Any] = {}  # episode -> its trace, built in memory
         cited: list[tuple[str, str, str]] = []
         for pk in packets:
@@ -491,7 +509,7 @@ class CampaignTracker:
                 if ep not in built and len(built) < self.traces_per_round:
                     steps = traces[traces["episode_id"] == ep].sort_values("step")
                     cites = {int(c["step"]) for claim in pk["claims"] for c in claim["evidence"] if c["episode_id"] == ep}
-                    built[ep] = self._episode_trace(run_id, round_no, pk, ep, steps, cites)
+                    built[ep] = self._episode_trace(run_id, round_no, pk, ep, steps, cites, timings.get(ep, {}))
                 if ep in built:
                     cited.append((pk["id"], ep, built[ep].info.trace_id))
         if built:
@@ -551,46 +569,67 @@ class CampaignTracker:
             for info, t in zip(infos, traces):
                 client._upload_trace_data(info, t.data)
 
-    def _episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int]):
+    def _episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int],
+                       timing: dict[int, list[tuple[str, int, int]]] | None = None):
         """One episode as a finished mlflow Trace, built in memory (nothing is exported): its spans come from a
         private OpenTelemetry tracer with no processor, its info is what MLflow's span processor would record (the
-        source run links it to the round run)."""
+        source run links it to the round run). `timing` (`episode_timings`): when each turn and phase ran, so spans
+        have their real start and duration, one span per phase as the kernel ran it (the model is called to propose
+        and to draft, memory delivered before each); a turn without it (cut short by a model error, or an
+        evaluation recorded before timings were kept) gets its four phases at 1 ms each, the root span saying so."""
         from mlflow.entities import SpanType, Trace, TraceData, TraceInfo, TraceLocation, TraceState
         from mlflow.tracing.constant import (MAX_CHARS_IN_TRACE_INFO_METADATA, TRACE_SCHEMA_VERSION,
                                              TRACE_SCHEMA_VERSION_KEY, SpanAttributeKey, TraceMetadataKey,
                                              TraceTagKey)
 
-        t0 = time.time_ns()
-        tick = iter(range(t0, t0 + 10**12, 1_000_000))  # synthetic 1 ms per phase: the simulator keeps no clock
+        from components.runtime.kernel import CHECKS, MEMORY, MODEL, TOOL
+
+        timing = timing or {}
+        recorded = sum(int(s in timing) for s in steps["step"].astype(int)) if len(steps) else 0
         first = steps.iloc[0] if len(steps) else None
+        starts = [t[0][1] for t in timing.values() if t]
+        clock = min(starts) if starts else time.time_ns()  # where the next synthetic 1 ms phase starts
+
+        def tick() -> int:
+            nonlocal clock
+            clock += 1_000_000
+            return clock - 1_000_000
+
         spans: list = []
-        root = _start_span(f"episode {ep}", SpanType.AGENT, None, next(tick), spans, inputs={
+        root = _start_span(f"episode {ep}", SpanType.AGENT, None, clock, spans, inputs={
             "episode": ep, "item_id": str(first["item_id"]) if first is not None else "",
             "incoming": json.loads(first["incoming"]) if first is not None else {}},
             attributes={SpanAttributeKey.EXPERIMENT_ID: self.experiment_id, "ratchet.packet": packet["id"],
-                        "ratchet.owner": packet["owner"], "ratchet.kind": packet["kind"]})
+                        "ratchet.owner": packet["owner"], "ratchet.kind": packet["kind"],
+                        "ratchet.timing": f"{recorded} of {len(steps)} turns timed as they ran"
+                                          + ("" if recorded == len(steps) else "; the others at 1 ms per phase")})
         for s in steps.to_dict("records"):
             j = {k: (json.loads(s[k]) if isinstance(s.get(k), str) and k != "episode_id" and k != "hash"
                      and s[k][:1] in "[{" else s.get(k)) for k in s}
+            ran = timing.get(int(s["step"]))  # [(turn, start, end), (phase, start, end), ...] as the kernel ran them
             turn = _start_span(f"turn {s['step']}" + (" (cited)" if int(s["step"]) in cited_steps else ""),
-                               SpanType.CHAIN, root, next(tick), spans,
+                               SpanType.CHAIN, root, ran[0][1] if ran else tick(), spans,
                                inputs={"incoming": j.get("incoming"), "state_before": j.get("state_before")},
                                attributes={"step": int(s["step"]), "hash": s.get("hash", ""),
                                            "cited": int(s["step"]) in cited_steps})
-            for name, kind, inputs, outputs in (
-                ("memory delivered", SpanType.MEMORY, {"deliveries": j.get("deliveries")}, {"cards": j.get("delivered")}),
-                ("model call", SpanType.LLM, {"state_before": j.get("state_before")},
-                 {"proposal": j.get("proposal"), "first_draft": j.get("first_draft"), "draft": j.get("action")}),
-                ("checker verdicts", SpanType.GUARDRAIL, {"draft": j.get("first_draft") or j.get("action")},
-                 {"checks": j.get("checks"), "blocked": j.get("blocked")}),
-                ("tool call", SpanType.TOOL, {"action": j.get("action")},
-                 {"receipt": j.get("observation"), "state_after": j.get("state_after")}),
-            ):
-                _start_span(name, kind, turn, next(tick), spans, inputs=inputs).end(outputs=outputs,
-                                                                                    end_time_ns=next(tick))
-            turn.end(outputs={"fingerprint": j.get("fingerprint")}, end_time_ns=next(tick))
+            phases = {
+                MEMORY: (SpanType.MEMORY, {"deliveries": j.get("deliveries")}, {"cards": j.get("delivered")}),
+                MODEL: (SpanType.LLM, {"state_before": j.get("state_before")},
+                               {"proposal": j.get("proposal"), "first_draft": j.get("first_draft"),
+                                "draft": j.get("action")}),
+                CHECKS: (SpanType.GUARDRAIL, {"draft": j.get("first_draft") or j.get("action")},
+                                     {"checks": j.get("checks"), "blocked": j.get("blocked")}),
+                TOOL: (SpanType.TOOL, {"action": j.get("action")},
+                              {"receipt": j.get("observation"), "state_after": j.get("state_after")}),
+            }
+            for name, start, end in (ran[1:] if ran else [(n, None, None) for n in phases]):
+                kind, inputs, outputs = phases[name]
+                _start_span(name, kind, turn, start if ran else tick(), spans, inputs=inputs).end(
+                    outputs=outputs, end_time_ns=end if ran else tick())
+            turn.end(outputs={"fingerprint": j.get("fingerprint")}, end_time_ns=ran[0][2] if ran else tick())
+            clock = max(clock, ran[0][2] if ran else clock)
         root.end(outputs={"claims": [c["statement"] for c in packet.get("claims", [])]}, status="ERROR",
-                 end_time_ns=next(tick))
+                 end_time_ns=clock)
 
         def preview(key: str) -> str:  # the request/response columns of the Traces tab, cut as MLflow cuts them
             v = root._span.attributes.get(key) or ""
