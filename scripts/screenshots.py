@@ -253,7 +253,8 @@ def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         step("5-version-lineage.png", at(f"#/models/{rec['model']}/versions/{rec['champion']}"), "Promoted in round")
         if rec["parent"]:
             with page.context.expect_page() as opened:
-                page.locator(f"a[href*='/versions/{rec['parent']}?']").first.click()
+                v = rec["parent"]  # the link ends with the version, or names it before the UI mode (`?workflowType=`)
+            page.locator(f"a[href$='/versions/{v}'], a[href*='/versions/{v}?']").first.click()
             parent = opened.value
             settle(parent, f"Version {rec['parent']}")
             parent.close()
