@@ -251,13 +251,14 @@ def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         # the champion's version page: its description links the parent version (clicked: the parent's page opens)
         # and its logged model; its source run is the promoting round
         step("5-version-lineage.png", at(f"#/models/{rec['model']}/versions/{rec['champion']}"), "Promoted in round")
-        if rec["parent"]:
-            with page.context.expect_page() as opened:
-                v = rec["parent"]  # the link ends with the version, or names it before the UI mode (`?workflowType=`)
+        if rec["parent"]:  # the parent-version link in the description works (it opens in this tab or a new one)
+            v, pages = rec["parent"], len(page.context.pages)
             page.locator(f"a[href$='/versions/{v}'], a[href*='/versions/{v}?']").first.click()
-            parent = opened.value
-            settle(parent, f"Version {rec['parent']}")
-            parent.close()
+            page.wait_for_timeout(3000)
+            parent = page.context.pages[-1] if len(page.context.pages) > pages else page
+            settle(parent, f"Version {v}")
+            if parent is not page:
+                parent.close()
         b.close()
     return shots
 
