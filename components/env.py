@@ -40,11 +40,23 @@ DEFAULTS = {
 }
 
 
+def project_root(root: Path | None = None) -> Path:
+    """The project whose record stores a process uses: `root`, else the repository DVC runs a stage for ($DVC_ROOT),
+    else the working directory. DVC sets $DVC_ROOT for every stage command; for a queued experiment (`dvc exp run
+    --queue`, then `dvc queue start`) the stage runs in a temporary copy under .dvc/tmp/exps/ and $DVC_ROOT still
+    names the real repository, so a queued variant's records (MLflow runs, registered model, evidence, flow runs)
+    land in the repository's stores, under the variant's own identity, and are not deleted with DVC's copy."""
+    if root is not None:
+        return Path(root)
+    dvc_root = os.environ.get("DVC_ROOT")
+    return Path(dvc_root) if dvc_root else Path.cwd()
+
+
 def project_home(root: Path | None = None) -> Path:
-    """Where local stores live: $RATCHET_HOME, else <project>/.ratchet."""
+    """Where local stores live: $RATCHET_HOME, else <project>/.ratchet (`project_root`)."""
     if os.environ.get("RATCHET_HOME"):
         return Path(os.environ["RATCHET_HOME"])
-    return (root or Path.cwd()) / ".ratchet"
+    return project_root(root) / ".ratchet"
 
 
 def quiet_offline(home: Path | None = None) -> Path:

@@ -236,7 +236,8 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
     corpus = f"{champ.digest}:{b.digest}:{seed_map_hash(b.ids('train'), ev.seeds)}"
     learned = tuple(c.model_cfg.get("learned") or ()) if c.model == "sim" else ()
     hidden = EvalTables(train.scores, train.traces, steps.causes(train.scores, base, bench, c.max_turns,
-                                                                 **({"learned": learned} if learned else {})))
+                                                                 **({"learned": learned} if learned else {})),
+                        timings=train.timings)  # beside the tables, ignored by DVC: drawn on the round's MLflow traces
     write_eval(rd / "train", hidden, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
                                      "seeds": ev.seeds, "corpus": corpus})
     stage_done(p, round_no, "evaluate")

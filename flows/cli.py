@@ -823,7 +823,10 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
 
     # the dashboard is what a persistent server is for (components/env.py leaves the UI off for the temporary
     # servers flows start, which nobody browses)
-    env = {**os.environ, "PREFECT_UI_ENABLED": "true"}
+    # and the dashboard's pages call this server's API, on this port: Prefect would point them at the API URL of its
+    # settings (port 4200 by default), whatever --port says
+    env = {**os.environ, "PREFECT_UI_ENABLED": "true",
+           "PREFECT_UI_API_URL": os.environ.get("PREFECT_UI_API_URL") or f"http://127.0.0.1:{port}/api"}
     raise typer.Exit(run_server([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                                  "--port", str(port)], env))  # stops with this command, even on kill -9
 

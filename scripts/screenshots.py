@@ -1,21 +1,30 @@
-"""Screenshots of the MLflow UI on a campaign's records, taken in headless Chromium (docs/records.md).
+"""Screenshots of a finished campaign's records in the MLflow UI and the Prefect dashboard, taken in headless Chromium
+(docs/records.md).
 
-    .venv/bin/python scripts/screenshots.py docs/screenshots [--campaign default] [--tracking-uri URI]
+    .venv/bin/python scripts/screenshots.py docs/screenshots [--campaign default] [--home .ratchet]
+        [--plots-html dvc_plots/index.html]
 
-Starts `ratchet ui` on a free loopback port against the store (default: $MLFLOW_TRACKING_URI, else the project's
-`.ratchet/mlflow.db`), writes five PNGs into the directory, and stops the server:
+Starts `ratchet ui` and `ratchet server` on free loopback ports against the project's stores (default: $RATCHET_HOME,
+else the project's `.ratchet/`: its mlflow.db and its Prefect home), writes the PNGs into the directory, and stops
+both servers. Every MLflow address is opened in the UI's "Machine learning" mode (`ui_route`), as the addresses a
+campaign prints are, so rounds show as training runs with no switch to find:
 
     1-model-versions.png   Models -> ratchet-<campaign>-<identity>: every version with its tags ratchet.parent and
                            ratchet.parent_model_version (the lineage), @champion
-    2-round-run.png        a promoting round run (classic layout): its params, its registered model version
+    2-round-run.png        a promoting round run: its params, its registered model version
     3-cited-trace.png      the trace of a failed episode an evidence packet cites, opened by clicking the claim's link in
-                           the round run's description, the cited turn selected
+                           the round run's description, the cited turn selected: its phases with the times they took
     4-rounds-compared.png  the round runs compared: the params that differ (plan, owner, the gate's why), metrics
     5-version-lineage.png  the champion version's page: its description links its parent version (the link is
                            clicked and the parent's page checked) and its logged model; its source run
+    6-prefect-runs.png     the Prefect dashboard's flow runs: the campaign and its rounds, their states and durations
+    7-prefect-flow-run.png the campaign's flow run: its logs, its tag `mlflow:<run id>` (the MLflow run links back)
+    8-dvc-plots-diff.png   with --plots-html: the page `dvc plots diff` wrote (offline template), e.g. the default
+                           campaign against a 3-round experiment
 
-Needs Playwright's Python package (`.venv/bin/pip install playwright`; it is in no extra) and a Chromium on the machine (`/usr/bin/chromium`,
-or --chromium): Playwright drives it as it is, no browser is downloaded. Not part of the test suite.
+Needs Debian's Chromium (`apt-get install -y chromium`; or --chromium) and Playwright's Python package
+(`.venv/bin/pip install playwright==1.65.2`; in no extra), which drives that Chromium as it is: no browser is
+downloaded. Nothing is fetched from outside 127.0.0.1. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -45,11 +54,30 @@ def free_port() -> int:
 
 @contextmanager
 def mlflow_ui(uri: str, port: int, timeout: float = 300.0):
-    """`ratchet ui` in its own process group (mlflow server starts workers), stopped with the group on exit."""
+    """`ratchet ui` against the store."""
+    with serving(["ui", "--port", str(port), "--tracking-uri", uri], port, "/health", dict(os.environ),
+                 timeout) as base:
+        yield base
+
+
+@contextmanager
+def prefect_ui(home: Path, port: int, timeout: float = 300.0):
+    """`ratchet server` (the Prefect server and its dashboard) on the Prefect home the campaign recorded its flow runs
+    in, with no PREFECT_API_URL of the caller's: this server's own API."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(RATCHET_HOME=str(home), PREFECT_HOME=str(home / "prefect"))
+    with serving(["server", "--port", str(port)], port, "/api/health", env, timeout) as base:
+        yield base
+
+
+@contextmanager
+def serving(args: list[str], port: int, health: str, env: dict, timeout: float):
+    """`ratchet <args>` in its own process group (each server starts workers), until `health` answers 200; stopped
+    with the group on exit."""
     ratchet = Path(sys.executable).with_name("ratchet")
     log = tempfile.TemporaryFile()  # not a pipe: a server writing to an unread pipe would block once it is full
-    proc = subprocess.Popen([str(ratchet), "ui", "--port", str(port), "--tracking-uri", uri],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen([str(ratchet), *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=env)
     base = f"http://127.0.0.1:{port}"
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
     try:
@@ -57,15 +85,15 @@ def mlflow_ui(uri: str, port: int, timeout: float = 300.0):
         while True:
             if proc.poll() is not None:
                 log.seek(0)
-                sys.exit(f"screenshots: `ratchet ui` exited {proc.returncode}: {log.read().decode()[-2000:]}")
+                sys.exit(f"screenshots: `ratchet {args[0]}` exited {proc.returncode}: {log.read().decode()[-2000:]}")
             try:
-                with direct.open(f"{base}/health", timeout=5) as r:
+                with direct.open(f"{base}{health}", timeout=5) as r:
                     if r.status == 200:
                         break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                sys.exit(f"screenshots: the MLflow UI did not answer on {base} within {timeout:.0f} s")
+                sys.exit(f"screenshots: `ratchet {args[0]}` did not answer on {base} within {timeout:.0f} s")
             time.sleep(1)
         yield base
     finally:
@@ -120,7 +148,8 @@ def records(uri: str, campaign: str) -> dict:
     champion = c.get_model_version_by_alias(model, "champion")
     return {"eid": eid, "model": model, "rounds": [r.info.run_id for r in rounds],
             "round": shown.info.run_id, "trace": traces[0].info.trace_id, "champion": str(champion.version),
-            "parent": champion.tags.get("ratchet.parent_model_version", "")}
+            "parent": champion.tags.get("ratchet.parent_model_version", ""), "run": top.info.run_id,
+            "flow_run": top.data.tags.get("ratchet.prefect_flow_run", "")}
 
 
 # scroll only the nearest scrollable box (the span tree) so the element is in its middle; scrollIntoView would also
@@ -142,15 +171,22 @@ def settle(page, text: str | None = None, timeout: float = 120_000) -> None:
     page.wait_for_timeout(2500)  # late panels, column sizing and animations
 
 
-def shoot(base: str, rec: dict, out: Path, chromium: str) -> list[Path]:
+def browser(p, chromium: str):
+    # run as root (CI, containers) Chromium needs --no-sandbox; nothing it opens leaves 127.0.0.1
+    return p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+
+
+def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
     from playwright.sync_api import sync_playwright
+
+    from components.tracking.mlflow_log import ui_route
 
     out.mkdir(parents=True, exist_ok=True)
     eid, shots = rec["eid"], []
+    at = lambda route: f"{ui}/{ui_route(route)}"  # noqa: E731  (in the "Machine learning" mode, as the CLI prints)
     with sync_playwright() as p:
-        # run as root (CI, containers) Chromium needs --no-sandbox; nothing it opens leaves 127.0.0.1
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": W, "height": H})
+        b = browser(p, chromium)
+        page = b.new_page(viewport={"width": W, "height": H})
         page.set_default_timeout(120_000)
         click = lambda text: page.get_by_text(text, exact=False).first.click()  # noqa: E731
         button = lambda label: page.locator(f"button[aria-label='{label}']").first.click()  # noqa: E731
@@ -171,27 +207,25 @@ def shoot(base: str, rec: dict, out: Path, chromium: str) -> list[Path]:
             page.screenshot(path=str(path))
             shots.append(path)
 
-        # once per browser: close the assistant panel, pick the classic layout of run pages ("Model training"; GenAI
-        # shows a round run as an evaluation run, params far below) and fold the sidebar, for room
-        page.goto(f"{base}/#/models/{rec['model']}")
+        # once per browser: close the assistant panel if it opens, and fold the sidebar, for room
+        page.goto(at(f"#/models/{rec['model']}"))
         settle(page, "Version 1")
         if page.locator("button[aria-label='Close']").count():
             button("Close")
-        click("Model training")
-        settle(page)
-        button("Toggle sidebar")
+        if page.locator("button[aria-label='Toggle sidebar']").count():
+            button("Toggle sidebar")
 
         # the versions, newest first: tags ratchet.parent / ratchet.parent_model_version walk the lineage, @champion
-        step("1-model-versions.png", f"{base}/#/models/{rec['model']}", "Version 1",
+        step("1-model-versions.png", at(f"#/models/{rec['model']}"), "Version 1",
              lambda: click("Description"), lambda: click("Tags"))
         # the params table scrolled to the top; the description (plan, verdict, cited traces) is above it
-        step("2-round-run.png", f"{base}/#/experiments/{eid}/runs/{rec['round']}", "Parameters (",
+        step("2-round-run.png", at(f"#/experiments/{eid}/runs/{rec['round']}"), "Parameters (",
              lambda: page.get_by_text("Parameters (").first.evaluate("e => e.scrollIntoView({block: 'start'})"))
         # from a packet's claim in the round's description, its link clicked (the UI opens it in a new tab): the
         # trace full screen, the cited turn selected: its phase spans (memory delivered, model call, checker
         # verdicts, tool call) and its inputs
         page.set_viewport_size({"width": W, "height": H})
-        page.goto(f"{base}/#/experiments/{eid}/runs/{rec['round']}")
+        page.goto(at(f"#/experiments/{eid}/runs/{rec['round']}"))
         settle(page, "Cited failed episodes")
         with page.context.expect_page() as opened:
             page.locator("a[href*='selectedEvaluationId=']").first.click()
@@ -210,21 +244,63 @@ def shoot(base: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         trace.close()
         # the round runs side by side: what differs between rounds (plan, owner, the gate's why) and their metrics
         runs, exps = json.dumps(rec["rounds"]), json.dumps([eid])
-        step("4-rounds-compared.png", f"{base}/#/compare-runs?runs={runs}&experiments={exps}", "Show diff only",
+        step("4-rounds-compared.png", at(f"#/compare-runs?runs={runs}&experiments={exps}"), "Show diff only",
              lambda: click("Visualizations"),
              lambda: page.locator("[role=switch][aria-label='Parameters - Show diff only']").click(),
              lambda: page.locator("[role=switch][aria-label='Metrics - Show diff only']").click(), height=1700)
         # the champion's version page: its description links the parent version (clicked: the parent's page opens)
         # and its logged model; its source run is the promoting round
-        step("5-version-lineage.png", f"{base}/#/models/{rec['model']}/versions/{rec['champion']}", "Promoted in round")
-        if rec["parent"]:
-            with page.context.expect_page() as opened:
-                page.locator(f"a[href$='/versions/{rec['parent']}']").first.click()
-            parent = opened.value
-            settle(parent, f"Version {rec['parent']}")
-            parent.close()
-        browser.close()
+        step("5-version-lineage.png", at(f"#/models/{rec['model']}/versions/{rec['champion']}"), "Promoted in round")
+        if rec["parent"]:  # the parent-version link in the description works (it opens in this tab or a new one)
+            v, pages = rec["parent"], len(page.context.pages)
+            page.locator(f"a[href$='/versions/{v}'], a[href*='/versions/{v}?']").first.click()
+            page.wait_for_timeout(3000)
+            parent = page.context.pages[-1] if len(page.context.pages) > pages else page
+            settle(parent, f"Version {v}")
+            if parent is not page:
+                parent.close()
+        b.close()
     return shots
+
+
+def shoot_prefect(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
+    """The dashboard's flow runs (the campaign and its rounds) and the campaign's flow run: logs and its MLflow tag."""
+    from playwright.sync_api import sync_playwright
+
+    shots = []
+    with sync_playwright() as p:
+        b = browser(p, chromium)
+        page = b.new_page(viewport={"width": W, "height": H})
+        page.set_default_timeout(120_000)
+        for name, url, text in (("6-prefect-runs.png", f"{ui}/runs", "campaign"),
+                                ("7-prefect-flow-run.png", f"{ui}/runs/flow-run/{rec['flow_run']}", "Logs")):
+            if "flow-run/" in url and not rec["flow_run"]:
+                continue  # a campaign run recorded without a flow run (not through Prefect)
+            page.goto(url)
+            try:
+                settle(page, text)
+            except Exception:
+                page.screenshot(path=str(out / f"failed-{name}"))
+                raise
+            page.screenshot(path=str(out / name))
+            shots.append(out / name)
+        b.close()
+    return shots
+
+
+def shoot_page(html: Path, out: Path, chromium: str) -> Path:
+    """A local page (the one `dvc plots diff` writes), as it renders offline."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = browser(p, chromium)
+        page = b.new_page(viewport={"width": W, "height": 780})
+        page.goto(html.resolve().as_uri())
+        page.wait_for_function("document.querySelectorAll('svg, canvas').length > 0", timeout=120_000)
+        page.wait_for_timeout(2500)
+        page.screenshot(path=str(out / "8-dvc-plots-diff.png"))
+        b.close()
+    return out / "8-dvc-plots-diff.png"
 
 
 def main() -> None:
@@ -232,14 +308,23 @@ def main() -> None:
     ap.add_argument("out", type=Path, help="directory for the PNGs")
     ap.add_argument("--campaign", default="default",
                     help="the campaign's name (the experiment of its latest finished run: ratchet/<name>/<identity>)")
-    ap.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI")
-                    or f"sqlite:///{ROOT / '.ratchet' / 'mlflow.db'}")
+    ap.add_argument("--home", type=Path, default=Path(os.environ.get("RATCHET_HOME") or ROOT / ".ratchet"),
+                    help="the stores: mlflow.db and the Prefect home prefect/ (default: $RATCHET_HOME, else .ratchet)")
+    ap.add_argument("--tracking-uri", default=None, help="default: sqlite:///<home>/mlflow.db")
+    ap.add_argument("--plots-html", type=Path, default=None, help="a page `dvc plots diff` wrote, shot as it renders")
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     a = ap.parse_args()
-    rec = records(a.tracking_uri, a.campaign)
-    with mlflow_ui(a.tracking_uri, free_port()) as base:
-        for path in shoot(base, rec, a.out, a.chromium):
-            print(f"{path}  {path.stat().st_size // 1024} KB")
+    uri = a.tracking_uri or f"sqlite:///{a.home.resolve() / 'mlflow.db'}"
+    rec = records(uri, a.campaign)
+    shots = []
+    with mlflow_ui(uri, free_port()) as base:
+        shots += shoot(base, rec, a.out, a.chromium)
+    with prefect_ui(a.home.resolve(), free_port()) as base:
+        shots += shoot_prefect(base, rec, a.out, a.chromium)
+    if a.plots_html:
+        shots.append(shoot_page(a.plots_html, a.out, a.chromium))
+    for path in shots:
+        print(f"{path}  {path.stat().st_size // 1024} KB")
 
 
 if __name__ == "__main__":

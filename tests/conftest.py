@@ -68,6 +68,8 @@ HEAVY = {
     "postgres": 4.4,  # CI only (the `postgres` extra): s6-infra's figure
     "signals": 120,  # tests/test_misuse.py's signal test: 371 s at load 15 (s8-misuse), not yet measured idle
     "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio": 2,  # a benchmark not listed above
+    # two queued DVC experiments run by DVC's Celery workers: ~20 CPU-s, mostly waiting on the workers (2.5 min at load 8)
+    "tests/test_dvc_queue_records.py::test_queued_variants_record_into_the_real_repository": 20,
 }
 
 

@@ -1391,10 +1391,13 @@ def test_a_server_a_command_started_stops_with_it(tmp_path, how):
 def test_ui_and_server_run_their_server_so_that_it_stops_with_them(tmp_path, monkeypatch, args, program):
     import flows.signals
 
-    seen = []
-    monkeypatch.setattr(flows.signals, "run_server", lambda cmd, env: seen.append(cmd) or 0)
+    seen, envs = [], []
+    monkeypatch.delenv("PREFECT_UI_API_URL", raising=False)
+    monkeypatch.setattr(flows.signals, "run_server", lambda cmd, env: seen.append(cmd) or envs.append(env) or 0)
     r = ratchet(*args)
     assert r.exit_code == 0 and len(seen) == 1 and program in seen[0], (r.stderr, seen)
+    if program == "prefect":  # the dashboard is on, and its pages call this server's API, on this port
+        assert envs[0]["PREFECT_UI_ENABLED"] == "true" and envs[0]["PREFECT_UI_API_URL"] == "http://127.0.0.1:4299/api"
 
 
 def test_a_temporary_prefect_server_that_does_not_come_up_is_one_line_saying_what_to_do(project, bench_dir, zygote):

@@ -193,8 +193,11 @@ def test_the_experiment_names_its_identity_and_the_flow_run_links_both_ways(smal
     assert all(rid in links["rounds"] for rid in (r.info.run_id for r in client.search_runs(
         [ml["experiment_id"]], f"tags.mlflow.parentRunId = '{ml['run_id']}' and tags.`ratchet.kind` = 'round'")))
     champion = client.get_model_version_by_alias(ml["registered_model"], "champion")
-    assert links["champion"].endswith(f"/#/models/{ml['registered_model']}/versions/{champion.version}")
-    trace_id = links["trace"].rsplit("selectedEvaluationId=", 1)[1]
+    # each opens in the UI's "Machine learning" mode (MLflow 3.17 reads the mode from the address, not the experiment)
+    assert all(link.endswith("workflowType=machine_learning") for link in links.values()), links
+    assert links["champion"].endswith(f"/#/models/{ml['registered_model']}/versions/{champion.version}"
+                                      "?workflowType=machine_learning")
+    trace_id = links["trace"].rsplit("selectedEvaluationId=", 1)[1].split("&", 1)[0]
     assert client.get_trace(trace_id).info.experiment_id == ml["experiment_id"]
 
 
@@ -237,9 +240,10 @@ def test_every_version_is_a_registered_model_version_with_lineage(small_campaign
         assert [(d["name"], str(d["version"])) for d in json.loads(model.tags["mlflow.modelVersions"])] == [
             (name, str(mv.version))]
         # the UI walks the lineage: the version's description links its parent version's page, and its logged model
-        assert f"](#/experiments/{s['mlflow']['experiment_id']}/models/{model.model_id})" in mv.description
+        assert (f"](#/experiments/{s['mlflow']['experiment_id']}/models/{model.model_id}"
+                "?workflowType=machine_learning)") in mv.description
         parent = versions[rec["parent"]["version"]]
-        assert f"](#/models/{name}/versions/{parent.version})" in mv.description
+        assert f"](#/models/{name}/versions/{parent.version}?workflowType=machine_learning)" in mv.description
         assert mv.tags["ratchet.parent_model_version"] == str(parent.version)
         assert model.tags["ratchet.parent_digest"] == rec["parent"]["digest"]
         assert "wm.max_entries" in model.params and "cards" in model.params
@@ -261,6 +265,11 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
     # a SQLite store takes traces from one export thread (concurrent exporters lost traces to "database is locked")
     assert client.tracking_uri.startswith("sqlite") and MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS.get() == 1
     steps = pd.read_parquet(small_campaign.out / "rounds/r01/train/traces.parquet")
+    # when each turn and phase ran: beside the traces table (which stays byte-identical), not in it
+    timings = pd.read_parquet(small_campaign.out / "rounds/r01/train/.timings.parquet")
+    assert set(timings.groupby(["item_id", "seed", "step"]).groups) == set(
+        steps.groupby(["item_id", "seed", "step"]).groups)
+    assert not set(timings.columns) & set(steps.columns) - {"item_id", "seed", "step"}
     exp_id = s["mlflow"]["experiment_id"]
     rounds = _round_runs(client, s["mlflow"]["run_id"], exp_id)
     r1 = rounds[1]
@@ -273,15 +282,26 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
         assert any(c["episode_id"] == episode for claim in pk["claims"] for c in claim["evidence"])
         names = [sp.name for sp in t.data.spans]
         assert names[0] == f"episode {episode}"
-        # every span reached the store: the root, and per turn its span and one per kernel phase
-        assert len(names) == 1 + 5 * int((steps["episode_id"] == episode).sum()), episode
+        # every span reached the store: the root, and per turn its span and one per kernel phase as it ran
+        ran = timings[timings["item_id"] + "#" + timings["seed"].astype(str) == episode]
+        n_turns = int((steps["episode_id"] == episode).sum())
+        assert ran["step"].nunique() == n_turns and len(names) == 1 + len(ran), episode
         for phase in ("memory delivered", "model call", "checker verdicts", "tool call"):
             assert phase in names
+        # ... each with the real start and end the kernel recorded (not 1 ms ticks), nested in its turn
+        assert t.data.spans[0].attributes["ratchet.timing"] == f"{n_turns} of {n_turns} turns timed as they ran"
+        assert sorted((sp.start_time_ns, sp.end_time_ns) for sp in t.data.spans[1:]) == sorted(
+            zip(ran["start_ns"].astype(int), ran["end_ns"].astype(int)))
+        by_id = {sp.span_id: sp for sp in t.data.spans}
+        for sp in t.data.spans[1:]:
+            up = by_id[sp.parent_id]
+            assert up.start_time_ns <= sp.start_time_ns <= sp.end_time_ns <= up.end_time_ns, sp.name
+        assert len({sp.end_time_ns - sp.start_time_ns for sp in t.data.spans}) > 2
         assert any(n.endswith("(cited)") for n in names)
         # the round's description links each claim to the traces of the episodes it cites: the line holding this
         # trace's link names its packet and a claim of that packet citing this episode
         links = [ln for ln in r1.data.tags["mlflow.note.content"].splitlines()
-                 if f"selectedEvaluationId={t.info.trace_id})" in ln]
+                 if f"selectedEvaluationId={t.info.trace_id}&workflowType=machine_learning)" in ln]
         assert links, t.info.trace_id
         claims = [c["statement"][:100] for c in pk["claims"] if any(e["episode_id"] == episode for e in c["evidence"])]
         for ln in links:

@@ -35,6 +35,9 @@ class EpisodeResult:
     criteria: dict[str, float] = field(default_factory=dict)
     steps: list[TraceStep] = field(default_factory=list)
     resumed: bool = False  # read back from a journal: finished (and paid for) by an earlier run
+    # when each turn and phase ran (`Episode.timings`); not part of the result's value: two runs of an episode are
+    # equal whatever the clock said. Empty when read back from a journal.
+    timings: list[tuple[int, str, int, int]] = field(default_factory=list, compare=False)
 
     @property
     def episode_id(self) -> str:
@@ -78,6 +81,6 @@ def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: in
     result = EpisodeResult(
         item_id=item_id, seed=seed, score=0.0 if error else score.reward, success=ok, turns=len(ep.steps),
         tokens_in=port.usage.tokens_in, tokens_out=port.usage.tokens_out, model_calls=port.usage.calls,
-        tool_calls=port.tool_calls, error=error, criteria=score.criteria, steps=ep.steps,
+        tool_calls=port.tool_calls, error=error, criteria=score.criteria, steps=ep.steps, timings=ep.timings,
     )
     return result

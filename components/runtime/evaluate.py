@@ -3,6 +3,9 @@
     scores.csv            item_id, seed, score, success, turns, tokens_in, tokens_out, model_calls, tool_calls, error
     traces.parquet        one row per turn (see `trace.py`), with item_id and seed
     _hidden/causes.csv    the hidden ground-truth cause of each failed episode: read only by diagnosis scoring
+    .timings.parquet      when each turn and its phases ran (wall clock; `TIMING_COLUMNS`): read only to draw MLflow
+                          traces. The one file that differs between runs, so DVC ignores it (.dvcignore) and
+                          nothing compares or hashes it
     meta.json             package and benchmark digests, split, seed map hash, model
 
 Episodes run in shards (a list of items); a shard is the unit a Prefect task or a Dask worker runs.
@@ -17,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,8 @@ from components.worlds import Benchmark, load_benchmark
 SCORE_COLUMNS = ["item_id", "seed", "score", "success", "turns", "tokens_in", "tokens_out", "model_calls",
                  "tool_calls", "error"]
 HIDDEN = "_hidden"
+TIMINGS = ".timings.parquet"
+TIMING_COLUMNS = ["item_id", "seed", "step", "i", "phase", "start_ns", "end_ns"]  # i: the order in its episode
 
 
 RACY_NS = 2_000_000_000  # a file changed this recently may change again within the same clock tick: do not trust stats
@@ -104,6 +109,7 @@ class EvalTables:
     traces: pd.DataFrame
     causes: pd.DataFrame
     paid: dict | None = None  # with a reply store: what the calls that missed it cost (scores keep logical usage)
+    timings: pd.DataFrame | None = field(default=None, compare=False)  # TIMING_COLUMNS; None: not recorded
 
     @classmethod
     def concat(cls, parts: list[EvalTables]) -> EvalTables:
@@ -113,16 +119,21 @@ class EvalTables:
                 return pd.DataFrame(columns=keys)
             return pd.concat(frames, ignore_index=True).sort_values(keys, kind="stable").reset_index(drop=True)
 
+        timed = [p.timings for p in parts if getattr(p, "timings", None) is not None]  # a result pickled before
         return cls(cat([p.scores for p in parts], ["item_id", "seed"]),
                    cat([p.traces for p in parts], ["item_id", "seed", "step"]),
-                   cat([p.causes for p in parts], ["item_id", "seed"]))
+                   cat([p.causes for p in parts], ["item_id", "seed"]),
+                   timings=cat(timed, TIMING_COLUMNS[:4]) if timed else None)
 
 
 def tables(results: list[EpisodeResult]) -> EvalTables:
     scores = pd.DataFrame([r.row() for r in results], columns=SCORE_COLUMNS)
     traces = [steps_frame(r.steps, item_id=r.item_id, seed=r.seed) for r in results if r.steps]
     causes = pd.DataFrame(columns=["item_id", "seed", "cause"])  # filled by counterfactual replay where wanted
-    return EvalTables.concat([EvalTables(scores, pd.concat(traces, ignore_index=True) if traces else pd.DataFrame(), causes)])
+    timings = pd.DataFrame([(r.item_id, r.seed, step, i, phase, start, end) for r in results
+                            for i, (step, phase, start, end) in enumerate(r.timings)], columns=TIMING_COLUMNS)
+    return EvalTables.concat([EvalTables(scores, pd.concat(traces, ignore_index=True) if traces else pd.DataFrame(),
+                                         causes, timings=timings)])
 
 
 def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark, items: list[str], seeds: list[int],
@@ -181,6 +192,8 @@ def write_eval(out: str | Path, t: EvalTables, meta: dict[str, Any], mark: str |
         (tmp / HIDDEN).mkdir()
         t.causes.to_csv(tmp / HIDDEN / "causes.csv", index=False, lineterminator="\n")
         (tmp / "meta.json").write_text(dumps(meta))
+        if t.timings is not None and len(t.timings):
+            t.timings.to_parquet(tmp / TIMINGS, index=False)
     return Path(out)
 
 

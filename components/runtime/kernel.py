@@ -11,6 +11,7 @@ grounded in phase 1, settle the ledger (see `components.memory.ledger`).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -23,6 +24,10 @@ from components.runtime.trace import TraceStep
 from components.runtime.types import Draft
 
 
+# the phases a turn's timings name (components.tracking.mlflow_log draws them as a trace's spans)
+TURN, MEMORY, MODEL, CHECKS, TOOL = "turn", "memory delivered", "model call", "checker verdicts", "tool call"
+
+
 @dataclass
 class Episode:
     """The kernel's state across one episode's turns."""
@@ -33,14 +38,26 @@ class Episode:
     delivered_counts: Counter = field(default_factory=Counter)
     steps: list[TraceStep] = field(default_factory=list)
     sealed: bool = True  # content-hash each step; False only for a replay whose trace is discarded (a counterfactual)
+    # when each turn and its phases ran: (step, phase, start ns, end ns), wall clock. Kept beside the steps, never in
+    # them: a step's content (its hash, the traces table) is the same on every run; only the clock differs
+    timings: list[tuple[int, str, int, int]] = field(default_factory=list)
 
     @classmethod
     def start(cls, episode_id: str, package: MemoryPackage, sealed: bool = True) -> Episode:
         return cls(episode_id, package, Ledger(package.wm), sealed=sealed)
 
 
+def _timed(spans: list[tuple[str, int, int]], phase: str, fn, *args, **kwargs):
+    start = time.time_ns()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        spans.append((phase, start, time.time_ns()))
+
+
 def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
     pkg, ledger = ep.package, ep.ledger
+    started, spans = time.time_ns(), []
     turn = _TurnMemory(ep)
 
     # 1. ground: real receipts from the last actions settle ledger entries
@@ -51,37 +68,38 @@ def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
     incoming = transcript[-1].model_dump() if transcript else {}
 
     # 2. deliver at turn_start
-    turn.deliver(TURN_START, frozenset(e.tool for e in ledger.pending()))
+    _timed(spans, MEMORY, turn.deliver, TURN_START, frozenset(e.tool for e in ledger.pending()))
 
     # 3. the model proposes pending state; settled entries stay, stale pending ones move to history
-    proposal = port.propose(turn.memory())
+    proposal = _timed(spans, MODEL, port.propose, turn.memory())
     applied = ledger.apply_proposal(proposal)
     turn.fingerprint += [f"ledger:add:{e}" for e in applied.added] + [f"ledger:retire:{e}" for e in applied.retired]
     if applied.overflow:
         turn.fingerprint.append(f"ledger:overflow:{applied.overflow}")
 
     # 4. deliver at intent_recorded
-    turn.deliver(INTENT_RECORDED, frozenset({proposal.next_tool}) if proposal.next_tool else frozenset())
+    _timed(spans, MEMORY, turn.deliver, INTENT_RECORDED,
+           frozenset({proposal.next_tool}) if proposal.next_tool else frozenset())
 
     # 5. draft
-    draft = port.draft(turn.memory())
+    draft = _timed(spans, MODEL, port.draft, turn.memory())
 
     # 6-7. checkers, then pre-write review; one redraft at most, then block
     first_draft, blocked = None, None
     for attempt in (0, 1):
-        reasons = turn.review(draft, port, attempt)
+        reasons = _timed(spans, CHECKS, turn.review, draft, port, attempt)
         if not reasons:
             break
         if attempt == 0:
             first_draft = draft
             turn.fingerprint.append("redraft")
-            draft = port.draft(turn.memory(), feedback="\n".join(reasons))
+            draft = _timed(spans, MODEL, port.draft, turn.memory(), feedback="\n".join(reasons))
         else:
             blocked = "; ".join(reasons)
             turn.fingerprint.append("block")
 
     # 8. commit the action; append the trace step
-    observation = port.commit(draft, blocked)
+    observation = _timed(spans, TOOL, port.commit, draft, blocked)
     # built by this function from typed values every turn: constructed without re-validating them
     step = TraceStep.model_construct(
         episode_id=ep.episode_id,
@@ -102,6 +120,7 @@ def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
     if ep.sealed:
         step = step.sealed()
     ep.steps.append(step)
+    ep.timings += [(step.step, TURN, started, time.time_ns())] + [(step.step, *span) for span in spans]
     return step
 
 

@@ -44,6 +44,16 @@ MAX_TRACES_PER_ROUND = 12
 MAX_TRACES_PER_PACKET = 2
 # a promoted version's metrics: the gate figures of the round that promoted it
 GATE_METRICS = ("net", "ci_lo", "ci_hi", "dev_base_mean", "dev_cand_mean", "n_improved", "n_regressed")
+# MLflow 3.17's UI takes its mode ("GenAI apps & agents" or "Machine learning") from the address's `workflowType`,
+# else from the browser's last choice (GenAI when there is none), and not from the experiment's `mlflow.experimentKind`
+# tag (set as well: the experiment list and other clients read it). So every address Ratchet writes names the mode,
+# and a round opens as a training run, its params and metrics first, without a switch to find.
+UI_MODE = "workflowType=machine_learning"
+
+
+def ui_route(route: str) -> str:
+    """A UI route (`#/...`) opened in the "Machine learning" mode."""
+    return f"{route}{'&' if '?' in route else '?'}{UI_MODE}"
 
 
 # Traces are written by the tracker itself, one tracker at a time in this process (see CampaignTracker._write_traces).
@@ -90,6 +100,23 @@ def _start_span(name: str, kind: str, parent: Any, start_ns: int, spans: list, i
     span.set_attributes(attributes or {})
     spans.append(span)
     return span
+
+
+def episode_timings(eval_dir: Path) -> dict[str, dict[int, list[tuple[str, int, int]]]]:
+    """An evaluation's recorded timings (`components.runtime.evaluate.TIMINGS`, beside its DVC-tracked tables) as
+    episode -> step -> [(turn, start, end), (phase, start, end), ...] in the order they ran; {} when none were kept."""
+    import pandas as pd
+
+    from components.runtime.evaluate import TIMINGS
+
+    path = eval_dir / TIMINGS
+    if not path.exists():
+        return {}
+    out: dict[str, dict[int, list[tuple[str, int, int]]]] = {}
+    for r in pd.read_parquet(path).sort_values(["item_id", "seed", "step", "i"]).itertuples(index=False):
+        out.setdefault(f"{r.item_id}#{r.seed}", {}).setdefault(int(r.step), []).append(
+            (str(r.phase), int(r.start_ns), int(r.end_ns)))
+    return out
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
@@ -314,6 +341,8 @@ class CampaignTracker:
                 "ratchet.kind": "campaign", "ratchet.campaign_key": self.key, "ratchet.params_hash": phash,
                 "ratchet.identity": self.ident, "ratchet.campaign": name, "ratchet.registered_model": self.model_name,
                 "ratchet.out": str(self.out.resolve()), "ratchet.git_commit": commit, "ratchet.dvc_lock": dvc_lock_hash(),
+                # a queued `dvc exp run` (its stage runs in DVC's temporary copy): the experiment's name in `dvc exp show`
+                **({"ratchet.dvc_experiment": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}),
                 "mlflow.note.content": f"Campaign `{name}` at commit `{commit[:12]}`, identity `{self.ident}`, params "
                                        f"hash `{phash}`, output `{self.out}`. Its rounds are the nested runs; its "
                                        f"package versions are the registered model `{self.model_name}` (alias "
@@ -467,6 +496,7 @@ class CampaignTracker:
             return []
         packets = json.loads(diag.read_text())
         traces = pd.read_parquet(tp)
+        timings = episode_timings(rd / "train")
         built: dict[str, Any] = {}  # episode -> its trace, built in memory
         cited: list[tuple[str, str, str]] = []
         for pk in packets:
@@ -479,7 +509,7 @@ class CampaignTracker:
                 if ep not in built and len(built) < self.traces_per_round:
                     steps = traces[traces["episode_id"] == ep].sort_values("step")
                     cites = {int(c["step"]) for claim in pk["claims"] for c in claim["evidence"] if c["episode_id"] == ep}
-                    built[ep] = self._episode_trace(run_id, round_no, pk, ep, steps, cites)
+                    built[ep] = self._episode_trace(run_id, round_no, pk, ep, steps, cites, timings.get(ep, {}))
                 if ep in built:
                     cited.append((pk["id"], ep, built[ep].info.trace_id))
         if built:
@@ -496,8 +526,9 @@ class CampaignTracker:
         lines = ["Cited failed episodes (each packet's claim, then the traces of the episodes it cites):"]
         for pk, eps in trace_of.items():
             for claim in packets[pk].get("claims", []):
-                links = [f"[{c['episode_id']}, turn {c['step']}](#/experiments/{self.experiment_id}/traces?"
-                         f"selectedEvaluationId={eps[c['episode_id']]})"
+                links = [f"[{c['episode_id']}, turn {c['step']}]("
+                         + ui_route(f"#/experiments/{self.experiment_id}/traces?selectedEvaluationId="
+                                    f"{eps[c['episode_id']]}") + ")"
                          for c in claim.get("evidence", []) if c["episode_id"] in eps]
                 if links:
                     st = claim["statement"]
@@ -538,46 +569,67 @@ class CampaignTracker:
             for info, t in zip(infos, traces):
                 client._upload_trace_data(info, t.data)
 
-    def _episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int]):
+    def _episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int],
+                       timing: dict[int, list[tuple[str, int, int]]] | None = None):
         """One episode as a finished mlflow Trace, built in memory (nothing is exported): its spans come from a
         private OpenTelemetry tracer with no processor, its info is what MLflow's span processor would record (the
-        source run links it to the round run)."""
+        source run links it to the round run). `timing` (`episode_timings`): when each turn and phase ran, so spans
+        have their real start and duration, one span per phase as the kernel ran it (the model is called to propose
+        and to draft, memory delivered before each); a turn without it (cut short by a model error, or an
+        evaluation recorded before timings were kept) gets its four phases at 1 ms each, the root span saying so."""
         from mlflow.entities import SpanType, Trace, TraceData, TraceInfo, TraceLocation, TraceState
         from mlflow.tracing.constant import (MAX_CHARS_IN_TRACE_INFO_METADATA, TRACE_SCHEMA_VERSION,
                                              TRACE_SCHEMA_VERSION_KEY, SpanAttributeKey, TraceMetadataKey,
                                              TraceTagKey)
 
-        t0 = time.time_ns()
-        tick = iter(range(t0, t0 + 10**12, 1_000_000))  # synthetic 1 ms per phase: the simulator keeps no clock
+        from components.runtime.kernel import CHECKS, MEMORY, MODEL, TOOL
+
+        timing = timing or {}
+        recorded = sum(int(s in timing) for s in steps["step"].astype(int)) if len(steps) else 0
         first = steps.iloc[0] if len(steps) else None
+        starts = [t[0][1] for t in timing.values() if t]
+        clock = min(starts) if starts else time.time_ns()  # where the next synthetic 1 ms phase starts
+
+        def tick() -> int:
+            nonlocal clock
+            clock += 1_000_000
+            return clock - 1_000_000
+
         spans: list = []
-        root = _start_span(f"episode {ep}", SpanType.AGENT, None, next(tick), spans, inputs={
+        root = _start_span(f"episode {ep}", SpanType.AGENT, None, clock, spans, inputs={
             "episode": ep, "item_id": str(first["item_id"]) if first is not None else "",
             "incoming": json.loads(first["incoming"]) if first is not None else {}},
             attributes={SpanAttributeKey.EXPERIMENT_ID: self.experiment_id, "ratchet.packet": packet["id"],
-                        "ratchet.owner": packet["owner"], "ratchet.kind": packet["kind"]})
+                        "ratchet.owner": packet["owner"], "ratchet.kind": packet["kind"],
+                        "ratchet.timing": f"{recorded} of {len(steps)} turns timed as they ran"
+                                          + ("" if recorded == len(steps) else "; the others at 1 ms per phase")})
         for s in steps.to_dict("records"):
             j = {k: (json.loads(s[k]) if isinstance(s.get(k), str) and k != "episode_id" and k != "hash"
                      and s[k][:1] in "[{" else s.get(k)) for k in s}
+            ran = timing.get(int(s["step"]))  # [(turn, start, end), (phase, start, end), ...] as the kernel ran them
             turn = _start_span(f"turn {s['step']}" + (" (cited)" if int(s["step"]) in cited_steps else ""),
-                               SpanType.CHAIN, root, next(tick), spans,
+                               SpanType.CHAIN, root, ran[0][1] if ran else tick(), spans,
                                inputs={"incoming": j.get("incoming"), "state_before": j.get("state_before")},
                                attributes={"step": int(s["step"]), "hash": s.get("hash", ""),
                                            "cited": int(s["step"]) in cited_steps})
-            for name, kind, inputs, outputs in (
-                ("memory delivered", SpanType.MEMORY, {"deliveries": j.get("deliveries")}, {"cards": j.get("delivered")}),
-                ("model call", SpanType.LLM, {"state_before": j.get("state_before")},
-                 {"proposal": j.get("proposal"), "first_draft": j.get("first_draft"), "draft": j.get("action")}),
-                ("checker verdicts", SpanType.GUARDRAIL, {"draft": j.get("first_draft") or j.get("action")},
-                 {"checks": j.get("checks"), "blocked": j.get("blocked")}),
-                ("tool call", SpanType.TOOL, {"action": j.get("action")},
-                 {"receipt": j.get("observation"), "state_after": j.get("state_after")}),
-            ):
-                _start_span(name, kind, turn, next(tick), spans, inputs=inputs).end(outputs=outputs,
-                                                                                    end_time_ns=next(tick))
-            turn.end(outputs={"fingerprint": j.get("fingerprint")}, end_time_ns=next(tick))
+            phases = {
+                MEMORY: (SpanType.MEMORY, {"deliveries": j.get("deliveries")}, {"cards": j.get("delivered")}),
+                MODEL: (SpanType.LLM, {"state_before": j.get("state_before")},
+                               {"proposal": j.get("proposal"), "first_draft": j.get("first_draft"),
+                                "draft": j.get("action")}),
+                CHECKS: (SpanType.GUARDRAIL, {"draft": j.get("first_draft") or j.get("action")},
+                                     {"checks": j.get("checks"), "blocked": j.get("blocked")}),
+                TOOL: (SpanType.TOOL, {"action": j.get("action")},
+                              {"receipt": j.get("observation"), "state_after": j.get("state_after")}),
+            }
+            for name, start, end in (ran[1:] if ran else [(n, None, None) for n in phases]):
+                kind, inputs, outputs = phases[name]
+                _start_span(name, kind, turn, start if ran else tick(), spans, inputs=inputs).end(
+                    outputs=outputs, end_time_ns=end if ran else tick())
+            turn.end(outputs={"fingerprint": j.get("fingerprint")}, end_time_ns=ran[0][2] if ran else tick())
+            clock = max(clock, ran[0][2] if ran else clock)
         root.end(outputs={"claims": [c["statement"] for c in packet.get("claims", [])]}, status="ERROR",
-                 end_time_ns=next(tick))
+                 end_time_ns=clock)
 
         def preview(key: str) -> str:  # the request/response columns of the Traces tab, cut as MLflow cuts them
             v = root._span.attributes.get(key) or ""
@@ -640,11 +692,12 @@ class CampaignTracker:
             self.client.finalize_logged_model(lm.model_id, LoggedModelStatus.READY)
             desc = (f"{child['version']} (`{d[:12]}`) of campaign `{self.name}`. " + (
                 f"Promoted in round {rec['round']} from {parent.get('version')} ([version {parent_mv.version}]"
-                f"(#/models/{name}/versions/{parent_mv.version}) of this model, a link to walk the lineage): "
+                f"({ui_route(f'#/models/{name}/versions/{parent_mv.version}')}) of this model, a link to walk the "
+                "lineage): "
                 f"{rec.get('summary', '')}; dev net {g['net']:+.3f}, {ci_text(rec)}."
                 if rec["verdict"] == "accept" and parent_mv is not None and g else "The campaign's starting package.")
-                + f" Logged model: [{lm.name}](#/experiments/{self.experiment_id}/models/{lm.model_id}) (its knobs, "
-                "gate figures and files).")
+                + f" Logged model: [{lm.name}]({ui_route(f'#/experiments/{self.experiment_id}/models/{lm.model_id}')})"
+                " (its knobs, gate figures and files).")
             # source: the logged model's files. A `models:/<id>` source makes MLflow's SQL registry look the model up
             # through the process's tracking URI (a TODO of theirs), which fails when the campaign's store is another
             mv = self.client.create_model_version(name, source=lm.artifact_location, run_id=src,
@@ -667,21 +720,21 @@ class CampaignTracker:
 
         rounds = [r for _, r in sorted(self._round_runs().items())]
         exp = json.dumps([self.experiment_id])
-        out = {"campaign": f"{ui}/#/experiments/{self.experiment_id}/runs/{self.run_id}"}
+        out = {"campaign": f"{ui}/" + ui_route(f"#/experiments/{self.experiment_id}/runs/{self.run_id}")}
         if rounds:
             ids = json.dumps([r.info.run_id for r in rounds], separators=(",", ":"))
-            out["rounds"] = f"{ui}/#/compare-runs?runs={quote(ids)}&experiments={quote(exp)}"
+            out["rounds"] = f"{ui}/" + ui_route(f"#/compare-runs?runs={quote(ids)}&experiments={quote(exp)}")
         try:
             champ = self.client.get_model_version_by_alias(self.model_name, "champion")
-            out["champion"] = f"{ui}/#/models/{quote(self.model_name)}/versions/{champ.version}"
+            out["champion"] = f"{ui}/" + ui_route(f"#/models/{quote(self.model_name)}/versions/{champ.version}")
         except Exception:  # no version registered (a campaign stopped before certification)
             pass
         for r in rounds:
             traces = self.client.search_traces(locations=[self.experiment_id], run_id=r.info.run_id,
                                                include_spans=False, max_results=1)
             if traces:
-                out["trace"] = (f"{ui}/#/experiments/{self.experiment_id}/traces?"
-                                f"selectedEvaluationId={traces[0].info.trace_id}")
+                out["trace"] = f"{ui}/" + ui_route(f"#/experiments/{self.experiment_id}/traces?"
+                                                    f"selectedEvaluationId={traces[0].info.trace_id}")
                 break
         return out
 
