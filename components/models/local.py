@@ -162,6 +162,33 @@ def plain_templates(module) -> None:
     module.ImmutableSandboxedEnvironment = Plain
 
 
+def quiet_llama_cpp() -> None:
+    """llama.cpp's own log lines reach stderr through llama-cpp-python's log callback, and with `verbose=False` some
+    still pass (the callback compares the logger's level with the record's raw level, so level-0 records always print:
+    Gemma 3's `llama_kv_cache_iswa: using full-size SWA cache (ref: https://...)` came before the one-line refusal).
+    This server reports its own failures (llama.cpp's load failure raises ValueError), so in its process the callback
+    is one that drops every line (kept referenced: llama.cpp holds only its address)."""
+    import ctypes
+
+    import llama_cpp
+
+    global _SILENT
+    if _SILENT is None:
+        _SILENT = llama_cpp.llama_log_callback(lambda level, text, user_data: None)
+        llama_cpp.llama_log_set(_SILENT, ctypes.c_void_p(0))
+
+
+_SILENT = None
+
+
+def _load(llama_cls, path: Path, **kwargs):
+    """The GGUF loaded by llama.cpp (`vocab_only=True`: its metadata and tokenizer, without the weights), or one line."""
+    try:
+        return llama_cls(model_path=str(path), verbose=False, **kwargs)
+    except ValueError as e:  # llama.cpp could not load it: not a GGUF, or an architecture it does not know
+        raise InputError(f"--model-path: {path}: llama.cpp cannot load it ({e})") from None
+
+
 def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 1, model_path: Path | None = None,
                 say: Callable[[str], None] = print) -> None:
     try:
@@ -176,11 +203,9 @@ def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 1, model_pat
     from llama_cpp import llama_chat_format
 
     plain_templates(llama_chat_format)
-    try:
-        llama = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
-    except ValueError as e:  # llama.cpp could not load it: not a GGUF, or an architecture it does not know
-        raise InputError(f"--model-path: {path}: llama.cpp cannot load it ({e})") from None
-    fmt = chat_format(llama.metadata, path)
+    quiet_llama_cpp()
+    fmt = chat_format(_load(Llama, path, vocab_only=True).metadata, path)  # refused before the weights are read
+    llama = _load(Llama, path, n_ctx=n_ctx, n_threads=threads)
     llama.chat_format = fmt  # create_chat_completion looks the handler up by this name on every call
     name = LOCAL_MODEL if model_path is None else served_name(llama.metadata, path)
     say(f"serving {path.name} as {name!r} on http://127.0.0.1:{port}/v1 (chat format "
