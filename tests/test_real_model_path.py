@@ -448,3 +448,28 @@ def test_serve_local_loads_a_gguf_for_its_metadata_without_weights_or_log_lines(
         _load(Llama, bad, vocab_only=True)
     assert str(e.value).startswith(f"--model-path: {bad}: llama.cpp cannot load it") and "\n" not in str(e.value)
     assert capfd.readouterr().err == ""  # llama.cpp printed nothing of its own
+
+
+def test_serve_local_stops_at_once_on_a_signal(monkeypatch):
+    """uvicorn's graceful shutdown would wait for the running generation (minutes on a loaded CPU): a signal ends the
+    server at once with the shell's code. Runs without the local extra (uvicorn is a core dependency)."""
+    import signal
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from components.models.local import stoppable
+
+    exits = []
+
+    def fake_exit(code):
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr("os._exit", fake_exit)
+    server = stoppable(uvicorn.Server(uvicorn.Config(FastAPI(), host="127.0.0.1", port=1)))
+    with pytest.raises(SystemExit):
+        server.handle_exit(signal.SIGTERM, None)
+    with pytest.raises(SystemExit):
+        server.handle_exit(signal.SIGINT, None)
+    assert exits == [143, 130]

@@ -210,5 +210,16 @@ def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 1, model_pat
     name = LOCAL_MODEL if model_path is None else served_name(llama.metadata, path)
     say(f"serving {path.name} as {name!r} on http://127.0.0.1:{port}/v1 (chat format "
         f"{'its own template' if fmt == OWN_TEMPLATE else fmt}, context {n_ctx}, {threads} threads)")
-    uvicorn.run(create_app(llama, name, reshape=fmt != OWN_TEMPLATE), host="127.0.0.1", port=port,
-                log_level="warning", access_log=False)
+    stoppable(uvicorn.Server(uvicorn.Config(create_app(llama, name, reshape=fmt != OWN_TEMPLATE), host="127.0.0.1",
+                                            port=port, log_level="warning", access_log=False))).run()
+
+
+def stoppable(server):
+    """A uvicorn server that a signal (Ctrl-C, SIGTERM) ends at once. uvicorn's graceful shutdown waits for the
+    running request, and a CPU generation cannot be interrupted (see `create_app`): a SIGTERM during a 256-token reply
+    on a loaded machine left the server running for minutes. It holds nothing to save (a read-only model, in-memory
+    usage counts), so it leaves with the shell's code for the signal (130, 143)."""
+    import os
+
+    server.handle_exit = lambda sig, frame: os._exit(128 + int(sig))
+    return server
