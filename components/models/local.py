@@ -166,27 +166,37 @@ def quiet_llama_cpp() -> None:
     """llama.cpp's own log lines reach stderr through llama-cpp-python's log callback, and with `verbose=False` some
     still pass (the callback compares the logger's level with the record's raw level, so level-0 records always print:
     Gemma 3's `llama_kv_cache_iswa: using full-size SWA cache (ref: https://...)` came before the one-line refusal).
-    This server reports its own failures (llama.cpp's load failure raises ValueError), so in its process the callback
-    is one that drops every line (kept referenced: llama.cpp holds only its address)."""
+    This server reports its own failures, so in its process the callback prints nothing; it keeps llama.cpp's last
+    error lines (`LLAMA_ERRORS`), which a failed load names in its one line (the ValueError says only "Failed to load
+    model from file"). The callback object is kept referenced: llama.cpp holds only its address."""
     import ctypes
 
     import llama_cpp
 
     global _SILENT
     if _SILENT is None:
-        _SILENT = llama_cpp.llama_log_callback(lambda level, text, user_data: None)
+        def keep_errors(level: int, text: bytes, user_data) -> None:
+            if level == GGML_LOG_ERROR:
+                LLAMA_ERRORS.append(text.decode("utf-8", "replace").strip())
+                del LLAMA_ERRORS[:-4]
+
+        _SILENT = llama_cpp.llama_log_callback(keep_errors)
         llama_cpp.llama_log_set(_SILENT, ctypes.c_void_p(0))
 
 
+GGML_LOG_ERROR = 4  # ggml_log_level in llama-cpp-python 0.3.36's llama.cpp: NONE, DEBUG, INFO, WARN, ERROR, CONT
+LLAMA_ERRORS: list[str] = []
 _SILENT = None
 
 
 def _load(llama_cls, path: Path, **kwargs):
-    """The GGUF loaded by llama.cpp (`vocab_only=True`: its metadata and tokenizer, without the weights), or one line."""
+    """The GGUF loaded by llama.cpp (`vocab_only=True`: metadata and tokenizer, not the weights), or one line."""
+    LLAMA_ERRORS.clear()
     try:
         return llama_cls(model_path=str(path), verbose=False, **kwargs)
     except ValueError as e:  # llama.cpp could not load it: not a GGUF, or an architecture it does not know
-        raise InputError(f"--model-path: {path}: llama.cpp cannot load it ({e})") from None
+        why = "; ".join(x for x in LLAMA_ERRORS if x)
+        raise InputError(f"--model-path: {path}: llama.cpp cannot load it ({e}{': ' + why if why else ''})") from None
 
 
 def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 1, model_path: Path | None = None,
