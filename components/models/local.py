@@ -162,6 +162,43 @@ def plain_templates(module) -> None:
     module.ImmutableSandboxedEnvironment = Plain
 
 
+def quiet_llama_cpp() -> None:
+    """llama.cpp's own log lines reach stderr through llama-cpp-python's log callback, and with `verbose=False` some
+    still pass (the callback compares the logger's level with the record's raw level, so level-0 records always print:
+    Gemma 3's `llama_kv_cache_iswa: using full-size SWA cache (ref: https://...)` came before the one-line refusal).
+    This server reports its own failures, so in its process the callback prints nothing; it keeps llama.cpp's last
+    error lines (`LLAMA_ERRORS`), which a failed load names in its one line (the ValueError says only "Failed to load
+    model from file"). The callback object is kept referenced: llama.cpp holds only its address."""
+    import ctypes
+
+    import llama_cpp
+
+    global _SILENT
+    if _SILENT is None:
+        def keep_errors(level: int, text: bytes, user_data) -> None:
+            if level == GGML_LOG_ERROR:
+                LLAMA_ERRORS.append(text.decode("utf-8", "replace").strip())
+                del LLAMA_ERRORS[:-4]
+
+        _SILENT = llama_cpp.llama_log_callback(keep_errors)
+        llama_cpp.llama_log_set(_SILENT, ctypes.c_void_p(0))
+
+
+GGML_LOG_ERROR = 4  # ggml_log_level in llama-cpp-python 0.3.36's llama.cpp: NONE, DEBUG, INFO, WARN, ERROR, CONT
+LLAMA_ERRORS: list[str] = []
+_SILENT = None
+
+
+def _load(llama_cls, path: Path, **kwargs):
+    """The GGUF loaded by llama.cpp (`vocab_only=True`: metadata and tokenizer, not the weights), or one line."""
+    LLAMA_ERRORS.clear()
+    try:
+        return llama_cls(model_path=str(path), verbose=False, **kwargs)
+    except ValueError as e:  # llama.cpp could not load it: not a GGUF, or an architecture it does not know
+        why = "; ".join(x for x in LLAMA_ERRORS if x)
+        raise InputError(f"--model-path: {path}: llama.cpp cannot load it ({e}{': ' + why if why else ''})") from None
+
+
 def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 1, model_path: Path | None = None,
                 say: Callable[[str], None] = print) -> None:
     try:
@@ -176,14 +213,23 @@ def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 1, model_pat
     from llama_cpp import llama_chat_format
 
     plain_templates(llama_chat_format)
-    try:
-        llama = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
-    except ValueError as e:  # llama.cpp could not load it: not a GGUF, or an architecture it does not know
-        raise InputError(f"--model-path: {path}: llama.cpp cannot load it ({e})") from None
-    fmt = chat_format(llama.metadata, path)
+    quiet_llama_cpp()
+    fmt = chat_format(_load(Llama, path, vocab_only=True).metadata, path)  # refused before the weights are read
+    llama = _load(Llama, path, n_ctx=n_ctx, n_threads=threads)
     llama.chat_format = fmt  # create_chat_completion looks the handler up by this name on every call
     name = LOCAL_MODEL if model_path is None else served_name(llama.metadata, path)
     say(f"serving {path.name} as {name!r} on http://127.0.0.1:{port}/v1 (chat format "
         f"{'its own template' if fmt == OWN_TEMPLATE else fmt}, context {n_ctx}, {threads} threads)")
-    uvicorn.run(create_app(llama, name, reshape=fmt != OWN_TEMPLATE), host="127.0.0.1", port=port,
-                log_level="warning", access_log=False)
+    stoppable(uvicorn.Server(uvicorn.Config(create_app(llama, name, reshape=fmt != OWN_TEMPLATE), host="127.0.0.1",
+                                            port=port, log_level="warning", access_log=False))).run()
+
+
+def stoppable(server):
+    """A uvicorn server that a signal (Ctrl-C, SIGTERM) ends at once. uvicorn's graceful shutdown waits for the
+    running request, and a CPU generation cannot be interrupted (see `create_app`): a SIGTERM during a 256-token reply
+    on a loaded machine left the server running for minutes. It holds nothing to save (a read-only model, in-memory
+    usage counts), so it leaves with the shell's code for the signal (130, 143)."""
+    import os
+
+    server.handle_exit = lambda sig, frame: os._exit(128 + int(sig))
+    return server
