@@ -146,8 +146,8 @@ def bench_materialize(
     per_family: Annotated[Optional[int], typer.Option(help="tasks per family (default: the world's)")] = None,
     train_share: Annotated[float, typer.Option()] = 1 / 3,
     dev_share: Annotated[float, typer.Option()] = 1 / 3,
-    receipts: Annotated[str, typer.Option(help="what a rule refusal tells the agent: explained | coded | silent")]
-    = "explained",
+    receipts: Annotated[Optional[str], typer.Option(
+        help="what a rule refusal tells the agent: explained | coded | silent (default: benchmark.receipts's)")] = None,
 ) -> None:
     """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files. --out must be new,
     empty or a benchmark (which is replaced); anything else is refused."""
@@ -159,7 +159,7 @@ def bench_materialize(
     try:
         bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir) if out_dir else None,
                                 per_family=per_family, train_share=train_share, dev_share=dev_share,
-                                receipts=receipts)
+                                **({"receipts": receipts} if receipts is not None else {}))
     except ValidationError as e:
         raise InputError(_option_error(e)) from None
     out_dir = Path(bench.out)
@@ -292,7 +292,9 @@ def eval_cmd(
     kinds = ", ".join(f"{k} {n}" for k, n in error_kinds(t.scores).items())
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
               f"{s['episodes']} episodes, {s['errors']} errors{f' ({kinds})' if kinds else ''}, "
-              f"tokens {s['tokens_in']}/{s['tokens_out']}", highlight=False)
+              f"tokens {s['tokens_in']}/{s['tokens_out']}"
+              + (f" (the user model's: {s['user_tokens_in']}/{s['user_tokens_out']} in {s['user_model_calls']} calls)"
+                 if s["user_model_calls"] else ""), highlight=False)
     if seeds > 1:  # pass^k: all k of a task's trials succeed, averaged over tasks (beside the mean, as leaderboards report)
         ks = pass_hat_k(t.scores)
         out.print(f"pass^k on {split}: " + ", ".join(f"k={k} {v:.3f}" for k, v in ks.items()), highlight=False)

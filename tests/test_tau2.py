@@ -281,3 +281,73 @@ def test_without_the_pinned_tau2_a_tau2_world_is_one_line_and_the_others_still_l
             tw.tau2_modules.cache_clear()
     monkeypatch.undo()
     assert not (tmp_path / "bench").exists()
+
+
+def test_the_user_models_tokens_are_recorded_beside_the_agents(benches, monkeypatch, free_port):
+    """tau2's user simulator through the openai backend, against a fake OpenAI-compatible server that reports its own
+    usage: every call it answered is in the episode's user_tokens_in / user_tokens_out / user_model_calls (scores.csv),
+    apart from the agent's tokens, and a scripted user spends nothing there."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from components.memory.package import load_package
+    from components.models import make_model
+    from components.runtime.episode import run_episode
+    from components.runtime.evaluate import SCORE_COLUMNS, summary, tables
+    from components.worlds.taubench.user import ENV_VAR
+    from tests.tau2_parity import NONE
+    from tests.test_openai_backend import completion
+
+    b = benches["tau2-retail"]
+
+    def says(i):  # what the gold agent must tell the customer: the user model then speaks a second time
+        return b.tasks[i].rubric[0].args["task"]["evaluation_criteria"].get("communicate_info")
+
+    item = next(i for i in b.ids("test") if b.tasks[i].requests and says(i))
+    seen: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the stdlib's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body)
+            if body.get("response_format"):  # a confirmation, asked for under its schema
+                text, usage = '{"confirmed": true}', (300, 5)
+            elif len(seen) == 1:  # the customer's opening line: the task's own (the gold agent knows it by that)
+                text, usage = b.tasks[item].first_message, (1000, 90)
+            else:
+                text, usage = "Thank you. ###STOP###", (1200, 8)
+            raw = json.dumps(completion(text, usage=usage)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        monkeypatch.setenv(ENV_VAR, json.dumps({"base_url": f"http://127.0.0.1:{server.server_address[1]}/v1",
+                                                "model": "user-sim", "max_retries": 0}))
+        agent = make_model("gold", {"benchmark": str(b.root)})
+        r = run_episode(load_package(NONE), b, item, 0, agent)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.error == "" and r.score == 1.0  # the gold, played to a user simulated over HTTP
+    expected = {"user_tokens_in": sum(1000 if i == 0 else 300 if s.get("response_format") else 1200
+                                      for i, s in enumerate(seen)),
+                "user_tokens_out": sum(90 if i == 0 else 5 if s.get("response_format") else 8
+                                       for i, s in enumerate(seen)),
+                "user_model_calls": len(seen)}
+    assert len(seen) >= 2 and all(s["model"] == "user-sim" for s in seen)
+    row = tables([r]).scores.iloc[0]
+    assert list(tables([r]).scores.columns) == SCORE_COLUMNS
+    assert {k: int(row[k]) for k in expected} == expected
+    assert (int(row["tokens_in"]), int(row["tokens_out"])) == (0, 0)  # the gold agent's: nothing of the user's
+    assert {k: summary(tables([r]).scores)[k] for k in expected} == expected
+    monkeypatch.delenv(ENV_VAR)
+    scripted = run_episode(load_package(NONE), b, item, 0, agent)
+    assert (scripted.user_tokens_in, scripted.user_tokens_out, scripted.user_model_calls) == (0, 0, 0)

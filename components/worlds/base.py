@@ -294,6 +294,10 @@ class WorldSpec:
     make_env: Callable[[Benchmark, Task], Environment]
     competence: Competence  # what a careful agent does there: the simulated agent plays the world with it
     packages: dict[str, Path] = field(default_factory=dict)  # built-in memory packages by name (none, seed, ...)
+    # the receipt modes its benchmarks can have (`benchmark.receipts`, meta.json `receipts`), checked when the world is
+    # loaded, materialized and read. More than `explained` needs a `materialize` that takes `receipts`: a world whose
+    # tools enforce no rule of their own (tau2-bench's) declares `silent` alone.
+    receipts: tuple[ReceiptMode, ...] = (ReceiptMode.explained,)
 
 
 def load_benchmark(root: str | Path) -> Benchmark:
@@ -324,6 +328,11 @@ def load_benchmark(root: str | Path) -> Benchmark:
     if "receipts" in meta and meta["receipts"] not in {m.value for m in ReceiptMode}:
         raise BenchmarkError(f"{root / 'meta.json'}: receipts: {meta['receipts']!r} is not a receipt mode "
                              f"(one of {', '.join(m.value for m in ReceiptMode)})")
+    mode = meta.get("receipts", ReceiptMode.explained.value)
+    if ReceiptMode(mode) not in spec.receipts:
+        raise BenchmarkError(f"{root / 'meta.json'}: receipts: {mode!r}, but the {meta['world']} world's receipts are "
+                             f"{' | '.join(m.value for m in spec.receipts)} (re-materialize with `ratchet bench "
+                             "materialize`)")
     targets = meta["targets"]
     if not isinstance(targets, dict) or not all(isinstance(a, list) and all(isinstance(x, str) for x in a)
                                                 for a in targets.values()):
