@@ -351,3 +351,55 @@ def test_the_user_models_tokens_are_recorded_beside_the_agents(benches, monkeypa
     monkeypatch.delenv(ENV_VAR)
     scripted = run_episode(load_package(NONE), b, item, 0, agent)
     assert (scripted.user_tokens_in, scripted.user_tokens_out, scripted.user_model_calls) == (0, 0, 0)
+
+
+# -- receipts and diagnosis where no counterfactual exists -------------------------------------------------------
+
+
+def test_tau2_benchmarks_are_silent_and_another_receipt_mode_is_one_line(benches, tmp_path):
+    """tau2's tools refuse only the impossible: its world declares `silent` receipts alone, its benchmarks say so in
+    meta.json, `benchmark.receipts: silent` materializes one, and explained or coded is refused in one line, at
+    materialize and at load."""
+    import shutil
+
+    from components.params import BenchmarkParams
+    from components.worlds import BenchmarkError, ReceiptMode, load_benchmark, world
+
+    for name in WORLDS:
+        assert world(name).receipts == (ReceiptMode.silent,) and not world(name).counterfactual
+        assert benches[name].meta["receipts"] == "silent" and benches[name].receipts is ReceiptMode.silent
+    for mode in ("explained", "coded"):
+        with pytest.raises(BenchmarkError, match=f"^benchmark.receipts: '{mode}': the tau2-retail world's receipts "
+                                                 r"are silent only \(set benchmark.receipts: silent\)$"):
+            BenchmarkParams(world="tau2-retail", receipts=mode, out=str(tmp_path / mode)).materialize()
+        assert not (tmp_path / mode).exists()
+    made = load_benchmark(BenchmarkParams(world="tau2-retail", receipts="silent", per_family=3,
+                                          out=str(tmp_path / "silent")).materialize())
+    assert made.receipts is ReceiptMode.silent and len(made.ids("test")) == 3
+    # a tau2 benchmark whose meta.json says otherwise (an older materialization) is refused where it is read
+    shutil.copytree(made.root, tmp_path / "old")
+    meta = json.loads((tmp_path / "old" / "meta.json").read_text())
+    del meta["receipts"]
+    (tmp_path / "old" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(BenchmarkError, match=r"meta.json: receipts: 'explained', but the tau2-retail world's receipts "
+                                             r"are silent \(re-materialize"):
+        load_benchmark(tmp_path / "old")
+
+
+def test_failures_in_a_world_without_fault_switches_are_unlabelled_not_external(benches):
+    """No counterfactual exists for tau2: the hidden-cause table labels every failed episode `unlabelled` without
+    replaying anything (the simulated agent has no fault to switch off there), so localization is unscored."""
+    import pandas as pd
+
+    from components.memory.package import load_package
+    from components.models.counterfactual import UNLABELLED, causes_table
+    from tests.tau2_parity import NONE
+
+    b = benches["tau2-airline"]
+    items = b.ids("train")[:3]
+    scores = pd.DataFrame({"item_id": items + items[:1], "seed": [0, 0, 0, 1], "success": [False, False, True, False],
+                           "error": ["", "model: empty: x", "", ""]})
+    causes = causes_table(load_package(NONE), b, scores)
+    assert list(causes["cause"]) == [UNLABELLED] * 3 and list(causes["replays"]) == [0] * 3
+    assert [(i, int(s)) for i, s in zip(causes["item_id"], causes["seed"])] == [(items[0], 0), (items[1], 0),
+                                                                                  (items[0], 1)]

@@ -298,6 +298,10 @@ class WorldSpec:
     # loaded, materialized and read. More than `explained` needs a `materialize` that takes `receipts`: a world whose
     # tools enforce no rule of their own (tau2-bench's) declares `silent` alone.
     receipts: tuple[ReceiptMode, ...] = (ReceiptMode.explained,)
+    # the simulated agent plays this world with fault switches (its `competence`), so a failed episode's cause is found
+    # by replaying it with them off (`components.models.counterfactual`). False (a world a real model plays, with no
+    # fault to switch off): failures are `unlabelled` and diagnosis localization is reported as unscored.
+    counterfactual: bool = True
 
 
 def load_benchmark(root: str | Path) -> Benchmark:

@@ -99,7 +99,7 @@ def _spec(name: str) -> WorldSpec:
 
     return WorldSpec(name, materialize, make_env, Tau2Competence(frozenset(TARGETS[domain])),
                      {name: PACKAGES / name for name in ("none", "seed")},  # world-neutral: no cards
-                     receipts=RECEIPTS)
+                     receipts=RECEIPTS, counterfactual=False)  # no fault of a real model's can be switched off
 
 
 def retail() -> WorldSpec:
