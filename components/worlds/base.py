@@ -101,7 +101,9 @@ class Score:
 
 
 class Environment(Protocol):
-    """One episode of a world, as the chat harness sees it."""
+    """One episode of a world, as the chat harness sees it. Optional: `party_usage` (a `Usage`), what the episode's
+    other party spent on a model of its own (a user simulated by an LLM), recorded beside the agent's tokens
+    (`components.runtime.episode.party_usage`); a world without one spends nothing there."""
 
     system_prompt: str
     tools: list[dict]
