@@ -416,3 +416,17 @@ def test_failures_in_a_world_without_fault_switches_are_unlabelled_not_external(
     assert list(causes["cause"]) == [UNLABELLED] * 3 and list(causes["replays"]) == [0] * 3
     assert [(i, int(s)) for i, s in zip(causes["item_id"], causes["seed"])] == [(items[0], 0), (items[1], 0),
                                                                                   (items[0], 1)]
+
+
+def test_a_mutation_edits_a_write_no_later_gold_write_overwrites():
+    """A gold plan that writes one target twice (tau2 retail-22 sets the account's address twice): dropping or
+    changing the first write would leave the final database as gold, so the mutation edits the next write instead."""
+    from components.worlds.taubench.gold import Mutation, mutate
+
+    addr1 = ("modify_user_address", {"user_id": "u", "zip": "1"})
+    addr2 = ("modify_user_address", {"user_id": "u", "zip": "2"})
+    order = ("modify_pending_order_address", {"order_id": "#W1", "zip": "1"})
+    plan = [("find_user_id_by_email", {"email": "e"}), addr1, order, addr2]
+    assert mutate(plan, Mutation.drop_write, "tau2-retail", "u") == [plan[0], addr1, addr2]
+    assert mutate(plan, Mutation.change_arg, "tau2-retail", "u")[2] == (order[0], {"order_id": "#W1", "zip": "1-x"})
+    assert mutate(plan, Mutation.drop_write, "tau2-retail", "u", [True, True, False, True]) == [plan[0], addr1, order]
