@@ -4,7 +4,8 @@ Ratchet's kernel and port, against tau2's own `evaluate_simulation` run natively
     python benchmarks/bench_tau2_parity.py [--worlds tau2-retail,tau2-airline] [--variants gold,drop_write,...]
                                            [--splits train,dev,test]
 
-Needs the `tau2` extra. Rows: world, split, variant (gold or a mutation); columns: tasks the variant applies to,
+Needs the `tau2` extra. Rows: world, split, variant (gold or a mutation); columns: tasks the variant applies to (a
+mutation that edits a gold write skips a task with no write tau2 carries out) and the split's size,
 agreement with tau2 (must be 100%), and how many score 1.0 (gold: all but the tasks named below the table, whose gold
 is incomplete for their reward basis; a mutation: none). Every task of every split is run."""
 
@@ -37,7 +38,7 @@ def main() -> None:
     args = ap.parse_args()
     variants = [None if v == "gold" else v for v in args.variants.split(",") if v]
     if not args.no_header:
-        print("| world | split | variant | tasks | agree with tau2 | score 1.0 |")
+        print("| world | split | variant | tasks run (of the split's) | agree with tau2 | score 1.0 |")
         print("|---|---|---|---|---|---|")
     notes = []
     t0 = time.time()
@@ -49,7 +50,8 @@ def main() -> None:
                     rows = parity_rows(bench, DOMAINS[name], variant, bench.ids(split))
                     agree = sum(a == b for _, a, b in rows)
                     ones = [i for i, a, _ in rows if a >= 1.0]
-                    print(f"| {name} | {split} | {variant or 'gold'} | {len(rows)} | {agree}/{len(rows)} "
+                    print(f"| {name} | {split} | {variant or 'gold'} | {len(rows)} ({len(bench.ids(split))}) | "
+                          f"{agree}/{len(rows)} "
                           f"({agree / max(1, len(rows)):.0%}) | {len(ones)} |", flush=True)
                     if variant is None and len(ones) < len(rows):
                         notes.append(f"{name} {split}: gold below 1.0: "

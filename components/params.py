@@ -128,9 +128,11 @@ class BenchmarkParams(_M):
         out = claim_output(self.out, "benchmark", option="benchmark.out", inputs=inputs)
         with atomic_dir(out) as tmp:  # built and checked aside: a refused benchmark replaces nothing
             changed = {"facts": self.facts} if self.facts else {}  # only a world that takes rule overrides gets one
-            if self.receipts is not ReceiptMode.explained:
-                if "receipts" not in inspect.signature(spec.materialize).parameters:
-                    raise BenchmarkError(f"benchmark.receipts: the {self.world} world has only explained receipts")
+            if self.receipts not in spec.receipts:  # the modes the world declares (checked when it was loaded)
+                raise BenchmarkError(f"benchmark.receipts: {self.receipts.value!r}: the {self.world} world's receipts "
+                                     f"are {' | '.join(m.value for m in spec.receipts)} only "
+                                     f"(set benchmark.receipts: {spec.receipts[0].value})")
+            if spec.receipts != (ReceiptMode.explained,):  # such a world's materialize takes them (`world()` checks)
                 changed["receipts"] = self.receipts
             spec.materialize(tmp, self.seed, self.per_family, (self.train_share, self.dev_share), **changed)
             sizes = {k: len(v) for k, v in json.loads((tmp / "splits.json").read_text(encoding="utf-8")).items()}

@@ -292,7 +292,9 @@ def eval_cmd(
     kinds = ", ".join(f"{k} {n}" for k, n in error_kinds(t.scores).items())
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
               f"{s['episodes']} episodes, {s['errors']} errors{f' ({kinds})' if kinds else ''}, "
-              f"tokens {s['tokens_in']}/{s['tokens_out']}", highlight=False)
+              f"tokens {s['tokens_in']}/{s['tokens_out']}"
+              + (f" (the user model's: {s['user_tokens_in']}/{s['user_tokens_out']} in {s['user_model_calls']} calls)"
+                 if s["user_model_calls"] else ""), highlight=False)
     if seeds > 1:  # pass^k: all k of a task's trials succeed, averaged over tasks (beside the mean, as leaderboards report)
         ks = pass_hat_k(t.scores)
         out.print(f"pass^k on {split}: " + ", ".join(f"k={k} {v:.3f}" for k, v in ks.items()), highlight=False)
@@ -312,15 +314,18 @@ def diagnose_cmd(
 ) -> None:
     """Diagnose a finished evaluation from its traces and score the owners against the hidden counterfactual causes:
     accuracy, n, coverage, outcome-only accuracy (fitted on train) and the confusion matrix (truth -> predicted)."""
-    from components.evolution.localization import diagnose_eval
+    from components.evolution.localization import diagnose_eval, localization_notes
 
     loc = diagnose_eval(eval_dir, package, benchmark)
     keys = ["accuracy", "n", "coverage", "constant_accuracy", "outcome_only_accuracy", "trace_rule_accuracy",
-            "three_line_accuracy", "margin", "ceiling", "checks", "passes", "confusion", "compound", "per_owner"]
+            "three_line_accuracy", "margin", "ceiling", "checks", "passes", "confusion", "compound", "per_owner",
+            "scored", "unlabelled", "unscored", "diagnosed", "unattributed"]
     if as_json:
         out.print(json.dumps({k: loc[k] for k in keys}, sort_keys=True), highlight=False, markup=False)
         return
     fmt = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
+    for line in localization_notes(loc):
+        out.print(line, highlight=False)
     out.print(f"localization {fmt(loc['accuracy'])} of every scored failure (coverage {fmt(loc['coverage'])}, "
               f"n={loc['n']}; compound {loc['compound']['n']}, right on {fmt(loc['compound']['accuracy'])}; ceiling "
               f"{fmt(loc['ceiling'])}) vs trace "
@@ -499,6 +504,7 @@ def _params(params: Optional[Path], rounds: Optional[int], out_dir: Optional[Pat
 
 
 def _print_summary(summary: dict, path: Path) -> None:
+    from components.evolution.localization import localization_notes
     from components.evolution.report import round_rows
 
     table = Table(title=f"campaign {summary['campaign']}", show_lines=False)
@@ -542,6 +548,8 @@ def _print_summary(summary: dict, path: Path) -> None:
                   f"{'-' if rule is None else f'{rule:.1%}'}, outcome-only {loc['outcome_only_accuracy']:.1%} "
                   f"(n={loc['n']} incl. compound {comp.get('n', 0)}, coverage {loc.get('coverage') or 0:.1%}, "
                   "counterfactual causes)", highlight=False)
+    for line in localization_notes(loc):
+        out.print(line, highlight=False)
     out.print(f"summary: {path}", highlight=False)
     ml = summary.get("mlflow") or {}
     if ml.get("links"):  # where to look next, in the MLflow UI that `ratchet ui` serves

@@ -121,3 +121,27 @@ def test_the_trace_rule_without_refusals_cannot_see_them():
     loc = localization(*table([(f"d{r[0]}", *r[1:]) for r in rows]), fit_baselines(*train[1:]))
     assert loc["trace_rule_accuracy"] == 1.0
     assert loc["trace_rule_no_refusal_accuracy"] == 0.6  # W everywhere: the refused ones are lost
+
+
+def test_without_counterfactual_labels_localization_is_unscored_and_says_what_it_could_not_attribute():
+    """A world with no fault switches (a real benchmark): every failure is `unlabelled`. Nothing is scored (accuracy
+    None: neither 0% nor 100%), and the diagnoser's unattributed failures are counted by the evidence it had."""
+    from components.evolution.localization import localization_notes
+
+    f, c, s, sig = table([("a", "unlabelled", "", REFUSAL, "unknown"), ("b", "unlabelled", "", REFUSAL, "unknown"),
+                          ("c", "unlabelled", "", BOUNCED, "E")])
+    f = f.assign(kind=["missing_write", "wrong_args", "refusal"])
+    loc = localization(f, c, s, sig)
+    assert loc["accuracy"] is None and loc["n"] == 0 and loc["scored"] is False and not loc["passes"]
+    assert loc["unlabelled"] == 3 and "no fault switches" in loc["unscored"]
+    assert loc["diagnosed"] == 3 and loc["unattributed"] == {"missing_write": 1, "wrong_args": 1}
+    assert localization_notes(loc) == [
+        "diagnosis localization: unscored (no counterfactual cause: the world has no fault switches to replay (3 "
+        "failed episode(s) unlabelled))",
+        "diagnosis could not attribute 2 of 3 diagnosed failed episode(s) to an owner; its evidence there: "
+        "missing_write 1, wrong_args 1"]
+    # one labelled failure among them: scored (on that one alone), and nothing said about being unscored
+    f2, c2, s2, sig2 = table([("a", "unlabelled", "", REFUSAL, "unknown"), ("d", "E", "", REFUSAL, "E")])
+    loc = localization(f2.assign(kind="missing_write"), c2, s2, sig2)
+    assert loc["scored"] is True and loc["unscored"] is None and loc["n"] == 1 and loc["accuracy"] == 1.0
+    assert localization_notes(loc)[0].startswith("diagnosis could not attribute 1 of 2")

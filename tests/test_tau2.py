@@ -134,23 +134,36 @@ def test_gold_replay_scores_as_tau2_grades_it(name, split, benches):
     assert below == sorted(set(GOLD_INCOMPLETE[name]) & set(b.ids(split))), below
 
 
-MUTATION_SAMPLE = 4  # tasks per world and mutation here; every task in benchmarks/bench_tau2_parity.py
+MUTATION_SAMPLE = 2  # tasks per world, mutation and split here; every task in benchmarks/bench_tau2_parity.py
+
+
+def mutation_sample(bench, model, split: str) -> list[str]:
+    """The first task of the split's first half and the last of its second half (in the split's order) that the
+    mutation applies to: a sample of every split that reaches both of its ends, found lazily (whether `drop_write` or
+    `change_arg` applies replays the gold in a scratch tau2 environment, so the split is not scanned whole)."""
+    ids = bench.ids(split)
+    half = len(ids) // 2
+    found = [next((i for i in part if model.plan(bench.tasks[i].first_message)[1] is not None), None)
+             for part in (ids[:half], ids[half:][::-1])]
+    return [i for i in found if i is not None]
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS)
 @pytest.mark.parametrize("name", sorted(WORLDS))
 def test_mutated_gold_agrees_with_tau2_and_scores_below_one(name, mutation, benches):
     """A mutation of the gold plan (a write dropped, an argument changed, a write added): tau2 agrees with Ratchet's
-    score, and the score drops below 1.0. Here on the first test-split tasks the mutation applies to (each episode
-    costs two tau2 evaluations); the full table over every task is `python benchmarks/bench_tau2_parity.py`."""
+    score, and the score drops below 1.0. Here on a sample of every split (train, dev and test: `mutation_sample`;
+    each episode costs two tau2 evaluations); the full table over every task of every split is
+    `python benchmarks/bench_tau2_parity.py`."""
     from components.models import make_model
 
     b = benches[name]
     model = make_model("gold", {"benchmark": str(b.root), "mutation": mutation})
-    items = [i for i in b.ids("test") if model.plan(b.tasks[i].first_message)[1] is not None][:MUTATION_SAMPLE]
-    assert len(items) == MUTATION_SAMPLE
-    rows = parity_rows(b, WORLDS[name], mutation, items)
-    assert [(i, ours) for i, ours, tau2 in rows if ours != tau2] == []
+    items = {split: mutation_sample(b, model, split) for split in ("train", "dev", "test")}
+    assert {split: len(v) for split, v in items.items()} == dict.fromkeys(items, MUTATION_SAMPLE), items
+    rows = parity_rows(b, WORLDS[name], mutation, [i for v in items.values() for i in v])
+    assert len(rows) == 3 * MUTATION_SAMPLE
+    assert [(i, ours, tau2) for i, ours, tau2 in rows if ours != tau2] == []
     assert [i for i, ours, _ in rows if ours >= 1.0] == []
 
 
@@ -281,3 +294,139 @@ def test_without_the_pinned_tau2_a_tau2_world_is_one_line_and_the_others_still_l
             tw.tau2_modules.cache_clear()
     monkeypatch.undo()
     assert not (tmp_path / "bench").exists()
+
+
+def test_the_user_models_tokens_are_recorded_beside_the_agents(benches, monkeypatch, free_port):
+    """tau2's user simulator through the openai backend, against a fake OpenAI-compatible server that reports its own
+    usage: every call it answered is in the episode's user_tokens_in / user_tokens_out / user_model_calls (scores.csv),
+    apart from the agent's tokens, and a scripted user spends nothing there."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from components.memory.package import load_package
+    from components.models import make_model
+    from components.runtime.episode import run_episode
+    from components.runtime.evaluate import SCORE_COLUMNS, summary, tables
+    from components.worlds.taubench.user import ENV_VAR
+    from tests.tau2_parity import NONE
+    from tests.test_openai_backend import completion
+
+    b = benches["tau2-retail"]
+
+    def says(i):  # what the gold agent must tell the customer: the user model then speaks a second time
+        return b.tasks[i].rubric[0].args["task"]["evaluation_criteria"].get("communicate_info")
+
+    item = next(i for i in b.ids("test") if b.tasks[i].requests and says(i))
+    seen: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the stdlib's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body)
+            if body.get("response_format"):  # a confirmation, asked for under its schema
+                text, usage = '{"confirmed": true}', (300, 5)
+            elif len(seen) == 1:  # the customer's opening line: the task's own (the gold agent knows it by that)
+                text, usage = b.tasks[item].first_message, (1000, 90)
+            else:
+                text, usage = "Thank you. ###STOP###", (1200, 8)
+            raw = json.dumps(completion(text, usage=usage)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        monkeypatch.setenv(ENV_VAR, json.dumps({"base_url": f"http://127.0.0.1:{server.server_address[1]}/v1",
+                                                "model": "user-sim", "max_retries": 0}))
+        agent = make_model("gold", {"benchmark": str(b.root)})
+        r = run_episode(load_package(NONE), b, item, 0, agent)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.error == "" and r.score == 1.0  # the gold, played to a user simulated over HTTP
+    expected = {"user_tokens_in": sum(1000 if i == 0 else 300 if s.get("response_format") else 1200
+                                      for i, s in enumerate(seen)),
+                "user_tokens_out": sum(90 if i == 0 else 5 if s.get("response_format") else 8
+                                       for i, s in enumerate(seen)),
+                "user_model_calls": len(seen)}
+    assert len(seen) >= 2 and all(s["model"] == "user-sim" for s in seen)
+    row = tables([r]).scores.iloc[0]
+    assert list(tables([r]).scores.columns) == SCORE_COLUMNS
+    assert {k: int(row[k]) for k in expected} == expected
+    assert (int(row["tokens_in"]), int(row["tokens_out"])) == (0, 0)  # the gold agent's: nothing of the user's
+    assert {k: summary(tables([r]).scores)[k] for k in expected} == expected
+    monkeypatch.delenv(ENV_VAR)
+    scripted = run_episode(load_package(NONE), b, item, 0, agent)
+    assert (scripted.user_tokens_in, scripted.user_tokens_out, scripted.user_model_calls) == (0, 0, 0)
+
+
+# -- receipts and diagnosis where no counterfactual exists -------------------------------------------------------
+
+
+def test_tau2_benchmarks_are_silent_and_another_receipt_mode_is_one_line(benches, tmp_path):
+    """tau2's tools refuse only the impossible: its world declares `silent` receipts alone, its benchmarks say so in
+    meta.json, `benchmark.receipts: silent` materializes one, and explained or coded is refused in one line, at
+    materialize and at load."""
+    import shutil
+
+    from components.params import BenchmarkParams
+    from components.worlds import BenchmarkError, ReceiptMode, load_benchmark, world
+
+    for name in WORLDS:
+        assert world(name).receipts == (ReceiptMode.silent,) and not world(name).counterfactual
+        assert benches[name].meta["receipts"] == "silent" and benches[name].receipts is ReceiptMode.silent
+    for mode in ("explained", "coded"):
+        with pytest.raises(BenchmarkError, match=f"^benchmark.receipts: '{mode}': the tau2-retail world's receipts "
+                                                 r"are silent only \(set benchmark.receipts: silent\)$"):
+            BenchmarkParams(world="tau2-retail", receipts=mode, out=str(tmp_path / mode)).materialize()
+        assert not (tmp_path / mode).exists()
+    made = load_benchmark(BenchmarkParams(world="tau2-retail", receipts="silent", per_family=3,
+                                          out=str(tmp_path / "silent")).materialize())
+    assert made.receipts is ReceiptMode.silent and len(made.ids("test")) == 3
+    # a tau2 benchmark whose meta.json says otherwise (an older materialization) is refused where it is read
+    shutil.copytree(made.root, tmp_path / "old")
+    meta = json.loads((tmp_path / "old" / "meta.json").read_text())
+    del meta["receipts"]
+    (tmp_path / "old" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(BenchmarkError, match=r"meta.json: receipts: 'explained', but the tau2-retail world's receipts "
+                                             r"are silent \(re-materialize"):
+        load_benchmark(tmp_path / "old")
+
+
+def test_failures_in_a_world_without_fault_switches_are_unlabelled_not_external(benches):
+    """No counterfactual exists for tau2: the hidden-cause table labels every failed episode `unlabelled` without
+    replaying anything (the simulated agent has no fault to switch off there), so localization is unscored."""
+    import pandas as pd
+
+    from components.memory.package import load_package
+    from components.models.counterfactual import UNLABELLED, causes_table
+    from tests.tau2_parity import NONE
+
+    b = benches["tau2-airline"]
+    items = b.ids("train")[:3]
+    scores = pd.DataFrame({"item_id": items + items[:1], "seed": [0, 0, 0, 1], "success": [False, False, True, False],
+                           "error": ["", "model: empty: x", "", ""]})
+    causes = causes_table(load_package(NONE), b, scores)
+    assert list(causes["cause"]) == [UNLABELLED] * 3 and list(causes["replays"]) == [0] * 3
+    assert [(i, int(s)) for i, s in zip(causes["item_id"], causes["seed"])] == [(items[0], 0), (items[1], 0),
+                                                                                  (items[0], 1)]
+
+
+def test_a_mutation_edits_a_write_no_later_gold_write_overwrites():
+    """A gold plan that writes one target twice (tau2 retail-22 sets the account's address twice): dropping or
+    changing the first write would leave the final database as gold, so the mutation edits the next write instead."""
+    from components.worlds.taubench.gold import Mutation, mutate
+
+    addr1 = ("modify_user_address", {"user_id": "u", "zip": "1"})
+    addr2 = ("modify_user_address", {"user_id": "u", "zip": "2"})
+    order = ("modify_pending_order_address", {"order_id": "#W1", "zip": "1"})
+    plan = [("find_user_id_by_email", {"email": "e"}), addr1, order, addr2]
+    assert mutate(plan, Mutation.drop_write, "tau2-retail", "u") == [plan[0], addr1, addr2]
+    assert mutate(plan, Mutation.change_arg, "tau2-retail", "u")[2] == (order[0], {"order_id": "#W1", "zip": "1-x"})
+    assert mutate(plan, Mutation.drop_write, "tau2-retail", "u", [True, True, False, True]) == [plan[0], addr1, order]

@@ -288,3 +288,29 @@ def test_a_benchmark_without_targets_or_its_task_table_is_refused_by_name(tmp_pa
     (root / "tasks.csv").unlink()
     with pytest.raises(BenchmarkError, match="tasks.csv: missing"):
         load_benchmark(root)
+
+
+def test_a_world_declares_its_receipt_modes_and_a_bad_declaration_is_one_line(lamp_installed, monkeypatch, tmp_path):
+    """`WorldSpec.receipts`: the modes a world's benchmarks can have. The lamp world declares none (explained only):
+    `benchmark.receipts: silent` is refused in one line naming the modes. A declaration that is not ReceiptModes, or
+    that names more than explained with a `materialize` unable to write them, is refused when the world is loaded."""
+    import dataclasses
+    import re
+
+    import components.worlds as worlds
+    from components.params import BenchmarkParams
+    from components.worlds import BenchmarkError, ReceiptMode, world
+
+    assert world("lamp").receipts == (ReceiptMode.explained,) and world("retail").receipts == tuple(ReceiptMode)
+    with pytest.raises(BenchmarkError, match=r"^benchmark.receipts: 'silent': the lamp world's receipts are explained "
+                                             r"only \(set benchmark.receipts: explained\)$"):
+        BenchmarkParams(world="lamp", receipts="silent", out=str(tmp_path / "b")).materialize()
+    lamp = world("lamp")
+    for receipts, says in ((("silent",), "must be a non-empty tuple of ReceiptMode"),
+                           ((), "must be a non-empty tuple of ReceiptMode"),
+                           ((ReceiptMode.silent,), "declares silent, but its materialize takes no `receipts`")):
+        monkeypatch.setattr(worlds, "_specs", {})
+        monkeypatch.setitem(worlds.WORLDS._strategies, "lamp", dataclasses.replace(
+            worlds.WORLDS._strategies["lamp"], factory=lambda r=receipts: dataclasses.replace(lamp, receipts=r)))
+        with pytest.raises(BenchmarkError, match=f"^world 'lamp': receipts: {re.escape(says)}"):
+            world("lamp")

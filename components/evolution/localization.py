@@ -25,6 +25,8 @@ the constant guess too, is scored by the same rule. Figures:
     margin              accuracy - trace_rule_accuracy
     checks, passes      coverage >= MIN_COVERAGE, accuracy >= MIN_ACCURACY, margin >= MIN_MARGIN
     per_owner, confusion  truth -> predicted counts
+    scored, unlabelled, unscored, diagnosed, unattributed   `attribution`: where no counterfactual exists (a world
+                        without fault switches) nothing is scored, and accuracy is None (unscored), never 0 or 100%
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from components.evolution.trace_rule import Owner, Signals, from_pattern, signals_frame, three_line
+from components.models.counterfactual import UNLABELLED as UNLABELLED_CAUSE
 from components.runtime.confirm import Targets
 from components.runtime.evaluate import HIDDEN
 
@@ -170,8 +173,9 @@ def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFr
     signals: episode_id, pattern (`trace_rule.signals_frame`; without them no trace-rule figure). `baselines`: fitted
     elsewhere (train); without them each is cross-fitted over two halves of the items."""
     m = labelled(causes, scores, signals).merge(findings[["episode_id", "owner"]], on="episode_id")
+    scope = attribution(findings, causes)
     if m.empty:
-        return {**EMPTY, "compound": dict(EMPTY["compound"]), "checks": dict(EMPTY["checks"])}
+        return {**EMPTY, "compound": dict(EMPTY["compound"]), "checks": dict(EMPTY["checks"]), **scope}
     m["pred"] = m["owner"].map(lambda o: OWNER_OF.get(o, o))
     m["covered"] = m["pred"] != UNKNOWN
     m["hit"] = [p in n for p, n in zip(m["pred"], m["needed"])]
@@ -207,7 +211,26 @@ def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFr
                          "constant": _rate(pd.Series(_best(comp).value, index=comp.index), comp["needed"])
                          if len(comp) else None,
                          "no_fix": int(sum(not n for n in comp["needed"]))},
-            "checks": checks, "passes": all(checks.values()), "per_owner": per_owner, "confusion": confusion}
+            "checks": checks, "passes": all(checks.values()), "per_owner": per_owner, "confusion": confusion, **scope}
+
+
+def attribution(findings: pd.DataFrame, causes: pd.DataFrame) -> dict:
+    """What the scoring could not score and the diagnoser could not attribute:
+        scored        whether any failure has a counterfactual label to score the diagnoser against
+        unlabelled    failed episodes with no label: a world without fault switches (`WorldSpec.counterfactual`)
+        unscored      why nothing was scored (None when something was)
+        diagnosed     failed episodes the diagnoser judged; unattributed: those it named no owner for, by the
+                      kind of evidence it had (a missing, extra or wrong-argument write, a refusal, ...)"""
+    n_labelled = int(causes["cause"].isin(SINGLE + (COMPOUND,)).sum()) if "cause" in causes else 0
+    unlabelled = int((causes["cause"] == UNLABELLED_CAUSE).sum()) if "cause" in causes else 0
+    reason = None
+    if not n_labelled:
+        reason = (f"no counterfactual cause: the world has no fault switches to replay ({unlabelled} failed "
+                  "episode(s) unlabelled)") if unlabelled else "no labelled failed episode"
+    owner = findings["owner"].astype(str) if "owner" in findings else pd.Series([], dtype=str)
+    kinds = findings.loc[owner == UNKNOWN, "kind"].astype(str) if "kind" in findings else pd.Series([], dtype=str)
+    return {"scored": bool(n_labelled), "unlabelled": unlabelled, "unscored": reason, "diagnosed": int(len(findings)),
+            "unattributed": {str(k): int(n) for k, n in sorted(kinds.value_counts().items())}}
 
 
 def localization_from_rounds(out: str | Path, write_tools: frozenset[str], targets: Targets | None = None) -> dict:
@@ -294,3 +317,17 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
                  train=train_ev)
     sig = signals_frame(traces, scores, bench.write_tools, bench.meta.get("targets"))
     return localization(d.findings_frame(), _eid(read_hidden_causes(ev)), _eid(scores), sig, baselines)
+
+
+def localization_notes(loc: dict) -> list[str]:
+    """The lines a report prints for `attribution`'s figures: an unscored localization, and what the diagnosis could
+    not attribute (nothing when every failure was scored and attributed)."""
+    lines = []
+    if loc.get("scored") is False:
+        lines.append(f"diagnosis localization: unscored ({loc['unscored']})")
+    missed = loc.get("unattributed") or {}
+    if missed:
+        lines.append(f"diagnosis could not attribute {sum(missed.values())} of {loc['diagnosed']} diagnosed failed "
+                     "episode(s) to an owner; its evidence there: "
+                     + ", ".join(f"{k} {n}" for k, n in missed.items()))
+    return lines

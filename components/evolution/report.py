@@ -29,6 +29,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from components.errors import InputError
+from components.evolution.localization import localization_notes
 from components.io import atomic_write_bytes, atomic_write_json, read_json_object
 
 SCORE_COLS = ["item_id", "seed", "score", "success", "error"]
@@ -158,6 +159,8 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
         md += [f"Diagnosis localization {loc['accuracy']:.1%} of every scored failure (n={loc['n']}, compound "
                f"included) vs trace rule {'-' if rule is None else f'{rule:.1%}'}, outcome-only "
                f"{loc['outcome_only_accuracy']:.1%}.", ""]
+    notes = localization_notes(loc)
+    md += [line[0].upper() + line[1:] + "." for line in notes] + ([""] if notes else [])
     md += ["| round | owner | plan | verdict | net | dev CI (level: the look's alpha_k) | regressed | champion |",
            "|---|---|---|---|---|---|---|---|"]
     for r in round_rows(summary):

@@ -14,6 +14,9 @@ For each failed (package, item, seed), in-process with the simulator whatever ba
                         those sets (`fixing_sets`, e.g. "E+W;rho+W+C"); none -> all four off: still failing ->
                         `external`, else `compound` with no set (it takes all four fixes: no owner named is right)
 
+In a world without fault switches (`WorldSpec.counterfactual` False: a real benchmark, played by a real model)
+nothing is replayed: every failed episode is `unlabelled`, and diagnosis scoring reports itself unscored.
+
 The result is the hidden sidecar `_hidden/causes.csv`; only diagnosis scoring (`components.evolution.localization`)
 reads it. An episode that ended in a model error is `external` (no memory fixes a broken endpoint); one whose replay
 succeeds although the recorded episode failed (another model produced it) is `not_reproduced` and is not scored.
@@ -35,6 +38,7 @@ COLUMNS = ["item_id", "seed", "cause", "fired", "E_off", "rho_off", "W_off", "C_
            "replays"]
 EXTERNAL, COMPOUND, NOT_REPRODUCED = "external", "compound", "not_reproduced"
 MAX_FIX = 3  # the largest set of switches searched for a fix (of four: a fix needing all four names no owner)
+UNLABELLED = "unlabelled"  # a world without fault switches (`WorldSpec.counterfactual` False): no cause to find
 
 
 @dataclass
@@ -121,6 +125,10 @@ def causes_table(package: MemoryPackage, bench: Benchmark, scores: pd.DataFrame,
     """The hidden cause of every failed episode in `scores` (columns item_id, seed, success, error)."""
     rep = Replayer(package, bench, max_turns, rates, frozenset(learned))
     failed = scores[~scores["success"].astype(bool)]
+    if not world(bench.world).counterfactual:  # nothing to replay: every failure stays unlabelled, none is scored
+        rows = [{**dict.fromkeys(COLUMNS, ""), "item_id": str(r.item_id), "seed": int(r.seed), "cause": UNLABELLED,
+                 "replays": 0} for r in failed.itertuples(index=False)]
+        return pd.DataFrame(rows, columns=COLUMNS)
     rows = [rep.cause(str(r.item_id), int(r.seed), "" if pd.isna(r.error) else str(r.error))
             for r in failed.itertuples(index=False)]
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -10,6 +10,7 @@ from components.models.base import ChatModel, ModelError
 from components.runtime.chat import ChatHarness
 from components.runtime.kernel import Episode, run_turn
 from components.runtime.trace import TraceStep
+from components.runtime.types import Usage
 from components.worlds import Benchmark, world
 
 MAX_TURNS = 40
@@ -32,6 +33,10 @@ class EpisodeResult:
     model_calls: int
     tool_calls: int
     error: str
+    # what the simulated party's own model spent (an LLM user on a server: `Environment.party_usage`); 0 otherwise
+    user_tokens_in: int = 0
+    user_tokens_out: int = 0
+    user_model_calls: int = 0
     criteria: dict[str, float] = field(default_factory=dict)
     steps: list[TraceStep] = field(default_factory=list)
     resumed: bool = False  # read back from a journal: finished (and paid for) by an earlier run
@@ -46,7 +51,8 @@ class EpisodeResult:
     def row(self) -> dict:
         return {"item_id": self.item_id, "seed": self.seed, "score": self.score, "success": self.success,
                 "turns": self.turns, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
-                "model_calls": self.model_calls, "tool_calls": self.tool_calls, "error": self.error}
+                "model_calls": self.model_calls, "tool_calls": self.tool_calls, "user_tokens_in": self.user_tokens_in,
+                "user_tokens_out": self.user_tokens_out, "user_model_calls": self.user_model_calls, "error": self.error}
 
 
 def failed_step(ep: Episode, port: ChatHarness, e: ModelError) -> TraceStep:
@@ -59,6 +65,17 @@ def failed_step(ep: Episode, port: ChatHarness, e: ModelError) -> TraceStep:
         checks=[], observation={"error": str(e), "kind": e.kind, **({"text": e.text} if e.text else {})},
         state_after=state, fingerprint=[f"error:{e.kind}"],
     ).sealed()
+
+
+def party_usage(env) -> Usage:
+    """What the episode's other party spent on a model of its own: `Environment.party_usage`, which a world whose
+    user is simulated by a model provides (none: Usage(), a scripted party spends nothing)."""
+    got = getattr(env, "party_usage", None)
+    if got is None:
+        return Usage()
+    if not isinstance(got, Usage):
+        raise TypeError(f"{type(env).__name__}.party_usage: must be a Usage, got {type(got).__name__}")
+    return got
 
 
 def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: int, model: ChatModel,
@@ -78,9 +95,11 @@ def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: in
         ep.steps.append(failed_step(ep, port, e))
     score = env.score(port.transcript())
     ok = score.success and not error
+    party = party_usage(env)
     result = EpisodeResult(
         item_id=item_id, seed=seed, score=0.0 if error else score.reward, success=ok, turns=len(ep.steps),
         tokens_in=port.usage.tokens_in, tokens_out=port.usage.tokens_out, model_calls=port.usage.calls,
-        tool_calls=port.tool_calls, error=error, criteria=score.criteria, steps=ep.steps, timings=ep.timings,
+        tool_calls=port.tool_calls, error=error, user_tokens_in=party.tokens_in, user_tokens_out=party.tokens_out,
+        user_model_calls=party.calls, criteria=score.criteria, steps=ep.steps, timings=ep.timings,
     )
     return result

@@ -1,6 +1,7 @@
 """Evaluation: every (item, seed) episode of a package on a benchmark split, as tables.
 
-    scores.csv            item_id, seed, score, success, turns, tokens_in, tokens_out, model_calls, tool_calls, error
+    scores.csv            item_id, seed, score, success, turns, tokens_in, tokens_out, model_calls, tool_calls,
+                          user_tokens_in, user_tokens_out, user_model_calls (a simulated user's own model), error
     traces.parquet        one row per turn (see `trace.py`), with item_id and seed
     _hidden/causes.csv    the hidden ground-truth cause of each failed episode: read only by diagnosis scoring
     .timings.parquet      when each turn and its phases ran (wall clock; `TIMING_COLUMNS`): read only to draw MLflow
@@ -34,7 +35,7 @@ from components.runtime.trace import steps_frame
 from components.worlds import Benchmark, load_benchmark
 
 SCORE_COLUMNS = ["item_id", "seed", "score", "success", "turns", "tokens_in", "tokens_out", "model_calls",
-                 "tool_calls", "error"]
+                 "tool_calls", "user_tokens_in", "user_tokens_out", "user_model_calls", "error"]
 HIDDEN = "_hidden"
 TIMINGS = ".timings.parquet"
 TIMING_COLUMNS = ["item_id", "seed", "step", "i", "phase", "start_ns", "end_ns"]  # i: the order in its episode
@@ -215,6 +216,9 @@ def summary(scores: pd.DataFrame) -> dict[str, float]:
         "tokens_out": int(scores["tokens_out"].sum()) if len(scores) else 0,
         "model_calls": int(scores["model_calls"].sum()) if len(scores) else 0,
         "tool_calls": int(scores["tool_calls"].sum()) if len(scores) else 0,
+        # a simulated user's own model (0 for a scripted one); absent from a scores.csv older than these columns
+        **{k: int(scores[k].sum()) if len(scores) and k in scores else 0
+           for k in ("user_tokens_in", "user_tokens_out", "user_model_calls")},
         **{f"errors_{k}": n for k, n in error_kinds(scores).items()},
     }
 

@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from components.registry import Registry
-from components.worlds.base import Benchmark, BenchmarkError, Environment, Task, WorldSpec, load_benchmark
+from components.worlds.base import Benchmark, BenchmarkError, Environment, ReceiptMode, Task, WorldSpec, load_benchmark
 from components.worlds.competence import Competence
 
 ENTRY_POINT_GROUP = "ratchet.worlds"
@@ -37,7 +37,7 @@ def _retail() -> WorldSpec:
     from components.worlds.retail.env import RetailEnv
 
     packages = {name: PACKAGES / name for name in ("none", "seed", "all-skills", "reference")}
-    return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence(), packages)
+    return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence(), packages, tuple(ReceiptMode))
 
 
 @WORLDS.register("airline")
@@ -48,7 +48,7 @@ def _airline() -> WorldSpec:
     from components.worlds.airline.env import AirlineEnv
 
     packages = {name: PACKAGES / "airline" / name for name in ("none", "seed", "all-skills", "reference")}
-    return WorldSpec("airline", airline.materialize, AirlineEnv, AirlineCompetence(), packages)
+    return WorldSpec("airline", airline.materialize, AirlineEnv, AirlineCompetence(), packages, tuple(ReceiptMode))
 
 
 def discover() -> None:
@@ -114,9 +114,24 @@ def world(name: str) -> WorldSpec:
     spec = WORLDS.make(name, {}, where="world")
     if not isinstance(spec, WorldSpec) or spec.name != name:
         raise BenchmarkError(f"world {name!r}: its factory must return a WorldSpec named {name!r} (got {spec!r:.80})")
+    _check_receipts(spec)
     _specs[name] = spec
     return spec
 
 
+def _check_receipts(spec: WorldSpec) -> None:
+    """A world's declared receipt modes: a non-empty tuple of `ReceiptMode`s, and a `materialize` that takes
+    `receipts` unless the world's one mode is the default a benchmark's meta.json leaves out (explained)."""
+    import inspect
+
+    modes = spec.receipts
+    if not isinstance(modes, tuple) or not modes or not all(isinstance(m, ReceiptMode) for m in modes):
+        raise BenchmarkError(f"world {spec.name!r}: receipts: must be a non-empty tuple of ReceiptMode "
+                             f"({', '.join(m.value for m in ReceiptMode)}); got {modes!r:.80}")
+    if modes != (ReceiptMode.explained,) and "receipts" not in inspect.signature(spec.materialize).parameters:
+        raise BenchmarkError(f"world {spec.name!r}: receipts: declares {' | '.join(m.value for m in modes)}, but its "
+                             "materialize takes no `receipts` argument to write them")
+
+
 __all__ = ["Benchmark", "BenchmarkError", "Competence", "ENTRY_POINT_GROUP", "Environment", "Task", "WORLDS",
-           "WorldSpec", "discover", "load_benchmark", "names", "world"]
+           "ReceiptMode", "WorldSpec", "discover", "load_benchmark", "names", "world"]

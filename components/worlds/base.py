@@ -101,7 +101,9 @@ class Score:
 
 
 class Environment(Protocol):
-    """One episode of a world, as the chat harness sees it."""
+    """One episode of a world, as the chat harness sees it. Optional: `party_usage` (a `Usage`), what the episode's
+    other party spent on a model of its own (a user simulated by an LLM), recorded beside the agent's tokens
+    (`components.runtime.episode.party_usage`); a world without one spends nothing there."""
 
     system_prompt: str
     tools: list[dict]
@@ -294,6 +296,14 @@ class WorldSpec:
     make_env: Callable[[Benchmark, Task], Environment]
     competence: Competence  # what a careful agent does there: the simulated agent plays the world with it
     packages: dict[str, Path] = field(default_factory=dict)  # built-in memory packages by name (none, seed, ...)
+    # the receipt modes its benchmarks can have (`benchmark.receipts`, meta.json `receipts`), checked when the world is
+    # loaded, materialized and read. More than `explained` needs a `materialize` that takes `receipts`: a world whose
+    # tools enforce no rule of their own (tau2-bench's) declares `silent` alone.
+    receipts: tuple[ReceiptMode, ...] = (ReceiptMode.explained,)
+    # the simulated agent plays this world with fault switches (its `competence`), so a failed episode's cause is found
+    # by replaying it with them off (`components.models.counterfactual`). False (a world a real model plays, with no
+    # fault to switch off): failures are `unlabelled` and diagnosis localization is reported as unscored.
+    counterfactual: bool = True
 
 
 def load_benchmark(root: str | Path) -> Benchmark:
@@ -324,6 +334,11 @@ def load_benchmark(root: str | Path) -> Benchmark:
     if "receipts" in meta and meta["receipts"] not in {m.value for m in ReceiptMode}:
         raise BenchmarkError(f"{root / 'meta.json'}: receipts: {meta['receipts']!r} is not a receipt mode "
                              f"(one of {', '.join(m.value for m in ReceiptMode)})")
+    mode = meta.get("receipts", ReceiptMode.explained.value)
+    if ReceiptMode(mode) not in spec.receipts:
+        raise BenchmarkError(f"{root / 'meta.json'}: receipts: {mode!r}, but the {meta['world']} world's receipts are "
+                             f"{' | '.join(m.value for m in spec.receipts)} (re-materialize with `ratchet bench "
+                             "materialize`)")
     targets = meta["targets"]
     if not isinstance(targets, dict) or not all(isinstance(a, list) and all(isinstance(x, str) for x in a)
                                                 for a in targets.values()):

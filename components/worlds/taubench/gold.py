@@ -7,8 +7,8 @@ not a model: it knows the task from the scripted user's first message (unique pe
 
 Mutations, each a deterministic edit of the gold plan: `drop_write` leaves out the first gold write that tau2 carries
 out (some golds hold a write tau2's own tool refuses, which changes nothing: found by replaying the gold in a scratch
-tau2 environment); `change_arg` changes that write's last argument (a string gets "-x" appended, a number +1, a list
-loses its last element); `extra_write` adds an unrequested write on the customer's account that tau2 carries out for
+tau2 environment) and that no later gold write of the same tool on the same target overwrites; `change_arg` changes that
+write's last argument (a string gets "-x" appended, a number +1, a list loses its last element); `extra_write` adds an unrequested write on the customer's account that tau2 carries out for
 any existing customer (`EXTRA`: retail changes the account address, airline sends a certificate), after the gold
 actions but before a transfer to a human (which ends the call). A plan that `drop_write` or `change_arg` cannot edit
 (no gold write that tau2 carries out) is not played: `plan` returns None for it.
@@ -90,7 +90,12 @@ def mutate(plan: list[tuple[str, dict]], mutation: Mutation | None, world: str, 
         return plan[:end] + [EXTRA[DOMAINS[world]](user)] + plan[end:]
     writes = TARGETS[DOMAINS[world]]
     carried = carried or [True] * len(plan)
-    first = next((i for i, (name, _) in enumerate(plan) if name in writes and carried[i]), None)
+    # the first write tau2 carries out that no later gold write of the same tool on the same target overwrites
+    # (dropping or changing an overwritten write leaves the final database as gold: retail-22 sets the account's
+    # address twice)
+    key = lambda name, args: (name, tuple(str(args.get(a)) for a in writes.get(name, [])))  # noqa: E731
+    first = next((i for i, (name, args) in enumerate(plan) if name in writes and carried[i]
+                  and key(name, args) not in {key(n, a) for n, a in plan[i + 1:]}), None)
     if first is None:
         return None
     if mutation is Mutation.drop_write:

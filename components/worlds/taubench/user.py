@@ -10,8 +10,9 @@ own (`tau2/user/user_simulator.py`'s SYSTEM_PROMPT over `simulation_guidelines.m
 conversation is shown with the roles flipped as tau2 does, and the agent opens with tau2's greeting. A reply holding
 one of tau2's stop tokens (###STOP###, ###TRANSFER###, ###OUT-OF-SCOPE###) ends the call. A `confirm` is put to it as
 the agent's question, and its answer is asked for under the JSON schema {"confirmed": boolean}. Every call it makes
-is kept in `calls` (request, reply, usage); with `reply_store: <path>` among the options and temperature 0, its replies
-go through a reply store like the agent's (a request seen before is answered from it).
+is kept in `calls` (request, reply, usage) and summed in `usage`: the episode's `user_tokens_in`, `user_tokens_out`
+and `user_model_calls` in scores.csv, beside the agent's own. With `reply_store: <path>` among the options and
+temperature 0, its replies go through a reply store like the agent's (a request seen before is answered from it).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pathlib import Path
 import yaml
 
 from components.errors import InputError
+from components.models.base import ModelError, add_usage
+from components.runtime.types import Usage
 
 ENV_VAR = "RATCHET_TAU2_USER"
 SCRIPTED_REPLIES = 12
@@ -44,6 +47,7 @@ class ScriptedUser:
         self.replies = 0
         self.stopped = False
         self.calls: list[dict] = []
+        self.usage = Usage()  # a script spends nothing
 
     def first(self) -> str:
         return self._first
@@ -93,6 +97,7 @@ class LLMUser:
         self.history: list[dict] = [{"role": "agent", "content": GREETING}]
         self.stopped = False
         self.calls: list[dict] = []
+        self.usage = Usage()  # every call's, a failed one's too (the episode's `user_tokens_in`, ... in scores.csv)
 
     def _messages(self) -> list[dict]:
         # tau2's flip_roles: the agent speaks as "user" to the simulator, the simulator's own lines are "assistant"
@@ -102,7 +107,12 @@ class LLMUser:
 
     def _ask(self, json_mode: bool | dict = False) -> str:
         msgs = self._messages()
-        res = self.model.complete(msgs, tools=None, seed=self.seed, json_mode=json_mode)
+        try:
+            res = self.model.complete(msgs, tools=None, seed=self.seed, json_mode=json_mode)
+        except ModelError as e:  # what the failed call(s) spent all the same
+            self.usage = add_usage(self.usage, e.usage)
+            raise
+        self.usage = add_usage(self.usage, res.usage)
         self.calls.append({"messages": msgs, "reply": res.content, "usage": res.usage.model_dump()})
         return res.content or ""
 

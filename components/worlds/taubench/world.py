@@ -22,9 +22,9 @@ from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 
-from components.runtime.types import Receipt, ToolCall, Turn
-from components.worlds.base import (Benchmark, BenchmarkError, Criterion, Gold, GoldAction, Score, Task, system_preamble,
-                                    write_benchmark)
+from components.runtime.types import Receipt, ToolCall, Turn, Usage
+from components.worlds.base import (Benchmark, BenchmarkError, Criterion, Gold, GoldAction, ReceiptMode, Score, Task,
+                                    system_preamble, write_benchmark)
 from components.worlds.taubench import TARGETS, TAU2_DIST, TAU2_VERSION
 
 CRITERION = "tau2_reward"  # the rubric's one criterion: its args hold tau2's task
@@ -123,7 +123,8 @@ def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_fam
     meta = {"world": world, "version": VERSION, "seed": seed, "n_tasks": len(tasks),
             "source": {"dist": TAU2_DIST, "version": TAU2_VERSION, "domain": domain},
             "families": {}, "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(targets),
-            "targets": {t: list(targets[t]) for t in sorted(targets)}}
+            "targets": {t: list(targets[t]) for t in sorted(targets)},
+            "receipts": ReceiptMode.silent.value}  # `RECEIPTS`: tau2's tools enforce no policy rule
     # train items carry tau2's gold writes (evaluation_criteria.actions) as evidence from outcomes; dev and test gold
     # stays in the rubric, read by scoring alone
     train_ids = set(splits["train"])
@@ -182,6 +183,11 @@ class Tau2Env:
     @property
     def user_stopped(self) -> bool:
         return self.user.stopped
+
+    @property
+    def party_usage(self) -> Usage:
+        """What tau2's user simulator spent on its own model this episode (nothing for the scripted user)."""
+        return self.user.usage
 
     def first_message(self) -> str:
         return self.user.first()
