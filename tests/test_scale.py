@@ -1,0 +1,103 @@
+"""Many campaigns, workers elsewhere (issue 29): every path a task receives is absolute, resolved once at the flow's
+door; a worker in another directory gets identical results; a ledger that is not the campaign's is an error, never a
+clean budget stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PACKAGES
+
+
+def test_the_door_makes_every_task_path_absolute_and_records_them_as_given(tmp_path, monkeypatch):
+    from components.params import load_params, recorded_path
+    from flows.campaign import budget_spec
+
+    monkeypatch.chdir(tmp_path)
+    given = load_params(None, {"benchmark.out": "bench", "campaign.out": "runs/c", "campaign.start": "pkgs/seed",
+                               "evidence.db": "ev/evidence.db", "campaign.tracking_uri": "sqlite:///ml/mlflow.db"})
+    p = given.resolved()
+    assert p.benchmark.out == str(tmp_path / "bench") and p.campaign.out == str(tmp_path / "runs/c")
+    assert p.campaign.start == str(tmp_path / "pkgs/seed") and p.evidence.db == str(tmp_path / "ev/evidence.db")
+    assert p.campaign.tracking_uri == f"sqlite:///{tmp_path / 'ml/mlflow.db'}"
+    spec = budget_spec(p)
+    assert all(Path(spec[k]).is_absolute() for k in ("db", "call_cache"))
+    assert p.resolved() == p  # idempotent: a subflow resolving again changes nothing
+    assert p.recorded() == given  # records show the paths as given (inside the working directory: relative)
+    assert recorded_path(str(tmp_path.parent / "x")) == str(tmp_path.parent / "x")  # outside it: absolute
+    # a URL is not a path
+    urls = load_params(None, {"evidence.db": "postgresql+psycopg://h/db", "campaign.tracking_uri": "http://h:5000"})
+    assert urls.resolved().evidence.db == "postgresql+psycopg://h/db"
+    assert urls.resolved().campaign.tracking_uri == "http://h:5000"
+
+
+def test_a_ledger_without_the_campaign_wallet_is_an_error_not_a_budget_stop(tmp_path):
+    """What a shard saw when it opened a ledger relative to its own directory: before, a BudgetExceeded, which the
+    campaign took for a clean stop (0 rounds, exit 0)."""
+    from components.errors import StorageError
+    from components.evidence.budget import BudgetExceeded, BudgetLedger
+
+    ledger = BudgetLedger(tmp_path / "budget.sqlite")
+    with pytest.raises(StorageError) as e:
+        ledger.reserve("default", {"model_calls": 1.0})
+    assert not isinstance(e.value, BudgetExceeded) and e.value.filename == str(tmp_path / "budget.sqlite")
+    assert "wallet 'default' does not exist" in e.value.strerror
+
+
+@pytest.fixture
+def worker_elsewhere(prefect_server, tmp_path):
+    """A Dask scheduler, and one worker process in a directory of its own with its own Prefect home and result
+    storage (as on another machine sharing only the filesystem paths it is given) and no PYTHONPATH: the installed
+    package only."""
+    from distributed import Client, LocalCluster
+
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("RATCHET_", "MLFLOW_"))}
+    env.update(PREFECT_API_URL=prefect_server, PREFECT_HOME=str(where / "prefect"),
+               PREFECT_LOCAL_STORAGE_PATH=str(where / "storage"))
+    with LocalCluster(n_workers=0, processes=True, dashboard_address=None) as cluster:
+        proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+                                 "--nworkers", "1", "--nthreads", "1", "--no-dashboard"], cwd=where, env=env,
+                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "worker.log", "wb"))
+        try:
+            with Client(cluster.scheduler_address) as client:
+                client.wait_for_workers(1, timeout=180)
+            yield cluster.scheduler_address, where
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
+def test_a_worker_in_another_directory_gives_identical_results(worker_elsewhere, tmp_path, monkeypatch):
+    """A campaign given relative paths, its shards run by a worker in another directory: the same certification
+    (scores, CI) as the same campaign on threads in this process, and nothing written where the worker runs."""
+    from components.params import load_params
+    from components.worlds import world
+    from flows.campaign import run_campaign
+
+    address, where = worker_elsewhere
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    world("retail").materialize(project / "bench", 0, 3)
+    common = {"benchmark.out": "bench", "benchmark.per_family": 3, "campaign.start": str(PACKAGES / "reference"),
+              "campaign.rounds": 0, "campaign.seeds": 2, "campaign.shard_size": 2, "gate.n_boot": 1000,
+              "evidence.db": "evidence.db"}
+    threads = run_campaign(load_params(None, {**common, "campaign.out": "threads"}))
+    dask = run_campaign(load_params(None, {**common, "campaign.out": "dask", "campaign.task_runner": "dask",
+                                           "campaign.dask_address": address}))
+    assert dask["stopped"] is None and dask["test"] is not None, dask["stopped"]
+    assert dask["test"] == threads["test"]
+    assert (project / "dask/test_evals.json").read_bytes() == (project / "threads/test_evals.json").read_bytes()
+    # the shards ran on the worker (its own result storage holds them), and it wrote nothing in its directory
+    assert any(f.name.startswith("eval_shard-") for f in (where / "storage").iterdir())
+    assert sorted(x.name for x in where.iterdir()) == ["prefect", "storage"]
+    recorded = json.loads((project / "dask/summary.json").read_text())["params"]
+    assert recorded["benchmark"]["out"] == "bench" and recorded["campaign"]["out"] == "dask"  # as given
