@@ -465,6 +465,12 @@ def prepare(p: Params, *, force: bool = False) -> None:
     start bytes, the benchmark bytes and the evolution params its lineage recorded. With `force`, Ratchet's own
     output that does not match is deleted and the campaign starts over (never anything Ratchet did not write)."""
     c = p.campaign
+    if c.task_runner == "dask" and c.dask_address:
+        from prefect.settings import get_current_settings
+
+        if not get_current_settings().api.url:  # workers that outlive the campaign report to a server that does not
+            raise InputError("campaign.dask_address: the Dask workers outlive this campaign, so the Prefect server "
+                             "they report to must too: start `ratchet server` (or export PREFECT_API_URL) first")
     bench = _existing_benchmark(p)
     out = claim_output(c.out, "campaign", option="campaign.out", force=force,
                        inputs={"start package": c.start, "benchmark": p.benchmark.out})
@@ -691,9 +697,15 @@ def run_campaign(p: Params) -> dict:
     """Run the campaign flow in this process (its rounds and certification run on the configured task runner)."""
     # here, not at import: tying imports the server's code (~2.5 CPU-s) when no server is configured, which only a
     # process that runs a flow needs (a test module or a CLI command that only imports this module does not)
+    from flows import finished
+
     tie_temporary_server_to_this_process()
+    finished.forget(p.campaign.out)
     try:
-        return campaign(p.model_dump(), name=p.campaign.name)
+        result = campaign(p.model_dump(), name=p.campaign.name)
+        if result["stopped"] is None:  # an unchanged rerun is recognized from here on (ratchet campaign run)
+            finished.record(p.resolved(), {"budget_spent": result["budget_spent"], "mlflow": result["mlflow"]})
+        return result
     except RuntimeError as e:
         if "ephemeral Prefect API server" not in str(e):
             raise

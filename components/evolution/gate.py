@@ -35,9 +35,21 @@ from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
-import pandas as pd
 
 from components.errors import InputError
+
+
+class _Pandas:
+    """pandas, imported on first use: what reads only the gate's limits and config (components.params, so every
+    command that loads params.yaml) does not pay for it (~2 CPU-s of imports)."""
+
+    def __getattr__(self, name: str):
+        import pandas
+
+        return getattr(pandas, name)
+
+
+pd = _Pandas()
 
 
 class PairingError(InputError):
