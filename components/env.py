@@ -31,6 +31,10 @@ DEFAULTS = {
     "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
     "PREFECT_UI_ENABLED": "false",
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    # a server shared by campaigns answers 503 when its SQLite database is busy (a write transaction that lost the
+    # race): the client retries it, after 2, 4, ... s. Prefect's 5 retries (~1 min) ran out with 4 campaigns at load
+    # 38 on 2 cores; 8 wait up to ~8.5 min
+    "PREFECT_CLIENT_MAX_RETRIES": "8",
     "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
     "PREFECT_TASKS_REFRESH_CACHE": "false",
     "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",

@@ -104,3 +104,55 @@ def test_a_worker_in_another_directory_gives_identical_results(worker_elsewhere,
     assert not written, written
     recorded = json.loads((project / "dask/summary.json").read_text())["params"]
     assert recorded["benchmark"]["out"] == "bench" and recorded["campaign"]["out"] == "dask"  # as given
+
+
+def test_a_finished_unchanged_campaign_is_recognized_before_prefect_mlflow_or_pandas(small_campaign, tmp_path):
+    """`ratchet campaign run` of a finished campaign that nothing has changed since prints its summary and imports
+    neither Prefect nor MLflow nor pandas; any change (here: one more round, another trace count) runs it."""
+    import yaml
+
+    from flows.finished import unchanged
+
+    p = small_campaign.params.resolved()
+    assert unchanged(p) is not None
+    for change in ({"rounds": p.campaign.rounds + 1}, {"traces_per_round": p.campaign.traces_per_round + 1}):
+        assert unchanged(p.model_copy(update={"campaign": p.campaign.model_copy(update=change)})) is None, change
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(small_campaign.params.model_dump(mode="json")))
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "flows.cli", "campaign", "run", "--params",
+                        str(params)], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "finished, and nothing it depends on has changed since: nothing to run" in r.stderr
+    assert f"champion {small_campaign.summary['champion']}" in r.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert not imported & {"prefect", "mlflow", "pandas", "great_expectations", "distributed"}, \
+        sorted(imported & {"prefect", "mlflow", "pandas", "great_expectations", "distributed"})
+
+
+def test_dask_workers_that_outlive_the_campaign_need_a_server_that_does(tmp_path, bench_dir):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from components.errors import InputError
+    from components.params import load_params
+    from flows.campaign import prepare
+
+    p = load_params(None, {"benchmark.out": str(bench_dir), "campaign.out": str(tmp_path / "c"),
+                           "campaign.task_runner": "dask", "campaign.dask_address": "tcp://127.0.0.1:8786"})
+    with temporary_settings(restore_defaults={PREFECT_API_URL}), pytest.raises(InputError, match="ratchet server"):
+        prepare(p)
+
+
+def test_a_running_ratchet_server_is_used_by_every_command_of_its_home(tmp_path, monkeypatch):
+    from components.env import SERVER_NOTE, quiet_offline, running_server
+
+    note = tmp_path / SERVER_NOTE
+    note.write_text(json.dumps({"url": "http://127.0.0.1:4999/api", "pid": os.getpid()}))
+    assert running_server(tmp_path) == "http://127.0.0.1:4999/api"
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    quiet_offline(tmp_path)
+    assert os.environ["PREFECT_API_URL"] == "http://127.0.0.1:4999/api"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    note.write_text(json.dumps({"url": "http://127.0.0.1:4999/api", "pid": int(gone.stdout)}))
+    assert running_server(tmp_path) is None  # its process is gone: a temporary server, as without a note
+    note.write_text("{")
+    assert running_server(tmp_path) is None
