@@ -37,19 +37,9 @@ from statistics import NormalDist
 import numpy as np
 
 from components.errors import InputError
+from components.lazy import LazyModule
 
-
-class _Pandas:
-    """pandas, imported on first use: what reads only the gate's limits and config (components.params, so every
-    command that loads params.yaml) does not pay for it (~2 CPU-s of imports)."""
-
-    def __getattr__(self, name: str):
-        import pandas
-
-        return getattr(pandas, name)
-
-
-pd = _Pandas()
+pd = LazyModule("pandas")  # components.params reads this module's limits and config without pandas
 
 
 class PairingError(InputError):
