@@ -31,10 +31,6 @@ DEFAULTS = {
     "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
     "PREFECT_UI_ENABLED": "false",
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-    # a server shared by campaigns answers 503 when its SQLite database is busy (a write transaction that lost the
-    # race): the client retries it, after 2, 4, ... s. Prefect's 5 retries (~1 min) ran out with 4 campaigns at load
-    # 38 on 2 cores; 8 wait up to ~8.5 min
-    "PREFECT_CLIENT_MAX_RETRIES": "8",
     "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
     "PREFECT_TASKS_REFRESH_CACHE": "false",
     "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
@@ -86,6 +82,11 @@ def quiet_offline(home: Path | None = None) -> Path:
     os.environ.setdefault("DVC_SITE_CACHE_DIR", str(home / "dvc-site-cache"))
     if not os.environ.get("PREFECT_API_URL") and (url := running_server(home)):
         os.environ["PREFECT_API_URL"] = url  # `ratchet server` runs: every command uses it, none starts its own
+    if os.environ.get("PREFECT_API_URL"):
+        # a server shared by campaigns answers 503 when its SQLite database is busy (a write that lost the race):
+        # the client retries after 2, 4, ... s. Prefect's 5 retries (~1 min) ran out with 4 campaigns at load 38 on
+        # 2 cores; 8 wait up to ~8.5 min. Not for a temporary server: a process that outlives it would wait as long
+        os.environ.setdefault("PREFECT_CLIENT_MAX_RETRIES", "8")
     for name in ("great_expectations", "mlflow", "alembic", "distributed"):
         logging.getLogger(name).setLevel(logging.WARNING)
     return home
