@@ -55,13 +55,34 @@ def project_root(root: Path | None = None) -> Path:
 def project_home(root: Path | None = None) -> Path:
     """Where local stores live: $RATCHET_HOME, else <project>/.ratchet (`project_root`)."""
     if os.environ.get("RATCHET_HOME"):
-        return Path(os.environ["RATCHET_HOME"])
-    return project_root(root) / ".ratchet"
+        return Path(os.environ["RATCHET_HOME"]).absolute()  # every store a task is given is an absolute path
+    return project_root(root).absolute() / ".ratchet"
+
+
+def default_db(db: str | None) -> str:
+    """The evidence graph: `evidence.db`, else $RATCHET_EVIDENCE_DB, else next to the MLflow store:
+    $RATCHET_HOME/evidence.db (`.ratchet/evidence.db`)."""
+    return db or os.environ.get("RATCHET_EVIDENCE_DB") or str(project_home() / "evidence.db")
+
+
+SERVER_NOTE = "prefect-server.json"  # under $RATCHET_HOME: the server `ratchet server` runs ({url, pid})
+
+
+def running_server(home: Path) -> str | None:
+    """The API URL of the Prefect server `ratchet server` runs for this home, while its process lives (else None)."""
+    import json
+
+    try:
+        note = json.loads((home / SERVER_NOTE).read_text(encoding="utf-8"))
+        os.kill(int(note["pid"]), 0)
+        return str(note["url"])
+    except (OSError, ValueError, KeyError, TypeError):  # none, unreadable, or its process is gone
+        return None
 
 
 def quiet_offline(home: Path | None = None) -> Path:
     """Set the offline/quiet environment; put Prefect's home, results and the MLflow store under `home`."""
-    home = Path(home) if home else project_home()
+    home = Path(home).absolute() if home else project_home()
     home.mkdir(parents=True, exist_ok=True)
     os.environ.update(ALWAYS)
     for key, value in DEFAULTS.items():
@@ -71,6 +92,13 @@ def quiet_offline(home: Path | None = None) -> Path:
     os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(home / "prefect" / "storage"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{home / 'mlflow.db'}")
     os.environ.setdefault("DVC_SITE_CACHE_DIR", str(home / "dvc-site-cache"))
+    if not os.environ.get("PREFECT_API_URL") and (url := running_server(home)):
+        os.environ["PREFECT_API_URL"] = url  # `ratchet server` runs: every command uses it, none starts its own
+    if os.environ.get("PREFECT_API_URL"):
+        # a server shared by campaigns answers 503 when its SQLite database is busy (a write that lost the race):
+        # the client retries after 2, 4, ... s. Prefect's 5 retries (~1 min) ran out with 4 campaigns at load 38 on
+        # 2 cores; 8 wait up to ~8.5 min. Not for a temporary server: a process that outlives it would wait as long
+        os.environ.setdefault("PREFECT_CLIENT_MAX_RETRIES", "8")
     for name in ("great_expectations", "mlflow", "alembic", "distributed"):
         logging.getLogger(name).setLevel(logging.WARNING)
     return home

@@ -251,3 +251,16 @@ def remove_output(path: str | Path, kind: str) -> None:
     os.rename(path, old / "x")
     shutil.rmtree(old, ignore_errors=True)
 
+
+def tree_stats(root: Path) -> tuple[tuple, int]:
+    """Every file's (relative path, size, mtime, ctime, inode), and the newest ctime. Writing any byte of a file moves
+    its ctime, which no user call can set back (unlike mtime), so an in-place edit changes this key."""
+    out, newest = [], 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            out.append((os.path.relpath(full, root), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+            newest = max(newest, st.st_ctime_ns)
+    return tuple(out), newest

@@ -316,6 +316,26 @@ class Params(_M):
                                          "start": resolve_start(start, str(bench.get("world", "retail")))}}
         return data
 
+    def resolved(self) -> "Params":
+        """The params with every path a task may receive absolute (a URL stays a URL), against this process's working
+        directory: called once at a flow's door, so that a shard run by a worker in another directory (another
+        machine with a shared filesystem) reads and writes the same files. Idempotent."""
+        return self._paths(_absolute)
+
+    def recorded(self) -> "Params":
+        """The params as a record shows them (summary.json, the lineage, MLflow): a path inside this working
+        directory relative to it (as the default campaign and dvc.yaml name it, so a moved or cloned project records
+        the same bytes), any other absolute. `recorded()` of `resolved()` is the params as given, normalized."""
+        return self._paths(recorded_path)
+
+    def _paths(self, fix) -> "Params":
+        c, e = self.campaign, self.evidence
+        return self.model_copy(update={
+            "benchmark": self.benchmark.model_copy(update={"out": fix(self.benchmark.out)}),
+            "campaign": c.model_copy(update={"out": fix(c.out), "start": fix(c.start),
+                                             "tracking_uri": _store(c.tracking_uri, fix)}),
+            "evidence": e.model_copy(update={"db": _store(e.db, fix)})})
+
     def identity(self) -> dict[str, Any]:
         """The evolution params a rerun must keep (dotted name -> value); see RERUN_MAY_CHANGE."""
         c = self.campaign
@@ -324,6 +344,36 @@ class Params(_M):
         ident["campaign.model_cfg"] = {k: v for k, v in c.model_cfg.items() if k not in _TRANSPORT}
         ident.update({f"gate.{k}": v for k, v in self.gate.model_dump().items()})
         return ident
+
+
+def _absolute(path: str) -> str:
+    import os
+
+    return os.path.abspath(path)  # not resolve(): a symlinked directory keeps the name it was given
+
+
+def recorded_path(path: str) -> str:
+    """A path as records show it: relative to the working directory when inside it, else absolute."""
+    import os
+
+    full = os.path.abspath(path)
+    here = os.getcwd()
+    return os.path.relpath(full, here) if full == here or full.startswith(here.rstrip(os.sep) + os.sep) else full
+
+
+def _store(where: str | None, fix) -> str | None:
+    """A store named by a path or a URL (evidence.db, campaign.tracking_uri): a path, or the file of a `sqlite:///`
+    URL, through `fix`; any other URL (a server, `sqlite://` in memory) as it is."""
+    if where is None:
+        return None
+    if where.startswith("sqlite:///") and len(where) > len("sqlite:///"):
+        file, _, query = where.removeprefix("sqlite:///").partition("?")
+        if file == ":memory:":
+            return where
+        return f"sqlite:///{fix(file)}" + (f"?{query}" if query else "")
+    if "://" in where or where.startswith("file:"):
+        return where
+    return fix(where)
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

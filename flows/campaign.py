@@ -47,7 +47,7 @@ from components.version import code_version
 from components.io import atomic_write_bytes, claim_output, mark_output, output_kind, remove_output
 from components.memory.package import digest, load_package
 from components.models.callcache import deterministic, saved
-from components.params import Params
+from components.params import Params, recorded_path
 from components.runtime.evaluate import EvalTables, benchmark_at, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
@@ -335,7 +335,7 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
                "candidate_digest": digest(cand), "benchmark_digest": b.digest, "mechanism": plan.mechanism,
                "seed_map_hash": seed_map_hash(b.ids("dev"), ev.seeds),
                # what `ratchet reproduce` needs to re-run this gate on the same bytes (and the same looks)
-               "evaluation": {"benchmark": bench, "split": "dev", "seeds": ev.seeds, "model": c.model,
+               "evaluation": {"benchmark": recorded_path(bench), "split": "dev", "seeds": ev.seeds, "model": c.model,
                               "model_cfg": c.model_cfg, "max_turns": c.max_turns, "gate": gate_cfg,
                               "sequential": {**asdict(design), "looks_used": dev_seq["looks_used"]}}}
     if not verdict.accept:
@@ -361,7 +361,7 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
 def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
     """Every input of a round: the code (components/ and flows/), the champion's bytes, the benchmark's bytes, the
     params that shape a round, and what the round reads from the lineage (rejected plans, earlier dev looks)."""
-    round_params = p.model_dump()
+    round_params = p.recorded().model_dump()  # a moved or cloned project's paths: the same key
     # where things run and what they are called, not what they compute (a round's files never name its campaign;
     # the campaign memory, which is per campaign name, is compared on replay)
     for k in ("out", "name", "tracking_uri", "traces_per_round", "task_runner", "workers", "dask_address"):
@@ -437,7 +437,8 @@ def play_round(round_no: int, p: Params, budget: dict, round_flow=None) -> dict:
 
 @flow(name="campaign", flow_run_name="campaign {name}", validate_parameters=False)
 def campaign(params: dict, name: str = "default") -> dict:
-    p = Params.model_validate(params)
+    # the door: every path below (and every path a task receives, on whichever worker) is absolute from here
+    p = Params.model_validate(params).resolved()
     c, out = p.campaign, Path(p.campaign.out)
     prepare(p)
     if not (Path(p.benchmark.out) / "meta.json").exists():
@@ -467,6 +468,12 @@ def prepare(p: Params, *, force: bool = False) -> None:
     start bytes, the benchmark bytes and the evolution params its lineage recorded. With `force`, Ratchet's own
     output that does not match is deleted and the campaign starts over (never anything Ratchet did not write)."""
     c = p.campaign
+    if c.task_runner == "dask" and c.dask_address:
+        from prefect.settings import get_current_settings
+
+        if not get_current_settings().api.url:  # workers that outlive the campaign report to a server that does not
+            raise InputError("campaign.dask_address: the Dask workers outlive this campaign, so the Prefect server "
+                             "they report to must too: start `ratchet server` (or export PREFECT_API_URL) first")
     bench = _existing_benchmark(p)
     out = claim_output(c.out, "campaign", option="campaign.out", force=force,
                        inputs={"start package": c.start, "benchmark": p.benchmark.out})
@@ -530,7 +537,7 @@ def _check_rerun(p: Params, lineage: Lineage) -> None:
 def _campaign(p: Params, lineage: Lineage) -> dict:
     c, out = p.campaign, Path(p.campaign.out)
     open_graph(p.evidence, c.name).close()  # an evidence.db that cannot be opened is refused before any round
-    write_json(state_dir(out) / "params.json", p.model_dump())  # what `ratchet campaign resume` reruns
+    write_json(state_dir(out) / "params.json", p.recorded().model_dump())  # what `ratchet campaign resume` reruns
     budget = budget_spec(p)
     ledger = BudgetLedger(budget["db"])
     wallet = ledger.open_wallet(c.name, p.budget.caps(), wall_seconds=p.budget.wall_seconds,
@@ -540,8 +547,8 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     # the ledger is the campaign output's, kept across processes (a resume adds to it): what this process spends is
     # the difference from here
     spent_before = ledger.report(wallet)["spent"]
-    start = lineage.start(c.start, load_benchmark(p.benchmark.out).digest, p.identity())
-    tracker = CampaignTracker(c.name, out, p.model_dump(), c.tracking_uri)
+    start = lineage.start(c.start, load_benchmark(p.benchmark.out).digest, p.identity(), source=recorded_path(c.start))
+    tracker = CampaignTracker(c.name, out, p.recorded().model_dump(), c.tracking_uri)
     _link_flow_run(tracker)
     round_flow = evolution_round.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
     stopped = None
@@ -581,7 +588,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
         # (finished work comes from the cache for free); that goes to .state/budget.json and MLflow
         "budget": {"caps": {k: v for k, v in p.budget.caps().items() if v is not None}, "evidence_cost": _cost(out, test)},
         "lineage": [{"version": v.name, "digest": v.digest} for v in lineage.versions()],
-        "history": [x for x in lineage.records() if x["round"] > 0], "params": p.model_dump(),
+        "history": [x for x in lineage.records() if x["round"] > 0], "params": p.recorded().model_dump(),
     }
     result["dev_looks"] = dev_looks(result["history"], p.gate.campaign_alpha)  # held-out reuse, accounted
     write_json(out / "summary.json", result)
@@ -693,9 +700,15 @@ def run_campaign(p: Params) -> dict:
     """Run the campaign flow in this process (its rounds and certification run on the configured task runner)."""
     # here, not at import: tying imports the server's code (~2.5 CPU-s) when no server is configured, which only a
     # process that runs a flow needs (a test module or a CLI command that only imports this module does not)
+    from flows import finished
+
     tie_temporary_server_to_this_process()
+    finished.forget(p.campaign.out)
     try:
-        return campaign(p.model_dump(), name=p.campaign.name)
+        result = campaign(p.model_dump(), name=p.campaign.name)
+        if result["stopped"] is None:  # an unchanged rerun is recognized from here on (ratchet campaign run)
+            finished.record(p.resolved(), {"budget_spent": result["budget_spent"], "mlflow": result["mlflow"]})
+        return result
     except RuntimeError as e:
         if "ephemeral Prefect API server" not in str(e):
             raise

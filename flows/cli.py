@@ -559,6 +559,23 @@ def _print_summary(summary: dict, path: Path) -> None:
             out.print(f"  {what}: {url}", highlight=False, soft_wrap=True)
 
 
+def _print_if_finished(p) -> bool:
+    """A finished campaign that nothing has changed since (flows/finished.py): its summary, printed as its run
+    printed it, before any server starts or heavy import happens. False: it must run."""
+    from flows.finished import unchanged
+
+    kept = unchanged(p.resolved())
+    if kept is None:
+        return False
+    path = Path(p.campaign.out) / "summary.json"
+    summary = {**json.loads(path.read_text(encoding="utf-8")), **kept,
+               "budget_spent": dict.fromkeys(kept.get("budget_spent") or {}, 0.0)}
+    err.print(f"{p.campaign.out}: finished, and nothing it depends on has changed since: nothing to run",
+              highlight=False, markup=False)
+    _print_summary(summary, path)
+    return True
+
+
 @campaign_app.command("run")
 def campaign_run(
     params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
@@ -572,6 +589,8 @@ def campaign_run(
     Rerunning the same command resumes an interrupted campaign; a rerun may change only campaign.rounds, budget.*
     and where things run (docs/operations.md, "Reruns"), else it is refused naming the field."""
     p = _params(params, rounds, out_dir, set_)
+    if not force and _print_if_finished(p):
+        return
     from flows.campaign import prepare, run_campaign
     from flows.signals import flows_obey
 
@@ -835,8 +854,22 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
     # settings (port 4200 by default), whatever --port says
     env = {**os.environ, "PREFECT_UI_ENABLED": "true",
            "PREFECT_UI_API_URL": os.environ.get("PREFECT_UI_API_URL") or f"http://127.0.0.1:{port}/api"}
-    raise typer.Exit(run_server([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                 "--port", str(port)], env))  # stops with this command, even on kill -9
+    env.pop("PREFECT_API_URL", None)  # this server's own (a note of another one's may have set it)
+    from components.env import SERVER_NOTE, project_home
+    from components.io import atomic_write_json
+
+    # while it runs, every `ratchet` command of this home (campaigns, workers, benchmarks, DVC stages) uses it and
+    # starts no temporary server of its own (components/env.py); a note left by a killed command names a dead process
+    note = project_home() / SERVER_NOTE
+    atomic_write_json(note, {"url": f"http://127.0.0.1:{port}/api", "pid": os.getpid()})
+    try:
+        code = run_server([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                           "--port", str(port)], env)  # stops with this command, even on kill -9
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(note.read_text(encoding="utf-8")).get("pid") == os.getpid():
+                note.unlink()
+    raise typer.Exit(code)
 
 
 # -- campaign memory -------------------------------------------------------------------------------------------

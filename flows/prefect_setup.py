@@ -13,6 +13,7 @@ loggers would first print each with a 20-line traceback. `quiet_expected_failure
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -96,6 +97,49 @@ def tie_temporary_server_to_this_process() -> None:
 
     cls._run_uvicorn_command = _run_uvicorn_command
     cls._ratchet_tied = True
+
+
+def atomic_local_results() -> None:
+    """Make Prefect's local result storage write each file whole or not at all (idempotent).
+
+    Prefect 3.9.1's `LocalFileSystem.write_path` opens the final path and writes into it, and a task's cache lookup
+    takes the file's existence for a finished record. Campaigns that share a result store (one PREFECT_HOME, one
+    server, N campaigns on the same bytes) compute the same cache keys: one could read another's half-written record
+    and fail. Here the bytes go to a temporary file beside the final one, which `os.replace` then puts in place
+    (POSIX: atomic); two writers of one key write the same bytes, and the last rename wins."""
+    import tempfile
+
+    from prefect._internal.compatibility.async_dispatch import async_dispatch
+    from prefect.filesystems import LocalFileSystem
+
+    if getattr(LocalFileSystem, "_ratchet_atomic", False):
+        return
+
+    def write(self, path: str, content: bytes) -> str:
+        final: Path = self._resolve_path(path)
+        final.parent.mkdir(exist_ok=True, parents=True)
+        if final.exists() and not final.is_file():
+            raise ValueError(f"Path {final} already exists and is not a file.")
+        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+            os.chmod(tmp, 0o644)  # as open() would have made it (mkstemp's is 0600)
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return str(final)
+
+    async def awrite(self, path: str, content: bytes) -> str:
+        from prefect.utilities.asyncutils import run_sync_in_worker_thread
+
+        return await run_sync_in_worker_thread(write, self, path, content)
+
+    LocalFileSystem.awrite_path = awrite
+    LocalFileSystem.write_path = async_dispatch(awrite)(write)
+    LocalFileSystem._ratchet_atomic = True
 
 
 def server_for_a_script():

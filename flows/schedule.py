@@ -40,9 +40,8 @@ def register(name: str, cron: str | None, p: Params) -> str:
     from flows.prefect_setup import tie_temporary_server_to_this_process
 
     tie_temporary_server_to_this_process()  # no server configured: registering starts a temporary one
-    params = p.model_dump()
-    if not Path(p.campaign.out).is_absolute():  # scheduled runs must not depend on the worker's cwd for outputs
-        params["campaign"]["out"] = str(Path(p.campaign.out).resolve())
+    # every path resolved here, where the user named them: a scheduled run must not depend on the worker's directory
+    params = p.resolved().model_dump()
     atomic_write_json(schedules_dir() / f"{name}.json", {"name": name, "cron": cron, "params": params, "cwd": os.getcwd()})
     return str(_deployment(name, cron, params).apply())
 

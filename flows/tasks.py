@@ -38,7 +38,10 @@ from components.runtime.evaluate import RACY_NS, EvalTables, benchmark_at, packa
 from components.runtime.journal import Journal
 from components.runtime.progress import progress_bar
 from components.version import code_version
+from flows.prefect_setup import atomic_local_results
 from flows.resultzip import ZlibPickle
+
+atomic_local_results()  # here: every process that runs these tasks (a Dask worker too) writes results whole
 
 # zlib (as small as lzma for these tables at a tenth of the time) at level 1 on the pickle's bytes, under a type name
 # that Prefect's server and clients can read back (flows/resultzip.py)

@@ -134,8 +134,9 @@ class BudgetLedger:
     def _available(self, db: sqlite3.Connection, wallet: str) -> tuple[dict[str, float], dict]:
         w = db.execute("SELECT caps, deadline, max_concurrency, max_depth, depth, closed FROM wallet WHERE id = ?",
                        (wallet,)).fetchone()
-        if w is None:
-            raise BudgetExceeded(f"budget: wallet {wallet!r} does not exist")
+        if w is None:  # not a ceiling: a shard opened another ledger than its campaign's (never a clean stop)
+            raise StorageError(str(self.path), f"budget: wallet {wallet!r} does not exist in this ledger (every "
+                                               "worker must open the campaign's own ledger file)")
         caps = json.loads(w[0])
         used = {k: 0.0 for k in RESOURCES}
         n_held = 0

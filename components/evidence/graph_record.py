@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from components.env import default_db  # noqa: F401 (re-exported: where the graph lives is the environment's say)
 from components.evidence.graph import EvidenceGraph, Expiry, Node, node_id
 from components.evidence.graph_policy import CitationError, PolicyError
 from components.evidence.packets import EvidencePacket
@@ -36,14 +37,6 @@ from components.runtime.trace import frame_steps
 MAX_CITES = 8  # trace steps recorded per packet: enough to audit it; the round's diagnosis.json keeps them all
 
 
-def default_db(db: str | None) -> str:
-    """`evidence.db`, else $RATCHET_EVIDENCE_DB, else next to the MLflow store: $RATCHET_HOME/evidence.db
-    (`.ratchet/evidence.db`)."""
-    import os
-
-    from components.env import project_home
-
-    return db or os.environ.get("RATCHET_EVIDENCE_DB") or str(project_home() / "evidence.db")
 
 
 def model_id(model: str, model_cfg: dict) -> str:

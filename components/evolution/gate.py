@@ -35,9 +35,11 @@ from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
-import pandas as pd
 
 from components.errors import InputError
+from components.lazy import LazyModule
+
+pd = LazyModule("pandas")  # components.params reads this module's limits and config without pandas
 
 
 class PairingError(InputError):

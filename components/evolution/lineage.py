@@ -104,14 +104,17 @@ class Lineage:
         lines = [json.dumps(r, sort_keys=True) for r in self.records()] + [json.dumps(record, sort_keys=True)]
         atomic_write_text(self.log, "\n".join(lines) + "\n")
 
-    def start(self, package: str | Path, benchmark_digest: str | None = None, identity: dict | None = None) -> Version:
-        """Commit the starting package as M0 (idempotent), with the campaign's identity."""
+    def start(self, package: str | Path, benchmark_digest: str | None = None, identity: dict | None = None,
+              source: str | None = None) -> Version:
+        """Commit the starting package as M0 (idempotent), with the campaign's identity; `source`: the package's
+        path as the record shows it (default: `package`)."""
         if self.versions():
             return self.versions()[0]
         d = digest(package)
         v = self._materialize("M0", package, d)
         rec: dict[str, Any] = {"round": 0, "verdict": "start", "parent": None,
-                               "child": {"version": v.name, "digest": d}, "source": str(package)}
+                               "child": {"version": v.name, "digest": d},
+                               "source": str(package) if source is None else source}
         if benchmark_digest is not None:
             rec["benchmark_digest"] = benchmark_digest
         if identity is not None:

@@ -25,12 +25,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from components.errors import InputError
 from components.evolution.localization import localization_notes
 from components.io import atomic_write_bytes, atomic_write_json, read_json_object
+from components.lazy import LazyModule
+
+pd = LazyModule("pandas")  # the CLI prints round_rows without it (an unchanged rerun: flows/finished.py)
 
 SCORE_COLS = ["item_id", "seed", "score", "success", "error"]
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from components.io import atomic_dir, dumps
+from components.io import atomic_dir, dumps, tree_stats  # noqa: F401 (tree_stats: re-exported)
 from components.memory.package import MemoryPackage, load_package
 from components.models import make_model
 from components.runtime.episode import MAX_TURNS, EpisodeResult, episode_seed, run_episode
@@ -42,20 +42,6 @@ TIMING_COLUMNS = ["item_id", "seed", "step", "i", "phase", "start_ns", "end_ns"]
 
 
 RACY_NS = 2_000_000_000  # a file changed this recently may change again within the same clock tick: do not trust stats
-
-
-def tree_stats(root: Path) -> tuple[tuple, int]:
-    """Every file's (relative path, size, mtime, ctime, inode), and the newest ctime. Writing any byte of a file moves
-    its ctime, which no user call can set back (unlike mtime), so an in-place edit changes this key."""
-    out, newest = [], 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
-            full = os.path.join(dirpath, name)
-            st = os.lstat(full)
-            out.append((os.path.relpath(full, root), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-            newest = max(newest, st.st_ctime_ns)
-    return tuple(out), newest
 
 
 _loaded: dict[tuple, Any] = {}

@@ -1,0 +1,147 @@
+"""Many campaigns, workers elsewhere (issue 29): every path a task receives is absolute, resolved once at the flow's
+door; a worker in another directory gets identical results; a ledger that is not the campaign's is an error, never a
+clean budget stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PACKAGES
+
+
+def test_the_door_makes_every_task_path_absolute_and_records_them_as_given(tmp_path, monkeypatch):
+    from components.params import load_params, recorded_path
+    from flows.campaign import budget_spec
+
+    monkeypatch.chdir(tmp_path)
+    given = load_params(None, {"benchmark.out": "bench", "campaign.out": "runs/c", "campaign.start": "pkgs/seed",
+                               "evidence.db": "ev/evidence.db", "campaign.tracking_uri": "sqlite:///ml/mlflow.db"})
+    p = given.resolved()
+    assert p.benchmark.out == str(tmp_path / "bench") and p.campaign.out == str(tmp_path / "runs/c")
+    assert p.campaign.start == str(tmp_path / "pkgs/seed") and p.evidence.db == str(tmp_path / "ev/evidence.db")
+    assert p.campaign.tracking_uri == f"sqlite:///{tmp_path / 'ml/mlflow.db'}"
+    spec = budget_spec(p)
+    assert all(Path(spec[k]).is_absolute() for k in ("db", "call_cache"))
+    assert p.resolved() == p  # idempotent: a subflow resolving again changes nothing
+    assert p.recorded() == given  # records show the paths as given (inside the working directory: relative)
+    assert recorded_path(str(tmp_path.parent / "x")) == str(tmp_path.parent / "x")  # outside it: absolute
+    # a URL is not a path
+    urls = load_params(None, {"evidence.db": "postgresql+psycopg://h/db", "campaign.tracking_uri": "http://h:5000"})
+    assert urls.resolved().evidence.db == "postgresql+psycopg://h/db"
+    assert urls.resolved().campaign.tracking_uri == "http://h:5000"
+
+
+def test_a_ledger_without_the_campaign_wallet_is_an_error_not_a_budget_stop(tmp_path):
+    """What a shard saw when it opened a ledger relative to its own directory: before, a BudgetExceeded, which the
+    campaign took for a clean stop (0 rounds, exit 0)."""
+    from components.errors import StorageError
+    from components.evidence.budget import BudgetExceeded, BudgetLedger
+
+    ledger = BudgetLedger(tmp_path / "budget.sqlite")
+    with pytest.raises(StorageError) as e:
+        ledger.reserve("default", {"model_calls": 1.0})
+    assert not isinstance(e.value, BudgetExceeded) and e.value.filename == str(tmp_path / "budget.sqlite")
+    assert "wallet 'default' does not exist" in e.value.strerror
+
+
+@pytest.fixture
+def worker_elsewhere(prefect_server, tmp_path):
+    """A Dask scheduler, and one worker process in a directory of its own with its own Prefect home and result
+    storage (as on another machine sharing only the filesystem paths it is given) and no PYTHONPATH: the installed
+    package only."""
+    from distributed import Client, LocalCluster
+
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("RATCHET_", "MLFLOW_"))}
+    env.update(PREFECT_API_URL=prefect_server, PREFECT_HOME=str(where / "prefect"),
+               PREFECT_LOCAL_STORAGE_PATH=str(where / "storage"))
+    with LocalCluster(n_workers=0, processes=True, dashboard_address=None) as cluster:
+        proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+                                 "--nworkers", "1", "--nthreads", "1", "--no-dashboard"], cwd=where, env=env,
+                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "worker.log", "wb"))
+        try:
+            with Client(cluster.scheduler_address) as client:
+                client.wait_for_workers(1, timeout=180)
+            yield cluster, where
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
+def test_a_worker_in_another_directory_gives_identical_results(worker_elsewhere, tmp_path, monkeypatch):
+    """A campaign given relative paths, its shards run by a worker in another directory: the same certification
+    (scores, CI) as the same campaign on threads in this process, and nothing written where the worker runs."""
+    from components.params import load_params
+    from components.worlds import world
+    from flows.campaign import run_campaign
+
+    cluster, where = worker_elsewhere
+    address = cluster.scheduler_address
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    world("retail").materialize(project / "bench", 0, 3)
+    common = {"benchmark.out": "bench", "benchmark.per_family": 3, "campaign.start": str(PACKAGES / "reference"),
+              "campaign.rounds": 0, "campaign.seeds": 2, "campaign.shard_size": 2, "gate.n_boot": 1000,
+              "evidence.db": "evidence.db"}
+    threads = run_campaign(load_params(None, {**common, "campaign.out": "threads"}))
+    dask = run_campaign(load_params(None, {**common, "campaign.out": "dask", "campaign.task_runner": "dask",
+                                           "campaign.dask_address": address}))
+    assert dask["stopped"] is None and dask["test"] is not None, dask["stopped"]
+    assert dask["test"] == threads["test"]
+    assert (project / "dask/test_evals.json").read_bytes() == (project / "threads/test_evals.json").read_bytes()
+    # the shards ran on the worker (the cluster has no other), which wrote no file in its own directory outside its
+    # Prefect home: no ledger, benchmark or output resolved against it
+    assert cluster.scheduler.task_prefixes, "no task ran on the Dask worker"
+    written = [f for f in where.rglob("*") if f.is_file() and f.relative_to(where).parts[0] != "prefect"]
+    assert not written, written
+    recorded = json.loads((project / "dask/summary.json").read_text())["params"]
+    assert recorded["benchmark"]["out"] == "bench" and recorded["campaign"]["out"] == "dask"  # as given
+
+
+def test_a_finished_unchanged_campaign_is_recognized_and_any_change_runs_it(small_campaign):
+    """A finished campaign that nothing has changed since is recognized (flows/finished.py: `ratchet campaign run`
+    then prints its summary without Prefect, MLflow or pandas); one more round, or another trace count, runs it."""
+    from flows.finished import unchanged
+
+    p = small_campaign.params.resolved()
+    assert unchanged(p) == {"budget_spent": small_campaign.summary["budget_spent"],
+                            "mlflow": small_campaign.summary["mlflow"]}
+    for change in ({"rounds": p.campaign.rounds + 1}, {"traces_per_round": p.campaign.traces_per_round + 1}):
+        assert unchanged(p.model_copy(update={"campaign": p.campaign.model_copy(update=change)})) is None, change
+
+
+def test_dask_workers_that_outlive_the_campaign_need_a_server_that_does(tmp_path, bench_dir):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from components.errors import InputError
+    from components.params import load_params
+    from flows.campaign import prepare
+
+    p = load_params(None, {"benchmark.out": str(bench_dir), "campaign.out": str(tmp_path / "c"),
+                           "campaign.task_runner": "dask", "campaign.dask_address": "tcp://127.0.0.1:8786"})
+    with temporary_settings(restore_defaults={PREFECT_API_URL}), pytest.raises(InputError, match="ratchet server"):
+        prepare(p)
+
+
+def test_a_running_ratchet_server_is_used_by_every_command_of_its_home(tmp_path, monkeypatch):
+    from components.env import SERVER_NOTE, quiet_offline, running_server
+
+    note = tmp_path / SERVER_NOTE
+    note.write_text(json.dumps({"url": "http://127.0.0.1:4999/api", "pid": os.getpid()}))
+    assert running_server(tmp_path) == "http://127.0.0.1:4999/api"
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    quiet_offline(tmp_path)
+    assert os.environ["PREFECT_API_URL"] == "http://127.0.0.1:4999/api"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    note.write_text(json.dumps({"url": "http://127.0.0.1:4999/api", "pid": int(gone.stdout)}))
+    assert running_server(tmp_path) is None  # its process is gone: a temporary server, as without a note
+    note.write_text("{")
+    assert running_server(tmp_path) is None
