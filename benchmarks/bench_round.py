@@ -54,10 +54,14 @@ def setup(name: str, bench: Path, quick: bool):
 
 
 def round_files(p) -> dict[str, str]:
-    """sha256 of every file the round wrote (its round directory and the lineage), by path inside the campaign."""
+    """sha256 of every file the round wrote (its round directory and the lineage), by path inside the campaign; not
+    the wall-clock span timings (`TIMINGS`), which DVC ignores too and which differ from run to run by nature."""
+    from components.runtime.evaluate import TIMINGS
+
     out = Path(p.campaign.out)
     return {f.relative_to(out).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
-            for d in ("rounds", "lineage") for f in sorted((out / d).rglob("*")) if f.is_file() and f.name != "LOCK"}
+            for d in ("rounds", "lineage") for f in sorted((out / d).rglob("*"))
+            if f.is_file() and f.name not in ("LOCK", TIMINGS)}
 
 
 def cpu_seconds() -> float:

@@ -88,7 +88,8 @@ def test_a_worker_in_another_directory_gives_identical_results(worker_elsewhere,
     project.mkdir()
     monkeypatch.chdir(project)
     world("retail").materialize(project / "bench", 0, 3)
-    common = {"benchmark.out": "bench", "benchmark.per_family": 3, "campaign.start": str(PACKAGES / "reference"),
+    common = {"benchmark.out": "bench", "benchmark.receipts": "explained", "benchmark.per_family": 3,
+              "campaign.start": str(PACKAGES / "reference"),
               "campaign.rounds": 0, "campaign.seeds": 2, "campaign.shard_size": 2, "gate.n_boot": 1000,
               "evidence.db": "evidence.db"}
     threads = run_campaign(load_params(None, {**common, "campaign.out": "threads"}))

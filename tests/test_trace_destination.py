@@ -112,10 +112,12 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
             assert [sp.name for sp in root] == [f"episode {ep}"]
             turns = [sp for sp in spans if sp.parent_id == root[0].span_id]
             assert len(turns) == int((steps["episode_id"] == ep).sum()) and any(x.name.endswith("(cited)") for x in turns)
-            for turn in turns:  # one child per kernel phase under every turn
-                assert sorted(sp.name for sp in spans if sp.parent_id == turn.span_id) == [
-                    "checker verdicts", "memory delivered", "model call", "tool call"]
-            assert len(spans) == 1 + 5 * len(turns)
+            children = 0
+            for turn in turns:  # every kernel phase under every turn, each as often as it ran (a redraft calls again)
+                names = [sp.name for sp in spans if sp.parent_id == turn.span_id]
+                assert set(names) == {"checker verdicts", "memory delivered", "model call", "tool call"}, names
+                children += len(names)
+            assert len(spans) == 1 + len(turns) + children
     # ... and no other trace; store A (the process's) has none at all
     assert set(by_id) == {tr.info.trace_id for tr in _all_traces(cb, [exp_id])}
     assert _traces_in_store(tmp_path / "a.db") == []

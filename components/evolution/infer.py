@@ -91,7 +91,7 @@ FROM_TODAY = "@days_from_today"
 
 
 def policy_today(policy: str) -> date | None:
-    """The date a written policy says today is (as tau2-bench's policies state the current time), else None."""
+    """The date a written policy says today is (as real benchmarks' policies state the current time), else None."""
     m = TODAY.search(policy or "")
     return date.fromisoformat(m.group(1)) if m else None
 
