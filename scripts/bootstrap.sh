@@ -33,7 +33,7 @@ PY
   fi
 }
 if [ -z "$have" ] || [ -n "$missing" ]; then
-  echo "installing Ratchet and its pinned dependencies into .venv (about a minute, once)..." >&2
+  echo "installing Ratchet and its pinned dependencies into .venv (about two minutes, once)..." >&2
   log=.venv/install.log
   if ! { .venv/bin/python -m pip install --disable-pip-version-check --upgrade pip &&
          .venv/bin/python -m pip install --disable-pip-version-check -e ".[$extras]" &&
