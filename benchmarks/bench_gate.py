@@ -84,7 +84,8 @@ def one_size(kind: str, n: int, n_boot: int) -> dict:
 
 
 def cli_wall(n_items: int, repeat: int) -> float:
-    """Median wall time of `python -m flows.cli gate` (what the `ratchet` script runs) on an n_items table."""
+    """Median wall time of `python -m flows.entry gate` (what the `ratchet` script runs) on an n_items table
+    (benchmarks/bench_startup.py sets it against `import numpy`)."""
     import pandas as pd
 
     rng = np.random.default_rng(1)
@@ -99,7 +100,7 @@ def cli_wall(n_items: int, repeat: int) -> float:
         times = []
         for _ in range(repeat):
             t = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "flows.cli", "gate", "--base", str(b), "--cand", str(c),
+            p = subprocess.run([sys.executable, "-m", "flows.entry", "gate", "--base", str(b), "--cand", str(c),
                                 "--json"], cwd=ROOT, capture_output=True, text=True)
             times.append(time.perf_counter() - t)
             if p.returncode not in (0, 1):

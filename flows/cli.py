@@ -16,6 +16,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from components.env import quiet_offline
+from components.evolution.gate import GateConfig
 from components.errors import InputError, Unavailable
 
 # Problem lines must stay one line each when piped; tables get a fixed width when not on a terminal.
@@ -381,58 +382,40 @@ def serve_local_cmd(
 # -- the gate ---------------------------------------------------------------------------------------------------
 
 def _read_scores(path: Path, name: str):
-    import pandas as pd
+    from components.evolution.gate_files import read_scores
 
-    if path.is_dir():
-        raise InputError(f"{path}: -: is a directory, not a CSV file ({name})")
-    try:
-        return pd.read_csv(path, dtype={"item_id": str})
-    except FileNotFoundError:
-        raise InputError(f"{path}: -: no such file ({name})") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: -: not a readable CSV ({str(e).strip().splitlines()[0]})") from None
+    return read_scores(path, name)
+
+
+_GATE = GateConfig()  # the defaults' one home; `ratchet gate` as typed runs in flows/entry.py, without typer
 
 
 @app.command("gate")
 def gate_cmd(
     base: Annotated[Path, typer.Option(help="CSV with item_id, seed, score (the parent)")],
     cand: Annotated[Path, typer.Option(help="CSV with item_id, seed, score (the candidate)")],
-    reg_cap: Annotated[int, typer.Option(help="regressed items allowed")] = 2,
-    material: Annotated[float, typer.Option(help="|d_i| above this counts as improved/regressed")] = 0.05,
-    alpha: Annotated[float, typer.Option(help="two-sided CI level 1 - alpha")] = 0.05,
-    n_boot: Annotated[int, typer.Option(help="bootstrap resamples (>= 1000)")] = 10_000,
-    seed: Annotated[int, typer.Option()] = 0,
-    min_items: Annotated[int, typer.Option(help="refuse tables with fewer items")] = 5,
+    reg_cap: Annotated[int, typer.Option(help="regressed items allowed")] = _GATE.reg_cap,
+    material: Annotated[float, typer.Option(help="|d_i| above this counts as improved/regressed")] = _GATE.material,
+    alpha: Annotated[float, typer.Option(help="two-sided CI level 1 - alpha")] = _GATE.alpha,
+    n_boot: Annotated[int, typer.Option(help="bootstrap resamples (>= 1000)")] = _GATE.n_boot,
+    seed: Annotated[int, typer.Option()] = _GATE.seed,
+    min_items: Annotated[int, typer.Option(help="refuse tables with fewer items")] = _GATE.min_items,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """The held-out gate on two paired score tables: accept iff the bootstrap CI over items excludes zero upward
     and regressions stay under the cap. Exit 0 on accept, 1 on reject, 2 on bad input, 3 on an internal error."""
-    # Light path: pandas and the gate only. pair() refuses what the great-expectations contract would (missing or
-    # duplicate pairs, scores outside [0, 1] or missing), and importing great-expectations costs seconds.
-    try:
-        from components.evolution.gate import GateConfig, PairingError, gate
+    # Light path: numpy (pandas only for a table the csv reader leaves to it) and the gate. pair() refuses what the
+    # great-expectations contract would (missing or duplicate pairs, scores outside [0, 1] or missing), and importing
+    # great-expectations costs seconds.
+    from components.evolution.gate_files import gate_command
 
-        cfg = GateConfig(alpha=alpha, n_boot=n_boot, seed=seed, reg_cap=reg_cap, material=material,
-                         min_items=min_items)
-        b, c = _read_scores(base, "--base"), _read_scores(cand, "--cand")
-        try:
-            verdict, _ = gate(b, c, cfg)
-        except PairingError as e:
-            raise InputError(f"{base} vs {cand}: {e}") from None
-    except InputError:
-        raise
-    except Exception as e:  # a crash must never read as REJECT (exit 1)
-        err.print(f"internal error: {type(e).__name__}: {e}", markup=False, highlight=False)
-        raise typer.Exit(3) from None
-    if verdict.dropped_errors < 0:  # too many errored pairs: nothing was compared
-        raise InputError(f"{base} vs {cand}: {verdict.reason}")
-    keys = ["accept", "net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed", "reason"]
-    if as_json:
-        out.print(json.dumps({k: verdict.as_dict()[k] for k in keys}, sort_keys=True), highlight=False)
+    code, line = gate_command(base, cand, as_json, reg_cap=reg_cap, material=material, alpha=alpha, n_boot=n_boot,
+                              seed=seed, min_items=min_items)
+    if code == 3:
+        err.print(line, markup=False, highlight=False)
     else:
-        word = "ACCEPT" if verdict.accept else "REJECT"
-        out.print(f"{word}: {verdict.reason} ({verdict.n_items} items)", highlight=False)
-    raise typer.Exit(0 if verdict.accept else 1)
+        out.print(line, highlight=False, markup=False)
+    raise typer.Exit(code)
 
 
 @app.command("power")

@@ -424,7 +424,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     stderr. A subprocess would prove nothing more and cost an interpreter start and the imports."""
     import sys
 
-    from flows.cli import main
+    from flows.entry import main  # the console script's: `gate` on its light path, every other command via typer
 
     argv = sys.argv
     sys.argv = ["ratchet", *args]

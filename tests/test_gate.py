@@ -437,7 +437,7 @@ def run_gate(*args: str, capsys=None) -> subprocess.CompletedProcess:
     the imports per call prove nothing more), else as a subprocess (kept where the process's exit code, streams and
     imports are the point)."""
     if capsys is None:
-        return subprocess.run([sys.executable, "-m", "flows.cli", "gate", *args], cwd=ROOT, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "flows.entry", "gate", *args], cwd=ROOT, capture_output=True,
                               text=True, timeout=120)
     from tests.conftest import run_cli
 
@@ -659,16 +659,22 @@ def test_cli_internal_error_exits_3_not_1(tables, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("simulated crash")
 
-    monkeypatch.setattr(gate_mod, "gate", boom)
+    monkeypatch.setattr(gate_mod, "decide_d", boom)  # the verdict both paths (light and pandas) reach
     r = CliRunner().invoke(app, ["gate", "--base", str(tables["base"]), "--cand", str(tables["win"])])
     assert r.exit_code == 3
     assert "internal error" in r.output and "simulated crash" in r.output
 
 
-def test_cli_gate_path_imports_nothing_heavy(tables):
-    code = ("import sys; from flows.cli import main; sys.argv = ['ratchet', 'gate', '--base', sys.argv[1], '--cand', "
+@pytest.mark.parametrize("entry,absent", [
+    # the console script (flows/entry.py): numpy and the csv module only
+    ("flows.entry", ("great_expectations", "prefect", "mlflow", "dvc", "scipy", "pandas", "typer", "rich")),
+    # the typer app (a gate invocation the light parser leaves to it): nothing heavy either
+    ("flows.cli", ("great_expectations", "prefect", "mlflow", "dvc", "scipy", "pandas")),
+])
+def test_cli_gate_path_imports_nothing_heavy(tables, entry, absent):
+    code = (f"import sys; from {entry} import main; sys.argv = ['ratchet', 'gate', '--base', sys.argv[1], '--cand', "
             "sys.argv[2], '--json']\ntry:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
-            "heavy = sorted(m for m in ('great_expectations', 'prefect', 'mlflow', 'dvc', 'scipy') if m in sys.modules)\n"
+            f"heavy = sorted(m for m in {absent!r} if m in sys.modules)\n"
             "print('HEAVY', heavy, code)")
     p = subprocess.run([sys.executable, "-c", code, str(tables["base"]), str(tables["win"])], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)

@@ -26,7 +26,6 @@ Pure functions over arrays; no I/O.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -311,7 +310,15 @@ def look_alpha(campaign_alpha: float, max_looks: int, look: int) -> float:
 
 def decide(per_item: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_fired: bool = True,
            leakage: bool = False, dropped_errors: int = 0) -> GateResult:
-    d = per_item["d"].to_numpy(dtype=float)
+    return decide_d(per_item["d"].to_numpy(dtype=float), cfg, float(per_item["base"].mean()),
+                    float(per_item["cand"].mean()), mechanism_fired=mechanism_fired, leakage=leakage,
+                    dropped_errors=dropped_errors)
+
+
+def decide_d(d: np.ndarray, cfg: GateConfig = GateConfig(), base_mean: float = 0.0, cand_mean: float = 0.0, *,
+             mechanism_fired: bool = True, leakage: bool = False, dropped_errors: int = 0) -> GateResult:
+    """The verdict on the per-item differences d (items in sorted order) and the arms' means: `decide` without
+    pandas (`ratchet gate`'s light path, components/evolution/gate_files.py, pairs with numpy and lands here)."""
     if len(d) < cfg.min_items:
         raise TooFewItems(f"{len(d)} item(s) to compare; the gate needs at least {cfg.min_items}")
     net = float(d.mean())
@@ -329,8 +336,7 @@ def decide(per_item: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_
     else:
         reason = f"net {net:+.4f}, CI [{lo:+.4f}, {hi:+.4f}], {improved} improved, {regressed} regressed"
     accept = not leakage and mechanism_fired and lo > 0 and regressed <= cfg.cap(len(d))
-    return GateResult(accept, net, lo, hi, len(d), improved, regressed, reason,
-                      float(per_item["base"].mean()), float(per_item["cand"].mean()), dropped_errors)
+    return GateResult(accept, net, lo, hi, len(d), improved, regressed, reason, base_mean, cand_mean, dropped_errors)
 
 
 def gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_fired: bool = True,
@@ -452,6 +458,8 @@ class SequentialDesign:
         if self.by == "seeds":
             parts = [list(x) for x in np.array_split(np.asarray(seeds, dtype=int), min(self.looks, len(seeds)))]
             return [(list(items), [int(s) for s in part]) for part in parts]
+        import hashlib  # here: OpenSSL's load is a tenth of `ratchet gate`'s light path
+
         order = sorted(items, key=lambda i: hashlib.sha256(str(i).encode()).hexdigest())
         parts = [list(x) for x in np.array_split(np.asarray(order, dtype=object), min(self.looks, len(order)))]
         return [([str(i) for i in part], list(seeds)) for part in parts]
