@@ -146,3 +146,19 @@ def test_a_running_ratchet_server_is_used_by_every_command_of_its_home(tmp_path,
     assert running_server(tmp_path) is None  # its process is gone: a temporary server, as without a note
     note.write_text("{")
     assert running_server(tmp_path) is None
+
+
+def test_campaigns_of_one_identity_in_two_directories_have_two_registered_models():
+    """Issue 29 part 6: the same identity with another `campaign.out` used to share `ratchet-<name>-<identity>`, so
+    each campaign added versions to the other's model and moved its @champion."""
+    from components.params import load_params
+    from components.tracking.mlflow_log import tracking_names
+
+    def summary(out: str) -> dict:
+        params = load_params(None, {"campaign.out": out}).recorded().model_dump()
+        return {"campaign": "default", "params": params, "start_digest": "s" * 64, "benchmark_digest": "b" * 64}
+
+    a, b, a_again = tracking_names(summary("runs/a")), tracking_names(summary("runs/b")), tracking_names(summary("runs/a"))
+    assert a["identity"] == b["identity"] and a["experiment"] == b["experiment"]  # one identity: one experiment
+    assert a["registered_model"] != b["registered_model"]  # ... but each campaign its own model and @champion
+    assert a == a_again and a["registered_model"].startswith(f"ratchet-default-{a['identity']}-")

@@ -11,7 +11,7 @@
                                                             one child per kernel phase; linked to its round run
       models    <name>-M<k>                                 each committed version as a logged model (params = the
                                                             manifest's knobs, metrics = its gate figures), registered
-                                                            as a version of `ratchet-<name>-<identity>`; alias `champion`
+                                                            as a version of `ratchet-<name>-<identity>-<out>`; alias `champion`
 
 A campaign's identity is what decides its results: its name, the evolution params a rerun must keep, the number of
 declared rounds (every round's gate spends campaign_alpha / rounds), the start package's and the benchmark's bytes.
@@ -168,15 +168,20 @@ def experiment_name(campaign: str, ident: str) -> str:
     return f"ratchet/{campaign}/{ident}"
 
 
-def registered_name(campaign: str, ident: str) -> str:
-    return f"ratchet-{campaign}-{ident}"
+def registered_name(campaign: str, ident: str, out: str) -> str:
+    """`ratchet-<name>-<identity>-<out>`: <out> is a short hash of the campaign's output directory as records show
+    it (relative inside the project, `Params.recorded`). Two campaigns of one identity in different directories are
+    two campaigns, each with its own versions and `@champion` (they shared one model before); the same campaign
+    rerun, resumed or queued by DVC (whose copy records the same relative path) keeps its model."""
+    return f"ratchet-{campaign}-{ident}-{hashlib.sha256(str(out).encode()).hexdigest()[:6]}"
 
 
 def tracking_names(summary: dict[str, Any]) -> dict[str, str]:
     """The MLflow experiment and registered model of the campaign a summary.json describes (a notebook's way in)."""
     ih = identity_hash(campaign_identity(summary["params"], summary["start_digest"], summary["benchmark_digest"]))
     return {"experiment": experiment_name(summary["campaign"], ih),
-            "registered_model": registered_name(summary["campaign"], ih), "identity": ih}
+            "registered_model": registered_name(summary["campaign"], ih, summary["params"]["campaign"]["out"]),
+            "identity": ih}
 
 
 def manifest_knobs(package: str | Path) -> dict[str, str]:
@@ -318,7 +323,7 @@ class CampaignTracker:
         self.identity = campaign_identity(params, start["child"]["digest"], str(start.get("benchmark_digest", "")))
         self.ident = identity_hash(self.identity)
         self.experiment_name = experiment_name(name, self.ident)
-        self.model_name = registered_name(name, self.ident)
+        self.model_name = registered_name(name, self.ident, params["campaign"]["out"])
         exp = self.client.get_experiment_by_name(self.experiment_name)
         if exp is None:
             root = Path(artifact_root or Path(os.environ.get("RATCHET_HOME", ".ratchet")) / "mlartifacts").resolve()
