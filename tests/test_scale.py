@@ -162,3 +162,22 @@ def test_campaigns_of_one_identity_in_two_directories_have_two_registered_models
     assert a["identity"] == b["identity"] and a["experiment"] == b["experiment"]  # one identity: one experiment
     assert a["registered_model"] != b["registered_model"]  # ... but each campaign its own model and @champion
     assert a == a_again and a["registered_model"].startswith(f"ratchet-default-{a['identity']}-")
+
+
+def test_bench_fixed_cost_quick_fits_three_campaigns_on_one_server(prefect_server):
+    """benchmarks/bench_fixed_cost.py at its quick size, against the run's server: three one-round campaigns, each
+    summarized, and a fit whose line names the sizes (no timing is asserted: CPU-seconds belong to the benchmark)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PREFECT_API_URL": prefect_server}
+    p = subprocess.run([sys.executable, "benchmarks/bench_fixed_cost.py", "--quick"], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.strip().splitlines()
+    rows = [ln.split() for ln in lines if re.match(r"r1-f[345] ", ln)]
+    assert [r[0] for r in rows] == ["r1-f3", "r1-f4", "r1-f5"], p.stdout
+    episodes = [int(r[3]) for r in rows]
+    assert min(episodes) > 0 and episodes[0] < episodes[2]  # a bigger benchmark runs more episodes
+    assert re.fullmatch(r"fixed cost per campaign: -?[0-9.]+ CPU-s \+ -?[0-9.]+ ms per episode \(fit over 3 sizes\)",
+                        lines[-1]), p.stdout
