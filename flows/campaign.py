@@ -51,7 +51,7 @@ from components.params import Params, recorded_path
 from components.runtime.evaluate import EvalTables, benchmark_at, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import load_benchmark
-from flows.evaluate import submit_eval, task_runner
+from flows.evaluate import auto_shard, submit_eval, task_runner
 from flows.prefect_setup import quiet_expected_failures, tie_temporary_server_to_this_process
 from flows.tasks import (PERSIST, benchmark_contract, causes_stage, commit_stage, diagnose_stage, gate_look_stage,
                          paired_contract, patch_stage, plain_eval,
@@ -123,17 +123,22 @@ class _Eval:
     def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None,
                  seeds: list[int] | None = None) -> EvalTables:
         c, seeds = self.p.campaign, self.seeds if seeds is None else seeds
+        n_items = len(items) if items is not None else len(benchmark_at(self.p.benchmark.out).ids(split))
         return self.steps.evaluate(str(package), self.p.benchmark.out, seeds, split=split, items=items,
-                                   shard_size=self.shard_items(seeds), model=c.model, model_cfg=c.model_cfg,
-                                   max_turns=c.max_turns, label=label, budget=self.budget)
+                                   shard_size=self.shard_items(seeds, n_items), model=c.model,
+                                   model_cfg=c.model_cfg, max_turns=c.max_turns, label=label, budget=self.budget)
 
-    def shard_items(self, seeds: list[int]) -> int:
+    def shard_items(self, seeds: list[int], n_items: int | None = None) -> int:
         """Items per task: `campaign.shard_size` at the campaign's seeds, more when a look runs fewer seeds, so every
         task holds about shard_size x seeds episodes. A look at one seed of three would otherwise be three times the
         tasks for the same episodes, and each task run costs Prefect's bookkeeping (its engine, three state events
         the server records, a persisted result). The shards a look is cut into never change a score table: the
-        tables are sorted by (item, seed) when gathered. Deterministic, so a champion's cells keep their cache keys."""
-        return max(1, self.p.campaign.shard_size * len(self.seeds) // max(1, len(seeds)))
+        tables are sorted by (item, seed) when gathered. Deterministic, so a champion's cells keep their cache keys.
+        `shard_size: null`: sized to the look's items and the workers (`flows.evaluate.auto_shard`)."""
+        c = self.p.campaign
+        if c.shard_size is None:
+            return auto_shard(n_items or 1, len(seeds), c.workers)
+        return max(1, c.shard_size * len(self.seeds) // max(1, len(seeds)))
 
 
 def by_looks(groups: list[tuple[list[str], list[int]]], arms: dict, judge):

@@ -22,6 +22,18 @@ def task_runner(kind: str = "threads", workers: int = 2, address: str | None = N
     return ThreadPoolTaskRunner(max_workers=workers)
 
 
+AUTO_MIN_EPISODES = 30  # so a task's Prefect bookkeeping (engine, state events, persisted result) stays small beside it
+AUTO_TASKS_PER_WORKER = 2  # shards differ in cost: two per worker keep every worker busy to the end
+
+
+def auto_shard(n_items: int, n_seeds: int, workers: int) -> int:
+    """Items per task when `campaign.shard_size` is null: the look cut into about two tasks per worker, but no task
+    under AUTO_MIN_EPISODES episodes (a small look is one or a few tasks). Shards never change a score table (the
+    tables are gathered sorted by item and seed), only how the work is spread."""
+    per_task = -(-max(1, n_items) // (AUTO_TASKS_PER_WORKER * max(1, workers)))
+    return max(1, per_task, -(-AUTO_MIN_EPISODES // max(1, n_seeds)))
+
+
 def submit_eval(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
                 shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = 40,
                 label: str = "", budget: dict | None = None) -> EvalTables:

@@ -83,6 +83,18 @@ def test_rerun_with_the_same_bytes_runs_no_episode(small_campaign, camp, episode
     assert [v["digest"] for v in s["lineage"]] == [v["digest"] for v in first["lineage"]]
 
 
+def test_shards_sized_to_the_look_change_no_result(small_campaign, camp, episodes):
+    """`campaign.shard_size: null` (issue 29): each look cut by `auto_shard` into tasks of another size than the
+    small campaign's one task per look; every table, verdict and version is the same."""
+    first = small_campaign.summary
+    s = run_campaign(camp("auto-shards", **{"campaign.shard_size": None}))
+    assert episodes and max(episodes) < max(first["episodes"]["total"], 1)  # the shards did run, and smaller
+    assert s["test"] == first["test"]
+    assert [v["digest"] for v in s["lineage"]] == [v["digest"] for v in first["lineage"]]
+    keep = ("round", "verdict", "plan_key", "gate")
+    assert [{k: r.get(k) for k in keep} for r in s["history"]] == [{k: r.get(k) for k in keep} for r in first["history"]]
+
+
 def test_a_changed_input_recomputes_only_what_depends_on_it(small_campaign, camp, episodes):
     first = small_campaign.summary
     s = run_campaign(camp("probe", **{"campaign.probe_items": 2}))

@@ -181,3 +181,30 @@ def test_bench_fixed_cost_quick_fits_three_campaigns_on_one_server(prefect_serve
     assert min(episodes) > 0 and episodes[0] < episodes[2]  # a bigger benchmark runs more episodes
     assert re.fullmatch(r"fixed cost per campaign: -?[0-9.]+ CPU-s \+ -?[0-9.]+ ms per episode \(fit over 3 sizes\)",
                         lines[-1]), p.stdout
+
+
+@pytest.mark.parametrize("n_items,seeds,workers,want", [
+    (60, 3, 2, 15),  # dev of the default campaign: two tasks per worker
+    (60, 3, 4, 10),  # four workers: 8 items would be 24 episodes, under the 30-episode floor
+    (180, 3, 4, 23),
+    (12, 3, 2, 10),  # a small look: one or two tasks
+    (4, 1, 2, 30),  # the floor in episodes: one seed, 30 items a task
+    (1, 3, 8, 10),
+])
+def test_auto_shards_are_two_per_worker_with_a_floor(n_items, seeds, workers, want):
+    import math
+
+    from flows.evaluate import AUTO_MIN_EPISODES, auto_shard
+
+    got = auto_shard(n_items, seeds, workers)
+    assert got == want
+    assert got * seeds >= AUTO_MIN_EPISODES  # no task is mostly Prefect bookkeeping
+    if n_items >= 2 * workers * got:  # a big look keeps every worker in work until the end
+        assert math.ceil(n_items / got) >= 2 * workers
+
+
+def test_shard_size_null_is_a_valid_param_and_changes_no_identity():
+    from components.params import load_params
+
+    auto, fixed = load_params(None, {"campaign.shard_size": None}), load_params(None, {"campaign.shard_size": 7})
+    assert auto.campaign.shard_size is None and auto.identity() == fixed.identity()
