@@ -123,7 +123,8 @@ class _Eval:
     def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None,
                  seeds: list[int] | None = None) -> EvalTables:
         c, seeds = self.p.campaign, self.seeds if seeds is None else seeds
-        n_items = len(items) if items is not None else len(benchmark_at(self.p.benchmark.out).ids(split))
+        n_items = None if c.shard_size is not None else (  # only `shard_size: null` sizes shards to the look
+            len(items) if items is not None else len(benchmark_at(self.p.benchmark.out).ids(split)))
         return self.steps.evaluate(str(package), self.p.benchmark.out, seeds, split=split, items=items,
                                    shard_size=self.shard_items(seeds, n_items), model=c.model,
                                    model_cfg=c.model_cfg, max_turns=c.max_turns, label=label, budget=self.budget)
