@@ -15,7 +15,12 @@ switches fixes (they take all four: no owner named alone counts as right there),
 a right answer at all), the three baselines, the margin over the
 trace rule, the trace rule again with its rule-refusal signal blanked (what it would read in a world whose refusals
 say nothing), and whether the row passes (coverage >= 50%, accuracy >= 85%, margin >= 10 points). The last lines
-count the rows that pass and name the worst. `--receipts` runs every row on the world's benchmark in that receipt
+count the rows that pass and name the worst. The last five rows are failure modes where that glance misleads,
+built from strategies a real package could carry (registered here, not in the library): a router that delivers a
+tool's card only once a write of that tool has been settled (`cards_after_write`: the card arrives after the write it
+was for; the cause is rho, a glance reads E or nothing), work dropped with no trace under three times faster
+forgetting (the board hidden, or a ledger of one entry: W, a glance reads nothing), both at once, and a checker that
+bounces about 30% of writes whatever they are (`false_alarm`: no owner's switch fixes its episodes). `--receipts` runs every row on the world's benchmark in that receipt
 mode (`benchmark.receipts`: `silent` lets policy-breaking writes through, so no rule refusal is ever seen), built
 under a temporary directory with its train gold (`gold_train.jsonl`), which the diagnosis of dev may use through
 train's outcome evidence (`components.evolution.outcomes.TrainEvidence`); dev gold is read by scoring alone."""
