@@ -15,7 +15,12 @@ switches fixes (they take all four: no owner named alone counts as right there),
 a right answer at all), the three baselines, the margin over the
 trace rule, the trace rule again with its rule-refusal signal blanked (what it would read in a world whose refusals
 say nothing), and whether the row passes (coverage >= 50%, accuracy >= 85%, margin >= 10 points). The last lines
-count the rows that pass and name the worst. `--receipts` runs every row on the world's benchmark in that receipt
+count the rows that pass and name the worst. The last five rows are failure modes where that glance misleads,
+built from strategies a real package could carry (registered here, not in the library): a router that delivers a
+tool's card only once a write of that tool has been settled (`cards_after_write`: the card arrives after the write it
+was for; the cause is rho, a glance reads E or nothing), work dropped with no trace under three times faster
+forgetting (the board hidden, or a ledger of one entry: W, a glance reads nothing), both at once, and a checker that
+bounces about 30% of writes whatever they are (`false_alarm`: no owner's switch fixes its episodes). `--receipts` runs every row on the world's benchmark in that receipt
 mode (`benchmark.receipts`: `silent` lets policy-breaking writes through, so no rule refusal is ever seen), built
 under a temporary directory with its train gold (`gold_train.jsonl`), which the diagnosis of dev may use through
 train's outcome evidence (`components.evolution.outcomes.TrainEvidence`); dev gold is read by scoring alone."""
@@ -43,6 +48,8 @@ from components.evolution.outcomes import evidence_from_train  # noqa: E402
 from components.evolution.localization import _eid, fit_baselines, localization  # noqa: E402
 from components.evolution.trace_rule import signals_frame  # noqa: E402
 from components.memory import load_package  # noqa: E402
+from components.memory.events import DELIVERY_EVENTS, PRE_WRITE  # noqa: E402
+from components.memory.strategies import CHECKERS as CHECKER_REGISTRY, DELIVERERS, CheckContext, Delivery, DeliveryContext, Verdict  # noqa: E402
 from components.models.counterfactual import causes_table  # noqa: E402
 from components.models.simulated import RATES, Rates, SimulatedAgent  # noqa: E402
 from components.params import BenchmarkParams  # noqa: E402
@@ -161,6 +168,44 @@ AIRLINE = Cards(
 WORLDS = {"retail": (RETAIL, PACKAGES), "airline": (AIRLINE, PACKAGES / "airline")}
 
 
+# -- perturbations where a glance at the trace misleads (issue 24): strategies a real package could carry --------------
+
+def cards_after_write():
+    """A router keyed on receipts: a card about a write is delivered once the ledger holds a settled write of its
+    tool, so it arrives AFTER the write it was for (it helps a second write of that tool, never the first). A glance
+    sees a card about the tool in the episode (or nothing at all, in a silent world); the cause is routing (rho)."""
+
+    def deliver(ctx: DeliveryContext) -> Delivery:
+        written = {e.tool for e in ctx.ledger.entries if e.status == "done"}
+        return Delivery(card_ids=tuple(c.id for c in ctx.cards.values()
+                                       if c.meta.trigger is not None and c.meta.trigger.tool in written))
+
+    return deliver
+
+
+def false_alarm(*, rate: float = 0.3):
+    """A checker that bounces correct work: a write whose tool and arguments hash under `rate` is sent back as
+    suspicious, whatever it is (a fraud heuristic with false positives). No switch of the agent fixes it: a glance
+    sees a bounced write (discipline, C); its cause is the package's checker, which no owner's fault explains."""
+    from components.models.simulated import coin
+
+    def check(ctx: CheckContext) -> Verdict:
+        call = ctx.draft.tool_call
+        if call is None or call.name not in ctx.write_tools:
+            return Verdict(True)
+        if coin(0, "false-alarm", call.name, json.dumps(call.args, sort_keys=True)) >= rate:
+            return Verdict(True)
+        return Verdict(False, f"`{call.name}` looks unusual: review it before writing")
+
+    return check
+
+
+if DELIVERERS.get("cards_after_write") is None:  # registered once per process (the module may be imported twice)
+    DELIVERERS.register("cards_after_write", events=DELIVERY_EVENTS, delivers_cards=True)(cards_after_write)
+if CHECKER_REGISTRY.get("false_alarm") is None:
+    CHECKER_REGISTRY.register("false_alarm", events={PRE_WRITE})(false_alarm)
+
+
 def card_package(root: Path, name: str, cards: dict[str, str], use="event_cards", at="intent_recorded",
                  board="true", checkers="[]") -> Path:
     pkg = root / name
@@ -168,6 +213,15 @@ def card_package(root: Path, name: str, cards: dict[str, str], use="event_cards"
     (pkg / "manifest.yaml").write_text(ROUTED.format(name=name, use=use, at=at, board=board, checkers=checkers))
     for i, (tool, body) in enumerate(cards.items()):
         (pkg / "em" / "procedure" / f"c{i}.md").write_text(CARD.format(id=f"c{i}", tool=tool, body=body))
+    return pkg
+
+
+def wm_package(root: Path, name: str, board: str = "true", max_entries: int = 2, checkers: str = "[]") -> Path:
+    """The seed with its working memory changed (the board hidden, fewer ledger entries) or a checker added."""
+    pkg = root / name
+    pkg.mkdir(parents=True)
+    (pkg / "manifest.yaml").write_text(f"name: {name}\nwm:\n  board: {board}\n  max_entries: {max_entries}\n"
+                                       f"  bind_on: []\ndelivery: []\ncheckers: {checkers}\n")
     return pkg
 
 
@@ -184,6 +238,11 @@ def scaled(k: float) -> Rates:
     return replace(RATES, p_base=max(0.0, 1 - (1 - RATES.p_base) * k), attention=RATES.attention * k,
                    p_skip_confirm=min(1.0, RATES.p_skip_confirm * k), p_early_done=min(1.0, RATES.p_early_done * k),
                    drift=RATES.drift * k, drift_max=min(1.0, RATES.drift_max * k))
+
+
+def drifting(k: float) -> Rates:
+    """Forgetting k times faster (the drift hazard and its ceiling), every other rate as is: work dropped silently."""
+    return replace(RATES, drift=RATES.drift * k, drift_max=min(1.0, RATES.drift_max * k))
 
 
 def evaluate(pkg, bench, items, seeds, max_turns, rates):
@@ -236,6 +295,16 @@ def rows_of(world_name: str, tmp: Path) -> list[tuple[str, Path, dict]]:
         ("checkers", checked_package(tmp, "checkers"), {}),
         ("checkers + wrong card", card_package(tmp, "checkers-wrong", wrong, checkers=CHECKERS), {}),
         ("reference", shipped / "reference", {}),
+        # where a glance misleads: a card arriving after its write (rho, read as E or as nothing); work dropped with
+        # no trace (W, read as E or nothing): the board hidden, or a ledger of one entry, under faster forgetting;
+        # both at once; a checker that bounces correct work (its cause no owner's switch fixes)
+        ("card after its write", card_package(tmp, "late", cards.paraphrased, use="cards_after_write"), {}),
+        ("no board drift x3", wm_package(tmp, "no-board", board="false"), {"rates": drifting(3.0)}),
+        ("one ledger entry drift x3", wm_package(tmp, "one-entry", max_entries=1), {"rates": drifting(3.0)}),
+        ("late card no board", card_package(tmp, "late-no-board", cards.paraphrased, use="cards_after_write",
+                                                    board="false"), {"rates": drifting(3.0)}),
+        ("false-alarm checker", wm_package(tmp, "false-alarm", checkers="\n  - use: false_alarm\n    at: pre_write"),
+         {}),
     ]
 
 

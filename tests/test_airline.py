@@ -277,3 +277,50 @@ def test_packages_load_and_reference_states_every_fact():
     assert {c.id for c in pkgs["all-skills"].cards.values()} == set(ref.cards)
     assert not pkgs["seed"].cards and not pkgs["none"].cards
     assert ref.wm.bind_on == ["reservation_id"]
+
+
+# -- validation's leak guard: a rule's constant is not task data --------------------------------------------------
+
+
+def test_leak_guard_passes_a_rules_constant_and_still_blocks_dev_and_test_values(tmp_path):
+    """'travel_credit' (basic_credit, a rule the policy never states) is the constant the train gold gives every
+    basic-fare cancellation: the card stating it is knowledge, not a leak. A value only dev or test items carry, an
+    id, an account's data, and a word of the world's own data the train gold repeats stay blocked."""
+    import shutil
+
+    from components.evolution.validate import leak_tokens, leakage, rule_constants
+    from components.memory import load_package
+    from components.worlds.base import train_gold
+
+    materialize(tmp_path / "bench", seed=0)  # the default size: basic fares among train's cancellations
+    small = load_benchmark(tmp_path / "bench")
+    gold = train_gold(small)
+    basic = {g.task_id for g in gold.values() for a in g.actions
+             if a.tool == "cancel_reservation" and a.args["refund_to"] == "travel_credit"}
+    assert len(basic) >= 3  # the train gold shows it in several items
+    assert "travel_credit" not in small.policy and "travel_credit" in rule_constants(small)
+    assert "travel_credit" not in leak_tokens(small)
+    pkg = tmp_path / "pkg"
+    shutil.copytree(PACKAGES / "reference", pkg)
+    assert "'travel_credit'" in (pkg / "em" / "procedure" / "cancel-refund.md").read_text()
+    assert not [f for f in leakage(load_package(pkg), small) if "cancel-refund" in f]
+    for card in (pkg / "em").rglob("*.md"):  # the rest of the reference (its name card's example is a task's name)
+        if card.name != "cancel-refund.md":
+            card.unlink()
+    assert leakage(load_package(pkg), small) == []
+    # still blocked: a dev item's reservation id, a test item's task id, a train account's email
+    dev_rid = next(r["reservation_id"] for i in small.ids("dev") for r in small.tasks[i].requests)
+    test_id = small.ids("test")[0]
+    train_user = small.tasks[small.ids("train")[0]].user_id
+    for value in (dev_rid, test_id, train_user):
+        assert value in leak_tokens(small), value
+        (pkg / "em" / "procedure" / "leaky.md").write_text(
+            f"---\nid: leaky\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: cancel_reservation\nsource: tests\n---\nRemember {value} for `cancel_reservation`.\n")
+        found = leakage(load_package(pkg), small)
+        assert len(found) == 1 and "leaky.md: contains task data" in found[0], (value, found)
+    # a digit-free word only dev or test rubrics carry is never a rule constant (their gold is not read)
+    train_values = {str(v) for g in gold.values() for a in g.actions for v in a.args.values()}
+    held_out = {str(v) for i in small.ids("dev") + small.ids("test") for c in small.tasks[i].rubric
+                for v in c.args.values() if isinstance(v, str)} - train_values
+    assert held_out and not held_out & rule_constants(small)
+

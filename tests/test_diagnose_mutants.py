@@ -167,6 +167,18 @@ def test_a_checker_bounce_is_c_and_the_work_dropped_after_it_is_not_w():
     assert one(other).kind == "bounced_write"  # another order's write does not redo this one
 
 
+def test_a_checker_bounce_on_a_confirmed_write_is_a_false_alarm_not_c():
+    """A write a granted confirmation covered did its part: a checker that still bounces it (and it is never done)
+    fired on correct discipline, which no fault of the agent's explains (owner none). Unconfirmed, the bounce is C."""
+    asked = confirmed_write(0, CANCEL, "1")[:1]  # the granted confirm, without the write that followed it
+    blocked = st(1, *call(CANCEL, "1"), blocked="false_alarm: looks unusual", pending=[(CANCEL, "1")])
+    f = one([*asked, blocked, st(2, FINISH)])
+    assert (f.owner, f.kind, f.step, f.hash, f.detail) == ("none", "checker_false_alarm", 1, blocked.hash, CANCEL)
+    assert f.extra["target"] == (("order_id", "1"),)
+    other = confirmed_write(0, CANCEL, "2")[:1]  # a confirmation of another order does not cover this write
+    assert one([*other, blocked, st(2, FINISH)]).kind == "bounced_write"
+
+
 def test_a_refusal_redone_right_later_is_no_finding():
     refused = call(CANCEL, "1", ok=False, rule_id="r", rule="R.")
     redo = confirmed_write(2, CANCEL, "1")
@@ -509,6 +521,8 @@ def test_diagnose_with_no_traces_reports_model_faults():
     ("ineffective_card", "`T` was refused on rule R; the package's card about it does not help where delivered"),
     ("card_unobserved", "`T` was refused on rule R; a card about it exists but was never seen at such a write"),
     ("bounced_write", "a checker blocked a write and it was never done (the agent could not meet the check)"),
+    ("checker_false_alarm", "a checker blocked a confirmed write and it was never done (the check fired on work the "
+                            "agent did right)"),
     ("premature_finish", "the agent declared done while its own state still listed work"),
     ("wrong_grounding", "a ledger entry was settled by a receipt for other arguments"),
     ("overflow", "proposed work was never tracked because the ledger was full"),

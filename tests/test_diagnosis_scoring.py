@@ -143,7 +143,7 @@ def test_bench_diagnosis_quick_prints_the_table(bench_dir, capsys):
     spec.loader.exec_module(mod)
     rows = mod.main(["--quick", "--bench", str(bench_dir), "--items", "4"])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(rows) == 17 and len(lines) == 21 and lines[0] == "receipts: explained"
+    assert len(rows) == 22 and len(lines) == 26 and lines[0] == "receipts: explained"
     assert {r["world"] for r in rows} == {"retail"} and {r["receipts"] for r in rows} == {"explained"}
     assert lines[-2].startswith("rows passing:") and lines[-1].startswith("worst-row localization accuracy:")
     assert sum(r["n"] > 0 for r in rows) >= 10
@@ -164,3 +164,58 @@ def test_bench_diagnosis_runs_a_silent_world(tmp_path):
     assert [r["row"] for r in rows] == ["wrong card", "seed"] and {r["receipts"] for r in rows} == {"silent"}
     assert all(r["n"] > 0 for r in rows)
     assert all(r["trace_rule_no_refusal_accuracy"] == r["trace_rule_accuracy"] for r in rows)
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_diagnosis", ROOT / "benchmarks" / "bench_diagnosis.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_late_router_delivers_a_card_only_after_its_write(bench, tmp_path):
+    """`cards_after_write` (the "card after its write" rows): no write ever has a card about its own tool in memory
+    before that tool's first successful write in the episode, and some later turn has one: the card exists and is
+    delivered, at the wrong time."""
+    from components.memory import load_package
+    from components.models.simulated import SimulatedAgent
+    from components.runtime.episode import run_episode
+
+    mod = _bench_module()
+    pkg = load_package(mod.card_package(tmp_path, "late", mod.RETAIL.paraphrased, use="cards_after_write"))
+    tool_of = {c.id: c.meta.trigger.tool for c in pkg.cards.values()}
+    early = late = 0
+    for item in bench.ids("train")[:24]:
+        steps = run_episode(pkg, bench, item, 0, SimulatedAgent()).steps
+        written: set[str] = set()
+        for s in steps:
+            about = {tool_of[c] for c in s.delivered}
+            tool = s.action.get("tool")
+            if tool in bench.write_tools and tool not in written:
+                early += tool in about  # a card about this write before its first success: must never happen
+            late += bool(about & written)
+            if tool in bench.write_tools and s.blocked is None and s.observation.get("ok"):
+                written.add(tool)
+    assert early == 0 and late > 0
+
+
+def test_the_false_alarm_checker_bounces_correct_work_at_its_rate():
+    """`false_alarm` (the "false-alarm checker" rows) bounces a write by a hash of its tool and arguments, whatever
+    they are: the same call always gets the same verdict, reads are never bounced, and about `rate` of writes are."""
+    from components.memory.ledger import Ledger, WMOptions
+    from components.memory.strategies import CHECKERS, CheckContext
+    from components.runtime.types import Draft, ToolCall
+
+    _bench_module()
+    check = CHECKERS.make("false_alarm", {"rate": 0.3})
+
+    def verdict(name: str, n: int) -> bool:
+        draft = Draft(tool_call=ToolCall(id="c1", name=name, args={"order_id": f"#W{n:07d}"}))
+        return check(CheckContext("pre_write", draft, Ledger(WMOptions()), [], frozenset({"write_it"}))).ok
+
+    bounced = [not verdict("write_it", n) for n in range(400)]
+    assert 0.2 < sum(bounced) / len(bounced) < 0.4
+    assert bounced == [not verdict("write_it", n) for n in range(400)]
+    assert all(verdict("read_it", n) for n in range(400))

@@ -325,3 +325,38 @@ def test_inference_never_reads_rule_text(path):
     names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert "rule" not in names and "statement" not in {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
 
+
+
+def test_a_sum_of_terms():
+    """A fee per bag beyond an allowance: fee = 35 * bags - 35 * free bags, the write's own other arguments (`@bags`,
+    `@free_bags`); and a sum of two read numbers with a constant. The card form round-trips."""
+    rs = []
+    for n, item in enumerate(ITEMS):
+        free = (0, 1, 2, 4)[n % 4]
+        bags = free + (0, 1, 2)[n % 3]
+        rs.append(Row(item, f"{item}#0", {"r.pax": 1 + n % 2, "r.rank": (n * 7) % 5},
+                      {"bags": bags, "free_bags": free, "fee": 35 * (bags - free)}, {"fee": 0}))
+    inf = infer_field(rs, "fee")
+    assert inf.why == "ok" and inf.rule == FieldRule("fee", Term("sum", (0, ((35, "@bags"), (-35, "@free_bags")))))
+    text = render("add_checked_bags", inf.rule)
+    assert "35 * `@bags` + -35 * `@free_bags`" in text
+    assert parse(text, "add_checked_bags")["fee"] == inf.rule
+    from components.worlds.airline import facts as A
+
+    assert A.BY_ID["bag_fee"].read(text) == A.BY_ID["bag_fee"].value == 35  # the simulated agent reads it
+    assert A.BY_ID["bag_fee"].read(text.replace("-35", "-30")) is None  # not a fee on the bags beyond the allowance
+    inf = infer_field(rows(lambda n, f: round(2 * f["r.a"] + 0.5 * f["r.b"] + 10, 2),
+                           lambda n: {"r.a": float(n % 7), "r.b": float((n * 3) % 11)}), "x")
+    assert inf.rule == FieldRule("x", Term("sum", (10, ((2, "r.a"), (0.5, "r.b")))))
+    assert parse(render("t", inf.rule), "t")["x"] == inf.rule
+
+
+def test_refuses_a_sum_that_fits_but_fails_its_check_items():
+    """A sum on the fit half, something else on the check half: refused on the check items it never saw."""
+    def gold(n, f):
+        return round(2 * f["r.a"] + 3 * f["r.b"], 2) if ITEMS[n] in HALF else 100.0 + n * 13
+    feats = lambda n: {"r.a": float(n % 7), "r.b": float((n * 3) % 11)}  # noqa: E731
+    fit = [r for r in rows(gold, feats) if r.item in HALF]
+    assert smallest(fit, "x") == FieldRule("x", Term("sum", (0, ((2, "r.a"), (3, "r.b")))))  # it did fit
+    inf = infer_field(rows(gold, feats), "x")
+    assert inf.rule is None and inf.why.startswith("fits the fit items but not")

@@ -11,7 +11,8 @@ For every failed episode, the earliest of:
         unknown: a card exists but was never in memory at such a write (no evidence; no plan is made)
   - a write a checker blocked (bounced twice, never executed) and never redone successfully      -> C, bounced_write
         (the checker's bounce is the trace of the discipline fault it guards; with it installed, the unconfirmed
-        write never happens, and without this the work dropped after it would read as W)
+        write never happens, and without this the work dropped after it would read as W); when a granted
+        confirmation covered that write, the agent did its part and the check fired anyway   -> none, checker_false_alarm
   - `finish` while the agent's own proposed state still listed work                               -> C, premature_finish
   - work the agent proposed, never wrote, and dropped from its state                              -> W
         wrong_grounding: its ledger entry was settled by a receipt for other arguments
@@ -144,12 +145,18 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
                     findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get((tool, rule)), targets))
         elif tool in write_tools and s.blocked is not None:
             # a checker bounced the draft twice and it never ran: the agent could not meet the check (with a
-            # confirmation checker, it never asked); the work it later drops is this failure's consequence
+            # confirmation checker, it never asked); the work it later drops is this failure's consequence. A
+            # write a granted confirmation covered was disciplined work: the checker fired on it anyway (a false
+            # alarm), which no fault of the agent's explains
             mine = _ident(tool, a.get("args", {}), targets)
             if not any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
                        and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps):
-                findings.append(Finding(eid, item_id, s.step, s.hash, "C", "bounced_write", "*", tool,
-                                        extra={"target": mine, "blocked": s.blocked}))
+                if covered(acts, tool, a.get("args", {}), targets):
+                    findings.append(Finding(eid, item_id, s.step, s.hash, "none", "checker_false_alarm", "*", tool,
+                                            extra={"target": mine, "blocked": s.blocked}))
+                else:
+                    findings.append(Finding(eid, item_id, s.step, s.hash, "C", "bounced_write", "*", tool,
+                                            extra={"target": mine, "blocked": s.blocked}))
         if (act := step_act(a, obs, s.blocked, write_tools)) is not None:
             acts.append(act)
         if a.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending"):
@@ -459,6 +466,8 @@ def _statement(f: Finding, n: int) -> str:
         "ineffective_card": f"`{f.tool}` was refused on rule {f.rule_id}; the package's card about it does not help where delivered",
         "card_unobserved": f"`{f.tool}` was refused on rule {f.rule_id}; a card about it exists but was never seen at such a write",
         "bounced_write": "a checker blocked a write and it was never done (the agent could not meet the check)",
+        "checker_false_alarm": "a checker blocked a confirmed write and it was never done (the check fired on work "
+                               "the agent did right)",
         "premature_finish": "the agent declared done while its own state still listed work",
         "wrong_grounding": "a ledger entry was settled by a receipt for other arguments",
         "overflow": "proposed work was never tracked because the ledger was full",

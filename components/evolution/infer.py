@@ -17,6 +17,10 @@ Forms, smallest first (the first that fits the fit half is the rule; none is sea
     product  a constant or a feature times two factors, each when its condition holds
     table    a number chosen by a category of the task's data (one value per category seen), alone or times one
              factor when a condition holds (a fee table by fare, doubled inside a window)
+    sum      a sum of terms: two factors times two numbers (what reads showed, or the write's own other arguments,
+             `@<arg>`: a count the customer gave, another field of the write), plus a constant (a fee per bag
+             beyond an allowance: 35 * bags - 35 * free bags); the factors are least squares on the fit rows,
+             rounded to the cent, and must give the gold value in most rows
 The rule is fitted on the items of one half and checked on the other half's items, which it never saw (every other
 item in sorted order); when it fails, the halves swap (two-fold: a rule whose evidence sits in one half can still be
 found there, and must then hold on the other). A rule that fits its half but not the check items it can be evaluated
@@ -215,6 +219,19 @@ def value_of(t: Term, feats: Mapping[str, Any]) -> tuple[bool, Any]:
     return False, None
 
 
+def own(row: Row, fld: str) -> dict[str, Any]:
+    """The write's other numeric arguments, as a sum's terms name them (`@<arg>`): the gold's, which the check rows
+    and a card's reader both have when they come to this field (a count the customer gave, a field set before it)."""
+    return {f"@{k}": v for k, v in row.gold.items() if k != fld and _num(v)}
+
+
+def sum_value(t: Term, feats: Mapping[str, Any]) -> tuple[bool, Any]:
+    const, parts = t.value
+    if not all(_num(feats.get(p)) for _k, p in parts):
+        return False, None
+    return True, _cents(const + sum(k * feats[p] for k, p in parts))
+
+
 def holds(rule: FieldRule, row: Row, gap: tuple[float, float] | None = None,
           factor_gaps: Mapping[int, tuple[float, float]] | None = None) -> bool | None:
     """Whether the rule gives the row's gold value (None: the row lacks a feature the rule reads, or its condition's
@@ -232,6 +249,9 @@ def holds(rule: FieldRule, row: Row, gap: tuple[float, float] | None = None,
         t = rule.then if on else rule.other
     if t.kind == "one_of":
         return y in t.value
+    if t.kind == "sum":
+        ok, v = sum_value(t, {**row.feats, **own(row, rule.field)})
+        return same_value(v, y) if ok else None
     if t.kind == "upper":
         given = row.agent.get(rule.field) if row.agent else None
         return given.upper() == y if isinstance(given, str) else None
@@ -298,7 +318,7 @@ def _simple(rows: list[Row], fld: str, paths: list[str]) -> Term | None:
 
 
 def _complexity(t: Term) -> int:
-    return {"const": 0, "equal": 1, "share": 2, "one_of": 3, "upper": 1, "table": 3}[t.kind]
+    return {"const": 0, "equal": 1, "share": 2, "one_of": 3, "upper": 1, "table": 3, "sum": 4}[t.kind]
 
 
 def smallest(rows: list[Row], fld: str) -> FieldRule | None:
@@ -348,7 +368,45 @@ def smallest(rows: list[Row], fld: str) -> FieldRule | None:
                           FieldRule(fld, a, c, b)))
     if found:
         return min(found, key=lambda x: x[0])[1]
-    return _product(rows, fld, paths) or _table(rows, fld, paths)
+    return _product(rows, fld, paths) or _table(rows, fld, paths) or _sum(rows, fld, paths)
+
+
+MAX_SUM_PATHS = 40  # numeric features tried in pairs (the readable ones, fewest first by name)
+
+
+def _sum(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
+    """`a * x + b * y + c` over two numbers readable on most rows (features or the write's own other arguments):
+    least squares on the rows, the factors and the constant rounded to the cent; both factors non-zero (one alone is
+    a share), and the rule must give the gold value in most rows (`EXPLAIN`). Among those that do, the one that
+    explains most rows, then without a constant, then by name."""
+    ys = [r.gold.get(fld) for r in rows]
+    if not rows or not all(_num(y) for y in ys):
+        return None
+    ext = [{**r.feats, **own(r, fld)} for r in rows]
+    cands = sorted({p for e in ext for p in e})
+    numeric = [p for p in cands if "[" not in p or "[]" in p or " in " in p]
+    numeric = [p for p in numeric if _items([r for r, e in zip(rows, ext) if _num(e.get(p))])
+               >= max(MIN_FIT, (3 * _items(rows)) // 4)][:MAX_SUM_PATHS]
+    y = np.array(ys, dtype=float)
+    found = []
+    for i, p in enumerate(numeric):
+        for q in numeric[i + 1:]:
+            ok = np.array([_num(e.get(p)) and _num(e.get(q)) for e in ext])
+            if _items([r for r, m in zip(rows, ok) if m]) < max(MIN_FIT, (3 * _items(rows)) // 4):
+                continue
+            x = np.array([[float(e[p]), float(e[q]), 1.0] if m else [0.0, 0.0, 0.0] for e, m in zip(ext, ok)])
+            if np.linalg.matrix_rank(x[ok][:, :2]) < 2:
+                continue  # the two numbers move together: no way to tell their factors apart
+            coef = np.linalg.lstsq(x[ok], y[ok], rcond=None)[0]
+            a, b, c = (_tidy(round(float(v), 2)) for v in coef)
+            if a == 0 or b == 0:
+                continue
+            t = Term("sum", (c, ((a, p), (b, q))))
+            rule = FieldRule(fld, t)
+            verdicts = [v for v in (holds(rule, r) for r in rows) if v is not None]
+            if len(verdicts) >= (3 * len(rows)) // 4 and _explains(verdicts):
+                found.append(((-sum(verdicts), c != 0, p, q), rule))
+    return min(found, key=lambda x: x[0])[1] if found else None
 
 
 def _capped(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:

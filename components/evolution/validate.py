@@ -3,7 +3,9 @@
     schema        the plan parsed (it reached here as a Plan)
     lint          the candidate loads as a package
     leakage       no task id, account id, value of a request or rubric, or plain value of the account's record
-                  (of ANY split) appears in a card
+                  (of ANY split) appears in a card; a rule's constant is not task data (`rule_constants`: a word
+                  the train gold gives in several items and the world's data never holds, such as a refund's
+                  'travel_credit' where the policy never names it)
     reachability  every card trigger's event is one the kernel raises with a binding that delivers cards there,
                   and its tool exists in the world
     activation    (after a probe run on the source tasks) the plan's mechanism shows in the fingerprints
@@ -22,8 +24,10 @@ from components.memory.events import DELIVERY_EVENTS
 from components.memory.package import MemoryPackage, lint, load_package
 from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL
 from components.worlds import Benchmark
+from components.worlds.base import train_gold
 
 MIN_TOKEN = 5  # shorter values (a state code, a size) are ordinary words
+MIN_SHARED = 3  # distinct train items whose gold gives one value to one field: a rule's constant, not an item's data
 
 
 @dataclass
@@ -61,9 +65,30 @@ def _leak_tokens(bench_root: str, digest: str) -> frozenset[str]:
             account = records.get(t.user_id) if isinstance(records, dict) else None
             if isinstance(account, dict):
                 tokens |= {v for v in account.values() if isinstance(v, str)}
-    # vocabulary the policy itself uses (tool names, the allowed reasons) is knowledge, not a leak
+    # vocabulary the policy itself uses (tool names, the allowed reasons) is knowledge, not a leak; so is a constant a
+    # rule puts in a write, which the train gold shows (an account's, a task's or the world's own data never is one)
     policy = bench.policy.lower()
-    return frozenset(x for x in tokens if len(x) >= MIN_TOKEN and x.lower() not in policy)
+    ids = {x for t in bench.tasks.values() for x in (t.id, t.user_id)}
+    constants = rule_constants(bench) - ids
+    return frozenset(x for x in tokens if len(x) >= MIN_TOKEN and x.lower() not in policy and x not in constants)
+
+
+def rule_constants(bench: Benchmark) -> frozenset[str]:
+    """Words a rule writes, read off the train gold (`train_gold`: what a campaign may learn from): a string argument
+    with no digit (not an id, not an amount) that the gold gives to the same tool's field in at least `MIN_SHARED`
+    train items and that appears nowhere in the world's database (not a name, a city, a product: the world's data).
+    A value only dev or test items carry is never one (their gold is not read), so a card carrying it is still a leak."""
+    items: dict[tuple[str, str, str], set[str]] = {}
+    for g in train_gold(bench).values():
+        for a in g.actions:
+            for k, v in a.args.items():
+                if isinstance(v, str) and v and not any(ch.isdigit() for ch in v):
+                    items.setdefault((a.tool, k, v), set()).add(g.task_id)
+    shared = {v for (_tool, _k, v), ts in items.items() if len(ts) >= MIN_SHARED}
+    if not shared:
+        return frozenset()
+    data = {s.lower() for s in _strings(bench.db)}
+    return frozenset(v for v in shared if v.lower() not in data)
 
 
 def leak_tokens(bench: Benchmark) -> frozenset[str]:

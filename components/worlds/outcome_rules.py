@@ -7,7 +7,9 @@ One list item per field of a write, naming the write in backticks (the grammar's
 
     term       'text' (a constant) | 12.5 (a constant) | `<feature>` (equal to it) | 0.95 * `<feature>` (a share of
                it) | one of 'a', 'b' (the allowed values) | the value as given, in upper case | 'a' 10, 'b' 20 by
-               `<feature>` (a table: the number its category names; a category it does not name has no value)
+               `<feature>` (a table: the number its category names; a category it does not name has no value) |
+               35 * `<feature>` + -35 * `<feature>` [+ 10] (a sum of terms: each a factor times a feature, and a
+               constant)
     condition  `<feature>` > 24 (a threshold) | `<feature>` is 'basic' (a category)
     factors    a number term followed by up to two `, times <k> when <condition>` (each applied in turn, to the cent,
                when its condition holds): two rules on one amount, e.g. a fee after some days and a bonus on a kind
@@ -17,7 +19,9 @@ One list item per field of a write, naming the write in backticks (the grammar's
                elements whose key is among the write's list argument <arg>; `<read tool>.<list>[<key>=<value>].<k2>` the
                k2 of the one element whose key has that value; `<read tool>.<list>[<key>=@<arg>].<k2>` the k2 of the
                element whose key is the write's argument <arg>;
-               `<read tool>.<key>@days_from_today` the days from the policy's date to the date a key holds.
+               `<read tool>.<key>@days_from_today` the days from the policy's date to the date a key holds;
+               `@<arg>` (in a sum only) the write's own argument <arg> (a count the customer gave, or another field
+               of the same write).
 
 Nothing here knows a world: each world's facts map a parsed `FieldRule` onto the value of the rule it is about.
 """
@@ -36,8 +40,9 @@ UPPER = "the value as given, in upper case"
 
 @dataclass(frozen=True)
 class Term:
-    kind: Literal["const", "equal", "share", "one_of", "upper", "table"]
-    value: Any = None  # const: the value; share: the factor; one_of: the tuple of values; table: ((category, n), ...)
+    kind: Literal["const", "equal", "share", "one_of", "upper", "table", "sum"]
+    value: Any = None  # const: the value; share: the factor; one_of: the tuple of values; table: ((category, n), ...);
+    # sum: (constant, ((factor, feature), ...))
     path: str = ""  # equal, share: the feature
 
 
@@ -80,6 +85,9 @@ def render_term(t: Term) -> str:
         return UPPER
     if t.kind == "table":
         return ", ".join(f"{_val(c)} {_num(n)}" for c, n in t.value) + f" by `{t.path}`"
+    if t.kind == "sum":
+        const, parts = t.value
+        return " + ".join([f"{_num(k)} * `{p}`" for k, p in parts] + ([_num(const)] if const else []))
     return "one of " + ", ".join(_val(v) for v in t.value)
 
 
@@ -104,6 +112,7 @@ _ITEM = re.compile(rf"{re.escape(MARK)}: `(?P<field>[^`]+)` = (?P<expr>.+?)\.?$"
 _COND = re.compile(rf"^(?P<then>.+?) when `(?P<path>[^`]+)` (?:> (?P<num>{_NUM})|is '(?P<cat>[^']*)'), else (?P<other>.+)$")
 _CAP = re.compile(rf", at most (?P<cap>{_NUM})$")
 _TABLE = re.compile(rf"^((?:'[^']*' {_NUM}, )*'[^']*' {_NUM}) by `([^`]+)`$")
+_SUM = re.compile(rf"^((?:{_NUM} \* `[^`]+` \+ )+{_NUM} \* `[^`]+`)(?: \+ ({_NUM}))?$")
 _FACTOR = re.compile(rf"^times (?P<k>{_NUM}) when `(?P<path>[^`]+)` (?:> (?P<num>{_NUM})|is '(?P<cat>[^']*)')$")
 
 
@@ -123,6 +132,9 @@ def parse_term(s: str) -> Term | None:
     if m := _TABLE.fullmatch(s):
         entries = tuple((c, _parse_value(n)) for c, n in re.findall(rf"'([^']*)' ({_NUM})", m.group(1)))
         return Term("table", entries, m.group(2))
+    if m := _SUM.fullmatch(s):
+        parts = tuple((_parse_value(k), p) for k, p in re.findall(rf"({_NUM}) \* `([^`]+)`", m.group(1)))
+        return Term("sum", (_parse_value(m.group(2)) if m.group(2) else 0, parts))
     if s.startswith("one of "):
         vals = tuple(re.findall(r"'([^']*)'", s))
         return Term("one_of", vals) if vals else None

@@ -334,11 +334,25 @@ def _change(part: str):
     return value
 
 
-OUTCOME_VALUES = {"refund_original": _refund("original"), "basic_credit": _refund("basic"), "comp_form": _form,
+def _bag_fee(rules: dict):
+    """The fee per bag beyond the allowance: `fee` = k * the bags + -k * the free bags (a sum of the write's own
+    arguments), k the fee per bag."""
+    r = rules.get("fee")
+    if r is None or r.then.kind != "sum" or r.cond is not None or r.factors or r.cap is not None:
+        return None
+    const, parts = r.then.value
+    by = {p: k for k, p in parts}
+    k = by.get("@bags")
+    if const or len(by) != 2 or k is None or by.get("@free_bags") != -k or not float(k).is_integer() or k < 0:
+        return None
+    return int(k)
+
+
+OUTCOME_VALUES = {"refund_original": _refund("original"), "bag_fee": _bag_fee, "basic_credit": _refund("basic"), "comp_form": _form,
                   "upgrade_payment": _upgrade, "comp_rate": _comp("rate"), "comp_gold": _comp("gold"),
                   "change_fee": _change("fee"), "change_window": _change("window")}
-# the bag allowance and fee (a tier table plus a fare's bonus, times the passengers; a fee on the bags beyond it) take
-# a sum and a difference: no inferred form states them
+# the bag fee is a sum of the write's own arguments (`_bag_fee`); the allowance (a tier table plus a fare's bonus,
+# times the passengers) is a per-passenger sum no inferred form states
 FACTS = tuple(replace(f, read=with_outcomes(f.read, f.tool, OUTCOME_VALUES[f.id])) if f.id in OUTCOME_VALUES else f
               for f in FACTS)
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
