@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from components.codes import FindingKind, Owner, Verdict
 from components.env import default_db  # noqa: F401 (re-exported: where the graph lives is the environment's say)
 from components.evidence.graph import EvidenceGraph, Expiry, Node, node_id
 from components.evidence.graph_policy import CitationError, PolicyError
@@ -163,7 +164,7 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
         g.link(src_parent.id, "used_in", pn.id)
         gate = rec.get("gate") or {}
         stage = "gate" if gate else "repair" if rec.get("repair") else "validate"
-        accept = rec["verdict"] == "accept"
+        accept = rec["verdict"] == Verdict.ACCEPT
         verdict = g.add("decision", f"verdict:{key}:{parent}:{bench}:{model}", str(rec.get("reason", ""))[:1000],
                         {"type": "gate_verdict", "stage": stage, "accept": accept, "plan_key": key,
                          "benchmark_digest": bench, "model": model, "parent_digest": parent,
@@ -306,7 +307,7 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
             for p in packets:
                 # refusals of the card's rule while it is delivered (ineffective_card: the card does not help
                 # where delivered) or while it is not (policy_refusal): either quotes the rule as the world has it now
-                if p.owner != "E" or p.kind not in ("policy_refusal", "ineffective_card") or p.tool != card["tool"] \
+                if p.owner != Owner.E or p.kind not in (FindingKind.POLICY_REFUSAL, FindingKind.INEFFECTIVE_CARD) or p.tool != card["tool"] \
                         or not p.detail.strip():
                     continue
                 # the card's statement of this packet's rule (a card may state several rules of its write; another
@@ -329,7 +330,7 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
                 meta = old_card.meta.model_dump(mode="json", exclude_none=True) if old_card is not None else \
                     {"id": card["id"], "type": "procedure", "trigger": {"event": "intent_recorded", "tool": card["tool"]}}
                 meta["source"] = f"revision of {promo.id} after diagnosis {p.id} ({len(p.episodes)} refusals)"
-                plan = Plan(owner="E", cluster=p.id, rationale=p.claims[0].statement, evidence=p.citations(),
+                plan = Plan(owner=Owner.E, cluster=p.id, rationale=p.claims[0].statement, evidence=p.citations(),
                             summary=f"E: revoke {card['id']} ({promo.data.get('version', '')} of "
                                     f"{promo.data.get('campaign', '')}, contradicted on {bench[:12]}) and restate the rule",
                             operations=[RemoveCard(op="remove_card", path=card["path"]),

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from components.codes import FindingKind, Owner
 from components.evidence.packets import Citation, Claim, EvidencePacket
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets, covered, identity, step_act
@@ -108,17 +109,17 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
     eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
     if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
         last = steps[-1] if steps else None
-        return Finding(eid, item_id, last.step if last else -1, last.hash if last else "", "none", "model_fault",
+        return Finding(eid, item_id, last.step if last else -1, last.hash if last else "", Owner.NONE, FindingKind.MODEL_FAULT,
                        detail=error, opportunity="unknown", patchability="external")
     # A world refusal that no memory could avoid (the receipt says `blocking`): external.
     for s in steps:
         obs = s.observation
         if s.blocked is None and obs.get("blocking"):
-            return Finding(eid, item_id, s.step, s.hash, "none", "blocking_error", s.action.get("tool", "*"),
+            return Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.BLOCKING_ERROR, s.action.get("tool", "*"),
                            detail=obs.get("code") or "", opportunity="absent", patchability="external")
     if budget is not None and budget.out_of_turns(steps, write_tools, targets):
         last = steps[-1]
-        return Finding(eid, item_id, last.step, last.hash, "none", "out_of_turns",
+        return Finding(eid, item_id, last.step, last.hash, Owner.NONE, FindingKind.OUT_OF_TURNS,
                        detail=f"{_work(steps, write_tools, targets)} write(s) of work within a {budget.cap}-turn budget",
                        opportunity="absent", patchability="external")
     findings: list[Finding] = []
@@ -135,7 +136,7 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         if tool in write_tools and s.blocked is None:
             if obs.get("ok"):
                 if not covered(acts, tool, a.get("args", {}), targets):
-                    findings.append(Finding(eid, item_id, s.step, s.hash, "C", "unconfirmed_write", "*", tool))
+                    findings.append(Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.UNCONFIRMED_WRITE, "*", tool))
             elif (rule := rule_refusal(s)) is not None:
                 mine = _ident(tool, a.get("args", {}), targets)
                 later = any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
@@ -148,12 +149,12 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
             mine = _ident(tool, a.get("args", {}), targets)
             if not any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
                        and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps):
-                findings.append(Finding(eid, item_id, s.step, s.hash, "C", "bounced_write", "*", tool,
+                findings.append(Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.BOUNCED_WRITE, "*", tool,
                                         extra={"target": mine, "blocked": s.blocked}))
         if (act := step_act(a, obs, s.blocked, write_tools)) is not None:
             acts.append(act)
         if a.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending"):
-            findings.append(Finding(eid, item_id, s.step, s.hash, "C", "premature_finish", "*",
+            findings.append(Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.PREMATURE_FINISH, "*",
                                     f"{len(s.proposal['pending'])} item(s) still proposed"))
 
     # Work the agent proposed, never wrote, and dropped from its own state.
@@ -176,10 +177,10 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         at = min(last + 1, steps[-1].step)
         kind, detail, extra = _w_kind(steps, tool, dict(target), last)
         extra["proposed_max"] = proposed_max
-        findings.append(Finding(eid, item_id, at, by_step[at].hash, "W", kind, "*", detail, extra=extra))
+        findings.append(Finding(eid, item_id, at, by_step[at].hash, Owner.W, kind, "*", detail, extra=extra))
     if not findings:
         last = steps[-1]
-        return Finding(eid, item_id, last.step, last.hash, "none", "no_divergence", opportunity="unknown",
+        return Finding(eid, item_id, last.step, last.hash, Owner.NONE, FindingKind.NO_DIVERGENCE, opportunity="unknown",
                        patchability="unknown")
     return min(findings, key=lambda f: (f.step, f.owner))
 
@@ -325,7 +326,7 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
     target = _ident(tool, s.action.get("args", {}), targets)
     extra = {"target": target, "cards": cards, "delivered": list(s.delivered), "rule_id": rule_id}
     quote = _rule_text(s.observation)
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, "policy_refusal")
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
 
 
@@ -335,15 +336,15 @@ def card_owner(cards: list[str], here: list[str], n_delivered: int, helps: bool 
     in memory at it (`here`, of `n_delivered`) and whether such a card helps (`card_helps`); `missing` is the kind
     for E with no card, or with a helpful card delivered alone."""
     if not cards:
-        return "E", missing, "present", "memory"
+        return Owner.E, missing, "present", "memory"
     if helps is False:
-        return "E", "ineffective_card", "present", "memory"
+        return Owner.E, FindingKind.INEFFECTIVE_CARD, "present", "memory"
     if helps is None:
-        return "unknown", "card_unobserved", "unknown", "unknown"
+        return Owner.UNKNOWN, FindingKind.CARD_UNOBSERVED, "unknown", "unknown"
     if here:
-        owner, kind = ("rho", "diluted_card") if n_delivered > len(here) else ("E", missing)
+        owner, kind = (Owner.RHO, FindingKind.DILUTED_CARD) if n_delivered > len(here) else (Owner.E, missing)
         return owner, kind, "present", "memory"
-    return "rho", "card_not_fired", "present", "memory"
+    return Owner.RHO, FindingKind.CARD_NOT_FIRED, "present", "memory"
 
 
 def _w_kind(steps: list[TraceStep], tool: str, target: dict, last: int) -> tuple[str, str, dict]:
@@ -355,10 +356,10 @@ def _w_kind(steps: list[TraceStep], tool: str, target: dict, last: int) -> tuple
             if e["tool"] == tool and _matches(e["args"], target) and _matches(target, e["args"]):
                 tracked = True
                 if e["status"] == "done":
-                    return "wrong_grounding", f"entry {e['id']} settled by receipt {e['evidence']}", {"bind_args": sorted(e["args"])}
+                    return FindingKind.WRONG_GROUNDING, f"entry {e['id']} settled by receipt {e['evidence']}", {"bind_args": sorted(e["args"])}
     if not tracked:
-        return "overflow", "proposed but never tracked by the ledger (full)", {}
-    return "dropped", "left the agent's state without a receipt", {}
+        return FindingKind.OVERFLOW, "proposed but never tracked by the ledger (full)", {}
+    return FindingKind.DROPPED, "left the agent's state without a receipt", {}
 
 
 # -- clustering into evidence packets -------------------------------------------------------------------------------
@@ -404,7 +405,7 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets)
         if gold and row.item_id in gold:
             f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps)
-        elif train is not None and f.kind == "no_divergence":
+        elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:
             from components.evolution.outcomes import unseen_value_finding
 
             f = unseen_value_finding(eid, row.item_id, steps, package, write_tools, train, targets) or f
@@ -437,15 +438,15 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     differs from the gold (a silent world's broken rule leaves no other trace). An external finding stands."""
     from components.evolution.outcomes import outcome_diffs, outcome_finding
 
-    if f.owner == "none" and f.kind != "no_divergence":
+    if f.owner == Owner.NONE and f.kind != FindingKind.NO_DIVERGENCE:
         return f
     o = outcome_finding(f.episode_id, f.item_id, outcome_diffs(steps, gold, write_tools, targets), steps, package,
                         value_helps)
     if o is None:
         return f
-    if f.kind == "no_divergence":
+    if f.kind == FindingKind.NO_DIVERGENCE:
         return o
-    if o.owner == "unknown" or (f.step, f.owner) <= (o.step, o.owner):
+    if o.owner == Owner.UNKNOWN or (f.step, f.owner) <= (o.step, o.owner):
         return f
     return o
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from components.codes import FindingKind, Owner
 from components.evidence.packets import EvidencePacket
 from components.evolution.diagnose import Finding, cards_about, rule_card_id
 from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM, parse_plan
@@ -58,7 +59,7 @@ class PlanContext:
 # while the ledger still loses work would be judged on a state it cannot see. Knowledge and checking do not depend on
 # each other (a card changes what is written, a checker whether it was confirmed or finished), so after W the largest
 # cluster goes first: a checker for the most common escape is not held back behind every small rule cluster.
-LAYER = {"W": 0, "E": 1, "rho": 1, "C": 1}
+LAYER = {Owner.W: 0, Owner.E: 1, Owner.RHO: 1, Owner.C: 1}
 
 
 @META_AGENTS.register("rules")
@@ -89,8 +90,8 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
 
 # C findings -> the checker that would have bounced the action that escaped
 CHECKER_FOR = {
-    "unconfirmed_write": ("confirm_before_write", "pre_write", "C: bounce writes that lack the customer's confirmation"),
-    "premature_finish": ("completion_requires_receipts", "agent_declares_done",
+    FindingKind.UNCONFIRMED_WRITE: ("confirm_before_write", "pre_write", "C: bounce writes that lack the customer's confirmation"),
+    FindingKind.PREMATURE_FINISH: ("completion_requires_receipts", "agent_declares_done",
                          "C: bounce `finish` while ledger entries are pending"),
 }
 
@@ -110,7 +111,7 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         if inferred is None:
             return None
         card_id, ops, fields, items = inferred
-        return Plan(owner="E", cluster=p.id, summary=f"E: card {card_id} on {p.tool} (inferred: {', '.join(fields)})",
+        return Plan(owner=Owner.E, cluster=p.id, summary=f"E: card {card_id} on {p.tool} (inferred: {', '.join(fields)})",
                     rationale=p.claims[0].statement, evidence=p.citations(), operations=[*ops, *wiring],
                     mechanism=f"deliver:{card_id}@", source_items=items[:max_source_items])
     merged = _write_card(p, ctx) if p.rule_id and p.detail.strip() else None
@@ -119,12 +120,12 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         ops = [*ops, *wiring]
         mechanism = f"deliver:{card_id}@"
         summary = f"E: card {card_id} on {p.tool} (rules {', '.join(rules_in)})"
-        return Plan(owner="E", cluster=p.id, summary=summary, rationale=p.claims[0].statement,
+        return Plan(owner=Owner.E, cluster=p.id, summary=summary, rationale=p.claims[0].statement,
                     evidence=p.citations(), operations=ops, mechanism=mechanism,
                     source_items=items[:max_source_items])
-    if p.owner == "E" and p.kind == "policy_refusal":
+    if p.owner == Owner.E and p.kind == FindingKind.POLICY_REFUSAL:
         return None  # every rule refused on this write is already written down: nothing to add
-    elif p.owner == "rho" and p.kind == "card_not_fired":
+    elif p.owner == Owner.RHO and p.kind == FindingKind.CARD_NOT_FIRED:
         cards = cards_about(pkg, p.tool, p.rule_id)
         if not cards:  # no card concerns the rule: nothing to rebind
             return None
@@ -135,7 +136,7 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         ops = [SetTrigger(op="set_trigger", path=card.path, event="intent_recorded", tool=p.tool), *wiring]
         mechanism = f"deliver:{card.id}@"
         summary = f"rho: rebind {card.id} to intent_recorded/{p.tool}"
-    elif p.owner == "rho" and p.kind == "diluted_card":
+    elif p.owner == Owner.RHO and p.kind == FindingKind.DILUTED_CARD:
         blanket = [b for b in pkg.delivery if b.strategy.ignores_triggers]
         if not blanket or any(c.meta.trigger is None for c in pkg.cards.values()):
             return None
@@ -143,20 +144,20 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         ops += wiring
         mechanism = "deliver:"
         summary = "rho: route cards by trigger instead of delivering all of them"
-    elif p.owner == "C" and p.kind in CHECKER_FOR:
+    elif p.owner == Owner.C and p.kind in CHECKER_FOR:
         use, at, summary = CHECKER_FOR[p.kind]
         if any(b.spec.use == use for b in pkg.checkers):
             return None
         ops = [AddBinding(op="add_binding", section="checkers", use=use, at=at)]
         mechanism = f"check:{use}@{at}"
-    elif p.owner == "W" and p.kind == "wrong_grounding":
+    elif p.owner == Owner.W and p.kind == FindingKind.WRONG_GROUNDING:
         keys = sorted({k for f in _findings(ctx, p) for k in f.get("bind_args", [])} | set(pkg.wm.bind_on))
         if not keys or keys == sorted(pkg.wm.bind_on):
             return None
         ops = [SetWM(op="set_wm", field="bind_on", value=keys)]
         mechanism = "ground:"
         summary = f"W: bind receipts on {', '.join(keys)} as well as the tool"
-    elif p.owner == "W" and p.kind == "overflow":
+    elif p.owner == Owner.W and p.kind == FindingKind.OVERFLOW:
         need = max([f.get("proposed_max", 0) for f in _findings(ctx, p)] + [0]) + 2
         want = min(64, 1 << (need - 1).bit_length())  # a power of two: a corpus that saw one more entry is not a new plan
         if want <= pkg.wm.max_entries:
@@ -164,7 +165,7 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         ops = [SetWM(op="set_wm", field="max_entries", value=want)]
         mechanism = "ledger:add"
         summary = f"W: track up to {want} pending entries (was {pkg.wm.max_entries})"
-    elif p.owner == "W" and p.kind == "dropped":
+    elif p.owner == Owner.W and p.kind == FindingKind.DROPPED:
         if pkg.wm.board:
             return None
         ops = [SetWM(op="set_wm", field="board", value=True)]
@@ -210,7 +211,7 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
     pkg, tool = ctx.package, p.tool
     card_id = tool_card_id(tool)
     about = cards_about(pkg, tool, p.rule_id)
-    if p.owner not in ("E", "rho") or (p.owner == "rho" and any(c != card_id for c in about)):
+    if p.owner not in (Owner.E, Owner.RHO) or (p.owner == Owner.RHO and any(c != card_id for c in about)):
         return None
     bodies = [_norm(pkg.cards[c].body) for c in cards_about(pkg, tool)]
 
@@ -228,7 +229,7 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
     new: dict[str, str] = {p.rule_id: p.detail.strip()}
     items = list(p.items)
     for q in sorted(ctx.packets, key=lambda q: (-len(q.episodes), q.id)):
-        if q.tool != tool or not q.rule_id or not q.detail.strip() or q.owner not in ("E", "rho") \
+        if q.tool != tool or not q.rule_id or not q.detail.strip() or q.owner not in (Owner.E, Owner.RHO) \
                 or q.rule_id in new or stated(q.rule_id, q.detail):
             continue
         new[q.rule_id] = q.detail.strip()
@@ -248,13 +249,13 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
     return card_id, ops, rules_in, items
 
 
-OUTCOME_KINDS = ("wrong_value", "ineffective_card")  # E findings whose fix is a rule the outcomes must show
+OUTCOME_KINDS = (FindingKind.WRONG_VALUE, FindingKind.INEFFECTIVE_CARD)  # E findings whose fix is a rule the outcomes must show
 
 
 def _from_outcomes(p: EvidencePacket) -> bool:
     """An E cluster only outcomes can fix: a wrong value against the gold (no rule id: no receipt named one), or a
     coded refusal (a rule id with no statement to copy)."""
-    return p.owner == "E" and ((not p.rule_id and p.kind in OUTCOME_KINDS) or bool(p.rule_id and not p.detail.strip()))
+    return p.owner == Owner.E and ((not p.rule_id and p.kind in OUTCOME_KINDS) or bool(p.rule_id and not p.detail.strip()))
 
 
 def outcome_inferences(ctx: PlanContext, tool: str) -> list:

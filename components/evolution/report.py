@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from components.codes import CAUSE_OWNERS, Verdict
 from components.errors import InputError
 from components.evolution.localization import localization_notes
 from components.io import atomic_write_bytes, atomic_write_json, read_json_object
@@ -182,9 +183,6 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     return out
 
 
-CAUSE_OWNERS = ("E", "W", "rho", "C", "none")
-
-
 def _plot_data(summary: dict, table: pd.DataFrame, causes: pd.DataFrame, families: pd.DataFrame, out: Path) -> None:
     """The figures as data for `dvc plots` (dvc.yaml), one tidy CSV each with fixed columns, so `dvc plots diff`
     overlays two experiments' curves: the gate per gated round (net, CI, the CI's level, verdict), the champion's
@@ -193,10 +191,10 @@ def _plot_data(summary: dict, table: pd.DataFrame, causes: pd.DataFrame, familie
     gated = table.dropna(subset=["net"])
     gate = pd.DataFrame({"round": gated["round"], "net": gated["net"], "ci_lo": gated["ci_lo"],
                          "ci_hi": gated["ci_hi"], "ci_level": [levels.get(r) for r in gated["round"]],
-                         "accepted": (gated["verdict"] == "accept").astype(int), "verdict": gated["verdict"]})
+                         "accepted": (gated["verdict"] == Verdict.ACCEPT).astype(int), "verdict": gated["verdict"]})
     champ = pd.DataFrame({"round": gated["round"], "champion_dev_mean": gated["champion_dev_mean"]})
     rounds = [r["round"] for r in summary["history"]]
-    cause = pd.DataFrame({"round": rounds, **{o: [int(causes.at[r, f"causes_{o}"]) if r in causes.index and
+    cause = pd.DataFrame({"round": rounds, **{o.value: [int(causes.at[r, f"causes_{o}"]) if r in causes.index and
                                                   f"causes_{o}" in causes.columns else 0 for r in rounds]
                                               for o in CAUSE_OWNERS}})
     fam = (families.rename_axis("family").reset_index() if len(families)
@@ -218,7 +216,7 @@ def _champion_mean(r: dict) -> float | None:
     g = r.get("gate") or {}
     if not g:
         return None
-    return g["cand_mean"] if r["verdict"] == "accept" else g["base_mean"]
+    return g["cand_mean"] if r["verdict"] == Verdict.ACCEPT else g["base_mean"]
 
 
 def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:
@@ -231,7 +229,7 @@ def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:
     if not counts:
         return pd.DataFrame()
     df = pd.DataFrame(counts).T.fillna(0).astype(int).sort_index()
-    order = [o for o in ("E", "W", "rho", "C", "none") if o in df.columns] + sorted(set(df.columns) - {"E", "W", "rho", "C", "none"})
+    order = [o.value for o in CAUSE_OWNERS if o in df.columns] + sorted(set(df.columns) - set(CAUSE_OWNERS))
     return df[order].add_prefix("causes_")
 
 
@@ -245,7 +243,7 @@ def _families(campaign_out: Path, summary: dict) -> pd.DataFrame:
     tasks = Path(first["evaluation"]["benchmark"]) / "tasks.csv"  # relative paths: from the project root, as recorded
     rd = lambda r: campaign_out / "rounds" / f"r{r['round']:02d}"  # noqa: E731
     start_f = rd(first) / "dev_base.csv"
-    champ_f = rd(last) / ("dev_cand.csv" if last["verdict"] == "accept" else "dev_base.csv")
+    champ_f = rd(last) / ("dev_cand.csv" if last["verdict"] == Verdict.ACCEPT else "dev_base.csv")
     if not (tasks.exists() and start_f.exists() and champ_f.exists()):
         return pd.DataFrame()
     fam = _read_csv(tasks, usecols=["task_id", "family"], dtype={"task_id": str}).rename(columns={"task_id": "item_id"})
@@ -288,7 +286,7 @@ def _plot_champion(table: pd.DataFrame, test: dict, path: Path) -> None:
     rows = table.dropna(subset=["champion_dev_mean"]) if "champion_dev_mean" in table else table.iloc[0:0]
     if len(rows):
         ax.step(rows["round"], rows["champion_dev_mean"], where="post", color="tab:blue", label="champion (dev)")
-        ax.scatter(rows["round"], rows["champion_dev_mean"], c=["tab:green" if v == "accept" else "tab:grey"
+        ax.scatter(rows["round"], rows["champion_dev_mean"], c=["tab:green" if v == Verdict.ACCEPT else "tab:grey"
                                                                 for v in rows["verdict"]], zorder=3)
         if test:
             ax.axhline(test["base_mean"], color="tab:red", linestyle=":", label=f"start (test) {test['base_mean']:.3f}")
@@ -352,7 +350,7 @@ def _plot(table: pd.DataFrame, path: Path) -> None:
     gated = table.dropna(subset=["net"])
     if len(gated):
         err = [gated["net"] - gated["ci_lo"], gated["ci_hi"] - gated["net"]]
-        colors = ["tab:green" if v == "accept" else "tab:red" for v in gated["verdict"]]
+        colors = ["tab:green" if v == Verdict.ACCEPT else "tab:red" for v in gated["verdict"]]
         ax.errorbar(gated["round"], gated["net"], yerr=err, fmt="none", ecolor="grey", capsize=3)
         ax.scatter(gated["round"], gated["net"], c=colors, zorder=3)
     ax.axhline(0, color="black", linewidth=0.8)

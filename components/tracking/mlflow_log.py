@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.codes import Verdict
+
 # cited failed episodes logged as traces per round (the first ones of each packet): the default of the setting
 # `campaign.traces_per_round` (each trace costs a few hundred spans written to the store; no result depends on them)
 MAX_TRACES_PER_ROUND = 12
@@ -224,8 +226,8 @@ def describe_round(rec: dict[str, Any]) -> str:
         words.append(f"Held-out gate on dev: net {g['net']:+.3f}, {ci_text(rec)}, "
                      f"{g['n_improved']} improved / {g['n_regressed']} regressed of {g['n_items']} items.")
     child = (rec.get("child") or {}).get("version")
-    verdict = {"accept": f"accepted: committed as {child}", "reject": "rejected: the champion stays",
-               "no_plan": "no plan: nothing left to patch"}.get(rec["verdict"], rec["verdict"])
+    verdict = {Verdict.ACCEPT: f"accepted: committed as {child}", Verdict.REJECT: "rejected: the champion stays",
+               Verdict.NO_PLAN: "no plan: nothing left to patch"}.get(rec["verdict"], rec["verdict"])
     words.append(f"Verdict: {verdict} ({rec.get('reason', '')}).")
     return " ".join(words)
 
@@ -312,7 +314,7 @@ class CampaignTracker:
         self.client = MlflowClient(tracking_uri=self.uri)
         self._tracing = None  # the TracingClient the traces are written through, made on first use
         one_trace_writer(mlflow.get_tracking_uri())  # MLflow's own exporter writes to the process's URI
-        start = next((r for r in self._lineage_records() if r.get("verdict") == "start"), None)
+        start = next((r for r in self._lineage_records() if r.get("verdict") == Verdict.START), None)
         if start is None:
             raise ValueError(f"{self.out}: no lineage start record: nothing to log")
         self.identity = campaign_identity(params, start["child"]["digest"], str(start.get("benchmark_digest", "")))
@@ -430,7 +432,7 @@ class CampaignTracker:
                             "n_regressed": g.get("n_regressed"), "repair_repaired": rep.get("repaired"),
                             "repair_broken": rep.get("broken"),
                             "repair_delta": (rep["cand_mean"] - rep["base_mean"]) if rep else None,
-                            "accepted": 1.0 if rec["verdict"] == "accept" else 0.0,
+                            "accepted": 1.0 if rec["verdict"] == Verdict.ACCEPT else 0.0,
                             "dev_look": (rec.get("dev_look") or {}).get("look"),
                             # sequential early stopping: looks evaluated, and whether the verdict came early
                             **{f"{k}_looks_used": (seq or {}).get("looks_used") for k, seq in
@@ -462,10 +464,10 @@ class CampaignTracker:
         that had nothing to gate; the champion's dev mean and the promotions so far are defined at every round."""
         g, n = rec.get("gate") or {}, int(rec["round"])
         values: dict[str, Any] = {"promotions": sum(1 for r in self._lineage_records()
-                                                    if r.get("verdict") == "accept" and r["round"] <= n)}
+                                                    if r.get("verdict") == Verdict.ACCEPT and r["round"] <= n)}
         if g:
             values.update(round_net=g["net"], round_ci_lo=g["ci_lo"], round_ci_hi=g["ci_hi"],
-                          champion_dev_mean=g["cand_mean"] if rec["verdict"] == "accept" else g["base_mean"])
+                          champion_dev_mean=g["cand_mean"] if rec["verdict"] == Verdict.ACCEPT else g["base_mean"])
         self._metrics(self.run_id, values, step=n)
 
     def _lineage_records(self) -> list[dict]:
@@ -667,7 +669,7 @@ class CampaignTracker:
         by_version: dict[str, Any] = {}
         last = None
         for rec in self._lineage_records():
-            if rec.get("verdict") not in ("start", "accept"):
+            if rec.get("verdict") not in (Verdict.START, Verdict.ACCEPT):
                 continue
             child, parent = rec["child"], rec.get("parent") or {}
             d = child["digest"]
@@ -695,7 +697,7 @@ class CampaignTracker:
                 f"({ui_route(f'#/models/{name}/versions/{parent_mv.version}')}) of this model, a link to walk the "
                 "lineage): "
                 f"{rec.get('summary', '')}; dev net {g['net']:+.3f}, {ci_text(rec)}."
-                if rec["verdict"] == "accept" and parent_mv is not None and g else "The campaign's starting package.")
+                if rec["verdict"] == Verdict.ACCEPT and parent_mv is not None and g else "The campaign's starting package.")
                 + f" Logged model: [{lm.name}]({ui_route(f'#/experiments/{self.experiment_id}/models/{lm.model_id}')})"
                 " (its knobs, gate figures and files).")
             # source: the logged model's files. A `models:/<id>` source makes MLflow's SQL registry look the model up

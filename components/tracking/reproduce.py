@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from components.codes import Verdict
 from components.errors import InputError
 from components.evolution.gate import GateConfig, SequentialDesign, gate, sequential_gate
 from components.evolution.lineage import Lineage
@@ -64,10 +65,10 @@ def find_round(campaign: str | Path, version: str | None = None, run_id: str | N
     lineage = Lineage(campaign / "lineage")
     if not lineage.log.exists():
         raise ReproduceError(f"{lineage.log}: -: no lineage here (check out the commit and `dvc checkout` first)")
-    rec = next((r for r in lineage.records() if r.get("verdict") == "accept" and (r.get("child") or {}).get("version") == version), None)
+    rec = next((r for r in lineage.records() if r.get("verdict") == Verdict.ACCEPT and (r.get("child") or {}).get("version") == version), None)
     if rec is None:
         _altered(campaign, lineage, version)
-        promoted = [r["child"]["version"] for r in lineage.records() if r.get("verdict") == "accept"]
+        promoted = [r["child"]["version"] for r in lineage.records() if r.get("verdict") == Verdict.ACCEPT]
         raise ReproduceError(f"{lineage.log}: version: {version!r} was not promoted here (promoted: {', '.join(promoted) or 'none'})")
     return campaign, rec
 
@@ -77,7 +78,7 @@ def _altered(campaign: Path, lineage: Lineage, version: str | None) -> None:
     commits a version, so a record naming it as its child with another verdict, or a round's round.json recording
     its promotion where the lineage has none, was edited after the fact."""
     for r in lineage.records():
-        if (r.get("child") or {}).get("version") == version and r.get("round") and r.get("verdict") != "accept":
+        if (r.get("child") or {}).get("version") == version and r.get("round") and r.get("verdict") != Verdict.ACCEPT:
             raise ReproduceError(f"{lineage.log}: round {r['round']}: the record was altered: it names {version} as "
                                  f"its promoted version but its verdict is {r.get('verdict')!r} (only an accept "
                                  "commits a version)")
@@ -86,7 +87,7 @@ def _altered(campaign: Path, lineage: Lineage, version: str | None) -> None:
             rd = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(rd, dict) and rd.get("verdict") == "accept" and (rd.get("child") or {}).get("version") == version:
+        if isinstance(rd, dict) and rd.get("verdict") == Verdict.ACCEPT and (rd.get("child") or {}).get("version") == version:
             raise ReproduceError(f"{lineage.log}: round {rd.get('round')}: the record was altered: {f.relative_to(campaign)} "
                                  f"records {version}'s promotion, the lineage does not")
 
