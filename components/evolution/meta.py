@@ -8,6 +8,9 @@ and writes the smallest connected change for its owner:
     rho  rebind the existing card's trigger to the write it concerns (or route instead of delivering everything)
     W    change the ledger option the evidence points at (bind_on, max_entries, board)
     C    add the checker that would have bounced the escaped action
+Each is a `MetaAgent`: `plan(ctx)` returns a `PlanOutcome` (the plan or none, why a plan failed, the model's raw
+replies, the usage it cost); `spends` says whether planning asks a model, and so holds budget.
+
 `llm`: shows a model a budgeted projection (the plan schema, the rules' draft, the largest clusters first, the package),
 validates the JSON it returns with the same schema, feeds a validation error back once, and turns any failure into a
 rejected plan with the raw replies kept. Either way the plan is only a proposal: validation and the gate decide.
@@ -19,6 +22,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pandas as pd
 
@@ -31,6 +35,7 @@ from components.memory.package import MemoryPackage
 from components.registry import Registry
 from components.runtime import prompts
 from components.runtime.trace import frame_steps
+from components.runtime.types import Usage
 from components.worlds import Benchmark
 
 META_AGENTS = Registry("meta_agent")
@@ -62,11 +67,18 @@ class PlanContext:
 LAYER = {Owner.W: 0, Owner.E: 1, Owner.RHO: 1, Owner.C: 1}
 
 
-@META_AGENTS.register("rules")
-def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
-    """Deterministic attribution-to-patch rules."""
+@dataclass(frozen=True)
+class RulesAgent:
+    """Deterministic attribution-to-patch rules: spends nothing. Called, it returns the plan alone (or None)."""
 
-    def propose(ctx: PlanContext) -> Plan | None:
+    max_per_episode: int = 6
+    max_source_items: int = 12
+    spends = False
+
+    def plan(self, ctx: PlanContext) -> PlanOutcome:
+        return PlanOutcome(plan=self(ctx))
+
+    def __call__(self, ctx: PlanContext) -> Plan | None:
         for plan in ctx.revocations:  # a promotion the current data contradicts hurts now: remove it first
             if plan.key() not in ctx.rejected:
                 return plan
@@ -77,7 +89,7 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
                                                          LAYER.get(p.owner, 9), -_size(p, ctx), p.id)):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
-            plan = rules_plan(packet, ctx, max_per_episode, max_source_items)
+            plan = rules_plan(packet, ctx, self.max_per_episode, self.max_source_items)
             if plan is not None and plan.key() not in ctx.rejected:
                 if plan.key() in ctx.later:
                     deferred = deferred or plan
@@ -85,7 +97,11 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
                 return plan
         return deferred
 
-    return propose
+
+@META_AGENTS.register("rules")
+def rules(*, max_per_episode: int = 6, max_source_items: int = 12) -> RulesAgent:
+    """Deterministic attribution-to-patch rules."""
+    return RulesAgent(max_per_episode, max_source_items)
 
 
 # C findings -> the checker that would have bounced the action that escaped
@@ -359,13 +375,15 @@ def _calls_before(ctx: PlanContext, tool: str) -> list[str]:
 class PlanOutcome:
     """What a meta-agent returned: a plan, nothing to patch (`plan` and `failure` both None), or a *rejected plan*:
     the model's reply failed (model error, not JSON, not the schema, already rejected) and `failure` says how.
-    `replies` keeps every raw reply (and the error it met) for the round directory and MLflow."""
+    `replies` keeps every raw reply (and the error it met) for the round directory and MLflow; `usage` what every
+    model call cost, failed ones included (settled against the budget; never recorded in the round's files)."""
 
     plan: Plan | None = None
     failure: str | None = None
     replies: list[dict] = field(default_factory=list)
     prompt_chars: int | None = None  # the planning prompt as sent (after the budget)
     prompt_tokens: int | None = None  # the same, in the server's tokens (with a token budget)
+    usage: list[Usage] = field(default_factory=list)
 
     def record(self, cap: int = 8000) -> dict:
         out = {"failure": self.failure,
@@ -373,6 +391,28 @@ class PlanOutcome:
         if self.prompt_chars is not None:
             out["prompt"] = {"chars": self.prompt_chars, "tokens": self.prompt_tokens}
         return out
+
+
+class MetaAgent(Protocol):
+    """What the plan stage asks: one outcome per planning context; `spends`: planning asks a model (budget held)."""
+
+    spends: bool
+
+    def plan(self, ctx: PlanContext) -> PlanOutcome: ...
+
+
+@dataclass(frozen=True)
+class LlmAgent:
+    """A model asked for a plan (see `llm`); called, it returns the whole outcome, as `plan` does."""
+
+    propose: Callable[[PlanContext], PlanOutcome]
+    spends = True
+
+    def plan(self, ctx: PlanContext) -> PlanOutcome:
+        return self.propose(ctx)
+
+    def __call__(self, ctx: PlanContext) -> PlanOutcome:
+        return self.propose(ctx)
 
 
 @META_AGENTS.register("llm")
@@ -397,7 +437,7 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B00
         patchable = [p for p in ctx.packets if p.patchable]
         if not patchable:
             return PlanOutcome()
-        draft = rules(max_per_episode=6, max_source_items=12)(ctx)
+        draft = RulesAgent(max_per_episode=6, max_source_items=12)(ctx)
         system = f"{prompts.PLAN_MARK}\n" + LLM_INSTRUCTIONS
         if max_prompt_tokens is not None:
             def fits(text: str) -> bool:
@@ -413,12 +453,12 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B00
             try:
                 reply = chat.complete(messages, tools=None, seed=seed, json_mode=plan_schema if structured else True)
             except ModelError as e:  # the server failed or cut the reply: what it spent is still counted
-                propose.usage.append(e.usage)
+                out.usage.append(e.usage)
                 # a cut reply's text is the model's answer as far as it got: kept, as every reply is
                 out.replies.append({"turn": turn, "raw": e.text or None, "error": str(e)})
                 out.failure = f"model error: {e}"
                 return out  # a model fault is not the model's answer: no repair turn on it
-            propose.usage.append(reply.usage)
+            out.usage.append(reply.usage)
             problem, plan = _check(reply.content, ctx, len(patchable))
             out.replies.append({"turn": turn, "raw": reply.content, "error": problem})
             if problem is None:
@@ -429,8 +469,7 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B00
                          {"role": "user", "content": REPAIR.format(problem=problem)}]
         return out
 
-    propose.usage = []
-    return propose
+    return LlmAgent(propose)
 
 
 LLM_INSTRUCTIONS = (
@@ -451,7 +490,7 @@ def _check(content: str | None, ctx: PlanContext, n_patchable: int) -> tuple[str
         return f"not JSON ({e})", None
     if not isinstance(raw, dict):
         return f"expected a JSON object, got {type(raw).__name__}", None
-    if raw.get("owner") in (None, "none"):
+    if raw.get("owner") in (None, Owner.NONE):
         return f"no owner: the reply proposes no plan, but {n_patchable} cluster(s) are patchable", None
     try:
         plan = parse_plan(raw, where="plan")
@@ -493,7 +532,7 @@ def _render(ctx: PlanContext, ranked: list[EvidencePacket], n_patchable: int, dr
     if schema:
         head += ["## Plan schema", json.dumps(Plan.model_json_schema(), separators=(",", ":"))]
     head += ["## Draft from the rules (use, edit or replace)",
-             "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": "none"})) + "\n```"]
+             "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": Owner.NONE})) + "\n```"]
     if diffs:  # agent value against gold value per field, and the rule inferred from them (or why none)
         head += ["## Outcome diffs (train episodes against their gold; the rule inferred per field, or why none)",
                  json.dumps(diffs, separators=(",", ":"), default=str)]
@@ -545,5 +584,5 @@ def _packet_json(p: EvidencePacket, full: bool) -> str:
     return json.dumps(d, separators=(",", ":"), default=str)
 
 
-def make_meta_agent(name: str, cfg: dict | None = None):
+def make_meta_agent(name: str, cfg: dict | None = None) -> MetaAgent:
     return META_AGENTS.make(name, cfg, where="meta_agent")
