@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.evolution.record import RoundRecord
 from components.codes import Verdict
 from components.errors import InputError
 from components.io import atomic_dir, atomic_write_json, atomic_write_text
@@ -99,6 +100,10 @@ class Lineage:
 
     def round_record(self, round_no: int) -> dict | None:
         return next((r for r in self.records() if r.get("round") == round_no), None)
+
+    def rounds(self) -> list[RoundRecord]:
+        """Every round's record (not the start's), typed."""
+        return [RoundRecord.of(r) for r in self.records() if r.get("round", 0) > 0]
 
     # -- writing ------------------------------------------------------------------------------------------------
     def _append(self, record: dict) -> None:

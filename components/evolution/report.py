@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from components.evolution.record import RoundRecord
 from components.codes import CAUSE_OWNERS, Verdict
 from components.errors import InputError
 from components.evolution.localization import localization_notes
@@ -50,9 +51,10 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_json(path, obj)
 
 
-def ci_level(r: dict) -> float | None:
+def ci_level(r: dict | RoundRecord) -> float | None:
     """The two-sided confidence of a round's dev CI: each look at dev spends alpha_k of the campaign's budget (not
     0.05), and a sequential gate decides at its deciding look's one-sided level p (a 1 - 2p interval)."""
+    r = r.dump() if isinstance(r, RoundRecord) else r
     seq = (r.get("sequential") or {}).get("gate") or {}
     looks = seq.get("per_look") or []
     if seq.get("looks", 1) > 1 and looks:
