@@ -28,7 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-from components.codes import FindingKind, Owner, Verdict
+from components.codes import FindingKind, Owner
+from components.evolution.record import RoundRecord
 from components.env import default_db  # noqa: F401 (re-exported: where the graph lives is the environment's say)
 from components.evidence.graph import EvidenceGraph, Expiry, Node, node_id
 from components.evidence.graph_policy import CitationError, PolicyError
@@ -102,15 +103,15 @@ def _packet_claim(g: EvidenceGraph, p: EvidencePacket, bench: str, model: str, r
     return c
 
 
-def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> dict:
+def record_round(g: EvidenceGraph, out: str | Path, rec: RoundRecord | dict, model: str) -> dict:
     """Record one finished round (its lineage record `rec`, its round directory under `out`); returns counts."""
-    out = Path(out)
-    rd = out / rec["round_dir"] if rec.get("round_dir") else None
+    out, rec = Path(out), RoundRecord.of(rec)
+    rd = out / rec.round_dir if rec.round_dir else None
     if rd is None or not rd.is_dir():
         return {}
     meta = _read(rd / "train" / "meta.json") or {}
-    bench = rec.get("benchmark_digest") or meta.get("benchmark_digest", "")
-    parent = (rec.get("parent") or {}).get("digest") or meta.get("package_digest", "")
+    bench = rec.benchmark_digest or meta.get("benchmark_digest", "")
+    parent = (rec.parent or {}).get("digest") or meta.get("package_digest", "")
     packets = [EvidencePacket.model_validate(x) for x in (_read(rd / "diagnosis.json") or [])]
     plan = _read(rd / "plan.json")
     memory = _read(rd / "memory.json") or {}
@@ -121,14 +122,14 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
     counts = {"claims": 0, "supported": 0, "questions": 0}
     with g.batch():  # the round's memory lands whole or not at all
         src_bench = g.add("source", f"benchmark:{bench}", f"benchmark {bench[:12]}", {"type": "benchmark", "digest": bench})
-        src_parent = g.add("source", f"package:{parent}", f"package {(rec.get('parent') or {}).get('version', '')} "
+        src_parent = g.add("source", f"package:{parent}", f"package {(rec.parent or {}).get('version', '')} "
                            f"{parent[:12]}", {"type": "package", "digest": parent})
         run = None
         if meta:
             run = g.add("run", f"eval:{meta.get('corpus', '')}:{model}", f"train evaluation of {parent[:12]} on "
                         f"{bench[:12]} with {model}", {"split": "train", "package_digest": parent,
                                                         "benchmark_digest": bench, "model": model,
-                                                        "seeds": meta.get("seeds"), "round_dir": rec["round_dir"]},
+                                                        "seeds": meta.get("seeds"), "round_dir": rec.round_dir},
                         expiry=expiry)
             g.link(src_bench.id, "used_in", run.id)
             g.link(src_parent.id, "used_in", run.id)
@@ -139,7 +140,7 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
             claims[p.id] = c
             counts["claims"] += 1
             counts["supported"] += c.confidence == "supported"
-            if p.owner == "unknown" or (p.opportunity == "unknown" and p.patchability == "unknown"):
+            if p.owner == Owner.UNKNOWN or (p.opportunity == "unknown" and p.patchability == "unknown"):
                 q = g.add("question", f"unknown:{p.kind}:{p.tool}:{bench}", f"unexplained failures: {p.kind} on "
                           f"{p.tool} ({len(p.episodes)} episodes)", {"kind": p.kind, "tool": p.tool,
                                                                       "benchmark_digest": bench, "packet": p.id},
@@ -150,7 +151,7 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
         counts["answered"] = answer_questions(g, [c for c in claims.values() if c.id not in asking], expiry)
         if plan is None:
             return counts
-        key = rec.get("plan_key") or ""
+        key = rec.plan_key or ""
         cards = [{"path": o["path"], "id": Path(o["path"]).stem, "tool": ((o.get("meta") or {}).get("trigger") or {})
                   .get("tool"), "rule": claims[plan["cluster"]].data.get("detail", "") if plan["cluster"] in claims
                   else "", "rule_id": claims[plan["cluster"]].data.get("rule_id") if plan["cluster"] in claims
@@ -162,10 +163,10 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
         if plan["cluster"] in claims:
             g.link(claims[plan["cluster"]].id, "used_in", pn.id)
         g.link(src_parent.id, "used_in", pn.id)
-        gate = rec.get("gate") or {}
-        stage = "gate" if gate else "repair" if rec.get("repair") else "validate"
-        accept = rec["verdict"] == Verdict.ACCEPT
-        verdict = g.add("decision", f"verdict:{key}:{parent}:{bench}:{model}", str(rec.get("reason", ""))[:1000],
+        gate = rec.gate_figures
+        stage = "gate" if gate else "repair" if rec.repair else "validate"
+        accept = rec.accepted
+        verdict = g.add("decision", f"verdict:{key}:{parent}:{bench}:{model}", rec.reason[:1000],
                         {"type": "gate_verdict", "stage": stage, "accept": accept, "plan_key": key,
                          "benchmark_digest": bench, "model": model, "parent_digest": parent,
                          **{k: gate.get(k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed")
@@ -173,11 +174,11 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
         g.link(verdict.id, "derived_from", pn.id)
         g.link(src_bench.id, "used_in", verdict.id)
         if accept:
-            child = rec["child"]
+            child = rec.child
             support = [claims[plan["cluster"]].id] if plan["cluster"] in claims else []
             revoked = (memory.get("revocations") or {}).get(key)
             if revoked and g.get(revoked) is not None:  # a revocation plan passed the gate: the old promotion goes
-                g.revoke(revoked, f"revoked through the gate in round {rec['round']} of {g.campaign}: "
+                g.revoke(revoked, f"revoked through the gate in round {rec.round} of {g.campaign}: "
                                   f"{plan['summary']}", by="gate")
             for s in support:  # a contest this gate verdict settles on the current evidence (rule 4)
                 if g.get(s).confidence == "contested" and resolve is not None:
@@ -188,7 +189,7 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
             try:
                 promo = g.promote(f"promotion:{child['digest']}", f"{child['version']}: {plan['summary']}", verdict.id,
                                   support, {"version": child["version"], "digest": child["digest"], "plan_key": key,
-                                            "round": rec["round"], "campaign": g.campaign, "out": str(out.resolve()),
+                                            "round": rec.round, "campaign": g.campaign, "out": str(out.resolve()),
                                             "benchmark_digest": bench, "model": model, "parent_digest": parent,
                                             "cards": cards, "owner": plan["owner"]})
             except PolicyError as e:  # the lineage committed it, but memory will not vouch for it: ask, do not claim
@@ -207,7 +208,7 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> di
                 g.link(promo.id, "supersedes", revoked)
         else:
             rej = g.add("decision", f"rejection:{key}:{bench}:{model}", f"rejected at the {stage}: "
-                        f"{rec.get('reason', '')}"[:1000], {"type": "rejection", "plan_key": key, "stage": stage,
+                        f"{rec.reason}"[:1000], {"type": "rejection", "plan_key": key, "stage": stage,
                                                            "benchmark_digest": bench, "model": model},
                         expiry=expiry)
             g.link(rej.id, "derived_from", verdict.id)
@@ -600,7 +601,7 @@ def memory_for_round(evidence, campaign: str, packets: list[EvidencePacket], tra
         return plan_memory(g, packets, traces, load_package(package), bench, model, evidence.projection_chars)
 
 
-def record_campaign_round(evidence, campaign: str, out: str | Path, rec: dict, model: str) -> dict:
+def record_campaign_round(evidence, campaign: str, out: str | Path, rec: RoundRecord, model: str) -> dict:
     with open_graph(evidence, campaign, out) as g:
         return record_round(g, out, rec, model)
 
