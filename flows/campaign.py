@@ -464,7 +464,7 @@ def reject(r: Round, reason: str, plan: Plan | None = None, verdict: Verdict = V
     """The round ends without a new champion: its lineage record (and the rejected plan), round.json, progress."""
     rec = r.record(**figures, reason=reason, verdict=verdict, **_plan_fields(plan))
     trail = r.files.trail
-    trail.action = ("reject", rec.dump(), plan.model_dump() if plan is not None else None)
+    trail.action = (Verdict.REJECT, rec.dump(), plan.model_dump() if plan is not None else None)
     r.steps.reject(str(r.lineage.root), r.no, *trail.action[1:])
     r.files.json("round.json", trail.action[1])
     r.files.done("commit", verdict=verdict)
@@ -476,7 +476,7 @@ def commit(r: Round, plan: Plan, cand: Candidate, figures: dict, reason: str) ->
     fields = {**figures, **_plan_fields(plan), "reason": reason}
     committing = r.record(**fields, verdict=Verdict.ACCEPT).dump()
     del committing["verdict"]  # the lineage's commit sets it
-    r.files.trail.action = ("commit", cand.digests["candidate_digest"], dict(committing))
+    r.files.trail.action = (Verdict.ACCEPT, cand.digests["candidate_digest"], dict(committing))
     version = r.steps.commit(str(r.lineage.root), cand.path, cand.digests["candidate_digest"], r.no, committing)
     rec = r.record(**fields, verdict=Verdict.ACCEPT, version=version)
     r.files.json("round.json", rec.dump())
@@ -571,7 +571,7 @@ def replay_round(key: str, round_no: int, p: Params, lineage: Lineage) -> RoundR
     for stage, extra in kept["stages"][:-1]:
         _stage_done(p, round_no, stage, **extra)
     action = kept["action"]
-    if action[0] == "commit":
+    if action[0] == Verdict.ACCEPT:
         version = lineage.commit(rd / "candidate", action[1], round_no, action[2]).name
         rec = RoundRecord(**action[2], verdict=Verdict.ACCEPT, version=version)
     else:

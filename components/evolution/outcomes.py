@@ -222,5 +222,5 @@ def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_
     episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)} \
         if len(traces) else {}
     failed = {f.episode_id: str(f.item_id) for f in d.findings}
-    unexplained = frozenset(f.episode_id for f in d.findings if f.kind == "no_divergence")
+    unexplained = frozenset(f.episode_id for f in d.findings if f.kind == FindingKind.NO_DIVERGENCE)
     return train_evidence(episodes, failed, gold, package, write_tools, targets, unexplained)

@@ -310,7 +310,7 @@ class SimulatedAgent:
         out = []
         for r in v.requests:
             hist = self._history_status(v, r, comp)
-            if "W" in self.off:  # perfect tracking: what the history shows, no drift
+            if Owner.W in self.off:  # perfect tracking: what the history shows, no drift
                 if hist not in ("done", "blocked", "given_up"):
                     out.append(r)
                 continue
@@ -470,5 +470,5 @@ def plan_reply(messages: list[dict]) -> str:
     text = messages[-1].get("content") or ""
     m = re.search(r"```json\n(.*?)\n```", text, re.S)
     if not m:
-        return json.dumps({"owner": "none", "rationale": "no evidence in the prompt", "evidence": [], "operations": []})
+        return json.dumps({"owner": Owner.NONE, "rationale": "no evidence in the prompt", "evidence": [], "operations": []})
     return m.group(1)

@@ -236,6 +236,53 @@ def describe_round(rec: RoundRecord | dict[str, Any]) -> str:
     return " ".join(words)
 
 
+def round_tags(rec: RoundRecord) -> dict[str, str]:
+    """A round run's tags (besides its parent run and where the round and campaign are)."""
+    parent, child = rec.parent or {}, rec.child or {}
+    return {"ratchet.kind": "round", "ratchet.round": str(rec.round), "ratchet.verdict": str(rec.verdict),
+            "ratchet.owner": str(rec.owner or ""), "ratchet.plan_key": str(rec.plan_key or ""),
+            "ratchet.parent_digest": str(parent.get("digest", "")), "ratchet.parent_version": str(parent.get("version", "")),
+            "ratchet.candidate_digest": str(rec.candidate_digest or ""),
+            "ratchet.version": str(child.get("version", "")) if child else "",
+            "ratchet.benchmark_digest": str(rec.benchmark_digest or ""),
+            "ratchet.seed_map_hash": str(rec.seed_map_hash or ""), "ratchet.git_commit": git_commit(),
+            "ratchet.dvc_lock": dvc_lock_hash(), "ratchet.reason": rec.reason[:4000],
+            "mlflow.note.content": describe_round(rec)}
+
+
+def round_params(rec: RoundRecord, params: dict[str, Any]) -> dict[str, Any]:
+    """A round run's params: the gate's settings at this look, the campaign's model and meta-agent, the plan."""
+    c, gp = params.get("campaign", {}), params.get("gate", {})
+    return {"gate": {**{k: gp.get(k) for k in ("alpha", "campaign_alpha", "n_boot", "material", "reg_cap", "seed",
+                                               "sequential")},
+                     "look_alpha": (rec.dev_look or {}).get("alpha")},
+            "reason": (rec.reason or "-")[:6000], "verdict": str(rec.verdict),
+            "seeds": c.get("seeds"), "model": c.get("model"), "meta_agent": c.get("meta_agent"),
+            "max_turns": c.get("max_turns"), "plan": rec.summary or "-", "owner": str(rec.owner or "-"),
+            "looks": {k: {x: seq.get(x) for x in ("looks_used", "stopped_early", "why")}
+                      for k, seq in (rec.sequential or {}).items() if seq}}
+
+
+def round_metrics(rec: RoundRecord) -> dict[str, Any]:
+    """A round run's metrics: the gate's and the repair screen's figures, the looks they took, the CI's level."""
+    g, rep, seqs = rec.gate_figures, rec.repair or {}, rec.sequential or {}
+    return {"dev_base_mean": g.get("base_mean"), "dev_cand_mean": g.get("cand_mean"), "net": g.get("net"),
+            "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"), "n_improved": g.get("n_improved"),
+            "n_regressed": g.get("n_regressed"), "repair_repaired": rep.get("repaired"),
+            "repair_broken": rep.get("broken"),
+            "repair_delta": (rep["cand_mean"] - rep["base_mean"]) if rep else None,
+            "accepted": 1.0 if rec.accepted else 0.0,
+            "dev_look": (rec.dev_look or {}).get("look"),
+            # sequential early stopping: looks evaluated, and whether the verdict came early
+            **{f"{k}_looks_used": (seq or {}).get("looks_used") for k, seq in seqs.items()},
+            **{f"{k}_stopped_early": float(seq["stopped_early"]) for k, seq in seqs.items()
+               if seq and "stopped_early" in seq},
+            # the alpha this look at dev may spend (the param gate.alpha is one comparison's, the test
+            # certification's), and the level of the CI the gate decided on
+            "look_alpha": (rec.dev_look or {}).get("alpha"),
+            "ci_level": round_ci_level(rec) if g else None}
+
+
 def new_store_from_template(uri: str | None) -> None:
     """Start a new local SQLite store as a copy of an empty, migrated one instead of migrating it afresh.
 
@@ -403,51 +450,12 @@ class CampaignTracker:
             if stale:
                 self.client.delete_traces(self.experiment_id, trace_ids=[t.info.trace_id for t in stale])
             self.client.delete_run(found.info.run_id)
-        g, rep = rec.gate or {}, rec.repair or {}
-        parent = rec.parent or {}
-        child = rec.child or {}
-        title = round_title(rec)
-        tags = {
-            "mlflow.parentRunId": self.run_id, "ratchet.kind": "round", "ratchet.round": str(n),
-            "ratchet.verdict": rec.verdict, "ratchet.owner": str(rec.owner or ""),
-            "ratchet.plan_key": str(rec.plan_key or ""), "ratchet.parent_digest": str(parent.get("digest", "")),
-            "ratchet.parent_version": str(parent.get("version", "")),
-            "ratchet.candidate_digest": str(rec.candidate_digest or ""),
-            "ratchet.version": str(child.get("version", "")) if child else "",
-            "ratchet.benchmark_digest": str(rec.benchmark_digest or ""),
-            "ratchet.seed_map_hash": str(rec.seed_map_hash or ""), "ratchet.git_commit": git_commit(),
-            "ratchet.dvc_lock": dvc_lock_hash(), "ratchet.round_dir": str(rd.resolve()),
-            "ratchet.campaign_out": str(self.out.resolve()), "ratchet.reason": str(rec.reason or "")[:4000],
-            "mlflow.note.content": describe_round(rec),
-        }
-        run = self.client.create_run(self.experiment_id, run_name=title, tags=tags)
+        tags = {"mlflow.parentRunId": self.run_id, **round_tags(rec), "ratchet.round_dir": str(rd.resolve()),
+                "ratchet.campaign_out": str(self.out.resolve())}
+        run = self.client.create_run(self.experiment_id, run_name=round_title(rec), tags=tags)
         rid = run.info.run_id
-        c, gp = self.params.get("campaign", {}), self.params.get("gate", {})
-        self._params(rid, {"gate": {**{k: gp.get(k) for k in ("alpha", "campaign_alpha", "n_boot", "material",
-                                                              "reg_cap", "seed", "sequential")},
-                                    "look_alpha": (rec.dev_look or {}).get("alpha")},
-                           "reason": str(rec.reason or "-")[:6000], "verdict": rec.verdict,
-                           "seeds": c.get("seeds"), "model": c.get("model"), "meta_agent": c.get("meta_agent"),
-                           "max_turns": c.get("max_turns"), "plan": rec.summary or "-",
-                           "owner": rec.owner or "-",
-                           "looks": {k: {x: seq.get(x) for x in ("looks_used", "stopped_early", "why")}
-                                     for k, seq in (rec.sequential or {}).items() if seq}})
-        self._metrics(rid, {"dev_base_mean": g.get("base_mean"), "dev_cand_mean": g.get("cand_mean"), "net": g.get("net"),
-                            "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"), "n_improved": g.get("n_improved"),
-                            "n_regressed": g.get("n_regressed"), "repair_repaired": rep.get("repaired"),
-                            "repair_broken": rep.get("broken"),
-                            "repair_delta": (rep["cand_mean"] - rep["base_mean"]) if rep else None,
-                            "accepted": 1.0 if rec.verdict == Verdict.ACCEPT else 0.0,
-                            "dev_look": (rec.dev_look or {}).get("look"),
-                            # sequential early stopping: looks evaluated, and whether the verdict came early
-                            **{f"{k}_looks_used": (seq or {}).get("looks_used") for k, seq in
-                               (rec.sequential or {}).items()},
-                            **{f"{k}_stopped_early": float(seq["stopped_early"]) for k, seq in
-                               (rec.sequential or {}).items() if seq and "stopped_early" in seq},
-                            # the alpha this look at dev may spend (the param gate.alpha is one comparison's, the
-                            # test certification's), and the level of the CI the gate decided on
-                            "look_alpha": (rec.dev_look or {}).get("alpha"),
-                            "ci_level": round_ci_level(rec) if g else None})
+        self._params(rid, round_params(rec, self.params))
+        self._metrics(rid, round_metrics(rec))
         for name in ("plan.json", "diagnosis.json", "validation.json", "repair.json", "repair_items.csv", "gate.json",
                      "gate_items.csv", "dev_base.csv", "dev_cand.csv", "findings.csv", "round.json"):
             if (rd / name).exists():
