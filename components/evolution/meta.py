@@ -114,8 +114,6 @@ CHECKER_FOR = {
 
 def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, max_source_items: int = 12) -> Plan | None:
     pkg = ctx.package
-    ops: list = []
-    mechanism = ""
     routed = any(b.spec.use == "event_cards" and b.spec.at == "intent_recorded" for b in pkg.delivery)
     wiring = [] if routed else [AddBinding(op="add_binding", section="delivery", use="event_cards", at="intent_recorded",
                                            cfg={"max_per_episode": max_per_episode})]
@@ -139,59 +137,91 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         return Plan(owner=Owner.E, cluster=p.id, summary=summary, rationale=p.claims[0].statement,
                     evidence=p.citations(), operations=ops, mechanism=mechanism,
                     source_items=items[:max_source_items])
-    if p.owner == Owner.E and p.kind == FindingKind.POLICY_REFUSAL:
-        return None  # every rule refused on this write is already written down: nothing to add
-    elif p.owner == Owner.RHO and p.kind == FindingKind.CARD_NOT_FIRED:
-        cards = cards_about(pkg, p.tool, p.rule_id)
-        if not cards:  # no card concerns the rule: nothing to rebind
-            return None
-        card = pkg.cards[cards[0]]
-        t = card.meta.trigger
-        if t is not None and t.event == "intent_recorded" and t.tool == p.tool and routed:
-            return None
-        ops = [SetTrigger(op="set_trigger", path=card.path, event="intent_recorded", tool=p.tool), *wiring]
-        mechanism = f"deliver:{card.id}@"
-        summary = f"rho: rebind {card.id} to intent_recorded/{p.tool}"
-    elif p.owner == Owner.RHO and p.kind == FindingKind.DILUTED_CARD:
-        blanket = [b for b in pkg.delivery if b.strategy.ignores_triggers]
-        if not blanket or any(c.meta.trigger is None for c in pkg.cards.values()):
-            return None
-        ops = [RemoveBinding(op="remove_binding", section="delivery", use=b.spec.use, at=b.spec.at) for b in blanket]
-        ops += wiring
-        mechanism = "deliver:"
-        summary = "rho: route cards by trigger instead of delivering all of them"
-    elif p.owner == Owner.C and p.kind in CHECKER_FOR:
-        use, at, summary = CHECKER_FOR[p.kind]
-        if any(b.spec.use == use for b in pkg.checkers):
-            return None
-        ops = [AddBinding(op="add_binding", section="checkers", use=use, at=at)]
-        mechanism = f"check:{use}@{at}"
-    elif p.owner == Owner.W and p.kind == FindingKind.WRONG_GROUNDING:
-        keys = sorted({k for f in _findings(ctx, p) for k in f.get("bind_args", [])} | set(pkg.wm.bind_on))
-        if not keys or keys == sorted(pkg.wm.bind_on):
-            return None
-        ops = [SetWM(op="set_wm", field="bind_on", value=keys)]
-        mechanism = "ground:"
-        summary = f"W: bind receipts on {', '.join(keys)} as well as the tool"
-    elif p.owner == Owner.W and p.kind == FindingKind.OVERFLOW:
-        need = max([f.get("proposed_max", 0) for f in _findings(ctx, p)] + [0]) + 2
-        want = min(64, 1 << (need - 1).bit_length())  # a power of two: a corpus that saw one more entry is not a new plan
-        if want <= pkg.wm.max_entries:
-            return None
-        ops = [SetWM(op="set_wm", field="max_entries", value=want)]
-        mechanism = "ledger:add"
-        summary = f"W: track up to {want} pending entries (was {pkg.wm.max_entries})"
-    elif p.owner == Owner.W and p.kind == FindingKind.DROPPED:
-        if pkg.wm.board:
-            return None
-        ops = [SetWM(op="set_wm", field="board", value=True)]
-        mechanism = "board"
-        summary = "W: render the ledger board every turn"
-    else:
+    change = _CHANGES.get((p.owner, p.kind))
+    made = change(p, ctx, wiring, routed) if change is not None else None
+    if made is None:
         return None
+    ops, mechanism, summary = made
     return Plan(owner=p.owner, cluster=p.id, summary=summary, rationale=p.claims[0].statement,
                 evidence=p.citations(), operations=ops, mechanism=mechanism,
                 source_items=_probe_first(p)[:max_source_items])
+
+
+# The smallest change per (owner, kind) of a cluster whose rules are already written down (or that is not about a
+# rule): (operations, mechanism, summary), or None when the package already has it. `wiring`: the delivery binding
+# the change needs when cards are not yet routed at intent_recorded (`routed`).
+Change = tuple[list, str, str]
+
+
+def _rebind(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """rho card_not_fired: rebind the card about the rule to the write it concerns."""
+    pkg = ctx.package
+    cards = cards_about(pkg, p.tool, p.rule_id)
+    if not cards:  # no card concerns the rule: nothing to rebind
+        return None
+    card = pkg.cards[cards[0]]
+    t = card.meta.trigger
+    if t is not None and t.event == "intent_recorded" and t.tool == p.tool and routed:
+        return None
+    return ([SetTrigger(op="set_trigger", path=card.path, event="intent_recorded", tool=p.tool), *wiring],
+            f"deliver:{card.id}@", f"rho: rebind {card.id} to intent_recorded/{p.tool}")
+
+
+def _route(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """rho diluted_card: route cards by trigger instead of delivering all of them."""
+    pkg = ctx.package
+    blanket = [b for b in pkg.delivery if b.strategy.ignores_triggers]
+    if not blanket or any(c.meta.trigger is None for c in pkg.cards.values()):
+        return None
+    ops = [RemoveBinding(op="remove_binding", section="delivery", use=b.spec.use, at=b.spec.at) for b in blanket]
+    return [*ops, *wiring], "deliver:", "rho: route cards by trigger instead of delivering all of them"
+
+
+def _checker(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """C: add the checker that would have bounced the action that escaped."""
+    use, at, summary = CHECKER_FOR[p.kind]
+    if any(b.spec.use == use for b in ctx.package.checkers):
+        return None
+    return [AddBinding(op="add_binding", section="checkers", use=use, at=at)], f"check:{use}@{at}", summary
+
+
+def _bind_on(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """W wrong_grounding: bind receipts on the arguments the misgrounded entries had, as well as the tool."""
+    pkg = ctx.package
+    keys = sorted({k for f in _findings(ctx, p) for k in f.get("bind_args", [])} | set(pkg.wm.bind_on))
+    if not keys or keys == sorted(pkg.wm.bind_on):
+        return None
+    return ([SetWM(op="set_wm", field="bind_on", value=keys)], "ground:",
+            f"W: bind receipts on {', '.join(keys)} as well as the tool")
+
+
+def _max_entries(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """W overflow: track more pending entries."""
+    pkg = ctx.package
+    need = max([f.get("proposed_max", 0) for f in _findings(ctx, p)] + [0]) + 2
+    want = min(64, 1 << (need - 1).bit_length())  # a power of two: a corpus that saw one more entry is not a new plan
+    if want <= pkg.wm.max_entries:
+        return None
+    return ([SetWM(op="set_wm", field="max_entries", value=want)], "ledger:add",
+            f"W: track up to {want} pending entries (was {pkg.wm.max_entries})")
+
+
+def _board(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """W dropped: render the ledger board every turn."""
+    if ctx.package.wm.board:
+        return None
+    return [SetWM(op="set_wm", field="board", value=True)], "board", "W: render the ledger board every turn"
+
+
+# E policy_refusal has none: every rule refused on its write is already written down, nothing to add
+_CHANGES: dict[tuple[Owner, FindingKind], Callable[[EvidencePacket, PlanContext, list, bool], Change | None]] = {
+    (Owner.RHO, FindingKind.CARD_NOT_FIRED): _rebind,
+    (Owner.RHO, FindingKind.DILUTED_CARD): _route,
+    **{(Owner.C, kind): _checker for kind in CHECKER_FOR},
+    (Owner.W, FindingKind.WRONG_GROUNDING): _bind_on,
+    (Owner.W, FindingKind.OVERFLOW): _max_entries,
+    (Owner.W, FindingKind.DROPPED): _board,
+}
 
 
 def _probe_first(p: EvidencePacket) -> list[str]:
