@@ -176,10 +176,10 @@ def dev_look(lineage: Lineage, round_no: int, p: Params) -> dict:
     return {"look": k, "alpha": alpha, "spent": k * alpha / 2, "campaign_alpha": p.gate.campaign_alpha}
 
 
-def dev_looks(history: list[RoundRecord], campaign_alpha: float) -> dict:
+def dev_looks(history: list[RoundRecord | dict], campaign_alpha: float) -> dict:
     """Every look at dev (round, plan, verdict, alpha) and the one-sided alpha they spent of the campaign's budget."""
     looks = [{"round": r.round, "look": r.dev_look["look"], "plan": r.plan_key or "", "verdict": r.verdict,
-              "alpha": r.dev_look["alpha"]} for r in history if r.dev_look]
+              "alpha": r.dev_look["alpha"]} for r in map(RoundRecord.of, history) if r.dev_look]
     return {"looks": looks, "n": len(looks), "alpha_spent": sum(x["alpha"] / 2 for x in looks),
             "campaign_alpha": campaign_alpha}
 
