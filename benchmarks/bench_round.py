@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> None:
             diff = sorted(k for k in files[name].keys() | files["plain"].keys()
                           if files[name].get(k) != files["plain"].get(k))
             sys.exit(f"bench_round: the Prefect {name} round and the plain round differ: verdict "
-                     f"{recs[name]['verdict']} vs {recs['plain']['verdict']}; files {diff[:8]}")
-    what = f"{recs['plain']['verdict']}: {recs['plain'].get('summary')}; {len(files['plain'])} files, identical"
+                     f"{recs[name].verdict} vs {recs['plain'].verdict}; files {diff[:8]}")
+    what = f"{recs['plain'].verdict}: {recs['plain'].summary}; {len(files['plain'])} files, identical"
     for name in ("plain", "cold", "rerun"):
         print(f"  {'plain calls' if name == 'plain' else 'prefect ' + name:<13} round: {runs[name]:6.2f} s wall, "
               f"{cpu[name]:6.2f} s CPU")

@@ -36,12 +36,17 @@ from components.evidence.budget import BudgetExceeded, BudgetLedger
 from components.evidence.graph_record import (champion_chain, memory_for_round, model_id, open_graph,
                                               record_campaign_round)
 from components.errors import InputError, Unavailable
-from components.evolution.gate import SequentialDesign, gate, look_alpha
-from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock
+from components.codes import Verdict
+from components.evolution.diagnose import Diagnosis
+from components.evolution.gate import GateResult, RepairResult, SequentialDesign, gate, look_alpha
+from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock, Version
+from components.evolution.meta import PlanOutcome
+from components.evolution.plan import Plan
+from components.evolution.record import RoundRecord
 from components.evolution.localization import localization_from_rounds
 from components.evolution.power import components as power_components, mde
 from components.evolution.report import round_dir, write_csv, write_json
-from components.evolution.validate import fired, foreign_tools
+from components.evolution.validate import Validation, fired, foreign_tools
 from components.failpoints import failpoint
 from components.version import code_version
 from components.io import atomic_write_bytes, claim_output, mark_output, output_kind, remove_output
@@ -50,7 +55,7 @@ from components.models.callcache import deterministic, saved
 from components.params import Params, recorded_path
 from components.runtime.evaluate import EvalTables, benchmark_at, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
-from components.worlds import load_benchmark
+from components.worlds import Benchmark, load_benchmark
 from flows.evaluate import auto_shard, submit_eval, task_runner
 from flows.prefect_setup import quiet_expected_failures, tie_temporary_server_to_this_process
 from flows.tasks import (PERSIST, benchmark_contract, causes_stage, commit_stage, diagnose_stage, gate_look_stage,
@@ -172,21 +177,21 @@ def _reused(train: EvalTables, items: list[str], seeds: list[int]) -> EvalTables
 def dev_look(lineage: Lineage, round_no: int, p: Params) -> dict:
     """This round's look at dev: its number among the campaign's looks and the alpha it may spend (linear spending
     over the declared rounds). Counted from the lineage records, so a resumed campaign numbers looks the same way."""
-    k = 1 + sum(1 for r in lineage.records() if 0 < r["round"] < round_no and r.get("dev_look"))
+    k = 1 + sum(1 for r in lineage.rounds() if r.round < round_no and r.dev_look)
     alpha = look_alpha(p.gate.campaign_alpha, p.campaign.rounds, k)
     return {"look": k, "alpha": alpha, "spent": k * alpha / 2, "campaign_alpha": p.gate.campaign_alpha}
 
 
-def dev_looks(history: list[dict], campaign_alpha: float) -> dict:
+def dev_looks(history: list[RoundRecord | dict], campaign_alpha: float) -> dict:
     """Every look at dev (round, plan, verdict, alpha) and the one-sided alpha they spent of the campaign's budget."""
-    looks = [{"round": r["round"], "look": r["dev_look"]["look"], "plan": r.get("plan_key", ""),
-              "verdict": r["verdict"], "alpha": r["dev_look"]["alpha"]} for r in history if r.get("dev_look")]
+    looks = [{"round": r.round, "look": r.dev_look["look"], "plan": r.plan_key or "", "verdict": r.verdict,
+              "alpha": r.dev_look["alpha"]} for r in map(RoundRecord.of, history) if r.dev_look]
     return {"looks": looks, "n": len(looks), "alpha_spent": sum(x["alpha"] / 2 for x in looks),
             "campaign_alpha": campaign_alpha}
 
 
 @flow(name="evolution_round", flow_run_name="round {round_no}", validate_parameters=False)
-def evolution_round(round_no: int, params: dict, budget: dict) -> dict:
+def evolution_round(round_no: int, params: dict, budget: dict) -> RoundRecord:
     p = Params.model_validate(params)
     key, trail = round_key(round_no, p, Lineage(Path(p.campaign.out) / "lineage")), Trail()
     rec = run_round(round_no, p, budget, PREFECT_STEPS, trail)
@@ -204,157 +209,312 @@ class Trail:
     memory_inputs: tuple | None = None  # (packets, train traces): to ask the campaign memory again on a replay
 
 
-def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail | None = None) -> dict:
-    """One round: the stages in order, each through `steps`, writing the round's files and its lineage record."""
-    trail = Trail() if trail is None else trail
+@dataclass
+class RoundFiles:
+    """Everything a round writes, in one place: its round directory's files, the evaluations it noted (evals.json,
+    rewritten as each is added), and its progress (`.state/state.json`, a failpoint after each stage), which the
+    trail keeps for a replay."""
+    p: Params
+    round_no: int
+    rd: Path
+    trail: Trail
+    evals: list[dict] = field(default_factory=list)
 
-    def stage_done(p: Params, round_no: int, stage: str, **extra) -> None:
-        trail.stages.append((stage, extra))
-        _stage_done(p, round_no, stage, **extra)
+    def json(self, name: str, obj) -> None:
+        write_json(self.rd / name, obj)
 
-    c, bench = p.campaign, p.benchmark.out
-    lineage = Lineage(Path(c.out) / "lineage")
-    champ = lineage.champion()
-    base, rd, ev = str(champ.path), round_dir(c.out, round_no), _Eval(p, budget, steps)
-    b = benchmark_at(bench)
-    record: dict = {"round": round_no, "round_dir": rd.relative_to(c.out).as_posix(),  # relative: the campaign moves
-                    "champion_before": champ.name}
-    evals: list[dict] = []
+    def csv(self, name: str, df) -> None:
+        write_csv(self.rd / name, df)
 
-    def note(split: str, arm: str, package: str, t: EvalTables, **extra) -> EvalTables:
-        evals.append({"split": split, "arm": arm, "package_digest": digest(package), "summary": summary(t.scores),
-                      **extra})
-        write_json(rd / "evals.json", evals)
+    def note(self, split: str, arm: str, package: str, t: EvalTables, **extra) -> EvalTables:
+        self.evals.append({"split": split, "arm": arm, "package_digest": digest(package), "summary": summary(t.scores),
+                           **extra})
+        self.json("evals.json", self.evals)
         return t
 
-    def reject(reason: str, plan=None, verdict: str = "reject", **figures) -> dict:
-        rec = {**record, **figures, "reason": reason, "verdict": verdict}
-        if plan is not None:
-            rec.update(plan_key=plan.key(), owner=plan.owner, summary=plan.summary)
-        trail.action = ("reject", rec, plan.model_dump() if plan is not None else None)
-        steps.reject(str(lineage.root), round_no, *trail.action[1:])
-        write_json(rd / "round.json", rec)
-        stage_done(p, round_no, "commit", verdict=verdict)
-        return rec
+    def done(self, stage: str, **extra) -> None:
+        self.trail.stages.append((stage, extra))
+        _stage_done(self.p, self.round_no, stage, **extra)
 
-    # 1. evaluate the working base on train
-    train = note("train", "base", base, ev(base, f"r{round_no} train {champ.name}", split="train"))
-    corpus = f"{champ.digest}:{b.digest}:{seed_map_hash(b.ids('train'), ev.seeds)}"
+
+@dataclass
+class Round:
+    """One round's fixed inputs: the campaign's params, the champion it starts from, the benchmark, the stage calls,
+    and where it writes."""
+    no: int
+    p: Params
+    steps: Steps
+    lineage: Lineage
+    champ: Version
+    bench: Benchmark
+    ev: _Eval
+    files: RoundFiles
+
+    @classmethod
+    def open(cls, round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail) -> Round:
+        lineage = Lineage(Path(p.campaign.out) / "lineage")
+        rd = round_dir(p.campaign.out, round_no)
+        return cls(round_no, p, steps, lineage, lineage.champion(), benchmark_at(p.benchmark.out),
+                   _Eval(p, budget, steps), RoundFiles(p, round_no, rd, trail))
+
+    @property
+    def base(self) -> str:
+        return str(self.champ.path)
+
+    @property
+    def c(self):
+        return self.p.campaign
+
+    def record(self, **fields) -> RoundRecord:
+        return RoundRecord(round=self.no, round_dir=self.files.rd.relative_to(self.c.out).as_posix(),  # the campaign moves
+                           champion_before=self.champ.name, **fields)
+
+
+@dataclass
+class Train:
+    """The champion's train evaluation (with the hidden causes beside it) and the corpus its citations resolve in."""
+    tables: EvalTables
+    corpus: str
+
+
+@dataclass
+class Candidate:
+    path: str
+    digests: dict  # candidate_digest, benchmark_digest: recorded by every round with a candidate
+
+
+@dataclass
+class Repair:
+    result: RepairResult
+    sequential: dict
+
+
+@dataclass
+class Gate:
+    result: GateResult
+    sequential: dict
+    look: dict  # this round's look at dev (`dev_look`)
+    cfg: dict  # the gate's config at this look's alpha
+
+
+def evaluate_train(r: Round) -> Train:
+    """1. evaluate the working base on train; the hidden causes beside it (ignored by DVC: drawn on MLflow traces)."""
+    c, ev = r.c, r.ev
+    train = r.files.note("train", "base", r.base, ev(r.base, f"r{r.no} train {r.champ.name}", split="train"))
+    corpus = f"{r.champ.digest}:{r.bench.digest}:{seed_map_hash(r.bench.ids('train'), ev.seeds)}"
     learned = tuple(c.model_cfg.get("learned") or ()) if c.model == "sim" else ()
-    hidden = EvalTables(train.scores, train.traces, steps.causes(train.scores, base, bench, c.max_turns,
-                                                                 **({"learned": learned} if learned else {})),
-                        timings=train.timings)  # beside the tables, ignored by DVC: drawn on the round's MLflow traces
-    write_eval(rd / "train", hidden, {"package_digest": champ.digest, "benchmark_digest": b.digest, "split": "train",
-                                     "seeds": ev.seeds, "corpus": corpus})
-    stage_done(p, round_no, "evaluate")
-    # 2. diagnose (traces and package only) into evidence packets with checked citations
-    diagnosis = steps.diagnose(train, base, bench, corpus)
-    write_json(rd / "diagnosis.json", [pk.model_dump() for pk in diagnosis.packets])
-    write_csv(rd / "findings.csv", diagnosis.findings_frame().assign(champion=champ.digest[:12]))
-    stage_done(p, round_no, "diagnose")
-    # 3. plan: one owner, the smallest connected change, never one already rejected (in this campaign, or on the same
-    #    evidence in the campaign memory); a promotion the current data contradicts is proposed for revocation
-    memory = memory_for_round(p.evidence, c.name, diagnosis.packets, train.traces, base, b.digest,
+    causes = r.steps.causes(train.scores, r.base, r.p.benchmark.out, c.max_turns,
+                            **({"learned": learned} if learned else {}))
+    write_eval(r.files.rd / "train", EvalTables(train.scores, train.traces, causes, timings=train.timings),
+               {"package_digest": r.champ.digest, "benchmark_digest": r.bench.digest, "split": "train",
+                "seeds": ev.seeds, "corpus": corpus})
+    r.files.done("evaluate")
+    return Train(train, corpus)
+
+
+def diagnose_train(r: Round, train: Train) -> Diagnosis:
+    """2. diagnose (traces and package only) into evidence packets with checked citations."""
+    diagnosis = r.steps.diagnose(train.tables, r.base, r.p.benchmark.out, train.corpus)
+    r.files.json("diagnosis.json", [pk.model_dump() for pk in diagnosis.packets])
+    r.files.csv("findings.csv", diagnosis.findings_frame().assign(champion=r.champ.digest[:12]))
+    r.files.done("diagnose")
+    return diagnosis
+
+
+def plan_round(r: Round, train: Train, diagnosis: Diagnosis) -> PlanOutcome:
+    """3. plan: one owner, the smallest connected change, never one already rejected (in this campaign, or on the same
+    evidence in the campaign memory); a promotion the current data contradicts is proposed for revocation."""
+    c, p, trail = r.c, r.p, r.files.trail
+    memory = memory_for_round(p.evidence, c.name, diagnosis.packets, train.tables.traces, r.base, r.bench.digest,
                               model_id(c.model, c.model_cfg), c.out)
-    write_json(rd / "memory.json", memory.record())
+    r.files.json("memory.json", memory.record())
     trail.memory = memory.record()
     if p.evidence.memory:
-        trail.memory_inputs = (diagnosis.packets, train.traces)
-    outcome = steps.plan(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys() | set(memory.rejected_here)),
-                         c.meta_agent, c.meta_agent_cfg, budget,
-                         memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere,
-                                 "projection": memory.projection})
+        trail.memory_inputs = (diagnosis.packets, train.tables.traces)
+    outcome = r.steps.plan(diagnosis, train.tables, r.base, p.benchmark.out, train.corpus,
+                           sorted(r.lineage.rejected_keys() | set(memory.rejected_here)), c.meta_agent,
+                           c.meta_agent_cfg, r.ev.budget,
+                           memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere,
+                                   "projection": memory.projection})
     if outcome.replies:  # the llm meta-agent's raw replies, kept whatever became of them
-        write_json(rd / "meta_agent.json", outcome.record(cap=1_000_000))
+        r.files.json("meta_agent.json", outcome.record(cap=1_000_000))
+    if outcome.plan is not None and not outcome.failure:
+        r.files.json("plan.json", outcome.plan.model_dump())
+    return outcome
+
+
+def patch_candidate(r: Round, plan: Plan) -> Candidate:
+    """4. patch a disposable copy of the champion."""
+    cand = r.steps.patch(plan, r.base, str(r.files.rd / "candidate"))
+    made = Candidate(cand, {"candidate_digest": digest(cand), "benchmark_digest": r.bench.digest})
+    r.files.done("patch")
+    return made
+
+
+def validate_candidate(r: Round, plan: Plan, cand: Candidate) -> Validation:
+    """5. validate it: schema, lint, leakage, reachability, activation probe."""
+    c = r.c
+    validation = r.steps.validate(plan, cand.path, r.p.benchmark.out, plan.source_items[: c.probe_items], c.model,
+                                  c.model_cfg, c.max_turns, r.ev.budget)
+    r.files.json("validation.json", validation.as_dict())
+    r.files.done("validate")
+    return validation
+
+
+@dataclass(frozen=True)
+class _Arm:
+    """One arm of a look-by-look evaluation: `package`'s cells at each look, noted under (split, arm)."""
+    r: Round
+    split: str
+    arm: str
+    package: str
+    label: str
+    looks_named: bool  # the label and the note name the look (a sequential design), or not
+
+    def __call__(self, items: list[str], seeds: list[int], look: int) -> EvalTables:
+        label = self.label + (f" look {look}" if self.looks_named else "")
+        t = self.r.ev(self.package, label, items=items, seeds=seeds)
+        return self.r.files.note(self.split, self.arm, self.package, t, **({"look": look} if self.looks_named else {}))
+
+
+@dataclass(frozen=True)
+class _RepairJudge:
+    """After each look of the repair screen: the screen's answer, or None to look again."""
+    r: Round
+    base: EvalTables
+    design: SequentialDesign
+    items: list[str]
+
+    def __call__(self, t: dict, look: int):
+        g = self.r.p.gate
+        got = self.r.steps.repair_look(self.base.scores, t["cand"].scores, g.material, g.alpha, asdict(self.design),
+                                       self.items, self.r.ev.seeds)
+        return got if got[0] is not None else None
+
+
+@dataclass(frozen=True)
+class _GateJudge:
+    """After each look at dev: the gate's answer, or None to look again (whether the mechanism fired, per look)."""
+    r: Round
+    mechanism: str
+    cfg: dict
+    design: SequentialDesign
+    dev_ids: list[str]
+    leak: bool
+    fired_by_look: list[bool] = field(default_factory=list)
+
+    def __call__(self, t: dict, look: int):
+        self.fired_by_look.append(fired(t["cand"].traces, self.mechanism))
+        got = self.r.steps.gate_look(t["base"].scores, t["cand"].scores, self.cfg, asdict(self.design), self.dev_ids,
+                                     self.r.ev.seeds, self.fired_by_look, self.leak)
+        return got if got[0] is not None else None
+
+
+def repair_screen(r: Round, plan: Plan, cand: Candidate, train: Train) -> Repair:
+    """6. repair screen on the diagnosed source tasks. The champion's side is its train evaluation (the same
+    episodes: package, item, seed), so only the candidate runs, look by look when sequential."""
+    seq, ev = r.p.gate.sequential, r.ev
+    rb = _reused(train.tables, plan.source_items, ev.seeds)
+    if rb is None:
+        rb = r.files.note("repair", "base", r.base, ev(r.base, f"r{r.no} repair base", items=plan.source_items))
+    else:
+        r.files.note("repair", "base", r.base, rb, reused="train")
+    design = seq.design() if seq.repair else SequentialDesign()
+    arm = _Arm(r, "repair", "cand", cand.path, f"r{r.no} repair cand", looks_named=True)
+    _, (result, items, sequential) = by_looks(design.groups(plan.source_items, ev.seeds), {"cand": arm},
+                                              _RepairJudge(r, rb, design, plan.source_items))
+    r.files.json("repair.json", {**result.as_dict(), "sequential": sequential})
+    r.files.csv("repair_items.csv", items)
+    r.files.done("repair")
+    return Repair(result, sequential)
+
+
+def dev_gate(r: Round, plan: Plan, cand: Candidate, validation: Validation) -> Gate:
+    """7. held-out gate: candidate vs champion on dev, paired seeds, identical benchmark bytes; this look at dev
+    spends its share of the campaign's alpha (the same dev items are looked at every round). Sequential: both arms
+    look by look, stopping at the first clear verdict; the champion's cells come from the Prefect task cache when it
+    was last round's accepted candidate (same package bytes, items, seeds: same shard keys)."""
+    p, ev = r.p, r.ev
+    look = dev_look(r.lineage, r.no, p)
+    cfg = {**p.gate.config().__dict__, "alpha": look["alpha"]}
+    design, dev_ids = p.gate.sequential.design(), r.bench.ids("dev")
+    arms = {"base": _Arm(r, "dev", "base", r.base, f"r{r.no} dev {r.champ.name}", looks_named=design.on),
+            "cand": _Arm(r, "dev", "cand", cand.path, f"r{r.no} dev candidate", looks_named=design.on)}
+    judge = _GateJudge(r, plan.mechanism, cfg, design, dev_ids, validation.checks.get("leakage") != "ok")
+    tables, (result, per_item, sequential) = by_looks(design.groups(dev_ids, ev.seeds), arms, judge)
+    r.files.csv("dev_base.csv", tables["base"].scores)
+    r.files.csv("dev_cand.csv", tables["cand"].scores)
+    r.files.json("gate.json", {**result.as_dict(), "sequential": sequential})
+    r.files.csv("gate_items.csv", per_item)
+    r.files.done("gate")
+    return Gate(result, sequential, look, cfg)
+
+
+def gate_figures(r: Round, plan: Plan, cand: Candidate, validation: Validation, repair: Repair, gate: Gate) -> dict:
+    """What a gated round records, accepted or not."""
+    c, ev, design = r.c, r.ev, r.p.gate.sequential.design()
+    return {"repair": repair.result.as_dict(), "gate": gate.result.as_dict(), "dev_look": gate.look,
+            "validation": validation.checks, "sequential": {"repair": repair.sequential, "gate": gate.sequential},
+            **cand.digests, "mechanism": plan.mechanism, "seed_map_hash": seed_map_hash(r.bench.ids("dev"), ev.seeds),
+            # what `ratchet reproduce` needs to re-run this gate on the same bytes (and the same looks)
+            "evaluation": {"benchmark": recorded_path(r.p.benchmark.out), "split": "dev", "seeds": ev.seeds,
+                           "model": c.model, "model_cfg": c.model_cfg, "max_turns": c.max_turns, "gate": gate.cfg,
+                           "sequential": {**asdict(design), "looks_used": gate.sequential["looks_used"]}}}
+
+
+def _plan_fields(plan: Plan | None) -> dict:
+    return {} if plan is None else {"plan_key": plan.key(), "owner": plan.owner, "summary": plan.summary}
+
+
+def reject(r: Round, reason: str, plan: Plan | None = None, verdict: Verdict = Verdict.REJECT, **figures) -> RoundRecord:
+    """The round ends without a new champion: its lineage record (and the rejected plan), round.json, progress."""
+    rec = r.record(**figures, reason=reason, verdict=verdict, **_plan_fields(plan))
+    trail = r.files.trail
+    trail.action = (Verdict.REJECT, rec.dump(), plan.model_dump() if plan is not None else None)
+    r.steps.reject(str(r.lineage.root), r.no, *trail.action[1:])
+    r.files.json("round.json", trail.action[1])
+    r.files.done("commit", verdict=verdict)
+    return rec
+
+
+def commit(r: Round, plan: Plan, cand: Candidate, figures: dict, reason: str) -> RoundRecord:
+    """8. commit an immutable version (digest recomputed and compared to the one evaluated)."""
+    fields = {**figures, **_plan_fields(plan), "reason": reason}
+    committing = r.record(**fields, verdict=Verdict.ACCEPT).dump()
+    del committing["verdict"]  # the lineage's commit sets it
+    r.files.trail.action = (Verdict.ACCEPT, cand.digests["candidate_digest"], dict(committing))
+    version = r.steps.commit(str(r.lineage.root), cand.path, cand.digests["candidate_digest"], r.no, committing)
+    rec = r.record(**fields, verdict=Verdict.ACCEPT, version=version)
+    r.files.json("round.json", rec.dump())
+    r.files.done("commit", verdict=Verdict.ACCEPT, version=version)
+    return rec
+
+
+def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail | None = None) -> RoundRecord:
+    """One round: the stages in order, each through `steps`, writing the round's files and its lineage record."""
+    r = Round.open(round_no, p, budget, steps, Trail() if trail is None else trail)
+    train = evaluate_train(r)
+    diagnosis = diagnose_train(r, train)
+    outcome = plan_round(r, train, diagnosis)
     if outcome.failure:
-        return reject(f"meta-agent: {outcome.failure}", verdict="rejected_plan", meta_agent=outcome.record())
+        return reject(r, f"meta-agent: {outcome.failure}", verdict=Verdict.REJECTED_PLAN, meta_agent=outcome.record())
     plan = outcome.plan
     if plan is None:
-        return reject("no patchable cluster left that was not already tried", verdict="no_plan")
-    write_json(rd / "plan.json", plan.model_dump())
-    # 4. patch a disposable copy
-    cand = steps.patch(plan, base, str(rd / "candidate"))
-    made = {"candidate_digest": digest(cand), "benchmark_digest": b.digest}  # recorded by every round with a candidate
-    stage_done(p, round_no, "patch")
-    # 5. validate it: schema, lint, leakage, reachability, activation probe
-    validation = steps.validate(plan, cand, bench, plan.source_items[: c.probe_items], c.model, c.model_cfg,
-                                c.max_turns, budget)
-    write_json(rd / "validation.json", validation.as_dict())
-    stage_done(p, round_no, "validate")
+        return reject(r, "no patchable cluster left that was not already tried", verdict=Verdict.NO_PLAN)
+    cand = patch_candidate(r, plan)
+    validation = validate_candidate(r, plan, cand)
     if not validation.ok:
-        return reject("invalid: " + "; ".join(validation.problems), plan, validation=validation.checks, **made)
-    # 6. repair screen on the diagnosed source tasks. The champion's side is its train evaluation (the same
-    #    episodes: package, item, seed), so only the candidate runs, look by look when sequential
-    seq, design = p.gate.sequential, p.gate.sequential.design()
-    rb = _reused(train, plan.source_items, ev.seeds)
-    if rb is None:
-        rb = note("repair", "base", base, ev(base, f"r{round_no} repair base", items=plan.source_items))
-    else:
-        note("repair", "base", base, rb, reused="train")
-    repair_design = design if seq.repair else SequentialDesign()
-    repair_groups = repair_design.groups(plan.source_items, ev.seeds)
-
-    def repair_judge(t: dict, look: int):
-        got = steps.repair_look(rb.scores, t["cand"].scores, p.gate.material, p.gate.alpha, asdict(repair_design),
-                                plan.source_items, ev.seeds)
-        return got if got[0] is not None else None
-
-    _, (repair, repair_items, repair_seq) = by_looks(repair_groups, {"cand": lambda its, sds, g: note(
-        "repair", "cand", cand, ev(cand, f"r{round_no} repair cand look {g}", items=its, seeds=sds), look=g)},
-        repair_judge)
-    write_json(rd / "repair.json", {**repair.as_dict(), "sequential": repair_seq})
-    write_csv(rd / "repair_items.csv", repair_items)
-    stage_done(p, round_no, "repair")
-    if not repair.ok:
-        return reject(f"repair screen: {repair.reason}", plan, repair=repair.as_dict(),
-                      sequential={"repair": repair_seq}, **made)
-    # 7. held-out gate: candidate vs champion on dev, paired seeds, identical benchmark bytes; this look at dev
-    #    spends its share of the campaign's alpha (the same dev items are looked at every round). Sequential: both
-    #    arms look by look, stopping at the first clear verdict; the champion's cells come from the Prefect task
-    #    cache when it was last round's accepted candidate (same package bytes, items, seeds: same shard keys)
-    look = dev_look(lineage, round_no, p)
-    gate_cfg = {**p.gate.config().__dict__, "alpha": look["alpha"]}
-    dev_ids, leak = b.ids("dev"), validation.checks.get("leakage") != "ok"
-    fired_by_look: list[bool] = []
-
-    def gate_judge(t: dict, look_no: int):
-        fired_by_look.append(fired(t["cand"].traces, plan.mechanism))
-        got = steps.gate_look(t["base"].scores, t["cand"].scores, gate_cfg, asdict(design), dev_ids, ev.seeds,
-                              fired_by_look, leak)
-        return got if got[0] is not None else None
-
-    def dev_arm(arm: str, package: str, name: str):
-        return lambda its, sds, g: note("dev", arm, package, ev(package, f"r{round_no} dev {name}" + (
-            f" look {g}" if design.on else ""), items=its, seeds=sds), **({"look": g} if design.on else {}))
-
-    dev_t, (verdict, per_item, dev_seq) = by_looks(
-        design.groups(dev_ids, ev.seeds), {"base": dev_arm("base", base, champ.name),
-                                           "cand": dev_arm("cand", cand, "candidate")}, gate_judge)
-    db, dc = dev_t["base"], dev_t["cand"]
-    write_csv(rd / "dev_base.csv", db.scores)
-    write_csv(rd / "dev_cand.csv", dc.scores)
-    write_json(rd / "gate.json", {**verdict.as_dict(), "sequential": dev_seq})
-    write_csv(rd / "gate_items.csv", per_item)
-    stage_done(p, round_no, "gate")
-    figures = {"repair": repair.as_dict(), "gate": verdict.as_dict(), "dev_look": look, "validation": validation.checks,
-               "sequential": {"repair": repair_seq, "gate": dev_seq},
-               "candidate_digest": digest(cand), "benchmark_digest": b.digest, "mechanism": plan.mechanism,
-               "seed_map_hash": seed_map_hash(b.ids("dev"), ev.seeds),
-               # what `ratchet reproduce` needs to re-run this gate on the same bytes (and the same looks)
-               "evaluation": {"benchmark": recorded_path(bench), "split": "dev", "seeds": ev.seeds, "model": c.model,
-                              "model_cfg": c.model_cfg, "max_turns": c.max_turns, "gate": gate_cfg,
-                              "sequential": {**asdict(design), "looks_used": dev_seq["looks_used"]}}}
-    if not verdict.accept:
-        return reject(f"gate: {verdict.reason}", plan, **figures)
-    # 8. commit an immutable version (digest recomputed and compared to the one evaluated)
-    rec = {**record, **figures, "plan_key": plan.key(), "owner": plan.owner, "summary": plan.summary,
-           "reason": verdict.reason}
-    trail.action = ("commit", figures["candidate_digest"], dict(rec))
-    version = steps.commit(str(lineage.root), cand, figures["candidate_digest"], round_no, rec)
-    rec.update(verdict="accept", version=version)
-    write_json(rd / "round.json", rec)
-    stage_done(p, round_no, "commit", verdict="accept", version=version)
-    return rec
+        return reject(r, "invalid: " + "; ".join(validation.problems), plan, validation=validation.checks,
+                      **cand.digests)
+    repair = repair_screen(r, plan, cand, train)
+    if not repair.result.ok:
+        return reject(r, f"repair screen: {repair.result.reason}", plan, repair=repair.result.as_dict(),
+                      sequential={"repair": repair.sequential}, **cand.digests)
+    gate = dev_gate(r, plan, cand, validation)
+    figures = gate_figures(r, plan, cand, validation, repair, gate)
+    if not gate.result.accept:
+        return reject(r, f"gate: {gate.result.reason}", plan, **figures)
+    return commit(r, plan, cand, figures, gate.result.reason)
 
 
 # -- a whole round from the cache -----------------------------------------------------------------------------------
@@ -392,7 +552,7 @@ def keep_round(key: str, rd: Path, trail: Trail) -> None:
                           "memory_inputs": trail.memory_inputs}, key=key)
 
 
-def replay_round(key: str, round_no: int, p: Params, lineage: Lineage) -> dict | None:
+def replay_round(key: str, round_no: int, p: Params, lineage: Lineage) -> RoundRecord | None:
     """The round kept under `key`, written again: its files, its progress records in order, its lineage write and
     round.json. None when no round is kept there (or it cannot be read, or the campaign memory now says otherwise)."""
     store = _round_store()
@@ -417,20 +577,19 @@ def replay_round(key: str, round_no: int, p: Params, lineage: Lineage) -> dict |
     for stage, extra in kept["stages"][:-1]:
         _stage_done(p, round_no, stage, **extra)
     action = kept["action"]
-    if action[0] == "commit":
-        rec = dict(action[2])
-        version = lineage.commit(rd / "candidate", action[1], round_no, rec).name
-        rec.update(verdict="accept", version=version)
+    if action[0] == Verdict.ACCEPT:
+        version = lineage.commit(rd / "candidate", action[1], round_no, action[2]).name
+        rec = RoundRecord(**action[2], verdict=Verdict.ACCEPT, version=version)
     else:
-        rec = action[1]
-        lineage.reject(round_no, rec, action[2])
-    write_json(rd / "round.json", rec)
+        rec = RoundRecord(**action[1])
+        lineage.reject(round_no, action[1], action[2])
+    write_json(rd / "round.json", rec.dump())
     stage, extra = kept["stages"][-1]
-    _stage_done(p, round_no, stage, **{**extra, **({"version": rec["version"]} if "version" in extra else {})})
+    _stage_done(p, round_no, stage, **{**extra, **({"version": rec.version} if "version" in extra else {})})
     return rec
 
 
-def play_round(round_no: int, p: Params, budget: dict, round_flow=None) -> dict:
+def play_round(round_no: int, p: Params, budget: dict, round_flow=None) -> RoundRecord:
     """A round as the campaign runs it: replayed whole from the cache when every input is the same, else the round
     flow (whose stages still come from the task cache one by one where their own inputs are the same)."""
     lineage = Lineage(Path(p.campaign.out) / "lineage")
@@ -559,18 +718,17 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     round_flow = evolution_round.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
     stopped = None
     for r in range(1, c.rounds + 1):
-        rec = lineage.round_record(r)
-        if rec is None:
+        if lineage.round_record(r) is None:
             try:
                 play_round(r, p, budget, round_flow)
             except BudgetExceeded as e:  # stop cleanly between stages; the committed lineage is untouched
                 stopped = f"round {r}: {e}"
                 break
-            rec = lineage.round_record(r)
+        rec = RoundRecord.of(lineage.round_record(r))  # as the lineage has it (with its parent and child)
         tracker.log_round(rec)
         record_campaign_round(p.evidence, c.name, out, rec, model_id(c.model, c.model_cfg))  # campaign memory
         _say(rec)
-        if rec["verdict"] in ("no_plan", "rejected_plan"):  # the same inputs would plan the same way again
+        if rec.stops_campaign:  # the same inputs would plan the same way again
             break
     champion = lineage.champion()
     test = None
@@ -584,7 +742,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
         console.print(f"stopped: {stopped}", highlight=False, markup=False)
     scored = load_benchmark(p.benchmark.out)
     result = {
-        "campaign": c.name, "rounds": len([x for x in lineage.records() if x["round"] > 0]),
+        "campaign": c.name, "rounds": len(lineage.rounds()),
         "accepted": len(lineage.versions()) - 1, "start_digest": start.digest, "champion": champion.name,
         "champion_digest": champion.digest, "benchmark_digest": scored.digest,
         "test": test, "stopped": stopped,
@@ -594,9 +752,9 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
         # (finished work comes from the cache for free); that goes to .state/budget.json and MLflow
         "budget": {"caps": {k: v for k, v in p.budget.caps().items() if v is not None}, "evidence_cost": _cost(out, test)},
         "lineage": [{"version": v.name, "digest": v.digest} for v in lineage.versions()],
-        "history": [x for x in lineage.records() if x["round"] > 0], "params": p.recorded().model_dump(),
+        "history": [r.dump() for r in lineage.rounds()], "params": p.recorded().model_dump(),
     }
-    result["dev_looks"] = dev_looks(result["history"], p.gate.campaign_alpha)  # held-out reuse, accounted
+    result["dev_looks"] = dev_looks(lineage.rounds(), p.gate.campaign_alpha)  # held-out reuse, accounted
     write_json(out / "summary.json", result)
     ledger_report = ledger.report(wallet)
     ledger_report["reply_store"] = saved(budget.get("call_cache"))  # answered from the store: not paid, still used
@@ -684,17 +842,17 @@ def _cost(out: Path, test: dict | None) -> dict:
     return {k: sum(e["summary"].get(k, 0) for e in evs) for k in ("tokens_in", "tokens_out", "model_calls", "tool_calls")}
 
 
-def _say(rec: dict) -> None:
+def _say(rec: RoundRecord) -> None:
     from prefect.exceptions import MissingContextError
     from prefect.logging import get_run_logger
 
     from components.evolution.report import ci_level
 
-    g = rec.get("gate") or {}
+    g = rec.gate_figures
     level = ci_level(rec) if g else None
     fig = (f" net {g['net']:+.3f} {'' if level is None else f'{100 * level:.4g}% '}CI [{g['ci_lo']:+.3f}, "
            f"{g['ci_hi']:+.3f}]") if g else ""
-    line = f"round {rec['round']}: {rec['verdict']:<7} {rec.get('summary') or rec.get('reason', '')}{fig}"
+    line = f"round {rec.round}: {rec.verdict:<7} {rec.summary or rec.reason}{fig}"
     console.print(line, highlight=False, markup=False)
     try:  # the campaign flow run's log in Prefect's API (and dashboard) has the same line
         get_run_logger().info(line)

@@ -190,10 +190,16 @@ def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> 
 
 # -- plan --------------------------------------------------------------------------------------------------------------
 
+def plan_key(package: str, bench: str, corpus: str, rejected: list[str], meta_agent: str, meta_cfg: dict,
+             memory: dict | None = None, **_ignored) -> str:
+    """The plan stage's inputs as one key: its cache key, and its budget hold's."""
+    return stage_key("plan", package=digest(package), bench=tree_digest(bench), corpus=corpus,
+                     rejected=sorted(rejected), meta_agent=meta_agent, meta_cfg=meta_cfg,
+                     **({"memory": memory} if memory else {}))
+
+
 def _plan_key(_ctx, p: dict) -> str:
-    return stage_key("plan", package=digest(p["package"]), bench=tree_digest(p["bench"]), corpus=p["corpus"],
-                     rejected=sorted(p["rejected"]), meta_agent=p["meta_agent"], meta_cfg=p["meta_cfg"],
-                     **({"memory": p["memory"]} if p.get("memory") else {}))
+    return plan_key(**p)
 
 
 @task(name="plan", cache_key_fn=_plan_key, **PERSIST)
@@ -203,24 +209,18 @@ def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str
     ctx = PlanContext(diagnosis.packets, package_at(package), benchmark_at(bench), train.traces, train.scores,
                       set(rejected), diagnosis.findings, revocations=[parse_plan(x) for x in memory.get("revocations", [])],
                       later=set(memory.get("later", [])), memory=memory.get("projection") or {})
-    propose = make_meta_agent(meta_agent, meta_cfg)
-
-    def outcome() -> PlanOutcome:
-        got = propose(ctx)
-        return got if isinstance(got, PlanOutcome) else PlanOutcome(plan=got)
-
-    if budget is None or meta_agent == "rules":  # the rules spend nothing
-        return outcome()
+    agent = make_meta_agent(meta_agent, meta_cfg)
+    if budget is None or not agent.spends:
+        return agent.plan(ctx)
     ledger, est = BudgetLedger(budget["db"]), Estimate(**budget["estimate"])
     hold = ledger.reserve(budget["wallet"], {k: v / (est.max_turns * est.calls_per_turn) for k, v in est.episodes(1).items()},
-                          key=_plan_key(None, {"package": package, "bench": bench, "corpus": corpus, "rejected": rejected,
-                                               "meta_agent": meta_agent, "meta_cfg": meta_cfg, "memory": memory}), wait=3600)
+                          key=plan_key(package, bench, corpus, rejected, meta_agent, meta_cfg, memory), wait=3600)
     try:
-        result = outcome()
+        result = agent.plan(ctx)
     except BaseException:
         ledger.release(hold)
         raise
-    used = getattr(propose, "usage", None) or []  # every attempt, failed ones included
+    used = result.usage  # every attempt, failed ones included
     t_in, t_out = sum(u.tokens_in for u in used), sum(u.tokens_out for u in used)
     ledger.settle(hold, {"tokens_in": t_in, "tokens_out": t_out, "model_calls": sum(max(1, u.calls) for u in used),
                          "money": est.cost(t_in, t_out)})

@@ -345,7 +345,7 @@ def test_llm_meta_agent_failures_become_a_rejected_plan(fake, plan_ctx, raw):
     assert out.plan is None and out.failure  # a rejected plan: not a crash, not "nothing to patch"
     assert [r["raw"] for r in out.replies] == [raw, raw]  # the raw replies are kept
     assert len(fake.requests) == 2 and out.failure in fake.requests[1]["messages"][-1]["content"]  # one repair turn
-    assert sum(u.calls for u in propose.usage) == 2
+    assert sum(u.calls for u in out.usage) == 2  # every call, failed ones included, in the typed outcome
 
 
 def test_llm_meta_agent_repair_turn_can_fix_the_plan(fake, plan_ctx):

@@ -22,12 +22,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from components.codes import FindingKind, Owner
+from components.evolution.record import RoundRecord
 from components.env import default_db  # noqa: F401 (re-exported: where the graph lives is the environment's say)
 from components.evidence.graph import EvidenceGraph, Expiry, Node, node_id
 from components.evidence.graph_policy import CitationError, PolicyError
@@ -101,122 +104,168 @@ def _packet_claim(g: EvidenceGraph, p: EvidencePacket, bench: str, model: str, r
     return c
 
 
-def record_round(g: EvidenceGraph, out: str | Path, rec: dict, model: str) -> dict:
+@dataclass
+class _Recording:
+    """What recording one round's memory needs at every step: the graph, the round, and what it was evaluated on."""
+    g: EvidenceGraph
+    out: Path
+    rec: RoundRecord
+    bench: str  # the benchmark's digest
+    parent: str  # the champion's digest
+    model: str
+    expiry: Expiry
+    resolve: Callable | None  # the train traces' citation resolver (None: no traces)
+    counts: dict[str, int]
+
+
+def record_round(g: EvidenceGraph, out: str | Path, rec: RoundRecord | dict, model: str) -> dict:
     """Record one finished round (its lineage record `rec`, its round directory under `out`); returns counts."""
-    out = Path(out)
-    rd = out / rec["round_dir"] if rec.get("round_dir") else None
+    out, rec = Path(out), RoundRecord.of(rec)
+    rd = out / rec.round_dir if rec.round_dir else None
     if rd is None or not rd.is_dir():
         return {}
     meta = _read(rd / "train" / "meta.json") or {}
-    bench = rec.get("benchmark_digest") or meta.get("benchmark_digest", "")
-    parent = (rec.get("parent") or {}).get("digest") or meta.get("package_digest", "")
+    bench = rec.benchmark_digest or meta.get("benchmark_digest", "")
     packets = [EvidencePacket.model_validate(x) for x in (_read(rd / "diagnosis.json") or [])]
     plan = _read(rd / "plan.json")
-    memory = _read(rd / "memory.json") or {}
     tp = rd / "train" / "traces.parquet"
     traces = pd.read_parquet(tp) if tp.is_file() and packets else None
-    resolve = trace_resolver(traces) if traces is not None else None
-    expiry = Expiry(benchmark=bench, model=model)
-    counts = {"claims": 0, "supported": 0, "questions": 0}
+    r = _Recording(g, out, rec, bench, (rec.parent or {}).get("digest") or meta.get("package_digest", ""), model,
+                   Expiry(benchmark=bench, model=model), trace_resolver(traces) if traces is not None else None,
+                   {"claims": 0, "supported": 0, "questions": 0})
     with g.batch():  # the round's memory lands whole or not at all
         src_bench = g.add("source", f"benchmark:{bench}", f"benchmark {bench[:12]}", {"type": "benchmark", "digest": bench})
-        src_parent = g.add("source", f"package:{parent}", f"package {(rec.get('parent') or {}).get('version', '')} "
-                           f"{parent[:12]}", {"type": "package", "digest": parent})
-        run = None
-        if meta:
-            run = g.add("run", f"eval:{meta.get('corpus', '')}:{model}", f"train evaluation of {parent[:12]} on "
-                        f"{bench[:12]} with {model}", {"split": "train", "package_digest": parent,
-                                                        "benchmark_digest": bench, "model": model,
-                                                        "seeds": meta.get("seeds"), "round_dir": rec["round_dir"]},
-                        expiry=expiry)
-            g.link(src_bench.id, "used_in", run.id)
-            g.link(src_parent.id, "used_in", run.id)
-        claims: dict[str, Node] = {}
-        asking: set[str] = set()  # claims that are themselves unexplained: they answer nothing
-        for p in packets:
-            c = _packet_claim(g, p, bench, model, resolve, run)
-            claims[p.id] = c
-            counts["claims"] += 1
-            counts["supported"] += c.confidence == "supported"
-            if p.owner == "unknown" or (p.opportunity == "unknown" and p.patchability == "unknown"):
-                q = g.add("question", f"unknown:{p.kind}:{p.tool}:{bench}", f"unexplained failures: {p.kind} on "
-                          f"{p.tool} ({len(p.episodes)} episodes)", {"kind": p.kind, "tool": p.tool,
-                                                                      "benchmark_digest": bench, "packet": p.id},
-                          expiry=expiry)
-                g.link(q.id, "derived_from", c.id)
-                asking.add(c.id)
-                counts["questions"] += 1
-        counts["answered"] = answer_questions(g, [c for c in claims.values() if c.id not in asking], expiry)
+        src_parent = g.add("source", f"package:{r.parent}", f"package {(rec.parent or {}).get('version', '')} "
+                           f"{r.parent[:12]}", {"type": "package", "digest": r.parent})
+        run = _train_run(r, meta, src_bench, src_parent) if meta else None
+        claims = _round_claims(r, packets, run)
         if plan is None:
-            return counts
-        key = rec.get("plan_key") or ""
-        cards = [{"path": o["path"], "id": Path(o["path"]).stem, "tool": ((o.get("meta") or {}).get("trigger") or {})
-                  .get("tool"), "rule": claims[plan["cluster"]].data.get("detail", "") if plan["cluster"] in claims
-                  else "", "rule_id": claims[plan["cluster"]].data.get("rule_id") if plan["cluster"] in claims
-                  else None, "rules": _stated(o.get("body") or "", packets)}
-                 for o in plan["operations"] if o["op"] == "add_card"]
-        pn = g.add("decision", f"plan:{key}", plan["summary"], {"type": "plan", "plan_key": key, "owner": plan["owner"],
-                   "mechanism": plan["mechanism"], "operations": plan["operations"], "cards": cards},
-                   author="meta_agent")
-        if plan["cluster"] in claims:
-            g.link(claims[plan["cluster"]].id, "used_in", pn.id)
-        g.link(src_parent.id, "used_in", pn.id)
-        gate = rec.get("gate") or {}
-        stage = "gate" if gate else "repair" if rec.get("repair") else "validate"
-        accept = rec["verdict"] == "accept"
-        verdict = g.add("decision", f"verdict:{key}:{parent}:{bench}:{model}", str(rec.get("reason", ""))[:1000],
-                        {"type": "gate_verdict", "stage": stage, "accept": accept, "plan_key": key,
-                         "benchmark_digest": bench, "model": model, "parent_digest": parent,
-                         **{k: gate.get(k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed")
-                            if k in gate}}, expiry=expiry)
-        g.link(verdict.id, "derived_from", pn.id)
-        g.link(src_bench.id, "used_in", verdict.id)
-        if accept:
-            child = rec["child"]
-            support = [claims[plan["cluster"]].id] if plan["cluster"] in claims else []
-            revoked = (memory.get("revocations") or {}).get(key)
-            if revoked and g.get(revoked) is not None:  # a revocation plan passed the gate: the old promotion goes
-                g.revoke(revoked, f"revoked through the gate in round {rec['round']} of {g.campaign}: "
-                                  f"{plan['summary']}", by="gate")
-            for s in support:  # a contest this gate verdict settles on the current evidence (rule 4)
-                if g.get(s).confidence == "contested" and resolve is not None:
-                    try:
-                        g.settle(s, resolve, expiry)
-                    except PolicyError:
-                        pass  # still contested: the promotion below is refused and becomes a question
-            try:
-                promo = g.promote(f"promotion:{child['digest']}", f"{child['version']}: {plan['summary']}", verdict.id,
-                                  support, {"version": child["version"], "digest": child["digest"], "plan_key": key,
-                                            "round": rec["round"], "campaign": g.campaign, "out": str(out.resolve()),
-                                            "benchmark_digest": bench, "model": model, "parent_digest": parent,
-                                            "cards": cards, "owner": plan["owner"]})
-            except PolicyError as e:  # the lineage committed it, but memory will not vouch for it: ask, do not claim
-                q = g.add("question", f"unsupported-promotion:{child['digest']}", f"{child['version']} was committed "
-                          f"without a claim whose citations resolve ({e})", {"version": child["version"]},
-                          expiry=expiry)  # asked about this evidence: it expires with the digest
-                g.link(q.id, "derived_from", verdict.id)
-                counts["questions"] += 1
-                return counts
-            g.link(pn.id, "used_in", promo.id)
-            counts["answered"] += answer_questions(g, [promo], expiry)
-            src_child = g.add("source", f"package:{child['digest']}", f"package {child['version']} {child['digest'][:12]}",
-                              {"type": "package", "digest": child["digest"]})
-            g.link(src_child.id, "derived_from", promo.id)
-            if revoked and g.get(revoked) is not None:
-                g.link(promo.id, "supersedes", revoked)
+            return r.counts
+        key = rec.plan_key or ""
+        cards, pn = _plan_decision(r, plan, key, claims, packets, src_parent)
+        verdict = _gate_verdict(r, key, pn, src_bench)
+        if rec.accepted:
+            _promotion(r, plan, key, cards, claims, pn, verdict, _read(rd / "memory.json") or {})
         else:
-            rej = g.add("decision", f"rejection:{key}:{bench}:{model}", f"rejected at the {stage}: "
-                        f"{rec.get('reason', '')}"[:1000], {"type": "rejection", "plan_key": key, "stage": stage,
-                                                           "benchmark_digest": bench, "model": model},
-                        expiry=expiry)
+            rej = g.add("decision", f"rejection:{key}:{bench}:{model}", f"rejected at the {_stage(rec)}: "
+                        f"{rec.reason}"[:1000], {"type": "rejection", "plan_key": key, "stage": _stage(rec),
+                                                 "benchmark_digest": bench, "model": model},
+                        expiry=r.expiry)
             g.link(rej.id, "derived_from", verdict.id)
         # the same plan judged both ways on other evidence: a contested branch, both verdicts kept
         for other in g.nodes("decision"):
             d = other.data
             if d.get("type") == "gate_verdict" and d.get("plan_key") == key and other.id != verdict.id and \
-                    bool(d.get("accept")) != accept and d.get("benchmark_digest") != bench:
+                    bool(d.get("accept")) != rec.accepted and d.get("benchmark_digest") != bench:
                 g.link(verdict.id, "contradicts", other.id)
-    return counts
+    return r.counts
+
+
+def _stage(rec: RoundRecord) -> str:
+    """The stage that decided the round's plan."""
+    return "gate" if rec.gate_figures else "repair" if rec.repair else "validate"
+
+
+def _train_run(r: _Recording, meta: dict, src_bench: Node, src_parent: Node) -> Node:
+    """The train evaluation the round's claims were read from."""
+    run = r.g.add("run", f"eval:{meta.get('corpus', '')}:{r.model}", f"train evaluation of {r.parent[:12]} on "
+                  f"{r.bench[:12]} with {r.model}", {"split": "train", "package_digest": r.parent,
+                                                     "benchmark_digest": r.bench, "model": r.model,
+                                                     "seeds": meta.get("seeds"), "round_dir": r.rec.round_dir},
+                  expiry=r.expiry)
+    r.g.link(src_bench.id, "used_in", run.id)
+    r.g.link(src_parent.id, "used_in", run.id)
+    return run
+
+
+def _round_claims(r: _Recording, packets: list[EvidencePacket], run: Node | None) -> dict[str, Node]:
+    """A claim per packet (verified against the traces where they resolve), a question per unexplained one."""
+    g, counts = r.g, r.counts
+    claims: dict[str, Node] = {}
+    asking: set[str] = set()  # claims that are themselves unexplained: they answer nothing
+    for p in packets:
+        c = _packet_claim(g, p, r.bench, r.model, r.resolve, run)
+        claims[p.id] = c
+        counts["claims"] += 1
+        counts["supported"] += c.confidence == "supported"
+        if p.owner == Owner.UNKNOWN or (p.opportunity == "unknown" and p.patchability == "unknown"):
+            q = g.add("question", f"unknown:{p.kind}:{p.tool}:{r.bench}", f"unexplained failures: {p.kind} on "
+                      f"{p.tool} ({len(p.episodes)} episodes)", {"kind": p.kind, "tool": p.tool,
+                                                                  "benchmark_digest": r.bench, "packet": p.id},
+                      expiry=r.expiry)
+            g.link(q.id, "derived_from", c.id)
+            asking.add(c.id)
+            counts["questions"] += 1
+    counts["answered"] = answer_questions(g, [c for c in claims.values() if c.id not in asking], r.expiry)
+    return claims
+
+
+def _plan_decision(r: _Recording, plan: dict, key: str, claims: dict[str, Node], packets: list[EvidencePacket],
+                   src_parent: Node) -> tuple[list[dict], Node]:
+    """The plan as a decision (with the cards it adds), used by the claim of the cluster it answers."""
+    about = claims.get(plan["cluster"])
+    cards = [{"path": o["path"], "id": Path(o["path"]).stem, "tool": ((o.get("meta") or {}).get("trigger") or {})
+              .get("tool"), "rule": about.data.get("detail", "") if about is not None else "",
+              "rule_id": about.data.get("rule_id") if about is not None else None,
+              "rules": _stated(o.get("body") or "", packets)}
+             for o in plan["operations"] if o["op"] == "add_card"]
+    pn = r.g.add("decision", f"plan:{key}", plan["summary"], {"type": "plan", "plan_key": key, "owner": plan["owner"],
+                 "mechanism": plan["mechanism"], "operations": plan["operations"], "cards": cards},
+                 author="meta_agent")
+    if about is not None:
+        r.g.link(about.id, "used_in", pn.id)
+    r.g.link(src_parent.id, "used_in", pn.id)
+    return cards, pn
+
+
+def _gate_verdict(r: _Recording, key: str, pn: Node, src_bench: Node) -> Node:
+    """The verdict of the stage that decided the plan, with the gate's figures when it reached the gate."""
+    gate = r.rec.gate_figures
+    verdict = r.g.add("decision", f"verdict:{key}:{r.parent}:{r.bench}:{r.model}", r.rec.reason[:1000],
+                      {"type": "gate_verdict", "stage": _stage(r.rec), "accept": r.rec.accepted, "plan_key": key,
+                       "benchmark_digest": r.bench, "model": r.model, "parent_digest": r.parent,
+                       **{k: gate.get(k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed")
+                          if k in gate}}, expiry=r.expiry)
+    r.g.link(verdict.id, "derived_from", pn.id)
+    r.g.link(src_bench.id, "used_in", verdict.id)
+    return verdict
+
+
+def _promotion(r: _Recording, plan: dict, key: str, cards: list[dict], claims: dict[str, Node], pn: Node,
+               verdict: Node, memory: dict) -> None:
+    """An accepted plan's promotion (revoking the promotion it revises), or a question when memory cannot vouch."""
+    g, rec, child = r.g, r.rec, r.rec.child
+    support = [claims[plan["cluster"]].id] if plan["cluster"] in claims else []
+    revoked = (memory.get("revocations") or {}).get(key)
+    if revoked and g.get(revoked) is not None:  # a revocation plan passed the gate: the old promotion goes
+        g.revoke(revoked, f"revoked through the gate in round {rec.round} of {g.campaign}: "
+                          f"{plan['summary']}", by="gate")
+    for s in support:  # a contest this gate verdict settles on the current evidence (rule 4)
+        if g.get(s).confidence == "contested" and r.resolve is not None:
+            try:
+                g.settle(s, r.resolve, r.expiry)
+            except PolicyError:
+                pass  # still contested: the promotion below is refused and becomes a question
+    try:
+        promo = g.promote(f"promotion:{child['digest']}", f"{child['version']}: {plan['summary']}", verdict.id,
+                          support, {"version": child["version"], "digest": child["digest"], "plan_key": key,
+                                    "round": rec.round, "campaign": g.campaign, "out": str(r.out.resolve()),
+                                    "benchmark_digest": r.bench, "model": r.model, "parent_digest": r.parent,
+                                    "cards": cards, "owner": plan["owner"]})
+    except PolicyError as e:  # the lineage committed it, but memory will not vouch for it: ask, do not claim
+        q = g.add("question", f"unsupported-promotion:{child['digest']}", f"{child['version']} was committed "
+                  f"without a claim whose citations resolve ({e})", {"version": child["version"]},
+                  expiry=r.expiry)  # asked about this evidence: it expires with the digest
+        g.link(q.id, "derived_from", verdict.id)
+        r.counts["questions"] += 1
+        return
+    g.link(pn.id, "used_in", promo.id)
+    r.counts["answered"] += answer_questions(g, [promo], r.expiry)
+    src_child = g.add("source", f"package:{child['digest']}", f"package {child['version']} {child['digest'][:12]}",
+                      {"type": "package", "digest": child["digest"]})
+    g.link(src_child.id, "derived_from", promo.id)
+    if revoked and g.get(revoked) is not None:
+        g.link(promo.id, "supersedes", revoked)
 
 
 # -- open questions ----------------------------------------------------------------------------------------------------
@@ -306,7 +355,7 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
             for p in packets:
                 # refusals of the card's rule while it is delivered (ineffective_card: the card does not help
                 # where delivered) or while it is not (policy_refusal): either quotes the rule as the world has it now
-                if p.owner != "E" or p.kind not in ("policy_refusal", "ineffective_card") or p.tool != card["tool"] \
+                if p.owner != Owner.E or p.kind not in (FindingKind.POLICY_REFUSAL, FindingKind.INEFFECTIVE_CARD) or p.tool != card["tool"] \
                         or not p.detail.strip():
                     continue
                 # the card's statement of this packet's rule (a card may state several rules of its write; another
@@ -329,7 +378,7 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
                 meta = old_card.meta.model_dump(mode="json", exclude_none=True) if old_card is not None else \
                     {"id": card["id"], "type": "procedure", "trigger": {"event": "intent_recorded", "tool": card["tool"]}}
                 meta["source"] = f"revision of {promo.id} after diagnosis {p.id} ({len(p.episodes)} refusals)"
-                plan = Plan(owner="E", cluster=p.id, rationale=p.claims[0].statement, evidence=p.citations(),
+                plan = Plan(owner=Owner.E, cluster=p.id, rationale=p.claims[0].statement, evidence=p.citations(),
                             summary=f"E: revoke {card['id']} ({promo.data.get('version', '')} of "
                                     f"{promo.data.get('campaign', '')}, contradicted on {bench[:12]}) and restate the rule",
                             operations=[RemoveCard(op="remove_card", path=card["path"]),
@@ -599,7 +648,7 @@ def memory_for_round(evidence, campaign: str, packets: list[EvidencePacket], tra
         return plan_memory(g, packets, traces, load_package(package), bench, model, evidence.projection_chars)
 
 
-def record_campaign_round(evidence, campaign: str, out: str | Path, rec: dict, model: str) -> dict:
+def record_campaign_round(evidence, campaign: str, out: str | Path, rec: RoundRecord, model: str) -> dict:
     with open_graph(evidence, campaign, out) as g:
         return record_round(g, out, rec, model)
 

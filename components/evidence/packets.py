@@ -11,6 +11,7 @@ from typing import Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from components.codes import Owner, PacketOwner
 from components.runtime.trace import frame_steps
 
 
@@ -32,7 +33,7 @@ class EvidencePacket(BaseModel):
     id: str
     status: Literal["complete", "partial", "blocked"] = "complete"
     corpus: str  # what the citations resolve against: package digest : benchmark digest : seed map hash
-    owner: Literal["E", "W", "rho", "C", "none", "unknown"]  # unknown: the diagnoser cannot tell; never patched
+    owner: PacketOwner  # unknown: the diagnoser cannot tell; never patched
     opportunity: Literal["present", "absent", "unknown"]
     patchability: Literal["memory", "external", "unknown"]
     kind: str
@@ -46,7 +47,7 @@ class EvidencePacket(BaseModel):
 
     @property
     def patchable(self) -> bool:
-        return self.opportunity == "present" and self.patchability == "memory" and self.owner not in ("none", "unknown")
+        return self.opportunity == "present" and self.patchability == "memory" and self.owner not in (Owner.NONE, Owner.UNKNOWN)
 
     def citations(self) -> list[Citation]:
         return [c for claim in self.claims for c in claim.evidence]

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from components.codes import FindingKind, Owner
 from components.evidence.packets import Citation, Claim, EvidencePacket
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets, covered, identity, step_act
@@ -109,17 +110,17 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
     eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
     if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
         last = steps[-1] if steps else None
-        return Finding(eid, item_id, last.step if last else -1, last.hash if last else "", "none", "model_fault",
+        return Finding(eid, item_id, last.step if last else -1, last.hash if last else "", Owner.NONE, FindingKind.MODEL_FAULT,
                        detail=error, opportunity="unknown", patchability="external")
     # A world refusal that no memory could avoid (the receipt says `blocking`): external.
     for s in steps:
         obs = s.observation
         if s.blocked is None and obs.get("blocking"):
-            return Finding(eid, item_id, s.step, s.hash, "none", "blocking_error", s.action.get("tool", "*"),
+            return Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.BLOCKING_ERROR, s.action.get("tool", "*"),
                            detail=obs.get("code") or "", opportunity="absent", patchability="external")
     if budget is not None and budget.out_of_turns(steps, write_tools, targets):
         last = steps[-1]
-        return Finding(eid, item_id, last.step, last.hash, "none", "out_of_turns",
+        return Finding(eid, item_id, last.step, last.hash, Owner.NONE, FindingKind.OUT_OF_TURNS,
                        detail=f"{_work(steps, write_tools, targets)} write(s) of work within a {budget.cap}-turn budget",
                        opportunity="absent", patchability="external")
     findings: list[Finding] = []
@@ -136,7 +137,7 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         if tool in write_tools and s.blocked is None:
             if obs.get("ok"):
                 if not covered(acts, tool, a.get("args", {}), targets):
-                    findings.append(Finding(eid, item_id, s.step, s.hash, "C", "unconfirmed_write", "*", tool))
+                    findings.append(Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.UNCONFIRMED_WRITE, "*", tool))
             elif (rule := rule_refusal(s)) is not None:
                 mine = _ident(tool, a.get("args", {}), targets)
                 later = any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
@@ -152,15 +153,15 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
             if not any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
                        and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps):
                 if covered(acts, tool, a.get("args", {}), targets):
-                    findings.append(Finding(eid, item_id, s.step, s.hash, "none", "checker_false_alarm", "*", tool,
-                                            extra={"target": mine, "blocked": s.blocked}))
+                    findings.append(Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM,
+                                            "*", tool, extra={"target": mine, "blocked": s.blocked}))
                 else:
-                    findings.append(Finding(eid, item_id, s.step, s.hash, "C", "bounced_write", "*", tool,
+                    findings.append(Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.BOUNCED_WRITE, "*", tool,
                                             extra={"target": mine, "blocked": s.blocked}))
         if (act := step_act(a, obs, s.blocked, write_tools)) is not None:
             acts.append(act)
         if a.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending"):
-            findings.append(Finding(eid, item_id, s.step, s.hash, "C", "premature_finish", "*",
+            findings.append(Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.PREMATURE_FINISH, "*",
                                     f"{len(s.proposal['pending'])} item(s) still proposed"))
 
     # Work the agent proposed, never wrote, and dropped from its own state.
@@ -183,10 +184,10 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         at = min(last + 1, steps[-1].step)
         kind, detail, extra = _w_kind(steps, tool, dict(target), last)
         extra["proposed_max"] = proposed_max
-        findings.append(Finding(eid, item_id, at, by_step[at].hash, "W", kind, "*", detail, extra=extra))
+        findings.append(Finding(eid, item_id, at, by_step[at].hash, Owner.W, kind, "*", detail, extra=extra))
     if not findings:
         last = steps[-1]
-        return Finding(eid, item_id, last.step, last.hash, "none", "no_divergence", opportunity="unknown",
+        return Finding(eid, item_id, last.step, last.hash, Owner.NONE, FindingKind.NO_DIVERGENCE, opportunity="unknown",
                        patchability="unknown")
     return min(findings, key=lambda f: (f.step, f.owner))
 
@@ -332,7 +333,7 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
     target = _ident(tool, s.action.get("args", {}), targets)
     extra = {"target": target, "cards": cards, "delivered": list(s.delivered), "rule_id": rule_id}
     quote = _rule_text(s.observation)
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, "policy_refusal")
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
 
 
@@ -342,15 +343,15 @@ def card_owner(cards: list[str], here: list[str], n_delivered: int, helps: bool 
     in memory at it (`here`, of `n_delivered`) and whether such a card helps (`card_helps`); `missing` is the kind
     for E with no card, or with a helpful card delivered alone."""
     if not cards:
-        return "E", missing, "present", "memory"
+        return Owner.E, missing, "present", "memory"
     if helps is False:
-        return "E", "ineffective_card", "present", "memory"
+        return Owner.E, FindingKind.INEFFECTIVE_CARD, "present", "memory"
     if helps is None:
-        return "unknown", "card_unobserved", "unknown", "unknown"
+        return Owner.UNKNOWN, FindingKind.CARD_UNOBSERVED, "unknown", "unknown"
     if here:
-        owner, kind = ("rho", "diluted_card") if n_delivered > len(here) else ("E", missing)
+        owner, kind = (Owner.RHO, FindingKind.DILUTED_CARD) if n_delivered > len(here) else (Owner.E, missing)
         return owner, kind, "present", "memory"
-    return "rho", "card_not_fired", "present", "memory"
+    return Owner.RHO, FindingKind.CARD_NOT_FIRED, "present", "memory"
 
 
 def _w_kind(steps: list[TraceStep], tool: str, target: dict, last: int) -> tuple[str, str, dict]:
@@ -362,10 +363,10 @@ def _w_kind(steps: list[TraceStep], tool: str, target: dict, last: int) -> tuple
             if e["tool"] == tool and _matches(e["args"], target) and _matches(target, e["args"]):
                 tracked = True
                 if e["status"] == "done":
-                    return "wrong_grounding", f"entry {e['id']} settled by receipt {e['evidence']}", {"bind_args": sorted(e["args"])}
+                    return FindingKind.WRONG_GROUNDING, f"entry {e['id']} settled by receipt {e['evidence']}", {"bind_args": sorted(e["args"])}
     if not tracked:
-        return "overflow", "proposed but never tracked by the ledger (full)", {}
-    return "dropped", "left the agent's state without a receipt", {}
+        return FindingKind.OVERFLOW, "proposed but never tracked by the ledger (full)", {}
+    return FindingKind.DROPPED, "left the agent's state without a receipt", {}
 
 
 # -- clustering into evidence packets -------------------------------------------------------------------------------
@@ -411,7 +412,7 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets)
         if gold and row.item_id in gold:
             f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps)
-        elif train is not None and f.kind == "no_divergence":
+        elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:
             from components.evolution.outcomes import unseen_value_finding
 
             f = unseen_value_finding(eid, row.item_id, steps, package, write_tools, train, targets) or f
@@ -444,41 +445,41 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     differs from the gold (a silent world's broken rule leaves no other trace). An external finding stands."""
     from components.evolution.outcomes import outcome_diffs, outcome_finding
 
-    if f.owner == "none" and f.kind != "no_divergence":
+    if f.owner == Owner.NONE and f.kind != FindingKind.NO_DIVERGENCE:
         return f
     o = outcome_finding(f.episode_id, f.item_id, outcome_diffs(steps, gold, write_tools, targets), steps, package,
                         value_helps)
     if o is None:
         return f
-    if f.kind == "no_divergence":
+    if f.kind == FindingKind.NO_DIVERGENCE:
         return o
-    if o.owner == "unknown" or (f.step, f.owner) <= (o.step, o.owner):
+    if o.owner == Owner.UNKNOWN or (f.step, f.owner) <= (o.step, o.owner):
         return f
     return o
 
 
 def _statement(f: Finding, n: int) -> str:
     what = {
-        "unconfirmed_write": "a write ran without a granted confirmation covering it",
-        "policy_refusal": f"`{f.tool}` was refused on rule {f.rule_id} and never redone right",
-        "card_not_fired": f"`{f.tool}` was refused on rule {f.rule_id} while a card about it existed but was not delivered",
-        "diluted_card": f"`{f.tool}` was refused on rule {f.rule_id} although its card was delivered among many others",
-        "ineffective_card": f"`{f.tool}` was refused on rule {f.rule_id}; the package's card about it does not help where delivered",
-        "card_unobserved": f"`{f.tool}` was refused on rule {f.rule_id}; a card about it exists but was never seen at such a write",
-        "bounced_write": "a checker blocked a write and it was never done (the agent could not meet the check)",
-        "checker_false_alarm": "a checker blocked a confirmed write and it was never done (the check fired on work "
-                               "the agent did right)",
-        "premature_finish": "the agent declared done while its own state still listed work",
-        "wrong_grounding": "a ledger entry was settled by a receipt for other arguments",
-        "overflow": "proposed work was never tracked because the ledger was full",
-        "dropped": "proposed work left the agent's state without a receipt",
-        "blocking_error": "the world refused the request as impossible (a blocking receipt)",
-        "out_of_turns": "more work than any successful episode did within the turn budget",
-        "model_fault": "the model failed",
-        "wrong_value": f"`{f.tool}` was written with an argument its gold does not have",
-        "unseen_value": f"no divergence in the trace; `{f.tool}` is the write train most often got wrong",
-        "missing_write": f"a gold write on `{f.tool}` was never made",
-        "extra_write": f"`{f.tool}` was written where no gold write asks for it",
-        "no_divergence": "no divergence found",
+        FindingKind.UNCONFIRMED_WRITE: "a write ran without a granted confirmation covering it",
+        FindingKind.POLICY_REFUSAL: f"`{f.tool}` was refused on rule {f.rule_id} and never redone right",
+        FindingKind.CARD_NOT_FIRED: f"`{f.tool}` was refused on rule {f.rule_id} while a card about it existed but was not delivered",
+        FindingKind.DILUTED_CARD: f"`{f.tool}` was refused on rule {f.rule_id} although its card was delivered among many others",
+        FindingKind.INEFFECTIVE_CARD: f"`{f.tool}` was refused on rule {f.rule_id}; the package's card about it does not help where delivered",
+        FindingKind.CARD_UNOBSERVED: f"`{f.tool}` was refused on rule {f.rule_id}; a card about it exists but was never seen at such a write",
+        FindingKind.BOUNCED_WRITE: "a checker blocked a write and it was never done (the agent could not meet the check)",
+        FindingKind.CHECKER_FALSE_ALARM: "a checker blocked a confirmed write and it was never done (the check fired on "
+                                         "work the agent did right)",
+        FindingKind.PREMATURE_FINISH: "the agent declared done while its own state still listed work",
+        FindingKind.WRONG_GROUNDING: "a ledger entry was settled by a receipt for other arguments",
+        FindingKind.OVERFLOW: "proposed work was never tracked because the ledger was full",
+        FindingKind.DROPPED: "proposed work left the agent's state without a receipt",
+        FindingKind.BLOCKING_ERROR: "the world refused the request as impossible (a blocking receipt)",
+        FindingKind.OUT_OF_TURNS: "more work than any successful episode did within the turn budget",
+        FindingKind.MODEL_FAULT: "the model failed",
+        FindingKind.WRONG_VALUE: f"`{f.tool}` was written with an argument its gold does not have",
+        FindingKind.UNSEEN_VALUE: f"no divergence in the trace; `{f.tool}` is the write train most often got wrong",
+        FindingKind.MISSING_WRITE: f"a gold write on `{f.tool}` was never made",
+        FindingKind.EXTRA_WRITE: f"`{f.tool}` was written where no gold write asks for it",
+        FindingKind.NO_DIVERGENCE: "no divergence found",
     }.get(f.kind, f.kind)
     return f"{n} failed episode(s): {what}" + (f" — {f.detail}" if f.detail else "")

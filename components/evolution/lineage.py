@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.evolution.record import RoundRecord
+from components.codes import Verdict
 from components.errors import InputError
 from components.io import atomic_dir, atomic_write_json, atomic_write_text
 from components.memory.package import digest
@@ -82,7 +84,7 @@ class Lineage:
     def versions(self) -> list[Version]:
         out = []
         for r in self.records():
-            if r.get("verdict") in ("start", "accept"):
+            if r.get("verdict") in (Verdict.START, Verdict.ACCEPT):
                 name = r["child"]["version"]
                 out.append(Version(name, self.versions_dir / name, r["child"]["digest"]))
         return out
@@ -94,10 +96,14 @@ class Lineage:
         return vs[-1]
 
     def rejected_keys(self) -> set[str]:
-        return {r["plan_key"] for r in self.records() if r.get("verdict") == "reject" and r.get("plan_key")}
+        return {r["plan_key"] for r in self.records() if r.get("verdict") == Verdict.REJECT and r.get("plan_key")}
 
     def round_record(self, round_no: int) -> dict | None:
         return next((r for r in self.records() if r.get("round") == round_no), None)
+
+    def rounds(self) -> list[RoundRecord]:
+        """Every round's record (not the start's), typed."""
+        return [RoundRecord.of(r) for r in self.records() if r.get("round", 0) > 0]
 
     # -- writing ------------------------------------------------------------------------------------------------
     def _append(self, record: dict) -> None:
@@ -112,7 +118,7 @@ class Lineage:
             return self.versions()[0]
         d = digest(package)
         v = self._materialize("M0", package, d)
-        rec: dict[str, Any] = {"round": 0, "verdict": "start", "parent": None,
+        rec: dict[str, Any] = {"round": 0, "verdict": Verdict.START, "parent": None,
                                "child": {"version": v.name, "digest": d},
                                "source": str(package) if source is None else source}
         if benchmark_digest is not None:
@@ -127,7 +133,7 @@ class Lineage:
         """Refuse (CampaignMismatch) a rerun whose start bytes, benchmark bytes or evolution params differ from what
         this lineage recorded. `legacy_identity`: the params of a campaign whose start record predates identities."""
         records = self.records()
-        first = next((r for r in records if r.get("verdict") == "start"), None)
+        first = next((r for r in records if r.get("verdict") == Verdict.START), None)
         if first is None:
             return
         hint = "; choose a new --out, or pass --force to start this campaign over"
@@ -153,14 +159,14 @@ class Lineage:
         parent = self.champion()
         name = f"M{len(self.versions())}"
         v = self._materialize(name, candidate, actual)
-        self._append({**record, "round": round_no, "verdict": "accept",
+        self._append({**record, "round": round_no, "verdict": Verdict.ACCEPT,
                       "parent": {"version": parent.name, "digest": parent.digest},
                       "child": {"version": v.name, "digest": actual}})
         return v
 
     def reject(self, round_no: int, record: dict[str, Any], plan: dict | None = None) -> None:
         parent = self.champion()
-        rec = {**record, "round": round_no, "verdict": record.get("verdict", "reject"),
+        rec = {**record, "round": round_no, "verdict": record.get("verdict", Verdict.REJECT),
                "parent": {"version": parent.name, "digest": parent.digest}, "child": None}
         if plan is not None and rec.get("plan_key"):
             atomic_write_json(self.rejected_dir / f"{rec['plan_key']}.json", {"plan": plan, "reason": rec.get("reason")})

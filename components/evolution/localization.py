@@ -38,15 +38,17 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from components.evolution.trace_rule import Owner, Signals, from_pattern, signals_frame, three_line
+from components.codes import Owner
+from components.evolution.trace_rule import Signals, from_pattern, signals_frame, three_line
 from components.models.counterfactual import UNLABELLED as UNLABELLED_CAUSE
 from components.runtime.confirm import Targets
 from components.runtime.evaluate import HIDDEN
 
-OWNER_OF = {"none": "external"}  # the diagnoser says "none" (owner ∅) where the hidden label says "external"
-SINGLE = tuple(o.value for o in Owner)
+OWNER_OF = {Owner.NONE.value: Owner.EXTERNAL.value}  # the diagnoser says "none" (owner ∅) where the hidden label says "external"
+LABEL_OWNERS = (Owner.E, Owner.W, Owner.RHO, Owner.C, Owner.EXTERNAL)  # the hidden labels' single causes, in tie order
+SINGLE = tuple(o.value for o in LABEL_OWNERS)
 COMPOUND = "compound"
-UNKNOWN = "unknown"
+UNKNOWN = Owner.UNKNOWN.value
 # the bars a row must clear (issue 24): judged on enough of the failures, right often, and well above a glance
 MIN_COVERAGE, MIN_ACCURACY, MIN_MARGIN = 0.5, 0.85, 0.10
 
@@ -115,9 +117,9 @@ def labelled(causes: pd.DataFrame, scores: pd.DataFrame, signals: pd.DataFrame |
 
 
 def _best(frame: pd.DataFrame, prefer: Owner | None = None) -> Owner:
-    """The owner right on most of `frame`'s episodes (ties: `prefer` if among them, else `Owner` order)."""
-    hits = {o: sum(o.value in n for n in frame["needed"]) for o in Owner}
-    tied = [o for o in Owner if hits[o] == max(hits.values())]
+    """The owner right on most of `frame`'s episodes (ties: `prefer` if among them, else `LABEL_OWNERS` order)."""
+    hits = {o: sum(o.value in n for n in frame["needed"]) for o in LABEL_OWNERS}
+    tied = [o for o in LABEL_OWNERS if hits[o] == max(hits.values())]
     return prefer if prefer in tied else tied[0]
 
 

@@ -8,6 +8,9 @@ and writes the smallest connected change for its owner:
     rho  rebind the existing card's trigger to the write it concerns (or route instead of delivering everything)
     W    change the ledger option the evidence points at (bind_on, max_entries, board)
     C    add the checker that would have bounced the escaped action
+Each is a `MetaAgent`: `plan(ctx)` returns a `PlanOutcome` (the plan or none, why a plan failed, the model's raw
+replies, the usage it cost); `spends` says whether planning asks a model, and so holds budget.
+
 `llm`: shows a model a budgeted projection (the plan schema, the rules' draft, the largest clusters first, the package),
 validates the JSON it returns with the same schema, feeds a validation error back once, and turns any failure into a
 rejected plan with the raw replies kept. Either way the plan is only a proposal: validation and the gate decide.
@@ -19,9 +22,11 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pandas as pd
 
+from components.codes import FindingKind, Owner
 from components.evidence.packets import EvidencePacket
 from components.evolution.diagnose import Finding, cards_about, rule_card_id
 from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM, parse_plan
@@ -30,6 +35,7 @@ from components.memory.package import MemoryPackage
 from components.registry import Registry
 from components.runtime import prompts
 from components.runtime.trace import frame_steps
+from components.runtime.types import Usage
 from components.worlds import Benchmark
 
 META_AGENTS = Registry("meta_agent")
@@ -58,14 +64,21 @@ class PlanContext:
 # while the ledger still loses work would be judged on a state it cannot see. Knowledge and checking do not depend on
 # each other (a card changes what is written, a checker whether it was confirmed or finished), so after W the largest
 # cluster goes first: a checker for the most common escape is not held back behind every small rule cluster.
-LAYER = {"W": 0, "E": 1, "rho": 1, "C": 1}
+LAYER = {Owner.W: 0, Owner.E: 1, Owner.RHO: 1, Owner.C: 1}
 
 
-@META_AGENTS.register("rules")
-def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
-    """Deterministic attribution-to-patch rules."""
+@dataclass(frozen=True)
+class RulesAgent:
+    """Deterministic attribution-to-patch rules: spends nothing. Called, it returns the plan alone (or None)."""
 
-    def propose(ctx: PlanContext) -> Plan | None:
+    max_per_episode: int = 6
+    max_source_items: int = 12
+    spends = False
+
+    def plan(self, ctx: PlanContext) -> PlanOutcome:
+        return PlanOutcome(plan=self(ctx))
+
+    def __call__(self, ctx: PlanContext) -> Plan | None:
         for plan in ctx.revocations:  # a promotion the current data contradicts hurts now: remove it first
             if plan.key() not in ctx.rejected:
                 return plan
@@ -76,7 +89,7 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
                                                          LAYER.get(p.owner, 9), -_size(p, ctx), p.id)):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
-            plan = rules_plan(packet, ctx, max_per_episode, max_source_items)
+            plan = rules_plan(packet, ctx, self.max_per_episode, self.max_source_items)
             if plan is not None and plan.key() not in ctx.rejected:
                 if plan.key() in ctx.later:
                     deferred = deferred or plan
@@ -84,21 +97,23 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
                 return plan
         return deferred
 
-    return propose
+
+@META_AGENTS.register("rules")
+def rules(*, max_per_episode: int = 6, max_source_items: int = 12) -> RulesAgent:
+    """Deterministic attribution-to-patch rules."""
+    return RulesAgent(max_per_episode, max_source_items)
 
 
 # C findings -> the checker that would have bounced the action that escaped
 CHECKER_FOR = {
-    "unconfirmed_write": ("confirm_before_write", "pre_write", "C: bounce writes that lack the customer's confirmation"),
-    "premature_finish": ("completion_requires_receipts", "agent_declares_done",
+    FindingKind.UNCONFIRMED_WRITE: ("confirm_before_write", "pre_write", "C: bounce writes that lack the customer's confirmation"),
+    FindingKind.PREMATURE_FINISH: ("completion_requires_receipts", "agent_declares_done",
                          "C: bounce `finish` while ledger entries are pending"),
 }
 
 
 def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, max_source_items: int = 12) -> Plan | None:
     pkg = ctx.package
-    ops: list = []
-    mechanism = ""
     routed = any(b.spec.use == "event_cards" and b.spec.at == "intent_recorded" for b in pkg.delivery)
     wiring = [] if routed else [AddBinding(op="add_binding", section="delivery", use="event_cards", at="intent_recorded",
                                            cfg={"max_per_episode": max_per_episode})]
@@ -110,7 +125,7 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         if inferred is None:
             return None
         card_id, ops, fields, items = inferred
-        return Plan(owner="E", cluster=p.id, summary=f"E: card {card_id} on {p.tool} (inferred: {', '.join(fields)})",
+        return Plan(owner=Owner.E, cluster=p.id, summary=f"E: card {card_id} on {p.tool} (inferred: {', '.join(fields)})",
                     rationale=p.claims[0].statement, evidence=p.citations(), operations=[*ops, *wiring],
                     mechanism=f"deliver:{card_id}@", source_items=items[:max_source_items])
     merged = _write_card(p, ctx) if p.rule_id and p.detail.strip() else None
@@ -119,62 +134,94 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, ma
         ops = [*ops, *wiring]
         mechanism = f"deliver:{card_id}@"
         summary = f"E: card {card_id} on {p.tool} (rules {', '.join(rules_in)})"
-        return Plan(owner="E", cluster=p.id, summary=summary, rationale=p.claims[0].statement,
+        return Plan(owner=Owner.E, cluster=p.id, summary=summary, rationale=p.claims[0].statement,
                     evidence=p.citations(), operations=ops, mechanism=mechanism,
                     source_items=items[:max_source_items])
-    if p.owner == "E" and p.kind == "policy_refusal":
-        return None  # every rule refused on this write is already written down: nothing to add
-    elif p.owner == "rho" and p.kind == "card_not_fired":
-        cards = cards_about(pkg, p.tool, p.rule_id)
-        if not cards:  # no card concerns the rule: nothing to rebind
-            return None
-        card = pkg.cards[cards[0]]
-        t = card.meta.trigger
-        if t is not None and t.event == "intent_recorded" and t.tool == p.tool and routed:
-            return None
-        ops = [SetTrigger(op="set_trigger", path=card.path, event="intent_recorded", tool=p.tool), *wiring]
-        mechanism = f"deliver:{card.id}@"
-        summary = f"rho: rebind {card.id} to intent_recorded/{p.tool}"
-    elif p.owner == "rho" and p.kind == "diluted_card":
-        blanket = [b for b in pkg.delivery if b.strategy.ignores_triggers]
-        if not blanket or any(c.meta.trigger is None for c in pkg.cards.values()):
-            return None
-        ops = [RemoveBinding(op="remove_binding", section="delivery", use=b.spec.use, at=b.spec.at) for b in blanket]
-        ops += wiring
-        mechanism = "deliver:"
-        summary = "rho: route cards by trigger instead of delivering all of them"
-    elif p.owner == "C" and p.kind in CHECKER_FOR:
-        use, at, summary = CHECKER_FOR[p.kind]
-        if any(b.spec.use == use for b in pkg.checkers):
-            return None
-        ops = [AddBinding(op="add_binding", section="checkers", use=use, at=at)]
-        mechanism = f"check:{use}@{at}"
-    elif p.owner == "W" and p.kind == "wrong_grounding":
-        keys = sorted({k for f in _findings(ctx, p) for k in f.get("bind_args", [])} | set(pkg.wm.bind_on))
-        if not keys or keys == sorted(pkg.wm.bind_on):
-            return None
-        ops = [SetWM(op="set_wm", field="bind_on", value=keys)]
-        mechanism = "ground:"
-        summary = f"W: bind receipts on {', '.join(keys)} as well as the tool"
-    elif p.owner == "W" and p.kind == "overflow":
-        need = max([f.get("proposed_max", 0) for f in _findings(ctx, p)] + [0]) + 2
-        want = min(64, 1 << (need - 1).bit_length())  # a power of two: a corpus that saw one more entry is not a new plan
-        if want <= pkg.wm.max_entries:
-            return None
-        ops = [SetWM(op="set_wm", field="max_entries", value=want)]
-        mechanism = "ledger:add"
-        summary = f"W: track up to {want} pending entries (was {pkg.wm.max_entries})"
-    elif p.owner == "W" and p.kind == "dropped":
-        if pkg.wm.board:
-            return None
-        ops = [SetWM(op="set_wm", field="board", value=True)]
-        mechanism = "board"
-        summary = "W: render the ledger board every turn"
-    else:
+    change = _CHANGES.get((p.owner, p.kind))
+    made = change(p, ctx, wiring, routed) if change is not None else None
+    if made is None:
         return None
+    ops, mechanism, summary = made
     return Plan(owner=p.owner, cluster=p.id, summary=summary, rationale=p.claims[0].statement,
                 evidence=p.citations(), operations=ops, mechanism=mechanism,
                 source_items=_probe_first(p)[:max_source_items])
+
+
+# The smallest change per (owner, kind) of a cluster whose rules are already written down (or that is not about a
+# rule): (operations, mechanism, summary), or None when the package already has it. `wiring`: the delivery binding
+# the change needs when cards are not yet routed at intent_recorded (`routed`).
+Change = tuple[list, str, str]
+
+
+def _rebind(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """rho card_not_fired: rebind the card about the rule to the write it concerns."""
+    pkg = ctx.package
+    cards = cards_about(pkg, p.tool, p.rule_id)
+    if not cards:  # no card concerns the rule: nothing to rebind
+        return None
+    card = pkg.cards[cards[0]]
+    t = card.meta.trigger
+    if t is not None and t.event == "intent_recorded" and t.tool == p.tool and routed:
+        return None
+    return ([SetTrigger(op="set_trigger", path=card.path, event="intent_recorded", tool=p.tool), *wiring],
+            f"deliver:{card.id}@", f"rho: rebind {card.id} to intent_recorded/{p.tool}")
+
+
+def _route(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """rho diluted_card: route cards by trigger instead of delivering all of them."""
+    pkg = ctx.package
+    blanket = [b for b in pkg.delivery if b.strategy.ignores_triggers]
+    if not blanket or any(c.meta.trigger is None for c in pkg.cards.values()):
+        return None
+    ops = [RemoveBinding(op="remove_binding", section="delivery", use=b.spec.use, at=b.spec.at) for b in blanket]
+    return [*ops, *wiring], "deliver:", "rho: route cards by trigger instead of delivering all of them"
+
+
+def _checker(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """C: add the checker that would have bounced the action that escaped."""
+    use, at, summary = CHECKER_FOR[p.kind]
+    if any(b.spec.use == use for b in ctx.package.checkers):
+        return None
+    return [AddBinding(op="add_binding", section="checkers", use=use, at=at)], f"check:{use}@{at}", summary
+
+
+def _bind_on(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """W wrong_grounding: bind receipts on the arguments the misgrounded entries had, as well as the tool."""
+    pkg = ctx.package
+    keys = sorted({k for f in _findings(ctx, p) for k in f.get("bind_args", [])} | set(pkg.wm.bind_on))
+    if not keys or keys == sorted(pkg.wm.bind_on):
+        return None
+    return ([SetWM(op="set_wm", field="bind_on", value=keys)], "ground:",
+            f"W: bind receipts on {', '.join(keys)} as well as the tool")
+
+
+def _max_entries(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """W overflow: track more pending entries."""
+    pkg = ctx.package
+    need = max([f.get("proposed_max", 0) for f in _findings(ctx, p)] + [0]) + 2
+    want = min(64, 1 << (need - 1).bit_length())  # a power of two: a corpus that saw one more entry is not a new plan
+    if want <= pkg.wm.max_entries:
+        return None
+    return ([SetWM(op="set_wm", field="max_entries", value=want)], "ledger:add",
+            f"W: track up to {want} pending entries (was {pkg.wm.max_entries})")
+
+
+def _board(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+    """W dropped: render the ledger board every turn."""
+    if ctx.package.wm.board:
+        return None
+    return [SetWM(op="set_wm", field="board", value=True)], "board", "W: render the ledger board every turn"
+
+
+# E policy_refusal has none: every rule refused on its write is already written down, nothing to add
+_CHANGES: dict[tuple[Owner, FindingKind], Callable[[EvidencePacket, PlanContext, list, bool], Change | None]] = {
+    (Owner.RHO, FindingKind.CARD_NOT_FIRED): _rebind,
+    (Owner.RHO, FindingKind.DILUTED_CARD): _route,
+    **{(Owner.C, kind): _checker for kind in CHECKER_FOR},
+    (Owner.W, FindingKind.WRONG_GROUNDING): _bind_on,
+    (Owner.W, FindingKind.OVERFLOW): _max_entries,
+    (Owner.W, FindingKind.DROPPED): _board,
+}
 
 
 def _probe_first(p: EvidencePacket) -> list[str]:
@@ -210,7 +257,7 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
     pkg, tool = ctx.package, p.tool
     card_id = tool_card_id(tool)
     about = cards_about(pkg, tool, p.rule_id)
-    if p.owner not in ("E", "rho") or (p.owner == "rho" and any(c != card_id for c in about)):
+    if p.owner not in (Owner.E, Owner.RHO) or (p.owner == Owner.RHO and any(c != card_id for c in about)):
         return None
     bodies = [_norm(pkg.cards[c].body) for c in cards_about(pkg, tool)]
 
@@ -228,7 +275,7 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
     new: dict[str, str] = {p.rule_id: p.detail.strip()}
     items = list(p.items)
     for q in sorted(ctx.packets, key=lambda q: (-len(q.episodes), q.id)):
-        if q.tool != tool or not q.rule_id or not q.detail.strip() or q.owner not in ("E", "rho") \
+        if q.tool != tool or not q.rule_id or not q.detail.strip() or q.owner not in (Owner.E, Owner.RHO) \
                 or q.rule_id in new or stated(q.rule_id, q.detail):
             continue
         new[q.rule_id] = q.detail.strip()
@@ -248,13 +295,13 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
     return card_id, ops, rules_in, items
 
 
-OUTCOME_KINDS = ("wrong_value", "ineffective_card")  # E findings whose fix is a rule the outcomes must show
+OUTCOME_KINDS = (FindingKind.WRONG_VALUE, FindingKind.INEFFECTIVE_CARD)  # E findings whose fix is a rule the outcomes must show
 
 
 def _from_outcomes(p: EvidencePacket) -> bool:
     """An E cluster only outcomes can fix: a wrong value against the gold (no rule id: no receipt named one), or a
     coded refusal (a rule id with no statement to copy)."""
-    return p.owner == "E" and ((not p.rule_id and p.kind in OUTCOME_KINDS) or bool(p.rule_id and not p.detail.strip()))
+    return p.owner == Owner.E and ((not p.rule_id and p.kind in OUTCOME_KINDS) or bool(p.rule_id and not p.detail.strip()))
 
 
 def outcome_inferences(ctx: PlanContext, tool: str) -> list:
@@ -358,13 +405,15 @@ def _calls_before(ctx: PlanContext, tool: str) -> list[str]:
 class PlanOutcome:
     """What a meta-agent returned: a plan, nothing to patch (`plan` and `failure` both None), or a *rejected plan*:
     the model's reply failed (model error, not JSON, not the schema, already rejected) and `failure` says how.
-    `replies` keeps every raw reply (and the error it met) for the round directory and MLflow."""
+    `replies` keeps every raw reply (and the error it met) for the round directory and MLflow; `usage` what every
+    model call cost, failed ones included (settled against the budget; never recorded in the round's files)."""
 
     plan: Plan | None = None
     failure: str | None = None
     replies: list[dict] = field(default_factory=list)
     prompt_chars: int | None = None  # the planning prompt as sent (after the budget)
     prompt_tokens: int | None = None  # the same, in the server's tokens (with a token budget)
+    usage: list[Usage] = field(default_factory=list)
 
     def record(self, cap: int = 8000) -> dict:
         out = {"failure": self.failure,
@@ -372,6 +421,28 @@ class PlanOutcome:
         if self.prompt_chars is not None:
             out["prompt"] = {"chars": self.prompt_chars, "tokens": self.prompt_tokens}
         return out
+
+
+class MetaAgent(Protocol):
+    """What the plan stage asks: one outcome per planning context; `spends`: planning asks a model (budget held)."""
+
+    spends: bool
+
+    def plan(self, ctx: PlanContext) -> PlanOutcome: ...
+
+
+@dataclass(frozen=True)
+class LlmAgent:
+    """A model asked for a plan (see `llm`); called, it returns the whole outcome, as `plan` does."""
+
+    propose: Callable[[PlanContext], PlanOutcome]
+    spends = True
+
+    def plan(self, ctx: PlanContext) -> PlanOutcome:
+        return self.propose(ctx)
+
+    def __call__(self, ctx: PlanContext) -> PlanOutcome:
+        return self.propose(ctx)
 
 
 @META_AGENTS.register("llm")
@@ -396,7 +467,7 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B00
         patchable = [p for p in ctx.packets if p.patchable]
         if not patchable:
             return PlanOutcome()
-        draft = rules(max_per_episode=6, max_source_items=12)(ctx)
+        draft = RulesAgent(max_per_episode=6, max_source_items=12)(ctx)
         system = f"{prompts.PLAN_MARK}\n" + LLM_INSTRUCTIONS
         if max_prompt_tokens is not None:
             def fits(text: str) -> bool:
@@ -412,12 +483,12 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B00
             try:
                 reply = chat.complete(messages, tools=None, seed=seed, json_mode=plan_schema if structured else True)
             except ModelError as e:  # the server failed or cut the reply: what it spent is still counted
-                propose.usage.append(e.usage)
+                out.usage.append(e.usage)
                 # a cut reply's text is the model's answer as far as it got: kept, as every reply is
                 out.replies.append({"turn": turn, "raw": e.text or None, "error": str(e)})
                 out.failure = f"model error: {e}"
                 return out  # a model fault is not the model's answer: no repair turn on it
-            propose.usage.append(reply.usage)
+            out.usage.append(reply.usage)
             problem, plan = _check(reply.content, ctx, len(patchable))
             out.replies.append({"turn": turn, "raw": reply.content, "error": problem})
             if problem is None:
@@ -428,8 +499,7 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B00
                          {"role": "user", "content": REPAIR.format(problem=problem)}]
         return out
 
-    propose.usage = []
-    return propose
+    return LlmAgent(propose)
 
 
 LLM_INSTRUCTIONS = (
@@ -450,7 +520,7 @@ def _check(content: str | None, ctx: PlanContext, n_patchable: int) -> tuple[str
         return f"not JSON ({e})", None
     if not isinstance(raw, dict):
         return f"expected a JSON object, got {type(raw).__name__}", None
-    if raw.get("owner") in (None, "none"):
+    if raw.get("owner") in (None, Owner.NONE):
         return f"no owner: the reply proposes no plan, but {n_patchable} cluster(s) are patchable", None
     try:
         plan = parse_plan(raw, where="plan")
@@ -492,7 +562,7 @@ def _render(ctx: PlanContext, ranked: list[EvidencePacket], n_patchable: int, dr
     if schema:
         head += ["## Plan schema", json.dumps(Plan.model_json_schema(), separators=(",", ":"))]
     head += ["## Draft from the rules (use, edit or replace)",
-             "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": "none"})) + "\n```"]
+             "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": Owner.NONE})) + "\n```"]
     if diffs:  # agent value against gold value per field, and the rule inferred from them (or why none)
         head += ["## Outcome diffs (train episodes against their gold; the rule inferred per field, or why none)",
                  json.dumps(diffs, separators=(",", ":"), default=str)]
@@ -544,5 +614,5 @@ def _packet_json(p: EvidencePacket, full: bool) -> str:
     return json.dumps(d, separators=(",", ":"), default=str)
 
 
-def make_meta_agent(name: str, cfg: dict | None = None):
+def make_meta_agent(name: str, cfg: dict | None = None) -> MetaAgent:
     return META_AGENTS.make(name, cfg, where="meta_agent")

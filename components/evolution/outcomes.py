@@ -32,11 +32,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from components.codes import FindingKind, Owner
 from components.evolution.diagnose import Finding, _ident, card_helps, card_owner, cards_about
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
 from components.worlds.base import Gold
+
+WRONG_ARG = "wrong_arg"  # a diff's kind: a write with an argument its gold does not have (a finding's is wrong_value)
 
 AMOUNT_TOL = 0.005  # amounts are cents: two values within half a cent are the same amount
 
@@ -82,16 +85,16 @@ def outcome_diffs(steps: list[TraceStep], gold: Gold, write_tools: frozenset[str
         tool, target = key
         a = wanted.get(key)
         if a is None:
-            out.append(Diff("extra_write", tool, target, s.step, s.hash))
+            out.append(Diff(FindingKind.EXTRA_WRITE, tool, target, s.step, s.hash))
             continue
         args = s.action.get("args", {})
         for field in sorted(a.args):
             if not same_value(args.get(field), a.args[field]):
-                out.append(Diff("wrong_arg", tool, target, s.step, s.hash, field, args.get(field), a.args[field]))
+                out.append(Diff(WRONG_ARG, tool, target, s.step, s.hash, field, args.get(field), a.args[field]))
     last = steps[-1]
     for key, a in wanted.items():
         if key not in done:
-            out.append(Diff("missing_write", key[0], key[1], last.step, last.hash))
+            out.append(Diff(FindingKind.MISSING_WRITE, key[0], key[1], last.step, last.hash))
     return out
 
 
@@ -154,7 +157,7 @@ def train_evidence(episodes: Mapping[str, list[TraceStep]], failed: Mapping[str,
     rate = {tool: 1 - sum(t[True] + t[False]) / len(t[True] + t[False]) for tool, t in tally.items()
             if t[True] or t[False]}
     wrong = sum(1 for eid in unexplained if failed.get(eid) in gold
-                and any(d.kind == "wrong_arg" for d in outcome_diffs(episodes.get(eid, []), gold[failed[eid]],
+                and any(d.kind == WRONG_ARG for d in outcome_diffs(episodes.get(eid, []), gold[failed[eid]],
                                                                       write_tools, targets)))
     return TrainEvidence(value_helps={tool: card_helps(t, pooled) for tool, t in tally.items()}, wrong_rate=rate,
                          unexplained=len([e for e in unexplained if failed.get(e) in gold]), unexplained_wrong=wrong)
@@ -174,7 +177,7 @@ def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package
     cards = cards_about(package, tool)
     here = [c for c in s.delivered if c in cards]
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), train.value_helps.get(tool),
-                                                        "unseen_value")
+                                                        FindingKind.UNSEEN_VALUE)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool,
                    f"no divergence in the trace; on train, {train.unexplained_wrong} of {train.unexplained} such "
                    f"failures held a wrong argument", opportunity, patchability,
@@ -186,12 +189,12 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
                     helps: Mapping[str, bool | None]) -> Finding | None:
     """The finding for the episode's earliest wrong argument, its owner read from the trace (see the module doc);
     a missing or extra write no trace finding explains is `unknown` (reported, never planned). None: no diff."""
-    wrong = [d for d in diffs if d.kind == "wrong_arg"]
+    wrong = [d for d in diffs if d.kind == WRONG_ARG]
     if not wrong:
         other = next(iter(diffs), None)
         if other is None:
             return None
-        return Finding(eid, item_id, other.step, other.hash, "unknown", other.kind, other.tool,
+        return Finding(eid, item_id, other.step, other.hash, Owner.UNKNOWN, other.kind, other.tool,
                        f"{other.kind.replace('_', ' ')} on `{other.tool}`", "unknown", "unknown",
                        {"target": other.target})
     step = min(d.step for d in wrong)
@@ -204,7 +207,7 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     extra = {"target": d0.target, "cards": cards, "delivered": list(s.delivered),
              "diffs": [{"field": d.field, "agent": d.agent, "gold": d.gold} for d in at]}
     detail = "; ".join(f"`{d.field}` {d.agent!r}, gold {d.gold!r}" for d in at)
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, "wrong_value")
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, FindingKind.WRONG_VALUE)
     return Finding(eid, item_id, step, s.hash, owner, kind, d0.tool, detail, opportunity, patchability, extra)
 
 
@@ -219,5 +222,5 @@ def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_
     episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)} \
         if len(traces) else {}
     failed = {f.episode_id: str(f.item_id) for f in d.findings}
-    unexplained = frozenset(f.episode_id for f in d.findings if f.kind == "no_divergence")
+    unexplained = frozenset(f.episode_id for f in d.findings if f.kind == FindingKind.NO_DIVERGENCE)
     return train_evidence(episodes, failed, gold, package, write_tools, targets, unexplained)

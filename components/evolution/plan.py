@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from components.codes import PlanOwner
 from components.errors import InputError
 from components.evidence.packets import Citation
 
-Owner = Literal["E", "W", "rho", "C"]
 CARD_PATH = re.compile(r"em/(knowledge|procedure|action_result)/[a-z0-9][a-z0-9_-]*\.md")
 
 
@@ -79,7 +79,7 @@ Operation = Annotated[Union[AddCard, RemoveCard, SetTrigger, SetWM, AddBinding, 
 
 class Plan(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    owner: Owner
+    owner: PlanOwner
     cluster: str = Field(min_length=1, description="the diagnosis packet this plan answers")
     summary: str = Field(min_length=1)
     rationale: str = ""

@@ -27,6 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from components.evolution.record import RoundRecord
+from components.codes import CAUSE_OWNERS, Verdict
 from components.errors import InputError
 from components.evolution.localization import localization_notes
 from components.io import atomic_write_bytes, atomic_write_json, read_json_object
@@ -49,9 +51,10 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_json(path, obj)
 
 
-def ci_level(r: dict) -> float | None:
+def ci_level(r: dict | RoundRecord) -> float | None:
     """The two-sided confidence of a round's dev CI: each look at dev spends alpha_k of the campaign's budget (not
     0.05), and a sequential gate decides at its deciding look's one-sided level p (a 1 - 2p interval)."""
+    r = r.dump() if isinstance(r, RoundRecord) else r
     seq = (r.get("sequential") or {}).get("gate") or {}
     looks = seq.get("per_look") or []
     if seq.get("looks", 1) > 1 and looks:
@@ -64,19 +67,24 @@ def _pct(level: float | None) -> str:
     return "" if level is None else f"{100 * level:.4g}%"
 
 
+def history(summary: dict) -> list[RoundRecord]:
+    """summary.json's rounds, typed."""
+    return [RoundRecord.of(r) for r in summary.get("history", [])]
+
+
 def round_rows(summary: dict) -> list[dict]:
     """Rows for the per-round table the CLI prints."""
     rows = []
-    for r in summary.get("history", []):
-        g = r.get("gate") or {}
-        rep = r.get("repair") or {}
+    for r in history(summary):
+        g = r.gate_figures
+        rep = r.repair or {}
         rows.append({
-            "round": r["round"], "owner": r.get("owner") or "-", "plan": r.get("summary") or r.get("reason", "-"),
+            "round": r.round, "owner": str(r.owner or "-"), "plan": r.summary or r.reason,
             "repair": f"{rep.get('repaired', '-')}/{rep.get('broken', '-')}" if rep else "-",
-            "verdict": r["verdict"], "net": g.get("net"), "ci": (g.get("ci_lo"), g.get("ci_hi")) if g else None,
+            "verdict": str(r.verdict), "net": g.get("net"), "ci": (g.get("ci_lo"), g.get("ci_hi")) if g else None,
             "level": _pct(ci_level(r)) if g else "",
-            "regressed": g.get("n_regressed"), "reason": r.get("reason", ""),
-            "champion": "{version} {digest:.8}".format(**(r.get("child") or r.get("parent") or {"version": "", "digest": ""})),
+            "regressed": g.get("n_regressed"), "reason": r.reason,
+            "champion": "{version} {digest:.8}".format(**(r.child or r.parent or {"version": "", "digest": ""})),
         })
     return rows
 
@@ -85,12 +93,6 @@ class _Named(BaseModel):
     model_config = ConfigDict(extra="allow")
     version: str
     digest: str
-
-
-class _Round(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    round: int
-    verdict: str
 
 
 class _Summary(BaseModel):
@@ -103,7 +105,7 @@ class _Summary(BaseModel):
     rounds: int
     test: dict[str, Any] | None
     localization: dict[str, Any]
-    history: list[_Round]
+    history: list[RoundRecord]
     lineage: list[_Named]
 
 
@@ -123,10 +125,10 @@ def read_summary(campaign_out: str | Path) -> dict:
 def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     """Tables and a plot from a finished campaign's summary.json."""
     summary = read_summary(campaign_out)
-    for r in summary["history"]:  # a round's columns come from its directory: a blank row would pass for "no data"
-        rd = round_dir(campaign_out, r["round"])
+    for r in history(summary):  # a round's columns come from its directory: a blank row would pass for "no data"
+        rd = round_dir(campaign_out, r.round)
         if not rd.is_dir():
-            raise InputError(f"{rd}: -: round {r['round']} is in summary.json but its directory is missing; refusing "
+            raise InputError(f"{rd}: -: round {r.round} is in summary.json but its directory is missing; refusing "
                              f"a report with blank rows (restore it, or rerun the campaign)")
     out = Path(out)
     t, loc = summary["test"] or {}, summary["localization"]
@@ -136,16 +138,16 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
         "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy"),
         "trace_rule_accuracy": loc.get("trace_rule_accuracy")}
     rows = []
-    for r in summary["history"]:
-        g = r.get("gate") or {}
-        rows.append({"round": r["round"], "verdict": r["verdict"], "owner": r.get("owner", ""),
+    for r in history(summary):
+        g = r.gate_figures
+        rows.append({"round": r.round, "verdict": str(r.verdict), "owner": str(r.owner or ""),
                      "net": g.get("net"), "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"),
                      "dev_base_mean": g.get("base_mean"), "dev_cand_mean": g.get("cand_mean"),
-                     "champion": (r.get("child") or r.get("parent") or {}).get("version", "")})
+                     "champion": (r.child or r.parent or {}).get("version", "")})
     table = pd.DataFrame(rows, columns=["round", "verdict", "owner", "net", "ci_lo", "ci_hi", "dev_base_mean",
                                         "dev_cand_mean", "champion"])
     causes = _causes(Path(campaign_out), summary)
-    table["champion_dev_mean"] = [(_champion_mean(r)) for r in summary["history"]] if len(table) else []
+    table["champion_dev_mean"] = [(_champion_mean(r)) for r in history(summary)] if len(table) else []
     table = table.join(causes, on="round") if len(causes.columns) else table
     families = _families(Path(campaign_out), summary)  # every input read before the first write: none half-written
     md = [f"# Campaign {summary['campaign']}", "",
@@ -182,21 +184,18 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     return out
 
 
-CAUSE_OWNERS = ("E", "W", "rho", "C", "none")
-
-
 def _plot_data(summary: dict, table: pd.DataFrame, causes: pd.DataFrame, families: pd.DataFrame, out: Path) -> None:
     """The figures as data for `dvc plots` (dvc.yaml), one tidy CSV each with fixed columns, so `dvc plots diff`
     overlays two experiments' curves: the gate per gated round (net, CI, the CI's level, verdict), the champion's
     dev mean per gated round, diagnosed causes per round (every owner a column, 0 when absent), per-family dev means."""
-    levels = {r["round"]: ci_level(r) for r in summary["history"] if r.get("gate")}
+    levels = {r.round: ci_level(r) for r in history(summary) if r.gate}
     gated = table.dropna(subset=["net"])
     gate = pd.DataFrame({"round": gated["round"], "net": gated["net"], "ci_lo": gated["ci_lo"],
                          "ci_hi": gated["ci_hi"], "ci_level": [levels.get(r) for r in gated["round"]],
-                         "accepted": (gated["verdict"] == "accept").astype(int), "verdict": gated["verdict"]})
+                         "accepted": (gated["verdict"] == Verdict.ACCEPT).astype(int), "verdict": gated["verdict"]})
     champ = pd.DataFrame({"round": gated["round"], "champion_dev_mean": gated["champion_dev_mean"]})
-    rounds = [r["round"] for r in summary["history"]]
-    cause = pd.DataFrame({"round": rounds, **{o: [int(causes.at[r, f"causes_{o}"]) if r in causes.index and
+    rounds = [r.round for r in history(summary)]
+    cause = pd.DataFrame({"round": rounds, **{o.value: [int(causes.at[r, f"causes_{o}"]) if r in causes.index and
                                                   f"causes_{o}" in causes.columns else 0 for r in rounds]
                                               for o in CAUSE_OWNERS}})
     fam = (families.rename_axis("family").reset_index() if len(families)
@@ -213,39 +212,38 @@ def _read_csv(path: Path, **kw) -> pd.DataFrame:
         raise InputError(f"{path}: -: not a readable table ({str(e).strip().splitlines()[0]})") from None
 
 
-def _champion_mean(r: dict) -> float | None:
+def _champion_mean(r: RoundRecord) -> float | None:
     """The champion's dev mean after a round: the candidate's when it was accepted, else the parent's."""
-    g = r.get("gate") or {}
+    g = r.gate_figures
     if not g:
         return None
-    return g["cand_mean"] if r["verdict"] == "accept" else g["base_mean"]
+    return g["cand_mean"] if r.accepted else g["base_mean"]
 
 
 def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:
     """Diagnosed failures per round by owner (E, W, rho, C, none), from each round's findings.csv."""
     counts = {}
-    for r in summary["history"]:
-        f = campaign_out / "rounds" / f"r{r['round']:02d}" / "findings.csv"
+    for r in history(summary):
+        f = campaign_out / "rounds" / f"r{r.round:02d}" / "findings.csv"
         if f.exists():
-            counts[r["round"]] = _read_csv(f, usecols=["owner"], keep_default_na=False)["owner"].value_counts()
+            counts[r.round] = _read_csv(f, usecols=["owner"], keep_default_na=False)["owner"].value_counts()
     if not counts:
         return pd.DataFrame()
     df = pd.DataFrame(counts).T.fillna(0).astype(int).sort_index()
-    order = [o for o in ("E", "W", "rho", "C", "none") if o in df.columns] + sorted(set(df.columns) - {"E", "W", "rho", "C", "none"})
+    order = [o.value for o in CAUSE_OWNERS if o in df.columns] + sorted(set(df.columns) - set(CAUSE_OWNERS))
     return df[order].add_prefix("causes_")
 
 
 def _families(campaign_out: Path, summary: dict) -> pd.DataFrame:
     """Mean dev score per task family: the starting package (first gated round's parent) vs the champion (the last
     gated round's winner). Families come from the benchmark's tasks.csv."""
-    gated = [r for r in summary["history"] if r.get("gate") and r.get("evaluation")]
+    gated = [r for r in history(summary) if r.gate and r.evaluation]
     if not gated:
         return pd.DataFrame()
     first, last = gated[0], gated[-1]
-    tasks = Path(first["evaluation"]["benchmark"]) / "tasks.csv"  # relative paths: from the project root, as recorded
-    rd = lambda r: campaign_out / "rounds" / f"r{r['round']:02d}"  # noqa: E731
-    start_f = rd(first) / "dev_base.csv"
-    champ_f = rd(last) / ("dev_cand.csv" if last["verdict"] == "accept" else "dev_base.csv")
+    tasks = Path(first.evaluation["benchmark"]) / "tasks.csv"  # relative paths: from the project root, as recorded
+    start_f = campaign_out / "rounds" / f"r{first.round:02d}" / "dev_base.csv"
+    champ_f = campaign_out / "rounds" / f"r{last.round:02d}" / ("dev_cand.csv" if last.accepted else "dev_base.csv")
     if not (tasks.exists() and start_f.exists() and champ_f.exists()):
         return pd.DataFrame()
     fam = _read_csv(tasks, usecols=["task_id", "family"], dtype={"task_id": str}).rename(columns={"task_id": "item_id"})
@@ -288,7 +286,7 @@ def _plot_champion(table: pd.DataFrame, test: dict, path: Path) -> None:
     rows = table.dropna(subset=["champion_dev_mean"]) if "champion_dev_mean" in table else table.iloc[0:0]
     if len(rows):
         ax.step(rows["round"], rows["champion_dev_mean"], where="post", color="tab:blue", label="champion (dev)")
-        ax.scatter(rows["round"], rows["champion_dev_mean"], c=["tab:green" if v == "accept" else "tab:grey"
+        ax.scatter(rows["round"], rows["champion_dev_mean"], c=["tab:green" if v == Verdict.ACCEPT else "tab:grey"
                                                                 for v in rows["verdict"]], zorder=3)
         if test:
             ax.axhline(test["base_mean"], color="tab:red", linestyle=":", label=f"start (test) {test['base_mean']:.3f}")
@@ -352,7 +350,7 @@ def _plot(table: pd.DataFrame, path: Path) -> None:
     gated = table.dropna(subset=["net"])
     if len(gated):
         err = [gated["net"] - gated["ci_lo"], gated["ci_hi"] - gated["net"]]
-        colors = ["tab:green" if v == "accept" else "tab:red" for v in gated["verdict"]]
+        colors = ["tab:green" if v == Verdict.ACCEPT else "tab:red" for v in gated["verdict"]]
         ax.errorbar(gated["round"], gated["net"], yerr=err, fmt="none", ecolor="grey", capsize=3)
         ax.scatter(gated["round"], gated["net"], c=colors, zorder=3)
     ax.axhline(0, color="black", linewidth=0.8)

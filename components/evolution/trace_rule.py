@@ -11,23 +11,12 @@ simply never set, and the rule falls back on the others.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from components.codes import Owner
 from components.runtime.confirm import Targets, covered, step_act
 from components.runtime.trace import TraceStep, frame_steps
-
-
-class Owner(StrEnum):
-    """Who a failure is attributed to, in the hidden labels' spelling (the diagnoser's `none` is `external`)."""
-
-    E = "E"
-    W = "W"
-    RHO = "rho"
-    C = "C"
-    EXTERNAL = "external"
 
 
 class Signals(BaseModel):

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -148,7 +149,14 @@ def static_checks(plan: Plan, candidate: str | Path, bench: Benchmark) -> tuple[
 
 
 def fired(traces: pd.DataFrame, mechanism: str) -> bool:
-    """Did any step's fingerprint show the mechanism (a fingerprint entry starting with it)?"""
+    """Did any step's fingerprint show the mechanism: one of its entries (each a mechanism that fired, e.g.
+    `deliver:<card>@<event>`) is the plan's mechanism or starts with it, read entry by entry from the recorded list
+    (never as a substring of its JSON text)."""
     if traces.empty:
         return False
-    return bool(traces["fingerprint"].str.contains(f'"{mechanism}', regex=False).any())
+    return any(entry.startswith(mechanism) for fp in traces["fingerprint"] for entry in _entries(fp))
+
+
+def _entries(fingerprint: str | list[str]) -> list[str]:
+    """A step's fingerprint entries (a trace table holds the list as JSON text)."""
+    return json.loads(fingerprint) if isinstance(fingerprint, str) else list(fingerprint)

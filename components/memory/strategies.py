@@ -6,11 +6,15 @@ the kernel decides when they run (its phase order) and what a ruling does (one r
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from functools import cache
+from string import Formatter
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
+from components.codes import CheckCode
 from components.memory.cards import Card, CardType
 from components.memory.events import AGENT_DECLARES_DONE, DELIVERY_EVENTS, PRE_WRITE
 from components.memory.ledger import Ledger
@@ -52,6 +56,36 @@ class Verdict:
     ok: bool
     reason: str = ""
     details: dict = field(default_factory=dict)
+    code: CheckCode | None = None  # why it bounced, as a code (the reason is its message, `BOUNCES[code]` filled in)
+
+
+# What a bounce says, per code. The reason a checker gives is its template filled in; a model reads the reason (the
+# redraft's feedback), and the simulated agent reads it back to codes through these same templates (`bounce_codes`),
+# so rewording a message here changes no behaviour.
+BOUNCES: dict[CheckCode, str] = {
+    CheckCode.PENDING_WORK: "cannot finish: no receipt yet for {items}",
+    CheckCode.UNCONFIRMED: "`{tool}` needs the customer's confirmation first: call `{confirm}` with this tool and its "
+                           "arguments, and write only if it is granted",
+}
+
+
+def bounce(code: CheckCode, details: dict | None = None, **fields) -> Verdict:
+    """A bounce with `code`, its reason the code's message with `fields` filled in."""
+    return Verdict(False, BOUNCES[code].format(**fields), details or {}, code)
+
+
+@cache
+def _pattern(template: str) -> re.Pattern:
+    """A message template as a regex: its literal text, any text in place of each field (within one line)."""
+    return re.compile("".join(re.escape(text) + (".*?" if name is not None else "")
+                              for text, name, _spec, _conv in Formatter().parse(template)))
+
+
+def bounce_codes(feedback: str | None) -> frozenset[CheckCode]:
+    """The codes of the bounces whose messages a redraft's feedback carries."""
+    if not feedback:
+        return frozenset()
+    return frozenset(code for code, template in BOUNCES.items() if _pattern(template).search(feedback))
 
 
 # -- deliverers -------------------------------------------------------------------------------------------
@@ -109,7 +143,7 @@ def completion_requires_receipts(*, allow_blocked: bool = True):
         if not open_entries:
             return Verdict(True)
         items = "; ".join(f"{e.id} {e.tool} {' '.join(f'{k}={v}' for k, v in sorted(e.args.items()))}" for e in open_entries)
-        return Verdict(False, f"cannot finish: no receipt yet for {items}", {"open": [e.id for e in open_entries]})
+        return bounce(CheckCode.PENDING_WORK, {"open": [e.id for e in open_entries]}, items=items)
 
     return check
 
@@ -141,7 +175,6 @@ def confirm_before_write(
             return Verdict(True)
         if covered(acts_from_turns(ctx.transcript), call.name, call.args, ctx.targets, match_args):
             return Verdict(True)
-        return Verdict(False, f"`{call.name}` needs the customer's confirmation first: call `{CONFIRM_TOOL}` with this "
-                              "tool and its arguments, and write only if it is granted")
+        return bounce(CheckCode.UNCONFIRMED, tool=call.name, confirm=CONFIRM_TOOL)
 
     return check

@@ -43,6 +43,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from components.codes import CheckCode, Owner
+from components.memory.strategies import bounce_codes
 from components.models.base import ChatResult, ModelError, count_tokens
 from components.runtime import prompts
 from components.runtime.confirm import Act, covered
@@ -68,7 +70,7 @@ class Rates:
 
 
 RATES = Rates()
-OWNERS = ("rho", "E", "W", "C")  # the fault switches; also the precedence among faults that fire at the same call
+OWNERS = (Owner.RHO, Owner.E, Owner.W, Owner.C)  # the fault switches; also the precedence among faults that fire at the same call
 
 
 @lru_cache(maxsize=1 << 16)  # pure; drift checks and probe twins ask the same questions many times per episode
@@ -250,7 +252,7 @@ class SimulatedAgent:
     def _probe(self, v: View, seed: int, mine: tuple, comp: Competence) -> None:
         """Record the first call at which each owner's fault (not yet switched off) changes the output."""
         for owner in OWNERS:
-            if owner in self.off or owner in self.onsets or (v.mode == "propose" and owner != "W"):
+            if owner in self.off or owner in self.onsets or (v.mode == "propose" and owner != Owner.W):
                 continue  # proposing the state applies no fact and no discipline: only W can change it
             if self._twin(self.off | {owner}, v, seed, comp) != mine:
                 self.onsets[owner] = self.n_calls
@@ -308,7 +310,7 @@ class SimulatedAgent:
         out = []
         for r in v.requests:
             hist = self._history_status(v, r, comp)
-            if "W" in self.off:  # perfect tracking: what the history shows, no drift
+            if Owner.W in self.off:  # perfect tracking: what the history shows, no drift
                 if hist not in ("done", "blocked", "given_up"):
                     out.append(r)
                 continue
@@ -332,14 +334,14 @@ class SimulatedAgent:
         """Whether the agent applies `fact` to request `r` now, and the value it believes the rule has.
         `on_tool`: every fact on the request's write; a card addressing none of them is irrelevant (dilutes)."""
         u = coin(seed, "fact", fact.id, r.key)
-        if "E" in self.off:
+        if Owner.E in self.off:
             return True, fact_value(fact)
-        if "rho" in self.off:  # every card of the package about this action, and nothing else
+        if Owner.RHO in self.off:  # every card of the package about this action, and nothing else
             stated = [val for text in self.cards if (val := fact_read(fact, text)) is not None]
             if stated:
                 return u < self.rates.p_card, stated[0]
         stated = [val for text in v.cards if (val := fact_read(fact, text)) is not None]
-        if stated and "rho" not in self.off:
+        if stated and Owner.RHO not in self.off:
             irrelevant = sum(1 for text in v.cards if all(fact_read(f, text) is None for f in on_tool))
             return u < self.rates.p_card / (1 + self.rates.attention * irrelevant), stated[0]
         if fact.id in self.learned:  # known from training: as reliable as an undiluted card (the same coin), no card
@@ -393,11 +395,11 @@ class SimulatedAgent:
         todo = self.pending(v, seed, comp)
         if not todo:
             return "", (FINISH_TOOL, {"summary": "all requests handled"})
-        bounced_finish = bool(v.feedback and "cannot finish" in v.feedback)
+        bounced_finish = CheckCode.PENDING_WORK in bounce_codes(v.feedback)
         last = v.calls[-1] if v.calls else None
         just_wrote = last is not None and last[0]["name"] in comp.writes and "error" not in last[1]
         n_writes = sum(1 for c, r in v.calls if c["name"] in comp.writes and "error" not in r)
-        if just_wrote and "C" not in self.off and coin(seed, "early", n_writes) < self.rates.p_early_done:
+        if just_wrote and Owner.C not in self.off and coin(seed, "early", n_writes) < self.rates.p_early_done:
             if not (bounced_finish and coin(seed, "fix", "finish", n_writes) < self.rates.p_fix):
                 return "", (FINISH_TOOL, {"summary": "all requests handled"})
         return self._step(v, todo[0], seed, comp)
@@ -421,8 +423,8 @@ class SimulatedAgent:
         if not covered(acts, r.tool, r.target):
             if _denied(acts, r):
                 return comp.give_up(r), None  # the customer said no to this very write
-            asked = bool(v.feedback and "confirmation" in v.feedback) and coin(seed, "fix", "confirm", r.key) < self.rates.p_fix
-            if asked or "C" in self.off or coin(seed, "confirm", r.key) >= self.rates.p_skip_confirm:
+            asked = CheckCode.UNCONFIRMED in bounce_codes(v.feedback) and coin(seed, "fix", "confirm", r.key) < self.rates.p_fix
+            if asked or Owner.C in self.off or coin(seed, "confirm", r.key) >= self.rates.p_skip_confirm:
                 return "", (CONFIRM_TOOL, {"tool": r.tool, "args": dict(r.target), "summary": comp.summary(r)})
         return step
 
@@ -468,5 +470,5 @@ def plan_reply(messages: list[dict]) -> str:
     text = messages[-1].get("content") or ""
     m = re.search(r"```json\n(.*?)\n```", text, re.S)
     if not m:
-        return json.dumps({"owner": "none", "rationale": "no evidence in the prompt", "evidence": [], "operations": []})
+        return json.dumps({"owner": Owner.NONE, "rationale": "no evidence in the prompt", "evidence": [], "operations": []})
     return m.group(1)

@@ -38,6 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.codes import Verdict
+from components.evolution.record import RoundRecord
+
 # cited failed episodes logged as traces per round (the first ones of each packet): the default of the setting
 # `campaign.traces_per_round` (each trace costs a few hundred spans written to the store; no result depends on them)
 MAX_TRACES_PER_ROUND = 12
@@ -195,44 +198,94 @@ def manifest_knobs(package: str | Path) -> dict[str, str]:
     return knobs
 
 
-def round_ci_level(rec: dict[str, Any]) -> float | None:
+def round_ci_level(rec: RoundRecord | dict[str, Any]) -> float | None:
     """The two-sided level of a round's dev CI as the gate used it (the report's and the CLI's, one definition)."""
     from components.evolution.report import ci_level
 
     return ci_level(rec)
 
 
-def ci_text(rec: dict[str, Any]) -> str:
+def ci_text(rec: RoundRecord | dict[str, Any]) -> str:
     """A round's dev interval as every view states it: `99.5% CI [+0.012, +0.121]`."""
-    g, level = rec.get("gate") or {}, round_ci_level(rec)
+    rec = RoundRecord.of(rec)
+    g, level = rec.gate or {}, round_ci_level(rec)
     return (f"{100 * level:.4g}% CI" if level is not None else "CI") + f" [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]"
 
 
-def round_title(rec: dict[str, Any]) -> str:
+def round_title(rec: RoundRecord | dict[str, Any]) -> str:
     """A round run's name, verdict and net first (what a reader scans a list of rounds for), then the plan or why
     there was none."""
-    g = rec.get("gate") or {}
+    rec = RoundRecord.of(rec)
+    g = rec.gate or {}
     net = f" net {g['net']:+.3f}" if g else ""
-    return f"r{int(rec['round'])} {rec['verdict']}{net}: {rec.get('summary') or rec.get('reason', '')}"[:240]
+    return f"r{int(rec.round)} {rec.verdict}{net}: {rec.summary or rec.reason}"[:240]
 
 
-def describe_round(rec: dict[str, Any]) -> str:
+def describe_round(rec: RoundRecord | dict[str, Any]) -> str:
     """One paragraph a person reads on the round's run page: plan, owner, verdict and why."""
-    parent = (rec.get("parent") or {}).get("version") or rec.get("champion_before", "?")
-    g, rep = rec.get("gate") or {}, rec.get("repair") or {}
-    words = [f"Round {rec['round']} on champion {parent}."]
-    if rec.get("summary"):
-        words.append(f"Plan (owner {rec.get('owner', '?')}, mechanism {rec.get('mechanism', '?')}): {rec['summary']}.")
+    rec = RoundRecord.of(rec)
+    parent = (rec.parent or {}).get("version") or (rec.champion_before or "?")
+    g, rep = rec.gate or {}, rec.repair or {}
+    words = [f"Round {rec.round} on champion {parent}."]
+    if rec.summary:
+        words.append(f"Plan (owner {rec.owner or '?'}, mechanism {rec.mechanism or '?'}): {rec.summary}.")
     if rep:
         words.append(f"Repair screen on the diagnosed tasks: {rep.get('repaired')} repaired, {rep.get('broken')} broken.")
     if g:
         words.append(f"Held-out gate on dev: net {g['net']:+.3f}, {ci_text(rec)}, "
                      f"{g['n_improved']} improved / {g['n_regressed']} regressed of {g['n_items']} items.")
-    child = (rec.get("child") or {}).get("version")
-    verdict = {"accept": f"accepted: committed as {child}", "reject": "rejected: the champion stays",
-               "no_plan": "no plan: nothing left to patch"}.get(rec["verdict"], rec["verdict"])
-    words.append(f"Verdict: {verdict} ({rec.get('reason', '')}).")
+    child = (rec.child or {}).get("version")
+    verdict = {Verdict.ACCEPT: f"accepted: committed as {child}", Verdict.REJECT: "rejected: the champion stays",
+               Verdict.NO_PLAN: "no plan: nothing left to patch"}.get(rec.verdict, rec.verdict)
+    words.append(f"Verdict: {verdict} ({rec.reason}).")
     return " ".join(words)
+
+
+def round_tags(rec: RoundRecord) -> dict[str, str]:
+    """A round run's tags (besides its parent run and where the round and campaign are)."""
+    parent, child = rec.parent or {}, rec.child or {}
+    return {"ratchet.kind": "round", "ratchet.round": str(rec.round), "ratchet.verdict": str(rec.verdict),
+            "ratchet.owner": str(rec.owner or ""), "ratchet.plan_key": str(rec.plan_key or ""),
+            "ratchet.parent_digest": str(parent.get("digest", "")), "ratchet.parent_version": str(parent.get("version", "")),
+            "ratchet.candidate_digest": str(rec.candidate_digest or ""),
+            "ratchet.version": str(child.get("version", "")) if child else "",
+            "ratchet.benchmark_digest": str(rec.benchmark_digest or ""),
+            "ratchet.seed_map_hash": str(rec.seed_map_hash or ""), "ratchet.git_commit": git_commit(),
+            "ratchet.dvc_lock": dvc_lock_hash(), "ratchet.reason": rec.reason[:4000],
+            "mlflow.note.content": describe_round(rec)}
+
+
+def round_params(rec: RoundRecord, params: dict[str, Any]) -> dict[str, Any]:
+    """A round run's params: the gate's settings at this look, the campaign's model and meta-agent, the plan."""
+    c, gp = params.get("campaign", {}), params.get("gate", {})
+    return {"gate": {**{k: gp.get(k) for k in ("alpha", "campaign_alpha", "n_boot", "material", "reg_cap", "seed",
+                                               "sequential")},
+                     "look_alpha": (rec.dev_look or {}).get("alpha")},
+            "reason": (rec.reason or "-")[:6000], "verdict": str(rec.verdict),
+            "seeds": c.get("seeds"), "model": c.get("model"), "meta_agent": c.get("meta_agent"),
+            "max_turns": c.get("max_turns"), "plan": rec.summary or "-", "owner": str(rec.owner or "-"),
+            "looks": {k: {x: seq.get(x) for x in ("looks_used", "stopped_early", "why")}
+                      for k, seq in (rec.sequential or {}).items() if seq}}
+
+
+def round_metrics(rec: RoundRecord) -> dict[str, Any]:
+    """A round run's metrics: the gate's and the repair screen's figures, the looks they took, the CI's level."""
+    g, rep, seqs = rec.gate_figures, rec.repair or {}, rec.sequential or {}
+    return {"dev_base_mean": g.get("base_mean"), "dev_cand_mean": g.get("cand_mean"), "net": g.get("net"),
+            "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"), "n_improved": g.get("n_improved"),
+            "n_regressed": g.get("n_regressed"), "repair_repaired": rep.get("repaired"),
+            "repair_broken": rep.get("broken"),
+            "repair_delta": (rep["cand_mean"] - rep["base_mean"]) if rep else None,
+            "accepted": 1.0 if rec.accepted else 0.0,
+            "dev_look": (rec.dev_look or {}).get("look"),
+            # sequential early stopping: looks evaluated, and whether the verdict came early
+            **{f"{k}_looks_used": (seq or {}).get("looks_used") for k, seq in seqs.items()},
+            **{f"{k}_stopped_early": float(seq["stopped_early"]) for k, seq in seqs.items()
+               if seq and "stopped_early" in seq},
+            # the alpha this look at dev may spend (the param gate.alpha is one comparison's, the test
+            # certification's), and the level of the CI the gate decided on
+            "look_alpha": (rec.dev_look or {}).get("alpha"),
+            "ci_level": round_ci_level(rec) if g else None}
 
 
 def new_store_from_template(uri: str | None) -> None:
@@ -317,7 +370,7 @@ class CampaignTracker:
         self.client = MlflowClient(tracking_uri=self.uri)
         self._tracing = None  # the TracingClient the traces are written through, made on first use
         one_trace_writer(mlflow.get_tracking_uri())  # MLflow's own exporter writes to the process's URI
-        start = next((r for r in self._lineage_records() if r.get("verdict") == "start"), None)
+        start = next((r for r in self._lineage_records() if r.get("verdict") == Verdict.START), None)
         if start is None:
             raise ValueError(f"{self.out}: no lineage start record: nothing to log")
         self.identity = campaign_identity(params, start["child"]["digest"], str(start.get("benchmark_digest", "")))
@@ -388,10 +441,11 @@ class CampaignTracker:
         if ms:
             self.client.log_batch(run_id, metrics=ms)
 
-    def log_round(self, rec: dict[str, Any]) -> str:
+    def log_round(self, rec: RoundRecord | dict[str, Any]) -> str:
         """One nested run for a finished round, with nested runs for its evaluations; returns its run id."""
-        rd = self.out / rec["round_dir"]  # relative to the campaign (an absolute one from older records stays)
-        n = int(rec["round"])
+        rec = RoundRecord.of(rec)
+        rd = self.out / rec.round_dir  # relative to the campaign (an absolute one from older records stays)
+        n = int(rec.round)
         found = self._round_runs().get(n)
         if found is not None and found.info.status == "FINISHED":  # logged already (a rerun, a resume): not twice
             return found.info.run_id
@@ -401,51 +455,12 @@ class CampaignTracker:
             if stale:
                 self.client.delete_traces(self.experiment_id, trace_ids=[t.info.trace_id for t in stale])
             self.client.delete_run(found.info.run_id)
-        g, rep = rec.get("gate") or {}, rec.get("repair") or {}
-        parent = rec.get("parent") or {}
-        child = rec.get("child") or {}
-        title = round_title(rec)
-        tags = {
-            "mlflow.parentRunId": self.run_id, "ratchet.kind": "round", "ratchet.round": str(n),
-            "ratchet.verdict": rec["verdict"], "ratchet.owner": str(rec.get("owner", "")),
-            "ratchet.plan_key": str(rec.get("plan_key", "")), "ratchet.parent_digest": str(parent.get("digest", "")),
-            "ratchet.parent_version": str(parent.get("version", "")),
-            "ratchet.candidate_digest": str(rec.get("candidate_digest", "")),
-            "ratchet.version": str(child.get("version", "")) if child else "",
-            "ratchet.benchmark_digest": str(rec.get("benchmark_digest", "")),
-            "ratchet.seed_map_hash": str(rec.get("seed_map_hash", "")), "ratchet.git_commit": git_commit(),
-            "ratchet.dvc_lock": dvc_lock_hash(), "ratchet.round_dir": str(rd.resolve()),
-            "ratchet.campaign_out": str(self.out.resolve()), "ratchet.reason": str(rec.get("reason", ""))[:4000],
-            "mlflow.note.content": describe_round(rec),
-        }
-        run = self.client.create_run(self.experiment_id, run_name=title, tags=tags)
+        tags = {"mlflow.parentRunId": self.run_id, **round_tags(rec), "ratchet.round_dir": str(rd.resolve()),
+                "ratchet.campaign_out": str(self.out.resolve())}
+        run = self.client.create_run(self.experiment_id, run_name=round_title(rec), tags=tags)
         rid = run.info.run_id
-        c, gp = self.params.get("campaign", {}), self.params.get("gate", {})
-        self._params(rid, {"gate": {**{k: gp.get(k) for k in ("alpha", "campaign_alpha", "n_boot", "material",
-                                                              "reg_cap", "seed", "sequential")},
-                                    "look_alpha": (rec.get("dev_look") or {}).get("alpha")},
-                           "reason": str(rec.get("reason") or "-")[:6000], "verdict": rec["verdict"],
-                           "seeds": c.get("seeds"), "model": c.get("model"), "meta_agent": c.get("meta_agent"),
-                           "max_turns": c.get("max_turns"), "plan": rec.get("summary") or "-",
-                           "owner": rec.get("owner") or "-",
-                           "looks": {k: {x: seq.get(x) for x in ("looks_used", "stopped_early", "why")}
-                                     for k, seq in (rec.get("sequential") or {}).items() if seq}})
-        self._metrics(rid, {"dev_base_mean": g.get("base_mean"), "dev_cand_mean": g.get("cand_mean"), "net": g.get("net"),
-                            "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"), "n_improved": g.get("n_improved"),
-                            "n_regressed": g.get("n_regressed"), "repair_repaired": rep.get("repaired"),
-                            "repair_broken": rep.get("broken"),
-                            "repair_delta": (rep["cand_mean"] - rep["base_mean"]) if rep else None,
-                            "accepted": 1.0 if rec["verdict"] == "accept" else 0.0,
-                            "dev_look": (rec.get("dev_look") or {}).get("look"),
-                            # sequential early stopping: looks evaluated, and whether the verdict came early
-                            **{f"{k}_looks_used": (seq or {}).get("looks_used") for k, seq in
-                               (rec.get("sequential") or {}).items()},
-                            **{f"{k}_stopped_early": float(seq["stopped_early"]) for k, seq in
-                               (rec.get("sequential") or {}).items() if seq and "stopped_early" in seq},
-                            # the alpha this look at dev may spend (the param gate.alpha is one comparison's, the
-                            # test certification's), and the level of the CI the gate decided on
-                            "look_alpha": (rec.get("dev_look") or {}).get("alpha"),
-                            "ci_level": round_ci_level(rec) if g else None})
+        self._params(rid, round_params(rec, self.params))
+        self._metrics(rid, round_metrics(rec))
         for name in ("plan.json", "diagnosis.json", "validation.json", "repair.json", "repair_items.csv", "gate.json",
                      "gate_items.csv", "dev_base.csv", "dev_cand.csv", "findings.csv", "round.json"):
             if (rd / name).exists():
@@ -462,15 +477,15 @@ class CampaignTracker:
         self.client.set_terminated(rid)
         return rid
 
-    def _campaign_step(self, rec: dict[str, Any]) -> None:
+    def _campaign_step(self, rec: RoundRecord) -> None:
         """Campaign metrics stepped by round. Only gated rounds have a net, so the latest value is never a round
         that had nothing to gate; the champion's dev mean and the promotions so far are defined at every round."""
-        g, n = rec.get("gate") or {}, int(rec["round"])
+        g, n = rec.gate or {}, int(rec.round)
         values: dict[str, Any] = {"promotions": sum(1 for r in self._lineage_records()
-                                                    if r.get("verdict") == "accept" and r["round"] <= n)}
+                                                    if r.get("verdict") == Verdict.ACCEPT and r["round"] <= n)}
         if g:
             values.update(round_net=g["net"], round_ci_lo=g["ci_lo"], round_ci_hi=g["ci_hi"],
-                          champion_dev_mean=g["cand_mean"] if rec["verdict"] == "accept" else g["base_mean"])
+                          champion_dev_mean=g["cand_mean"] if rec.verdict == Verdict.ACCEPT else g["base_mean"])
         self._metrics(self.run_id, values, step=n)
 
     def _lineage_records(self) -> list[dict]:
@@ -672,7 +687,7 @@ class CampaignTracker:
         by_version: dict[str, Any] = {}
         last = None
         for rec in self._lineage_records():
-            if rec.get("verdict") not in ("start", "accept"):
+            if rec.get("verdict") not in (Verdict.START, Verdict.ACCEPT):
                 continue
             child, parent = rec["child"], rec.get("parent") or {}
             d = child["digest"]
@@ -700,7 +715,7 @@ class CampaignTracker:
                 f"({ui_route(f'#/models/{name}/versions/{parent_mv.version}')}) of this model, a link to walk the "
                 "lineage): "
                 f"{rec.get('summary', '')}; dev net {g['net']:+.3f}, {ci_text(rec)}."
-                if rec["verdict"] == "accept" and parent_mv is not None and g else "The campaign's starting package.")
+                if rec["verdict"] == Verdict.ACCEPT and parent_mv is not None and g else "The campaign's starting package.")
                 + f" Logged model: [{lm.name}]({ui_route(f'#/experiments/{self.experiment_id}/models/{lm.model_id}')})"
                 " (its knobs, gate figures and files).")
             # source: the logged model's files. A `models:/<id>` source makes MLflow's SQL registry look the model up

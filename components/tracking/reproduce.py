@@ -16,9 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from pydantic import ValidationError
+
+from components.codes import Verdict
 from components.errors import InputError
 from components.evolution.gate import GateConfig, SequentialDesign, gate, sequential_gate
 from components.evolution.lineage import Lineage
+from components.evolution.record import RoundRecord
 from components.evolution.validate import fired
 from components.memory.package import digest
 from components.runtime.evaluate import run_shard, seed_map_hash
@@ -64,12 +68,17 @@ def find_round(campaign: str | Path, version: str | None = None, run_id: str | N
     lineage = Lineage(campaign / "lineage")
     if not lineage.log.exists():
         raise ReproduceError(f"{lineage.log}: -: no lineage here (check out the commit and `dvc checkout` first)")
-    rec = next((r for r in lineage.records() if r.get("verdict") == "accept" and (r.get("child") or {}).get("version") == version), None)
+    rec = next((r for r in lineage.records() if r.get("verdict") == Verdict.ACCEPT and (r.get("child") or {}).get("version") == version), None)
     if rec is None:
         _altered(campaign, lineage, version)
-        promoted = [r["child"]["version"] for r in lineage.records() if r.get("verdict") == "accept"]
+        promoted = [r["child"]["version"] for r in lineage.records() if r.get("verdict") == Verdict.ACCEPT]
         raise ReproduceError(f"{lineage.log}: version: {version!r} was not promoted here (promoted: {', '.join(promoted) or 'none'})")
-    return campaign, rec
+    try:
+        return campaign, RoundRecord.of(rec)
+    except ValidationError as e:
+        where = ".".join(str(x) for x in e.errors()[0]["loc"]) or "-"
+        raise ReproduceError(f"{lineage.log}: round {rec.get('round')}: {where}: the record is damaged "
+                             f"({e.errors()[0]['msg']})") from None
 
 
 def _altered(campaign: Path, lineage: Lineage, version: str | None) -> None:
@@ -77,7 +86,7 @@ def _altered(campaign: Path, lineage: Lineage, version: str | None) -> None:
     commits a version, so a record naming it as its child with another verdict, or a round's round.json recording
     its promotion where the lineage has none, was edited after the fact."""
     for r in lineage.records():
-        if (r.get("child") or {}).get("version") == version and r.get("round") and r.get("verdict") != "accept":
+        if (r.get("child") or {}).get("version") == version and r.get("round") and r.get("verdict") != Verdict.ACCEPT:
             raise ReproduceError(f"{lineage.log}: round {r['round']}: the record was altered: it names {version} as "
                                  f"its promoted version but its verdict is {r.get('verdict')!r} (only an accept "
                                  "commits a version)")
@@ -86,24 +95,24 @@ def _altered(campaign: Path, lineage: Lineage, version: str | None) -> None:
             rd = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(rd, dict) and rd.get("verdict") == "accept" and (rd.get("child") or {}).get("version") == version:
+        if isinstance(rd, dict) and rd.get("verdict") == Verdict.ACCEPT and (rd.get("child") or {}).get("version") == version:
             raise ReproduceError(f"{lineage.log}: round {rd.get('round')}: the record was altered: {f.relative_to(campaign)} "
                                  f"records {version}'s promotion, the lineage does not")
 
 
-def reproduce(campaign: str | Path, rec: dict) -> Reproduction:
-    campaign = Path(campaign)
+def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
+    campaign, rec = Path(campaign), RoundRecord.of(rec)
     lineage = Lineage(campaign / "lineage")
-    parent_dir = lineage.versions_dir / rec["parent"]["version"]
-    child_dir = lineage.versions_dir / rec["child"]["version"]
-    ev = rec.get("evaluation")
+    parent_dir = lineage.versions_dir / rec.parent["version"]
+    child_dir = lineage.versions_dir / rec.child["version"]
+    ev = rec.evaluation
     if not ev:
-        raise ReproduceError(f"{lineage.log}: round {rec['round']}: evaluation: not recorded (campaign from an older Ratchet)")
+        raise ReproduceError(f"{lineage.log}: round {rec.round}: evaluation: not recorded (campaign from an older Ratchet)")
     bench_dir = Path(ev["benchmark"])
     # 2. the bytes on disk must be the recorded bytes, or nothing is re-run
-    for what, path, want in (("parent version", parent_dir, rec["parent"]["digest"]),
-                             ("promoted version", child_dir, rec["child"]["digest"]),
-                             ("benchmark", bench_dir, rec["benchmark_digest"])):
+    for what, path, want in (("parent version", parent_dir, rec.parent["digest"]),
+                             ("promoted version", child_dir, rec.child["digest"]),
+                             ("benchmark", bench_dir, rec.benchmark_digest)):
         if not path.is_dir():
             raise ReproduceError(f"{path}: -: {what} is missing (run `dvc checkout` at the recording commit)")
         have = digest(path)
@@ -111,7 +120,7 @@ def reproduce(campaign: str | Path, rec: dict) -> Reproduction:
             raise ReproduceError(f"{path}: digest mismatch: the {what} on disk is {have[:16]}, the record says {want[:16]}")
     bench = load_benchmark(bench_dir)
     ids, seeds = bench.ids(ev["split"]), list(ev["seeds"])
-    if seed_map_hash(ids, seeds) != rec["seed_map_hash"]:
+    if seed_map_hash(ids, seeds) != rec.seed_map_hash:
         raise ReproduceError(f"{bench_dir}: seed map hash differs from the record (split or seeds changed)")
     # 3. re-run the gate's evaluations (a sequential gate: the cells of the looks it used, then the same looks)
     seq = ev.get("sequential") or {}
@@ -125,16 +134,16 @@ def reproduce(campaign: str | Path, rec: dict) -> Reproduction:
         upto = [(set().union(*(its for its, _ in groups[:g])), set().union(*(sds for _, sds in groups[:g])))
                 for g in range(1, len(groups) + 1)]
         tr = cand.traces
-        fired_by_look = [fired(tr[tr["item_id"].isin(its) & tr["seed"].isin(sds)], rec["mechanism"]) for its, sds in upto]
+        fired_by_look = [fired(tr[tr["item_id"].isin(its) & tr["seed"].isin(sds)], rec.mechanism) for its, sds in upto]
         verdict, per_item, _ = sequential_gate(base.scores, cand.scores, GateConfig(**ev["gate"]), design, ids, seeds,
                                                fired_by_look=fired_by_look)
         if verdict is None:
-            raise ReproduceError(f"round {rec['round']}: the recorded looks do not reach a verdict")
+            raise ReproduceError(f"round {rec.round}: the recorded looks do not reach a verdict")
     else:
         verdict, per_item = gate(base.scores, cand.scores, GateConfig(**ev["gate"]),
-                                 mechanism_fired=fired(cand.traces, rec["mechanism"]))
+                                 mechanism_fired=fired(cand.traces, rec.mechanism))
     # 4. compare with what the round recorded
-    rd = campaign / "rounds" / Path(rec["round_dir"]).name  # where the campaign is now, wherever it ran
+    rd = campaign / "rounds" / Path(rec.round_dir).name  # where the campaign is now, wherever it ran
     diffs: list[str] = []
     for name, df in (("dev_base.csv", base.scores), ("dev_cand.csv", cand.scores), ("gate_items.csv", per_item)):
         recorded = (rd / name).read_bytes() if (rd / name).exists() else None
@@ -143,7 +152,7 @@ def reproduce(campaign: str | Path, rec: dict) -> Reproduction:
             diffs.append(f"{rd / name}: missing")
         elif recorded != now:
             diffs.append(f"{name}: " + _table_diff(pd.read_csv(rd / name, dtype={"item_id": str}), df))
-    old = rec["gate"]
+    old = rec.gate
     same_verdict = (old["accept"] == verdict.accept and old["n_improved"] == verdict.n_improved
                     and old["n_regressed"] == verdict.n_regressed and abs(old["net"] - verdict.net) < 1e-12
                     and abs(old["ci_lo"] - verdict.ci_lo) < 1e-12 and abs(old["ci_hi"] - verdict.ci_hi) < 1e-12)
@@ -151,7 +160,7 @@ def reproduce(campaign: str | Path, rec: dict) -> Reproduction:
         diffs.append(f"verdict: recorded accept={old['accept']} net={old['net']:+.6f} CI [{old['ci_lo']:+.6f}, "
                      f"{old['ci_hi']:+.6f}], recomputed accept={verdict.accept} net={verdict.net:+.6f} "
                      f"CI [{verdict.ci_lo:+.6f}, {verdict.ci_hi:+.6f}]")
-    return Reproduction(rec["child"]["version"], rec["round"], identical=not any(not d.startswith("verdict") for d in diffs),
+    return Reproduction(rec.child["version"], rec.round, identical=not any(not d.startswith("verdict") for d in diffs),
                         verdict_matches=same_verdict, differences=diffs, n_items=len(per_item),
                         n_episodes=len(base.scores) + len(cand.scores), recorded=old, recomputed=verdict.as_dict())
 
