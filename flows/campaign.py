@@ -257,7 +257,7 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
     outcome = steps.plan(diagnosis, train, base, bench, corpus, sorted(lineage.rejected_keys() | set(memory.rejected_here)),
                          c.meta_agent, c.meta_agent_cfg, budget,
                          memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere,
-                                 "projection": memory.projection})
+                                 "projection": memory.projection}, max_source_items=c.repair_max_items)
     if outcome.replies:  # the llm meta-agent's raw replies, kept whatever became of them
         write_json(rd / "meta_agent.json", outcome.record(cap=1_000_000))
     if outcome.failure:

@@ -15,8 +15,11 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+from components.defaults import MAX_TURNS
 from components.env import quiet_offline
 from components.errors import InputError, Unavailable
+# the gate command's defaults are GateConfig's (this import is light: numpy and pandas load on first use)
+from components.evolution.gate import MIN_BOOT, GateConfig
 
 # Problem lines must stay one line each when piped; tables get a fixed width when not on a terminal.
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -208,7 +211,7 @@ def eval_cmd(
     base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
     model_name: Annotated[Optional[str], typer.Option(help="model name sent to the endpoint")] = None,
     items: Annotated[Optional[str], typer.Option(help="comma-separated item ids (default: the whole split)")] = None,
-    max_turns: Annotated[int, typer.Option(min=1, help="turns per episode before it is cut off")] = 40,
+    max_turns: Annotated[int, typer.Option(min=1, help="turns per episode before it is cut off")] = MAX_TURNS,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="cap on each reply's tokens (openai/local)")] = None,
     timeout: Annotated[Optional[float], typer.Option(min=0.1, max=86400.0,  # inf: an OverflowError in the socket
                                                      help="seconds per request before it is retried")] = None,
@@ -397,12 +400,12 @@ def _read_scores(path: Path, name: str):
 def gate_cmd(
     base: Annotated[Path, typer.Option(help="CSV with item_id, seed, score (the parent)")],
     cand: Annotated[Path, typer.Option(help="CSV with item_id, seed, score (the candidate)")],
-    reg_cap: Annotated[int, typer.Option(help="regressed items allowed")] = 2,
-    material: Annotated[float, typer.Option(help="|d_i| above this counts as improved/regressed")] = 0.05,
-    alpha: Annotated[float, typer.Option(help="two-sided CI level 1 - alpha")] = 0.05,
-    n_boot: Annotated[int, typer.Option(help="bootstrap resamples (>= 1000)")] = 10_000,
-    seed: Annotated[int, typer.Option()] = 0,
-    min_items: Annotated[int, typer.Option(help="refuse tables with fewer items")] = 5,
+    reg_cap: Annotated[int, typer.Option(help="regressed items allowed")] = GateConfig.reg_cap,
+    material: Annotated[float, typer.Option(help="|d_i| above this counts as improved/regressed")] = GateConfig.material,
+    alpha: Annotated[float, typer.Option(help="two-sided CI level 1 - alpha")] = GateConfig.alpha,
+    n_boot: Annotated[int, typer.Option(help=f"bootstrap resamples (>= {MIN_BOOT})")] = GateConfig.n_boot,
+    seed: Annotated[int, typer.Option()] = GateConfig.seed,
+    min_items: Annotated[int, typer.Option(help="refuse tables with fewer items")] = GateConfig.min_items,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """The held-out gate on two paired score tables: accept iff the bootstrap CI over items excludes zero upward
@@ -410,7 +413,7 @@ def gate_cmd(
     # Light path: pandas and the gate only. pair() refuses what the great-expectations contract would (missing or
     # duplicate pairs, scores outside [0, 1] or missing), and importing great-expectations costs seconds.
     try:
-        from components.evolution.gate import GateConfig, PairingError, gate
+        from components.evolution.gate import PairingError, gate
 
         cfg = GateConfig(alpha=alpha, n_boot=n_boot, seed=seed, reg_cap=reg_cap, material=material,
                          min_items=min_items)

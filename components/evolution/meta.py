@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from components.defaults import MAX_SOURCE_ITEMS
 from components.evidence.packets import EvidencePacket
 from components.evolution.diagnose import Finding, cards_about, rule_card_id
 from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM, parse_plan
@@ -49,6 +50,7 @@ class PlanContext:
     revocations: list[Plan] = field(default_factory=list)
     later: set[str] = field(default_factory=set)  # plan keys rejected on other evidence: may be retried, after the rest
     memory: dict = field(default_factory=dict)
+    max_source_items: int = MAX_SOURCE_ITEMS  # a plan's source tasks at most (`campaign.repair_max_items`)
 
 
 # -- rules -----------------------------------------------------------------------------------------------------------
@@ -62,8 +64,8 @@ LAYER = {"W": 0, "E": 1, "rho": 1, "C": 1}
 
 
 @META_AGENTS.register("rules")
-def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
-    """Deterministic attribution-to-patch rules."""
+def rules(*, max_per_episode: int = 6):
+    """Deterministic attribution-to-patch rules; a plan names at most `ctx.max_source_items` source tasks."""
 
     def propose(ctx: PlanContext) -> Plan | None:
         for plan in ctx.revocations:  # a promotion the current data contradicts hurts now: remove it first
@@ -76,7 +78,7 @@ def rules(*, max_per_episode: int = 6, max_source_items: int = 12):
                                                          LAYER.get(p.owner, 9), -_size(p, ctx), p.id)):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
-            plan = rules_plan(packet, ctx, max_per_episode, max_source_items)
+            plan = rules_plan(packet, ctx, max_per_episode, ctx.max_source_items)
             if plan is not None and plan.key() not in ctx.rejected:
                 if plan.key() in ctx.later:
                     deferred = deferred or plan
@@ -95,7 +97,8 @@ CHECKER_FOR = {
 }
 
 
-def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, max_source_items: int = 12) -> Plan | None:
+def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6,
+               max_source_items: int = MAX_SOURCE_ITEMS) -> Plan | None:
     pkg = ctx.package
     ops: list = []
     mechanism = ""
@@ -396,7 +399,7 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B00
         patchable = [p for p in ctx.packets if p.patchable]
         if not patchable:
             return PlanOutcome()
-        draft = rules(max_per_episode=6, max_source_items=12)(ctx)
+        draft = rules()(ctx)
         system = f"{prompts.PLAN_MARK}\n" + LLM_INSTRUCTIONS
         if max_prompt_tokens is not None:
             def fits(text: str) -> bool:
