@@ -17,6 +17,7 @@ A benchmark directory (written by `ratchet bench materialize`, pinned by DVC):
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -200,12 +201,22 @@ class ToolBase:
         if fn is None or call.name not in self.tool_names:
             return self._receipt(call, False, "invalid_args", {"error": f"unknown tool {call.name!r}"})
         try:
-            ok, code, content = fn(**call.args)
-        except TypeError as e:  # wrong or missing arguments
-            ok, code, content = False, "invalid_args", {"error": f"bad arguments: {e}"}
+            inspect.signature(fn).bind(**call.args)
+        except TypeError:  # wrong or missing arguments: the agent's mistake, a receipt
+            return self._bad_arguments(call, fn)
+        ok, code, content = fn(**call.args)  # a TypeError raised inside a tool is a bug in the tool: it propagates
         if ok and call.name in self.write_tools:
             self.log.append({"tool": call.name, "args": dict(call.args), "call_id": call.id})
         return self._receipt(call, ok, code, content)
+
+    def _bad_arguments(self, call: ToolCall, fn: Callable) -> Receipt:
+        """The receipt of a call whose arguments do not bind: it quotes the interpreter's own message for the
+        mismatch, as receipts always have (the call fails while binding, before the tool's body runs)."""
+        try:
+            fn(**call.args)
+        except TypeError as e:
+            return self._receipt(call, False, "invalid_args", {"error": f"bad arguments: {e}"})
+        raise AssertionError(f"{call.name}: arguments that do not bind were accepted")  # pragma: no cover
 
     def _receipt(self, call: ToolCall, ok: bool, code: str | None, content: Any) -> Receipt:
         c = content if isinstance(content, dict) and not ok else {}
