@@ -15,6 +15,11 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+# The usage errors typer raises are its vendored click's (typer 0.26+), not the `click` package's. Typer 0.29 gives
+# public names to BadParameter, Abort and Exit only: UsageError, MissingParameter and NoArgsIsHelpError have none
+# (asked for in fastapi/typer#1867, closed), so they are read from the vendored module, here alone.
+from typer._click import exceptions as click
+
 from components.defaults import MAX_TURNS
 from components.env import quiet_offline
 from components.errors import InputError, Unavailable
@@ -38,8 +43,6 @@ class _OneLineErrors(TyperGroup):
     (tests invoke the app with typer's CliRunner)."""
 
     def invoke(self, ctx):
-        from typer._click import exceptions as click  # typer 0.29 vendors click: its usage errors are these
-
         try:
             return super().invoke(ctx)
         except InputError as e:
@@ -56,8 +59,6 @@ class _OneLineErrors(TyperGroup):
             raise fail(f"{e.filename or '-'}: -: {e.strerror or e}", 1) from None
 
     def parse_args(self, ctx, args):
-        from typer._click import exceptions as click
-
         try:
             return super().parse_args(ctx, args)
         except click.NoArgsIsHelpError:  # `ratchet` alone: the help
@@ -68,10 +69,8 @@ class _OneLineErrors(TyperGroup):
 
 def _usage_line(e, ctx) -> str:
     """click's usage error as `--option: what` plus where the help is."""
-    from typer._click import exceptions as click
-
     what = e.format_message().splitlines()[0].rstrip(".")
-    if isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter) and e.param is not None:
+    if isinstance(e, typer.BadParameter) and not isinstance(e, click.MissingParameter) and e.param is not None:
         name = e.param_hint or "/".join(getattr(e.param, "opts", None) or [e.param.name or "-"])
         what = f"{str(name).strip(chr(39))}: {e.message.splitlines()[0] if e.message else 'invalid value'}"
     return f"{what} (see `{(e.ctx or ctx).command_path} --help`)"
