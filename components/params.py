@@ -11,7 +11,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       model_validator)
 
 
-from components.defaults import MAX_SOURCE_ITEMS, MAX_TURNS
+from components.defaults import MAX_SOURCE_ITEMS, MAX_TURNS, SPLIT_SHARES
 from components.errors import InputError
 from components.evolution.gate import MAX_BOOT, MIN_BOOT, GateConfig, SequentialDesign
 from components.io import strict_yaml, yaml_problem
@@ -81,8 +81,8 @@ class BenchmarkParams(_M):
     seed: int = 0
     out: str = Field(world_bench_dir("retail"), description="null: data/benchmarks/<world>")
     per_family: int | None = Field(None, ge=3, le=1000, description="tasks per family; null: the world's default (36)")
-    train_share: float = Field(1 / 3, gt=0, lt=1)
-    dev_share: float = Field(1 / 3, gt=0, lt=1)
+    train_share: float = Field(SPLIT_SHARES[0], gt=0, lt=1)
+    dev_share: float = Field(SPLIT_SHARES[1], gt=0, lt=1)
     # a changed world: rule id -> that rule's statement in this benchmark (its value is what the statement instructs);
     # written to meta.json, read by the world's tools, rubric and policy; empty: the world's own rules
     facts: dict[str, str] = Field(default_factory=dict)

@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 # (asked for in fastapi/typer#1867, closed), so they are read from the vendored module, here alone.
 from typer._click import exceptions as click
 
-from components.defaults import MAX_TURNS
+from components.defaults import MAX_TURNS, SPLIT_SHARES
 from components.env import quiet_offline
 from components.errors import InputError, Unavailable
 # the gate command's defaults are GateConfig's (this import is light: numpy and pandas load on first use)
@@ -146,8 +146,8 @@ def bench_materialize(
     world_name: Annotated[str, typer.Option("--world")] = "retail",
     seed: Annotated[int, typer.Option(help="fixes the data, the tasks and the splits")] = 0,
     per_family: Annotated[Optional[int], typer.Option(help="tasks per family (default: the world's)")] = None,
-    train_share: Annotated[float, typer.Option()] = 1 / 3,
-    dev_share: Annotated[float, typer.Option()] = 1 / 3,
+    train_share: Annotated[float, typer.Option()] = SPLIT_SHARES[0],
+    dev_share: Annotated[float, typer.Option()] = SPLIT_SHARES[1],
     receipts: Annotated[Optional[str], typer.Option(help="what a rule refusal tells the agent: explained | coded | "
                                                      "silent (default: benchmark.receipts' default)")] = None,
 ) -> None:

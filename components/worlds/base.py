@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from components.defaults import SPLIT_SHARES
 from components.errors import InputError
 from components.memory.package import digest as tree_digest
 from components.runtime.types import Receipt, ToolCall, Turn
@@ -436,7 +437,7 @@ def _json(path: Path) -> Any:
 
 
 def stratified_split(tasks: list[Task], seed: int, families: Iterable[str],
-                     fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> dict[str, list[str]]:
+                     fractions: tuple[float, float] = SPLIT_SHARES) -> dict[str, list[str]]:
     """Train/dev/test, stratified by family, fixed by the seed; `fractions` are the train and dev shares."""
     rng = random.Random(seed * 7919 + 1)
     out: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
@@ -483,14 +484,14 @@ def materializer(world: str, version: int, generate: Callable[..., tuple[dict, l
 
     if facts_of is None:  # no `facts` parameter: params refuse `benchmark.facts` for this world
         def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
-                        fractions: tuple[float, float] = (1 / 3, 1 / 3),
+                        fractions: tuple[float, float] = SPLIT_SHARES,
                         receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
             """Write the benchmark files for `seed` atomically; the same arguments give the same bytes."""
             return build(out, seed, per_family, fractions, None, receipts)
         return materialize
 
     def materialize_changed(out: str | Path, seed: int = 0, per_family: int | None = None,
-                            fractions: tuple[float, float] = (1 / 3, 1 / 3), facts: dict[str, str] | None = None,
+                            fractions: tuple[float, float] = SPLIT_SHARES, facts: dict[str, str] | None = None,
                             receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
         """Write the benchmark files for `seed` atomically; the same arguments give the same bytes. `facts`: a changed
         world (rule id -> its statement here), kept in meta.json for the tools; None: the world's own rules."""
