@@ -15,7 +15,9 @@ import pytest
 
 from components.evolution import diagnose as dg
 from components.evolution.diagnose import Finding, TurnBudget, diagnose, diagnose_episode
+from components.evolution.outcomes import TrainEvidence
 from components.runtime.trace import TraceStep, steps_frame
+from components.worlds.base import Gold, GoldAction
 
 CANCEL, RETURN = "cancel_pending_order", "return_delivered_order_items"
 WRITES = frozenset({CANCEL, RETURN})
@@ -574,6 +576,15 @@ SCENARIOS = {
     "model_fault": ([st(0, ASK), st(1, FINISH)], NO_CARDS, None, "model: timeout"),
     "no_divergence": ([st(0, ASK), st(1, FINISH)], NO_CARDS, None, ""),
 }
+WRITTEN = confirmed_write(0, CANCEL, "1") + [st(2, FINISH)]
+REASON = {"order_id": "1", "reason": "no longer needed"}
+# kind -> (a failed episode, the gold of its item or None, the train evidence or None): findings from outcomes
+OUTCOME_SCENARIOS = {
+    "wrong_value": (WRITTEN, [GoldAction(tool=CANCEL, args=REASON)], None),
+    "missing_write": ([st(0, ASK), st(1, FINISH)], [GoldAction(tool=CANCEL, args=REASON)], None),
+    "extra_write": (WRITTEN, [], None),
+    "unseen_value": (WRITTEN, None, TrainEvidence(wrong_rate={CANCEL: 0.5}, unexplained=2, unexplained_wrong=2)),
+}
 
 
 @pytest.mark.parametrize("kind,words,detail", [
@@ -607,6 +618,26 @@ def test_each_kind_has_its_statement(kind, words, detail):
     d = diagnose(frames(eps), scores, package, WRITES, "c", TARGETS)
     assert [(p.kind, len(p.episodes)) for p in d.packets] == [(kind, 2)]
     assert d.packets[0].claims[0].statement == f"2 failed episode(s): {words}" + (f" — {detail}" if detail else "")
+
+
+@pytest.mark.parametrize("kind,words,detail", [
+    ("wrong_value", f"`{CANCEL}` was written with an argument its gold does not have",
+     "`reason` None, gold 'no longer needed'"),
+    ("missing_write", f"a gold write on `{CANCEL}` was never made", f"missing write on `{CANCEL}`"),
+    ("extra_write", f"`{CANCEL}` was written where no gold write asks for it", f"extra write on `{CANCEL}`"),
+    ("unseen_value", f"no divergence in the trace; `{CANCEL}` is the write train most often got wrong",
+     "no divergence in the trace; on train, 2 of 2 such failures held a wrong argument"),
+])
+def test_each_outcome_kind_has_its_statement(kind, words, detail):
+    """The same for the findings read from outcomes: the item's gold writes, or what train showed."""
+    failed, actions, train = OUTCOME_SCENARIOS[kind]
+    gold = {"t0": Gold(task_id="t0", actions=actions), "t1": Gold(task_id="t1", actions=actions)} if actions is not None \
+        else None
+    scores = scores_of([("t0", 0, False, ""), ("t1", 0, False, "")])
+    d = diagnose(frames({"t0#0": failed, "t1#0": failed}), scores, NO_CARDS, WRITES, "c", TARGETS, gold=gold,
+                 train=train)
+    assert [(p.kind, len(p.episodes)) for p in d.packets] == [(kind, 2)]
+    assert d.packets[0].claims[0].statement == f"2 failed episode(s): {words} — {detail}"
 
 
 def test_work_matches_proposals_to_writes_of_the_same_tool_only():
