@@ -53,7 +53,7 @@ from components.memory.strategies import CHECKERS as CHECKER_REGISTRY, DELIVERER
 from components.models.counterfactual import causes_table  # noqa: E402
 from components.models.simulated import RATES, Rates, SimulatedAgent  # noqa: E402
 from components.params import BenchmarkParams  # noqa: E402
-from components.runtime.episode import run_episode  # noqa: E402
+from components.runtime.episode import MAX_TURNS, run_episode  # noqa: E402
 from components.runtime.evaluate import tables  # noqa: E402
 from components.worlds import load_benchmark  # noqa: E402
 from components.worlds.base import ReceiptMode, train_gold  # noqa: E402
@@ -256,7 +256,7 @@ def spread(ids: list[str], n: int) -> list[str]:
     return ids if n >= len(ids) else [ids[i * len(ids) // n] for i in range(n)]
 
 
-def row(name, pkg_dir, bench, n_items, seeds, max_turns=40, rates=RATES) -> dict:
+def row(name, pkg_dir, bench, n_items, seeds, max_turns=MAX_TURNS, rates=RATES) -> dict:
     pkg = load_package(pkg_dir)
     targets = bench.meta.get("targets")
     train, train_causes = evaluate(pkg, bench, spread(bench.ids("train"), n_items), seeds, max_turns, rates)

@@ -11,8 +11,9 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       model_validator)
 
 
+from components.defaults import MAX_SOURCE_ITEMS, MAX_TURNS, SPLIT_SHARES
 from components.errors import InputError
-from components.evolution.gate import MAX_BOOT, MIN_BOOT, MIN_ITEMS, GateConfig, SequentialDesign
+from components.evolution.gate import MAX_BOOT, MIN_BOOT, GateConfig, SequentialDesign
 from components.io import strict_yaml, yaml_problem
 from components.worlds.base import ReceiptMode
 from components.tracking.mlflow_log import MAX_TRACES_PER_ROUND
@@ -80,8 +81,8 @@ class BenchmarkParams(_M):
     seed: int = 0
     out: str = Field(world_bench_dir("retail"), description="null: data/benchmarks/<world>")
     per_family: int | None = Field(None, ge=3, le=1000, description="tasks per family; null: the world's default (36)")
-    train_share: float = Field(1 / 3, gt=0, lt=1)
-    dev_share: float = Field(1 / 3, gt=0, lt=1)
+    train_share: float = Field(SPLIT_SHARES[0], gt=0, lt=1)
+    dev_share: float = Field(SPLIT_SHARES[1], gt=0, lt=1)
     # a changed world: rule id -> that rule's statement in this benchmark (its value is what the statement instructs);
     # written to meta.json, read by the world's tools, rubric and policy; empty: the world's own rules
     facts: dict[str, str] = Field(default_factory=dict)
@@ -158,15 +159,15 @@ class SequentialParams(_M):
 class GateParams(_M):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # nan passes no comparison: refuse it
 
-    alpha: float = Field(0.05, gt=0, lt=1)
-    n_boot: int = Field(10_000, ge=MIN_BOOT, le=MAX_BOOT)
-    seed: int = Field(0, ge=0)  # numpy refuses a negative seed: refused here, before a campaign starts
-    reg_cap: int = Field(2, ge=0)
-    material: float = Field(0.05, ge=0, le=1)
-    max_error_share: float = Field(0.25, ge=0, le=1)
-    min_items: int = Field(MIN_ITEMS, ge=2)
-    campaign_alpha: float = Field(0.05, gt=0, lt=0.5)
-    reg_share: float = Field(0.0, ge=0, le=1)
+    alpha: float = Field(GateConfig.alpha, gt=0, lt=1)
+    n_boot: int = Field(GateConfig.n_boot, ge=MIN_BOOT, le=MAX_BOOT)
+    seed: int = Field(GateConfig.seed, ge=0)  # numpy refuses a negative seed: refused here, before a campaign starts
+    reg_cap: int = Field(GateConfig.reg_cap, ge=0)
+    material: float = Field(GateConfig.material, ge=0, le=1)
+    max_error_share: float = Field(GateConfig.max_error_share, ge=0, le=1)
+    min_items: int = Field(GateConfig.min_items, ge=2)
+    campaign_alpha: float = Field(GateConfig.campaign_alpha, gt=0, lt=0.5)
+    reg_share: float = Field(GateConfig.reg_share, ge=0, le=1)
     sequential: SequentialParams = Field(default_factory=SequentialParams)
 
     def config(self) -> GateConfig:
@@ -213,9 +214,9 @@ class CampaignParams(_M):
     task_runner: Literal["threads", "dask"] = "threads"
     workers: int = Field(2, ge=1)
     dask_address: str | None = None
-    repair_max_items: int = Field(12, ge=1)
+    repair_max_items: int = Field(MAX_SOURCE_ITEMS, ge=1)
     probe_items: int = Field(4, ge=1)
-    max_turns: int = Field(40, ge=1)
+    max_turns: int = Field(MAX_TURNS, ge=1)
     tracking_uri: str | None = None  # MLflow; null: $MLFLOW_TRACKING_URI (sqlite under .ratchet/ by default)
     # cited failed episodes logged to MLflow as traces per round: a record only, no result depends on it
     traces_per_round: int = Field(MAX_TRACES_PER_ROUND, ge=0, le=1000)

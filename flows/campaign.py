@@ -23,6 +23,8 @@ the campaign are relative to it, so a moved or copied campaign resumes and repro
 
 from __future__ import annotations
 
+import pickle
+import zlib
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
@@ -335,7 +337,7 @@ def plan_round(r: Round, train: Train, diagnosis: Diagnosis) -> PlanOutcome:
                            sorted(r.lineage.rejected_keys() | set(memory.rejected_here)), c.meta_agent,
                            c.meta_agent_cfg, r.ev.budget,
                            memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere,
-                                   "projection": memory.projection})
+                                   "projection": memory.projection}, max_source_items=c.repair_max_items)
     if outcome.replies:  # the llm meta-agent's raw replies, kept whatever became of them
         r.files.json("meta_agent.json", outcome.record(cap=1_000_000))
     if outcome.plan is not None and not outcome.failure:
@@ -552,6 +554,11 @@ def keep_round(key: str, rd: Path, trail: Trail) -> None:
                           "memory_inputs": trail.memory_inputs}, key=key)
 
 
+# what reading a damaged record raises: the file (OSError), its JSON or base64 (ValueError, pydantic's errors among
+# them), the zlib stream, the pickle; anything else is a bug and propagates
+UNREADABLE_RECORD = (OSError, ValueError, EOFError, zlib.error, pickle.UnpicklingError)
+
+
 def replay_round(key: str, round_no: int, p: Params, lineage: Lineage) -> RoundRecord | None:
     """The round kept under `key`, written again: its files, its progress records in order, its lineage write and
     round.json. None when no round is kept there (or it cannot be read, or the campaign memory now says otherwise)."""
@@ -560,7 +567,7 @@ def replay_round(key: str, round_no: int, p: Params, lineage: Lineage) -> RoundR
         if not store.exists(key):
             return None
         kept = store.read(key).result
-    except Exception:  # a record cut short by a kill is a miss, not an error: the round runs
+    except UNREADABLE_RECORD:  # a record cut short by a kill is a miss, not an error: the round runs
         return None
     c, rd = p.campaign, round_dir(p.campaign.out, round_no)
     if kept["memory_inputs"] is not None or p.evidence.memory:

@@ -15,9 +15,17 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+# The usage errors typer raises are its vendored click's (typer 0.26+), not the `click` package's. Typer 0.29 gives
+# public names to BadParameter, Abort and Exit only: UsageError, MissingParameter and NoArgsIsHelpError have none
+# (asked for in fastapi/typer#1867, closed), so they are read from the vendored module, here alone.
+from typer._click import exceptions as click
+
+from components.defaults import MAX_TURNS, SPLIT_SHARES
 from components.env import quiet_offline
 from components.evolution.gate import GateConfig
 from components.errors import InputError, Unavailable
+# the gate command's defaults are GateConfig's (this import is light: numpy and pandas load on first use)
+from components.evolution.gate import MIN_BOOT, GateConfig
 
 # Problem lines must stay one line each when piped; tables get a fixed width when not on a terminal.
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -36,8 +44,6 @@ class _OneLineErrors(TyperGroup):
     (tests invoke the app with typer's CliRunner)."""
 
     def invoke(self, ctx):
-        from typer._click import exceptions as click  # typer 0.29 vendors click: its usage errors are these
-
         try:
             return super().invoke(ctx)
         except InputError as e:
@@ -54,8 +60,6 @@ class _OneLineErrors(TyperGroup):
             raise fail(f"{e.filename or '-'}: -: {e.strerror or e}", 1) from None
 
     def parse_args(self, ctx, args):
-        from typer._click import exceptions as click
-
         try:
             return super().parse_args(ctx, args)
         except click.NoArgsIsHelpError:  # `ratchet` alone: the help
@@ -66,10 +70,8 @@ class _OneLineErrors(TyperGroup):
 
 def _usage_line(e, ctx) -> str:
     """click's usage error as `--option: what` plus where the help is."""
-    from typer._click import exceptions as click
-
     what = e.format_message().splitlines()[0].rstrip(".")
-    if isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter) and e.param is not None:
+    if isinstance(e, typer.BadParameter) and not isinstance(e, click.MissingParameter) and e.param is not None:
         name = e.param_hint or "/".join(getattr(e.param, "opts", None) or [e.param.name or "-"])
         what = f"{str(name).strip(chr(39))}: {e.message.splitlines()[0] if e.message else 'invalid value'}"
     return f"{what} (see `{(e.ctx or ctx).command_path} --help`)"
@@ -145,8 +147,8 @@ def bench_materialize(
     world_name: Annotated[str, typer.Option("--world")] = "retail",
     seed: Annotated[int, typer.Option(help="fixes the data, the tasks and the splits")] = 0,
     per_family: Annotated[Optional[int], typer.Option(help="tasks per family (default: the world's)")] = None,
-    train_share: Annotated[float, typer.Option()] = 1 / 3,
-    dev_share: Annotated[float, typer.Option()] = 1 / 3,
+    train_share: Annotated[float, typer.Option()] = SPLIT_SHARES[0],
+    dev_share: Annotated[float, typer.Option()] = SPLIT_SHARES[1],
     receipts: Annotated[Optional[str], typer.Option(help="what a rule refusal tells the agent: explained | coded | "
                                                      "silent (default: benchmark.receipts' default)")] = None,
 ) -> None:
@@ -209,7 +211,7 @@ def eval_cmd(
     base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
     model_name: Annotated[Optional[str], typer.Option(help="model name sent to the endpoint")] = None,
     items: Annotated[Optional[str], typer.Option(help="comma-separated item ids (default: the whole split)")] = None,
-    max_turns: Annotated[int, typer.Option(min=1, help="turns per episode before it is cut off")] = 40,
+    max_turns: Annotated[int, typer.Option(min=1, help="turns per episode before it is cut off")] = MAX_TURNS,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="cap on each reply's tokens (openai/local)")] = None,
     timeout: Annotated[Optional[float], typer.Option(min=0.1, max=86400.0,  # inf: an OverflowError in the socket
                                                      help="seconds per request before it is retried")] = None,
@@ -394,12 +396,12 @@ _GATE = GateConfig()  # the defaults' one home; `ratchet gate` as typed runs in 
 def gate_cmd(
     base: Annotated[Path, typer.Option(help="CSV with item_id, seed, score (the parent)")],
     cand: Annotated[Path, typer.Option(help="CSV with item_id, seed, score (the candidate)")],
-    reg_cap: Annotated[int, typer.Option(help="regressed items allowed")] = _GATE.reg_cap,
-    material: Annotated[float, typer.Option(help="|d_i| above this counts as improved/regressed")] = _GATE.material,
-    alpha: Annotated[float, typer.Option(help="two-sided CI level 1 - alpha")] = _GATE.alpha,
-    n_boot: Annotated[int, typer.Option(help="bootstrap resamples (>= 1000)")] = _GATE.n_boot,
-    seed: Annotated[int, typer.Option()] = _GATE.seed,
-    min_items: Annotated[int, typer.Option(help="refuse tables with fewer items")] = _GATE.min_items,
+    reg_cap: Annotated[int, typer.Option(help="regressed items allowed")] = GateConfig.reg_cap,
+    material: Annotated[float, typer.Option(help="|d_i| above this counts as improved/regressed")] = GateConfig.material,
+    alpha: Annotated[float, typer.Option(help="two-sided CI level 1 - alpha")] = GateConfig.alpha,
+    n_boot: Annotated[int, typer.Option(help=f"bootstrap resamples (>= {MIN_BOOT})")] = GateConfig.n_boot,
+    seed: Annotated[int, typer.Option()] = GateConfig.seed,
+    min_items: Annotated[int, typer.Option(help="refuse tables with fewer items")] = GateConfig.min_items,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """The held-out gate on two paired score tables: accept iff the bootstrap CI over items excludes zero upward

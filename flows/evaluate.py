@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from components.defaults import MAX_TURNS
 from components.runtime.evaluate import EvalTables, benchmark_at, shards
 from flows.tasks import eval_shard
 
@@ -35,7 +36,7 @@ def auto_shard(n_items: int, n_seeds: int, workers: int) -> int:
 
 
 def submit_eval(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
-                shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = 40,
+                shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = MAX_TURNS,
                 label: str = "", budget: dict | None = None) -> EvalTables:
     """Submit one eval_shard task per shard to the running flow's task runner and gather the tables.
 
@@ -51,7 +52,7 @@ def submit_eval(package: str, bench: str, seeds: list[int], split: str | None = 
 
 @flow(name="evaluate", flow_run_name="evaluate {label}", validate_parameters=False)
 def evaluate(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
-             shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = 40,
+             shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = MAX_TURNS,
              label: str = "") -> EvalTables:
     """A package on a benchmark split (or a list of items), as a standalone flow run."""
     return submit_eval(package, bench, seeds, split, items, shard_size, model, model_cfg, max_turns, label)

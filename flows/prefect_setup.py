@@ -5,7 +5,11 @@ Prefect starts a temporary API server (`SubprocessASGIServer`) in a child proces
 and stops it at exit; a `kill -9` of the campaign skips that, and the server (about 250 MB) would run on, reparented to
 init. Here the child is started through this module's `__main__`, which watches its parent and shuts the server down
 when the parent is gone, however it died. The command and environment are Prefect 3.9.1's
-`SubprocessASGIServer._run_uvicorn_command`, with only that wrapper added.
+`SubprocessASGIServer._run_uvicorn_command`, with only that wrapper added. That method is private, and replacing it
+is the only way in: Prefect 3.9.1 has no public setting or hook for the temporary server's command or its lifetime
+(the public alternative, a `prefect server start` of our own with PREFECT_API_URL set, is what `ratchet server` is;
+without one, Prefect starts this server itself). A Prefect whose class no longer has the method fails here at once
+rather than leaving the server untied.
 
 Bad input, a refused run and a budget stop are InputErrors that the CLI prints as one line; Prefect's flow and task
 loggers would first print each with a 20-line traceback. `quiet_expected_failures` drops those records.
@@ -84,6 +88,9 @@ def tie_temporary_server_to_this_process() -> None:
     cls = server_module.SubprocessASGIServer
     if getattr(cls, "_ratchet_tied", False):
         return
+    if not callable(getattr(cls, "_run_uvicorn_command", None)):  # the private method replaced below (module doc)
+        raise RuntimeError(f"prefect {prefect.__version__}: SubprocessASGIServer has no _run_uvicorn_command to tie "
+                           "the temporary server to this process (written for Prefect 3.9.1)")
 
     def _run_uvicorn_command(self) -> subprocess.Popen:
         server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}

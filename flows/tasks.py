@@ -23,6 +23,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from components.contracts import check_benchmark, check_paired_scores
+from components.defaults import MAX_SOURCE_ITEMS, MAX_TURNS
 from components.evidence.budget import BudgetExceeded, BudgetLedger, Estimate, usage
 from components.evidence.packets import verify_citations
 from components.evolution.diagnose import Diagnosis, diagnose
@@ -191,11 +192,13 @@ def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> 
 # -- plan --------------------------------------------------------------------------------------------------------------
 
 def plan_key(package: str, bench: str, corpus: str, rejected: list[str], meta_agent: str, meta_cfg: dict,
-             memory: dict | None = None, **_ignored) -> str:
+             memory: dict | None = None, max_source_items: int = MAX_SOURCE_ITEMS, **_ignored) -> str:
     """The plan stage's inputs as one key: its cache key, and its budget hold's."""
     return stage_key("plan", package=digest(package), bench=tree_digest(bench), corpus=corpus,
                      rejected=sorted(rejected), meta_agent=meta_agent, meta_cfg=meta_cfg,
-                     **({"memory": memory} if memory else {}))
+                     **({"memory": memory} if memory else {}),
+                     # named only when not the default, so the keys (cache, budget holds) of earlier runs still hold
+                     **({"max_source_items": max_source_items} if max_source_items != MAX_SOURCE_ITEMS else {}))
 
 
 def _plan_key(_ctx, p: dict) -> str:
@@ -204,17 +207,20 @@ def _plan_key(_ctx, p: dict) -> str:
 
 @task(name="plan", cache_key_fn=_plan_key, **PERSIST)
 def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str, corpus: str, rejected: list[str],
-               meta_agent: str, meta_cfg: dict, budget: dict | None = None, memory: dict | None = None) -> PlanOutcome:
+               meta_agent: str, meta_cfg: dict, budget: dict | None = None, memory: dict | None = None,
+               max_source_items: int = MAX_SOURCE_ITEMS) -> PlanOutcome:
     memory = memory or {}
     ctx = PlanContext(diagnosis.packets, package_at(package), benchmark_at(bench), train.traces, train.scores,
                       set(rejected), diagnosis.findings, revocations=[parse_plan(x) for x in memory.get("revocations", [])],
-                      later=set(memory.get("later", [])), memory=memory.get("projection") or {})
+                      later=set(memory.get("later", [])), memory=memory.get("projection") or {},
+                      max_source_items=max_source_items)
     agent = make_meta_agent(meta_agent, meta_cfg)
     if budget is None or not agent.spends:
         return agent.plan(ctx)
     ledger, est = BudgetLedger(budget["db"]), Estimate(**budget["estimate"])
     hold = ledger.reserve(budget["wallet"], {k: v / (est.max_turns * est.calls_per_turn) for k, v in est.episodes(1).items()},
-                          key=plan_key(package, bench, corpus, rejected, meta_agent, meta_cfg, memory), wait=3600)
+                          key=plan_key(package, bench, corpus, rejected, meta_agent, meta_cfg, memory,
+                                       max_source_items), wait=3600)
     try:
         result = agent.plan(ctx)
     except BaseException:
@@ -342,7 +348,7 @@ def paired_contract(base: pd.DataFrame, cand: pd.DataFrame, where: str) -> bool:
 # -- the same evaluation without Prefect -------------------------------------------------------------------------------
 
 def plain_eval(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
-               shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = 40,
+               shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = MAX_TURNS,
                label: str = "", budget: dict | None = None, workers: int = 2) -> EvalTables:
     """flows.evaluate.submit_eval's shards as direct calls of eval_shard's function on a plain thread pool of the flow's
     size (its budget holds included): the baseline benchmarks/bench_round.py measures Prefect against."""

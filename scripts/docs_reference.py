@@ -103,9 +103,9 @@ def _command_md(path: list[str], cmd, out: list[str]) -> None:
         return
     level = "###" if len(path) > 1 else "##"
     out += [f"{level} `ratchet {' '.join(path)}`", "", "```text", _usage(path, cmd), "```", "", _help(cmd), ""]
-    from typer._click.core import Context  # typer vendors click; a context is what help rendering takes
+    import typer
 
-    ctx = Context(cmd, info_name=path[-1])
+    ctx = typer.Context(cmd, info_name=path[-1])  # a context is what help rendering takes
     rows = []
     for p in cmd.params:
         if getattr(p, "hidden", False):

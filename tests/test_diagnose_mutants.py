@@ -15,7 +15,9 @@ import pytest
 
 from components.evolution import diagnose as dg
 from components.evolution.diagnose import Finding, TurnBudget, diagnose, diagnose_episode
+from components.evolution.outcomes import TrainEvidence
 from components.runtime.trace import TraceStep, steps_frame
+from components.worlds.base import Gold, GoldAction
 
 CANCEL, RETURN = "cancel_pending_order", "return_delivered_order_items"
 WRITES = frozenset({CANCEL, RETURN})
@@ -35,7 +37,8 @@ NO_CARDS = pkg()
 def st(i, action, obs=None, pending=(), delivered=(), before=(), after=(), blocked=None, eid="t#0"):
     return TraceStep(episode_id=eid, step=i, incoming={}, state_before=list(before), delivered=list(delivered),
                      deliveries=[], action=action, checks=[], blocked=blocked,
-                     proposal={"pending": [{"tool": t, "args": {"order_id": o}} for t, o in pending],
+                     proposal={"pending": [p if isinstance(p, dict) else {"tool": p[0], "args": {"order_id": p[1]}}
+                                           for p in pending],
                                "next_tool": None},
                      observation=obs or {}, state_after=list(after), fingerprint=[]).sealed()
 
@@ -96,23 +99,60 @@ def test_rule_refusal_needs_an_executed_refused_call_with_a_rule_id():
     assert dg.rule_refusal(st(0, a, {**o, "rule_id": "r"})) is None
 
 
-def test_rule_text_prefers_the_stated_rule_then_the_error():
-    assert dg._rule_text({"rule": "  Only within a day.  ", "content": {"error": "x"}}) == "Only within a day."
-    assert dg._rule_text({"content": {"error": " refused. "}}) == "refused."
-    assert dg._rule_text({"content": "refused"}) == ""
-    assert dg._rule_text({}) == ""
-    assert dg._rule_text({"rule": "", "content": {}}) == ""
+def refusal_detail(**observation) -> str:
+    """The detail of the finding for a cancel refused on rule r with this receipt (no card: E policy_refusal)."""
+    a = {"kind": "tool", "tool": CANCEL, "args": {"order_id": "1"}}
+    f = one([st(0, a, {"role": "tool", "ok": False, "rule_id": "r", **observation}), st(1, FINISH)])
+    assert (f.owner, f.kind, f.rule_id) == ("E", "policy_refusal", "r")
+    return f.detail
 
 
-def test_targets_and_argument_matching():
-    assert dg._target({"b": 2, "a": "x"}) == (("a", "x"), ("b", "2"))
-    assert dg._target(None) == ()
-    assert dg._matches({"order_id": 1}, {"order_id": "1", "extra": 5})
-    assert not dg._matches({"order_id": 1}, {"order_id": 2})
-    assert dg._matches({}, {"x": 1}) and dg._matches(None, {})
-    assert dg._ident(CANCEL, {"order_id": "1", "reason": "x"}, TARGETS) == (("order_id", "1"),)
-    assert dg._ident(CANCEL, {"reason": "x"}, TARGETS) == ()  # the identifying arg is absent: dropped, not None
-    assert dg._ident(CANCEL, None, None) == ()
+def test_a_refusal_quotes_the_stated_rule_then_the_error_and_a_coded_one_nothing():
+    assert refusal_detail(rule="  Only within a day.  ", content={"error": "x"}) == "Only within a day."
+    assert refusal_detail(content={"error": " refused. "}) == "refused."
+    assert refusal_detail(content="refused") == ""
+    assert refusal_detail() == ""
+    assert refusal_detail(content={}) == ""
+    # a coded receipt (a rule id, its `rule` field empty) says only that a rule was broken: nothing to quote
+    assert refusal_detail(rule="", content={"error": "x"}) == ""
+    assert refusal_detail(rule=None, content={"error": "x"}) == ""
+
+
+def test_a_refusal_names_its_target_by_the_identifying_args_only():
+    def target(args, targets=TARGETS):
+        a = {"kind": "tool", "tool": CANCEL, "args": args}
+        f = diagnose_episode([st(0, a, {"ok": False, "rule_id": "r"}), st(1, FINISH)], "t", NO_CARDS, WRITES,
+                             targets=targets)
+        return f.extra["target"]
+
+    assert target({"order_id": "1", "reason": "x"}) == (("order_id", "1"),)
+    assert target({"reason": "x"}) == ()  # the identifying arg is absent: dropped, not None
+    assert target(None, None) == ()
+
+
+def work(steps, targets=TARGETS) -> int:
+    """The writes of work `diagnose_episode` counts for an episode, read from its out_of_turns finding (a binding
+    budget that no success ever met)."""
+    f = diagnose_episode(steps, "t", NO_CARDS, WRITES, budget=TurnBudget(99, True, {}), targets=targets)
+    assert f.kind == "out_of_turns" and f.detail.endswith(" write(s) of work within a 99-turn budget")
+    return int(f.detail.split()[0])
+
+
+def test_proposed_targets_count_once_whatever_their_order_or_spelling():
+    one_target = [{"tool": CANCEL, "args": {"a": 1, "b": "x"}}, {"tool": CANCEL, "args": {"b": "x", "a": "1"}}]
+    assert work([st(0, ASK, pending=one_target), st(1, FINISH)]) == 1
+    assert work([st(0, ASK, pending=[(CANCEL, 1)]), st(1, ASK, pending=[(CANCEL, "1")]), st(2, FINISH)]) == 1
+    bare = [{"tool": CANCEL, "args": None}, {"tool": CANCEL}]  # no args at all: one (session-level) target
+    assert work([st(0, ASK, pending=bare), st(1, FINISH)]) == 1
+
+
+def test_a_write_is_work_of_its_own_unless_a_proposal_names_it():
+    written = call(CANCEL, "1")
+    written = ({**written[0], "args": {"order_id": "1", "extra": 5}}, written[1])
+    assert work([st(0, ASK, pending=[(CANCEL, 1)]), st(1, *written), st(2, FINISH)]) == 1  # its args are the write's
+    assert work([st(0, ASK, pending=[(CANCEL, "1")]), st(1, *call(CANCEL, "2")), st(2, FINISH)]) == 2
+    anything = [{"tool": CANCEL, "args": {}}]  # a proposal with no args names any write of its tool
+    assert work([st(0, ASK, pending=anything), st(1, *call(CANCEL, "7")), st(2, FINISH)]) == 1
 
 
 # -- one episode: owner, kind, step ---------------------------------------------------------------------------------
@@ -303,8 +343,8 @@ def test_work_counts_proposed_targets_and_unproposed_writes():
     steps = [st(0, ASK, pending=[(CANCEL, "1"), (CANCEL, "1"), ("get_order_details", "1")]),
              st(1, *call(CANCEL, "1")), st(2, *call(RETURN, "2")), st(3, *call(RETURN, "3"), blocked="checker"),
              st(4, *call(CANCEL, "4", ok=False, rule_id="r")), st(5, FINISH)]
-    assert dg._work(steps, WRITES, TARGETS) == 2  # cancel #1 (proposed, written), return #2 (written only)
-    assert dg._work([st(0, ASK)], WRITES) == 0
+    assert work(steps) == 2  # cancel #1 (proposed, written), return #2 (written only)
+    assert work([st(0, ASK)], None) == 0
 
 
 def test_turn_budget_read_from_the_corpus():
@@ -514,40 +554,117 @@ def test_diagnose_with_no_traces_reports_model_faults():
     assert d.packets[0].claims == [] and d.packets[0].detail == ""
 
 
-@pytest.mark.parametrize("kind,words", [
-    ("unconfirmed_write", "a write ran without a granted confirmation covering it"),
-    ("card_not_fired", "`T` was refused on rule R while a card about it existed but was not delivered"),
-    ("diluted_card", "`T` was refused on rule R although its card was delivered among many others"),
-    ("ineffective_card", "`T` was refused on rule R; the package's card about it does not help where delivered"),
-    ("card_unobserved", "`T` was refused on rule R; a card about it exists but was never seen at such a write"),
-    ("bounced_write", "a checker blocked a write and it was never done (the agent could not meet the check)"),
+CARD = pkg(c=f"`{CANCEL}` needs a reason.", u="other")
+REFUSED = call(CANCEL, "1", ok=False, rule_id="R")
+
+
+def refused_with(*delivered):
+    return [st(0, ASK), st(1, *REFUSED, delivered=delivered), st(2, FINISH)]
+
+
+CLEARED_WITH_CARD = [st(0, *confirm(CANCEL, "2"), delivered=("c",)), st(1, *call(CANCEL, "2"), delivered=("c",)),
+                     st(2, FINISH)]
+
+# kind -> (a failed episode that diagnoses to it, the package, a successful episode beside it or None, the error)
+SCENARIOS = {
+    "unconfirmed_write": ([st(0, ASK), st(1, *call(CANCEL, "1")), st(2, FINISH)], NO_CARDS, None, ""),
+    "policy_refusal": ([st(0, ASK), st(1, *call(CANCEL, "1", ok=False, rule_id="R", rule="R.")), st(2, FINISH)],
+                       NO_CARDS, None, ""),
+    "card_not_fired": (refused_with(), CARD, CLEARED_WITH_CARD, ""),
+    "diluted_card": (refused_with("c", "u"), CARD, CLEARED_WITH_CARD, ""),
+    "ineffective_card": (refused_with("c"), CARD, None, ""),
+    "card_unobserved": (refused_with(), CARD, None, ""),
+    "bounced_write": ([st(0, *call(CANCEL, "1"), blocked="checker"), st(1, FINISH)], NO_CARDS, None, ""),
+    "checker_false_alarm": ([*confirmed_write(0, CANCEL, "1")[:1],
+                             st(1, *call(CANCEL, "1"), blocked="false_alarm: looks unusual"), st(2, FINISH)],
+                            NO_CARDS, None, ""),
+    "premature_finish": (confirmed_write(0, CANCEL, "1") + [st(2, FINISH, pending=[(CANCEL, "2")])], NO_CARDS, None,
+                         ""),
+    "wrong_grounding": ([st(0, ASK, pending=[(CANCEL, "2")], before=[ledger("done", "2", "call_9", eid="e7")]),
+                         st(1, ASK), st(2, FINISH)], NO_CARDS, None, ""),
+    "overflow": ([st(0, ASK, pending=[(CANCEL, "2")]), st(1, ASK), st(2, FINISH)], NO_CARDS, None, ""),
+    "dropped": ([st(0, ASK, pending=[(CANCEL, "2")], after=[ledger("pending", "2")]), st(1, ASK), st(2, FINISH)],
+                NO_CARDS, None, ""),
+    "blocking_error": ([st(0, *call(CANCEL, "1", ok=False, blocking=True, code="invalid_state")), st(1, FINISH)],
+                       NO_CARDS, None, ""),
+    "out_of_turns": ([st(0, ASK, pending=[(CANCEL, "1")]), st(1, ASK)], NO_CARDS, None, ""),  # cut off: binding
+    "model_fault": ([st(0, ASK), st(1, FINISH)], NO_CARDS, None, "model: timeout"),
+    "no_divergence": ([st(0, ASK), st(1, FINISH)], NO_CARDS, None, ""),
+}
+WRITTEN = confirmed_write(0, CANCEL, "1") + [st(2, FINISH)]
+REASON = {"order_id": "1", "reason": "no longer needed"}
+# kind -> (a failed episode, the gold of its item or None, the train evidence or None): findings from outcomes
+OUTCOME_SCENARIOS = {
+    "wrong_value": (WRITTEN, [GoldAction(tool=CANCEL, args=REASON)], None),
+    "missing_write": ([st(0, ASK), st(1, FINISH)], [GoldAction(tool=CANCEL, args=REASON)], None),
+    "extra_write": (WRITTEN, [], None),
+    "unseen_value": (WRITTEN, None, TrainEvidence(wrong_rate={CANCEL: 0.5}, unexplained=2, unexplained_wrong=2)),
+}
+
+
+@pytest.mark.parametrize("kind,words,detail", [
+    ("unconfirmed_write", "a write ran without a granted confirmation covering it", CANCEL),
+    ("policy_refusal", f"`{CANCEL}` was refused on rule R and never redone right", "R."),
+    ("card_not_fired", f"`{CANCEL}` was refused on rule R while a card about it existed but was not delivered", ""),
+    ("diluted_card", f"`{CANCEL}` was refused on rule R although its card was delivered among many others", ""),
+    ("ineffective_card", f"`{CANCEL}` was refused on rule R; the package's card about it does not help where delivered",
+     ""),
+    ("card_unobserved", f"`{CANCEL}` was refused on rule R; a card about it exists but was never seen at such a write",
+     ""),
+    ("bounced_write", "a checker blocked a write and it was never done (the agent could not meet the check)", CANCEL),
     ("checker_false_alarm", "a checker blocked a confirmed write and it was never done (the check fired on work the "
-                            "agent did right)"),
-    ("premature_finish", "the agent declared done while its own state still listed work"),
-    ("wrong_grounding", "a ledger entry was settled by a receipt for other arguments"),
-    ("overflow", "proposed work was never tracked because the ledger was full"),
-    ("dropped", "proposed work left the agent's state without a receipt"),
-    ("blocking_error", "the world refused the request as impossible (a blocking receipt)"),
-    ("out_of_turns", "more work than any successful episode did within the turn budget"),
-    ("model_fault", "the model failed"),
-    ("no_divergence", "no divergence found"),
-    ("novel_kind", "novel_kind"),
+                            "agent did right)", CANCEL),
+    ("premature_finish", "the agent declared done while its own state still listed work", "1 item(s) still proposed"),
+    ("wrong_grounding", "a ledger entry was settled by a receipt for other arguments",
+     "entry e7 settled by receipt call_9"),
+    ("overflow", "proposed work was never tracked because the ledger was full",
+     "proposed but never tracked by the ledger (full)"),
+    ("dropped", "proposed work left the agent's state without a receipt", "left the agent's state without a receipt"),
+    ("blocking_error", "the world refused the request as impossible (a blocking receipt)", "invalid_state"),
+    ("out_of_turns", "more work than any successful episode did within the turn budget",
+     "1 write(s) of work within a 2-turn budget"),
+    ("model_fault", "the model failed", "model: timeout"),
+    ("no_divergence", "no divergence found", ""),
 ])
-def test_each_kind_has_its_statement(kind, words):
-    f = Finding("e#0", "e", 1, "h", "E", kind, tool="T", rule_id="R")
-    assert dg._statement(f, 3) == f"3 failed episode(s): {words}"
-    assert dg._statement(Finding("e#0", "e", 1, "h", "E", kind, tool="T", rule_id="R", detail="d"), 1).endswith(
-        f"{words} — d")
+def test_each_kind_has_its_statement(kind, words, detail):
+    """Two failed episodes that diagnose to `kind` (beside a success where the card evidence needs one): their
+    packet's claim states the kind in words, then the finding's detail."""
+    failed, package, success, error = SCENARIOS[kind]
+    eps = {"t0#0": failed, "t1#0": failed} | ({"s#0": success} if success else {})
+    scores = scores_of([("t0", 0, False, error), ("t1", 0, False, error)] + ([("s", 0, True, "")] if success else []))
+    d = diagnose(frames(eps), scores, package, WRITES, "c", TARGETS)
+    assert [(p.kind, len(p.episodes)) for p in d.packets] == [(kind, 2)]
+    assert d.packets[0].claims[0].statement == f"2 failed episode(s): {words}" + (f" — {detail}" if detail else "")
+
+
+@pytest.mark.parametrize("kind,words,detail", [
+    ("wrong_value", f"`{CANCEL}` was written with an argument its gold does not have",
+     "`reason` None, gold 'no longer needed'"),
+    ("missing_write", f"a gold write on `{CANCEL}` was never made", f"missing write on `{CANCEL}`"),
+    ("extra_write", f"`{CANCEL}` was written where no gold write asks for it", f"extra write on `{CANCEL}`"),
+    ("unseen_value", f"no divergence in the trace; `{CANCEL}` is the write train most often got wrong",
+     "no divergence in the trace; on train, 2 of 2 such failures held a wrong argument"),
+])
+def test_each_outcome_kind_has_its_statement(kind, words, detail):
+    """The same for the findings read from outcomes: the item's gold writes, or what train showed."""
+    failed, actions, train = OUTCOME_SCENARIOS[kind]
+    gold = {"t0": Gold(task_id="t0", actions=actions), "t1": Gold(task_id="t1", actions=actions)} if actions is not None \
+        else None
+    scores = scores_of([("t0", 0, False, ""), ("t1", 0, False, "")])
+    d = diagnose(frames({"t0#0": failed, "t1#0": failed}), scores, NO_CARDS, WRITES, "c", TARGETS, gold=gold,
+                 train=train)
+    assert [(p.kind, len(p.episodes)) for p in d.packets] == [(kind, 2)]
+    assert d.packets[0].claims[0].statement == f"2 failed episode(s): {words} — {detail}"
 
 
 def test_work_matches_proposals_to_writes_of_the_same_tool_only():
     steps = [st(0, ASK, pending=[(CANCEL, "1")]), st(1, *call(RETURN, "1")), st(2, FINISH)]
-    assert dg._work(steps, WRITES, TARGETS) == 2  # a cancel proposal does not name a return of the same order
+    assert work(steps) == 2  # a cancel proposal does not name a return of the same order
     bare = {"kind": "tool", "tool": RETURN}  # a write with no args at all (a session-level write)
     steps = [st(0, ASK, pending=[(RETURN, "1")]), st(1, bare, {"ok": True}), st(2, FINISH)]
-    assert dg._work(steps, WRITES) == 2  # the proposal's order is not among the write's (absent) args
+    assert work(steps, None) == 2  # the proposal's order is not among the write's (absent) args
     steps = [st(0, ASK), st(1, bare, {"ok": True}), st(2, FINISH)]
-    assert dg._work(steps, WRITES) == 1
+    assert work(steps, None) == 1
 
 
 def test_card_evidence_reads_on_past_a_repeated_attempt():

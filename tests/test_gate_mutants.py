@@ -223,16 +223,37 @@ def test_too_few_items_says_why_and_errors_make_it_a_refusal():
 # -- the bootstrap: each path draws the exact law of a resample mean -------------------------------------------------
 
 
-def test_lattice_recovers_step_and_integer_offsets():
-    h, j = g._lattice(np.array([-0.5, -0.25, 0.5]))
-    assert h == pytest.approx(0.25) and list(j) == [0, 1, 4]
-    h, j = g._lattice(np.array([0.1, 0.4, 0.7]))  # offsets share a factor: the coarsest step
-    assert h == pytest.approx(0.3) and list(j) == [0, 1, 2]
-    assert g._lattice(np.array([0.0, 1 / 9999, 1 / 9998])) is None  # the common denominator is too large
-    assert g._lattice(np.array([0.0, 1 / 7919])) is not None
-    assert g._lattice(np.array([0.0, math.pi / 10])) is None
-    assert g._lattice(np.arange(4097) / 10) is None  # too many distinct values to check one by one
-    assert g._lattice(np.arange(4096) / 10) is not None
+def inverse_cdf_draws(d: list[float], n_boot: int, seed: int) -> np.ndarray:
+    """What the lattice path of `boot_means` draws (its docstring: one inverse-CDF draw per resample from the exact
+    law of the resample mean): one uniform each from the seed's generator, inverted through the law enumerated here."""
+    support, probs = exact_resample_means(d)
+    cdf = np.cumsum(probs)
+    k = np.searchsorted(cdf, np.random.default_rng(seed).random(n_boot) * cdf[-1], side="right")
+    return np.asarray(support)[np.minimum(k, len(support) - 1)]
+
+
+@pytest.mark.parametrize("d,n_boot", [
+    ([-0.5, -0.25, 0.5], 1000),  # step 0.25, integer offsets 0, 1, 4
+    ([0.1, 0.4, 0.7], 19),  # offsets share a factor: on the coarsest step (0.3) the support fits 19 draws, on 0.1 not
+    ([0.0, 1 / 7919], 1000),  # a prime denominator below the lattice's limit
+    ([0.0, 0.1, 0.2, 0.3, 0.4, 0.5], 200),
+])
+def test_values_on_a_lattice_are_drawn_by_inverting_the_exact_law(d, n_boot):
+    for seed in (0, 5):
+        assert np.allclose(g.boot_means(np.array(d), n_boot, seed), inverse_cdf_draws(d, n_boot, seed), rtol=0,
+                           atol=1e-9)
+
+
+@pytest.mark.parametrize("d,n_boot", [
+    ([0.0, 1 / 9999, 1 / 9998], 100_000),  # the common denominator is too large (its FFT would fit at this n_boot)
+    ([0.0, math.pi / 10], 1000),  # irrational
+    ([0.1, 0.4, 0.7], 18),  # a lattice whose support does not fit 18 draws: by index
+])
+def test_values_off_a_small_lattice_are_drawn_by_index_with_the_same_law(d, n_boot):
+    draws = g.boot_means(np.array(d), n_boot, 3)
+    assert not np.allclose(draws, inverse_cdf_draws(d, n_boot, 3), rtol=0, atol=1e-9)
+    support, probs = exact_resample_means(d)
+    assert set(np.round(draws, 9).tolist()) <= set(support)
 
 
 @pytest.mark.parametrize("d", [
@@ -252,7 +273,6 @@ def test_the_multinomial_path_draws_a_binomial_mix():
     v0 + (v1 - v0) K / 32 with K ~ Binomial(32, 1/2)."""
     v0, v1 = math.sqrt(2) / 10, math.pi / 10
     d = np.array([v0] * 16 + [v1] * 16)
-    assert g._lattice(np.unique(d)) is None
     k = np.arange(33)
     support = v0 + (v1 - v0) * k / 32
     draws = g.boot_means(d, 20_000, 2)
@@ -273,18 +293,18 @@ def test_a_lattice_with_a_negative_start_and_wide_gaps():
     assert chi2_ok(g.boot_means(np.array(d), 20_000, 8), support, probs)
 
 
-def test_small_chunks_fill_every_draw(monkeypatch):
-    """With tiny chunks the index and multinomial paths loop many times: every draw is filled, and the law holds."""
-    monkeypatch.setattr(g, "_CHUNK", 7)
+def test_draws_past_one_chunk_are_all_filled():
+    """More resamples than one chunk of draws holds (chunks of 2^18 index draws bound the memory): the index and
+    multinomial paths loop over chunks, every draw is filled, and the law holds."""
     d = [0.0, math.sqrt(2) / 10, math.pi / 10]
     support, probs = exact_resample_means(d)
-    draws = g.boot_means(np.array(d), 5_001, 3)
-    assert draws.shape == (5_001,) and chi2_ok(draws, support, probs)
+    draws = g.boot_means(np.array(d), 200_001, 3)  # 3 items: 87381 resamples a chunk
+    assert draws.shape == (200_001,) and chi2_ok(draws, support, probs)
     v0, v1 = math.sqrt(2) / 10, math.pi / 10
     two = np.array([v0] * 8 + [v1] * 8)
-    draws = g.boot_means(two, 5_001, 3)
+    draws = g.boot_means(two, 300_001, 3)  # 2 distinct values: 131072 multinomial draws a chunk
     k = np.arange(17)
-    assert draws.shape == (5_001,)
+    assert draws.shape == (300_001,)
     assert chi2_ok(draws, (v0 + (v1 - v0) * k / 16).tolist(), stats.binom.pmf(k, 16, 0.5).tolist())
 
 

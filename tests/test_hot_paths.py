@@ -106,6 +106,26 @@ def test_fact_reads_are_memoized_and_the_same(recorded):
         for text in (bench.policy, f.statement, "nothing here"):
             assert fact_read(f, text) == f.read(text)
 
+    class Counting:
+        """A hashable fact that counts its reads."""
+
+        def __init__(self):
+            self.reads = 0
+
+        def read(self, text):
+            self.reads += 1
+            return len(text)
+
+    fact = Counting()
+    assert [fact_read(fact, t) for t in ("abc", "abc", "de", "abc")] == [3, 3, 2, 3]
+    assert fact.reads == 2  # read once per distinct text: the memo answered the repeats
+
+    class Unhashable(Counting):
+        __hash__ = None
+
+    fact = Unhashable()
+    assert [fact_read(fact, t) for t in ("abc", "abc")] == [3, 3] and fact.reads == 2  # read each time, still right
+
 
 def test_reply_store_round_trips_replies_packed_or_pickled_whole(tmp_path):
     import pickle

@@ -189,3 +189,40 @@ checkers: []
     step = run_turn(Episode.start("e#0", pkg), port)
     assert step.delivered == ["p1", "k1"]
     assert port.memories[1] == pkg.cards["p1"].render() + "\n\n" + pkg.cards["k1"].render()
+
+
+def test_each_turn_records_when_it_and_its_phases_ran(tmp_path):
+    """`Episode.timings`: per turn, the turn itself, then each phase in the order the kernel ran it (memory, model,
+    memory, model, checkers, and a redraft and the second review when a checker bounced the draft, the tool), each
+    a (start, end) in wall-clock nanoseconds inside the turn's; a second turn adds its own, the first's kept."""
+    from components.runtime.kernel import CHECKS, MEMORY, MODEL, TOOL, TURN
+
+    pkg = package(tmp_path, """name: one-checker
+wm:
+  board: false
+checkers:
+  - use: confirm_before_write
+    at: pre_write
+""")
+    port = ScriptedPort([write("w1"), write("w2"), FINISH])
+    ep = Episode.start("e#0", pkg)
+    run_turn(ep, port)
+    first = list(ep.timings)
+    assert [(s, phase) for s, phase, _, _ in first] == [(0, p) for p in (
+        TURN, MEMORY, MODEL, MEMORY, MODEL, CHECKS, MODEL, CHECKS, TOOL)]
+    (_, _, t0, t1), spans = first[0], first[1:]
+    assert all(isinstance(x, int) for _, _, a, b in first for x in (a, b))
+    assert all(t0 <= a <= b <= t1 for _, _, a, b in spans)
+    assert all(b <= a2 for (_, _, _, b), (_, _, a2, _) in zip(spans, spans[1:]))  # one after another
+    run_turn(ep, port)
+    assert ep.timings[:len(first)] == first
+    assert [(s, phase) for s, phase, _, _ in ep.timings[len(first):]] == [(1, p) for p in (
+        TURN, MEMORY, MODEL, MEMORY, MODEL, CHECKS, TOOL)]
+
+
+def test_an_unsealed_episode_leaves_its_steps_unhashed(traced):
+    port = ScriptedPort([FINISH])
+    assert Episode.start("e#0", traced).sealed
+    ep = Episode.start("e#0", traced, sealed=False)
+    assert not ep.sealed and run_turn(ep, port).hash == ""
+    assert run_turn(Episode.start("e#1", traced), ScriptedPort([FINISH])).hash != ""

@@ -43,3 +43,30 @@ def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_se
     monkeypatch.setattr(flows.campaign, "memory_for_round", lambda *a, **k: Memory(rejected_elsewhere=["other"]))
     flows.campaign.run_campaign(camp("c"))
     assert runs == [1] * (ran + 1)
+
+
+def test_an_unreadable_kept_round_is_a_miss_and_a_bug_raises(monkeypatch):
+    """What a damaged record raises when read (a file cut short, bad JSON or base64, a broken zlib stream or pickle)
+    is a miss: the round runs. Any other exception is a bug and reaches the caller."""
+    import pickle
+    import zlib
+
+    import pytest
+
+    class Store:
+        def __init__(self, exc: BaseException):
+            self.exc = exc
+
+        def exists(self, key):
+            return True
+
+        def read(self, key):
+            raise self.exc
+
+    for exc in (zlib.error("incomplete stream"), EOFError("ran out of input"), pickle.UnpicklingError("truncated"),
+                ValueError("not JSON"), FileNotFoundError("gone")):
+        monkeypatch.setattr(flows.campaign, "_round_store", lambda exc=exc: Store(exc))
+        assert flows.campaign.replay_round("k", 1, None, None) is None
+    monkeypatch.setattr(flows.campaign, "_round_store", lambda: Store(TypeError("a bug")))
+    with pytest.raises(TypeError, match="a bug"):
+        flows.campaign.replay_round("k", 1, None, None)

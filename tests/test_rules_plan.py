@@ -373,3 +373,23 @@ def test_a_rule_whose_text_validation_would_call_task_data_is_left_off_the_card(
                     pd.DataFrame(columns=["item_id", "seed", "success"]), set(), [])
     assert rules_plan(leaky, c) is None  # its own rule cannot be written
     assert rules_plan(clean, c).operations[0].body == POLICY  # the other rule of the write, without the leaky one
+
+
+def test_a_plan_names_at_most_the_campaigns_repair_max_items_source_tasks():
+    """`campaign.repair_max_items` reaches the meta-agents through the plan's context (the flow's plan stage sets
+    it); at its default (12) a plan names every item of a small cluster."""
+    from components.defaults import MAX_SOURCE_ITEMS
+    from components.params import CampaignParams
+    from flows.tasks import _plan_key
+
+    assert CampaignParams().repair_max_items == MAX_SOURCE_ITEMS == 12
+    p = packet("C", "unconfirmed_write", "*", detail="cancel_pending_order", n=5)
+    c = ctx(PACKAGES / "seed", p)
+    assert make_meta_agent("rules")(c).source_items == p.items
+    c.max_source_items = 3
+    assert make_meta_agent("rules")(c).source_items == p.items[:3]
+    # the plan stage's cache key names the bound only when it is not the default, so earlier runs' keys still hold
+    key = {"package": str(PACKAGES / "seed"), "bench": str(PACKAGES / "seed"), "corpus": "c", "rejected": [],
+           "meta_agent": "rules", "meta_cfg": {}}
+    assert _plan_key(None, key) == _plan_key(None, {**key, "max_source_items": 12})
+    assert _plan_key(None, key) != _plan_key(None, {**key, "max_source_items": 3})

@@ -386,3 +386,28 @@ def test_openai_backend_without_base_url_is_a_clear_error(tmp_path, bench_dir, c
                            "--model", "openai", "--out", str(tmp_path / "x"))
     assert code == 2
     assert "--base-url" in err and "Traceback" not in err
+
+
+def test_arguments_that_do_not_bind_are_a_receipt_and_a_tool_bug_raises():
+    """Only argument validation becomes a `bad arguments` receipt (the agent's mistake, with the interpreter's own
+    message); a TypeError raised inside a tool's body is a bug in the tool and reaches the caller."""
+    from components.worlds.base import ToolBase
+
+    class Tools(ToolBase):
+        tool_names = frozenset({"lookup", "broken"})
+
+        def _t_lookup(self, order_id: str):
+            return True, None, {"order_id": order_id}
+
+        def _t_broken(self, order_id: str):
+            return True, None, {"n": order_id + 1}  # a bug: str + int
+
+    t = Tools({})
+    assert t.call(ToolCall(id="1", name="lookup", args={"order_id": "7"})).ok
+    for args, words in (({}, "missing 1 required positional argument: 'order_id'"),
+                        ({"order_id": "7", "x": 1}, "got an unexpected keyword argument 'x'")):
+        r = t.call(ToolCall(id="2", name="lookup", args=args))
+        assert (r.ok, r.code) == (False, "invalid_args")
+        assert r.content["error"].startswith("bad arguments: ") and r.content["error"].endswith(words)
+    with pytest.raises(TypeError):
+        t.call(ToolCall(id="3", name="broken", args={"order_id": "7"}))

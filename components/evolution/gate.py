@@ -27,18 +27,19 @@ Pure functions over arrays; no I/O.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from functools import lru_cache
 from statistics import NormalDist
 
-import numpy as np
-
 from components.errors import InputError
 from components.lazy import LazyModule
 
-pd = LazyModule("pandas")  # components.params reads this module's limits and config without pandas
+# components.params and the CLI's option defaults read this module's limits and GateConfig: without numpy or pandas
+np = LazyModule("numpy")
+pd = LazyModule("pandas")
 
 
 class PairingError(InputError):
@@ -106,7 +107,7 @@ class GateConfig:
         _finite("reg_share", self.reg_share, 0, 1)
         for name in ("n_boot", "seed", "reg_cap", "min_items"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):  # int or a numpy integer
                 raise InputError(f"gate: {name}: {v!r} is not an integer")
         if self.n_boot < MIN_BOOT:
             raise InputError(f"gate: n_boot: {self.n_boot} is below {MIN_BOOT} "

@@ -39,6 +39,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from components.codes import Owner
+from components.defaults import MAX_TURNS
 from components.evolution.trace_rule import Signals, from_pattern, signals_frame, three_line
 from components.models.counterfactual import UNLABELLED as UNLABELLED_CAUSE
 from components.runtime.confirm import Targets
@@ -311,7 +312,7 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
         from components.evolution.outcomes import evidence_from_train
         from components.runtime.evaluate import run_shard
 
-        seeds, max_turns = list(meta.get("seeds", [0, 1, 2])), int(meta.get("max_turns", 40))
+        seeds, max_turns = list(meta.get("seeds", [0, 1, 2])), int(meta.get("max_turns", MAX_TURNS))
         t = run_shard(pkg, bench, bench.ids("train"), seeds, max_turns=max_turns)
         baselines = baselines_on_train(pkg, bench, seeds, max_turns, run=t)
         train_ev = evidence_from_train(t.traces, t.scores, pkg, bench.write_tools, gold, targets) if gold else None

@@ -27,6 +27,7 @@ from typing import Protocol
 import pandas as pd
 
 from components.codes import FindingKind, Owner
+from components.defaults import MAX_SOURCE_ITEMS
 from components.evidence.packets import EvidencePacket
 from components.evolution.diagnose import Finding, cards_about, rule_card_id
 from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM, parse_plan
@@ -55,6 +56,7 @@ class PlanContext:
     revocations: list[Plan] = field(default_factory=list)
     later: set[str] = field(default_factory=set)  # plan keys rejected on other evidence: may be retried, after the rest
     memory: dict = field(default_factory=dict)
+    max_source_items: int = MAX_SOURCE_ITEMS  # a plan's source tasks at most (`campaign.repair_max_items`)
 
 
 # -- rules -----------------------------------------------------------------------------------------------------------
@@ -69,10 +71,10 @@ LAYER = {Owner.W: 0, Owner.E: 1, Owner.RHO: 1, Owner.C: 1}
 
 @dataclass(frozen=True)
 class RulesAgent:
-    """Deterministic attribution-to-patch rules: spends nothing. Called, it returns the plan alone (or None)."""
+    """Deterministic attribution-to-patch rules: spends nothing. Called, it returns the plan alone (or None); a plan
+    names at most `ctx.max_source_items` source tasks (`campaign.repair_max_items`)."""
 
     max_per_episode: int = 6
-    max_source_items: int = 12
     spends = False
 
     def plan(self, ctx: PlanContext) -> PlanOutcome:
@@ -89,7 +91,7 @@ class RulesAgent:
                                                          LAYER.get(p.owner, 9), -_size(p, ctx), p.id)):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
-            plan = rules_plan(packet, ctx, self.max_per_episode, self.max_source_items)
+            plan = rules_plan(packet, ctx, self.max_per_episode, ctx.max_source_items)
             if plan is not None and plan.key() not in ctx.rejected:
                 if plan.key() in ctx.later:
                     deferred = deferred or plan
@@ -99,9 +101,9 @@ class RulesAgent:
 
 
 @META_AGENTS.register("rules")
-def rules(*, max_per_episode: int = 6, max_source_items: int = 12) -> RulesAgent:
+def rules(*, max_per_episode: int = 6) -> RulesAgent:
     """Deterministic attribution-to-patch rules."""
-    return RulesAgent(max_per_episode, max_source_items)
+    return RulesAgent(max_per_episode)
 
 
 # C findings -> the checker that would have bounced the action that escaped
@@ -112,7 +114,8 @@ CHECKER_FOR = {
 }
 
 
-def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, max_source_items: int = 12) -> Plan | None:
+def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6,
+               max_source_items: int = MAX_SOURCE_ITEMS) -> Plan | None:
     pkg = ctx.package
     routed = any(b.spec.use == "event_cards" and b.spec.at == "intent_recorded" for b in pkg.delivery)
     wiring = [] if routed else [AddBinding(op="add_binding", section="delivery", use="event_cards", at="intent_recorded",
@@ -467,7 +470,7 @@ def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B00
         patchable = [p for p in ctx.packets if p.patchable]
         if not patchable:
             return PlanOutcome()
-        draft = RulesAgent(max_per_episode=6, max_source_items=12)(ctx)
+        draft = RulesAgent(max_per_episode=6)(ctx)
         system = f"{prompts.PLAN_MARK}\n" + LLM_INSTRUCTIONS
         if max_prompt_tokens is not None:
             def fits(text: str) -> bool:

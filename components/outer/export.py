@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from components.defaults import MAX_TURNS
 from components.errors import InputError
 from components.io import atomic_dir, dumps, read_json_object
 from components.memory.package import MemoryPackage, load_package
@@ -243,7 +244,7 @@ def export_campaign(campaign: str | Path, bench_dir: str | Path, out: str | Path
     champ_pkg, start_pkg = load_package(champ.path), load_package(start.path)
 
     champ_eps = _train_eval_of(campaign, champ.digest) or _evaluate(
-        champ.path, bench, seeds, model, model_cfg, int(c.get("max_turns", 40)))
+        champ.path, bench, seeds, model, model_cfg, int(c.get("max_turns", MAX_TURNS)))
     start_eps = _train_eval_of(campaign, start.digest)
     if start_eps is None:
         raise InputError(f"{campaign}: rounds: no train evaluation of the start package (an unfinished campaign?)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from components.defaults import MAX_TURNS
 from components.memory.package import MemoryPackage
 from components.models.base import ChatModel, ModelError
 from components.runtime.chat import ChatHarness
@@ -13,7 +14,6 @@ from components.runtime.trace import TraceStep
 from components.runtime.types import Usage
 from components.worlds import Benchmark, world
 
-MAX_TURNS = 40
 
 
 def episode_seed(item_id: str, seed: int) -> int:

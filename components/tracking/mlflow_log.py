@@ -586,6 +586,9 @@ class CampaignTracker:
                     raise
             else:
                 return
+            # Private, with no public equivalent in MLflow 3.17: `mlflow.log_trace` builds a new trace, `mlflow.add_trace`
+            # attaches one to the active span, `MlflowClient._log_trace` is private too. This is the call MLflow's own
+            # exporter makes (mlflow/tracing/export/mlflow_v3.py) for a store without span storage, the only case here.
             for info, t in zip(infos, traces):
                 client._upload_trace_data(info, t.data)
 

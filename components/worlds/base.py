@@ -17,6 +17,7 @@ A benchmark directory (written by `ratchet bench materialize`, pinned by DVC):
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from components.defaults import SPLIT_SHARES
 from components.errors import InputError
 from components.memory.package import digest as tree_digest
 from components.runtime.types import Receipt, ToolCall, Turn
@@ -200,12 +202,22 @@ class ToolBase:
         if fn is None or call.name not in self.tool_names:
             return self._receipt(call, False, "invalid_args", {"error": f"unknown tool {call.name!r}"})
         try:
-            ok, code, content = fn(**call.args)
-        except TypeError as e:  # wrong or missing arguments
-            ok, code, content = False, "invalid_args", {"error": f"bad arguments: {e}"}
+            inspect.signature(fn).bind(**call.args)
+        except TypeError:  # wrong or missing arguments: the agent's mistake, a receipt
+            return self._bad_arguments(call, fn)
+        ok, code, content = fn(**call.args)  # a TypeError raised inside a tool is a bug in the tool: it propagates
         if ok and call.name in self.write_tools:
             self.log.append({"tool": call.name, "args": dict(call.args), "call_id": call.id})
         return self._receipt(call, ok, code, content)
+
+    def _bad_arguments(self, call: ToolCall, fn: Callable) -> Receipt:
+        """The receipt of a call whose arguments do not bind: it quotes the interpreter's own message for the
+        mismatch, as receipts always have (the call fails while binding, before the tool's body runs)."""
+        try:
+            fn(**call.args)
+        except TypeError as e:
+            return self._receipt(call, False, "invalid_args", {"error": f"bad arguments: {e}"})
+        raise AssertionError(f"{call.name}: arguments that do not bind were accepted")  # pragma: no cover
 
     def _receipt(self, call: ToolCall, ok: bool, code: str | None, content: Any) -> Receipt:
         c = content if isinstance(content, dict) and not ok else {}
@@ -425,7 +437,7 @@ def _json(path: Path) -> Any:
 
 
 def stratified_split(tasks: list[Task], seed: int, families: Iterable[str],
-                     fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> dict[str, list[str]]:
+                     fractions: tuple[float, float] = SPLIT_SHARES) -> dict[str, list[str]]:
     """Train/dev/test, stratified by family, fixed by the seed; `fractions` are the train and dev shares."""
     rng = random.Random(seed * 7919 + 1)
     out: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
@@ -472,14 +484,14 @@ def materializer(world: str, version: int, generate: Callable[..., tuple[dict, l
 
     if facts_of is None:  # no `facts` parameter: params refuse `benchmark.facts` for this world
         def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
-                        fractions: tuple[float, float] = (1 / 3, 1 / 3),
+                        fractions: tuple[float, float] = SPLIT_SHARES,
                         receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
             """Write the benchmark files for `seed` atomically; the same arguments give the same bytes."""
             return build(out, seed, per_family, fractions, None, receipts)
         return materialize
 
     def materialize_changed(out: str | Path, seed: int = 0, per_family: int | None = None,
-                            fractions: tuple[float, float] = (1 / 3, 1 / 3), facts: dict[str, str] | None = None,
+                            fractions: tuple[float, float] = SPLIT_SHARES, facts: dict[str, str] | None = None,
                             receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
         """Write the benchmark files for `seed` atomically; the same arguments give the same bytes. `facts`: a changed
         world (rule id -> its statement here), kept in meta.json for the tools; None: the world's own rules."""

