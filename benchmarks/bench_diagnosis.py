@@ -32,6 +32,7 @@ import json
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import NamedTuple
 from pathlib import Path
@@ -200,10 +201,12 @@ def false_alarm(*, rate: float = 0.3):
     return check
 
 
-if DELIVERERS.get("cards_after_write") is None:  # registered once per process (the module may be imported twice)
-    DELIVERERS.register("cards_after_write", events=DELIVERY_EVENTS, delivers_cards=True)(cards_after_write)
-if CHECKER_REGISTRY.get("false_alarm") is None:
-    CHECKER_REGISTRY.register("false_alarm", events={PRE_WRITE})(false_alarm)
+@contextmanager
+def perturbations():
+    """The two strategies above, registered while the table runs (never in the process's registry for good)."""
+    with DELIVERERS.scoped("cards_after_write", cards_after_write, events=DELIVERY_EVENTS, delivers_cards=True), \
+            CHECKER_REGISTRY.scoped("false_alarm", false_alarm, events={PRE_WRITE}):
+        yield
 
 
 def card_package(root: Path, name: str, cards: dict[str, str], use="event_cards", at="intent_recorded",
@@ -348,22 +351,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-diagnosis-"))
     out: list[dict] = []
     try:
-        for w in worlds:
-            bench = _bench_of(w, a.bench, ReceiptMode(a.receipts), tmp)
-            for name, pkg, kw in rows_of(w, tmp):
-                if only is not None and name not in only:
-                    continue
-                r = row(name, pkg, bench, n_items, seeds, **kw)
-                out.append(r)
-                c = r["compound"]
-                margin = "     -" if r["margin"] is None else f"{r['margin'] * 100:+6.1f}"
-                print(f"{r['world']:<8} {r['row']:<24} {r['n']:>4} {pct(r['coverage'])} {pct(r['accuracy'])} "
-                      f"{c['n']:>4} {c['no_fix']:>5} "
-                      f"{pct(c['accuracy'])} {pct(c['constant'])} {pct(r['ceiling'])} {pct(r['constant_accuracy']):>8} "
-                      f"{pct(r['outcome_only_accuracy']):>7} {pct(r['trace_rule_accuracy'])} {margin} "
-                      f"{pct(r['trace_rule_no_refusal_accuracy']):>10} "
-                      f"{'yes' if r['passes'] else 'NO ' + ','.join(k for k, ok in r['checks'].items() if not ok)}",
-                      flush=True)
+        with perturbations():
+            for w in worlds:
+                bench = _bench_of(w, a.bench, ReceiptMode(a.receipts), tmp)
+                for name, pkg, kw in rows_of(w, tmp):
+                    if only is not None and name not in only:
+                        continue
+                    r = row(name, pkg, bench, n_items, seeds, **kw)
+                    out.append(r)
+                    c = r["compound"]
+                    margin = "     -" if r["margin"] is None else f"{r['margin'] * 100:+6.1f}"
+                    print(f"{r['world']:<8} {r['row']:<24} {r['n']:>4} {pct(r['coverage'])} {pct(r['accuracy'])} "
+                          f"{c['n']:>4} {c['no_fix']:>5} "
+                          f"{pct(c['accuracy'])} {pct(c['constant'])} {pct(r['ceiling'])} {pct(r['constant_accuracy']):>8} "
+                          f"{pct(r['outcome_only_accuracy']):>7} {pct(r['trace_rule_accuracy'])} {margin} "
+                          f"{pct(r['trace_rule_no_refusal_accuracy']):>10} "
+                          f"{'yes' if r['passes'] else 'NO ' + ','.join(k for k, ok in r['checks'].items() if not ok)}",
+                          flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if a.json:

@@ -8,7 +8,8 @@ file, the options it accepts and their types are one declaration, and a misspell
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,16 @@ class Registry:
 
     def get(self, name: str) -> Strategy | None:
         return self._strategies.get(name)
+
+    @contextmanager
+    def scoped(self, name: str, factory: Callable[..., Any], **kw: Any) -> Iterator[None]:
+        """`factory` registered as `name` for the block only: a benchmark's own strategies stay out of the registry
+        that packages loaded elsewhere in the process (and the names a refusal lists) see."""
+        self.register(name, **kw)(factory)
+        try:
+            yield
+        finally:
+            self._strategies.pop(name, None)
 
     def make(self, name: str, cfg: dict[str, Any] | None = None, where: str | None = None) -> Any:
         """Build the named strategy with validated options; a bad name or option is an InputError naming the field."""

@@ -13,6 +13,7 @@ from components.evolution.diagnose import diagnose
 from components.evolution.localization import _eid, fit_baselines, localization
 from components.evolution.trace_rule import signals_frame
 from components.memory import load_package
+from components.memory.strategies import DELIVERERS
 from components.models.counterfactual import causes_table
 from components.runtime.evaluate import run_shard
 from tests.conftest import PACKAGES, ROOT
@@ -184,11 +185,13 @@ def test_the_late_router_delivers_a_card_only_after_its_write(bench, tmp_path):
     from components.runtime.episode import run_episode
 
     mod = _bench_module()
-    pkg = load_package(mod.card_package(tmp_path, "late", mod.RETAIL.paraphrased, use="cards_after_write"))
+    with mod.perturbations():
+        pkg = load_package(mod.card_package(tmp_path, "late", mod.RETAIL.paraphrased, use="cards_after_write"))
+        runs = [run_episode(pkg, bench, item, 0, SimulatedAgent()).steps for item in bench.ids("train")[:24]]
+    assert "cards_after_write" not in DELIVERERS  # registered for the table only
     tool_of = {c.id: c.meta.trigger.tool for c in pkg.cards.values()}
     early = late = 0
-    for item in bench.ids("train")[:24]:
-        steps = run_episode(pkg, bench, item, 0, SimulatedAgent()).steps
+    for steps in runs:
         written: set[str] = set()
         for s in steps:
             about = {tool_of[c] for c in s.delivered}
@@ -208,8 +211,9 @@ def test_the_false_alarm_checker_bounces_correct_work_at_its_rate():
     from components.memory.strategies import CHECKERS, CheckContext
     from components.runtime.types import Draft, ToolCall
 
-    _bench_module()
-    check = CHECKERS.make("false_alarm", {"rate": 0.3})
+    with _bench_module().perturbations():
+        check = CHECKERS.make("false_alarm", {"rate": 0.3})
+    assert "false_alarm" not in CHECKERS
 
     def verdict(name: str, n: int) -> bool:
         draft = Draft(tool_call=ToolCall(id="c1", name=name, args={"order_id": f"#W{n:07d}"}))
