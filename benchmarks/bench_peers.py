@@ -121,10 +121,11 @@ def _plan_tool(plan, bench) -> str | None:
 
 
 def _harmful_text(fact) -> str | None:
-    """The fact's own statement with one number changed so that it instructs a wrong value, or None."""
+    """The fact's own statement with one number changed so that it instructs a wrong value, or None. The last number
+    first: in a rule's statement it is usually the amount (a threshold changed only misleads between the two)."""
     text = fact.statement
     truth = fact.read(text)
-    for m in re.finditer(r"\d+(?:\.\d+)?", text):
+    for m in reversed(list(re.finditer(r"\d+(?:\.\d+)?", text))):
         x = float(m.group())
         for alt in (x * 2 if x else 5, x / 2 if x else 1, x + 7):
             s = f"{alt:g}"
@@ -160,7 +161,8 @@ def fake_plan(kind: str, real, package: str, bench, rep: int):
     pkg = load_package(package)
     routed = any(b.spec.use == "event_cards" and b.spec.at == "intent_recorded" for b in pkg.delivery)
     ops = [AddCard(op="add_card", path=f"em/{ctype}/{card_id}.md",
-                   meta={"id": card_id, "type": ctype, "trigger": {"event": "intent_recorded", "tool": tool}},
+                   meta={"id": card_id, "type": ctype, "trigger": {"event": "intent_recorded", "tool": tool},
+                         "source": f"bench_peers: a {kind} card injected in place of plan {real.key()}"},
                    body=body)]
     if not routed:
         ops.append(AddBinding(op="add_binding", section="delivery", use="event_cards", at="intent_recorded",
@@ -288,7 +290,7 @@ def loop_arm(arm: str, rep: int, bench: Path, home: Path, memo: Memo, over: dict
         rec = run_round(r, p, None, steps)
         if current:
             props.rows.append({**current, "round": r, "verdict": rec["verdict"],
-                               "stage": rec.get("reason", "").split(":")[0]})
+                               "reason": rec.get("reason", "")})
         if rec["verdict"] in ("no_plan", "rejected_plan"):
             break
     champ = lineage.champion()
@@ -463,9 +465,8 @@ def repetition(job: dict) -> dict:
             key = (pr["parent"], pr["cand"])
             if key not in verdicts:
                 m, lo, hi = t_ci(paired(memo, home, truth, *key, truth_items, truth_seeds, turns))
-                verdicts[key] = "helps" if lo > 0 else "harms" if hi < 0 else "neutral"
-                pr["truth_delta"] = m
-            pr["truth"] = verdicts[key]
+                verdicts[key] = ("helps" if lo > 0 else "harms" if hi < 0 else "neutral", m)
+            pr["truth"], pr["truth_delta"] = verdicts[key]
         false = [pr for pr in a["proposals"] if pr["verdict"] == "accept" and pr["truth"] != "helps"]
         truth_of = {pr["cand"]: pr["truth"] for pr in a["proposals"]}
         test = t_ci(paired(memo, home, bench, a["start"], a["champion"], sorted(b.ids("test")), seeds, turns))
