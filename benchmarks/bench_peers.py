@@ -39,6 +39,7 @@ default benchmark mode), stated in the table.
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import json
 import math
@@ -49,7 +50,6 @@ import tempfile
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 ARMS = ("ratchet", "kse", "anypos", "gepa")
 K_SE = 2.0
 SHARE = 1 / 3  # proposals replaced: half of them neutral, half harmful
+TRUTH_SEED = 100_000  # the truth draw's benchmark seed (the repetitions' draws are seeds 0, 1, ...)
 
 
 # -- the episode memo ---------------------------------------------------------------------------------------------------
@@ -172,11 +173,13 @@ def fake_plan(kind: str, real, package: str, bench, rep: int):
                 source_items=real.source_items)
 
 
-@dataclass
 class Proposals:
-    """Every proposal an arm's proposer made: parent, candidate, kind, and the verdict."""
-    rows: list[dict] = field(default_factory=list)
-    kinds: dict[str, str] = field(default_factory=dict)  # plan key -> kind
+    """Every proposal an arm's proposer made: parent, candidate, kind, and the verdict. (A plain class: the tests load
+    this script as a module sys.modules does not hold, which a dataclass's annotations would need.)"""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+        self.kinds: dict[str, str] = {}  # plan key -> kind
 
 
 def injected_plan(rep: int, props: Proposals, plan_fn):
@@ -434,6 +437,22 @@ def t_ci(d, z: float = 1.96) -> tuple[float, float, float]:
     return m, m - h, m + h
 
 
+_TRUTH: dict[tuple, tuple[Path, Memo]] = {}  # (world, per_family) -> the truth draw and its episodes, per process
+
+
+def truth_draw(world: str, per_family: int) -> tuple[Path, Memo]:
+    """The truth draw of a world (one benchmark seed for every repetition, never seen by an arm) and its episode memo,
+    kept for the process: a package two repetitions both proposed (same bytes, same digest) is scored once."""
+    from components.params import BenchmarkParams
+
+    if (world, per_family) not in _TRUTH:
+        out = Path(tempfile.mkdtemp(prefix=f"peers-truth-{world}-")) / "truth"
+        atexit.register(shutil.rmtree, out.parent, ignore_errors=True)
+        BenchmarkParams(world=world, seed=TRUTH_SEED, out=str(out), per_family=per_family).materialize()
+        _TRUTH[(world, per_family)] = (out, Memo())
+    return _TRUTH[(world, per_family)]
+
+
 def repetition(job: dict) -> dict:
     """Every arm on one (world, repetition): returns the arm rows with truth attached."""
     from components.env import quiet_offline
@@ -445,9 +464,9 @@ def repetition(job: dict) -> dict:
 
     t0 = time.perf_counter()
     world, rep = job["world"], job["rep"]
-    bench, truth = home / "bench", home / "truth"
+    bench = home / "bench"
     BenchmarkParams(world=world, seed=rep, out=str(bench), per_family=job["per_family"]).materialize()
-    BenchmarkParams(world=world, seed=100_000 + rep, out=str(truth), per_family=job["truth_per_family"]).materialize()
+    truth, tmemo = truth_draw(world, job["truth_per_family"])
     over = {"benchmark.world": world, "benchmark.per_family": job["per_family"], "campaign.rounds": job["rounds"],
             "campaign.seeds": job["seeds"], "gate.n_boot": job["n_boot"], "campaign.traces_per_round": 0}
     memo = Memo()
@@ -464,13 +483,13 @@ def repetition(job: dict) -> dict:
         for pr in a["proposals"]:
             key = (pr["parent"], pr["cand"])
             if key not in verdicts:
-                m, lo, hi = t_ci(paired(memo, home, truth, *key, truth_items, truth_seeds, turns))
+                m, lo, hi = t_ci(paired(tmemo, home, truth, *key, truth_items, truth_seeds, turns))
                 verdicts[key] = ("helps" if lo > 0 else "harms" if hi < 0 else "neutral", m)
             pr["truth"], pr["truth_delta"] = verdicts[key]
         false = [pr for pr in a["proposals"] if pr["verdict"] == "accept" and pr["truth"] != "helps"]
         truth_of = {pr["cand"]: pr["truth"] for pr in a["proposals"]}
         test = t_ci(paired(memo, home, bench, a["start"], a["champion"], sorted(b.ids("test")), seeds, turns))
-        whole = float(paired(memo, home, truth, a["start"], a["champion"], truth_items, truth_seeds, turns).mean())
+        whole = float(paired(tmemo, home, truth, a["start"], a["champion"], truth_items, truth_seeds, turns).mean())
         rows.append({"world": world, "rep": rep, "arm": arm, "episodes": a["episodes"],
                      "proposals": len(a["proposals"]),
                      "injected_proposed": sum(pr["kind"] != "real" for pr in a["proposals"]),
@@ -518,11 +537,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="retail, one repetition, 6 tasks per family, 2 rounds")
     ap.add_argument("--reps", type=int, default=20, help="seeded repetitions per arm and world (benchmark seeds)")
     ap.add_argument("--worlds", default="retail,airline")
-    ap.add_argument("--per-family", type=int, default=10, help="tasks per family of each repetition's benchmark")
-    ap.add_argument("--truth-per-family", type=int, default=24, help="tasks per family of the truth draw")
+    ap.add_argument("--per-family", type=int, default=8, help="tasks per family of each repetition's benchmark")
+    ap.add_argument("--truth-per-family", type=int, default=12, help="tasks per family of the truth draw")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--n-boot", type=int, default=2000)
+    ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=1, help="repetitions run at once (processes)")
     ap.add_argument("--out", default=None, help="write every row (JSON lines) here as repetitions finish")
     a = ap.parse_args(argv)
