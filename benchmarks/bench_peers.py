@@ -437,7 +437,7 @@ def t_ci(d, z: float = 1.96) -> tuple[float, float, float]:
     return m, m - h, m + h
 
 
-_TRUTH: dict[tuple, tuple[Path, Memo]] = {}  # (world, per_family) -> the truth draw and its episodes, per process
+_TRUTH: dict = {}  # (world, per_family) -> the truth draw and its episodes; "home": the process's home
 
 
 def truth_draw(world: str, per_family: int) -> tuple[Path, Memo]:
@@ -457,8 +457,11 @@ def repetition(job: dict) -> dict:
     """Every arm on one (world, repetition): returns the arm rows with truth attached."""
     from components.env import quiet_offline
 
+    if "home" not in _TRUTH:  # the quiet, offline environment, one home for the process's repetitions
+        _TRUTH["home"] = Path(tempfile.mkdtemp(prefix="peers-home-"))
+        atexit.register(shutil.rmtree, _TRUTH["home"], ignore_errors=True)
+        quiet_offline(_TRUTH["home"])
     home = Path(tempfile.mkdtemp(prefix=f"peers-{job['world']}-{job['rep']}-"))
-    quiet_offline(home / "home")
     from components.params import BenchmarkParams
     from components.runtime.evaluate import benchmark_at
 
