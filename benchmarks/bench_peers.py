@@ -585,7 +585,7 @@ def main(argv: list[str] | None = None) -> None:
             for w in {r["world"] for r in rows}}
     mine = {w: float(sum(r["test_gain"] for r in rows if r["world"] == w and r["arm"] == "ratchet")) for w in best}
     ratio = min((mine[w] / best[w]) if best[w] > 0 else (1.0 if mine[w] >= best[w] else 0.0) for w in best)
-    what = " at the quick size (one repetition: the script runs, not the comparison)" if a.quick else ""
+    what = " at the quick size (one repetition, which shows the script runs, not the comparison)" if a.quick else ""
     print(f"ratio ratchet test gain / best peer's{what}: {ratio:.2f}")
 
 
