@@ -31,6 +31,7 @@ start package on the repetition's own test split (never seen by any arm), every 
 default benchmark mode), stated in the table.
 
     python benchmarks/bench_peers.py [--quick] [--reps N] [--worlds retail,airline] [--jobs 2] [--out FILE]
+    python benchmarks/bench_peers.py --table FILE      # the table of the rows --out wrote (a run still going)
 
 `--quick` (the test's size): retail, one repetition, 6 tasks per family, 2 rounds; its last line is a ratio
 (Ratchet's test gain over the best peer's, or 1.00 when all are equal), like the other benchmarks' quick runs.
@@ -547,7 +548,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=1, help="repetitions run at once (processes)")
     ap.add_argument("--out", default=None, help="write every row (JSON lines) here as repetitions finish")
+    ap.add_argument("--table", default=None, help="print the table of the rows in this file (from --out), run nothing")
     a = ap.parse_args(argv)
+    if a.table:
+        rows = [json.loads(line) for line in open(a.table)]
+        reps = sorted({r["rep"] for r in rows})
+        print("\n".join(table(rows, f"{len(reps)} repetition(s) read from {a.table}")))
+        return
     if a.quick:
         a.reps, a.worlds, a.per_family, a.truth_per_family, a.rounds, a.n_boot = 1, "retail", 6, 6, 2, 1000
     jobs = [{"world": w, "rep": r, "per_family": a.per_family, "truth_per_family": a.truth_per_family,
