@@ -14,6 +14,8 @@ Arms, each from the same start package (`campaign.start`), benchmark draw, simul
            proposer) as `propose_new_texts`; GEPA's own minibatch acceptance (strict improvement of the summed
            minibatch scores), Pareto candidate selection, and `max_metric_calls` = the episodes the ratchet arm spent
            in the same repetition; its best valset candidate is the champion.
+  kse-bare, anypos-bare (`--arms`; not in the default run) the two rules alone, as their systems run them: the same
+           loop with Ratchet's repair screen passing every candidate at once.
 
 One proposer for every arm: the `rules` meta-agent, wrapped so that a seeded share of its proposals (one in three,
 decided by a hash of the repetition, the parent package and the real plan) is replaced by a neutral card (about
@@ -57,6 +59,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 ARMS = ("ratchet", "kse", "anypos", "gepa")
+# the peers' rules alone, as their systems run them: the same loop without Ratchet's repair screen (`--arms`)
+BARE = ("kse-bare", "anypos-bare")
 K_SE = 2.0
 SHARE = 1 / 3  # proposals replaced: half of them neutral, half harmful
 TRUTH_SEED = 100_000  # the truth draw's benchmark seed (the repetitions' draws are seeds 0, 1, ...)
@@ -208,6 +212,17 @@ def injected_plan(rep: int, props: Proposals, plan_fn):
 
 # -- the arms in Ratchet's loop -------------------------------------------------------------------------------------------
 
+def no_screen(base, cand, material, alpha, design, items, seeds):
+    """A repair_look step that passes every candidate at its first look (the peers have no repair screen)."""
+    import pandas as pd
+
+    from components.evolution.gate import RepairResult
+
+    return (RepairResult(True, 0, 0, 0.0, 0.0, 0, "no repair screen (a peer's rule alone)"),
+            pd.DataFrame(columns=["item_id", "base", "cand", "d"]),
+            {"looks": 1, "looks_used": 1, "stopped_early": False, "why": "no screen"})
+
+
 def peer_gate(rule: str):
     """A gate_look step deciding on the whole dev evaluation (every look's cells) with a peer's rule."""
     import numpy as np
@@ -221,7 +236,7 @@ def peer_gate(rule: str):
         d = per["d"].to_numpy(dtype=float)
         n, net = len(d), float(d.mean())
         se = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
-        if rule == "kse":
+        if rule.startswith("kse"):
             accept = net > K_SE * se if se > 0 else net > 0
             why = f"net {net:+.4f} vs {K_SE:g} x SE {se:.4f} (t = {net / se if se else float('inf'):+.2f}, df {n - 1})"
         else:
@@ -285,7 +300,8 @@ def loop_arm(arm: str, rep: int, bench: Path, home: Path, memo: Memo, over: dict
 
     steps = dataclasses.replace(plain_steps(1), evaluate=evaluate, causes=causes, validate=validate, patch=patch,
                                 plan=injected_plan(rep, props, plan_stage.fn),
-                                **({"gate_look": peer_gate(arm)} if arm != "ratchet" else {}))
+                                **({"gate_look": peer_gate(arm)} if arm != "ratchet" else {}),
+                                **({"repair_look": no_screen} if arm.endswith("-bare") else {}))
     keep = home / "packages" / start.digest
     if not keep.exists():
         shutil.copytree(start.path, keep)
@@ -475,9 +491,13 @@ def repetition(job: dict) -> dict:
             "campaign.seeds": job["seeds"], "gate.n_boot": job["n_boot"], "campaign.traces_per_round": 0}
     memo = Memo()
     arms = {}
-    for arm in ("ratchet", "kse", "anypos"):
-        arms[arm] = loop_arm(arm, rep, bench, home, memo, over)
-    arms["gepa"] = gepa_arm(rep, bench, home, memo, over, budget=arms["ratchet"]["episodes"])
+    for arm in ("ratchet", "kse", "anypos", *BARE):
+        if arm in job["arms"]:
+            arms[arm] = loop_arm(arm, rep, bench, home, memo, over)
+    if "gepa" in job["arms"]:
+        budget = arms["ratchet"]["episodes"] if "ratchet" in arms else loop_arm("ratchet", rep, bench, home, memo,
+                                                                              over)["episodes"]
+        arms["gepa"] = gepa_arm(rep, bench, home, memo, over, budget=budget)
     b, tb = benchmark_at(bench), benchmark_at(truth)
     seeds, turns = list(range(job["seeds"])), 40
     truth_items, truth_seeds = sorted(tb.ids("train") + tb.ids("dev") + tb.ids("test")), [0, 1]
@@ -519,7 +539,7 @@ def table(rows: list[dict], size: str) -> list[str]:
            "| campaigns with a false promotion | false in champion | test regressions |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for world in sorted({r["world"] for r in rows}):
-        for arm in ARMS:
+        for arm in ARMS + BARE:
             rs = [r for r in rows if r["world"] == world and r["arm"] == arm]
             if not rs:
                 continue
@@ -548,6 +568,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=1, help="repetitions run at once (processes)")
     ap.add_argument("--out", default=None, help="write every row (JSON lines) here as repetitions finish")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"a subset of {', '.join(ARMS + BARE)}")
     ap.add_argument("--table", default=None, help="print the table of the rows in this file (from --out), run nothing")
     a = ap.parse_args(argv)
     if a.table:
@@ -557,8 +578,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     if a.quick:
         a.reps, a.worlds, a.per_family, a.truth_per_family, a.rounds, a.n_boot = 1, "retail", 6, 6, 2, 1000
+    arms = a.arms.split(",")
+    if set(arms) - set(ARMS + BARE):
+        ap.error(f"--arms: {', '.join(sorted(set(arms) - set(ARMS + BARE)))}: not an arm")
     jobs = [{"world": w, "rep": r, "per_family": a.per_family, "truth_per_family": a.truth_per_family,
-             "rounds": a.rounds, "seeds": a.seeds, "n_boot": a.n_boot}
+             "rounds": a.rounds, "seeds": a.seeds, "n_boot": a.n_boot, "arms": arms}
             for r in range(a.reps) for w in a.worlds.split(",")]
     size = (f"{a.reps} repetition(s) per arm and world (benchmark seeds 0..{a.reps - 1}), {a.per_family} tasks per "
             f"family, {a.seeds} seeds, {a.rounds} rounds declared; truth draw {a.truth_per_family} tasks per family x 2 "
@@ -588,7 +612,10 @@ def main(argv: list[str] | None = None) -> None:
     for line in table(rows, size):
         print(line)
     print(f"  {time.perf_counter() - t0:.0f} s wall")
-    best = {w: max(float(sum(r["test_gain"] for r in rows if r["world"] == w and r["arm"] == arm)) for arm in ARMS[1:])
+    peers = [x for x in arms if x != "ratchet"]
+    if "ratchet" not in arms or not peers:
+        return
+    best = {w: max(float(sum(r["test_gain"] for r in rows if r["world"] == w and r["arm"] == arm)) for arm in peers)
             for w in {r["world"] for r in rows}}
     mine = {w: float(sum(r["test_gain"] for r in rows if r["world"] == w and r["arm"] == "ratchet")) for w in best}
     ratio = min((mine[w] / best[w]) if best[w] > 0 else (1.0 if mine[w] >= best[w] else 0.0) for w in best)
