@@ -140,3 +140,22 @@ def test_the_memo_runs_an_episode_once_and_gives_the_same_tables(peers, bench_di
     s = first.scores
     pd.testing.assert_frame_equal(again.scores.reset_index(drop=True),
                                   s[s["item_id"].isin(items[:2]) & (s["seed"] == 1)].reset_index(drop=True))
+
+
+def test_an_unknown_arm_is_refused_before_any_work(peers, capsys):
+    with pytest.raises(SystemExit) as e:
+        peers.main(["--quick", "--arms", "ratchet,opro"])
+    assert e.value.code == 2
+    assert "--arms: opro: not an arm" in capsys.readouterr().err
+
+
+def test_the_table_counts_campaigns_with_a_false_promotion(peers):
+    rows = [{"world": "retail", "arm": "ratchet", "rep": r, "episodes": 100, "promotions": 1,
+             "false_promotions": int(r == 0), "false_in_champion": 0, "test_gain": g, "test_regression": g < 0,
+             "truth_gain": 0.01} for r, g in enumerate([0.02, -0.01, 0.03])]
+    line = [x for x in peers.table(rows, "size") if x.startswith("| retail | ratchet |")][0]
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    m, lo, hi = np.mean([0.02, -0.01, 0.03]), *stats.t.interval(0.95, 2, loc=np.mean([0.02, -0.01, 0.03]),
+                                                                scale=stats.sem([0.02, -0.01, 0.03]))
+    assert cells[2] == f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+    assert cells[6] == "0.33" and cells[7] == "1/3" and cells[9] == "1/3"
