@@ -536,8 +536,8 @@ def table(rows: list[dict], size: str) -> list[str]:
 
     out = [f"receipts: silent; {size}",
            "| world | arm | test gain [95% CI] | truth-draw gain | episodes | promotions | false promotions "
-           "| campaigns with a false promotion | false in champion | test regressions |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "| campaigns with a false promotion | false in champion | test regressions | injected: proposed / accepted |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for world in sorted({r["world"] for r in rows}):
         for arm in ARMS + BARE:
             rs = [r for r in rows if r["world"] == world and r["arm"] == arm]
@@ -552,7 +552,8 @@ def table(rows: list[dict], size: str) -> list[str]:
                        f"| {np.mean([r['false_promotions'] for r in rs]):.2f} "
                        f"| {sum(r['false_promotions'] > 0 for r in rs)}/{n} "
                        f"| {np.mean([r['false_in_champion'] for r in rs]):.2f} "
-                       f"| {sum(r['test_regression'] for r in rs)}/{n} |")
+                       f"| {sum(r['test_regression'] for r in rs)}/{n} "
+                       f"| {sum(r.get('injected_proposed', 0) for r in rs)} / {sum(r.get('false_injected', 0) for r in rs)} |")
     return out
 
 
