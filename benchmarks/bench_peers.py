@@ -536,7 +536,7 @@ def table(rows: list[dict], size: str) -> list[str]:
 
     out = [f"receipts: silent; {size}",
            "| world | arm | test gain [95% CI] | truth-draw gain | episodes | promotions | false promotions "
-           "| campaigns with a false promotion | false in champion | test regressions | injected: proposed / accepted |",
+           "| campaigns with a false promotion | false in champion | test regressions | injected cards: proposed / falsely promoted |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for world in sorted({r["world"] for r in rows}):
         for arm in ARMS + BARE:
