@@ -192,8 +192,10 @@ def injected_plan(rep: int, props: Proposals, plan_fn):
     from components.evolution.meta import PlanOutcome
     from components.memory.package import digest
 
-    def plan(diagnosis, train, package, bench, corpus, rejected, meta_agent, meta_cfg, budget=None, memory=None):
-        out = plan_fn(diagnosis, train, package, bench, corpus, rejected, meta_agent, meta_cfg, budget, memory=memory)
+    def plan(diagnosis, train, package, bench, corpus, rejected, meta_agent, meta_cfg, budget=None, memory=None,
+             **kw):
+        out = plan_fn(diagnosis, train, package, bench, corpus, rejected, meta_agent, meta_cfg, budget, memory=memory,
+                      **kw)
         if out.plan is None or out.failure:
             return out
         kind = decision(rep, digest(package), out.plan.key())
@@ -256,6 +258,7 @@ def loop_arm(arm: str, rep: int, bench: Path, home: Path, memo: Memo, over: dict
     from components.evolution.lineage import Lineage
     from components.memory.package import digest
     from components.params import load_params
+    from components.codes import Verdict
     from flows.campaign import plain_steps, run_round
     from flows.tasks import plan_stage, validate_stage
 
@@ -309,9 +312,8 @@ def loop_arm(arm: str, rep: int, bench: Path, home: Path, memo: Memo, over: dict
         current.clear()
         rec = run_round(r, p, None, steps)
         if current:
-            props.rows.append({**current, "round": r, "verdict": rec["verdict"],
-                               "reason": rec.get("reason", "")})
-        if rec["verdict"] in ("no_plan", "rejected_plan"):
+            props.rows.append({**current, "round": r, "verdict": str(rec.verdict), "reason": rec.reason or ""})
+        if rec.verdict in (Verdict.NO_PLAN, Verdict.REJECTED_PLAN):
             break
     champ = lineage.champion()
     chain = [x["cand"] for x in props.rows if x["verdict"] == "accept"]
