@@ -22,7 +22,6 @@ from typer._click import exceptions as click
 
 from components.defaults import MAX_TURNS, SPLIT_SHARES
 from components.env import quiet_offline
-from components.evolution.gate import GateConfig
 from components.errors import InputError, Unavailable
 # the gate command's defaults are GateConfig's (this import is light: numpy and pandas load on first use)
 from components.evolution.gate import MIN_BOOT, GateConfig
@@ -389,7 +388,6 @@ def _read_scores(path: Path, name: str):
     return read_scores(path, name)
 
 
-_GATE = GateConfig()  # the defaults' one home; `ratchet gate` as typed runs in flows/entry.py, without typer
 
 
 @app.command("gate")
