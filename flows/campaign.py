@@ -809,9 +809,11 @@ def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict,
     cand = ev(champion, "test champion", split="test")
     paired_contract(base.scores, cand.scores, "test certification")
     verdict, _ = gate(base.scores, cand.scores, p.gate.config())
+    figures = verdict.as_dict()  # as files spell it (a refusal's dropped_errors: -1)
     test = {"base_mean": verdict.base_mean, "champion_mean": verdict.cand_mean, "net": verdict.net,
             "ci_lo": verdict.ci_lo, "ci_hi": verdict.ci_hi, "n_items": verdict.n_items,
-            "n_improved": verdict.n_improved, "n_regressed": verdict.n_regressed, "dropped_errors": verdict.dropped_errors}
+            "n_improved": verdict.n_improved, "n_regressed": verdict.n_regressed,
+            "dropped_errors": figures["dropped_errors"]}
     if verdict.n_items >= 2:  # beside the certification: the smallest effect this test split could have shown
         var = power_components(base.scores, cand.scores)
         trials = int(base.scores["seed"].nunique())

@@ -283,6 +283,7 @@ def test_too_many_errored_pairs_refuse(n_errored, ok):
             pair(b, c, cfg.max_error_share)
         verdict, per = gate(b, c, cfg)  # ... and the gate turns that into a rejection that keeps the parent
         assert not verdict.accept and "3 of 10" in verdict.reason and per.empty
+        assert verdict.refused and verdict.dropped_errors is None and verdict.as_dict()["dropped_errors"] == -1
 
 
 def test_every_pair_errored_is_refused():

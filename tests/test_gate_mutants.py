@@ -377,11 +377,12 @@ def test_decide_reasons_of_each_veto_in_order():
 def test_gate_refusal_is_a_reject_with_an_empty_table():
     b, c = arms({f"i{k}": [0.3] for k in range(6)}, errors={("cand", f"i{k}", 0): "x" for k in range(3)})
     res, p = g.gate(b, c, GateConfig(n_boot=1000))
-    assert not res.accept and res.dropped_errors == -1 and res.n_items == 0
+    assert not res.accept and res.refused and res.dropped_errors is None and res.n_items == 0
+    assert res.as_dict()["dropped_errors"] == -1 and g.GateResult.from_dict(res.as_dict()) == res  # as files spell it
     assert res.reason == "refused: 3 of 6 (item, seed) pairs errored in one arm or both: too many to compare"
     assert p.empty and list(p.columns) == ["item_id", "base", "cand", "d"]
     res, p = g.gate(b, c, GateConfig(n_boot=1000, max_error_share=0.5, min_items=3))
-    assert res.accept and res.dropped_errors == 3 and len(p) == 3
+    assert res.accept and not res.refused and res.dropped_errors == 3 and len(p) == 3
 
 
 def test_repair_screen_needs_more_repaired_than_broken_and_a_positive_mean():
@@ -598,7 +599,7 @@ def test_sequential_gate_figures_and_refusal():
     errs = {("cand", i, 0): "x" for i in items[:6]}
     b, c = arms(d, base=0.4, errors=errs)
     res, p, rec = g.sequential_gate(b, c, cfg, design, items, seeds)
-    assert not res.accept and res.dropped_errors == -1 and res.reason.startswith("refused: 6 of 10")
+    assert not res.accept and res.refused and res.reason.startswith("refused: 6 of 10")
     assert rec["looks_used"] == 1 and rec["stopped_early"] is True and rec["why"] == res.reason and p.empty
     # a mechanism that fired only by look 2 is read per look
     b, c = arms({i: [0.3, 0.3] for i in items}, base=0.4)

@@ -120,6 +120,9 @@ class GateConfig:
             raise InputError(f"gate: min_items: {self.min_items} must be at least 2")
 
 
+REFUSED_DROPPED = -1  # how files spell a refusal's dropped_errors (GateResult.dropped_errors is None)
+
+
 @dataclass(frozen=True)
 class GateResult:
     accept: bool
@@ -132,10 +135,27 @@ class GateResult:
     reason: str
     base_mean: float = 0.0
     cand_mean: float = 0.0
-    dropped_errors: int = 0
+    # (item, seed) pairs dropped because an arm errored; None: the gate refused, too many errored to compare anything
+    dropped_errors: int | None = 0
+
+    @property
+    def refused(self) -> bool:
+        return self.dropped_errors is None
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The verdict as gate.json, round.json, the lineage and MLflow have it (a refusal's dropped_errors: -1)."""
+        d = asdict(self)
+        if self.refused:
+            d["dropped_errors"] = REFUSED_DROPPED
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GateResult:
+        """A verdict as `as_dict` wrote it (keys it does not know, from another Ratchet, are left out)."""
+        kept = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        if kept.get("dropped_errors") == REFUSED_DROPPED:
+            kept["dropped_errors"] = None
+        return cls(**kept)
 
 
 def _check_arm(df: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -347,7 +367,7 @@ def gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = GateConfig(),
     try:
         per, dropped = pair(base, cand, cfg.max_error_share, cfg.min_items)
     except TooManyErrors as e:
-        return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=-1), \
+        return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=None), \
             pd.DataFrame(columns=["item_id", "base", "cand", "d"])
     return decide(per, cfg, mechanism_fired=mechanism_fired, leakage=leakage, dropped_errors=dropped), per
 
@@ -364,6 +384,11 @@ class RepairResult:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RepairResult:
+        """A screen's result as `as_dict` wrote it (keys it does not know, from another Ratchet, are left out)."""
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 def repair_screen(base: pd.DataFrame, cand: pd.DataFrame, material: float = 0.05) -> tuple[RepairResult, pd.DataFrame]:  # noqa: E501
@@ -574,7 +599,7 @@ def sequential_gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig, des
                                 cfg.min_items)
         except TooManyErrors as e:
             record.update(looks_used=g, stopped_early=g < len(groups), why=f"refused: {e}")
-            return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=-1), \
+            return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=None), \
                 pd.DataFrame(columns=["item_id", "base", "cand", "d"]), record
         d = per["d"].to_numpy(dtype=float)
         fired = True if fired_by_look is None else bool(fired_by_look[min(g, len(fired_by_look)) - 1])

@@ -157,7 +157,7 @@ def gate_command(base: Path, cand: Path, as_json: bool = False, **options) -> tu
         raise
     except Exception as e:  # a crash must never read as REJECT (exit 1)
         return 3, f"internal error: {type(e).__name__}: {e}"
-    if verdict.dropped_errors < 0:  # too many errored pairs: nothing was compared
+    if verdict.refused:  # too many errored pairs: nothing was compared
         raise InputError(f"{base} vs {cand}: {verdict.reason}")
     if as_json:
         import json
