@@ -38,3 +38,32 @@ def test_the_threaded_path_draws_the_same_distribution_as_the_serial_one(d, monk
     assert threaded.std() == pytest.approx(se, rel=0.06)
     for q in (0.025, 0.975):
         assert np.quantile(threaded, q) == pytest.approx(np.quantile(serial, q), abs=0.25 * se)
+
+
+@pytest.mark.parametrize("chunk,n_boot", [(25, 7), (5, 3)])  # 2 resamples a chunk (the last one short); 1 a chunk
+def test_the_threaded_path_is_each_chunks_own_spawned_draw(monkeypatch, chunk, n_boot):
+    """What the docstring promises, draw for draw: chunk k of the resamples is drawn by the k-th generator spawned
+    from the seed, item values gathered as float32 and averaged in float64."""
+    d = np.random.default_rng(5).normal(0.0, 1.0, 10)
+    monkeypatch.setattr(gate_mod, "_PAR_MIN_DRAWS", 0)
+    monkeypatch.setattr(gate_mod, "_PAR_CHUNK", chunk)
+    got = boot_means(d, n_boot, seed=11)
+    step = max(1, chunk // len(d))
+    starts = list(range(0, n_boot, step))
+    want = []
+    for k, seq in enumerate(np.random.SeedSequence(11).spawn(len(starts))):
+        idx = np.random.default_rng(seq).integers(0, len(d), size=(min(step, n_boot - starts[k]), len(d)))
+        want.extend(np.take(d.astype(np.float32), idx).sum(axis=1, dtype=np.float64) / len(d))
+    assert got.shape == (n_boot,) and got.tolist() == want
+
+
+def test_the_threaded_path_starts_above_its_threshold_of_draws(monkeypatch):
+    d = np.random.default_rng(5).normal(0.0, 1.0, 10)
+    serial = boot_means(d, 7, seed=11)  # 70 draws: far below the threshold
+    monkeypatch.setattr(gate_mod, "_PAR_CHUNK", 25)
+    monkeypatch.setattr(gate_mod, "_PAR_MIN_DRAWS", 70)  # exactly n x n_boot: not above it, still serial
+    assert boot_means(d, 7, seed=11).tolist() == serial.tolist()
+    monkeypatch.setattr(gate_mod, "_PAR_MIN_DRAWS", 69)
+    threaded = boot_means(d, 7, seed=11)
+    monkeypatch.setattr(gate_mod, "_PAR_MIN_DRAWS", 0)
+    assert threaded.tolist() == boot_means(d, 7, seed=11).tolist() != serial.tolist()
