@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 
-from components.evolution.gate import GateConfig, decide, pair, sequential_decide  # noqa: E402
+from components.evolution.gate import decide, pair, sequential_decide  # noqa: E402
+from components.evolution.report import history  # noqa: E402
 
 
 def replay(campaign: Path, looks: int, spending: str, shuffle: bool = True) -> dict:
@@ -42,15 +43,15 @@ def replay(campaign: Path, looks: int, spending: str, shuffle: bool = True) -> d
     shard = int(summary["params"]["campaign"]["shard_size"])
     total_calls = int(summary["budget"]["evidence_cost"]["model_calls"])
     rows = []
-    for rec in summary["history"]:
-        if not rec.get("dev_look") and "evaluation" not in rec:
+    for rec in history(summary):
+        if rec.evaluation is None:  # not gated
             continue
-        rd = Path(rec["round_dir"])
+        rd = Path(rec.round_dir)
         if not rd.is_absolute() and not rd.exists():
             rd = campaign / "rounds" / rd.name
         b = pd.read_csv(rd / "dev_base.csv", dtype={"item_id": str})
         c = pd.read_csv(rd / "dev_cand.csv", dtype={"item_id": str})
-        cfg = GateConfig(**rec["evaluation"]["gate"])
+        cfg = rec.evaluation.gate
         per, _ = pair(b, c, cfg.max_error_share, cfg.min_items)
         full = decide(per, cfg)  # the gate as the round ran it (items in pair()'s order)
         order = list(dict.fromkeys(b["item_id"]))  # the dev ids as the shards ran them (grouped by kind)
@@ -66,7 +67,7 @@ def replay(campaign: Path, looks: int, spending: str, shuffle: bool = True) -> d
         seen = set(order[:seq.n_seen])
         calls = int(b["model_calls"].sum() + c["model_calls"].sum())
         used = int(b.loc[b["item_id"].isin(seen), "model_calls"].sum() + c.loc[c["item_id"].isin(seen), "model_calls"].sum())
-        rows.append({"round": rec["round"], "recorded": rec["verdict"], "full": "accept" if full.accept else "reject",
+        rows.append({"round": rec.round, "recorded": str(rec.verdict), "full": "accept" if full.accept else "reject",
                      "sequential": "accept" if seq.accept else "reject", "look": f"{seq.look}/{seq.n_looks}",
                      "items": f"{seq.n_seen}/{seq.n_items}", "dev_calls": calls, "saved": calls - used,
                      "net": full.net, "ci_lo": full.ci_lo})
@@ -93,10 +94,10 @@ def compare(on: Path, off: Path) -> dict:
             for k, c in (("on", on), ("off", off))}
     by_round = {}
     for k, s in (("on", s_on), ("off", s_off)):
-        for r in s["history"]:
-            seq = (r.get("sequential") or {}).get("gate") or {}
-            by_round.setdefault(r["round"], {})[k] = {"verdict": r["verdict"], "plan": r.get("plan_key", "-"),
-                                                      "looks": f"{seq.get('looks_used', '-')}/{seq.get('looks', '-')}"}
+        for r in history(s):
+            seq = r.sequential.gate if r.sequential is not None else None
+            by_round.setdefault(r.round, {})[k] = {"verdict": str(r.verdict), "plan": r.plan_key or "-",
+                                                   "looks": f"{seq.looks_used}/{seq.looks}" if seq else "-/-"}
     same = all(v.get("on", {}).get("verdict") == v.get("off", {}).get("verdict")
                and v.get("on", {}).get("plan") == v.get("off", {}).get("plan") for v in by_round.values())
     return {"paid": paid, "rounds": by_round, "same": same, "test": (s_on["test"], s_off["test"]),

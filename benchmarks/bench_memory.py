@@ -79,17 +79,19 @@ def run(name: str, bench: Path, start: Path, db: Path, memory: bool, size: dict)
 def rounds(c: dict) -> list[dict]:
     """Per round: plan key, verdict, model calls, the champion's dev mean after it."""
     out, champ = [], None
-    for rec in c["summary"]["history"]:
-        rd = c["out"] / rec["round_dir"]
+    from components.evolution.report import history
+
+    for rec in history(c["summary"]):
+        rd = c["out"] / rec.round_dir
         evals = json.loads((rd / "evals.json").read_text()) if (rd / "evals.json").exists() else []
-        g = rec.get("gate") or {}
-        if g:
-            champ = g["cand_mean"] if rec["verdict"] == "accept" else g["base_mean"]
+        if rec.gate:
+            champ = rec.gate.cand_mean if rec.accepted else rec.gate.base_mean
         mem = json.loads((rd / "memory.json").read_text()) if (rd / "memory.json").exists() else {}
-        out.append({"plan_key": rec.get("plan_key"), "verdict": rec["verdict"], "champion_dev": champ,
+        key = rec.plan_key or ""
+        out.append({"plan_key": rec.plan_key, "verdict": str(rec.verdict), "champion_dev": champ,
                     "calls": sum(e["summary"]["model_calls"] for e in evals), "projection": mem.get("chars", 0),
-                    "revocation": bool((mem.get("revocations") or {}).get(rec.get("plan_key", ""))),
-                    "reused": bool((mem.get("reused") or {}).get(rec.get("plan_key", ""))) or _helped(rd, mem)})
+                    "revocation": bool((mem.get("revocations") or {}).get(key)),
+                    "reused": bool((mem.get("reused") or {}).get(key)) or _helped(rd, mem)})
     return out
 
 

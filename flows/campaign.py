@@ -455,7 +455,7 @@ def dev_gate(r: Round, plan: Plan, cand: Candidate, validation: Validation) -> G
 def gate_figures(r: Round, plan: Plan, cand: Candidate, validation: Validation, repair: Repair, gate: Gate) -> dict:
     """What a gated round records, accepted or not."""
     c, ev, design = r.c, r.ev, r.p.gate.sequential.design()
-    return {"repair": repair.result.as_dict(), "gate": gate.result.as_dict(), "dev_look": gate.look,
+    return {"repair": repair.result, "gate": gate.result, "dev_look": gate.look,
             "validation": validation.checks, "sequential": {"repair": repair.sequential, "gate": gate.sequential},
             **cand.digests, "mechanism": plan.mechanism, "seed_map_hash": seed_map_hash(r.bench.ids("dev"), ev.seeds),
             # what `ratchet reproduce` needs to re-run this gate on the same bytes (and the same looks)
@@ -510,7 +510,7 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
                       **cand.digests)
     repair = repair_screen(r, plan, cand, train)
     if not repair.result.ok:
-        return reject(r, f"repair screen: {repair.result.reason}", plan, repair=repair.result.as_dict(),
+        return reject(r, f"repair screen: {repair.result.reason}", plan, repair=repair.result,
                       sequential={"repair": repair.sequential}, **cand.digests)
     gate = dev_gate(r, plan, cand, validation)
     figures = gate_figures(r, plan, cand, validation, repair, gate)
@@ -857,10 +857,10 @@ def _say(rec: RoundRecord) -> None:
 
     from components.evolution.report import ci_level
 
-    g = rec.gate_figures
+    g = rec.gate
     level = ci_level(rec) if g else None
-    fig = (f" net {g['net']:+.3f} {'' if level is None else f'{100 * level:.4g}% '}CI [{g['ci_lo']:+.3f}, "
-           f"{g['ci_hi']:+.3f}]") if g else ""
+    fig = (f" net {g.net:+.3f} {'' if level is None else f'{100 * level:.4g}% '}CI [{g.ci_lo:+.3f}, "
+           f"{g.ci_hi:+.3f}]") if g else ""
     line = f"round {rec.round}: {rec.verdict:<7} {rec.summary or rec.reason}{fig}"
     console.print(line, highlight=False, markup=False)
     try:  # the campaign flow run's log in Prefect's API (and dashboard) has the same line

@@ -698,7 +698,7 @@ def reproduce_cmd(
     if not version and not run_id:
         raise InputError("--version or --run-id: one is required")
     where, rec = find_round(campaign, version, run_id)
-    err.print(f"reproducing {rec.child['version']} (round {rec.round}): {rec.summary or ''}", highlight=False)
+    err.print(f"reproducing {rec.child.version} (round {rec.round}): {rec.summary or ''}", highlight=False)
     r = reproduce(where, rec)
     if as_json:
         out.print(json.dumps({"version": r.version, "round": r.round, "identical": r.identical,

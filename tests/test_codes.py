@@ -37,6 +37,22 @@ def test_a_plan_holds_its_owner_as_the_enum_and_refuses_others_naming_the_string
         parse_plan({**PLAN, "owner": "none"})
 
 
+# a stage's figures as the flow writes them (GateResult.as_dict(), ...): ints stay ints, a refusal's dropped_errors -1
+GATE = {"accept": True, "net": 0.1, "ci_lo": 0.01, "ci_hi": 0.2, "n_items": 40, "n_improved": 6, "n_regressed": 1,
+        "reason": "net +0.1000", "base_mean": 0.5, "cand_mean": 0.6, "dropped_errors": 0}
+REFUSED = {**GATE, "accept": False, "net": 0.0, "ci_lo": 0.0, "ci_hi": 0.0, "n_items": 0, "n_improved": 0,
+           "n_regressed": 0, "reason": "refused: 6 of 10", "base_mean": 0.0, "cand_mean": 0.0, "dropped_errors": -1}
+REPAIR = {"ok": False, "repaired": 0, "broken": 1, "base_mean": 0.5, "cand_mean": 0.25, "n_items": 4,
+          "reason": "repaired 0"}
+SEQ_GATE = {"looks": 2, "spending": "pocock", "by": "seeds", "looks_used": 1, "stopped_early": True, "why": "early",
+            "per_look": [{"look": 1, "n_looks": 2, "n_items": 40, "level": 0.0123, "lo": 0.01, "hi": 0.2, "net": 0.1,
+                          "regressed": 1}]}
+EVALUATION = {"benchmark": "data/benchmarks/retail", "split": "dev", "seeds": [0, 1], "model": "sim",
+              "model_cfg": {"skill": 0.7}, "max_turns": 40,
+              "gate": {"alpha": 0.0045, "n_boot": 10000, "seed": 0, "reg_cap": 2, "material": 0.05,
+                       "max_error_share": 0.25, "min_items": 5, "campaign_alpha": 0.05, "reg_share": 0.0},
+              "sequential": {"looks": 2, "spending": "pocock", "by": "seeds", "looks_used": 1}}
+
 RECORDS = [  # one of every shape a round's record has, as the flow wrote them when they were dicts
     {"round": 3, "round_dir": "rounds/r03", "champion_before": "M1", "reason": "no patchable cluster left",
      "verdict": "no_plan"},
@@ -45,10 +61,15 @@ RECORDS = [  # one of every shape a round's record has, as the flow wrote them w
     {"round": 1, "round_dir": "rounds/r01", "champion_before": "M0", "validation": {"schema": "ok", "lint": "bad"},
      "candidate_digest": "c" * 64, "benchmark_digest": "b" * 64, "reason": "invalid: lint: bad", "verdict": "reject",
      "plan_key": "k1", "owner": "W", "summary": "W: board", "parent": {"version": "M0", "digest": "d"}, "child": None},
-    {"round": 4, "round_dir": "rounds/r04", "champion_before": "M1", "gate": {"net": 0.1, "accept": True},
-     "dev_look": {"look": 1, "alpha": 0.0045}, "sequential": {"repair": None, "gate": {"looks_used": 1}},
+    {"round": 4, "round_dir": "rounds/r04", "champion_before": "M1", "gate": GATE,
+     "dev_look": {"look": 1, "alpha": 0.0045}, "sequential": {"repair": None, "gate": SEQ_GATE},
      "reason": "ok", "verdict": "accept", "version": "M2", "plan_key": "k2", "owner": "E", "summary": "E: card",
-     "mechanism": "deliver:x@", "evaluation": {"seeds": [0, 1]}},
+     "mechanism": "deliver:x@", "evaluation": EVALUATION},
+    {"round": 5, "round_dir": "rounds/r05", "champion_before": "M2", "repair": REPAIR,
+     "sequential": {"repair": {"looks": 1, "looks_used": 1, "stopped_early": False, "why": "full screen"}},
+     "reason": "repair screen: repaired 0", "verdict": "reject", "plan_key": "k3", "owner": "rho", "summary": "rho",
+     "candidate_digest": "c" * 64, "benchmark_digest": "b" * 64, "parent": {"version": "M2", "digest": "e"},
+     "child": None, "from_an_older_ratchet": {"kept": True}},
 ]
 
 
@@ -59,6 +80,41 @@ def test_a_round_record_writes_the_bytes_its_dict_did(rec):
     assert json.dumps(typed.dump(), sort_keys=True) == json.dumps(rec, sort_keys=True)  # the lineage
     assert typed.accepted == (rec["verdict"] == "accept")
     assert typed.stops_campaign == (rec["verdict"] in ("no_plan", "rejected_plan"))
+
+
+def test_a_round_records_stage_results_are_typed_and_read_back_as_written():
+    from components.evolution.gate import GateConfig, GateResult, RepairResult
+    from components.evolution.record import Evaluation, Looks, StageLooks, VersionRef
+
+    rec = RoundRecord.of(RECORDS[3])
+    assert isinstance(rec.gate, GateResult) and rec.gate.ci_lo == 0.01 and rec.gate.n_items == 40
+    assert isinstance(rec.evaluation.gate, GateConfig) and rec.evaluation.gate.alpha == 0.0045
+    assert rec.evaluation.sequential.looks_used == 1 and rec.sequential.gate.per_look[0]["level"] == 0.0123
+    assert rec.sequential.stages() == {"repair": None, "gate": rec.sequential.gate}
+    assert RoundRecord.of(RECORDS[4]).repair == RepairResult(**REPAIR) and RoundRecord.of(RECORDS[4]).child is None
+    assert RoundRecord.of(RECORDS[4]).champion_after == VersionRef(version="M2", digest="e")
+    # each nested model reads back what it wrote, to the byte
+    for model, data in ((Looks, SEQ_GATE), (StageLooks, RECORDS[4]["sequential"]), (Evaluation, EVALUATION),
+                        (VersionRef, {"version": "M1", "digest": "d"})):
+        assert dumps(model.model_validate(data).model_dump(exclude_unset=True)) == dumps(data)
+    for data in (GATE, REFUSED):
+        held = RoundRecord.of({**RECORDS[3], "gate": data})
+        assert dumps(held.dump()["gate"]) == dumps(data) == dumps(GateResult.from_dict(data).as_dict())
+    assert RoundRecord.of({**RECORDS[3], "gate": REFUSED}).gate.refused  # -1 in the file, None held
+    assert dumps(RepairResult.from_dict(REPAIR).as_dict()) == dumps(REPAIR)
+    # a typed record built from the stages' own results writes what the dicts did
+    built = RoundRecord(**{**RECORDS[3], "gate": GateResult.from_dict(GATE),
+                           "evaluation": {**EVALUATION, "gate": GateConfig(**EVALUATION["gate"])}})
+    assert dumps(built.dump()) == dumps(RECORDS[3])
+
+
+def test_a_damaged_stage_result_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match=r"gate\n.*missing 1 required positional argument: 'reason'"):
+        RoundRecord.of({**RECORDS[3], "gate": {k: v for k, v in GATE.items() if k != "reason"}})
+    with pytest.raises(ValueError, match=r"evaluation\.gate\n.*n_boot"):
+        RoundRecord.of({**RECORDS[3], "evaluation": {**EVALUATION, "gate": {**EVALUATION["gate"], "n_boot": 3}}})
+    with pytest.raises(ValueError, match=r"repair\n.*expected a RepairResult mapping"):
+        RoundRecord.of({**RECORDS[4], "repair": [1, 2]})
 
 
 def test_a_round_record_refuses_an_unknown_verdict_or_owner():

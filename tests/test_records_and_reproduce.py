@@ -374,3 +374,25 @@ def test_report_writes_tables_and_offline_images(small_campaign, capsys, tmp_pat
     code, out, err = cli(capsys, "report", "--campaign", str(small_campaign.out), "--out", str(tmp_path / "r"))
     assert code == 0, err
     assert files() == first_bytes
+
+
+def test_the_typed_round_record_writes_what_the_campaign_wrote(campaign):
+    """Every round of the campaign, read typed from the lineage, round.json and summary.json, writes back the same
+    bytes (the stages' results held as GateResult, RepairResult, looks and the evaluation)."""
+    from components.evolution.gate import GateResult, RepairResult
+    from components.evolution.record import RoundRecord
+    from components.io import dumps
+
+    out, s = campaign
+    lines = [json.loads(x) for x in (out / "lineage" / "lineage.jsonl").read_text().splitlines() if x.strip()]
+    rounds = [x for x in lines if x["round"] > 0]
+    assert len(rounds) == s["rounds"] and any("gate" in x for x in rounds) and any("repair" in x for x in rounds)
+    for x in rounds:
+        rec = RoundRecord.of(x)
+        assert json.dumps(rec.dump(), sort_keys=True) == json.dumps(x, sort_keys=True)  # the lineage's line
+        assert rec.gate is None or isinstance(rec.gate, GateResult)
+        assert rec.repair is None or isinstance(rec.repair, RepairResult)
+        text = (out / rec.round_dir / "round.json").read_text()
+        assert dumps(RoundRecord.of(json.loads(text)).dump()) == text  # round.json, byte for byte
+    assert [json.dumps(RoundRecord.of(h).dump(), sort_keys=True) for h in s["history"]] == \
+        [json.dumps(h, sort_keys=True) for h in s["history"]]

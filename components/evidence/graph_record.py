@@ -130,12 +130,12 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: RoundRecord | dict, mod
     plan = _read(rd / "plan.json")
     tp = rd / "train" / "traces.parquet"
     traces = pd.read_parquet(tp) if tp.is_file() and packets else None
-    r = _Recording(g, out, rec, bench, (rec.parent or {}).get("digest") or meta.get("package_digest", ""), model,
+    r = _Recording(g, out, rec, bench, (rec.parent.digest if rec.parent else "") or meta.get("package_digest", ""), model,
                    Expiry(benchmark=bench, model=model), trace_resolver(traces) if traces is not None else None,
                    {"claims": 0, "supported": 0, "questions": 0})
     with g.batch():  # the round's memory lands whole or not at all
         src_bench = g.add("source", f"benchmark:{bench}", f"benchmark {bench[:12]}", {"type": "benchmark", "digest": bench})
-        src_parent = g.add("source", f"package:{r.parent}", f"package {(rec.parent or {}).get('version', '')} "
+        src_parent = g.add("source", f"package:{r.parent}", f"package {rec.parent.version if rec.parent else ''} "
                            f"{r.parent[:12]}", {"type": "package", "digest": r.parent})
         run = _train_run(r, meta, src_bench, src_parent) if meta else None
         claims = _round_claims(r, packets, run)
@@ -163,7 +163,7 @@ def record_round(g: EvidenceGraph, out: str | Path, rec: RoundRecord | dict, mod
 
 def _stage(rec: RoundRecord) -> str:
     """The stage that decided the round's plan."""
-    return "gate" if rec.gate_figures else "repair" if rec.repair else "validate"
+    return "gate" if rec.gate else "repair" if rec.repair else "validate"
 
 
 def _train_run(r: _Recording, meta: dict, src_bench: Node, src_parent: Node) -> Node:
@@ -220,12 +220,12 @@ def _plan_decision(r: _Recording, plan: dict, key: str, claims: dict[str, Node],
 
 def _gate_verdict(r: _Recording, key: str, pn: Node, src_bench: Node) -> Node:
     """The verdict of the stage that decided the plan, with the gate's figures when it reached the gate."""
-    gate = r.rec.gate_figures
+    gate = r.rec.gate
     verdict = r.g.add("decision", f"verdict:{key}:{r.parent}:{r.bench}:{r.model}", r.rec.reason[:1000],
                       {"type": "gate_verdict", "stage": _stage(r.rec), "accept": r.rec.accepted, "plan_key": key,
                        "benchmark_digest": r.bench, "model": r.model, "parent_digest": r.parent,
-                       **{k: gate.get(k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed")
-                          if k in gate}}, expiry=r.expiry)
+                       **({k: getattr(gate, k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved",
+                                                          "n_regressed")} if gate else {})}, expiry=r.expiry)
     r.g.link(verdict.id, "derived_from", pn.id)
     r.g.link(src_bench.id, "used_in", verdict.id)
     return verdict
@@ -247,22 +247,22 @@ def _promotion(r: _Recording, plan: dict, key: str, cards: list[dict], claims: d
             except PolicyError:
                 pass  # still contested: the promotion below is refused and becomes a question
     try:
-        promo = g.promote(f"promotion:{child['digest']}", f"{child['version']}: {plan['summary']}", verdict.id,
-                          support, {"version": child["version"], "digest": child["digest"], "plan_key": key,
+        promo = g.promote(f"promotion:{child.digest}", f"{child.version}: {plan['summary']}", verdict.id,
+                          support, {"version": child.version, "digest": child.digest, "plan_key": key,
                                     "round": rec.round, "campaign": g.campaign, "out": str(r.out.resolve()),
                                     "benchmark_digest": r.bench, "model": r.model, "parent_digest": r.parent,
                                     "cards": cards, "owner": plan["owner"]})
     except PolicyError as e:  # the lineage committed it, but memory will not vouch for it: ask, do not claim
-        q = g.add("question", f"unsupported-promotion:{child['digest']}", f"{child['version']} was committed "
-                  f"without a claim whose citations resolve ({e})", {"version": child["version"]},
+        q = g.add("question", f"unsupported-promotion:{child.digest}", f"{child.version} was committed "
+                  f"without a claim whose citations resolve ({e})", {"version": child.version},
                   expiry=r.expiry)  # asked about this evidence: it expires with the digest
         g.link(q.id, "derived_from", verdict.id)
         r.counts["questions"] += 1
         return
     g.link(pn.id, "used_in", promo.id)
     r.counts["answered"] += answer_questions(g, [promo], r.expiry)
-    src_child = g.add("source", f"package:{child['digest']}", f"package {child['version']} {child['digest'][:12]}",
-                      {"type": "package", "digest": child["digest"]})
+    src_child = g.add("source", f"package:{child.digest}", f"package {child.version} {child.digest[:12]}",
+                      {"type": "package", "digest": child.digest})
     g.link(src_child.id, "derived_from", promo.id)
     if revoked and g.get(revoked) is not None:
         g.link(promo.id, "supersedes", revoked)

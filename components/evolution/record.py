@@ -11,23 +11,103 @@ A round ends in one of four verdicts, and its record holds what the stages it re
 
 The lineage adds `parent` and `child`. A field a round did not reach is absent, not null: `dump()` gives exactly the
 fields that were set, so round.json and the lineage keep the bytes they had when the record was a plain dict (both are
-written with sorted keys). The stages' own results (`gate`, `repair`, `evaluation`, ...) stay the dicts their stages
-dumped (`GateResult.as_dict()`, ...); their typed forms are in components/evolution/gate.py.
+written with sorted keys). The stages' results are held typed: `gate` a `GateResult`, `repair` a `RepairResult`
+(both in components/evolution/gate.py, read and written in their file form: `from_dict`, `as_dict`), `sequential`
+the looks each stage took, `evaluation` what `ratchet reproduce` re-runs (its gate config a `GateConfig`). Numbers
+keep the type they were recorded with (an int stays an int), so the bytes do not move.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator
 
 from components.codes import PlanOwner, Verdict
+from components.errors import InputError
+from components.evolution.gate import GateConfig, GateResult, RepairResult
 
 
-class RoundRecord(BaseModel):
+def _held(cls, read, write):
+    """A field holding `cls` (a plain dataclass of gate.py: no pydantic there, `ratchet gate` stays light), read from
+    its file form with `read` and written with `write`, values as recorded (no int-to-float coercion)."""
+    def validate(v: Any):
+        if isinstance(v, cls):
+            return v
+        if not isinstance(v, dict):
+            raise ValueError(f"expected a {cls.__name__} mapping, got {type(v).__name__}")
+        try:
+            return read(v)
+        except (TypeError, InputError) as e:  # a field missing or unknown; a value GateConfig refuses
+            raise ValueError(str(e)) from None
+
+    return Annotated[cls, PlainValidator(validate), PlainSerializer(write)]
+
+
+GateFigures = _held(GateResult, GateResult.from_dict, GateResult.as_dict)
+RepairFigures = _held(RepairResult, RepairResult.from_dict, RepairResult.as_dict)
+GateSettings = _held(GateConfig, lambda d: GateConfig(**d), asdict)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a record written by an older Ratchet may hold more: kept as read
+
+
+class Looks(_Record):
+    """The looks a stage took (gate.json's and repair.json's `sequential`): one look unless the design has more."""
+
+    looks: int
+    looks_used: int
+    stopped_early: bool
+    why: str
+    spending: str | None = None  # a sequential design's (absent for one look)
+    by: str | None = None
+    per_look: list[dict[str, Any]] | None = None  # each look's figures, as `gate.look_verdict` gives them
+
+
+class StageLooks(_Record):
+    """`sequential`: the looks of the repair screen (every round that ran it) and of the gate (a gated round)."""
+
+    repair: Looks | None = None
+    gate: Looks | None = None
+
+    def stages(self) -> dict[str, Looks | None]:
+        """The stages recorded, by name, in the order they ran."""
+        return {k: getattr(self, k) for k in ("repair", "gate") if k in self.model_fields_set}
+
+
+class EvaluationLooks(_Record):
+    """The gate's sequential design and the looks it used (what a reproduction evaluates again)."""
+
+    looks: int
+    spending: str
+    by: str
+    looks_used: int
+
+
+class Evaluation(_Record):
+    """What `ratchet reproduce` needs to re-run a round's gate on the same bytes."""
+
+    benchmark: str  # as recorded: relative to the project root
+    split: str
+    seeds: list[int]
+    model: str
+    model_cfg: dict[str, Any]
+    max_turns: int
+    gate: GateSettings  # the gate's config at this look's alpha
+    sequential: EvaluationLooks | None = None  # absent in records from before sequential looks
+
+
+class VersionRef(_Record):
+    """A committed version as the lineage names it."""
+
+    version: str
+    digest: str
+
+
+class RoundRecord(_Record):
     """One round's record (see the module doc for which fields each verdict has)."""
-
-    model_config = ConfigDict(extra="allow")  # a lineage written by an older Ratchet may hold more: kept as read
 
     round: int
     round_dir: str = ""  # relative to the campaign output (an absolute one from older records stays)
@@ -43,17 +123,17 @@ class RoundRecord(BaseModel):
     candidate_digest: str | None = None
     benchmark_digest: str | None = None
     validation: dict[str, str] | None = None  # check -> "ok" or the problem
-    repair: dict[str, Any] | None = None  # RepairResult.as_dict()
-    sequential: dict[str, Any] | None = None  # {"repair": ..., "gate": ...}: the looks each stage took
-    gate: dict[str, Any] | None = None  # GateResult.as_dict()
+    repair: RepairFigures | None = None
+    sequential: StageLooks | None = None  # the looks each stage took
+    gate: GateFigures | None = None
     dev_look: dict[str, Any] | None = None  # this round's look at dev: look, alpha, spent, campaign_alpha
     mechanism: str | None = None
     seed_map_hash: str | None = None
-    evaluation: dict[str, Any] | None = None  # what `ratchet reproduce` needs to re-run the gate on the same bytes
+    evaluation: Evaluation | None = None
     version: str | None = None  # accept: the committed version
     # written by the lineage
-    parent: dict[str, Any] | None = None
-    child: dict[str, Any] | None = None
+    parent: VersionRef | None = None
+    child: VersionRef | None = None  # None: a rejected round (the lineage writes it null)
 
     @classmethod
     def of(cls, rec: RoundRecord | dict[str, Any]) -> RoundRecord:
@@ -74,5 +154,6 @@ class RoundRecord(BaseModel):
         return self.verdict in (Verdict.NO_PLAN, Verdict.REJECTED_PLAN)
 
     @property
-    def gate_figures(self) -> dict[str, Any]:
-        return self.gate or {}
+    def champion_after(self) -> VersionRef | None:
+        """The champion once the round is over: the version it committed, else the one it started from."""
+        return self.child or self.parent

@@ -54,12 +54,11 @@ def write_json(path: str | Path, obj: Any) -> None:
 def ci_level(r: dict | RoundRecord) -> float | None:
     """The two-sided confidence of a round's dev CI: each look at dev spends alpha_k of the campaign's budget (not
     0.05), and a sequential gate decides at its deciding look's one-sided level p (a 1 - 2p interval)."""
-    r = r.dump() if isinstance(r, RoundRecord) else r
-    seq = (r.get("sequential") or {}).get("gate") or {}
-    looks = seq.get("per_look") or []
-    if seq.get("looks", 1) > 1 and looks:
-        return 1 - 2 * looks[-1]["level"]
-    alpha = (r.get("dev_look") or {}).get("alpha") or ((r.get("evaluation") or {}).get("gate") or {}).get("alpha")
+    r = RoundRecord.of(r)
+    seq = r.sequential.gate if r.sequential is not None else None
+    if seq is not None and seq.looks > 1 and seq.per_look:
+        return 1 - 2 * seq.per_look[-1]["level"]
+    alpha = (r.dev_look or {}).get("alpha") or (r.evaluation.gate.alpha if r.evaluation is not None else None)
     return None if alpha is None else 1 - alpha
 
 
@@ -72,19 +71,21 @@ def history(summary: dict) -> list[RoundRecord]:
     return [RoundRecord.of(r) for r in summary.get("history", [])]
 
 
+_GATE_COLUMNS_NONE = dict.fromkeys(("net", "ci_lo", "ci_hi", "dev_base_mean", "dev_cand_mean"))  # a round not gated
+
+
 def round_rows(summary: dict) -> list[dict]:
     """Rows for the per-round table the CLI prints."""
     rows = []
     for r in history(summary):
-        g = r.gate_figures
-        rep = r.repair or {}
+        g, rep, champ = r.gate, r.repair, r.champion_after
         rows.append({
             "round": r.round, "owner": str(r.owner or "-"), "plan": r.summary or r.reason,
-            "repair": f"{rep.get('repaired', '-')}/{rep.get('broken', '-')}" if rep else "-",
-            "verdict": str(r.verdict), "net": g.get("net"), "ci": (g.get("ci_lo"), g.get("ci_hi")) if g else None,
+            "repair": f"{rep.repaired}/{rep.broken}" if rep else "-",
+            "verdict": str(r.verdict), "net": g.net if g else None, "ci": (g.ci_lo, g.ci_hi) if g else None,
             "level": _pct(ci_level(r)) if g else "",
-            "regressed": g.get("n_regressed"), "reason": r.reason,
-            "champion": "{version} {digest:.8}".format(**(r.child or r.parent or {"version": "", "digest": ""})),
+            "regressed": g.n_regressed if g else None, "reason": r.reason,
+            "champion": f"{champ.version} {champ.digest:.8}" if champ else " ",
         })
     return rows
 
@@ -139,11 +140,11 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
         "trace_rule_accuracy": loc.get("trace_rule_accuracy")}
     rows = []
     for r in history(summary):
-        g = r.gate_figures
+        g, champ = r.gate, r.champion_after
         rows.append({"round": r.round, "verdict": str(r.verdict), "owner": str(r.owner or ""),
-                     "net": g.get("net"), "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"),
-                     "dev_base_mean": g.get("base_mean"), "dev_cand_mean": g.get("cand_mean"),
-                     "champion": (r.child or r.parent or {}).get("version", "")})
+                     **_GATE_COLUMNS_NONE, **({"net": g.net, "ci_lo": g.ci_lo, "ci_hi": g.ci_hi,
+                                               "dev_base_mean": g.base_mean, "dev_cand_mean": g.cand_mean} if g else {}),
+                     "champion": champ.version if champ else ""})
     table = pd.DataFrame(rows, columns=["round", "verdict", "owner", "net", "ci_lo", "ci_hi", "dev_base_mean",
                                         "dev_cand_mean", "champion"])
     causes = _causes(Path(campaign_out), summary)
@@ -188,7 +189,7 @@ def _plot_data(summary: dict, table: pd.DataFrame, causes: pd.DataFrame, familie
     """The figures as data for `dvc plots` (dvc.yaml), one tidy CSV each with fixed columns, so `dvc plots diff`
     overlays two experiments' curves: the gate per gated round (net, CI, the CI's level, verdict), the champion's
     dev mean per gated round, diagnosed causes per round (every owner a column, 0 when absent), per-family dev means."""
-    levels = {r.round: ci_level(r) for r in history(summary) if r.gate}
+    levels = {r.round: ci_level(r) for r in history(summary) if r.gate is not None}
     gated = table.dropna(subset=["net"])
     gate = pd.DataFrame({"round": gated["round"], "net": gated["net"], "ci_lo": gated["ci_lo"],
                          "ci_hi": gated["ci_hi"], "ci_level": [levels.get(r) for r in gated["round"]],
@@ -214,10 +215,10 @@ def _read_csv(path: Path, **kw) -> pd.DataFrame:
 
 def _champion_mean(r: RoundRecord) -> float | None:
     """The champion's dev mean after a round: the candidate's when it was accepted, else the parent's."""
-    g = r.gate_figures
-    if not g:
+    g = r.gate
+    if g is None:
         return None
-    return g["cand_mean"] if r.accepted else g["base_mean"]
+    return g.cand_mean if r.accepted else g.base_mean
 
 
 def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:
@@ -237,11 +238,11 @@ def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:
 def _families(campaign_out: Path, summary: dict) -> pd.DataFrame:
     """Mean dev score per task family: the starting package (first gated round's parent) vs the champion (the last
     gated round's winner). Families come from the benchmark's tasks.csv."""
-    gated = [r for r in history(summary) if r.gate and r.evaluation]
+    gated = [r for r in history(summary) if r.gate is not None and r.evaluation is not None]
     if not gated:
         return pd.DataFrame()
     first, last = gated[0], gated[-1]
-    tasks = Path(first.evaluation["benchmark"]) / "tasks.csv"  # relative paths: from the project root, as recorded
+    tasks = Path(first.evaluation.benchmark) / "tasks.csv"  # relative paths: from the project root, as recorded
     start_f = campaign_out / "rounds" / f"r{first.round:02d}" / "dev_base.csv"
     champ_f = campaign_out / "rounds" / f"r{last.round:02d}" / ("dev_cand.csv" if last.accepted else "dev_base.csv")
     if not (tasks.exists() and start_f.exists() and champ_f.exists()):

@@ -208,33 +208,32 @@ def round_ci_level(rec: RoundRecord | dict[str, Any]) -> float | None:
 def ci_text(rec: RoundRecord | dict[str, Any]) -> str:
     """A round's dev interval as every view states it: `99.5% CI [+0.012, +0.121]`."""
     rec = RoundRecord.of(rec)
-    g, level = rec.gate or {}, round_ci_level(rec)
-    return (f"{100 * level:.4g}% CI" if level is not None else "CI") + f" [{g['ci_lo']:+.3f}, {g['ci_hi']:+.3f}]"
+    g, level = rec.gate, round_ci_level(rec)
+    return (f"{100 * level:.4g}% CI" if level is not None else "CI") + f" [{g.ci_lo:+.3f}, {g.ci_hi:+.3f}]"
 
 
 def round_title(rec: RoundRecord | dict[str, Any]) -> str:
     """A round run's name, verdict and net first (what a reader scans a list of rounds for), then the plan or why
     there was none."""
     rec = RoundRecord.of(rec)
-    g = rec.gate or {}
-    net = f" net {g['net']:+.3f}" if g else ""
+    net = f" net {rec.gate.net:+.3f}" if rec.gate else ""
     return f"r{int(rec.round)} {rec.verdict}{net}: {rec.summary or rec.reason}"[:240]
 
 
 def describe_round(rec: RoundRecord | dict[str, Any]) -> str:
     """One paragraph a person reads on the round's run page: plan, owner, verdict and why."""
     rec = RoundRecord.of(rec)
-    parent = (rec.parent or {}).get("version") or (rec.champion_before or "?")
-    g, rep = rec.gate or {}, rec.repair or {}
+    parent = (rec.parent.version if rec.parent else "") or (rec.champion_before or "?")
+    g, rep = rec.gate, rec.repair
     words = [f"Round {rec.round} on champion {parent}."]
     if rec.summary:
         words.append(f"Plan (owner {rec.owner or '?'}, mechanism {rec.mechanism or '?'}): {rec.summary}.")
     if rep:
-        words.append(f"Repair screen on the diagnosed tasks: {rep.get('repaired')} repaired, {rep.get('broken')} broken.")
+        words.append(f"Repair screen on the diagnosed tasks: {rep.repaired} repaired, {rep.broken} broken.")
     if g:
-        words.append(f"Held-out gate on dev: net {g['net']:+.3f}, {ci_text(rec)}, "
-                     f"{g['n_improved']} improved / {g['n_regressed']} regressed of {g['n_items']} items.")
-    child = (rec.child or {}).get("version")
+        words.append(f"Held-out gate on dev: net {g.net:+.3f}, {ci_text(rec)}, "
+                     f"{g.n_improved} improved / {g.n_regressed} regressed of {g.n_items} items.")
+    child = rec.child.version if rec.child else None
     verdict = {Verdict.ACCEPT: f"accepted: committed as {child}", Verdict.REJECT: "rejected: the champion stays",
                Verdict.NO_PLAN: "no plan: nothing left to patch"}.get(rec.verdict, rec.verdict)
     words.append(f"Verdict: {verdict} ({rec.reason}).")
@@ -243,12 +242,13 @@ def describe_round(rec: RoundRecord | dict[str, Any]) -> str:
 
 def round_tags(rec: RoundRecord) -> dict[str, str]:
     """A round run's tags (besides its parent run and where the round and campaign are)."""
-    parent, child = rec.parent or {}, rec.child or {}
+    parent, child = rec.parent, rec.child
     return {"ratchet.kind": "round", "ratchet.round": str(rec.round), "ratchet.verdict": str(rec.verdict),
             "ratchet.owner": str(rec.owner or ""), "ratchet.plan_key": str(rec.plan_key or ""),
-            "ratchet.parent_digest": str(parent.get("digest", "")), "ratchet.parent_version": str(parent.get("version", "")),
+            "ratchet.parent_digest": parent.digest if parent else "",
+            "ratchet.parent_version": parent.version if parent else "",
             "ratchet.candidate_digest": str(rec.candidate_digest or ""),
-            "ratchet.version": str(child.get("version", "")) if child else "",
+            "ratchet.version": child.version if child else "",
             "ratchet.benchmark_digest": str(rec.benchmark_digest or ""),
             "ratchet.seed_map_hash": str(rec.seed_map_hash or ""), "ratchet.git_commit": git_commit(),
             "ratchet.dvc_lock": dvc_lock_hash(), "ratchet.reason": rec.reason[:4000],
@@ -264,24 +264,27 @@ def round_params(rec: RoundRecord, params: dict[str, Any]) -> dict[str, Any]:
             "reason": (rec.reason or "-")[:6000], "verdict": str(rec.verdict),
             "seeds": c.get("seeds"), "model": c.get("model"), "meta_agent": c.get("meta_agent"),
             "max_turns": c.get("max_turns"), "plan": rec.summary or "-", "owner": str(rec.owner or "-"),
-            "looks": {k: {x: seq.get(x) for x in ("looks_used", "stopped_early", "why")}
-                      for k, seq in (rec.sequential or {}).items() if seq}}
+            "looks": {k: {"looks_used": seq.looks_used, "stopped_early": seq.stopped_early, "why": seq.why}
+                      for k, seq in _stage_looks(rec).items() if seq}}
+
+
+def _stage_looks(rec: RoundRecord) -> dict:
+    return rec.sequential.stages() if rec.sequential is not None else {}
 
 
 def round_metrics(rec: RoundRecord) -> dict[str, Any]:
     """A round run's metrics: the gate's and the repair screen's figures, the looks they took, the CI's level."""
-    g, rep, seqs = rec.gate_figures, rec.repair or {}, rec.sequential or {}
-    return {"dev_base_mean": g.get("base_mean"), "dev_cand_mean": g.get("cand_mean"), "net": g.get("net"),
-            "ci_lo": g.get("ci_lo"), "ci_hi": g.get("ci_hi"), "n_improved": g.get("n_improved"),
-            "n_regressed": g.get("n_regressed"), "repair_repaired": rep.get("repaired"),
-            "repair_broken": rep.get("broken"),
-            "repair_delta": (rep["cand_mean"] - rep["base_mean"]) if rep else None,
+    g, rep, seqs = rec.gate, rec.repair, _stage_looks(rec)
+    return {"dev_base_mean": g and g.base_mean, "dev_cand_mean": g and g.cand_mean, "net": g and g.net,
+            "ci_lo": g and g.ci_lo, "ci_hi": g and g.ci_hi, "n_improved": g and g.n_improved,
+            "n_regressed": g and g.n_regressed, "repair_repaired": rep and rep.repaired,
+            "repair_broken": rep and rep.broken,
+            "repair_delta": (rep.cand_mean - rep.base_mean) if rep else None,
             "accepted": 1.0 if rec.accepted else 0.0,
             "dev_look": (rec.dev_look or {}).get("look"),
             # sequential early stopping: looks evaluated, and whether the verdict came early
-            **{f"{k}_looks_used": (seq or {}).get("looks_used") for k, seq in seqs.items()},
-            **{f"{k}_stopped_early": float(seq["stopped_early"]) for k, seq in seqs.items()
-               if seq and "stopped_early" in seq},
+            **{f"{k}_looks_used": seq and seq.looks_used for k, seq in seqs.items()},
+            **{f"{k}_stopped_early": float(seq.stopped_early) for k, seq in seqs.items() if seq},
             # the alpha this look at dev may spend (the param gate.alpha is one comparison's, the test
             # certification's), and the level of the CI the gate decided on
             "look_alpha": (rec.dev_look or {}).get("alpha"),
@@ -480,12 +483,12 @@ class CampaignTracker:
     def _campaign_step(self, rec: RoundRecord) -> None:
         """Campaign metrics stepped by round. Only gated rounds have a net, so the latest value is never a round
         that had nothing to gate; the champion's dev mean and the promotions so far are defined at every round."""
-        g, n = rec.gate or {}, int(rec.round)
+        g, n = rec.gate, int(rec.round)
         values: dict[str, Any] = {"promotions": sum(1 for r in self._lineage_records()
                                                     if r.get("verdict") == Verdict.ACCEPT and r["round"] <= n)}
         if g:
-            values.update(round_net=g["net"], round_ci_lo=g["ci_lo"], round_ci_hi=g["ci_hi"],
-                          champion_dev_mean=g["cand_mean"] if rec.verdict == Verdict.ACCEPT else g["base_mean"])
+            values.update(round_net=g.net, round_ci_lo=g.ci_lo, round_ci_hi=g.ci_hi,
+                          champion_dev_mean=g.cand_mean if rec.verdict == Verdict.ACCEPT else g.base_mean)
         self._metrics(self.run_id, values, step=n)
 
     def _lineage_records(self) -> list[dict]:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from components.codes import Verdict
 from components.errors import InputError
-from components.evolution.gate import GateConfig, SequentialDesign, gate, sequential_gate
+from components.evolution.gate import SequentialDesign, gate, sequential_gate
 from components.evolution.lineage import Lineage
 from components.evolution.record import RoundRecord
 from components.evolution.validate import fired
@@ -103,15 +103,15 @@ def _altered(campaign: Path, lineage: Lineage, version: str | None) -> None:
 def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
     campaign, rec = Path(campaign), RoundRecord.of(rec)
     lineage = Lineage(campaign / "lineage")
-    parent_dir = lineage.versions_dir / rec.parent["version"]
-    child_dir = lineage.versions_dir / rec.child["version"]
+    parent_dir = lineage.versions_dir / rec.parent.version
+    child_dir = lineage.versions_dir / rec.child.version
     ev = rec.evaluation
-    if not ev:
+    if ev is None:
         raise ReproduceError(f"{lineage.log}: round {rec.round}: evaluation: not recorded (campaign from an older Ratchet)")
-    bench_dir = Path(ev["benchmark"])
+    bench_dir = Path(ev.benchmark)
     # 2. the bytes on disk must be the recorded bytes, or nothing is re-run
-    for what, path, want in (("parent version", parent_dir, rec.parent["digest"]),
-                             ("promoted version", child_dir, rec.child["digest"]),
+    for what, path, want in (("parent version", parent_dir, rec.parent.digest),
+                             ("promoted version", child_dir, rec.child.digest),
                              ("benchmark", bench_dir, rec.benchmark_digest)):
         if not path.is_dir():
             raise ReproduceError(f"{path}: -: {what} is missing (run `dvc checkout` at the recording commit)")
@@ -119,28 +119,28 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
         if have != want:
             raise ReproduceError(f"{path}: digest mismatch: the {what} on disk is {have[:16]}, the record says {want[:16]}")
     bench = load_benchmark(bench_dir)
-    ids, seeds = bench.ids(ev["split"]), list(ev["seeds"])
+    ids, seeds = bench.ids(ev.split), list(ev.seeds)
     if seed_map_hash(ids, seeds) != rec.seed_map_hash:
         raise ReproduceError(f"{bench_dir}: seed map hash differs from the record (split or seeds changed)")
     # 3. re-run the gate's evaluations (a sequential gate: the cells of the looks it used, then the same looks)
-    seq = ev.get("sequential") or {}
-    design = SequentialDesign(**{k: seq[k] for k in ("looks", "spending", "by")}) if seq else SequentialDesign()
-    groups = design.groups(ids, seeds)[: seq.get("looks_used", 1)] if design.on else [(ids, seeds)]
+    seq = ev.sequential
+    design = SequentialDesign(seq.looks, seq.spending, seq.by) if seq is not None else SequentialDesign()
+    groups = design.groups(ids, seeds)[: seq.looks_used] if design.on else [(ids, seeds)]
     run_items = [i for i in ids if i in {x for its, _ in groups for x in its}]
     run_seeds = sorted({s for _, sds in groups for s in sds})
-    base = run_shard(parent_dir, bench, run_items, run_seeds, ev["model"], ev["model_cfg"], ev["max_turns"])
-    cand = run_shard(child_dir, bench, run_items, run_seeds, ev["model"], ev["model_cfg"], ev["max_turns"])
+    base = run_shard(parent_dir, bench, run_items, run_seeds, ev.model, ev.model_cfg, ev.max_turns)
+    cand = run_shard(child_dir, bench, run_items, run_seeds, ev.model, ev.model_cfg, ev.max_turns)
     if design.on:
         upto = [(set().union(*(its for its, _ in groups[:g])), set().union(*(sds for _, sds in groups[:g])))
                 for g in range(1, len(groups) + 1)]
         tr = cand.traces
         fired_by_look = [fired(tr[tr["item_id"].isin(its) & tr["seed"].isin(sds)], rec.mechanism) for its, sds in upto]
-        verdict, per_item, _ = sequential_gate(base.scores, cand.scores, GateConfig(**ev["gate"]), design, ids, seeds,
+        verdict, per_item, _ = sequential_gate(base.scores, cand.scores, ev.gate, design, ids, seeds,
                                                fired_by_look=fired_by_look)
         if verdict is None:
             raise ReproduceError(f"round {rec.round}: the recorded looks do not reach a verdict")
     else:
-        verdict, per_item = gate(base.scores, cand.scores, GateConfig(**ev["gate"]),
+        verdict, per_item = gate(base.scores, cand.scores, ev.gate,
                                  mechanism_fired=fired(cand.traces, rec.mechanism))
     # 4. compare with what the round recorded
     rd = campaign / "rounds" / Path(rec.round_dir).name  # where the campaign is now, wherever it ran
@@ -153,16 +153,17 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
         elif recorded != now:
             diffs.append(f"{name}: " + _table_diff(pd.read_csv(rd / name, dtype={"item_id": str}), df))
     old = rec.gate
-    same_verdict = (old["accept"] == verdict.accept and old["n_improved"] == verdict.n_improved
-                    and old["n_regressed"] == verdict.n_regressed and abs(old["net"] - verdict.net) < 1e-12
-                    and abs(old["ci_lo"] - verdict.ci_lo) < 1e-12 and abs(old["ci_hi"] - verdict.ci_hi) < 1e-12)
+    same_verdict = (old.accept == verdict.accept and old.n_improved == verdict.n_improved
+                    and old.n_regressed == verdict.n_regressed and abs(old.net - verdict.net) < 1e-12
+                    and abs(old.ci_lo - verdict.ci_lo) < 1e-12 and abs(old.ci_hi - verdict.ci_hi) < 1e-12)
     if not same_verdict:
-        diffs.append(f"verdict: recorded accept={old['accept']} net={old['net']:+.6f} CI [{old['ci_lo']:+.6f}, "
-                     f"{old['ci_hi']:+.6f}], recomputed accept={verdict.accept} net={verdict.net:+.6f} "
+        diffs.append(f"verdict: recorded accept={old.accept} net={old.net:+.6f} CI [{old.ci_lo:+.6f}, "
+                     f"{old.ci_hi:+.6f}], recomputed accept={verdict.accept} net={verdict.net:+.6f} "
                      f"CI [{verdict.ci_lo:+.6f}, {verdict.ci_hi:+.6f}]")
-    return Reproduction(rec.child["version"], rec.round, identical=not any(not d.startswith("verdict") for d in diffs),
+    return Reproduction(rec.child.version, rec.round, identical=not any(not d.startswith("verdict") for d in diffs),
                         verdict_matches=same_verdict, differences=diffs, n_items=len(per_item),
-                        n_episodes=len(base.scores) + len(cand.scores), recorded=old, recomputed=verdict.as_dict())
+                        n_episodes=len(base.scores) + len(cand.scores), recorded=old.as_dict(),
+                        recomputed=verdict.as_dict())
 
 
 def _table_diff(recorded: pd.DataFrame, now: pd.DataFrame) -> str:
