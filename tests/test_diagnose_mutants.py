@@ -749,3 +749,45 @@ def test_steps_without_a_proposal_are_read():
                        action=a, checks=[], observation={}, proposal={}, state_after=[], fingerprint=[]).sealed()
              for i, a in enumerate([ASK, FINISH])]
     assert one(steps).kind == "no_divergence"
+
+
+# -- outcomes matched to the gold by target; the card evidence's corpus reference -----------------------------------
+
+
+def cancel_with(i, oid, reason, **kw):
+    """Steps i, i+1: a granted confirmation, then a cancel of order `oid` giving `reason`."""
+    return [st(i, *confirm(CANCEL, oid), **kw),
+            st(i + 1, {"kind": "tool", "tool": CANCEL, "args": {"order_id": oid, "reason": reason}},
+               {"role": "tool", "ok": True, "content": {"order_id": oid}}, **kw)]
+
+
+def gold_cancels(*oids):
+    return {"t0": Gold(task_id="t0", actions=[GoldAction(tool=CANCEL, args={"order_id": o, "reason": "R"})
+                                              for o in oids])}
+
+
+def test_an_outcome_matches_a_gold_write_by_its_target():
+    """A cancel of another order than the gold's is an extra write (the gold's is then missing), not a wrong order id
+    on the gold's write: writes meet their gold by the benchmark's identifying args."""
+    ep = cancel_with(0, "2", "R") + [st(2, FINISH)]
+    d = diagnose(frames({"t0#0": ep}), scores_of([("t0", 0, False, "")]), NO_CARDS, WRITES, "c", TARGETS,
+                 gold=gold_cancels("1"))
+    assert [(f.owner, f.kind, f.step, f.tool) for f in d.findings] == [("unknown", "extra_write", 1, CANCEL)]
+
+
+def test_the_value_evidence_counts_the_first_write_to_each_target():
+    """With the card delivered, order 1 went out with a wrong reason and order 2 with the right one: one of two first
+    writes (one per target) right, and no turn without the card to compare with, so the card helps (a share above
+    zero) and the wrong reason, its card delivered alone, is E's missing knowledge (wrong_value), not an ineffective
+    card (which counting only the episode's first cancel, 0 of 1, would say)."""
+    ep = cancel_with(0, "1", "X", delivered=("c",)) + cancel_with(2, "2", "R", delivered=("c",)) + [st(4, FINISH)]
+    d = diagnose(frames({"t0#0": ep}), scores_of([("t0", 0, False, "")]), P, WRITES, "c", TARGETS,
+                 gold=gold_cancels("1", "2"))
+    assert [(f.owner, f.kind, f.step, f.detail) for f in d.findings] == [("E", "wrong_value", 1, "`reason` 'X', gold 'R'")]
+
+
+@pytest.mark.parametrize("with_card,helps", [([1, 0], False), ([1, 1], True), ([1, 1, 0, 1, 1, 0, 1, 1, 1, 1], True)])
+def test_card_helps_against_the_pooled_rate_needs_the_lift(with_card, helps):
+    """Too few turns without the card for a contrast (one): the reference is the corpus's pooled no-card rate (0.5),
+    and the card must beat it by CARD_LIFT: a share of 0.5 does not, 0.8 and 1.0 do."""
+    assert dg.card_helps({True: with_card, False: [1]}, [1, 0] * 3) is helps

@@ -805,7 +805,9 @@ def test_bench_gate_sequential_replays_a_campaign(tmp_path):
         cand.to_csv(rd / "dev_cand.csv", index=False)
         history.append({"round": r, "round_dir": str(rd), "verdict": "accept" if delta > 0 else "reject",
                         "dev_look": {"look": r, "alpha": 0.01},
-                        "evaluation": {"gate": {**GateConfig().__dict__, "n_boot": 1000, "alpha": 0.01}}})
+                        "evaluation": {"benchmark": "bench", "split": "dev", "seeds": [0, 1], "model": "sim",
+                                       "model_cfg": {}, "max_turns": 40,
+                                       "gate": {**GateConfig().__dict__, "n_boot": 1000, "alpha": 0.01}}})
     (tmp_path / "summary.json").write_text(json.dumps({
         "params": {"campaign": {"shard_size": 10}}, "budget": {"evidence_cost": {"model_calls": 4000}},
         "history": history}))
@@ -968,7 +970,8 @@ def test_bench_gate_sequential_compares_two_campaigns(tmp_path):
         (camp / ".state").mkdir(parents=True)
         (camp / ".state/budget.json").write_text(json.dumps({"spent": {"model_calls": paid}}))
         history = [{"round": i + 1, "verdict": v, "plan_key": f"p{i}",
-                    "sequential": {"gate": {"looks": 3, "looks_used": 1}}} for i, v in enumerate(verdicts)]
+                    "sequential": {"gate": {"looks": 3, "looks_used": 1, "stopped_early": True, "why": "early"}}}
+                   for i, v in enumerate(verdicts)]
         (camp / "summary.json").write_text(json.dumps({"history": history, "test": {"net": 0.1},
                                                        "champion_digest": name}))
     p = subprocess.run([sys.executable, "benchmarks/bench_gate_sequential.py", "--on", str(tmp_path / "on"),

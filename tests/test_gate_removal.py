@@ -108,3 +108,27 @@ def test_a_table_without_token_counts_is_refused_naming_its_side(side):
 def test_a_removal_pairs_like_the_gate():
     with pytest.raises(PairingError, match="needs at least 5"):
         removal_decide(arm([0.5] * 4, [1000.0] * 4), arm([0.5] * 4, [900.0] * 4), CFG)
+
+
+def test_both_intervals_are_drawn_with_the_configs_seed():
+    offs = [0.013 * k - 0.04 for k in range(12)]  # distinct values: the CIs depend on the draws
+    toks = [-37.0 * k - 11.0 * (k % 3) for k in range(12)]
+    base = arm([0.5] * 12, [1000.0] * 12)
+    cand = arm([0.5 + o for o in offs], [1000.0 + t for t in toks])
+    d = pd.Series([(0.5 + o) - 0.5 for o in offs]).to_numpy()
+    t = pd.Series([(1000.0 + x) - 1000.0 for x in toks]).to_numpy()
+    cfg = GateConfig(n_boot=1000, material=0.25, reg_cap=0, min_items=5, seed=7)
+    v = removal_decide(base, cand, cfg)
+    assert (v.ci_lo, v.ci_hi) == bootstrap_ci(d, 1000, 0.05, 7) != bootstrap_ci(d, 1000, 0.05, 0)
+    assert (v.tokens_ci_lo, v.tokens_ci_hi) == bootstrap_ci(t, 1000, 0.05, 7) != bootstrap_ci(t, 1000, 0.05, 0)
+
+
+def test_an_item_dropped_whole_by_errors_is_not_compared_on_tokens():
+    """Every episode of i5 errored in base: the pairing drops the item, and its candidate tokens are not compared."""
+    ids = [f"i{k}" for k in range(6)]
+    base = arm([0.5] * 6, [1000.0] * 6, errors={("i5", 0): "boom"}, ids=ids)
+    cand = arm([0.5] * 6, [900.0] * 5 + [5000.0], ids=ids)
+    cfg = GateConfig(n_boot=1000, material=0.25, reg_cap=0, min_items=5, max_error_share=0.5)
+    v = removal_decide(base, cand, cfg)
+    assert v.n_items == 5 and v.tokens_net == -100.0 and (v.tokens_ci_lo, v.tokens_ci_hi) == (-100.0, -100.0)
+    assert v.accept

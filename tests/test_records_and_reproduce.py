@@ -386,6 +386,13 @@ def test_the_typed_round_record_writes_what_the_campaign_wrote(campaign):
     out, s = campaign
     lines = [json.loads(x) for x in (out / "lineage" / "lineage.jsonl").read_text().splitlines() if x.strip()]
     rounds = [x for x in lines if x["round"] > 0]
+    from components.evolution.lineage import Lineage
+    from components.evolution.record import StartRecord
+
+    start, *typed = Lineage(out / "lineage").entries()  # the start record typed as well
+    assert isinstance(start, StartRecord) and start.child.version == "M0" and start.identity
+    assert json.dumps(start.dump(), sort_keys=True) == json.dumps(lines[0], sort_keys=True)
+    assert [r.dump() for r in typed] == [RoundRecord.of(x).dump() for x in rounds]
     assert len(rounds) == s["rounds"] and any("gate" in x for x in rounds) and any("repair" in x for x in rounds)
     for x in rounds:
         rec = RoundRecord.of(x)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.evolution.record import RoundRecord
+from components.evolution.record import RoundRecord, StartRecord, lineage_entry
 from components.codes import Verdict
 from components.errors import InputError
 from components.io import atomic_dir, atomic_write_json, atomic_write_text
@@ -82,12 +82,8 @@ class Lineage:
         return out
 
     def versions(self) -> list[Version]:
-        out = []
-        for r in self.records():
-            if r.get("verdict") in (Verdict.START, Verdict.ACCEPT):
-                name = r["child"]["version"]
-                out.append(Version(name, self.versions_dir / name, r["child"]["digest"]))
-        return out
+        committed = [lineage_entry(r) for r in self.records() if r.get("verdict") in (Verdict.START, Verdict.ACCEPT)]
+        return [Version(r.child.version, self.versions_dir / r.child.version, r.child.digest) for r in committed]
 
     def champion(self) -> Version:
         vs = self.versions()
@@ -96,10 +92,14 @@ class Lineage:
         return vs[-1]
 
     def rejected_keys(self) -> set[str]:
-        return {r["plan_key"] for r in self.records() if r.get("verdict") == Verdict.REJECT and r.get("plan_key")}
+        return {r.plan_key for r in self.rounds() if r.verdict == Verdict.REJECT and r.plan_key}
 
     def round_record(self, round_no: int) -> dict | None:
         return next((r for r in self.records() if r.get("round") == round_no), None)
+
+    def entries(self) -> list[StartRecord | RoundRecord]:
+        """Every line, typed: the start record, then the rounds."""
+        return [lineage_entry(r) for r in self.records()]
 
     def rounds(self) -> list[RoundRecord]:
         """Every round's record (not the start's), typed."""
@@ -133,20 +133,20 @@ class Lineage:
         """Refuse (CampaignMismatch) a rerun whose start bytes, benchmark bytes or evolution params differ from what
         this lineage recorded. `legacy_identity`: the params of a campaign whose start record predates identities."""
         records = self.records()
-        first = next((r for r in records if r.get("verdict") == Verdict.START), None)
+        first = next((StartRecord.model_validate(r) for r in records if r.get("verdict") == Verdict.START), None)
         if first is None:
             return
         hint = "; choose a new --out, or pass --force to start this campaign over"
-        m0 = first["child"]["digest"]
+        m0 = first.child.digest
         if start_digest is not None and start_digest != m0:
             raise CampaignMismatch(f"{where}: campaign.start: the start package's digest is {start_digest[:12]}, "
                                    f"this campaign's M0 is {m0[:12]}{hint}")
-        bench = first.get("benchmark_digest") or next((r["benchmark_digest"] for r in records
+        bench = first.benchmark_digest or next((r["benchmark_digest"] for r in records
                                                        if r.get("benchmark_digest")), None)
         if benchmark_digest is not None and bench is not None and benchmark_digest != bench:
             raise CampaignMismatch(f"{where}: benchmark: the benchmark's digest is {benchmark_digest[:12]}, "
                                    f"this campaign ran on {bench[:12]}{hint}")
-        recorded = first.get("identity") or legacy_identity or {}
+        recorded = first.identity or legacy_identity or {}
         for key in sorted(set(identity) | set(recorded)):
             if key in recorded and identity.get(key) != recorded[key]:
                 raise CampaignMismatch(f"{where}: {key}: {_short(identity.get(key))} now, "

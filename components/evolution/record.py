@@ -157,3 +157,23 @@ class RoundRecord(_Record):
     def champion_after(self) -> VersionRef | None:
         """The champion once the round is over: the version it committed, else the one it started from."""
         return self.child or self.parent
+
+
+class StartRecord(_Record):
+    """The lineage's first line: the starting package committed as M0, with what the campaign was started on."""
+
+    round: int = 0
+    verdict: Verdict  # Verdict.START
+    parent: None = None
+    child: VersionRef
+    source: str = ""  # the start package's path as the campaign was given it
+    benchmark_digest: str | None = None  # absent in lineages from before the check
+    identity: dict[str, Any] | None = None  # the params a rerun must not change (`Params.identity`)
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True)
+
+
+def lineage_entry(rec: dict[str, Any]) -> StartRecord | RoundRecord:
+    """A lineage line, typed by its verdict."""
+    return StartRecord.model_validate(rec) if rec.get("verdict") == Verdict.START else RoundRecord.model_validate(rec)

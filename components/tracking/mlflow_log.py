@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from components.codes import Verdict
-from components.evolution.record import RoundRecord
+from components.evolution.lineage import Lineage
+from components.evolution.record import RoundRecord, StartRecord
 
 # cited failed episodes logged as traces per round (the first ones of each packet): the default of the setting
 # `campaign.traces_per_round` (each trace costs a few hundred spans written to the store; no result depends on them)
@@ -373,10 +374,10 @@ class CampaignTracker:
         self.client = MlflowClient(tracking_uri=self.uri)
         self._tracing = None  # the TracingClient the traces are written through, made on first use
         one_trace_writer(mlflow.get_tracking_uri())  # MLflow's own exporter writes to the process's URI
-        start = next((r for r in self._lineage_records() if r.get("verdict") == Verdict.START), None)
+        start = next((r for r in self._lineage_records() if r.verdict == Verdict.START), None)
         if start is None:
             raise ValueError(f"{self.out}: no lineage start record: nothing to log")
-        self.identity = campaign_identity(params, start["child"]["digest"], str(start.get("benchmark_digest", "")))
+        self.identity = campaign_identity(params, start.child.digest, str(start.benchmark_digest or ""))
         self.ident = identity_hash(self.identity)
         self.experiment_name = experiment_name(name, self.ident)
         self.model_name = registered_name(name, self.ident, params["campaign"]["out"])
@@ -485,15 +486,14 @@ class CampaignTracker:
         that had nothing to gate; the champion's dev mean and the promotions so far are defined at every round."""
         g, n = rec.gate, int(rec.round)
         values: dict[str, Any] = {"promotions": sum(1 for r in self._lineage_records()
-                                                    if r.get("verdict") == Verdict.ACCEPT and r["round"] <= n)}
+                                                    if r.verdict == Verdict.ACCEPT and r.round <= n)}
         if g:
             values.update(round_net=g.net, round_ci_lo=g.ci_lo, round_ci_hi=g.ci_hi,
                           champion_dev_mean=g.cand_mean if rec.verdict == Verdict.ACCEPT else g.base_mean)
         self._metrics(self.run_id, values, step=n)
 
-    def _lineage_records(self) -> list[dict]:
-        log = self.out / "lineage" / "lineage.jsonl"
-        return [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
+    def _lineage_records(self) -> list[StartRecord | RoundRecord]:
+        return Lineage(self.out / "lineage").entries()
 
     def _evals(self, parent: str, evals: list[dict], prefix: str = "") -> None:
         for ev in evals:
@@ -693,35 +693,36 @@ class CampaignTracker:
         by_version: dict[str, Any] = {}
         last = None
         for rec in self._lineage_records():
-            if rec.get("verdict") not in (Verdict.START, Verdict.ACCEPT):
+            if rec.verdict not in (Verdict.START, Verdict.ACCEPT):
                 continue
-            child, parent = rec["child"], rec.get("parent") or {}
-            d = child["digest"]
+            child, parent = rec.child, rec.parent
+            d = child.digest
             if d in existing:
-                by_version[child["version"]] = last = existing[d]
+                by_version[child.version] = last = existing[d]
                 continue
-            path = self.out / "lineage" / "versions" / child["version"]
-            round_run = rounds.get(int(rec["round"]))
+            path = self.out / "lineage" / "versions" / child.version
+            round_run = rounds.get(rec.round)
             src = round_run.info.run_id if round_run is not None else self.run_id
-            parent_mv = by_version.get(parent.get("version", ""))
-            tags = {"ratchet.version": child["version"], "ratchet.digest": d, "ratchet.parent": parent.get("version", ""),
-                    "ratchet.parent_digest": parent.get("digest", ""), "ratchet.round": str(rec["round"]),
+            parent_mv = by_version.get(parent.version if parent else "")
+            tags = {"ratchet.version": child.version, "ratchet.digest": d,
+                    "ratchet.parent": parent.version if parent else "",
+                    "ratchet.parent_digest": parent.digest if parent else "", "ratchet.round": str(rec.round),
                     "ratchet.campaign": self.name,
                     "ratchet.parent_model_version": parent_mv.version if parent_mv is not None else ""}
-            lm = self.client.create_logged_model(self.experiment_id, name=f"{self.name}-{child['version']}",
+            lm = self.client.create_logged_model(self.experiment_id, name=f"{self.name}-{child.version}",
                                                  source_run_id=src, tags=tags, params=manifest_knobs(path),
                                                  model_type="memory-package")
             self.client.log_model_artifacts(lm.model_id, str(path))
-            g = rec.get("gate") or {}
+            g = rec.gate if isinstance(rec, RoundRecord) else None
             if round_run is not None and g:
                 self._model_metrics(lm.model_id, round_run.info.run_id)
             self.client.finalize_logged_model(lm.model_id, LoggedModelStatus.READY)
-            desc = (f"{child['version']} (`{d[:12]}`) of campaign `{self.name}`. " + (
-                f"Promoted in round {rec['round']} from {parent.get('version')} ([version {parent_mv.version}]"
-                f"({ui_route(f'#/models/{name}/versions/{parent_mv.version}')}) of this model, a link to walk the "
-                "lineage): "
-                f"{rec.get('summary', '')}; dev net {g['net']:+.3f}, {ci_text(rec)}."
-                if rec["verdict"] == Verdict.ACCEPT and parent_mv is not None and g else "The campaign's starting package.")
+            desc = (f"{child.version} (`{d[:12]}`) of campaign `{self.name}`. " + (
+                f"Promoted in round {rec.round} from {parent.version if parent else None} ([version "
+                f"{parent_mv.version}]({ui_route(f'#/models/{name}/versions/{parent_mv.version}')}) of this model, a "
+                "link to walk the lineage): "
+                f"{rec.summary or ''}; dev net {g.net:+.3f}, {ci_text(rec)}."
+                if rec.verdict == Verdict.ACCEPT and parent_mv is not None and g else "The campaign's starting package.")
                 + f" Logged model: [{lm.name}]({ui_route(f'#/experiments/{self.experiment_id}/models/{lm.model_id}')})"
                 " (its knobs, gate figures and files).")
             # source: the logged model's files. A `models:/<id>` source makes MLflow's SQL registry look the model up
