@@ -733,7 +733,7 @@ class CampaignTracker:
             # the logged model's page lists its registered version (the tag `mlflow.register_model` sets)
             self.client.set_logged_model_tags(lm.model_id, {"mlflow.modelVersions": json.dumps(
                 [{"name": name, "version": mv.version}])})
-            by_version[child["version"]] = last = mv
+            by_version[child.version] = last = mv
         if last is not None:
             self.client.set_registered_model_alias(name, "champion", last.version)
 
