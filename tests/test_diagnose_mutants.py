@@ -200,7 +200,7 @@ def test_a_checker_bounce_is_c_and_the_work_dropped_after_it_is_not_w():
     dropped = [st(0, ASK, pending=[(CANCEL, "1")]), blocked, st(2, ASK), st(3, FINISH)]
     f = one(dropped)
     assert (f.owner, f.kind, f.step, f.hash) == ("C", "bounced_write", 1, blocked.hash)
-    assert f.extra["target"] == (("order_id", "1"),)
+    assert f.extra == {"target": (("order_id", "1"),), "blocked": "confirm_before_write: no confirmation"}
     redone = [st(0, ASK, pending=[(CANCEL, "1")]), blocked, *confirmed_write(2, CANCEL, "1"), st(4, FINISH)]
     assert one(redone).kind == "no_divergence"
     other = [st(0, ASK, pending=[(CANCEL, "1")]), blocked, *confirmed_write(2, CANCEL, "2"), st(4, FINISH)]
@@ -214,7 +214,7 @@ def test_a_checker_bounce_on_a_confirmed_write_is_a_false_alarm_not_c():
     blocked = st(1, *call(CANCEL, "1"), blocked="false_alarm: looks unusual", pending=[(CANCEL, "1")])
     f = one([*asked, blocked, st(2, FINISH)])
     assert (f.owner, f.kind, f.step, f.hash, f.detail) == ("none", "checker_false_alarm", 1, blocked.hash, CANCEL)
-    assert f.extra["target"] == (("order_id", "1"),)
+    assert f.extra == {"target": (("order_id", "1"),), "blocked": "false_alarm: looks unusual"}
     other = confirmed_write(0, CANCEL, "2")[:1]  # a confirmation of another order does not cover this write
     assert one([*other, blocked, st(2, FINISH)]).kind == "bounced_write"
 
@@ -498,7 +498,8 @@ def test_diagnose_clusters_failed_episodes_into_cited_packets():
     assert [(p.owner, p.kind, len(p.episodes)) for p in d.packets] == [
         ("C", "unconfirmed_write", 8), ("E", "policy_refusal", 2), ("none", "model_fault", 1)]
     c, e, fault = d.packets
-    assert c.id.startswith("C-unconfirmed_write-") and len(c.id) == len("C-unconfirmed_write-") + 10
+    # a packet without a rule: its id hashes the corpus, owner, kind and tool alone
+    assert c.id == f"C-unconfirmed_write-{hashlib.sha256(b'corp|C|unconfirmed_write|*').hexdigest()[:10]}"
     key = "corp|E|policy_refusal|cancel_pending_order|r"
     assert e.id == f"E-policy_refusal-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
     assert (e.rule_id, e.tool, e.detail, e.corpus, e.items) == ("r", CANCEL, "R.", "corp", ["r0"])
@@ -791,3 +792,18 @@ def test_card_helps_against_the_pooled_rate_needs_the_lift(with_card, helps):
     """Too few turns without the card for a contrast (one): the reference is the corpus's pooled no-card rate (0.5),
     and the card must beat it by CARD_LIFT: a share of 0.5 does not, 0.8 and 1.0 do."""
     assert dg.card_helps({True: with_card, False: [1]}, [1, 0] * 3) is helps
+
+
+def test_a_bounced_step_that_is_no_write_is_no_bounced_write():
+    """A checker bouncing the agent's finish (work still pending) is not a write the agent could not make."""
+    steps = [st(0, ASK), st(1, FINISH, blocked="pending_work: L1 cancel"), st(2, FINISH)]
+    assert one(steps).kind == "no_divergence"
+
+
+def test_a_bounced_write_without_args_after_its_granted_confirmation_is_a_false_alarm():
+    """A session-level write (no args at all), confirmed, then bounced: the confirmation covered it."""
+    bare = {"kind": "tool", "tool": RETURN}
+    asked = st(0, {"kind": "tool", "tool": "confirm", "args": {"tool": RETURN, "args": {}, "summary": "s"}},
+               {"role": "tool", "ok": True, "content": {"confirmed": True}})
+    f = one([asked, st(1, bare, {}, blocked="false_alarm: looks unusual"), st(2, FINISH)])
+    assert (f.owner, f.kind, f.step) == ("none", "checker_false_alarm", 1)
