@@ -247,7 +247,9 @@ def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_
         g.link(child.id, "derived_from", promo.id)
         record_round(g, tmp_path / "camp", {"round": 2, "round_dir": "rounds/r02", "verdict": "accept",
                                             "plan_key": plan.key(), "reason": "gate: accept", "benchmark_digest": "b" * 64,
-                                            "gate": {"net": 0.1, "ci_lo": 0.05, "ci_hi": 0.15},
+                                            "gate": {"accept": True, "net": 0.1, "ci_lo": 0.05, "ci_hi": 0.15,
+                                                     "n_items": 40, "n_improved": 5, "n_regressed": 0,
+                                                     "reason": "accept"},
                                             "parent": {"version": "M1", "digest": "p" * 64},
                                             "child": {"version": "M2", "digest": "c" * 64}}, "sim")
         assert promo.id in g.revoked() and g.flagged()[child.id] == promo.id

@@ -926,10 +926,12 @@ def test_gate_params_sequential_block_is_validated():
 def test_ci_level_labels_each_dev_ci_with_the_alpha_it_spent():
     from components.evolution.report import ci_level, round_rows
 
-    plain = {"round": 1, "verdict": "accept", "gate": {"net": 0.1, "ci_lo": 0.01, "ci_hi": 0.2, "n_regressed": 0},
-             "dev_look": {"look": 1, "alpha": 0.01}}
-    seq = {**plain, "round": 2, "sequential": {"gate": {"looks": 3, "looks_used": 2, "per_look": [
-        {"level": 0.002}, {"level": 0.0019}]}}}
+    gate = {"accept": True, "net": 0.1, "ci_lo": 0.01, "ci_hi": 0.2, "n_items": 30, "n_improved": 5,
+            "n_regressed": 0, "reason": "ok"}
+    plain = {"round": 1, "verdict": "accept", "gate": gate, "dev_look": {"look": 1, "alpha": 0.01}}
+    seq = {**plain, "round": 2, "sequential": {"gate": {"looks": 3, "looks_used": 2, "stopped_early": True,
+                                                        "why": "early", "per_look": [{"level": 0.002},
+                                                                                     {"level": 0.0019}]}}}
     assert ci_level(plain) == pytest.approx(0.99) and ci_level(seq) == pytest.approx(1 - 0.0038)
     rows = round_rows({"history": [plain, seq, {"round": 3, "verdict": "no_plan"}]})
     assert [r["level"] for r in rows] == ["99%", "99.62%", ""]
