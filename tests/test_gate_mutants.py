@@ -789,3 +789,31 @@ def test_missing_error_cells_are_not_errors():
     b["error"], c["error"] = None, float("nan")
     p, dropped = g.pair(b, c)
     assert dropped == 0 and len(p) == 5
+
+
+def test_decide_d_counts_no_dropped_pair_unless_told():
+    res = g.decide_d(np.array([0.3] * 6), GateConfig(n_boot=1000))
+    assert res.dropped_errors == 0 and not res.refused
+
+
+def test_a_sequential_verdict_counts_the_pairs_it_dropped():
+    """Look 1 (seed 0) holds one errored pair, look 2 (seed 1) none: the deciding look reports the one it dropped."""
+    items, seeds = [f"t{i:02d}" for i in range(10)], [0, 1]
+    b, c = arms({i: [0.3, 0.3] for i in items}, base=0.4, errors={("cand", "t03", 0): "x"})
+    cfg = GateConfig(n_boot=1000, alpha=0.05)
+    res, _, rec = g.sequential_gate(b, c, cfg, g.SequentialDesign(2, "pocock", "seeds"), items, seeds)
+    assert res.accept and res.dropped_errors == 1 and not res.refused and rec["looks_used"] == 1
+
+
+def test_an_interim_look_by_items_caps_regressions_for_every_item():
+    """By items, an interim look's regressions are final, and the cap they are held to is the cap for all the items
+    (reg_share x 20 = 4), not for the items seen so far (x 10 = 2): 3 regressions in look 1 go on to look 2."""
+    items, seeds = [f"t{i:02d}" for i in range(20)], [0]
+    design = g.SequentialDesign(2, "pocock", "items")
+    first = design.groups(items, seeds)[0][0]
+    d = {i: [-0.3] if i in first[:3] else [0.3] for i in items}
+    b, c = arms(d, base=0.4)
+    cfg = GateConfig(n_boot=1000, alpha=0.05, reg_cap=0, reg_share=0.2)
+    res, _, rec = g.sequential_gate(b, c, cfg, design, items, seeds)
+    assert len(first) == 10 and rec["per_look"][0]["regressed"] == 3
+    assert rec["looks_used"] == 2 and res.n_regressed == 3 and res.accept
