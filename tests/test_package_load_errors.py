@@ -308,3 +308,28 @@ def test_a_control_character_is_one_problem_line_naming_the_character(tmp_path):
 def test_a_duplicate_manifest_key_names_its_line_and_the_key(tmp_path):
     root = make(tmp_path, {}, manifest="name: t\ndescription: d\nname: u\n")
     assert problems(root) == [("manifest.yaml", "line 3", "malformed YAML: duplicate key 'name'")]
+
+
+# -- YAML a reader cannot take (the CLI's lines in tests/test_misuse.py, here in-process) ---------------------------
+
+
+def test_a_manifest_nested_too_deeply_is_named_not_taken_for_deep_directories(tmp_path):
+    deep = "[" * 700 + "]" * 700
+    root = make(tmp_path, {}, manifest=f"name: x\ndescription: {deep}\n")
+    assert problems(root) == [("manifest.yaml", "-", "malformed YAML: nested too deeply to read")]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("---\n- a\n- b\n---\nbody\n", "malformed YAML: must be a mapping of fields (id, type, ...), not a list"),
+    ("---\nid: x\ntype: procedure\nbody\n", "malformed YAML: no closing '---' line"),
+])
+def test_front_matter_that_is_no_mapping_or_never_closes_is_one_line(tmp_path, text, message):
+    root = make(tmp_path, {"em/procedure/x.md": text})
+    assert problems(root) == [("em/procedure/x.md", "front matter", message)]
+
+
+def test_empty_front_matter_is_read_as_no_fields(tmp_path):
+    """`---` twice with nothing between: no fields, so each required one is missing (not a mapping problem)."""
+    root = make(tmp_path, {"em/procedure/x.md": "---\n---\nbody\n"})
+    got = problems(root)
+    assert got and all(f == "em/procedure/x.md" and "must be a mapping" not in m for f, _, m in got)
