@@ -333,3 +333,11 @@ def test_empty_front_matter_is_read_as_no_fields(tmp_path):
     root = make(tmp_path, {"em/procedure/x.md": "---\n---\nbody\n"})
     got = problems(root)
     assert got and all(f == "em/procedure/x.md" and "must be a mapping" not in m for f, _, m in got)
+
+
+@pytest.mark.parametrize("text,bom", [("just a body\n", False), ("\ufeff---\nid: x\ntype: procedure\n---\nbody\n", True)])
+def test_a_card_without_front_matter_says_how_one_starts(tmp_path, text, bom):
+    root = make(tmp_path, {"em/procedure/x.md": text})
+    said = "missing: a card starts with a '---' line, YAML, and '---'"
+    said += " (the file starts with a byte-order mark: save it as UTF-8 without one)" if bom else ""
+    assert problems(root) == [("em/procedure/x.md", "front matter", said)]
