@@ -574,7 +574,10 @@ def campaign_run(
     p = _params(params, rounds, out_dir, set_)
     if not force and _print_if_finished(p):
         return
-    from flows.campaign import prepare, run_campaign
+    from components.heap import long_lived
+
+    with long_lived("flows.campaign"):  # Prefect, pandas and the stack a campaign runs on live as long as the process
+        from flows.campaign import prepare, run_campaign
     from flows.signals import flows_obey
 
     flows_obey("the committed work is kept: the same command continues the campaign")
@@ -753,7 +756,10 @@ def campaign_resume(
         first = e.errors()[0]
         raise InputError(f"{saved}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
     p = p.model_copy(update={"campaign": p.campaign.model_copy(update={"out": str(out_dir)})})
-    from flows.campaign import prepare, run_campaign
+    from components.heap import long_lived
+
+    with long_lived("flows.campaign"):  # as `campaign run`
+        from flows.campaign import prepare, run_campaign
     from flows.signals import flows_obey
 
     flows_obey(f"the committed work is kept: `ratchet campaign resume --out {out_dir}` continues")
@@ -1002,6 +1008,10 @@ def main() -> None:
         except InputError as e:  # raised outside a command (the group catches those inside)
             fail(str(e))
             sys.exit(2)
+        finally:  # the command has written and closed what it writes: the shutdown walks none of what is left
+            from components.heap import skip_exit_collections
+
+            skip_exit_collections()
 
 
 if __name__ == "__main__":
