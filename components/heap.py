@@ -10,19 +10,22 @@ after them, and the collections of the interpreter's shutdown. Measured on a one
                         built frozen (`gc.freeze`: moved to the permanent generation no collection walks). The few
                         reference cycles an import leaves behind (~10,000 objects after the campaign's) are kept
                         frozen rather than found by a full collection that would cost 0.6 CPU-s
-    skip_exit_collections()  at a command's end: the objects left are frozen, so the interpreter's shutdown frees
-                        what reference counting frees and leaves the rest to the operating system, as it leaves
-                        memory anyway. Files, databases and the records are closed and flushed before this is called
+    skip_exit_collections()  when a command's process exits, the objects left are frozen: the interpreter's shutdown
+                        frees what reference counting frees and leaves the rest to the operating system, as it
+                        leaves memory anyway (the command has closed its files and databases by then)
 
 Nothing here changes what a command computes or writes: only when memory that is garbage anyway is walked.
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+_exit_hooked = False
 
 
 @contextmanager
@@ -45,6 +48,10 @@ def long_lived(module: str) -> Iterator[None]:
 
 
 def skip_exit_collections() -> None:
-    """At the end of a command: the interpreter's shutdown walks no object the command left (see the module's
-    docstring)."""
-    gc.freeze()
+    """The interpreter's shutdown walks none of the objects the process leaves: `gc.freeze` when it exits (an atexit
+    hook, run after the command has written and closed what it writes; a caller that runs commands in-process, a
+    test, freezes nothing until its own end). Once per process."""
+    global _exit_hooked
+    if not _exit_hooked:
+        atexit.register(gc.freeze)
+        _exit_hooked = True

@@ -1000,7 +1000,10 @@ def evidence_revoke(
 
 def main() -> None:
     quiet_offline()
+    from components.heap import skip_exit_collections
     from flows.signals import signals_obeyed
+
+    skip_exit_collections()
 
     with signals_obeyed():  # Ctrl-C and SIGTERM stop the command at once, with the processes it started
         try:
@@ -1008,10 +1011,6 @@ def main() -> None:
         except InputError as e:  # raised outside a command (the group catches those inside)
             fail(str(e))
             sys.exit(2)
-        finally:  # the command has written and closed what it writes: the shutdown walks none of what is left
-            from components.heap import skip_exit_collections
-
-            skip_exit_collections()
 
 
 if __name__ == "__main__":
