@@ -31,11 +31,21 @@ class ContractError(InputError):
 
 
 @lru_cache(maxsize=1)
+def _gx():
+    """great_expectations, imported once with the collector paused (~3.5 CPU-s of imports that live as long as the
+    process: components/heap.py)."""
+    from components.heap import long_lived
+
+    with long_lived("great_expectations"):
+        import great_expectations as gx
+    return gx
+
+
+@lru_cache(maxsize=1)
 def _context():
     import logging
 
-    import great_expectations as gx
-
+    gx = _gx()
     for name in [n for n in logging.root.manager.loggerDict if n.startswith("great_expectations")]:
         logging.getLogger(name).setLevel(logging.WARNING)  # its import sets INFO on some of its loggers
     ctx = gx.get_context(mode="ephemeral")
@@ -60,7 +70,7 @@ PHRASE = {
 
 def _results(df: pd.DataFrame, name: str, expectations: list, ids: list[str]) -> list:
     """The great-expectations results of `expectations` on `df`, with the `ids` columns of every unexpected row."""
-    import great_expectations as gx
+    gx = _gx()
 
     with _lock:
         _ctx, source = _context()
@@ -101,7 +111,7 @@ def _validate(df: pd.DataFrame, name: str, expectations: list, ids: list[str]) -
 
 
 def check_benchmark(root: str | Path) -> None:
-    import great_expectations as gx
+    gx = _gx()
 
     root = Path(root)
     tasks = pd.read_csv(root / "tasks.csv", dtype={"task_id": str, "split": str})
@@ -132,7 +142,7 @@ def check_paired_scores(base: pd.DataFrame, cand: pd.DataFrame, where: str = "pa
     their pairing: every (item_id, seed) in both. One great-expectations validation of both arms stacked (an arm
     column keeps their rows apart) checks all of it: the same expectations over the same rows as validating each arm
     and the pairing table apart, at a third of the cost (a validation's overhead, ~0.1 s, dwarfs these tables)."""
-    import great_expectations as gx
+    gx = _gx()
 
     E = gx.expectations
     keys = ["item_id", "seed"]

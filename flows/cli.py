@@ -574,7 +574,10 @@ def campaign_run(
     p = _params(params, rounds, out_dir, set_)
     if not force and _print_if_finished(p):
         return
-    from flows.campaign import prepare, run_campaign
+    from components.heap import long_lived
+
+    with long_lived("flows.campaign"):  # Prefect, pandas and the stack a campaign runs on live as long as the process
+        from flows.campaign import prepare, run_campaign
     from flows.signals import flows_obey
 
     flows_obey("the committed work is kept: the same command continues the campaign")
@@ -753,7 +756,10 @@ def campaign_resume(
         first = e.errors()[0]
         raise InputError(f"{saved}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
     p = p.model_copy(update={"campaign": p.campaign.model_copy(update={"out": str(out_dir)})})
-    from flows.campaign import prepare, run_campaign
+    from components.heap import long_lived
+
+    with long_lived("flows.campaign"):  # as `campaign run`
+        from flows.campaign import prepare, run_campaign
     from flows.signals import flows_obey
 
     flows_obey(f"the committed work is kept: `ratchet campaign resume --out {out_dir}` continues")
@@ -994,7 +1000,10 @@ def evidence_revoke(
 
 def main() -> None:
     quiet_offline()
+    from components.heap import skip_exit_collections
     from flows.signals import signals_obeyed
+
+    skip_exit_collections()
 
     with signals_obeyed():  # Ctrl-C and SIGTERM stop the command at once, with the processes it started
         try:

@@ -83,7 +83,10 @@ def tie_temporary_server_to_this_process() -> None:
 
     if get_current_settings().api.url:  # a configured server: Prefect starts no temporary one here, and importing
         return  # the server's code would cost ~2.5 CPU-s (half of `ratchet campaign`'s imports)
-    from prefect.server.api import server as server_module
+    from components.heap import long_lived
+
+    with long_lived("prefect.server.api.server"):  # the server's code lives as long as the process
+        from prefect.server.api import server as server_module
 
     cls = server_module.SubprocessASGIServer
     if getattr(cls, "_ratchet_tied", False):

@@ -183,6 +183,28 @@ def test_bench_fixed_cost_quick_fits_three_campaigns_on_one_server(prefect_serve
                         lines[-1]), p.stdout
 
 
+def test_bench_campaign_scaleout_quick_gives_one_lineage_on_threads_and_dask(prefect_server):
+    """benchmarks/bench_campaign_scaleout.py at its quick size, against the run's server: the same campaign on threads
+    and on a Dask worker in another directory, each a fresh `ratchet campaign run`; the script itself compares the
+    lineage (every version's digest) and the test certification. The quick campaign promotes, so the lineage compared
+    holds a version the round made, not only the start. No timing is asserted (throughput belongs to the benchmark)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PREFECT_API_URL": prefect_server}
+    p = subprocess.run([sys.executable, "benchmarks/bench_campaign_scaleout.py", "--quick"], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    lines = p.stdout.strip().splitlines()
+    rows = {" ".join(ln.split()[:2]): ln.split()[2:] for ln in lines if re.match(r"(threads|dask) x\d+ ", ln)}
+    assert list(rows) == ["threads x2", "dask x1"], p.stdout
+    assert len({r[0] for r in rows.values()}) == 1 and int(rows["dask x1"][0]) > 0  # the same episodes, some
+    assert all(int(r[-1]) >= 1 for r in rows.values()), p.stdout  # promotions: the lineage has a child version
+    m = re.fullmatch(r"lineage and test certification identical across runners: (\w+) \((\d+) versions, .*\)",
+                     lines[-1])
+    assert m and m.group(1) == "True" and int(m.group(2)) >= 2, p.stdout
+
+
 @pytest.mark.parametrize("n_items,seeds,workers,want", [
     (60, 3, 2, 15),  # dev of the default campaign: two tasks per worker
     (60, 3, 4, 10),  # four workers: 8 items would be 24 episodes, under the 30-episode floor

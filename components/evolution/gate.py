@@ -32,7 +32,6 @@ import os
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from functools import lru_cache
-from statistics import NormalDist
 
 from components.errors import InputError
 from components.lazy import LazyModule
@@ -407,9 +406,16 @@ def repair_screen(base: pd.DataFrame, cand: pd.DataFrame, material: float = 0.05
 
 # -- sequential looks ------------------------------------------------------------------------------------------
 
-_N01 = NormalDist()
+@lru_cache(maxsize=1)
+def _n01():
+    """The standard normal; `statistics` is imported on first use (`ratchet gate`'s one look never needs it)."""
+    from statistics import NormalDist
+
+    return NormalDist()
+
+
 SPENDING = {  # cumulative one-sided alpha spent at information fraction t (Lan-DeMets), declared by name
-    "obf": lambda t, a: 2 * (1 - _N01.cdf(_N01.inv_cdf(1 - a / 2) / math.sqrt(t))) if t > 0 else 0.0,
+    "obf": lambda t, a: 2 * (1 - _n01().cdf(_n01().inv_cdf(1 - a / 2) / math.sqrt(t))) if t > 0 else 0.0,
     "pocock": lambda t, a: a * math.log(1 + (math.e - 1) * t),
 }
 
@@ -442,7 +448,7 @@ def _efficacy_levels(fractions: tuple[float, ...], alpha: float, spending: str) 
         k = min(max(int(np.searchsorted(-tail, -target)), 1), len(z) - 1)  # first grid point with tail <= target
         w = (tail[k - 1] - target) / (tail[k - 1] - tail[k]) if tail[k - 1] > tail[k] else 1.0
         c = float(z[k - 1] + w * h)  # interpolated between grid points
-        levels.append(1 - _N01.cdf(c))
+        levels.append(1 - _n01().cdf(c))
         dens = np.where(z < c, dens, 0.0)
         prev_t, prev_spent = t, prev_spent + target
     return tuple(levels)
@@ -532,7 +538,7 @@ def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig,
         lo, hi = -math.inf, math.inf
     else:  # z-test against the boundary, reported as the interval it implies
         se = float(d.std(ddof=1)) / math.sqrt(len(d))
-        z = _N01.inv_cdf(1 - p)
+        z = _n01().inv_cdf(1 - p)
         lo, hi = (net - z * se, net + z * se) if se > 0 else (net if net != 0 else -0.0, net)
     fig = {"look": look, "n_looks": n_looks, "n_items": int(len(d)), "level": p, "lo": lo, "hi": hi, "net": net,
            "regressed": regressed}
@@ -626,7 +632,7 @@ def repair_look(d: np.ndarray, look: int, levels: list[float], material: float) 
     if net <= 0:
         return False, f"mean gain {net:+.3f} not positive at look {look} of {len(levels)} (futility)"
     se = float(d.std(ddof=1)) / math.sqrt(len(d)) if len(d) > 1 else math.inf
-    lo = net - _N01.inv_cdf(1 - levels[look - 1]) * se
+    lo = net - _n01().inv_cdf(1 - levels[look - 1]) * se
     if repaired > broken and lo > 0:
         return True, f"clear repair at look {look} of {len(levels)}: mean gain {net:+.3f}, lower bound {lo:+.3f}"
     return None, ""

@@ -364,14 +364,18 @@ def one_trace_writer(uri: str | None) -> None:
 class CampaignTracker:
     def __init__(self, name: str, out: str | Path, params: dict[str, Any], tracking_uri: str | None = None,
                  artifact_root: str | Path | None = None):
-        import mlflow
-        from mlflow import MlflowClient
+        from components.heap import long_lived
 
         self.name, self.out, self.params = name, Path(out), params
         self.traces_per_round = int((params.get("campaign") or {}).get("traces_per_round", MAX_TRACES_PER_ROUND))
         self.uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-        new_store_from_template(self.uri)
-        self.client = MlflowClient(tracking_uri=self.uri)
+        # MLflow's modules, and its store's (imported when the first client is made), live as long as the process
+        with long_lived("mlflow"):  # components/heap.py
+            import mlflow
+            from mlflow import MlflowClient
+
+            new_store_from_template(self.uri)
+            self.client = MlflowClient(tracking_uri=self.uri)
         self._tracing = None  # the TracingClient the traces are written through, made on first use
         one_trace_writer(mlflow.get_tracking_uri())  # MLflow's own exporter writes to the process's URI
         start = next((r for r in self._lineage_records() if r.verdict == Verdict.START), None)
