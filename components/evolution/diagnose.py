@@ -35,6 +35,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import date
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -48,6 +49,7 @@ from components.worlds.base import Gold
 
 if TYPE_CHECKING:
     from components.evolution.outcomes import TrainEvidence
+    from components.worlds.outcome_rules import FieldRule
 
 MAX_CITATIONS = 6
 RULE_CARD = "{}-rule"  # the id of the E card written for a rule (meta.py); tells which rule such a card is about
@@ -143,7 +145,8 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
                 later = any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
                             and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps)
                 if not later:
-                    findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get((tool, rule)), targets))
+                    findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get((tool, rule)), targets,
+                                              steps))
         elif tool in write_tools and s.blocked is not None:
             # a checker bounced the draft twice and it never ran: the agent could not meet the check (with a
             # confirmation checker, it never asked); the work it later drops is this failure's consequence. A
@@ -319,7 +322,8 @@ CARD_LIFT, MIN_CONTRAST = 0.1, 5
 
 
 def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, package: MemoryPackage,
-               helps: bool | None = None, targets: Targets | None = None) -> Finding:
+               helps: bool | None = None, targets: Targets | None = None,
+               steps: list[TraceStep] | None = None) -> Finding:
     """A refused write: whose fix would have avoided it, from the package's cards and the corpus's evidence on them.
 
     no card about the tool and rule           -> E   policy_refusal  (the knowledge is missing)
@@ -333,20 +337,33 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
     target = _ident(tool, s.action.get("args", {}), targets)
     extra = {"target": target, "cards": cards, "delivered": list(s.delivered), "rule_id": rule_id}
     quote = _rule_text(s.observation)
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL)
+    states = None
+    if cards and not here and helps is not False:  # no such card at this write: does its text state the refused rule?
+        from components.evolution.outcomes import card_states, statement_constants
+
+        states = card_states([package.cards[c].body for c in cards], [statement_constants(quote)] if quote else [],
+                             steps or [], s.step, cards)
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL,
+                                                        states)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
 
 
 def card_owner(cards: list[str], here: list[str], n_delivered: int, helps: bool | None,
-               missing: str) -> tuple[str, str, str, str]:
+               missing: str, states: bool | None = None) -> tuple[str, str, str, str]:
     """(owner, kind, opportunity, patchability) of a write that went wrong, from the cards about its tool, those
     in memory at it (`here`, of `n_delivered`) and whether such a card helps (`card_helps`); `missing` is the kind
-    for E with no card, or with a helpful card delivered alone."""
+    for E with no card, or with a helpful card delivered alone. `states`: whether the cards' own text covers what
+    went wrong at this write (`components.evolution.outcomes.card_states`), asked where none was in memory at it. It
+    lacks what was wrong -> E (the knowledge is missing, whatever the routing; a card that helps elsewhere does not
+    hold this write's rule); where the corpus never had such a card in memory at such a write (`helps` None), it
+    covers it -> rho (routing kept it from the write), None -> unknown."""
     if not cards:
         return Owner.E, missing, "present", "memory"
     if helps is False:
         return Owner.E, FindingKind.INEFFECTIVE_CARD, "present", "memory"
-    if helps is None:
+    if states is False and not here:  # what went wrong here is in no card: routing one to it would not have helped
+        return Owner.E, missing, "present", "memory"
+    if helps is None and states is None:
         return Owner.UNKNOWN, FindingKind.CARD_UNOBSERVED, "unknown", "unknown"
     if here:
         owner, kind = (Owner.RHO, FindingKind.DILUTED_CARD) if n_delivered > len(here) else (Owner.E, missing)
@@ -384,12 +401,13 @@ class Diagnosis:
 
 def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage, write_tools: frozenset[str],
              corpus: str, targets: Targets | None = None, gold: Mapping[str, Gold] | None = None,
-             train: TrainEvidence | None = None) -> Diagnosis:
+             train: TrainEvidence | None = None, today: date | None = None) -> Diagnosis:
     """`targets`: the benchmark's write tool -> identifying args (`bench.meta.get("targets")`); a tool it does not
     list is identified by the session alone. `gold`: the train items' gold (`components.worlds.base.train_gold`);
     a failed episode of an item that has one is also compared with it (`with_outcomes`). `train`: what a labelled
     train corpus showed (`train_evidence`), for failures with no gold the trace cannot explain
-    (`components.evolution.outcomes.unseen_value_finding`)."""
+    (`components.evolution.outcomes.unseen_value_finding`). `today`: the policy's date (`infer.policy_today`), for
+    the rules the gold shows (`outcomes.card_states`)."""
     failed = scores[~scores["success"].astype(bool)]
     findings: list[Finding] = []
     if len(traces):
@@ -400,18 +418,21 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
     helps = card_evidence(list(episodes.values()), package, write_tools, targets)
     budget = TurnBudget.of(list(episodes.values()), {f"{r.item_id}#{r.seed}": bool(r.success)
                                                      for r in scores.itertuples(index=False)}, write_tools, targets)
-    value_helps = {}
+    value_helps, rules = {}, {}
     if gold:
-        from components.evolution.outcomes import value_evidence
+        from components.evolution.outcomes import inferred_rules, value_evidence
 
         value_helps = value_evidence(episodes, gold, package, write_tools, targets)
+        # the rules the gold shows are read only to judge a card's text against a write it was not at (`card_states`)
+        rules = inferred_rules([t for t, h in value_helps.items() if h is not False and cards_about(package, t)],
+                               episodes, gold, write_tools, targets, today)
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
         error = "" if pd.isna(row.error) else str(row.error)
         f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets)
         if gold and row.item_id in gold:
-            f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps)
+            f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules)
         elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:
             from components.evolution.outcomes import unseen_value_finding
 
@@ -440,7 +461,8 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
 # -- evidence from outcomes (train items with gold; components/evolution/outcomes.py) ----------------------------------
 
 def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: MemoryPackage, write_tools: frozenset[str],
-                  targets: Targets | None, value_helps: Mapping[str, bool | None]) -> Finding:
+                  targets: Targets | None, value_helps: Mapping[str, bool | None],
+                  rules: Mapping[str, Mapping[str, FieldRule]] | None = None) -> Finding:
     """The trace's finding, or the outcome's when the trace saw nothing or saw it later: a write whose argument
     differs from the gold (a silent world's broken rule leaves no other trace). An external finding stands."""
     from components.evolution.outcomes import outcome_diffs, outcome_finding
@@ -448,7 +470,7 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     if f.owner == Owner.NONE and f.kind != FindingKind.NO_DIVERGENCE:
         return f
     o = outcome_finding(f.episode_id, f.item_id, outcome_diffs(steps, gold, write_tools, targets), steps, package,
-                        value_helps)
+                        value_helps, rules)
     if o is None:
         return f
     if f.kind == FindingKind.NO_DIVERGENCE:
