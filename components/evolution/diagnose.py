@@ -8,11 +8,14 @@ For every failed episode, the earliest of:
         card in memory clear the rule more often than turns without), never by reading the card like the model:
         E:   no card mentions the tool, the card does not help, or a helpful card alone in memory was not enough
         rho: a helpful card was not delivered at that step, or was drowned among other cards
-        unknown: a card exists but was never in memory at such a write (no evidence; no plan is made)
+        unknown: a card exists but was never in memory at such a write, and neither its text nor the timing tells
+        (with the rules train's gold shows, `outcomes.card_states`: a card lacking the constants of what went wrong
+        -> E; one carrying them, or delivered later in the episode than the write -> rho)
   - a write a checker blocked (bounced twice, never executed) and never redone successfully      -> C, bounced_write
         (the checker's bounce is the trace of the discipline fault it guards; with it installed, the unconfirmed
         write never happens, and without this the work dropped after it would read as W); when a granted
-        confirmation covered that write, the agent did its part and the check fired anyway   -> none, checker_false_alarm
+        confirmation covered that write, or the bounce names no discipline fault (no confirmation code), the check
+        fired on its own criterion                                                            -> none, checker_false_alarm
   - `finish` while the agent's own proposed state still listed work                               -> C, premature_finish
   - work the agent proposed, never wrote, and dropped from its state                              -> W
         wrong_grounding: its ledger entry was settled by a receipt for other arguments
@@ -40,9 +43,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from components.codes import FindingKind, Owner
+from components.codes import CheckCode, FindingKind, Owner
 from components.evidence.packets import Citation, Claim, EvidencePacket
 from components.memory.package import MemoryPackage
+from components.memory.strategies import bounce_codes
 from components.runtime.confirm import Targets, covered, identity, step_act
 from components.runtime.trace import TraceStep, frame_steps
 from components.worlds.base import Gold
@@ -155,7 +159,10 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
             mine = _ident(tool, a.get("args", {}), targets)
             if not any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
                        and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps):
-                if covered(acts, tool, a.get("args", {}), targets):
+                # the bounce is the agent's discipline fault only when it says so (a confirmation it lacked, as the
+                # trace shows); a checker that bounced it for any other reason fired on its own criterion
+                if covered(acts, tool, a.get("args", {}), targets) \
+                        or CheckCode.UNCONFIRMED not in bounce_codes(s.blocked):
                     findings.append(Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM,
                                             "*", tool, extra={"target": mine, "blocked": s.blocked}))
                 else:
