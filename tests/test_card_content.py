@@ -5,9 +5,12 @@ Small hand-built traces; the package is a stand-in with its cards' ids and bodie
 
 from __future__ import annotations
 
-from components.evolution.diagnose import card_owner, diagnose_episode
+import pandas as pd
+
+from components.evolution.diagnose import card_owner, diagnose, diagnose_episode
 from components.evolution.outcomes import (Diff, TrainEvidence, WRONG_ARG, card_states, mentions, outcome_finding,
                                            predicted_wrong, rule_constants, statement_constants, unseen_value_finding)
+from components.runtime.trace import steps_frame
 from components.worlds.outcome_rules import Cond, FieldRule, Term
 from tests.test_diagnose_mutants import ASK, CANCEL, FINISH, RETURN, TARGETS, WRITES, call, pkg, st
 
@@ -161,3 +164,28 @@ def test_an_explained_refusal_is_owned_by_whether_the_card_states_the_rule():
     plain = call(CANCEL, "1", ok=False, rule_id="fee", rule="Refund to the original method.")
     assert one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *plain), st(2, FINISH, delivered=["c"])]).owner == "rho"
     assert one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *plain), st(2, FINISH)]).owner == "unknown"
+
+
+def test_a_refusal_left_unknown_is_read_with_the_rules_train_showed():
+    """An explained refusal whose statement carries no constant, the card never at a write: train's rules say the
+    refused write's amount is wrong (a fee is due), which a card with no number cannot state (E); with the fee's
+    numbers it could (rho). Rules that say nothing is wrong leave it unknown."""
+    reads = _refund(method="card_1", amount=100.0, placed=30)[:2]
+    refused = ({"kind": "tool", "tool": RETURN, "args": {"order_id": "1", "payment_method_id": "card_1",
+                                                          "refund_amount": 100.0}},
+               {"role": "tool", "ok": False, "content": {"error": "refused"}, "rule_id": "fee",
+                "rule": "Mind the fee.", "blocking": False})
+    steps = [*reads, st(2, *refused), st(3, FINISH)]
+    traces = steps_frame(steps)
+    scores = pd.DataFrame([{"item_id": "t", "seed": 0, "score": 0.0, "success": False, "error": None}])
+
+    def owner(card, rules):
+        ev = TrainEvidence(rules={RETURN: rules} if rules else {})
+        f = diagnose(traces, scores, pkg(c=card), WRITES, "d", TARGETS, train=ev).findings[0]
+        return f.owner, f.kind
+
+    plain = f"A refund made with `{RETURN}` goes back to the method the order was paid with."
+    assert owner(plain, None) == ("unknown", "card_unobserved")
+    assert owner(plain, {"refund_amount": FEE}) == ("E", "policy_refusal")
+    assert owner(f"`{RETURN}`: 5% off the total after 24 hours.", {"refund_amount": FEE}) == ("rho", "card_not_fired")
+    assert owner(plain, {"payment_method_id": ORIGINAL}) == ("unknown", "card_unobserved")  # it was right

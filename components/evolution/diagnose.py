@@ -431,13 +431,19 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
 
         value_helps = value_evidence(episodes, gold, package, write_tools, targets)
         # the rules the gold shows are read only to judge a card's text against a write it was not at (`card_states`)
-        rules = inferred_rules([t for t, h in value_helps.items() if h is not False and cards_about(package, t)],
+        rules = inferred_rules([t for t in write_tools if value_helps.get(t) is not False and cards_about(package, t)],
                                episodes, gold, write_tools, targets, today)
+    elif train is not None:
+        rules = train.rules
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
         error = "" if pd.isna(row.error) else str(row.error)
         f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets)
+        if f.kind == FindingKind.CARD_UNOBSERVED and rules.get(f.tool):
+            from components.evolution.outcomes import with_rules
+
+            f = with_rules(f, steps, package, write_tools, rules[f.tool], targets, today)
         if gold and row.item_id in gold:
             f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules)
         elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from typing import Any
 
@@ -166,7 +166,7 @@ def train_evidence(episodes: Mapping[str, list[TraceStep]], failed: Mapping[str,
                                                                       write_tools, targets)))
     helps = {tool: card_helps(t, pooled) for tool, t in tally.items()}
     # the rules are read only to judge a card's text against a write it was not at (`card_states`)
-    judged = [tool for tool, h in helps.items() if h is not False and cards_about(package, tool)]
+    judged = [tool for tool in write_tools if helps.get(tool) is not False and cards_about(package, tool)]
     return TrainEvidence(value_helps=helps, wrong_rate=rate,
                          unexplained=len([e for e in unexplained if failed.get(e) in gold]), unexplained_wrong=wrong,
                          rules=inferred_rules(judged, episodes, gold, write_tools, targets, today), today=today)
@@ -378,3 +378,22 @@ def predicted_wrong(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, Fi
                 fixed[f] = v
     verdict = judged(fixed) if fixed != args else first
     return [f for f in sorted(verdict) if (first[f] if verdict[f] is None else verdict[f]) is False]
+
+
+def with_rules(f: Finding, steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
+               rules: Mapping[str, FieldRule], targets: Targets | None = None, today: date | None = None) -> Finding:
+    """A refusal left `unknown` (`card_unobserved`: its statement, if any, carried no constant to check and no card
+    came later) re-read with the rules train's gold shows: the refused write's fields they say are wrong, against the
+    cards' text (`card_states`). Unchanged when that tells nothing either."""
+    s = next((x for x in steps if x.step == f.step), None)
+    if s is None:
+        return f
+    cards = cards_about(package, f.tool, f.rule_id or None)
+    wrong = predicted_wrong(s, steps, rules, write_tools, targets, today)
+    states = card_states([package.cards[c].body for c in cards], field_needs(wrong, rules), steps, s.step, cards)
+    if states is None:
+        return f
+    here = [c for c in s.delivered if c in cards]
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), None,
+                                                        FindingKind.POLICY_REFUSAL, states)
+    return replace(f, owner=owner, kind=kind, opportunity=opportunity, patchability=patchability)
