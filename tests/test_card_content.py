@@ -141,11 +141,13 @@ def test_an_unseen_value_on_dev_is_owned_by_the_rules_train_showed():
     fee_due = _refund(method="card_1", amount=100.0, placed=30)
     f = unseen_value_finding("t#0", "t", fee_due, plain, WRITES, ev, TARGETS)
     assert (f.owner, f.kind, f.tool) == ("E", "unseen_value", RETURN)  # the fee: no card states it
-    wrong_method = _refund(delivered_at=(3,), method="gift_1", amount=100.0, placed=10)
+    wrong_method = _refund(method="gift_1", amount=100.0, placed=10)
     f = unseen_value_finding("t#0", "t", wrong_method, plain, WRITES, ev, TARGETS)
-    assert (f.owner, f.kind) == ("rho", "card_not_fired")  # the method: a value read, the card came after the write
-    f = unseen_value_finding("t#0", "t", _refund(method="gift_1", placed=10), plain, WRITES, ev, TARGETS)
-    assert f.owner == "unknown"  # nothing to check and the card never came
+    assert (f.owner, f.kind) == ("rho", "card_not_fired")  # the method: a value a read showed, no constant to state
+    nothing_wrong = _refund(method="card_1", amount=100.0, placed=10)
+    assert unseen_value_finding("t#0", "t", nothing_wrong, plain, WRITES, ev, TARGETS).owner == "unknown"
+    late = _refund(delivered_at=(3,), method="card_1", amount=100.0, placed=10)
+    assert unseen_value_finding("t#0", "t", late, plain, WRITES, ev, TARGETS).owner == "rho"  # the card came after
 
 
 def test_an_explained_refusal_is_owned_by_whether_the_card_states_the_rule():
@@ -161,20 +163,24 @@ def test_an_explained_refusal_is_owned_by_whether_the_card_states_the_rule():
     assert (one(f"`{CANCEL}` takes a reason.").owner, one(f"`{CANCEL}` takes a reason.").kind) == \
         ("E", "policy_refusal")
     assert one(f"`{CANCEL}`: 5% off after 24 hours.").kind == "card_not_fired"
+    # a statement with no constant to check is taken as stated by a card about its write
     plain = call(CANCEL, "1", ok=False, rule_id="fee", rule="Refund to the original method.")
-    assert one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *plain), st(2, FINISH, delivered=["c"])]).owner == "rho"
-    assert one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *plain), st(2, FINISH)]).owner == "unknown"
+    assert one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *plain), st(2, FINISH)]).owner == "rho"
+    # a coded refusal states nothing: only the timing tells
+    coded = call(CANCEL, "1", ok=False, rule_id="fee", rule=None)
+    assert one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *coded), st(2, FINISH, delivered=["c"])]).owner == "rho"
+    assert one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *coded), st(2, FINISH)]).owner == "unknown"
 
 
-def test_a_refusal_left_unknown_is_read_with_the_rules_train_showed():
-    """An explained refusal whose statement carries no constant, the card never at a write: train's rules say the
-    refused write's amount is wrong (a fee is due), which a card with no number cannot state (E); with the fee's
-    numbers it could (rho). Rules that say nothing is wrong leave it unknown."""
+def test_a_refusal_is_read_with_the_rules_train_showed():
+    """A coded refusal (no statement), the card never at a write: train's rules say the refused write's amount is
+    wrong (a fee is due), which a card with no number cannot state (E); with the fee's numbers it could (rho). Rules
+    that find nothing wrong, or none, leave it unknown."""
     reads = _refund(method="card_1", amount=100.0, placed=30)[:2]
     refused = ({"kind": "tool", "tool": RETURN, "args": {"order_id": "1", "payment_method_id": "card_1",
                                                           "refund_amount": 100.0}},
-               {"role": "tool", "ok": False, "content": {"error": "refused"}, "rule_id": "fee",
-                "rule": "Mind the fee.", "blocking": False})
+               {"role": "tool", "ok": False, "content": {"error": "refused"}, "rule_id": "fee", "rule": None,
+                "blocking": False})
     steps = [*reads, st(2, *refused), st(3, FINISH)]
     traces = steps_frame(steps)
     scores = pd.DataFrame([{"item_id": "t", "seed": 0, "score": 0.0, "success": False, "error": None}])

@@ -112,7 +112,10 @@ def _rule_text(observation: dict) -> str:
 def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackage, write_tools: frozenset[str],
                      error: str = "", episode_id: str | None = None,
                      helps: dict[tuple[str, str], bool | None] | None = None, budget: TurnBudget | None = None,
-                     targets: Targets | None = None) -> Finding:
+                     targets: Targets | None = None, rules: Mapping[str, Mapping[str, FieldRule]] | None = None,
+                     today: date | None = None) -> Finding:
+    """`rules`: per write tool, the rules train's gold shows (`outcomes.inferred_rules`), to judge a card's text
+    against a refused write it was not at (`outcomes.card_states`); `today`: the policy's date, for their features."""
     eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
     if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
         last = steps[-1] if steps else None
@@ -150,7 +153,7 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
                             and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps)
                 if not later:
                     findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get((tool, rule)), targets,
-                                              steps))
+                                              steps, (rules or {}).get(tool, {}), today))
         elif tool in write_tools and s.blocked is not None:
             # a checker bounced the draft twice and it never ran: the agent could not meet the check (with a
             # confirmation checker, it never asked); the work it later drops is this failure's consequence. A
@@ -329,8 +332,8 @@ CARD_LIFT, MIN_CONTRAST = 0.1, 5
 
 
 def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, package: MemoryPackage,
-               helps: bool | None = None, targets: Targets | None = None,
-               steps: list[TraceStep] | None = None) -> Finding:
+               helps: bool | None = None, targets: Targets | None = None, steps: list[TraceStep] | None = None,
+               rules: Mapping[str, FieldRule] | None = None, today: date | None = None) -> Finding:
     """A refused write: whose fix would have avoided it, from the package's cards and the corpus's evidence on them.
 
     no card about the tool and rule           -> E   policy_refusal  (the knowledge is missing)
@@ -345,11 +348,14 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
     extra = {"target": target, "cards": cards, "delivered": list(s.delivered), "rule_id": rule_id}
     quote = _rule_text(s.observation)
     states = None
-    if cards and not here and helps is not False:  # no such card at this write: does its text state the refused rule?
-        from components.evolution.outcomes import card_states, statement_constants
+    if cards and not here and helps is not False:
+        # no such card at this write: does its text state the refused rule (the receipt's constants), and every
+        # field train's rules say this write got wrong (the world stops at the first rule broken: not the only one)?
+        from components.evolution.outcomes import card_states, field_needs, predicted_wrong, statement_constants
 
-        states = card_states([package.cards[c].body for c in cards], [statement_constants(quote)] if quote else [],
-                             steps or [], s.step, cards)
+        wrong = predicted_wrong(s, steps or [s], rules, frozenset({tool}), targets, today) if rules else []
+        needs = ([statement_constants(quote)] if quote else []) + field_needs(wrong, rules or {})
+        states = card_states([package.cards[c].body for c in cards], needs, steps or [], s.step, cards)
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL,
                                                         states)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
@@ -439,11 +445,7 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
         error = "" if pd.isna(row.error) else str(row.error)
-        f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets)
-        if f.kind == FindingKind.CARD_UNOBSERVED and rules.get(f.tool):
-            from components.evolution.outcomes import with_rules
-
-            f = with_rules(f, steps, package, write_tools, rules[f.tool], targets, today)
+        f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets, rules, today)
         if gold and row.item_id in gold:
             f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules)
         elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
@@ -305,17 +305,15 @@ def mentions(text: str, constants: Iterable[object]) -> bool:
 def card_states(texts: list[str], needs: Iterable[frozenset[object]], steps: list[TraceStep], step: int,
                 cards: Iterable[str]) -> bool | None:
     """Whether the cards about a write (their `texts`) state what went wrong at it (see above). `needs`: per thing
-    that went wrong there, the constants stating its rule takes (`rule_constants`, `statement_constants`). False
-    when one needs constants none of the cards carries; True when every one is carried (and one needed any); else
-    the timing: True when such a card was delivered later in the episode than `step`, None when nothing tells."""
+    that went wrong there and has a known rule, the constants stating it takes (`rule_constants`,
+    `statement_constants`; none for a value read from the task's data). False when one needs constants none of the
+    cards carries; True when every one is carried (a rule taking none is taken as stated); with no known rule, the
+    timing: True when such a card was delivered later in the episode than `step`, None when nothing tells."""
     text = "\n".join(texts)
-    checked = False
-    for need in needs:
-        if need:
-            if not mentions(text, need):
-                return False
-            checked = True
-    if checked:
+    needs = list(needs)
+    if any(need and not mentions(text, need) for need in needs):
+        return False
+    if needs:
         return True
     mine = set(cards)
     return True if any(s.step > step and mine & set(s.delivered) for s in steps) else None
@@ -379,21 +377,3 @@ def predicted_wrong(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, Fi
     verdict = judged(fixed) if fixed != args else first
     return [f for f in sorted(verdict) if (first[f] if verdict[f] is None else verdict[f]) is False]
 
-
-def with_rules(f: Finding, steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
-               rules: Mapping[str, FieldRule], targets: Targets | None = None, today: date | None = None) -> Finding:
-    """A refusal left `unknown` (`card_unobserved`: its statement, if any, carried no constant to check and no card
-    came later) re-read with the rules train's gold shows: the refused write's fields they say are wrong, against the
-    cards' text (`card_states`). Unchanged when that tells nothing either."""
-    s = next((x for x in steps if x.step == f.step), None)
-    if s is None:
-        return f
-    cards = cards_about(package, f.tool, f.rule_id or None)
-    wrong = predicted_wrong(s, steps, rules, write_tools, targets, today)
-    states = card_states([package.cards[c].body for c in cards], field_needs(wrong, rules), steps, s.step, cards)
-    if states is None:
-        return f
-    here = [c for c in s.delivered if c in cards]
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), None,
-                                                        FindingKind.POLICY_REFUSAL, states)
-    return replace(f, owner=owner, kind=kind, opportunity=opportunity, patchability=patchability)
