@@ -179,8 +179,9 @@ def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> 
     from components.worlds.base import train_gold
 
     b = benchmark_at(bench)
+    # train items' gold only: the loader refuses any other split's
     d = diagnose(train.traces, train.scores, package_at(package), b.write_tools, corpus, targets=b.meta.get("targets"),
-                 gold=train_gold(b), today=policy_today(b.policy))  # train items' gold only: the loader refuses any other split's
+                 gold=train_gold(b), today=policy_today(b.policy))
     checked = []
     for p in d.packets:
         problems = verify_citations(p, train.traces)
