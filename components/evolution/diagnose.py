@@ -348,9 +348,10 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
     extra = {"target": target, "cards": cards, "delivered": list(s.delivered), "rule_id": rule_id}
     quote = _rule_text(s.observation)
     states = None
-    if cards and not here and helps is not False:
-        # no such card at this write: does its text state the refused rule (the receipt's constants), and every
-        # field train's rules say this write got wrong (the world stops at the first rule broken: not the only one)?
+    if cards and not here and helps is None:
+        # no turn in the corpus had such a card at such a write (the corpus's evidence on a rule is per rule, and
+        # stands where it exists): does its text state the refused rule (the receipt's constants), and every field
+        # train's rules say this write got wrong (the world stops at the first rule broken: not the only one)?
         from components.evolution.outcomes import card_states, field_needs, predicted_wrong, statement_constants
 
         wrong = predicted_wrong(s, steps or [s], rules, frozenset({tool}), targets, today) if rules else []
