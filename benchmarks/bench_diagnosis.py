@@ -45,6 +45,7 @@ from components.env import quiet_offline  # noqa: E402
 quiet_offline()
 
 from components.evolution.diagnose import diagnose  # noqa: E402
+from components.evolution.infer import policy_today  # noqa: E402
 from components.evolution.outcomes import evidence_from_train  # noqa: E402
 from components.evolution.localization import _eid, fit_baselines, localization  # noqa: E402
 from components.evolution.trace_rule import signals_frame  # noqa: E402
@@ -266,7 +267,8 @@ def row(name, pkg_dir, bench, n_items, seeds, max_turns=MAX_TURNS, rates=RATES) 
     dev, dev_causes = evaluate(pkg, bench, spread(bench.ids("dev"), n_items), seeds, max_turns, rates)
     # dev is diagnosed from its traces, and from what train's traces showed against train's gold (dev gold is the
     # rubric's alone)
-    train_ev = evidence_from_train(train.traces, train.scores, pkg, bench.write_tools, train_gold(bench), targets)
+    train_ev = evidence_from_train(train.traces, train.scores, pkg, bench.write_tools, train_gold(bench), targets,
+                                   policy_today(bench.policy))
     d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, name, targets=targets, train=train_ev)
     fitted = fit_baselines(_eid(train_causes), _eid(train.scores),
                            signals_frame(train.traces, train.scores, bench.write_tools, targets))

@@ -175,11 +175,13 @@ def _diag_key(_ctx, p: dict) -> str:
 @task(name="diagnose", cache_key_fn=_diag_key, **PERSIST)
 def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> Diagnosis:
     """Diagnose from traces and scores only (never the hidden causes), then check every packet's citations."""
+    from components.evolution.infer import policy_today
     from components.worlds.base import train_gold
 
     b = benchmark_at(bench)
+    # train items' gold only: the loader refuses any other split's
     d = diagnose(train.traces, train.scores, package_at(package), b.write_tools, corpus, targets=b.meta.get("targets"),
-                 gold=train_gold(b))  # train items' gold only: the loader refuses any other split's
+                 gold=train_gold(b), today=policy_today(b.policy))
     checked = []
     for p in d.packets:
         problems = verify_citations(p, train.traces)

@@ -13,9 +13,11 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from components.codes import CheckCode
 from components.evolution import diagnose as dg
 from components.evolution.diagnose import Finding, TurnBudget, diagnose, diagnose_episode
 from components.evolution.outcomes import TrainEvidence
+from components.memory.strategies import BOUNCES
 from components.runtime.trace import TraceStep, steps_frame
 from components.worlds.base import Gold, GoldAction
 
@@ -23,6 +25,8 @@ CANCEL, RETURN = "cancel_pending_order", "return_delivered_order_items"
 WRITES = frozenset({CANCEL, RETURN})
 TARGETS = {CANCEL: ["order_id"], RETURN: ["order_id"]}
 ASK = {"kind": "message", "content": "Anything else?"}
+# a confirmation checker's bounce as the kernel records it (`blocked`: the checkers' reasons)
+NEEDS_CONFIRM = BOUNCES[CheckCode.UNCONFIRMED].format(tool=CANCEL, confirm="confirm")
 FINISH = {"kind": "finish", "tool": "finish", "args": {}}
 
 
@@ -178,7 +182,7 @@ def test_a_blocking_refusal_is_external_and_a_blocked_one_is_not_read():
     assert one([st(0, a, o), st(1, FINISH)]).detail == ""
     # a blocked call never reached the world: its (stale) observation is not a world refusal (the checker's block
     # is the agent's: C)
-    assert one([st(0, a, o, blocked="checker"), st(1, FINISH)]).kind == "bounced_write"
+    assert one([st(0, a, o, blocked=NEEDS_CONFIRM), st(1, FINISH)]).kind == "bounced_write"
 
 
 def test_an_unconfirmed_write_is_c_at_its_step():
@@ -189,14 +193,14 @@ def test_an_unconfirmed_write_is_c_at_its_step():
     assert (f.opportunity, f.patchability, f.rule_id) == ("present", "memory", "")
     assert one(confirmed_write(0, CANCEL, "1") + [st(2, FINISH)]).kind == "no_divergence"
     # a blocked write never ran: nothing to confirm; never redone, the checker's bounce is the finding
-    f = one([st(0, *call(CANCEL, "1"), blocked="checker"), st(1, FINISH)])
+    f = one([st(0, *call(CANCEL, "1"), blocked=NEEDS_CONFIRM), st(1, FINISH)])
     assert (f.owner, f.kind, f.step, f.detail) == ("C", "bounced_write", 0, CANCEL)
 
 
 def test_a_checker_bounce_is_c_and_the_work_dropped_after_it_is_not_w():
     """With a confirmation checker, the unconfirmed write is blocked, the agent gives up and drops the work: the
     earliest divergence is the bounce (C), not the drop (W). Redone successfully later, it is no finding."""
-    blocked = st(1, *call(CANCEL, "1"), blocked="confirm_before_write: no confirmation", pending=[(CANCEL, "1")])
+    blocked = st(1, *call(CANCEL, "1"), blocked=NEEDS_CONFIRM, pending=[(CANCEL, "1")])
     dropped = [st(0, ASK, pending=[(CANCEL, "1")]), blocked, st(2, ASK), st(3, FINISH)]
     f = one(dropped)
     assert (f.owner, f.kind, f.step, f.hash) == ("C", "bounced_write", 1, blocked.hash)
@@ -209,14 +213,19 @@ def test_a_checker_bounce_is_c_and_the_work_dropped_after_it_is_not_w():
 
 def test_a_checker_bounce_on_a_confirmed_write_is_a_false_alarm_not_c():
     """A write a granted confirmation covered did its part: a checker that still bounces it (and it is never done)
-    fired on correct discipline, which no fault of the agent's explains (owner none). Unconfirmed, the bounce is C."""
+    fired on correct discipline, which no fault of the agent's explains (owner none). Unconfirmed, the bounce is C
+    only when it says the confirmation is missing; a bounce for any other reason fired on the checker's own
+    criterion, whatever the confirmation."""
     asked = confirmed_write(0, CANCEL, "1")[:1]  # the granted confirm, without the write that followed it
     blocked = st(1, *call(CANCEL, "1"), blocked="false_alarm: looks unusual", pending=[(CANCEL, "1")])
     f = one([*asked, blocked, st(2, FINISH)])
     assert (f.owner, f.kind, f.step, f.hash, f.detail) == ("none", "checker_false_alarm", 1, blocked.hash, CANCEL)
     assert f.extra == {"target": (("order_id", "1"),), "blocked": "false_alarm: looks unusual"}
     other = confirmed_write(0, CANCEL, "2")[:1]  # a confirmation of another order does not cover this write
-    assert one([*other, blocked, st(2, FINISH)]).kind == "bounced_write"
+    assert one([*other, blocked, st(2, FINISH)]).kind == "checker_false_alarm"
+    unconfirmed = st(1, *call(CANCEL, "1"), blocked=f"false_alarm: looks unusual; {NEEDS_CONFIRM}")
+    assert one([*other, unconfirmed, st(2, FINISH)]).kind == "bounced_write"
+    assert one([*asked, unconfirmed, st(2, FINISH)]).kind == "checker_false_alarm"  # the trace shows it confirmed
 
 
 def test_a_refusal_redone_right_later_is_no_finding():
@@ -575,7 +584,7 @@ SCENARIOS = {
     "diluted_card": (refused_with("c", "u"), CARD, CLEARED_WITH_CARD, ""),
     "ineffective_card": (refused_with("c"), CARD, None, ""),
     "card_unobserved": (refused_with(), CARD, None, ""),
-    "bounced_write": ([st(0, *call(CANCEL, "1"), blocked="checker"), st(1, FINISH)], NO_CARDS, None, ""),
+    "bounced_write": ([st(0, *call(CANCEL, "1"), blocked=NEEDS_CONFIRM), st(1, FINISH)], NO_CARDS, None, ""),
     "checker_false_alarm": ([*confirmed_write(0, CANCEL, "1")[:1],
                              st(1, *call(CANCEL, "1"), blocked="false_alarm: looks unusual"), st(2, FINISH)],
                             NO_CARDS, None, ""),

@@ -360,3 +360,24 @@ def test_refuses_a_sum_that_fits_but_fails_its_check_items():
     assert smallest(fit, "x") == FieldRule("x", Term("sum", (0, ((2, "r.a"), (3, "r.b")))))  # it did fit
     inf = infer_field(rows(gold, feats), "x")
     assert inf.rule is None and inf.why.startswith("fits the fit items but not")
+
+
+def test_a_form_refused_on_its_check_items_gives_way_to_the_next_form_that_fits():
+    """Each half shows a read of its own that happens to hold the fee (an `equal` fits there first); the other half
+    never read it, so in both folds that form cannot be checked and is refused. The next form that fits, the sum of
+    the write's own arguments, holds on the check items too: it is the rule (before, none was written)."""
+    rs = []
+    for n, item in enumerate(ITEMS):
+        free = (0, 1, 2, 4)[n % 4]
+        bags = free + (0, 1, 2)[n % 3]
+        fee = 35 * (bags - free)
+        feats = {"r.pax": 1 + n % 2, ("quote.total" if item in HALF else "estimate.total"): fee}
+        rs.append(Row(item, f"{item}#0", feats, {"bags": bags, "free_bags": free, "fee": fee}, {"fee": 0}))
+    assert smallest([r for r in rs if r.item in HALF], "fee") == FieldRule("fee", Term("equal", None, "quote.total"))
+    inf = infer_field(rs, "fee")
+    assert inf.why == "ok" and inf.rule == FieldRule("fee", Term("sum", (0, ((35, "@bags"), (-35, "@free_bags")))))
+    # a check that refuses every form that fits keeps the first refusal's reason
+    wrong = [Row(r.item, r.episode, r.feats, {**r.gold, "fee": r.gold["fee"] + (0 if r.item in HALF else 7 + n)},
+                 r.agent) for n, r in enumerate(rs)]
+    inf = infer_field(wrong, "fee")
+    assert inf.rule is None and inf.why.startswith("the rule can be checked on 0 check item(s)")

@@ -296,7 +296,9 @@ def test_two_rules_on_one_write_are_two_clusters_and_one_card(tmp_path, bench):
     ({"c": "`cancel_pending_order` ...", "u": "other"}, ("c", "u"), True, ("rho", "diluted_card")),
     ({"c": "`cancel_pending_order` ..."}, ("c",), True, ("E", "policy_refusal")),    # right card, alone, not enough
     ({"c": "`cancel_pending_order` ..."}, (), True, ("rho", "card_not_fired")),
-    ({"c": "`cancel_pending_order` ..."}, (), None, ("unknown", "card_unobserved")),  # no evidence: no guess
+    # never at such a write: its text lacks the refused rule's values, so it cannot have stated it
+    ({"c": "`cancel_pending_order` ..."}, (), None, ("E", "policy_refusal")),
+    ({"c": "`cancel_pending_order`: 'no longer needed' or 'ordered by mistake'."}, (), None, ("rho", "card_not_fired")),
 ])
 def test_policy_refusals(tmp_path, cards, delivered, helps, expect):
     f = one(refused_episode(delivered), pkg_with(tmp_path, cards), {("cancel_pending_order", "cancel_reason"): helps})
@@ -360,13 +362,17 @@ def test_the_earliest_divergence_wins(tmp_path):
 
 
 def test_unknown_is_reported_and_never_planned(tmp_path, bench):
-    """A card that was never in memory at a refused write: the diagnoser says `unknown` and the rules plan nothing."""
+    """A card that was never in memory at a refused write whose receipt states no rule (coded), with no rules from
+    train and no later delivery: nothing tells, the diagnoser says `unknown` and the rules plan nothing."""
     from components.evolution.meta import PlanContext, make_meta_agent
 
     pkg = pkg_with(tmp_path, {"c": "`cancel_pending_order` ..."})
     frames, scores = [], []
+    a, o = write("cancel_pending_order", W1, **(REFUSED | {"rule": None}))
+    coded = [st(0, ASK, pending=[("cancel_pending_order", W1)]), st(1, a, o, pending=[("cancel_pending_order", W1)]),
+             st(2, FINISH, incoming=o)]
     for n in range(3):
-        steps = [s.model_copy(update={"episode_id": f"i{n}#0"}).sealed() for s in refused_episode(())]
+        steps = [s.model_copy(update={"episode_id": f"i{n}#0"}).sealed() for s in coded]
         frames.append(steps_frame(steps, item_id=f"i{n}", seed=0).assign(episode_id=f"i{n}#0"))
         scores.append({"item_id": f"i{n}", "seed": 0, "score": 0.5, "success": False, "error": ""})
     traces, scores = pd.concat(frames, ignore_index=True), pd.DataFrame(scores)

@@ -8,11 +8,14 @@ For every failed episode, the earliest of:
         card in memory clear the rule more often than turns without), never by reading the card like the model:
         E:   no card mentions the tool, the card does not help, or a helpful card alone in memory was not enough
         rho: a helpful card was not delivered at that step, or was drowned among other cards
-        unknown: a card exists but was never in memory at such a write (no evidence; no plan is made)
+        unknown: a card exists but was never in memory at such a write, and neither its text nor the timing tells
+        (with the rules train's gold shows, `outcomes.card_states`: a card lacking the constants of what went wrong
+        -> E; one carrying them, or delivered later in the episode than the write -> rho)
   - a write a checker blocked (bounced twice, never executed) and never redone successfully      -> C, bounced_write
         (the checker's bounce is the trace of the discipline fault it guards; with it installed, the unconfirmed
         write never happens, and without this the work dropped after it would read as W); when a granted
-        confirmation covered that write, the agent did its part and the check fired anyway   -> none, checker_false_alarm
+        confirmation covered that write, or the bounce names no discipline fault (no confirmation code), the check
+        fired on its own criterion                                                            -> none, checker_false_alarm
   - `finish` while the agent's own proposed state still listed work                               -> C, premature_finish
   - work the agent proposed, never wrote, and dropped from its state                              -> W
         wrong_grounding: its ledger entry was settled by a receipt for other arguments
@@ -35,19 +38,22 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import date
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from components.codes import FindingKind, Owner
+from components.codes import CheckCode, FindingKind, Owner
 from components.evidence.packets import Citation, Claim, EvidencePacket
 from components.memory.package import MemoryPackage
+from components.memory.strategies import bounce_codes
 from components.runtime.confirm import Targets, covered, identity, step_act
 from components.runtime.trace import TraceStep, frame_steps
 from components.worlds.base import Gold
 
 if TYPE_CHECKING:
     from components.evolution.outcomes import TrainEvidence
+    from components.worlds.outcome_rules import FieldRule
 
 MAX_CITATIONS = 6
 RULE_CARD = "{}-rule"  # the id of the E card written for a rule (meta.py); tells which rule such a card is about
@@ -106,7 +112,10 @@ def _rule_text(observation: dict) -> str:
 def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackage, write_tools: frozenset[str],
                      error: str = "", episode_id: str | None = None,
                      helps: dict[tuple[str, str], bool | None] | None = None, budget: TurnBudget | None = None,
-                     targets: Targets | None = None) -> Finding:
+                     targets: Targets | None = None, rules: Mapping[str, Mapping[str, FieldRule]] | None = None,
+                     today: date | None = None) -> Finding:
+    """`rules`: per write tool, the rules train's gold shows (`outcomes.inferred_rules`), to judge a card's text
+    against a refused write it was not at (`outcomes.card_states`); `today`: the policy's date, for their features."""
     eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
     if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
         last = steps[-1] if steps else None
@@ -143,7 +152,8 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
                 later = any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
                             and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps)
                 if not later:
-                    findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get((tool, rule)), targets))
+                    findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get((tool, rule)), targets,
+                                              steps, (rules or {}).get(tool, {}), today))
         elif tool in write_tools and s.blocked is not None:
             # a checker bounced the draft twice and it never ran: the agent could not meet the check (with a
             # confirmation checker, it never asked); the work it later drops is this failure's consequence. A
@@ -152,7 +162,10 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
             mine = _ident(tool, a.get("args", {}), targets)
             if not any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
                        and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps):
-                if covered(acts, tool, a.get("args", {}), targets):
+                # the bounce is the agent's discipline fault only when it says so (a confirmation it lacked, as the
+                # trace shows); a checker that bounced it for any other reason fired on its own criterion
+                if covered(acts, tool, a.get("args", {}), targets) \
+                        or CheckCode.UNCONFIRMED not in bounce_codes(s.blocked):
                     findings.append(Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM,
                                             "*", tool, extra={"target": mine, "blocked": s.blocked}))
                 else:
@@ -319,7 +332,8 @@ CARD_LIFT, MIN_CONTRAST = 0.1, 5
 
 
 def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, package: MemoryPackage,
-               helps: bool | None = None, targets: Targets | None = None) -> Finding:
+               helps: bool | None = None, targets: Targets | None = None, steps: list[TraceStep] | None = None,
+               rules: Mapping[str, FieldRule] | None = None, today: date | None = None) -> Finding:
     """A refused write: whose fix would have avoided it, from the package's cards and the corpus's evidence on them.
 
     no card about the tool and rule           -> E   policy_refusal  (the knowledge is missing)
@@ -333,20 +347,37 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
     target = _ident(tool, s.action.get("args", {}), targets)
     extra = {"target": target, "cards": cards, "delivered": list(s.delivered), "rule_id": rule_id}
     quote = _rule_text(s.observation)
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL)
+    states = None
+    if cards and not here and helps is None:
+        # no turn in the corpus had such a card at such a write (the corpus's evidence on a rule is per rule, and
+        # stands where it exists): does its text state the refused rule (the receipt's constants), and every field
+        # train's rules say this write got wrong (the world stops at the first rule broken: not the only one)?
+        from components.evolution.outcomes import card_states, field_needs, predicted_wrong, statement_constants
+
+        wrong = predicted_wrong(s, steps or [s], rules, frozenset({tool}), targets, today) if rules else []
+        needs = ([statement_constants(quote)] if quote else []) + field_needs(wrong, rules or {})
+        states = card_states([package.cards[c].body for c in cards], needs, steps or [], s.step, cards)
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL,
+                                                        states)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
 
 
 def card_owner(cards: list[str], here: list[str], n_delivered: int, helps: bool | None,
-               missing: str) -> tuple[str, str, str, str]:
+               missing: str, states: bool | None = None) -> tuple[str, str, str, str]:
     """(owner, kind, opportunity, patchability) of a write that went wrong, from the cards about its tool, those
     in memory at it (`here`, of `n_delivered`) and whether such a card helps (`card_helps`); `missing` is the kind
-    for E with no card, or with a helpful card delivered alone."""
+    for E with no card, or with a helpful card delivered alone. `states`: whether the cards' own text covers what
+    went wrong at this write (`components.evolution.outcomes.card_states`), asked where none was in memory at it. It
+    lacks what was wrong -> E (the knowledge is missing, whatever the routing; a card that helps elsewhere does not
+    hold this write's rule); where the corpus never had such a card in memory at such a write (`helps` None), it
+    covers it -> rho (routing kept it from the write), None -> unknown."""
     if not cards:
         return Owner.E, missing, "present", "memory"
     if helps is False:
         return Owner.E, FindingKind.INEFFECTIVE_CARD, "present", "memory"
-    if helps is None:
+    if states is False and not here:  # what went wrong here is in no card: routing one to it would not have helped
+        return Owner.E, missing, "present", "memory"
+    if helps is None and states is None:
         return Owner.UNKNOWN, FindingKind.CARD_UNOBSERVED, "unknown", "unknown"
     if here:
         owner, kind = (Owner.RHO, FindingKind.DILUTED_CARD) if n_delivered > len(here) else (Owner.E, missing)
@@ -384,12 +415,13 @@ class Diagnosis:
 
 def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage, write_tools: frozenset[str],
              corpus: str, targets: Targets | None = None, gold: Mapping[str, Gold] | None = None,
-             train: TrainEvidence | None = None) -> Diagnosis:
+             train: TrainEvidence | None = None, today: date | None = None) -> Diagnosis:
     """`targets`: the benchmark's write tool -> identifying args (`bench.meta.get("targets")`); a tool it does not
     list is identified by the session alone. `gold`: the train items' gold (`components.worlds.base.train_gold`);
     a failed episode of an item that has one is also compared with it (`with_outcomes`). `train`: what a labelled
     train corpus showed (`train_evidence`), for failures with no gold the trace cannot explain
-    (`components.evolution.outcomes.unseen_value_finding`)."""
+    (`components.evolution.outcomes.unseen_value_finding`). `today`: the policy's date (`infer.policy_today`), for
+    the rules the gold shows (`outcomes.card_states`)."""
     failed = scores[~scores["success"].astype(bool)]
     findings: list[Finding] = []
     if len(traces):
@@ -400,18 +432,23 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
     helps = card_evidence(list(episodes.values()), package, write_tools, targets)
     budget = TurnBudget.of(list(episodes.values()), {f"{r.item_id}#{r.seed}": bool(r.success)
                                                      for r in scores.itertuples(index=False)}, write_tools, targets)
-    value_helps = {}
+    value_helps, rules = {}, {}
     if gold:
-        from components.evolution.outcomes import value_evidence
+        from components.evolution.outcomes import inferred_rules, value_evidence
 
         value_helps = value_evidence(episodes, gold, package, write_tools, targets)
+        # the rules the gold shows are read only to judge a card's text against a write it was not at (`card_states`)
+        rules = inferred_rules([t for t in write_tools if value_helps.get(t) is not False and cards_about(package, t)],
+                               episodes, gold, write_tools, targets, today)
+    elif train is not None:
+        rules = train.rules
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
         error = "" if pd.isna(row.error) else str(row.error)
-        f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets)
+        f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets, rules, today)
         if gold and row.item_id in gold:
-            f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps)
+            f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules)
         elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:
             from components.evolution.outcomes import unseen_value_finding
 
@@ -440,7 +477,8 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
 # -- evidence from outcomes (train items with gold; components/evolution/outcomes.py) ----------------------------------
 
 def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: MemoryPackage, write_tools: frozenset[str],
-                  targets: Targets | None, value_helps: Mapping[str, bool | None]) -> Finding:
+                  targets: Targets | None, value_helps: Mapping[str, bool | None],
+                  rules: Mapping[str, Mapping[str, FieldRule]] | None = None) -> Finding:
     """The trace's finding, or the outcome's when the trace saw nothing or saw it later: a write whose argument
     differs from the gold (a silent world's broken rule leaves no other trace). An external finding stands."""
     from components.evolution.outcomes import outcome_diffs, outcome_finding
@@ -448,7 +486,7 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     if f.owner == Owner.NONE and f.kind != FindingKind.NO_DIVERGENCE:
         return f
     o = outcome_finding(f.episode_id, f.item_id, outcome_diffs(steps, gold, write_tools, targets), steps, package,
-                        value_helps)
+                        value_helps, rules)
     if o is None:
         return f
     if f.kind == FindingKind.NO_DIVERGENCE:

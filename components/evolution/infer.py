@@ -6,7 +6,8 @@ arguments, the agent's first attempt at that target (if any), and the features i
 (`features`: scalars by path, list sums, a list's elements selected by the write's list argument or keyed by a
 category; the form is `components.worlds.outcome_rules`). A field is inferred when some episode got it wrong.
 
-Forms, smallest first (the first that fits the fit half is the rule; none is searched for after the check):
+Forms, smallest first (the first that fits the fit half and holds on the check half is the rule: a form refused on
+the check items gives way to the next form that fits, which its own check then judges):
     const    one value everywhere
     equal    the value of one feature
     share    a fixed factor times one feature (to the cent)
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -323,21 +324,27 @@ def _complexity(t: Term) -> int:
 
 def smallest(rows: list[Row], fld: str) -> FieldRule | None:
     """The smallest rule of the forms above that fits every fit row it can be evaluated on."""
+    return next(fitting(rows, fld), None)
+
+
+def fitting(rows: list[Row], fld: str) -> Iterator[FieldRule]:
+    """The rule of each form above that fits the fit rows, smallest form first (each form's smallest), made only
+    when asked for: the check takes the first that also holds on the check items (`_fold`)."""
     paths = sorted({p for r in rows for p in r.feats})
     t = _simple(rows, fld, paths)
     if t is not None:
-        return FieldRule(fld, t)
+        yield FieldRule(fld, t)
     ys = [r.gold.get(fld) for r in rows]
     cased = [r for r in rows if isinstance(r.agent.get(fld) if r.agent else None, str) and isinstance(r.gold.get(fld), str)]
     if cased and len(cased) == len(rows) and any(r.agent[fld] != r.gold[fld] for r in cased) \
             and all(r.agent[fld].upper() == r.gold[fld] for r in cased):
-        return FieldRule(fld, Term("upper"))  # the agent's own value, transformed: what it wrote, in upper case
+        yield FieldRule(fld, Term("upper"))  # the agent's own value, transformed: what it wrote, in upper case
     values = sorted({y for y in ys if isinstance(y, str)})
     if all(isinstance(y, str) for y in ys) and 2 <= len(values) <= MAX_ONE_OF and len(ys) >= 2 * len(values):
-        return FieldRule(fld, Term("one_of", tuple(values)))
+        yield FieldRule(fld, Term("one_of", tuple(values)))
     capped = _capped(rows, fld, paths)
     if capped is not None:
-        return capped
+        yield capped
     found: list[tuple] = []
     for g in paths:
         if "[" in g:  # conditions on a record's own fields, not on sums or picks from its lists
@@ -367,8 +374,11 @@ def smallest(rows: list[Row], fld: str) -> FieldRule | None:
             found.append(((_complexity(a) + _complexity(b), g, c.value if c.op == ">" else 0, str(c.value)),
                           FieldRule(fld, a, c, b)))
     if found:
-        return min(found, key=lambda x: x[0])[1]
-    return _product(rows, fld, paths) or _table(rows, fld, paths) or _sum(rows, fld, paths)
+        yield min(found, key=lambda x: x[0])[1]
+    for form in (_product, _table, _sum):
+        rule = form(rows, fld, paths)
+        if rule is not None:
+            yield rule
 
 
 MAX_SUM_PATHS = 40  # numeric features tried in pairs (the readable ones, fewest first by name)
@@ -610,36 +620,43 @@ def infer_field(rows: list[Row], fld: str) -> Inference:
 
 
 def _fold(out: Inference, fit: list[Row], check: list[Row], usable: list[Row]) -> None:
-    """One fold: the smallest rule on `fit`, judged on `check`, its thresholds placed on every row (sets out)."""
+    """One fold: the smallest rule on `fit` that holds on `check` (a form refused there gives way to the next form
+    that fits, its own check deciding it), its thresholds placed on every row (sets out; refused: the first refused
+    form's reason)."""
     fld = out.field
     if out.n_fit < MIN_FIT or out.n_check < MIN_CHECK:
         out.why = f"too few items ({out.n_fit} to fit, {out.n_check} to check; need {MIN_FIT} and {MIN_CHECK})"
         return
-    rule = smallest(fit, fld)
-    if rule is None:
-        out.why = "no rule of the known forms fits the fit items"
-        return
+    refused = ""
+    for rule in fitting(fit, fld):
+        why = _checked(out, rule, fit, check, usable)
+        if why == "ok":
+            return
+        refused = refused or why
+    out.why = refused or "no rule of the known forms fits the fit items"
+
+
+def _checked(out: Inference, rule: FieldRule, fit: list[Row], check: list[Row], usable: list[Row]) -> str:
+    """Judge one fitted rule on the check rows: "ok" (out set) or why it is refused."""
     gap = _gap(rule, fit)
     fgaps = _factor_gaps(rule, fit)
     verdicts = [holds(rule, r, gap, fgaps) for r in check]
     judged = [v for v in verdicts if v is not None]
     checked_items = _items([r for r, v in zip(check, verdicts) if v is not None])
     if checked_items < MIN_CHECK:
-        out.why = f"the rule can be checked on {checked_items} check item(s) only"
-        return
+        return f"the rule can be checked on {checked_items} check item(s) only"
     if not _explains(judged):
-        out.why = f"fits the fit items but not {judged.count(False)} of {len(judged)} check rows"
-        return
+        return f"fits the fit items but not {judged.count(False)} of {len(judged)} check rows"
     if gap is not None:  # the form held on the check items: place the threshold on every row (narrower gap)
         whole = _gap(rule, usable)
         if whole is None or whole[0] >= whole[1]:
-            out.why = "the condition's two sides overlap once the check items are added"
-            return
+            return "the condition's two sides overlap once the check items are added"
         at = boundary(whole[0], whole[1], rule.cond.path, _values(usable, rule.cond.path))
         rule = FieldRule(rule.field, rule.then, Cond(rule.cond.path, ">", at), rule.other)
     if rule.factors:
         rule = _placed(rule, usable)
     out.rule, out.why = rule, "ok"
+    return "ok"
 
 
 def _values(rows: list[Row], path: str) -> list:

@@ -301,6 +301,7 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
     lacking = [c for c in ("item_id", "seed", "score", "success") if c not in scores.columns]
     if lacking:
         raise InputError(f"{ev / 'scores.csv'}: {lacking[0]}: missing column")
+    from components.evolution.infer import policy_today
     from components.worlds.base import train_gold
 
     # outcome evidence as a campaign's diagnosis has it: train items' gold only (a dev or test eval gets none of
@@ -315,9 +316,10 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
         seeds, max_turns = list(meta.get("seeds", [0, 1, 2])), int(meta.get("max_turns", MAX_TURNS))
         t = run_shard(pkg, bench, bench.ids("train"), seeds, max_turns=max_turns)
         baselines = baselines_on_train(pkg, bench, seeds, max_turns, run=t)
-        train_ev = evidence_from_train(t.traces, t.scores, pkg, bench.write_tools, gold, targets) if gold else None
+        train_ev = evidence_from_train(t.traces, t.scores, pkg, bench.write_tools, gold, targets,
+                                       policy_today(bench.policy)) if gold else None
     d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=targets, gold=gold,
-                 train=train_ev)
+                 train=train_ev, today=policy_today(bench.policy))
     sig = signals_frame(traces, scores, bench.write_tools, bench.meta.get("targets"))
     return localization(d.findings_frame(), _eid(read_hidden_causes(ev)), _eid(scores), sig, baselines)
 

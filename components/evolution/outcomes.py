@@ -26,8 +26,10 @@ rubric) is read by scoring alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -38,6 +40,7 @@ from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
 from components.worlds.base import Gold
+from components.worlds.outcome_rules import FieldRule
 
 WRONG_ARG = "wrong_arg"  # a diff's kind: a write with an argument its gold does not have (a finding's is wrong_value)
 
@@ -140,6 +143,8 @@ class TrainEvidence(BaseModel):
     wrong_rate: dict[str, float] = {}  # write tool -> share of its first gold-matched writes with a wrong argument
     unexplained: int = 0  # train failures whose trace shows no divergence
     unexplained_wrong: int = 0  # of those, the ones whose gold shows a wrong argument
+    rules: dict[str, dict[str, FieldRule]] = {}  # write tool -> field -> the rule train's gold shows (`inferred_rules`)
+    today: date | None = None  # the policy's date, for the rules' days-from-today features
 
     @property
     def unexplained_are_values(self) -> bool:
@@ -149,9 +154,9 @@ class TrainEvidence(BaseModel):
 
 def train_evidence(episodes: Mapping[str, list[TraceStep]], failed: Mapping[str, str], gold: Mapping[str, Gold],
                    package: MemoryPackage, write_tools: frozenset[str], targets: Targets | None = None,
-                   unexplained: frozenset[str] = frozenset()) -> TrainEvidence:
+                   unexplained: frozenset[str] = frozenset(), today: date | None = None) -> TrainEvidence:
     """`episodes`: the train corpus; `failed`: failed episode id -> item id; `unexplained`: the failed episodes whose
-    trace finding was `no_divergence`."""
+    trace finding was `no_divergence`; `today`: the policy's date (`infer.policy_today`)."""
     tally = _value_tally(episodes, gold, package, write_tools, targets)
     pooled = [x for t in tally.values() for x in t[False]]
     rate = {tool: 1 - sum(t[True] + t[False]) / len(t[True] + t[False]) for tool, t in tally.items()
@@ -159,8 +164,12 @@ def train_evidence(episodes: Mapping[str, list[TraceStep]], failed: Mapping[str,
     wrong = sum(1 for eid in unexplained if failed.get(eid) in gold
                 and any(d.kind == WRONG_ARG for d in outcome_diffs(episodes.get(eid, []), gold[failed[eid]],
                                                                       write_tools, targets)))
-    return TrainEvidence(value_helps={tool: card_helps(t, pooled) for tool, t in tally.items()}, wrong_rate=rate,
-                         unexplained=len([e for e in unexplained if failed.get(e) in gold]), unexplained_wrong=wrong)
+    helps = {tool: card_helps(t, pooled) for tool, t in tally.items()}
+    # the rules are read only to judge a card's text against a write it was not at (`card_states`)
+    judged = [tool for tool in write_tools if helps.get(tool) is not False and cards_about(package, tool)]
+    return TrainEvidence(value_helps=helps, wrong_rate=rate,
+                         unexplained=len([e for e in unexplained if failed.get(e) in gold]), unexplained_wrong=wrong,
+                         rules=inferred_rules(judged, episodes, gold, write_tools, targets, today), today=today)
 
 
 def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package: MemoryPackage,
@@ -176,8 +185,14 @@ def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package
     tool = s.action["tool"]
     cards = cards_about(package, tool)
     here = [c for c in s.delivered if c in cards]
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), train.value_helps.get(tool),
-                                                        FindingKind.UNSEEN_VALUE)
+    helps = train.value_helps.get(tool)
+    states = None
+    if cards and not here and helps is not False:
+        wrong = predicted_wrong(s, steps, train.rules.get(tool, {}), write_tools, targets, train.today)
+        states = card_states([package.cards[c].body for c in cards], field_needs(wrong, train.rules.get(tool, {})),
+                             steps, s.step, cards)
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps,
+                                                        FindingKind.UNSEEN_VALUE, states)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool,
                    f"no divergence in the trace; on train, {train.unexplained_wrong} of {train.unexplained} such "
                    f"failures held a wrong argument", opportunity, patchability,
@@ -186,9 +201,12 @@ def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package
 
 
 def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[TraceStep], package: MemoryPackage,
-                    helps: Mapping[str, bool | None]) -> Finding | None:
+                    helps: Mapping[str, bool | None],
+                    rules: Mapping[str, Mapping[str, FieldRule]] | None = None) -> Finding | None:
     """The finding for the episode's earliest wrong argument, its owner read from the trace (see the module doc);
-    a missing or extra write no trace finding explains is `unknown` (reported, never planned). None: no diff."""
+    a missing or extra write no trace finding explains is `unknown` (reported, never planned). None: no diff.
+    `rules`: per write tool, the rules the corpus's gold shows (`inferred_rules`), for a card never in memory at
+    its write (`card_states`)."""
     wrong = [d for d in diffs if d.kind == WRONG_ARG]
     if not wrong:
         other = next(iter(diffs), None)
@@ -207,12 +225,18 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     extra = {"target": d0.target, "cards": cards, "delivered": list(s.delivered),
              "diffs": [{"field": d.field, "agent": d.agent, "gold": d.gold} for d in at]}
     detail = "; ".join(f"`{d.field}` {d.agent!r}, gold {d.gold!r}" for d in at)
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, FindingKind.WRONG_VALUE)
+    states = None
+    if cards and not here and h is not False:
+        states = card_states([package.cards[c].body for c in cards],
+                             field_needs([d.field for d in at], (rules or {}).get(d0.tool, {})), steps, step, cards)
+    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, FindingKind.WRONG_VALUE,
+                                                        states)
     return Finding(eid, item_id, step, s.hash, owner, kind, d0.tool, detail, opportunity, patchability, extra)
 
 
 def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_tools: frozenset[str],
-                        gold: Mapping[str, Gold], targets: Targets | None = None) -> TrainEvidence:
+                        gold: Mapping[str, Gold], targets: Targets | None = None,
+                        today: date | None = None) -> TrainEvidence:
     """`train_evidence` of an evaluated train corpus (its traces and scores frames) against its items' gold; which
     failures the trace cannot explain is the trace-only diagnosis's call (as an unlabelled corpus gets it)."""
     from components.evolution.diagnose import diagnose
@@ -223,4 +247,133 @@ def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_
         if len(traces) else {}
     failed = {f.episode_id: str(f.item_id) for f in d.findings}
     unexplained = frozenset(f.episode_id for f in d.findings if f.kind == FindingKind.NO_DIVERGENCE)
-    return train_evidence(episodes, failed, gold, package, write_tools, targets, unexplained)
+    return train_evidence(episodes, failed, gold, package, write_tools, targets, unexplained, today)
+
+
+# -- what a card's own text covers: E or rho for a card never in memory at its write -----------------------------------
+# Where the corpus never had a tool's card in memory at a write of it, no tally says whether it helps. Its text still
+# says something a reader without the model's understanding can check: a rule that needs a constant (a fee's rate, a
+# threshold, the allowed values of a field) is stated only by a text that carries that constant, so a card without it
+# cannot have fixed that field, whatever the routing (E). A card that carries the constants of every field that went
+# wrong, or whose rules need none (a value read from the task's data), is taken to state them: had routing put it at
+# the write, the write would have been right (rho). The rules are those train's gold shows (`infer`), never a world's
+# own reading of the card. Without any such rule, the delivery timing alone: a card the router delivered later in
+# the same episode, after the write it was for, is a routing fault. A card that carries the constants but negates
+# them reads as stating them: telling "must not be 'x'" from "must be 'x'" takes the model's reading of the text.
+
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
+
+
+def rule_constants(rule: FieldRule) -> frozenset[object]:
+    """The constants a text must carry to state `rule`: its constant values, allowed values, factors, a table's
+    numbers, a sum's factors and constant, its thresholds and cap (a feature it reads, or a case change, needs none)."""
+    out: set[object] = set()
+    for t in rule.terms():
+        if t.kind in ("const", "share"):
+            out.add(t.value)
+        elif t.kind == "one_of":
+            out.update(t.value)
+        elif t.kind == "table":
+            out.update(n for _c, n in t.value)
+        elif t.kind == "sum":
+            const, parts = t.value
+            out.update([k for k, _p in parts] + ([const] if const else []))
+    conds = ([rule.cond] if rule.cond is not None else []) + [c for c, _k in rule.factors]
+    out.update(c.value for c in conds if c.op == ">")
+    out.update(k for _c, k in rule.factors)
+    if rule.cap is not None:
+        out.add(rule.cap)
+    return frozenset(v for v in out if not isinstance(v, bool) and v not in (0, 1, ""))
+
+
+def mentions(text: str, constants: Iterable[object]) -> bool:
+    """Whether `text` carries one of `constants`: a string (any case), or a number as written, as a percentage (0.05:
+    5%) or as what a factor takes off or adds (0.95 or 1.05: 5%)."""
+    low = text.lower()
+    numbers = {round(float(n), 2) for n in NUMBER.findall(text)}
+    for c in constants:
+        if isinstance(c, str):
+            if c.strip() and c.lower() in low:
+                return True
+        elif isinstance(c, (int, float)):
+            x = float(c)
+            if {round(abs(v), 2) for v in (x, 100 * x, 100 * (1 - x))} & numbers:
+                return True
+    return False
+
+
+def card_states(texts: list[str], needs: Iterable[frozenset[object]], steps: list[TraceStep], step: int,
+                cards: Iterable[str]) -> bool | None:
+    """Whether the cards about a write (their `texts`) state what went wrong at it (see above). `needs`: per thing
+    that went wrong there and has a known rule, the constants stating it takes (`rule_constants`,
+    `statement_constants`; none for a value read from the task's data). False when one needs constants none of the
+    cards carries; True when every one is carried (a rule taking none is taken as stated); with no known rule, the
+    timing: True when such a card was delivered later in the episode than `step`, None when nothing tells."""
+    text = "\n".join(texts)
+    needs = list(needs)
+    if any(need and not mentions(text, need) for need in needs):
+        return False
+    if needs:
+        return True
+    mine = set(cards)
+    return True if any(s.step > step and mine & set(s.delivered) for s in steps) else None
+
+
+def field_needs(wrong: Iterable[str], rules: Mapping[str, FieldRule]) -> list[frozenset[object]]:
+    """The constants each wrong field's rule takes (a field with no rule takes none that can be checked)."""
+    return [rule_constants(rules[f]) for f in wrong if f in rules]
+
+
+QUOTED = re.compile(r"(?<!\w)'([^']+?)'(?!\w)|\"([^\"]+)\"")  # an apostrophe inside a word opens no quote
+
+
+def statement_constants(text: str) -> frozenset[object]:
+    """The constants a rule's statement (an explained refusal's receipt) carries: its quoted values and numbers."""
+    quoted = {a or b for a, b in QUOTED.findall(text)}
+    return frozenset(quoted | {float(n) for n in NUMBER.findall(text)} - {0.0, 1.0})
+
+
+def inferred_rules(tools: Iterable[str], episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
+                   write_tools: frozenset[str], targets: Targets | None = None,
+                   today: date | None = None) -> dict[str, dict[str, FieldRule]]:
+    """Per tool, the rule of each field some episode got wrong, as `infer` finds it on this corpus's gold (a field
+    with no rule that passed its check is left out)."""
+    from components.evolution.infer import infer_tool
+
+    out: dict[str, dict[str, FieldRule]] = {}
+    for tool in sorted(set(tools)):
+        got = {i.field: i.rule for i in infer_tool(tool, episodes, gold, write_tools, targets, today) if i.rule}
+        if got:
+            out[tool] = got
+    return out
+
+
+def predicted_wrong(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldRule], write_tools: frozenset[str],
+                    targets: Targets | None = None, today: date | None = None) -> list[str]:
+    """The fields of write `s` (no gold of its own) that the rules train's gold shows say are wrong, from what the
+    episode's reads showed before it; a field whose rule cannot be evaluated there is not listed. A field whose rule
+    names its value outright (a constant, or a value a read showed) is judged first, and the others are judged with
+    it set right: a rule that reads the write's own argument (a bonus when the refund goes to a gift card) is judged
+    on the argument the write should have had, not on the wrong one it got."""
+    from components.evolution.infer import Row, features, holds, value_of
+
+    tool, args = s.action["tool"], dict(s.action.get("args") or {})
+    target = {k: str(v) for k, v in _ident(tool, args, targets)}
+
+    def judged(write: dict[str, Any]) -> dict[str, bool | None]:
+        feats = features(steps, s.step, write, target, write_tools, today)
+        return {f: holds(rule, Row("", s.episode_id, feats, {**write, f: args[f]}, args))
+                for f, rule in rules.items() if f in args}
+
+    first = judged(args)
+    fixed = dict(args)
+    feats = features(steps, s.step, args, target, write_tools, today)
+    for f, rule in rules.items():
+        plain = rule.cond is None and not rule.factors and rule.cap is None and rule.then.kind in ("const", "equal")
+        if first.get(f) is False and plain:
+            ok, v = value_of(rule.then, feats)
+            if ok:
+                fixed[f] = v
+    verdict = judged(fixed) if fixed != args else first
+    return [f for f in sorted(verdict) if (first[f] if verdict[f] is None else verdict[f]) is False]
+
