@@ -341,3 +341,9 @@ def test_a_card_without_front_matter_says_how_one_starts(tmp_path, text, bom):
     said = "missing: a card starts with a '---' line, YAML, and '---'"
     said += " (the file starts with a byte-order mark: save it as UTF-8 without one)" if bom else ""
     assert problems(root) == [("em/procedure/x.md", "front matter", said)]
+
+
+def test_every_card_without_front_matter_is_named_not_only_the_first(tmp_path):
+    root = make(tmp_path, {"em/procedure/a.md": "just a body\n", "em/procedure/b.md": "another body\n"})
+    assert [(f, field) for f, field, _ in problems(root)] == [("em/procedure/a.md", "front matter"),
+                                                              ("em/procedure/b.md", "front matter")]
