@@ -206,7 +206,7 @@ class CampaignParams(_M):
     out: str = "runs/campaign"
     rounds: int = Field(10, ge=0, le=100)
     seeds: int = Field(3, ge=1, le=20)
-    shard_size: int | None = Field(10, ge=1)
+    shard_size: int | None = Field(None, ge=1)
     meta_agent: Literal["rules", "llm"] = "rules"
     meta_agent_cfg: Cfg = Field(default_factory=dict)
     model: Literal["sim", "openai", "local"] = "sim"

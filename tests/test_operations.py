@@ -185,8 +185,9 @@ def test_a_budget_too_small_stops_the_campaign_cleanly(ratchet, tmp_path, crash_
     exit 0, never spends past the ceiling, names what stopped it, and leaves records that agree with each other."""
     bench, start, clean = crash_setup
     contract_verdict(clean, tmp_path)
+    # shards of 10 items: CAP is sized so that some shards are paid before the stop (auto shards are coarser)
     r = ratchet(tmp_path, "campaign", "run", *small(bench, "--set", f"budget.model_calls={CAP}", "--set",
-                                                     "campaign.rounds=3", start=start))
+                                                     "campaign.rounds=3", "--set", "campaign.shard_size=10", start=start))
     assert r.returncode == 0, r.stderr[-3000:]
     own_cache(tmp_path / "home")
     out = tmp_path / "camp"
