@@ -204,7 +204,7 @@ def test_a_checker_bounce_is_c_and_the_work_dropped_after_it_is_not_w():
     dropped = [st(0, ASK, pending=[(CANCEL, "1")]), blocked, st(2, ASK), st(3, FINISH)]
     f = one(dropped)
     assert (f.owner, f.kind, f.step, f.hash) == ("C", "bounced_write", 1, blocked.hash)
-    assert f.extra == {"target": (("order_id", "1"),), "blocked": "confirm_before_write: no confirmation"}
+    assert f.extra == {"target": (("order_id", "1"),), "blocked": NEEDS_CONFIRM}
     redone = [st(0, ASK, pending=[(CANCEL, "1")]), blocked, *confirmed_write(2, CANCEL, "1"), st(4, FINISH)]
     assert one(redone).kind == "no_divergence"
     other = [st(0, ASK, pending=[(CANCEL, "1")]), blocked, *confirmed_write(2, CANCEL, "2"), st(4, FINISH)]
