@@ -12,7 +12,7 @@ from components.evolution.outcomes import (Diff, TrainEvidence, WRONG_ARG, card_
                                            predicted_wrong, rule_constants, statement_constants, unseen_value_finding)
 from components.runtime.trace import steps_frame
 from components.worlds.outcome_rules import Cond, FieldRule, Term
-from tests.test_diagnose_mutants import ASK, CANCEL, FINISH, RETURN, TARGETS, WRITES, call, pkg, st
+from tests.test_diagnose_mutants import ASK, CANCEL, FINISH, RETURN, TARGETS, WRITES, call, confirm, pkg, st
 
 FEE = FieldRule("refund_amount", Term("share", 0.95, "get_order_details.total"),
                 Cond("get_order_details.placed_hours_ago", ">", 24), Term("equal", path="get_order_details.total"))
@@ -195,3 +195,79 @@ def test_a_refusal_is_read_with_the_rules_train_showed():
     assert owner(plain, {"refund_amount": FEE}) == ("E", "policy_refusal")
     assert owner(f"`{RETURN}`: 5% off the total after 24 hours.", {"refund_amount": FEE}) == ("rho", "card_not_fired")
     assert owner(plain, {"payment_method_id": ORIGINAL}) == ("unknown", "card_unobserved")  # it was right
+
+
+def test_a_rule_on_the_days_from_the_policys_date_is_read_with_that_date():
+    """A fee due when the order ships more than two days after the policy's date: only with that date does the refused
+    write read as lacking the fee (E for a card with no number); without it, nothing is judged (unknown)."""
+    from datetime import date
+
+    late = FieldRule("refund_amount", Term("share", 0.95, "get_order_details.total"),
+                     Cond("get_order_details.ships_on@days_from_today", ">", 2),
+                     Term("equal", path="get_order_details.total"))
+    order = ({"kind": "tool", "tool": "get_order_details", "args": {"order_id": "1"}},
+             {"ok": True, "content": {"total": 100.0, "ships_on": "2026-01-05"}})
+    refused = ({"kind": "tool", "tool": RETURN, "args": {"order_id": "1", "refund_amount": 100.0}},
+               {"role": "tool", "ok": False, "content": {"error": "refused"}, "rule_id": "fee", "rule": None,
+                "blocking": False})
+    traces = steps_frame([st(0, *order), st(1, *refused), st(2, FINISH)])
+    scores = pd.DataFrame([{"item_id": "t", "seed": 0, "score": 0.0, "success": False, "error": None}])
+    plain = pkg(c=f"A refund made with `{RETURN}` goes back to the method the order was paid with.")
+    ev = TrainEvidence(rules={RETURN: {"refund_amount": late}})
+
+    def owner(today):
+        return diagnose(traces, scores, plain, WRITES, "d", TARGETS, train=ev, today=today).findings[0].owner
+
+    assert owner(date(2026, 1, 1)) == "E"  # it ships 4 days after: the fee was due, and the card lacks it
+    assert owner(date(2026, 1, 4)) == "unknown"  # 1 day after: no fee due, nothing wrong
+    assert owner(None) == "unknown"
+
+
+def test_rules_are_inferred_only_for_tools_whose_cards_may_help():
+    """Train shows a card about cancels in memory at every cancel, each written with a wrong reason: the cards do not
+    help its values (E, ineffective), so no rule is inferred for it, and a coded refusal of a dev cancel whose rule
+    card was never at a write stays unknown rather than being judged on the reason's rule."""
+    from components.worlds.base import Gold, GoldAction
+
+    def cancelled(i):
+        write = ({"kind": "tool", "tool": CANCEL, "args": {"order_id": str(i), "reason": "whatever"}},
+                 {"role": "tool", "ok": True, "content": {"order_id": str(i)}})
+        return [st(0, *confirm(CANCEL, str(i))), st(1, *write, delivered=["tone-rule"]), st(2, FINISH)]
+
+    refused = ({"kind": "tool", "tool": CANCEL, "args": {"order_id": "9", "reason": "whatever"}},
+               {"role": "tool", "ok": False, "content": {"error": "refused"}, "rule_id": "r", "rule": None,
+                "blocking": False})
+    eps = {f"g{i}#0": cancelled(i) for i in range(8)} | {"t#0": [st(0, ASK), st(1, *refused), st(2, FINISH)]}
+    traces = pd.concat([steps_frame([s.model_copy(update={"episode_id": e}).sealed() for s in steps],
+                                    item_id=e.split("#")[0], seed=0).assign(episode_id=e) for e, steps in eps.items()],
+                       ignore_index=True)
+    scores = pd.DataFrame([{"item_id": e.split("#")[0], "seed": 0, "score": 0.0, "success": False, "error": None}
+                           for e in eps])
+    gold = {f"g{i}": Gold(task_id=f"g{i}", actions=[GoldAction(tool=CANCEL, args={"order_id": str(i),
+                                                                                  "reason": "no longer needed"})])
+            for i in range(8)}
+    cards = pkg(**{"tone-rule": f"Be polite when you use `{CANCEL}`.", "r-rule": f"`{CANCEL}` takes a reason."})
+    d = diagnose(traces, scores, cards, WRITES, "d", TARGETS, gold=gold)
+    assert {(f.owner, f.kind) for f in d.findings if f.item_id != "t"} == {("E", "ineffective_card")}
+    assert [(f.owner, f.kind) for f in d.findings if f.item_id == "t"] == [("unknown", "card_unobserved")]
+
+
+def test_an_outcome_earlier_than_the_traces_finding_replaces_it():
+    """The trace's finding comes after the write whose amount was wrong (E: the card lacks the fee): the earlier
+    outcome is the first divergence. An outcome no one can own (unknown) never replaces a trace's finding."""
+    from components.codes import FindingKind, Owner
+    from components.evolution.diagnose import Finding, with_outcomes
+    from components.worlds.base import Gold, GoldAction
+
+    steps = _refund(method="card_1", amount=100.0)
+    gold = Gold(task_id="t", actions=[GoldAction(tool=RETURN, args={"order_id": "1", "payment_method_id": "card_1",
+                                                                    "refund_amount": 95.0})])
+    plain = pkg(c=f"A refund made with `{RETURN}` goes back to the method the order was paid with.")
+    later = Finding("t#0", "t", 3, steps[3].hash, Owner.W, FindingKind.DROPPED)
+    f = with_outcomes(later, steps, gold, plain, WRITES, TARGETS, {RETURN: None}, {RETURN: {"refund_amount": FEE}})
+    assert (f.owner, f.kind, f.step) == ("E", "wrong_value", 2)
+    f = with_outcomes(later, steps, gold, plain, WRITES, TARGETS, {RETURN: None})  # no rule, no timing: unknown
+    assert (f.owner, f.kind, f.step) == ("W", "dropped", 3)
+    earlier = Finding("t#0", "t", 1, steps[1].hash, Owner.W, FindingKind.DROPPED)
+    f = with_outcomes(earlier, steps, gold, plain, WRITES, TARGETS, {RETURN: None}, {RETURN: {"refund_amount": FEE}})
+    assert (f.owner, f.step) == ("W", 1)

@@ -816,3 +816,35 @@ def test_a_bounced_write_without_args_after_its_granted_confirmation_is_a_false_
                {"role": "tool", "ok": True, "content": {"confirmed": True}})
     f = one([asked, st(1, bare, {}, blocked="false_alarm: looks unusual"), st(2, FINISH)])
     assert (f.owner, f.kind, f.step) == ("none", "checker_false_alarm", 1)
+
+
+def test_a_bounced_write_clusters_across_tools_and_names_its_tool_in_the_detail():
+    """A checker's bounce is a discipline fault, whatever the write: its finding's tool is `*` (one cluster for every
+    write the checker guards) and the detail names the write."""
+    for tool in (CANCEL, RETURN):
+        f = one([st(0, {"kind": "tool", "tool": tool, "args": {"order_id": "1"}}, {}, blocked=NEEDS_CONFIRM),
+                 st(1, FINISH)])
+        assert (f.owner, f.kind, f.tool, f.detail) == ("C", "bounced_write", "*", tool)
+
+
+def test_work_dropped_is_not_done_by_a_write_to_another_target_of_the_same_tool():
+    """Order 1 proposed, then dropped from the state before finish while a (confirmed) cancel ran: a cancel of order 2
+    does not settle order 1's work (W); a cancel of order 1 itself does."""
+    def episode(written):
+        return [st(0, ASK, pending=[(CANCEL, "1")]), st(1, *confirm(CANCEL, written), pending=[(CANCEL, "1")]),
+                st(2, *call(CANCEL, written), pending=[(CANCEL, "1")]), st(3, ASK), st(4, FINISH)]
+
+    f = one(episode("2"))
+    assert (f.owner, f.step) == ("W", 3)
+    assert one(episode("1")).kind == "no_divergence"
+
+
+def test_packets_come_largest_cluster_first():
+    """Clusters are ordered by size, then by key: two dropped (W) episodes come before one unconfirmed write (C),
+    though "C" sorts before "W"."""
+    unconfirmed = [st(0, ASK), st(1, *call(CANCEL, "1")), st(2, FINISH)]
+    dropped = SCENARIOS["dropped"][0]
+    eps = {"t0#0": unconfirmed, "t1#0": dropped, "t2#0": dropped}
+    d = diagnose(frames(eps), scores_of([(i, 0, False, "") for i in ("t0", "t1", "t2")]), NO_CARDS, WRITES, "c",
+                 TARGETS)
+    assert [(p.owner, len(p.episodes)) for p in d.packets] == [("W", 2), ("C", 1)]
