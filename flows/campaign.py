@@ -44,7 +44,7 @@ from components.evolution.gate import GateResult, RepairResult, SequentialDesign
 from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock, Version
 from components.evolution.meta import PlanOutcome
 from components.evolution.plan import Plan
-from components.evolution.record import RoundRecord
+from components.evolution.record import DevLook, RoundRecord
 from components.evolution.localization import localization_from_rounds
 from components.evolution.power import components as power_components, mde
 from components.evolution.report import round_dir, write_csv, write_json
@@ -176,18 +176,18 @@ def _reused(train: EvalTables, items: list[str], seeds: list[int]) -> EvalTables
                       keep(train.causes).reset_index(drop=True) if len(train.causes) else train.causes)
 
 
-def dev_look(lineage: Lineage, round_no: int, p: Params) -> dict:
+def dev_look(lineage: Lineage, round_no: int, p: Params) -> DevLook:
     """This round's look at dev: its number among the campaign's looks and the alpha it may spend (linear spending
     over the declared rounds). Counted from the lineage records, so a resumed campaign numbers looks the same way."""
     k = 1 + sum(1 for r in lineage.rounds() if r.round < round_no and r.dev_look)
     alpha = look_alpha(p.gate.campaign_alpha, p.campaign.rounds, k)
-    return {"look": k, "alpha": alpha, "spent": k * alpha / 2, "campaign_alpha": p.gate.campaign_alpha}
+    return DevLook(look=k, alpha=alpha, spent=k * alpha / 2, campaign_alpha=p.gate.campaign_alpha)
 
 
 def dev_looks(history: list[RoundRecord | dict], campaign_alpha: float) -> dict:
     """Every look at dev (round, plan, verdict, alpha) and the one-sided alpha they spent of the campaign's budget."""
-    looks = [{"round": r.round, "look": r.dev_look["look"], "plan": r.plan_key or "", "verdict": r.verdict,
-              "alpha": r.dev_look["alpha"]} for r in map(RoundRecord.of, history) if r.dev_look]
+    looks = [{"round": r.round, "look": r.dev_look.look, "plan": r.plan_key or "", "verdict": r.verdict,
+              "alpha": r.dev_look.alpha} for r in map(RoundRecord.of, history) if r.dev_look]
     return {"looks": looks, "n": len(looks), "alpha_spent": sum(x["alpha"] / 2 for x in looks),
             "campaign_alpha": campaign_alpha}
 
@@ -295,7 +295,7 @@ class Repair:
 class Gate:
     result: GateResult
     sequential: dict
-    look: dict  # this round's look at dev (`dev_look`)
+    look: DevLook  # this round's look at dev
     cfg: dict  # the gate's config at this look's alpha
 
 
@@ -438,7 +438,7 @@ def dev_gate(r: Round, plan: Plan, cand: Candidate, validation: Validation) -> G
     was last round's accepted candidate (same package bytes, items, seeds: same shard keys)."""
     p, ev = r.p, r.ev
     look = dev_look(r.lineage, r.no, p)
-    cfg = {**p.gate.config().__dict__, "alpha": look["alpha"]}
+    cfg = {**p.gate.config().__dict__, "alpha": look.alpha}
     design, dev_ids = p.gate.sequential.design(), r.bench.ids("dev")
     arms = {"base": _Arm(r, "dev", "base", r.base, f"r{r.no} dev {r.champ.name}", looks_named=design.on),
             "cand": _Arm(r, "dev", "cand", cand.path, f"r{r.no} dev candidate", looks_named=design.on)}
@@ -538,7 +538,7 @@ def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
     round_params["evidence"].pop("db")  # the memory it reads is compared on replay instead
     return stage_key("round", flows=code_version(Path(__file__).resolve().parent), round=round_no, champion=lineage.champion().digest,
                      bench=tree_digest(p.benchmark.out), params=round_params, rejected=sorted(lineage.rejected_keys()),
-                     dev_look=dev_look(lineage, round_no, p))
+                     dev_look=dev_look(lineage, round_no, p).dump())
 
 
 def _round_store():

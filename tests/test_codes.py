@@ -62,7 +62,7 @@ RECORDS = [  # one of every shape a round's record has, as the flow wrote them w
      "candidate_digest": "c" * 64, "benchmark_digest": "b" * 64, "reason": "invalid: lint: bad", "verdict": "reject",
      "plan_key": "k1", "owner": "W", "summary": "W: board", "parent": {"version": "M0", "digest": "d"}, "child": None},
     {"round": 4, "round_dir": "rounds/r04", "champion_before": "M1", "gate": GATE,
-     "dev_look": {"look": 1, "alpha": 0.0045}, "sequential": {"repair": None, "gate": SEQ_GATE},
+     "dev_look": {"look": 1, "alpha": 0.0045, "spent": 0.00225, "campaign_alpha": 0.05}, "sequential": {"repair": None, "gate": SEQ_GATE},
      "reason": "ok", "verdict": "accept", "version": "M2", "plan_key": "k2", "owner": "E", "summary": "E: card",
      "mechanism": "deliver:x@", "evaluation": EVALUATION},
     {"round": 5, "round_dir": "rounds/r05", "champion_before": "M2", "repair": REPAIR,
@@ -89,7 +89,7 @@ def test_a_round_records_stage_results_are_typed_and_read_back_as_written():
     rec = RoundRecord.of(RECORDS[3])
     assert isinstance(rec.gate, GateResult) and rec.gate.ci_lo == 0.01 and rec.gate.n_items == 40
     assert isinstance(rec.evaluation.gate, GateConfig) and rec.evaluation.gate.alpha == 0.0045
-    assert rec.evaluation.sequential.looks_used == 1 and rec.sequential.gate.per_look[0]["level"] == 0.0123
+    assert rec.evaluation.sequential.looks_used == 1 and rec.sequential.gate.per_look[0].level == 0.0123
     assert rec.sequential.stages() == {"repair": None, "gate": rec.sequential.gate}
     assert RoundRecord.of(RECORDS[4]).repair == RepairResult(**REPAIR) and RoundRecord.of(RECORDS[4]).child is None
     assert RoundRecord.of(RECORDS[4]).champion_after == VersionRef(version="M2", digest="e")

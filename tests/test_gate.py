@@ -693,19 +693,22 @@ def test_dev_looks_are_numbered_from_the_lineage_and_spend_linearly(tmp_path):
     root = tmp_path / "lineage"
     root.mkdir()
     recs = [{"round": 0, "verdict": "start"},
-            {"round": 1, "verdict": "reject", "plan_key": "p1", "dev_look": {"look": 1, "alpha": 0.01}},
+            {"round": 1, "verdict": "reject", "plan_key": "p1", "dev_look": {"look": 1, "alpha": 0.01, "spent": 0.005,
+                                                                        "campaign_alpha": 0.05}},
             {"round": 2, "verdict": "reject", "plan_key": "p2"},  # stopped at the repair screen: no dev look
-            {"round": 3, "verdict": "accept", "plan_key": "p3", "dev_look": {"look": 2, "alpha": 0.01}}]
+            {"round": 3, "verdict": "accept", "plan_key": "p3", "dev_look": {"look": 2, "alpha": 0.01, "spent": 0.01,
+                                                                        "campaign_alpha": 0.05}}]
     (root / "lineage.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     p = load_params(None, {"campaign.rounds": 10, "gate.campaign_alpha": 0.05})
     look = dev_look(Lineage(root), 4, p)
-    assert look["look"] == 3 and look["alpha"] == pytest.approx(0.01) and look["spent"] == pytest.approx(0.015)
-    assert dev_look(Lineage(root), 2, p)["look"] == 2  # a resumed round 2 numbers its look as it did the first time
+    assert look.look == 3 and look.alpha == pytest.approx(0.01) and look.spent == pytest.approx(0.015)
+    assert look.campaign_alpha == 0.05
+    assert dev_look(Lineage(root), 2, p).look == 2  # a resumed round 2 numbers its look as it did the first time
     acc = dev_looks([r for r in recs if r["round"] > 0], 0.05)
     assert acc["n"] == 2 and acc["alpha_spent"] == pytest.approx(0.01)
     assert [(x["round"], x["plan"], x["verdict"]) for x in acc["looks"]] == [(1, "p1", "reject"), (3, "p3", "accept")]
     p3 = load_params(None, {"campaign.rounds": 3})
-    assert dev_look(Lineage(root), 4, p3)["alpha"] == pytest.approx(2 * 0.05 / 3)
+    assert dev_look(Lineage(root), 4, p3).alpha == pytest.approx(2 * 0.05 / 3)
 
 
 # -- benchmarks (quick sizes) ----------------------------------------------------------------------------------
@@ -804,7 +807,7 @@ def test_bench_gate_sequential_replays_a_campaign(tmp_path):
         base.to_csv(rd / "dev_base.csv", index=False)
         cand.to_csv(rd / "dev_cand.csv", index=False)
         history.append({"round": r, "round_dir": str(rd), "verdict": "accept" if delta > 0 else "reject",
-                        "dev_look": {"look": r, "alpha": 0.01},
+                        "dev_look": {"look": r, "alpha": 0.01, "spent": r * 0.005, "campaign_alpha": 0.05},
                         "evaluation": {"benchmark": "bench", "split": "dev", "seeds": [0, 1], "model": "sim",
                                        "model_cfg": {}, "max_turns": 40,
                                        "gate": {**GateConfig().__dict__, "n_boot": 1000, "alpha": 0.01}}})
@@ -928,10 +931,13 @@ def test_ci_level_labels_each_dev_ci_with_the_alpha_it_spent():
 
     gate = {"accept": True, "net": 0.1, "ci_lo": 0.01, "ci_hi": 0.2, "n_items": 30, "n_improved": 5,
             "n_regressed": 0, "reason": "ok"}
-    plain = {"round": 1, "verdict": "accept", "gate": gate, "dev_look": {"look": 1, "alpha": 0.01}}
+    plain = {"round": 1, "verdict": "accept", "gate": gate,
+             "dev_look": {"look": 1, "alpha": 0.01, "spent": 0.005, "campaign_alpha": 0.05}}
+    looked = {"look": 1, "n_looks": 3, "n_items": 30, "lo": 0.01, "hi": 0.2, "net": 0.1, "regressed": 0}
     seq = {**plain, "round": 2, "sequential": {"gate": {"looks": 3, "looks_used": 2, "stopped_early": True,
-                                                        "why": "early", "per_look": [{"level": 0.002},
-                                                                                     {"level": 0.0019}]}}}
+                                                        "why": "early",
+                                                        "per_look": [{**looked, "level": 0.002},
+                                                                     {**looked, "look": 2, "level": 0.0019}]}}}
     assert ci_level(plain) == pytest.approx(0.99) and ci_level(seq) == pytest.approx(1 - 0.0038)
     rows = round_rows({"history": [plain, seq, {"round": 3, "verdict": "no_plan"}]})
     assert [r["level"] for r in rows] == ["99%", "99.62%", ""]

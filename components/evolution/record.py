@@ -53,6 +53,37 @@ GateSettings = _held(GateConfig, lambda d: GateConfig(**d), asdict)
 class _Record(BaseModel):
     model_config = ConfigDict(extra="allow")  # a record written by an older Ratchet may hold more: kept as read
 
+    def dump(self) -> dict[str, Any]:
+        """The record as written: the fields set, nothing else (round.json, the lineage, summary.json)."""
+        return self.model_dump(exclude_unset=True)
+
+
+Number = int | float  # a figure as recorded: an int stays an int, so a record re-dumps to the bytes it was read from
+
+
+class LookFigures(_Record):
+    """One look's figures (`gate.look_verdict`): which look of how many, the items it saw, the one-sided level it
+    decided at, the interval that level gives, the net and the regressed items."""
+
+    look: int
+    n_looks: int
+    n_items: int
+    level: Number
+    lo: Number
+    hi: Number
+    net: Number
+    regressed: int
+
+
+class DevLook(_Record):
+    """A round's look at dev (`flows.campaign.dev_look`): its number among the campaign's looks, the alpha it may
+    spend, the one-sided alpha the looks so far have spent, and the campaign's whole alpha."""
+
+    look: int
+    alpha: Number
+    spent: Number
+    campaign_alpha: Number
+
 
 class Looks(_Record):
     """The looks a stage took (gate.json's and repair.json's `sequential`): one look unless the design has more."""
@@ -63,7 +94,7 @@ class Looks(_Record):
     why: str
     spending: str | None = None  # a sequential design's (absent for one look)
     by: str | None = None
-    per_look: list[dict[str, Any]] | None = None  # each look's figures, as `gate.look_verdict` gives them
+    per_look: list[LookFigures] | None = None  # the gate's: each look's figures
 
 
 class StageLooks(_Record):
@@ -126,7 +157,7 @@ class RoundRecord(_Record):
     repair: RepairFigures | None = None
     sequential: StageLooks | None = None  # the looks each stage took
     gate: GateFigures | None = None
-    dev_look: dict[str, Any] | None = None  # this round's look at dev: look, alpha, spent, campaign_alpha
+    dev_look: DevLook | None = None  # this round's look at dev
     mechanism: str | None = None
     seed_map_hash: str | None = None
     evaluation: Evaluation | None = None
@@ -139,10 +170,6 @@ class RoundRecord(_Record):
     def of(cls, rec: RoundRecord | dict[str, Any]) -> RoundRecord:
         """A record as read from round.json, the lineage or summary.json's history (or one already typed)."""
         return rec if isinstance(rec, RoundRecord) else cls.model_validate(rec)
-
-    def dump(self) -> dict[str, Any]:
-        """The record as written: the fields set, nothing else (round.json, the lineage, summary.json)."""
-        return self.model_dump(exclude_unset=True)
 
     @property
     def accepted(self) -> bool:
@@ -169,9 +196,6 @@ class StartRecord(_Record):
     source: str = ""  # the start package's path as the campaign was given it
     benchmark_digest: str | None = None  # absent in lineages from before the check
     identity: dict[str, Any] | None = None  # the params a rerun must not change (`Params.identity`)
-
-    def dump(self) -> dict[str, Any]:
-        return self.model_dump(exclude_unset=True)
 
 
 def lineage_entry(rec: dict[str, Any]) -> StartRecord | RoundRecord:

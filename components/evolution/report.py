@@ -57,8 +57,8 @@ def ci_level(r: dict | RoundRecord) -> float | None:
     r = RoundRecord.of(r)
     seq = r.sequential.gate if r.sequential is not None else None
     if seq is not None and seq.looks > 1 and seq.per_look:
-        return 1 - 2 * seq.per_look[-1]["level"]
-    alpha = (r.dev_look or {}).get("alpha") or (r.evaluation.gate.alpha if r.evaluation is not None else None)
+        return 1 - 2 * seq.per_look[-1].level
+    alpha = (r.dev_look.alpha if r.dev_look else None) or (r.evaluation.gate.alpha if r.evaluation is not None else None)
     return None if alpha is None else 1 - alpha
 
 

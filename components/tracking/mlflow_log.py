@@ -261,7 +261,7 @@ def round_params(rec: RoundRecord, params: dict[str, Any]) -> dict[str, Any]:
     c, gp = params.get("campaign", {}), params.get("gate", {})
     return {"gate": {**{k: gp.get(k) for k in ("alpha", "campaign_alpha", "n_boot", "material", "reg_cap", "seed",
                                                "sequential")},
-                     "look_alpha": (rec.dev_look or {}).get("alpha")},
+                     "look_alpha": rec.dev_look.alpha if rec.dev_look else None},
             "reason": (rec.reason or "-")[:6000], "verdict": str(rec.verdict),
             "seeds": c.get("seeds"), "model": c.get("model"), "meta_agent": c.get("meta_agent"),
             "max_turns": c.get("max_turns"), "plan": rec.summary or "-", "owner": str(rec.owner or "-"),
@@ -282,13 +282,13 @@ def round_metrics(rec: RoundRecord) -> dict[str, Any]:
             "repair_broken": rep and rep.broken,
             "repair_delta": (rep.cand_mean - rep.base_mean) if rep else None,
             "accepted": 1.0 if rec.accepted else 0.0,
-            "dev_look": (rec.dev_look or {}).get("look"),
+            "dev_look": rec.dev_look.look if rec.dev_look else None,
             # sequential early stopping: looks evaluated, and whether the verdict came early
             **{f"{k}_looks_used": seq and seq.looks_used for k, seq in seqs.items()},
             **{f"{k}_stopped_early": float(seq.stopped_early) for k, seq in seqs.items() if seq},
             # the alpha this look at dev may spend (the param gate.alpha is one comparison's, the test
             # certification's), and the level of the CI the gate decided on
-            "look_alpha": (rec.dev_look or {}).get("alpha"),
+            "look_alpha": rec.dev_look.alpha if rec.dev_look else None,
             "ci_level": round_ci_level(rec) if g else None}
 
 
