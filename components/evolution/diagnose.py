@@ -117,11 +117,26 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
     """`rules`: per write tool, the rules train's gold shows (`outcomes.inferred_rules`), to judge a card's text
     against a refused write it was not at (`outcomes.card_states`); `today`: the policy's date, for their features."""
     eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
+    outside = _external(steps, item_id, eid, error, budget, write_tools, targets)
+    if outside is not None:
+        return outside
+    findings = _step_findings(steps, item_id, eid, package, write_tools, helps or {}, targets, rules or {}, today)
+    findings += _dropped_work(steps, item_id, eid, write_tools, findings)
+    if not findings:
+        last = steps[-1]
+        return Finding(eid, item_id, last.step, last.hash, Owner.NONE, FindingKind.NO_DIVERGENCE, opportunity="unknown",
+                       patchability="unknown")
+    return min(findings, key=lambda f: (f.step, f.owner))
+
+
+def _external(steps: list[TraceStep], item_id: str, eid: str, error: str, budget: TurnBudget | None,
+              write_tools: frozenset[str], targets: Targets | None) -> Finding | None:
+    """A failure no memory change could fix, if the episode had one: a model fault, a world refusal marked
+    `blocking`, or more work than the corpus ever did within a binding turn budget."""
     if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
         last = steps[-1] if steps else None
         return Finding(eid, item_id, last.step if last else -1, last.hash if last else "", Owner.NONE, FindingKind.MODEL_FAULT,
                        detail=error, opportunity="unknown", patchability="external")
-    # A world refusal that no memory could avoid (the receipt says `blocking`): external.
     for s in steps:
         obs = s.observation
         if s.blocked is None and obs.get("blocking"):
@@ -132,52 +147,71 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         return Finding(eid, item_id, last.step, last.hash, Owner.NONE, FindingKind.OUT_OF_TURNS,
                        detail=f"{_work(steps, write_tools, targets)} write(s) of work within a {budget.cap}-turn budget",
                        opportunity="absent", patchability="external")
-    findings: list[Finding] = []
-    done_ok: set[tuple] = set()
-    for s in steps:
-        a, obs = s.action, s.observation
-        if a.get("tool") in write_tools and s.blocked is None and obs.get("ok"):
-            done_ok.add((a["tool"], _target(a.get("args", {}))))
+    return None
 
-    acts = []
+
+def _step_findings(steps: list[TraceStep], item_id: str, eid: str, package: MemoryPackage, write_tools: frozenset[str],
+                   helps: Mapping[tuple[str, str], bool | None], targets: Targets | None,
+                   rules: Mapping[str, Mapping[str, FieldRule]], today: date | None) -> list[Finding]:
+    """The divergences at single steps, in step order: each write's (`_write_finding`), and a `finish` while the
+    agent's own proposed state still listed work."""
+    findings: list[Finding] = []
+    acts = []  # the calls made so far, for the confirmations that cover a write
     for s in steps:
-        a, obs = s.action, s.observation
-        tool = a.get("tool")
-        if tool in write_tools and s.blocked is None:
-            if obs.get("ok"):
-                if not covered(acts, tool, a.get("args", {}), targets):
-                    findings.append(Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.UNCONFIRMED_WRITE, "*", tool))
-            elif (rule := rule_refusal(s)) is not None:
-                mine = _ident(tool, a.get("args", {}), targets)
-                later = any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
-                            and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps)
-                if not later:
-                    findings.append(_knowledge(eid, item_id, s, tool, rule, package, (helps or {}).get((tool, rule)), targets,
-                                              steps, (rules or {}).get(tool, {}), today))
-        elif tool in write_tools and s.blocked is not None:
-            # a checker bounced the draft twice and it never ran: the agent could not meet the check (with a
-            # confirmation checker, it never asked); the work it later drops is this failure's consequence. A
-            # write a granted confirmation covered was disciplined work: the checker fired on it anyway (a false
-            # alarm), which no fault of the agent's explains
-            mine = _ident(tool, a.get("args", {}), targets)
-            if not any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
-                       and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps):
-                # the bounce is the agent's discipline fault only when it says so (a confirmation it lacked, as the
-                # trace shows); a checker that bounced it for any other reason fired on its own criterion
-                if covered(acts, tool, a.get("args", {}), targets) \
-                        or CheckCode.UNCONFIRMED not in bounce_codes(s.blocked):
-                    findings.append(Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM,
-                                            "*", tool, extra={"target": mine, "blocked": s.blocked}))
-                else:
-                    findings.append(Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.BOUNCED_WRITE, "*", tool,
-                                            extra={"target": mine, "blocked": s.blocked}))
-        if (act := step_act(a, obs, s.blocked, write_tools)) is not None:
+        a = s.action
+        if a.get("tool") in write_tools:
+            f = _write_finding(s, steps, acts, item_id, eid, package, helps, targets, rules, today)
+            if f is not None:
+                findings.append(f)
+        if (act := step_act(a, s.observation, s.blocked, write_tools)) is not None:
             acts.append(act)
         if a.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending"):
             findings.append(Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.PREMATURE_FINISH, "*",
                                     f"{len(s.proposal['pending'])} item(s) still proposed"))
+    return findings
 
-    # Work the agent proposed, never wrote, and dropped from its own state.
+
+def _write_finding(s: TraceStep, steps: list[TraceStep], acts: list, item_id: str, eid: str, package: MemoryPackage,
+                   helps: Mapping[tuple[str, str], bool | None], targets: Targets | None,
+                   rules: Mapping[str, Mapping[str, FieldRule]], today: date | None) -> Finding | None:
+    """A write's divergence, if any: it ran with no granted confirmation covering it (C); or it was refused on a rule
+    (`_knowledge`) or bounced by a checker, and never redone for its target."""
+    tool, args = s.action["tool"], s.action.get("args", {})
+    if s.blocked is None and s.observation.get("ok"):
+        if covered(acts, tool, args, targets):
+            return None
+        return Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.UNCONFIRMED_WRITE, "*", tool)
+    rule = rule_refusal(s)
+    if (s.blocked is None and rule is None) or _redone(s, steps, targets):
+        return None
+    if rule is not None:
+        return _knowledge(eid, item_id, s, tool, rule, package, helps.get((tool, rule)), targets, steps,
+                          rules.get(tool, {}), today)
+    # a checker bounced the draft twice and it never ran: the agent could not meet the check (with a confirmation
+    # checker, it never asked); the work it later drops is this failure's consequence. The bounce is the agent's
+    # discipline fault only when it says so (a confirmation it lacked, as the trace shows): a write a granted
+    # confirmation covered, or a bounce for any other reason, is the checker firing on its own criterion (a false
+    # alarm), which no fault of the agent's explains
+    extra = {"target": _ident(tool, args, targets), "blocked": s.blocked}
+    if covered(acts, tool, args, targets) or CheckCode.UNCONFIRMED not in bounce_codes(s.blocked):
+        return Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM, "*", tool, extra=extra)
+    return Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.BOUNCED_WRITE, "*", tool, extra=extra)
+
+
+def _redone(s: TraceStep, steps: list[TraceStep], targets: Targets | None) -> bool:
+    """Was the write at `s` made successfully later in the episode, for the same target?"""
+    tool = s.action["tool"]
+    mine = _ident(tool, s.action.get("args", {}), targets)
+    return any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
+               and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps)
+
+
+def _dropped_work(steps: list[TraceStep], item_id: str, eid: str, write_tools: frozenset[str],
+                  findings: list[Finding]) -> list[Finding]:
+    """Work the agent proposed, never wrote, and dropped from its own state before it finished (W). A write refused
+    on a rule is owned by that rule's finding (among `findings`), whatever its kind (policy_refusal, ineffective_card...)."""
+    done_ok = {(s.action["tool"], _target(s.action.get("args", {}))) for s in steps
+               if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")}
     last_listed: dict[tuple, int] = {}
     proposed_max = 0
     for s in steps:
@@ -186,9 +220,9 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         for p in pend:
             last_listed[(p["tool"], _target(p.get("args", {})))] = s.step
     finish = next((s.step for s in steps if s.action.get("kind") == "finish" and s.blocked is None), steps[-1].step)
-    # a write refused on a rule is owned by that rule's finding, whatever its kind (policy_refusal, ineffective_card...)
     refused = {(f.tool, f.extra.get("target")) for f in findings if f.rule_id}
     by_step = {s.step: s for s in steps}
+    dropped = []
     for (tool, target), last in last_listed.items():
         if last >= finish or any(t == tool and _matches(dict(target), dict(k)) for t, k in done_ok):
             continue
@@ -197,12 +231,8 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
         at = min(last + 1, steps[-1].step)
         kind, detail, extra = _w_kind(steps, tool, dict(target), last)
         extra["proposed_max"] = proposed_max
-        findings.append(Finding(eid, item_id, at, by_step[at].hash, Owner.W, kind, "*", detail, extra=extra))
-    if not findings:
-        last = steps[-1]
-        return Finding(eid, item_id, last.step, last.hash, Owner.NONE, FindingKind.NO_DIVERGENCE, opportunity="unknown",
-                       patchability="unknown")
-    return min(findings, key=lambda f: (f.step, f.owner))
+        dropped.append(Finding(eid, item_id, at, by_step[at].hash, Owner.W, kind, "*", detail, extra=extra))
+    return dropped
 
 
 def _work(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None) -> int:
