@@ -319,12 +319,32 @@ class WorldSpec:
 
 
 def load_benchmark(root: str | Path) -> Benchmark:
+    """A materialized benchmark, each of its files checked; a bad one is refused in one line naming file and field."""
     root = Path(root)
     for name in BENCH_FILES:
         if not (root / name).is_file():
             raise BenchmarkError(f"{root / name}: missing (materialize with `ratchet bench materialize`)")
         if (root / name).is_symlink():  # the digest (what a lineage pins) hashes a link, not the bytes read through it
             raise BenchmarkError(f"{root / name}: -: a symlink: a benchmark's files are its own (copy it)")
+    meta = _meta(root)
+    tasks = _tasks(root)
+    splits = _splits(root, tasks)
+    tools, db = _json(root / "tools.json"), _json(root / "db.json")
+    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("function"), dict)
+                                              and isinstance(t["function"].get("name"), str) for t in tools):
+        raise BenchmarkError(f"{root / 'tools.json'}: -: must be a list of tools, each with function.name")
+    if not isinstance(db, dict):
+        raise BenchmarkError(f"{root / 'db.json'}: -: must be a mapping")
+    try:
+        policy = (root / "policy.md").read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise BenchmarkError(f"{root / 'policy.md'}: -: not UTF-8 text (byte {e.start})") from None
+    return Benchmark(root, meta, policy, tools, db, tasks, splits)
+
+
+def _meta(root: Path) -> dict:
+    """meta.json: a registered world, its write tools (the world's own), a receipt mode it has, and each write
+    tool's identifying arguments."""
     meta = _json(root / "meta.json")
     for key in ("world", "write_tools", "targets"):
         if not isinstance(meta, dict) or key not in meta:
@@ -358,6 +378,11 @@ def load_benchmark(root: str | Path) -> Benchmark:
     if set(targets) != set(meta["write_tools"]):
         odd = sorted(set(targets) ^ set(meta["write_tools"]))
         raise BenchmarkError(f"{root / 'meta.json'}: targets: must name exactly the write tools (differs on {', '.join(odd)})")
+    return meta
+
+
+def _tasks(root: Path) -> dict[str, Task]:
+    """tasks.jsonl: one task a line, ids unique."""
     tasks: dict[str, Task] = {}
     try:
         task_lines = (root / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
@@ -375,6 +400,11 @@ def load_benchmark(root: str | Path) -> Benchmark:
         if t.id in tasks:
             raise BenchmarkError(f"{root / 'tasks.jsonl'}: line {n}: id: duplicate task id {t.id!r}")
         tasks[t.id] = t
+    return tasks
+
+
+def _splits(root: Path, tasks: dict[str, Task]) -> dict:
+    """splits.json: every split, each a list of known task ids, every task in exactly one."""
     splits = _json(root / "splits.json")
     if not isinstance(splits, dict):
         raise BenchmarkError(f"{root / 'splits.json'}: -: must be a mapping of split name to ids")
@@ -393,17 +423,7 @@ def load_benchmark(root: str | Path) -> Benchmark:
     missing = sorted(set(tasks) - set(seen))
     if missing:
         raise BenchmarkError(f"{root / 'splits.json'}: -: tasks in no split: {', '.join(missing[:5])}")
-    tools, db = _json(root / "tools.json"), _json(root / "db.json")
-    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("function"), dict)
-                                              and isinstance(t["function"].get("name"), str) for t in tools):
-        raise BenchmarkError(f"{root / 'tools.json'}: -: must be a list of tools, each with function.name")
-    if not isinstance(db, dict):
-        raise BenchmarkError(f"{root / 'db.json'}: -: must be a mapping")
-    try:
-        policy = (root / "policy.md").read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise BenchmarkError(f"{root / 'policy.md'}: -: not UTF-8 text (byte {e.start})") from None
-    return Benchmark(root, meta, policy, tools, db, tasks, splits)
+    return splits
 
 
 def train_gold(bench: Benchmark) -> dict[str, Gold]:
