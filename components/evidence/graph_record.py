@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from components.codes import FindingKind, Owner
+from components.defaults import MAX_SOURCE_ITEMS
 from components.evolution.record import RoundRecord
 from components.env import default_db  # noqa: F401 (re-exported: where the graph lives is the environment's say)
 from components.evidence.graph import EvidenceGraph, Expiry, Node, node_id
@@ -330,8 +331,6 @@ def _in_force(g: EvidenceGraph) -> list[Node]:
 def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.DataFrame, package, bench: str,
                 model: str, max_chars: int = 4000) -> Memory:
     """The projection and the decisions memory makes before planning (see the module docstring)."""
-    from components.evolution.plan import AddCard, Plan, RemoveCard
-
     now = Expiry(benchmark=bench, model=model)
     m = Memory()
     # only what other campaigns recorded: this campaign's own rejections are in its lineage already, and a forced rerun
@@ -347,48 +346,7 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
     accepted = {n.data.get("plan_key") for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")}
     m.rejected_elsewhere = sorted({n.data["plan_key"] for n in rejections} - set(m.rejected_here) - accepted)
     # a promoted card whose rule the current refusals contradict: record the contradiction, propose its revocation
-    resolve = trace_resolver(traces) if len(traces) else None
-    for promo in _in_force(g):
-        for card in promo.data.get("cards") or []:
-            if card["path"] not in {c.path for c in package.cards.values()} or not card.get("tool"):
-                continue
-            for p in packets:
-                # refusals of the card's rule while it is delivered (ineffective_card: the card does not help
-                # where delivered) or while it is not (policy_refusal): either quotes the rule as the world has it now
-                if p.owner != Owner.E or p.kind not in (FindingKind.POLICY_REFUSAL, FindingKind.INEFFECTIVE_CARD) or p.tool != card["tool"] \
-                        or not p.detail.strip():
-                    continue
-                # the card's statement of this packet's rule (a card may state several rules of its write; another
-                # rule of the same write is not what the card states)
-                stated = next((r["rule"] for r in card.get("rules") or [{"rule_id": card.get("rule_id"),
-                                                                          "rule": card.get("rule")}]
-                               if r.get("rule_id") and r["rule_id"] == p.rule_id), None)
-                if stated is None:
-                    continue
-                if p.detail.strip() == (stated or "").strip():
-                    continue  # the same rule refused again: the card is not contradicted, it was not followed
-                with g.batch():
-                    c = _packet_claim(g, p, bench, model, resolve, None)
-                    for s in g.edges(dst=promo.id, relation="supports"):
-                        old = g.get(s.src)
-                        if old is not None and old.kind == "claim":
-                            g.link(c.id, "contradicts", old.id)
-                old_card = package.cards.get(card["id"]) or next(
-                    (x for x in package.cards.values() if x.path == card["path"]), None)
-                meta = old_card.meta.model_dump(mode="json", exclude_none=True) if old_card is not None else \
-                    {"id": card["id"], "type": "procedure", "trigger": {"event": "intent_recorded", "tool": card["tool"]}}
-                meta["source"] = f"revision of {promo.id} after diagnosis {p.id} ({len(p.episodes)} refusals)"
-                plan = Plan(owner=Owner.E, cluster=p.id, rationale=p.claims[0].statement, evidence=p.citations(),
-                            summary=f"E: revoke {card['id']} ({promo.data.get('version', '')} of "
-                                    f"{promo.data.get('campaign', '')}, contradicted on {bench[:12]}) and restate the rule",
-                            operations=[RemoveCard(op="remove_card", path=card["path"]),
-                                        AddCard(op="add_card", path=card["path"], meta=meta,
-                                                body=_restated(old_card, stated, p.detail))],
-                            mechanism=f"deliver:{card['id']}@", source_items=p.items[:12])
-                if plan.key() not in m.revokes:  # the same card promoted again elsewhere: the oldest promotion
-                    m.revocations.append(plan.model_dump(mode="json"))
-                    m.revokes[plan.key()] = promo.id
-                break
+    _revise_contradicted(g, packets, traces, package, bench, model, m)
     # plans another campaign's gate accepted are the likeliest to help again: on this very evidence the change itself
     # is proposed before any new plan (after revocations); on other evidence (another digest, same model) the finding
     # it fixed is planned for first, with a plan built from the current data (a card from another benchmark's
@@ -404,6 +362,67 @@ def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.Data
         m.projection["helped_elsewhere"] = helped
     m.chars = len(json.dumps(m.projection, separators=(",", ":")))
     return m
+
+
+def _revise_contradicted(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.DataFrame, package, bench: str,
+                         model: str, m: Memory) -> None:
+    """For each card in force (promoted elsewhere) that the current refusals contradict: link the new claim as
+    contradicting the claims the promotion stood on, and add to `m` the plan that revokes the card and restates its
+    rule (once per card: the oldest promotion, when the same card was promoted again elsewhere)."""
+    resolve = trace_resolver(traces) if len(traces) else None
+    paths = {c.path for c in package.cards.values()}
+    for promo in _in_force(g):
+        for card in promo.data.get("cards") or []:
+            if card["path"] not in paths or not card.get("tool"):
+                continue
+            for p in packets:
+                stated = _contradicted_rule(card, p)
+                if stated is None:
+                    continue
+                with g.batch():
+                    c = _packet_claim(g, p, bench, model, resolve, None)
+                    for s in g.edges(dst=promo.id, relation="supports"):
+                        old = g.get(s.src)
+                        if old is not None and old.kind == "claim":
+                            g.link(c.id, "contradicts", old.id)
+                plan = _revocation(promo, card, p, package, bench, stated)
+                if plan.key() not in m.revokes:
+                    m.revocations.append(plan.model_dump(mode="json"))
+                    m.revokes[plan.key()] = promo.id
+                break
+
+
+def _contradicted_rule(card: dict, p: EvidencePacket) -> str | None:
+    """The rule a promoted card states that packet `p` contradicts, else None. Refusals of the card's rule while it is
+    delivered (ineffective_card: the card does not help where delivered) or while it is not (policy_refusal) quote
+    the rule as the world has it now; the card's statement of that rule (a card may state several rules of its
+    write: another rule of the same write is not what the card states) is contradicted when the quote differs (the
+    same rule refused again: the card was not followed, not contradicted)."""
+    if p.owner != Owner.E or p.kind not in (FindingKind.POLICY_REFUSAL, FindingKind.INEFFECTIVE_CARD) \
+            or p.tool != card["tool"] or not p.detail.strip():
+        return None
+    stated = next((r["rule"] for r in card.get("rules") or [{"rule_id": card.get("rule_id"), "rule": card.get("rule")}]
+                   if r.get("rule_id") and r["rule_id"] == p.rule_id), None)
+    if stated is None or p.detail.strip() == (stated or "").strip():
+        return None
+    return stated
+
+
+def _revocation(promo: Node, card: dict, p: EvidencePacket, package, bench: str, stated: str):
+    """The plan that removes a contradicted card and adds it back with its rule restated as packet `p` quotes it."""
+    from components.evolution.plan import AddCard, Plan, RemoveCard
+
+    old_card = package.cards.get(card["id"]) or next((x for x in package.cards.values() if x.path == card["path"]), None)
+    meta = old_card.meta.model_dump(mode="json", exclude_none=True) if old_card is not None else \
+        {"id": card["id"], "type": "procedure", "trigger": {"event": "intent_recorded", "tool": card["tool"]}}
+    meta["source"] = f"revision of {promo.id} after diagnosis {p.id} ({len(p.episodes)} refusals)"
+    return Plan(owner=Owner.E, cluster=p.id, rationale=p.claims[0].statement, evidence=p.citations(),
+                summary=f"E: revoke {card['id']} ({promo.data.get('version', '')} of {promo.data.get('campaign', '')}, "
+                        f"contradicted on {bench[:12]}) and restate the rule",
+                operations=[RemoveCard(op="remove_card", path=card["path"]),
+                            AddCard(op="add_card", path=card["path"], meta=meta,
+                                    body=_restated(old_card, stated, p.detail))],
+                mechanism=f"deliver:{card['id']}@", source_items=p.items[:MAX_SOURCE_ITEMS])
 
 
 def helped_elsewhere(g: EvidenceGraph, decisions: list[Node], now: Expiry) -> list[list[str]]:
