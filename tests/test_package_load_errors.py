@@ -347,3 +347,17 @@ def test_every_card_without_front_matter_is_named_not_only_the_first(tmp_path):
     root = make(tmp_path, {"em/procedure/a.md": "just a body\n", "em/procedure/b.md": "another body\n"})
     assert [(f, field) for f, field, _ in problems(root)] == [("em/procedure/a.md", "front matter"),
                                                               ("em/procedure/b.md", "front matter")]
+
+
+def test_a_card_nested_too_deeply_is_one_line_where_yaml_has_no_c_loader(tmp_path, monkeypatch):
+    """libyaml stops deep nesting itself (a malformed-YAML line); PyYAML's pure-Python loader, which it falls back to
+    where libyaml is not installed, recurses until Python stops it. That too is one line naming the card, and the
+    cards after it are still read."""
+    import components.memory.package as package
+
+    monkeypatch.setattr(package, "unique_keys_yaml", lambda text: yaml.load(text, Loader=yaml.SafeLoader))
+    deep = "[" * 5000 + "]" * 5000
+    root = make(tmp_path, {"em/procedure/a.md": card("a", extra=f"note: {deep}\n"),
+                           "em/procedure/b.md": card("b", body="\n")})
+    assert problems(root) == [("em/procedure/a.md", "front matter", "malformed YAML: nested too deeply to read"),
+                              ("em/procedure/b.md", "body", "empty card body")]
