@@ -848,3 +848,30 @@ def test_packets_come_largest_cluster_first():
     d = diagnose(frames(eps), scores_of([(i, 0, False, "") for i in ("t0", "t1", "t2")]), NO_CARDS, WRITES, "c",
                  TARGETS)
     assert [(p.owner, len(p.episodes)) for p in d.packets] == [("W", 2), ("C", 1)]
+
+
+def test_a_bounce_after_a_confirmation_of_another_target_is_the_agents_fault():
+    """A granted confirmation covers the write of its own target (the benchmark's `targets`): order 2 confirmed, then
+    order 1's cancel bounced for want of a confirmation is C, not the checker's false alarm; a confirmation of order 1
+    covers it, whatever else it named. A false alarm, like a bounce, is clustered across writes (tool `*`), its detail
+    naming the write."""
+    bounced = [st(0, *confirm(CANCEL, "2")), st(1, *call(CANCEL, "1"), blocked=NEEDS_CONFIRM), st(2, FINISH)]
+    assert (one(bounced).owner, one(bounced).kind) == ("C", "bounced_write")
+    # the confirmation also named a reason the write then changed: it still covers order 1 (its target), so the
+    # bounce fired on work the agent had confirmed
+    asked = ({"kind": "tool", "tool": "confirm",
+              "args": {"tool": CANCEL, "args": {"order_id": "1", "reason": "a"}, "summary": "s"}},
+             {"role": "tool", "ok": True, "content": {"confirmed": True}})
+    write = ({"kind": "tool", "tool": CANCEL, "args": {"order_id": "1", "reason": "b"}}, {})
+    f = one([st(0, *asked), st(1, *write, blocked=NEEDS_CONFIRM), st(2, FINISH)])
+    assert (f.owner, f.kind, f.tool, f.detail) == ("none", "checker_false_alarm", "*", CANCEL)
+
+
+def test_work_dropped_after_a_refused_target_is_still_found():
+    """Orders 1 and 2 proposed; order 2 dropped from the state at step 1, order 1 refused on a rule at step 2: the
+    refused order is the rule's finding, and the dropped one is still W (the earlier, at step 1)."""
+    refused = call(CANCEL, "1", ok=False, rule_id="r")
+    steps = [st(0, ASK, pending=[(CANCEL, "1"), (CANCEL, "2")]), st(1, ASK, pending=[(CANCEL, "1")]),
+             st(2, *refused, pending=[(CANCEL, "1")]), st(3, ASK), st(4, FINISH)]
+    f = one(steps)
+    assert (f.owner, f.step) == ("W", 1)
