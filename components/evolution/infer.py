@@ -103,46 +103,62 @@ def policy_today(policy: str) -> date | None:
 
 def flatten(obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str, Any],
             today: date | None = None) -> None:
+    """Into `out`, the features a read's content shows under `prefix` (the feature grammar of
+    components/worlds/outcome_rules.py): every scalar by its path (a date also as days from `today`), and for a list
+    of records what `_records` reads off it."""
     if isinstance(obj, dict):
         for k, v in obj.items():
             flatten(v, f"{prefix}.{k}", write_args, out, today)
     elif isinstance(obj, list) and obj and all(isinstance(e, dict) for e in obj):
-        keys = sorted(set().union(*obj))
-        for k in keys:
-            vals = [e.get(k) for e in obj]
-            if all(_num(v) for v in vals):
-                out[f"{prefix}[].{k}"] = round(float(sum(vals)), 2)
-        for arg, av in sorted(write_args.items()):  # the elements a write's list argument picks
-            if not isinstance(av, list) or not av:
-                continue
-            chosen_ids = {str(x) for x in av}
-            for k in keys:
-                chosen = [e for e in obj if str(e.get(k)) in chosen_ids]
-                if not chosen:
-                    continue
-                for k2 in keys:
-                    if all(_num(e.get(k2)) for e in chosen):
-                        out[f"{prefix}[{k} in {arg}].{k2}"] = round(float(sum(e[k2] for e in chosen)), 2)
-        for arg, av in sorted(write_args.items()):  # the element a write's scalar argument names
-            if not _scalar(av):
-                continue
-            for k in keys:
-                hit = [e for e in obj if str(e.get(k)) == str(av)]
-                if len(hit) == 1:
-                    for k2, v2 in hit[0].items():
-                        if k2 != k and _scalar(v2):
-                            out[f"{prefix}[{k}=@{arg}].{k2}"] = v2
-        for k in keys:  # the one element of a kind
-            vals = [e.get(k) for e in obj]
-            for v in sorted({x for x in vals if _category(x)}):
-                if vals.count(v) == 1:
-                    for k2, v2 in obj[vals.index(v)].items():
-                        if k2 != k and _scalar(v2):
-                            out[f"{prefix}[{k}={v}].{k2}"] = v2
+        _records(obj, prefix, write_args, out)
     elif _scalar(obj):
         out[prefix] = obj
         if today is not None and isinstance(obj, str) and ISO_DATE.fullmatch(obj):
             out[prefix + FROM_TODAY] = (date.fromisoformat(obj) - today).days
+
+
+def _records(obj: list[dict], prefix: str, write_args: Mapping[str, Any], out: dict[str, Any]) -> None:
+    """A list of records: each number's sum over the list (`[].k`), its sum over the elements a write's list argument
+    picks (`[k in arg].k2`), the fields of the element a scalar argument names (`[k=@arg].k2`), and of the one
+    element of a kind (`[k=v].k2`)."""
+    keys = sorted(set().union(*obj))
+    for k in keys:
+        vals = [e.get(k) for e in obj]
+        if all(_num(v) for v in vals):
+            out[f"{prefix}[].{k}"] = round(float(sum(vals)), 2)
+    for arg, av in sorted(write_args.items()):  # the elements a write's list argument picks
+        if isinstance(av, list) and av:
+            _picked(obj, keys, prefix, arg, {str(x) for x in av}, out)
+    for arg, av in sorted(write_args.items()):  # the element a write's scalar argument names
+        if not _scalar(av):
+            continue
+        for k in keys:
+            hit = [e for e in obj if str(e.get(k)) == str(av)]
+            if len(hit) == 1:
+                _fields(hit[0], k, f"{prefix}[{k}=@{arg}]", out)
+    for k in keys:  # the one element of a kind
+        vals = [e.get(k) for e in obj]
+        for v in sorted({x for x in vals if _category(x)}):
+            if vals.count(v) == 1:
+                _fields(obj[vals.index(v)], k, f"{prefix}[{k}={v}]", out)
+
+
+def _picked(obj: list[dict], keys: list[str], prefix: str, arg: str, chosen_ids: set[str], out: dict[str, Any]) -> None:
+    """Each number's sum over the elements whose key `k` is among a write's list argument `arg`."""
+    for k in keys:
+        chosen = [e for e in obj if str(e.get(k)) in chosen_ids]
+        if not chosen:
+            continue
+        for k2 in keys:
+            if all(_num(e.get(k2)) for e in chosen):
+                out[f"{prefix}[{k} in {arg}].{k2}"] = round(float(sum(e[k2] for e in chosen)), 2)
+
+
+def _fields(element: dict, key: str, prefix: str, out: dict[str, Any]) -> None:
+    """One element's scalar fields but the one that picked it (`key`), under `prefix`."""
+    for k2, v2 in element.items():
+        if k2 != key and _scalar(v2):
+            out[f"{prefix}.{k2}"] = v2
 
 
 def features(steps: list[TraceStep], before: int, write_args: Mapping[str, Any], target: Mapping[str, str],
@@ -334,17 +350,33 @@ def fitting(rows: list[Row], fld: str) -> Iterator[FieldRule]:
     t = _simple(rows, fld, paths)
     if t is not None:
         yield FieldRule(fld, t)
-    ys = [r.gold.get(fld) for r in rows]
+    for form in (_upper, _one_of, _capped, _conditional, _product, _table, _sum):
+        rule = form(rows, fld, paths)
+        if rule is not None:
+            yield rule
+
+
+def _upper(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
+    """The agent's own value, transformed: what it wrote, in upper case (where that differs from what it wrote)."""
     cased = [r for r in rows if isinstance(r.agent.get(fld) if r.agent else None, str) and isinstance(r.gold.get(fld), str)]
     if cased and len(cased) == len(rows) and any(r.agent[fld] != r.gold[fld] for r in cased) \
             and all(r.agent[fld].upper() == r.gold[fld] for r in cased):
-        yield FieldRule(fld, Term("upper"))  # the agent's own value, transformed: what it wrote, in upper case
+        return FieldRule(fld, Term("upper"))
+    return None
+
+
+def _one_of(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
+    """The allowed values: a few texts, each seen at least twice on average."""
+    ys = [r.gold.get(fld) for r in rows]
     values = sorted({y for y in ys if isinstance(y, str)})
     if all(isinstance(y, str) for y in ys) and 2 <= len(values) <= MAX_ONE_OF and len(ys) >= 2 * len(values):
-        yield FieldRule(fld, Term("one_of", tuple(values)))
-    capped = _capped(rows, fld, paths)
-    if capped is not None:
-        yield capped
+        return FieldRule(fld, Term("one_of", tuple(values)))
+    return None
+
+
+def _conditional(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
+    """One simple rule where a condition on a record's own field holds, another where it does not: the simplest pair
+    (then by feature and threshold)."""
     found: list[tuple] = []
     for g in paths:
         if "[" in g:  # conditions on a record's own fields, not on sums or picks from its lists
@@ -354,11 +386,8 @@ def fitting(rows: list[Row], fld: str) -> Iterator[FieldRule]:
             continue
         vals = [r.feats[g] for r in on]
         if all(_num(v) for v in vals):
-            uniq = sorted(set(vals))
-            cuts = []
-            for lo, _hi in zip(uniq, uniq[1:]):
-                cuts.append(lo)  # "more than lo": the largest value seen on the other side (refined on all rows)
-            conds = [Cond(g, ">", c) for c in cuts]
+            # "more than lo": the largest value seen on the other side (refined on all rows)
+            conds = [Cond(g, ">", lo) for lo in sorted(set(vals))[:-1]]
         elif all(_category(v) for v in vals):
             conds = [Cond(g, "is", v) for v in sorted(set(vals))]
         else:
@@ -373,12 +402,7 @@ def fitting(rows: list[Row], fld: str) -> Iterator[FieldRule]:
                 continue
             found.append(((_complexity(a) + _complexity(b), g, c.value if c.op == ">" else 0, str(c.value)),
                           FieldRule(fld, a, c, b)))
-    if found:
-        yield min(found, key=lambda x: x[0])[1]
-    for form in (_product, _table, _sum):
-        rule = form(rows, fld, paths)
-        if rule is not None:
-            yield rule
+    return min(found, key=lambda x: x[0])[1] if found else None
 
 
 MAX_SUM_PATHS = 40  # numeric features tried in pairs (the readable ones, fewest first by name)
@@ -461,7 +485,16 @@ def _table(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
     cats = [g for g in paths if "[" not in g and _readable(rows, g) and all(_category(r.feats[g]) for r in rows
                                                                              if g in r.feats)
             and 2 <= len({r.feats[g] for r in rows if g in r.feats}) <= MAX_TABLE]
-    conds: list[Cond | None] = [None]
+    conds: list[Cond | None] = [None, *_table_conditions(rows, paths)]
+    fits = (_table_fit(rows, fld, g, c) for g in cats for c in conds if c is None or c.path != g)
+    found = [f for f in fits if f is not None]
+    return min(found, key=lambda x: x[0])[1] if found else None
+
+
+def _table_conditions(rows: list[Row], paths: list[str]) -> list[Cond]:
+    """The conditions a table's factor may take: a threshold between every two values a readable number shows, and
+    every value a readable category shows."""
+    conds: list[Cond] = []
     for g in paths:
         if "[" in g or not _readable(rows, g):
             continue
@@ -470,42 +503,42 @@ def _table(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
             conds += [Cond(g, ">", lo) for lo in sorted(set(vals))[:-1]]
         elif all(_category(v) for v in vals):
             conds += [Cond(g, "is", v) for v in sorted(set(vals))]
-    found = []
-    for g in cats:
-        for c in conds:
-            if c is not None and c.path == g:
-                continue
-            on = [r for r in rows if g in r.feats and (c is None or c.path in r.feats)]
-            base = [r for r in on if c is None or not _true(c, r.feats[c.path])]
-            hit = [r for r in on if r not in base]
-            if c is not None and (_items(base) < MIN_SIDE or _items(hit) < MIN_SIDE):
-                continue
-            by: dict[Any, list[float]] = {}
-            for r in base:
-                by.setdefault(r.feats[g], []).append(float(r.gold[fld]))
-            if {r.feats[g] for r in on} - set(by):  # a category only the factor's side shows: no base value
-                continue
-            if c is not None and {r.feats[g] for r in base if r.gold[fld]} - {r.feats[g] for r in hit}:
-                continue  # a category (of a non-zero value) seen on one side only: the factor on it would be a guess
-            entries = tuple(sorted((v, _tidy(float(np.median(xs)))) for v, xs in by.items()))
-            if len({n for _v, n in entries}) < 2:
-                continue  # one value for every category: not a table
-            head = Term("table", entries, g)
-            factors: tuple = ()
-            if c is not None:
-                ks = [r.gold[fld] / dict(entries)[r.feats[g]] for r in hit if dict(entries)[r.feats[g]]]
-                if not ks:
-                    continue
-                k = round(float(np.median(ks)), 4)
-                if k in (0.0, 1.0):
-                    continue
-                factors = ((c, k),)
-            rule = FieldRule(fld, head, factors=factors)
-            verdicts = [v for v in (holds(rule, r) for r in on) if v is not None]
-            if len(verdicts) >= (3 * len(rows)) // 4 and _explains(verdicts):
-                found.append(((c is not None, -sum(verdicts), len(entries), _choices(rows, c.path) if c else 0, g,
-                               c.path if c else "", str(c.value) if c else ""), rule))
-    return min(found, key=lambda x: x[0])[1] if found else None
+    return conds
+
+
+def _table_fit(rows: list[Row], fld: str, g: str, c: Cond | None) -> tuple[tuple, FieldRule] | None:
+    """The table by category `g` (times a factor where `c` holds) with its rank among the fits, if it fits: the
+    fewest conditions, then the most rows right, the fewest entries and the fewest choices."""
+    on = [r for r in rows if g in r.feats and (c is None or c.path in r.feats)]
+    base = [r for r in on if c is None or not _true(c, r.feats[c.path])]
+    hit = [r for r in on if r not in base]
+    if c is not None and (_items(base) < MIN_SIDE or _items(hit) < MIN_SIDE):
+        return None
+    by: dict[Any, list[float]] = {}
+    for r in base:
+        by.setdefault(r.feats[g], []).append(float(r.gold[fld]))
+    if {r.feats[g] for r in on} - set(by):  # a category only the factor's side shows: no base value
+        return None
+    if c is not None and {r.feats[g] for r in base if r.gold[fld]} - {r.feats[g] for r in hit}:
+        return None  # a category (of a non-zero value) seen on one side only: the factor on it would be a guess
+    entries = tuple(sorted((v, _tidy(float(np.median(xs)))) for v, xs in by.items()))
+    if len({n for _v, n in entries}) < 2:
+        return None  # one value for every category: not a table
+    factors: tuple = ()
+    if c is not None:
+        ks = [r.gold[fld] / dict(entries)[r.feats[g]] for r in hit if dict(entries)[r.feats[g]]]
+        if not ks:
+            return None
+        k = round(float(np.median(ks)), 4)
+        if k in (0.0, 1.0):
+            return None
+        factors = ((c, k),)
+    rule = FieldRule(fld, Term("table", entries, g), factors=factors)
+    verdicts = [v for v in (holds(rule, r) for r in on) if v is not None]
+    if len(verdicts) < (3 * len(rows)) // 4 or not _explains(verdicts):
+        return None
+    return (c is not None, -sum(verdicts), len(entries), _choices(rows, c.path) if c else 0, g, c.path if c else "",
+            str(c.value) if c else ""), rule
 
 
 def _readable(rows: list[Row], g: str) -> bool:
@@ -525,6 +558,29 @@ def _product(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
     ys = [r.gold.get(fld) for r in rows]
     if not rows or not all(_num(y) for y in ys):
         return None
+    conds = _product_conditions(rows, paths)
+    if len(conds) < 2:
+        return None
+    grid = _Grid(rows, fld, conds, np.array(ys, dtype=float))
+    bases: list[str | None] = [None] + [p for p in paths if all(_num(r.feats.get(p)) and r.feats[p] for r in rows)]
+    for base in bases:  # the smallest base that works: a constant before a feature
+        b = np.ones(len(rows)) if base is None else np.array([float(r.feats[base]) for r in rows])
+        ratio = grid.y / b
+        _vals, counts = np.unique(np.round(ratio, 2), return_counts=True)
+        top = np.sort(counts)[::-1][:4]
+        if top.sum() < EXPLAIN * len(rows):  # four ratios at most (two factors): else this base cannot be it
+            continue
+        fits = (grid.fit(base, b, ratio, i, j) for i in range(len(conds)) for j in range(i + 1, len(conds))
+                if conds[i].path != conds[j].path)
+        found = [f for f in fits if f is not None]
+        if found:
+            return min(found, key=lambda x: x[0])[1]
+    return None
+
+
+def _product_conditions(rows: list[Row], paths: list[str]) -> list[Cond]:
+    """The two-factor form's candidate conditions (at most `MAX_CONDS`): thresholds on a coarse grid of a number most
+    rows read (placed on every row afterwards), and every value of such a category; no sum over a list."""
     conds: list[Cond] = []
     for g in paths:
         if "[]" in g or " in " in g:
@@ -534,55 +590,57 @@ def _product(rows: list[Row], fld: str, paths: list[str]) -> FieldRule | None:
             continue
         if all(_num(v) for v in vals) and "[" not in g:
             uniq = sorted(set(vals))[:-1]
-            step = max(1, len(uniq) // MAX_CUTS)  # a coarse grid: the threshold is placed on every row afterwards
+            step = max(1, len(uniq) // MAX_CUTS)
             conds += [Cond(g, ">", lo) for lo in uniq[::step]]
         elif all(_category(v) for v in vals):
             conds += [Cond(g, "is", v) for v in sorted(set(vals))]
-    conds = conds[:MAX_CONDS]
-    if len(conds) < 2:
-        return None
-    truth = np.array([[g in r.feats and _true(c, r.feats[c.path]) for r in rows] for c in conds for g in [c.path]])
-    seen = np.array([[c.path in r.feats for r in rows] for c in conds])
-    y = np.array(ys, dtype=float)
-    bases: list[str | None] = [None] + [p for p in paths if all(_num(r.feats.get(p)) and r.feats[p] for r in rows)]
-    found = []
-    for base in bases:
-        b = np.ones(len(rows)) if base is None else np.array([float(r.feats[base]) for r in rows])
-        ratio = y / b
-        _vals, counts = np.unique(np.round(ratio, 2), return_counts=True)
-        top = np.sort(counts)[::-1][:4]
-        if top.sum() < EXPLAIN * len(rows):  # four ratios at most (two factors): else this base cannot be it
-            continue
-        for i in range(len(conds)):
-            for j in range(i + 1, len(conds)):
-                if conds[i].path == conds[j].path:
-                    continue
-                ok = seen[i] & seen[j]
-                a, c = truth[i] & ok, truth[j] & ok
-                cells = [ok & ~a & ~c, ok & a & ~c, ok & ~a & c, ok & a & c]
-                if any(m.sum() < MIN_CELL for m in cells[:3]):
-                    continue
-                meds = [float(np.median(ratio[m])) for m in cells[:3]]
-                if meds[0] == 0:
-                    continue
-                k1, k2 = round(meds[1] / meds[0], 4), round(meds[2] / meds[0], 4)
-                if k1 in (0.0, 1.0) or k2 in (0.0, 1.0):
-                    continue
-                pred = meds[0] * b * np.where(a, k1, 1.0) * np.where(c, k2, 1.0)
-                if (np.abs(pred - y)[ok] <= 0.011).sum() < EXPLAIN * ok.sum() \
-                        or any(_cell_items(rows, m) < MIN_CELL for m in cells[:3]):
-                    continue
-                r00 = round(meds[0], 4)
-                head = Term("const", r00 if not float(r00).is_integer() else int(r00)) if base is None else \
-                    Term("equal", None, base) if r00 == 1.0 else Term("share", r00, base)
-                rule = FieldRule(fld, head, factors=((conds[i], k1), (conds[j], k2)))
-                verdicts = [v for v in (holds(rule, r) for r in rows) if v is not None]
-                if len(verdicts) >= (3 * len(rows)) // 4 and _explains(verdicts):
-                    found.append(((base is not None, base or "", -sum(verdicts), _choices(rows, conds[i].path)
-                                   + _choices(rows, conds[j].path), conds[i].path, conds[j].path), rule))
-        if found:
-            break  # the smallest base that works: a constant before a feature
-    return min(found, key=lambda x: x[0])[1] if found else None
+    return conds[:MAX_CONDS]
+
+
+@dataclass
+class _Grid:
+    """The two-factor form's candidate conditions over the rows: per condition, the rows where it holds (`truth`)
+    and the rows that read its feature (`seen`), checked pairwise with numpy."""
+
+    rows: list[Row]
+    fld: str
+    conds: list[Cond]
+    y: np.ndarray  # the gold values
+    truth: np.ndarray = field(init=False)
+    seen: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.truth = np.array([[c.path in r.feats and _true(c, r.feats[c.path]) for r in self.rows] for c in self.conds])
+        self.seen = np.array([[c.path in r.feats for r in self.rows] for c in self.conds])
+
+    def fit(self, base: str | None, b: np.ndarray, ratio: np.ndarray, i: int, j: int) -> tuple[tuple, FieldRule] | None:
+        """The rule of conditions i and j on `base` (values `b`, the gold's `ratio` to them) with its rank among the
+        fits, if it fits: each of three cells one ratio, the fourth their product, most rows right."""
+        rows, conds = self.rows, self.conds
+        ok = self.seen[i] & self.seen[j]
+        a, c = self.truth[i] & ok, self.truth[j] & ok
+        cells = [ok & ~a & ~c, ok & a & ~c, ok & ~a & c, ok & a & c]
+        if any(m.sum() < MIN_CELL for m in cells[:3]):
+            return None
+        meds = [float(np.median(ratio[m])) for m in cells[:3]]
+        if meds[0] == 0:
+            return None
+        k1, k2 = round(meds[1] / meds[0], 4), round(meds[2] / meds[0], 4)
+        if k1 in (0.0, 1.0) or k2 in (0.0, 1.0):
+            return None
+        pred = meds[0] * b * np.where(a, k1, 1.0) * np.where(c, k2, 1.0)
+        if (np.abs(pred - self.y)[ok] <= 0.011).sum() < EXPLAIN * ok.sum() \
+                or any(_cell_items(rows, m) < MIN_CELL for m in cells[:3]):
+            return None
+        r00 = round(meds[0], 4)
+        head = Term("const", r00 if not float(r00).is_integer() else int(r00)) if base is None else \
+            Term("equal", None, base) if r00 == 1.0 else Term("share", r00, base)
+        rule = FieldRule(self.fld, head, factors=((conds[i], k1), (conds[j], k2)))
+        verdicts = [v for v in (holds(rule, r) for r in rows) if v is not None]
+        if len(verdicts) < (3 * len(rows)) // 4 or not _explains(verdicts):
+            return None
+        return (base is not None, base or "", -sum(verdicts), _choices(rows, conds[i].path)
+                + _choices(rows, conds[j].path), conds[i].path, conds[j].path), rule
 
 
 def _choices(rows: list[Row], path: str) -> int:
