@@ -87,7 +87,7 @@ def _matches(entry_args: dict, call_args: dict) -> bool:
     return all(str(call_args.get(k)) == str(v) for k, v in (entry_args or {}).items())
 
 
-def _ident(tool: str, args: dict, targets: Targets | None) -> tuple:
+def write_target(tool: str, args: dict, targets: Targets | None) -> tuple:
     """A write's target: its identifying args per the benchmark's `targets` (the session alone when unlisted)."""
     return tuple((k, v) for k, v in identity(tool, args or {}, targets) if v is not None)
 
@@ -192,7 +192,7 @@ def _write_finding(s: TraceStep, steps: list[TraceStep], acts: list, item_id: st
     # discipline fault only when it says so (a confirmation it lacked, as the trace shows): a write a granted
     # confirmation covered, or a bounce for any other reason, is the checker firing on its own criterion (a false
     # alarm), which no fault of the agent's explains
-    extra = {"target": _ident(tool, args, targets), "blocked": s.blocked}
+    extra = {"target": write_target(tool, args, targets), "blocked": s.blocked}
     if covered(acts, tool, args, targets) or CheckCode.UNCONFIRMED not in bounce_codes(s.blocked):
         return Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM, "*", tool, extra=extra)
     return Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.BOUNCED_WRITE, "*", tool, extra=extra)
@@ -201,9 +201,9 @@ def _write_finding(s: TraceStep, steps: list[TraceStep], acts: list, item_id: st
 def _redone(s: TraceStep, steps: list[TraceStep], targets: Targets | None) -> bool:
     """Was the write at `s` made successfully later in the episode, for the same target?"""
     tool = s.action["tool"]
-    mine = _ident(tool, s.action.get("args", {}), targets)
+    mine = write_target(tool, s.action.get("args", {}), targets)
     return any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
-               and _ident(tool, t.action.get("args", {}), targets) == mine for t in steps)
+               and write_target(tool, t.action.get("args", {}), targets) == mine for t in steps)
 
 
 def _dropped_work(steps: list[TraceStep], item_id: str, eid: str, write_tools: frozenset[str],
@@ -242,7 +242,7 @@ def _work(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets 
                 if p.get("tool") in write_tools}
     written = [(s.action["tool"], s.action.get("args", {})) for s in steps
                if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")]
-    extra = {(t, _ident(t, args, targets)) for t, args in written
+    extra = {(t, write_target(t, args, targets)) for t, args in written
              if not any(pt == t and _matches(dict(pk), args) for pt, pk in proposed)}
     return len(proposed | extra)
 
@@ -322,7 +322,7 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
                 continue
             if refused:
                 rules.setdefault(tool, set()).add(refused)
-            key = (tool, _ident(tool, a.get("args", {}), targets))
+            key = (tool, write_target(tool, a.get("args", {}), targets))
             if key in seen:
                 continue
             seen.add(key)
@@ -374,7 +374,7 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
     a card never seen at a write              -> unknown             (no evidence whether routing it would help)"""
     cards = cards_about(package, tool, rule_id)
     here = [c for c in s.delivered if c in cards]
-    target = _ident(tool, s.action.get("args", {}), targets)
+    target = write_target(tool, s.action.get("args", {}), targets)
     extra = {"target": target, "cards": cards, "delivered": list(s.delivered), "rule_id": rule_id}
     quote = _rule_text(s.observation)
     states = None

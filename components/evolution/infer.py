@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from components.evolution.diagnose import _ident
+from components.evolution.diagnose import write_target
 from components.evolution.outcomes import same_value
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
@@ -198,9 +198,9 @@ def rows_for(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[s
         for a in g.actions:
             if a.tool != tool:
                 continue
-            ident = _ident(tool, a.args, targets)
+            ident = write_target(tool, a.args, targets)
             first = next((s for s in steps if s.action.get("tool") == tool and s.blocked is None
-                          and _ident(tool, s.action.get("args", {}), targets) == ident), None)
+                          and write_target(tool, s.action.get("args", {}), targets) == ident), None)
             at = first.step if first is not None else steps[-1].step + 1
             feats = features(steps, at, a.args, {k: str(v) for k, v in ident}, write_tools, today)
             rows.append(Row(item, eid, feats, dict(a.args), dict(first.action.get("args") or {}) if first else None))
@@ -820,7 +820,7 @@ def infer_tool(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping
 
 
 def infer_rows(tool: str, rows: list[Row], targets: Targets | None = None) -> list[Inference]:
-    ident = {k for r in rows for k, _v in _ident(tool, r.gold, targets)}
+    ident = {k for r in rows for k, _v in write_target(tool, r.gold, targets)}
     fields = sorted({f for r in rows if r.agent is not None for f in r.gold
                      if f not in ident and not same_value(r.agent.get(f), r.gold[f])})
     return [infer_field(rows, f) for f in fields]

@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from components.codes import FindingKind, Owner
-from components.evolution.diagnose import Finding, _ident, card_helps, card_owner, cards_about
+from components.evolution.diagnose import Finding, card_helps, card_owner, cards_about, write_target
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
@@ -81,8 +81,8 @@ def outcome_diffs(steps: list[TraceStep], gold: Gold, write_tools: frozenset[str
         return []
     done: dict[tuple, TraceStep] = {}
     for s in successful_writes(steps, write_tools):  # the last successful write per target is what the state holds
-        done[(s.action["tool"], _ident(s.action["tool"], s.action.get("args", {}), targets))] = s
-    wanted = {(a.tool, _ident(a.tool, a.args, targets)): a for a in gold.actions}
+        done[(s.action["tool"], write_target(s.action["tool"], s.action.get("args", {}), targets))] = s
+    wanted = {(a.tool, write_target(a.tool, a.args, targets)): a for a in gold.actions}
     out: list[Diff] = []
     for key, s in sorted(done.items(), key=lambda kv: kv[1].step):
         tool, target = key
@@ -121,11 +121,11 @@ def _value_tally(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gol
         g = gold.get(eid.split("#", 1)[0])
         if g is None:
             continue
-        wanted = {(a.tool, _ident(a.tool, a.args, targets)): a for a in g.actions}
+        wanted = {(a.tool, write_target(a.tool, a.args, targets)): a for a in g.actions}
         seen: set[tuple] = set()
         for s in successful_writes(steps, write_tools):
             tool = s.action["tool"]
-            key = (tool, _ident(tool, s.action.get("args", {}), targets))
+            key = (tool, write_target(tool, s.action.get("args", {}), targets))
             if key in seen or key not in wanted:
                 continue
             seen.add(key)
@@ -196,7 +196,7 @@ def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool,
                    f"no divergence in the trace; on train, {train.unexplained_wrong} of {train.unexplained} such "
                    f"failures held a wrong argument", opportunity, patchability,
-                   {"target": _ident(tool, s.action.get("args", {}), targets), "cards": cards,
+                   {"target": write_target(tool, s.action.get("args", {}), targets), "cards": cards,
                     "delivered": list(s.delivered)})
 
 
@@ -358,7 +358,7 @@ def predicted_wrong(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, Fi
     from components.evolution.infer import Row, features, holds, value_of
 
     tool, args = s.action["tool"], dict(s.action.get("args") or {})
-    target = {k: str(v) for k, v in _ident(tool, args, targets)}
+    target = {k: str(v) for k, v in write_target(tool, args, targets)}
 
     def judged(write: dict[str, Any]) -> dict[str, bool | None]:
         feats = features(steps, s.step, write, target, write_tools, today)
