@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -47,6 +49,47 @@ def _run(args: list[str], cwd: Path, env: dict) -> str:
     return p.stdout
 
 
+def _run_all(dvc: list[str], repo: Path, env: dict, variants: int, grace: float = 90.0, deadline: float = 900.0) -> None:
+    """`dvc exp run --run-all -j 2`, waited for. Under load, DVC's temporary Celery worker sometimes stays up after
+    the queue is empty (dvc-task's idle check misses it), and the command waits on it forever: once every variant
+    has written its record and `grace` seconds have passed, the workers still alive get SIGTERM (Celery's warm
+    shutdown), which lets the command finish what it does after them. Its output goes to a file, not a pipe, since
+    the workers it daemonizes would hold a pipe open."""
+    log = repo.parent / "run-all.log"
+    with log.open("w") as out:
+        p = subprocess.Popen(dvc + ["exp", "run", "--run-all", "-j", "2"], cwd=repo, env=env, stdout=out,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        start, done_at = time.monotonic(), None
+        while p.poll() is None:
+            assert time.monotonic() - start < deadline, f"dvc exp run --run-all: over {deadline} s: {log.read_text()}"
+            # the baseline's record and one per variant
+            if done_at is None and len(list((repo / ".ratchet" / "variants").glob("*.json"))) == 1 + variants:
+                done_at = time.monotonic()
+            if done_at is not None and time.monotonic() - done_at > grace:
+                for pid in _queue_workers(repo):
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except ProcessLookupError:  # it stopped on its own meanwhile
+                        pass
+                done_at = time.monotonic()  # another grace period before the next try
+            time.sleep(1)
+    assert p.returncode == 0, f"dvc exp run --run-all: exit {p.returncode}: {log.read_text()[-3000:]}"
+
+
+def _queue_workers(repo: Path) -> list[int]:
+    """The pids of this repository's DVC queue workers still running (a pid file's process, if it is one)."""
+    pids = []
+    for pid_file in (repo / ".dvc" / "tmp" / "exps" / "celery").glob("*.pid"):
+        try:
+            pid = int(pid_file.read_text().strip())
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (ValueError, OSError):  # gone, or no /proc: nothing to stop
+            continue
+        if b"queue-worker" in cmd:
+            pids.append(pid)
+    return pids
+
+
 def test_queued_variants_record_into_the_real_repository(tmp_path):
     repo = (tmp_path / "repo").resolve()
     repo.mkdir()
@@ -68,7 +111,7 @@ def test_queued_variants_record_into_the_real_repository(tmp_path):
 
     for v in (2, 3):
         _run(dvc + ["exp", "run", "--queue", "-S", f"v={v}", "-n", f"v{v}"], repo, env)
-    _run(dvc + ["exp", "run", "--run-all", "-j", "2"], repo, env)
+    _run_all(dvc, repo, env, variants=2)
 
     home = repo / ".ratchet"
     recs = {int(p.stem): json.loads(p.read_text()) for p in (home / "variants").glob("*.json")}
