@@ -5,7 +5,7 @@ recursive-context source proposes: reuse prior failures, update after conflictin
 
     first       world seed 0, from the seed package; it fills the recursive arm's evidence graph
     (a) seed    the same world with benchmark seed 1, from the seed package
-    (b) drift   a changed world: world seed 0 with ONE rule changed (`benchmark.facts`: the rule's statement in this
+    (b) drift   a changed world: world seed 0 with ONE rule changed (`benchmark.rules`: the rule's value in this
                 benchmark, so its digest differs), the rule of a card the first campaign promoted (an amount doubled,
                 or the allowed values replaced); from the first campaign's champion, which carries that card, now
                 wrong. The recursive arm is expected to see the card contradicted by the new refusals and to propose
@@ -140,25 +140,25 @@ def resolution(db: Path, campaigns: list[dict]) -> tuple[int, int]:
     return ok, len(claims)
 
 
-def changed_rule(first: dict, db: Path) -> tuple[str, str, str] | None:
-    """(rule id, card path, the rule's changed statement) for the first card the first campaign promoted whose rule can
-    be changed here (an amount doubled, or other allowed values); None when it promoted no such card."""
-    import re
-
+def changed_rule(first: dict, db: Path) -> tuple[str, str, dict, str] | None:
+    """(rule id, card path, the rules change, the rule's changed statement) for the first card the first campaign
+    promoted whose rule can be changed here (an amount doubled, or other allowed values); None when it promoted no
+    such card."""
     from components.evidence.graph import EvidenceGraph
-    from components.worlds.retail.facts import BY_ID
+    from components.worlds.retail.facts import BY_ID, facts_of
+    from components.worlds.retail.rules import OWN, rules_of
 
-    def change(fid: str) -> str | None:
-        f = BY_ID.get(fid)
-        if f is None:
+    def change(fid: str) -> dict | None:
+        if fid not in BY_ID:
             return None
+        v = getattr(OWN, fid)
         if fid == "cancel_reason":
-            new = f.statement.replace("'no longer needed' or 'ordered by mistake'", "'no longer wanted' or "
-                                      "'placed in error'")
-        else:  # the first amount doubled: 5% -> 10%, $8 -> $16
-            new = re.sub(r"\$(\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)%", lambda m: f"${float(m[1]) * 2:g}" if m[1] else
-                         f"{float(m[2]) * 2:g}%", f.statement, count=1)
-        return new if new and f.read(new) is not None and f.read(new) != f.value else None
+            return {fid: {"allowed": ["found a better price", "changed my mind"]}}
+        if hasattr(v, "amount"):  # a fee: its amount doubled (5% -> 10%, $8 -> $16)
+            return {fid: {**v.model_dump(mode="json"), "amount": str(2 * v.amount)}}
+        if v is not None and not isinstance(v, str):  # a rate, a bonus or a cap
+            return {fid: str(2 * v)}
+        return None
 
     with EvidenceGraph(db) as g:
         promos = sorted((n for n in g.nodes("decision") if n.data.get("type") == "promotion"
@@ -166,9 +166,10 @@ def changed_rule(first: dict, db: Path) -> tuple[str, str, str] | None:
         for n in promos:
             for card in n.data.get("cards") or []:  # every rule the card states (one card per write may state several)
                 for rule in card.get("rules") or [{"rule_id": card.get("rule_id")}]:
-                    new = change(rule.get("rule_id") or "")
-                    if new:
-                        return rule["rule_id"], card["path"], new
+                    changes = change(rule.get("rule_id") or "")
+                    if changes:
+                        fid = rule["rule_id"]
+                        return fid, card["path"], changes, facts_of(rules_of(changes))[fid].statement
     return None
 
 
@@ -201,10 +202,9 @@ def main(argv: list[str] | None = None) -> None:
         drift = changed_rule(first, memory_db) if "b" in args.scenarios else None
         sequence = [("(a) seed", benches[1], seed_pkg)] if "a" in args.scenarios else []
         if drift is not None:
-            rule, card, statement = drift
+            rule, card, changes, statement = drift
             benches["b"] = HOME / "bench-b"
-            BenchmarkParams(seed=0, out=str(benches["b"]), per_family=size["per_family"],
-                            facts={rule: statement}).materialize()
+            BenchmarkParams(seed=0, out=str(benches["b"]), per_family=size["per_family"], rules=changes).materialize()
             champion = first["out"] / "lineage" / "versions" / first["summary"]["champion"]
             sequence.append(("(b) drift", benches["b"], champion))
             notes.append(f"(b) drift: rule {rule} (card {card}, promoted by the first campaign) now reads: {statement}")
@@ -233,13 +233,13 @@ def main(argv: list[str] | None = None) -> None:
             if label == "(b) drift":  # does each arm's champion still carry the card with the old, now wrong, value?
                 from components.worlds.retail.facts import BY_ID
 
-                rule, card, _ = drift
+                rule, card, _changes, _statement = drift
                 for arm, c in (("stateless", stateless), ("recursive", recursive)):
                     f = c["out"] / "lineage" / "versions" / c["summary"]["champion"] / card
                     body = f.read_text(encoding="utf-8") if f.is_file() else ""
                     state = "no such card" if not body else "the OLD (wrong) value" if \
                         BY_ID[rule].read(body) == BY_ID[rule].value else "the new value" if \
-                        BY_ID[rule].read(body) == BY_ID[rule].read(drift[2]) else "another value"
+                        BY_ID[rule].read(body) == BY_ID[rule].read(drift[3]) else "another value"
                     notes.append(f"(b) {arm}: champion {c['summary']['champion']}: {card} states {state}")
         ok, n = resolution(memory_db, [first] + [c for c in done if c["memory"] and c is not first])
     print(f"campaign memory, {'quick' if args.quick else 'full'}: {size}; first campaign: "

@@ -83,9 +83,10 @@ class BenchmarkParams(_M):
     per_family: int | None = Field(None, ge=3, le=1000, description="tasks per family; null: the world's default (36)")
     train_share: float = Field(SPLIT_SHARES[0], gt=0, lt=1)
     dev_share: float = Field(SPLIT_SHARES[1], gt=0, lt=1)
-    # a changed world: rule id -> that rule's statement in this benchmark (its value is what the statement instructs);
-    # written to meta.json, read by the world's tools, rubric and policy; empty: the world's own rules
-    facts: dict[str, str] = Field(default_factory=dict)
+    # a variant of the world: the rules to change (rule id -> value, as in the world's rules.yaml), or the path of a
+    # YAML file of them (`ratchet bench materialize --rules FILE`); validated at load, the whole record written to
+    # meta.json (so the digest); empty: the world's own rules
+    rules: dict[str, Any] | str = Field(default_factory=dict)
     # what a rule refusal tells the agent (components.worlds.base.ReceiptMode); in meta.json, so in the digest
     receipts: ReceiptMode = ReceiptMode.silent
 
@@ -124,11 +125,11 @@ class BenchmarkParams(_M):
         import inspect
 
         spec = world(self.world)
-        if self.facts and "facts" not in inspect.signature(spec.materialize).parameters:
-            raise BenchmarkError(f"benchmark.facts: the {self.world} world's rules cannot be changed by a benchmark")
+        if self.rules and "rules" not in inspect.signature(spec.materialize).parameters:
+            raise BenchmarkError(f"benchmark.rules: the {self.world} world's rules are not data a benchmark can change")
         out = claim_output(self.out, "benchmark", option="benchmark.out", inputs=inputs)
         with atomic_dir(out) as tmp:  # built and checked aside: a refused benchmark replaces nothing
-            changed = {"facts": self.facts} if self.facts else {}  # only a world that takes rule overrides gets one
+            changed: dict[str, Any] = {"rules": self.rules} if self.rules else {}  # a world whose rules are data
             if self.receipts not in spec.receipts:  # the modes the world declares (checked when it was loaded)
                 raise BenchmarkError(f"benchmark.receipts: {self.receipts.value!r}: the {self.world} world's receipts "
                                      f"are {' | '.join(m.value for m in spec.receipts)} only "

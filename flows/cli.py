@@ -150,9 +150,12 @@ def bench_materialize(
     dev_share: Annotated[float, typer.Option()] = SPLIT_SHARES[1],
     receipts: Annotated[Optional[str], typer.Option(help="what a rule refusal tells the agent: explained | coded | "
                                                      "silent (default: benchmark.receipts' default)")] = None,
+    rules: Annotated[Optional[Path], typer.Option(help="a YAML file of the world's rules to change (a variant of the "
+                                                  "world; `ratchet bench rules` writes one)")] = None,
 ) -> None:
     """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files. --out must be new,
-    empty or a benchmark (which is replaced); anything else is refused."""
+    empty or a benchmark (which is replaced); anything else is refused. A variant (--rules) also gets its own
+    `reference` and `all-skills` packages under <out>/packages/."""
     from pydantic import ValidationError
 
     from components.memory import digest
@@ -161,13 +164,42 @@ def bench_materialize(
     try:
         bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir) if out_dir else None,
                                 per_family=per_family, train_share=train_share, dev_share=dev_share,
-                                **({"receipts": receipts} if receipts is not None else {}))
+                                **({"receipts": receipts} if receipts is not None else {}),
+                                **({"rules": str(rules)} if rules is not None else {}))
     except ValidationError as e:
         raise InputError(_option_error(e)) from None
     out_dir = Path(bench.out)
     bench.materialize()
     out.print(f"wrote {out_dir} (world {world_name}, seed {seed}, receipts {bench.receipts.value}, "
               f"digest {digest(out_dir)[:12]})")
+
+
+@bench_app.command("rules")
+def bench_rules(
+    world_name: Annotated[str, typer.Option("--world")] = "retail",
+    random_seed: Annotated[Optional[int], typer.Option("--random", help="draw a random variant of the world's rules "
+                                                       "with this seed (values and forms)")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="write the rules file here (default: print it)")]
+    = None,
+) -> None:
+    """Print (or write) a world's rules as a YAML file that `ratchet bench materialize --rules` takes: the world's own,
+    or a random variant of them (--random SEED)."""
+    import yaml
+
+    from components.io import atomic_write_text
+    from components.worlds import world
+
+    spec = world(world_name)
+    rules_mod = getattr(spec, "rules", None)
+    if rules_mod is None:
+        raise InputError(f"--world: {world_name}: its rules are not data (no rules file to write)")
+    data = rules_mod.rules_of(rules_mod.random_rules(random_seed) if random_seed is not None else None)
+    text = yaml.safe_dump({"world": world_name, **data.model_dump(mode="json")}, sort_keys=False)
+    if out_file is None:
+        out.print(text, end="", markup=False, highlight=False)
+    else:
+        atomic_write_text(out_file, text)
+        out.print(f"wrote {out_file}")
 
 
 def _option_error(e) -> str:

@@ -10,7 +10,11 @@ import pytest
 
 from components.runtime.types import CONFIRM_TOOL, ToolCall, Turn
 from components.worlds import load_benchmark
+from fractions import Fraction
+
 from components.worlds.airline import facts as F
+from components.worlds.airline.rules import NO_SURCHARGE, Surcharge
+from components.worlds.rules import Window
 from components.worlds.airline import materialize
 from components.worlds.airline.env import AirlineEnv
 from components.worlds.airline.tasks import FAMILIES, policy_text
@@ -92,7 +96,7 @@ def test_facts_kinds():
     assert len(F.FACTS) >= 12
     assert len(F.UNSTATED) >= 3
     assert sum(len(v) >= 2 for v in F.BY_TOOL.values()) >= 3  # interacting rules on one write
-    numeric = [f for f in F.FACTS if isinstance(f.value, (int, tuple))]
+    numeric = [f for f in F.FACTS if isinstance(f.value, (int, tuple, Fraction, Surcharge))]
     assert {"change_fee", "change_window", "comp_rate", "comp_gold"} <= {f.id for f in numeric}
     for f in F.FACTS:  # each statement names its tool and reads to its value, and to no other fact's
         assert f"`{f.tool}`" in f.statement and f.value is not None
@@ -131,8 +135,13 @@ def test_policy_states_only_the_stated_facts():
     ("basic_credit", "- `cancel_reservation` of a basic fare does not refund as travel credit.", "same"),
     ("change_fee", "- `change_flight`: $90 for economy and flex fares.", (("economy", 90), ("flex", 90))),
     ("change_fee", "- `change_flight` charges no fee for business fares.", (("business", 0),)),
-    ("change_window", "- `change_flight` within 3 days of departure charges twice the fee.", (3, 2)),
-    ("change_window", "- `change_flight` within 7 days of departure does not double the fee.", (0, 1)),
+    ("change_window", "- `change_flight` within 3 days of departure charges twice the fee.",
+     Surcharge(when=Window(op="<=", value=3), factor=2)),
+    ("change_window", "- `change_flight` more than 10 days before departure takes 3/2 times the fee.",
+     Surcharge(when=Window(op=">", value=10), factor=Fraction(3, 2))),
+    ("change_window", "- `change_flight` 12 days or more before departure takes 1.5 times the fee.",
+     Surcharge(when=Window(op=">=", value=12), factor=Fraction(3, 2))),
+    ("change_window", "- `change_flight` within 7 days of departure does not double the fee.", NO_SURCHARGE),
     ("bag_allowance", "- `add_checked_bags`: gold members get 3, silver members 1.", (("gold", 3), ("silver", 1))),
     ("bag_allowance", "- `add_checked_bags`: no tier has free bags, regular members 2.", (("gold", 0), ("regular", 0),
                                                                                          ("silver", 0))),

@@ -21,7 +21,8 @@ from components.runtime.types import ToolCall
 from components.worlds.retail import facts as F
 from components.worlds.retail import language
 from components.worlds.retail.catalog import normalize_address
-from components.worlds.retail.facts import BY_ID, FACTS, Fee
+from components.worlds.retail.facts import BY_ID, FACTS
+from components.worlds.rules import NO_FEE, Fee, Window
 from tests.conftest import PACKAGES, ROOT
 
 
@@ -89,16 +90,16 @@ def test_the_knowledge_is_written_down(bench, bench_dir):
 @pytest.mark.parametrize("text,fid,value", [
     # numbers: the clause naming the fee gives the amount, the first age of the clause (else paragraph) the threshold
     ("- `return_delivered_order_items`: a 15% restocking fee applies to items delivered more than 20 days ago.",
-     "restocking_fee", Fee(20, 15.0)),
+     "restocking_fee", Fee(amount=15, when=Window(op=">", value=20))),
     ("- `return_delivered_order_items` charges a restocking fee of 10 percent on every return.", "restocking_fee",
-     Fee(0, 10.0)),
-    ("- For `return_delivered_order_items` there is no restocking fee.", "restocking_fee", Fee(0, 0.0)),
+     Fee(amount=10)),
+    ("- For `return_delivered_order_items` there is no restocking fee.", "restocking_fee", NO_FEE),
     ("- A 10% restocking fee applies to returns after 30 days.", "restocking_fee", None),  # no tool named: outside
-    ("- Cancelling with `cancel_pending_order` after 24 hours costs a 5% cancellation fee.", "cancel_fee", Fee(24, 5.0)),
-    ("- `cancel_pending_order` never charges a cancellation fee.", "cancel_fee", Fee(0, 0.0)),
+    ("- Cancelling with `cancel_pending_order` after 24 hours costs a 5% cancellation fee.", "cancel_fee", Fee(amount=5, when=Window(op=">", value=24))),
+    ("- `cancel_pending_order` never charges a cancellation fee.", "cancel_fee", NO_FEE),
     ("- `exchange_delivered_order_items`: exchanges are free for 14 days; later, the `exchange_fee` is $8.",
-     "exchange_fee", Fee(14, 8.0)),
-    ("- `modify_pending_order_address` does not carry a re-routing fee.", "reroute_fee", Fee(0, 0.0)),
+     "exchange_fee", Fee(amount=8, when=Window(op=">", value=14))),
+    ("- `modify_pending_order_address` does not carry a re-routing fee.", "reroute_fee", NO_FEE),
     ("- `return_delivered_order_items` to a gift card adds a 5% bonus.", "gift_card_bonus", 5.0),
     ("- `return_delivered_order_items` pays no bonus on gift cards.", "gift_card_bonus", 0.0),
     ("- `issue_store_credit`: $4 per day late.", "credit_rate", 4.0),

@@ -355,7 +355,8 @@ def predicted_wrong(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, Fi
     names its value outright (a constant, or a value a read showed) is judged first, and the others are judged with
     it set right: a rule that reads the write's own argument (a bonus when the refund goes to a gift card) is judged
     on the argument the write should have had, not on the wrong one it got."""
-    from components.evolution.infer import Row, features, holds, value_of
+    from components.evolution.infer import Row, features, holds
+    from components.worlds.outcome_rules import term_value
 
     tool, args = s.action["tool"], dict(s.action.get("args") or {})
     target = {k: str(v) for k, v in write_target(tool, args, targets)}
@@ -371,7 +372,7 @@ def predicted_wrong(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, Fi
     for f, rule in rules.items():
         plain = rule.cond is None and not rule.factors and rule.cap is None and rule.then.kind in ("const", "equal")
         if first.get(f) is False and plain:
-            ok, v = value_of(rule.then, feats)
+            ok, v = term_value(rule.then, feats, rule.quantum)
             if ok:
                 fixed[f] = v
     verdict = judged(fixed) if fixed != args else first

@@ -50,6 +50,7 @@ from components.runtime import prompts
 from components.runtime.confirm import Act, covered
 from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL, ToolCall, Usage
 from components.worlds.competence import Beliefs, Competence, Fact, Request, Step, View
+from components.worlds.outcome_rules import FieldRule, Formula, apply_formulas, policy_today, read_features
 
 NAME = "ratchet-sim"
 
@@ -416,9 +417,11 @@ class SimulatedAgent:
                 return comp.give_up(r), None
         if plan_only:
             return "", (r.tool, {})
-        step = comp.write(v, r, self.beliefs(v, r, seed, comp, attempts))
+        beliefs = self.beliefs(v, r, seed, comp, attempts)
+        step = comp.write(v, r, beliefs)
         if step[1] is None or step[1][0] != r.tool:
             return step  # a read that a followed rule requires comes first
+        step = (step[0], (r.tool, _with_formulas(v, r, beliefs, comp, step[1][1])))
         acts = _acts(v, comp)
         if not covered(acts, r.tool, r.target):
             if _denied(acts, r):
@@ -427,6 +430,24 @@ class SimulatedAgent:
             if asked or Owner.C in self.off or coin(seed, "confirm", r.key) >= self.rates.p_skip_confirm:
                 return "", (CONFIRM_TOOL, {"tool": r.tool, "args": dict(r.target), "summary": comp.summary(r)})
         return step
+
+
+def _with_formulas(v: View, r: Request, beliefs: Beliefs, comp: Competence, args: dict) -> dict:
+    """The write's arguments with each field that a followed card states as a formula (a rule inferred from outcomes,
+    `components.worlds.outcome_rules`) set to what the formula gives on what the reads showed. A field several rules
+    govern takes its formula only when the agent follows every one of them that the card states it for."""
+    by_field: dict[str, list[tuple[bool, FieldRule]]] = {}
+    for _fid, (follows, value) in beliefs.items():
+        if isinstance(value, Formula):
+            for rule in value.rules:
+                by_field.setdefault(rule.field, []).append((follows, rule))
+    rules = [got[0][1] for got in by_field.values() if all(follows for follows, _rule in got)]
+    if not rules:
+        return args
+    skip = comp.writes | {CONFIRM_TOOL, FINISH_TOOL}
+    reads = [(c["name"], c["args"], res) for c, res in v.calls if c["name"] not in skip and "error" not in res]
+    today = policy_today(v.policy)
+    return apply_formulas(rules, args, lambda now: read_features(reads, now, r.target, today))
 
 
 def _refused_on(result: dict) -> str:

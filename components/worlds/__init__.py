@@ -33,22 +33,26 @@ _from_entry_points: dict[str, str] = {}  # world name -> the entry point's value
 def _retail() -> WorldSpec:
     """The built-in retail customer-service world."""
     from components.worlds import retail
+    from components.worlds.retail import rules
     from components.worlds.retail.competence import RetailCompetence
     from components.worlds.retail.env import RetailEnv
 
     packages = {name: PACKAGES / name for name in ("none", "seed", "all-skills", "reference")}
-    return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence(), packages, tuple(ReceiptMode))
+    return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence(), packages, tuple(ReceiptMode),
+                     rules=rules)
 
 
 @WORLDS.register("airline")
 def _airline() -> WorldSpec:
     """The built-in airline desk world (bookings, fares, changes, bags, compensation, tiers)."""
     from components.worlds import airline
+    from components.worlds.airline import rules
     from components.worlds.airline.competence import AirlineCompetence
     from components.worlds.airline.env import AirlineEnv
 
     packages = {name: PACKAGES / "airline" / name for name in ("none", "seed", "all-skills", "reference")}
-    return WorldSpec("airline", airline.materialize, AirlineEnv, AirlineCompetence(), packages, tuple(ReceiptMode))
+    return WorldSpec("airline", airline.materialize, AirlineEnv, AirlineCompetence(), packages, tuple(ReceiptMode),
+                     rules=rules)
 
 
 def discover() -> None:

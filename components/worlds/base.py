@@ -316,6 +316,9 @@ class WorldSpec:
     # by replaying it with them off (`components.models.counterfactual`). False (a world a real model plays, with no
     # fault to switch off): failures are `unlabelled` and diagnosis localization is reported as unscored.
     counterfactual: bool = True
+    # the world's rules as data (`components.worlds.rules`): a module with `rules_of(changes, where)` and
+    # `random_rules(seed)`; None: rules that are code (no `benchmark.rules`, no `ratchet bench rules`)
+    rules: Any = None
 
 
 def load_benchmark(root: str | Path) -> Benchmark:
@@ -474,35 +477,44 @@ def stratified_split(tasks: list[Task], seed: int, families: Iterable[str],
 
 def materializer(world: str, version: int, generate: Callable[..., tuple[dict, list[Task]]],
                  families: Mapping[str, int], policy_text: Callable[..., str], tools: list[dict],
-                 targets: Mapping[str, list[str]], facts_of: Callable[[dict | None], Mapping] | None = None,
+                 targets: Mapping[str, list[str]], rules_of: Callable[..., Any] | None = None,
+                 facts_of: Callable[[Any], Mapping] | None = None,
+                 packages: Callable[[Any], Mapping[str, str]] | None = None,
                  gold_of: Callable[[Task], list[dict]] | None = None) -> Callable[..., Path]:
     """A world's `materialize` from its parts: `generate(seed, per_family) -> (db, tasks)`, the families (name ->
     default count; the split is stratified by them), the policy, the tool schemas and the write tools' targets.
-    A world whose rules a benchmark may change (a changed world, `benchmark.facts`) passes `facts_of(changes) ->
-    rules`; its `generate` and `policy_text` then take the rules, and its `materialize` takes `facts`."""
+    A world whose rules are data (`components.worlds.rules`) passes `rules_of(changes, where) -> rules` and
+    `facts_of(rules) -> facts`; its `generate` and `policy_text` then take the facts, its `materialize` takes `rules`
+    (a mapping or a YAML file: the rules to change), meta.json records the whole record, and `packages(facts)`
+    (relative path -> text) are written beside a variant's files (its own `reference` and `all-skills`)."""
 
     def build(out: str | Path, seed: int, per_family: int | None, fractions: tuple[float, float],
-              facts: dict[str, str] | None, receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
-        rules = facts_of(facts) if facts_of else None
-        db, tasks = generate(seed, per_family, rules) if facts_of else generate(seed, per_family)
+              rules: Any, receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
+        facts = data = None
+        if rules_of is not None:
+            data = rules_of(rules)
+            facts = facts_of(data)
+        db, tasks = generate(seed, per_family, facts) if facts is not None else generate(seed, per_family)
         splits = stratified_split(tasks, seed, families, fractions)
         meta = {"world": world, "version": version, "seed": seed, "n_tasks": len(tasks),
                 "families": {f: per_family or n for f, n in families.items()},
                 "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(targets),
                 "targets": {t: list(targets[t]) for t in sorted(targets)}}
-        if facts:  # absent otherwise: the world's own benchmarks stay byte-identical
-            meta["facts"] = {fid: rules[fid].statement for fid in sorted(facts)}
+        if data is not None:
+            meta["rules"] = data.model_dump(mode="json")
         receipts = ReceiptMode(receipts)
-        if receipts is not ReceiptMode.explained:  # likewise: explained benchmarks keep their bytes and digest
+        if receipts is not ReceiptMode.explained:  # explained benchmarks keep their bytes and digest
             meta["receipts"] = receipts.value
-        policy = policy_text(rules) if facts_of else policy_text()
+        policy = policy_text(facts) if facts is not None else policy_text()
         gold = None
         if gold_of is not None:  # the labelled train items only: dev and test gold is never written beside them
             by_id = {t.id: t for t in tasks}
-            gold = [Gold(task_id=tid, actions=gold_of(by_id[tid])) for tid in sorted(splits["train"])]
-        return write_benchmark(out, meta, policy, tools, db, tasks, splits, gold)  # checked by the data contract
+            gold = [Gold(task_id=tid, actions=gold_of(by_id[tid], facts) if facts is not None else gold_of(by_id[tid]))
+                    for tid in sorted(splits["train"])]
+        extra = packages(facts) if packages is not None and data is not None and data != rules_of(None) else None
+        return write_benchmark(out, meta, policy, tools, db, tasks, splits, gold, extra)  # checked by the contract
 
-    if facts_of is None:  # no `facts` parameter: params refuse `benchmark.facts` for this world
+    if rules_of is None:  # rules that are code: params refuse `benchmark.rules` for this world
         def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
                         fractions: tuple[float, float] = SPLIT_SHARES,
                         receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
@@ -510,17 +522,18 @@ def materializer(world: str, version: int, generate: Callable[..., tuple[dict, l
             return build(out, seed, per_family, fractions, None, receipts)
         return materialize
 
-    def materialize_changed(out: str | Path, seed: int = 0, per_family: int | None = None,
-                            fractions: tuple[float, float] = SPLIT_SHARES, facts: dict[str, str] | None = None,
-                            receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
-        """Write the benchmark files for `seed` atomically; the same arguments give the same bytes. `facts`: a changed
-        world (rule id -> its statement here), kept in meta.json for the tools; None: the world's own rules."""
-        return build(out, seed, per_family, fractions, facts, receipts)
-    return materialize_changed
+    def materialize_rules(out: str | Path, seed: int = 0, per_family: int | None = None,
+                          fractions: tuple[float, float] = SPLIT_SHARES, rules: Any = None,
+                          receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
+        """Write the benchmark files for `seed` atomically; the same arguments give the same bytes. `rules`: the rules
+        to change (a mapping, or a YAML file's path); None: the world's own."""
+        return build(out, seed, per_family, fractions, rules, receipts)
+    return materialize_rules
 
 
 def write_benchmark(out: str | Path, meta: dict, policy: str, tools: list[dict], db: dict, tasks: list[Task],
-                    splits: dict[str, list[str]], gold: list[Gold] | None = None) -> Path:
+                    splits: dict[str, list[str]], gold: list[Gold] | None = None,
+                    extra: Mapping[str, str] | None = None) -> Path:
     """Write a benchmark directory atomically (tasks.csv derived from the tasks), checked by the data contract before
     anything is moved into place: what a world's `materialize` ends with. `meta` needs world, write_tools, targets."""
     import pandas as pd
@@ -544,5 +557,8 @@ def write_benchmark(out: str | Path, meta: dict, policy: str, tools: list[dict],
             train = set(splits.get("train", []))
             assert all(g.task_id in train for g in gold), "gold is written for train items only"
             (tmp / GOLD_FILE).write_text("".join(g.model_dump_json() + "\n" for g in gold))
+        for rel, text in sorted((extra or {}).items()):  # a variant's own packages (packages/<name>/...)
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_text(text)
         check_benchmark(tmp)
     return Path(out)

@@ -15,10 +15,8 @@ The simulated agent reads its context with this grammar, so it is also part of w
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
-from functools import lru_cache
-from types import MappingProxyType
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Callable
 
 NEGATION = re.compile(r"\b(not|never|no|don't|do not|doesn't|does not|cannot|can't|avoid|instead of|rather than|"
@@ -74,11 +72,13 @@ class Fact:
     statement: str  # the rule's text: in the written policy when `stated`, always in the receipts that cite it
     read: Callable[[str], object]
     stated: bool = True  # False: not in policy.md; learnable only from refusal receipts or successful episodes
+    fields: tuple[str, ...] = ()  # the write's arguments the rule governs
+    truth: object = None  # the rule's value from the world's rules data (None: what the statement instructs)
 
     @property
     def value(self) -> object:
-        """The correct value: what the rule's own statement instructs."""
-        return self.read(self.statement)
+        """The correct value: the world's rules data, else what the rule's own statement instructs."""
+        return self.truth if self.truth is not None else self.read(self.statement)
 
     @property
     def rule(self) -> str:
@@ -102,34 +102,3 @@ def on_tool(facts: Iterable[Fact]) -> dict[str, tuple[Fact, ...]]:
     for f in facts:
         out[f.tool] = out.get(f.tool, ()) + (f,)
     return out
-
-
-def changed(facts: Mapping[str, Fact], statements: Mapping[str, str] | None, where: str) -> Mapping[str, Fact]:
-    """A changed world's rules: each rule id in `statements` (a benchmark's `meta.json` "facts", from the
-    `benchmark.facts` param) takes that statement, so that value, in the policy text, the tools' refusals and checks
-    and the rubric; the others stay the world's own. `where` names the field in the one-line error for an id that is
-    not a rule here or a statement that does not state its rule (read by the rule's own grammar)."""
-    if not statements:
-        return facts
-    if not isinstance(statements, Mapping):
-        from components.errors import InputError
-
-        raise InputError(f"{where}: must map rule ids to their statements")
-    return _changed(tuple(facts.values()), tuple(sorted(statements.items())), where)
-
-
-@lru_cache(maxsize=16)  # every episode's tools read them: built once per benchmark
-def _changed(facts: tuple[Fact, ...], statements: tuple[tuple[str, str], ...], where: str) -> Mapping[str, Fact]:
-    from components.errors import InputError
-
-    by_id = {f.id: f for f in facts}
-    out = dict(by_id)
-    for fid, text in statements:
-        f = by_id.get(fid)
-        if f is None:
-            raise InputError(f"{where}.{fid}: no such rule (one of {', '.join(by_id)})")
-        if not isinstance(text, str) or f.read(text) is None:
-            raise InputError(f"{where}.{fid}: the statement does not state the rule (it names `{f.tool}` and the "
-                             "rule's value, as the world's own statement does)")
-        out[fid] = replace(f, statement=text if text.startswith("- ") else "- " + text)
-    return MappingProxyType(out)

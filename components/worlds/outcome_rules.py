@@ -1,56 +1,85 @@
-"""The card form of a rule inferred from outcomes, shared by the writer (the `rules` meta-agent) and the readers (each
-world's facts, so the simulated agent).
+"""The card form of a rule inferred from outcomes, shared by the writer (the `rules` meta-agent), the readers (each
+world's facts, so the simulated agent) and the judge (`holds`, which inference and diagnosis use): one grammar, one
+evaluation, exact arithmetic (`components.worlds.numbers`).
 
 One list item per field of a write, naming the write in backticks (the grammar's scope rule) and the field:
 
-    - `<tool>`, from train outcomes: `<field>` = <term>[ when <condition>, else <term>].
+    - `<tool>`, from train outcomes: `<field>` = <term>[ when <condition>, else <term>][<factor>...][, at most <n>]
+      [, rounded to <quantum>].
 
-    term       'text' (a constant) | 12.5 (a constant) | `<feature>` (equal to it) | 0.95 * `<feature>` (a share of
-               it) | one of 'a', 'b' (the allowed values) | the value as given, in upper case | 'a' 10, 'b' 20 by
-               `<feature>` (a table: the number its category names; a category it does not name has no value) |
-               35 * `<feature>` + -35 * `<feature>` [+ 10] (a sum of terms: each a factor times a feature, and a
-               constant)
-    condition  `<feature>` > 24 (a threshold) | `<feature>` is 'basic' (a category)
-    factors    a number term followed by up to two `, times <k> when <condition>` (each applied in turn, to the cent,
-               when its condition holds): two rules on one amount, e.g. a fee after some days and a bonus on a kind
-    cap        a number rule followed by `, at most <n>`: the smaller of its value and n (a credit with a ceiling)
+    term       'text' (a constant) | 12.5 or 31/12 (a constant) | `<feature>` (equal to it) | 19/20 * `<feature>` (a
+               share of it) | one of 'a', 'b', ... (the allowed values) | the value as given, in upper case |
+               'a' 10, 'b' 20 by `<feature>` (a table: the number its category names) | 'a'/'x' 10, ... by `<f1>`,
+               `<f2>` (a table by several categories, keys joined by /) | 35 * `<feature>` + -35 * `<feature>` [+ 10]
+               (a sum of terms: each a factor times a feature, and a constant)
+    condition  `<feature>` > 24 | >= | < | <= (a threshold, in either direction) | `<feature>` is 'basic' (a
+               category); a threshold may carry what the train rows showed: `<feature>` > 24 [seen 22 / 27] (no row
+               between 22 and 27: the threshold is placed in that gap, at its middle)
+    factor     `, times <k> when <condition>`: applied in turn, each rounded to the quantum, when its condition holds
+               (any number of them: a fee after some days, a bonus on a kind, ...)
+    cap        `, at most <n>`: the smaller of the value and n (a credit with a ceiling)
+    quantum    what every amount is rounded to, halves up: a cent unless the item says otherwise
     feature    what a read showed before the write: `<read tool>.<key>[.<key>...]`; `<read tool>.<list>[].<key>` is the
                sum of that key over the list; `<read tool>.<list>[<key> in <arg>].<k2>` the sum of k2 over the
                elements whose key is among the write's list argument <arg>; `<read tool>.<list>[<key>=<value>].<k2>` the
                k2 of the one element whose key has that value; `<read tool>.<list>[<key>=@<arg>].<k2>` the k2 of the
                element whose key is the write's argument <arg>;
                `<read tool>.<key>@days_from_today` the days from the policy's date to the date a key holds;
-               `@<arg>` (in a sum only) the write's own argument <arg> (a count the customer gave, or another field
-               of the same write).
+               `@<arg>` the write's own argument <arg> (a count the customer gave, or another field of the write).
 
-Nothing here knows a world: each world's facts map a parsed `FieldRule` onto the value of the rule it is about.
+Nothing here knows a world: a world's facts read a card into the values of their rules where a rule is a choice the
+agent makes (`with_outcomes`); any other field rule the agent applies as written (`Formula`, `evaluate`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from fractions import Fraction
+from typing import Any, Callable, Literal
 
 from components.worlds.grammar import paragraphs
+from components.worlds.numbers import CENT, is_num, q, rnd, same
+from components.worlds.numbers import out as as_number
+from components.worlds.numbers import render as num
 
 MARK = "from train outcomes"
 UPPER = "the value as given, in upper case"
+OPS = (">=", "<=", ">", "<")  # longest first: how they are parsed
 
 
 @dataclass(frozen=True)
 class Term:
     kind: Literal["const", "equal", "share", "one_of", "upper", "table", "sum"]
-    value: Any = None  # const: the value; share: the factor; one_of: the tuple of values; table: ((category, n), ...);
-    # sum: (constant, ((factor, feature), ...))
-    path: str = ""  # equal, share: the feature
+    value: Any = None  # const: the value (Fraction or str); share: the factor; one_of: the tuple of values;
+    # table: ((key, n), ...), key a tuple of categories (one per path); sum: (constant, ((factor, feature), ...))
+    path: str | tuple[str, ...] = ""  # equal, share: the feature; table: the features its keys are read from
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        if self.kind == "table":
+            return self.path if isinstance(self.path, tuple) else (self.path,)
+        if self.kind == "sum":
+            return tuple(p for _k, p in self.value[1])
+        return (self.path,) if self.path else ()
 
 
 @dataclass(frozen=True)
 class Cond:
     path: str
-    op: Literal[">", "is"]
+    op: Literal[">", ">=", "<", "<=", "is"]
     value: Any
+    seen: tuple[Fraction, Fraction] | None = field(default=None, compare=False)  # the gap the train rows left
+
+    def true(self, x: Any) -> bool:
+        if self.op == "is":
+            return x == self.value
+        if not is_num(x):
+            return False
+        x, v = q(x), q(self.value)
+        return x > v if self.op == ">" else x >= v if self.op == ">=" else x < v if self.op == "<" else x <= v
 
 
 @dataclass(frozen=True)
@@ -59,19 +88,38 @@ class FieldRule:
     then: Term
     cond: Cond | None = None
     other: Term | None = None  # the value when `cond` does not hold
-    factors: tuple[tuple[Cond, float], ...] = ()  # applied to `then` in turn, each when its condition holds
-    cap: float | None = None  # the value is at most this (after the factors)
+    factors: tuple[tuple[Cond, Fraction], ...] = ()  # applied to `then` in turn, each when its condition holds
+    cap: Fraction | None = None  # the value is at most this (after the factors)
+    quantum: Fraction = CENT  # every amount rounded to a multiple of this, halves up
 
     def terms(self) -> tuple[Term, ...]:
         return (self.then,) if self.other is None else (self.then, self.other)
 
+    def features(self) -> set[str]:
+        """Every feature the rule reads (its terms', conditions' and factors')."""
+        out = {p for t in self.terms() for p in t.paths}
+        if self.cond is not None:
+            out.add(self.cond.path)
+        return out | {c.path for c, _k in self.factors}
 
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
+@dataclass(frozen=True)
+class Formula:
+    """What an inferred card instructs for one rule of a world: the field rules of the write that rule governs, which
+    an agent applies as written (`evaluate`) where the world has no value of its own to read them into."""
+
+    tool: str
+    rules: tuple[FieldRule, ...]
+
+
+# -- writing --------------------------------------------------------------------------------------------------------
 
 def _val(v: Any) -> str:
-    return f"'{v}'" if isinstance(v, str) else _num(v)
+    return f"'{v}'" if isinstance(v, str) else num(v)
+
+
+def _key(k: tuple) -> str:
+    return "'" + "/".join(str(c) for c in k) + "'"
 
 
 def render_term(t: Term) -> str:
@@ -80,47 +128,60 @@ def render_term(t: Term) -> str:
     if t.kind == "equal":
         return f"`{t.path}`"
     if t.kind == "share":
-        return f"{_num(t.value)} * `{t.path}`"
+        return f"{num(t.value)} * `{t.path}`"
     if t.kind == "upper":
         return UPPER
     if t.kind == "table":
-        return ", ".join(f"{_val(c)} {_num(n)}" for c, n in t.value) + f" by `{t.path}`"
+        return ", ".join(f"{_key(k)} {num(n)}" for k, n in t.value) + " by " + ", ".join(f"`{p}`" for p in t.paths)
     if t.kind == "sum":
         const, parts = t.value
-        return " + ".join([f"{_num(k)} * `{p}`" for k, p in parts] + ([_num(const)] if const else []))
+        return " + ".join([f"{num(k)} * `{p}`" for k, p in parts] + ([num(const)] if const else []))
     return "one of " + ", ".join(_val(v) for v in t.value)
+
+
+def render_cond(c: Cond) -> str:
+    text = f"`{c.path}` {c.op} {_val(c.value)}"
+    if c.seen is not None:
+        text += f" [seen {num(c.seen[0])} / {num(c.seen[1])}]"
+    return text
 
 
 def render(tool: str, rule: FieldRule) -> str:
     """One list item of a card (see the module doc)."""
     text = f"- `{tool}`, {MARK}: `{rule.field}` = {render_term(rule.then)}"
     if rule.cond is not None:
-        text += f" when {_cond(rule.cond)}, else {render_term(rule.other)}"
+        text += f" when {render_cond(rule.cond)}, else {render_term(rule.other)}"
     for c, k in rule.factors:
-        text += f", times {_num(k)} when {_cond(c)}"
+        text += f", times {num(k)} when {render_cond(c)}"
     if rule.cap is not None:
-        text += f", at most {_num(rule.cap)}"
+        text += f", at most {num(rule.cap)}"
+    if rule.quantum != CENT and _numeric(rule):
+        text += f", rounded to {num(rule.quantum)}"
     return text + "."
 
 
-def _cond(c: Cond) -> str:
-    return f"`{c.path}` {'>' if c.op == '>' else 'is'} {_val(c.value)}"
+def _numeric(rule: FieldRule) -> bool:
+    return any(t.kind in ("share", "table", "sum") or (t.kind == "const" and is_num(t.value)) for t in rule.terms())
 
 
-_NUM = r"-?\d+(?:\.\d+)?"
+# -- reading --------------------------------------------------------------------------------------------------------
+
+_NUM = r"-?\d+(?:\.\d+)?(?:/\d+)?"
+_SEEN = re.compile(rf" \[seen ({_NUM}) / ({_NUM})\]")
+_CONDX = rf"`(?P<path>[^`]+)` (?:(?P<op>>=|<=|>|<) (?P<num>{_NUM})|is '(?P<cat>[^']*)')(?P<seen> \[seen {_NUM} / {_NUM}\])?"
 _ITEM = re.compile(rf"{re.escape(MARK)}: `(?P<field>[^`]+)` = (?P<expr>.+?)\.?$")
-_COND = re.compile(rf"^(?P<then>.+?) when `(?P<path>[^`]+)` (?:> (?P<num>{_NUM})|is '(?P<cat>[^']*)'), else (?P<other>.+)$")
+_COND = re.compile(rf"^(?P<then>.+?) when {_CONDX}, else (?P<other>.+)$")
 _CAP = re.compile(rf", at most (?P<cap>{_NUM})$")
-_TABLE = re.compile(rf"^((?:'[^']*' {_NUM}, )*'[^']*' {_NUM}) by `([^`]+)`$")
-_SUM = re.compile(rf"^((?:{_NUM} \* `[^`]+` \+ )+{_NUM} \* `[^`]+`)(?: \+ ({_NUM}))?$")
-_FACTOR = re.compile(rf"^times (?P<k>{_NUM}) when `(?P<path>[^`]+)` (?:> (?P<num>{_NUM})|is '(?P<cat>[^']*)')$")
+_QUANTUM = re.compile(rf", rounded to (?P<q>{_NUM})$")
+_TABLE = re.compile(rf"^((?:'[^']*' {_NUM}, )*'[^']*' {_NUM}) by ((?:`[^`]+`, )*`[^`]+`)$")
+_SUM = re.compile(rf"^((?:{_NUM} \* `[^`]+` \+ )*{_NUM} \* `[^`]+`)(?: \+ ({_NUM}))?$")
+_FACTOR = re.compile(rf"^times (?P<k>{_NUM}) when {_CONDX}$")
 
 
 def _parse_value(s: str) -> Any:
     s = s.strip()
     if re.fullmatch(_NUM, s):
-        x = float(s)
-        return int(x) if x.is_integer() and "." not in s else x
+        return q(s)
     m = re.fullmatch(r"'([^']*)'", s)
     return m.group(1) if m else None
 
@@ -130,20 +191,58 @@ def parse_term(s: str) -> Term | None:
     if s == UPPER:
         return Term("upper")
     if m := _TABLE.fullmatch(s):
-        entries = tuple((c, _parse_value(n)) for c, n in re.findall(rf"'([^']*)' ({_NUM})", m.group(1)))
-        return Term("table", entries, m.group(2))
+        paths = tuple(re.findall(r"`([^`]+)`", m.group(2)))
+        entries = tuple((tuple(c.split("/")) if len(paths) > 1 else (c,), q(n))
+                        for c, n in re.findall(rf"'([^']*)' ({_NUM})", m.group(1)))
+        if any(len(k) != len(paths) for k, _n in entries):
+            return None
+        return Term("table", entries, paths if len(paths) > 1 else paths[0])
     if m := _SUM.fullmatch(s):
-        parts = tuple((_parse_value(k), p) for k, p in re.findall(rf"({_NUM}) \* `([^`]+)`", m.group(1)))
-        return Term("sum", (_parse_value(m.group(2)) if m.group(2) else 0, parts))
+        parts = tuple((q(k), p) for k, p in re.findall(rf"({_NUM}) \* `([^`]+)`", m.group(1)))
+        if len(parts) > 1 or m.group(2):
+            return Term("sum", (q(m.group(2)) if m.group(2) else Fraction(0), parts))
     if s.startswith("one of "):
         vals = tuple(re.findall(r"'([^']*)'", s))
         return Term("one_of", vals) if vals else None
     if m := re.fullmatch(rf"({_NUM}) \* `([^`]+)`", s):
-        return Term("share", float(m.group(1)), m.group(2))
+        return Term("share", q(m.group(1)), m.group(2))
     if m := re.fullmatch(r"`([^`]+)`", s):
         return Term("equal", None, m.group(1))
     v = _parse_value(s)
     return None if v is None else Term("const", v)
+
+
+def _cond(m: re.Match) -> Cond:
+    seen = None
+    if m.group("seen"):
+        a, b = _SEEN.search(m.group("seen")).groups()
+        seen = (q(a), q(b))
+    if m.group("num") is not None:
+        return Cond(m.group("path"), m.group("op"), q(m.group("num")), seen)
+    return Cond(m.group("path"), "is", m.group("cat"))
+
+
+def parse_rule(field_: str, expr: str) -> FieldRule | None:
+    """A field's rule from the text after `= ` (see the module doc), or None when it is not in the form."""
+    quantum, cap = CENT, None
+    if c := _QUANTUM.search(expr):
+        quantum, expr = q(c.group("q")), expr[:c.start()]
+    if c := _CAP.search(expr):
+        cap, expr = q(c.group("cap")), expr[:c.start()]
+    head, *tail = expr.split(", times ")
+    factors = []
+    for part in tail:
+        f = _FACTOR.match("times " + part)
+        if f is None:
+            return None
+        factors.append((_cond(f), q(f.group("k"))))
+    if (c := _COND.match(head)) is not None:
+        then, other = parse_term(c.group("then")), parse_term(c.group("other"))
+        if then is None or other is None:
+            return None
+        return FieldRule(field_, then, _cond(c), other, tuple(factors), cap, quantum)
+    t = parse_term(head)
+    return None if t is None else FieldRule(field_, t, factors=tuple(factors), cap=cap, quantum=quantum)
 
 
 def parse(text: str, tool: str) -> dict[str, FieldRule]:
@@ -153,52 +252,212 @@ def parse(text: str, tool: str) -> dict[str, FieldRule]:
         m = _ITEM.search(p)
         if not m or m.group("field") in out:
             continue
-        expr = m.group("expr")
-        cap = None
-        if c := _CAP.search(expr):
-            cap, expr = _parse_value(c.group("cap")), expr[:c.start()]
-        if ", times " in expr:
-            head, *tail = expr.split(", times ")
-            base = parse_term(head)
-            factors = []
-            for part in tail:
-                f = _FACTOR.match("times " + part)
-                if f is None:
-                    break
-                num = f.group("num")
-                cond = Cond(f.group("path"), ">" if num is not None else "is",
-                            float(num) if num is not None else f.group("cat"))
-                factors.append((cond, float(f.group("k"))))
-            if base is not None and len(factors) == len(tail):
-                out[m.group("field")] = FieldRule(m.group("field"), base, factors=tuple(factors), cap=cap)
-            continue
-        c = _COND.match(expr)
-        if c:
-            then, other = parse_term(c.group("then")), parse_term(c.group("other"))
-            value = float(c.group("num")) if c.group("num") is not None else c.group("cat")
-            cond = Cond(c.group("path"), ">" if c.group("num") is not None else "is", value)
-            if then is not None and other is not None:
-                out[m.group("field")] = FieldRule(m.group("field"), then, cond, other)
-            continue
-        t = parse_term(expr)
-        if t is not None:
-            out[m.group("field")] = FieldRule(m.group("field"), t, cap=cap)
+        rule = parse_rule(m.group("field"), m.group("expr"))
+        if rule is not None:
+            out[m.group("field")] = rule
     return out
 
 
-def with_outcomes(read, tool: str, value_of):
-    """A fact's reader that also reads the inferred form: `read(text)` first (the world's own phrases), else
-    `value_of(rules)` over the text's items on `tool` (None when they do not settle the fact)."""
+def with_outcomes(read, tool: str, fields: Iterable[str], value_of=None):
+    """A fact's reader that also reads the inferred form: `read(text)` first (the world's own phrases); else, when the
+    text's items on `tool` state a rule for one of the fact's `fields`, `value_of(rules)` (the world's value of the
+    fact, for a rule that is a choice the agent makes) or, when that is None, the `Formula` of those fields' rules."""
+    fields = tuple(fields)
 
     def either(text: str):
         v = read(text)
         if v is not None or MARK not in text:
             return v
         rules = parse(text, tool)
-        return value_of(rules) if rules else None
+        mine = tuple(rules[f] for f in fields if f in rules)
+        if not mine:
+            return None
+        v = value_of(rules) if value_of is not None else None
+        return v if v is not None else Formula(tool, mine)
 
     return either
 
 
 def ends(path: str, *suffixes: str) -> bool:
     return any(path.endswith(s) for s in suffixes)
+
+
+# -- evaluating -----------------------------------------------------------------------------------------------------
+
+def own(args: Mapping[str, Any], fld: str) -> dict[str, Any]:
+    """A write's other numeric arguments, as a rule names them (`@<arg>`)."""
+    return {f"@{k}": v for k, v in args.items() if k != fld and is_num(v)}
+
+
+def term_value(t: Term, feats: Mapping[str, Any], quantum: Fraction = CENT, given: Any = None) -> tuple[bool, Any]:
+    """(evaluable, value) of a term on one row's features (numbers exact, rounded to the quantum)."""
+    if t.kind == "const":
+        return True, t.value
+    if t.kind == "upper":
+        return (True, given.upper()) if isinstance(given, str) else (False, None)
+    if t.kind == "one_of":
+        return False, None
+    if t.kind == "sum":
+        const, parts = t.value
+        if not all(is_num(feats.get(p)) for _k, p in parts):
+            return False, None
+        return True, rnd(const + sum(k * q(feats[p]) for k, p in parts), quantum)
+    if t.kind == "table":
+        if not all(p in feats for p in t.paths):
+            return False, None
+        key = tuple(str(feats[p]) for p in t.paths)
+        hit = [n for k, n in t.value if k == key]
+        return (True, hit[0]) if hit else (False, None)
+    if t.path not in feats:
+        return False, None
+    x = feats[t.path]
+    if t.kind == "equal":
+        return True, x
+    return (True, rnd(t.value * q(x), quantum)) if is_num(x) else (False, None)
+
+
+def evaluate(rule: FieldRule, feats: Mapping[str, Any], given: Any = None) -> tuple[bool, Any]:
+    """(evaluable, value) of a rule on a row: `feats` what the reads showed (with the write's own arguments as
+    `@<arg>`), `given` the agent's own value of the field (what `upper` transforms). A `one_of` rule names no value."""
+    t = rule.then
+    if rule.cond is not None:
+        if rule.cond.path not in feats:
+            return False, None
+        t = rule.then if rule.cond.true(feats[rule.cond.path]) else rule.other
+    ok, v = term_value(t, feats, rule.quantum, given)
+    if not ok:
+        return False, None
+    for c, k in rule.factors:
+        if c.path not in feats or not is_num(v):
+            return False, None
+        if c.true(feats[c.path]):
+            v = rnd(q(v) * k, rule.quantum)
+    if rule.cap is not None:
+        if not is_num(v):
+            return False, None
+        v = min(q(v), rule.cap)
+    return True, v
+
+
+def holds(rule: FieldRule, feats: Mapping[str, Any], gold: Any, given: Any = None) -> bool | None:
+    """Whether the rule gives `gold` exactly on a row (None: the row lacks a feature the rule reads)."""
+    t = rule.then
+    if rule.cond is not None and rule.cond.path in feats:
+        t = rule.then if rule.cond.true(feats[rule.cond.path]) else rule.other
+    if t.kind == "one_of" and not rule.factors and rule.cap is None:
+        return (gold in t.value) if rule.cond is None or rule.cond.path in feats else None
+    ok, v = evaluate(rule, feats, given)
+    return same(v, gold) if ok else None
+
+
+# -- what reads showed (the features) ---------------------------------------------------------------------------------
+
+TODAY = re.compile(r"\b(?:today is|the current (?:date|time) is)\s+(\d{4}-\d{2}-\d{2})", re.I)
+ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+FROM_TODAY = "@days_from_today"
+
+
+def policy_today(policy: str) -> date | None:
+    """The date a written policy says today is (as real benchmarks' policies state the current time), else None."""
+    m = TODAY.search(policy or "")
+    return date.fromisoformat(m.group(1)) if m else None
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (str, int, float)) and not isinstance(v, bool)
+
+
+def category(v: Any) -> bool:
+    """A value that names a kind rather than a thing (no digit: not an id, not an amount)."""
+    return isinstance(v, str) and 0 < len(v) <= 40 and not any(ch.isdigit() for ch in v)
+
+
+def flatten(obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str, Any],
+            today: date | None = None) -> None:
+    """Into `out`, the features a read's content shows under `prefix` (the feature grammar above): every scalar by
+    its path (a date also as days from `today`), and for a list of records what `_records` reads off it."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            flatten(v, f"{prefix}.{k}", write_args, out, today)
+    elif isinstance(obj, list) and obj and all(isinstance(e, dict) for e in obj):
+        _records(obj, prefix, write_args, out)
+    elif _scalar(obj):
+        out[prefix] = obj
+        if today is not None and isinstance(obj, str) and ISO_DATE.fullmatch(obj):
+            out[prefix + FROM_TODAY] = (date.fromisoformat(obj) - today).days
+
+
+def _records(obj: list[dict], prefix: str, write_args: Mapping[str, Any], out: dict[str, Any]) -> None:
+    """A list of records: each number's sum over the list (`[].k`), its sum over the elements a write's list argument
+    picks (`[k in arg].k2`), the fields of the element a scalar argument names (`[k=@arg].k2`), and of the one
+    element of a kind (`[k=v].k2`). Sums are exact."""
+    keys = sorted(set().union(*obj))
+    for k in keys:
+        vals = [e.get(k) for e in obj]
+        if all(is_num(v) for v in vals):
+            out[f"{prefix}[].{k}"] = sum((q(v) for v in vals), Fraction(0))
+    for arg, av in sorted(write_args.items()):  # the elements a write's list argument picks
+        if isinstance(av, list) and av:
+            _picked(obj, keys, prefix, arg, {str(x) for x in av}, out)
+    for arg, av in sorted(write_args.items()):  # the element a write's scalar argument names
+        if not _scalar(av):
+            continue
+        for k in keys:
+            hit = [e for e in obj if str(e.get(k)) == str(av)]
+            if len(hit) == 1:
+                _fields(hit[0], k, f"{prefix}[{k}=@{arg}]", out)
+    for k in keys:  # the one element of a kind
+        vals = [e.get(k) for e in obj]
+        for v in sorted({x for x in vals if category(x)}):
+            if vals.count(v) == 1:
+                _fields(obj[vals.index(v)], k, f"{prefix}[{k}={v}]", out)
+
+
+def _picked(obj: list[dict], keys: list[str], prefix: str, arg: str, chosen_ids: set[str], out: dict[str, Any]) -> None:
+    for k in keys:
+        chosen = [e for e in obj if str(e.get(k)) in chosen_ids]
+        if not chosen:
+            continue
+        for k2 in keys:
+            if all(is_num(e.get(k2)) for e in chosen):
+                out[f"{prefix}[{k} in {arg}].{k2}"] = sum((q(e[k2]) for e in chosen), Fraction(0))
+
+
+def _fields(element: dict, key: str, prefix: str, out: dict[str, Any]) -> None:
+    for k2, v2 in element.items():
+        if k2 != key and _scalar(v2):
+            out[f"{prefix}.{k2}"] = v2
+
+
+def read_features(reads: Iterable[tuple[str, Mapping[str, Any], Any]], write_args: Mapping[str, Any],
+                  target: Mapping[str, str], today: date | None = None) -> dict[str, Any]:
+    """What successful reads `(tool, args, content)` showed before a write: a read about the write's target (an arg
+    of the target's name and value) wins over a general read; a read about another target (same arg, another value)
+    is left out."""
+    general: dict[str, Any] = {}
+    mine: dict[str, Any] = {}
+    for tool, args, content in reads:
+        if not isinstance(content, dict):
+            continue
+        shared = [k for k in target if k in args]
+        if any(str(args[k]) != target[k] for k in shared):
+            continue
+        f: dict[str, Any] = {}
+        flatten(content, tool, write_args, f, today)
+        (mine if shared else general).update(f)
+    return {**general, **mine}
+
+
+def apply_formulas(rules: Iterable[FieldRule], args: Mapping[str, Any],
+                   feats_of: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> dict[str, Any]:
+    """A write's arguments with each field a rule states set to what it gives on the features `feats_of(args)`
+    (rules that read none of the write's own arguments first, each later one on the arguments set so far); a field
+    its rule cannot evaluate, or that an allowed set governs, keeps its value."""
+    out = dict(args)
+    for rule in sorted(rules, key=lambda r: (any("@" in p for p in r.features()), r.field)):
+        if rule.field not in out or rule.then.kind == "one_of":
+            continue
+        ok, v = evaluate(rule, {**feats_of(out), **own(out, rule.field)}, given=out.get(rule.field))
+        if ok and v is not None:
+            out[rule.field] = as_number(v) if is_num(v) and not isinstance(v, (int, float)) else v
+    return out

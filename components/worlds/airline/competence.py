@@ -18,6 +18,7 @@ from typing import Any
 
 from components.worlds.airline import facts as F
 from components.worlds.airline import language
+from components.worlds.airline.rules import NO_SURCHARGE
 from components.worlds.airline.catalog import TODAY, days_before
 from components.worlds.accounts import opening
 from components.worlds.competence import Beliefs, Request, Step, View, requests_from
@@ -26,7 +27,7 @@ NAIVE = {
     "refund_original": "account",
     "basic_credit": "same",
     "change_fee": (),
-    "change_window": (0, 1),
+    "change_window": NO_SURCHARGE,
     "bag_allowance": (("gold", 1), ("regular", 1), ("silver", 1)),
     "bag_fee": 50,
     "bag_business": 0,

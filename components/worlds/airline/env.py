@@ -6,6 +6,8 @@ from __future__ import annotations
 from components.runtime.confirm import acts_from_turns, uncovered
 from components.runtime.types import Turn
 from components.worlds.airline import language
+from components.worlds.airline.facts import facts_of
+from components.worlds.airline.rules import rules_of
 from components.worlds.airline.tools import TARGETS, TERMINAL_TOOLS, WRITE_TOOLS, AirlineTools
 from components.worlds.base import Benchmark, Criterion, EnvBase, Task, system_preamble
 
@@ -25,7 +27,9 @@ class AirlineEnv(EnvBase):
         for req in task.requests:  # the flights a change may move to
             if req.get("new_flight_no"):
                 flights[req["new_flight_no"]] = bench.db["flights"][req["new_flight_no"]]
-        self._tools = AirlineTools({"users": {user["user_id"]: user}, "reservations": res, "flights": flights})
+        rules = rules_of(bench.meta.get("rules"), f"{bench.root / 'meta.json'}: rules")
+        self._tools = AirlineTools({"users": {user["user_id"]: user}, "reservations": res, "flights": flights},
+                                   facts_of(rules))
         self._tools.receipts = bench.receipts
 
     def requested(self, tool: str, args: dict) -> bool:

@@ -45,15 +45,20 @@ The grammar (anything else is ignored, as if the card were not there):
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from collections.abc import Mapping
+from fractions import Fraction
+from functools import lru_cache
 
+from components.worlds.airline.rules import OWN, TIERS, AirlineRules, NO_SURCHARGE, Surcharge, statements
 from components.worlds.grammar import NEGATION, Fact, clauses, first, negated, on_tool
-from components.worlds.outcome_rules import ends, with_outcomes
 from components.worlds.grammar import facts_read as read_all
+from components.worlds.numbers import UNIT, q, rnd
+from components.worlds.outcome_rules import ends, with_outcomes
+from components.worlds.rules import window_in
 
 NUMBER_WORDS = {"no": 0, "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4}
 FARES = ("basic", "economy", "flex", "business")
-TIERS = ("regular", "silver", "gold")
+RATIO = r"(\d+(?:\.\d+)?(?:/\d+)?)"
 
 
 def _num(s: str) -> int:
@@ -106,17 +111,22 @@ def _read_change_fee(text: str) -> tuple | None:
     return tuple(sorted(table.items())) if table else None
 
 
-WINDOW = re.compile(r"within (\d+) days", re.I)
-FACTOR = re.compile(r"doubl|twice|(\d+) times", re.I)
+FACTOR = re.compile(r"doubl|twice|" + RATIO + r" times", re.I)
 
 
-def _read_window(text: str) -> tuple | None:
+def _read_window(text: str) -> Surcharge | None:
+    """A surcharge on the change fee: a threshold on the days to departure ("within 7 days of departure", "more
+    than 10 days before departure") and a factor ("doubles", "3 times", "3/2 times"); negated ("never doubled"):
+    no surcharge."""
     for clause in clauses(text, "change_flight"):
-        w, f = WINDOW.search(clause), FACTOR.search(clause)
-        if w and f:
-            if negated(clause, f.start()):
-                return (0, 1)
-            return (int(w.group(1)), int(f.group(1)) if f.group(1) else 2)
+        f = FACTOR.search(clause)
+        if not f:
+            continue
+        if negated(clause, f.start()):
+            return NO_SURCHARGE
+        w = window_in(clause, "days?")
+        if w:
+            return Surcharge(when=w[1], factor=q(f.group(1)) if f.group(1) else Fraction(2))
     return None
 
 
@@ -188,16 +198,16 @@ def _read_rate(text: str) -> tuple | None:
     return None
 
 
-GOLD_FACTOR = re.compile(r"doubl\w*|twice|(\d+) times", re.I)
+GOLD_FACTOR = re.compile(r"doubl\w*|twice|" + RATIO + r" times", re.I)
 
 
-def _read_gold(text: str) -> int | None:
+def _read_gold(text: str) -> Fraction | None:
     for clause in clauses(text, "issue_compensation"):
         if not re.search(r"\bgold\b", clause, re.I):
             continue
         m = GOLD_FACTOR.search(clause)
         if m:
-            return 1 if negated(clause, m.start()) else (int(m.group(1)) if m.group(1) else 2)
+            return Fraction(1) if negated(clause, m.start()) else (q(m.group(1)) if m.group(1) else Fraction(2))
     return None
 
 
@@ -224,138 +234,48 @@ def _read_upper(text: str) -> object | None:
     return first(text, "update_passenger_name", UPPER, {"upper": "as_given"})
 
 
-FACTS: tuple[Fact, ...] = (
-    Fact("refund_original", "cancel_reservation",
-         "- `cancel_reservation` refunds to the original payment method of the reservation: pass its "
-         "`payment_method_id` as `refund_to`, not the account's first method.", _read_refund),
-    Fact("basic_credit", "cancel_reservation",
-         "- `cancel_reservation` of a basic fare refunds as travel credit only: pass `refund_to` 'travel_credit' "
-         "for basic fares.", _read_credit, stated=False),
-    Fact("change_fee", "change_flight",
-         "- `change_flight` charges a change fee, passed as `fee`: $75 for economy fares and $25 for flex fares, "
-         "while business fares change free.", _read_change_fee),
-    Fact("change_window", "change_flight",
-         "- `change_flight` within 7 days of departure (days from today to the departure date) doubles the change "
-         "fee.", _read_window, stated=False),
-    Fact("bag_allowance", "add_checked_bags",
-         "- `add_checked_bags` takes the free allowance as `free_bags`, per passenger by tier: regular members 0, "
-         "silver members 1, gold members 2 (times the number of passengers).", _read_allowance),
-    Fact("bag_fee", "add_checked_bags",
-         "- `add_checked_bags` charges $35 per bag beyond the free allowance, passed as the total `fee`.",
-         _read_bag_fee),
-    Fact("bag_business", "add_checked_bags",
-         "- `add_checked_bags` on a business fare gives 1 more free bag per passenger on top of the tier allowance.",
-         _read_business, stated=False),
-    Fact("comp_rate", "issue_compensation",
-         "- `issue_compensation` pays $100 for a delay of 3 hours or more and $250 for a delay of 6 hours or more, "
-         "passed as `amount`.", _read_rate),
-    Fact("comp_gold", "issue_compensation",
-         "- `issue_compensation` doubles the amount for gold members.", _read_gold, stated=False),
-    Fact("comp_form", "issue_compensation",
-         "- `issue_compensation` is paid as a travel certificate (`form` 'certificate'), never as cash.", _read_form),
-    Fact("upgrade_payment", "upgrade_cabin",
-         "- `upgrade_cabin` is paid only with a credit card on the account: pass a `credit_card` payment method, "
-         "not the gift card or certificate the reservation was paid with.", _read_upgrade),
-    Fact("name_upper", "update_passenger_name",
-         "- `update_passenger_name` takes names in upper case, exactly as printed on the passport.", _read_upper),
-)
+# -- the inferred form's values, where the rule is a choice the agent makes -------------------------------------------
+# Every other rule's field rule an agent applies as written (a `Formula`, `components.worlds.outcome_rules`).
+
+# rule id -> (write, the arguments it governs, reader of the world's phrases, value of the inferred form or None)
+READERS = {
+    "refund_original": ("cancel_reservation", ("refund_to",), _read_refund, None),
+    "basic_credit": ("cancel_reservation", ("refund_to",), _read_credit, None),
+    "change_fee": ("change_flight", ("fee",), _read_change_fee, None),
+    "change_window": ("change_flight", ("fee",), _read_window, None),
+    "bag_allowance": ("add_checked_bags", ("free_bags",), _read_allowance, None),
+    "bag_fee": ("add_checked_bags", ("fee",), _read_bag_fee, None),
+    "bag_business": ("add_checked_bags", ("free_bags",), _read_business, None),
+    "comp_rate": ("issue_compensation", ("amount",), _read_rate, None),
+    "comp_gold": ("issue_compensation", ("amount",), _read_gold, None),
+    "comp_form": ("issue_compensation", ("form",), _read_form, None),
+    "upgrade_payment": ("upgrade_cabin", ("payment_method_id",), _read_upgrade, None),
+    "name_upper": ("update_passenger_name", ("first_name", "last_name"), _read_upper, None),
+}
 
 
-
-# -- the same rules inferred from outcomes (components/worlds/outcome_rules.py): what such a card instructs ---------------
-
-def _refund(part: str):
-    """`refund_to`: equal to the reservation's method (original) when it is not a basic fare; a basic fare's constant
-    'travel_credit' (the condition on the fare)."""
-
-    def value(rules: dict):
-        r = rules.get("refund_to")
-        if r is None:
-            return None
-        orig = any(t.kind == "equal" and ends(t.path, "get_reservation_details.payment_method_id") for t in r.terms())
-        if part == "original":
-            return "original" if orig else None
-        basic = r.cond is not None and r.cond.op == "is" and ends(r.cond.path, ".fare") and r.cond.value == "basic"
-        return "travel_credit" if basic and r.then.kind == "const" and r.then.value == "travel_credit" else None
-
-    return value
+def _truth(rules: AirlineRules, fid: str) -> object:
+    v = getattr(rules, fid)
+    if fid in ("change_fee", "bag_allowance"):
+        return tuple(sorted(v.items()))
+    if fid == "comp_rate":
+        return tuple(tuple(b) for b in v)
+    if fid == "change_window":
+        return v if v.applies else NO_SURCHARGE
+    return v
 
 
-def _form(rules: dict):
-    r = rules.get("form")
-    return r.then.value if r is not None and r.cond is None and r.then.kind == "const" \
-        and r.then.value in ("certificate", "cash") else None
+@lru_cache(maxsize=32)  # every episode's tools read them: built once per benchmark's rules
+def facts_of(rules: AirlineRules = OWN) -> Mapping[str, Fact]:
+    """The rules of a world (the world's own, or a variant's) as facts: statement, reader and true value each."""
+    said = statements(rules)
+    return {fid: Fact(fid, tool, said[fid], with_outcomes(read, tool, fields, value_of),
+                      stated=fid not in rules.unstated, fields=fields, truth=_truth(rules, fid))
+            for fid, (tool, fields, read, value_of) in READERS.items()}
 
 
-def _upgrade(rules: dict):
-    r = rules.get("payment_method_id")
-    return "credit_card" if r is not None and r.cond is None and r.then.kind == "equal" \
-        and ends(r.then.path, "[kind=credit_card].id") else None
-
-
-def _comp(part: str):
-    """The compensation: a base amount, times a factor above a delay in minutes (the upper band), times a factor for
-    gold members."""
-
-    def value(rules: dict):
-        r = rules.get("amount")
-        if r is None or not r.factors or r.then.kind != "const" or not _is_number(r.then.value):
-            return None
-        for c, k in r.factors:
-            if part == "rate" and c.op == ">" and ends(c.path, "delay_minutes"):
-                return ((0, int(r.then.value)), ((int(c.value) + 1) / 60, int(round(r.then.value * k))))
-            if part == "gold" and c.op == "is" and c.value == "gold" and float(k).is_integer():
-                return int(k)
-        return None
-
-    return value
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _change(part: str):
-    """The change fee: a table by fare (`table`), times a factor below 1 when the departure is more than N days from
-    today (the window is the days up to N, where the fee is the table's, `1/k` times the fee outside it)."""
-
-    def value(rules: dict):
-        r = rules.get("fee")
-        if r is None or r.then.kind != "table" or not ends(r.then.path, ".fare") or r.cond is not None:
-            return None
-        window = [(c, k) for c, k in r.factors if c.op == ">" and ends(c.path, "@days_from_today")]
-        if len(window) != len(r.factors) or len(window) > 1 or (window and not 0 < window[0][1] < 1):
-            return None
-        k = window[0][1] if window else 1.0
-        if part == "fee":
-            return tuple(sorted((fare, int(round(n * k))) for fare, n in r.then.value))
-        return (int(window[0][0].value), int(round(1 / k))) if window else None  # no window in the rule: not stated
-
-    return value
-
-
-def _bag_fee(rules: dict):
-    """The fee per bag beyond the allowance: `fee` = k * the bags + -k * the free bags (a sum of the write's own
-    arguments), k the fee per bag."""
-    r = rules.get("fee")
-    if r is None or r.then.kind != "sum" or r.cond is not None or r.factors or r.cap is not None:
-        return None
-    const, parts = r.then.value
-    by = {p: k for k, p in parts}
-    k = by.get("@bags")
-    if const or len(by) != 2 or k is None or by.get("@free_bags") != -k or not float(k).is_integer() or k < 0:
-        return None
-    return int(k)
-
-
-OUTCOME_VALUES = {"refund_original": _refund("original"), "bag_fee": _bag_fee, "basic_credit": _refund("basic"), "comp_form": _form,
-                  "upgrade_payment": _upgrade, "comp_rate": _comp("rate"), "comp_gold": _comp("gold"),
-                  "change_fee": _change("fee"), "change_window": _change("window")}
-# the bag fee is a sum of the write's own arguments (`_bag_fee`); the allowance (a tier table plus a fare's bonus,
-# times the passengers) is a per-passenger sum no inferred form states
-FACTS = tuple(replace(f, read=with_outcomes(f.read, f.tool, OUTCOME_VALUES[f.id])) if f.id in OUTCOME_VALUES else f
-              for f in FACTS)
-BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
+BY_ID: Mapping[str, Fact] = facts_of(OWN)
+FACTS: tuple[Fact, ...] = tuple(BY_ID.values())
 BY_TOOL: dict[str, tuple[Fact, ...]] = on_tool(FACTS)
 STATED = tuple(f for f in FACTS if f.stated)
 UNSTATED = tuple(f for f in FACTS if not f.stated)
@@ -373,10 +293,12 @@ def table(value: object) -> dict:
 
 
 def change_fee(fare: str, days: int, fee_table: object, window: object) -> int:
-    """The change fee for a fare `days` before departure, under a fee table and a (days, factor) window."""
-    fee = table(fee_table).get(fare, 0)
-    w_days, factor = window if isinstance(window, tuple) and len(window) == 2 else (0, 1)
-    return fee * factor if days <= w_days else fee
+    """The change fee for a fare `days` before departure, under a fee table and a surcharge (whole dollars, halves
+    up)."""
+    fee = q(table(fee_table).get(fare, 0))
+    if isinstance(window, Surcharge) and window.applies and window.when.holds(days):
+        fee *= window.factor
+    return int(rnd(fee, UNIT))
 
 
 def free_bags(tier: str, fare: str, passengers: int, allowance: object, business: object) -> int:
@@ -389,8 +311,9 @@ def bag_total(bags: int, free: int, per_bag: object) -> int:
 
 
 def compensation(delay_minutes: int, tier: str, rate: object, gold: object) -> int:
-    """The amount of the highest band of `rate` ((hours, amount), ...) the delay reaches, times the gold factor."""
-    hours = delay_minutes / 60
+    """The amount of the highest band of `rate` ((hours, amount), ...) the delay reaches, times the gold factor
+    (whole dollars, halves up)."""
+    hours = Fraction(delay_minutes, 60)
     bands = [amount for h, amount in (rate if isinstance(rate, tuple) else ()) if hours >= h]
-    mult = gold if tier == "gold" and isinstance(gold, int) else 1
-    return (max(bands) if bands else 0) * mult
+    mult = q(gold) if tier == "gold" and isinstance(gold, (int, Fraction)) and not isinstance(gold, bool) else 1
+    return int(rnd(q(max(bands) if bands else 0) * mult, UNIT))

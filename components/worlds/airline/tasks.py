@@ -28,9 +28,21 @@ REQUEST_WEIGHT = {"cancel": 4.0, "change": 5.0, "bags": 5.0, "compensation": 5.0
 CONFIRM_WEIGHT, EXTRA_WEIGHT = 1.0, 1.0
 
 
-def policy_text() -> str:
-    s = {f.id: f.statement for f in F.STATED}
+# policy sections: their rules in order (a rule the data marks `unstated` is left out), and a line before them
+SECTIONS = (("Cancellations", ("refund_original", "basic_credit"), ""),
+            ("Flight changes", ("change_fee", "change_window"), ""),
+            ("Checked bags", ("bag_allowance", "bag_fee", "bag_business"), ""),
+            ("Delay compensation", ("comp_rate", "comp_gold", "comp_form"),
+             "Look up the delay with `get_flight_status`.\n"),
+            ("Upgrades", ("upgrade_payment",), ""), ("Passenger names", ("name_upper",), ""))
+
+
+def policy_text(facts=None) -> str:
+    """The written policy; `facts`: a variant's rules (default: the world's own)."""
+    facts = facts or F.BY_ID
     writes = ", ".join(f"`{t}`" for t in sorted(WRITE_TOOLS))
+    sections = "\n\n".join(f"## {title}\n{lead}" + "\n".join(facts[r].statement for r in ids if facts[r].stated)
+                           for title, ids, lead in SECTIONS)
     return f"""# Airline customer-service policy
 
 You help members of an airline with their reservations. Use the tools; never invent data. Today is
@@ -46,31 +58,13 @@ You help members of an airline with their reservations. Use the tools; never inv
   changed nor upgraded. Delays shorter than {MIN_DELAY // 60} hours are not compensated.
 - Call `finish` only when every request has a receipt from a tool, or cannot be done.
 
-## Cancellations
-{s['refund_original']}
-
-## Flight changes
-{s['change_fee']}
-
-## Checked bags
-{s['bag_allowance']}
-{s['bag_fee']}
-
-## Delay compensation
-Look up the delay with `get_flight_status`.
-{s['comp_rate']}
-{s['comp_form']}
-
-## Upgrades
-{s['upgrade_payment']}
-
-## Passenger names
-{s['name_upper']}
+{sections}
 """
 
 
 class _Builder:
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, facts=None):
+        self.facts = facts or F.BY_ID  # the values the rubric holds come from these rules
         self.rng = random.Random(seed)
         self.users: dict[str, dict] = {}
         self.flights: dict[str, dict] = {}
@@ -111,17 +105,21 @@ class _Builder:
         others = [m["id"] for m in u["payment_methods"][1:]]  # never the account's first method
         r = self.reservation(u, fare, rng.randint(2, 30) if possible else -rng.randint(2, 20),
                              pm=rng.choice(others), status="booked" if possible else "flown")
-        refund = "travel_credit" if fare == "basic" else r["payment_method_id"]
+        refund = r["payment_method_id"] if self.facts["refund_original"].value == "original" else \
+            u["payment_methods"][0]["id"]
+        if fare == "basic" and self.facts["basic_credit"].value == "travel_credit":
+            refund = "travel_credit"
         return {"kind": "cancel", "reservation_id": r["reservation_id"], "reason": rng.choice(language.CANCEL_REASONS),
                 "fare": fare, "refund_to": refund}
 
     def change(self, u: dict, possible: bool = True) -> dict:
         rng = self.rng
         fare = rng.choice(("economy", "economy", "flex", "flex", "business")) if possible else "basic"
-        days = rng.randint(2, 14)
+        window = self.facts["change_window"].value
+        days = rng.randint(2, 2 * window.when.value if window.applies else 14)  # either side of the window
         r = self.reservation(u, fare, days, pax=rng.randint(1, 2))
         new = self.flight(days + rng.randint(1, 10), (r["origin"], r["destination"]))
-        fee = F.change_fee(fare, days, F.BY_ID["change_fee"].value, F.BY_ID["change_window"].value)
+        fee = F.change_fee(fare, days, self.facts["change_fee"].value, window)
         return {"kind": "change", "reservation_id": r["reservation_id"], "new_flight_no": new["flight_no"],
                 "new_date": new["date"], "fare": fare, "days": days, "fee": fee}
 
@@ -136,26 +134,30 @@ class _Builder:
         pax = rng.randint(1, 2)
         r = self.reservation(u, fare, rng.randint(2, 30) if possible else -rng.randint(2, 20), pax=pax,
                              status="booked" if possible else "flown")
-        free = F.free_bags(u["tier"], fare, pax, F.BY_ID["bag_allowance"].value, F.BY_ID["bag_business"].value)
+        free = F.free_bags(u["tier"], fare, pax, self.facts["bag_allowance"].value, self.facts["bag_business"].value)
         n = free + (rng.randint(1, 2) if focus in (None, "fee") else 0)  # beyond the allowance: the fee matters
         n = max(n, 1)
-        fee = F.bag_total(n, free, F.BY_ID["bag_fee"].value)
+        fee = F.bag_total(n, free, self.facts["bag_fee"].value)
         return {"kind": "bags", "reservation_id": r["reservation_id"], "bags": n, "free_bags": free, "fee": fee}
 
     def compensation(self, u: dict, possible: bool = True, focus: str | None = None) -> dict:
         """`focus` (the compensation family cycles through them) picks the case where that one rule decides the
         write: `rate` a long delay (the upper band), `gold` a gold member, `form` a member who asks for cash."""
         rng = self.rng
+        rate = self.facts["comp_rate"].value
+        top = max(MIN_DELAY, 60 * rate[-1][0])  # the highest band's delay, in minutes
         if not possible:
             delay = rng.randrange(40, MIN_DELAY - 10, 5)
         elif focus is None:
-            delay = rng.randrange(MIN_DELAY, 490, 5)
-        else:
-            delay = rng.randrange(360, 490, 5) if focus == "rate" else rng.randrange(MIN_DELAY, 355, 5)
+            delay = rng.randrange(MIN_DELAY, top + 130, 5)
+        else:  # `rate`: the highest band; the others below it
+            delay = rng.randrange(top, top + 130, 5) if focus == "rate" else \
+                rng.randrange(MIN_DELAY, max(MIN_DELAY + 5, top - 5), 5)
         r = self.reservation(u, rng.choice(("basic", "economy", "flex", "business")), -rng.randint(1, 20),
                              status="flown", delay=delay)
-        amount = F.compensation(delay, u["tier"], F.BY_ID["comp_rate"].value, F.BY_ID["comp_gold"].value)
-        return {"kind": "compensation", "reservation_id": r["reservation_id"], "amount": amount, "form": "certificate",
+        amount = F.compensation(delay, u["tier"], rate, self.facts["comp_gold"].value)
+        form = self.facts["comp_form"].value
+        return {"kind": "compensation", "reservation_id": r["reservation_id"], "amount": amount, "form": form,
                 "cash": focus == "form" if focus else rng.random() < 0.5}  # asked for cash: only the rule says no
 
     def upgrade(self, u: dict, possible: bool = True) -> dict:
@@ -164,7 +166,8 @@ class _Builder:
         others = [m["id"] for m in u["payment_methods"] if m["kind"] != "credit_card"]
         r = self.reservation(u, rng.choice(("economy", "flex")) if possible else "basic", rng.randint(2, 30),
                              pm=rng.choice(others))
-        return {"kind": "upgrade", "reservation_id": r["reservation_id"], "payment_method_id": card}
+        pay = card if self.facts["upgrade_payment"].value == "credit_card" else r["payment_method_id"]
+        return {"kind": "upgrade", "reservation_id": r["reservation_id"], "payment_method_id": pay}
 
     def name(self, u: dict, possible: bool = True) -> dict:
         r = self.reservation(u, self.rng.choice(("economy", "flex", "business")), self.rng.randint(2, 30))
@@ -174,20 +177,22 @@ class _Builder:
                 "last_name": u["last_name"]}
 
 
-def _criterion(i: int, req: dict) -> Criterion:
+def _criterion(i: int, req: dict, upper: bool = True) -> Criterion:
     kind, rid = req["kind"], req["reservation_id"]
     keep = {"cancel": ("refund_to",), "change": ("new_flight_no", "fee"), "bags": ("bags", "fee"),
             "compensation": ("amount", "form"), "upgrade": ("payment_method_id",), "name": ("first_name", "last_name")}
     args = {"reservation_id": rid, **{k: req[k] for k in keep[kind]}}
-    if kind == "name":
+    if kind == "name" and upper:
         args = {**args, "first_name": req["first_name"].upper(), "last_name": req["last_name"].upper()}
     return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT[kind], check=f"{kind}_done",
                      desc=language.request_sentence(req), args=args)
 
 
-def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]]:
-    """The database and the tasks for a seed (`per_family` tasks of each family, 30 by default)."""
-    b = _Builder(seed)
+def generate(seed: int, per_family: int | None = None, facts=None) -> tuple[dict, list[Task]]:
+    """The database and the tasks for a seed (`per_family` tasks of each family, 30 by default); `facts`: a variant's
+    rules (default: the world's own)."""
+    b = _Builder(seed, facts)
+    upper = b.facts["name_upper"].value == "upper"
     tasks: list[Task] = []
     make = {k: getattr(b, k) for k in KINDS}
     for family, count in FAMILIES.items():
@@ -220,7 +225,7 @@ def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]
                 reqs = [getattr(b, family)(u, possible, focus) if focus else make[family](u, possible)]
                 if family == "name" and not possible:  # the customer gives an email that matches no account
                     email = email.replace("@", ".old@")
-            rubric = [_criterion(i + 1, r) for i, r in enumerate(reqs)]
+            rubric = [_criterion(i + 1, r, upper) for i, r in enumerate(reqs)]
             rubric.append(Criterion(id="confirmed", weight=CONFIRM_WEIGHT, check="writes_confirmed",
                                     desc="every write was confirmed by the member first"))
             rubric.append(Criterion(id="no_extra_writes", weight=EXTRA_WEIGHT, check="only_requested_writes",
@@ -233,7 +238,7 @@ def generate(seed: int, per_family: int | None = None) -> tuple[dict, list[Task]
     return db, tasks
 
 
-def gold_of(task: Task) -> list[dict]:
+def gold_of(task: Task, facts=None) -> list[dict]:
     """The writes a correct agent makes for `task` (its gold actions, train items only are written): one per request,
     in the member's order; none for an impossible task."""
     if not task.possible:
@@ -245,7 +250,7 @@ def gold_of(task: Task) -> list[dict]:
         args = {"reservation_id": r["reservation_id"], **{k: r[k] for k in keep[r["kind"]]}}
         if r["kind"] == "upgrade":
             args["cabin"] = "business"
-        if r["kind"] == "name":
+        if r["kind"] == "name" and (facts or F.BY_ID)["name_upper"].value == "upper":
             args |= {"first_name": r["first_name"].upper(), "last_name": r["last_name"].upper()}
         out.append({"tool": language.TOOL_OF[r["kind"]], "args": args})
     return out

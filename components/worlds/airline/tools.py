@@ -73,6 +73,14 @@ class AirlineTools(AccountTools):
     tool_names, write_tools, facts = TOOL_NAMES, WRITE_TOOLS, F.BY_ID
     shared = "flights"  # flights are never written
 
+    def __init__(self, db: dict, facts=None):
+        super().__init__(db)
+        if facts is not None:  # a variant's rules (its benchmark's meta.json "rules")
+            self.facts = facts
+
+    def _v(self, fid: str) -> object:
+        return self.facts[fid].value
+
     def _booked(self, rid: str, verb: str, need: str = "booked"):
         r = self.db["reservations"].get(rid)
         if r is None:
@@ -103,13 +111,16 @@ class AirlineTools(AccountTools):
         r, err = self._booked(reservation_id, "cancelled")
         if err:
             return err
-        if r["fare"] == "basic":
+        methods = self.db["users"][r["user_id"]]["payment_methods"]
+        own = r["payment_method_id"] if self._v("refund_original") == "original" else methods[0]["id"]
+        if r["fare"] == "basic" and self._v("basic_credit") == "travel_credit":
             if refund_to != "travel_credit":
                 no = self._breach("basic_credit", f"refund of basic fare {reservation_id} to {refund_to} refused.")
                 if no is not None:
                     return no
-        elif refund_to != r["payment_method_id"]:
-            if (no := self._breach("refund_original", f"refund to {refund_to} refused.")) is not None:
+        elif refund_to != own:
+            rule = "basic_credit" if r["fare"] == "basic" and refund_to == "travel_credit" else "refund_original"
+            if (no := self._breach(rule, f"refund to {refund_to} refused.")) is not None:
                 return no
         r["status"] = "cancelled"
         r["refund_to"] = refund_to
@@ -130,9 +141,9 @@ class AirlineTools(AccountTools):
         if fee_i is None:
             return False, "invalid_args", {"error": f"fee {fee!r} is not a whole number of dollars"}
         days = days_before(r["date"])
-        want = F.change_fee(r["fare"], days, F.BY_ID["change_fee"].value, F.BY_ID["change_window"].value)
+        want = F.change_fee(r["fare"], days, self._v("change_fee"), self._v("change_window"))
         if fee_i != want:
-            base = F.change_fee(r["fare"], days, F.BY_ID["change_fee"].value, (0, 1))
+            base = F.change_fee(r["fare"], days, self._v("change_fee"), None)
             rule = "change_window" if base != want and fee_i == base else "change_fee"
             if (no := self._breach(rule, f"change fee {fee_i} refused.")) is not None:
                 return no
@@ -148,14 +159,14 @@ class AirlineTools(AccountTools):
         if n is None or n < 1 or free is None or free < 0 or fee_i is None:
             return False, "invalid_args", {"error": "bags must be >= 1; free_bags and fee whole numbers"}
         tier, pax = self._tier(r), len(r["passengers"])
-        allowance, business = F.BY_ID["bag_allowance"].value, F.BY_ID["bag_business"].value
+        allowance, business = self._v("bag_allowance"), self._v("bag_business")
         want_free = F.free_bags(tier, r["fare"], pax, allowance, business)
         if free != want_free:
             tier_only = F.free_bags(tier, r["fare"], pax, allowance, 0)
             rule = "bag_business" if r["fare"] == "business" and free == tier_only else "bag_allowance"
             if (no := self._breach(rule, f"free allowance {free} refused.")) is not None:
                 return no
-        want_fee = F.bag_total(n, want_free, F.BY_ID["bag_fee"].value)
+        want_fee = F.bag_total(n, want_free, self._v("bag_fee"))
         if fee_i != want_fee:
             if (no := self._breach("bag_fee", f"bag fee {fee_i} refused.")) is not None:
                 return no
@@ -176,13 +187,13 @@ class AirlineTools(AccountTools):
         amt = _int(amount)
         if amt is None:
             return False, "invalid_args", {"error": f"amount {amount!r} is not a whole number of dollars"}
-        if form != "certificate":
+        if form != self._v("comp_form"):
             if (no := self._breach("comp_form", f"compensation as {form!r} refused.")) is not None:
                 return no
         tier = self._tier(r)
-        want = F.compensation(delay, tier, F.BY_ID["comp_rate"].value, F.BY_ID["comp_gold"].value)
+        want = F.compensation(delay, tier, self._v("comp_rate"), self._v("comp_gold"))
         if amt != want:
-            plain = F.compensation(delay, tier, F.BY_ID["comp_rate"].value, 1)
+            plain = F.compensation(delay, tier, self._v("comp_rate"), 1)
             rule = "comp_gold" if tier == "gold" and amt == plain else "comp_rate"
             if (no := self._breach(rule, f"amount {amt} refused.")) is not None:
                 return no
@@ -201,7 +212,8 @@ class AirlineTools(AccountTools):
         methods = {m["id"]: m["kind"] for m in self.db["users"][r["user_id"]]["payment_methods"]}
         if payment_method_id not in methods:
             return False, "invalid_args", {"error": f"{payment_method_id} is not a payment method of the account"}
-        if methods[payment_method_id] != "credit_card":
+        if (methods[payment_method_id] != "credit_card") if self._v("upgrade_payment") == "credit_card" else \
+                payment_method_id != r["payment_method_id"]:
             if (no := self._breach("upgrade_payment", f"payment with {payment_method_id} refused.")) is not None:
                 return no
         r["cabin"] = "business"
@@ -212,7 +224,7 @@ class AirlineTools(AccountTools):
         r, err = self._booked(reservation_id, "renamed")
         if err:
             return err
-        if first_name != first_name.upper() or last_name != last_name.upper():
+        if self._v("name_upper") == "upper" and (first_name != first_name.upper() or last_name != last_name.upper()):
             if (no := self._breach("name_upper", f"name {first_name} {last_name} refused.")) is not None:
                 return no
         r["passengers"][0] = {"first_name": first_name, "last_name": last_name}

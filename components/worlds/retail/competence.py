@@ -14,7 +14,9 @@ from components.worlds.accounts import opening, user_id
 from components.worlds.competence import Beliefs, Request, Step, View, requests_from
 from components.worlds.retail import language
 from components.worlds.retail import facts as F
-from components.worlds.retail.facts import FACTS, VERBATIM, Fee
+from components.worlds.retail.facts import FACTS, VERBATIM
+from components.worlds.numbers import is_num
+from components.worlds.rules import Fee
 
 
 
@@ -55,7 +57,7 @@ class RetailCompetence:
         if r.kind == "cancel":
             reason, value = d["reason_phrase"], know.get("cancel_reason")
             if isinstance(value, tuple) and value and value != VERBATIM:
-                want = "no longer needed" if "need" in d["reason_phrase"] else "ordered by mistake"
+                want = F.reason_of(d["reason_phrase"])  # what the customer's words mean
                 reason = want if want in value else value[0]
             return "", (r.tool, {"order_id": oid, "reason": reason,
                                  "refund_amount": F.cancel_refund(order, _fee(know.get("cancel_fee")))})
@@ -117,7 +119,7 @@ def _fee(value: object) -> Fee | None:
 
 
 def _num(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return float(value) if is_num(value) else None
 
 
 def _user_methods(v: View) -> list[dict]:

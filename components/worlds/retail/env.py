@@ -8,6 +8,7 @@ from components.runtime.types import Turn
 from components.worlds.base import Benchmark, Criterion, EnvBase, Task, system_preamble
 from components.worlds.retail import language
 from components.worlds.retail.facts import facts_of, same_amount
+from components.worlds.retail.rules import rules_of
 from components.worlds.retail.tools import TERMINAL_TOOLS, WRITE_TOOLS, RetailTools
 
 SYSTEM_PREAMBLE = system_preamble("a customer-service agent", "customer")
@@ -24,7 +25,7 @@ class RetailEnv(EnvBase):
         user = bench.db["users"][task.user_id]
         db = {"products": bench.db["products"], "users": {user["user_id"]: user},
               "orders": {oid: bench.db["orders"][oid] for oid in user["orders"]}}
-        self._tools = RetailTools(db, facts_of(bench.meta.get("facts"), f"{bench.root / 'meta.json'}: facts"))
+        self._tools = RetailTools(db, facts_of(rules_of(bench.meta.get("rules"), f"{bench.root / 'meta.json'}: rules")))
         self._tools.receipts = bench.receipts
 
     def confirm(self, tool: str, args: dict, summary: str) -> bool:

@@ -11,6 +11,7 @@ rubric's request criteria hold the amounts the facts' true values give.
 
 from __future__ import annotations
 
+import math
 import random
 
 from components.worlds.base import Criterion, Task
@@ -18,17 +19,29 @@ from components.worlds.retail import language
 from components.worlds.retail.catalog import make_address, make_catalog, make_order, make_user, normalize_address
 from components.worlds.retail import facts as F
 from components.worlds.retail.facts import BY_ID
+from components.worlds.retail.rules import REASONS
 from components.worlds.retail.tools import WRITE_TOOLS
 
 FAMILIES = {"cancel": 36, "return": 36, "exchange": 36, "address": 36, "multi": 36, "credit": 36}
 EXTERNAL_EVERY = 9  # every 9th task of every family but multi is impossible
-REASON_PHRASES = {
-    "I no longer need it": "no longer needed",
-    "I don't need it anymore": "no longer needed",
-    "I ordered it by mistake": "ordered by mistake",
-    "I bought it by accident": "ordered by mistake",
-}
 REQUEST_WEIGHT = 3.0
+
+
+def _ages(fee, lo: int, span: float, default: int) -> tuple[int, int]:
+    """The ages a request's order is drawn from: from `lo` to `span` times the fee's threshold (a fee is then due in
+    a good share of the requests, whichever its direction); no threshold: up to `default`."""
+    if fee.when is None:
+        return lo, default
+    return lo, max(lo + 6, round(fee.when.value * span))
+
+
+def _days_late(rate, cap, naive) -> tuple[int, ...]:
+    """Days late to draw from: every count below the cap where the naive flat credit is not right by chance, and
+    two above it (where the cap decides)."""
+    if cap is None or (isinstance(cap, float) and math.isinf(cap)):
+        return tuple(d for d in range(1, 9) if rate * d != naive)
+    k = math.floor(cap / rate)
+    return tuple(d for d in range(1, k + 1) if rate * d != naive) + (k + 1, k + 3)
 
 
 # policy sections and the writes whose stated rules they hold; rules with `stated=False` are not written down
@@ -90,11 +103,13 @@ class _Builder:
     # -- one request of each kind; `possible=False` puts the order in a state that forbids it ---------------
     def cancel(self, user: dict, possible: bool = True) -> dict:
         o = self.order(user, "pending" if possible else "delivered")
-        if possible:
-            o["placed_hours_ago"] = self.extra.randint(2, 40)  # the cancellation fee is due in about two fifths
-        phrase = self.rng.choice(sorted(REASON_PHRASES))
-        return {"kind": "cancel", "order_id": o["order_id"], "reason_phrase": phrase, "reason": REASON_PHRASES[phrase],
-                "refund_amount": F.cancel_refund(o, self.facts["cancel_fee"].value) if possible else None}
+        fee = self.facts["cancel_fee"].value
+        if possible:  # the cancellation fee is due in about two fifths
+            o["placed_hours_ago"] = self.extra.randint(*_ages(fee, 2, 5 / 3, 40))
+        allowed = self.facts["cancel_reason"].value
+        phrase = self.rng.choice(sorted(p for r in allowed for p in REASONS[r]))
+        return {"kind": "cancel", "order_id": o["order_id"], "reason_phrase": phrase, "reason": F.reason_of(phrase),
+                "refund_amount": F.cancel_refund(o, fee) if possible else None}
 
     def return_(self, user: dict, possible: bool = True) -> dict:
         others = user["payment_methods"][1:]  # not the account's first method
@@ -107,12 +122,15 @@ class _Builder:
         items = self.rng.sample(o["items"], k=self.rng.randint(1, len(o["items"]) - 1))
         ids = sorted(i["item_id"] for i in items)
         due = None
-        if possible:
-            o["delivered_days_ago"] = self.extra.randint(3, 50)  # the restocking fee is due in about two fifths
-            to_gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in others)
-            due = F.return_refund(o, ids, self.facts["restocking_fee"].value, self.facts["gift_card_bonus"].value, to_gift)
+        to = o["payment_method_id"] if self.facts["refund_original"].value == "original" else \
+            user["payment_methods"][0]["id"]  # where the rule refunds: the order's method, or the account's first
+        if possible:  # the restocking fee is due in about two fifths
+            fee = self.facts["restocking_fee"].value
+            o["delivered_days_ago"] = self.extra.randint(*_ages(fee, 3, 5 / 3, 50))
+            to_gift = any(m["id"] == to and m["kind"] == "gift_card" for m in user["payment_methods"])
+            due = F.return_refund(o, ids, fee, self.facts["gift_card_bonus"].value, to_gift)
         return {"kind": "return", "order_id": o["order_id"], "item_ids": ids, "item_names": [i["name"] for i in items],
-                "payment_method_id": o["payment_method_id"], "refund_amount": due}
+                "payment_method_id": to, "refund_amount": due}
 
     def exchange(self, user: dict, possible: bool = True) -> dict:
         while True:
@@ -125,9 +143,11 @@ class _Builder:
             if gone and there:
                 want, alt = self.rng.choice(gone), self.rng.choice(there)
                 fee = None
-                if possible:
-                    o["delivered_days_ago"] = self.extra.randint(3, 26)  # past the free window in about half
-                    fee = F.exchange_fee(o, 1, self.facts["exchange_fee"].value)
+                if possible:  # on either side of the fee's threshold in about half
+                    rule = self.facts["exchange_fee"].value
+                    o["delivered_days_ago"] = self.extra.randint(*_ages(rule, 3, 2, 26)) if rule.when is None \
+                        else self.extra.randint(3, max(9, 2 * rule.when.value - 2))
+                    fee = F.exchange_fee(o, 1, rule)
                 return {"kind": "exchange", "order_id": o["order_id"], "item_ids": [item["item_id"]],
                         "product_name": item["name"], "want": want["options"], "alt": alt["options"],
                         "new_item_ids": [alt["item_id"]], "exchange_fee": fee}
@@ -136,9 +156,10 @@ class _Builder:
 
     def order_address(self, user: dict, address: dict | None = None) -> dict:
         o = self.order(user, "pending")
-        o["placed_hours_ago"] = self.extra.randint(2, 80)  # the re-routing fee is due in about two fifths
+        fee = self.facts["reroute_fee"].value
+        o["placed_hours_ago"] = self.extra.randint(*_ages(fee, 2, 5 / 3, 80))  # the fee is due in about two fifths
         return {"kind": "order_address", "order_id": o["order_id"], "address": address or make_address(self.rng),
-                "reroute_fee": F.reroute_fee(o, self.facts["reroute_fee"].value)}
+                "reroute_fee": F.reroute_fee(o, fee)}
 
     def credit(self, user: dict, possible: bool = True) -> dict:
         if not any(m["kind"] == "gift_card" for m in user["payment_methods"]):
@@ -148,10 +169,11 @@ class _Builder:
         paid = [m["id"] for m in user["payment_methods"] if m["kind"] != "gift_card"]
         pm = gift if self.extra.random() < 0.4 else self.extra.choice(paid)  # a gift-card order needs no redirect
         o = self.order(user, "delivered" if possible else "processed", None, pm)
-        # never 2 days: the naive flat credit would be right by chance; 6 or more: the cap decides
-        o["days_late"] = self.extra.choice((1, 3, 4, 5, 6, 8))
-        return {"kind": "credit", "order_id": o["order_id"], "payment_method_id": gift,
-                "amount": F.credit_amount(o, self.facts["credit_rate"].value, self.facts["credit_cap"].value)}
+        rate, cap = self.facts["credit_rate"].value, self.facts["credit_cap"].value
+        o["days_late"] = self.extra.choice(_days_late(rate, cap, F.NAIVE_CREDIT))
+        to = gift if self.facts["credit_gift_card"].value == "gift_card" else pm
+        return {"kind": "credit", "order_id": o["order_id"], "payment_method_id": to,
+                "amount": F.credit_amount(o, rate, cap)}
 
 
 def _criterion(i: int, req: dict, user: dict) -> Criterion:
@@ -222,7 +244,7 @@ def generate(seed: int, per_family: int | None = None, facts=None) -> tuple[dict
     return db, tasks
 
 
-def gold_of(task: Task) -> list[dict]:
+def gold_of(task: Task, facts=None) -> list[dict]:
     """The writes a correct agent makes for `task` (its gold actions, train items only are written): one per request,
     in the customer's order; none for an impossible task."""
     if not task.possible:

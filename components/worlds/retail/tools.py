@@ -126,6 +126,13 @@ class RetailTools(AccountTools):
         o["refund_amount"] = due
         return True, None, {"order_id": order_id, "status": "cancelled", "refunded": due}
 
+    def _refund_to(self, order: dict) -> str:
+        """Where the refund rule sends a return: the order's own method, or the account's first."""
+        if self.facts["refund_original"].value == "original":
+            return order["payment_method_id"]
+        methods = self.db["users"].get(order["user_id"], {}).get("payment_methods") or [{"id": order["payment_method_id"]}]
+        return methods[0]["id"]
+
     def _method_kind(self, order: dict, method_id: str) -> str | None:
         user = self.db["users"].get(order["user_id"], {})
         return next((m["kind"] for m in user.get("payment_methods", []) if m["id"] == method_id), None)
@@ -138,7 +145,7 @@ class RetailTools(AccountTools):
         have = [i["item_id"] for i in o["items"]]
         if not item_ids or any(i not in have for i in item_ids):
             return self._fail("invalid_args", f"items {item_ids} are not all in order {order_id}")
-        if payment_method_id != o["payment_method_id"]:
+        if payment_method_id != self._refund_to(o):
             if (no := self._breach("refund_original", f"refund to {payment_method_id} refused.")) is not None:
                 return no
         gift = self._method_kind(o, payment_method_id) == "gift_card"
@@ -225,7 +232,9 @@ class RetailTools(AccountTools):
                                    f"credit amount {amount!r} refused.")) is not None:
                 return no
             due = amount
-        if self._method_kind(o, payment_method_id) != "gift_card":
+        to_gift = self.facts["credit_gift_card"].value == "gift_card"
+        if (self._method_kind(o, payment_method_id) != "gift_card") if to_gift else \
+                payment_method_id != o["payment_method_id"]:
             if (no := self._breach("credit_gift_card", f"credit to {payment_method_id} refused.")) is not None:
                 return no
         o["credit"] = {"amount": due, "payment_method_id": payment_method_id}
