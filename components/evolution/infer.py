@@ -54,9 +54,8 @@ MIN_SIDE = 2  # items on each side of a condition, and that a factor must fix
 EXPLAIN = 0.9  # the share of rows a rule must give the gold value in (fit and check alike): a read the agent made
 # for another write of the same episode can stand where this write's would
 K_REGIONS = 3  # alternative base values tried (the most, second and third most common ratios of the rows)
-MAX_BASES = 4  # features tried as a product's base: those whose most common ratio covers the most items
 MAX_TERMS = 10  # simple terms paired by a condition: those that give the most rows their value
-BEAM = 3  # products kept at each step of adding factors
+BEAM = 3  # sets of numbers a sum keeps at each size
 
 
 @dataclass
@@ -124,10 +123,12 @@ def fit_half(items: list[str]) -> set[str]:
 
 # -- judging a rule on a row ----------------------------------------------------------------------------------------
 
-def ext(row: Row, fld: str) -> dict[str, Any]:
+def ext(row: Row, fld: str, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
     """A row's features and the write's other numeric arguments (`@<arg>`, the gold's: what the check rows and a
-    card's reader both have when they come to this field)."""
-    return {**row.feats, **O.own(row.gold, fld)}
+    card's reader both have when they come to this field), but those in `exclude` (fields whose own rules would
+    read this one: a rule may not read a field that is computed from it)."""
+    own = O.own({k: v for k, v in row.gold.items() if k not in exclude}, fld)
+    return {**row.feats, **own}
 
 
 def holds(rule: FieldRule, row: Row, gaps: Mapping[str, tuple[Fraction, Fraction]] | None = None) -> bool | None:
@@ -162,6 +163,7 @@ def _explains(verdicts: list[bool]) -> bool:
 class _Ctx:
     rows: list[Row]
     fld: str
+    exclude: frozenset[str] = frozenset()
     ext: list[dict[str, Any]] = field(init=False)
     ys: list[Any] = field(init=False)
     numeric: bool = field(init=False)
@@ -172,7 +174,7 @@ class _Ctx:
     distinct: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.ext = [ext(r, self.fld) for r in self.rows]
+        self.ext = [ext(r, self.fld, self.exclude) for r in self.rows]
         self.ys = [r.gold.get(self.fld) for r in self.rows]
         self.numeric = bool(self.ys) and all(is_num(y) for y in self.ys)
         self.quantum = quantum_of(self.ys) if self.numeric else Fraction(1, 100)
@@ -192,10 +194,17 @@ class _Ctx:
     def verdicts(self, rule: FieldRule) -> list[bool | None]:
         """`holds` on every fit row (memoized: the search asks about the same rules often)."""
         memo = self.__dict__.setdefault("_verdicts", {})
-        if rule not in memo:
-            memo[rule] = [O.holds(rule, e, y, r.agent.get(self.fld) if r.agent else None)
-                          for r, e, y in zip(self.rows, self.ext, self.ys)]
-        return memo[rule]
+        try:
+            key = rule if hash(rule) is not None else None
+        except TypeError:  # a constant that is a list (the gold's list argument): not memoized
+            key = None
+        if key is None or key not in memo:
+            got = [O.holds(rule, e, y, r.agent.get(self.fld) if r.agent else None)
+                   for r, e, y in zip(self.rows, self.ext, self.ys)]
+            if key is None:
+                return got
+            memo[key] = got
+        return memo[key]
 
     @property
     def stumps(self) -> "_Stumps":
@@ -355,48 +364,69 @@ def _f(x: Any) -> float:
     return float(q(x))
 
 
-@dataclass
-class _Model:
-    """A product being fitted: a base (a constant, a feature, or a table) times factors, at most a cap."""
-
-    base: Term
-    factors: list[tuple[Cond, Fraction]]
-    cap: Fraction | None = None
-
-    def rule(self, fld: str, quantum: Fraction) -> FieldRule:
-        return FieldRule(fld, self.base, factors=tuple(self.factors), cap=self.cap, quantum=quantum)
-
-
-def _base_values(ctx: _Ctx, base: Term) -> list[Fraction | None]:
-    """Each row's value of the base term before any factor (unrounded for a feature: the factor multiplies it)."""
-    out: list[Fraction | None] = []
-    for e in ctx.ext:
-        if base.kind == "const":
-            out.append(q(base.value))
-        elif base.kind == "equal":
-            out.append(q(e[base.path]) if is_num(e.get(base.path)) else None)
-        else:
-            ok, v = O.term_value(base, e, ctx.quantum)
-            out.append(q(v) if ok else None)
-    return out
-
-
 def _products(ctx: _Ctx) -> list[FieldRule]:
+    """A base times factors: for each base (a constant, a number the reads showed, a table by one or two categories),
+    which conditions carry a factor is found as a linear model of the gold's logarithm (the base's and each
+    condition's indicator, the indicators added one at a time, the one most correlated with what is left); then
+    each structure's constants are fitted exactly, in each order its factors can be applied in (rounding after each
+    factor makes the order matter), and with the cap the capped rows show."""
     if not ctx.numeric:
         return []
-    out: list[FieldRule] = []
     half = ctx.quantum / 2
-    starts = [m for kind, path in [("const", None)] + _table_keys(ctx) for m in _bases(ctx, kind, path, half)]
-    by_feature = [(_support(ctx, m), m) for p in ctx.nums for m in _bases(ctx, "feature", p, half)]
-    by_feature.sort(key=lambda sm: (-sm[0], O.render_term(sm[1].base)))
-    for model in starts + [m for _s, m in by_feature[:MAX_BASES * K_REGIONS]]:
-        out += _grow(ctx, model, half)
+    out: list[FieldRule] = []
+    cands = _indicators(ctx)
+    for base in _product_bases(ctx):
+        for conds in _structures(ctx, base, cands):
+            out += _exact_products(ctx, base, conds, half)
     return out
 
 
-def _support(ctx: _Ctx, m: _Model) -> int:
-    """Items a starting model already gives their value."""
-    return _items([r for r, v in zip(ctx.rows, ctx.verdicts(m.rule(ctx.fld, ctx.quantum))) if v is True])
+@dataclass
+class _Indicators:
+    """Every condition a factor may take on the fit rows (thresholds between two values a number shows, in the
+    direction `>`, and each value of a category), as a 0/1 matrix (rows x conditions)."""
+
+    conds: list[Cond]
+    matrix: np.ndarray
+
+    @property
+    def by_path(self) -> dict[str, list[int]]:
+        if "_by_path" not in self.__dict__:
+            out: dict[str, list[int]] = {}
+            for j, c in enumerate(self.conds):
+                out.setdefault(c.path, []).append(j)
+            self.__dict__["_by_path"] = out
+        return self.__dict__["_by_path"]
+
+
+def _indicators(ctx: _Ctx) -> _Indicators:
+    conds: list[Cond] = []
+    cols: list[np.ndarray] = []
+    for p in ctx.nums:
+        vals = sorted({q(e[p]) for e in ctx.ext if p in e})
+        x = np.array([_f(e[p]) if p in e else np.nan for e in ctx.ext])
+        for lo, hi in zip(vals, vals[1:]):
+            conds.append(Cond(p, ">", lo, (lo, hi)))
+            cols.append(np.nan_to_num(x > float(lo)).astype(float))
+    for p in ctx.cats:
+        vals = [e.get(p) for e in ctx.ext]
+        for v in sorted({x for x in vals if x is not None}):
+            conds.append(Cond(p, "is", v))
+            cols.append(np.array([x == v for x in vals], dtype=float))
+    matrix = np.column_stack(cols) if cols else np.zeros((len(ctx.rows), 0))
+    return _Indicators(conds, matrix)
+
+
+def _product_bases(ctx: _Ctx) -> list[Term]:
+    """The bases a product may start from: the constant 1 (the constant is fitted), each number most rows read (not
+    zero), and tables by one or two categories (fitted)."""
+    bases = [Term("const", Fraction(1))]
+    for p in ctx.nums:
+        if all(q(e[p]) > 0 for e in ctx.ext if p in e):
+            bases.append(Term("equal", None, p))
+    for _kind, key in _table_keys(ctx):
+        bases.append(Term("table", (), key if len(key) > 1 else key[0]))
+    return bases
 
 
 def _table_keys(ctx: _Ctx) -> list[tuple[str, tuple[str, ...]]]:
@@ -412,115 +442,214 @@ def _table_keys(ctx: _Ctx) -> list[tuple[str, tuple[str, ...]]]:
     return keys
 
 
-def _bases(ctx: _Ctx, kind: str, path: Any, half: Fraction) -> list[_Model]:
-    """The starting models for one base: a constant or a feature times the k-th most common ratio of the rows (for
-    k up to `K_REGIONS`), or a table of each category's most common value."""
-    ys = ctx.ys
-    if kind == "table":
-        keys = [tuple(str(e[p]) for p in path) if all(p in e for p in path) else None for e in ctx.ext]
-        entries = []
-        for key in sorted({k for k in keys if k is not None}):
-            idx = [i for i, k in enumerate(keys) if k == key]
-            vals = [q(ys[i]) for i in idx]
-            top = max(set(vals), key=lambda v: (vals.count(v), -abs(v)))
-            entries.append((key, top))
-        if len({n for _k, n in entries}) < 2:
-            return []
-        return [_Model(Term("table", tuple(entries), path if len(path) > 1 else path[0]), [])]
-    if kind == "const":
-        vs = [Fraction(1)] * len(ys)
+def _base_design(ctx: _Ctx, base: Term) -> tuple[np.ndarray, np.ndarray, list[tuple]] | None:
+    """For the log-linear search: each row's log(gold / base value) target, the base's columns (an intercept, or a
+    category's one-hot), and the table's keys; rows where either is not positive are left out (NaN)."""
+    y = np.array([_f(v) for v in ctx.ys])
+    keys: list[tuple] = []
+    if base.kind == "table":
+        rk = [tuple(str(e[p]) for p in base.paths) if all(p in e for p in base.paths) else None for e in ctx.ext]
+        keys = sorted({k for k in rk if k is not None})
+        design = np.array([[float(k == key) for key in keys] for k in rk])
+        b = np.ones(len(y))
+        missing = np.array([k is None for k in rk])
     else:
-        vs = [q(e[path]) if is_num(e.get(path)) else None for e in ctx.ext]
-    idx = [i for i, v in enumerate(vs) if v is not None and v != 0]
-    if _items([ctx.rows[i] for i in idx]) < max(MIN_FIT, (3 * _items(ctx.rows)) // 4):
+        b = np.array([_f(e[base.path]) if base.path in e else np.nan for e in ctx.ext]) if base.kind == "equal" \
+            else np.ones(len(y))
+        design = np.ones((len(y), 1))
+        missing = np.isnan(b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where((y > 0) & (b > 0) & ~missing, np.log(np.where(y > 0, y, 1) / np.where(b > 0, b, 1)), np.nan)
+    if np.isnan(t).sum() > len(t) - max(MIN_FIT, len(t) // 2):
+        return None
+    return t, design, keys
+
+
+def _structures(ctx: _Ctx, base: Term, ind: _Indicators) -> list[list[Cond]]:
+    """The sets of conditions with a factor, grown one at a time (the indicator most correlated with the residual of
+    the log-linear fit so far, one condition per feature), each set along the way a structure to fit exactly."""
+    got = _base_design(ctx, base)
+    if got is None:
         return []
-    lo = np.array([_f((q(ys[i]) - half) / vs[i]) if vs[i] > 0 else _f((q(ys[i]) + half) / vs[i]) for i in idx])
-    hi = np.array([_f((q(ys[i]) + half) / vs[i]) if vs[i] > 0 else _f((q(ys[i]) - half) / vs[i]) for i in idx])
-    models = []
-    for sup in _regions(lo, hi):
-        chosen = [idx[j] for j in np.nonzero(sup)[0]]
-        if _items([ctx.rows[i] for i in chosen]) < MIN_SIDE:
-            continue
-        k = _factor_for([ys[i] for i in chosen], [vs[i] for i in chosen], half)
-        if k is None or k == 0:
-            continue
-        if kind == "const":
-            models.append(_Model(Term("const", k), []))
+    t, design, _keys = got
+    ok = ~np.isnan(t)
+    t, design, m = t[ok], design[ok], ind.matrix[ok]
+    chosen: list[int] = []
+    out: list[list[Cond]] = [[]]
+    for _step in range(min(len(ind.conds), max(1, len(t) // 4))):
+        x = np.column_stack([design] + [m[:, j] for j in chosen]) if chosen else design
+        coef, *_ = np.linalg.lstsq(x, t, rcond=None)
+        r = t - x @ coef
+        if float(np.abs(r).max()) < 1e-6:
+            break  # the structure so far explains every row (up to rounding, which is far larger than this)
+        centered = m - m.mean(axis=0)
+        norm = np.sqrt((centered ** 2).sum(axis=0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = np.where(norm > 0, np.abs(centered.T @ r) / norm, 0.0)
+        used = {ind.conds[j].path for j in chosen}
+        for j in np.argsort(-score, kind="stable"):
+            if score[j] <= 1e-9:
+                return out
+            if ind.conds[j].path not in used:
+                chosen.append(int(j))
+                break
         else:
-            models.append(_Model(Term("equal", None, path) if k == 1 else Term("share", k, path), []))
-    return models
-
-
-def _predict(ctx: _Ctx, m: _Model) -> list[Fraction | None]:
-    rule = m.rule(ctx.fld, ctx.quantum)
-    out = []
-    for e in ctx.ext:
-        ok, v = O.evaluate(rule, e)
-        out.append(q(v) if ok and is_num(v) else None)
-    return out  # noqa: RET504
-
-
-def _grow(ctx: _Ctx, model: _Model, half: Fraction) -> list[FieldRule]:
-    """The model, then with factors (or a cap) added one at a time while the description gets shorter, keeping the
-    `BEAM` shortest at each step (a cheaper condition that the check items later refuse leaves its runners-up);
-    every model along the way that fits is a candidate."""
-    out: list[FieldRule] = []
-    frontier = [(description_bits(ctx, model.rule(ctx.fld, ctx.quantum)), model)]
-    seen: set[str] = set()
-    for _step in range(len(ctx.nums) + len(ctx.cats) + 1):
-        for _b, m in frontier:
-            rule = m.rule(ctx.fld, ctx.quantum)
-            if _fits(ctx, rule):
-                out.append(rule)
-        nxt: dict[str, tuple[float, _Model]] = {}
-        for b, m in frontier:
-            for child in _moves(ctx, m, half):
-                rule = child.rule(ctx.fld, ctx.quantum)
-                text = O.render("t", rule)
-                cb = description_bits(ctx, rule)
-                if text not in seen and cb < b:
-                    seen.add(text)
-                    nxt[text] = (cb, child)
-        if not nxt:
             break
-        frontier = [nxt[t] for t in sorted(nxt, key=lambda t: (nxt[t][0], t))[:BEAM]]
+        chosen = _refined(ind, chosen, design, m, t)
+        out.append([ind.conds[j] for j in chosen])
     return out
 
 
-def _moves(ctx: _Ctx, model: _Model, half: Fraction) -> list[_Model]:
-    """The model with one factor (or a cap) more: for the factors the wrong rows need (the most common ones), the
-    conditions that best separate the rows each fixes from the right rows it would break."""
-    stumps = ctx.stumps
-    pred = _predict(ctx, model)
-    right = np.array([p is not None and same(p, y) for p, y in zip(pred, ctx.ys)])
-    wrong = [i for i, p in enumerate(pred) if p is not None and p != 0 and not right[i]]
-    moves: list[_Model] = []
-    if wrong:
-        lo = np.array([_f((q(ctx.ys[i]) - half) / pred[i]) if pred[i] > 0 else _f((q(ctx.ys[i]) + half) / pred[i])
-                       for i in wrong])
-        hi = np.array([_f((q(ctx.ys[i]) + half) / pred[i]) if pred[i] > 0 else _f((q(ctx.ys[i]) - half) / pred[i])
-                       for i in wrong])
-        for sup in _regions(lo, hi, 2):
-            fix = [wrong[j] for j in np.nonzero(sup)[0]]
-            if _items([ctx.rows[i] for i in fix]) < MIN_SIDE:
+def _sse(x: np.ndarray, t: np.ndarray) -> float:
+    coef, *_ = np.linalg.lstsq(x, t, rcond=None)
+    return float(((t - x @ coef) ** 2).sum())
+
+
+def _refined(ind: _Indicators, chosen: list[int], design: np.ndarray, m: np.ndarray, t: np.ndarray) -> list[int]:
+    """Each chosen threshold moved to the cut of its feature that leaves the least squared error with the others
+    fixed (a cut picked alone can sit off where factors interact), twice over."""
+    chosen = list(chosen)
+    for _pass in range(2):
+        for n, j in enumerate(chosen):
+            c = ind.conds[j]
+            if c.op != ">":
                 continue
-            k = _factor_for([ctx.ys[i] for i in fix], [pred[i] for i in fix], half)
-            if k is None or k in (0, 1):
+            best = (_sse(np.column_stack([design] + [m[:, k] for k in chosen]), t), j)
+            for alt in ind.by_path[c.path]:
+                trial = chosen[:n] + [alt] + chosen[n + 1:]
+                best = min(best, (_sse(np.column_stack([design] + [m[:, k] for k in trial]), t), alt))
+            chosen[n] = best[1]
+    return chosen
+
+
+def _sides_of(ctx: _Ctx, c: Cond) -> tuple[Cond, ...]:
+    """A condition and its other side: `> lo` and `<= lo`; a category of two values and the other value."""
+    if c.op == ">":
+        return c, Cond(c.path, "<=", c.value, c.seen)
+    values = sorted({e[c.path] for e in ctx.ext if c.path in e})
+    if len(values) == 2:
+        return c, Cond(c.path, "is", values[1] if values[0] == c.value else values[0])
+    return (c,)
+
+
+def _exact_products(ctx: _Ctx, base: Term, conds: list[Cond], half: Fraction) -> list[FieldRule]:
+    """The structure's rules with exact constants: each side of each threshold (the factor where it holds), each
+    order of the factors (all of them up to three; else as found and reversed), and a cap where rows show one."""
+    from itertools import permutations, product
+
+    sides = list(product(*[_sides_of(ctx, c) for c in conds])) if len(conds) <= 3 else [tuple(conds)]
+    out = []
+    for chosen in sides:
+        orders = list(permutations(chosen)) if len(chosen) <= 3 else [tuple(chosen), tuple(reversed(chosen))]
+        for order in orders:
+            rule = _fit_constants(ctx, base, list(order), half)
+            if rule is None:
                 continue
-            labels = np.zeros(len(ctx.rows))
-            labels[fix] = 1.0
-            labels[right & np.array([p is not None and p != 0 for p in pred])] = -1.0
-            used = {c.path for c, _k in model.factors}
-            for _score, c in stumps.best(labels):
-                if c.path not in used:
-                    moves.append(_Model(model.base, [*model.factors, (c, k)], model.cap))
-    over = [i for i, p in enumerate(pred) if p is not None and not right[i] and p > q(ctx.ys[i])]
-    if over and model.cap is None:
-        caps = [q(ctx.ys[i]) for i in over]
-        cap = max(set(caps), key=lambda c: (caps.count(c), c))
-        if _items([ctx.rows[i] for i, c in zip(over, caps) if c == cap]) >= 1:
-            moves.append(_Model(model.base, list(model.factors), cap))
-    return moves
+            if _fits(ctx, rule):
+                out.append(rule)
+            elif (capped := _with_cap(ctx, rule)) is not None:
+                out.append(capped)
+    return out
+
+
+def _truths(ctx: _Ctx, conds: list[Cond]) -> list[tuple[bool, ...] | None]:
+    """Per row, which conditions hold (None: a condition's feature is missing)."""
+    out = []
+    for e in ctx.ext:
+        if any(c.path not in e for c in conds):
+            out.append(None)
+        else:
+            out.append(tuple(c.true(e[c.path]) for c in conds))
+    return out
+
+
+def _fit_constants(ctx: _Ctx, base: Term, order: list[Cond], half: Fraction) -> FieldRule | None:
+    """The base's constant (or table) from the rows where no condition holds, then each factor in `order` from the
+    rows where it is the last of the conditions that hold, given the ones before it: each the simplest rational in
+    the interval its rows leave (their most common one, where rows disagree)."""
+    truths = _truths(ctx, order)
+    none = [i for i, tr in enumerate(truths) if tr is not None and not any(tr)]
+    if base.kind == "table":
+        rk = [tuple(str(e[p]) for p in base.paths) if all(p in e for p in base.paths) else None for e in ctx.ext]
+        entries = []
+        for key in sorted({k for k in rk if k is not None}):
+            idx = [i for i in none if rk[i] == key]
+            k = _most_common_factor(ctx, idx, [Fraction(1)] * len(idx), half) if idx else None
+            if k is None:
+                continue  # a category never seen without a factor: its base is not known
+            entries.append((key, k))
+        if len({n for _k, n in entries}) < 2:
+            return None
+        head = Term("table", tuple(entries), base.path)
+    else:
+        vs = _base_values(ctx, base)
+        idx = [i for i in none if vs[i] is not None and vs[i] != 0]
+        k0 = _most_common_factor(ctx, idx, [vs[i] for i in idx], half)
+        if k0 is None or k0 == 0:
+            return None
+        head = Term("const", k0) if base.kind == "const" else \
+            Term("equal", None, base.path) if k0 == 1 else Term("share", k0, base.path)
+    factors: list[tuple[Cond, Fraction]] = []
+    for j, c in enumerate(order):
+        rule = FieldRule(ctx.fld, head, factors=tuple(factors), quantum=ctx.quantum)
+        idx = [i for i, tr in enumerate(truths) if tr is not None and tr[j] and not any(tr[j + 1:])]
+        vs = []
+        for i in idx:
+            ok, v = O.evaluate(rule, ctx.ext[i])
+            vs.append(q(v) if ok and is_num(v) else None)
+        keep = [(i, v) for i, v in zip(idx, vs) if v is not None and v != 0]
+        k = _most_common_factor(ctx, [i for i, _v in keep], [v for _i, v in keep], half)
+        if k is None or k in (0, 1):
+            return None
+        factors.append((c, k))
+    return FieldRule(ctx.fld, head, factors=tuple(factors), quantum=ctx.quantum)
+
+
+def _most_common_factor(ctx: _Ctx, idx: list[int], vs: list[Fraction], half: Fraction) -> Fraction | None:
+    """The simplest k with round(v * k) equal to the gold on the most rows of `idx` (at least `MIN_SIDE` items)."""
+    if _items([ctx.rows[i] for i in idx]) < MIN_SIDE:
+        return None
+    ys = [q(ctx.ys[i]) for i in idx]
+    lo = np.array([_f(min((y - half) / v, (y + half) / v)) for y, v in zip(ys, vs)])
+    hi = np.array([_f(max((y - half) / v, (y + half) / v)) for y, v in zip(ys, vs)])
+    regions = _regions(lo, hi, 1)
+    if not regions:
+        return None
+    sup = [j for j in np.nonzero(regions[0])[0]]
+    if _items([ctx.rows[idx[j]] for j in sup]) < MIN_SIDE:
+        return None
+    return _factor_for([ys[j] for j in sup], [vs[j] for j in sup], half)
+
+
+def _with_cap(ctx: _Ctx, rule: FieldRule) -> FieldRule | None:
+    """The rule at most the value its wrong rows all hold, when each of them is below what the rule gives and no
+    right row is above it."""
+    over, below_ok = [], True
+    for e, y in zip(ctx.ext, ctx.ys):
+        ok, v = O.evaluate(rule, e)
+        if not ok or not is_num(v):
+            continue
+        if same(v, y):
+            continue
+        if q(v) > q(y):
+            over.append(q(y))
+        else:
+            below_ok = False
+    if not over or not below_ok or len(set(over)) != 1:
+        return None
+    capped = replace(rule, cap=over[0])
+    return capped if _fits(ctx, capped) else None
+
+
+def _base_values(ctx: _Ctx, base: Term) -> list[Fraction | None]:
+    """Each row's value of the base term before any factor (a number as it is: the factor multiplies it)."""
+    out: list[Fraction | None] = []
+    for e in ctx.ext:
+        if base.kind == "const":
+            out.append(Fraction(1))
+        else:
+            out.append(q(e[base.path]) if is_num(e.get(base.path)) else None)
+    return out
 
 
 def _simple_terms(ctx: _Ctx, rows_idx: list[int]) -> list[Term]:
@@ -579,18 +708,17 @@ def _conditionals(ctx: _Ctx) -> list[FieldRule]:
                 k = _factor_for([ctx.ys[i] for i in chosen], [q(ctx.ext[i][p]) for i in chosen], half)
                 if k is not None and k not in (0, 1) and Term("share", k, p) not in cands:
                     cands.append(Term("share", k, p))
-    masks = {}
-    for t in cands:
-        masks[t] = np.array([v is True for v in ctx.verdicts(FieldRule(ctx.fld, t, quantum=ctx.quantum))])
-    cands = [t for t in cands if _items([r for r, m in zip(ctx.rows, masks[t]) if m]) >= MIN_SIDE]
+    masks = {O.render_term(t): np.array([v is True for v in ctx.verdicts(FieldRule(ctx.fld, t, quantum=ctx.quantum))])
+             for t in cands}
+    cands = [t for t in cands if _items([r for r, m in zip(ctx.rows, masks[O.render_term(t)]) if m]) >= MIN_SIDE]
     stumps = ctx.stumps
-    cands = sorted(cands, key=lambda t: (-int(masks[t].sum()), O.render_term(t)))[:MAX_TERMS]
+    cands = sorted(cands, key=lambda t: (-int(masks[O.render_term(t)].sum()), O.render_term(t)))[:MAX_TERMS]
     out = []
     for a in cands:
         for b in cands:
             if a == b:
                 continue
-            labels = masks[a].astype(float) - masks[b].astype(float)
+            labels = masks[O.render_term(a)].astype(float) - masks[O.render_term(b)].astype(float)
             if (labels > 0).sum() == 0 or (labels < 0).sum() == 0:
                 continue
             for _score, c in stumps.best(labels, 3):
@@ -656,7 +784,7 @@ def _sum_rule(ctx: _Ctx, chosen: tuple[str, ...], coef: np.ndarray, scale: list[
     ks = [simplest(q(c) - ctx.quantum / (2 * s), q(c) + ctx.quantum / (2 * s)) for c, s in zip(coef[:-1], scale)]
     if any(k == 0 for k in ks):
         return None
-    const = simplest(q(float(coef[-1])) - ctx.quantum, q(float(coef[-1])) + ctx.quantum)
+    const = simplest(q(float(coef[-1])) - ctx.quantum / 2, q(float(coef[-1])) + ctx.quantum / 2)
     for c in (const, Fraction(0)):
         if len(chosen) < 2 and c == 0:
             continue
@@ -699,11 +827,11 @@ def _consts_and_equals(ctx: _Ctx) -> list[FieldRule]:
 FORMS = (_consts_and_equals, _strings, _products, _conditionals, _sums)
 
 
-def fitting(rows: list[Row], fld: str) -> Iterator[FieldRule]:
+def fitting(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()) -> Iterator[FieldRule]:
     """Every rule of the forms above that fits the fit rows, shortest description first (ties by the card's text)."""
     if not rows:
         return iter(())
-    ctx = _Ctx(rows, fld)
+    ctx = _Ctx(rows, fld, exclude)
     found: dict[str, tuple[float, FieldRule]] = {}
     for form in FORMS:
         for rule in form(ctx):
@@ -722,19 +850,22 @@ def smallest(rows: list[Row], fld: str) -> FieldRule | None:
 
 # -- two folds ----------------------------------------------------------------------------------------------------
 
-def infer_field(rows: list[Row], fld: str) -> Inference:
+def infer_field(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()) -> Inference:
     """Fit on one half of the items, check on the other (then the other way round when that fails); the rule or why
     there is none (the first fold's reason when both fail)."""
     usable = [r for r in rows if fld in r.gold and r.agent is not None]  # what the agent saw when it wrote
     wrong = [r for r in usable if r.agent is not None and not same(r.agent.get(fld), r.gold[fld])]
     examples = [{"item": r.item, "agent": r.agent.get(fld), "gold": r.gold[fld]} for r in wrong[:4]]
+    if any(not isinstance(r.gold[fld], (str, int, float)) or isinstance(r.gold[fld], bool) for r in usable):
+        return Inference(fld, None, "a list or record value: no rule of the known forms states one", 0, 0,
+                         len(wrong), examples)
     half = fit_half([r.item for r in usable])
     first: Inference | None = None
     for fold in (half, {r.item for r in usable} - half):
         fit = [r for r in usable if r.item in fold]
         check = [r for r in usable if r.item not in fold]
         out = Inference(fld, None, "", _items(fit), _items(check), len(wrong), examples)
-        _fold(out, fit, check, usable)
+        _fold(out, fit, check, usable, exclude)
         if out.rule is not None:
             return out
         first = first or out
@@ -743,14 +874,15 @@ def infer_field(rows: list[Row], fld: str) -> Inference:
     return first
 
 
-def _fold(out: Inference, fit: list[Row], check: list[Row], usable: list[Row]) -> None:
+def _fold(out: Inference, fit: list[Row], check: list[Row], usable: list[Row],
+          exclude: frozenset[str] = frozenset()) -> None:
     """One fold: the shortest rule on `fit` that holds on `check` (a rule refused there gives way to the next
     shortest), its thresholds placed on every row (sets out; refused: the first refused rule's reason)."""
     if out.n_fit < MIN_FIT or out.n_check < MIN_CHECK:
         out.why = f"too few items ({out.n_fit} to fit, {out.n_check} to check; need {MIN_FIT} and {MIN_CHECK})"
         return
     refused = ""
-    for rule in fitting(fit, out.field):
+    for rule in fitting(fit, out.field, exclude):
         why = _checked(out, rule, check, usable)
         if why == "ok":
             return
@@ -846,10 +978,29 @@ def infer_tool(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping
 
 
 def infer_rows(tool: str, rows: list[Row], targets: Targets | None = None) -> list[Inference]:
+    """Every field some attempt got wrong. A rule may read the write's own other arguments (`@<arg>`), but no two
+    rules may read each other: each field is first inferred without the other wrong fields, and a field left without
+    a rule then again with every field whose rule does not read it (in name order)."""
     ident = {k for r in rows for k, _v in write_target(tool, r.gold, targets)}
     fields = sorted({f for r in rows if r.agent is not None for f in r.gold
                      if f not in ident and not same(r.agent.get(f), r.gold[f])})
-    return [infer_field(rows, f) for f in fields]
+    infs = {f: infer_field(rows, f, frozenset(fields) - {f}) for f in fields}
+    for f in fields:
+        if infs[f].rule is None:
+            blocked = frozenset(g for g in fields if g != f and _reads(infs, g, f))
+            again = infer_field(rows, f, blocked)
+            if again.rule is not None:
+                infs[f] = again
+    return [infs[f] for f in fields]
+
+
+def _reads(infs: Mapping[str, Inference], g: str, f: str, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether g's rule reads field f, directly or through the rules of the fields it reads."""
+    rule = infs[g].rule if g in infs else None
+    if rule is None or g in seen:
+        return False
+    own = {p[1:] for p in rule.features() if p.startswith("@")}
+    return f in own or any(_reads(infs, h, f, seen | {g}) for h in own if h in infs)
 
 
 def fixable(rows: list[Row], infs: list[Inference]) -> int:

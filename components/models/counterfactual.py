@@ -56,8 +56,9 @@ class Replayer:
         self._cards = tuple(c.render() for c in self.package.cards.values())
 
     def run(self, item_id: str, seed: int, off: frozenset[str] = frozenset(), probe: bool = False):
-        agent = SimulatedAgent(self.rates, off, self._cards, probe=probe, metered=False,
-                               competence=world(self.bench.world).competence, learned=self.learned)
+        spec = world(self.bench.world)
+        agent = SimulatedAgent(self.rates, off, self._cards, probe=probe, metered=False, competence=spec.competence,
+                               learned=self.learned, truth=spec.truth(self.bench) if spec.truth else None)
         self.replays += 1
         # the trace is discarded: no step is content-hashed
         return run_episode(self.package, self.bench, item_id, seed, agent, self.max_turns,

@@ -38,6 +38,7 @@ cause, and the earliest one is the cause when several fixes work.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 import json
 import re
 from dataclasses import dataclass
@@ -236,8 +237,11 @@ class SimulatedAgent:
 
     def __init__(self, rates: Rates = RATES, off: frozenset[str] = frozenset(), cards: tuple[str, ...] = (),
                  probe: bool = False, metered: bool = True, competence: Competence | None = None,
-                 learned: frozenset[str] = frozenset()):
+                 learned: frozenset[str] = frozenset(), truth: Mapping[str, object] | None = None):
         self.rates = rates
+        # the rules' true values where a benchmark's differ from its world's own (a variant): what E off knows; only
+        # the counterfactual replay, which scores, passes them (`WorldSpec.truth`)
+        self.truth = dict(truth or {})
         self.off = frozenset(off)
         self.learned = frozenset(learned)  # fact ids a fine-tune taught it (`components.outer.learn`): its weights
         self.cards = tuple(cards)  # the package's cards as rendered, for rho off (perfect routing of what exists)
@@ -248,7 +252,8 @@ class SimulatedAgent:
         self.n_calls = 0
 
     def _twin(self, off: frozenset[str], v: View, seed: int, comp: Competence) -> tuple:
-        return SimulatedAgent(self.rates, off, self.cards, competence=comp, learned=self.learned)._respond(v, seed, comp)
+        return SimulatedAgent(self.rates, off, self.cards, competence=comp, learned=self.learned,
+                              truth=self.truth)._respond(v, seed, comp)
 
     def _probe(self, v: View, seed: int, mine: tuple, comp: Competence) -> None:
         """Record the first call at which each owner's fault (not yet switched off) changes the output."""
@@ -336,7 +341,7 @@ class SimulatedAgent:
         `on_tool`: every fact on the request's write; a card addressing none of them is irrelevant (dilutes)."""
         u = coin(seed, "fact", fact.id, r.key)
         if Owner.E in self.off:
-            return True, fact_value(fact)
+            return True, self._true(fact)
         if Owner.RHO in self.off:  # every card of the package about this action, and nothing else
             stated = [val for text in self.cards if (val := fact_read(fact, text)) is not None]
             if stated:
@@ -346,9 +351,12 @@ class SimulatedAgent:
             irrelevant = sum(1 for text in v.cards if all(fact_read(f, text) is None for f in on_tool))
             return u < self.rates.p_card / (1 + self.rates.attention * irrelevant), stated[0]
         if fact.id in self.learned:  # known from training: as reliable as an undiluted card (the same coin), no card
-            return u < self.rates.p_card, fact_value(fact)
+            return u < self.rates.p_card, self._true(fact)
         in_policy = fact_read(fact, v.policy)
         return (in_policy is not None and u < self.rates.p_base), in_policy
+
+    def _true(self, fact: Fact) -> object:
+        return self.truth[fact.id] if fact.id in self.truth else fact_value(fact)
 
     def beliefs(self, v: View, r: Request, seed: int, comp: Competence, attempts: list) -> Beliefs:
         """(follows, value) for every fact on the request's write. Retrying after a refusal, the agent learns only

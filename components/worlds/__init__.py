@@ -35,11 +35,11 @@ def _retail() -> WorldSpec:
     from components.worlds import retail
     from components.worlds.retail import rules
     from components.worlds.retail.competence import RetailCompetence
-    from components.worlds.retail.env import RetailEnv
+    from components.worlds.retail.env import RetailEnv, truth
 
     packages = {name: PACKAGES / name for name in ("none", "seed", "all-skills", "reference")}
     return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence(), packages, tuple(ReceiptMode),
-                     rules=rules)
+                     rules=rules, truth=truth)
 
 
 @WORLDS.register("airline")
@@ -48,11 +48,11 @@ def _airline() -> WorldSpec:
     from components.worlds import airline
     from components.worlds.airline import rules
     from components.worlds.airline.competence import AirlineCompetence
-    from components.worlds.airline.env import AirlineEnv
+    from components.worlds.airline.env import AirlineEnv, truth
 
     packages = {name: PACKAGES / "airline" / name for name in ("none", "seed", "all-skills", "reference")}
     return WorldSpec("airline", airline.materialize, AirlineEnv, AirlineCompetence(), packages, tuple(ReceiptMode),
-                     rules=rules)
+                     rules=rules, truth=truth)
 
 
 def discover() -> None:

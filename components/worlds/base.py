@@ -319,6 +319,9 @@ class WorldSpec:
     # the world's rules as data (`components.worlds.rules`): a module with `rules_of(changes, where)` and
     # `random_rules(seed)`; None: rules that are code (no `benchmark.rules`, no `ratchet bench rules`)
     rules: Any = None
+    # a benchmark's rules' true values (rule id -> value), where they may differ from the world's own (a variant):
+    # what the counterfactual replay's agent knows with E off. None: the competence's facts are the truth
+    truth: Callable[[Benchmark], Mapping[str, object]] | None = None
 
 
 def load_benchmark(root: str | Path) -> Benchmark:

@@ -102,3 +102,9 @@ CHECKS = {
     "only_requested_writes": _only_requested_writes,
 }
 AirlineEnv.checks = CHECKS  # after the class: the checks take an AirlineEnv
+
+
+def truth(bench: Benchmark) -> dict[str, object]:
+    """The benchmark's rules' true values (a variant's, else the world's own), by rule id."""
+    rules = rules_of(bench.meta.get("rules"), f"{bench.root / 'meta.json'}: rules")
+    return {fid: f.value for fid, f in facts_of(rules).items()}

@@ -96,3 +96,9 @@ CHECKS = {
     "only_requested_writes": _only_requested_writes,
 }
 RetailEnv.checks = CHECKS  # after the class: the checks take a RetailEnv
+
+
+def truth(bench: Benchmark) -> dict[str, object]:
+    """The benchmark's rules' true values (a variant's, else the world's own), by rule id."""
+    rules = rules_of(bench.meta.get("rules"), f"{bench.root / 'meta.json'}: rules")
+    return {fid: f.value for fid, f in facts_of(rules).items()}

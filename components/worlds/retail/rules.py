@@ -184,7 +184,7 @@ def _restocking_fee(fee: Fee) -> str:
 
 def _exchange_fee(fee: Fee) -> str:
     if fee.amount == 0:
-        return "- `exchange_delivered_order_items` is free: pass an `exchange_fee` of 0."
+        return "- `exchange_delivered_order_items` charges no `exchange_fee`: pass 0."
     amt = num(fee.amount)
     if fee.when is None:
         return (f"- `exchange_delivered_order_items` takes an `exchange_fee` of ${amt} for each exchanged item, "
