@@ -50,7 +50,9 @@ from components.worlds.numbers import bits, is_num, q, quantum_of, same, simples
 from components.worlds.outcome_rules import Cond, FieldRule, Term, category, flatten, policy_today  # noqa: F401
 
 MIN_FIT, MIN_CHECK = 4, 2  # distinct items: fewer cannot tell a rule from a coincidence
-MIN_SIDE = 2  # items on each side of a condition, and that a factor must fix
+MIN_SIDE = 2  # items a rule must give their value in on the fit half
+MIN_PART = 1  # items that show each part of a rule (a side of a condition, a factor) in each half: the fit half
+# shows it, the check half confirms it
 EXPLAIN = 0.9  # the share of rows a rule must give the gold value in (fit and check alike): a read the agent made
 # for another write of the same episode can stand where this write's would
 K_REGIONS = 3  # alternative base values tried (the most, second and third most common ratios of the rows)
@@ -154,7 +156,10 @@ def _items(rows: list[Row]) -> int:
 
 
 def _explains(verdicts: list[bool]) -> bool:
-    return bool(verdicts) and sum(verdicts) >= EXPLAIN * len(verdicts)
+    """A rule explains the rows when it gives the gold value in all but a tenth of them (rounded: one row in five
+    to fourteen): a read the agent made for another write of the same episode can stand where this write's would."""
+    misses = verdicts.count(False)
+    return bool(verdicts) and misses <= math.floor((1 - EXPLAIN) * len(verdicts) + 0.5)
 
 
 # -- the fitting context: the rows as arrays, the features the conditions may read --------------------------------
@@ -175,6 +180,10 @@ class _Ctx:
 
     def __post_init__(self) -> None:
         self.ext = [ext(r, self.fld, self.exclude) for r in self.rows]
+        per_item: dict[str, int] = {}
+        for r in self.rows:
+            per_item[r.item] = per_item.get(r.item, 0) + 1
+        self.w = [1 / per_item[r.item] for r in self.rows]  # an item's rows (its seeds) weigh one item together
         self.ys = [r.gold.get(self.fld) for r in self.rows]
         self.numeric = bool(self.ys) and all(is_num(y) for y in self.ys)
         self.quantum = quantum_of(self.ys) if self.numeric else Fraction(1, 100)
@@ -253,18 +262,21 @@ def description_bits(ctx: _Ctx, rule: FieldRule) -> float:
     model = sum(_term_bits(ctx, t) for t in rule.terms())
     model += sum(_cond_bits(ctx, c) for c in _conds(rule)) + sum(bits(k) for _c, k in rule.factors)
     model += bits(rule.cap) if rule.cap is not None else 0
-    misses = sum(1 for v in ctx.verdicts(rule) if v is not True)
-    per = math.log2(1 + len(ctx.rows)) + (sum(_value_bits(ctx, y) for y in ctx.ys) / len(ctx.ys) if ctx.ys else 0)
+    misses = sum(w for v, w in zip(ctx.verdicts(rule), ctx.w) if v is not True)
+    per = math.log2(1 + _items(ctx.rows)) + (sum(_value_bits(ctx, y) for y in ctx.ys) / len(ctx.ys) if ctx.ys else 0)
     return model + misses * per
 
 
 def _fits(ctx: _Ctx, rule: FieldRule) -> bool:
-    """Readable on most fit rows and giving the gold value in most of them (a constant reads nothing: all)."""
+    """Giving the gold value in most of the fit rows it can be evaluated on, on `MIN_SIDE` items at least (a rule a
+    read it needs was missing on most rows, such as a value a lookup returns, still fits where it was made; the
+    rows it cannot judge count against its description); a constant reads nothing: every row."""
     verdicts = ctx.verdicts(rule)
     judged = [v for v in verdicts if v is not None]
     if rule.then.kind == "const" and rule.cond is None and not rule.factors:
         return bool(judged) and all(judged) and len(judged) == len(verdicts)
-    return len(judged) >= (3 * len(ctx.rows)) // 4 and _explains(judged)
+    right = {r.item for r, v in zip(ctx.rows, verdicts) if v}
+    return len(right) >= MIN_SIDE and _explains(judged)
 
 
 # -- searching conditions: stumps over the fit rows ---------------------------------------------------------------
@@ -569,6 +581,7 @@ def _fit_constants(ctx: _Ctx, base: Term, order: list[Cond], half: Fraction) -> 
     the interval its rows leave (their most common one, where rows disagree)."""
     truths = _truths(ctx, order)
     none = [i for i, tr in enumerate(truths) if tr is not None and not any(tr)]
+    missing: list[tuple] = []
     if base.kind == "table":
         rk = [tuple(str(e[p]) for p in base.paths) if all(p in e for p in base.paths) else None for e in ctx.ext]
         entries = []
@@ -576,9 +589,10 @@ def _fit_constants(ctx: _Ctx, base: Term, order: list[Cond], half: Fraction) -> 
             idx = [i for i in none if rk[i] == key]
             k = _most_common_factor(ctx, idx, [Fraction(1)] * len(idx), half) if idx else None
             if k is None:
-                continue  # a category never seen without a factor: its base is not known
+                missing.append(key)  # a category seen only with a factor: its base comes from the factor, below
+                continue
             entries.append((key, k))
-        if len({n for _k, n in entries}) < 2:
+        if not entries:
             return None
         head = Term("table", tuple(entries), base.path)
     else:
@@ -602,12 +616,36 @@ def _fit_constants(ctx: _Ctx, base: Term, order: list[Cond], half: Fraction) -> 
         if k is None or k in (0, 1):
             return None
         factors.append((c, k))
+    if missing:
+        head = _filled(ctx, head, missing, order, truths, factors, half)
+        if head is None:
+            return None
+    if head.kind == "table" and len({n for _k, n in head.value}) < 2:
+        return None  # one value for every category: not a table
     return FieldRule(ctx.fld, head, factors=tuple(factors), quantum=ctx.quantum)
 
 
+def _filled(ctx: _Ctx, head: Term, missing: list[tuple], order: list[Cond], truths: list, factors: list,
+            half: Fraction) -> Term | None:
+    """A table's entries for the categories seen only where one factor applies: the simplest value that factor
+    turns into their gold (the factor is the same for every category: the product's form)."""
+    rk = [tuple(str(e[p]) for p in head.paths) if all(p in e for p in head.paths) else None for e in ctx.ext]
+    entries = list(head.value)
+    for key in missing:
+        for j, (_c, k) in enumerate(factors):
+            idx = [i for i, tr in enumerate(truths) if rk[i] == key and tr is not None and tr[j] and sum(tr) == 1]
+            got = _most_common_factor(ctx, idx, [k] * len(idx), half) if idx else None
+            if got is not None:
+                entries.append((key, got))
+                break
+        else:
+            return None
+    return Term("table", tuple(sorted(entries)), head.path)
+
+
 def _most_common_factor(ctx: _Ctx, idx: list[int], vs: list[Fraction], half: Fraction) -> Fraction | None:
-    """The simplest k with round(v * k) equal to the gold on the most rows of `idx` (at least `MIN_SIDE` items)."""
-    if _items([ctx.rows[i] for i in idx]) < MIN_SIDE:
+    """The simplest k with round(v * k) equal to the gold on the most rows of `idx` (at least `MIN_PART` items)."""
+    if _items([ctx.rows[i] for i in idx]) < MIN_PART:
         return None
     ys = [q(ctx.ys[i]) for i in idx]
     lo = np.array([_f(min((y - half) / v, (y + half) / v)) for y, v in zip(ys, vs)])
@@ -616,7 +654,7 @@ def _most_common_factor(ctx: _Ctx, idx: list[int], vs: list[Fraction], half: Fra
     if not regions:
         return None
     sup = [j for j in np.nonzero(regions[0])[0]]
-    if _items([ctx.rows[idx[j]] for j in sup]) < MIN_SIDE:
+    if _items([ctx.rows[idx[j]] for j in sup]) < MIN_PART:
         return None
     return _factor_for([ys[j] for j in sup], [vs[j] for j in sup], half)
 
@@ -683,14 +721,17 @@ def _conditionals(ctx: _Ctx) -> list[FieldRule]:
     terms = _simple_terms(ctx, every)
     cands = list(terms)
     vals = [str(y) for y in ctx.ys]
-    for v in sorted(set(vals), key=lambda v: (-vals.count(v), v))[:8]:  # constants of the most common values
+    # constants: the values that name a kind (no digit: not an id) and the most common numbers
+    kinds = [v for v in sorted(set(vals)) if category(ctx.ys[vals.index(v)])]
+    numbers = sorted({v for v in vals if is_num(ctx.ys[vals.index(v)])}, key=lambda v: (-vals.count(v), v))[:8]
+    for v in kinds + numbers:
         y = ctx.ys[vals.index(v)]
         t = Term("const", q(y) if is_num(y) else y)
         if t not in cands:
             cands.append(t)
     for p in ctx.paths:
         t = Term("equal", None, p)
-        if t not in cands and sum(1 for i in every if p in ctx.ext[i] and same(ctx.ext[i][p], ctx.ys[i])) >= MIN_SIDE:
+        if t not in cands and sum(1 for i in every if p in ctx.ext[i] and same(ctx.ext[i][p], ctx.ys[i])) >= MIN_PART:
             cands.append(t)
     if ctx.numeric:
         half = ctx.quantum / 2
@@ -710,7 +751,7 @@ def _conditionals(ctx: _Ctx) -> list[FieldRule]:
                     cands.append(Term("share", k, p))
     masks = {O.render_term(t): np.array([v is True for v in ctx.verdicts(FieldRule(ctx.fld, t, quantum=ctx.quantum))])
              for t in cands}
-    cands = [t for t in cands if _items([r for r, m in zip(ctx.rows, masks[O.render_term(t)]) if m]) >= MIN_SIDE]
+    cands = [t for t in cands if _items([r for r, m in zip(ctx.rows, masks[O.render_term(t)]) if m]) >= MIN_PART]
     stumps = ctx.stumps
     cands = sorted(cands, key=lambda t: (-int(masks[O.render_term(t)].sum()), O.render_term(t)))[:MAX_TERMS]
     out = []
@@ -725,7 +766,7 @@ def _conditionals(ctx: _Ctx) -> list[FieldRule]:
                 rule = FieldRule(ctx.fld, a, c, b, quantum=ctx.quantum)
                 on = [row for row, e in zip(ctx.rows, ctx.ext) if c.path in e]
                 yes = [row for row, e in zip(ctx.rows, ctx.ext) if c.path in e and c.true(e[c.path])]
-                if _items(yes) >= MIN_SIDE and _items(on) - _items(yes) >= 1 and _fits(ctx, rule):
+                if _items(yes) >= MIN_PART and _items(on) - _items(yes) >= MIN_PART and _fits(ctx, rule):
                     out.append(rule)
     return out
 
@@ -805,7 +846,7 @@ def _strings(ctx: _Ctx) -> list[FieldRule]:
         out.append(FieldRule(ctx.fld, Term("upper")))
     if all(isinstance(y, str) for y in ctx.ys):
         values = sorted(set(ctx.ys))
-        if 2 <= len(values) and len(ctx.ys) >= 2 * len(values):
+        if 2 <= len(values) and _items(ctx.rows) >= 2 * len(values):  # each value shown by two items on average
             out.append(FieldRule(ctx.fld, Term("one_of", tuple(values))))
     return out
 
@@ -817,7 +858,7 @@ def _consts_and_equals(ctx: _Ctx) -> list[FieldRule]:
         out.append(FieldRule(ctx.fld, Term("const", q(y) if is_num(y) else y), quantum=ctx.quantum))
     for p in ctx.paths:
         on = [i for i, e in enumerate(ctx.ext) if p in e]
-        if _items([ctx.rows[i] for i in on]) < max(MIN_SIDE, _items(ctx.rows) // 2):
+        if _items([ctx.rows[i] for i in on]) < MIN_SIDE:
             continue
         if _explains([same(ctx.ext[i][p], ctx.ys[i]) for i in on]):
             out.append(FieldRule(ctx.fld, Term("equal", None, p), quantum=ctx.quantum))
@@ -900,11 +941,35 @@ def _checked(out: Inference, rule: FieldRule, check: list[Row], usable: list[Row
         return f"the rule can be checked on {checked_items} check item(s) only"
     if not _explains(judged):
         return f"fits the fit items but not {judged.count(False)} of {len(judged)} check rows"
+    unseen = _unconfirmed(rule, [r for r, v in zip(check, verdicts) if v is not None])
+    if unseen:
+        return f"{unseen} is never shown by the check items"
     placed = placed_on(rule, usable)
     if placed is None:
         return "a condition's two sides overlap once the check items are added"
     out.rule, out.why = placed, "ok"
     return "ok"
+
+
+def _unconfirmed(rule: FieldRule, check: list[Row]) -> str:
+    """The first part of the rule (a side of its condition, a factor) that no judged check row shows, or ""."""
+    need: dict[str, int] = {}
+    if rule.cond is not None:
+        need[f"`{rule.cond.path}` {rule.cond.op} {rule.cond.value}"] = 0
+        need[f"the other side of `{rule.cond.path}`"] = 0
+    for c, _k in rule.factors:
+        need[f"the factor when `{c.path}` {c.op} {c.value}"] = 0
+    items: dict[str, set[str]] = {k: set() for k in need}
+    for r in check:
+        feats = ext(r, rule.field)
+        if rule.cond is not None and rule.cond.path in feats:
+            side = rule.cond.true(feats[rule.cond.path])
+            items[f"`{rule.cond.path}` {rule.cond.op} {rule.cond.value}" if side
+                  else f"the other side of `{rule.cond.path}`"].add(r.item)
+        for c, _k in rule.factors:
+            if c.path in feats and c.true(feats[c.path]):
+                items[f"the factor when `{c.path}` {c.op} {c.value}"].add(r.item)
+    return next((k for k, v in items.items() if len(v) < MIN_PART), "")
 
 
 # -- thresholds placed from the data alone ------------------------------------------------------------------------

@@ -28,7 +28,8 @@ from components.worlds import Benchmark
 from components.worlds.base import train_gold
 
 MIN_TOKEN = 5  # shorter values (a state code, a size) are ordinary words
-MIN_SHARED = 3  # distinct train items whose gold gives one value to one field: a rule's constant, not an item's data
+MIN_SHARED = 2  # distinct train items whose gold gives one value to one field: a rule's constant, not an item's data (as
+# many items as an inferred rule rests on, `components.evolution.infer.MIN_SIDE`)
 
 
 @dataclass
