@@ -333,7 +333,9 @@ class Params(_M):
     def _paths(self, fix) -> "Params":
         c, e = self.campaign, self.evidence
         return self.model_copy(update={
-            "benchmark": self.benchmark.model_copy(update={"out": fix(self.benchmark.out)}),
+            "benchmark": self.benchmark.model_copy(update={
+                "out": fix(self.benchmark.out),
+                "rules": fix(self.benchmark.rules) if isinstance(self.benchmark.rules, str) else self.benchmark.rules}),
             "campaign": c.model_copy(update={"out": fix(c.out), "start": fix(c.start),
                                              "tracking_uri": _store(c.tracking_uri, fix)}),
             "evidence": e.model_copy(update={"db": _store(e.db, fix)})})

@@ -152,6 +152,9 @@ def bench_materialize(
                                                      "silent (default: benchmark.receipts' default)")] = None,
     rules: Annotated[Optional[Path], typer.Option(help="a YAML file of the world's rules to change (a variant of the "
                                                   "world; `ratchet bench rules` writes one)")] = None,
+    params_file: Annotated[Optional[Path], typer.Option("--params", help="take every benchmark setting from this "
+                                                        "params file's `benchmark` section (what dvc.yaml's stage "
+                                                        "runs); options given as well are refused")] = None,
 ) -> None:
     """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files. --out must be new,
     empty or a benchmark (which is replaced); anything else is refused. A variant (--rules) also gets its own
@@ -161,13 +164,28 @@ def bench_materialize(
     from components.memory import digest
     from components.params import BenchmarkParams
 
-    try:
-        bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir) if out_dir else None,
-                                per_family=per_family, train_share=train_share, dev_share=dev_share,
-                                **({"receipts": receipts} if receipts is not None else {}),
-                                **({"rules": str(rules)} if rules is not None else {}))
-    except ValidationError as e:
-        raise InputError(_option_error(e)) from None
+    if params_file is not None:
+        from components.params import load_params
+
+        given = [name for name, v, default in (("--world", world_name, "retail"), ("--seed", seed, 0),
+                                                 ("--per-family", per_family, None), ("--receipts", receipts, None),
+                                                 ("--rules", rules, None), ("--train-share", train_share, SPLIT_SHARES[0]),
+                                                 ("--dev-share", dev_share, SPLIT_SHARES[1])) if v != default]
+        if given:
+            raise InputError(f"{given[0]}: --params takes every benchmark setting from {params_file}; give one or "
+                             "the other")
+        bench = load_params(params_file).benchmark
+        if out_dir is not None:
+            bench = bench.model_copy(update={"out": str(out_dir)})
+        world_name, seed = bench.world, bench.seed
+    else:
+        try:
+            bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir) if out_dir else None,
+                                    per_family=per_family, train_share=train_share, dev_share=dev_share,
+                                    **({"receipts": receipts} if receipts is not None else {}),
+                                    **({"rules": str(rules)} if rules is not None else {}))
+        except ValidationError as e:
+            raise InputError(_option_error(e)) from None
     out_dir = Path(bench.out)
     bench.materialize()
     out.print(f"wrote {out_dir} (world {world_name}, seed {seed}, receipts {bench.receipts.value}, "

@@ -56,7 +56,8 @@ MIN_PART = 1  # items that show each part of a rule (a side of a condition, a fa
 EXPLAIN = 0.9  # the share of rows a rule must give the gold value in (fit and check alike): a read the agent made
 # for another write of the same episode can stand where this write's would
 K_REGIONS = 3  # alternative base values tried (the most, second and third most common ratios of the rows)
-MAX_TERMS = 10  # simple terms paired by a condition: those that give the most rows their value
+MAX_BASES = 4  # numbers tried as a product's base: those whose most common ratio to the gold holds on the most items
+MAX_PAIRS = 40  # pairs of simple terms a condition may choose between: those that together give the most rows
 BEAM = 3  # sets of numbers a sum keeps at each size
 
 
@@ -179,7 +180,10 @@ class _Ctx:
     distinct: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.ext = [ext(r, self.fld, self.exclude) for r in self.rows]
+        # numbers as exact rationals once (a float as the decimal it was written as), so judging a rule on a row
+        # is rational arithmetic only
+        self.ext = [{k: (q(v) if isinstance(v, float) else v) for k, v in ext(r, self.fld, self.exclude).items()}
+                    for r in self.rows]
         per_item: dict[str, int] = {}
         for r in self.rows:
             per_item[r.item] = per_item.get(r.item, 0) + 1
@@ -430,12 +434,22 @@ def _indicators(ctx: _Ctx) -> _Indicators:
 
 
 def _product_bases(ctx: _Ctx) -> list[Term]:
-    """The bases a product may start from: the constant 1 (the constant is fitted), each number most rows read (not
-    zero), and tables by one or two categories (fitted)."""
+    """The bases a product may start from: the constant 1 (the constant is fitted), the `MAX_BASES` numbers most rows
+    read (never zero) whose most common ratio to the gold holds on the most items, and tables by one or two
+    categories (fitted)."""
     bases = [Term("const", Fraction(1))]
+    half = ctx.quantum / 2
+    ranked = []
     for p in ctx.nums:
-        if all(q(e[p]) > 0 for e in ctx.ext if p in e):
-            bases.append(Term("equal", None, p))
+        idx = [i for i, e in enumerate(ctx.ext) if p in e and is_num(ctx.ys[i]) and q(ctx.ys[i]) > 0]
+        if not idx or not all(q(e[p]) > 0 for e in ctx.ext if p in e):
+            continue
+        lo = np.array([_f((q(ctx.ys[i]) - half) / ctx.ext[i][p]) for i in idx])
+        hi = np.array([_f((q(ctx.ys[i]) + half) / ctx.ext[i][p]) for i in idx])
+        top = _regions(lo, hi, 1)
+        support = _items([ctx.rows[idx[j]] for j in np.nonzero(top[0])[0]]) if top else 0
+        ranked.append((-support, p))
+    bases += [Term("equal", None, p) for _s, p in sorted(ranked)[:MAX_BASES]]
     for _kind, key in _table_keys(ctx):
         bases.append(Term("table", (), key if len(key) > 1 else key[0]))
     return bases
@@ -486,14 +500,16 @@ def _structures(ctx: _Ctx, base: Term, ind: _Indicators) -> list[list[Cond]]:
     t, design, _keys = got
     ok = ~np.isnan(t)
     t, design, m = t[ok], design[ok], ind.matrix[ok]
+    y = np.array([_f(v) for v in ctx.ys])[ok]
+    noise = np.log((y + _f(ctx.quantum)) / np.maximum(y - _f(ctx.quantum), 1e-12))  # what rounding can do to a log
     chosen: list[int] = []
     out: list[list[Cond]] = [[]]
     for _step in range(min(len(ind.conds), max(1, len(t) // 4))):
         x = np.column_stack([design] + [m[:, j] for j in chosen]) if chosen else design
         coef, *_ = np.linalg.lstsq(x, t, rcond=None)
         r = t - x @ coef
-        if float(np.abs(r).max()) < 1e-6:
-            break  # the structure so far explains every row (up to rounding, which is far larger than this)
+        if np.mean(np.abs(r) <= noise) >= EXPLAIN:
+            break  # the structure so far explains the rows up to rounding: more conditions would fit noise
         centered = m - m.mean(axis=0)
         norm = np.sqrt((centered ** 2).sum(axis=0))
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -549,7 +565,13 @@ def _exact_products(ctx: _Ctx, base: Term, conds: list[Cond], half: Fraction) ->
     order of the factors (all of them up to three; else as found and reversed), and a cap where rows show one."""
     from itertools import permutations, product
 
-    sides = list(product(*[_sides_of(ctx, c) for c in conds])) if len(conds) <= 3 else [tuple(conds)]
+    if len(conds) <= 2:
+        sides = list(product(*[_sides_of(ctx, c) for c in conds]))
+    else:  # each factor on the side that holds on fewer rows (the base cell the largest), and all turned round
+        minority = tuple(min(_sides_of(ctx, c), key=lambda s: sum(1 for e in ctx.ext if s.path in e
+                                                                 and s.true(e[s.path]))) for c in conds)
+        sides = [minority, tuple(_sides_of(ctx, c)[-1] if c in minority and len(_sides_of(ctx, c)) > 1
+                                 and _sides_of(ctx, c)[0] == c else _sides_of(ctx, c)[0] for c in minority)]
     out = []
     for chosen in sides:
         orders = list(permutations(chosen)) if len(chosen) <= 3 else [tuple(chosen), tuple(reversed(chosen))]
@@ -752,22 +774,23 @@ def _conditionals(ctx: _Ctx) -> list[FieldRule]:
     masks = {O.render_term(t): np.array([v is True for v in ctx.verdicts(FieldRule(ctx.fld, t, quantum=ctx.quantum))])
              for t in cands}
     cands = [t for t in cands if _items([r for r, m in zip(ctx.rows, masks[O.render_term(t)]) if m]) >= MIN_PART]
+    names = [O.render_term(t) for t in cands]
+    m = np.array([masks[n] for n in names], dtype=float) if cands else np.zeros((0, len(ctx.rows)))
+    both = m @ m.T
+    union = m.sum(axis=1)[:, None] + m.sum(axis=1)[None, :] - both
+    pairs = sorted(((-union[i, j], names[i], names[j], i, j) for i in range(len(cands)) for j in range(len(cands))
+                    if i != j and both[i, j] < min(m[i].sum(), m[j].sum())))[:MAX_PAIRS]
     stumps = ctx.stumps
-    cands = sorted(cands, key=lambda t: (-int(masks[O.render_term(t)].sum()), O.render_term(t)))[:MAX_TERMS]
     out = []
-    for a in cands:
-        for b in cands:
-            if a == b:
-                continue
-            labels = masks[O.render_term(a)].astype(float) - masks[O.render_term(b)].astype(float)
-            if (labels > 0).sum() == 0 or (labels < 0).sum() == 0:
-                continue
-            for _score, c in stumps.best(labels, 3):
-                rule = FieldRule(ctx.fld, a, c, b, quantum=ctx.quantum)
-                on = [row for row, e in zip(ctx.rows, ctx.ext) if c.path in e]
-                yes = [row for row, e in zip(ctx.rows, ctx.ext) if c.path in e and c.true(e[c.path])]
-                if _items(yes) >= MIN_PART and _items(on) - _items(yes) >= MIN_PART and _fits(ctx, rule):
-                    out.append(rule)
+    for _u, _na, _nb, i, j in pairs:  # the pairs that together give the most rows their value, each split
+        a, b = cands[i], cands[j]
+        labels = masks[names[i]].astype(float) - masks[names[j]].astype(float)
+        for _score, c in stumps.best(labels, 3):
+            rule = FieldRule(ctx.fld, a, c, b, quantum=ctx.quantum)
+            on = [row for row, e in zip(ctx.rows, ctx.ext) if c.path in e]
+            yes = [row for row, e in zip(ctx.rows, ctx.ext) if c.path in e and c.true(e[c.path])]
+            if _items(yes) >= MIN_PART and _items(on) - _items(yes) >= MIN_PART and _fits(ctx, rule):
+                out.append(rule)
     return out
 
 

@@ -442,14 +442,15 @@ class SimulatedAgent:
 
 def _with_formulas(v: View, r: Request, beliefs: Beliefs, comp: Competence, args: dict) -> dict:
     """The write's arguments with each field that a followed card states as a formula (a rule inferred from outcomes,
-    `components.worlds.outcome_rules`) set to what the formula gives on what the reads showed. A field several rules
-    govern takes its formula only when the agent follows every one of them that the card states it for."""
-    by_field: dict[str, list[tuple[bool, FieldRule]]] = {}
+    `components.worlds.outcome_rules`) set to what the formula gives on what the reads showed. A card item is one
+    instruction: a field several rules govern takes its formula when the agent follows the first of them the item
+    states it for (one coin, as for a card that states one rule)."""
+    by_field: dict[str, tuple[bool, FieldRule]] = {}
     for _fid, (follows, value) in beliefs.items():
         if isinstance(value, Formula):
             for rule in value.rules:
-                by_field.setdefault(rule.field, []).append((follows, rule))
-    rules = [got[0][1] for got in by_field.values() if all(follows for follows, _rule in got)]
+                by_field.setdefault(rule.field, (follows, rule))
+    rules = [rule for follows, rule in by_field.values() if follows]
     if not rules:
         return args
     skip = comp.writes | {CONFIRM_TOOL, FINISH_TOOL}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 CENT = Fraction(1, 100)
@@ -36,10 +37,15 @@ def q(x: Any) -> Fraction:
     if isinstance(x, float):
         if not math.isfinite(x):
             raise ValueError(f"{x} is not a finite number")
-        return Fraction(repr(float(x)))
+        return _from_float(float(x))
     if isinstance(x, (Decimal, str)):
         return Fraction(str(x).strip())
     raise TypeError(f"{x!r} is not a number")
+
+
+@lru_cache(maxsize=1 << 16)  # the same amounts are read again and again (every rule judged on every row)
+def _from_float(x: float) -> Fraction:
+    return Fraction(repr(x))
 
 
 def rnd(x: Fraction, quantum: Fraction = CENT) -> Fraction:

@@ -78,7 +78,9 @@ class Cond:
             return x == self.value
         if not is_num(x):
             return False
-        x, v = q(x), q(self.value)
+        if isinstance(x, float):  # a decimal as written, not its binary float (24.1 is 241/10)
+            x = q(x)
+        v = self.value if isinstance(self.value, (int, Fraction)) else q(self.value)
         return x > v if self.op == ">" else x >= v if self.op == ">=" else x < v if self.op == "<" else x <= v
 
 
