@@ -144,7 +144,7 @@ def test_three_factors():
     rs = [Row(i, f"{i}#0", feats(n), {"x": gold(n, feats(n))}, {"x": 0}) for n, i in enumerate(items)]
     inf = infer_field(rs, "x")
     assert inf.why == "ok" and {c.path for c, _k in inf.rule.factors} == {"r.days", "u.kind", "u.tier"}
-    assert sorted(k for _c, k in inf.rule.factors) == [Fraction(4, 5), Fraction(11, 10), Fraction(3, 2)]
+    assert all(holds(inf.rule, r) for r in rs)  # exactly, on every row (a factor may sit on either side of its condition)
 
 
 def test_a_share_with_a_ceiling():

@@ -58,7 +58,7 @@ EXPLAIN = 0.9  # the share of rows a rule must give the gold value in (fit and c
 K_REGIONS = 3  # alternative base values tried (the most, second and third most common ratios of the rows)
 MAX_BASES = 4  # numbers tried as a product's base: those whose most common ratio to the gold holds on the most items
 MAX_PAIRS = 40  # pairs of simple terms a condition may choose between: those that together give the most rows
-BEAM = 3  # sets of numbers a sum keeps at each size
+BEAM = 3  # sets a search keeps at each size (a sum's numbers, a product's conditions), and indicators tried from each
 
 
 @dataclass
@@ -492,8 +492,10 @@ def _base_design(ctx: _Ctx, base: Term) -> tuple[np.ndarray, np.ndarray, list[tu
 
 
 def _structures(ctx: _Ctx, base: Term, ind: _Indicators) -> list[list[Cond]]:
-    """The sets of conditions with a factor, grown one at a time (the indicator most correlated with the residual of
-    the log-linear fit so far, one condition per feature), each set along the way a structure to fit exactly."""
+    """The sets of conditions with a factor, grown one at a time: from each of the `BEAM` best sets so far, the
+    `BEAM` indicators most correlated with the residual of its log-linear fit (one condition per feature; with few
+    items a coincidence can correlate as well as the cause, and the check half tells them apart); each set along
+    the way a structure to fit exactly."""
     got = _base_design(ctx, base)
     if got is None:
         return []
@@ -502,30 +504,66 @@ def _structures(ctx: _Ctx, base: Term, ind: _Indicators) -> list[list[Cond]]:
     t, design, m = t[ok], design[ok], ind.matrix[ok]
     y = np.array([_f(v) for v in ctx.ys])[ok]
     noise = np.log((y + _f(ctx.quantum)) / np.maximum(y - _f(ctx.quantum), 1e-12))  # what rounding can do to a log
-    chosen: list[int] = []
-    out: list[list[Cond]] = [[]]
+    centered = m - m.mean(axis=0)
+    norm = np.sqrt((centered ** 2).sum(axis=0))
+    seen: set[tuple[int, ...]] = set()
+    frontier: list[list[int]] = [[]]
+    fitting_sets: list[list[int]] = []  # the sets whose log-linear fit explains the rows up to twice rounding's noise
+    noise = 2 * noise
     for _step in range(min(len(ind.conds), max(1, len(t) // 4))):
+        grown: list[tuple[float, list[int]]] = []
+        for chosen in frontier:
+            x = np.column_stack([design] + [m[:, j] for j in chosen]) if chosen else design
+            coef, *_ = np.linalg.lstsq(x, t, rcond=None)
+            r = t - x @ coef
+            if np.mean(np.abs(r) <= noise) >= EXPLAIN:
+                fitting_sets.append(chosen)
+                continue  # explains the rows up to rounding: more conditions would fit noise
+            if _capped_shape(x, t, noise) and chosen not in fitting_sets:
+                fitting_sets.append(chosen)  # a cap may explain the rest
+            with np.errstate(divide="ignore", invalid="ignore"):
+                score = np.where(norm > 0, np.abs(centered.T @ r) / norm, 0.0)
+            used = {ind.conds[j].path for j in chosen}
+            picks = [int(j) for j in np.argsort(-score, kind="stable") if score[j] > 1e-9
+                     and ind.conds[j].path not in used]
+            taken: set[str] = set()
+            for j in picks:
+                if ind.conds[j].path in taken:
+                    continue
+                taken.add(ind.conds[j].path)
+                refined = _refined(ind, chosen + [j], design, m, t)
+                key = tuple(sorted(refined))
+                if key not in seen:
+                    seen.add(key)
+                    grown.append((_sse(np.column_stack([design] + [m[:, k] for k in refined]), t), refined))
+                if len(taken) >= BEAM:
+                    break
+        if not grown:
+            break
+        grown.sort(key=lambda g: (g[0], g[1]))
+        frontier = [g[1] for g in grown[:BEAM]]
+    for chosen in frontier:  # the last sets grown, if they were not judged yet
         x = np.column_stack([design] + [m[:, j] for j in chosen]) if chosen else design
         coef, *_ = np.linalg.lstsq(x, t, rcond=None)
-        r = t - x @ coef
-        if np.mean(np.abs(r) <= noise) >= EXPLAIN:
-            break  # the structure so far explains the rows up to rounding: more conditions would fit noise
-        centered = m - m.mean(axis=0)
-        norm = np.sqrt((centered ** 2).sum(axis=0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            score = np.where(norm > 0, np.abs(centered.T @ r) / norm, 0.0)
-        used = {ind.conds[j].path for j in chosen}
-        for j in np.argsort(-score, kind="stable"):
-            if score[j] <= 1e-9:
-                return out
-            if ind.conds[j].path not in used:
-                chosen.append(int(j))
-                break
-        else:
-            break
-        chosen = _refined(ind, chosen, design, m, t)
-        out.append([ind.conds[j] for j in chosen])
-    return out
+        if np.mean(np.abs(t - x @ coef) <= noise) >= EXPLAIN and chosen not in fitting_sets:
+            fitting_sets.append(chosen)
+    return [[ind.conds[j] for j in chosen] for chosen in fitting_sets]  # only these can fit exactly
+
+
+def _capped_shape(x: np.ndarray, t: np.ndarray, noise: np.ndarray) -> bool:
+    """Whether the rows a fit misses could be a cap's: fitted on the rows it explains best, every other row lies
+    below it (a ceiling takes off the top), and they are a minority."""
+    coef, *_ = np.linalg.lstsq(x, t, rcond=None)
+    r = t - x @ coef
+    inside = np.abs(r) <= noise
+    if inside.mean() >= EXPLAIN or inside.sum() < len(t) / 2:
+        keep = inside if inside.sum() >= len(t) / 2 else r >= np.median(r)
+    else:
+        keep = inside
+    coef, *_ = np.linalg.lstsq(x[keep], t[keep], rcond=None)
+    r = t - x @ coef
+    off = np.abs(r) > noise
+    return bool(off.any()) and off.mean() < 0.5 and bool((r[off] < 0).all())
 
 
 def _sse(x: np.ndarray, t: np.ndarray) -> float:
@@ -535,18 +573,24 @@ def _sse(x: np.ndarray, t: np.ndarray) -> float:
 
 def _refined(ind: _Indicators, chosen: list[int], design: np.ndarray, m: np.ndarray, t: np.ndarray) -> list[int]:
     """Each chosen threshold moved to the cut of its feature that leaves the least squared error with the others
-    fixed (a cut picked alone can sit off where factors interact), twice over."""
+    fixed (a cut picked alone can sit off where factors interact), twice over. Every cut of a feature is judged at
+    once: the error of adding a column z to a fit with residual r is |r|^2 - (z'r)^2/|z'|^2, z' what the other
+    columns leave of z."""
     chosen = list(chosen)
     for _pass in range(2):
         for n, j in enumerate(chosen):
             c = ind.conds[j]
             if c.op != ">":
                 continue
-            best = (_sse(np.column_stack([design] + [m[:, k] for k in chosen]), t), j)
-            for alt in ind.by_path[c.path]:
-                trial = chosen[:n] + [alt] + chosen[n + 1:]
-                best = min(best, (_sse(np.column_stack([design] + [m[:, k] for k in trial]), t), alt))
-            chosen[n] = best[1]
+            others = np.column_stack([design] + [m[:, k] for i, k in enumerate(chosen) if i != n])
+            basis, _ = np.linalg.qr(others)
+            r = t - basis @ (basis.T @ t)
+            alts = ind.by_path[c.path]
+            z = m[:, alts]
+            z = z - basis @ (basis.T @ z)
+            den = (z * z).sum(axis=0)
+            gain = np.where(den > 1e-12, (z.T @ r) ** 2 / np.where(den > 1e-12, den, 1.0), 0.0)
+            chosen[n] = alts[int(np.argmax(gain))]
     return chosen
 
 
