@@ -10,6 +10,12 @@ halves up); inference (`components.evolution.infer.infer_field`, two folds) sees
 is then judged on fresh rows from the same distribution: a world counts as recovered when the inferred rule gives the
 true value on at least 99% of them. The last line is the share of worlds recovered over every form.
 
+With `--variants N`, the same question on the built-in worlds themselves: for N random variants of each world
+(`random_rules`), train rows come from the `seed` package's episodes on a benchmark of the variant (world seed 0,
+gold through the world's own formulas), and the inferred rule of each field is judged on the rows of a second
+benchmark of the same variant (world seed 1: other customers, orders and amounts); a field counts as recovered when
+its rule gives the gold on >= 99% of those rows.
+
 `tests/test_random_worlds.py` runs the same draws through hypothesis (`draw_world`), and this script's --quick size.
 """
 
@@ -173,6 +179,74 @@ def recover(form: str, seed: int, n_train: int, n_fresh: int) -> dict:
             "truth": render("t", truth), "inferred": render("t", inf.rule) if inf.rule else inf.why}
 
 
+def world_rows(world: str, changes: dict, seed: int, root: Path, per_family: int) -> dict[str, list[Row]]:
+    """Per write tool, the rows of the `seed` package's train episodes (3 seeds) on a benchmark of the variant."""
+    from components.evolution.infer import policy_today, rows_for
+    from components.memory import load_package
+    from components.models.simulated import SimulatedAgent
+    from components.params import BenchmarkParams
+    from components.runtime.episode import run_episode
+    from components.worlds import load_benchmark
+    from components.worlds.base import train_gold
+
+    out = root / f"{world}-{seed}"
+    BenchmarkParams(world=world, seed=seed, out=str(out), per_family=per_family, rules=changes).materialize()
+    bench = load_benchmark(out)
+    pkg = load_package(ROOT / "data" / "packages" / ("seed" if world == "retail" else f"{world}/seed"))
+    agent = SimulatedAgent()
+    episodes = {}
+    for item in bench.splits["train"]:
+        for s in range(3):
+            episodes[f"{item}#{s}"] = run_episode(pkg, bench, item, s, agent).steps
+    gold, today = train_gold(bench), policy_today(bench.policy)
+    return {tool: rows_for(tool, episodes, gold, bench.write_tools, bench.targets, today) for tool in bench.write_tools}
+
+
+def world_recovery(world: str, variant: int, root: Path, per_family: int) -> list[dict]:
+    """Each inferred field of a variant, judged on the rows of another benchmark of that variant."""
+    import importlib
+
+    from components.evolution.infer import holds, infer_rows
+
+    rules = importlib.import_module(f"components.worlds.{world}.rules")
+    changes = rules.random_rules(variant)
+    fit = world_rows(world, changes, 0, root / f"v{variant}", per_family)
+    fresh = world_rows(world, changes, 1, root / f"v{variant}", per_family)
+    out = []
+    for tool, rows in sorted(fit.items()):
+        for inf in infer_rows(tool, rows):
+            rows_f = [r for r in fresh[tool] if inf.field in r.gold]
+            verdicts = [holds(inf.rule, r) for r in rows_f] if inf.rule else []
+            judged = [v for v in verdicts if v is not None]  # rows where the reads the rule needs were made
+            share = sum(judged) / len(judged) if judged else 0.0
+            out.append({"world": world, "variant": variant, "tool": tool, "field": inf.field, "agreement": share,
+                        "recovered": share >= 0.99, "rule": render(tool, inf.rule) if inf.rule else inf.why,
+                        "n": len(judged), "coverage": len(judged) / len(rows_f) if rows_f else 0.0})
+    return out
+
+
+def main_worlds(n: int, per_family: int, show: bool) -> None:
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="ratchet-infer-"))
+    rows = [r for world in ("retail", "airline") for v in range(1, n + 1) for r in world_recovery(world, v, root,
+                                                                                                  per_family)]
+    print(f"inference on random variants of the built-in worlds: {n} per world, {per_family} tasks per family; "
+          "judged on a second benchmark of each variant, on the rows where the reads the rule needs were made")
+    print(f"{'world':8} {'write.field':48} {'recovered':>10} {'median agreement':>17} {'judged rows':>11}")
+    for key in sorted({(r["world"], r["tool"], r["field"]) for r in rows}):
+        rs = [r for r in rows if (r["world"], r["tool"], r["field"]) == key]
+        print(f"{key[0]:8} {key[1] + '.' + key[2]:48} {sum(r['recovered'] for r in rs):>4} / {len(rs):<3} "
+              f"{statistics.median(r['agreement'] for r in rs):>17.3f} {statistics.median(r['coverage'] for r in rs):>10.0%}")
+    if show:
+        for r in rows:
+            if not r["recovered"]:
+                print(f"  {r['world']} v{r['variant']} {r['tool']}.{r['field']} ({r['agreement']:.3f} of {r['n']} judged rows): "
+                      f"{r['rule']}")
+    ok = sum(r["recovered"] for r in rows)
+    print(f"recovered {ok} / {len(rows)} inferred fields of the variants ({ok / len(rows):.1%}) at >= 99% agreement")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="3 worlds per form (the test's size)")
@@ -180,7 +254,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train", type=int, default=80, help="train rows (items) per world (default 80)")
     ap.add_argument("--fresh", type=int, default=1000, help="fresh rows each inferred rule is judged on")
     ap.add_argument("--show", action="store_true", help="print every world that was not recovered")
+    ap.add_argument("--variants", type=int, help="judge inference on this many random variants of each built-in "
+                    "world instead (rows from episodes; see above)")
+    ap.add_argument("--per-family", type=int, default=36, help="tasks per family of the variants' benchmarks")
     args = ap.parse_args(argv)
+    if args.variants:
+        return main_worlds(args.variants, args.per_family, args.show)
     n = args.worlds or (3 if args.quick else 40)
     t0 = time.process_time()
     results = [recover(form, seed, args.train, args.fresh) for form in FORMS for seed in range(n)]
