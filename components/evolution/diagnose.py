@@ -295,6 +295,15 @@ def cards_about(package: MemoryPackage, tool: str, rule_id: str | None = None) -
             and (mine is None or c.id == mine or not c.id.endswith(RULE_CARD.format("")))]
 
 
+def keyed_elsewhere(package: MemoryPackage, cards: list[str], tool: str) -> bool:
+    """Whether the package keys every one of `cards` (cards about write `tool`) on another tool than it: a trigger
+    that names a tool, never this one. Such a card reaches the agent at the moments of that other tool (its intent,
+    its pending work, its draft), never for this write: had it been in memory there, routing would have put it there
+    (a routing fault, rho). A card with no trigger, or one keyed on no tool or on this one, says nothing of the kind."""
+    triggers = [getattr(getattr(package.cards[c], "meta", None), "trigger", None) for c in cards]
+    return bool(triggers) and all(t is not None and t.tool is not None and t.tool != tool for t in triggers)
+
+
 def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackage,
                   write_tools: frozenset[str], targets: Targets | None = None) -> dict[tuple[str, str], bool | None]:
     """Per (write tool, rule): does a card about it help, judged from the whole corpus rather than from any one episode?
@@ -386,7 +395,8 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
 
         wrong = predicted_wrong(s, steps or [s], rules, frozenset({tool}), targets, today) if rules else []
         needs = ([statement_constants(quote)] if quote else []) + field_needs(wrong, rules or {})
-        states = card_states([package.cards[c].body for c in cards], needs, steps or [], s.step, cards)
+        states = card_states([package.cards[c].body for c in cards], needs, steps or [], s.step, cards,
+                             keyed_elsewhere(package, cards, tool))
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL,
                                                         states)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)

@@ -30,12 +30,13 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
+from numbers import Real
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from components.codes import FindingKind, Owner
-from components.evolution.diagnose import Finding, card_helps, card_owner, cards_about, write_target
+from components.evolution.diagnose import Finding, card_helps, card_owner, cards_about, keyed_elsewhere, write_target
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
@@ -190,7 +191,7 @@ def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package
     if cards and not here and helps is not False:
         wrong = predicted_wrong(s, steps, train.rules.get(tool, {}), write_tools, targets, train.today)
         states = card_states([package.cards[c].body for c in cards], field_needs(wrong, train.rules.get(tool, {})),
-                             steps, s.step, cards)
+                             steps, s.step, cards, keyed_elsewhere(package, cards, tool))
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps,
                                                         FindingKind.UNSEEN_VALUE, states)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool,
@@ -228,7 +229,8 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     states = None
     if cards and not here and h is not False:
         states = card_states([package.cards[c].body for c in cards],
-                             field_needs([d.field for d in at], (rules or {}).get(d0.tool, {})), steps, step, cards)
+                             field_needs([d.field for d in at], (rules or {}).get(d0.tool, {})), steps, step, cards,
+                             keyed_elsewhere(package, cards, d0.tool))
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, FindingKind.WRONG_VALUE,
                                                         states)
     return Finding(eid, item_id, step, s.hash, owner, kind, d0.tool, detail, opportunity, patchability, extra)
@@ -264,9 +266,19 @@ def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
 
 
+@dataclass(frozen=True)
+class Gap:
+    """A threshold as train's rows show it: any number from `lo` to `hi` separates them (`Cond.seen`)."""
+
+    lo: float
+    hi: float
+
+
 def rule_constants(rule: FieldRule) -> frozenset[object]:
     """The constants a text must carry to state `rule`: its constant values, allowed values, factors, a table's
-    numbers, a sum's factors and constant, its thresholds and cap (a feature it reads, or a case change, needs none)."""
+    numbers, a sum's factors and constant, its thresholds (as the gap train's rows left, `Gap`, where the inference
+    records one: a threshold placed in the gap is one reading of it, any number in it states it as well) and cap (a
+    feature it reads, or a case change, needs none)."""
     out: set[object] = set()
     for t in rule.terms():
         if t.kind in ("const", "share"):
@@ -279,7 +291,9 @@ def rule_constants(rule: FieldRule) -> frozenset[object]:
             const, parts = t.value
             out.update([k for k, _p in parts] + ([const] if const else []))
     conds = ([rule.cond] if rule.cond is not None else []) + [c for c, _k in rule.factors]
-    out.update(c.value for c in conds if c.op == ">")
+    for c in conds:
+        if c.op != "is":
+            out.add(Gap(float(c.seen[0]), float(c.seen[1])) if c.seen is not None else c.value)
     out.update(k for _c, k in rule.factors)
     if rule.cap is not None:
         out.add(rule.cap)
@@ -287,15 +301,19 @@ def rule_constants(rule: FieldRule) -> frozenset[object]:
 
 
 def mentions(text: str, constants: Iterable[object]) -> bool:
-    """Whether `text` carries one of `constants`: a string (any case), or a number as written, as a percentage (0.05:
-    5%) or as what a factor takes off or adds (0.95 or 1.05: 5%)."""
+    """Whether `text` carries one of `constants`: a string (any case), a number (an int, float or exact fraction) as
+    written, as a percentage (0.05: 5%) or as what a factor takes off or adds (0.95 or 1.05: 5%), or a number inside
+    a threshold's `Gap`."""
     low = text.lower()
     numbers = {round(float(n), 2) for n in NUMBER.findall(text)}
     for c in constants:
         if isinstance(c, str):
             if c.strip() and c.lower() in low:
                 return True
-        elif isinstance(c, (int, float)):
+        elif isinstance(c, Gap):
+            if any(c.lo <= n <= c.hi for n in numbers):
+                return True
+        elif isinstance(c, Real) and not isinstance(c, bool):
             x = float(c)
             if {round(abs(v), 2) for v in (x, 100 * x, 100 * (1 - x))} & numbers:
                 return True
@@ -303,12 +321,14 @@ def mentions(text: str, constants: Iterable[object]) -> bool:
 
 
 def card_states(texts: list[str], needs: Iterable[frozenset[object]], steps: list[TraceStep], step: int,
-                cards: Iterable[str]) -> bool | None:
+                cards: Iterable[str], elsewhere: bool = False) -> bool | None:
     """Whether the cards about a write (their `texts`) state what went wrong at it (see above). `needs`: per thing
     that went wrong there and has a known rule, the constants stating it takes (`rule_constants`,
     `statement_constants`; none for a value read from the task's data). False when one needs constants none of the
     cards carries; True when every one is carried (a rule taking none is taken as stated); with no known rule, the
-    timing: True when such a card was delivered later in the episode than `step`, None when nothing tells."""
+    routing: True when such a card was delivered at another step of the episode than `step` (before it or after
+    it, never at it), or when the cards are keyed where this write never is (`elsewhere`,
+    `diagnose.keyed_elsewhere`); None when nothing tells."""
     text = "\n".join(texts)
     needs = list(needs)
     if any(need and not mentions(text, need) for need in needs):
@@ -316,7 +336,7 @@ def card_states(texts: list[str], needs: Iterable[frozenset[object]], steps: lis
     if needs:
         return True
     mine = set(cards)
-    return True if any(s.step > step and mine & set(s.delivered) for s in steps) else None
+    return True if elsewhere or any(s.step != step and mine & set(s.delivered) for s in steps) else None
 
 
 def field_needs(wrong: Iterable[str], rules: Mapping[str, FieldRule]) -> list[frozenset[object]]:
