@@ -252,11 +252,17 @@ class TurnBudget:
     """What the corpus shows about the turn budget: the length at which episodes are cut off (binding when at least
     `BINDING` of them end there without finishing), and for each amount of work the fewest turns any successful
     episode with at least that much took. Under a binding budget, an episode with more work than any success ever
-    did within it failed for want of turns, whatever else went wrong on the way: no memory change fixes that."""
+    did within it failed for want of turns, whatever else went wrong on the way: no memory change fixes that. More
+    work than any success did is priced from the successes that did the most (`base`: the fewest turns they took up
+    to their last write; what follows it, a finish, is not work), plus, per write beyond it, the fewest turns the
+    corpus ever took from one successful write to the next one done with a granted confirmation covering it
+    (`per_write`: a write as a careful agent makes it); with no such pair in the corpus, it is beyond the budget."""
 
     cap: int
     binding: bool
     need: dict[int, int]  # writes of work -> fewest turns a successful episode with at least that much took
+    per_write: int | None = None  # fewest turns from one successful write to the next, confirmed, one
+    base: int | None = None  # fewest turns up to the last write among the successes with the most work
 
     @classmethod
     def of(cls, episodes: list[list[TraceStep]], success: dict[str, bool], write_tools: frozenset[str],
@@ -264,18 +270,50 @@ class TurnBudget:
         cap = max((len(st) for st in episodes), default=0)
         cut = sum(1 for st in episodes if len(st) == cap and st[-1].action.get("kind") != "finish")
         best: dict[int, int] = {}
+        upto: dict[int, int] = {}  # work -> fewest turns up to the last successful write, among successes
         for st in episodes:
             if st and success.get(st[0].episode_id):
                 k = _work(st, write_tools, targets)
                 best[k] = min(best.get(k, len(st)), len(st))
+                if (last := max((s.step for s in st if _written(s, write_tools)), default=None)) is not None:
+                    upto[k] = min(upto.get(k, last + 1), last + 1)
         need = {k: min(v for j, v in best.items() if j >= k) for k in range(1, max(best, default=0) + 1)}
-        return cls(cap, bool(episodes) and cut >= BINDING * len(episodes), need)
+        gaps = [g for st in episodes for g in _confirmed_gaps(st, write_tools, targets)]
+        return cls(cap, bool(episodes) and cut >= BINDING * len(episodes), need, min(gaps, default=None),
+                   upto.get(max(best, default=0)))
+
+    def turns_for(self, work: int) -> int | None:
+        """The fewest turns `work` writes take, as the corpus shows it (None: it shows nothing to price it by)."""
+        if work in self.need:
+            return self.need[work]
+        top = max(self.need, default=0)
+        if not top or work < top or self.per_write is None or self.base is None:
+            return None
+        return self.base + (work - top) * self.per_write
 
     def out_of_turns(self, steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None) -> bool:
         if not self.binding or not steps:
             return False
-        need = self.need.get(_work(steps, write_tools, targets))
+        need = self.turns_for(_work(steps, write_tools, targets))
         return need is None or need > self.cap
+
+
+def _written(s: TraceStep, write_tools: frozenset[str]) -> bool:
+    return s.action.get("tool") in write_tools and s.blocked is None and bool(s.observation.get("ok"))
+
+
+def _confirmed_gaps(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None) -> list[int]:
+    """Turns from each successful write to the next successful one, where a granted confirmation covered the later."""
+    acts, last, out = [], None, []
+    for s in steps:
+        a = s.action
+        if _written(s, write_tools):
+            if last is not None and covered(acts, a["tool"], a.get("args", {}), targets):
+                out.append(s.step - last)
+            last = s.step
+        if (act := step_act(a, s.observation, s.blocked, write_tools)) is not None:
+            acts.append(act)
+    return out
 
 
 BINDING = 0.05
