@@ -421,9 +421,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         Path(a.json).write_text(json.dumps(out, indent=1, sort_keys=True))
     scored = [r for r in out if r["accuracy"] is not None]
     worst = min(scored, key=lambda r: r["accuracy"], default=None)
-    print(f"rows passing: {sum(r['passes'] for r in out)} of {len(out)}")
     print(f"rows clearing accuracy >= 85% and >= outcome-only + 5: {sum(r['clears_outcome'] for r in out)} of "
           f"{len(out)}")
+    print(f"rows passing: {sum(r['passes'] for r in out)} of {len(out)}")
     print("worst-row localization accuracy: " + (f"{worst['accuracy']:.1%} ({worst['world']}, {worst['row']})"
                                                  if worst else "-"))
     return out

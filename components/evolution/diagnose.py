@@ -429,10 +429,10 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
         # no turn in the corpus had such a card at such a write (the corpus's evidence on a rule is per rule, and
         # stands where it exists): does its text state the refused rule (the receipt's constants), and every field
         # train's rules say this write got wrong (the world stops at the first rule broken: not the only one)?
-        from components.evolution.outcomes import card_states, field_needs, predicted_wrong, statement_constants
+        from components.evolution.outcomes import card_states, statement_constants, write_needs
 
-        wrong = predicted_wrong(s, steps or [s], rules, frozenset({tool}), targets, today) if rules else []
-        needs = ([statement_constants(quote)] if quote else []) + field_needs(wrong, rules or {})
+        needs = ([statement_constants(quote)] if quote else []) + write_needs(s, steps or [s], rules or {},
+                                                                              frozenset({tool}), targets, today)
         states = card_states([package.cards[c].body for c in cards], needs, steps or [], s.step, cards,
                              keyed_elsewhere(package, cards, tool))
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL,
@@ -526,7 +526,7 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         error = "" if pd.isna(row.error) else str(row.error)
         f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets, rules, today)
         if gold and row.item_id in gold:
-            f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules)
+            f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules, today)
         elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:
             from components.evolution.outcomes import unseen_value_finding
 
@@ -556,7 +556,7 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
 
 def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: MemoryPackage, write_tools: frozenset[str],
                   targets: Targets | None, value_helps: Mapping[str, bool | None],
-                  rules: Mapping[str, Mapping[str, FieldRule]] | None = None) -> Finding:
+                  rules: Mapping[str, Mapping[str, FieldRule]] | None = None, today: date | None = None) -> Finding:
     """The trace's finding, or the outcome's when the trace saw nothing or saw it later: a write whose argument
     differs from the gold (a silent world's broken rule leaves no other trace). An external finding stands."""
     from components.evolution.outcomes import outcome_diffs, outcome_finding
@@ -564,7 +564,7 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     if f.owner == Owner.NONE and f.kind != FindingKind.NO_DIVERGENCE:
         return f
     o = outcome_finding(f.episode_id, f.item_id, outcome_diffs(steps, gold, write_tools, targets), steps, package,
-                        value_helps, rules)
+                        value_helps, rules, write_tools, targets, today)
     if o is None:
         return f
     if f.kind == FindingKind.NO_DIVERGENCE:
