@@ -8,9 +8,10 @@ For every failed episode, the earliest of:
         card in memory clear the rule more often than turns without), never by reading the card like the model:
         E:   no card mentions the tool, the card does not help, or a helpful card alone in memory was not enough
         rho: a helpful card was not delivered at that step, or was drowned among other cards
-        unknown: a card exists but was never in memory at such a write, and neither its text nor the timing tells
+        unknown: a card exists but was never in memory at such a write, and neither its text nor the routing tells
         (with the rules train's gold shows, `outcomes.card_states`: a card lacking the constants of what went wrong
-        -> E; one carrying them, or delivered later in the episode than the write -> rho)
+        -> E; one carrying them, or, with no rule to check, delivered later in the episode than the write or keyed
+        by the package on another tool (`keyed_elsewhere`) -> rho)
   - a write a checker blocked (bounced twice, never executed) and never redone successfully      -> C, bounced_write
         (the checker's bounce is the trace of the discipline fault it guards; with it installed, the unconfirmed
         write never happens, and without this the work dropped after it would read as W); when a granted
