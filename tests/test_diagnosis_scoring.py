@@ -144,7 +144,15 @@ def test_bench_diagnosis_quick_prints_the_table(bench_dir, capsys):
     spec.loader.exec_module(mod)
     rows = mod.main(["--quick", "--bench", str(bench_dir), "--items", "4"])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(rows) == 22 and len(lines) == 26 and lines[0] == "receipts: explained"
+    assert len(rows) == 23 and len(lines) == 28 and lines[0] == "receipts: explained"
+    assert rows[-1]["row"] == "rotated triggers" and lines[-3].startswith("rows clearing accuracy >= 85%")
+    # the bar over the outcome-only baseline, recomputed from the row's own figures
+    for r in rows:
+        if r["n"]:
+            assert r["outcome_margin"] == r["accuracy"] - r["outcome_only_accuracy"]
+            assert r["clears_outcome"] is (r["accuracy"] >= 0.85 and r["outcome_margin"] >= 0.05 - 1e-9)
+        else:
+            assert not r["clears_outcome"]
     assert {r["world"] for r in rows} == {"retail"} and {r["receipts"] for r in rows} == {"explained"}
     assert lines[-2].startswith("rows passing:") and lines[-1].startswith("worst-row localization accuracy:")
     assert sum(r["n"] > 0 for r in rows) >= 10

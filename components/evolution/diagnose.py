@@ -8,9 +8,10 @@ For every failed episode, the earliest of:
         card in memory clear the rule more often than turns without), never by reading the card like the model:
         E:   no card mentions the tool, the card does not help, or a helpful card alone in memory was not enough
         rho: a helpful card was not delivered at that step, or was drowned among other cards
-        unknown: a card exists but was never in memory at such a write, and neither its text nor the timing tells
+        unknown: a card exists but was never in memory at such a write, and neither its text nor the routing tells
         (with the rules train's gold shows, `outcomes.card_states`: a card lacking the constants of what went wrong
-        -> E; one carrying them, or delivered later in the episode than the write -> rho)
+        -> E; one carrying them, or, with no rule to check, delivered later in the episode than the write or keyed
+        by the package on another tool (`keyed_elsewhere`) -> rho)
   - a write a checker blocked (bounced twice, never executed) and never redone successfully      -> C, bounced_write
         (the checker's bounce is the trace of the discipline fault it guards; with it installed, the unconfirmed
         write never happens, and without this the work dropped after it would read as W); when a granted
@@ -252,11 +253,17 @@ class TurnBudget:
     """What the corpus shows about the turn budget: the length at which episodes are cut off (binding when at least
     `BINDING` of them end there without finishing), and for each amount of work the fewest turns any successful
     episode with at least that much took. Under a binding budget, an episode with more work than any success ever
-    did within it failed for want of turns, whatever else went wrong on the way: no memory change fixes that."""
+    did within it failed for want of turns, whatever else went wrong on the way: no memory change fixes that. More
+    work than any success did is priced from the successes that did the most (`base`: the fewest turns they took up
+    to their last write; what follows it, a finish, is not work), plus, per write beyond it, the fewest turns the
+    corpus ever took from one successful write to the next one done with a granted confirmation covering it
+    (`per_write`: a write as a careful agent makes it); with no such pair in the corpus, it is beyond the budget."""
 
     cap: int
     binding: bool
     need: dict[int, int]  # writes of work -> fewest turns a successful episode with at least that much took
+    per_write: int | None = None  # fewest turns from one successful write to the next, confirmed, one
+    base: int | None = None  # fewest turns up to the last write among the successes with the most work
 
     @classmethod
     def of(cls, episodes: list[list[TraceStep]], success: dict[str, bool], write_tools: frozenset[str],
@@ -264,18 +271,50 @@ class TurnBudget:
         cap = max((len(st) for st in episodes), default=0)
         cut = sum(1 for st in episodes if len(st) == cap and st[-1].action.get("kind") != "finish")
         best: dict[int, int] = {}
+        upto: dict[int, int] = {}  # work -> fewest turns up to the last successful write, among successes
         for st in episodes:
             if st and success.get(st[0].episode_id):
                 k = _work(st, write_tools, targets)
                 best[k] = min(best.get(k, len(st)), len(st))
+                if (last := max((s.step for s in st if _written(s, write_tools)), default=None)) is not None:
+                    upto[k] = min(upto.get(k, last + 1), last + 1)
         need = {k: min(v for j, v in best.items() if j >= k) for k in range(1, max(best, default=0) + 1)}
-        return cls(cap, bool(episodes) and cut >= BINDING * len(episodes), need)
+        gaps = [g for st in episodes for g in _confirmed_gaps(st, write_tools, targets)]
+        return cls(cap, bool(episodes) and cut >= BINDING * len(episodes), need, min(gaps, default=None),
+                   upto.get(max(best, default=0)))
+
+    def turns_for(self, work: int) -> int | None:
+        """The fewest turns `work` writes take, as the corpus shows it (None: it shows nothing to price it by)."""
+        if work in self.need:
+            return self.need[work]
+        top = max(self.need, default=0)
+        if not top or work < top or self.per_write is None or self.base is None:
+            return None
+        return self.base + (work - top) * self.per_write
 
     def out_of_turns(self, steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None) -> bool:
         if not self.binding or not steps:
             return False
-        need = self.need.get(_work(steps, write_tools, targets))
+        need = self.turns_for(_work(steps, write_tools, targets))
         return need is None or need > self.cap
+
+
+def _written(s: TraceStep, write_tools: frozenset[str]) -> bool:
+    return s.action.get("tool") in write_tools and s.blocked is None and bool(s.observation.get("ok"))
+
+
+def _confirmed_gaps(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None) -> list[int]:
+    """Turns from each successful write to the next successful one, where a granted confirmation covered the later."""
+    acts, last, out = [], None, []
+    for s in steps:
+        a = s.action
+        if _written(s, write_tools):
+            if last is not None and covered(acts, a["tool"], a.get("args", {}), targets):
+                out.append(s.step - last)
+            last = s.step
+        if (act := step_act(a, s.observation, s.blocked, write_tools)) is not None:
+            acts.append(act)
+    return out
 
 
 BINDING = 0.05
@@ -293,6 +332,15 @@ def cards_about(package: MemoryPackage, tool: str, rule_id: str | None = None) -
     mine = rule_card_id(rule_id) if rule_id else None
     return [c.id for c in package.cards.values() if f"`{tool}`" in c.body
             and (mine is None or c.id == mine or not c.id.endswith(RULE_CARD.format("")))]
+
+
+def keyed_elsewhere(package: MemoryPackage, cards: list[str], tool: str) -> bool:
+    """Whether the package keys every one of `cards` (cards about write `tool`) on another tool than it: a trigger
+    that names a tool, never this one. Such a card reaches the agent at the moments of that other tool (its intent,
+    its pending work, its draft), never for this write: had it been in memory there, routing would have put it there
+    (a routing fault, rho). A card with no trigger, or one keyed on no tool or on this one, says nothing of the kind."""
+    triggers = [getattr(getattr(package.cards[c], "meta", None), "trigger", None) for c in cards]
+    return bool(triggers) and all(t is not None and t.tool is not None and t.tool != tool for t in triggers)
 
 
 def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackage,
@@ -382,11 +430,12 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
         # no turn in the corpus had such a card at such a write (the corpus's evidence on a rule is per rule, and
         # stands where it exists): does its text state the refused rule (the receipt's constants), and every field
         # train's rules say this write got wrong (the world stops at the first rule broken: not the only one)?
-        from components.evolution.outcomes import card_states, field_needs, predicted_wrong, statement_constants
+        from components.evolution.outcomes import card_states, statement_constants, write_needs
 
-        wrong = predicted_wrong(s, steps or [s], rules, frozenset({tool}), targets, today) if rules else []
-        needs = ([statement_constants(quote)] if quote else []) + field_needs(wrong, rules or {})
-        states = card_states([package.cards[c].body for c in cards], needs, steps or [], s.step, cards)
+        needs = ([statement_constants(quote)] if quote else []) + write_needs(s, steps or [s], rules or {},
+                                                                              frozenset({tool}), targets, today)
+        states = card_states([package.cards[c].body for c in cards], needs, steps or [], s.step, cards,
+                             keyed_elsewhere(package, cards, tool))
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL,
                                                         states)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
@@ -478,7 +527,7 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         error = "" if pd.isna(row.error) else str(row.error)
         f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets, rules, today)
         if gold and row.item_id in gold:
-            f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules)
+            f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules, today)
         elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:
             from components.evolution.outcomes import unseen_value_finding
 
@@ -508,7 +557,7 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
 
 def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: MemoryPackage, write_tools: frozenset[str],
                   targets: Targets | None, value_helps: Mapping[str, bool | None],
-                  rules: Mapping[str, Mapping[str, FieldRule]] | None = None) -> Finding:
+                  rules: Mapping[str, Mapping[str, FieldRule]] | None = None, today: date | None = None) -> Finding:
     """The trace's finding, or the outcome's when the trace saw nothing or saw it later: a write whose argument
     differs from the gold (a silent world's broken rule leaves no other trace). An external finding stands."""
     from components.evolution.outcomes import outcome_diffs, outcome_finding
@@ -516,7 +565,7 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     if f.owner == Owner.NONE and f.kind != FindingKind.NO_DIVERGENCE:
         return f
     o = outcome_finding(f.episode_id, f.item_id, outcome_diffs(steps, gold, write_tools, targets), steps, package,
-                        value_helps, rules)
+                        value_helps, rules, write_tools, targets, today)
     if o is None:
         return f
     if f.kind == FindingKind.NO_DIVERGENCE:

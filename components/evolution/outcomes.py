@@ -30,17 +30,18 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
+from numbers import Real
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from components.codes import FindingKind, Owner
-from components.evolution.diagnose import Finding, card_helps, card_owner, cards_about, write_target
+from components.evolution.diagnose import Finding, card_helps, card_owner, cards_about, keyed_elsewhere, write_target
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
 from components.worlds.base import Gold
-from components.worlds.outcome_rules import FieldRule
+from components.worlds.outcome_rules import FieldRule, Term
 
 WRONG_ARG = "wrong_arg"  # a diff's kind: a write with an argument its gold does not have (a finding's is wrong_value)
 
@@ -188,9 +189,9 @@ def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package
     helps = train.value_helps.get(tool)
     states = None
     if cards and not here and helps is not False:
-        wrong = predicted_wrong(s, steps, train.rules.get(tool, {}), write_tools, targets, train.today)
-        states = card_states([package.cards[c].body for c in cards], field_needs(wrong, train.rules.get(tool, {})),
-                             steps, s.step, cards)
+        needs = write_needs(s, steps, train.rules.get(tool, {}), write_tools, targets, train.today)
+        states = card_states([package.cards[c].body for c in cards], needs, steps, s.step, cards,
+                             keyed_elsewhere(package, cards, tool))
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps,
                                                         FindingKind.UNSEEN_VALUE, states)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool,
@@ -202,11 +203,14 @@ def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package
 
 def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[TraceStep], package: MemoryPackage,
                     helps: Mapping[str, bool | None],
-                    rules: Mapping[str, Mapping[str, FieldRule]] | None = None) -> Finding | None:
+                    rules: Mapping[str, Mapping[str, FieldRule]] | None = None,
+                    write_tools: frozenset[str] | None = None, targets: Targets | None = None,
+                    today: date | None = None) -> Finding | None:
     """The finding for the episode's earliest wrong argument, its owner read from the trace (see the module doc);
     a missing or extra write no trace finding explains is `unknown` (reported, never planned). None: no diff.
     `rules`: per write tool, the rules the corpus's gold shows (`inferred_rules`), for a card never in memory at
-    its write (`card_states`)."""
+    its write (`card_states`); with `write_tools` (and `targets`, `today`), judged in the case the write is in
+    (`rule_constants` on what its reads showed)."""
     wrong = [d for d in diffs if d.kind == WRONG_ARG]
     if not wrong:
         other = next(iter(diffs), None)
@@ -227,8 +231,10 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     detail = "; ".join(f"`{d.field}` {d.agent!r}, gold {d.gold!r}" for d in at)
     states = None
     if cards and not here and h is not False:
+        feats = None if write_tools is None else write_feats(s, steps, write_tools, targets, today)
         states = card_states([package.cards[c].body for c in cards],
-                             field_needs([d.field for d in at], (rules or {}).get(d0.tool, {})), steps, step, cards)
+                             field_needs([d.field for d in at], (rules or {}).get(d0.tool, {}), feats), steps, step,
+                             cards, keyed_elsewhere(package, cards, d0.tool))
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, FindingKind.WRONG_VALUE,
                                                         states)
     return Finding(eid, item_id, step, s.hash, owner, kind, d0.tool, detail, opportunity, patchability, extra)
@@ -264,11 +270,30 @@ def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
 
 
-def rule_constants(rule: FieldRule) -> frozenset[object]:
+@dataclass(frozen=True)
+class Gap:
+    """A threshold as train's rows show it: any number from `lo` to `hi` separates them (`Cond.seen`)."""
+
+    lo: float
+    hi: float
+
+
+def rule_constants(rule: FieldRule, feats: Mapping[str, Any] | None = None) -> frozenset[object]:
     """The constants a text must carry to state `rule`: its constant values, allowed values, factors, a table's
-    numbers, a sum's factors and constant, its thresholds and cap (a feature it reads, or a case change, needs none)."""
+    numbers, a sum's factors and constant, its thresholds (as the gap train's rows left, `Gap`, where the inference
+    records one: a threshold placed in the gap is one reading of it, any number in it states it as well) and cap (a
+    feature it reads, or a case change, needs none). With `feats` (what a write's reads showed, its own arguments as
+    `@<arg>`), only what that write takes: the term its condition chooses there and the factors that apply there
+    (every threshold still: it is what tells the cases apart)."""
+    terms, factors = rule.terms(), list(rule.factors)
+    if feats is not None:
+        if rule.cond is not None and rule.cond.path in feats:
+            terms = (rule.then,) if rule.cond.true(feats[rule.cond.path]) else (rule.other,)
+        factors = [(c, k) for c, k in factors if c.path not in feats or c.true(feats[c.path])]
     out: set[object] = set()
-    for t in rule.terms():
+    for t in terms:
+        if t is None:
+            continue
         if t.kind in ("const", "share"):
             out.add(t.value)
         elif t.kind == "one_of":
@@ -279,23 +304,29 @@ def rule_constants(rule: FieldRule) -> frozenset[object]:
             const, parts = t.value
             out.update([k for k, _p in parts] + ([const] if const else []))
     conds = ([rule.cond] if rule.cond is not None else []) + [c for c, _k in rule.factors]
-    out.update(c.value for c in conds if c.op == ">")
-    out.update(k for _c, k in rule.factors)
+    for c in conds:
+        if c.op != "is":
+            out.add(Gap(float(c.seen[0]), float(c.seen[1])) if c.seen is not None else c.value)
+    out.update(k for _c, k in factors)
     if rule.cap is not None:
         out.add(rule.cap)
     return frozenset(v for v in out if not isinstance(v, bool) and v not in (0, 1, ""))
 
 
 def mentions(text: str, constants: Iterable[object]) -> bool:
-    """Whether `text` carries one of `constants`: a string (any case), or a number as written, as a percentage (0.05:
-    5%) or as what a factor takes off or adds (0.95 or 1.05: 5%)."""
+    """Whether `text` carries one of `constants`: a string (any case), a number (an int, float or exact fraction) as
+    written, as a percentage (0.05: 5%) or as what a factor takes off or adds (0.95 or 1.05: 5%), or a number inside
+    a threshold's `Gap`."""
     low = text.lower()
     numbers = {round(float(n), 2) for n in NUMBER.findall(text)}
     for c in constants:
         if isinstance(c, str):
             if c.strip() and c.lower() in low:
                 return True
-        elif isinstance(c, (int, float)):
+        elif isinstance(c, Gap):
+            if any(c.lo <= n <= c.hi for n in numbers):
+                return True
+        elif isinstance(c, Real) and not isinstance(c, bool):
             x = float(c)
             if {round(abs(v), 2) for v in (x, 100 * x, 100 * (1 - x))} & numbers:
                 return True
@@ -303,12 +334,13 @@ def mentions(text: str, constants: Iterable[object]) -> bool:
 
 
 def card_states(texts: list[str], needs: Iterable[frozenset[object]], steps: list[TraceStep], step: int,
-                cards: Iterable[str]) -> bool | None:
+                cards: Iterable[str], elsewhere: bool = False) -> bool | None:
     """Whether the cards about a write (their `texts`) state what went wrong at it (see above). `needs`: per thing
     that went wrong there and has a known rule, the constants stating it takes (`rule_constants`,
     `statement_constants`; none for a value read from the task's data). False when one needs constants none of the
     cards carries; True when every one is carried (a rule taking none is taken as stated); with no known rule, the
-    timing: True when such a card was delivered later in the episode than `step`, None when nothing tells."""
+    routing: True when such a card was delivered later in the episode than `step`, or when the cards are keyed where
+    this write never is (`elsewhere`, `diagnose.keyed_elsewhere`); None when nothing tells."""
     text = "\n".join(texts)
     needs = list(needs)
     if any(need and not mentions(text, need) for need in needs):
@@ -316,12 +348,41 @@ def card_states(texts: list[str], needs: Iterable[frozenset[object]], steps: lis
     if needs:
         return True
     mine = set(cards)
-    return True if any(s.step > step and mine & set(s.delivered) for s in steps) else None
+    return True if elsewhere or any(s.step > step and mine & set(s.delivered) for s in steps) else None
 
 
-def field_needs(wrong: Iterable[str], rules: Mapping[str, FieldRule]) -> list[frozenset[object]]:
-    """The constants each wrong field's rule takes (a field with no rule takes none that can be checked)."""
-    return [rule_constants(rules[f]) for f in wrong if f in rules]
+def field_needs(wrong: Iterable[str], rules: Mapping[str, FieldRule],
+                feats: Mapping[str, Any] | None = None) -> list[frozenset[object]]:
+    """The constants each wrong field's rule takes (a field with no rule takes none that can be checked); with
+    `feats`, what the write takes there (`rule_constants`; the field's own value left out of its `@<arg>`s)."""
+    return [rule_constants(rules[f], None if feats is None else _without(feats, f)) for f in wrong if f in rules]
+
+
+def write_needs(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldRule], write_tools: frozenset[str],
+                targets: Targets | None = None, today: date | None = None) -> list[frozenset[object]]:
+    """What stating the rules of write `s` (no gold of its own) takes, by the rules train's gold shows: the constants
+    of the fields they say are wrong there (`predicted_wrong`), in the case that write is in. When they say none is,
+    what went wrong is a field whose right value the reads do not tell: one with a set of allowed values (the card
+    must carry them), or one with no rule at all (nothing to check)."""
+    wrong = predicted_wrong(s, steps, rules, write_tools, targets, today) if rules else []
+    if not wrong:
+        return [rule_constants(r) for r in rules.values() if r.cond is None and r.then.kind == "one_of"]
+    return field_needs(wrong, rules, write_feats(s, steps, write_tools, targets, today))
+
+
+def write_feats(s: TraceStep, steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None,
+                today: date | None = None) -> dict[str, Any]:
+    """What the episode's reads showed before write `s`, with its own numeric arguments as `@<arg>`."""
+    from components.evolution.infer import features
+    from components.worlds.outcome_rules import own
+
+    tool, args = s.action.get("tool", ""), dict(s.action.get("args") or {})
+    target = {k: str(v) for k, v in write_target(tool, args, targets)}
+    return {**features(steps, s.step, args, target, write_tools, today), **own(args, "")}
+
+
+def _without(feats: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    return {k: v for k, v in feats.items() if k != f"@{field}"}
 
 
 QUOTED = re.compile(r"(?<!\w)'([^']+?)'(?!\w)|\"([^\"]+)\"")  # an apostrophe inside a word opens no quote
@@ -336,16 +397,41 @@ def statement_constants(text: str) -> frozenset[object]:
 def inferred_rules(tools: Iterable[str], episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
                    write_tools: frozenset[str], targets: Targets | None = None,
                    today: date | None = None) -> dict[str, dict[str, FieldRule]]:
-    """Per tool, the rule of each field some episode got wrong, as `infer` finds it on this corpus's gold (a field
-    with no rule that passed its check is left out)."""
-    from components.evolution.infer import infer_tool
+    """Per tool, the rule of each field some episode got wrong, as `infer` finds it on this corpus's gold; a field
+    with no rule that passed its check, whose gold values recur across the items (`recurring`: constants a rule
+    states, not values read from each task's data), as the set of those values (`one_of`: what stating its rule
+    takes at least); any other field is left out."""
+    from components.evolution.infer import infer_rows, rows_for
 
     out: dict[str, dict[str, FieldRule]] = {}
     for tool in sorted(set(tools)):
-        got = {i.field: i.rule for i in infer_tool(tool, episodes, gold, write_tools, targets, today) if i.rule}
+        rows = rows_for(tool, episodes, gold, write_tools, targets, today)
+        got = {i.field: i.rule for i in infer_rows(tool, rows, targets) if i.rule}
+        ident = {k for r in rows for k, _v in write_target(tool, r.gold, targets)}
+        wrong = {f for r in rows if r.agent is not None for f in r.gold
+                 if f not in ident and f not in got and not same_value(r.agent.get(f), r.gold[f])}
+        for f in sorted(wrong):
+            values = recurring({(r.item, write_target(tool, r.gold, targets)): r.gold[f] for r in rows
+                                if r.agent is not None and f in r.gold})
+            if values:
+                got[f] = FieldRule(f, Term("one_of", values))
         if got:
             out[tool] = got
     return out
+
+
+def recurring(by_item: Mapping[tuple, Any]) -> tuple[Any, ...]:
+    """The values of a field over its items' writes (one per item and target), when they recur: scalars, at most half
+    as many distinct ones as writes (a value read from each task's data, an amount or an id, seldom does), over at
+    least `MIN_RECUR` writes; () otherwise."""
+    values = list(by_item.values())
+    if len(values) < MIN_RECUR or any(isinstance(v, bool) or not isinstance(v, (str, Real)) for v in values):
+        return ()
+    distinct = sorted(set(values), key=str)
+    return tuple(distinct) if 2 * len(distinct) <= len(values) else ()
+
+
+MIN_RECUR = 4
 
 
 def predicted_wrong(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldRule], write_tools: frozenset[str],
