@@ -1434,3 +1434,61 @@ def test_the_entry_point_run_in_process_leaves_the_callers_signals_and_prefect_a
     assert e.value.code == 2 and "campaign.start: no such directory" in capsys.readouterr().err
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM),
             prefect.flow_engine.capture_sigterm) == before
+
+
+# -- session 13: the third red team ------------------------------------------------------------------------------------
+# score tables: one reader (components/evolution/gate_files.py::read_table), ids as text, seeds exact
+
+def _table(path: Path, rows: list[tuple[str, str, str]]) -> Path:
+    path.write_text("item_id,seed,score\n" + "".join(f"{i},{s},{v}\n" for i, s, v in rows))
+    return path
+
+
+def test_gate_keeps_an_item_named_na_or_empty_and_its_verdict(tmp_path):
+    """pandas read `NA` and an empty id as missing values, and the items were lost: here five items improve and the
+    two named `NA` and `` regress, so the gate rejects (reg_cap 0); without them it would accept."""
+    names = ["a", "b", "c", "d", "e", "NA", ""]
+    base = _table(tmp_path / "b.csv", [(n, str(s), "0.5") for n in names for s in range(2)])
+    cand = _table(tmp_path / "c.csv", [(n, str(s), "0.0" if n in ("NA", "") else "0.6") for n in names
+                                       for s in range(2)])
+    r = ratchet("gate", "--base", base, "--cand", cand, "--json", "--reg-cap", "0", "--n-boot", "1000")
+    v = json.loads(r.stdout)
+    assert r.exit_code == 1 and v["n_items"] == 7 and v["n_regressed"] == 2, r.stdout  # NA and "" are items
+
+
+def test_gate_seeds_are_exact_integers_not_floats(tmp_path):
+    """`1e300` and `2e300` were one seed to pandas (a float cast): refused, never paired as one."""
+    rows = [(f"i{k}", "0", "0.5") for k in range(6)]
+    ok = _table(tmp_path / "ok.csv", rows)
+    big = _table(tmp_path / "big.csv", [(f"i{k}", "1e300" if k == 0 else "0", "0.5") for k in range(6)])
+    one_line(ratchet("gate", "--base", ok, "--cand", big), 2, "big.csv: seed: '1e300' on line 2",
+             "not an integer written out")
+
+
+@pytest.mark.parametrize("cell,fragment", [("seed:inf", "seed: 'inf'"), ("seed:huge", "seed: '9999"),
+                                           ("item:huge", "incomplete pairing"), ("score:huge", "score: '0.12")])
+def test_gate_on_an_inf_seed_or_a_huge_cell_is_one_line_exit_2(tmp_path, cell, fragment):
+    """Each was exit 3 (`internal error`: an OverflowError, the csv module's field limit)."""
+    where, what = cell.split(":")
+    value = {"inf": "inf", "huge": ("9" if where == "seed" else "0.12") * 100_000}[what]
+    rows = [(f"i{k}", "0", "0.5") for k in range(6)]
+    bad = [(value if where == "item" and k == 0 else f"i{k}", value if where == "seed" and k == 0 else "0",
+            value if where == "score" and k == 0 else "0.5") for k in range(6)]
+    one_line(ratchet("gate", "--base", _table(tmp_path / "b.csv", rows), "--cand", _table(tmp_path / "c.csv", bad)),
+             2, fragment)
+
+
+def test_gate_reads_a_table_from_a_pipe(tmp_path):
+    """`ratchet gate --base b.csv --cand <(cat c.csv)`: the table is read once (a pipe has no second reading)."""
+    rows = [(f"i{k}", str(s), "0.5") for k in range(6) for s in range(2)]
+    base = _table(tmp_path / "b.csv", rows)
+    text = _table(tmp_path / "c.csv", [(i, s, "0.9") for i, s, _ in rows]).read_bytes()
+    r_fd, w_fd = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(w_fd, text), os.close(w_fd)))
+    writer.start()
+    try:
+        r = ratchet("gate", "--base", base, "--cand", f"/dev/fd/{r_fd}", "--n-boot", "1000")
+    finally:
+        writer.join()
+        os.close(r_fd)
+    assert r.exit_code == 0 and r.stdout.startswith("ACCEPT"), (r.stdout, r.stderr)
