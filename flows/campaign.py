@@ -685,6 +685,7 @@ def _existing_benchmark(p: Params):
     if bench.receipts != p.benchmark.receipts:  # the same tasks, another world's receipts: refused, never mixed up
         raise InputError(f"{meta}: receipts: {bench.receipts.value!r}, but benchmark.receipts is "
                          f"{p.benchmark.receipts.value!r} (materialize it with --receipts, or set benchmark.out)")
+    p.benchmark.check_existing(p.benchmark.out)  # every other benchmark.* param: what made it, or refused
     return bench
 
 

@@ -1492,3 +1492,20 @@ def test_gate_reads_a_table_from_a_pipe(tmp_path):
         writer.join()
         os.close(r_fd)
     assert r.exit_code == 0 and r.stdout.startswith("ACCEPT"), (r.stdout, r.stderr)
+
+
+# inputs a run did not use are refused, never recorded
+
+@pytest.mark.parametrize("setting,key", [("benchmark.per_family=8", "families"), ("benchmark.seed=1", "seed"),
+                                         ("benchmark.dev_share=0.5", "splits")])
+def test_a_benchmark_param_the_existing_benchmark_was_not_made_with_is_refused(project, setting, key):
+    """`--set benchmark.per_family=8` over an existing benchmark reused it (only world and receipts were compared),
+    and summary.json and MLflow recorded 8. Every key of meta.json is compared with what the params make."""
+    from components.params import BenchmarkParams
+
+    BenchmarkParams(out=str(project / "b"), per_family=6, receipts="explained").materialize()
+    before = snapshot(project)
+    r = ratchet("campaign", "run", "--out", "camp", "--set", "benchmark.out=b", *EXPLAINED, "--set",
+                "benchmark.per_family=6", "--set", setting, "--set", "campaign.start=pkg")
+    one_line(r, 2, f"b/meta.json: {key}:", "here, but the benchmark.* params make")
+    assert snapshot(project) == before and not (project / "camp").exists()
