@@ -90,10 +90,13 @@ def atomic_dir(path: str | Path, *, replace: bool = True, mark: str | None = Non
     With replace=False an existing target is refused (FileExistsError) both before and at the final rename.
     With `mark`, the directory is marked as Ratchet's output of that kind (see `claim_output`) before it moves in."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and not replace:
         raise FileExistsError(f"{path} already exists")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    except OSError as e:  # a read-only or vanished place: named as the output, not as the temp name it refused
+        raise type(e)(e.errno, e.strerror or str(e), str(path)) from None
     try:
         os.chmod(tmp, 0o777 & ~_umask())
         yield tmp
@@ -178,6 +181,7 @@ KINDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "campaign": (frozenset({"lineage", "rounds", "summary.json", "test_evals.json", ".state"}), frozenset({"lineage"})),
     "report": (frozenset({"metrics.json", "rounds.csv", "campaign.md", "rounds.png", "champion.png", "causes.png",
                           "families.png", "plots"}), frozenset()),
+    "outer": (frozenset({"export", "model.json", "models", "prune", "inner"}), frozenset({"export"})),
 }
 
 
@@ -236,6 +240,27 @@ def claim_output(path: str | Path, kind: str, *, option: str = "--out", inputs: 
         raise OutputRefused(f"{path}: {option}: holds Ratchet's {found} output, not {kind} output{hint}")
     raise OutputRefused(f"{path}: {option}: is a non-empty directory that Ratchet did not write (no {MARK}); "
                         f"refusing to replace it: choose a new or empty directory")
+
+
+def confined(root: str | Path, rel: str, where: str) -> Path:
+    """`root / rel` for a `rel` taken from a record or a model's output (a version name, a round directory, a manifest
+    entry, a model's name), refused (InputError naming `where`, `<file>: <field>`) unless it stays inside `root`: no
+    absolute path, no `..`, no symlink out of it. Nothing outside is read or written on a record's say-so."""
+    p = Path(str(rel))
+    if not str(rel) or p.is_absolute() or ".." in p.parts or "\x00" in str(rel):
+        raise InputError(f"{where}: {str(rel)[:120]!r}: must name a place inside {root} (no absolute path, no '..')")
+    full = Path(root) / p
+    base = Path(root).resolve()
+    if not full.resolve().is_relative_to(base):  # a symlink on the way out
+        raise InputError(f"{where}: {str(rel)[:120]!r}: leads outside {root} (through a symbolic link)")
+    return full
+
+
+def recorded_path(path: str) -> str:
+    """A path as records show it: relative to the working directory when inside it, else absolute."""
+    full = os.path.abspath(path)
+    here = os.getcwd()
+    return os.path.relpath(full, here) if full == here or full.startswith(here.rstrip(os.sep) + os.sep) else full
 
 
 def mark_output(path: str | Path, kind: str) -> None:

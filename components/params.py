@@ -14,7 +14,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from components.defaults import MAX_SOURCE_ITEMS, MAX_TURNS, SPLIT_SHARES
 from components.errors import InputError
 from components.evolution.gate import MAX_BOOT, MIN_BOOT, GateConfig, SequentialDesign
-from components.io import strict_yaml, yaml_problem
+from components.io import recorded_path, strict_yaml, yaml_problem  # noqa: F401 (recorded_path: params' own)
 from components.worlds.base import ReceiptMode
 from components.tracking.mlflow_log import MAX_TRACES_PER_ROUND
 
@@ -390,15 +390,6 @@ def _absolute(path: str) -> str:
     import os
 
     return os.path.abspath(path)  # not resolve(): a symlinked directory keeps the name it was given
-
-
-def recorded_path(path: str) -> str:
-    """A path as records show it: relative to the working directory when inside it, else absolute."""
-    import os
-
-    full = os.path.abspath(path)
-    here = os.getcwd()
-    return os.path.relpath(full, here) if full == here or full.startswith(here.rstrip(os.sep) + os.sep) else full
 
 
 def _store(where: str | None, fix) -> str | None:

@@ -608,7 +608,8 @@ def report(
 @app.command("export")
 def export_cmd(
     campaign: Annotated[Path, typer.Option(help="a finished campaign's output directory")] = Path("runs/campaign"),
-    bench: Annotated[Path, typer.Option("--benchmark", help="the benchmark the campaign ran")] = DEFAULT_BENCH,
+    bench: Annotated[Optional[Path], typer.Option("--benchmark", help="the benchmark the campaign ran (default: "
+                                                  "the one its summary.json records)")] = None,
     out_dir: Annotated[Path, typer.Option("--out")] = Path("runs/export"),
     split: Annotated[str, typer.Option(help="train only: dev and test are held out and refused")] = "train",
     mlflow: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="log each file as a dataset input of the "
@@ -626,6 +627,11 @@ def export_cmd(
     check_split(split)
     if not (campaign / "summary.json").is_file():
         raise InputError(f"{campaign / 'summary.json'}: -: no such file (run the campaign first)")
+    if bench is None:  # the campaign's own record says which benchmark it ran (its digest is checked on reading)
+        ran = ((read_json_object(campaign / "summary.json").get("params") or {}).get("benchmark") or {}).get("out")
+        if not isinstance(ran, str) or not ran:
+            raise InputError(f"{campaign / 'summary.json'}: params.benchmark.out: not recorded; give --benchmark")
+        bench = Path(ran)
     claim_output(out_dir, "export", inputs={"campaign": campaign, "benchmark": bench})
     m = export_campaign(campaign, bench, out_dir, split)
     for name, f in sorted(m.files.items()):

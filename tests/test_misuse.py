@@ -1509,3 +1509,88 @@ def test_a_benchmark_param_the_existing_benchmark_was_not_made_with_is_refused(p
                 "benchmark.per_family=6", "--set", setting, "--set", "campaign.start=pkg")
     one_line(r, 2, f"b/meta.json: {key}:", "here, but the benchmark.* params make")
     assert snapshot(project) == before and not (project / "camp").exists()
+
+
+# outer run: the training command, the output directory, the model's name
+
+@pytest.fixture
+def finished(project):
+    (project / "camp").mkdir()
+    (project / "camp" / "summary.json").write_text("{}\n")
+    return project / "camp"
+
+
+@pytest.mark.parametrize("train,fragment", [("", "--train: empty command"), ("'unclosed", "not a command line")])
+def test_outer_run_with_an_empty_or_broken_training_command_is_refused(project, finished, train, fragment):
+    """`--train ""` silently ran the offline learner."""
+    before = snapshot(project)
+    one_line(ratchet("outer", "run", "--campaign", "camp", "--out", "o", "--train", train), 2, fragment)
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize("out,fragment", [("mine", "mine: --out: is a non-empty directory that Ratchet did not "
+                                                   "write"), ("notes.txt", "notes.txt: --out: is a file")])
+def test_outer_run_over_a_users_directory_or_a_file_is_refused_and_left_intact(project, finished, out, fragment):
+    """`outer run --out` over an existing directory deleted and overwrote the user's files there."""
+    (project / "notes.txt").write_text("mine\n")
+    before = snapshot(project)
+    one_line(ratchet("outer", "run", "--campaign", "camp", "--out", out), 2, fragment)
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/tmp/escaped", "a/../../escaped"])
+def test_a_trained_model_named_to_escape_is_refused_and_nothing_written_outside(tmp_path, name):
+    """A trained model named `../../escaped` made `outer run --out a/mine` write `a/escaped.json`."""
+    import sys
+
+    from flows.outer import register_stage, train_stage
+
+    out = tmp_path / "a" / "mine"
+    (out / "export").mkdir(parents=True)
+    spec = {"name": name, "model": "sim", "model_cfg": {}, "trained_on": "x"}
+    write = f"import json,sys; json.dump({spec!r}, open(sys.argv[1], 'w'))"
+    cmd = f"{sys.executable} -c {json.dumps(write)} {{out}}"
+    before = snapshot(tmp_path)
+    with pytest.raises(InputError, match=r"model\.json: name: .*must name a place inside|leads outside"):
+        train_stage.fn(cmd, str(out / "export"), str(out / "model.json"))
+    from components.outer.model import ModelSpec
+
+    with pytest.raises(InputError, match="must name a place inside"):
+        register_stage.fn(ModelSpec(**spec), str(out), str(tmp_path / "camp"), None)
+    after = snapshot(tmp_path)
+    assert {k for k in after if k not in before} <= {"a/mine/model.json"}  # what the command itself wrote
+
+
+def test_a_failing_training_command_is_one_external_failure():
+    import sys
+
+    from components.errors import ExternalFailure
+    from flows.outer import train_stage
+
+    cmd = f"{sys.executable} -c \"import sys; print('CUDA out of memory', file=sys.stderr); sys.exit(3)\""
+    with pytest.raises(ExternalFailure, match=r"--train: .*python.*: the training command exited 3: CUDA out of memory"):
+        train_stage.fn(cmd, "e", "m.json")
+    with pytest.raises(ExternalFailure, match="could not start"):
+        train_stage.fn("/no/such/trainer {out}", "e", "m.json")
+
+
+@pytest.mark.parametrize("field,value", [("parent", "../../../../../../../../usr"), ("parent", "/usr"),
+                                         ("child", "../../../../../../../../usr")])
+def test_reproduce_on_a_record_naming_a_place_outside_the_campaign_refuses_before_reading_it(project, bench_dir,
+                                                                                          field, value):
+    """A tampered lineage record's parent path made `reproduce` hash /usr (86 s) before refusing."""
+    from components.memory import digest
+
+    camp = _started(project, bench_dir)
+    lin = Lineage(camp / "lineage")
+    shutil.copytree(project / "pkg", project / "cand")
+    (project / "cand" / "manifest.yaml").write_text((project / "cand" / "manifest.yaml").read_text() + "\n")
+    lin.commit(project / "cand", digest(project / "cand"), 1, {"plan_key": "p1", "round_dir": "rounds/r01"})
+    lines = lin.log.read_text().splitlines()
+    rec = json.loads(lines[-1])
+    rec[field]["version"] = value
+    lin.log.write_text("\n".join([*lines[:-1], json.dumps(rec)]) + "\n")
+    t0 = time.monotonic()
+    r = ratchet("reproduce", "--campaign", "camp", "--version", value if field == "child" else "M1")
+    one_line(r, 2, f"lineage.jsonl: round 1: {field}.version:", "must name a place inside")
+    assert time.monotonic() - t0 < 30

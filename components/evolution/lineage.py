@@ -27,7 +27,7 @@ from typing import Any
 from components.evolution.record import RoundRecord, StartRecord, lineage_entry
 from components.codes import Verdict
 from components.errors import InputError
-from components.io import atomic_dir, atomic_write_json, atomic_write_text
+from components.io import atomic_dir, atomic_write_json, atomic_write_text, confined
 from components.memory.package import digest
 
 
@@ -83,7 +83,22 @@ class Lineage:
 
     def versions(self) -> list[Version]:
         committed = [lineage_entry(r) for r in self.records() if r.get("verdict") in (Verdict.START, Verdict.ACCEPT)]
-        return [Version(r.child.version, self.versions_dir / r.child.version, r.child.digest) for r in committed]
+        return [Version(r.child.version, self.version_dir(r.child.version, f"round {r.round}: child.version"),
+                        r.child.digest) for r in committed]
+
+    def version_dir(self, name: str, field: str = "version") -> Path:
+        """Where version `name` (as a record names it) lives: under versions/, never outside on a record's say-so."""
+        return confined(self.versions_dir, name, f"{self.log}: {field}")
+
+    def check_bytes(self, v: Version) -> None:
+        """Refuse (CommitError) a version whose bytes on disk are not the digest its record pins: edited after it was
+        committed, or missing (a checkout without `dvc checkout`)."""
+        if not v.path.is_dir():
+            raise CommitError(f"{v.path}: -: version {v.name} is missing (run `dvc checkout` at the recording commit)")
+        have = digest(v.path)
+        if have != v.digest:
+            raise CommitError(f"{v.path}: digest: {v.name}'s bytes on disk are {have[:12]}, the lineage pins "
+                              f"{v.digest[:12]} (edited after it was committed; `dvc checkout` restores it)")
 
     def champion(self) -> Version:
         vs = self.versions()

@@ -41,6 +41,7 @@ from typing import Any
 from components.codes import Verdict
 from components.evolution.lineage import Lineage
 from components.evolution.record import RoundRecord, StartRecord
+from components.io import confined, recorded_path
 
 # cited failed episodes logged as traces per round (the first ones of each packet): the default of the setting
 # `campaign.traces_per_round` (each trace costs a few hundred spans written to the store; no result depends on them)
@@ -367,6 +368,8 @@ class CampaignTracker:
         from components.heap import long_lived
 
         self.name, self.out, self.params = name, Path(out), params
+        # the output as records show it (`Params.recorded`: relative inside the project), not this machine's path
+        self.where = recorded_path(str(self.out))
         self.traces_per_round = int((params.get("campaign") or {}).get("traces_per_round", MAX_TRACES_PER_ROUND))
         self.uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         # MLflow's modules, and its store's (imported when the first client is made), live as long as the process
@@ -406,11 +409,11 @@ class CampaignTracker:
             run = self.client.create_run(self.experiment_id, run_name=f"campaign {name} @{commit[:7]} p{phash}", tags={
                 "ratchet.kind": "campaign", "ratchet.campaign_key": self.key, "ratchet.params_hash": phash,
                 "ratchet.identity": self.ident, "ratchet.campaign": name, "ratchet.registered_model": self.model_name,
-                "ratchet.out": str(self.out.resolve()), "ratchet.git_commit": commit, "ratchet.dvc_lock": dvc_lock_hash(),
+                "ratchet.out": self.where, "ratchet.git_commit": commit, "ratchet.dvc_lock": dvc_lock_hash(),
                 # a queued `dvc exp run` (its stage runs in DVC's temporary copy): the experiment's name in `dvc exp show`
                 **({"ratchet.dvc_experiment": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}),
                 "mlflow.note.content": f"Campaign `{name}` at commit `{commit[:12]}`, identity `{self.ident}`, params "
-                                       f"hash `{phash}`, output `{self.out}`. Its rounds are the nested runs; its "
+                                       f"hash `{phash}`, output `{self.where}`. Its rounds are the nested runs; its "
                                        f"package versions are the registered model `{self.model_name}` (alias "
                                        "`champion`)."})
             self.run_id = run.info.run_id
@@ -452,7 +455,9 @@ class CampaignTracker:
     def log_round(self, rec: RoundRecord | dict[str, Any]) -> str:
         """One nested run for a finished round, with nested runs for its evaluations; returns its run id."""
         rec = RoundRecord.of(rec)
-        rd = self.out / rec.round_dir  # relative to the campaign (an absolute one from older records stays)
+        # where the round is now: the record's directory name under this campaign's rounds/ (an older record's
+        # absolute path names the same round), never a place outside it on the record's say-so
+        rd = confined(self.out / "rounds", Path(rec.round_dir).name, f"{self.out / 'lineage'}: round_dir")
         n = int(rec.round)
         found = self._round_runs().get(n)
         if found is not None and found.info.status == "FINISHED":  # logged already (a rerun, a resume): not twice
@@ -463,8 +468,8 @@ class CampaignTracker:
             if stale:
                 self.client.delete_traces(self.experiment_id, trace_ids=[t.info.trace_id for t in stale])
             self.client.delete_run(found.info.run_id)
-        tags = {"mlflow.parentRunId": self.run_id, **round_tags(rec), "ratchet.round_dir": str(rd.resolve()),
-                "ratchet.campaign_out": str(self.out.resolve())}
+        tags = {"mlflow.parentRunId": self.run_id, **round_tags(rec), "ratchet.round_dir": recorded_path(str(rd)),
+                "ratchet.campaign_out": self.where}
         run = self.client.create_run(self.experiment_id, run_name=round_title(rec), tags=tags)
         rid = run.info.run_id
         self._params(rid, round_params(rec, self.params))
@@ -704,7 +709,7 @@ class CampaignTracker:
             if d in existing:
                 by_version[child.version] = last = existing[d]
                 continue
-            path = self.out / "lineage" / "versions" / child.version
+            path = Lineage(self.out / "lineage").version_dir(child.version, f"round {rec.round}: child.version")
             round_run = rounds.get(rec.round)
             src = round_run.info.run_id if round_run is not None else self.run_id
             parent_mv = by_version.get(parent.version if parent else "")
@@ -817,9 +822,10 @@ def campaign_run(client: Any, summary: dict[str, Any], campaign_dir: str | Path)
     exp = client.get_experiment_by_name(tracking_names(summary)["experiment"])
     if exp is None:
         return None
-    runs = client.search_runs([exp.experiment_id], "tags.`ratchet.kind` = 'campaign' and "
-                              f"tags.`ratchet.out` = '{Path(campaign_dir).resolve()}'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
+    wheres = {recorded_path(str(campaign_dir)), str(Path(campaign_dir).resolve())}  # the tag; before: absolute
+    runs = [r for r in client.search_runs([exp.experiment_id], "tags.`ratchet.kind` = 'campaign'",
+                                          order_by=["attributes.start_time DESC"], max_results=1000)
+            if r.data.tags.get("ratchet.out") in wheres]
     return runs[0].info.run_id if runs else None
 
 
@@ -850,7 +856,7 @@ def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], t
             continue  # the same bytes are logged already (a rerun of the stage)
         with warnings.catch_warnings():  # MLflow registers its local-file source twice and says so on every call
             warnings.simplefilter("ignore", UserWarning)
-            ds = mlflow.data.from_pandas(df, source=str(path.resolve()), name=ds_name, digest=f.sha256[:32])
+            ds = mlflow.data.from_pandas(df, source=recorded_path(str(path)), name=ds_name, digest=f.sha256[:32])
         inputs.append(DatasetInput(ds._to_mlflow_entity(), tags=[
             InputTag("mlflow.data.context", "training"), InputTag("ratchet.source", "campaign"),
             InputTag("ratchet.champion", manifest.champion), InputTag("ratchet.champion_digest", manifest.champion_digest),

@@ -22,6 +22,7 @@ from components.codes import Verdict
 from components.errors import InputError
 from components.evolution.gate import SequentialDesign, gate, sequential_gate
 from components.evolution.lineage import Lineage
+from components.io import confined
 from components.evolution.record import RoundRecord
 from components.evolution.validate import fired
 from components.memory.package import digest
@@ -74,11 +75,22 @@ def find_round(campaign: str | Path, version: str | None = None, run_id: str | N
         promoted = [r["child"]["version"] for r in lineage.records() if r.get("verdict") == Verdict.ACCEPT]
         raise ReproduceError(f"{lineage.log}: version: {version!r} was not promoted here (promoted: {', '.join(promoted) or 'none'})")
     try:
-        return campaign, RoundRecord.of(rec)
+        typed = RoundRecord.of(rec)
     except ValidationError as e:
         where = ".".join(str(x) for x in e.errors()[0]["loc"]) or "-"
         raise ReproduceError(f"{lineage.log}: round {rec.get('round')}: {where}: the record is damaged "
                              f"({e.errors()[0]['msg']})") from None
+    _places(campaign, typed)  # before anything is said or read on the record's say-so
+    return campaign, typed
+
+
+def _places(campaign: Path, rec: RoundRecord) -> tuple[Path, Path, Path]:
+    """The parent's and the promoted version's directories and the round's, as the record names them, each confined
+    to where it belongs in the campaign: a tampered name is refused before anything is read (or hashed)."""
+    lineage = Lineage(campaign / "lineage")
+    return (lineage.version_dir(rec.parent.version, f"round {rec.round}: parent.version"),
+            lineage.version_dir(rec.child.version, f"round {rec.round}: child.version"),
+            confined(campaign / "rounds", Path(rec.round_dir).name, f"{lineage.log}: round {rec.round}: round_dir"))
 
 
 def _altered(campaign: Path, lineage: Lineage, version: str | None) -> None:
@@ -103,12 +115,13 @@ def _altered(campaign: Path, lineage: Lineage, version: str | None) -> None:
 def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
     campaign, rec = Path(campaign), RoundRecord.of(rec)
     lineage = Lineage(campaign / "lineage")
-    parent_dir = lineage.versions_dir / rec.parent.version
-    child_dir = lineage.versions_dir / rec.child.version
+    parent_dir, child_dir, rd = _places(campaign, rec)
     ev = rec.evaluation
     if ev is None:
         raise ReproduceError(f"{lineage.log}: round {rec.round}: evaluation: not recorded (campaign from an older Ratchet)")
     bench_dir = Path(ev.benchmark)
+    if bench_dir.is_dir():  # a benchmark, or refused before its bytes are hashed (a record may name any directory)
+        load_benchmark(bench_dir)
     # 2. the bytes on disk must be the recorded bytes, or nothing is re-run
     for what, path, want in (("parent version", parent_dir, rec.parent.digest),
                              ("promoted version", child_dir, rec.child.digest),
@@ -143,7 +156,6 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
         verdict, per_item = gate(base.scores, cand.scores, ev.gate,
                                  mechanism_fired=fired(cand.traces, rec.mechanism))
     # 4. compare with what the round recorded
-    rd = campaign / "rounds" / Path(rec.round_dir).name  # where the campaign is now, wherever it ran
     diffs: list[str] = []
     for name, df in (("dev_base.csv", base.scores), ("dev_cand.csv", cand.scores), ("gate_items.csv", per_item)):
         recorded = (rd / name).read_bytes() if (rd / name).exists() else None
