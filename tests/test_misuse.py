@@ -1594,3 +1594,18 @@ def test_reproduce_on_a_record_naming_a_place_outside_the_campaign_refuses_befor
     r = ratchet("reproduce", "--campaign", "camp", "--version", value if field == "child" else "M1")
     one_line(r, 2, f"lineage.jsonl: round 1: {field}.version:", "must name a place inside")
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("command", ["materialize", "eval"])
+def test_a_read_only_out_is_named_as_given_not_as_a_temporary_name(project, bench_dir, command):
+    ro = project / "ro"
+    ro.mkdir()
+    with _read_only(ro):
+        if command == "materialize":
+            r = ratchet("bench", "materialize", "--out", "ro/b", "--per-family", "3")
+        else:
+            r = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "ro/ev", "--seeds", "1",
+                        "--items", json.loads((bench_dir / "splits.json").read_text())["dev"][0])
+        line = one_line(r, 1, "Read-only file system")
+    assert line.startswith(f"error: ro/{'b' if command == 'materialize' else 'ev'}: -:"), line
+    assert ".tmp-" not in line and list(ro.iterdir()) == []
