@@ -709,7 +709,7 @@ def _check_rerun(p: Params, lineage: Lineage) -> None:
 
 def _campaign(p: Params, lineage: Lineage) -> dict:
     c, out = p.campaign, Path(p.campaign.out)
-    open_graph(p.evidence, c.name).close()  # an evidence.db that cannot be opened is refused before any round
+    open_graph(p.evidence, c.name, check=True).close()  # one that cannot be opened (or is damaged): refused now
     write_json(state_dir(out) / "params.json", p.recorded().model_dump())  # what `ratchet campaign resume` reruns
     budget = budget_spec(p)
     ledger = BudgetLedger(budget["db"])

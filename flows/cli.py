@@ -893,21 +893,25 @@ def _graph(db: Optional[str], write: bool = False):
             if write:
                 raise InputError(f"{where}: --db: the evidence graph is read-only here (its file or directory "
                                  "cannot be written); nothing revoked")
-            return EvidenceGraph(where, read_only=True)
-    return EvidenceGraph(where)
+            return EvidenceGraph(where, read_only=True, check=True)
+    return EvidenceGraph(where, check=True)  # damaged pages: one line, before a writer sets up -wal/-shm beside it
 
 
 def _is_graph(path: Path) -> bool:
-    """A SQLite file holding the evidence graph's node table, read without writing a byte."""
+    """A SQLite file holding the evidence graph's node table, read without writing a byte (or making a -wal, -shm)."""
     import sqlite3
 
+    from components.evidence.graph import damage, damaged_graph, read_only_uri
+
     uri = path.resolve().as_uri()
-    for mode in ("mode=ro", "mode=ro&immutable=1"):  # immutable: a WAL graph whose directory SQLite cannot write
+    for target in (read_only_uri(path), f"{uri}?mode=ro&immutable=1"):  # a WAL graph SQLite cannot open read-only
         try:
-            with contextlib.closing(sqlite3.connect(f"{uri}?{mode}", uri=True)) as con:
+            with contextlib.closing(sqlite3.connect(target, uri=True)) as con:
                 return con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evidence_node'"
                                    ).fetchone() is not None
-        except sqlite3.Error:
+        except sqlite3.Error as e:
+            if damage(e):
+                raise damaged_graph(path, str(e)) from None
             continue
     return False
 

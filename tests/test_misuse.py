@@ -1609,3 +1609,40 @@ def test_a_read_only_out_is_named_as_given_not_as_a_temporary_name(project, benc
         line = one_line(r, 1, "Read-only file system")
     assert line.startswith(f"error: ro/{'b' if command == 'materialize' else 'ev'}: -:"), line
     assert ".tmp-" not in line and list(ro.iterdir()) == []
+
+
+# external faults: one line naming the thing
+
+def _damaged_graph(path: Path) -> None:
+    """A graph whose pages past the schema are overwritten: sqlite_master reads, the node table does not."""
+    g, *_ = _graph_with_m1(path)
+    for i in range(200):
+        g.add("claim", f"k{i}", "x" * 500)
+    g.close()
+    for side in ("-wal", "-shm"):
+        Path(f"{path}{side}").unlink(missing_ok=True)
+    data = bytearray(path.read_bytes())
+    page = 4096
+    for at in range(3 * page, len(data) - page, page):
+        data[at:at + 100] = b"\xff" * 100
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("args", [["show"], ["why", "M1"], ["revoke", "abc", "--reason", "x"], ["show", "--open"]])
+def test_evidence_on_a_damaged_graph_is_one_line_and_leaves_no_wal_beside_it(tmp_path, args):
+    """SQLAlchemy's "malformed" traceback, and -wal/-shm files created beside the graph it refused."""
+    db = tmp_path / "g" / "evidence.db"
+    db.parent.mkdir()
+    _damaged_graph(db)
+    before = snapshot(tmp_path)
+    one_line(ratchet("evidence", *args, "--db", db), 2, "evidence.db: evidence.db: the evidence graph is damaged")
+    assert snapshot(tmp_path) == before  # byte-identical, and nothing beside it
+
+
+def test_a_graph_damaged_after_it_was_opened_is_one_line_too(tmp_path):
+    from components.evidence.graph import EvidenceGraph, GraphError
+
+    db = tmp_path / "evidence.db"
+    _damaged_graph(db)
+    with EvidenceGraph(db) as g, pytest.raises(GraphError, match="the evidence graph is damaged"):
+        g.nodes()

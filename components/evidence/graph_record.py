@@ -650,10 +650,11 @@ def _standing(d: dict) -> str:
 
 # -- the campaign's calls (one per round each; flows/campaign.py) ------------------------------------------------------
 
-def open_graph(evidence, campaign: str, out: str | Path | None = None) -> EvidenceGraph:
-    """The graph, writing as this campaign; its scope (which records are its own) is its output directory."""
+def open_graph(evidence, campaign: str, out: str | Path | None = None, check: bool = False) -> EvidenceGraph:
+    """The graph, writing as this campaign; its scope (which records are its own) is its output directory. `check`:
+    read every page first (a campaign's start), so a damaged graph is refused before the first round."""
     scope = f"{campaign}@{Path(out).resolve()}" if out is not None else campaign
-    return EvidenceGraph(default_db(evidence.db), campaign=campaign, scope=scope)
+    return EvidenceGraph(default_db(evidence.db), campaign=campaign, scope=scope, check=check)
 
 
 def memory_for_round(evidence, campaign: str, packets: list[EvidencePacket], traces: pd.DataFrame, package: str,
