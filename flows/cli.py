@@ -132,6 +132,12 @@ def package_digest(path: Path) -> None:
         links = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_symlink())
         if links:  # a package may not hold one (see load_package): its bytes would depend on where the link points
             raise InputError(f"{path / links[0]}: -: symlinks are not allowed in a package")
+        from components.memory.package import _special
+
+        odd = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if _special(p))
+        if odd:  # a FIFO, socket or device: no bytes to pin (and a FIFO's read would block)
+            raise InputError(f"{path / odd[0]}: -: {_special(path / odd[0])}, not a regular file: a package holds "
+                             "files only")
         out.print(digest(path), highlight=False)
     except RecursionError:
         raise _deep(path) from None

@@ -1646,3 +1646,18 @@ def test_a_graph_damaged_after_it_was_opened_is_one_line_too(tmp_path):
     _damaged_graph(db)
     with EvidenceGraph(db) as g, pytest.raises(GraphError, match="the evidence graph is damaged"):
         g.nodes()
+
+
+@pytest.mark.parametrize("command", [["package", "lint", "pkg"], ["package", "digest", "pkg"],
+                                     ["eval", "--package", "pkg", "--out", "ev", "--seeds", "1"]])
+def test_a_package_holding_a_fifo_is_refused_not_read(project, bench_dir, command):
+    """`package lint` said ok on a start package holding a FIFO (its files were listed as regular files only); a
+    reader or a copy of it would block on the FIFO."""
+    os.mkfifo(project / "pkg" / "pipe")
+    before = snapshot(project, skip=project / "pkg")
+    args = [*command, *(["--benchmark", bench_dir] if command[0] == "eval" else [])]
+    r = ratchet(*args)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.exit_code in (1, 2) and len(lines) == 1, (r.exit_code, r.stdout, r.stderr)
+    assert "pkg/pipe" in lines[0] and "a FIFO, not a regular file" in lines[0], lines[0]
+    assert snapshot(project, skip=project / "pkg") == before
