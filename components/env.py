@@ -69,15 +69,30 @@ SERVER_NOTE = "prefect-server.json"  # under $RATCHET_HOME: the server `ratchet 
 
 
 def running_server(home: Path) -> str | None:
-    """The API URL of the Prefect server `ratchet server` runs for this home, while its process lives (else None)."""
+    """The API URL of the Prefect server `ratchet server` runs for this home, while its process lives and its port
+    answers (else None: a stale note, whose server is gone, is no server)."""
     import json
 
     try:
         note = json.loads((home / SERVER_NOTE).read_text(encoding="utf-8"))
         os.kill(int(note["pid"]), 0)
-        return str(note["url"])
+        url = str(note["url"])
     except (OSError, ValueError, KeyError, TypeError):  # none, unreadable, or its process is gone
         return None
+    return url if answers(url) else None
+
+
+def answers(url: str, timeout: float = 1.0) -> bool:
+    """Whether something accepts a TCP connection at the URL's host and port (a loopback refusal is immediate)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def quiet_offline(home: Path | None = None) -> Path:

@@ -845,8 +845,6 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
     import os
 
     _check_port(port)
-    out.print(f"Prefect server and dashboard on http://127.0.0.1:{port}; in other shells: "
-              f"export PREFECT_API_URL=http://127.0.0.1:{port}/api", highlight=False)
     from flows.signals import run_server
 
     # the dashboard is what a persistent server is for (components/env.py leaves the UI off for the temporary
@@ -856,21 +854,45 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
     env = {**os.environ, "PREFECT_UI_ENABLED": "true",
            "PREFECT_UI_API_URL": os.environ.get("PREFECT_UI_API_URL") or f"http://127.0.0.1:{port}/api"}
     env.pop("PREFECT_API_URL", None)  # this server's own (a note of another one's may have set it)
-    from components.env import SERVER_NOTE, project_home
+    from components.env import SERVER_NOTE, project_home, running_server
     from components.io import atomic_write_json
+    from flows.signals import at_stop
 
     # while it runs, every `ratchet` command of this home (campaigns, workers, benchmarks, DVC stages) uses it and
-    # starts no temporary server of its own (components/env.py); a note left by a killed command names a dead process
+    # starts no temporary server of its own (components/env.py); a note whose process is gone or whose port does
+    # not answer is no server's
     note = project_home() / SERVER_NOTE
+    if (live := running_server(project_home())) is not None:  # never take over (or, failing, delete) its note
+        raise InputError(f"{note}: url: a Prefect server already runs for this home at {live}: use it (export "
+                         f"PREFECT_API_URL={live}), or stop it first")
+    _port_free(port)
+    out.print(f"Prefect server and dashboard on http://127.0.0.1:{port}; in other shells: "
+              f"export PREFECT_API_URL=http://127.0.0.1:{port}/api", highlight=False)
+
+    def forget() -> None:  # the note goes with this server: at its end, and on Ctrl-C or SIGTERM (os._exit)
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(note.read_text(encoding="utf-8")).get("pid") == os.getpid():
+                note.unlink()
+
     atomic_write_json(note, {"url": f"http://127.0.0.1:{port}/api", "pid": os.getpid()})
+    at_stop(forget)
     try:
         code = run_server([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                            "--port", str(port)], env)  # stops with this command, even on kill -9
     finally:
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(note.read_text(encoding="utf-8")).get("pid") == os.getpid():
-                note.unlink()
+        forget()
     raise typer.Exit(code)
+
+
+def _port_free(port: int) -> None:
+    """Refuse a port something on 127.0.0.1 already listens on, before a server (and its note) is started there."""
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            raise InputError(f"--port: {port}: in use on 127.0.0.1 ({e.strerror}); choose another --port") from None
 
 
 # -- campaign memory -------------------------------------------------------------------------------------------

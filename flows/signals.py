@@ -23,6 +23,7 @@ from typing import Any
 STOP = (signal.SIGINT, signal.SIGTERM)
 GRACE_SECONDS = 4.0  # children's clean shutdown (uvicorn, Dask) before SIGKILL; well inside the 10 s a user waits
 _hint: list[str] = []  # what the stop message adds (a campaign: how to resume it)
+_cleanups: list[Any] = []  # what a stop does before it exits (os._exit skips `finally` blocks): `at_stop`
 _installed: list[bool] = []
 _PREFECT_BRIDGE: list[Any] = []  # Prefect's own capture_sigterm, put back when the command is done
 
@@ -52,6 +53,7 @@ def signals_obeyed() -> Iterator[None]:
             signal.signal(sig, handler)
         _installed.clear()
         _hint.clear()
+        _cleanups.clear()
         engine = sys.modules.get("prefect.flow_engine")
         if engine is not None and _PREFECT_BRIDGE:
             engine.capture_sigterm = _PREFECT_BRIDGE[0]
@@ -75,6 +77,19 @@ def flows_obey(hint: str | None = None) -> None:
     prefect.flow_engine.capture_sigterm = contextlib.nullcontext
 
 
+def at_stop(cleanup) -> None:
+    """Run `cleanup()` when a signal stops the command (a `finally` block would not run: the stop is `os._exit`)."""
+    _cleanups.append(cleanup)
+
+
+def _run_cleanups() -> None:
+    for cleanup in reversed(_cleanups):
+        try:
+            cleanup()
+        except Exception:  # noqa: BLE001 - a cleanup that fails must not keep the process from stopping
+            pass
+
+
 def _stop(signum: int, _frame: Any) -> None:
     for sig in STOP:  # a second Ctrl-C (or the group's copy of the signal) must not interrupt the stop itself
         signal.signal(sig, signal.SIG_IGN)
@@ -88,6 +103,7 @@ def _stop(signum: int, _frame: Any) -> None:
     except OSError:
         pass
     stop_children()
+    _run_cleanups()
     os._exit(128 + signum)
 
 

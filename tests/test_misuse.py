@@ -1661,3 +1661,71 @@ def test_a_package_holding_a_fifo_is_refused_not_read(project, bench_dir, comman
     assert r.exit_code in (1, 2) and len(lines) == 1, (r.exit_code, r.stdout, r.stderr)
     assert "pkg/pipe" in lines[0] and "a FIFO, not a regular file" in lines[0], lines[0]
     assert snapshot(project, skip=project / "pkg") == before
+
+
+# `ratchet server`: its note is its own
+
+@pytest.fixture
+def listening():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def test_a_second_server_on_a_taken_port_keeps_the_running_servers_note(tmp_path, monkeypatch, listening):
+    """A failed second `ratchet server` deleted the running server's note (it had overwritten it with its own)."""
+    import flows.signals
+    from components.env import SERVER_NOTE
+
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path))
+    monkeypatch.setattr(flows.signals, "run_server", lambda cmd, env: pytest.fail("no server may start"))
+    note = tmp_path / SERVER_NOTE
+    first = json.dumps({"url": f"http://127.0.0.1:{listening}/api", "pid": os.getpid()})
+    note.write_text(first)
+    one_line(ratchet("server", "--port", listening), 2, "prefect-server.json: url: a Prefect server already runs")
+    one_line(ratchet("server", "--port", str(free_port_number())), 2, "already runs")  # any port: one per home
+    assert note.read_text() == first
+    note.unlink()
+    one_line(ratchet("server", "--port", listening), 2, f"--port: {listening}: in use on 127.0.0.1")
+    assert not note.exists()
+
+
+def free_port_number() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SERVER_COMMAND = """
+import sys
+sys.path.insert(0, {root!r})
+import flows.signals
+flows.signals.run_server = lambda cmd, env: __import__("time").sleep(120) or 0  # a stand-in for Prefect's server
+sys.argv = ["ratchet", "server", "--port", {port!r}]
+from flows.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_the_server_note_goes_when_ratchet_server_is_stopped_by_a_signal(tmp_path, sig):
+    """The docs say the note is removed on exit; SIGTERM and Ctrl-C left it (the stop is os._exit)."""
+    import subprocess
+    import sys
+
+    from components.env import SERVER_NOTE
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "RATCHET_HOME": str(tmp_path)}
+    env.pop("PREFECT_API_URL", None)
+    p = subprocess.Popen([sys.executable, "-c", SERVER_COMMAND.format(root=str(ROOT), port=str(free_port_number()))],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / SERVER_NOTE).exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    assert (tmp_path / SERVER_NOTE).exists(), p.communicate(timeout=10)
+    p.send_signal(getattr(signal, sig))
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 128 + getattr(signal, sig) and f"stopped by {sig}" in err, (p.returncode, err)
+    assert not (tmp_path / SERVER_NOTE).exists()
