@@ -876,10 +876,17 @@ def run_campaign(p: Params) -> dict:
     # process that runs a flow needs (a test module or a CLI command that only imports this module does not)
     from flows import finished
 
+    from prefect.settings import get_current_settings
+
+    from flows.signals import server_watched
+
     tie_temporary_server_to_this_process()
     finished.forget(p.campaign.out)
     try:
-        result = campaign(p.model_dump(), name=p.campaign.name)
+        # a persistent server (PREFECT_API_URL, `ratchet server`) that dies stops the campaign within seconds, one
+        # line, resumable; a temporary server lives and dies with this process
+        with server_watched(get_current_settings().api.url):
+            result = campaign(p.model_dump(), name=p.campaign.name)
         if result["stopped"] is None:  # an unchanged rerun is recognized from here on (ratchet campaign run)
             finished.record(p.resolved(), {"budget_spent": result["budget_spent"], "mlflow": result["mlflow"]})
         return result

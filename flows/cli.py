@@ -889,6 +889,7 @@ def _port_free(port: int) -> None:
     import socket
 
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: closed connections don't count
         try:
             s.bind(("127.0.0.1", port))
         except OSError as e:

@@ -157,7 +157,12 @@ def run_outer(p: Params, campaign: Path, out: Path, train: str | None, adapt: bo
     if ran.benchmark.out != p.benchmark.out or ran.campaign.model != p.campaign.model:
         raise InputError(f"{campaign / 'summary.json'}: params: the campaign ran benchmark {ran.benchmark.out} with "
                          f"model {ran.campaign.model}; --params names {p.benchmark.out} / {p.campaign.model}")
+    from prefect.settings import get_current_settings
+
+    from flows.signals import server_watched
+
     tie_temporary_server_to_this_process()
-    return outer_round(ran.model_copy(update={"campaign": ran.campaign.model_copy(
-        update={"rounds": p.campaign.rounds})}).model_dump(), str(campaign), str(out),
-        DEFAULT_TRAIN if train is None else train, adapt)
+    with server_watched(get_current_settings().api.url):  # a persistent server that dies: one line, resumable
+        return outer_round(ran.model_copy(update={"campaign": ran.campaign.model_copy(
+            update={"rounds": p.campaign.rounds})}).model_dump(), str(campaign), str(out),
+            DEFAULT_TRAIN if train is None else train, adapt)

@@ -1729,3 +1729,77 @@ def test_the_server_note_goes_when_ratchet_server_is_stopped_by_a_signal(tmp_pat
     _, err = p.communicate(timeout=30)
     assert p.returncode == 128 + getattr(signal, sig) and f"stopped by {sig}" in err, (p.returncode, err)
     assert not (tmp_path / SERVER_NOTE).exists()
+
+
+# a persistent Prefect server that dies under a campaign
+
+def _start_ratchet_server(home: Path, port: int):
+    import subprocess
+    import sys
+
+    from tests.conftest import migrated_database
+
+    (home / "prefect").mkdir(parents=True, exist_ok=True)
+    if not (home / "prefect" / "prefect.db").exists():
+        migrated_database(home / "prefect" / "prefect.db")
+    env = {**os.environ, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect")}
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "flows.entry", "server", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "ratchet server exited"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=5).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise AssertionError("ratchet server did not come up")
+
+
+@pytest.mark.xdist_group("server_dies")  # a server of its own and a campaign: a unit of its own
+def test_a_campaign_whose_prefect_server_dies_stops_within_60_s_with_one_line_and_resumes(tmp_path):
+    """kill -9 of `ratchet server` mid-campaign left the campaign running 11+ minutes, printing connection errors."""
+    import subprocess
+    import sys
+
+    from components.params import BenchmarkParams
+
+    home = tmp_path / "home"
+    port = free_port_number()
+    server = _start_ratchet_server(home, port)
+    BenchmarkParams(out=str(tmp_path / "b"), per_family=3, receipts="explained").materialize()
+    shutil.copytree(SEED, tmp_path / "pkg")
+    env = {**os.environ, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
+           "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", "RATCHET_EVIDENCE_DB": str(tmp_path / "ev.db")}
+    env.pop("PREFECT_API_URL", None)  # the command finds the server through its note, as a user's would
+    cmd = [sys.executable, "-m", "flows.entry", "campaign", "run", "--out", "camp", "--rounds", "2", "--set",
+           "benchmark.out=b", "--set", "benchmark.per_family=3", "--set", "benchmark.receipts=explained", "--set",
+           "campaign.start=pkg", "--set", "campaign.seeds=1", "--set", "gate.n_boot=1000", "--set",
+           "campaign.traces_per_round=0"]
+    try:
+        camp = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        state = tmp_path / "camp" / ".state" / "state.json"
+        deadline = time.monotonic() + 600
+        while not state.exists() and camp.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert state.exists(), camp.communicate(timeout=30)
+        os.killpg(server.pid, signal.SIGKILL)  # the server and its Prefect child, at once
+        server.wait(timeout=30)
+        t0 = time.monotonic()
+        _, err = camp.communicate(timeout=120)
+        took = time.monotonic() - t0
+        lines = [x for x in err.splitlines() if x.strip() and not x.startswith("round ")]
+        assert camp.returncode == 1 and took < 60, (camp.returncode, took, err[-3000:])
+        assert len(lines) == 1 and lines[0].startswith(f"error: http://127.0.0.1:{port}/api: -: the Prefect server "
+                                                       "stopped answering"), err[-3000:]
+        assert "same command continues" in lines[0]
+        server = _start_ratchet_server(home, port)
+        again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert json.loads((tmp_path / "camp" / "summary.json").read_text())["rounds"] == 2
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
