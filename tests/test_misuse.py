@@ -1803,3 +1803,30 @@ def test_a_campaign_whose_prefect_server_dies_stops_within_60_s_with_one_line_an
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGKILL)
+
+
+# leftovers: what a killed writer left, the next write of the same output removes
+
+def test_a_killed_materialize_leaves_a_temporary_directory_that_the_rerun_removes(project):
+    """SIGTERM during `bench materialize` left `.bm.tmp-*` beside it, which no rerun removed (the stop is os._exit,
+    which skips atomic_dir's cleanup; kill -9 does the same)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from components.io import atomic_dir\n"
+            "with atomic_dir('bm') as tmp:\n    (tmp / 'half').write_text('x')\n    os._exit(143)\n")
+    assert subprocess.run([sys.executable, "-c", code, str(ROOT)], cwd=project).returncode == 143
+    left = [p.name for p in project.iterdir() if p.name.startswith(".bm.")]
+    assert len(left) == 1 and left[0].startswith(".bm.tmp-"), left
+    r = ratchet("bench", "materialize", "--out", "bm", "--per-family", "3")
+    assert r.exit_code == 0, r.stderr
+    assert [p.name for p in project.iterdir() if p.name.startswith(".bm.")] == []
+    # a live writer's temporary directory is never swept
+    from components.io import _owner
+
+    live = project / f".bm.tmp-{_owner()}-abc"
+    live.mkdir()
+    assert ratchet("bench", "materialize", "--out", "bm", "--per-family", "3").exit_code == 0
+    assert live.is_dir()
