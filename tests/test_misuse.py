@@ -1830,3 +1830,19 @@ def test_a_killed_materialize_leaves_a_temporary_directory_that_the_rerun_remove
     live.mkdir()
     assert ratchet("bench", "materialize", "--out", "bm", "--per-family", "3").exit_code == 0
     assert live.is_dir()
+
+
+def test_reproduce_names_the_one_edited_row_not_every_row_with_an_empty_cell():
+    """One edited row of dev_base.csv was reported as 18 rows differing: the recorded table was read back by pandas,
+    whose NaN for an empty `error` cell differs from the recomputed ""."""
+    import pandas as pd
+
+    from components.tracking.reproduce import _table_diff
+
+    now = pd.DataFrame({"item_id": [f"i{k}" for k in range(18)], "seed": 0, "score": 0.5, "success": False,
+                        "error": ""})
+    text = now.to_csv(index=False, lineterminator="\n").encode()
+    edited = text.replace(b"i7,0,0.5,", b"i7,0,0.75,")
+    assert edited != text
+    assert _table_diff(edited, text, now) == "1 row(s) differ: i7#0"
+    assert _table_diff(text[: text.rindex(b"i17")], text, now).startswith("shape differs (17 rows recorded, 18")

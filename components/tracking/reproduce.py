@@ -163,7 +163,7 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
         if recorded is None:
             diffs.append(f"{rd / name}: missing")
         elif recorded != now:
-            diffs.append(f"{name}: " + _table_diff(pd.read_csv(rd / name, dtype={"item_id": str}), df))
+            diffs.append(f"{name}: " + _table_diff(recorded, now, df))
     old = rec.gate
     same_verdict = (old.accept == verdict.accept and old.n_improved == verdict.n_improved
                     and old.n_regressed == verdict.n_regressed and abs(old.net - verdict.net) < 1e-12
@@ -178,11 +178,13 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
                         recomputed=verdict.as_dict())
 
 
-def _table_diff(recorded: pd.DataFrame, now: pd.DataFrame) -> str:
-    if list(recorded.columns) != list(now.columns) or len(recorded) != len(now):
-        return f"shape differs ({len(recorded)} rows recorded, {len(now)} recomputed)"
-    keys = [c for c in ("item_id", "seed") if c in now.columns]
-    now = now.reset_index(drop=True)
-    bad = [i for i in range(len(now)) if json.dumps(recorded.iloc[i].tolist(), default=str) != json.dumps(now.iloc[i].tolist(), default=str)]
-    where = ", ".join("#".join(str(now.iloc[i][k]) for k in keys) for i in bad[:5])
+def _table_diff(recorded: bytes, now: bytes, df: pd.DataFrame) -> str:
+    """Which rows differ, read as the text both tables are (a CSV written by the same writer): an edited row is one
+    row, never every row an empty cell reads differently in (pandas took "" for NaN on one side only)."""
+    old, new = recorded.decode("utf-8", errors="replace").splitlines(), now.decode("utf-8").splitlines()
+    if not old or old[0] != new[0] or len(old) != len(new):
+        return f"shape differs ({max(len(old) - 1, 0)} rows recorded, {len(new) - 1} recomputed)"
+    keys = [c for c in ("item_id", "seed") if c in df.columns]
+    bad = [i for i in range(1, len(new)) if old[i] != new[i]]
+    where = ", ".join("#".join(str(df.iloc[i - 1][k]) for k in keys) for i in bad[:5])
     return f"{len(bad)} row(s) differ: {where}" if bad else "formatting differs (values equal)"
