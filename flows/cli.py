@@ -588,9 +588,17 @@ def campaign_run(
 
     flows_obey("the committed work is kept: the same command continues the campaign")
     prepare(p, force=force)
-
-    summary = run_campaign(p)
+    with _held(p):
+        summary = run_campaign(p)
     _print_summary(summary, Path(p.campaign.out) / "summary.json")
+
+
+def _held(p):
+    """The campaign's lineage lock, taken as soon as its checks pass: a second campaign on the same output is
+    refused at once, not after this one's Prefect server has started (the flow takes it again, re-entrantly)."""
+    from components.evolution.lineage import LineageLock
+
+    return LineageLock(Path(p.campaign.out) / "lineage")
 
 
 @app.command("report")
@@ -788,7 +796,8 @@ def campaign_resume(
         err.print(f"resuming {p.campaign.name}: {state} is unreadable (ignored; the lineage says what is done)",
                   highlight=False)
 
-    summary = run_campaign(p)
+    with _held(p):
+        summary = run_campaign(p)
     _print_summary(summary, out_dir / "summary.json")
 
 

@@ -1846,3 +1846,32 @@ def test_reproduce_names_the_one_edited_row_not_every_row_with_an_empty_cell():
     assert edited != text
     assert _table_diff(edited, text, now) == "1 row(s) differ: i7#0"
     assert _table_diff(text[: text.rindex(b"i17")], text, now).startswith("shape differs (17 rows recorded, 18")
+
+
+def test_a_campaign_holds_its_lineage_lock_before_prefect_starts(project, bench_dir, monkeypatch):
+    """Two `campaign run` on one --out: the second was refused only after 77 s. The first took the lineage lock
+    inside its flow, after its Prefect server had started, so a second one started meanwhile passed every check,
+    started a server of its own, and met the lock only then. Now the lock is held from the moment the checks pass:
+    here, when the flow would start, another process already finds it locked (and the flow takes it again)."""
+    import subprocess
+    import sys
+
+    import flows.campaign
+    from tests.conftest import ROOT
+
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from components.evolution.lineage import LineageLock\n"
+             "try:\n    LineageLock(sys.argv[2]).probe()\nexcept Exception as e:\n    print(e)")
+    seen = []
+
+    def flow_would_start(p):
+        seen.append(subprocess.run([sys.executable, "-c", probe, str(ROOT), "camp/lineage"], capture_output=True,
+                                   text=True).stdout)
+        with LineageLock(Path(p.campaign.out) / "lineage"):  # the flow's own taking: re-entrant in this process
+            pass
+        raise InputError("stopped here by the test")
+
+    monkeypatch.setattr(flows.campaign, "run_campaign", flow_would_start)
+    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set",
+                     "campaign.start=pkg"), 2, "stopped here by the test")
+    assert len(seen) == 1 and "lineage is locked by another campaign" in seen[0], seen
+    LineageLock(project / "camp" / "lineage").probe()  # released when the command ended

@@ -216,17 +216,28 @@ class LineageLock:
     stale lock from a killed process is recovered by the next taker; the file also names the holder, so a second
     campaign fails at once saying who has it. (flock is per machine: on a shared filesystem use one runner.)"""
 
+    # what this process holds: lock path -> [fd, depth, recovered]. Re-entrant: the CLI takes the lock as soon as
+    # its checks pass (before Prefect's server starts, so a second campaign on the same output is refused at once,
+    # not after the first one's start-up), and the campaign flow takes it again in the same process.
+    _held: dict[str, list] = {}
+
     def __init__(self, root: str | Path):
         self.path = Path(root) / "LOCK"
         self._fd: int | None = None
+        self._nested = False
         self.recovered: dict | None = None  # holder info left by a dead process, if any
+
+    def _key(self) -> str:
+        import os
+
+        return os.path.abspath(self.path)
 
     def probe(self) -> None:
         """Raise LineageLocked now if another process holds the lock (a check before starting work; takes nothing)."""
         import fcntl
         import os
 
-        if not self.path.is_file():
+        if not self.path.is_file() or self._key() in LineageLock._held:
             return
         fd = os.open(self.path, os.O_RDONLY)
         try:
@@ -243,6 +254,11 @@ class LineageLock:
         import socket
         import time
 
+        held = LineageLock._held.get(self._key())
+        if held is not None:  # this process holds it already (the CLI, then the flow)
+            held[1] += 1
+            self.recovered, self._nested = held[2], True
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -263,12 +279,18 @@ class LineageLock:
             os.close(fd)
             raise type(e)(e.errno, e.strerror, str(self.path)) from None
         self._fd = fd
+        LineageLock._held[self._key()] = [fd, 1, self.recovered]
         return self
 
     def __exit__(self, *exc) -> None:
         import fcntl
         import os
 
+        if self._nested:
+            self._nested = False
+            LineageLock._held[self._key()][1] -= 1
+            return
+        LineageLock._held.pop(self._key(), None)
         if self._fd is not None:
             os.ftruncate(self._fd, 0)  # a clean exit leaves no holder behind
             fcntl.flock(self._fd, fcntl.LOCK_UN)
