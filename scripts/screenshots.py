@@ -1,7 +1,7 @@
 """Screenshots of a finished campaign's records in the MLflow UI and the Prefect dashboard, taken in headless Chromium
 (docs/records.md).
 
-    .venv/bin/python scripts/screenshots.py docs/screenshots [--campaign default] [--home .ratchet]
+    .venv/bin/python scripts/screenshots.py docs/screenshots [--campaign-dir runs/campaign] [--home .ratchet]
         [--plots-html dvc_plots/index.html]
 
 Starts `ratchet ui` and `ratchet server` on free loopback ports against the project's stores (default: $RATCHET_HOME,
@@ -117,19 +117,23 @@ def stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
         sig = signal.SIGKILL if sig == signal.SIGKILL else 0  # after the first TERM: only probe, until the deadline
 
 
-def records(uri: str, campaign: str) -> dict:
-    """What the four views show, found through the client API: the experiment, the registered model, the round
-    runs (oldest first), a promoting round and a trace it cites."""
+def records(uri: str, campaign_dir: Path) -> dict:
+    """What the views show, found through the client API: the experiment, the registered model, the round runs
+    (oldest first), a promoting round and a trace it cites. The campaign is the one in `campaign_dir`, found by its
+    identity (`campaign_records`: its summary.json names its experiment, and its run is that directory's finished
+    one with the summary's champion), never "the latest finished run named default", which after a `dvc exp run`
+    is the experiment's."""
     from mlflow import MlflowClient
 
+    from components.errors import InputError
+    from components.tracking.mlflow_log import campaign_records
+
     c = MlflowClient(uri)
-    # the campaign's experiment is ratchet/<name>/<identity>: the one of its most recently finished campaign run
-    exps = [e.experiment_id for e in c.search_experiments(filter_string=f"tags.`ratchet.campaign` = '{campaign}'")]
-    tops = c.search_runs(exps, "tags.`ratchet.kind` = 'campaign' and attributes.status = 'FINISHED'",
-                         order_by=["attributes.start_time DESC"], max_results=1) if exps else []
-    if not tops:
-        sys.exit(f"screenshots: {uri}: no finished campaign {campaign} (run a campaign first)")
-    top = tops[0]
+    try:
+        found = campaign_records(c, campaign_dir)
+    except InputError as e:
+        sys.exit(f"screenshots: {e} (run the campaign first)")
+    top = found["run"]
     eid, model = top.info.experiment_id, top.data.tags["ratchet.registered_model"]
     name = c.get_experiment(eid).name
     rounds = c.search_runs([eid], f"tags.`ratchet.kind` = 'round' and tags.mlflow.parentRunId = '{top.info.run_id}'",
@@ -306,8 +310,9 @@ def shoot_page(html: Path, out: Path, chromium: str) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="directory for the PNGs")
-    ap.add_argument("--campaign", default="default",
-                    help="the campaign's name (the experiment of its latest finished run: ratchet/<name>/<identity>)")
+    ap.add_argument("--campaign-dir", type=Path, default=ROOT / "runs" / "campaign",
+                    help="the campaign's directory (default: the workspace's runs/campaign); its summary.json names "
+                         "its records")
     ap.add_argument("--home", type=Path, default=Path(os.environ.get("RATCHET_HOME") or ROOT / ".ratchet"),
                     help="the stores: mlflow.db and the Prefect home prefect/ (default: $RATCHET_HOME, else .ratchet)")
     ap.add_argument("--tracking-uri", default=None, help="default: sqlite:///<home>/mlflow.db")
@@ -315,7 +320,7 @@ def main() -> None:
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     a = ap.parse_args()
     uri = a.tracking_uri or f"sqlite:///{a.home.resolve() / 'mlflow.db'}"
-    rec = records(uri, a.campaign)
+    rec = records(uri, a.campaign_dir)
     shots = []
     with mlflow_ui(uri, free_port()) as base:
         shots += shoot(base, rec, a.out, a.chromium)

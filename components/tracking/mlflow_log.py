@@ -817,16 +817,50 @@ class CampaignTracker:
         self.client.set_terminated(self.run_id)
 
 
-def campaign_run(client: Any, summary: dict[str, Any], campaign_dir: str | Path) -> str | None:
-    """The MLflow run of the campaign written to `campaign_dir` (the latest, when code changes made several)."""
+def _campaign_runs(client: Any, summary: dict[str, Any], campaign_dir: str | Path) -> tuple[Any, list]:
+    """The experiment of the campaign a summary.json describes (its identity) and that experiment's campaign runs
+    written to `campaign_dir`, newest first."""
     exp = client.get_experiment_by_name(tracking_names(summary)["experiment"])
     if exp is None:
-        return None
-    wheres = {recorded_path(str(campaign_dir)), str(Path(campaign_dir).resolve())}  # the tag; before: absolute
+        return None, []
+    # the tag as the campaign recorded it (its summary's out, whatever this process's directory), as this process
+    # names it, or absolute (runs logged before tags held recorded paths)
+    wheres = {str(((summary.get("params") or {}).get("campaign") or {}).get("out")), recorded_path(str(campaign_dir)),
+              str(Path(campaign_dir).resolve())}
     runs = [r for r in client.search_runs([exp.experiment_id], "tags.`ratchet.kind` = 'campaign'",
                                           order_by=["attributes.start_time DESC"], max_results=1000)
             if r.data.tags.get("ratchet.out") in wheres]
+    return exp, runs
+
+
+def campaign_run(client: Any, summary: dict[str, Any], campaign_dir: str | Path) -> str | None:
+    """The MLflow run of the campaign written to `campaign_dir` (the latest, when code changes made several)."""
+    _, runs = _campaign_runs(client, summary, campaign_dir)
     return runs[0].info.run_id if runs else None
+
+
+def campaign_records(client: Any, campaign_dir: str | Path) -> dict[str, Any]:
+    """What a view shows of the campaign in `campaign_dir`, found by that campaign's identity: its summary.json
+    (name, the params a rerun keeps, start and benchmark bytes) names its experiment and registered model, and its
+    run is the finished one of that output whose champion is the summary's. Never "the latest finished run named
+    default": after a `dvc exp run`, that is the experiment, not the campaign in the workspace. InputError (one
+    line) when the campaign is not in this store."""
+    from components.errors import InputError
+    from components.io import read_json_object
+
+    where = Path(campaign_dir) / "summary.json"
+    summary = read_json_object(where)
+    try:
+        names = tracking_names(summary)
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{where}: -: not a campaign's summary ({type(e).__name__}: {e})") from None
+    exp, runs = _campaign_runs(client, summary, campaign_dir)
+    finished = [r for r in runs if r.info.status == "FINISHED"
+                and r.data.tags.get("ratchet.champion_digest") == summary.get("champion_digest")]
+    if exp is None or not finished:
+        raise InputError(f"{where}: -: no finished MLflow run of this campaign (experiment {names['experiment']}, "
+                         f"champion {str(summary.get('champion_digest'))[:12]}) in {client.tracking_uri}")
+    return {"summary": summary, "experiment": exp, "run": finished[0], "registered_model": names["registered_model"]}
 
 
 def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], tracking_uri: str | None = None) -> str | None:
