@@ -957,20 +957,32 @@ def _is_graph(path: Path) -> bool:
 @evidence_app.command("why")
 def evidence_why(
     ref: Annotated[str, typer.Argument(help="a version (M3), a package digest, a card path (em/procedure/x.md) or a node id")],
-    campaign: Annotated[Optional[str], typer.Option(help="the campaign that made the version (default: any)")] = None,
+    campaign: Annotated[Optional[str], typer.Option(help="the campaign that made the version: its output directory "
+                                                         "(the campaign itself: its lineage and the figures it "
+                                                         "recorded), or a name (any campaign of that name); default: "
+                                                         "campaign.out of params.yaml when it holds a campaign, else "
+                                                         "any")] = None,
     db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON list of chains")] = False,
 ) -> None:
     """The chain behind a change: the card, the plan, the packet's claims and the trace steps they cite, the gate
     verdict and the benchmark digest; for a version, every promotion of its lineage."""
-    from components.evidence.graph_record import chain, chain_text, promotions_for
+    from components.evidence.graph_record import campaign_chains, chain, chain_text, promotions_for
 
+    if campaign is None and Path("params.yaml").is_file():  # the campaign in the workspace, by its directory
+        from components.params import load_params
+
+        here = load_params(Path("params.yaml")).campaign.out
+        campaign = here if (Path(here) / "lineage" / "lineage.jsonl").is_file() else None
+    directory = campaign is not None and (Path(campaign) / "lineage" / "lineage.jsonl").is_file()
     with _graph(db) as g:
-        promos = promotions_for(g, ref, campaign)
-        if not promos:
+        if directory:  # its identity: its lineage's promotions, as recorded for it
+            chains = campaign_chains(g, campaign, ref)
+        else:
+            chains = [chain(g, n) for n in promotions_for(g, ref, campaign)]
+        if not chains:
             raise InputError(f"{ref}: no promotion in the evidence graph made this version or card"
                              + (f" (campaign {campaign})" if campaign else ""))
-        chains = [chain(g, n) for n in promos]
     if as_json:
         out.print(json.dumps(chains, sort_keys=True), highlight=False, markup=False)
         return
