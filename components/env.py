@@ -66,15 +66,18 @@ def default_db(db: str | None) -> str:
 
 
 SERVER_NOTE = "prefect-server.json"  # under $RATCHET_HOME: the server `ratchet server` runs ({url, pid})
+UI_NOTE = "mlflow-ui.json"  # under $RATCHET_HOME: the MLflow UI `ratchet ui` runs ({url, pid})
+UI_DEFAULT = "http://127.0.0.1:5000"  # where `ratchet ui` serves without --port
 
 
-def running_server(home: Path) -> str | None:
-    """The API URL of the Prefect server `ratchet server` runs for this home, while its process lives and its port
-    answers (else None: a stale note, whose server is gone, is no server)."""
+def running_server(home: Path, note_name: str = SERVER_NOTE) -> str | None:
+    """The API URL of the Prefect server `ratchet server` runs for this home (with `UI_NOTE`: the address of the
+    MLflow UI `ratchet ui` runs), while its process lives and its port answers (else None: a stale note, whose
+    server is gone, is no server)."""
     import json
 
     try:
-        note = json.loads((home / SERVER_NOTE).read_text(encoding="utf-8"))
+        note = json.loads((home / note_name).read_text(encoding="utf-8"))
         os.kill(int(note["pid"]), 0)
         url = str(note["url"])
     except (OSError, ValueError, KeyError, TypeError):  # none, unreadable, or its process is gone

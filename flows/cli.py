@@ -497,10 +497,12 @@ def _print_summary(summary: dict, path: Path) -> None:
     from components.evolution.report import round_rows
 
     table = Table(title=f"campaign {summary['campaign']}", show_lines=False)
-    for col in ("round", "owner", "plan", "repair", "verdict", "net [CI]", "regr", "champion"):
+    for col in ("round", "owner", "plan", "repair fixed/broke", "verdict", "dev net [CI], or why not gated", "regr",
+                "champion"):
         table.add_column(col, overflow="fold")
     for r in round_rows(summary):
-        ci = f"{r['net']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] {r['level']}" if r["net"] is not None else "-"
+        ci = (f"{r['net']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] {r['level']}" if r["net"] is not None
+              else r["not_gated"])
         table.add_row(str(r["round"]), r["owner"], r["plan"], r["repair"], r["verdict"], ci,
                       "-" if r["regressed"] is None else str(r["regressed"]), r["champion"])
     out.print(table)
@@ -541,11 +543,16 @@ def _print_summary(summary: dict, path: Path) -> None:
         out.print(line, highlight=False)
     out.print(f"summary: {path}", highlight=False)
     ml = summary.get("mlflow") or {}
-    if ml.get("links"):  # where to look next, in the MLflow UI that `ratchet ui` serves
-        out.print(f"MLflow (`ratchet ui`): experiment {ml['experiment']}, registered model {ml['registered_model']}",
+    if ml.get("links"):  # where to look next, in the MLflow UI (the tracking server's, else `ratchet ui`'s)
+        from components.tracking.mlflow_log import ui_address
+
+        base, how = ui_address(ml.get("tracking_uri"))
+        out.print(f"MLflow ({how}): experiment {ml['experiment']}, registered model {ml['registered_model']}",
                   highlight=False)
-        for what, url in ml["links"].items():
-            out.print(f"  {what}: {url}", highlight=False, soft_wrap=True)
+        for what, url in ml["links"].items():  # the route as recorded, on the UI's address of this moment
+            route = url.split("/#/", 1)[1] if "/#/" in url else None
+            out.print(f"  {what}: {base}/#/{route}" if route is not None else f"  {what}: {url}", highlight=False,
+                      soft_wrap=True)
 
 
 def _print_if_finished(p) -> bool:
@@ -747,14 +754,39 @@ def ui(
     import os
 
     _check_port(port)
+    _port_free(port)
     uri = tracking_uri or os.environ["MLFLOW_TRACKING_URI"]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1"]
     out.print(f"MLflow UI: http://127.0.0.1:{port}  (store {uri}; Ctrl-C to stop)", highlight=False)
-    from flows.signals import run_server
+    from components.env import UI_NOTE, project_home
 
-    raise typer.Exit(run_server(cmd, env))  # the server stops with this command, even on kill -9
+    # the links a campaign prints point at this UI while it runs (whatever --port), not at a fixed port
+    with _note(project_home() / UI_NOTE, f"http://127.0.0.1:{port}"):
+        from flows.signals import run_server
+
+        code = run_server(cmd, env)  # the server stops with this command, even on kill -9
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _note(note: Path, url: str):
+    """A server's note ({url, pid}) while it runs: removed at its end, and on Ctrl-C or SIGTERM (`os._exit`)."""
+    from components.io import atomic_write_json
+    from flows.signals import at_stop
+
+    def forget() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(note.read_text(encoding="utf-8")).get("pid") == os.getpid():
+                note.unlink()
+
+    atomic_write_json(note, {"url": url, "pid": os.getpid()})
+    at_stop(forget)
+    try:
+        yield
+    finally:
+        forget()
 
 
 @campaign_app.command("resume")
@@ -864,8 +896,6 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
            "PREFECT_UI_API_URL": os.environ.get("PREFECT_UI_API_URL") or f"http://127.0.0.1:{port}/api"}
     env.pop("PREFECT_API_URL", None)  # this server's own (a note of another one's may have set it)
     from components.env import SERVER_NOTE, project_home, running_server
-    from components.io import atomic_write_json
-    from flows.signals import at_stop
 
     # while it runs, every `ratchet` command of this home (campaigns, workers, benchmarks, DVC stages) uses it and
     # starts no temporary server of its own (components/env.py); a note whose process is gone or whose port does
@@ -878,18 +908,9 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
     out.print(f"Prefect server and dashboard on http://127.0.0.1:{port}; in other shells: "
               f"export PREFECT_API_URL=http://127.0.0.1:{port}/api", highlight=False)
 
-    def forget() -> None:  # the note goes with this server: at its end, and on Ctrl-C or SIGTERM (os._exit)
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(note.read_text(encoding="utf-8")).get("pid") == os.getpid():
-                note.unlink()
-
-    atomic_write_json(note, {"url": f"http://127.0.0.1:{port}/api", "pid": os.getpid()})
-    at_stop(forget)
-    try:
+    with _note(note, f"http://127.0.0.1:{port}/api"):  # the note goes with this server, also on Ctrl-C or SIGTERM
         code = run_server([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                            "--port", str(port)], env)  # stops with this command, even on kill -9
-    finally:
-        forget()
     raise typer.Exit(code)
 
 

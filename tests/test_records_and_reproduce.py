@@ -403,3 +403,19 @@ def test_the_typed_round_record_writes_what_the_campaign_wrote(campaign):
         assert dumps(RoundRecord.of(json.loads(text)).dump()) == text  # round.json, byte for byte
     assert [json.dumps(RoundRecord.of(h).dump(), sort_keys=True) for h in s["history"]] == \
         [json.dumps(h, sort_keys=True) for h in s["history"]]
+
+
+def test_params_and_tags_are_as_records_spell_them(small_campaign):
+    """`benchmark.receipts` was logged as `ReceiptMode.explained`; tags held this machine's absolute paths where the
+    params hold the recorded ones; a rejected round carried empty tags (`ratchet.version`)."""
+    s, ml = small_campaign.summary, small_campaign.summary["mlflow"]
+    client = MlflowClient()
+    top = client.get_run(ml["run_id"])
+    assert top.data.params["benchmark.receipts"] == "explained"
+    assert top.data.tags["ratchet.out"] == s["params"]["campaign"]["out"]  # the recorded form, as the params
+    rounds = client.search_runs([ml["experiment_id"]], f"tags.mlflow.parentRunId = '{ml['run_id']}' and "
+                                "tags.`ratchet.kind` = 'round'")
+    for r in rounds:
+        assert "" not in r.data.tags.values(), r.info.run_name
+        assert r.data.tags["ratchet.campaign_out"] == s["params"]["campaign"]["out"]
+        assert "mechanism ?" not in r.data.tags["mlflow.note.content"]

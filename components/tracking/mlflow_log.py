@@ -35,6 +35,7 @@ import os
 import subprocess
 import threading
 import time
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,8 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
         key = f"{prefix}{k}"
         if isinstance(v, dict) and v:
             out.update(_flatten(v, key + "."))
+        elif isinstance(v, Enum):  # `silent`, as params.yaml spells it, not `ReceiptMode.silent`
+            out[key] = str(v.value)
         else:
             out[key] = json.dumps(v) if isinstance(v, (dict, list)) else str(v)
     return out
@@ -200,6 +203,20 @@ def manifest_knobs(package: str | Path) -> dict[str, str]:
     return knobs
 
 
+def ui_address(tracking_uri: str | None) -> tuple[str, str]:
+    """Where the MLflow UI is, and how it got there: the tracking server's own address (an http store), else the
+    `ratchet ui` that runs for this home (its note: whatever --port it was given), else the address `ratchet ui`
+    serves without --port, said as such."""
+    from components.env import UI_DEFAULT, UI_NOTE, project_home, running_server
+
+    if str(tracking_uri or "").startswith("http"):
+        return str(tracking_uri).rstrip("/"), "the tracking server"
+    running = running_server(project_home(), UI_NOTE)
+    if running is not None:
+        return running.rstrip("/"), "`ratchet ui`, running"
+    return UI_DEFAULT, "`ratchet ui` serves these; started with --port N, the same addresses on port N"
+
+
 def round_ci_level(rec: RoundRecord | dict[str, Any]) -> float | None:
     """The two-sided level of a round's dev CI as the gate used it (the report's and the CLI's, one definition)."""
     from components.evolution.report import ci_level
@@ -228,8 +245,9 @@ def describe_round(rec: RoundRecord | dict[str, Any]) -> str:
     parent = (rec.parent.version if rec.parent else "") or (rec.champion_before or "?")
     g, rep = rec.gate, rec.repair
     words = [f"Round {rec.round} on champion {parent}."]
-    if rec.summary:
-        words.append(f"Plan (owner {rec.owner or '?'}, mechanism {rec.mechanism or '?'}): {rec.summary}.")
+    if rec.summary:  # the mechanism is recorded once the plan reaches the gate
+        words.append(f"Plan (owner {rec.owner or '-'}" + (f", mechanism {rec.mechanism}" if rec.mechanism else "")
+                     + f"): {rec.summary}.")
     if rep:
         words.append(f"Repair screen on the diagnosed tasks: {rep.repaired} repaired, {rep.broken} broken.")
     if g:
@@ -245,7 +263,7 @@ def describe_round(rec: RoundRecord | dict[str, Any]) -> str:
 def round_tags(rec: RoundRecord) -> dict[str, str]:
     """A round run's tags (besides its parent run and where the round and campaign are)."""
     parent, child = rec.parent, rec.child
-    return {"ratchet.kind": "round", "ratchet.round": str(rec.round), "ratchet.verdict": str(rec.verdict),
+    tags = {"ratchet.kind": "round", "ratchet.round": str(rec.round), "ratchet.verdict": str(rec.verdict),
             "ratchet.owner": str(rec.owner or ""), "ratchet.plan_key": str(rec.plan_key or ""),
             "ratchet.parent_digest": parent.digest if parent else "",
             "ratchet.parent_version": parent.version if parent else "",
@@ -255,6 +273,7 @@ def round_tags(rec: RoundRecord) -> dict[str, str]:
             "ratchet.seed_map_hash": str(rec.seed_map_hash or ""), "ratchet.git_commit": git_commit(),
             "ratchet.dvc_lock": dvc_lock_hash(), "ratchet.reason": rec.reason[:4000],
             "mlflow.note.content": describe_round(rec)}
+    return {k: v for k, v in tags.items() if v != ""}  # what a round does not have is absent, not an empty tag
 
 
 def round_params(rec: RoundRecord, params: dict[str, Any]) -> dict[str, Any]:
@@ -747,12 +766,13 @@ class CampaignTracker:
             self.client.set_registered_model_alias(name, "champion", last.version)
 
     def links(self, ui: str | None = None) -> dict[str, str]:
-        """Direct addresses in the MLflow UI (the tracking server's own, else `ratchet ui`'s default address): the
-        rounds side by side, the champion's registered version, and one cited trace (the first round's that has one)."""
+        """Direct addresses in the MLflow UI (`ui_address`: the tracking server's own, else the `ratchet ui` that
+        runs, else its default address): the rounds side by side, the champion's registered version, and one cited
+        trace (the first round's that has one)."""
         from urllib.parse import quote
 
         if ui is None:
-            ui = self.uri.rstrip("/") if str(self.uri or "").startswith("http") else "http://127.0.0.1:5000"
+            ui = ui_address(self.uri)[0]
 
         rounds = [r for _, r in sorted(self._round_runs().items())]
         exp = json.dumps([self.experiment_id])
