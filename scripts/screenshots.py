@@ -14,12 +14,14 @@ campaign prints are, so rounds show as training runs with no switch to find:
     2-round-run.png        a promoting round run: its params, its registered model version
     3-cited-trace.png      the trace of a failed episode an evidence packet cites, opened by clicking the claim's link in
                            the round run's description, the cited turn selected: its phases with the times they took
-    4-rounds-compared.png  the round runs compared: the params that differ (plan, owner, the gate's why), metrics
-    5-version-lineage.png  the champion version's page: its description links its parent version (the link is
+    4-net-by-round.png     the campaign run's metrics: the gate's net and its CI bounds, the champion's dev mean and
+                           the promotions, by round (the link `net by round` a campaign prints)
+    5-rounds-compared.png  the round runs compared: the params that differ (plan, owner, the gate's why), metrics
+    6-version-lineage.png  the champion version's page: its description links its parent version (the link is
                            clicked and the parent's page checked) and its logged model; its source run
-    6-prefect-runs.png     the Prefect dashboard's flow runs: the campaign and its rounds, their states and durations
-    7-prefect-flow-run.png the campaign's flow run: its logs, its tag `mlflow:<run id>` (the MLflow run links back)
-    8-dvc-plots-diff.png   with --plots-html: the page `dvc plots diff` wrote (offline template), e.g. the default
+    7-prefect-runs.png     the Prefect dashboard's flow runs: the campaign and its rounds, their states and durations
+    8-prefect-flow-run.png the campaign's flow run: its logs, its tag `mlflow:<run id>` (the MLflow run links back)
+    9-dvc-plots-diff.png   with --plots-html: the page `dvc plots diff` wrote (offline template), e.g. the default
                            campaign against a 3-round experiment
 
 Needs Debian's Chromium (`apt-get install -y chromium`; or --chromium) and Playwright's Python package
@@ -246,15 +248,17 @@ def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         trace.screenshot(path=str(out / "3-cited-trace.png"))
         shots.append(out / "3-cited-trace.png")
         trace.close()
+        # the gate's net and CI by round, the champion's dev mean: the campaign run's stepped metrics
+        step("4-net-by-round.png", at(f"#/experiments/{eid}/runs/{rec['run']}/model-metrics"), "round_net")
         # the round runs side by side: what differs between rounds (plan, owner, the gate's why) and their metrics
         runs, exps = json.dumps(rec["rounds"]), json.dumps([eid])
-        step("4-rounds-compared.png", at(f"#/compare-runs?runs={runs}&experiments={exps}"), "Show diff only",
+        step("5-rounds-compared.png", at(f"#/compare-runs?runs={runs}&experiments={exps}"), "Show diff only",
              lambda: click("Visualizations"),
              lambda: page.locator("[role=switch][aria-label='Parameters - Show diff only']").click(),
              lambda: page.locator("[role=switch][aria-label='Metrics - Show diff only']").click(), height=1700)
         # the champion's version page: its description links the parent version (clicked: the parent's page opens)
         # and its logged model; its source run is the promoting round
-        step("5-version-lineage.png", at(f"#/models/{rec['model']}/versions/{rec['champion']}"), "Promoted in round")
+        step("6-version-lineage.png", at(f"#/models/{rec['model']}/versions/{rec['champion']}"), "Promoted in round")
         if rec["parent"]:  # the parent-version link in the description works (it opens in this tab or a new one)
             v, pages = rec["parent"], len(page.context.pages)
             page.locator(f"a[href$='/versions/{v}'], a[href*='/versions/{v}?']").first.click()
@@ -276,8 +280,8 @@ def shoot_prefect(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         b = browser(p, chromium)
         page = b.new_page(viewport={"width": W, "height": H})
         page.set_default_timeout(120_000)
-        for name, url, text in (("6-prefect-runs.png", f"{ui}/runs", "campaign"),
-                                ("7-prefect-flow-run.png", f"{ui}/runs/flow-run/{rec['flow_run']}", "Logs")):
+        for name, url, text in (("7-prefect-runs.png", f"{ui}/runs", "campaign"),
+                                ("8-prefect-flow-run.png", f"{ui}/runs/flow-run/{rec['flow_run']}", "Logs")):
             if "flow-run/" in url and not rec["flow_run"]:
                 continue  # a campaign run recorded without a flow run (not through Prefect)
             page.goto(url)
@@ -302,9 +306,9 @@ def shoot_page(html: Path, out: Path, chromium: str) -> Path:
         page.goto(html.resolve().as_uri())
         page.wait_for_function("document.querySelectorAll('svg, canvas').length > 0", timeout=120_000)
         page.wait_for_timeout(2500)
-        page.screenshot(path=str(out / "8-dvc-plots-diff.png"))
+        page.screenshot(path=str(out / "9-dvc-plots-diff.png"))
         b.close()
-    return out / "8-dvc-plots-diff.png"
+    return out / "9-dvc-plots-diff.png"
 
 
 def main() -> None:

@@ -197,6 +197,11 @@ def test_the_experiment_names_its_identity_and_the_flow_run_links_both_ways(smal
     assert all(link.endswith("workflowType=machine_learning") for link in links.values()), links
     assert links["champion"].endswith(f"/#/models/{ml['registered_model']}/versions/{champion.version}"
                                       "?workflowType=machine_learning")
+    # the gate's net and CI by round first (the campaign run's stepped metrics), not the compare view's chart
+    assert list(links)[:2] == ["campaign", "net by round"]
+    assert links["net by round"].endswith(f"/#/experiments/{ml['experiment_id']}/runs/{ml['run_id']}/model-metrics"
+                                          "?workflowType=machine_learning")
+    assert {m.key for m in client.get_metric_history(ml["run_id"], "round_net")} == {"round_net"}
     trace_id = links["trace"].rsplit("selectedEvaluationId=", 1)[1].split("&", 1)[0]
     assert client.get_trace(trace_id).info.experiment_id == ml["experiment_id"]
 
@@ -208,10 +213,12 @@ def test_campaign_metrics_are_stepped_by_round_and_only_gated_rounds_have_a_net(
     gated = [r["round"] for r in s["history"] if r.get("gate")]
     assert [m.step for m in client.get_metric_history(rid, "round_net")] == gated
     champ = {m.step: m.value for m in client.get_metric_history(rid, "champion_dev_mean")}
+    held = None  # the mean the champion was promoted on, until the next promotion (the start's: its first look)
     for r in s["history"]:
         if r.get("gate"):
-            want = r["gate"]["cand_mean"] if r["verdict"] == "accept" else r["gate"]["base_mean"]
-            assert champ[r["round"]] == pytest.approx(want)
+            held = r["gate"]["cand_mean"] if r["verdict"] == "accept" else (held if held is not None
+                                                                             else r["gate"]["base_mean"])
+            assert champ[r["round"]] == pytest.approx(held)
     promotions = {m.step: m.value for m in client.get_metric_history(rid, "promotions")}
     assert promotions[max(promotions)] == s["accepted"]
 

@@ -107,3 +107,21 @@ def test_without_a_running_ui_the_links_say_which_port_they_assume(capsys, tmp_p
     base, how = ui_address(None)
     assert base == "http://127.0.0.1:5000" and "--port N" in how
     assert ui_address("http://mlflow:5555/")[0] == "http://mlflow:5555"
+
+
+def _gated(round_no: int, verdict: str, base: float, cand: float) -> dict:
+    return {"round": round_no, "verdict": verdict, "reason": "gate", "round_dir": f"rounds/r{round_no:02d}",
+            "gate": {"accept": verdict == "accept", "net": cand - base, "ci_lo": 0.0, "ci_hi": 0.1, "n_items": 30,
+                     "n_improved": 1, "n_regressed": 0, "reason": "r", "base_mean": base, "cand_mean": cand}}
+
+
+def test_the_champions_dev_mean_changes_only_with_the_champion():
+    """`champion_dev_mean` dropped from 0.695 to 0.676 with no change of champion (M6): round 9 re-measured M6 on
+    another look's cells (more seeds than its promoting look used). It is the mean the champion was promoted on."""
+    from components.evolution.record import RoundRecord
+    from components.evolution.report import champion_means
+
+    rounds = [RoundRecord.of(r) for r in (_gated(1, "reject", 0.30, 0.30), _gated(2, "accept", 0.31, 0.38),
+                                          _gated(3, "reject", 0.37, 0.36), {**NO_PLAN, "round": 4},
+                                          _gated(5, "accept", 0.36, 0.69), _gated(6, "reject", 0.676, 0.68))]
+    assert champion_means(rounds) == {1: 0.30, 2: 0.38, 3: 0.38, 4: None, 5: 0.69, 6: 0.69}

@@ -151,7 +151,8 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     table = pd.DataFrame(rows, columns=["round", "verdict", "owner", "net", "ci_lo", "ci_hi", "dev_base_mean",
                                         "dev_cand_mean", "champion"])
     causes = _causes(Path(campaign_out), summary)
-    table["champion_dev_mean"] = [(_champion_mean(r)) for r in history(summary)] if len(table) else []
+    means = champion_means(history(summary))
+    table["champion_dev_mean"] = [means[r.round] for r in history(summary)] if len(table) else []
     table = table.join(causes, on="round") if len(causes.columns) else table
     families = _families(Path(campaign_out), summary)  # every input read before the first write: none half-written
     md = [f"# Campaign {summary['campaign']}", "",
@@ -216,12 +217,24 @@ def _read_csv(path: Path, **kw) -> pd.DataFrame:
         raise InputError(f"{path}: -: not a readable table ({str(e).strip().splitlines()[0]})") from None
 
 
-def _champion_mean(r: RoundRecord) -> float | None:
-    """The champion's dev mean after a round: the candidate's when it was accepted, else the parent's."""
-    g = r.gate
-    if g is None:
-        return None
-    return g.cand_mean if r.accepted else g.base_mean
+def champion_means(rounds: list[RoundRecord]) -> dict[int, float | None]:
+    """The champion's dev mean after each gated round (None for a round not gated): the mean it was promoted on
+    (its promoting look's cand_mean), unchanged until the next promotion; before any, the start's mean at the first
+    gated look. A rejection re-measures the champion on its own look's cells (another number of seeds when the
+    gate stopped early): reporting that mean dropped the champion's score with no change of champion."""
+    out: dict[int, float | None] = {}
+    held: float | None = None
+    for r in sorted(rounds, key=lambda x: x.round):
+        g = r.gate
+        if g is None:
+            out[r.round] = None
+            continue
+        if r.accepted:
+            held = g.cand_mean
+        elif held is None:
+            held = g.base_mean
+        out[r.round] = held
+    return out
 
 
 def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:

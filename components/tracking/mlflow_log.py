@@ -511,13 +511,16 @@ class CampaignTracker:
 
     def _campaign_step(self, rec: RoundRecord) -> None:
         """Campaign metrics stepped by round. Only gated rounds have a net, so the latest value is never a round
-        that had nothing to gate; the champion's dev mean and the promotions so far are defined at every round."""
+        that had nothing to gate; the champion's dev mean (`report.champion_means`: the mean it was promoted on,
+        unchanged until the next promotion) and the promotions so far are defined at every round."""
+        from components.evolution.report import champion_means
+
         g, n = rec.gate, int(rec.round)
-        values: dict[str, Any] = {"promotions": sum(1 for r in self._lineage_records()
-                                                    if r.verdict == Verdict.ACCEPT and r.round <= n)}
+        rounds = [r for r in self._lineage_records() if isinstance(r, RoundRecord) and r.round <= n]
+        values: dict[str, Any] = {"promotions": sum(1 for r in rounds if r.verdict == Verdict.ACCEPT)}
         if g:
             values.update(round_net=g.net, round_ci_lo=g.ci_lo, round_ci_hi=g.ci_hi,
-                          champion_dev_mean=g.cand_mean if rec.verdict == Verdict.ACCEPT else g.base_mean)
+                          champion_dev_mean=champion_means(rounds).get(n))
         self._metrics(self.run_id, values, step=n)
 
     def _lineage_records(self) -> list[StartRecord | RoundRecord]:
@@ -776,7 +779,11 @@ class CampaignTracker:
 
         rounds = [r for _, r in sorted(self._round_runs().items())]
         exp = json.dumps([self.experiment_id])
-        out = {"campaign": f"{ui}/" + ui_route(f"#/experiments/{self.experiment_id}/runs/{self.run_id}")}
+        run = f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        out = {"campaign": f"{ui}/" + ui_route(run),
+               # what a reader wants of the rounds first: the gate's net with its CI, and the champion's dev mean, by
+               # round (the campaign run's stepped metrics); the compare view opens on a chart of other axes
+               "net by round": f"{ui}/" + ui_route(f"{run}/model-metrics")}
         if rounds:
             ids = json.dumps([r.info.run_id for r in rounds], separators=(",", ":"))
             out["rounds"] = f"{ui}/" + ui_route(f"#/compare-runs?runs={quote(ids)}&experiments={quote(exp)}")
