@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 # The usage errors typer raises are its vendored click's (typer 0.26+), not the `click` package's. Typer 0.29 gives
 # public names to BadParameter, Abort and Exit only: UsageError, MissingParameter and NoArgsIsHelpError have none
@@ -29,6 +29,18 @@ from components.evolution.gate import MIN_BOOT, GateConfig
 # Problem lines must stay one line each when piped; tables get a fixed width when not on a terminal.
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)
+
+
+_DISPLAY_TYPE = TyperOption.display_type_rich
+
+
+def _flag_takes_no_value(self, ctx):
+    """A flag shows no value placeholder in help: typer 0.29 shows `--force <bool>`, and `--force true` then fails
+    ("unexpected extra argument")."""
+    return "" if self.is_flag and self.metavar is None else _DISPLAY_TYPE(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_takes_no_value
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -104,7 +116,7 @@ MAX_SEEDS = 1000  # seeds per item in one eval (a campaign allows 20); more is a
 # -- packages ---------------------------------------------------------------------------------------------------
 
 @package_app.command("lint")
-def package_lint(path: Path) -> None:
+def package_lint(path: Annotated[Path, typer.Argument(help="the package directory")]) -> None:
     """Validate a package: exit 0 when it loads, else one line per problem (file: field: message)."""
     from components.memory import lint
 
@@ -120,7 +132,7 @@ def package_lint(path: Path) -> None:
 
 
 @package_app.command("digest")
-def package_digest(path: Path) -> None:
+def package_digest(path: Annotated[Path, typer.Argument(help="the package directory")]) -> None:
     """SHA-256 over the sorted (relative path, bytes) of the package's files."""
     from components.memory import digest
 
@@ -149,11 +161,13 @@ def package_digest(path: Path) -> None:
 def bench_materialize(
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to write the benchmark "
                                                     "(default: data/benchmarks/<world>)")] = None,
-    world_name: Annotated[str, typer.Option("--world")] = "retail",
+    world_name: Annotated[str, typer.Option("--world", help="the world: retail, airline, or a plug-in's "
+                                                           "name")] = "retail",
     seed: Annotated[int, typer.Option(help="fixes the data, the tasks and the splits")] = 0,
     per_family: Annotated[Optional[int], typer.Option(help="tasks per family (default: the world's)")] = None,
-    train_share: Annotated[float, typer.Option()] = SPLIT_SHARES[0],
-    dev_share: Annotated[float, typer.Option()] = SPLIT_SHARES[1],
+    train_share: Annotated[float, typer.Option(help="share of each family in train (diagnosis, repair "
+                                                    "screens)")] = SPLIT_SHARES[0],
+    dev_share: Annotated[float, typer.Option(help="share in dev (the gate); the rest is test")] = SPLIT_SHARES[1],
     receipts: Annotated[Optional[str], typer.Option(help="what a rule refusal tells the agent: explained | coded | "
                                                      "silent (default: benchmark.receipts' default)")] = None,
 ) -> None:
@@ -209,9 +223,10 @@ def _model_cfg(model: str, base_url: Optional[str], model_name: Optional[str], *
 def eval_cmd(
     package: Annotated[Path, typer.Option(help="memory package directory")],
     benchmark: Annotated[Path, typer.Option(help="benchmark directory")] = DEFAULT_BENCH,
-    split: Annotated[str, typer.Option()] = "dev",
+    split: Annotated[str, typer.Option(help="train | dev | test: the benchmark's split to evaluate")] = "dev",
     seeds: Annotated[int, typer.Option(help="seeds per item (0..N-1)")] = 3,
-    out_dir: Annotated[Path, typer.Option("--out")] = Path("runs/eval"),
+    out_dir: Annotated[Path, typer.Option("--out", help="where to write scores.csv and traces.parquet (new, empty, "
+                                                        "or an earlier eval's output)")] = Path("runs/eval"),
     model: Annotated[str, typer.Option(help="sim | openai | local | gold (tau2 worlds)")] = "sim",
     base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
     model_name: Annotated[Optional[str], typer.Option(help="model name sent to the endpoint")] = None,
@@ -300,9 +315,9 @@ def eval_cmd(
     kinds = ", ".join(f"{k} {n}" for k, n in error_kinds(t.scores).items())
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
               f"{s['episodes']} episodes, {s['errors']} errors{f' ({kinds})' if kinds else ''}, "
-              f"tokens {s['tokens_in']}/{s['tokens_out']}"
-              + (f" (the user model's: {s['user_tokens_in']}/{s['user_tokens_out']} in {s['user_model_calls']} calls)"
-                 if s["user_model_calls"] else ""), highlight=False)
+              f"tokens in {s['tokens_in']:,}, out {s['tokens_out']:,}"
+              + (f" (the user model's: in {s['user_tokens_in']:,}, out {s['user_tokens_out']:,}, "
+                 f"{s['user_model_calls']:,} calls)" if s["user_model_calls"] else ""), highlight=False)
     if seeds > 1:  # pass^k: all k of a task's trials succeed, averaged over tasks (beside the mean, as leaderboards report)
         ks = pass_hat_k(t.scores)
         out.print(f"pass^k on {split}: " + ", ".join(f"k={k} {v:.3f}" for k, v in ks.items()), highlight=False)
@@ -351,9 +366,9 @@ def diagnose_cmd(
 
 @app.command("serve-sim")
 def serve_sim(
-    port: Annotated[int, typer.Option()] = 8000,
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8000,
     fault_rate: Annotated[float, typer.Option(help="share of requests that get a fault (tests)")] = 0.0,
-    fault_seed: Annotated[int, typer.Option()] = 0,
+    fault_seed: Annotated[int, typer.Option(help="seed of which requests get a fault")] = 0,
     slow_seconds: Annotated[float, typer.Option(help="how long a 'slow' fault stalls (make it exceed the client's timeout)")] = 2.0,
 ) -> None:
     """Serve the simulated agent over /v1/chat/completions on 127.0.0.1. With --fault-rate, that share of requests
@@ -404,7 +419,7 @@ def gate_cmd(
     material: Annotated[float, typer.Option(help="|d_i| above this counts as improved/regressed")] = GateConfig.material,
     alpha: Annotated[float, typer.Option(help="two-sided CI level 1 - alpha")] = GateConfig.alpha,
     n_boot: Annotated[int, typer.Option(help=f"bootstrap resamples (>= {MIN_BOOT})")] = GateConfig.n_boot,
-    seed: Annotated[int, typer.Option()] = GateConfig.seed,
+    seed: Annotated[int, typer.Option(help="seed of the bootstrap resamples")] = GateConfig.seed,
     min_items: Annotated[int, typer.Option(help="refuse tables with fewer items")] = GateConfig.min_items,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
@@ -577,7 +592,8 @@ def campaign_run(
     params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
     rounds: Annotated[Optional[int], typer.Option(help="override campaign.rounds")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="override campaign.out")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param: key.path=value")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="<key.path=value>",
+                                                      help="override any param (repeatable)")] = None,
     force: Annotated[bool, typer.Option("--force", help="delete Ratchet's own output at --out if it is another "
                                                           "campaign (or another kind of output) and start over")] = False,
 ) -> None:
@@ -611,7 +627,8 @@ def _held(p):
 @app.command("report")
 def report(
     campaign: Annotated[Path, typer.Option(help="a campaign's output directory")] = Path("runs/campaign"),
-    out_dir: Annotated[Path, typer.Option("--out")] = Path("reports"),
+    out_dir: Annotated[Path, typer.Option("--out", help="where to write the report (new, empty, or an earlier "
+                                                        "report)")] = Path("reports"),
 ) -> None:
     """Tables and plots from a finished campaign (the DVC `report` stage): metrics.json, rounds.csv, campaign.md and
     PNG images (rounds, champion per round, causes per round, per-family scores) that render offline."""
@@ -631,7 +648,8 @@ def export_cmd(
     campaign: Annotated[Path, typer.Option(help="a finished campaign's output directory")] = Path("runs/campaign"),
     bench: Annotated[Optional[Path], typer.Option("--benchmark", help="the benchmark the campaign ran (default: "
                                                   "the one its summary.json records)")] = None,
-    out_dir: Annotated[Path, typer.Option("--out")] = Path("runs/export"),
+    out_dir: Annotated[Path, typer.Option("--out", help="where to write the export (new, empty, or an earlier "
+                                                        "export)")] = Path("runs/export"),
     split: Annotated[str, typer.Option(help="train only: dev and test are held out and refused")] = "train",
     mlflow: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="log each file as a dataset input of the "
                                                                      "campaign's MLflow run")] = True,
@@ -700,7 +718,9 @@ def outer_run(
                                                       "write (default: the offline learner, `ratchet outer "
                                                       "learn-sim`)")] = None,
     rounds: Annotated[Optional[int], typer.Option(help="rounds of the inner campaign after training")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param of the inner campaign")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="<key.path=value>",
+                                                      help="override any param of the inner campaign "
+                                                           "(repeatable)")] = None,
     adapt: Annotated[bool, typer.Option("--prune/--no-prune", help="remove cards the trained model no longer needs "
                                                                  "(gated on dev) before the inner campaign")] = True,
 ) -> None:
@@ -718,7 +738,7 @@ def reproduce_cmd(
     version: Annotated[Optional[str], typer.Option(help="a promoted version, e.g. M3")] = None,
     run_id: Annotated[Optional[str], typer.Option(help="or the MLflow run id of the round that promoted it")] = None,
     campaign: Annotated[Path, typer.Option(help="the campaign's output directory")] = Path("runs/campaign"),
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Re-run a promotion's held-out gate on the recorded bytes and seeds. Exit 0 only when the per-episode and
     per-item tables are byte-identical and the verdict matches; a digest mismatch is refused before anything runs.
@@ -735,11 +755,14 @@ def reproduce_cmd(
                               "verdict_matches": r.verdict_matches, "differences": r.differences,
                               "n_items": r.n_items, "n_episodes": r.n_episodes}, sort_keys=True), highlight=False)
     else:
-        g = r.recomputed
+        from components.evolution.report import ci_level
+
+        g, level = r.recomputed, ci_level(rec)  # the level the round's gate decided at (its look's alpha)
         out.print(f"per-item scores: {'identical' if r.identical else 'DIFFERENT'} ({r.n_items} items, "
                   f"{r.n_episodes} episodes re-run)", highlight=False)
         out.print(f"verdict: {'matches' if r.verdict_matches else 'DIFFERS'}: accept={g['accept']} net {g['net']:+.4f} "
-                  f"CI [{g['ci_lo']:+.4f}, {g['ci_hi']:+.4f}]", highlight=False)
+                  + ("" if level is None else f"{100 * level:.4g}% ") + f"CI [{g['ci_lo']:+.4f}, {g['ci_hi']:+.4f}]",
+                  highlight=False)
         for d in r.differences:
             out.print(f"  differs: {d}", highlight=False)
     raise typer.Exit(0 if r.ok else 1)
@@ -747,7 +770,7 @@ def reproduce_cmd(
 
 @app.command("ui")
 def ui(
-    port: Annotated[int, typer.Option()] = 5000,
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
     tracking_uri: Annotated[Optional[str], typer.Option(help="default: $MLFLOW_TRACKING_URI (the project's store)")] = None,
 ) -> None:
     """Start the MLflow UI on 127.0.0.1 against the project's store (one worker, no job execution)."""
@@ -838,7 +861,8 @@ def campaign_schedule(
     cron: Annotated[str, typer.Option(help='cron expression, e.g. "0 3 * * *"')],
     name: Annotated[str, typer.Option(help="deployment name")] = "nightly",
     params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param: key.path=value")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="<key.path=value>",
+                                                      help="override any param (repeatable)")] = None,
 ) -> None:
     """Register a Prefect deployment of the campaign flow on this cron schedule (served by `ratchet worker`)."""
     from prefect.client.schemas.schedules import CronSchedule
@@ -859,7 +883,7 @@ def campaign_schedule(
 
 
 @campaign_app.command("runs")
-def campaign_runs(limit: Annotated[int, typer.Option(min=1)] = 30) -> None:
+def campaign_runs(limit: Annotated[int, typer.Option(min=1, help="runs listed at most")] = 30) -> None:
     """Scheduled and past campaign runs with their state."""
     from flows.schedule import list_runs
 
@@ -881,7 +905,7 @@ def worker(limit: Annotated[int, typer.Option(min=1, help="campaigns run at once
 
 
 @app.command("server")
-def server(port: Annotated[int, typer.Option()] = 4200) -> None:
+def server(port: Annotated[int, typer.Option(help="port on 127.0.0.1 (API and dashboard)")] = 4200) -> None:
     """Start a persistent Prefect server on 127.0.0.1 (schedules fire only with one); its data lives in PREFECT_HOME."""
     import os
 
@@ -1020,7 +1044,7 @@ def evidence_show(
     benchmark: Annotated[Optional[str], typer.Option(help="--open: the current benchmark digest (default: that of "
                                                           "benchmark.out in params.yaml, when it exists)")] = None,
     model: Annotated[Optional[str], typer.Option(help="--open: the current model (default: any)")] = None,
-    limit: Annotated[int, typer.Option(min=1)] = 200,
+    limit: Annotated[int, typer.Option(min=1, help="nodes listed at most")] = 200,
     db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
 ) -> None:
     """List the graph's current nodes (latest version of each) with their confidence and revoked/flagged marks.
