@@ -1934,3 +1934,28 @@ def test_the_params_comment_states_each_worlds_families_and_tasks():
         with tempfile.TemporaryDirectory() as tmp:
             meta = json.loads((world(name).materialize(Path(tmp) / "b", 0, per_family) / "meta.json").read_text())
         assert (len(meta["families"]), meta["n_tasks"]) == (families, tasks), name
+
+
+def test_dvc_stages_run_without_the_environment_on_path(tmp_path):
+    """`.venv/bin/dvc exp run` without the venv on PATH failed with `ratchet: command not found` (and left params.yaml
+    modified by -S). The stages run scripts/ratchet: the `ratchet` on PATH, else the project's .venv."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert all(s["cmd"].startswith("scripts/ratchet ") for s in stages.values()), stages
+    bare = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    if Path(sys.executable).parent == ROOT / ".venv" / "bin":  # the suite's own environment: the fallback is found
+        r = subprocess.run(["scripts/ratchet", "package", "digest", "data/packages/seed"], cwd=ROOT, env=bare,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and len(r.stdout.strip()) == 64, r.stderr
+    # a checkout without .venv and nothing on PATH: one line saying what to do
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "ratchet", tmp_path / "scripts" / "ratchet")
+    r = subprocess.run([str(tmp_path / "scripts" / "ratchet"), "--help"], env=bare, capture_output=True, text=True)
+    assert r.returncode == 127 and r.stderr.startswith("error: ratchet: -: not on PATH") and "./run.sh" in r.stderr
+    assert r.stderr.count("\n") == 1
