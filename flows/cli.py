@@ -702,6 +702,15 @@ def outer_learn_sim(
     from components.outer.learn import learn_sim
     from components.outer.model import read_model, write_model
 
+    if out_path.is_dir() or out_path.is_symlink():
+        raise InputError(f"{out_path}: --out: is a {'directory' if out_path.is_dir() else 'symbolic link'}, not a "
+                         "model.json to write")
+    if out_path.exists():  # replaced only when it is a model identity Ratchet wrote, never a user's file
+        try:
+            read_model(out_path)
+        except InputError:
+            raise InputError(f"{out_path}: --out: exists and is not a model.json (a ModelSpec); refusing to replace "
+                             "it: choose another --out") from None
     spec = learn_sim(export, read_model(base) if base else None, min_demos)
     write_model(out_path, spec)
     out.print(f"{out_path}: {spec.name} knows {len(spec.model_cfg['learned'])} facts "

@@ -1959,3 +1959,12 @@ def test_dvc_stages_run_without_the_environment_on_path(tmp_path):
     r = subprocess.run([str(tmp_path / "scripts" / "ratchet"), "--help"], env=bare, capture_output=True, text=True)
     assert r.returncode == 127 and r.stderr.startswith("error: ratchet: -: not on PATH") and "./run.sh" in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+def test_learn_sim_never_writes_over_a_users_file(project):
+    (project / "notes.txt").write_text("mine\n")
+    before = snapshot(project)
+    one_line(ratchet("outer", "learn-sim", "--export", "e", "--out", "notes.txt"), 2,
+             "notes.txt: --out: exists and is not a model.json")
+    one_line(ratchet("outer", "learn-sim", "--export", "e", "--out", "mine"), 2, "mine: --out: is a directory")
+    assert snapshot(project) == before
