@@ -26,7 +26,8 @@ campaign prints are, so rounds show as training runs with no switch to find:
 
 Needs Debian's Chromium (`apt-get install -y chromium`; or --chromium) and Playwright's Python package
 (`.venv/bin/pip install playwright==1.65.2`; in no extra), which drives that Chromium as it is: no browser is
-downloaded. Nothing is fetched from outside 127.0.0.1. Not part of the test suite.
+downloaded. Nothing is fetched from outside 127.0.0.1. Not part of the test suite. `scripts/screenshots.sh` does
+all of it in one command (installs, `dvc repro`, the r3 experiment and its plots page, this script).
 """
 
 from __future__ import annotations
@@ -178,8 +179,11 @@ def settle(page, text: str | None = None, timeout: float = 120_000) -> None:
 
 
 def browser(p, chromium: str):
-    # run as root (CI, containers) Chromium needs --no-sandbox; nothing it opens leaves 127.0.0.1
-    return p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    # run as root (CI, containers) Chromium needs --no-sandbox; nothing it opens leaves 127.0.0.1, and without the
+    # background-networking flags it would try Google's hosts at every start (refused on a closed network)
+    return p.chromium.launch(executable_path=chromium, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"])
 
 
 def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
