@@ -618,7 +618,7 @@ def campaign(params: dict, name: str = "default") -> dict:
     benchmark_contract(str(p.benchmark.out))  # the data contract, once per campaign (cached on the bytes)
     lineage = Lineage(out / "lineage")
     with ExitStack() as stack:
-        lock = stack.enter_context(LineageLock(lineage.root))
+        lock = stack.enter_context(LineageLock(lineage.root, join=True))  # the CLI may hold it: this process's
         _check_rerun(p, lineage)  # again under the lock, now that the benchmark exists
         mark_output(out, "campaign")
         if lock.recovered:

@@ -1873,7 +1873,7 @@ def test_a_campaign_holds_its_lineage_lock_before_prefect_starts(project, bench_
     def flow_would_start(p):
         seen.append(subprocess.run([sys.executable, "-c", probe, str(ROOT), "camp/lineage"], capture_output=True,
                                    text=True).stdout)
-        with LineageLock(Path(p.campaign.out) / "lineage"):  # the flow's own taking: re-entrant in this process
+        with LineageLock(Path(p.campaign.out) / "lineage", join=True):  # the flow joins this process's lock
             pass
         raise InputError("stopped here by the test")
 

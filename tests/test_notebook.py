@@ -52,7 +52,9 @@ def _a_later_finished_campaign_of_the_same_name(name: str) -> str:
     from mlflow import MlflowClient
 
     client = MlflowClient()
-    eid = client.create_experiment(f"ratchet/{name}/decoy-exp", tags={"ratchet.campaign": name})
+    import uuid
+
+    eid = client.create_experiment(f"ratchet/{name}/decoy-{uuid.uuid4().hex[:8]}", tags={"ratchet.campaign": name})
     run = client.create_run(eid, tags={"ratchet.kind": "campaign", "ratchet.campaign": name,
                                        "ratchet.registered_model": "no-such-model"})
     client.log_param(run.info.run_id, "campaign.rounds", "3")

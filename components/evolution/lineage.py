@@ -216,15 +216,16 @@ class LineageLock:
     stale lock from a killed process is recovered by the next taker; the file also names the holder, so a second
     campaign fails at once saying who has it. (flock is per machine: on a shared filesystem use one runner.)"""
 
-    # what this process holds: lock path -> [fd, depth, recovered]. Re-entrant: the CLI takes the lock as soon as
-    # its checks pass (before Prefect's server starts, so a second campaign on the same output is refused at once,
-    # not after the first one's start-up), and the campaign flow takes it again in the same process.
+    # what this process holds: lock path -> [fd, depth, recovered]. The CLI takes the lock as soon as a campaign's
+    # checks pass (before Prefect's server starts, so a second campaign on the same output is refused at once, not
+    # after the first one's start-up), and the campaign flow joins it (`join=True`); any other taking conflicts, in
+    # this process as in another one (flock).
     _held: dict[str, list] = {}
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, join: bool = False):
         self.path = Path(root) / "LOCK"
         self._fd: int | None = None
-        self._nested = False
+        self._join, self._nested = join, False
         self.recovered: dict | None = None  # holder info left by a dead process, if any
 
     def _key(self) -> str:
@@ -254,7 +255,7 @@ class LineageLock:
         import socket
         import time
 
-        held = LineageLock._held.get(self._key())
+        held = LineageLock._held.get(self._key()) if self._join else None
         if held is not None:  # this process holds it already (the CLI, then the flow)
             held[1] += 1
             self.recovered, self._nested = held[2], True
