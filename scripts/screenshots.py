@@ -253,7 +253,10 @@ def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         shots.append(out / "3-cited-trace.png")
         trace.close()
         # the gate's net and CI by round, the champion's dev mean: the campaign run's stepped metrics
-        step("4-net-by-round.png", at(f"#/experiments/{eid}/runs/{rec['run']}/model-metrics"), "round_net")
+        # (the charts are alphabetical: `round_` in the search box puts the net and its CI bounds first)
+        step("4-net-by-round.png", at(f"#/experiments/{eid}/runs/{rec['run']}/model-metrics"), "Model metrics",
+             lambda: page.get_by_role("searchbox").first.fill("round_"),
+             lambda: page.get_by_text("round_net", exact=True).first.wait_for(state="visible"))
         # the round runs side by side: what differs between rounds (plan, owner, the gate's why) and their metrics
         runs, exps = json.dumps(rec["rounds"]), json.dumps([eid])
         step("5-rounds-compared.png", at(f"#/compare-runs?runs={runs}&experiments={exps}"), "Show diff only",
