@@ -425,6 +425,10 @@ def test_evidence_why_by_campaign_directory_shows_that_campaigns_figures(small_c
             other = copy.deepcopy(rec)
             if other.get("gate"):
                 other["gate"].update(net=0.777, ci_lo=0.666, ci_hi=0.888)
+            plan = exp_out / rec["round_dir"] / "plan.json"
+            if plan.is_file():  # its plan reworded, as a campaign that reuses another's plan words it
+                reworded = {**json.loads(plan.read_text()), "summary": "REWORDED by the experiment"}
+                plan.write_text(json.dumps(reworded))
             record_round(g, exp_out, other, "sim")
     by_name = cli(capsys, "evidence", "why", s["champion"], "--campaign", s["campaign"], "--db", str(db))
     assert by_name[0] == 0 and "net +0.777" in by_name[1]  # what a name finds: the last campaign recorded
@@ -433,4 +437,5 @@ def test_evidence_why_by_campaign_directory_shows_that_campaigns_figures(small_c
     assert code == 0, err
     promoted = [r for r in s["history"] if r["verdict"] == "accept"]
     assert "+0.777" not in out and all(f"net {r['gate']['net']:+.3f}" in out for r in promoted), out
+    assert "REWORDED" not in out and "REWORDED" in by_name[1]
     assert out.count(" verdict (") == len(promoted)

@@ -608,6 +608,9 @@ def campaign_chains(g: EvidenceGraph, campaign_dir: str | Path, ref: str) -> lis
         if not ours:
             continue  # not recorded in this graph (another evidence.db)
         ch = chain(g, ours[-1])
+        if ch["plan"] is not None and rec.summary:  # the plan as this campaign wrote it (another may reword it)
+            ch["plan"]["content"] = next((v.content for v in g.versions(ch["plan"]["id"]) if v.content == rec.summary),
+                                         ch["plan"]["content"])
         if ch["verdict"] is not None and rec.gate is not None:  # the figures this campaign's gate recorded
             ch["verdict"].update({k: getattr(rec.gate, k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved",
                                                                     "n_regressed")})
