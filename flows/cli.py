@@ -1014,7 +1014,7 @@ def evidence_why(
     campaign: Annotated[Optional[str], typer.Option(help="the campaign that made the version: its output directory "
                                                          "(the campaign itself: its lineage and the figures it "
                                                          "recorded), or a name (any campaign of that name); default: "
-                                                         "campaign.out of params.yaml when it holds a campaign, else "
+                                                         "campaign.out of params.yaml when the graph holds it, else "
                                                          "any")] = None,
     db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON list of chains")] = False,
@@ -1023,6 +1023,7 @@ def evidence_why(
     verdict and the benchmark digest; for a version, every promotion of its lineage."""
     from components.evidence.graph_record import campaign_chains, chain, chain_text, promotions_for
 
+    given = campaign
     if campaign is None and Path("params.yaml").is_file():  # the campaign in the workspace, by its directory
         from components.params import load_params
 
@@ -1032,6 +1033,8 @@ def evidence_why(
     with _graph(db) as g:
         if directory:  # its identity: its lineage's promotions, as recorded for it
             chains = campaign_chains(g, campaign, ref)
+            if not chains and given is None:  # the workspace's campaign is not in this graph (--db): any campaign
+                campaign, chains = None, [chain(g, n) for n in promotions_for(g, ref)]
         else:
             chains = [chain(g, n) for n in promotions_for(g, ref, campaign)]
         if not chains:

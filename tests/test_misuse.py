@@ -1968,3 +1968,16 @@ def test_learn_sim_never_writes_over_a_users_file(project):
              "notes.txt: --out: exists and is not a model.json")
     one_line(ratchet("outer", "learn-sim", "--export", "e", "--out", "mine"), 2, "mine: --out: is a directory")
     assert snapshot(project) == before
+
+
+def test_evidence_why_defaults_to_the_workspace_campaign_only_when_the_graph_holds_it(project, bench_dir):
+    """Default `--campaign`: params.yaml's campaign.out when it holds a campaign; with `--db` of a graph that never
+    recorded it, any campaign (as before), not "no promotion"."""
+    _started(project, bench_dir)  # camp/: a lineage this graph knows nothing of
+    (project / "params.yaml").write_text("campaign:\n  out: camp\n")
+    db = project / "g.db"
+    g, *_ = _graph_with_m1(db)
+    g.close()
+    r = ratchet("evidence", "why", "M1", "--db", db)
+    assert r.exit_code == 0 and r.stdout.startswith("M1 (campaign c1, round 1)"), (r.stdout, r.stderr)
+    one_line(ratchet("evidence", "why", "M1", "--db", db, "--campaign", "camp"), 2, "no promotion", "(campaign camp)")
