@@ -33,9 +33,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_fixed_cost import ratchet, start_server  # noqa: E402
 
 
-def run_campaign(env: dict, tmp: Path, tag: str, bench: Path, rounds: int, runner: list[str]) -> dict:
+def run_campaign(env: dict, tmp: Path, tag: str, bench: Path, rounds: int, runner: list[str],
+                 per_family: int) -> dict:
     out = tmp / f"camp-{tag}"
     args = ["campaign", "run", "--set", f"campaign.rounds={rounds}", "--set", f"benchmark.out={bench}",
+            "--set", f"benchmark.per_family={per_family}",  # what made it (an existing benchmark must match)
             "--set", f"campaign.out={out}", "--set", f"evidence.db={tmp / f'evidence-{tag}.sqlite'}",
             "--set", "campaign.shard_size=2", "--set", "campaign.traces_per_round=0", *runner]
     env = {**env, "RATCHET_HOME": str(tmp / f"home-{tag}")}
@@ -90,7 +92,8 @@ def main() -> None:
             if m.returncode != 0:
                 raise SystemExit(f"materialize exited {m.returncode}: {m.stderr[-2000:]}")
             rows.append(run_campaign(env, tmp, "threads x2", bench, rounds,
-                                     ["--set", "campaign.task_runner=threads", "--set", "campaign.workers=2"]))
+                                     ["--set", "campaign.task_runner=threads", "--set", "campaign.workers=2"],
+                                     per_family))
             for n in counts:
                 with LocalCluster(n_workers=0, processes=True, dashboard_address=None) as cluster:
                     proc = dask_workers(cluster.scheduler_address, n, tmp / f"elsewhere-{n}", env["PREFECT_API_URL"])
@@ -99,7 +102,7 @@ def main() -> None:
                             client.wait_for_workers(n, timeout=600)
                         rows.append(run_campaign(env, tmp, f"dask x{n}", bench, rounds, [
                             "--set", "campaign.task_runner=dask", "--set", f"campaign.workers={n}",
-                            "--set", f"campaign.dask_address={cluster.scheduler_address}"]))
+                            "--set", f"campaign.dask_address={cluster.scheduler_address}"], per_family))
                     finally:
                         os.killpg(proc.pid, signal.SIGTERM)  # the worker processes started here
                         proc.wait(timeout=120)

@@ -60,6 +60,7 @@ from components.env import quiet_offline  # noqa: E402
 
 HOME = Path(tempfile.mkdtemp(prefix="ratchet-bench-memory-"))
 quiet_offline(HOME)
+MADE: dict = {}  # benchmark path -> the BenchmarkParams that made it (a campaign on it records those)
 
 
 def run(name: str, bench: Path, start: Path, db: Path, memory: bool, size: dict) -> dict:
@@ -68,8 +69,9 @@ def run(name: str, bench: Path, start: Path, db: Path, memory: bool, size: dict)
     from flows.campaign import run_campaign
 
     out = HOME / "campaigns" / name
+    made = {f"benchmark.{k}": v for k, v in MADE[str(bench)].model_dump(mode="json").items()}  # what made it
     p = load_params(ROOT / "params.yaml", {
-        "benchmark.out": str(bench), "campaign.out": str(out), "campaign.name": name, "campaign.start": str(start),
+        **made, "campaign.out": str(out), "campaign.name": name, "campaign.start": str(start),
         "campaign.rounds": size["rounds"], "campaign.seeds": size["seeds"], "gate.n_boot": size["n_boot"],
         "evidence.db": str(db), "evidence.memory": memory})
     s = run_campaign(p)
@@ -191,7 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     benches = {}
     for seed in (0, 1) if "a" in args.scenarios else (0,):
         benches[seed] = HOME / f"bench-s{seed}"
-        BenchmarkParams(seed=seed, out=str(benches[seed]), per_family=size["per_family"]).materialize()
+        MADE[str(benches[seed])] = BenchmarkParams(seed=seed, out=str(benches[seed]), per_family=size["per_family"])
+        MADE[str(benches[seed])].materialize()
     seed_pkg = ROOT / "data" / "packages" / "seed"
     memory_db, rows, notes = HOME / "memory.db", [], []
     from flows.prefect_setup import server_for_a_script  # after quiet_offline(HOME), like every flows import
@@ -204,7 +207,9 @@ def main(argv: list[str] | None = None) -> None:
         if drift is not None:
             rule, card, changes, statement = drift
             benches["b"] = HOME / "bench-b"
-            BenchmarkParams(seed=0, out=str(benches["b"]), per_family=size["per_family"], rules=changes).materialize()
+            MADE[str(benches["b"])] = BenchmarkParams(seed=0, out=str(benches["b"]), per_family=size["per_family"],
+                                                      rules=changes)
+            MADE[str(benches["b"])].materialize()
             champion = first["out"] / "lineage" / "versions" / first["summary"]["champion"]
             sequence.append(("(b) drift", benches["b"], champion))
             notes.append(f"(b) drift: rule {rule} (card {card}, promoted by the first campaign) now reads: {statement}")

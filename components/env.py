@@ -66,18 +66,36 @@ def default_db(db: str | None) -> str:
 
 
 SERVER_NOTE = "prefect-server.json"  # under $RATCHET_HOME: the server `ratchet server` runs ({url, pid})
+UI_NOTE = "mlflow-ui.json"  # under $RATCHET_HOME: the MLflow UI `ratchet ui` runs ({url, pid})
+UI_DEFAULT = "http://127.0.0.1:5000"  # where `ratchet ui` serves without --port
 
 
-def running_server(home: Path) -> str | None:
-    """The API URL of the Prefect server `ratchet server` runs for this home, while its process lives (else None)."""
+def running_server(home: Path, note_name: str = SERVER_NOTE) -> str | None:
+    """The API URL of the Prefect server `ratchet server` runs for this home (with `UI_NOTE`: the address of the
+    MLflow UI `ratchet ui` runs), while its process lives and its port answers (else None: a stale note, whose
+    server is gone, is no server)."""
     import json
 
     try:
-        note = json.loads((home / SERVER_NOTE).read_text(encoding="utf-8"))
+        note = json.loads((home / note_name).read_text(encoding="utf-8"))
         os.kill(int(note["pid"]), 0)
-        return str(note["url"])
+        url = str(note["url"])
     except (OSError, ValueError, KeyError, TypeError):  # none, unreadable, or its process is gone
         return None
+    return url if answers(url) else None
+
+
+def answers(url: str, timeout: float = 1.0) -> bool:
+    """Whether something accepts a TCP connection at the URL's host and port (a loopback refusal is immediate)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def quiet_offline(home: Path | None = None) -> Path:

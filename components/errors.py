@@ -27,3 +27,8 @@ def storage_problem(e: BaseException) -> str | None:
 class Unavailable(Exception):
     """A service a command needs did not come up or answer (Prefect's temporary server on a loaded machine): one
     line saying what to do, exit 1; nothing was run, so the same command can be run again."""
+
+
+class ExternalFailure(Unavailable):
+    """Something outside Ratchet failed while a command ran (a training command, a server that went away, a damaged
+    store): one line naming it, exit 1, no traceback; what was committed before it is kept."""

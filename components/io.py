@@ -23,11 +23,55 @@ def _umask() -> int:
     return mask
 
 
+def _owner() -> str:
+    """Who makes a temporary name: `<pid>@<host>`, so that what a killed writer left is known for its own."""
+    import socket
+
+    return f"{os.getpid()}@{socket.gethostname()}"
+
+
+def _gone(owner: str) -> bool:
+    """Whether the writer `<pid>@<host>` of a temporary name is dead (on another host: unknown, so no)."""
+    import socket
+
+    pid, _, host = owner.partition("@")
+    if not pid.isdigit() or host != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def sweep_leftovers(path: Path) -> None:
+    """Remove the temporary siblings of `path` (`.<name>.tmp-<pid>@<host>-*`, `.<name>.old-...`, `.<name>.w<pid>@...`)
+    that a writer killed before its cleanup left (SIGKILL, or a signal's `os._exit`): the next write of `path`
+    removes them, never another live writer's."""
+    prefixes = tuple(f".{path.name}.{kind}" for kind in ("tmp-", "old-", "w"))
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return
+    for e in entries:
+        for pre in prefixes:
+            if e.name.startswith(pre) and _gone(e.name[len(pre):].rsplit("-", 1)[0]):
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(e.path)
+                break
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        sweep_leftovers(path)  # a temporary file a killed write of this path left
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.w{_owner()}-", dir=path.parent)
     except OSError as e:
         raise _named(e, path) from None
     try:
@@ -90,10 +134,14 @@ def atomic_dir(path: str | Path, *, replace: bool = True, mark: str | None = Non
     With replace=False an existing target is refused (FileExistsError) both before and at the final rename.
     With `mark`, the directory is marked as Ratchet's output of that kind (see `claim_output`) before it moves in."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and not replace:
         raise FileExistsError(f"{path} already exists")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_leftovers(path)  # what a killed build of this output left
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{_owner()}-", dir=path.parent))
+    except OSError as e:  # a read-only or vanished place: named as the output, not as the temp name it refused
+        raise type(e)(e.errno, e.strerror or str(e), str(path)) from None
     try:
         os.chmod(tmp, 0o777 & ~_umask())
         yield tmp
@@ -104,7 +152,7 @@ def atomic_dir(path: str | Path, *, replace: bool = True, mark: str | None = Non
             return
         if not replace:
             raise FileExistsError(f"{path} already exists")
-        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{_owner()}-", dir=path.parent))
         os.rename(path, old / "x")
         os.rename(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
@@ -178,6 +226,7 @@ KINDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "campaign": (frozenset({"lineage", "rounds", "summary.json", "test_evals.json", ".state"}), frozenset({"lineage"})),
     "report": (frozenset({"metrics.json", "rounds.csv", "campaign.md", "rounds.png", "champion.png", "causes.png",
                           "families.png", "plots"}), frozenset()),
+    "outer": (frozenset({"export", "model.json", "models", "prune", "inner"}), frozenset({"export"})),
 }
 
 
@@ -238,6 +287,27 @@ def claim_output(path: str | Path, kind: str, *, option: str = "--out", inputs: 
                         f"refusing to replace it: choose a new or empty directory")
 
 
+def confined(root: str | Path, rel: str, where: str) -> Path:
+    """`root / rel` for a `rel` taken from a record or a model's output (a version name, a round directory, a manifest
+    entry, a model's name), refused (InputError naming `where`, `<file>: <field>`) unless it stays inside `root`: no
+    absolute path, no `..`, no symlink out of it. Nothing outside is read or written on a record's say-so."""
+    p = Path(str(rel))
+    if not str(rel) or p.is_absolute() or ".." in p.parts or "\x00" in str(rel):
+        raise InputError(f"{where}: {str(rel)[:120]!r}: must name a place inside {root} (no absolute path, no '..')")
+    full = Path(root) / p
+    base = Path(root).resolve()
+    if not full.resolve().is_relative_to(base):  # a symlink on the way out
+        raise InputError(f"{where}: {str(rel)[:120]!r}: leads outside {root} (through a symbolic link)")
+    return full
+
+
+def recorded_path(path: str) -> str:
+    """A path as records show it: relative to the working directory when inside it, else absolute."""
+    full = os.path.abspath(path)
+    here = os.getcwd()
+    return os.path.relpath(full, here) if full == here or full.startswith(here.rstrip(os.sep) + os.sep) else full
+
+
 def mark_output(path: str | Path, kind: str) -> None:
     atomic_write_text(Path(path) / MARK, kind + "\n")
 
@@ -247,7 +317,7 @@ def remove_output(path: str | Path, kind: str) -> None:
     path = Path(path)
     if output_kind(path) is None:
         raise OutputRefused(f"{path}: refusing to delete a directory that is not Ratchet's {kind} output")
-    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{_owner()}-", dir=path.parent))
     os.rename(path, old / "x")
     shutil.rmtree(old, ignore_errors=True)
 

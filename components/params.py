@@ -14,7 +14,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from components.defaults import MAX_SOURCE_ITEMS, MAX_TURNS, SPLIT_SHARES
 from components.errors import InputError
 from components.evolution.gate import MAX_BOOT, MIN_BOOT, GateConfig, SequentialDesign
-from components.io import strict_yaml, yaml_problem
+from components.io import recorded_path, strict_yaml, yaml_problem  # noqa: F401 (recorded_path: params' own)
 from components.worlds.base import ReceiptMode
 from components.tracking.mlflow_log import MAX_TRACES_PER_ROUND
 
@@ -143,6 +143,45 @@ class BenchmarkParams(_M):
                 raise BenchmarkError(f"{self.out}: train_share/dev_share: the {', '.join(empty)} split would be empty "
                                      f"({', '.join(f'{k} {n}' for k, n in sizes.items())} tasks)")
         return out
+
+
+    def check_existing(self, root: str | Path) -> None:
+        """Refuse (InputError) a benchmark at `root` that these params would not have made: a run on it would record
+        params it did not use. The params' own benchmark is built aside (a temporary directory; ~0.3 s) and its
+        meta.json compared with the one here, key by key: every key a world records there (world, seed, tasks per
+        family, split sizes, facts, receipts, and any key a world adds later) is compared, none by name."""
+        import json
+        import tempfile
+
+        here = Path(root) / "meta.json"
+        have = json.loads(here.read_text(encoding="utf-8"))
+        key = json.dumps([have, self.model_dump(mode="json", exclude={"out"})], sort_keys=True)
+        if key in _MADE_HERE:
+            return
+        with tempfile.TemporaryDirectory(prefix="ratchet-bench-") as tmp:
+            aside = str(Path(tmp) / "b")
+            try:
+                built = self.model_copy(update={"out": aside}).materialize()
+            except InputError as e:  # what these params cannot make, said of the benchmark they name
+                raise InputError(str(e).replace(aside, str(root))) from None
+            want = json.loads((built / "meta.json").read_text(encoding="utf-8"))
+        for k in sorted(set(have) | set(want)):
+            if have.get(k) != want.get(k):
+                raise InputError(f"{here}: {k}: {_brief(have.get(k))} here, but the benchmark.* params make "
+                                 f"{_brief(want.get(k))}: the benchmark at benchmark.out was made with other "
+                                 "settings; materialize it again with these (`ratchet bench materialize`), or set "
+                                 "benchmark.out to a new directory")
+        _MADE_HERE.add(key)
+
+
+_MADE_HERE: set[str] = set()  # (meta.json, params) pairs already checked in this process
+
+
+def _brief(value: Any) -> str:
+    import json
+
+    text = "absent" if value is None else json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class SequentialParams(_M):
@@ -354,15 +393,6 @@ def _absolute(path: str) -> str:
     import os
 
     return os.path.abspath(path)  # not resolve(): a symlinked directory keeps the name it was given
-
-
-def recorded_path(path: str) -> str:
-    """A path as records show it: relative to the working directory when inside it, else absolute."""
-    import os
-
-    full = os.path.abspath(path)
-    here = os.getcwd()
-    return os.path.relpath(full, here) if full == here or full.startswith(here.rstrip(os.sep) + os.sep) else full
 
 
 def _store(where: str | None, fix) -> str | None:

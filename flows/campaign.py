@@ -618,7 +618,7 @@ def campaign(params: dict, name: str = "default") -> dict:
     benchmark_contract(str(p.benchmark.out))  # the data contract, once per campaign (cached on the bytes)
     lineage = Lineage(out / "lineage")
     with ExitStack() as stack:
-        lock = stack.enter_context(LineageLock(lineage.root))
+        lock = stack.enter_context(LineageLock(lineage.root, join=True))  # the CLI may hold it: this process's
         _check_rerun(p, lineage)  # again under the lock, now that the benchmark exists
         mark_output(out, "campaign")
         if lock.recovered:
@@ -685,6 +685,7 @@ def _existing_benchmark(p: Params):
     if bench.receipts != p.benchmark.receipts:  # the same tasks, another world's receipts: refused, never mixed up
         raise InputError(f"{meta}: receipts: {bench.receipts.value!r}, but benchmark.receipts is "
                          f"{p.benchmark.receipts.value!r} (materialize it with --receipts, or set benchmark.out)")
+    p.benchmark.check_existing(p.benchmark.out)  # every other benchmark.* param: what made it, or refused
     return bench
 
 
@@ -708,7 +709,7 @@ def _check_rerun(p: Params, lineage: Lineage) -> None:
 
 def _campaign(p: Params, lineage: Lineage) -> dict:
     c, out = p.campaign, Path(p.campaign.out)
-    open_graph(p.evidence, c.name).close()  # an evidence.db that cannot be opened is refused before any round
+    open_graph(p.evidence, c.name, check=True).close()  # one that cannot be opened (or is damaged): refused now
     write_json(state_dir(out) / "params.json", p.recorded().model_dump())  # what `ratchet campaign resume` reruns
     budget = budget_spec(p)
     ledger = BudgetLedger(budget["db"])
@@ -875,10 +876,17 @@ def run_campaign(p: Params) -> dict:
     # process that runs a flow needs (a test module or a CLI command that only imports this module does not)
     from flows import finished
 
+    from prefect.settings import get_current_settings
+
+    from flows.signals import server_watched
+
     tie_temporary_server_to_this_process()
     finished.forget(p.campaign.out)
     try:
-        result = campaign(p.model_dump(), name=p.campaign.name)
+        # a persistent server (PREFECT_API_URL, `ratchet server`) that dies stops the campaign within seconds, one
+        # line, resumable; a temporary server lives and dies with this process
+        with server_watched(get_current_settings().api.url):
+            result = campaign(p.model_dump(), name=p.campaign.name)
         if result["stopped"] is None:  # an unchanged rerun is recognized from here on (ratchet campaign run)
             finished.record(p.resolved(), {"budget_spent": result["budget_spent"], "mlflow": result["mlflow"]})
         return result

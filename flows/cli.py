@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 # The usage errors typer raises are its vendored click's (typer 0.26+), not the `click` package's. Typer 0.29 gives
 # public names to BadParameter, Abort and Exit only: UsageError, MissingParameter and NoArgsIsHelpError have none
@@ -29,6 +29,18 @@ from components.evolution.gate import MIN_BOOT, GateConfig
 # Problem lines must stay one line each when piped; tables get a fixed width when not on a terminal.
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)
+
+
+_DISPLAY_TYPE = TyperOption.display_type_rich
+
+
+def _flag_takes_no_value(self, ctx):
+    """A flag shows no value placeholder in help: typer 0.29 shows `--force <bool>`, and `--force true` then fails
+    ("unexpected extra argument")."""
+    return "" if self.is_flag and self.metavar is None else _DISPLAY_TYPE(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_takes_no_value
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -104,7 +116,7 @@ MAX_SEEDS = 1000  # seeds per item in one eval (a campaign allows 20); more is a
 # -- packages ---------------------------------------------------------------------------------------------------
 
 @package_app.command("lint")
-def package_lint(path: Path) -> None:
+def package_lint(path: Annotated[Path, typer.Argument(help="the package directory")]) -> None:
     """Validate a package: exit 0 when it loads, else one line per problem (file: field: message)."""
     from components.memory import lint
 
@@ -120,7 +132,7 @@ def package_lint(path: Path) -> None:
 
 
 @package_app.command("digest")
-def package_digest(path: Path) -> None:
+def package_digest(path: Annotated[Path, typer.Argument(help="the package directory")]) -> None:
     """SHA-256 over the sorted (relative path, bytes) of the package's files."""
     from components.memory import digest
 
@@ -132,6 +144,12 @@ def package_digest(path: Path) -> None:
         links = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_symlink())
         if links:  # a package may not hold one (see load_package): its bytes would depend on where the link points
             raise InputError(f"{path / links[0]}: -: symlinks are not allowed in a package")
+        from components.memory.package import _special
+
+        odd = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if _special(p))
+        if odd:  # a FIFO, socket or device: no bytes to pin (and a FIFO's read would block)
+            raise InputError(f"{path / odd[0]}: -: {_special(path / odd[0])}, not a regular file: a package holds "
+                             "files only")
         out.print(digest(path), highlight=False)
     except RecursionError:
         raise _deep(path) from None
@@ -143,11 +161,13 @@ def package_digest(path: Path) -> None:
 def bench_materialize(
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to write the benchmark "
                                                     "(default: data/benchmarks/<world>)")] = None,
-    world_name: Annotated[str, typer.Option("--world")] = "retail",
+    world_name: Annotated[str, typer.Option("--world", help="the world: retail, airline, or a plug-in's "
+                                                           "name")] = "retail",
     seed: Annotated[int, typer.Option(help="fixes the data, the tasks and the splits")] = 0,
     per_family: Annotated[Optional[int], typer.Option(help="tasks per family (default: the world's)")] = None,
-    train_share: Annotated[float, typer.Option()] = SPLIT_SHARES[0],
-    dev_share: Annotated[float, typer.Option()] = SPLIT_SHARES[1],
+    train_share: Annotated[float, typer.Option(help="share of each family in train (diagnosis, repair "
+                                                    "screens)")] = SPLIT_SHARES[0],
+    dev_share: Annotated[float, typer.Option(help="share in dev (the gate); the rest is test")] = SPLIT_SHARES[1],
     receipts: Annotated[Optional[str], typer.Option(help="what a rule refusal tells the agent: explained | coded | "
                                                      "silent (default: benchmark.receipts' default)")] = None,
     rules: Annotated[Optional[Path], typer.Option(help="a YAML file of the world's rules to change (a variant of the "
@@ -253,9 +273,10 @@ def _model_cfg(model: str, base_url: Optional[str], model_name: Optional[str], *
 def eval_cmd(
     package: Annotated[Path, typer.Option(help="memory package directory")],
     benchmark: Annotated[Path, typer.Option(help="benchmark directory")] = DEFAULT_BENCH,
-    split: Annotated[str, typer.Option()] = "dev",
+    split: Annotated[str, typer.Option(help="train | dev | test: the benchmark's split to evaluate")] = "dev",
     seeds: Annotated[int, typer.Option(help="seeds per item (0..N-1)")] = 3,
-    out_dir: Annotated[Path, typer.Option("--out")] = Path("runs/eval"),
+    out_dir: Annotated[Path, typer.Option("--out", help="where to write scores.csv and traces.parquet (new, empty, "
+                                                        "or an earlier eval's output)")] = Path("runs/eval"),
     model: Annotated[str, typer.Option(help="sim | openai | local | gold (tau2 worlds)")] = "sim",
     base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
     model_name: Annotated[Optional[str], typer.Option(help="model name sent to the endpoint")] = None,
@@ -344,9 +365,9 @@ def eval_cmd(
     kinds = ", ".join(f"{k} {n}" for k, n in error_kinds(t.scores).items())
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
               f"{s['episodes']} episodes, {s['errors']} errors{f' ({kinds})' if kinds else ''}, "
-              f"tokens {s['tokens_in']}/{s['tokens_out']}"
-              + (f" (the user model's: {s['user_tokens_in']}/{s['user_tokens_out']} in {s['user_model_calls']} calls)"
-                 if s["user_model_calls"] else ""), highlight=False)
+              f"tokens in {s['tokens_in']:,}, out {s['tokens_out']:,}"
+              + (f" (the user model's: in {s['user_tokens_in']:,}, out {s['user_tokens_out']:,}, "
+                 f"{s['user_model_calls']:,} calls)" if s["user_model_calls"] else ""), highlight=False)
     if seeds > 1:  # pass^k: all k of a task's trials succeed, averaged over tasks (beside the mean, as leaderboards report)
         ks = pass_hat_k(t.scores)
         out.print(f"pass^k on {split}: " + ", ".join(f"k={k} {v:.3f}" for k, v in ks.items()), highlight=False)
@@ -395,9 +416,9 @@ def diagnose_cmd(
 
 @app.command("serve-sim")
 def serve_sim(
-    port: Annotated[int, typer.Option()] = 8000,
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8000,
     fault_rate: Annotated[float, typer.Option(help="share of requests that get a fault (tests)")] = 0.0,
-    fault_seed: Annotated[int, typer.Option()] = 0,
+    fault_seed: Annotated[int, typer.Option(help="seed of which requests get a fault")] = 0,
     slow_seconds: Annotated[float, typer.Option(help="how long a 'slow' fault stalls (make it exceed the client's timeout)")] = 2.0,
 ) -> None:
     """Serve the simulated agent over /v1/chat/completions on 127.0.0.1. With --fault-rate, that share of requests
@@ -448,7 +469,7 @@ def gate_cmd(
     material: Annotated[float, typer.Option(help="|d_i| above this counts as improved/regressed")] = GateConfig.material,
     alpha: Annotated[float, typer.Option(help="two-sided CI level 1 - alpha")] = GateConfig.alpha,
     n_boot: Annotated[int, typer.Option(help=f"bootstrap resamples (>= {MIN_BOOT})")] = GateConfig.n_boot,
-    seed: Annotated[int, typer.Option()] = GateConfig.seed,
+    seed: Annotated[int, typer.Option(help="seed of the bootstrap resamples")] = GateConfig.seed,
     min_items: Annotated[int, typer.Option(help="refuse tables with fewer items")] = GateConfig.min_items,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
@@ -541,10 +562,12 @@ def _print_summary(summary: dict, path: Path) -> None:
     from components.evolution.report import round_rows
 
     table = Table(title=f"campaign {summary['campaign']}", show_lines=False)
-    for col in ("round", "owner", "plan", "repair", "verdict", "net [CI]", "regr", "champion"):
+    for col in ("round", "owner", "plan", "repair fixed/broke", "verdict", "dev net [CI], or why not gated", "regr",
+                "champion"):
         table.add_column(col, overflow="fold")
     for r in round_rows(summary):
-        ci = f"{r['net']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] {r['level']}" if r["net"] is not None else "-"
+        ci = (f"{r['net']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] {r['level']}" if r["net"] is not None
+              else r["not_gated"])
         table.add_row(str(r["round"]), r["owner"], r["plan"], r["repair"], r["verdict"], ci,
                       "-" if r["regressed"] is None else str(r["regressed"]), r["champion"])
     out.print(table)
@@ -585,11 +608,16 @@ def _print_summary(summary: dict, path: Path) -> None:
         out.print(line, highlight=False)
     out.print(f"summary: {path}", highlight=False)
     ml = summary.get("mlflow") or {}
-    if ml.get("links"):  # where to look next, in the MLflow UI that `ratchet ui` serves
-        out.print(f"MLflow (`ratchet ui`): experiment {ml['experiment']}, registered model {ml['registered_model']}",
+    if ml.get("links"):  # where to look next, in the MLflow UI (the tracking server's, else `ratchet ui`'s)
+        from components.tracking.mlflow_log import ui_address
+
+        base, how = ui_address(ml.get("tracking_uri"))
+        out.print(f"MLflow ({how}): experiment {ml['experiment']}, registered model {ml['registered_model']}",
                   highlight=False)
-        for what, url in ml["links"].items():
-            out.print(f"  {what}: {url}", highlight=False, soft_wrap=True)
+        for what, url in ml["links"].items():  # the route as recorded, on the UI's address of this moment
+            route = url.split("/#/", 1)[1] if "/#/" in url else None
+            out.print(f"  {what}: {base}/#/{route}" if route is not None else f"  {what}: {url}", highlight=False,
+                      soft_wrap=True)
 
 
 def _print_if_finished(p) -> bool:
@@ -614,7 +642,8 @@ def campaign_run(
     params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
     rounds: Annotated[Optional[int], typer.Option(help="override campaign.rounds")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="override campaign.out")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param: key.path=value")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="<key.path=value>",
+                                                      help="override any param (repeatable)")] = None,
     force: Annotated[bool, typer.Option("--force", help="delete Ratchet's own output at --out if it is another "
                                                           "campaign (or another kind of output) and start over")] = False,
 ) -> None:
@@ -632,15 +661,24 @@ def campaign_run(
 
     flows_obey("the committed work is kept: the same command continues the campaign")
     prepare(p, force=force)
-
-    summary = run_campaign(p)
+    with _held(p):
+        summary = run_campaign(p)
     _print_summary(summary, Path(p.campaign.out) / "summary.json")
+
+
+def _held(p):
+    """The campaign's lineage lock, taken as soon as its checks pass: a second campaign on the same output is
+    refused at once, not after this one's Prefect server has started (the flow takes it again, re-entrantly)."""
+    from components.evolution.lineage import LineageLock
+
+    return LineageLock(Path(p.campaign.out) / "lineage")
 
 
 @app.command("report")
 def report(
     campaign: Annotated[Path, typer.Option(help="a campaign's output directory")] = Path("runs/campaign"),
-    out_dir: Annotated[Path, typer.Option("--out")] = Path("reports"),
+    out_dir: Annotated[Path, typer.Option("--out", help="where to write the report (new, empty, or an earlier "
+                                                        "report)")] = Path("reports"),
 ) -> None:
     """Tables and plots from a finished campaign (the DVC `report` stage): metrics.json, rounds.csv, campaign.md and
     PNG images (rounds, champion per round, causes per round, per-family scores) that render offline."""
@@ -658,8 +696,10 @@ def report(
 @app.command("export")
 def export_cmd(
     campaign: Annotated[Path, typer.Option(help="a finished campaign's output directory")] = Path("runs/campaign"),
-    bench: Annotated[Path, typer.Option("--benchmark", help="the benchmark the campaign ran")] = DEFAULT_BENCH,
-    out_dir: Annotated[Path, typer.Option("--out")] = Path("runs/export"),
+    bench: Annotated[Optional[Path], typer.Option("--benchmark", help="the benchmark the campaign ran (default: "
+                                                  "the one its summary.json records)")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="where to write the export (new, empty, or an earlier "
+                                                        "export)")] = Path("runs/export"),
     split: Annotated[str, typer.Option(help="train only: dev and test are held out and refused")] = "train",
     mlflow: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="log each file as a dataset input of the "
                                                                      "campaign's MLflow run")] = True,
@@ -676,6 +716,11 @@ def export_cmd(
     check_split(split)
     if not (campaign / "summary.json").is_file():
         raise InputError(f"{campaign / 'summary.json'}: -: no such file (run the campaign first)")
+    if bench is None:  # the campaign's own record says which benchmark it ran (its digest is checked on reading)
+        ran = ((read_json_object(campaign / "summary.json").get("params") or {}).get("benchmark") or {}).get("out")
+        if not isinstance(ran, str) or not ran:
+            raise InputError(f"{campaign / 'summary.json'}: params.benchmark.out: not recorded; give --benchmark")
+        bench = Path(ran)
     claim_output(out_dir, "export", inputs={"campaign": campaign, "benchmark": bench})
     m = export_campaign(campaign, bench, out_dir, split)
     for name, f in sorted(m.files.items()):
@@ -707,6 +752,15 @@ def outer_learn_sim(
     from components.outer.learn import learn_sim
     from components.outer.model import read_model, write_model
 
+    if out_path.is_dir() or out_path.is_symlink():
+        raise InputError(f"{out_path}: --out: is a {'directory' if out_path.is_dir() else 'symbolic link'}, not a "
+                         "model.json to write")
+    if out_path.exists():  # replaced only when it is a model identity Ratchet wrote, never a user's file
+        try:
+            read_model(out_path)
+        except InputError:
+            raise InputError(f"{out_path}: --out: exists and is not a model.json (a ModelSpec); refusing to replace "
+                             "it: choose another --out") from None
     spec = learn_sim(export, read_model(base) if base else None, min_demos)
     write_model(out_path, spec)
     out.print(f"{out_path}: {spec.name} knows {len(spec.model_cfg['learned'])} facts "
@@ -723,7 +777,9 @@ def outer_run(
                                                       "write (default: the offline learner, `ratchet outer "
                                                       "learn-sim`)")] = None,
     rounds: Annotated[Optional[int], typer.Option(help="rounds of the inner campaign after training")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param of the inner campaign")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="<key.path=value>",
+                                                      help="override any param of the inner campaign "
+                                                           "(repeatable)")] = None,
     adapt: Annotated[bool, typer.Option("--prune/--no-prune", help="remove cards the trained model no longer needs "
                                                                  "(gated on dev) before the inner campaign")] = True,
 ) -> None:
@@ -741,7 +797,7 @@ def reproduce_cmd(
     version: Annotated[Optional[str], typer.Option(help="a promoted version, e.g. M3")] = None,
     run_id: Annotated[Optional[str], typer.Option(help="or the MLflow run id of the round that promoted it")] = None,
     campaign: Annotated[Path, typer.Option(help="the campaign's output directory")] = Path("runs/campaign"),
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Re-run a promotion's held-out gate on the recorded bytes and seeds. Exit 0 only when the per-episode and
     per-item tables are byte-identical and the verdict matches; a digest mismatch is refused before anything runs.
@@ -758,11 +814,14 @@ def reproduce_cmd(
                               "verdict_matches": r.verdict_matches, "differences": r.differences,
                               "n_items": r.n_items, "n_episodes": r.n_episodes}, sort_keys=True), highlight=False)
     else:
-        g = r.recomputed
+        from components.evolution.report import ci_level
+
+        g, level = r.recomputed, ci_level(rec)  # the level the round's gate decided at (its look's alpha)
         out.print(f"per-item scores: {'identical' if r.identical else 'DIFFERENT'} ({r.n_items} items, "
                   f"{r.n_episodes} episodes re-run)", highlight=False)
         out.print(f"verdict: {'matches' if r.verdict_matches else 'DIFFERS'}: accept={g['accept']} net {g['net']:+.4f} "
-                  f"CI [{g['ci_lo']:+.4f}, {g['ci_hi']:+.4f}]", highlight=False)
+                  + ("" if level is None else f"{100 * level:.4g}% ") + f"CI [{g['ci_lo']:+.4f}, {g['ci_hi']:+.4f}]",
+                  highlight=False)
         for d in r.differences:
             out.print(f"  differs: {d}", highlight=False)
     raise typer.Exit(0 if r.ok else 1)
@@ -770,21 +829,46 @@ def reproduce_cmd(
 
 @app.command("ui")
 def ui(
-    port: Annotated[int, typer.Option()] = 5000,
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
     tracking_uri: Annotated[Optional[str], typer.Option(help="default: $MLFLOW_TRACKING_URI (the project's store)")] = None,
 ) -> None:
     """Start the MLflow UI on 127.0.0.1 against the project's store (one worker, no job execution)."""
     import os
 
     _check_port(port)
+    _port_free(port)
     uri = tracking_uri or os.environ["MLFLOW_TRACKING_URI"]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1"]
     out.print(f"MLflow UI: http://127.0.0.1:{port}  (store {uri}; Ctrl-C to stop)", highlight=False)
-    from flows.signals import run_server
+    from components.env import UI_NOTE, project_home
 
-    raise typer.Exit(run_server(cmd, env))  # the server stops with this command, even on kill -9
+    # the links a campaign prints point at this UI while it runs (whatever --port), not at a fixed port
+    with _note(project_home() / UI_NOTE, f"http://127.0.0.1:{port}"):
+        from flows.signals import run_server
+
+        code = run_server(cmd, env)  # the server stops with this command, even on kill -9
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _note(note: Path, url: str):
+    """A server's note ({url, pid}) while it runs: removed at its end, and on Ctrl-C or SIGTERM (`os._exit`)."""
+    from components.io import atomic_write_json
+    from flows.signals import at_stop
+
+    def forget() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(note.read_text(encoding="utf-8")).get("pid") == os.getpid():
+                note.unlink()
+
+    atomic_write_json(note, {"url": url, "pid": os.getpid()})
+    at_stop(forget)
+    try:
+        yield
+    finally:
+        forget()
 
 
 @campaign_app.command("resume")
@@ -826,7 +910,8 @@ def campaign_resume(
         err.print(f"resuming {p.campaign.name}: {state} is unreadable (ignored; the lineage says what is done)",
                   highlight=False)
 
-    summary = run_campaign(p)
+    with _held(p):
+        summary = run_campaign(p)
     _print_summary(summary, out_dir / "summary.json")
 
 
@@ -835,7 +920,8 @@ def campaign_schedule(
     cron: Annotated[str, typer.Option(help='cron expression, e.g. "0 3 * * *"')],
     name: Annotated[str, typer.Option(help="deployment name")] = "nightly",
     params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override any param: key.path=value")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="<key.path=value>",
+                                                      help="override any param (repeatable)")] = None,
 ) -> None:
     """Register a Prefect deployment of the campaign flow on this cron schedule (served by `ratchet worker`)."""
     from prefect.client.schemas.schedules import CronSchedule
@@ -856,7 +942,7 @@ def campaign_schedule(
 
 
 @campaign_app.command("runs")
-def campaign_runs(limit: Annotated[int, typer.Option(min=1)] = 30) -> None:
+def campaign_runs(limit: Annotated[int, typer.Option(min=1, help="runs listed at most")] = 30) -> None:
     """Scheduled and past campaign runs with their state."""
     from flows.schedule import list_runs
 
@@ -878,13 +964,11 @@ def worker(limit: Annotated[int, typer.Option(min=1, help="campaigns run at once
 
 
 @app.command("server")
-def server(port: Annotated[int, typer.Option()] = 4200) -> None:
+def server(port: Annotated[int, typer.Option(help="port on 127.0.0.1 (API and dashboard)")] = 4200) -> None:
     """Start a persistent Prefect server on 127.0.0.1 (schedules fire only with one); its data lives in PREFECT_HOME."""
     import os
 
     _check_port(port)
-    out.print(f"Prefect server and dashboard on http://127.0.0.1:{port}; in other shells: "
-              f"export PREFECT_API_URL=http://127.0.0.1:{port}/api", highlight=False)
     from flows.signals import run_server
 
     # the dashboard is what a persistent server is for (components/env.py leaves the UI off for the temporary
@@ -894,21 +978,35 @@ def server(port: Annotated[int, typer.Option()] = 4200) -> None:
     env = {**os.environ, "PREFECT_UI_ENABLED": "true",
            "PREFECT_UI_API_URL": os.environ.get("PREFECT_UI_API_URL") or f"http://127.0.0.1:{port}/api"}
     env.pop("PREFECT_API_URL", None)  # this server's own (a note of another one's may have set it)
-    from components.env import SERVER_NOTE, project_home
-    from components.io import atomic_write_json
+    from components.env import SERVER_NOTE, project_home, running_server
 
     # while it runs, every `ratchet` command of this home (campaigns, workers, benchmarks, DVC stages) uses it and
-    # starts no temporary server of its own (components/env.py); a note left by a killed command names a dead process
+    # starts no temporary server of its own (components/env.py); a note whose process is gone or whose port does
+    # not answer is no server's
     note = project_home() / SERVER_NOTE
-    atomic_write_json(note, {"url": f"http://127.0.0.1:{port}/api", "pid": os.getpid()})
-    try:
+    if (live := running_server(project_home())) is not None:  # never take over (or, failing, delete) its note
+        raise InputError(f"{note}: url: a Prefect server already runs for this home at {live}: use it (export "
+                         f"PREFECT_API_URL={live}), or stop it first")
+    _port_free(port)
+    out.print(f"Prefect server and dashboard on http://127.0.0.1:{port}; in other shells: "
+              f"export PREFECT_API_URL=http://127.0.0.1:{port}/api", highlight=False)
+
+    with _note(note, f"http://127.0.0.1:{port}/api"):  # the note goes with this server, also on Ctrl-C or SIGTERM
         code = run_server([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                            "--port", str(port)], env)  # stops with this command, even on kill -9
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(note.read_text(encoding="utf-8")).get("pid") == os.getpid():
-                note.unlink()
     raise typer.Exit(code)
+
+
+def _port_free(port: int) -> None:
+    """Refuse a port something on 127.0.0.1 already listens on, before a server (and its note) is started there."""
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: closed connections don't count
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            raise InputError(f"--port: {port}: in use on 127.0.0.1 ({e.strerror}); choose another --port") from None
 
 
 # -- campaign memory -------------------------------------------------------------------------------------------
@@ -937,21 +1035,25 @@ def _graph(db: Optional[str], write: bool = False):
             if write:
                 raise InputError(f"{where}: --db: the evidence graph is read-only here (its file or directory "
                                  "cannot be written); nothing revoked")
-            return EvidenceGraph(where, read_only=True)
-    return EvidenceGraph(where)
+            return EvidenceGraph(where, read_only=True, check=True)
+    return EvidenceGraph(where, check=True)  # damaged pages: one line, before a writer sets up -wal/-shm beside it
 
 
 def _is_graph(path: Path) -> bool:
-    """A SQLite file holding the evidence graph's node table, read without writing a byte."""
+    """A SQLite file holding the evidence graph's node table, read without writing a byte (or making a -wal, -shm)."""
     import sqlite3
 
+    from components.evidence.graph import damage, damaged_graph, read_only_uri
+
     uri = path.resolve().as_uri()
-    for mode in ("mode=ro", "mode=ro&immutable=1"):  # immutable: a WAL graph whose directory SQLite cannot write
+    for target in (read_only_uri(path), f"{uri}?mode=ro&immutable=1"):  # a WAL graph SQLite cannot open read-only
         try:
-            with contextlib.closing(sqlite3.connect(f"{uri}?{mode}", uri=True)) as con:
+            with contextlib.closing(sqlite3.connect(target, uri=True)) as con:
                 return con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evidence_node'"
                                    ).fetchone() is not None
-        except sqlite3.Error:
+        except sqlite3.Error as e:
+            if damage(e):
+                raise damaged_graph(path, str(e)) from None
             continue
     return False
 
@@ -959,20 +1061,35 @@ def _is_graph(path: Path) -> bool:
 @evidence_app.command("why")
 def evidence_why(
     ref: Annotated[str, typer.Argument(help="a version (M3), a package digest, a card path (em/procedure/x.md) or a node id")],
-    campaign: Annotated[Optional[str], typer.Option(help="the campaign that made the version (default: any)")] = None,
+    campaign: Annotated[Optional[str], typer.Option(help="the campaign that made the version: its output directory "
+                                                         "(the campaign itself: its lineage and the figures it "
+                                                         "recorded), or a name (any campaign of that name); default: "
+                                                         "campaign.out of params.yaml when the graph holds it, else "
+                                                         "any")] = None,
     db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON list of chains")] = False,
 ) -> None:
     """The chain behind a change: the card, the plan, the packet's claims and the trace steps they cite, the gate
     verdict and the benchmark digest; for a version, every promotion of its lineage."""
-    from components.evidence.graph_record import chain, chain_text, promotions_for
+    from components.evidence.graph_record import campaign_chains, chain, chain_text, promotions_for
 
+    given = campaign
+    if campaign is None and Path("params.yaml").is_file():  # the campaign in the workspace, by its directory
+        from components.params import load_params
+
+        here = load_params(Path("params.yaml")).campaign.out
+        campaign = here if (Path(here) / "lineage" / "lineage.jsonl").is_file() else None
+    directory = campaign is not None and (Path(campaign) / "lineage" / "lineage.jsonl").is_file()
     with _graph(db) as g:
-        promos = promotions_for(g, ref, campaign)
-        if not promos:
+        if directory:  # its identity: its lineage's promotions, as recorded for it
+            chains = campaign_chains(g, campaign, ref)
+            if not chains and given is None:  # the workspace's campaign is not in this graph (--db): any campaign
+                campaign, chains = None, [chain(g, n) for n in promotions_for(g, ref)]
+        else:
+            chains = [chain(g, n) for n in promotions_for(g, ref, campaign)]
+        if not chains:
             raise InputError(f"{ref}: no promotion in the evidence graph made this version or card"
                              + (f" (campaign {campaign})" if campaign else ""))
-        chains = [chain(g, n) for n in promos]
     if as_json:
         out.print(json.dumps(chains, sort_keys=True), highlight=False, markup=False)
         return
@@ -989,7 +1106,7 @@ def evidence_show(
     benchmark: Annotated[Optional[str], typer.Option(help="--open: the current benchmark digest (default: that of "
                                                           "benchmark.out in params.yaml, when it exists)")] = None,
     model: Annotated[Optional[str], typer.Option(help="--open: the current model (default: any)")] = None,
-    limit: Annotated[int, typer.Option(min=1)] = 200,
+    limit: Annotated[int, typer.Option(min=1, help="nodes listed at most")] = 200,
     db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
 ) -> None:
     """List the graph's current nodes (latest version of each) with their confidence and revoked/flagged marks.

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from components.errors import InputError
-from components.io import atomic_write_json, read_json_object
+from components.errors import ExternalFailure, InputError
+from components.io import atomic_write_json, claim_output, confined, mark_output, read_json_object
 from components.outer.export import ExportManifest, export_campaign
 from components.outer.model import ModelSpec, read_model
 from components.params import Params
@@ -44,20 +44,35 @@ def export_stage(campaign: str, bench: str, out: str, tracking_uri: str | None) 
     return m
 
 
+def train_argv(command: str) -> list[str]:
+    """The training command as argv, or one line saying why it is none (checked before anything runs)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:
+        raise InputError(f"--train: {command[:120]!r}: not a command line ({e})") from None
+    if not argv:
+        raise InputError("--train: empty command (leave --train out for the offline learner, `ratchet outer "
+                         "learn-sim`)")
+    return argv
+
+
 @task(name="train")
 def train_stage(command: str, export_dir: str, model_out: str) -> ModelSpec:
     """Run the user's training command; it reads the export and writes model.json (a `ModelSpec`)."""
-    argv = [a.replace("{export}", export_dir).replace("{out}", model_out) for a in shlex.split(command)]
-    if not argv:
-        raise InputError("--train: empty command")
+    argv = [a.replace("{export}", export_dir).replace("{out}", model_out) for a in train_argv(command)]
     Path(model_out).unlink(missing_ok=True)  # what is read afterwards is what this run wrote
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError as e:  # not found, not executable
+        raise ExternalFailure(f"--train: {argv[0]}: the training command could not start ({e.strerror or e})") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"the training command exited {done.returncode}: {last}")
+        raise ExternalFailure(f"--train: {argv[0]}: the training command exited {done.returncode}: {last[:300]}")
     if not Path(model_out).is_file():
         raise InputError(f"{model_out}: -: the training command wrote no model.json ({command})")
-    return read_model(model_out)
+    spec = read_model(model_out)
+    confined(Path(model_out).parent / "models", f"{spec.name}.json", f"{model_out}: name")  # registered there
+    return spec
 
 
 @task(name="register")
@@ -67,7 +82,7 @@ def register_stage(spec: ModelSpec, out: str, campaign: str, tracking_uri: str |
 
     from components.tracking.mlflow_log import campaign_run
 
-    path = Path(out) / "models" / f"{spec.name}.json"
+    path = confined(Path(out) / "models", f"{spec.name}.json", f"{Path(out) / 'model.json'}: name")
     if path.is_file() and read_model(path) != spec:
         raise InputError(f"{path}: name: {spec.name} is registered already with another spec")
     atomic_write_json(path, spec.model_dump())
@@ -112,6 +127,7 @@ def outer_round(params: dict, campaign: str, out: str, train_command: str, adapt
 
     p = Params.model_validate(params)
     outd = Path(out)
+    mark_output(outd, "outer")  # Ratchet's own from here: a rerun may replace it, nothing else is written over
     manifest = export_stage(campaign, p.benchmark.out, str(outd / "export"), p.campaign.tracking_uri)
     spec = train_stage(train_command, str(outd / "export"), str(outd / "model.json"))
     register_stage(spec, out, campaign, p.campaign.tracking_uri)
@@ -132,11 +148,21 @@ def run_outer(p: Params, campaign: Path, out: Path, train: str | None, adapt: bo
 
     if not (campaign / "summary.json").is_file():
         raise InputError(f"{campaign / 'summary.json'}: -: no such file (run the campaign first)")
+    if train is not None:
+        train_argv(train)  # `--train ""` is no command, not the offline learner
+    # new, empty or an earlier outer round's: a user's directory (or a file) is refused before anything runs
+    claim_output(out, "outer", inputs={"campaign": campaign, "benchmark": p.benchmark.out})
     summary = read_json_object(campaign / "summary.json")
     ran = Params.model_validate(summary.get("params") or {})
     if ran.benchmark.out != p.benchmark.out or ran.campaign.model != p.campaign.model:
         raise InputError(f"{campaign / 'summary.json'}: params: the campaign ran benchmark {ran.benchmark.out} with "
                          f"model {ran.campaign.model}; --params names {p.benchmark.out} / {p.campaign.model}")
+    from prefect.settings import get_current_settings
+
+    from flows.signals import server_watched
+
     tie_temporary_server_to_this_process()
-    return outer_round(ran.model_copy(update={"campaign": ran.campaign.model_copy(
-        update={"rounds": p.campaign.rounds})}).model_dump(), str(campaign), str(out), train or DEFAULT_TRAIN, adapt)
+    with server_watched(get_current_settings().api.url):  # a persistent server that dies: one line, resumable
+        return outer_round(ran.model_copy(update={"campaign": ran.campaign.model_copy(
+            update={"rounds": p.campaign.rounds})}).model_dump(), str(campaign), str(out),
+            DEFAULT_TRAIN if train is None else train, adapt)

@@ -29,9 +29,9 @@ POLL_SECONDS = 0.5
 
 
 def _expected_names() -> set[str]:
-    from components.errors import InputError, StorageError
+    from components.errors import InputError, StorageError, Unavailable
 
-    names, todo = set(), [InputError, StorageError]
+    names, todo = set(), [InputError, StorageError, Unavailable]
     while todo:
         cls = todo.pop()
         names.add(cls.__name__)
@@ -41,18 +41,16 @@ def _expected_names() -> set[str]:
 
 class _ExpectedFailures(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        from components.errors import InputError
-
-        from components.errors import StorageError
+        from components.errors import InputError, StorageError, Unavailable
 
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, (InputError, StorageError)) or _refused_by_the_system(exc):  # each ends as one line
+        if isinstance(exc, (InputError, StorageError, Unavailable)) or _refused_by_the_system(exc):  # one line each
             return False
         if record.levelno >= logging.ERROR and isinstance(record.msg, str) and record.msg.startswith("Finished in state"):
             text = record.getMessage()
             return not any(f"{name}:" in text or f"{name}(" in text for name in _expected_names())
         if record.levelno >= logging.ERROR and record.args:  # "... exception: %r" with the exception as an argument
-            return not any(isinstance(a, (InputError, StorageError))
+            return not any(isinstance(a, (InputError, StorageError, Unavailable))
                            for a in (record.args if isinstance(record.args, tuple) else ()))
         return True
 

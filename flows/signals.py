@@ -23,6 +23,7 @@ from typing import Any
 STOP = (signal.SIGINT, signal.SIGTERM)
 GRACE_SECONDS = 4.0  # children's clean shutdown (uvicorn, Dask) before SIGKILL; well inside the 10 s a user waits
 _hint: list[str] = []  # what the stop message adds (a campaign: how to resume it)
+_cleanups: list[Any] = []  # what a stop does before it exits (os._exit skips `finally` blocks): `at_stop`
 _installed: list[bool] = []
 _PREFECT_BRIDGE: list[Any] = []  # Prefect's own capture_sigterm, put back when the command is done
 
@@ -52,6 +53,7 @@ def signals_obeyed() -> Iterator[None]:
             signal.signal(sig, handler)
         _installed.clear()
         _hint.clear()
+        _cleanups.clear()
         engine = sys.modules.get("prefect.flow_engine")
         if engine is not None and _PREFECT_BRIDGE:
             engine.capture_sigterm = _PREFECT_BRIDGE[0]
@@ -75,6 +77,19 @@ def flows_obey(hint: str | None = None) -> None:
     prefect.flow_engine.capture_sigterm = contextlib.nullcontext
 
 
+def at_stop(cleanup) -> None:
+    """Run `cleanup()` when a signal stops the command (a `finally` block would not run: the stop is `os._exit`)."""
+    _cleanups.append(cleanup)
+
+
+def _run_cleanups() -> None:
+    for cleanup in reversed(_cleanups):
+        try:
+            cleanup()
+        except Exception:  # noqa: BLE001 - a cleanup that fails must not keep the process from stopping
+            pass
+
+
 def _stop(signum: int, _frame: Any) -> None:
     for sig in STOP:  # a second Ctrl-C (or the group's copy of the signal) must not interrupt the stop itself
         signal.signal(sig, signal.SIG_IGN)
@@ -88,7 +103,78 @@ def _stop(signum: int, _frame: Any) -> None:
     except OSError:
         pass
     stop_children()
+    _run_cleanups()
     os._exit(128 + signum)
+
+
+SERVER_GRACE = 10.0  # seconds without a connection to the configured Prefect server before a command stops
+
+
+@contextlib.contextmanager
+def server_watched(url: str | None, grace: float = SERVER_GRACE, every: float = 1.0) -> Iterator[None]:
+    """While the block runs: stop this command, as a signal would (children, cleanups, `os._exit(1)`), once the
+    configured Prefect server at `url` has refused connections for `grace` seconds, with one line naming it. Left
+    alone, a campaign whose server was killed ran on for minutes, its client retrying every call and Prefect's
+    background services printing connection errors; a campaign survives a stop at any moment, so the same command
+    continues once the server is back. While the server does not answer, those services' connection errors are not
+    printed (the line says it once). `url` None: nothing to watch (a temporary server lives with this process)."""
+    import logging
+    import threading
+    import time
+
+    from components.env import answers
+
+    if not url:
+        yield
+        return
+
+    class _Unreachable(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            services = record.name.startswith(("prefect.events", "prefect._internal", "prefect.client"))
+            return not (services and record.levelno >= logging.WARNING and not answers(url, timeout=0.5))
+
+    quiet, covered = _Unreachable(), set()
+
+    def cover() -> None:  # Prefect sets its handlers up when it first logs: covered as they appear
+        for name in (None, "prefect", "prefect._internal"):
+            for handler in logging.getLogger(name).handlers:
+                if handler not in covered:
+                    handler.addFilter(quiet)
+                    covered.add(handler)
+
+    cover()
+    done = threading.Event()
+
+    def watch() -> None:
+        down_since = None
+        while not done.wait(every):
+            cover()
+            if answers(url, timeout=2.0):
+                down_since = None
+                continue
+            down_since = down_since if down_since is not None else time.monotonic()
+            if time.monotonic() - down_since >= grace:
+                break
+        if done.is_set():
+            return
+        hint = _hint[0] if _hint else "the committed work is kept: the same command continues"
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        with contextlib.suppress(OSError):
+            os.write(2, f"error: {url}: -: the Prefect server stopped answering (no connection for {grace:.0f} s); "
+                        f"{hint} once it runs again (`ratchet server`)\n".encode())
+        stop_children()
+        _run_cleanups()
+        os._exit(1)
+
+    watcher = threading.Thread(target=watch, name="prefect-server-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        for handler in covered:
+            handler.removeFilter(quiet)
 
 
 def stop_children(grace: float = GRACE_SECONDS) -> None:

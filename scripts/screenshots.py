@@ -1,7 +1,7 @@
 """Screenshots of a finished campaign's records in the MLflow UI and the Prefect dashboard, taken in headless Chromium
 (docs/records.md).
 
-    .venv/bin/python scripts/screenshots.py docs/screenshots [--campaign default] [--home .ratchet]
+    .venv/bin/python scripts/screenshots.py docs/screenshots [--campaign-dir runs/campaign] [--home .ratchet]
         [--plots-html dvc_plots/index.html]
 
 Starts `ratchet ui` and `ratchet server` on free loopback ports against the project's stores (default: $RATCHET_HOME,
@@ -14,17 +14,20 @@ campaign prints are, so rounds show as training runs with no switch to find:
     2-round-run.png        a promoting round run: its params, its registered model version
     3-cited-trace.png      the trace of a failed episode an evidence packet cites, opened by clicking the claim's link in
                            the round run's description, the cited turn selected: its phases with the times they took
-    4-rounds-compared.png  the round runs compared: the params that differ (plan, owner, the gate's why), metrics
-    5-version-lineage.png  the champion version's page: its description links its parent version (the link is
+    4-net-by-round.png     the campaign run's metrics: the gate's net and its CI bounds, the champion's dev mean and
+                           the promotions, by round (the link `net by round` a campaign prints)
+    5-rounds-compared.png  the round runs compared: the params that differ (plan, owner, the gate's why), metrics
+    6-version-lineage.png  the champion version's page: its description links its parent version (the link is
                            clicked and the parent's page checked) and its logged model; its source run
-    6-prefect-runs.png     the Prefect dashboard's flow runs: the campaign and its rounds, their states and durations
-    7-prefect-flow-run.png the campaign's flow run: its logs, its tag `mlflow:<run id>` (the MLflow run links back)
-    8-dvc-plots-diff.png   with --plots-html: the page `dvc plots diff` wrote (offline template), e.g. the default
+    7-prefect-runs.png     the Prefect dashboard's flow runs: the campaign and its rounds, their states and durations
+    8-prefect-flow-run.png the campaign's flow run: its logs, its tag `mlflow:<run id>` (the MLflow run links back)
+    9-dvc-plots-diff.png   with --plots-html: the page `dvc plots diff` wrote (offline template), e.g. the default
                            campaign against a 3-round experiment
 
 Needs Debian's Chromium (`apt-get install -y chromium`; or --chromium) and Playwright's Python package
 (`.venv/bin/pip install playwright==1.65.2`; in no extra), which drives that Chromium as it is: no browser is
-downloaded. Nothing is fetched from outside 127.0.0.1. Not part of the test suite.
+downloaded. Nothing is fetched from outside 127.0.0.1. Not part of the test suite. `scripts/screenshots.sh` does
+all of it in one command (installs, `dvc repro`, the r3 experiment and its plots page, this script).
 """
 
 from __future__ import annotations
@@ -117,19 +120,23 @@ def stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
         sig = signal.SIGKILL if sig == signal.SIGKILL else 0  # after the first TERM: only probe, until the deadline
 
 
-def records(uri: str, campaign: str) -> dict:
-    """What the four views show, found through the client API: the experiment, the registered model, the round
-    runs (oldest first), a promoting round and a trace it cites."""
+def records(uri: str, campaign_dir: Path) -> dict:
+    """What the views show, found through the client API: the experiment, the registered model, the round runs
+    (oldest first), a promoting round and a trace it cites. The campaign is the one in `campaign_dir`, found by its
+    identity (`campaign_records`: its summary.json names its experiment, and its run is that directory's finished
+    one with the summary's champion), never "the latest finished run named default", which after a `dvc exp run`
+    is the experiment's."""
     from mlflow import MlflowClient
 
+    from components.errors import InputError
+    from components.tracking.mlflow_log import campaign_records
+
     c = MlflowClient(uri)
-    # the campaign's experiment is ratchet/<name>/<identity>: the one of its most recently finished campaign run
-    exps = [e.experiment_id for e in c.search_experiments(filter_string=f"tags.`ratchet.campaign` = '{campaign}'")]
-    tops = c.search_runs(exps, "tags.`ratchet.kind` = 'campaign' and attributes.status = 'FINISHED'",
-                         order_by=["attributes.start_time DESC"], max_results=1) if exps else []
-    if not tops:
-        sys.exit(f"screenshots: {uri}: no finished campaign {campaign} (run a campaign first)")
-    top = tops[0]
+    try:
+        found = campaign_records(c, campaign_dir)
+    except InputError as e:
+        sys.exit(f"screenshots: {e} (run the campaign first)")
+    top = found["run"]
     eid, model = top.info.experiment_id, top.data.tags["ratchet.registered_model"]
     name = c.get_experiment(eid).name
     rounds = c.search_runs([eid], f"tags.`ratchet.kind` = 'round' and tags.mlflow.parentRunId = '{top.info.run_id}'",
@@ -172,8 +179,11 @@ def settle(page, text: str | None = None, timeout: float = 120_000) -> None:
 
 
 def browser(p, chromium: str):
-    # run as root (CI, containers) Chromium needs --no-sandbox; nothing it opens leaves 127.0.0.1
-    return p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    # run as root (CI, containers) Chromium needs --no-sandbox; nothing it opens leaves 127.0.0.1, and without the
+    # background-networking flags it would try Google's hosts at every start (refused on a closed network)
+    return p.chromium.launch(executable_path=chromium, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"])
 
 
 def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
@@ -242,15 +252,20 @@ def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         trace.screenshot(path=str(out / "3-cited-trace.png"))
         shots.append(out / "3-cited-trace.png")
         trace.close()
+        # the gate's net and CI by round, the champion's dev mean: the campaign run's stepped metrics
+        # (the charts are alphabetical: `round_` in the search box puts the net and its CI bounds first)
+        step("4-net-by-round.png", at(f"#/experiments/{eid}/runs/{rec['run']}/model-metrics"), "Model metrics",
+             lambda: page.get_by_role("searchbox").first.fill("round_"),
+             lambda: page.get_by_text("round_net", exact=True).first.wait_for(state="visible"))
         # the round runs side by side: what differs between rounds (plan, owner, the gate's why) and their metrics
         runs, exps = json.dumps(rec["rounds"]), json.dumps([eid])
-        step("4-rounds-compared.png", at(f"#/compare-runs?runs={runs}&experiments={exps}"), "Show diff only",
+        step("5-rounds-compared.png", at(f"#/compare-runs?runs={runs}&experiments={exps}"), "Show diff only",
              lambda: click("Visualizations"),
              lambda: page.locator("[role=switch][aria-label='Parameters - Show diff only']").click(),
              lambda: page.locator("[role=switch][aria-label='Metrics - Show diff only']").click(), height=1700)
         # the champion's version page: its description links the parent version (clicked: the parent's page opens)
         # and its logged model; its source run is the promoting round
-        step("5-version-lineage.png", at(f"#/models/{rec['model']}/versions/{rec['champion']}"), "Promoted in round")
+        step("6-version-lineage.png", at(f"#/models/{rec['model']}/versions/{rec['champion']}"), "Promoted in round")
         if rec["parent"]:  # the parent-version link in the description works (it opens in this tab or a new one)
             v, pages = rec["parent"], len(page.context.pages)
             page.locator(f"a[href$='/versions/{v}'], a[href*='/versions/{v}?']").first.click()
@@ -272,8 +287,8 @@ def shoot_prefect(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         b = browser(p, chromium)
         page = b.new_page(viewport={"width": W, "height": H})
         page.set_default_timeout(120_000)
-        for name, url, text in (("6-prefect-runs.png", f"{ui}/runs", "campaign"),
-                                ("7-prefect-flow-run.png", f"{ui}/runs/flow-run/{rec['flow_run']}", "Logs")):
+        for name, url, text in (("7-prefect-runs.png", f"{ui}/runs", "campaign"),
+                                ("8-prefect-flow-run.png", f"{ui}/runs/flow-run/{rec['flow_run']}", "Logs")):
             if "flow-run/" in url and not rec["flow_run"]:
                 continue  # a campaign run recorded without a flow run (not through Prefect)
             page.goto(url)
@@ -298,16 +313,17 @@ def shoot_page(html: Path, out: Path, chromium: str) -> Path:
         page.goto(html.resolve().as_uri())
         page.wait_for_function("document.querySelectorAll('svg, canvas').length > 0", timeout=120_000)
         page.wait_for_timeout(2500)
-        page.screenshot(path=str(out / "8-dvc-plots-diff.png"))
+        page.screenshot(path=str(out / "9-dvc-plots-diff.png"))
         b.close()
-    return out / "8-dvc-plots-diff.png"
+    return out / "9-dvc-plots-diff.png"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="directory for the PNGs")
-    ap.add_argument("--campaign", default="default",
-                    help="the campaign's name (the experiment of its latest finished run: ratchet/<name>/<identity>)")
+    ap.add_argument("--campaign-dir", type=Path, default=ROOT / "runs" / "campaign",
+                    help="the campaign's directory (default: the workspace's runs/campaign); its summary.json names "
+                         "its records")
     ap.add_argument("--home", type=Path, default=Path(os.environ.get("RATCHET_HOME") or ROOT / ".ratchet"),
                     help="the stores: mlflow.db and the Prefect home prefect/ (default: $RATCHET_HOME, else .ratchet)")
     ap.add_argument("--tracking-uri", default=None, help="default: sqlite:///<home>/mlflow.db")
@@ -315,7 +331,7 @@ def main() -> None:
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     a = ap.parse_args()
     uri = a.tracking_uri or f"sqlite:///{a.home.resolve() / 'mlflow.db'}"
-    rec = records(uri, a.campaign)
+    rec = records(uri, a.campaign_dir)
     shots = []
     with mlflow_ui(uri, free_port()) as base:
         shots += shoot(base, rec, a.out, a.chromium)

@@ -112,6 +112,7 @@ def test_a_rejected_plan_is_not_tried_again(prefect_server, tmp_path):
     # the plan of both rounds (deterministic). Nothing here reads a trace: none is logged.
     bench = world("retail").materialize(tmp_path / "bench", 0, 6)
     p = small_params(bench, tmp_path / "strict", **{"campaign.name": "small-strict", "gate.reg_cap": 0,
+                                                     "benchmark.per_family": 6,
                                                      "gate.material": 0.0, "campaign.rounds": 2, "campaign.seeds": 1,
                                                      "campaign.traces_per_round": 0})
     s = run_campaign(p)
@@ -139,7 +140,8 @@ def test_cli_campaign_prints_rounds_and_certification(prefect_server, capsys, tm
     bench = world("retail").materialize(tmp_path / "bench", 0, 12)
     # in-process: the entry point, option parsing and printing are the same code a subprocess would run
     code, out, err = cli(capsys, "campaign", "run", "--rounds", "1", "--out", str(tmp_path / "c"), "--set",
-                         f"benchmark.out={bench}", "--set", "campaign.seeds=1", "--set", "gate.n_boot=1000",
+                         f"benchmark.out={bench}", "--set", "benchmark.per_family=12", "--set", "campaign.seeds=1",
+                         "--set", "gate.n_boot=1000",
                          "--set", "campaign.name=cli", "--set", "campaign.traces_per_round=0", *EXPLAINED)
     assert code == 0, err[-3000:]
     assert "round 1:" in err

@@ -405,3 +405,37 @@ def test_a_promotion_whose_card_acts_on_the_tool_answers_the_question(tmp_path):
         promo = g.promote("promotion:p", "M2", v.id, [c.id], {"cards": [{"tool": "issue_store_credit"}]})
         assert answer_questions(g, [promo], now) == 1
         assert open_questions(g, now) == [] and [e.src for e in g.edges(dst=q.id, relation="supersedes")] == [promo.id]
+
+
+def test_evidence_why_by_campaign_directory_shows_that_campaigns_figures(small_campaign, capsys, tmp_path):
+    """After a `dvc exp run` of the same name, `evidence why` put the experiment's gate figures inside the default's
+    lineage (campaigns that judged the same plan on the same parent share a verdict node, which holds the last
+    one's figures). By its directory, a campaign's chain holds its own figures."""
+    import copy
+
+    s = small_campaign.summary
+    db = tmp_path / "e.db"
+    exp_out = tmp_path / "exp"
+    shutil.copytree(small_campaign.out, exp_out)
+    with EvidenceGraph(db, campaign=s["campaign"]) as g:
+        for rec in s["history"]:
+            record_round(g, small_campaign.out, rec, "sim")
+    with EvidenceGraph(db, campaign=s["campaign"]) as g:  # the experiment, recorded after it: other figures
+        for rec in s["history"]:
+            other = copy.deepcopy(rec)
+            if other.get("gate"):
+                other["gate"].update(net=0.777, ci_lo=0.666, ci_hi=0.888)
+            plan = exp_out / rec["round_dir"] / "plan.json"
+            if plan.is_file():  # its plan reworded, as a campaign that reuses another's plan words it
+                reworded = {**json.loads(plan.read_text()), "summary": "REWORDED by the experiment"}
+                plan.write_text(json.dumps(reworded))
+            record_round(g, exp_out, other, "sim")
+    by_name = cli(capsys, "evidence", "why", s["champion"], "--campaign", s["campaign"], "--db", str(db))
+    assert by_name[0] == 0 and "net +0.777" in by_name[1]  # what a name finds: the last campaign recorded
+    code, out, err = cli(capsys, "evidence", "why", s["champion"], "--campaign", str(small_campaign.out), "--db",
+                         str(db))
+    assert code == 0, err
+    promoted = [r for r in s["history"] if r["verdict"] == "accept"]
+    assert "+0.777" not in out and all(f"net {r['gate']['net']:+.3f}" in out for r in promoted), out
+    assert "REWORDED" not in out and "REWORDED" in by_name[1]
+    assert out.count(" verdict (") == len(promoted)

@@ -184,3 +184,60 @@ def test_a_fine_tune_on_the_export_teaches_the_simulated_agent(exported, small_c
     before = run_shard(start, bench, items, [0], "sim", {})
     after = run_shard(start, bench, items, [0], "sim", spec.campaign_cfg())
     assert after.scores["score"].mean() > before.scores["score"].mean()
+
+
+# -- the third red team (issue 41): what export reads is what it pins, and nothing outside its place -------------------
+
+def _copy_campaign(small_campaign, tmp_path) -> Path:
+    camp = tmp_path / "camp"
+    shutil.copytree(small_campaign.out, camp)
+    return camp
+
+
+def test_export_refuses_a_promoted_version_whose_bytes_were_edited(capsys, small_campaign, tmp_path):
+    """export pinned the lineage's digest of the champion while reading edited bytes (reproduce refused the same)."""
+    from components.evolution.lineage import Lineage
+
+    camp = _copy_campaign(small_campaign, tmp_path)
+    champ = Lineage(camp / "lineage").champion()
+    card = sorted((champ.path / "em").rglob("*.md"))[0]
+    card.write_text(card.read_text() + "\nOne more line.\n")
+    code, _, err = run_cli(capsys, "export", "--campaign", str(camp), "--benchmark",
+                           str(small_campaign.params.benchmark.out), "--out", str(tmp_path / "x"), "--no-mlflow")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {champ.path}: digest: {champ.name}'s bytes on disk are ") and "pins" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_export_on_a_truncated_traces_file_is_one_line_naming_it(capsys, small_campaign, tmp_path):
+    camp = _copy_campaign(small_campaign, tmp_path)
+    for f in camp.glob("rounds/r*/train/traces.parquet"):
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    code, _, err = run_cli(capsys, "export", "--campaign", str(camp), "--benchmark",
+                           str(small_campaign.params.benchmark.out), "--out", str(tmp_path / "x"), "--no-mlflow")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "traces.parquet: -: damaged, cannot be read" in err and not (tmp_path / "x").exists()
+
+
+def test_export_takes_the_benchmark_the_campaign_recorded(capsys, small_campaign, exported, tmp_path, monkeypatch):
+    """`--benchmark` was required (default data/benchmarks/retail) although summary.json records it."""
+    monkeypatch.chdir(tmp_path)  # the record's path is absolute here (the campaign ran outside this directory)
+    code, _, err = run_cli(capsys, "export", "--campaign", str(small_campaign.out), "--out", "x", "--no-mlflow")
+    assert code == 0, err
+    for name in (*FILES, MANIFEST):
+        assert (tmp_path / "x" / name).read_bytes() == (exported / name).read_bytes()
+
+
+@pytest.mark.parametrize("where", ["../outside.jsonl", "/etc/hostname"])
+def test_learn_sim_refuses_a_manifest_entry_outside_the_export(capsys, exported, tmp_path, where):
+    e = tmp_path / "e"
+    shutil.copytree(exported, e)
+    outside = tmp_path / "outside.jsonl"
+    shutil.copy(e / "sft.jsonl", outside)
+    m = json.loads((e / MANIFEST).read_text())
+    m["files"]["sft.jsonl"]["path"] = where
+    (e / MANIFEST).write_text(json.dumps(m))
+    code, _, err = run_cli(capsys, "outer", "learn-sim", "--export", str(e), "--out", str(tmp_path / "m.json"))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {e / MANIFEST}: files.sft.jsonl.path: {where!r}: must name a place inside")
+    assert not (tmp_path / "m.json").exists()

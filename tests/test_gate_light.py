@@ -1,5 +1,6 @@
-"""`ratchet gate`'s light path (flows/entry.py, components/evolution/gate_files.py): it decides exactly what the
-pandas path decides, to the last bit, leaves everything else to the pandas path, and parses the options as the
+"""`ratchet gate`'s light path (flows/entry.py, components/evolution/gate_files.py): one reader for score tables
+(ids as text, seeds as exact integers, what it cannot read exactly refused); its pairing decides exactly what the
+pandas path decides, to the last bit, leaves every refusal to the pandas gate, and the options are parsed as the
 typer command declares them."""
 
 from __future__ import annotations
@@ -61,8 +62,7 @@ def test_light_pairing_is_pandas_pairing_bit_for_bit(tmp_path, case):
     base.to_csv(b, index=False)
     cand.to_csv(c, index=False)
     cfg = GateConfig(n_boot=2000, seed=case)
-    lb, lc = gate_files.read_light(b), gate_files.read_light(c)
-    assert lb is not None and lc is not None
+    lb, lc = gate_files.read_table(b), gate_files.read_table(c)
     light = gate_files.pair_light(lb, lc, cfg)
     rb, rc = pd.read_csv(b, dtype={"item_id": str}), pd.read_csv(c, dtype={"item_id": str})
     per, dropped = pair(rb, rc, cfg.max_error_share, cfg.min_items)
@@ -93,33 +93,58 @@ def test_group_means_are_pandas_groupby_means_to_the_bit(order):
     assert naive.tobytes() != want.tobytes()  # the order of the additions shows: this test can fail
 
 
-@pytest.mark.parametrize("text", [
-    'item_id,seed,score\n"a,b",0,0.5\n',  # quoted: pandas' quoting rules
-    "item_id,seed,score\nNA,0,0.5\n",  # an NA item id
-    "item_id,seed,score\na,1.0,0.5\n",  # a seed written as a float
-    "item_id,seed,score\na,0,\n",  # an empty score
-    "item_id,seed,score\na,0,0.5,1\n",  # ragged
-    "item_id,seed\na,0\n",  # a column missing
-    "item_id,seed,score\n",  # no rows
-    "\ufeffitem_id,seed,score\na,0,0.5\n",  # a byte-order mark
-    "item_id,seed,score,score\na,0,0.5,0.5\n",  # duplicate column names (pandas renames them)
-    "item_id,seed,score\na,0, 0.5\n",  # a space before a number
-    "item_id,seed,score\na,0,1_0\n",  # float() would take it, pandas would not
+@pytest.mark.parametrize("text,items,seeds", [
+    ('item_id,seed,score\n"a,b",0,0.5\n', ["a,b"], [0]),  # quoted, as the csv module reads it
+    ("item_id,seed,score\nNA,0,0.5\n,1,0.5\nNone,2,0.5\nnan,3,0.5\n", ["NA", "", "None", "nan"], [0, 1, 2, 3]),
+    ("item_id,seed,score\na,1.0,0.5\nb,-0,0.5\nc,+7,0.5\n", ["a", "b", "c"], [1, 0, 7]),  # integers written out
+    ("\ufeffitem_id,seed,score\na,0,0.5\n", ["a"], [0]),  # a byte-order mark
+    ("item_id,seed,score\na,0, 0.5\n", ["a"], [0]),  # a space before a number
+    ("item_id,seed,score\n007,999999999999999999,0.5\n", ["007"], [999999999999999999]),  # exact, not a float
 ])
-def test_tables_the_light_reader_leaves_to_pandas(tmp_path, text):
+def test_the_reader_keeps_ids_as_text_and_seeds_exact(tmp_path, text, items, seeds):
     p = tmp_path / "t.csv"
     p.write_text(text, encoding="utf-8")
-    assert gate_files.read_light(p) is None
+    got = gate_files.read_table(p)
+    assert got.items == items and got.seeds == seeds and all(type(s) is int for s in got.seeds)
+    frame = got.frame()
+    assert list(frame["item_id"]) == items and frame["item_id"].map(type).eq(str).all()
 
 
-def test_light_reader_reads_what_pandas_reads(tmp_path):
+@pytest.mark.parametrize("text,field", [
+    ("item_id,seed,score\na,1e300,0.5\n", "seed: '1e300' on line 2"),  # a float: 1e300 and 2e300 were one seed
+    ("item_id,seed,score\na,inf,0.5\n", "seed: 'inf' on line 2"),  # was exit 3
+    ("item_id,seed,score\na,1.5,0.5\n", "seed: '1.5'"),
+    ("item_id,seed,score\na,,0.5\n", "seed: '' on line 2"),
+    ("item_id,seed,score\na,1234567890123456789,0.5\n", "seed: '1234567890123456789'"),  # beyond 64 bits
+    ("item_id,seed,score\na,0,1_0\n", "score: '1_0'"),  # float() would take it
+    ("item_id,seed,score\na,0,0.5,1\n", "-: not a readable CSV (Expected 3 fields in line 2, saw 4)"),
+    ("item_id,seed\na,0\n", "score: missing column(s) score"),
+    ("item_id,seed,score,score\na,0,0.5,0.5\n", "score: the column is named more than once"),
+    ("", "-: not a readable CSV (no header)"),
+    ("item_id,seed,score\na,0,0.5\x00\n", "-: holds a NUL byte"),
+])
+def test_the_reader_refuses_what_it_cannot_read_exactly(tmp_path, text, field):
+    p = tmp_path / "t.csv"
+    p.write_text(text, encoding="utf-8")
+    with pytest.raises(gate_files.InputError) as e:
+        gate_files.read_table(p, "--cand")
+    assert str(e.value).startswith(f"{p}: {field}"), str(e.value)
+    assert len(str(e.value).splitlines()) == 1
+
+
+def test_a_huge_cell_is_read_then_judged_not_a_csv_error(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("item_id,seed,score\n" + "x" * 200_000 + ",0,0.5\n" + "b,0," + "1" * 200_000 + "\n")
+    with pytest.raises(gate_files.InputError, match="score: '1111"):
+        gate_files.read_table(p)
+
+
+def test_reader_reads_a_table_and_its_error_column_as_text(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("x,item_id,seed,score,error\n1,007,3,0.5,\n\n2,b,-0,1,None\n3,c,2,1e-1,oops\n", encoding="utf-8")
-    got = gate_files.read_light(p)
-    df = pd.read_csv(p, dtype={"item_id": str})
-    assert got["items"] == list(df["item_id"]) == ["007", "b", "c"]
-    assert got["seeds"] == [int(s) for s in df["seed"]] and got["scores"].tolist() == df["score"].astype(float).tolist()
-    assert got["errored"].tolist() == [False, False, True] == list(df["error"].notna())  # "None" is NA to pandas
+    got = gate_files.read_table(p)
+    assert got.items == ["007", "b", "c"] and got.seeds == [3, 0, 2] and got.scores.tolist() == [0.5, 1.0, 0.1]
+    assert got.errored.tolist() == [False, True, True]  # an error cell is an error unless empty ("None" is text)
 
 
 @pytest.mark.parametrize("mutate,why", [
@@ -136,7 +161,7 @@ def test_what_pandas_would_refuse_is_left_to_it(tmp_path, mutate, why):
     pb, pcand = tmp_path / "b.csv", tmp_path / "c.csv"
     b.to_csv(pb, index=False)
     c.to_csv(pcand, index=False)
-    lb, lc = gate_files.read_light(pb), gate_files.read_light(pcand)
+    lb, lc = gate_files.read_table(pb), gate_files.read_table(pcand)
     assert gate_files.pair_light(lb, lc, GateConfig()) is None, why
 
 

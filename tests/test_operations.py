@@ -28,8 +28,10 @@ STAGES = ["evaluate", "diagnose", "patch", "validate", "repair", "gate", "commit
 
 
 def small(bench_dir, *extra, start=PACKAGES / "seed"):
-    return ["--rounds", "1", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set",
-            f"campaign.start={start}", "--set", "campaign.seeds=2", "--set", "gate.n_boot=1000", *EXPLAINED, *extra]
+    """`crash_setup`'s campaign (its benchmark: 6 tasks per family, explained receipts)."""
+    return ["--rounds", "1", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set", "benchmark.per_family=6",
+            "--set", f"campaign.start={start}", "--set", "campaign.seeds=2", "--set", "gate.n_boot=1000", *EXPLAINED,
+            *extra]
 
 
 def child_env(home: Path, api: str, **env) -> dict:

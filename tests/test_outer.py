@@ -71,3 +71,27 @@ def test_one_offline_outer_round(small_campaign, tmp_path):
     for d in prune["decisions"]:
         assert d["accept"] == (d["ci_lo"] > -p.gate.material and d["tokens_ci_hi"] < 0 and
                                d["n_regressed"] <= max(p.gate.reg_cap, 0))
+
+
+def test_a_failing_training_command_is_one_line_exit_1_without_prefects_traceback(capfd, small_campaign, tmp_path,
+                                                                                    monkeypatch):
+    """Prefect printed the training command's failure as tracebacks before Ratchet's last line; now it is one line
+    naming the command, exit 1, and the outer directory is Ratchet's own (a rerun may replace it)."""
+    import sys
+
+    from components.io import MARK
+
+    camp = tmp_path / "camp"
+    shutil.copytree(small_campaign.out, camp)
+    monkeypatch.chdir(tmp_path)
+    params = tmp_path / "params.yaml"
+    import yaml
+
+    params.write_text(yaml.safe_dump(small_campaign.params.model_dump(mode="json")))
+    trainer = f"{sys.executable} -c \"import sys; print('trainer: CUDA out of memory', file=sys.stderr); sys.exit(4)\""
+    code, out, err = run_cli(capfd, "outer", "run", "--params", str(params), "--campaign", str(camp), "--out", "o",
+                             "--train", trainer)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 1 and len(lines) == 1 and "Traceback" not in err + out, err
+    assert lines[0].startswith("error: --train: ") and "exited 4: trainer: CUDA out of memory" in lines[0]
+    assert (tmp_path / "o" / MARK).read_text().strip() == "outer" and (tmp_path / "o" / "export").is_dir()

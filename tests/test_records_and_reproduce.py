@@ -197,6 +197,11 @@ def test_the_experiment_names_its_identity_and_the_flow_run_links_both_ways(smal
     assert all(link.endswith("workflowType=machine_learning") for link in links.values()), links
     assert links["champion"].endswith(f"/#/models/{ml['registered_model']}/versions/{champion.version}"
                                       "?workflowType=machine_learning")
+    # the gate's net and CI by round first (the campaign run's stepped metrics), not the compare view's chart
+    assert list(links)[:2] == ["campaign", "net by round"]
+    assert links["net by round"].endswith(f"/#/experiments/{ml['experiment_id']}/runs/{ml['run_id']}/model-metrics"
+                                          "?workflowType=machine_learning")
+    assert {m.key for m in client.get_metric_history(ml["run_id"], "round_net")} == {"round_net"}
     trace_id = links["trace"].rsplit("selectedEvaluationId=", 1)[1].split("&", 1)[0]
     assert client.get_trace(trace_id).info.experiment_id == ml["experiment_id"]
 
@@ -208,10 +213,12 @@ def test_campaign_metrics_are_stepped_by_round_and_only_gated_rounds_have_a_net(
     gated = [r["round"] for r in s["history"] if r.get("gate")]
     assert [m.step for m in client.get_metric_history(rid, "round_net")] == gated
     champ = {m.step: m.value for m in client.get_metric_history(rid, "champion_dev_mean")}
+    held = None  # the mean the champion was promoted on, until the next promotion (the start's: its first look)
     for r in s["history"]:
         if r.get("gate"):
-            want = r["gate"]["cand_mean"] if r["verdict"] == "accept" else r["gate"]["base_mean"]
-            assert champ[r["round"]] == pytest.approx(want)
+            held = r["gate"]["cand_mean"] if r["verdict"] == "accept" else (held if held is not None
+                                                                             else r["gate"]["base_mean"])
+            assert champ[r["round"]] == pytest.approx(held)
     promotions = {m.step: m.value for m in client.get_metric_history(rid, "promotions")}
     assert promotions[max(promotions)] == s["accepted"]
 
@@ -403,3 +410,19 @@ def test_the_typed_round_record_writes_what_the_campaign_wrote(campaign):
         assert dumps(RoundRecord.of(json.loads(text)).dump()) == text  # round.json, byte for byte
     assert [json.dumps(RoundRecord.of(h).dump(), sort_keys=True) for h in s["history"]] == \
         [json.dumps(h, sort_keys=True) for h in s["history"]]
+
+
+def test_params_and_tags_are_as_records_spell_them(small_campaign):
+    """`benchmark.receipts` was logged as `ReceiptMode.explained`; tags held this machine's absolute paths where the
+    params hold the recorded ones; a rejected round carried empty tags (`ratchet.version`)."""
+    s, ml = small_campaign.summary, small_campaign.summary["mlflow"]
+    client = MlflowClient()
+    top = client.get_run(ml["run_id"])
+    assert top.data.params["benchmark.receipts"] == "explained"
+    assert top.data.tags["ratchet.out"] == s["params"]["campaign"]["out"]  # the recorded form, as the params
+    rounds = client.search_runs([ml["experiment_id"]], f"tags.mlflow.parentRunId = '{ml['run_id']}' and "
+                                "tags.`ratchet.kind` = 'round'")
+    for r in rounds:
+        assert "" not in r.data.tags.values(), r.info.run_name
+        assert r.data.tags["ratchet.campaign_out"] == s["params"]["campaign"]["out"]
+        assert "mechanism ?" not in r.data.tags["mlflow.note.content"]

@@ -28,6 +28,7 @@ def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_se
     monkeypatch.setattr(flows.campaign, "run_round", lambda *a, **k: runs.append(a[0]) or real(*a, **k))
     camp = lambda name: small_params(bench_dir, tmp_path / name, **{  # noqa: E731
         "campaign.name": f"replay-{name}", "campaign.rounds": 1, "campaign.seeds": 1, "gate.n_boot": 1000,
+        "benchmark.per_family": 6,
         "evidence.memory": True, "evidence.db": str(tmp_path / f"{name}.db"),
         "campaign.traces_per_round": 0})
 

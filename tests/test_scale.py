@@ -135,14 +135,26 @@ def test_dask_workers_that_outlive_the_campaign_need_a_server_that_does(tmp_path
 def test_a_running_ratchet_server_is_used_by_every_command_of_its_home(tmp_path, monkeypatch):
     from components.env import SERVER_NOTE, quiet_offline, running_server
 
+    import socket
+
     note = tmp_path / SERVER_NOTE
-    note.write_text(json.dumps({"url": "http://127.0.0.1:4999/api", "pid": os.getpid()}))
-    assert running_server(tmp_path) == "http://127.0.0.1:4999/api"
+    with socket.socket() as listening:  # the server's port answers
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        url = f"http://127.0.0.1:{listening.getsockname()[1]}/api"
+        note.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+        assert running_server(tmp_path) == url
+        monkeypatch.delenv("PREFECT_API_URL", raising=False)
+        quiet_offline(tmp_path)
+        assert os.environ["PREFECT_API_URL"] == url
+    # its process lives but its port no longer answers (the server under it died): a stale note, no server; every
+    # command used it and failed (httpx.ConnectError, RuntimeError)
+    assert running_server(tmp_path) is None
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     quiet_offline(tmp_path)
-    assert os.environ["PREFECT_API_URL"] == "http://127.0.0.1:4999/api"
+    assert "PREFECT_API_URL" not in os.environ
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    note.write_text(json.dumps({"url": "http://127.0.0.1:4999/api", "pid": int(gone.stdout)}))
+    note.write_text(json.dumps({"url": url, "pid": int(gone.stdout)}))
     assert running_server(tmp_path) is None  # its process is gone: a temporary server, as without a note
     note.write_text("{")
     assert running_server(tmp_path) is None

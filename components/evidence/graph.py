@@ -167,6 +167,46 @@ def _engine(url: str) -> sa.Engine:
     return eng
 
 
+DAMAGED = ("malformed", "not a database", "file is encrypted", "database corrupt")
+
+
+def damage(e: BaseException) -> str | None:
+    """What a SQLite error says about a damaged file (None when it is about something else)."""
+    text = str(getattr(e, "orig", None) or e)
+    return text if any(d in text.lower() for d in DAMAGED) else None
+
+
+def damaged_graph(where: str | Path, what: str) -> GraphError:
+    what = " ".join(what.split())  # quick_check's findings come a line each
+    what = what if len(what) <= 160 else what[:157] + "..."
+    return GraphError(f"{where}: evidence.db: the evidence graph is damaged ({what}); nothing was read from it or "
+                      "written to it: restore it from a copy, or point evidence.db (--db) at another graph")
+
+
+def read_only_uri(path: Path) -> str:
+    """A URI that reads a SQLite file without creating anything beside it: `immutable=1` when no WAL is pending
+    (the main file then holds every committed page, and SQLite makes no -wal or -shm for it); `mode=ro` when one
+    is (a campaign that runs, or was killed before a checkpoint: the WAL holds its latest commits)."""
+    uri = path.resolve().as_uri()
+    return f"{uri}?mode=ro" if Path(f"{path}-wal").exists() else f"{uri}?mode=ro&immutable=1"
+
+
+def check_intact(path: Path, where: str | Path) -> None:
+    """Refuse (GraphError, one line) a graph file whose pages are damaged, before anything opens it for writing: a
+    writer would set up its WAL (-wal and -shm files beside it) and then fail on the first read."""
+    import sqlite3
+
+    if not path.is_file():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(read_only_uri(path), uri=True)) as con:
+            found = [r[0] for r in con.execute("PRAGMA quick_check(3)")]
+    except sqlite3.DatabaseError as e:
+        raise damaged_graph(where, str(e)) from None
+    if found != ["ok"]:
+        raise damaged_graph(where, "; ".join(found))
+
+
 def _refuse_foreign(path: Path, where: str | Path) -> None:
     """Opening creates the graph's tables: never in a file that is something else (SQLite took a short text file for
     an empty database and rewrote it; another program's database, MLflow's say, would get the tables added)."""
@@ -178,9 +218,11 @@ def _refuse_foreign(path: Path, where: str | Path) -> None:
         if f.read(16) != b"SQLite format 3\x00":
             raise GraphError(f"{where}: evidence.db: not a SQLite database (a file of something else); left as it is")
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as con:
+        with contextlib.closing(sqlite3.connect(read_only_uri(path), uri=True)) as con:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error:  # not readable this way (a locked or read-only WAL file): opening it says what is wrong
+    except sqlite3.Error as e:  # not readable this way (a locked or read-only WAL file): opening it says what is wrong
+        if damage(e):
+            raise damaged_graph(where, str(e)) from None
         return
     if tables and NODE.name not in tables:
         raise GraphError(f"{where}: evidence.db: a database of something else (tables {', '.join(sorted(tables)[:3])}"
@@ -190,11 +232,14 @@ def _refuse_foreign(path: Path, where: str | Path) -> None:
 class Store:
     """Rows in, rows out. Inserts only (append-only); the write policy decides what may be inserted."""
 
-    def __init__(self, where: str | Path, read_only: bool = False):
+    def __init__(self, where: str | Path, read_only: bool = False, check: bool = False):
         self.url = _url(where)
+        self.where = where
         self.notes: bool | None = True  # the revocation-note table exists (create_all below makes sure)
         if self.url.startswith("sqlite:///"):
             _refuse_foreign(Path(self.url.removeprefix("sqlite:///")), where)
+            if check:  # a command's door (the CLI, a campaign's start): every page read once, nothing written
+                check_intact(Path(self.url.removeprefix("sqlite:///")), where)
         if read_only:
             self._open_read_only(where)
             return
@@ -210,6 +255,8 @@ class Store:
         except OSError as e:
             raise GraphError(f"{where}: evidence.db: cannot create the evidence graph ({e.strerror})") from None
         except sa.exc.DatabaseError as e:
+            if damage(e):
+                raise damaged_graph(where, str(e.orig)) from None
             raise GraphError(f"{where}: evidence.db: cannot open the evidence graph ({e.orig})") from None
 
     def _open_read_only(self, where: str | Path) -> None:
@@ -224,7 +271,9 @@ class Store:
             with contextlib.closing(sqlite3.connect(f"{uri}?mode=ro", uri=True)) as con:
                 con.execute("SELECT count(*) FROM sqlite_master").fetchone()
             target = f"{uri}?mode=ro"
-        except sqlite3.Error:
+        except sqlite3.Error as e:
+            if damage(e):
+                raise damaged_graph(where, str(e)) from None
             target = f"{uri}?mode=ro&immutable=1"
         self.engine = sa.create_engine("sqlite://", creator=lambda: sqlite3.connect(target, uri=True,
                                                                                      check_same_thread=False))
@@ -236,8 +285,10 @@ class Store:
             with self.engine.begin() as conn:
                 yield conn
                 failpoint("evidence:before-commit")  # crash tests: kill -9 with the transaction's rows written, uncommitted
-        except sa.exc.OperationalError as e:  # SQLite's "disk I/O error" names no file: this one line does
-            what = storage_problem(e)
+        except sa.exc.DatabaseError as e:  # SQLite's "disk I/O error" names no file: this one line does
+            if damage(e):
+                raise damaged_graph(self.where, str(e.orig)) from None
+            what = storage_problem(e) if isinstance(e, sa.exc.OperationalError) else None
             if what is None:
                 raise
             raise StorageError(self.url.removeprefix("sqlite:///"), f"cannot write the evidence graph ({what}); "
@@ -356,10 +407,10 @@ class EvidenceGraph:
     decided by the write policy (`graph_policy.POLICY`)."""
 
     def __init__(self, where: str | Path, campaign: str = "", policy=None, scope: str | None = None,
-                 read_only: bool = False):
+                 read_only: bool = False, check: bool = False):
         from components.evidence.graph_policy import POLICY
 
-        self.store = Store(where, read_only=read_only)
+        self.store = Store(where, read_only=read_only, check=check)
         self.campaign = campaign
         self.scope = scope if scope is not None else campaign  # who is writing: one campaign output
         self.policy = policy or POLICY
@@ -396,9 +447,14 @@ class EvidenceGraph:
     def _read(self) -> Iterator[sa.Connection]:
         if self._conn is not None:
             yield self._conn
-        else:
+            return
+        try:
             with self.store.connect() as conn:
                 yield conn
+        except sa.exc.DatabaseError as e:  # pages damaged since the graph was opened: one line, not SQLAlchemy's
+            if damage(e):
+                raise damaged_graph(self.store.where, str(e.orig)) from None
+            raise
 
     # -- writes ------------------------------------------------------------------------------------------------------
     def add(self, kind: Kind, key: str, content: str = "", data: dict | None = None, *, author: Author = "harness",

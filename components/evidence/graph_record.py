@@ -36,6 +36,7 @@ from components.env import default_db  # noqa: F401 (re-exported: where the grap
 from components.evidence.graph import EvidenceGraph, Expiry, Node, node_id
 from components.evidence.graph_policy import CitationError, PolicyError
 from components.evidence.packets import EvidencePacket
+from components.io import confined
 from components.runtime.trace import frame_steps
 
 MAX_CITES = 8  # trace steps recorded per packet: enough to audit it; the round's diagnosis.json keeps them all
@@ -122,7 +123,8 @@ class _Recording:
 def record_round(g: EvidenceGraph, out: str | Path, rec: RoundRecord | dict, model: str) -> dict:
     """Record one finished round (its lineage record `rec`, its round directory under `out`); returns counts."""
     out, rec = Path(out), RoundRecord.of(rec)
-    rd = out / rec.round_dir if rec.round_dir else None
+    # the round's directory under this campaign's rounds/, never a place a record names outside it
+    rd = confined(out / "rounds", Path(rec.round_dir).name, f"{out / 'lineage'}: round_dir") if rec.round_dir else None
     if rd is None or not rd.is_dir():
         return {}
     meta = _read(rd / "train" / "meta.json") or {}
@@ -575,6 +577,47 @@ def promotions_for(g: EvidenceGraph, ref: str, campaign: str | None = None) -> l
                                             for c in n.data.get("cards") or [])], key=lambda n: n.created)[-1:]
 
 
+def campaign_chains(g: EvidenceGraph, campaign_dir: str | Path, ref: str) -> list[dict]:
+    """The chains behind version `ref` (a version name, a digest prefix, or a card path a promotion wrote) of the
+    campaign in `campaign_dir`, found by that campaign's identity, its lineage: every promotion of the lineage up to
+    `ref`, each as the graph recorded it for this campaign (the node version of its round, name and output), with
+    the gate figures this campaign's lineage records. Campaigns that promoted the same bytes share a promotion node,
+    and those that judged the same plan on the same parent share a verdict node, which holds the last one's figures:
+    by name alone, `why` put another campaign's figures (a `dvc exp run`'s) inside this one's lineage."""
+    from components.evolution.lineage import Lineage
+
+    out = Path(campaign_dir)
+    lineage = Lineage(out / "lineage")
+    start = next((e for e in lineage.entries() if e.round == 0), None)
+    name = str(((start.identity if start is not None else None) or {}).get("campaign.name") or "")
+    accepted = [r for r in lineage.rounds() if r.accepted and r.child is not None]
+    target = next((r for r in accepted if r.child.version == ref or (len(ref) >= 8 and r.child.digest.startswith(ref))),
+                  None)
+    if target is None:  # a card path (or node id): the promotions that wrote it, among this lineage's
+        digests = {r.child.digest: r for r in accepted}
+        hits = [digests[n.data.get("digest")] for n in promotions_for(g, ref) if n.data.get("digest") in digests]
+        target = max(hits, key=lambda r: r.round) if hits else None
+    if target is None:
+        return []
+    here = str(out.resolve())
+    chains = []
+    for rec in (r for r in accepted if r.round <= target.round):
+        versions = g.versions(node_id("decision", f"promotion:{rec.child.digest}"))
+        ours = [v for v in versions if v.data.get("round") == rec.round and v.data.get("campaign") == name]
+        ours = [v for v in ours if v.data.get("out") == here] or ours  # a moved campaign: its round and name
+        if not ours:
+            continue  # not recorded in this graph (another evidence.db)
+        ch = chain(g, ours[-1])
+        if ch["plan"] is not None and rec.summary:  # the plan as this campaign wrote it (another may reword it)
+            ch["plan"]["content"] = next((v.content for v in g.versions(ch["plan"]["id"]) if v.content == rec.summary),
+                                         ch["plan"]["content"])
+        if ch["verdict"] is not None and rec.gate is not None:  # the figures this campaign's gate recorded
+            ch["verdict"].update({k: getattr(rec.gate, k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved",
+                                                                    "n_regressed")})
+        chains.append(ch)
+    return chains
+
+
 def chain(g: EvidenceGraph, promo: Node) -> dict:
     """A promotion's chain: its verdict, plan, claims with their cited trace steps, the run and the sources."""
     revoked, flagged = g.revoked(), g.flagged()
@@ -650,10 +693,11 @@ def _standing(d: dict) -> str:
 
 # -- the campaign's calls (one per round each; flows/campaign.py) ------------------------------------------------------
 
-def open_graph(evidence, campaign: str, out: str | Path | None = None) -> EvidenceGraph:
-    """The graph, writing as this campaign; its scope (which records are its own) is its output directory."""
+def open_graph(evidence, campaign: str, out: str | Path | None = None, check: bool = False) -> EvidenceGraph:
+    """The graph, writing as this campaign; its scope (which records are its own) is its output directory. `check`:
+    read every page first (a campaign's start), so a damaged graph is refused before the first round."""
     scope = f"{campaign}@{Path(out).resolve()}" if out is not None else campaign
-    return EvidenceGraph(default_db(evidence.db), campaign=campaign, scope=scope)
+    return EvidenceGraph(default_db(evidence.db), campaign=campaign, scope=scope, check=check)
 
 
 def memory_for_round(evidence, campaign: str, packets: list[EvidencePacket], traces: pd.DataFrame, package: str,

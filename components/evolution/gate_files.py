@@ -1,16 +1,18 @@
-"""The gate on two score files (`ratchet gate`): a light reader for the tables the gate is usually given, pandas for
-the rest.
+"""The gate on two score files (`ratchet gate`, `ratchet power`): one reader for score tables, numpy to pair them.
 
-    light    the csv module and numpy: a well-formed table (a header with item_id, seed and score, every row as long
-             as the header, no quotes, integer seeds, plain decimal scores in [0, 1]; `error` optional) that pairs
-             completely is read, paired and judged without pandas (pandas costs more to import than numpy does).
-             The per-item means are summed as pandas' groupby sums them (Kahan, in the base table's row order), so
-             the verdict is the same to the last bit.
-    pandas   anything else (a missing file, a directory, a ragged or quoted table, an NA cell, a seed written 1.0,
-             an incomplete pairing, a duplicate, too many errors, too few items) goes through `pd.read_csv` and
-             `gate.gate`, which read or refuse it with the same one-line message as always.
-
-So the light path decides only what the pandas path would decide the same way; every refusal is the pandas path's.
+    read_table   the csv module over the file's bytes, read once (a pipe, `<(...)`, is a file too): a header with
+                 item_id, seed and score (`error` optional; other columns ignored), every row as wide as the header.
+                 Ids stay the text they are (`NA`, `None`, `007` and an empty string are ids, never pandas' missing
+                 values); a seed is an integer written out (`3`, `-0`, `3.0`) within 64 bits, read exactly (`1e300`
+                 and `inf` are refused, never rounded onto another seed); a score is a decimal number (an empty cell
+                 or `nan` is read as missing, which pairing refuses naming the item); an `error` cell is an error
+                 unless empty. Anything else is refused, one line naming the file, the field and the line.
+    pair_light   numpy: a table that pairs completely is paired and judged without pandas (pandas costs more to
+                 import than numpy does). The per-item means are summed as pandas' groupby sums them (Kahan, in the
+                 base table's row order), so the verdict is the same to the last bit.
+    gate.gate    a pairing the light path would not decide (incomplete, a duplicate, a score out of range or missing,
+                 too many errors, too few items) goes to `gate.gate` on the tables as read, which refuses it with its
+                 one-line message.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import csv
 import io
 import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,66 +30,129 @@ from components.errors import InputError
 from components.evolution import gate as gate_mod
 from components.evolution.gate import GateConfig, GateResult, PairingError
 
-# pandas' default NA strings (pandas._libs.parsers.STR_NA_VALUES): such a cell is NaN to read_csv
-NA_STRINGS = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
-                        "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
-_INT = re.compile(r"-?[0-9]{1,18}")
+_SEED = re.compile(r"[+-]?([0-9]{1,18})(?:\.0*)?")  # an integer written out; 18 digits fit 64 bits
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+_MISSING_SCORE = frozenset({"", "nan", "NaN", "-nan", "-NaN"})  # read as a missing score (refused when pairing)
+MAX_TABLE_BYTES = 1 << 30  # a score table of a billion bytes is not one a campaign wrote
 CLI_KEYS = ("accept", "net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed", "reason")
 
 
-def read_light(path: Path) -> dict | None:
-    """A well-formed score table as columns (items, seeds, scores, errored), or None: leave it to pandas."""
+@dataclass
+class ScoreTable:
+    """A score table as read: item ids as text, seeds as exact integers, scores as floats (NaN: missing)."""
+    path: str
+    items: list[str]
+    seeds: list[int]
+    scores: np.ndarray
+    errors: list[str]
+
+    @property
+    def errored(self) -> np.ndarray:
+        return np.array([e != "" for e in self.errors], dtype=bool)
+
+    def frame(self):
+        """The table as the pandas gate takes it (ids as text: no missing-value parsing on the way)."""
+        import pandas as pd
+
+        return pd.DataFrame({"item_id": pd.Series(self.items, dtype=object),
+                             "seed": pd.Series(self.seeds, dtype="int64"), "score": self.scores,
+                             "error": pd.Series(self.errors, dtype=object)})
+
+
+def _bytes(path: Path, name: str) -> bytes:
+    if path.is_dir():
+        raise InputError(f"{path}: -: is a directory, not a CSV file ({name})")
     try:
-        with open(path, encoding="utf-8", newline="") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-    if '"' in text or text.startswith("\ufeff"):
-        return None
-    rows = [r for r in csv.reader(io.StringIO(text)) if r]  # blank lines skipped, as read_csv skips them
-    if len(rows) < 2 or len(set(rows[0])) != len(rows[0]):
-        return None
-    head = rows[0]
+        with open(path, "rb") as f:  # read once: a pipe has no second reading
+            data = f.read(MAX_TABLE_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(f"{path}: -: no such file ({name})") from None
+    except OSError as e:
+        raise InputError(f"{path}: -: cannot read ({e.strerror or e}) ({name})") from None
+    if len(data) > MAX_TABLE_BYTES:
+        raise InputError(f"{path}: -: larger than {MAX_TABLE_BYTES} bytes: not a score table ({name})")
+    return data
+
+
+def read_table(path: str | Path, name: str = "table") -> ScoreTable:
+    """A score table read exactly, or InputError (one line naming the file, the field and the line)."""
+    path = Path(path)
+    data = _bytes(path, name)
     try:
-        i, s, v = head.index("item_id"), head.index("seed"), head.index("score")
-    except ValueError:
-        return None
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: -: not UTF-8 text (byte {e.start}) ({name})") from None
+    if "\x00" in text:
+        raise InputError(f"{path}: -: holds a NUL byte: not a CSV file ({name})")
+    if csv.field_size_limit() < len(text) + 1:  # one cell may be the whole file: read it, then judge it
+        csv.field_size_limit(min(sys.maxsize, max(len(text) + 1, 131072)))
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        for r in reader:
+            if r:  # blank lines skipped
+                rows.append((reader.line_num, r))
+    except csv.Error as e:
+        raise InputError(f"{path}: -: not a readable CSV (line {reader.line_num}: {e}) ({name})") from None
+    if not rows:
+        raise InputError(f"{path}: -: not a readable CSV (no header) ({name})")
+    head = rows[0][1]
+    twice = sorted({c for c in head if head.count(c) > 1})
+    if twice:
+        raise InputError(f"{path}: {twice[0]}: the column is named more than once ({name})")
+    missing = [c for c in ("item_id", "seed", "score") if c not in head]
+    if missing:
+        raise InputError(f"{path}: {missing[0]}: missing column(s) {', '.join(missing)} ({name})")
+    i, s, v = head.index("item_id"), head.index("seed"), head.index("score")
     e = head.index("error") if "error" in head else None
-    width = len(head)
-    items, seeds, scores, errored = [], [], [], []
-    for r in rows[1:]:
-        if len(r) != width or r[i] in NA_STRINGS or not _INT.fullmatch(r[s]) or not _DECIMAL.fullmatch(r[v]):
-            return None
+    items, seeds, scores, errors = [], [], [], []
+    for line, r in rows[1:]:
+        if len(r) != len(head):
+            raise InputError(f"{path}: -: not a readable CSV (Expected {len(head)} fields in line {line}, saw "
+                             f"{len(r)}) ({name})")
+        seed = r[s].strip()
+        m = _SEED.fullmatch(seed)
+        if m is None:
+            shown = seed if len(seed) <= 40 else seed[:37] + "..."
+            raise InputError(f"{path}: seed: {shown!r} on line {line} is not an integer written out (at most 18 "
+                             f"digits; 1e3, inf and fractions are not read as seeds) ({name})")
+        value = int(m.group(1))
+        seeds.append(-value if seed.startswith("-") else value)
+        score = r[v].strip()
+        if score in _MISSING_SCORE:
+            scores.append(float("nan"))
+        elif _DECIMAL.fullmatch(score) and np.isfinite(x := float(score)):
+            scores.append(x)
+        else:
+            shown = score if len(score) <= 40 else score[:37] + "..."
+            raise InputError(f"{path}: score: {shown!r} on line {line} is not a finite decimal number ({name})")
         items.append(r[i])
-        seeds.append(int(r[s]))
-        scores.append(float(r[v]))
-        errored.append(e is not None and r[e] not in NA_STRINGS)
-    return {"items": items, "seeds": seeds, "scores": np.array(scores), "errored": np.array(errored, dtype=bool)}
+        errors.append("" if e is None else r[e].strip())
+    return ScoreTable(str(path), items, seeds, np.array(scores, dtype=float), errors)
 
 
-def pair_light(b: dict, c: dict, cfg: GateConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+def pair_light(b: ScoreTable, c: ScoreTable, cfg: GateConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
     """(base, cand, d) per item in sorted item order and the pairs dropped for errors, as `gate.pair` computes them;
     None for anything `gate.pair` would refuse (it says why)."""
     for arm in (b, c):
-        if ((arm["scores"] < 0) | (arm["scores"] > 1)).any():
+        if not ((arm.scores >= 0) & (arm.scores <= 1)).all():  # out of range, or missing (NaN)
             return None
-    kb, kc = list(zip(b["items"], b["seeds"])), list(zip(c["items"], c["seeds"]))
+    kb, kc = list(zip(b.items, b.seeds)), list(zip(c.items, c.seeds))
     at_c = {k: n for n, k in enumerate(kc)}
     if len(at_c) != len(kc) or len(set(kb)) != len(kb) or set(kb) != at_c.keys():
         return None
     ci = np.fromiter((at_c[k] for k in kb), dtype=np.intp, count=len(kb))
-    errored = b["errored"] | c["errored"][ci]
+    errored = b.errored | c.errored[ci]
     dropped = int(errored.sum())
     if dropped / len(kb) > cfg.max_error_share or dropped == len(kb):
         return None
     keep = ~errored
-    items = np.array(b["items"], dtype=str)[keep]
+    items = np.array(b.items, dtype=object)[keep]
     names, inv = np.unique(items, return_inverse=True)
     if len(names) < cfg.min_items:
         return None
-    base = _group_means(inv, b["scores"][keep], len(names))
-    cand = _group_means(inv, c["scores"][ci][keep], len(names))
+    base = _group_means(inv, b.scores[keep], len(names))
+    cand = _group_means(inv, c.scores[ci][keep], len(names))
     return base, cand, cand - base, dropped
 
 
@@ -119,29 +186,19 @@ def _kahan_means(group: np.ndarray, values: np.ndarray, n_groups: int) -> np.nda
 
 
 def read_scores(path: Path, name: str):
-    """A score table through pandas, or one line saying why it cannot be read."""
-    import pandas as pd
-
-    if path.is_dir():
-        raise InputError(f"{path}: -: is a directory, not a CSV file ({name})")
-    try:
-        return pd.read_csv(path, dtype={"item_id": str})
-    except FileNotFoundError:
-        raise InputError(f"{path}: -: no such file ({name})") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: -: not a readable CSV ({str(e).strip().splitlines()[0]})") from None
+    """A score table as a pandas frame (`ratchet power`), read by `read_table`."""
+    return read_table(path, name).frame()
 
 
 def gate_files(base: Path, cand: Path, cfg: GateConfig) -> GateResult:
     """The gate's verdict on two score files; InputError (one line) for a table it cannot read or pair."""
-    b, c = read_light(base), read_light(cand)
-    paired = pair_light(b, c, cfg) if b is not None and c is not None else None
+    b, c = read_table(base, "--base"), read_table(cand, "--cand")
+    paired = pair_light(b, c, cfg)
     if paired is not None:
         pb, pc, d, dropped = paired
         return gate_mod.decide_d(d, cfg, float(pb.mean()), float(pc.mean()), dropped_errors=dropped)
-    tb, tc = read_scores(base, "--base"), read_scores(cand, "--cand")
-    try:
-        verdict, _ = gate_mod.gate(tb, tc, cfg)
+    try:  # what the light path does not decide: the pandas gate on the same tables, for its one-line refusal
+        verdict, _ = gate_mod.gate(b.frame(), c.frame(), cfg)
     except PairingError as e:
         raise InputError(f"{base} vs {cand}: {e}") from None
     return verdict

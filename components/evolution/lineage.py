@@ -27,7 +27,7 @@ from typing import Any
 from components.evolution.record import RoundRecord, StartRecord, lineage_entry
 from components.codes import Verdict
 from components.errors import InputError
-from components.io import atomic_dir, atomic_write_json, atomic_write_text
+from components.io import atomic_dir, atomic_write_json, atomic_write_text, confined
 from components.memory.package import digest
 
 
@@ -83,7 +83,22 @@ class Lineage:
 
     def versions(self) -> list[Version]:
         committed = [lineage_entry(r) for r in self.records() if r.get("verdict") in (Verdict.START, Verdict.ACCEPT)]
-        return [Version(r.child.version, self.versions_dir / r.child.version, r.child.digest) for r in committed]
+        return [Version(r.child.version, self.version_dir(r.child.version, f"round {r.round}: child.version"),
+                        r.child.digest) for r in committed]
+
+    def version_dir(self, name: str, field: str = "version") -> Path:
+        """Where version `name` (as a record names it) lives: under versions/, never outside on a record's say-so."""
+        return confined(self.versions_dir, name, f"{self.log}: {field}")
+
+    def check_bytes(self, v: Version) -> None:
+        """Refuse (CommitError) a version whose bytes on disk are not the digest its record pins: edited after it was
+        committed, or missing (a checkout without `dvc checkout`)."""
+        if not v.path.is_dir():
+            raise CommitError(f"{v.path}: -: version {v.name} is missing (run `dvc checkout` at the recording commit)")
+        have = digest(v.path)
+        if have != v.digest:
+            raise CommitError(f"{v.path}: digest: {v.name}'s bytes on disk are {have[:12]}, the lineage pins "
+                              f"{v.digest[:12]} (edited after it was committed; `dvc checkout` restores it)")
 
     def champion(self) -> Version:
         vs = self.versions()
@@ -201,17 +216,29 @@ class LineageLock:
     stale lock from a killed process is recovered by the next taker; the file also names the holder, so a second
     campaign fails at once saying who has it. (flock is per machine: on a shared filesystem use one runner.)"""
 
-    def __init__(self, root: str | Path):
+    # what this process holds: lock path -> [fd, depth, recovered]. The CLI takes the lock as soon as a campaign's
+    # checks pass (before Prefect's server starts, so a second campaign on the same output is refused at once, not
+    # after the first one's start-up), and the campaign flow joins it (`join=True`); any other taking conflicts, in
+    # this process as in another one (flock).
+    _held: dict[str, list] = {}
+
+    def __init__(self, root: str | Path, join: bool = False):
         self.path = Path(root) / "LOCK"
         self._fd: int | None = None
+        self._join, self._nested = join, False
         self.recovered: dict | None = None  # holder info left by a dead process, if any
+
+    def _key(self) -> str:
+        import os
+
+        return os.path.abspath(self.path)
 
     def probe(self) -> None:
         """Raise LineageLocked now if another process holds the lock (a check before starting work; takes nothing)."""
         import fcntl
         import os
 
-        if not self.path.is_file():
+        if not self.path.is_file() or self._key() in LineageLock._held:
             return
         fd = os.open(self.path, os.O_RDONLY)
         try:
@@ -228,6 +255,11 @@ class LineageLock:
         import socket
         import time
 
+        held = LineageLock._held.get(self._key()) if self._join else None
+        if held is not None:  # this process holds it already (the CLI, then the flow)
+            held[1] += 1
+            self.recovered, self._nested = held[2], True
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -248,12 +280,18 @@ class LineageLock:
             os.close(fd)
             raise type(e)(e.errno, e.strerror, str(self.path)) from None
         self._fd = fd
+        LineageLock._held[self._key()] = [fd, 1, self.recovered]
         return self
 
     def __exit__(self, *exc) -> None:
         import fcntl
         import os
 
+        if self._nested:
+            self._nested = False
+            LineageLock._held[self._key()][1] -= 1
+            return
+        LineageLock._held.pop(self._key(), None)
         if self._fd is not None:
             os.ftruncate(self._fd, 0)  # a clean exit leaves no holder behind
             fcntl.flock(self._fd, fcntl.LOCK_UN)

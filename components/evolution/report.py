@@ -75,7 +75,9 @@ _GATE_COLUMNS_NONE = dict.fromkeys(("net", "ci_lo", "ci_hi", "dev_base_mean", "d
 
 
 def round_rows(summary: dict) -> list[dict]:
-    """Rows for the per-round table the CLI prints."""
+    """Rows for the per-round table the CLI prints (and campaign.md). `not_gated`: why a round that never reached
+    the dev gate stopped where it did (the repair screen's figures, the validation problem, the meta-agent's
+    failure, no plan left), which the lineage records and the table would otherwise leave blank."""
     rows = []
     for r in history(summary):
         g, rep, champ = r.gate, r.repair, r.champion_after
@@ -85,6 +87,7 @@ def round_rows(summary: dict) -> list[dict]:
             "verdict": str(r.verdict), "net": g.net if g else None, "ci": (g.ci_lo, g.ci_hi) if g else None,
             "level": _pct(ci_level(r)) if g else "",
             "regressed": g.n_regressed if g else None, "reason": r.reason,
+            "not_gated": "" if g else (r.reason if r.summary else "-"),  # without a plan, the plan column says why
             "champion": f"{champ.version} {champ.digest:.8}" if champ else " ",
         })
     return rows
@@ -148,7 +151,8 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     table = pd.DataFrame(rows, columns=["round", "verdict", "owner", "net", "ci_lo", "ci_hi", "dev_base_mean",
                                         "dev_cand_mean", "champion"])
     causes = _causes(Path(campaign_out), summary)
-    table["champion_dev_mean"] = [(_champion_mean(r)) for r in history(summary)] if len(table) else []
+    means = champion_means(history(summary))
+    table["champion_dev_mean"] = [means[r.round] for r in history(summary)] if len(table) else []
     table = table.join(causes, on="round") if len(causes.columns) else table
     families = _families(Path(campaign_out), summary)  # every input read before the first write: none half-written
     md = [f"# Campaign {summary['campaign']}", "",
@@ -166,12 +170,12 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
                f"{loc['outcome_only_accuracy']:.1%}.", ""]
     notes = localization_notes(loc)
     md += [line[0].upper() + line[1:] + "." for line in notes] + ([""] if notes else [])
-    md += ["| round | owner | plan | verdict | net | dev CI (level: the look's alpha_k) | regressed | champion |",
-           "|---|---|---|---|---|---|---|---|"]
+    md += ["| round | owner | plan | repair fixed/broke | verdict | net | dev CI (level: the look's alpha_k) | "
+           "regressed | champion |", "|---|---|---|---|---|---|---|---|---|"]
     for r in round_rows(summary):
         ci = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] {r['level']}" if r["net"] is not None else ""
-        net = f"{r['net']:+.3f}" if r["net"] is not None else ""
-        md.append(f"| {r['round']} | {r['owner']} | {r['plan']} | {r['verdict']} | {net} | {ci} | "
+        net = f"{r['net']:+.3f}" if r["net"] is not None else f"not gated: {r['not_gated']}"
+        md.append(f"| {r['round']} | {r['owner']} | {r['plan']} | {r['repair']} | {r['verdict']} | {net} | {ci} | "
                   f"{'' if r['regressed'] is None else r['regressed']} | {r['champion']} |")
     md += ["", "Lineage: " + " -> ".join(f"{v['version']} `{v['digest'][:12]}`" for v in summary["lineage"]), ""]
     write_json(out / "metrics.json", metrics)
@@ -213,12 +217,24 @@ def _read_csv(path: Path, **kw) -> pd.DataFrame:
         raise InputError(f"{path}: -: not a readable table ({str(e).strip().splitlines()[0]})") from None
 
 
-def _champion_mean(r: RoundRecord) -> float | None:
-    """The champion's dev mean after a round: the candidate's when it was accepted, else the parent's."""
-    g = r.gate
-    if g is None:
-        return None
-    return g.cand_mean if r.accepted else g.base_mean
+def champion_means(rounds: list[RoundRecord]) -> dict[int, float | None]:
+    """The champion's dev mean after each gated round (None for a round not gated): the mean it was promoted on
+    (its promoting look's cand_mean), unchanged until the next promotion; before any, the start's mean at the first
+    gated look. A rejection re-measures the champion on its own look's cells (another number of seeds when the
+    gate stopped early): reporting that mean dropped the champion's score with no change of champion."""
+    out: dict[int, float | None] = {}
+    held: float | None = None
+    for r in sorted(rounds, key=lambda x: x.round):
+        g = r.gate
+        if g is None:
+            out[r.round] = None
+            continue
+        if r.accepted:
+            held = g.cand_mean
+        elif held is None:
+            held = g.base_mean
+        out[r.round] = held
+    return out
 
 
 def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:

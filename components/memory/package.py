@@ -75,6 +75,9 @@ def digest(root: str | Path) -> str:
         if path.is_symlink():  # hashed as a link, never followed (a package with one does not load anyway)
             h.update(f"{rel}\0link\0{os.readlink(path)}\0".encode())
             continue
+        if _special(path):  # a FIFO, socket or device: never opened (a FIFO's read blocks); it does not load either
+            h.update(f"{rel}\0special\0{_special(path)}\0".encode())
+            continue
         data = path.read_bytes()
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
@@ -82,11 +85,23 @@ def digest(root: str | Path) -> str:
 
 
 def _files(root: Path) -> list[tuple[str, Path]]:
+    """Every entry that is not a directory: files, symlinks, and FIFOs, sockets and devices (which load refuses)."""
     out = []
     for path in root.rglob("*"):
-        if path.is_symlink() or path.is_file():
+        if path.is_symlink() or not path.is_dir():
             out.append((path.relative_to(root).as_posix(), path))
     return sorted(out)
+
+
+def _special(path: Path) -> str | None:
+    """What a directory entry is when it is neither a regular file, a directory nor a symlink (else None)."""
+    import stat
+
+    mode = path.lstat().st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+        return None
+    return {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+            stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def lint(root: str | Path) -> list[Problem]:
@@ -110,6 +125,9 @@ def load_package(root: str | Path) -> MemoryPackage:
     for rel, path in _files(root):
         if path.is_symlink():
             problems.append(Problem(rel, "-", "symlinks are not allowed in a package"))
+            continue
+        if (kind := _special(path)) is not None:  # a FIFO would hang whoever reads or copies the package
+            problems.append(Problem(rel, "-", f"{kind}, not a regular file: a package holds files only"))
             continue
         try:
             texts[rel] = path.read_bytes().decode("utf-8")

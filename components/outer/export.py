@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict
 
 from components.defaults import MAX_TURNS
 from components.errors import InputError
-from components.io import atomic_dir, dumps, read_json_object
+from components.io import atomic_dir, confined, dumps, read_json_object
 from components.memory.package import MemoryPackage, load_package
 from components.outer.chat_schema import problems
 from components.runtime.chat import ChatHarness
@@ -166,9 +166,21 @@ def _train_eval_of(campaign: Path, digest: str) -> TrainEpisodes | None:
         meta = read_json_object(meta_path)
         if meta.get("package_digest") == digest and meta.get("split") == SPLIT:
             d = meta_path.parent
-            return TrainEpisodes(pd.read_csv(d / "scores.csv"), pd.read_parquet(d / "traces.parquet"),
-                                 d.relative_to(campaign).as_posix())
+            return TrainEpisodes(_read(d / "scores.csv"), _read(d / "traces.parquet"), d.relative_to(campaign).as_posix())
     return None
+
+
+def _read(path: Path) -> pd.DataFrame:
+    """A campaign's table (ids as text), or one line naming the file: a truncated parquet or a damaged CSV is the
+    campaign directory's fault, not a traceback."""
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        return pd.read_csv(path, dtype={"item_id": str}, keep_default_na=False)
+    except FileNotFoundError:
+        raise InputError(f"{path}: -: no such file (an unfinished or damaged campaign)") from None
+    except (OSError, ValueError, UnicodeDecodeError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise InputError(f"{path}: -: damaged, cannot be read ({str(e).strip().splitlines()[0][:160]})") from None
 
 
 def _evaluate(package: Path, bench: Benchmark, seeds: int, model: str, model_cfg: dict, max_turns: int) -> TrainEpisodes:
@@ -239,6 +251,8 @@ def export_campaign(campaign: str | Path, bench_dir: str | Path, out: str | Path
     lineage = Lineage(campaign / "lineage")
     versions = lineage.versions()
     start, champ = versions[0], versions[-1]
+    for v in {start.name: start, champ.name: champ}.values():  # the bytes the manifest pins are the bytes read
+        lineage.check_bytes(v)
     seeds = int(c.get("seeds", 1))
     model, model_cfg = str(c.get("model", "sim")), dict(c.get("model_cfg") or {})
     champ_pkg, start_pkg = load_package(champ.path), load_package(start.path)
@@ -296,6 +310,8 @@ def read_manifest(export_dir: str | Path, verify: bool = True) -> ExportManifest
     except ValidationError as e:
         first = e.errors()[0]
         raise InputError(f"{d / MANIFEST}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
+    for name, f in m.files.items():  # an entry names a file of this export, never one outside it
+        confined(d, f.path, f"{d / MANIFEST}: files.{name}.path")
     if verify:
         for name, f in m.files.items():
             p = d / f.path

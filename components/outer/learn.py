@@ -49,6 +49,9 @@ def demonstrated(export_dir: str | Path) -> tuple[Counter, str]:
     m = read_manifest(export_dir)
     facts = world(m.world).competence.facts
     counts: Counter = Counter()
+    if "sft.jsonl" not in m.files:
+        raise InputError(f"{Path(export_dir) / 'manifest.json'}: files: no sft.jsonl listed (not an export of "
+                         "`ratchet export`)")
     for rec in read_jsonl(Path(export_dir) / m.files["sft.jsonl"].path):
         tools = set(accepted_writes(rec.get("messages") or []))
         counts.update({f.id for f in facts if f.tool in tools})

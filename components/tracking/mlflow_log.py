@@ -35,12 +35,14 @@ import os
 import subprocess
 import threading
 import time
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from components.codes import Verdict
 from components.evolution.lineage import Lineage
 from components.evolution.record import RoundRecord, StartRecord
+from components.io import confined, recorded_path
 
 # cited failed episodes logged as traces per round (the first ones of each packet): the default of the setting
 # `campaign.traces_per_round` (each trace costs a few hundred spans written to the store; no result depends on them)
@@ -129,6 +131,8 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
         key = f"{prefix}{k}"
         if isinstance(v, dict) and v:
             out.update(_flatten(v, key + "."))
+        elif isinstance(v, Enum):  # `silent`, as params.yaml spells it, not `ReceiptMode.silent`
+            out[key] = str(v.value)
         else:
             out[key] = json.dumps(v) if isinstance(v, (dict, list)) else str(v)
     return out
@@ -199,6 +203,20 @@ def manifest_knobs(package: str | Path) -> dict[str, str]:
     return knobs
 
 
+def ui_address(tracking_uri: str | None) -> tuple[str, str]:
+    """Where the MLflow UI is, and how it got there: the tracking server's own address (an http store), else the
+    `ratchet ui` that runs for this home (its note: whatever --port it was given), else the address `ratchet ui`
+    serves without --port, said as such."""
+    from components.env import UI_DEFAULT, UI_NOTE, project_home, running_server
+
+    if str(tracking_uri or "").startswith("http"):
+        return str(tracking_uri).rstrip("/"), "the tracking server"
+    running = running_server(project_home(), UI_NOTE)
+    if running is not None:
+        return running.rstrip("/"), "`ratchet ui`, running"
+    return UI_DEFAULT, "`ratchet ui` serves these; started with --port N, the same addresses on port N"
+
+
 def round_ci_level(rec: RoundRecord | dict[str, Any]) -> float | None:
     """The two-sided level of a round's dev CI as the gate used it (the report's and the CLI's, one definition)."""
     from components.evolution.report import ci_level
@@ -227,8 +245,9 @@ def describe_round(rec: RoundRecord | dict[str, Any]) -> str:
     parent = (rec.parent.version if rec.parent else "") or (rec.champion_before or "?")
     g, rep = rec.gate, rec.repair
     words = [f"Round {rec.round} on champion {parent}."]
-    if rec.summary:
-        words.append(f"Plan (owner {rec.owner or '?'}, mechanism {rec.mechanism or '?'}): {rec.summary}.")
+    if rec.summary:  # the mechanism is recorded once the plan reaches the gate
+        words.append(f"Plan (owner {rec.owner or '-'}" + (f", mechanism {rec.mechanism}" if rec.mechanism else "")
+                     + f"): {rec.summary}.")
     if rep:
         words.append(f"Repair screen on the diagnosed tasks: {rep.repaired} repaired, {rep.broken} broken.")
     if g:
@@ -244,7 +263,7 @@ def describe_round(rec: RoundRecord | dict[str, Any]) -> str:
 def round_tags(rec: RoundRecord) -> dict[str, str]:
     """A round run's tags (besides its parent run and where the round and campaign are)."""
     parent, child = rec.parent, rec.child
-    return {"ratchet.kind": "round", "ratchet.round": str(rec.round), "ratchet.verdict": str(rec.verdict),
+    tags = {"ratchet.kind": "round", "ratchet.round": str(rec.round), "ratchet.verdict": str(rec.verdict),
             "ratchet.owner": str(rec.owner or ""), "ratchet.plan_key": str(rec.plan_key or ""),
             "ratchet.parent_digest": parent.digest if parent else "",
             "ratchet.parent_version": parent.version if parent else "",
@@ -254,6 +273,7 @@ def round_tags(rec: RoundRecord) -> dict[str, str]:
             "ratchet.seed_map_hash": str(rec.seed_map_hash or ""), "ratchet.git_commit": git_commit(),
             "ratchet.dvc_lock": dvc_lock_hash(), "ratchet.reason": rec.reason[:4000],
             "mlflow.note.content": describe_round(rec)}
+    return {k: v for k, v in tags.items() if v != ""}  # what a round does not have is absent, not an empty tag
 
 
 def round_params(rec: RoundRecord, params: dict[str, Any]) -> dict[str, Any]:
@@ -367,6 +387,8 @@ class CampaignTracker:
         from components.heap import long_lived
 
         self.name, self.out, self.params = name, Path(out), params
+        # the output as records show it (`Params.recorded`: relative inside the project), not this machine's path
+        self.where = recorded_path(str(self.out))
         self.traces_per_round = int((params.get("campaign") or {}).get("traces_per_round", MAX_TRACES_PER_ROUND))
         self.uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         # MLflow's modules, and its store's (imported when the first client is made), live as long as the process
@@ -406,11 +428,11 @@ class CampaignTracker:
             run = self.client.create_run(self.experiment_id, run_name=f"campaign {name} @{commit[:7]} p{phash}", tags={
                 "ratchet.kind": "campaign", "ratchet.campaign_key": self.key, "ratchet.params_hash": phash,
                 "ratchet.identity": self.ident, "ratchet.campaign": name, "ratchet.registered_model": self.model_name,
-                "ratchet.out": str(self.out.resolve()), "ratchet.git_commit": commit, "ratchet.dvc_lock": dvc_lock_hash(),
+                "ratchet.out": self.where, "ratchet.git_commit": commit, "ratchet.dvc_lock": dvc_lock_hash(),
                 # a queued `dvc exp run` (its stage runs in DVC's temporary copy): the experiment's name in `dvc exp show`
                 **({"ratchet.dvc_experiment": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}),
                 "mlflow.note.content": f"Campaign `{name}` at commit `{commit[:12]}`, identity `{self.ident}`, params "
-                                       f"hash `{phash}`, output `{self.out}`. Its rounds are the nested runs; its "
+                                       f"hash `{phash}`, output `{self.where}`. Its rounds are the nested runs; its "
                                        f"package versions are the registered model `{self.model_name}` (alias "
                                        "`champion`)."})
             self.run_id = run.info.run_id
@@ -452,7 +474,9 @@ class CampaignTracker:
     def log_round(self, rec: RoundRecord | dict[str, Any]) -> str:
         """One nested run for a finished round, with nested runs for its evaluations; returns its run id."""
         rec = RoundRecord.of(rec)
-        rd = self.out / rec.round_dir  # relative to the campaign (an absolute one from older records stays)
+        # where the round is now: the record's directory name under this campaign's rounds/ (an older record's
+        # absolute path names the same round), never a place outside it on the record's say-so
+        rd = confined(self.out / "rounds", Path(rec.round_dir).name, f"{self.out / 'lineage'}: round_dir")
         n = int(rec.round)
         found = self._round_runs().get(n)
         if found is not None and found.info.status == "FINISHED":  # logged already (a rerun, a resume): not twice
@@ -463,8 +487,8 @@ class CampaignTracker:
             if stale:
                 self.client.delete_traces(self.experiment_id, trace_ids=[t.info.trace_id for t in stale])
             self.client.delete_run(found.info.run_id)
-        tags = {"mlflow.parentRunId": self.run_id, **round_tags(rec), "ratchet.round_dir": str(rd.resolve()),
-                "ratchet.campaign_out": str(self.out.resolve())}
+        tags = {"mlflow.parentRunId": self.run_id, **round_tags(rec), "ratchet.round_dir": recorded_path(str(rd)),
+                "ratchet.campaign_out": self.where}
         run = self.client.create_run(self.experiment_id, run_name=round_title(rec), tags=tags)
         rid = run.info.run_id
         self._params(rid, round_params(rec, self.params))
@@ -487,13 +511,16 @@ class CampaignTracker:
 
     def _campaign_step(self, rec: RoundRecord) -> None:
         """Campaign metrics stepped by round. Only gated rounds have a net, so the latest value is never a round
-        that had nothing to gate; the champion's dev mean and the promotions so far are defined at every round."""
+        that had nothing to gate; the champion's dev mean (`report.champion_means`: the mean it was promoted on,
+        unchanged until the next promotion) and the promotions so far are defined at every round."""
+        from components.evolution.report import champion_means
+
         g, n = rec.gate, int(rec.round)
-        values: dict[str, Any] = {"promotions": sum(1 for r in self._lineage_records()
-                                                    if r.verdict == Verdict.ACCEPT and r.round <= n)}
+        rounds = [r for r in self._lineage_records() if isinstance(r, RoundRecord) and r.round <= n]
+        values: dict[str, Any] = {"promotions": sum(1 for r in rounds if r.verdict == Verdict.ACCEPT)}
         if g:
             values.update(round_net=g.net, round_ci_lo=g.ci_lo, round_ci_hi=g.ci_hi,
-                          champion_dev_mean=g.cand_mean if rec.verdict == Verdict.ACCEPT else g.base_mean)
+                          champion_dev_mean=champion_means(rounds).get(n))
         self._metrics(self.run_id, values, step=n)
 
     def _lineage_records(self) -> list[StartRecord | RoundRecord]:
@@ -704,7 +731,7 @@ class CampaignTracker:
             if d in existing:
                 by_version[child.version] = last = existing[d]
                 continue
-            path = self.out / "lineage" / "versions" / child.version
+            path = Lineage(self.out / "lineage").version_dir(child.version, f"round {rec.round}: child.version")
             round_run = rounds.get(rec.round)
             src = round_run.info.run_id if round_run is not None else self.run_id
             parent_mv = by_version.get(parent.version if parent else "")
@@ -742,16 +769,21 @@ class CampaignTracker:
             self.client.set_registered_model_alias(name, "champion", last.version)
 
     def links(self, ui: str | None = None) -> dict[str, str]:
-        """Direct addresses in the MLflow UI (the tracking server's own, else `ratchet ui`'s default address): the
-        rounds side by side, the champion's registered version, and one cited trace (the first round's that has one)."""
+        """Direct addresses in the MLflow UI (`ui_address`: the tracking server's own, else the `ratchet ui` that
+        runs, else its default address): the rounds side by side, the champion's registered version, and one cited
+        trace (the first round's that has one)."""
         from urllib.parse import quote
 
         if ui is None:
-            ui = self.uri.rstrip("/") if str(self.uri or "").startswith("http") else "http://127.0.0.1:5000"
+            ui = ui_address(self.uri)[0]
 
         rounds = [r for _, r in sorted(self._round_runs().items())]
         exp = json.dumps([self.experiment_id])
-        out = {"campaign": f"{ui}/" + ui_route(f"#/experiments/{self.experiment_id}/runs/{self.run_id}")}
+        run = f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        out = {"campaign": f"{ui}/" + ui_route(run),
+               # what a reader wants of the rounds first: the gate's net with its CI, and the champion's dev mean, by
+               # round (the campaign run's stepped metrics); the compare view opens on a chart of other axes
+               "net by round": f"{ui}/" + ui_route(f"{run}/model-metrics")}
         if rounds:
             ids = json.dumps([r.info.run_id for r in rounds], separators=(",", ":"))
             out["rounds"] = f"{ui}/" + ui_route(f"#/compare-runs?runs={quote(ids)}&experiments={quote(exp)}")
@@ -812,15 +844,50 @@ class CampaignTracker:
         self.client.set_terminated(self.run_id)
 
 
-def campaign_run(client: Any, summary: dict[str, Any], campaign_dir: str | Path) -> str | None:
-    """The MLflow run of the campaign written to `campaign_dir` (the latest, when code changes made several)."""
+def _campaign_runs(client: Any, summary: dict[str, Any], campaign_dir: str | Path) -> tuple[Any, list]:
+    """The experiment of the campaign a summary.json describes (its identity) and that experiment's campaign runs
+    written to `campaign_dir`, newest first."""
     exp = client.get_experiment_by_name(tracking_names(summary)["experiment"])
     if exp is None:
-        return None
-    runs = client.search_runs([exp.experiment_id], "tags.`ratchet.kind` = 'campaign' and "
-                              f"tags.`ratchet.out` = '{Path(campaign_dir).resolve()}'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
+        return None, []
+    # the tag as the campaign recorded it (its summary's out, whatever this process's directory), as this process
+    # names it, or absolute (runs logged before tags held recorded paths)
+    wheres = {str(((summary.get("params") or {}).get("campaign") or {}).get("out")), recorded_path(str(campaign_dir)),
+              str(Path(campaign_dir).resolve())}
+    runs = [r for r in client.search_runs([exp.experiment_id], "tags.`ratchet.kind` = 'campaign'",
+                                          order_by=["attributes.start_time DESC"], max_results=1000)
+            if r.data.tags.get("ratchet.out") in wheres]
+    return exp, runs
+
+
+def campaign_run(client: Any, summary: dict[str, Any], campaign_dir: str | Path) -> str | None:
+    """The MLflow run of the campaign written to `campaign_dir` (the latest, when code changes made several)."""
+    _, runs = _campaign_runs(client, summary, campaign_dir)
     return runs[0].info.run_id if runs else None
+
+
+def campaign_records(client: Any, campaign_dir: str | Path) -> dict[str, Any]:
+    """What a view shows of the campaign in `campaign_dir`, found by that campaign's identity: its summary.json
+    (name, the params a rerun keeps, start and benchmark bytes) names its experiment and registered model, and its
+    run is the finished one of that output whose champion is the summary's. Never "the latest finished run named
+    default": after a `dvc exp run`, that is the experiment, not the campaign in the workspace. InputError (one
+    line) when the campaign is not in this store."""
+    from components.errors import InputError
+    from components.io import read_json_object
+
+    where = Path(campaign_dir) / "summary.json"
+    summary = read_json_object(where)
+    try:
+        names = tracking_names(summary)
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{where}: -: not a campaign's summary ({type(e).__name__}: {e})") from None
+    exp, runs = _campaign_runs(client, summary, campaign_dir)
+    finished = [r for r in runs if r.info.status == "FINISHED"
+                and r.data.tags.get("ratchet.champion_digest") == summary.get("champion_digest")]
+    if exp is None or not finished:
+        raise InputError(f"{where}: -: no finished MLflow run of this campaign (experiment {names['experiment']}, "
+                         f"champion {str(summary.get('champion_digest'))[:12]}) in {client.tracking_uri}")
+    return {"summary": summary, "experiment": exp, "run": finished[0], "registered_model": names["registered_model"]}
 
 
 def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], tracking_uri: str | None = None) -> str | None:
@@ -850,7 +917,7 @@ def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], t
             continue  # the same bytes are logged already (a rerun of the stage)
         with warnings.catch_warnings():  # MLflow registers its local-file source twice and says so on every call
             warnings.simplefilter("ignore", UserWarning)
-            ds = mlflow.data.from_pandas(df, source=str(path.resolve()), name=ds_name, digest=f.sha256[:32])
+            ds = mlflow.data.from_pandas(df, source=recorded_path(str(path)), name=ds_name, digest=f.sha256[:32])
         inputs.append(DatasetInput(ds._to_mlflow_entity(), tags=[
             InputTag("mlflow.data.context", "training"), InputTag("ratchet.source", "campaign"),
             InputTag("ratchet.champion", manifest.champion), InputTag("ratchet.champion_digest", manifest.champion_digest),

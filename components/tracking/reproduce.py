@@ -22,6 +22,7 @@ from components.codes import Verdict
 from components.errors import InputError
 from components.evolution.gate import SequentialDesign, gate, sequential_gate
 from components.evolution.lineage import Lineage
+from components.io import confined
 from components.evolution.record import RoundRecord
 from components.evolution.validate import fired
 from components.memory.package import digest
@@ -74,11 +75,22 @@ def find_round(campaign: str | Path, version: str | None = None, run_id: str | N
         promoted = [r["child"]["version"] for r in lineage.records() if r.get("verdict") == Verdict.ACCEPT]
         raise ReproduceError(f"{lineage.log}: version: {version!r} was not promoted here (promoted: {', '.join(promoted) or 'none'})")
     try:
-        return campaign, RoundRecord.of(rec)
+        typed = RoundRecord.of(rec)
     except ValidationError as e:
         where = ".".join(str(x) for x in e.errors()[0]["loc"]) or "-"
         raise ReproduceError(f"{lineage.log}: round {rec.get('round')}: {where}: the record is damaged "
                              f"({e.errors()[0]['msg']})") from None
+    _places(campaign, typed)  # before anything is said or read on the record's say-so
+    return campaign, typed
+
+
+def _places(campaign: Path, rec: RoundRecord) -> tuple[Path, Path, Path]:
+    """The parent's and the promoted version's directories and the round's, as the record names them, each confined
+    to where it belongs in the campaign: a tampered name is refused before anything is read (or hashed)."""
+    lineage = Lineage(campaign / "lineage")
+    return (lineage.version_dir(rec.parent.version, f"round {rec.round}: parent.version"),
+            lineage.version_dir(rec.child.version, f"round {rec.round}: child.version"),
+            confined(campaign / "rounds", Path(rec.round_dir).name, f"{lineage.log}: round {rec.round}: round_dir"))
 
 
 def _altered(campaign: Path, lineage: Lineage, version: str | None) -> None:
@@ -103,12 +115,13 @@ def _altered(campaign: Path, lineage: Lineage, version: str | None) -> None:
 def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
     campaign, rec = Path(campaign), RoundRecord.of(rec)
     lineage = Lineage(campaign / "lineage")
-    parent_dir = lineage.versions_dir / rec.parent.version
-    child_dir = lineage.versions_dir / rec.child.version
+    parent_dir, child_dir, rd = _places(campaign, rec)
     ev = rec.evaluation
     if ev is None:
         raise ReproduceError(f"{lineage.log}: round {rec.round}: evaluation: not recorded (campaign from an older Ratchet)")
     bench_dir = Path(ev.benchmark)
+    if bench_dir.is_dir():  # a benchmark, or refused before its bytes are hashed (a record may name any directory)
+        load_benchmark(bench_dir)
     # 2. the bytes on disk must be the recorded bytes, or nothing is re-run
     for what, path, want in (("parent version", parent_dir, rec.parent.digest),
                              ("promoted version", child_dir, rec.child.digest),
@@ -143,7 +156,6 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
         verdict, per_item = gate(base.scores, cand.scores, ev.gate,
                                  mechanism_fired=fired(cand.traces, rec.mechanism))
     # 4. compare with what the round recorded
-    rd = campaign / "rounds" / Path(rec.round_dir).name  # where the campaign is now, wherever it ran
     diffs: list[str] = []
     for name, df in (("dev_base.csv", base.scores), ("dev_cand.csv", cand.scores), ("gate_items.csv", per_item)):
         recorded = (rd / name).read_bytes() if (rd / name).exists() else None
@@ -151,7 +163,7 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
         if recorded is None:
             diffs.append(f"{rd / name}: missing")
         elif recorded != now:
-            diffs.append(f"{name}: " + _table_diff(pd.read_csv(rd / name, dtype={"item_id": str}), df))
+            diffs.append(f"{name}: " + _table_diff(recorded, now, df))
     old = rec.gate
     same_verdict = (old.accept == verdict.accept and old.n_improved == verdict.n_improved
                     and old.n_regressed == verdict.n_regressed and abs(old.net - verdict.net) < 1e-12
@@ -166,11 +178,13 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
                         recomputed=verdict.as_dict())
 
 
-def _table_diff(recorded: pd.DataFrame, now: pd.DataFrame) -> str:
-    if list(recorded.columns) != list(now.columns) or len(recorded) != len(now):
-        return f"shape differs ({len(recorded)} rows recorded, {len(now)} recomputed)"
-    keys = [c for c in ("item_id", "seed") if c in now.columns]
-    now = now.reset_index(drop=True)
-    bad = [i for i in range(len(now)) if json.dumps(recorded.iloc[i].tolist(), default=str) != json.dumps(now.iloc[i].tolist(), default=str)]
-    where = ", ".join("#".join(str(now.iloc[i][k]) for k in keys) for i in bad[:5])
+def _table_diff(recorded: bytes, now: bytes, df: pd.DataFrame) -> str:
+    """Which rows differ, read as the text both tables are (a CSV written by the same writer): an edited row is one
+    row, never every row an empty cell reads differently in (pandas took "" for NaN on one side only)."""
+    old, new = recorded.decode("utf-8", errors="replace").splitlines(), now.decode("utf-8").splitlines()
+    if not old or old[0] != new[0] or len(old) != len(new):
+        return f"shape differs ({max(len(old) - 1, 0)} rows recorded, {len(new) - 1} recomputed)"
+    keys = [c for c in ("item_id", "seed") if c in df.columns]
+    bad = [i for i in range(1, len(new)) if old[i] != new[i]]
+    where = ", ".join("#".join(str(df.iloc[i - 1][k]) for k in keys) for i in bad[:5])
     return f"{len(bad)} row(s) differ: {where}" if bad else "formatting differs (values equal)"
