@@ -88,6 +88,15 @@ class BenchmarkParams(_M):
     facts: dict[str, str] = Field(default_factory=dict)
     # what a rule refusal tells the agent (components.worlds.base.ReceiptMode); in meta.json, so in the digest
     receipts: ReceiptMode = ReceiptMode.silent
+    # how episodes run (components.runtime.protocol): standard (a reference orchestrator's rules: tau2-bench's) or
+    # custom (Ratchet's harness); null: the world's default (standard where the world has one); in meta.json
+    protocol: Literal["standard", "custom"] | None = None
+
+    def protocol_for(self) -> str:
+        """The protocol the benchmark is materialized with: `protocol`, else the world's default."""
+        from components.worlds import world
+
+        return self.protocol or world(self.world).protocols[0]
 
     @model_validator(mode="before")
     @classmethod
@@ -135,6 +144,11 @@ class BenchmarkParams(_M):
                                      f"(set benchmark.receipts: {spec.receipts[0].value})")
             if spec.receipts != (ReceiptMode.explained,):  # such a world's materialize takes them (`world()` checks)
                 changed["receipts"] = self.receipts
+            if self.protocol_for() not in spec.protocols:
+                raise BenchmarkError(f"benchmark.protocol: {self.protocol!r}: the {self.world} world's episodes run "
+                                     f"under {' | '.join(spec.protocols)} only")
+            if spec.protocols != ("custom",):  # such a world's materialize takes it (`world()` checks)
+                changed["protocol"] = self.protocol_for()
             spec.materialize(tmp, self.seed, self.per_family, (self.train_share, self.dev_share), **changed)
             sizes = {k: len(v) for k, v in json.loads((tmp / "splits.json").read_text(encoding="utf-8")).items()}
             empty = [k for k, n in sizes.items() if n == 0]

@@ -685,6 +685,9 @@ def _existing_benchmark(p: Params):
     if bench.receipts != p.benchmark.receipts:  # the same tasks, another world's receipts: refused, never mixed up
         raise InputError(f"{meta}: receipts: {bench.receipts.value!r}, but benchmark.receipts is "
                          f"{p.benchmark.receipts.value!r} (materialize it with --receipts, or set benchmark.out)")
+    if bench.protocol != p.benchmark.protocol_for():  # likewise: episodes run another way than asked
+        raise InputError(f"{meta}: protocol: {bench.protocol!r}, but benchmark.protocol is "
+                         f"{p.benchmark.protocol_for()!r} (materialize it with --protocol, or set benchmark.out)")
     return bench
 
 

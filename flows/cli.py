@@ -150,6 +150,9 @@ def bench_materialize(
     dev_share: Annotated[float, typer.Option()] = SPLIT_SHARES[1],
     receipts: Annotated[Optional[str], typer.Option(help="what a rule refusal tells the agent: explained | coded | "
                                                      "silent (default: benchmark.receipts' default)")] = None,
+    protocol: Annotated[Optional[str], typer.Option(help="how episodes run: standard (the benchmark's reference "
+                                                     "orchestrator: tau2-bench's, comparable to its leaderboard) | "
+                                                     "custom (Ratchet's harness); default: the world's")] = None,
 ) -> None:
     """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files. --out must be new,
     empty or a benchmark (which is replaced); anything else is refused."""
@@ -161,13 +164,14 @@ def bench_materialize(
     try:
         bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir) if out_dir else None,
                                 per_family=per_family, train_share=train_share, dev_share=dev_share,
-                                **({"receipts": receipts} if receipts is not None else {}))
+                                **({"receipts": receipts} if receipts is not None else {}),
+                                **({"protocol": protocol} if protocol is not None else {}))
     except ValidationError as e:
         raise InputError(_option_error(e)) from None
     out_dir = Path(bench.out)
     bench.materialize()
     out.print(f"wrote {out_dir} (world {world_name}, seed {seed}, receipts {bench.receipts.value}, "
-              f"digest {digest(out_dir)[:12]})")
+              f"protocol {bench.protocol_for()}, digest {digest(out_dir)[:12]})")
 
 
 def _option_error(e) -> str:

@@ -27,6 +27,7 @@ from components.runtime.types import FINISH_TOOL, ToolCall
 NAME = "ratchet-gold"
 TRANSFER = "transfer_to_human_agents"  # ends the call (`Tau2Env.terminal_tools`)
 EMPTY_PROPOSAL = json.dumps({"pending": [], "next_tool": None})
+CLOSING = "Is there anything else I can help you with?"
 
 
 class Mutation(str, Enum):
@@ -157,6 +158,9 @@ class GoldAgent:
         said = any(m.get("role") == "assistant" and m.get("content") == text for m in messages)
         if communicate and not said:
             return ChatResult(content=text)
+        if not any(t["function"]["name"] == FINISH_TOOL for t in tools or []):
+            # tau2's own protocol offers no `finish`: the agent talks on until the customer ends the call
+            return ChatResult(content=CLOSING)
         return ChatResult(tool_calls=[ToolCall(id="done", name=FINISH_TOOL, args={"summary": "All requests handled."})])
 
 
