@@ -292,8 +292,15 @@ def _builtin_packages(world_name: str) -> dict[str, Path]:
 
 def resolve_start(start: str, world_name: str) -> str:
     """`campaign.start` as a path: a built-in package name (`none`, `seed`, `all-skills`, `reference`) names the
-    world's own package, unless a directory of that name exists here (a path always works)."""
-    if Path(start).exists() or "/" in start or "\\" in start:
+    world's own package, unless a directory of that name exists here (a path always works). A relative path to the
+    project's shipped packages (`data/packages/...`, the default) that does not exist here is the installed
+    project's: a campaign runs from any working directory."""
+    if Path(start).exists():
+        return start
+    shipped = Path(__file__).resolve().parents[1]
+    if not Path(start).is_absolute() and Path(start).parts[:2] == ("data", "packages") and (shipped / start).is_dir():
+        return str(shipped / start)
+    if "/" in start or "\\" in start:
         return start
     from components.worlds import world
 
@@ -322,13 +329,15 @@ class Params(_M):
     @model_validator(mode="before")
     @classmethod
     def _start_follows_world(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("campaign"), dict):
+        if not isinstance(data, dict) or not isinstance(data.get("campaign", {}), dict):
             return data
-        start = data["campaign"].get("start")
+        campaign = data.get("campaign", {})
+        start = campaign.get("start", CampaignParams.model_fields["start"].default)  # the default too: from anywhere
         bench = data.get("benchmark") if isinstance(data.get("benchmark"), dict) else {}
         if isinstance(start, str) and start:
-            data = {**data, "campaign": {**data["campaign"],
-                                         "start": resolve_start(start, str(bench.get("world", "retail")))}}
+            resolved = resolve_start(start, str(bench.get("world", "retail")))
+            if resolved != start or "start" in campaign:
+                data = {**data, "campaign": {**campaign, "start": resolved}}
         return data
 
     def resolved(self) -> "Params":

@@ -214,7 +214,9 @@ def eval_cmd(
     base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
     model_name: Annotated[Optional[str], typer.Option(help="model name sent to the endpoint")] = None,
     items: Annotated[Optional[str], typer.Option(help="comma-separated item ids (default: the whole split)")] = None,
-    max_turns: Annotated[int, typer.Option(min=1, help="turns per episode before it is cut off")] = MAX_TURNS,
+    max_turns: Annotated[Optional[int], typer.Option(min=1, help=f"turns per episode before it is cut off (default "
+                                                     f"{MAX_TURNS}; a benchmark of the standard protocol ends "
+                                                     "episodes by its own limits instead)")] = None,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="cap on each reply's tokens (openai/local)")] = None,
     timeout: Annotated[Optional[float], typer.Option(min=0.1, max=86400.0,  # inf: an OverflowError in the socket
                                                      help="seconds per request before it is retried")] = None,
@@ -250,7 +252,7 @@ def eval_cmd(
     from components.memory import load_package
     from components.models.counterfactual import causes_table
     from components.runtime.evaluate import error_kinds, pass_hat_k, run_shard, seed_map_hash, summary, write_eval
-    from components.worlds import load_benchmark
+    from components.worlds import load_benchmark, run_settings, world
 
     if seeds < 1:
         raise InputError(f"--seeds: {seeds}: must be at least 1")
@@ -265,6 +267,12 @@ def eval_cmd(
     foreign = foreign_tools(pkg, bench)
     if foreign:
         raise InputError(foreign[0] + (f" (and {len(foreign) - 1} more card(s))" if len(foreign) > 1 else ""))
+    if bench.protocol == "standard" and max_turns is not None:  # it would be recorded, and never applied
+        raise InputError(f"--max-turns: {benchmark / 'meta.json'} runs episodes under the standard protocol, which "
+                         "ends them by the benchmark's own limits (materialize it with --protocol custom to cap turns)")
+    if bench.protocol != "standard" and max_turns is None:
+        max_turns = MAX_TURNS
+    settings = run_settings(bench.world)  # a user simulator's model (RATCHET_TAU2_USER): refused here if malformed
     ids = [i.strip() for i in items.split(",") if i.strip()] if items is not None else bench.ids(split)
     if not ids:
         raise InputError(f"--items: no item ids given" if items is not None else
@@ -275,6 +283,9 @@ def eval_cmd(
     unknown = [i for i in ids if i not in bench.tasks]
     if unknown:
         raise InputError(f"--items: unknown item ids: {', '.join(unknown[:5])}")
+    check_items = world(bench.world).check
+    if check_items is not None:  # the world's own reading of its files (tau2's database and tasks), before any output
+        check_items(bench, ids)
     if extra_body is not None:
         try:
             extra = json.loads(extra_body)
@@ -298,23 +309,29 @@ def eval_cmd(
         if output_kind(out_dir) is None:  # so that a rerun may claim it (and resume)
             mark_output(out_dir, "eval")
         key = journal_key(package=pkg.digest, benchmark=bench.digest, model=model, max_turns=max_turns,
-                          model_cfg={k: v for k, v in cfg.items() if k not in TRANSPORT})
+                          model_cfg={k: v for k, v in cfg.items() if k not in TRANSPORT},
+                          **({"settings": settings} if settings else {}))
         journal = Journal(out_dir / PARTIAL, key)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=err, transient=True) as progress:
         bar = progress.add_task(f"{pkg.name} on {split}", total=len(ids) * len(seed_list))
-        t = run_shard(pkg, bench, ids, seed_list, model, cfg, max_turns, on_episode=lambda _r: progress.advance(bar),
-                      journal=journal)
+        t = run_shard(pkg, bench, ids, seed_list, model, cfg, max_turns or MAX_TURNS,
+                      on_episode=lambda _r: progress.advance(bar), journal=journal)
     if journal is not None and journal.resumed:
         err.print(f"resumed {journal.resumed} finished episode(s) from {out_dir / PARTIAL}", highlight=False)
-    t.causes = causes_table(pkg, bench, t.scores, max_turns)
+    t.causes = causes_table(pkg, bench, t.scores, max_turns or MAX_TURNS)
+    # the splits the items really came from (--items may name any): one name, or a list when they span several
+    where = {i: s for s in ("train", "dev", "test") for i in bench.ids(s)}
+    taken = [s for s in ("train", "dev", "test") if any(where.get(i) == s for i in ids)]
     meta = {"package": str(package), "package_digest": pkg.digest, "benchmark": str(benchmark),
-            "benchmark_digest": bench.digest, "split": split, "seeds": seed_list, "items": len(ids),
-            "seed_map_hash": seed_map_hash(ids, seed_list), "model": model, "max_turns": max_turns,
-            "model_cfg": {k: v for k, v in cfg.items() if k != "headers"}, **summary(t.scores)}
+            "benchmark_digest": bench.digest, "split": taken[0] if len(taken) == 1 else taken, "seeds": seed_list,
+            "items": len(ids), "seed_map_hash": seed_map_hash(ids, seed_list), "model": model, "max_turns": max_turns,
+            "model_cfg": {k: v for k, v in cfg.items() if k != "headers"},
+            **_run_record(bench, settings), **summary(t.scores)}
     write_eval(out_dir, t, meta, mark="eval")
     s = summary(t.scores)
     kinds = ", ".join(f"{k} {n}" for k, n in error_kinds(t.scores).items())
+    split = meta["split"] if isinstance(meta["split"], str) else "+".join(meta["split"])
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
               f"{s['episodes']} episodes, {s['errors']} errors{f' ({kinds})' if kinds else ''}, "
               f"tokens {s['tokens_in']}/{s['tokens_out']}"
@@ -328,6 +345,16 @@ def eval_cmd(
         first = t.scores["error"].fillna("").astype(str)
         raise fail(f"every episode errored ({s['errors']} of {s['episodes']}); the first: {first[first != ''].iloc[0]}",
                    code=1)
+
+
+def _run_record(bench, settings: dict) -> dict:
+    """What an eval's meta.json says of how its episodes ran: the protocol (standard: as the benchmark's reference
+    orchestrator runs them, comparable to its leaderboard; custom: Ratchet's harness) and the world's settings outside
+    the benchmark (which user simulator), when it has any."""
+    out: dict = {"protocol": bench.protocol}
+    if settings:
+        out["settings"] = settings
+    return out
 
 
 @app.command("diagnose")

@@ -133,6 +133,12 @@ def _check_protocols(spec: WorldSpec) -> None:
                              "`protocol` argument to write it")
 
 
+def party_model(settings: dict) -> bool:
+    """Whether the settings name a model of the episode's other party (a setting that is a mapping of model options,
+    a user simulator's): it spends tokens of its own, from the same budget."""
+    return any(isinstance(v, dict) for v in settings.values())
+
+
 def run_settings(name: str) -> dict:
     """The world's settings outside the benchmark that change its episodes (`WorldSpec.settings`: a user simulator's
     model), as read in this process; {} for a world that has none. A bad setting is an InputError naming it."""
@@ -155,4 +161,4 @@ def _check_receipts(spec: WorldSpec) -> None:
 
 
 __all__ = ["Benchmark", "BenchmarkError", "Competence", "ENTRY_POINT_GROUP", "Environment", "Task", "WORLDS",
-           "ReceiptMode", "WorldSpec", "discover", "load_benchmark", "names", "run_settings", "world"]
+           "ReceiptMode", "WorldSpec", "discover", "load_benchmark", "names", "party_model", "run_settings", "world"]

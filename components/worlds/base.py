@@ -338,6 +338,10 @@ class WorldSpec:
     # model, from the environment): () -> a JSON-able dict, {} when there are none. Part of a run's identity: eval
     # meta.json and resume key, a campaign's identity and cache keys (`components.worlds.run_settings`)
     settings: Callable[[], dict] | None = None
+    # the world's own check of a benchmark's files beyond the generic ones (tau2-bench: its database and the items'
+    # tasks validate as tau2's models): (benchmark, item ids) -> None, a BenchmarkError naming file and field.
+    # Called before a run writes anything (`ratchet eval`, a campaign's start), so a damaged file is one line
+    check: Callable[[Benchmark, list[str]], None] | None = None
 
 
 def load_benchmark(root: str | Path) -> Benchmark:

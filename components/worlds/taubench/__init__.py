@@ -101,6 +101,11 @@ def _spec(name: str) -> WorldSpec:
 
         return user_settings()
 
+    def check(bench, items) -> None:
+        from components.worlds.taubench.world import check_benchmark
+
+        check_benchmark(domain, bench, items)
+
     def make_env(bench, task):
         from components.worlds.taubench.world import Tau2Env
 
@@ -111,7 +116,7 @@ def _spec(name: str) -> WorldSpec:
     return WorldSpec(name, materialize, make_env, Tau2Competence(frozenset(TARGETS[domain])),
                      {name: PACKAGES / name for name in ("none", "seed")},  # world-neutral: no cards
                      receipts=RECEIPTS, counterfactual=False,  # no fault of a real model's can be switched off
-                     protocols=PROTOCOLS, settings=settings)
+                     protocols=PROTOCOLS, settings=settings, check=check)
 
 
 def retail() -> WorldSpec:

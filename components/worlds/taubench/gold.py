@@ -126,10 +126,16 @@ class GoldAgent:
     name = NAME
 
     def __init__(self, benchmark: str | Path, mutation: Mutation | None = None):
+        from components.errors import InputError
         from components.worlds import load_benchmark
+        from components.worlds.taubench import DOMAINS
 
         self.root = str(Path(benchmark))
-        self.digest = load_benchmark(self.root).digest
+        bench = load_benchmark(self.root)
+        if bench.world not in DOMAINS:  # its tasks carry no tau2 gold to replay
+            raise InputError(f"--model: gold: replays tau2-bench's gold actions, and {self.root} is a {bench.world} "
+                             f"benchmark (one of {', '.join(DOMAINS)} is needed)")
+        self.digest = bench.digest
         self.mutation = mutation
 
     def plan(self, first_message: str) -> tuple[str, list[tuple[str, dict]] | None, list[str]]:

@@ -158,6 +158,29 @@ def fresh_db(domain: str, bench: Benchmark):
         raise BenchmarkError(f"{bench.root / 'db.json'}: {_where(e)}") from None
 
 
+def check_benchmark(domain: str, bench: Benchmark, items: list[str]) -> None:
+    """The benchmark's database and the items' tasks as tau2's own models read them: a damaged one is one line naming
+    the file and the field (`WorldSpec.check`), before a run writes anything."""
+    fresh_db(domain, bench)
+    for item in items:
+        tau_task(domain, bench, bench.tasks[item])
+
+
+def tau_task(domain: str, bench: Benchmark, task: Task):
+    """The tau2 task a benchmark task carries (its rubric's one criterion), as tau2's model reads it."""
+    from pydantic import ValidationError
+
+    crit = next((c for c in task.rubric if c.check == CRITERION), None)
+    if crit is None or "task" not in crit.args:
+        raise BenchmarkError(f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric: no {CRITERION} criterion with the "
+                             "tau2 task (re-materialize with `ratchet bench materialize`)")
+    try:
+        return tau2_modules(domain).tasks.Task.model_validate(crit.args["task"])
+    except ValidationError as e:  # a damaged task: one line naming the file, the task and the field
+        raise BenchmarkError(f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric.{CRITERION}.args.task."
+                             f"{_where(e)}") from None
+
+
 def _where(e) -> str:
     """A pydantic error as `<field path>: <message>` (the first of them, and how many more)."""
     errs = e.errors()
@@ -271,22 +294,12 @@ class Tau2Env:
     """One episode of a tau2 domain (the `Environment` protocol of `components.worlds.base`)."""
 
     def __init__(self, bench: Benchmark, task: Task, domain: str):
-        from pydantic import ValidationError
-
         from components.runtime.protocol import CUSTOM
         from components.worlds.taubench.user import make_user
 
         self.t2 = tau2_modules(domain)
         self.domain, self.bench, self.task = domain, bench, task
-        crit = next((c for c in task.rubric if c.check == CRITERION), None)
-        if crit is None or "task" not in crit.args:
-            raise BenchmarkError(f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric: no {CRITERION} criterion with the "
-                                 "tau2 task (re-materialize with `ratchet bench materialize`)")
-        try:
-            self.tau_task = self.t2.tasks.Task.model_validate(crit.args["task"])
-        except ValidationError as e:  # a damaged task: one line naming the file, the task and the field
-            raise BenchmarkError(f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric.{CRITERION}.args.task."
-                                 f"{_where(e)}") from None
+        self.tau_task = tau_task(domain, bench, task)
         self.standard = bench.protocol == "standard"
         # under tau2's own protocol the agent reads tau2's prompt (`protocol.system_prompt`), and a transfer to a human
         # ends the call when the user says so (###TRANSFER###); under Ratchet's harness the transfer ends it at once
