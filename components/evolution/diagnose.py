@@ -1,7 +1,8 @@
 """Diagnosis: from traces and the package alone, find each failed episode's first reachable divergence and its owner.
 
 For every failed episode, the earliest of:
-  - a write no granted `confirm` covered (`components.runtime.confirm`)                          -> C, unconfirmed_write
+  - a write no granted `confirm` covered (`components.runtime.confirm`), where the benchmark's
+    grading asks for one (`confirmation`; not where the gold never confirms)                     -> C, unconfirmed_write
   - a write refused by a rule (its receipt carries a `rule_id`) and never redone successfully for
     that target (the write's identifying args, from the benchmark's `targets`)                  -> E, rho or unknown
         whether the package's card about the rule helps is judged from the corpus (`card_evidence`: turns with the
@@ -23,7 +24,8 @@ For every failed episode, the earliest of:
         dropped: it left the agent's state with no receipt (forgotten)
   - a blocking refusal from the world (its receipt is marked `blocking`) or a model fault         -> none, external
   - more work than any successful episode did within a binding turn budget                      -> none, out_of_turns
-        (`TurnBudget`: read from the corpus, the fewest turns successful episodes needed per amount of work)
+        (`TurnBudget`: read from the corpus, the fewest turns successful episodes needed per amount of work; an
+        episode the user ended was not cut off)
 
 Opportunity O is present when the divergence is an agent action at a kernel event; patchability P is memory for
 E/W/rho/C findings and external for world refusals. Findings are clustered by (owner, kind, tool, rule id), so two
