@@ -4,7 +4,7 @@ elsewhere than the original payment method; airline pays a flight change or a ba
 certificate), evaluated on the train items whose gold holds such a write, diagnosed against tau2's train gold; then
 the card the `rules` meta-agent drafts from it.
 
-    python benchmarks/bench_tau2_diagnosis.py [--worlds tau2-retail,tau2-airline] [--split train]
+    python benchmarks/bench_tau2_diagnosis.py [--worlds tau2-retail,tau2-airline] [--no-strict-system]
 
 Rows: world, episodes, failed, findings by owner/kind/tool (how many of them at a write tau2's tool refused), and
 the drafted card's text."""
@@ -28,6 +28,8 @@ quiet_offline()
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worlds", default="tau2-retail,tau2-airline")
+    ap.add_argument("--no-strict-system", dest="strict_system", action="store_false",
+                    help="a server that takes any system message (an older checkout's requests need it)")
     args = ap.parse_args()
 
     from components.evolution.diagnose import diagnose
@@ -51,11 +53,13 @@ def main() -> None:
             broken = BROKEN[DOMAINS[name]]
             items = [i for i in bench.ids("train") if any(a.tool in broken for a in gold[i].actions)]
             pkg = load_package(ROOT / "data" / "packages" / "none")
-            with served(PolicyBlind(bench.root), strict_system=True) as url:
+            with served(PolicyBlind(bench.root), strict_system=args.strict_system) as url:
                 t = run_shard(pkg, bench, items, [0], "openai", {"base_url": url, "model": "policy-blind",
                                                                  "max_retries": 0})
+            # (an older checkout, measured for the figures before, has no `confirmation`)
+            extra = {"confirmation": bench.confirmation} if hasattr(bench, "confirmation") else {}
             d = diagnose(t.traces, t.scores, pkg, bench.write_tools, "policy-blind", targets=bench.targets, gold=gold,
-                         today=policy_today(bench.policy), confirmation=bench.confirmation)
+                         today=policy_today(bench.policy), **extra)
             kinds = Counter((str(f.owner.value if hasattr(f.owner, "value") else f.owner),
                              str(f.kind.value if hasattr(f.kind, "value") else f.kind), f.tool) for f in d.findings)
             refused = Counter((str(f.owner.value if hasattr(f.owner, "value") else f.owner),

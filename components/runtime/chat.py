@@ -159,9 +159,9 @@ class ChatHarness:
                 self._notes.append(f"Your last message was blocked: {blocked}")
                 return {"blocked": blocked}
             self._say("assistant", draft.content)
-            if self._count(1):
+            if self._count(1):  # the reference ends the episode here, before the user answers
                 self._end_by_limit()
-                return {"role": "user", "text": None}
+                return {"ended": self.ended_by}
             reply = self.env.user_reply(draft.content)
             self._count(1)  # the user's answer, or the line that ends the call
             if reply is None:

@@ -39,10 +39,5 @@ class Protocol:
         """Tool results read as the reference renders them (the tool's text), not as Ratchet's receipt JSON."""
         return self.error_text is not None
 
-    def record(self) -> dict:
-        """What a run records of it (meta.json `protocol`)."""
-        return {"name": self.name, "harness_tools": self.harness_tools, "state_proposal": self.state_proposal,
-                "max_steps": self.max_steps, "max_errors": self.max_errors}
-
 
 CUSTOM = Protocol()
