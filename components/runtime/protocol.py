@@ -1,5 +1,6 @@
 """How the chat harness runs an episode: Ratchet's own harness, or the reference orchestrator of a benchmark that has
-one (a world's `WorldSpec.standard`), so that a run's score is comparable to the benchmark's published ones.
+one (a world that declares `standard` among its `WorldSpec.protocols`, whose environment then carries the protocol),
+so that a run's score is comparable to the benchmark's published ones.
 
 `custom` (every world; `CUSTOM`): the harness offers `confirm` and `finish` beside the world's tools, asks the model
 for its pending state in a call of its own every turn, shows a tool's result as the receipt's JSON
