@@ -1,20 +1,29 @@
 """A Ratchet episode as tau2 messages, and tau2's reward on them.
 
-The conversion reads only the transcript (`Turn`s, what every checker reads) and whether the user ended the call:
+The conversion reads only the transcript (`Turn`s, what every checker reads), how the episode ran (its `Protocol`) and
+whether the user ended the call:
 
+    tau2's greeting (standard)             AssistantMessage, first, as tau2's orchestrator starts every simulation
     user turn                              UserMessage
     assistant message                      AssistantMessage(content)
     assistant tool call + its result       AssistantMessage(content or None, tool_calls=[ToolCall]) + ToolMessage
-                                           (a success: the result JSON as the model saw it; a refusal: tau2's own
-                                           text, "Error: <message>")
+                                           (a success: the result as tau2 renders it; a refusal: tau2's own text,
+                                           "Error: <message>"); the calls of one model message in one AssistantMessage,
+                                           their results after it in order
     a call the harness blocked             its text only: it never reached tau2's tools
-    `confirm`, `finish`                    their text only: harness tools, not tau2's
+    `finish` (custom)                      its text only: a harness tool, tau2's agent stop
+    `confirm` (custom)                     the question the customer was asked (an AssistantMessage: what it says is
+                                           credited as tau2 credits a message) and the answer (a UserMessage)
+    the user's closing line                UserMessage (###STOP###, ###TRANSFER###: tau2 keeps it)
 
-Termination, as tau2's orchestrator would record it: `finish` is the agent's stop; a transfer to a human, or the user's
-stop token, the user's stop; anything else (the turn budget, a model error) is not a completed simulation, which
-tau2 scores 0. The reward is tau2's: its environment, action and communicate evaluators on these messages, multiplied
-over the task's `reward_basis` exactly as `tau2.evaluator.evaluator.evaluate_simulation` (evaluation type ALL) does.
-That function itself is not called: its module imports tau2's LLM runner (litellm) through tau2's registry.
+Termination, as tau2's orchestrator would record it. Under tau2's protocol (`standard`): its count of steps (one a
+message, a batch of tool results being one) and failed tool calls replayed over these messages, ending the simulation
+at `max_steps` or `max_errors` (each overriding a user's stop) or at the user's stop token (`_as_orchestrated`). Under
+Ratchet's harness (`custom`): `finish` is the agent's stop; a transfer to a human, or the user's stop token, the
+user's stop. Anything else (the turn limit, a model error) is not a completed simulation, which tau2 scores 0. The
+reward is tau2's: its environment, action and communicate evaluators on these messages, multiplied over the task's
+`reward_basis` exactly as `tau2.evaluator.evaluator.evaluate_simulation` (evaluation type ALL) does. That function
+itself is not called: its module imports tau2's LLM runner (litellm) through tau2's registry.
 """
 
 from __future__ import annotations

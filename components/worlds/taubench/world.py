@@ -10,7 +10,11 @@ its train split is cut into train and dev by a shuffle seeded with the benchmark
 An episode (`Tau2Env`) runs every tool call through tau2's own `Environment` built by the domain's `get_environment`
 over a fresh copy of the benchmark's database. A `ValueError` from a tool (tau2's way of refusing what cannot be
 done: an order not pending, a wrong payment method) is an external refusal receipt (`blocking`); any other exception
-(wrong or missing arguments) is `invalid_args`. The score is tau2's reward on the converted episode (`messages.py`).
+(wrong or missing arguments) is `invalid_args`. How the episode runs is the benchmark's protocol (meta.json
+`protocol`): `standard`, tau2's own orchestrator's (`standard_protocol`: its limits, prompt, greeting, tools and error
+text; a transfer ends the call when the user says so), or `custom`, Ratchet's harness. The score is tau2's reward on
+the converted episode (`messages.py`), the gold side of its environment evaluator computed once per task
+(`grading_constructor`).
 """
 
 from __future__ import annotations
