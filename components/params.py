@@ -89,6 +89,15 @@ class BenchmarkParams(_M):
     rules: dict[str, Any] | str = Field(default_factory=dict)
     # what a rule refusal tells the agent (components.worlds.base.ReceiptMode); in meta.json, so in the digest
     receipts: ReceiptMode = ReceiptMode.silent
+    # how episodes run (components.runtime.protocol): standard (a reference orchestrator's rules: tau2-bench's) or
+    # custom (Ratchet's harness); null: the world's default (standard where the world has one); in meta.json
+    protocol: Literal["standard", "custom"] | None = None
+
+    def protocol_for(self) -> str:
+        """The protocol the benchmark is materialized with: `protocol`, else the world's default."""
+        from components.worlds import world
+
+        return self.protocol or world(self.world).protocols[0]
 
     @model_validator(mode="before")
     @classmethod
@@ -136,6 +145,11 @@ class BenchmarkParams(_M):
                                      f"(set benchmark.receipts: {spec.receipts[0].value})")
             if spec.receipts != (ReceiptMode.explained,):  # such a world's materialize takes them (`world()` checks)
                 changed["receipts"] = self.receipts
+            if self.protocol_for() not in spec.protocols:
+                raise BenchmarkError(f"benchmark.protocol: {self.protocol!r}: the {self.world} world's episodes run "
+                                     f"under {' | '.join(spec.protocols)} only")
+            if spec.protocols != ("custom",):  # such a world's materialize takes it (`world()` checks)
+                changed["protocol"] = self.protocol_for()
             spec.materialize(tmp, self.seed, self.per_family, (self.train_share, self.dev_share), **changed)
             sizes = {k: len(v) for k, v in json.loads((tmp / "splits.json").read_text(encoding="utf-8")).items()}
             empty = [k for k, n in sizes.items() if n == 0]
@@ -318,8 +332,15 @@ def _builtin_packages(world_name: str) -> dict[str, Path]:
 
 def resolve_start(start: str, world_name: str) -> str:
     """`campaign.start` as a path: a built-in package name (`none`, `seed`, `all-skills`, `reference`) names the
-    world's own package, unless a directory of that name exists here (a path always works)."""
-    if Path(start).exists() or "/" in start or "\\" in start:
+    world's own package, unless a directory of that name exists here (a path always works). A relative path to the
+    project's shipped packages (`data/packages/...`, the default) that does not exist here is the installed
+    project's: a campaign runs from any working directory."""
+    if Path(start).exists():
+        return start
+    shipped = Path(__file__).resolve().parents[1]
+    if not Path(start).is_absolute() and Path(start).parts[:2] == ("data", "packages") and (shipped / start).is_dir():
+        return str(shipped / start)
+    if "/" in start or "\\" in start:
         return start
     from components.worlds import world
 
@@ -348,13 +369,15 @@ class Params(_M):
     @model_validator(mode="before")
     @classmethod
     def _start_follows_world(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("campaign"), dict):
+        if not isinstance(data, dict) or not isinstance(data.get("campaign", {}), dict):
             return data
-        start = data["campaign"].get("start")
+        campaign = data.get("campaign", {})
+        start = campaign.get("start", CampaignParams.model_fields["start"].default)  # the default too: from anywhere
         bench = data.get("benchmark") if isinstance(data.get("benchmark"), dict) else {}
         if isinstance(start, str) and start:
-            data = {**data, "campaign": {**data["campaign"],
-                                         "start": resolve_start(start, str(bench.get("world", "retail")))}}
+            resolved = resolve_start(start, str(bench.get("world", "retail")))
+            if resolved != start or "start" in campaign:
+                data = {**data, "campaign": {**campaign, "start": resolved}}
         return data
 
     def resolved(self) -> "Params":

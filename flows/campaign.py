@@ -57,7 +57,7 @@ from components.models.callcache import deterministic, saved
 from components.params import Params, recorded_path
 from components.runtime.evaluate import EvalTables, benchmark_at, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
-from components.worlds import Benchmark, load_benchmark
+from components.worlds import Benchmark, load_benchmark, party_model, run_settings, world
 from flows.evaluate import auto_shard, submit_eval, task_runner
 from flows.prefect_setup import quiet_expected_failures, tie_temporary_server_to_this_process
 from flows.tasks import (PERSIST, benchmark_contract, causes_stage, commit_stage, diagnose_stage, gate_look_stage,
@@ -89,7 +89,36 @@ def budget_spec(p: Params) -> dict:
             "episodes": str(state_dir(c.out) / "episodes") if c.model != "sim" else None,
             "estimate": {"max_turns": c.max_turns, "tokens_in_per_call": b.est_tokens_in_per_call,
                          "tokens_out_per_call": b.est_tokens_out_per_call, "price_in_per_1k": b.price_in_per_1k,
-                         "price_out_per_1k": b.price_out_per_1k}}
+                         "price_out_per_1k": b.price_out_per_1k,
+                         # a user simulated by a model answers every turn, from the same budget
+                         **({"party_calls_per_turn": 1} if party_model(run_settings(p.benchmark.world)) else {})}}
+
+
+def identity(p: Params) -> dict:
+    """The campaign's identity (`Params.identity`) and the world's settings outside the benchmark that change its
+    episodes (`components.worlds.run_settings`: a user simulator's model, read where the campaign runs): a rerun with
+    another user is another campaign. Absent for a world that has none (its identity as before)."""
+    ident = p.identity()
+    settings = run_settings(p.benchmark.world)
+    if settings:
+        ident["world.settings"] = settings
+    return ident
+
+
+def run_key(p: Params) -> str:
+    """What the train corpus's name adds to the package, benchmark and seeds: the agent's model and the world's
+    settings, when not the offline default (sim, no settings): a diagnosis of another model's or another user's
+    episodes is another diagnosis (its stage is cached by the corpus). "" for the default (its names as before)."""
+    import hashlib
+    import json
+
+    c = p.campaign
+    settings = run_settings(p.benchmark.world)
+    if c.model == "sim" and not c.model_cfg and not settings:
+        return ""
+    ident = identity(p)
+    what = {k: ident.get(k) for k in ("campaign.model", "campaign.model_cfg", "world.settings")}
+    return ":" + hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -303,7 +332,7 @@ def evaluate_train(r: Round) -> Train:
     """1. evaluate the working base on train; the hidden causes beside it (ignored by DVC: drawn on MLflow traces)."""
     c, ev = r.c, r.ev
     train = r.files.note("train", "base", r.base, ev(r.base, f"r{r.no} train {r.champ.name}", split="train"))
-    corpus = f"{r.champ.digest}:{r.bench.digest}:{seed_map_hash(r.bench.ids('train'), ev.seeds)}"
+    corpus = f"{r.champ.digest}:{r.bench.digest}:{seed_map_hash(r.bench.ids('train'), ev.seeds)}{run_key(r.p)}"
     learned = tuple(c.model_cfg.get("learned") or ()) if c.model == "sim" else ()
     causes = r.steps.causes(train.scores, r.base, r.p.benchmark.out, c.max_turns,
                             **({"learned": learned} if learned else {}))
@@ -685,7 +714,13 @@ def _existing_benchmark(p: Params):
     if bench.receipts != p.benchmark.receipts:  # the same tasks, another world's receipts: refused, never mixed up
         raise InputError(f"{meta}: receipts: {bench.receipts.value!r}, but benchmark.receipts is "
                          f"{p.benchmark.receipts.value!r} (materialize it with --receipts, or set benchmark.out)")
+    if bench.protocol != p.benchmark.protocol_for():  # likewise: episodes run another way than asked
+        raise InputError(f"{meta}: protocol: {bench.protocol!r}, but benchmark.protocol is "
+                         f"{p.benchmark.protocol_for()!r} (materialize it with --protocol, or set benchmark.out)")
     p.benchmark.check_existing(p.benchmark.out)  # every other benchmark.* param: what made it, or refused
+    check_items = world(bench.world).check
+    if check_items is not None:  # the world's own reading of its files (tau2's database and tasks)
+        check_items(bench, sorted(bench.tasks))
     return bench
 
 
@@ -703,7 +738,7 @@ def _check_rerun(p: Params, lineage: Lineage) -> None:
         except (ValueError, KeyError, TypeError):
             legacy = None
     lineage.check_rerun(digest(c.start) if Path(c.start).is_dir() else None,
-                        digest(bench) if (bench / "meta.json").is_file() else None, p.identity(), where=str(c.out),
+                        digest(bench) if (bench / "meta.json").is_file() else None, identity(p), where=str(c.out),
                         legacy_identity=legacy)
 
 
@@ -720,7 +755,7 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     # the ledger is the campaign output's, kept across processes (a resume adds to it): what this process spends is
     # the difference from here
     spent_before = ledger.report(wallet)["spent"]
-    start = lineage.start(c.start, load_benchmark(p.benchmark.out).digest, p.identity(), source=recorded_path(c.start))
+    start = lineage.start(c.start, load_benchmark(p.benchmark.out).digest, identity(p), source=recorded_path(c.start))
     tracker = CampaignTracker(c.name, out, p.recorded().model_dump(), c.tracking_uri)
     _link_flow_run(tracker)
     round_flow = evolution_round.with_options(task_runner=task_runner(c.task_runner, c.workers, c.dask_address))
@@ -762,6 +797,11 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
         "lineage": [{"version": v.name, "digest": v.digest} for v in lineage.versions()],
         "history": [r.dump() for r in lineage.rounds()], "params": p.recorded().model_dump(),
     }
+    settings = run_settings(p.benchmark.world)
+    if settings:  # which user simulator ran (a world that has such settings)
+        result["world_settings"] = settings
+    if scored.protocol != "custom":  # episodes run as a reference orchestrator runs them (a leaderboard's)
+        result["protocol"] = scored.protocol
     result["dev_looks"] = dev_looks(lineage.rounds(), p.gate.campaign_alpha)  # held-out reuse, accounted
     write_json(out / "summary.json", result)
     ledger_report = ledger.report(wallet)

@@ -175,6 +175,9 @@ def bench_materialize(
     params_file: Annotated[Optional[Path], typer.Option("--params", help="take every benchmark setting from this "
                                                         "params file's `benchmark` section (what dvc.yaml's stage "
                                                         "runs); options given as well are refused")] = None,
+    protocol: Annotated[Optional[str], typer.Option(help="how episodes run: standard (the benchmark's reference "
+                                                     "orchestrator: tau2-bench's, comparable to its leaderboard) | "
+                                                     "custom (Ratchet's harness); default: the world's")] = None,
 ) -> None:
     """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files. --out must be new,
     empty or a benchmark (which is replaced); anything else is refused. A variant (--rules) also gets its own
@@ -189,7 +192,7 @@ def bench_materialize(
 
         given = [name for name, v, default in (("--world", world_name, "retail"), ("--seed", seed, 0),
                                                  ("--per-family", per_family, None), ("--receipts", receipts, None),
-                                                 ("--rules", rules, None), ("--train-share", train_share, SPLIT_SHARES[0]),
+                                                 ("--rules", rules, None), ("--protocol", protocol, None), ("--train-share", train_share, SPLIT_SHARES[0]),
                                                  ("--dev-share", dev_share, SPLIT_SHARES[1])) if v != default]
         if given:
             raise InputError(f"{given[0]}: --params takes every benchmark setting from {params_file}; give one or "
@@ -203,13 +206,14 @@ def bench_materialize(
             bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir) if out_dir else None,
                                     per_family=per_family, train_share=train_share, dev_share=dev_share,
                                     **({"receipts": receipts} if receipts is not None else {}),
-                                    **({"rules": str(rules)} if rules is not None else {}))
+                                    **({"rules": str(rules)} if rules is not None else {}),
+                                    **({"protocol": protocol} if protocol is not None else {}))
         except ValidationError as e:
             raise InputError(_option_error(e)) from None
     out_dir = Path(bench.out)
     bench.materialize()
     out.print(f"wrote {out_dir} (world {world_name}, seed {seed}, receipts {bench.receipts.value}, "
-              f"digest {digest(out_dir)[:12]})")
+              f"protocol {bench.protocol_for()}, digest {digest(out_dir)[:12]})")
 
 
 @bench_app.command("rules")
@@ -281,7 +285,9 @@ def eval_cmd(
     base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
     model_name: Annotated[Optional[str], typer.Option(help="model name sent to the endpoint")] = None,
     items: Annotated[Optional[str], typer.Option(help="comma-separated item ids (default: the whole split)")] = None,
-    max_turns: Annotated[int, typer.Option(min=1, help="turns per episode before it is cut off")] = MAX_TURNS,
+    max_turns: Annotated[Optional[int], typer.Option(min=1, help=f"turns per episode before it is cut off (default "
+                                                     f"{MAX_TURNS}; a benchmark of the standard protocol ends "
+                                                     "episodes by its own limits instead)")] = None,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="cap on each reply's tokens (openai/local)")] = None,
     timeout: Annotated[Optional[float], typer.Option(min=0.1, max=86400.0,  # inf: an OverflowError in the socket
                                                      help="seconds per request before it is retried")] = None,
@@ -292,6 +298,16 @@ def eval_cmd(
     json_actions: Annotated[Optional[bool], typer.Option("--json-actions/--native-tools",
                                                          help="actions as schema-constrained JSON, for models without tool calling")] = None,
     header: Annotated[Optional[list[str]], typer.Option(help="extra HTTP header 'Name: value' (repeatable)")] = None,
+    reasoning: Annotated[Optional[bool], typer.Option("--reasoning/--no-reasoning",
+                                                      help="a reasoning model's request: max_completion_tokens, no "
+                                                           "temperature (OpenAI's o-series, gpt-5)")] = None,
+    reasoning_effort: Annotated[Optional[str], typer.Option(help="sent as reasoning_effort: minimal | low | medium | "
+                                                                 "high")] = None,
+    max_tokens_field: Annotated[Optional[str], typer.Option(help="the reply cap's field: auto (max_tokens, switching "
+                                                                 "when the server asks) | max_tokens | "
+                                                                 "max_completion_tokens")] = None,
+    extra_body: Annotated[Optional[str], typer.Option(help="JSON object of extra request fields, e.g. "
+                                                           "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}'")] = None,
 ) -> None:
     """Run every (item, seed) episode; write scores.csv, traces.parquet and the hidden-cause sidecar (each failed
     episode replayed in-process with the simulated agent's faults switched off, one owner at a time). --out must be
@@ -307,7 +323,7 @@ def eval_cmd(
     from components.memory import load_package
     from components.models.counterfactual import causes_table
     from components.runtime.evaluate import error_kinds, pass_hat_k, run_shard, seed_map_hash, summary, write_eval
-    from components.worlds import load_benchmark
+    from components.worlds import load_benchmark, run_settings, world
 
     if seeds < 1:
         raise InputError(f"--seeds: {seeds}: must be at least 1")
@@ -322,6 +338,12 @@ def eval_cmd(
     foreign = foreign_tools(pkg, bench)
     if foreign:
         raise InputError(foreign[0] + (f" (and {len(foreign) - 1} more card(s))" if len(foreign) > 1 else ""))
+    if bench.protocol == "standard" and max_turns is not None:  # it would be recorded, and never applied
+        raise InputError(f"--max-turns: {benchmark / 'meta.json'} runs episodes under the standard protocol, which "
+                         "ends them by the benchmark's own limits (materialize it with --protocol custom to cap turns)")
+    if bench.protocol != "standard" and max_turns is None:
+        max_turns = MAX_TURNS
+    settings = run_settings(bench.world)  # a user simulator's model (RATCHET_TAU2_USER): refused here if malformed
     ids = [i.strip() for i in items.split(",") if i.strip()] if items is not None else bench.ids(split)
     if not ids:
         raise InputError(f"--items: no item ids given" if items is not None else
@@ -332,8 +354,20 @@ def eval_cmd(
     unknown = [i for i in ids if i not in bench.tasks]
     if unknown:
         raise InputError(f"--items: unknown item ids: {', '.join(unknown[:5])}")
+    check_items = world(bench.world).check
+    if check_items is not None:  # the world's own reading of its files (tau2's database and tasks), before any output
+        check_items(bench, ids)
+    if extra_body is not None:
+        try:
+            extra = json.loads(extra_body)
+        except json.JSONDecodeError as e:
+            raise InputError(f"--extra-body: not JSON ({e})") from None
+        if not isinstance(extra, dict):
+            raise InputError("--extra-body: must be a JSON object")
     cfg = _model_cfg(model, base_url, model_name, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
-                     temperature=temperature, tool_choice=tool_choice, json_actions=json_actions, headers=header)
+                     temperature=temperature, tool_choice=tool_choice, json_actions=json_actions, headers=header,
+                     reasoning=reasoning, reasoning_effort=reasoning_effort, max_tokens_field=max_tokens_field,
+                     extra_body=extra if extra_body is not None else None)
     if model == "gold":  # tau2's gold replay plays the benchmark it is evaluated on
         cfg = {"benchmark": str(benchmark)}
     seed_list = list(range(seeds))
@@ -346,23 +380,29 @@ def eval_cmd(
         if output_kind(out_dir) is None:  # so that a rerun may claim it (and resume)
             mark_output(out_dir, "eval")
         key = journal_key(package=pkg.digest, benchmark=bench.digest, model=model, max_turns=max_turns,
-                          model_cfg={k: v for k, v in cfg.items() if k not in TRANSPORT})
+                          model_cfg={k: v for k, v in cfg.items() if k not in TRANSPORT},
+                          **({"settings": settings} if settings else {}))
         journal = Journal(out_dir / PARTIAL, key)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=err, transient=True) as progress:
         bar = progress.add_task(f"{pkg.name} on {split}", total=len(ids) * len(seed_list))
-        t = run_shard(pkg, bench, ids, seed_list, model, cfg, max_turns, on_episode=lambda _r: progress.advance(bar),
-                      journal=journal)
+        t = run_shard(pkg, bench, ids, seed_list, model, cfg, max_turns or MAX_TURNS,
+                      on_episode=lambda _r: progress.advance(bar), journal=journal)
     if journal is not None and journal.resumed:
         err.print(f"resumed {journal.resumed} finished episode(s) from {out_dir / PARTIAL}", highlight=False)
-    t.causes = causes_table(pkg, bench, t.scores, max_turns)
+    t.causes = causes_table(pkg, bench, t.scores, max_turns or MAX_TURNS)
+    # the splits the items really came from (--items may name any): one name, or a list when they span several
+    where = {i: s for s in ("train", "dev", "test") for i in bench.ids(s)}
+    taken = [s for s in ("train", "dev", "test") if any(where.get(i) == s for i in ids)]
     meta = {"package": str(package), "package_digest": pkg.digest, "benchmark": str(benchmark),
-            "benchmark_digest": bench.digest, "split": split, "seeds": seed_list, "items": len(ids),
-            "seed_map_hash": seed_map_hash(ids, seed_list), "model": model, "max_turns": max_turns,
-            "model_cfg": {k: v for k, v in cfg.items() if k != "headers"}, **summary(t.scores)}
+            "benchmark_digest": bench.digest, "split": taken[0] if len(taken) == 1 else taken, "seeds": seed_list,
+            "items": len(ids), "seed_map_hash": seed_map_hash(ids, seed_list), "model": model, "max_turns": max_turns,
+            "model_cfg": {k: v for k, v in cfg.items() if k != "headers"},
+            **_run_record(bench, settings), **summary(t.scores)}
     write_eval(out_dir, t, meta, mark="eval")
     s = summary(t.scores)
     kinds = ", ".join(f"{k} {n}" for k, n in error_kinds(t.scores).items())
+    split = meta["split"] if isinstance(meta["split"], str) else "+".join(meta["split"])
     out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
               f"{s['episodes']} episodes, {s['errors']} errors{f' ({kinds})' if kinds else ''}, "
               f"tokens in {s['tokens_in']:,}, out {s['tokens_out']:,}"
@@ -376,6 +416,16 @@ def eval_cmd(
         first = t.scores["error"].fillna("").astype(str)
         raise fail(f"every episode errored ({s['errors']} of {s['episodes']}); the first: {first[first != ''].iloc[0]}",
                    code=1)
+
+
+def _run_record(bench, settings: dict) -> dict:
+    """What an eval's meta.json says of how its episodes ran: the protocol (standard: as the benchmark's reference
+    orchestrator runs them, comparable to its leaderboard; custom: Ratchet's harness) and the world's settings outside
+    the benchmark (which user simulator), when it has any."""
+    out: dict = {"protocol": bench.protocol}
+    if settings:
+        out["settings"] = settings
+    return out
 
 
 @app.command("diagnose")
@@ -420,9 +470,12 @@ def serve_sim(
     fault_rate: Annotated[float, typer.Option(help="share of requests that get a fault (tests)")] = 0.0,
     fault_seed: Annotated[int, typer.Option(help="seed of which requests get a fault")] = 0,
     slow_seconds: Annotated[float, typer.Option(help="how long a 'slow' fault stalls (make it exceed the client's timeout)")] = 2.0,
+    strict_system: Annotated[bool, typer.Option("--strict-system", help="refuse a system message that is not first, "
+                                                "as the chat templates of Qwen3, Gemma 3 and Mistral do under vLLM")] = False,
 ) -> None:
     """Serve the simulated agent over /v1/chat/completions on 127.0.0.1. With --fault-rate, that share of requests
-    fails like a real endpoint: 500s and stalls (retried by the client), or malformed answers (an episode error)."""
+    fails like a real endpoint: 500s and stalls (retried by the client), or malformed answers (an episode error).
+    With --strict-system, a request with a system message anywhere but first gets a 400."""
     import math
 
     from components.models.server import serve
@@ -432,8 +485,9 @@ def serve_sim(
         raise InputError(f"--fault-rate: {fault_rate}: must be within [0, 1]")
     if not (math.isfinite(slow_seconds) and slow_seconds >= 0):
         raise InputError(f"--slow-seconds: {slow_seconds}: must be a finite number >= 0")
-    err.print(f"serving the simulated agent on http://127.0.0.1:{port}/v1 (fault rate {fault_rate})")
-    serve(port, fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds)
+    err.print(f"serving the simulated agent on http://127.0.0.1:{port}/v1 (fault rate {fault_rate}"
+              f"{', strict system message' if strict_system else ''})")
+    serve(port, fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds, strict_system=strict_system)
 
 
 @app.command("serve-local")

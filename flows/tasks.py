@@ -39,6 +39,7 @@ from components.runtime.evaluate import RACY_NS, EvalTables, benchmark_at, packa
 from components.runtime.journal import Journal
 from components.runtime.progress import progress_bar
 from components.version import code_version
+from components.worlds import run_settings
 from flows.prefect_setup import atomic_local_results
 from flows.resultzip import ZlibPickle
 
@@ -80,8 +81,12 @@ def frame_hash(df: pd.DataFrame) -> str:
 # -- evaluate ----------------------------------------------------------------------------------------------------------
 
 def _shard_key(_ctx, p: dict) -> str:
+    # the world's settings outside the benchmark, as this process runs episodes (a user simulator's model): a shard run
+    # with another user is another shard (absent for a world that has none: the keys as before)
+    settings = run_settings(benchmark_at(p["bench"]).world)
     return stage_key("eval_shard", package=digest(p["package"]), bench=tree_digest(p["bench"]), items=p["items"],
-                     seeds=p["seeds"], model=p["model"], model_cfg=p["model_cfg"], max_turns=p["max_turns"])
+                     seeds=p["seeds"], model=p["model"], model_cfg=p["model_cfg"], max_turns=p["max_turns"],
+                     **({"settings": settings} if settings else {}))
 
 
 def _charged(budget: dict | None, key: str, n_episodes: int, work):
@@ -119,9 +124,12 @@ def call_cache(budget: dict | None) -> str | None:
 def paid_usage(t: EvalTables, est: Estimate) -> dict[str, float]:
     """What a shard paid: its score tables' usage, less the model calls its reply store answered."""
     got = usage(t.scores, est)
-    if t.paid is not None:
-        got.update(tokens_in=float(t.paid["tokens_in"]), tokens_out=float(t.paid["tokens_out"]),
-                   model_calls=float(t.paid["model_calls"]), money=est.cost(t.paid["tokens_in"], t.paid["tokens_out"]))
+    if t.paid is not None:  # the agent's calls as paid; the other party's (a simulated user's model) as recorded
+        party = {k: float(t.scores[c].sum()) if c in t.scores else 0.0 for k, c in
+                 (("tokens_in", "user_tokens_in"), ("tokens_out", "user_tokens_out"), ("model_calls", "user_model_calls"))}
+        t_in, t_out = t.paid["tokens_in"] + party["tokens_in"], t.paid["tokens_out"] + party["tokens_out"]
+        got.update(tokens_in=float(t_in), tokens_out=float(t_out),
+                   model_calls=float(t.paid["model_calls"]) + party["model_calls"], money=est.cost(t_in, t_out))
     return got
 
 
@@ -181,7 +189,7 @@ def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> 
     b = benchmark_at(bench)
     # train items' gold only: the loader refuses any other split's
     d = diagnose(train.traces, train.scores, package_at(package), b.write_tools, corpus, targets=b.meta.get("targets"),
-                 gold=train_gold(b), today=policy_today(b.policy))
+                 gold=train_gold(b), today=policy_today(b.policy), confirmation=b.confirmation)
     checked = []
     for p in d.packets:
         problems = verify_citations(p, train.traces)

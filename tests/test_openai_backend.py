@@ -127,6 +127,59 @@ def test_requests_carry_max_tokens_tool_choice_and_headers(fake):
     assert fake.headers[0].get("x-team") == "ratchet"
 
 
+def test_reasoning_models_get_max_completion_tokens_no_temperature_and_their_effort(fake):
+    """`reasoning: true`: max_completion_tokens instead of max_tokens, no temperature (OpenAI's reasoning models
+    refuse both), reasoning_effort when given; extra_body's fields and parallel_tool_calls are sent as they are."""
+    fake.script = [{"body": completion("hi")}, {"body": completion("hi")}]
+    model(fake, max_tokens=90, reasoning=True, reasoning_effort="low",
+          extra_body={"chat_template_kwargs": {"enable_thinking": False}}).complete(MSGS, tools=None, seed=1)
+    model(fake, parallel_tool_calls=False).complete(MSGS, tools=TOOLS, seed=1)
+    r, plain = fake.requests
+    assert r["max_completion_tokens"] == 90 and "max_tokens" not in r and "temperature" not in r
+    assert r["reasoning_effort"] == "low" and r["chat_template_kwargs"] == {"enable_thinking": False}
+    assert plain["max_tokens"] == 512 and plain["temperature"] == 0.0 and plain["parallel_tool_calls"] is False
+    assert "reasoning_effort" not in plain and "max_completion_tokens" not in plain
+
+
+def test_a_server_that_refuses_max_tokens_gets_max_completion_tokens_from_then_on(fake):
+    """OpenAI's reasoning models answer max_tokens with a 400 that names max_completion_tokens: with the default
+    `max_tokens_field: auto` the request is made again with it at once, and every later request carries it; the
+    refused attempt is counted. `max_tokens_field: max_tokens` keeps the field (the 400 is an episode error)."""
+    refusal = {"status": 400, "body": {"error": {
+        "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                   "'max_completion_tokens' instead.", "type": "invalid_request_error", "param": "max_tokens",
+        "code": "unsupported_parameter"}}}
+    fake.script = [refusal, {"body": completion("hi", usage=(40, 2))}, {"body": completion("again")}]
+    m = model(fake, max_tokens=64)
+    res = m.complete(MSGS, tools=None, seed=0)
+    assert res.content == "hi" and res.usage.calls == 2 and res.usage.tokens_in >= 40
+    assert m.complete(MSGS, tools=None, seed=0).content == "again"
+    first, second, third = fake.requests
+    assert first["max_tokens"] == 64 and "max_completion_tokens" not in first
+    assert second["max_completion_tokens"] == 64 and "max_tokens" not in second
+    assert third["max_completion_tokens"] == 64 and "max_tokens" not in third
+    fake.script = [refusal]
+    fails(model(fake, max_tokens_field="max_tokens"), "rejected")
+
+
+def test_every_request_of_an_episode_has_one_system_message_first(fake, bench):
+    """Memory, the state-proposal instruction and a bounce's feedback are folded into the one system message: the
+    chat templates of current open models (Qwen3, Gemma 3, Mistral under vLLM) refuse a system message elsewhere."""
+    item = next(i for i in bench.ids("dev") if bench.tasks[i].family == "cancel")
+    r = run_episode(load_package(PACKAGES / "reference"), bench, item, 0, model(fake))
+    assert r.error == "" and len(fake.requests) > 2
+    for req in fake.requests:
+        roles = [m["role"] for m in req["messages"]]
+        assert roles[0] == "system" and "system" not in roles[1:], roles
+    contents = [req["messages"][0]["content"] for req in fake.requests]
+    assert any("# Ledger update" in c for c in contents) and any("# Memory" in c for c in contents)
+    m = model(fake, json_actions=True)
+    fake.script = [{"body": completion('{"message": "hi"}')}]
+    m.complete(MSGS, tools=TOOLS, seed=0)
+    roles = [x["role"] for x in fake.requests[-1]["messages"]]
+    assert roles[0] == "system" and "system" not in roles[1:]  # the tools' description joins the system message
+
+
 def test_null_content_rejection_never_happens_in_an_episode(fake, bench):
     """llama-cpp-python answers `content: null` with a validation 500: the harness sends "" on tool-call turns, so a
     whole episode runs through the fake server without one."""

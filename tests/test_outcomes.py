@@ -125,3 +125,89 @@ def test_unseen_value_owner_follows_the_cards_as_a_wrong_argument_would():
     assert (got(False, ["c"]).owner, got(False, ["c"]).kind) == ("E", "ineffective_card")
     assert got(None, ["c"]).owner == "unknown"
     assert unseen_value_finding("e#0", "e", [], pkg, frozenset({tool}), base) is None  # nothing written
+
+
+# -- a world whose refusals say the request is impossible, and whose gold never confirms (tau2-bench's) -------------
+
+WRITE, TARGETS = "pay_order", {"pay_order": ["order_id"]}
+
+
+def _step(i, action, observation, eid="t-1#0"):
+    from components.runtime.trace import TraceStep
+
+    return TraceStep(episode_id=eid, step=i, incoming={}, state_before=[], delivered=[], deliveries=[], proposal={},
+                     action=action, checks=[], observation=observation, state_after=[], fingerprint=[]).sealed()
+
+
+def _write(i, method, ok=True, blocking=False, error=""):
+    obs = {"role": "tool", "ok": ok, **({"blocking": True} if blocking else {}),
+           **({} if ok else {"code": "refused", "content": {"error": error}})}
+    return _step(i, {"kind": "tool", "tool": WRITE, "args": {"order_id": "#1", "method": method}}, obs)
+
+
+def test_lists_of_records_are_the_same_value_whatever_their_keys_order():
+    assert same_value([{"date": "d", "flight": "F1"}], [{"flight": "F1", "date": "d"}])
+    assert not same_value([{"date": "d", "flight": "F1"}], [{"flight": "F2", "date": "d"}])
+
+
+def test_a_refused_write_whose_argument_differs_from_the_gold_is_the_agents_wrong_argument():
+    """A write the world refused as impossible (`blocking`) for an argument the gold write does not have is a
+    wrong_arg diff at that write, carrying the refusal's words, and not also a missing write; a refusal of the gold's
+    own arguments is not the agent's (a missing write); a refusal the agent fixed later says nothing."""
+    gold = Gold(task_id="t-1", actions=[GoldAction(tool=WRITE, args={"order_id": "#1", "method": "card_1"})])
+    wrong = [_write(0, "cert_9", ok=False, blocking=True, error="Certificate cannot be used")]
+    (d,) = outcome_diffs(wrong, gold, frozenset({WRITE}), TARGETS)
+    assert (d.kind, d.field, d.agent, d.gold, d.refused, d.step) == ("wrong_arg", "method", "cert_9", "card_1",
+                                                                     "Certificate cannot be used", 0)
+    own = [_write(0, "card_1", ok=False, blocking=True, error="not possible")]
+    assert [x.kind for x in outcome_diffs(own, gold, frozenset({WRITE}), TARGETS)] == ["missing_write"]
+    fixed = [*wrong, _write(1, "card_1")]
+    assert outcome_diffs(fixed, gold, frozenset({WRITE}), TARGETS) == []
+    rule = [_write(0, "cert_9", ok=False, error="a rule")]  # not blocking: a refusal of another kind, as before
+    assert [x.kind for x in outcome_diffs(rule, gold, frozenset({WRITE}), TARGETS)] == ["missing_write"]
+
+
+def test_where_the_gold_never_confirms_no_failure_is_a_missing_confirmation_and_refusals_read_as_wrong_values():
+    """With `confirmation` false (a benchmark whose gold never confirms: tau2-bench), an unconfirmed write is no
+    divergence, so a wrong argument the gold shows is the finding (E wrong_value); a blocking refusal of the agent's
+    own wrong argument is that wrong argument, not an external failure; one of the gold's own arguments stays
+    external."""
+    import pandas as pd
+
+    from components.runtime.trace import steps_frame
+
+    pkg = load_package(world("retail").packages["none"])
+    gold = {"t-1": Gold(task_id="t-1", actions=[GoldAction(tool=WRITE, args={"order_id": "#1", "method": "card_1"})])}
+    scores = pd.DataFrame({"item_id": ["t-1"], "seed": [0], "success": [False], "error": [""]})
+
+    def diagnosed(steps, confirmation):
+        done = _step(len(steps), {"kind": "finish", "tool": "finish", "args": {}}, {"role": "tool", "ok": True})
+        traces = steps_frame([*steps, done], item_id="t-1", seed=0)
+        return diagnose(traces, scores, pkg, frozenset({WRITE}), "c", TARGETS, gold=gold,
+                        confirmation=confirmation).findings[0]
+
+    silent = [_write(0, "gift_2")]
+    assert (diagnosed(silent, True).owner, diagnosed(silent, True).kind) == ("C", "unconfirmed_write")
+    f = diagnosed(silent, False)
+    assert (f.owner, f.kind, f.tool, f.extra["diffs"]) == ("E", "wrong_value", WRITE,
+                                                           [{"field": "method", "agent": "gift_2", "gold": "card_1"}])
+    refused = [_write(0, "cert_9", ok=False, blocking=True, error="Certificate cannot be used")]
+    f = diagnosed(refused, False)
+    assert (f.owner, f.kind) == ("E", "wrong_value") and f.extra["refused"] == "Certificate cannot be used"
+    assert "(refused: Certificate cannot be used)" in f.detail
+    f = diagnosed([_write(0, "card_1", ok=False, blocking=True, error="closed")], False)
+    assert (f.owner, f.kind) == ("none", "blocking_error")
+
+
+def test_an_episode_the_user_ended_was_not_cut_off_by_the_turn_budget():
+    from components.evolution.diagnose import TurnBudget
+
+    def talk(eid, n, ended):
+        steps = [_step(i, {"kind": "message", "content": "more?"}, {"role": "user", "text": "yes"}, eid)
+                 for i in range(n - 1)]
+        return steps + [_step(n - 1, {"kind": "message", "content": "more?"},
+                              {"role": "user", "text": None if ended else "yes"}, eid)]
+
+    ended = [talk(f"e{i}#0", 5, True) for i in range(4)]
+    assert not TurnBudget.of(ended, {}, frozenset({WRITE}), TARGETS).binding
+    assert TurnBudget.of([talk(f"c{i}#0", 5, False) for i in range(4)], {}, frozenset({WRITE}), TARGETS).binding

@@ -17,6 +17,7 @@ class ScriptedPort:
     """A test double for a world + model: scripted proposals and drafts, records every call the kernel makes."""
 
     write_tools = frozenset({WRITE})
+    proposes = True
     targets = {WRITE: ["order_id"]}
 
     def __init__(self, drafts, proposal=None, receipt_genuine=True, transcript=None):
@@ -80,6 +81,24 @@ def test_phase_order_is_fixed(reference):
     # the card routed at intent_recorded reached the draft, not the proposal
     assert "cancel-reason" in step.delivered
     assert "card cancel-reason" in port.memories[1] and "card cancel-reason" not in port.memories[0]
+
+
+def test_a_port_that_asks_no_state_takes_the_drafts_tool_as_the_intent(reference):
+    """Under a reference protocol (`port.proposes` false) there is no state call: the draft comes first, its tool is
+    the intent, and a card routed to that tool at intent_recorded earns one redraft with the card in memory."""
+    # a message draft calls up nothing: no redraft for it
+    port = ScriptedPort([Draft(content="Shall I cancel order #W1? (yes/no)")])
+    port.proposes = False
+    step = run_turn(Episode.start("e#0", reference), port)
+    assert port.calls == ["receipts", "draft", "commit"] and step.proposal == {"pending": [], "next_tool": None}
+    # a write draft: the card about it arrives, and the model drafts again with it in memory
+    port = ScriptedPort([write_draft(), write_draft(), write_draft()])
+    port.proposes = False
+    step = run_turn(Episode.start("e#0", reference), port)
+    assert port.calls[:3] == ["receipts", "draft", "draft"] and "redraft:intent" in step.fingerprint
+    assert step.proposal["next_tool"] == WRITE and "cancel-reason" in step.delivered
+    assert "card cancel-reason" not in port.memories[0] and "card cancel-reason" in port.memories[1]
+    assert step.first_draft["tool"] == WRITE
 
 
 def test_one_redraft_then_block(reference):

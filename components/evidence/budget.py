@@ -272,9 +272,10 @@ class Estimate:
     price_out_per_1k: float = 0.0
     calls_per_turn: int = 3  # propose, draft, at most one redraft
     tool_calls_per_turn: int = 1
+    party_calls_per_turn: int = 0  # the episode's other party's own model (a user simulated by one): a reply a turn
 
     def episodes(self, n: int) -> dict[str, float]:
-        calls = n * self.max_turns * self.calls_per_turn
+        calls = n * self.max_turns * (self.calls_per_turn + self.party_calls_per_turn)
         t_in, t_out = calls * self.tokens_in_per_call, calls * self.tokens_out_per_call
         return {"model_calls": calls, "tool_calls": n * self.max_turns * self.tool_calls_per_turn, "tokens_in": t_in,
                 "tokens_out": t_out, "money": self.cost(t_in, t_out)}
@@ -284,7 +285,11 @@ class Estimate:
 
 
 def usage(scores, estimate: Estimate) -> dict[str, float]:
-    """Actual usage of a set of episodes (a scores table)."""
-    t_in, t_out = float(scores["tokens_in"].sum()), float(scores["tokens_out"].sum())
-    return {"tokens_in": t_in, "tokens_out": t_out, "model_calls": float(scores["model_calls"].sum()),
-            "tool_calls": float(scores["tool_calls"].sum()), "money": estimate.cost(t_in, t_out)}
+    """Actual usage of a set of episodes (a scores table): the agent's model and, where the table has them, the
+    other party's (`user_tokens_in`, ...: a user simulated by a model spends from the same budget)."""
+    def total(col: str) -> float:
+        return float(scores[col].sum()) if col in scores else 0.0
+
+    t_in, t_out = total("tokens_in") + total("user_tokens_in"), total("tokens_out") + total("user_tokens_out")
+    return {"tokens_in": t_in, "tokens_out": t_out, "model_calls": total("model_calls") + total("user_model_calls"),
+            "tool_calls": total("tool_calls"), "money": estimate.cost(t_in, t_out)}

@@ -1,7 +1,8 @@
 """Diagnosis: from traces and the package alone, find each failed episode's first reachable divergence and its owner.
 
 For every failed episode, the earliest of:
-  - a write no granted `confirm` covered (`components.runtime.confirm`)                          -> C, unconfirmed_write
+  - a write no granted `confirm` covered (`components.runtime.confirm`), where the benchmark's
+    grading asks for one (`confirmation`; not where the gold never confirms)                     -> C, unconfirmed_write
   - a write refused by a rule (its receipt carries a `rule_id`) and never redone successfully for
     that target (the write's identifying args, from the benchmark's `targets`)                  -> E, rho or unknown
         whether the package's card about the rule helps is judged from the corpus (`card_evidence`: turns with the
@@ -24,7 +25,8 @@ For every failed episode, the earliest of:
         dropped: it left the agent's state with no receipt (forgotten)
   - a blocking refusal from the world (its receipt is marked `blocking`) or a model fault         -> none, external
   - more work than any successful episode did within a binding turn budget                      -> none, out_of_turns
-        (`TurnBudget`: read from the corpus, the fewest turns successful episodes needed per amount of work)
+        (`TurnBudget`: read from the corpus, the fewest turns successful episodes needed per amount of work; an
+        episode the user ended was not cut off)
 
 Opportunity O is present when the divergence is an agent action at a kernel event; patchability P is memory for
 E/W/rho/C findings and external for world refusals. Findings are clustered by (owner, kind, tool, rule id), so two
@@ -114,14 +116,17 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
                      error: str = "", episode_id: str | None = None,
                      helps: dict[tuple[str, str], bool | None] | None = None, budget: TurnBudget | None = None,
                      targets: Targets | None = None, rules: Mapping[str, Mapping[str, FieldRule]] | None = None,
-                     today: date | None = None) -> Finding:
+                     today: date | None = None, confirmation: bool = True) -> Finding:
     """`rules`: per write tool, the rules train's gold shows (`outcomes.inferred_rules`), to judge a card's text
-    against a refused write it was not at (`outcomes.card_states`); `today`: the policy's date, for their features."""
+    against a refused write it was not at (`outcomes.card_states`); `today`: the policy's date, for their features.
+    `confirmation`: whether the benchmark's grading asks writes to be confirmed (`Benchmark.confirmation`); where it
+    does not (the gold never confirms), no failure is put down to a missing confirmation."""
     eid = episode_id or (steps[0].episode_id if steps else f"{item_id}#?")
     outside = _external(steps, item_id, eid, error, budget, write_tools, targets)
     if outside is not None:
         return outside
-    findings = _step_findings(steps, item_id, eid, package, write_tools, helps or {}, targets, rules or {}, today)
+    findings = _step_findings(steps, item_id, eid, package, write_tools, helps or {}, targets, rules or {}, today,
+                              confirmation)
     findings += _dropped_work(steps, item_id, eid, write_tools, findings)
     if not findings:
         last = steps[-1]
@@ -153,7 +158,8 @@ def _external(steps: list[TraceStep], item_id: str, eid: str, error: str, budget
 
 def _step_findings(steps: list[TraceStep], item_id: str, eid: str, package: MemoryPackage, write_tools: frozenset[str],
                    helps: Mapping[tuple[str, str], bool | None], targets: Targets | None,
-                   rules: Mapping[str, Mapping[str, FieldRule]], today: date | None) -> list[Finding]:
+                   rules: Mapping[str, Mapping[str, FieldRule]], today: date | None,
+                   confirmation: bool = True) -> list[Finding]:
     """The divergences at single steps, in step order: each write's (`_write_finding`), and a `finish` while the
     agent's own proposed state still listed work."""
     findings: list[Finding] = []
@@ -161,7 +167,7 @@ def _step_findings(steps: list[TraceStep], item_id: str, eid: str, package: Memo
     for s in steps:
         a = s.action
         if a.get("tool") in write_tools:
-            f = _write_finding(s, steps, acts, item_id, eid, package, helps, targets, rules, today)
+            f = _write_finding(s, steps, acts, item_id, eid, package, helps, targets, rules, today, confirmation)
             if f is not None:
                 findings.append(f)
         if (act := step_act(a, s.observation, s.blocked, write_tools)) is not None:
@@ -174,12 +180,14 @@ def _step_findings(steps: list[TraceStep], item_id: str, eid: str, package: Memo
 
 def _write_finding(s: TraceStep, steps: list[TraceStep], acts: list, item_id: str, eid: str, package: MemoryPackage,
                    helps: Mapping[tuple[str, str], bool | None], targets: Targets | None,
-                   rules: Mapping[str, Mapping[str, FieldRule]], today: date | None) -> Finding | None:
-    """A write's divergence, if any: it ran with no granted confirmation covering it (C); or it was refused on a rule
-    (`_knowledge`) or bounced by a checker, and never redone for its target."""
+                   rules: Mapping[str, Mapping[str, FieldRule]], today: date | None,
+                   confirmation: bool = True) -> Finding | None:
+    """A write's divergence, if any: it ran with no granted confirmation covering it (C, where the benchmark's
+    grading asks for one); or it was refused on a rule (`_knowledge`) or bounced by a checker, and never redone for
+    its target."""
     tool, args = s.action["tool"], s.action.get("args", {})
     if s.blocked is None and s.observation.get("ok"):
-        if covered(acts, tool, args, targets):
+        if not confirmation or covered(acts, tool, args, targets):
             return None
         return Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.UNCONFIRMED_WRITE, "*", tool)
     rule = rule_refusal(s)
@@ -194,7 +202,7 @@ def _write_finding(s: TraceStep, steps: list[TraceStep], acts: list, item_id: st
     # confirmation covered, or a bounce for any other reason, is the checker firing on its own criterion (a false
     # alarm), which no fault of the agent's explains
     extra = {"target": write_target(tool, args, targets), "blocked": s.blocked}
-    if covered(acts, tool, args, targets) or CheckCode.UNCONFIRMED not in bounce_codes(s.blocked):
+    if not confirmation or covered(acts, tool, args, targets) or CheckCode.UNCONFIRMED not in bounce_codes(s.blocked):
         return Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM, "*", tool, extra=extra)
     return Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.BOUNCED_WRITE, "*", tool, extra=extra)
 
@@ -269,7 +277,8 @@ class TurnBudget:
     def of(cls, episodes: list[list[TraceStep]], success: dict[str, bool], write_tools: frozenset[str],
            targets: Targets | None = None) -> TurnBudget:
         cap = max((len(st) for st in episodes), default=0)
-        cut = sum(1 for st in episodes if len(st) == cap and st[-1].action.get("kind") != "finish")
+        cut = sum(1 for st in episodes if len(st) == cap and st[-1].action.get("kind") != "finish"
+                  and not user_ended(st[-1]))
         best: dict[int, int] = {}
         upto: dict[int, int] = {}  # work -> fewest turns up to the last successful write, among successes
         for st in episodes:
@@ -318,6 +327,12 @@ def _confirmed_gaps(steps: list[TraceStep], write_tools: frozenset[str], targets
 
 
 BINDING = 0.05
+
+
+def user_ended(step: TraceStep) -> bool:
+    """The user ended the call at this step (their reply was the end of it): an episode that ended so was not cut off."""
+    obs = step.observation
+    return obs.get("role") == "user" and "text" in obs and obs["text"] is None
 
 
 def rule_card_id(rule_id: str) -> str:
@@ -494,13 +509,14 @@ class Diagnosis:
 
 def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage, write_tools: frozenset[str],
              corpus: str, targets: Targets | None = None, gold: Mapping[str, Gold] | None = None,
-             train: TrainEvidence | None = None, today: date | None = None) -> Diagnosis:
+             train: TrainEvidence | None = None, today: date | None = None, confirmation: bool = True) -> Diagnosis:
     """`targets`: the benchmark's write tool -> identifying args (`bench.meta.get("targets")`); a tool it does not
     list is identified by the session alone. `gold`: the train items' gold (`components.worlds.base.train_gold`);
     a failed episode of an item that has one is also compared with it (`with_outcomes`). `train`: what a labelled
     train corpus showed (`train_evidence`), for failures with no gold the trace cannot explain
     (`components.evolution.outcomes.unseen_value_finding`). `today`: the policy's date (`infer.policy_today`), for
-    the rules the gold shows (`outcomes.card_states`)."""
+    the rules the gold shows (`outcomes.card_states`). `confirmation`: the benchmark's (`Benchmark.confirmation`):
+    false where its gold never confirms, and no failure is then put down to a missing confirmation."""
     failed = scores[~scores["success"].astype(bool)]
     findings: list[Finding] = []
     if len(traces):
@@ -525,7 +541,8 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
         error = "" if pd.isna(row.error) else str(row.error)
-        f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets, rules, today)
+        f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets, rules, today,
+                             confirmation)
         if gold and row.item_id in gold:
             f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules, today)
         elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:
@@ -559,15 +576,20 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
                   targets: Targets | None, value_helps: Mapping[str, bool | None],
                   rules: Mapping[str, Mapping[str, FieldRule]] | None = None, today: date | None = None) -> Finding:
     """The trace's finding, or the outcome's when the trace saw nothing or saw it later: a write whose argument
-    differs from the gold (a silent world's broken rule leaves no other trace). An external finding stands."""
+    differs from the gold (a silent world's broken rule leaves no other trace). An external finding stands, but for
+    a world's refusal as impossible (`blocking`) where the gold shows a wrong argument: the gold made the write, so
+    the request was possible, and the argument is what failed it (a refusal of the agent's own wrong argument, or a
+    refusal the agent went past to a wrong write)."""
     from components.evolution.outcomes import outcome_diffs, outcome_finding
 
-    if f.owner == Owner.NONE and f.kind != FindingKind.NO_DIVERGENCE:
+    if f.owner == Owner.NONE and f.kind not in (FindingKind.NO_DIVERGENCE, FindingKind.BLOCKING_ERROR):
         return f
     o = outcome_finding(f.episode_id, f.item_id, outcome_diffs(steps, gold, write_tools, targets), steps, package,
                         value_helps, rules, write_tools, targets, today)
     if o is None:
         return f
+    if f.kind == FindingKind.BLOCKING_ERROR:  # the gold made the write: the request was not impossible
+        return o if o.owner != Owner.UNKNOWN else f
     if f.kind == FindingKind.NO_DIVERGENCE:
         return o
     if o.owner == Owner.UNKNOWN or (f.step, f.owner) <= (o.step, o.owner):

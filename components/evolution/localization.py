@@ -313,13 +313,13 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
         from components.evolution.outcomes import evidence_from_train
         from components.runtime.evaluate import run_shard
 
-        seeds, max_turns = list(meta.get("seeds", [0, 1, 2])), int(meta.get("max_turns", MAX_TURNS))
+        seeds, max_turns = list(meta.get("seeds", [0, 1, 2])), int(meta.get("max_turns") or MAX_TURNS)
         t = run_shard(pkg, bench, bench.ids("train"), seeds, max_turns=max_turns)
         baselines = baselines_on_train(pkg, bench, seeds, max_turns, run=t)
         train_ev = evidence_from_train(t.traces, t.scores, pkg, bench.write_tools, gold, targets,
-                                       policy_today(bench.policy)) if gold else None
+                                       policy_today(bench.policy), bench.confirmation) if gold else None
     d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=targets, gold=gold,
-                 train=train_ev, today=policy_today(bench.policy))
+                 train=train_ev, today=policy_today(bench.policy), confirmation=bench.confirmation)
     sig = signals_frame(traces, scores, bench.write_tools, bench.meta.get("targets"))
     return localization(d.findings_frame(), _eid(read_hidden_causes(ev)), _eid(scores), sig, baselines)
 

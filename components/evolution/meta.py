@@ -361,20 +361,46 @@ def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list
         if any(t in text for t in leaks):
             continue
         new[inf.field] = inf.rule
-    if not new:
+    refusals = _refusals(p, ctx, tool, old.body if old else "", leaks)
+    if not new and not refusals:
         return None
     rules = {**have, **new}
     kept = [para for para in old.body.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)
             and O.MARK not in para] if old else []
-    paras = kept + ["\n".join(O.render(tool, rules[f]) for f in sorted(rules))]
+    paras = kept + (["\n".join(O.render(tool, rules[f]) for f in sorted(rules))] if rules else [])
+    if refusals:
+        paras.append("\n".join(line for line, _field in refusals))
     before = _calls_before(ctx, tool)
     if before:
         paras.append(CALLS_BEFORE + tool + "` were: " + ", ".join(f"`{t}`" for t in before) + ".")
+    fields = sorted(set(new) | {f for _line, f in refusals})
     meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": tool},
-            "source": f"diagnosis {p.id}: outcomes of {tool} on field(s) {', '.join(sorted(new))}"}
+            "source": f"diagnosis {p.id}: outcomes of {tool} on field(s) {', '.join(fields)}"}
     ops: list = [RemoveCard(op="remove_card", path=old.path)] if old else []
     ops.append(AddCard(op="add_card", path=f"em/procedure/{card_id}.md", meta=meta, body="\n\n".join(paras)))
-    return card_id, ops, sorted(new), list(p.items)
+    # the plan names what it carries: inferred rules by field, a field known only from the world's refusals as such
+    return card_id, ops, sorted(new) + [f"{f} (refusals)" for f in fields if f not in new], list(p.items)
+
+
+REFUSED = "- `{tool}`, refused in train when `{field}` was not the gold's: {why}"
+
+
+def _refusals(p: EvidencePacket, ctx: PlanContext, tool: str, body: str, leaks: list[str]) -> list[tuple[str, str]]:
+    """(line, field) for each refusal the world gave the cluster's wrong arguments (`outcomes.Diff.refused`: the
+    world's own words on what was wrong, where the outcomes show which argument), most frequent first, not on the card
+    yet and free of task data: knowledge a card can state where train is too small to infer the rule."""
+    seen: Counter = Counter()
+    for x in _findings(ctx, p):
+        why = str(x.get("refused") or "").strip()
+        for d in x.get("diffs") or []:
+            if why:
+                seen[(str(d.get("field")), why)] += 1
+    out = []
+    for (field, why), _n in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])):
+        line = REFUSED.format(tool=tool, field=field, why=why)
+        if line not in body and not any(t in line.lower() for t in leaks):
+            out.append((line, field))
+    return out
 
 
 def _findings(ctx: PlanContext, p: EvidencePacket) -> list[dict]:

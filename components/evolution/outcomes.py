@@ -3,9 +3,11 @@ gives, as the field's public benchmarks do), for worlds whose receipts do not sa
 
 `outcome_diffs` lists what the episode's successful writes got wrong against the gold writes, matched on the write's
 identifying args (the benchmark's `targets`):
-    missing_write  a gold write the agent never made successfully
+    missing_write  a gold write the agent never made successfully (nor tried with a wrong argument the world refused)
     extra_write    a successful write no gold write asks for
-    wrong_arg      a successful write with a wrong argument: which field, the agent's value, the gold value
+    wrong_arg      a successful write with a wrong argument: which field, the agent's value, the gold value; also a
+                   write the world refused as impossible (`blocking`) whose arguments differ from the gold write it
+                   was meant for (`refused`: the refusal's message): the refusal was the agent's own doing
 (no confirmation and a finish with work pending are read off the trace by `diagnose`, as before).
 
 `value_evidence` judges, from the whole train corpus, whether the package's cards about a write help its arguments
@@ -26,6 +28,7 @@ rubric) is read by scoring alone.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -58,17 +61,24 @@ class Diff:
     field: str = ""
     agent: Any = None
     gold: Any = None
+    refused: str = ""  # a wrong_arg at a write the world refused (`blocking`): the refusal's message
 
 
 def same_value(a: Any, b: Any) -> bool:
-    """Equal as a database would hold them: numbers to the cent, lists of ids in any order, else exactly."""
+    """Equal as a database would hold them: numbers to the cent, lists of ids (or of records, whatever their keys'
+    order) in any order, else exactly."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return abs(float(a) - float(b)) < AMOUNT_TOL
     if isinstance(a, list) and isinstance(b, list):
-        return sorted(map(str, a)) == sorted(map(str, b))
+        return sorted(map(_canonical, a)) == sorted(map(_canonical, b))
     return a == b
+
+
+def _canonical(x: Any) -> str:
+    """A list element as text, a record's keys in one order (a model's arguments arrive with their keys sorted)."""
+    return json.dumps(x, sort_keys=True, default=str) if isinstance(x, (dict, list)) else str(x)
 
 
 def successful_writes(steps: list[TraceStep], write_tools: frozenset[str]) -> list[TraceStep]:
@@ -95,11 +105,45 @@ def outcome_diffs(steps: list[TraceStep], gold: Gold, write_tools: frozenset[str
         for field in sorted(a.args):
             if not same_value(args.get(field), a.args[field]):
                 out.append(Diff(WRONG_ARG, tool, target, s.step, s.hash, field, args.get(field), a.args[field]))
+    refused = _refused_attempts(steps, done, wanted, write_tools, targets)
+    for key, s in refused.items():
+        a, args = wanted[key], s.action.get("args", {})
+        why = _refusal_text(s)
+        out += [Diff(WRONG_ARG, key[0], key[1], s.step, s.hash, field, args.get(field), a.args[field], why)
+                for field in sorted(a.args) if not same_value(args.get(field), a.args[field])]
+    out.sort(key=lambda d: d.step)
     last = steps[-1]
+    tried = {(d.tool, d.target) for d in out if d.refused}  # never made, but tried with a wrong argument: that diff
     for key, a in wanted.items():
-        if key not in done:
+        if key not in done and key not in tried:
             out.append(Diff(FindingKind.MISSING_WRITE, key[0], key[1], last.step, last.hash))
     return out
+
+
+def _refused_attempts(steps: list[TraceStep], done: Mapping[tuple, TraceStep], wanted: Mapping[tuple, Any],
+                      write_tools: frozenset[str], targets: Targets | None) -> dict[tuple, TraceStep]:
+    """Per gold write never made, the first write the world refused as impossible (`blocking`) that was meant for it:
+    the same tool on the same target, else the same tool when that gold write is the tool's only one left undone (a
+    wrong identifying argument: the world found no such target). Its arguments against the gold's show whether the
+    refusal was the agent's own doing."""
+    out: dict[tuple, TraceStep] = {}
+    for s in steps:
+        tool = s.action.get("tool")
+        if tool not in write_tools or s.blocked is not None or s.observation.get("ok") \
+                or not s.observation.get("blocking"):
+            continue
+        key = (tool, write_target(tool, s.action.get("args", {}), targets))
+        if key not in wanted:
+            undone = [k for k in wanted if k[0] == tool and k not in done]
+            key = undone[0] if len(undone) == 1 else None
+        if key is not None and key not in done and key not in out:
+            out[key] = s
+    return out
+
+
+def _refusal_text(s: TraceStep) -> str:
+    content = s.observation.get("content")
+    return str(content.get("error", "")).strip() if isinstance(content, dict) else ""
 
 
 def value_evidence(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold], package: MemoryPackage,
@@ -229,6 +273,9 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     extra = {"target": d0.target, "cards": cards, "delivered": list(s.delivered),
              "diffs": [{"field": d.field, "agent": d.agent, "gold": d.gold} for d in at]}
     detail = "; ".join(f"`{d.field}` {d.agent!r}, gold {d.gold!r}" for d in at)
+    if d0.refused:  # the world refused the write for it: its own words on what was wrong
+        extra["refused"] = d0.refused
+        detail += f" (refused: {d0.refused})"
     states = None
     if cards and not here and h is not False:
         feats = None if write_tools is None else write_feats(s, steps, write_tools, targets, today)
@@ -242,13 +289,13 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
 
 def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_tools: frozenset[str],
                         gold: Mapping[str, Gold], targets: Targets | None = None,
-                        today: date | None = None) -> TrainEvidence:
+                        today: date | None = None, confirmation: bool = True) -> TrainEvidence:
     """`train_evidence` of an evaluated train corpus (its traces and scores frames) against its items' gold; which
     failures the trace cannot explain is the trace-only diagnosis's call (as an unlabelled corpus gets it)."""
     from components.evolution.diagnose import diagnose
     from components.runtime.trace import frame_steps
 
-    d = diagnose(traces, scores, package, write_tools, "train-evidence", targets=targets)
+    d = diagnose(traces, scores, package, write_tools, "train-evidence", targets=targets, confirmation=confirmation)
     episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)} \
         if len(traces) else {}
     failed = {f.episode_id: str(f.item_id) for f in d.findings}

@@ -72,7 +72,12 @@ def _leak_tokens(bench_root: str, digest: str) -> frozenset[str]:
     policy = bench.policy.lower()
     ids = {x for t in bench.tasks.values() for x in (t.id, t.user_id)}
     constants = rule_constants(bench) - ids
-    return frozenset(x for x in tokens if len(x) >= MIN_TOKEN and x.lower() not in policy and x not in constants)
+    # and so is the tools' own vocabulary (their names and parameters, public in tools.json), which a policy need not
+    # name (a benchmark's policy may not), though a task's gold actions carry it
+    public = {t["function"]["name"] for t in bench.tools} | {
+        p for t in bench.tools for p in ((t["function"].get("parameters") or {}).get("properties") or {})}
+    return frozenset(x for x in tokens if len(x) >= MIN_TOKEN and x.lower() not in policy and x not in constants
+                     and x not in public)
 
 
 def rule_constants(bench: Benchmark) -> frozenset[str]:

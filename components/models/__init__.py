@@ -45,14 +45,19 @@ def openai_chat(*, base_url: HttpURL, model: str = "ratchet-sim", api_key_env: s
                 timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5, backoff_cap: float = 8.0,
                 temperature: float = 0.0, max_tokens: int = 512, tool_choice: ToolChoice = "auto",
                 headers: dict[str, str] | None = None, json_actions: bool = False,
-                schema_format: Literal["json_schema", "json_object", "none"] = "json_schema"):
+                schema_format: Literal["json_schema", "json_object", "none"] = "json_schema",
+                max_tokens_field: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto",
+                reasoning: bool = False, reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None,
+                parallel_tool_calls: bool | None = None, extra_body: dict[str, Any] | None = None):
     """A model behind an OpenAI-compatible /v1/chat/completions endpoint (see `openai_chat.py` for each option)."""
     from components.models.openai_chat import OpenAIChat
 
     return OpenAIChat(base_url=base_url, model=model, api_key_env=api_key_env, timeout=timeout,
                       max_retries=max_retries, backoff=backoff, backoff_cap=backoff_cap, temperature=temperature,
                       max_tokens=max_tokens, tool_choice=tool_choice, headers=headers, json_actions=json_actions,
-                      schema_format=schema_format)
+                      schema_format=schema_format, max_tokens_field=max_tokens_field, reasoning=reasoning,
+                      reasoning_effort=reasoning_effort, parallel_tool_calls=parallel_tool_calls,
+                      extra_body=extra_body)
 
 
 # `ratchet serve-local` (llama-cpp-python) on its default port: a slow CPU server, so long timeouts and few retries;

@@ -1,7 +1,12 @@
 """A model behind any OpenAI-compatible server (vLLM, llama.cpp, Ollama, a hosted API, or `ratchet serve-sim`).
 
-Every request carries `max_tokens` (a runaway reply stops there) and, when tools are offered, `tool_choice`
-(llama-cpp-python's function-calling formats render the tools only when it is sent).
+Every request carries a cap on the reply's tokens (a runaway reply stops there): `max_tokens`, or
+`max_completion_tokens` where the server wants it (`max_tokens_field`; `auto` switches for good the first time a server
+refuses `max_tokens` and names `max_completion_tokens`, as OpenAI's reasoning models do); and, when tools are offered,
+`tool_choice` (llama-cpp-python's function-calling formats render the tools only when it is sent). `reasoning: true`
+asks as a reasoning model wants: `max_completion_tokens`, no `temperature`, `reasoning_effort` when given.
+`extra_body` adds fields the SDK does not name (vLLM's `chat_template_kwargs`, e.g. `{enable_thinking: false}`);
+`parallel_tool_calls` is sent when set (the harness runs every call of a reply, in order, either way).
 
 Failures, by what they are:
     transient   connection errors, timeouts, 408, 429, 502/503/504 (and a 500 that does not read as a validation error,
@@ -44,15 +49,27 @@ VALIDATION = re.compile(r"validation|input should be|field required|'loc':|\btyp
                         re.I)
 MAX_RETRY_AFTER = 120.0
 SchemaFormat = Literal["json_schema", "json_object", "none"]
+MaxTokensField = Literal["auto", "max_tokens", "max_completion_tokens"]
 
 
 class OpenAIChat:
     def __init__(self, *, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0,
                  max_retries: int = 4, backoff: float = 0.5, backoff_cap: float = 8.0, temperature: float = 0.0,
                  max_tokens: int = 512, tool_choice: str = "auto", headers: dict[str, str] | None = None,
-                 json_actions: bool = False, schema_format: SchemaFormat = "json_schema"):
+                 json_actions: bool = False, schema_format: SchemaFormat = "json_schema",
+                 max_tokens_field: MaxTokensField = "auto", reasoning: bool = False,
+                 reasoning_effort: str | None = None, parallel_tool_calls: bool | None = None,
+                 extra_body: dict[str, Any] | None = None):
         self.name = model
         self.temperature, self.max_tokens, self.tool_choice = temperature, max_tokens, tool_choice
+        # which field carries the reply's token cap: `max_tokens`, or `max_completion_tokens` (OpenAI's reasoning
+        # models refuse the other); `auto`: max_tokens, switching to max_completion_tokens for good the first time the
+        # server says so (a reasoning model: max_completion_tokens from the start)
+        self.max_tokens_field = max_tokens_field
+        self._limit = ("max_completion_tokens" if max_tokens_field == "max_completion_tokens"
+                       or (max_tokens_field == "auto" and reasoning) else "max_tokens")
+        self.reasoning, self.reasoning_effort = reasoning, reasoning_effort
+        self.parallel_tool_calls, self.extra_body = parallel_tool_calls, dict(extra_body or {})
         self.max_retries, self.backoff, self.backoff_cap = max_retries, backoff, backoff_cap
         self.json_actions, self.schema_format = json_actions, schema_format
         self.retries = 0  # transient failures retried so far (for reports)
@@ -70,18 +87,35 @@ class OpenAIChat:
         actions = bool(tools) and self.json_actions
         if actions:
             schema, messages = action_schema(tools), action_messages(messages, tools)
-        kwargs: dict = {"model": self.name, "messages": messages, "seed": seed, "temperature": self.temperature,
-                        "max_tokens": self.max_tokens}
+        kwargs: dict = {"model": self.name, "messages": messages, "seed": seed}
+        if not self.reasoning:  # a reasoning model takes no sampling temperature (OpenAI's refuse any but the default)
+            kwargs["temperature"] = self.temperature
+        kwargs[self._limit] = self.max_tokens
+        if self.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = self.reasoning_effort
         if tools and not actions:
             kwargs["tools"] = tools
             kwargs["tool_choice"] = self.tool_choice
+            if self.parallel_tool_calls is not None:
+                kwargs["parallel_tool_calls"] = self.parallel_tool_calls
+        if self.extra_body:  # fields the SDK does not name, sent as they are (vLLM's chat_template_kwargs, ...)
+            kwargs["extra_body"] = dict(self.extra_body)
         if schema is not None and self.schema_format == "json_schema":
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
         elif schema is not None and self.schema_format == "json_object":
             kwargs["response_format"] = {"type": "json_object", "schema": schema}
         elif json_mode or actions:
             kwargs["response_format"] = {"type": "json_object"}
-        resp, spent = self._create(kwargs, messages, tools if not actions else None)
+        try:
+            resp, spent = self._create(kwargs, messages, tools if not actions else None)
+        except ModelError as e:
+            if not self._limit_refused(e):
+                raise
+            # the server wants max_completion_tokens (a reasoning model): asked again with it, and from now on
+            self._limit = "max_completion_tokens"
+            kwargs["max_completion_tokens"] = kwargs.pop("max_tokens")
+            resp, again = self._create(kwargs, messages, tools if not actions else None)
+            spent = add_usage(e.usage, again)
 
         def fail(kind: str, message: str) -> ModelError:
             return ModelError(message, kind, spent)
@@ -109,6 +143,12 @@ class OpenAIChat:
             if choice.finish_reason == "tool_calls":
                 raise fail("malformed", "finish_reason tool_calls but no tool call in the reply")
         return ChatResult(content=content, tool_calls=calls, usage=spent)
+
+    def _limit_refused(self, e: ModelError) -> bool:
+        """The server refused `max_tokens` and asked for `max_completion_tokens` (OpenAI's reasoning models do)."""
+        text = e.message.lower()
+        return (self.max_tokens_field == "auto" and self._limit == "max_tokens" and e.kind == "rejected"
+                and "max_tokens" in text and "max_completion_tokens" in text)
 
     def _cut(self, spent: Usage) -> str:
         """Which limit cut the reply: max_tokens when the server generated that many, else the context window (the
@@ -334,5 +374,7 @@ def action_messages(messages: list[dict], tools: list[dict]) -> list[dict]:
             out.append({"role": "assistant", "content": json.dumps({"message": m.get("content") or ""})})
         else:
             out.append({"role": m["role"], "content": m.get("content") or ""})
-    first_user = next((i for i, m in enumerate(out) if m["role"] != "system"), len(out))
-    return [*out[:first_user], {"role": "system", "content": ACTIONS_HEADER + listing}, *out[first_user:]]
+    # into the one system message (templates refuse a second one): the tools and the reply's form after the prompt
+    if out and out[0]["role"] == "system":
+        return [{"role": "system", "content": out[0]["content"] + "\n\n" + ACTIONS_HEADER + listing}, *out[1:]]
+    return [{"role": "system", "content": ACTIONS_HEADER + listing}, *out]

@@ -109,8 +109,13 @@ def _error(status: int, message: str, param: str | None = None, code: str | None
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
 
 
-def _parse(raw: bytes) -> tuple[ChatRequest, list[dict]]:
-    """The validated request and its messages as the agent reads them (text parts joined), or a 400."""
+STRICT_SYSTEM = "System message must be at the beginning."  # what Qwen's and Gemma's chat templates raise
+
+
+def _parse(raw: bytes, strict_system: bool = False) -> tuple[ChatRequest, list[dict]]:
+    """The validated request and its messages as the agent reads them (text parts joined), or a 400. `strict_system`:
+    a system message anywhere but first is refused, as the chat templates of current open models refuse it under
+    vLLM (their Jinja raises, and the server answers 400)."""
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -131,6 +136,9 @@ def _parse(raw: bytes) -> tuple[ChatRequest, list[dict]]:
     if req.messages[0].role not in ("system", "developer"):
         raise _Refusal(400, "messages: the first message must be the system prompt (the agent's policy and memory)",
                        "messages", "invalid_value")
+    if strict_system and any(m.role in ("system", "developer") for m in req.messages[1:]):
+        at = next(i for i, m in enumerate(req.messages) if i and m.role in ("system", "developer"))
+        raise _Refusal(400, f"messages.{at}: {STRICT_SYSTEM}", f"messages.{at}", "invalid_value")
     offered = {t.function.name for t in req.tools or []}
     if isinstance(req.tool_choice, _NamedChoice) and req.tool_choice.function.name not in offered:
         raise _Refusal(400, f"tool_choice: {req.tool_choice.function.name!r} is not one of the request's tools",
@@ -189,7 +197,10 @@ def _fault(body: bytes, attempt: int, rate: float, seed: int) -> str | None:
 
 
 def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fault_seed: int = 0,
-               slow_seconds: float = 2.0, max_body: int = MAX_BODY, body_timeout: float = HEADER_TIMEOUT) -> FastAPI:
+               slow_seconds: float = 2.0, max_body: int = MAX_BODY, body_timeout: float = HEADER_TIMEOUT,
+               strict_system: bool = False) -> FastAPI:
+    """The app; `agent` is any chat model (the simulated agent by default); `strict_system`: refuse a system message
+    that is not first (`_parse`)."""
     agent = agent or SimulatedAgent()
     app = FastAPI(title="ratchet simulated agent", openapi_url=None, docs_url=None, redoc_url=None)
     attempts: dict[bytes, int] = {}
@@ -239,7 +250,7 @@ def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fau
 
     async def answer(request: Request):
         raw = await body_of(request)
-        req, messages = _parse(raw)
+        req, messages = _parse(raw, strict_system)
         key = hashlib.sha256(raw).digest()
         attempt = attempts.get(key, 0)
         attempts[key] = attempt + 1
@@ -252,7 +263,7 @@ def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fau
             await asyncio.sleep(slow_seconds)
         if fault == "bad_json":
             return PlainTextResponse('{"id": "x", "choices": [', media_type="application/json")
-        json_mode = (req.response_format or {}).get("type") == "json_object"
+        json_mode = (req.response_format or {}).get("type") in ("json_object", "json_schema")
         tools = [t.model_dump() for t in req.tools] if req.tools else None
         res = agent.complete(messages, tools=tools, seed=req.seed or 0, json_mode=json_mode)
         kept, withheld = _allowed_calls(req, res.tool_calls)
@@ -307,10 +318,11 @@ def _header_timeout_protocol(seconds: float):
 
 
 def serve(port: int, host: str = "127.0.0.1", fault_rate: float = 0.0, fault_seed: int = 0,
-          slow_seconds: float = 2.0, max_body: int = MAX_BODY, header_timeout: float = HEADER_TIMEOUT) -> None:
+          slow_seconds: float = 2.0, max_body: int = MAX_BODY, header_timeout: float = HEADER_TIMEOUT,
+          strict_system: bool = False) -> None:
     import uvicorn
 
     uvicorn.run(create_app(fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds, max_body=max_body,
-                           body_timeout=header_timeout),
+                           body_timeout=header_timeout, strict_system=strict_system),
                 host=host, port=port, log_level="warning", access_log=False,
                 http=_header_timeout_protocol(header_timeout))

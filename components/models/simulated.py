@@ -135,19 +135,16 @@ CARD_SPLIT = re.compile(r"^### card ", re.M)
 
 
 def read(messages: list[dict], comp: Competence) -> View:
-    if len(messages) < 2 or messages[0].get("role") != "system":
-        raise ModelError("expected a system prompt and a memory message first")
-    policy = messages[0]["content"] or ""
-    memory = messages[1]["content"] or "" if messages[1].get("role") == "system" else ""
-    rest = messages[2:]
+    if not messages or messages[0].get("role") != "system":
+        raise ModelError("expected the system message first")
+    # one system message: the policy, this turn's memory, and the call's own instruction (`prompts.system_message`)
+    policy, memory, tail = prompts.split_system(messages[0]["content"] or "")
+    rest = messages[1:]
     mode, feedback = "draft", None
-    if rest and rest[-1]["role"] == "system":
-        tail = rest[-1]["content"] or ""
-        if tail.startswith(prompts.PROPOSE.split("\n")[0]):
-            mode = "propose"
-        elif tail.startswith(prompts.FEEDBACK.split("\n")[0]):
-            feedback = tail
-        rest = rest[:-1]
+    if tail.startswith(prompts.PROPOSE.split("\n")[0]):
+        mode = "propose"
+    elif tail.startswith(prompts.FEEDBACK.split("\n")[0]):
+        feedback = tail
     cards = [c for c in CARD_SPLIT.split(memory)[1:]]
     board = None
     if "## Working memory (ledger)" in memory:

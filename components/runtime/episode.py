@@ -10,6 +10,7 @@ from components.memory.package import MemoryPackage
 from components.models.base import ChatModel, ModelError
 from components.runtime.chat import ChatHarness
 from components.runtime.kernel import Episode, run_turn
+from components.runtime.protocol import CUSTOM, Protocol
 from components.runtime.trace import TraceStep
 from components.runtime.types import Usage
 from components.worlds import Benchmark, world
@@ -78,17 +79,37 @@ def party_usage(env) -> Usage:
     return got
 
 
+def protocol_of(env) -> Protocol:
+    """How the episode runs (`components.runtime.protocol`): the environment's `protocol` (a world whose benchmark
+    follows a reference orchestrator sets it), else Ratchet's own harness."""
+    got = getattr(env, "protocol", None)
+    return CUSTOM if got is None else got
+
+
+def turn_cap(protocol: Protocol, max_turns: int) -> int:
+    """The turns an episode may take: `max_turns` under Ratchet's harness; under a reference protocol, whose own
+    limits end the episode, a safety net far above them (turns whose drafts the harness blocked count no step)."""
+    return max_turns if protocol.max_steps is None else SAFETY * protocol.max_steps
+
+
+SAFETY = 4
+
+
 def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: int, model: ChatModel,
                 max_turns: int = MAX_TURNS, sealed: bool = True) -> EpisodeResult:
-    """`sealed=False`: the steps are not content-hashed (a counterfactual replay reads only the outcome)."""
+    """`sealed=False`: the steps are not content-hashed (a counterfactual replay reads only the outcome).
+    `max_turns` applies under Ratchet's harness; a reference protocol's own limits end its episodes (`turn_cap`)."""
     spec = world(bench.world)
     task = bench.tasks[item_id]
     env = spec.make_env(bench, task)
-    port = ChatHarness(env, model, episode_seed(item_id, seed), targets=bench.meta.get("targets"))
+    protocol = protocol_of(env)
+    port = ChatHarness(env, model, episode_seed(item_id, seed), targets=bench.meta.get("targets"), protocol=protocol)
     ep = Episode.start(f"{item_id}#{seed}", package, sealed=sealed)
+    cap = turn_cap(protocol, max_turns)
     error = ""
     try:
-        while not port.ended and len(ep.steps) < max_turns:
+        port.start()  # the user's first line: a user simulated by a model may fail here too
+        while not port.ended and len(ep.steps) < cap:
             run_turn(ep, port)
     except ModelError as e:  # a model fault ends the episode as an error, never as a success
         error = f"model: {e}"

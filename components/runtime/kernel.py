@@ -3,6 +3,9 @@
     ground -> deliver@turn_start -> propose state -> deliver@intent_recorded -> draft
            -> check@draft_ready|agent_declares_done -> review@pre_write -> commit -> trace
 
+A port that asks the model for no state (`port.proposes` false: a benchmark's reference protocol) drafts first and
+takes the draft's tool as the intent; the cards delivered at intent_recorded for it earn one redraft.
+
 The order is engine law; a package chooses which strategies run at each event but cannot reorder the phases.
 Strategies only propose: a delivery adds memory, a checker's bounce earns at most one redraft per turn, and a draft
 still bounced after that is blocked (never executed; its synthetic result can never ground W). Only genuine receipts,
@@ -21,7 +24,7 @@ from components.memory.package import MemoryPackage
 from components.memory.strategies import CheckContext, DeliveryContext
 from components.runtime.port import HarnessPort
 from components.runtime.trace import TraceStep
-from components.runtime.types import Draft
+from components.runtime.types import Draft, Proposal
 
 
 # the phases a turn's timings name (components.tracking.mlflow_log draws them as a trace's spans)
@@ -70,22 +73,32 @@ def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
     # 2. deliver at turn_start
     _timed(spans, MEMORY, turn.deliver, TURN_START, frozenset(e.tool for e in ledger.pending()))
 
-    # 3. the model proposes pending state; settled entries stay, stale pending ones move to history
-    proposal = _timed(spans, MODEL, port.propose, turn.memory())
-    applied = ledger.apply_proposal(proposal)
-    turn.fingerprint += [f"ledger:add:{e}" for e in applied.added] + [f"ledger:retire:{e}" for e in applied.retired]
-    if applied.overflow:
-        turn.fingerprint.append(f"ledger:overflow:{applied.overflow}")
+    first_draft, blocked = None, None
+    if port.proposes:
+        # 3. the model proposes pending state; settled entries stay, stale pending ones move to history
+        proposal = _timed(spans, MODEL, port.propose, turn.memory())
+        applied = ledger.apply_proposal(proposal)
+        turn.fingerprint += [f"ledger:add:{e}" for e in applied.added] + [f"ledger:retire:{e}" for e in applied.retired]
+        if applied.overflow:
+            turn.fingerprint.append(f"ledger:overflow:{applied.overflow}")
 
-    # 4. deliver at intent_recorded
-    _timed(spans, MEMORY, turn.deliver, INTENT_RECORDED,
-           frozenset({proposal.next_tool}) if proposal.next_tool else frozenset())
+        # 4. deliver at intent_recorded
+        _timed(spans, MEMORY, turn.deliver, INTENT_RECORDED,
+               frozenset({proposal.next_tool}) if proposal.next_tool else frozenset())
 
-    # 5. draft
-    draft = _timed(spans, MODEL, port.draft, turn.memory())
+        # 5. draft
+        draft = _timed(spans, MODEL, port.draft, turn.memory())
+    else:
+        # 3-5 where the port asks for no state (a reference protocol): the draft's own tool is the intent; the
+        # cards it calls up at intent_recorded arrive with one redraft (the draft before them is `first_draft`)
+        draft = _timed(spans, MODEL, port.draft, turn.memory())
+        proposal = Proposal(next_tool=draft.tool_call.name if draft.tool_call else None)
+        if proposal.next_tool and _timed(spans, MEMORY, turn.deliver, INTENT_RECORDED, frozenset({proposal.next_tool})):
+            first_draft = draft
+            turn.fingerprint.append("redraft:intent")
+            draft = _timed(spans, MODEL, port.draft, turn.memory())
 
     # 6-7. checkers, then pre-write review; one redraft at most, then block
-    first_draft, blocked = None, None
     for attempt in (0, 1):
         reasons = _timed(spans, CHECKS, turn.review, draft, port, attempt)
         if not reasons:

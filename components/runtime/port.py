@@ -1,6 +1,6 @@
 """The HarnessPort: the only thing the kernel knows of a world and a model.
 
-Eight members (two attributes, six calls), plain data across. An adapter (see `chat.py`) implements it for any
+Nine members (three attributes, six calls), plain data across. An adapter (see `chat.py`) implements it for any
 world and any chat model; the kernel never sees a world's message classes or a model's API."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from components.runtime.types import Draft, Proposal, Receipt, Turn
 class HarnessPort(Protocol):
     write_tools: frozenset[str]  # calls that change the world: reviewed at pre_write, the only ones that ground W
     targets: dict[str, list[str]]  # write tool -> the args that identify its target (for confirmation)
+    proposes: bool  # the model states its pending work each turn (`propose`); else the draft's tool is the intent
 
     def receipts(self) -> list[Receipt]:
         """Receipts of the actions committed since the last call (for grounding)."""

@@ -97,3 +97,6 @@ class Turn(BaseModel):
     ok: bool = True
     args: dict[str, Any] = Field(default_factory=dict)  # a tool line: the call's arguments
     granted: bool | None = None  # a `confirm` line: the world's answer (see runtime/confirm.py)
+    # an assistant tool line: the call came in the same model message as the call before it (a parallel call). Not
+    # part of what a step records (`TraceStep.incoming`): only a world that counts messages as its reference does reads it
+    parallel: bool = Field(default=False, exclude=True)

@@ -157,15 +157,18 @@ def params_hash(params: dict) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
-def campaign_identity(params: dict, start_digest: str, benchmark_digest: str) -> dict[str, Any]:
+def campaign_identity(params: dict, start_digest: str, benchmark_digest: str,
+                      settings: dict | None = None) -> dict[str, Any]:
     """What decides a campaign's results, so what names its MLflow records: the evolution params a rerun must keep
     (`Params.identity`), the declared rounds (each round's gate spends campaign_alpha / rounds: a 2-round campaign is
-    not the first two rounds of a 10-round one), whether it reads the campaign memory, and the bytes it starts from."""
+    not the first two rounds of a 10-round one), whether it reads the campaign memory, the bytes it starts from, and
+    the world's settings outside the benchmark (`settings`: a user simulator's model; absent when there are none)."""
     from components.params import Params
 
     p = Params.model_validate(params)
     return {**p.identity(), "campaign.rounds": p.campaign.rounds, "evidence.memory": p.evidence.memory,
-            "start_digest": start_digest, "benchmark_digest": benchmark_digest}
+            "start_digest": start_digest, "benchmark_digest": benchmark_digest,
+            **({"world.settings": settings} if settings else {})}
 
 
 def identity_hash(identity: dict[str, Any]) -> str:
@@ -186,7 +189,8 @@ def registered_name(campaign: str, ident: str, out: str) -> str:
 
 def tracking_names(summary: dict[str, Any]) -> dict[str, str]:
     """The MLflow experiment and registered model of the campaign a summary.json describes (a notebook's way in)."""
-    ih = identity_hash(campaign_identity(summary["params"], summary["start_digest"], summary["benchmark_digest"]))
+    ih = identity_hash(campaign_identity(summary["params"], summary["start_digest"], summary["benchmark_digest"],
+                                         summary.get("world_settings")))
     return {"experiment": experiment_name(summary["campaign"], ih),
             "registered_model": registered_name(summary["campaign"], ih, summary["params"]["campaign"]["out"]),
             "identity": ih}
@@ -403,7 +407,8 @@ class CampaignTracker:
         start = next((r for r in self._lineage_records() if r.verdict == Verdict.START), None)
         if start is None:
             raise ValueError(f"{self.out}: no lineage start record: nothing to log")
-        self.identity = campaign_identity(params, start.child.digest, str(start.benchmark_digest or ""))
+        self.identity = campaign_identity(params, start.child.digest, str(start.benchmark_digest or ""),
+                                          (start.identity or {}).get("world.settings"))
         self.ident = identity_hash(self.identity)
         self.experiment_name = experiment_name(name, self.ident)
         self.model_name = registered_name(name, self.ident, params["campaign"]["out"])

@@ -119,8 +119,35 @@ def world(name: str) -> WorldSpec:
     if not isinstance(spec, WorldSpec) or spec.name != name:
         raise BenchmarkError(f"world {name!r}: its factory must return a WorldSpec named {name!r} (got {spec!r:.80})")
     _check_receipts(spec)
+    _check_protocols(spec)
     _specs[name] = spec
     return spec
+
+
+def _check_protocols(spec: WorldSpec) -> None:
+    """A world's declared protocols: `custom` and `standard` only, each once, with a `materialize` that takes
+    `protocol` when there is more than Ratchet's own harness to choose from."""
+    import inspect
+
+    ps = spec.protocols
+    if not isinstance(ps, tuple) or not ps or len(set(ps)) != len(ps) or not set(ps) <= {"standard", "custom"}:
+        raise BenchmarkError(f"world {spec.name!r}: protocols: must be a tuple of standard and/or custom; got {ps!r:.80}")
+    if ps != ("custom",) and "protocol" not in inspect.signature(spec.materialize).parameters:
+        raise BenchmarkError(f"world {spec.name!r}: protocols: declares {' | '.join(ps)}, but its materialize takes no "
+                             "`protocol` argument to write it")
+
+
+def party_model(settings: dict) -> bool:
+    """Whether the settings name a model of the episode's other party (a setting that is a mapping of model options,
+    a user simulator's): it spends tokens of its own, from the same budget."""
+    return any(isinstance(v, dict) for v in settings.values())
+
+
+def run_settings(name: str) -> dict:
+    """The world's settings outside the benchmark that change its episodes (`WorldSpec.settings`: a user simulator's
+    model), as read in this process; {} for a world that has none. A bad setting is an InputError naming it."""
+    spec = world(name)
+    return dict(spec.settings()) if spec.settings is not None else {}
 
 
 def _check_receipts(spec: WorldSpec) -> None:
@@ -138,4 +165,4 @@ def _check_receipts(spec: WorldSpec) -> None:
 
 
 __all__ = ["Benchmark", "BenchmarkError", "Competence", "ENTRY_POINT_GROUP", "Environment", "Task", "WORLDS",
-           "ReceiptMode", "WorldSpec", "discover", "load_benchmark", "names", "world"]
+           "ReceiptMode", "WorldSpec", "discover", "load_benchmark", "names", "party_model", "run_settings", "world"]

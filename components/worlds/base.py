@@ -105,7 +105,9 @@ class Score:
 class Environment(Protocol):
     """One episode of a world, as the chat harness sees it. Optional: `party_usage` (a `Usage`), what the episode's
     other party spent on a model of its own (a user simulated by an LLM), recorded beside the agent's tokens
-    (`components.runtime.episode.party_usage`); a world without one spends nothing there."""
+    (`components.runtime.episode.party_usage`); a world without one spends nothing there. Optional: `protocol` (a
+    `components.runtime.protocol.Protocol`), how the harness runs the episode (`episode.protocol_of`; none: Ratchet's
+    own harness)."""
 
     system_prompt: str
     tools: list[dict]
@@ -166,6 +168,18 @@ class Benchmark:
     @property
     def receipts(self) -> ReceiptMode:
         return ReceiptMode(self.meta.get("receipts", ReceiptMode.explained.value))  # checked at load
+
+    @property
+    def protocol(self) -> str:
+        """How its episodes run (`components.runtime.protocol`): meta.json `protocol`, absent = custom."""
+        return self.meta.get("protocol", "custom")
+
+    @property
+    def confirmation(self) -> bool:
+        """Whether the benchmark's grading asks a write to be confirmed (the harness `confirm`): meta.json
+        `confirmation`, absent = true. False where the gold never confirms (tau2-bench's): diagnosis then never puts
+        a failure down to a missing confirmation."""
+        return bool(self.meta.get("confirmation", True))
 
     @property
     def targets(self) -> dict[str, list[str]]:
@@ -322,6 +336,18 @@ class WorldSpec:
     # a benchmark's rules' true values (rule id -> value), where they may differ from the world's own (a variant):
     # what the counterfactual replay's agent knows with E off. None: the competence's facts are the truth
     truth: Callable[[Benchmark], Mapping[str, object]] | None = None
+    # how its episodes can run (`benchmark.protocol`, meta.json `protocol`; `components.runtime.protocol`), the default
+    # first: `custom` (Ratchet's harness) for every world; a world that has a reference orchestrator (tau2-bench's)
+    # also `standard`, which its environment then follows. More than `custom` needs a `materialize` taking `protocol`.
+    protocols: tuple[str, ...] = ("custom",)
+    # settings outside the benchmark that change its episodes and are read where episodes run (a user simulator's
+    # model, from the environment): () -> a JSON-able dict, {} when there are none. Part of a run's identity: eval
+    # meta.json and resume key, a campaign's identity and cache keys (`components.worlds.run_settings`)
+    settings: Callable[[], dict] | None = None
+    # the world's own check of a benchmark's files beyond the generic ones (tau2-bench: its database and the items'
+    # tasks validate as tau2's models): (benchmark, item ids) -> None, a BenchmarkError naming file and field.
+    # Called before a run writes anything (`ratchet eval`, a campaign's start), so a damaged file is one line
+    check: Callable[[Benchmark, list[str]], None] | None = None
 
 
 def load_benchmark(root: str | Path) -> Benchmark:
@@ -377,6 +403,12 @@ def _meta(root: Path) -> dict:
         raise BenchmarkError(f"{root / 'meta.json'}: receipts: {mode!r}, but the {meta['world']} world's receipts are "
                              f"{' | '.join(m.value for m in spec.receipts)} (re-materialize with `ratchet bench "
                              "materialize`)")
+    protocol = meta.get("protocol", "custom")
+    if protocol not in spec.protocols:
+        raise BenchmarkError(f"{root / 'meta.json'}: protocol: {protocol!r}, but the {meta['world']} world's episodes "
+                             f"run under {' | '.join(spec.protocols)} (re-materialize with `ratchet bench materialize`)")
+    if not isinstance(meta.get("confirmation", True), bool):
+        raise BenchmarkError(f"{root / 'meta.json'}: confirmation: must be true or false")
     targets = meta["targets"]
     if not isinstance(targets, dict) or not all(isinstance(a, list) and all(isinstance(x, str) for x in a)
                                                 for a in targets.values()):

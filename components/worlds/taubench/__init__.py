@@ -48,6 +48,9 @@ DOMAINS = {"tau2-retail": "retail", "tau2-airline": "airline"}  # world name -> 
 # tau2's tools refuse only the impossible (a ValueError: an external refusal), never a policy breach, which goes through
 # and shows in the final database alone: its benchmarks are silent (meta.json `receipts`), and can be nothing else
 RECEIPTS = (ReceiptMode.silent,)
+# how an episode runs (`components.runtime.protocol`): `standard`, as tau2's own orchestrator runs it (the default: a
+# score comparable to tau2's leaderboard), or `custom`, Ratchet's harness (confirm, finish, its turn limit)
+PROTOCOLS = ("standard", "custom")
 
 
 class Tau2Competence:
@@ -83,13 +86,25 @@ def _spec(name: str) -> WorldSpec:
     domain = DOMAINS[name]
 
     def materialize(out, seed: int = 0, per_family: int | None = None, fractions: tuple[float, float] = SPLIT_SHARES,
-                    receipts: ReceiptMode | str = ReceiptMode.silent):
+                    receipts: ReceiptMode | str = ReceiptMode.silent, protocol: str = PROTOCOLS[0]):
         from components.worlds.taubench.world import materialize as build
 
         if ReceiptMode(receipts) not in RECEIPTS:  # `benchmark.receipts` is refused before this, by the spec's modes
             raise BenchmarkError(f"receipts: {ReceiptMode(receipts).value!r}: the {name} world's receipts are silent "
                                  "only (its tools enforce no policy rule)")
-        return build(domain, name, out, seed, per_family, fractions)
+        if protocol not in PROTOCOLS:
+            raise BenchmarkError(f"protocol: {protocol!r}: one of {', '.join(PROTOCOLS)}")
+        return build(domain, name, out, seed, per_family, fractions, protocol)
+
+    def settings() -> dict:
+        from components.worlds.taubench.user import user_settings
+
+        return user_settings()
+
+    def check(bench, items) -> None:
+        from components.worlds.taubench.world import check_benchmark
+
+        check_benchmark(domain, bench, items)
 
     def make_env(bench, task):
         from components.worlds.taubench.world import Tau2Env
@@ -100,7 +115,8 @@ def _spec(name: str) -> WorldSpec:
 
     return WorldSpec(name, materialize, make_env, Tau2Competence(frozenset(TARGETS[domain])),
                      {name: PACKAGES / name for name in ("none", "seed")},  # world-neutral: no cards
-                     receipts=RECEIPTS, counterfactual=False)  # no fault of a real model's can be switched off
+                     receipts=RECEIPTS, counterfactual=False,  # no fault of a real model's can be switched off
+                     protocols=PROTOCOLS, settings=settings, check=check)
 
 
 def retail() -> WorldSpec:

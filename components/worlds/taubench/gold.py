@@ -27,6 +27,7 @@ from components.runtime.types import FINISH_TOOL, ToolCall
 NAME = "ratchet-gold"
 TRANSFER = "transfer_to_human_agents"  # ends the call (`Tau2Env.terminal_tools`)
 EMPTY_PROPOSAL = json.dumps({"pending": [], "next_tool": None})
+CLOSING = "Is there anything else I can help you with?"
 
 
 class Mutation(str, Enum):
@@ -125,10 +126,16 @@ class GoldAgent:
     name = NAME
 
     def __init__(self, benchmark: str | Path, mutation: Mutation | None = None):
+        from components.errors import InputError
         from components.worlds import load_benchmark
+        from components.worlds.taubench import DOMAINS
 
         self.root = str(Path(benchmark))
-        self.digest = load_benchmark(self.root).digest
+        bench = load_benchmark(self.root)
+        if bench.world not in DOMAINS:  # its tasks carry no tau2 gold to replay
+            raise InputError(f"--model: gold: replays tau2-bench's gold actions, and {self.root} is a {bench.world} "
+                             f"benchmark (one of {', '.join(DOMAINS)} is needed)")
+        self.digest = bench.digest
         self.mutation = mutation
 
     def plan(self, first_message: str) -> tuple[str, list[tuple[str, dict]] | None, list[str]]:
@@ -157,6 +164,9 @@ class GoldAgent:
         said = any(m.get("role") == "assistant" and m.get("content") == text for m in messages)
         if communicate and not said:
             return ChatResult(content=text)
+        if not any(t["function"]["name"] == FINISH_TOOL for t in tools or []):
+            # tau2's own protocol offers no `finish`: the agent talks on until the customer ends the call
+            return ChatResult(content=CLOSING)
         return ChatResult(tool_calls=[ToolCall(id="done", name=FINISH_TOOL, args={"summary": "All requests handled."})])
 
 

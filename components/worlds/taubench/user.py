@@ -46,37 +46,60 @@ class ScriptedUser:
         self._known = (getattr(ins, "known_info", None) or "").strip()
         self.replies = 0
         self.stopped = False
+        self.final = ""  # the line that ended the call (tau2 keeps it in the conversation)
+        self._transferred = False
         self.calls: list[dict] = []
         self.usage = Usage()  # a script spends nothing
 
     def first(self) -> str:
         return self._first
 
+    def transferred(self) -> None:
+        """The agent transferred the call to a human: the next message is answered with ###TRANSFER### (what tau2's
+        user simulator is told to say)."""
+        self._transferred = True
+
     def reply(self, assistant_text: str) -> str | None:
-        if self.replies >= SCRIPTED_REPLIES:
+        if self._transferred or self.replies >= SCRIPTED_REPLIES:
             self.stopped = True
+            self.final = TRANSFER if self._transferred else STOP
             return None
         self.replies += 1
-        return f"Yes. {self._known}".strip()
+        return scripted_reply(self._known)
 
     def confirm(self, tool: str, args: dict, summary: str) -> bool:
         return True
 
 
-@lru_cache(maxsize=1)
-def tau2_user_prompt_template() -> str:
-    """tau2's user simulator SYSTEM_PROMPT, read from its source: importing `tau2.user.user_simulator` would import
-    tau2's LLM client (litellm), which this install leaves out."""
-    import tau2.user as pkg
+def scripted_reply(known: str) -> str:
+    """What the scripted user answers every message with."""
+    return f"Yes. {known}".strip()
 
-    src = Path(pkg.__file__).with_name("user_simulator.py").read_text(encoding="utf-8")
-    for node in ast.parse(src).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SYSTEM_PROMPT" for t in node.targets):
-            value = node.value  # """...""".strip()
+
+def confirm_question(tool: str, args: dict, summary: str) -> str:
+    """A `confirm` as the customer reads it: the agent's question (what it says is communicated, as tau2 credits
+    what an agent says in a message)."""
+    return f"{summary}\n\n({tool} {json.dumps(args, sort_keys=True)}) Do you confirm? Please answer yes or no."
+
+
+def source_constant(path: Path, name: str) -> str:
+    """A string constant (`NAME = \"\"\"...\"\"\".strip()`) of a tau2 source file, read without importing it: tau2's
+    agent and user simulator modules import its LLM client (litellm), which this install leaves out."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            value = node.value
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "strip":
                 value = value.func.value
             return ast.literal_eval(value).strip()
-    raise InputError(f"{pkg.__file__}: SYSTEM_PROMPT: not found in tau2's user simulator")
+    raise InputError(f"{path}: {name}: not found in tau2's source")
+
+
+@lru_cache(maxsize=1)
+def tau2_user_prompt_template() -> str:
+    """tau2's user simulator SYSTEM_PROMPT, read from its source."""
+    import tau2.user as pkg
+
+    return source_constant(Path(pkg.__file__).with_name("user_simulator.py"), "SYSTEM_PROMPT")
 
 
 def tau2_user_system_prompt(task) -> str:
@@ -96,6 +119,7 @@ class LLMUser:
         self.system = tau2_user_system_prompt(task)
         self.history: list[dict] = [{"role": "agent", "content": GREETING}]
         self.stopped = False
+        self.final = ""  # the line that ended the call
         self.calls: list[dict] = []
         self.usage = Usage()  # every call's, a failed one's too (the episode's `user_tokens_in`, ... in scores.csv)
 
@@ -109,9 +133,9 @@ class LLMUser:
         msgs = self._messages()
         try:
             res = self.model.complete(msgs, tools=None, seed=self.seed, json_mode=json_mode)
-        except ModelError as e:  # what the failed call(s) spent all the same
+        except ModelError as e:  # what the failed call(s) spent all the same; the episode errs, saying whose model
             self.usage = add_usage(self.usage, e.usage)
-            raise
+            raise ModelError(f"the user simulator's model ({ENV_VAR}): {e.message}", e.kind, e.usage, e.text) from None
         self.usage = add_usage(self.usage, res.usage)
         self.calls.append({"messages": msgs, "reply": res.content, "usage": res.usage.model_dump()})
         return res.content or ""
@@ -121,8 +145,12 @@ class LLMUser:
         self.history.append({"role": "customer", "content": text})
         if any(tok in text for tok in STOP_TOKENS):
             self.stopped = True
+            self.final = text
             return None
         return text
+
+    def transferred(self) -> None:
+        """tau2's user simulator reads a transfer from the agent's words alone."""
 
     def first(self) -> str:
         text = self._say()
@@ -135,8 +163,7 @@ class LLMUser:
         return self._say()
 
     def confirm(self, tool: str, args: dict, summary: str) -> bool:
-        question = f"{summary}\n\n({tool} {json.dumps(args, sort_keys=True)}) Do you confirm? Please answer yes or no."
-        self.history.append({"role": "agent", "content": question})
+        self.history.append({"role": "agent", "content": confirm_question(tool, args, summary)})
         raw = self._ask(json_mode=CONFIRM_SCHEMA)
         try:
             granted = json.loads(raw).get("confirmed") is True
@@ -147,16 +174,46 @@ class LLMUser:
 
 
 def user_model_config() -> dict | None:
+    """RATCHET_TAU2_USER as a mapping (None when unset); a value that is not one, or that names a key twice (YAML's
+    loader and JSON's would keep the last silently), is one line naming the variable."""
+    from components.io import strict_yaml, yaml_problem
+
     raw = os.environ.get(ENV_VAR, "").strip()
     if not raw:
         return None
     try:
-        cfg = yaml.safe_load(raw)
+        cfg = strict_yaml(raw)
     except yaml.YAMLError as e:
-        raise InputError(f"{ENV_VAR}: -: not YAML or JSON ({str(e).splitlines()[0]})") from None
+        raise InputError(f"{ENV_VAR}: -: not YAML or JSON, or not one value per key ({yaml_problem(e)})") from None
     if not isinstance(cfg, dict):
         raise InputError(f"{ENV_VAR}: -: must be a mapping of the openai backend's options (base_url, model, ...)")
     return cfg
+
+
+# options of the user's model that say how to reach it, not what it says (as for the agent: `runtime.journal.TRANSPORT`)
+USER_TRANSPORT = ("base_url", "timeout", "max_retries", "backoff", "backoff_cap", "api_key_env", "headers",
+                  "reply_store")
+
+
+def user_settings() -> dict:
+    """Which user simulator this process runs episodes with (`WorldSpec.settings`): `scripted`, or the model options
+    of tau2's user simulator that decide what it says (its model, temperature, ...; not how it is reached). Checked
+    as `make_user` checks them: a bad value is one line naming the variable."""
+    cfg = user_model_config()
+    if cfg is None:
+        return {"user": "scripted"}
+    _user_model(dict(cfg))  # refuses what an episode would refuse, before anything runs
+    return {"user": {k: v for k, v in sorted(cfg.items()) if k not in USER_TRANSPORT}}
+
+
+def _user_model(cfg: dict):
+    """The user's model from its options (`reply_store` taken out first); an InputError names the variable."""
+    from components.models import make_model
+
+    try:
+        return make_model("openai", cfg)  # typed options: a bad key or value is one clear line
+    except InputError as e:
+        raise InputError(f"{ENV_VAR}: {e}") from None
 
 
 class _StoredUser:
@@ -181,13 +238,12 @@ def make_user(task, first: str):
     cfg = user_model_config()
     if cfg is None:
         return ScriptedUser(task, first)
-    from components.models import make_model
     from components.models.callcache import deterministic
 
     store = cfg.pop("reply_store", None)
     if store is not None and not isinstance(store, str):
         raise InputError(f"{ENV_VAR}: reply_store: must be a file path")
-    model = make_model("openai", cfg)  # typed options: a bad key or value is one clear line
+    model = _user_model(cfg)
     if store and deterministic("openai", cfg):  # a sampled user's replies must not be pinned
         model = _StoredUser(model, store, cfg)
     seed = int(hashlib.sha256(f"tau2-user#{task.id}".encode()).hexdigest()[:8], 16)

@@ -10,7 +10,11 @@ its train split is cut into train and dev by a shuffle seeded with the benchmark
 An episode (`Tau2Env`) runs every tool call through tau2's own `Environment` built by the domain's `get_environment`
 over a fresh copy of the benchmark's database. A `ValueError` from a tool (tau2's way of refusing what cannot be
 done: an order not pending, a wrong payment method) is an external refusal receipt (`blocking`); any other exception
-(wrong or missing arguments) is `invalid_args`. The score is tau2's reward on the converted episode (`messages.py`).
+(wrong or missing arguments) is `invalid_args`. How the episode runs is the benchmark's protocol (meta.json
+`protocol`): `standard`, tau2's own orchestrator's (`standard_protocol`: its limits, prompt, greeting, tools and error
+text; a transfer ends the call when the user says so), or `custom`, Ratchet's harness. The score is tau2's reward on
+the converted episode (`messages.py`), the gold side of its environment evaluator computed once per task
+(`grading_constructor`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from components.worlds.base import (Benchmark, BenchmarkError, Criterion, Gold, 
 from components.worlds.taubench import TARGETS, TAU2_DIST, TAU2_VERSION
 
 CRITERION = "tau2_reward"  # the rubric's one criterion: its args hold tau2's task
+TRANSFER = "transfer_to_human_agents"  # tau2's user ends the call after it (###TRANSFER###)
 VERSION = 1
 INSTALL = ("install the `tau2` extra: RATCHET_EXTRAS=test,tau2 scripts/bootstrap.sh (or pip install -e '.[tau2]' "
            f"and pip install --no-deps {TAU2_DIST}=={TAU2_VERSION})")
@@ -83,7 +88,7 @@ def first_message(task) -> str:
 
 
 def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_family: int | None = None,
-                fractions: tuple[float, float] = SPLIT_SHARES) -> Path:
+                fractions: tuple[float, float] = SPLIT_SHARES, protocol: str = "standard") -> Path:
     t2 = tau2_modules(domain)
     tau_tasks = t2.env.get_tasks(None)  # every task; the split comes from the domain's split file below
     split = t2.env.get_tasks_split()
@@ -125,7 +130,10 @@ def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_fam
             "source": {"dist": TAU2_DIST, "version": TAU2_VERSION, "domain": domain},
             "families": {}, "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(targets),
             "targets": {t: list(targets[t]) for t in sorted(targets)},
-            "receipts": ReceiptMode.silent.value}  # `RECEIPTS`: tau2's tools enforce no policy rule
+            "receipts": ReceiptMode.silent.value,  # `RECEIPTS`: tau2's tools enforce no policy rule
+            # how episodes run: `standard` as tau2's own orchestrator runs them (comparable to its leaderboard), or
+            # `custom`, Ratchet's harness (docs/tau2.md); tau2's gold never confirms, and its grader asks for none
+            "protocol": protocol, "confirmation": False}
     # train items carry tau2's gold writes (evaluation_criteria.actions) as evidence from outcomes; dev and test gold
     # stays in the rubric, read by scoring alone
     train_ids = set(splits["train"])
@@ -144,8 +152,72 @@ def _order(task_id: str) -> tuple:
 def fresh_db(domain: str, bench: Benchmark):
     """A new tau2 database object holding the benchmark's `db.json`. Validated from the parsed JSON each time: that is
     faster than a deep copy of a validated one (airline's 7 MB: ~0.15 s against ~0.7 s), and the models hold no field
-    typed `Any`, so nothing of `bench.db` is shared with the copy the tools change."""
-    return tau2_modules(domain).DB.model_validate(bench.db)
+    typed `Any`, so nothing of `bench.db` is shared with the copy the tools change. A database tau2's model refuses
+    is one line naming the file and the field."""
+    from pydantic import ValidationError
+
+    try:
+        return tau2_modules(domain).DB.model_validate(bench.db)
+    except ValidationError as e:
+        raise BenchmarkError(f"{bench.root / 'db.json'}: {_where(e)}") from None
+
+
+def check_benchmark(domain: str, bench: Benchmark, items: list[str]) -> None:
+    """The benchmark's database and the items' tasks as tau2's own models read them: a damaged one is one line naming
+    the file and the field (`WorldSpec.check`), before a run writes anything."""
+    fresh_db(domain, bench)
+    for item in items:
+        tau_task(domain, bench, bench.tasks[item])
+
+
+def tau_task(domain: str, bench: Benchmark, task: Task):
+    """The tau2 task a benchmark task carries (its rubric's one criterion), as tau2's model reads it."""
+    from pydantic import ValidationError
+
+    crit = next((c for c in task.rubric if c.check == CRITERION), None)
+    if crit is None or "task" not in crit.args:
+        raise BenchmarkError(f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric: no {CRITERION} criterion with the "
+                             "tau2 task (re-materialize with `ratchet bench materialize`)")
+    try:
+        return tau2_modules(domain).tasks.Task.model_validate(crit.args["task"])
+    except ValidationError as e:  # a damaged task: one line naming the file, the task and the field
+        raise BenchmarkError(f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric.{CRITERION}.args.task."
+                             f"{_where(e)}") from None
+
+
+def _where(e) -> str:
+    """A pydantic error as `<field path>: <message>` (the first of them, and how many more)."""
+    errs = e.errors()
+    first = errs[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "-"
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    return f"{loc}: {first['msg']}{more}"
+
+
+@lru_cache(maxsize=2)
+def agent_prompt() -> str:
+    """tau2's agent system prompt around the policy (`SYSTEM_PROMPT` over `AGENT_INSTRUCTION`), read from the source
+    of `tau2/agent/llm_agent.py`: importing it would import tau2's LLM client (litellm)."""
+    import tau2.agent as pkg
+
+    from components.worlds.taubench.user import source_constant
+
+    path = Path(pkg.__file__).with_name("llm_agent.py")
+    return source_constant(path, "SYSTEM_PROMPT").replace("{agent_instruction}",
+                                                          source_constant(path, "AGENT_INSTRUCTION"))
+
+
+def standard_protocol(policy: str):
+    """tau2's own orchestrator's way of running an episode (`tau2.orchestrator.orchestrator`, `tau2.config`): its
+    step and error limits, its greeting, its agent prompt, only its tools, a tool's failure as `Error: <message>`."""
+    from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
+
+    from components.runtime.protocol import STANDARD, Protocol
+    from components.worlds.taubench.user import GREETING
+
+    return Protocol(name=STANDARD, harness_tools=False, state_proposal=False, max_steps=DEFAULT_MAX_STEPS,
+                    max_errors=DEFAULT_MAX_ERRORS, greeting=GREETING,
+                    system_prompt=agent_prompt().replace("{domain_policy}", policy), error_text="Error: {error}")
 
 
 def environment_constructor(domain: str, bench: Benchmark):
@@ -159,25 +231,89 @@ def environment_constructor(domain: str, bench: Benchmark):
     return construct
 
 
+_gold_hashes: dict[tuple, tuple] = {}  # (benchmark digest, task id) -> the gold database's (agent, user) hashes
+
+
+class _GoldSide:
+    """The gold side of tau2's environment evaluator for one task: it depends on the task alone (the benchmark's
+    database, the task's initial state, its gold actions), so it is computed once per task, by tau2's own code on a
+    real environment (`_Recorded`), and answered from the recorded hashes after that. Everything the evaluator asks
+    of the gold environment: `set_state`, `make_tool_call` (nothing to redo: the hashes hold their effect) and the
+    two hashes."""
+
+    def __init__(self, hashes: tuple):
+        self.hashes = hashes
+
+    def set_state(self, **_kwargs) -> None:
+        pass
+
+    def make_tool_call(self, **_kwargs) -> None:
+        pass
+
+    def get_db_hash(self):
+        return self.hashes[0]
+
+    def get_user_db_hash(self):
+        return self.hashes[1]
+
+
+class _Recorded:
+    """A real gold environment that records the hashes tau2's evaluator reads of it."""
+
+    def __init__(self, env, key: tuple):
+        self._env, self._key, self._db = env, key, None
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def get_db_hash(self):
+        self._db = self._env.get_db_hash()
+        return self._db
+
+    def get_user_db_hash(self):  # asked last (`EnvironmentEvaluator.calculate_reward`): both are known then
+        got = self._env.get_user_db_hash()
+        if self._db is not None:
+            _gold_hashes[self._key] = (self._db, got)
+        return got
+
+
+def grading_constructor(domain: str, bench: Benchmark, task_id: str):
+    """`environment_constructor` for tau2's `EnvironmentEvaluator`: the predicted side (called with `solo_mode`) is a
+    fresh environment that replays the episode, as before; the gold side (called without arguments) is computed once
+    per task and benchmark (`_GoldSide`)."""
+    construct = environment_constructor(domain, bench)
+    key = (bench.digest, task_id)
+
+    def grading(*args, **kwargs):
+        if args or kwargs:  # the predicted environment: `environment_constructor(solo_mode=solo_mode)`
+            return construct(*args, **kwargs)
+        if key in _gold_hashes:
+            return _GoldSide(_gold_hashes[key])
+        return _Recorded(construct(), key)
+
+    return grading
+
+
 class Tau2Env:
     """One episode of a tau2 domain (the `Environment` protocol of `components.worlds.base`)."""
 
-    terminal_tools = frozenset({"transfer_to_human_agents"})  # tau2's user ends the call (###TRANSFER###) after it
-
     def __init__(self, bench: Benchmark, task: Task, domain: str):
+        from components.runtime.protocol import CUSTOM
         from components.worlds.taubench.user import make_user
 
         self.t2 = tau2_modules(domain)
         self.domain, self.bench, self.task = domain, bench, task
-        crit = next((c for c in task.rubric if c.check == CRITERION), None)
-        if crit is None or "task" not in crit.args:
-            raise BenchmarkError(f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric: no {CRITERION} criterion with the "
-                                 "tau2 task (re-materialize with `ratchet bench materialize`)")
-        self.tau_task = self.t2.tasks.Task.model_validate(crit.args["task"])
+        self.tau_task = tau_task(domain, bench, task)
+        self.standard = bench.protocol == "standard"
+        # under tau2's own protocol the agent reads tau2's prompt (`protocol.system_prompt`), and a transfer to a human
+        # ends the call when the user says so (###TRANSFER###); under Ratchet's harness the transfer ends it at once
+        self.protocol = standard_protocol(bench.policy) if self.standard else CUSTOM
+        self.terminal_tools = frozenset() if self.standard else frozenset({TRANSFER})
         self.system_prompt = system_preamble("a customer service agent", "customer") + bench.policy
         self.tools = bench.tools
         self.write_tools = frozenset(TARGETS[domain])
         self._construct = environment_constructor(domain, bench)
+        self._grading = grading_constructor(domain, bench, task.id)
         self._env = self._construct()
         self.user = make_user(self.tau_task, task.first_message)
 
@@ -206,6 +342,8 @@ class Tau2Env:
             error = {"error": str(e)}
             code = "invalid_args"
         write = call.name in self.write_tools
+        if error is None and call.name == TRANSFER:
+            self.user.transferred()  # a scripted user answers the next message with ###TRANSFER###
         if error is not None:
             return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=False, code=code, content=error,
                            genuine=True, write=write, blocking=bool(error.get("blocking")))
@@ -226,5 +364,6 @@ class Tau2Env:
     def score(self, transcript: list[Turn]) -> Score:
         from components.worlds.taubench.messages import reward, to_tau2
 
-        msgs, termination = to_tau2(self.t2, transcript, user_stopped=self.user.stopped)
-        return reward(self.t2, self.tau_task, msgs, termination, self._construct)
+        msgs, termination = to_tau2(self.t2, transcript, user_stopped=self.user.stopped, final=self.user.final,
+                                    protocol=self.protocol)
+        return reward(self.t2, self.tau_task, msgs, termination, self._grading)
