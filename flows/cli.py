@@ -218,7 +218,8 @@ def bench_materialize(
 
 @bench_app.command("rules")
 def bench_rules(
-    world_name: Annotated[str, typer.Option("--world")] = "retail",
+    world_name: Annotated[str, typer.Option("--world", help="the world whose rules to write (its rules must be "
+                                                           "data: retail, airline)")] = "retail",
     random_seed: Annotated[Optional[int], typer.Option("--random", help="draw a random variant of the world's rules "
                                                        "with this seed (values and forms)")] = None,
     out_file: Annotated[Optional[Path], typer.Option("--out", help="write the rules file here (default: print it)")]
