@@ -54,10 +54,7 @@ def variant(world: str, seed: int, root: Path, extra: list[str], per_family: int
     log = home / "log.txt"
     rules, bench = home / "rules.yaml", home / "bench"
     run(ratchet() + ["bench", "rules", "--world", world, "--random", str(seed), "--out", str(rules)], env, log)
-    size = ["--per-family", str(per_family)] if per_family else []
-    run(ratchet() + ["bench", "materialize", "--world", world, "--rules", str(rules), "--out", str(bench)] + size,
-        env, log)
-    out = home / "campaign"
+    out = home / "campaign"  # the campaign materializes the variant's benchmark from its benchmark.* params
     run(ratchet() + ["campaign", "run", "--out", str(out), "--set", f"benchmark.world={world}",
                      "--set", f"benchmark.out={bench}", "--set", f"benchmark.rules={rules}",
                      "--set", f"evidence.db={home / 'evidence.db'}"] + size_params(per_family) + extra, env, log)
