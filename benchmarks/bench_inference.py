@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from components.evolution.infer import Row, infer_field  # noqa: E402
-from components.worlds.numbers import CENT, UNIT, q, rnd  # noqa: E402
+from components.worlds.numbers import CENT, UNIT, q  # noqa: E402
 from components.worlds.outcome_rules import Cond, FieldRule, Term, evaluate, render  # noqa: E402
 
 FIELD = "x"

@@ -227,7 +227,6 @@ def no_screen(base, cand, material, alpha, design, items, seeds):
 
 def peer_gate(rule: str):
     """A gate_look step deciding on the whole dev evaluation (every look's cells) with a peer's rule."""
-    import numpy as np
 
     from components.evolution.gate import GateResult, pair
 

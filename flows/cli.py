@@ -347,7 +347,7 @@ def eval_cmd(
     settings = run_settings(bench.world)  # a user simulator's model (RATCHET_TAU2_USER): refused here if malformed
     ids = [i.strip() for i in items.split(",") if i.strip()] if items is not None else bench.ids(split)
     if not ids:
-        raise InputError(f"--items: no item ids given" if items is not None else
+        raise InputError("--items: no item ids given" if items is not None else
                          f"{benchmark / 'splits.json'}: {split}: the split is empty")
     twice = sorted(i for i, n in Counter(ids).items() if n > 1)
     if twice:  # each would be run and scored twice: a table the gate refuses (duplicate pairs)

@@ -15,7 +15,7 @@ import pytest
 
 from components.codes import CheckCode
 from components.evolution import diagnose as dg
-from components.evolution.diagnose import Finding, TurnBudget, diagnose, diagnose_episode
+from components.evolution.diagnose import TurnBudget, diagnose, diagnose_episode
 from components.evolution.outcomes import TrainEvidence
 from components.memory.strategies import BOUNCES
 from components.runtime.trace import TraceStep, steps_frame

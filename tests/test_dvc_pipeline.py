@@ -294,7 +294,7 @@ def _div_id(title: str) -> str:
 
 
 def test_experiments_vary_a_param(project):
-    root, run = project.root, project.run
+    run = project.run
     project.reset()
     # main runs 2 rounds; the experiment sets campaign.rounds back to 1. The campaign stage then has the signature of
     # the first commit's run, which DVC's run-cache restores instead of running it again (a campaign's work, ~5 CPU-s);

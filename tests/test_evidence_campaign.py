@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from components.evidence.graph import EvidenceGraph, Expiry
 from components.evidence.graph_record import (chain, default_db, memory_for_round, plan_memory, project,

@@ -15,7 +15,7 @@ from components.models.base import count_tokens, message_json, tools_json
 from components.models.callcache import request_json
 from components.models.simulated import SimulatedAgent, fact_read
 from components.runtime.episode import run_episode
-from components.runtime.trace import NESTED, TraceStep, steps_frame
+from components.runtime.trace import NESTED, steps_frame
 from components.worlds import load_benchmark, world
 from tests.conftest import ROOT
 

@@ -300,7 +300,6 @@ def test_eval_with_zero_seeds_is_refused(project, bench_dir):
 
 
 def test_an_eval_where_every_episode_errored_fails(project, bench_dir, free_port, monkeypatch):
-    import flows.cli
 
     dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     items = ",".join(json.loads((bench_dir / "splits.json").read_text())["dev"][:2])

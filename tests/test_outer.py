@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from components.evolution.gate import GateConfig, removal_decide
 from tests.conftest import run_cli

@@ -396,10 +396,10 @@ def _refusals(p: EvidencePacket, ctx: PlanContext, tool: str, body: str, leaks: 
             if why:
                 seen[(str(d.get("field")), why)] += 1
     out = []
-    for (field, why), _n in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])):
-        line = REFUSED.format(tool=tool, field=field, why=why)
+    for (name, why), _n in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])):
+        line = REFUSED.format(tool=tool, field=name, why=why)
         if line not in body and not any(t in line.lower() for t in leaks):
-            out.append((line, field))
+            out.append((line, name))
     return out
 
 

@@ -59,7 +59,7 @@ def _timed(spans: list[tuple[str, int, int]], phase: str, fn, *args, **kwargs):
 
 
 def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
-    pkg, ledger = ep.package, ep.ledger
+    ledger = ep.ledger
     started, spans = time.time_ns(), []
     turn = _TurnMemory(ep)
 

@@ -53,7 +53,7 @@ from components.worlds.airline.rules import OWN, TIERS, AirlineRules, NO_SURCHAR
 from components.worlds.grammar import NEGATION, Fact, clauses, first, negated, on_tool
 from components.worlds.grammar import facts_read as read_all
 from components.worlds.numbers import UNIT, q, rnd
-from components.worlds.outcome_rules import ends, with_outcomes
+from components.worlds.outcome_rules import with_outcomes
 from components.worlds.rules import window_in
 
 NUMBER_WORDS = {"no": 0, "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4}

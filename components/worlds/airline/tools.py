@@ -25,7 +25,7 @@ def _fn(name: str, description: str, params: dict[str, Any], required: list[str]
         "type": "object", "properties": params, "required": required, "additionalProperties": False}}}
 
 
-S, I = {"type": "string"}, {"type": "integer"}
+S, INT = {"type": "string"}, {"type": "integer"}
 TOOLS: list[dict] = [
     _fn("find_user_id_by_email", "Find a member's user id by email.", {"email": S}, ["email"]),
     _fn("get_user_details", "A member's profile: name, membership tier, payment methods, reservation ids.",
@@ -36,12 +36,12 @@ TOOLS: list[dict] = [
     _fn("cancel_reservation", "Cancel a booked reservation and refund it.",
         {"reservation_id": S, "refund_to": S}, ["reservation_id", "refund_to"]),
     _fn("change_flight", "Move a booked reservation to another flight on the same route, charging a change fee.",
-        {"reservation_id": S, "new_flight_no": S, "fee": I}, ["reservation_id", "new_flight_no", "fee"]),
+        {"reservation_id": S, "new_flight_no": S, "fee": INT}, ["reservation_id", "new_flight_no", "fee"]),
     _fn("add_checked_bags", "Add checked bags to a booked reservation. `bags`: bags added; `free_bags`: the free "
         "allowance applied; `fee`: the total charged.",
-        {"reservation_id": S, "bags": I, "free_bags": I, "fee": I}, ["reservation_id", "bags", "free_bags", "fee"]),
+        {"reservation_id": S, "bags": INT, "free_bags": INT, "fee": INT}, ["reservation_id", "bags", "free_bags", "fee"]),
     _fn("issue_compensation", "Compensate a delayed flight on a reservation.",
-        {"reservation_id": S, "amount": I, "form": S}, ["reservation_id", "amount", "form"]),
+        {"reservation_id": S, "amount": INT, "form": S}, ["reservation_id", "amount", "form"]),
     _fn("upgrade_cabin", "Upgrade a booked reservation to the business cabin, charged to a payment method.",
         {"reservation_id": S, "cabin": S, "payment_method_id": S}, ["reservation_id", "cabin", "payment_method_id"]),
     _fn("update_passenger_name", "Correct the name of a reservation's lead passenger.",
