@@ -73,6 +73,9 @@ HEAVY = {
     "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio": 2,  # a benchmark not listed above
     # two queued DVC experiments run by DVC's Celery workers: ~20 CPU-s, mostly waiting on the workers (2.5 min at load 8)
     "tests/test_dvc_queue_records.py::test_queued_variants_record_into_the_real_repository": 20,
+    # not measured idle: 111 s and 91 s at load 5 (s13)
+    "tests/test_benchmarks.py::test_inference_on_random_worlds_quick": 40,
+    "tests/test_benchmarks.py::test_variants_quick_runs_a_campaign_on_a_random_variant": 35,
 }
 
 

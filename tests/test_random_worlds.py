@@ -47,14 +47,3 @@ def test_two_fields_never_read_each_other():
     reads = {f: {p for p in r.features() if p.startswith("@")} for f, r in infs.items() if r is not None}
     assert infs["fee"] is not None and "@free_bags" in reads["fee"]
     assert "@fee" not in reads.get("free_bags", set())
-
-
-def test_the_quick_benchmark_prints_its_recovery():
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        B.main(["--worlds", "1", "--train", "120", "--fresh", "200"])
-    last = buf.getvalue().strip().splitlines()[-1]
-    assert last.startswith("recovered ") and "random worlds" in last
