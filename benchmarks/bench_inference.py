@@ -16,7 +16,8 @@ gold through the world's own formulas), and the inferred rule of each field is j
 benchmark of the same variant (world seed 1: other customers, orders and amounts); a field counts as recovered when
 its rule gives the gold on >= 99% of those rows.
 
-`tests/test_random_worlds.py` runs the same draws through hypothesis (`draw_world`), and this script's --quick size.
+`tests/test_random_worlds.py` runs the same draws through hypothesis (`draw_world`); `tests/test_benchmarks.py` runs
+this script at --quick.
 """
 
 from __future__ import annotations
