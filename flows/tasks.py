@@ -282,19 +282,6 @@ def _scores_key(stage: str):
     return key
 
 
-@task(name="repair_screen", cache_key_fn=_scores_key("repair"), **PERSIST)
-def repair_stage(base: pd.DataFrame, cand: pd.DataFrame, material: float) -> tuple[RepairResult, pd.DataFrame]:
-    check_paired_scores(base, cand, "repair screen")
-    return repair_screen(base, cand, material)
-
-
-@task(name="gate", cache_key_fn=_scores_key("gate"), **PERSIST)
-def gate_stage(base: pd.DataFrame, cand: pd.DataFrame, cfg: dict, mechanism_fired: bool,
-               leakage: bool) -> tuple[GateResult, pd.DataFrame]:
-    check_paired_scores(base, cand, "held-out gate")
-    return gate(base, cand, GateConfig(**cfg), mechanism_fired=mechanism_fired, leakage=leakage)
-
-
 @task(name="repair_look", cache_key_fn=_scores_key("repair_look"), **PERSIST)
 def repair_look_stage(base: pd.DataFrame, cand: pd.DataFrame, material: float, alpha: float, design: dict,
                       items: list[str], seeds: list[int]) -> tuple[RepairResult | None, pd.DataFrame, dict]:
