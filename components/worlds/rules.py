@@ -16,11 +16,13 @@ Reading those phrases back from text (`window_in`) is the grammar the simulated 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, ValidationError, WithJsonSchema
@@ -149,6 +151,27 @@ def load(model: type[R], defaults: Path, changes: Mapping[str, Any] | str | Path
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
         raise InputError(f"{where}: {loc}: {err['msg']}") from None
+
+
+class Source(Generic[R]):
+    """One world's rules: its typed record and its own rules.yaml. `of(changes)` is the world's `rules_of`."""
+
+    def __init__(self, model: type[R], defaults: Path) -> None:
+        self.model, self.defaults = model, defaults
+        self.own: R = load(model, defaults, None, str(defaults))
+        # every episode's environment asks for its benchmark's rules: a mapping is loaded once per content
+        self._by_content = lru_cache(maxsize=64)(self._load_json)
+
+    def of(self, changes: Mapping[str, Any] | str | Path | None = None, where: str = "benchmark.rules") -> R:
+        """The world's rules with `changes` (a mapping or a YAML file's path) in place of the ones it names."""
+        if changes is None:
+            return self.own
+        if isinstance(changes, (str, Path)):
+            return load(self.model, self.defaults, changes, where)
+        return self._by_content(json.dumps(changes, sort_keys=True, default=str), where)
+
+    def _load_json(self, key: str, where: str) -> R:
+        return load(self.model, self.defaults, json.loads(key), where)
 
 
 def dump(rules: BaseModel) -> dict[str, Any]:

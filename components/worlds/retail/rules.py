@@ -7,17 +7,15 @@ every value the record allows, which `tests/test_rules_data.py` checks on random
 
 from __future__ import annotations
 
-import json
 import random
 from fractions import Fraction
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
 from components.worlds.numbers import render as num
-from components.worlds.rules import Fee, Rational, _Data, load
+from components.worlds.rules import Fee, Rational, Source, _Data
 
 DEFAULTS = Path(__file__).with_name("rules.yaml")
 
@@ -82,25 +80,9 @@ class RetailRules(_Data):
         return self
 
 
-def rules_of(changes: Any = None, where: str = "benchmark.rules") -> RetailRules:
-    """The world's rules with `changes` (a mapping or a YAML file's path) in place of the ones it names."""
-    if changes is None:
-        return OWN
-    if isinstance(changes, (str, Path)):
-        return _load(changes, where)
-    return _cached(json.dumps(changes, sort_keys=True, default=str), where)
-
-
-@lru_cache(maxsize=64)  # every episode's environment asks for its benchmark's rules
-def _cached(key: str, where: str) -> RetailRules:
-    return _load(json.loads(key), where)
-
-
-def _load(changes: Any, where: str) -> RetailRules:
-    return load(RetailRules, DEFAULTS, changes, where)
-
-
-OWN = _load(None, str(DEFAULTS))
+SOURCE: Source[RetailRules] = Source(RetailRules, DEFAULTS)
+OWN = SOURCE.own
+rules_of = SOURCE.of  # the world's rules with a variant's changes (`components.worlds.rules.Source.of`)
 
 
 # -- statements -----------------------------------------------------------------------------------------------------
