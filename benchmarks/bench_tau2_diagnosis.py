@@ -25,12 +25,15 @@ from components.env import quiet_offline  # noqa: E402
 quiet_offline()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tau2-airline only (the test's size)")
     ap.add_argument("--worlds", default="tau2-retail,tau2-airline")
     ap.add_argument("--no-strict-system", dest="strict_system", action="store_false",
                     help="a server that takes any system message (an older checkout's requests need it)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.worlds = "tau2-airline"
 
     from components.evolution.diagnose import diagnose
     from components.evolution.infer import policy_today

@@ -106,15 +106,19 @@ def _strict(app):
     return strict
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tau2-airline, 2 tasks, the standard protocol, a "
+                    "strict-template server (the test's size)")
     ap.add_argument("--worlds", default="tau2-retail,tau2-airline")
     ap.add_argument("--split", default="test")
     ap.add_argument("--items", type=int, default=0, help="the first N tasks of the split (0: all)")
     ap.add_argument("--protocols", default="", help="standard,custom (an older checkout has none: leave empty)")
     ap.add_argument("--strict-system", action="store_true")
     ap.add_argument("--package", default="none")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.worlds, args.items, args.protocols, args.strict_system = "tau2-airline", 2, "standard", True
 
     from components.memory.package import load_package
     from components.models import make_model

@@ -45,11 +45,15 @@ def played(bench, item, model):
     return env, port.transcript()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tau2-airline, the first 3 tasks (the test's size)")
     ap.add_argument("--worlds", default="tau2-retail,tau2-airline")
     ap.add_argument("--split", default="test")
-    args = ap.parse_args()
+    ap.add_argument("--items", type=int, default=0, help="the first N tasks of the split (0: all)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.worlds, args.items = "tau2-airline", 3
 
     from components.models import make_model
     from components.worlds import load_benchmark, world
@@ -61,7 +65,7 @@ def main() -> None:
         for name in args.worlds.split(","):
             bench = load_benchmark(world(name).materialize(Path(tmp) / name, 0))
             model = make_model("gold", {"benchmark": str(bench.root)})
-            ids = bench.ids(args.split)
+            ids = bench.ids(args.split)[:args.items or None]
             first = again = 0.0
             ok = True
             for item in ids:

@@ -757,3 +757,38 @@ def test_the_gold_agent_on_another_world_is_one_line(tmp_path, capsys):
                            "--seeds", "1", "--out", str(tmp_path / "e"))
     assert code == 2 and err.strip() == (f"error: --model: gold: replays tau2-bench's gold actions, and {out} is a "
                                          "retail benchmark (one of tau2-retail, tau2-airline is needed)")
+
+
+def _bench_quick(script: str) -> list[str]:
+    """A tau2 benchmark script at --quick in a fresh interpreter, as a person runs it: its stdout's lines."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick"], capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.splitlines()
+
+
+def _row(lines: list[str], world: str) -> list[str]:
+    return next([c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith(f"| {world} |"))
+
+
+def test_bench_tau2_scoring_quick_scores_each_gold_replay_one_twice():
+    row = _row(_bench_quick("bench_tau2_scoring.py"), "tau2-airline")
+    assert row[1] == "3" and row[4] == "True"  # 3 episodes, every one scored 1.0 both times
+
+
+def test_bench_tau2_requests_quick_is_accepted_by_a_strict_server():
+    row = _row(_bench_quick("bench_tau2_requests.py"), "tau2-airline")
+    assert row[1:5] == ["standard", "2", "0", "2"]  # 2 episodes, none refused, both scored 1.0
+    assert float(row[6]) == 1.0  # the standard protocol: one request a turn (no state call)
+
+
+def test_bench_tau2_diagnosis_quick_reads_the_wrong_argument():
+    lines = _bench_quick("bench_tau2_diagnosis.py")
+    row = _row(lines, "tau2-airline")
+    assert int(row[2]) > 0 and "E wrong_value" in row[3] and "external" not in row[3]
+    assert any("refused in train" in line for line in lines)  # the card drafted from tau2's refusals
