@@ -19,6 +19,8 @@ Forms (each fitted on the fit rows; every one that fits is a candidate):
              in either direction or categories, found one at a time (the one that best splits the rows the factor
              fixes from the rows it would break)
     cond     a condition, each side a const, equal or share
+    pick     a list of ids (the gold's list argument), each the key of a record a read listed whose attribute has
+             one value on every gold pick and another on a record the agent picked instead (an available variant)
     sum      a sum of factors times numbers (what reads showed, or the write's own other arguments, `@<arg>`) and a
              constant, found one number at a time by least squares, each factor the simplest rational near it
 Choice: among the candidates that fit, the one with the shortest description (`description_bits`: the bits of its
@@ -79,6 +81,7 @@ class Inference:
     n_check: int = 0
     wrong: int = 0  # rows the agent got this field wrong in
     examples: list[dict] = field(default_factory=list)  # a few diffs (agent value, gold value) for the projection
+    source: str = ""  # the write this field's rule was carried over from (`carried`), where no row could show it
 
 
 def features(steps: list[TraceStep], before: int, write_args: Mapping[str, Any], target: Mapping[str, str],
@@ -177,6 +180,7 @@ class _Ctx:
     paths: list[str] = field(init=False)
     nums: list[str] = field(init=False)  # numbers readable on most rows
     cats: list[str] = field(init=False)  # categories readable on most rows
+    lists: list[str] = field(init=False)  # reads' lists of records readable on most rows (what a pick chooses from)
     distinct: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -191,7 +195,9 @@ class _Ctx:
         self.ys = [r.gold.get(self.fld) for r in self.rows]
         self.numeric = bool(self.ys) and all(is_num(y) for y in self.ys)
         self.quantum = quantum_of(self.ys) if self.numeric else Fraction(1, 100)
-        self.paths = sorted({p for e in self.ext for p in e})
+        whole = {p for e in self.ext for p, v in e.items() if isinstance(v, O.Records)}
+        self.paths = sorted({p for e in self.ext for p in e} - whole)
+        self.lists = sorted(p for p in whole if self.readable(p))
         self.distinct = {}
         self.nums, self.cats = [], []
         for p in self.paths:
@@ -250,6 +256,8 @@ def _term_bits(ctx: _Ctx, t: Term) -> float:
         return sum(_value_bits(ctx, v) for v in t.value)
     if t.kind == "table":
         return ctx.path_bits * len(t.paths) + sum(bits(n) + 1 for _k, n in t.value)
+    if t.kind == "pick":  # the list, its key, and each attribute with its value
+        return ctx.path_bits * (2 + 2 * len(t.value[1]))
     const, parts = t.value
     return sum(ctx.path_bits + bits(k) for k, _p in parts) + (bits(const) if const else 0)
 
@@ -932,7 +940,62 @@ def _consts_and_equals(ctx: _Ctx) -> list[FieldRule]:
     return out
 
 
+def _ids(y: Any) -> bool:
+    return isinstance(y, list) and bool(y) and all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in y)
+
+
+def _picks(ctx: _Ctx) -> list[FieldRule]:
+    """pick: for each read's list in which every gold id is one record's key, the attribute value every gold pick
+    has that most of the agent's other picks lack (at least one item's; a value no record lacks filters nothing)."""
+    if not ctx.ys or not all(_ids(y) for y in ctx.ys):
+        return []
+    out = []
+    for path in ctx.lists:
+        on = [i for i, e in enumerate(ctx.ext) if isinstance(e.get(path), O.Records)]
+        for key in _id_keys(ctx, path, on):
+            best = None
+            for attr, value in _shared(ctx, path, key, on):
+                rule = FieldRule(ctx.fld, Term("pick", (key, ((attr, value),)), path))
+                turned = _turned(ctx, rule, on)
+                filters = sum(1 for i in on if any(not O._equal(e.get(attr), value) for e in ctx.ext[i][path]))
+                if turned and filters >= MIN_SIDE and (best is None or (turned, filters) > best[:2]):
+                    best = (turned, filters, rule)
+            if best is not None:
+                out.append(best[2])
+    return out
+
+
+def _id_keys(ctx: _Ctx, path: str, on: list[int]) -> list[str]:
+    """The record keys under which every gold id names exactly one record of the list, on every row that has it."""
+    keys = None
+    for i in on:
+        recs = ctx.ext[i][path]
+        here = {k for k in set().union(*recs)
+                if all(sum(str(e.get(k)) == str(x) for e in recs) == 1 for x in ctx.ys[i])}
+        keys = here if keys is None else keys & here
+    return sorted(keys or ())
+
+
+def _shared(ctx: _Ctx, path: str, key: str, on: list[int]) -> list[tuple[str, Any]]:
+    """(attribute, value) pairs that every gold pick has (scalars and booleans, not the key)."""
+    common: dict[str, Any] | None = None
+    for i in on:
+        recs = ctx.ext[i][path]
+        for x in ctx.ys[i]:
+            e = next(e for e in recs if str(e.get(key)) == str(x))
+            here = {a: v for a, v in e.items() if a != key and (isinstance(v, bool) or O._scalar(v))}
+            common = here if common is None else {a: v for a, v in common.items() if a in here and O._equal(here[a], v)}
+    return sorted((common or {}).items())
+
+
+def _turned(ctx: _Ctx, rule: FieldRule, on: list[int]) -> int:
+    """Items whose agent picked a record the rule rules out."""
+    return len({ctx.rows[i].item for i in on if ctx.rows[i].agent
+                and O.picked(rule.then, ctx.ext[i], ctx.rows[i].agent.get(ctx.fld)) is False})
+
+
 FORMS = (_consts_and_equals, _strings, _products, _conditionals, _sums)
+LIST_FORMS = (_consts_and_equals, _picks)  # a list argument (of ids)
 
 
 def fitting(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()) -> Iterator[FieldRule]:
@@ -941,7 +1004,7 @@ def fitting(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()) ->
         return iter(())
     ctx = _Ctx(rows, fld, exclude)
     found: dict[str, tuple[float, FieldRule]] = {}
-    for form in FORMS:
+    for form in (LIST_FORMS if any(isinstance(y, list) for y in ctx.ys) else FORMS):
         for rule in form(ctx):
             if not _fits(ctx, rule):
                 continue
@@ -964,8 +1027,9 @@ def infer_field(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()
     usable = [r for r in rows if fld in r.gold and r.agent is not None]  # what the agent saw when it wrote
     wrong = [r for r in usable if r.agent is not None and not same(r.agent.get(fld), r.gold[fld])]
     examples = [{"item": r.item, "agent": r.agent.get(fld), "gold": r.gold[fld]} for r in wrong[:4]]
-    if any(not isinstance(r.gold[fld], (str, int, float)) or isinstance(r.gold[fld], bool) for r in usable):
-        return Inference(fld, None, "a list or record value: no rule of the known forms states one", 0, 0,
+    if any((not isinstance(r.gold[fld], (str, int, float)) or isinstance(r.gold[fld], bool))
+           and not _ids(r.gold[fld]) for r in usable):
+        return Inference(fld, None, "a record value: no rule of the known forms states one", 0, 0,
                          len(wrong), examples)
     half = fit_half([r.item for r in usable])
     first: Inference | None = None
@@ -1026,9 +1090,13 @@ def _unconfirmed(rule: FieldRule, check: list[Row]) -> str:
         need[f"the other side of `{rule.cond.path}`"] = 0
     for c, _k in rule.factors:
         need[f"the factor when `{c.path}` {c.op} {c.value}"] = 0
+    if rule.then.kind == "pick":
+        need["a pick the rule rules out"] = 0
     items: dict[str, set[str]] = {k: set() for k in need}
     for r in check:
         feats = ext(r, rule.field)
+        if rule.then.kind == "pick" and r.agent and O.picked(rule.then, feats, r.agent.get(rule.field)) is False:
+            items["a pick the rule rules out"].add(r.item)
         if rule.cond is not None and rule.cond.path in feats:
             side = rule.cond.true(feats[rule.cond.path])
             items[f"`{rule.cond.path}` {rule.cond.op} {rule.cond.value}" if side
@@ -1137,13 +1205,37 @@ def _reads(infs: Mapping[str, Inference], g: str, f: str, seen: frozenset[str] =
 
 def fixable(rows: list[Row], infs: list[Inference]) -> int:
     """Attempts that the inferred rules would make right: every field the agent got wrong has a rule that gives its
-    gold value there (what a card of these rules could fix, at most; a field without a rule keeps it wrong)."""
-    rules = {i.field: i.rule for i in infs if i.rule is not None}
+    gold value there (what a card of these rules could fix, at most; a field without a rule keeps it wrong). A rule
+    carried over from another write counts where the rows cannot judge it (they lack the read it names)."""
+    by = {i.field: i for i in infs if i.rule is not None}
     n = 0
     for r in rows:
         if r.agent is None:
             continue
         wrong = [f for f in r.gold if f in {i.field for i in infs} and not same(r.agent.get(f), r.gold[f])]
-        if wrong and all(f in rules and holds(rules[f], r) for f in wrong):
+        verdicts = [holds(by[f].rule, r) if f in by else False for f in wrong]
+        if wrong and all(v or (v is None and by[f].source) for f, v in zip(wrong, verdicts)):
             n += 1
     return n
+
+
+def carried(tool: str, rows: list[Row], infs: list[Inference], others: Mapping[str, list[Inference]]) -> list[Inference]:
+    """A field left without a rule takes the rule another write (in name order) states for a field of the same name,
+    when that rule is a value a read returns and no row of this write made that read: its rows cannot show the
+    rule, only trying it can (the gate does). E.g. an address another write takes as a validation read returns it."""
+    reads = {p.split(".", 1)[0] for r in rows for p in r.feats}
+    out = []
+    for inf in infs:
+        src = None
+        if inf.rule is None:
+            src = next(((s, i.rule) for s in sorted(others) if s != tool for i in others[s]
+                        if i.field == inf.field and i.rule is not None and _read_value(i.rule)
+                        and i.rule.then.path.split(".", 1)[0] not in reads), None)
+        out.append(replace(inf, rule=src[1], why="ok", source=src[0]) if src else inf)
+    return out
+
+
+def _read_value(rule: FieldRule) -> bool:
+    """The rule is a value one read returns, nothing else."""
+    return rule.cond is None and not rule.factors and rule.cap is None and rule.then.kind == "equal" \
+        and not str(rule.then.path).startswith("@")

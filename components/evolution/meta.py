@@ -314,11 +314,26 @@ def outcome_inferences(ctx: PlanContext, tool: str) -> list:
 
 
 def _inferred(ctx: PlanContext, tool: str) -> tuple[list, int]:
-    """(the inferences for `tool`, how many train attempts their rules would make right), memoized per context."""
-    from components.evolution.infer import fixable, infer_rows, policy_today, rows_for
-    from components.worlds.base import train_gold
+    """(the inferences for `tool`, how many train attempts their rules would make right), memoized per context; a
+    field left without a rule takes one another write's rows show where this write's cannot (`infer.carried`)."""
+    from components.evolution.infer import carried, fixable
 
     memo = ctx.__dict__.setdefault("_inferences", {})
+    if tool not in memo:
+        rows, infs = _own_inferences(ctx, tool)
+        if any(i.rule is None for i in infs):
+            others = {t: _own_inferences(ctx, t)[1] for t in sorted(ctx.bench.write_tools) if t != tool}
+            infs = carried(tool, rows, infs, others)
+        memo[tool] = (infs, fixable(rows, infs))
+    return memo[tool]
+
+
+def _own_inferences(ctx: PlanContext, tool: str) -> tuple[list, list]:
+    """(the train rows of `tool`, the inference for each field they got wrong), from `tool`'s rows alone; memoized."""
+    from components.evolution.infer import infer_rows, policy_today, rows_for
+    from components.worlds.base import train_gold
+
+    memo = ctx.__dict__.setdefault("_own_inferences", {})
     if tool not in memo:
         if "_episodes" not in ctx.__dict__:
             gold = train_gold(ctx.bench) if hasattr(ctx.bench, "splits") else {}
@@ -329,8 +344,7 @@ def _inferred(ctx: PlanContext, tool: str) -> tuple[list, int]:
         rows = rows_for(tool, ctx.__dict__["_episodes"], ctx.__dict__["_gold"], ctx.bench.write_tools,
                         ctx.bench.targets, policy_today(getattr(ctx.bench, "policy", ""))) \
             if ctx.__dict__["_episodes"] else []
-        infs = infer_rows(tool, rows, ctx.bench.targets) if rows else []
-        memo[tool] = (infs, fixable(rows, infs))
+        memo[tool] = (rows, infer_rows(tool, rows, ctx.bench.targets) if rows else [])
     return memo[tool]
 
 
@@ -365,9 +379,14 @@ def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list
     if not new and not refusals:
         return None
     rules = {**have, **new}
+    source: dict[str, list[str]] = {}  # the write each carried rule on the card comes from
+    for inf in outcome_inferences(ctx, tool):
+        if inf.source and rules.get(inf.field) == inf.rule:
+            source.setdefault(inf.source, []).append(inf.field)
     kept = [para for para in old.body.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)
-            and O.MARK not in para] if old else []
+            and O.MARK not in para and CARRIED_MARK not in para] if old else []
     paras = kept + (["\n".join(O.render(tool, rules[f]) for f in sorted(rules))] if rules else [])
+    paras += [CARRIED.format(tool=tool, fields=", ".join(f"`{f}`" for f in fs), source=s) for s, fs in source.items()]
     if refusals:
         paras.append("\n".join(line for line, _field in refusals))
     before = _calls_before(ctx, tool)
@@ -382,6 +401,10 @@ def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list
     return card_id, ops, sorted(new) + [f"{f} (refusals)" for f in fields if f not in new], list(p.items)
 
 
+# the provenance of rules carried over from another write (`infer.carried`); worded so that no world's grammar reads
+# a value from it (no negation, no rule's phrase)
+CARRIED_MARK = "which takes the same fields"
+CARRIED = "- `{tool}`: {fields} as on `{source}`, " + CARRIED_MARK + " (its train outcomes show the rule)."
 REFUSED = "- `{tool}`, refused in train when `{field}` was not the gold's: {why}"
 
 

@@ -11,7 +11,9 @@ One list item per field of a write, naming the write in backticks (the grammar's
                share of it) | one of 'a', 'b', ... (the allowed values) | the value as given, in upper case |
                'a' 10, 'b' 20 by `<feature>` (a table: the number its category names) | 'a'/'x' 10, ... by `<f1>`,
                `<f2>` (a table by several categories, keys joined by /) | 35 * `<feature>` + -35 * `<feature>` [+ 10]
-               (a sum of terms: each a factor times a feature, and a constant)
+               (a sum of terms: each a factor times a feature, and a constant) | the `<key>` of elements of
+               `<read list>` with `<attr>` = true (a list of ids, each the key of a record the read listed whose
+               attributes have those values: a choice among records, such as a variant that is available)
     condition  `<feature>` > 24 | >= | < | <= (a threshold, in either direction) | `<feature>` is 'basic' (a
                category); a threshold may carry what the train rows showed: `<feature>` > 24 [seen 22 / 27] (no row
                between 22 and 27: the threshold is placed in that gap, at its middle)
@@ -25,7 +27,8 @@ One list item per field of a write, naming the write in backticks (the grammar's
                k2 of the one element whose key has that value; `<read tool>.<list>[<key>=@<arg>].<k2>` the k2 of the
                element whose key is the write's argument <arg>;
                `<read tool>.<key>@days_from_today` the days from the policy's date to the date a key holds;
-               `@<arg>` the write's own argument <arg> (a count the customer gave, or another field of the write).
+               `@<arg>` the write's own argument <arg> (a count the customer gave, or another field of the write);
+               `<read tool>.<list>` the list of records itself (what a `pick` term chooses from).
 
 Nothing here knows a world: a world's facts read a card into the values of their rules where a rule is a choice the
 agent makes (`with_outcomes`); any other field rule the agent applies as written (`Formula`, `evaluate`).
@@ -52,10 +55,12 @@ OPS = (">=", "<=", ">", "<")  # longest first: how they are parsed
 
 @dataclass(frozen=True)
 class Term:
-    kind: Literal["const", "equal", "share", "one_of", "upper", "table", "sum"]
+    kind: Literal["const", "equal", "share", "one_of", "upper", "table", "sum", "pick"]
     value: Any = None  # const: the value (Fraction or str); share: the factor; one_of: the tuple of values;
-    # table: ((key, n), ...), key a tuple of categories (one per path); sum: (constant, ((factor, feature), ...))
-    path: str | tuple[str, ...] = ""  # equal, share: the feature; table: the features its keys are read from
+    # table: ((key, n), ...), key a tuple of categories (one per path); sum: (constant, ((factor, feature), ...));
+    # pick: (the records' key the ids are, ((attribute, value), ...) every picked record has)
+    path: str | tuple[str, ...] = ""  # equal, share: the feature; table: the features its keys are read from;
+    # pick: the list of records
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -117,6 +122,8 @@ class Formula:
 # -- writing --------------------------------------------------------------------------------------------------------
 
 def _val(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
     return f"'{v}'" if isinstance(v, str) else num(v)
 
 
@@ -138,6 +145,9 @@ def render_term(t: Term) -> str:
     if t.kind == "sum":
         const, parts = t.value
         return " + ".join([f"{num(k)} * `{p}`" for k, p in parts] + ([num(const)] if const else []))
+    if t.kind == "pick":
+        key, where = t.value
+        return f"the `{key}` of elements of `{t.path}` with " + " and ".join(f"`{a}` = {_val(v)}" for a, v in where)
     return "one of " + ", ".join(_val(v) for v in t.value)
 
 
@@ -180,8 +190,13 @@ _SUM = re.compile(rf"^((?:{_NUM} \* `[^`]+` \+ )*{_NUM} \* `[^`]+`)(?: \+ ({_NUM
 _FACTOR = re.compile(rf"^times (?P<k>{_NUM}) when {_CONDX}$")
 
 
+_PICK = re.compile(r"^the `([^`]+)` of elements of `([^`]+)` with ((?:`[^`]+` = [^`]+? and )*`[^`]+` = [^`]+)$")
+
+
 def _parse_value(s: str) -> Any:
     s = s.strip()
+    if s in ("true", "false"):
+        return s == "true"
     if re.fullmatch(_NUM, s):
         return q(s)
     m = re.fullmatch(r"'([^']*)'", s)
@@ -203,6 +218,11 @@ def parse_term(s: str) -> Term | None:
         parts = tuple((q(k), p) for k, p in re.findall(rf"({_NUM}) \* `([^`]+)`", m.group(1)))
         if len(parts) > 1 or m.group(2):
             return Term("sum", (q(m.group(2)) if m.group(2) else Fraction(0), parts))
+    if m := _PICK.fullmatch(s):
+        where = tuple((a, _parse_value(v)) for a, v in re.findall(r"`([^`]+)` = ([^`]+?)(?: and |$)", m.group(3)))
+        if any(v is None for _a, v in where):
+            return None
+        return Term("pick", (m.group(1), where), m.group(2))
     if s.startswith("one of "):
         vals = tuple(re.findall(r"'([^']*)'", s))
         return Term("one_of", vals) if vals else None
@@ -297,7 +317,7 @@ def term_value(t: Term, feats: Mapping[str, Any], quantum: Fraction = CENT, give
         return True, t.value
     if t.kind == "upper":
         return (True, given.upper()) if isinstance(given, str) else (False, None)
-    if t.kind == "one_of":
+    if t.kind in ("one_of", "pick"):  # a choice the agent makes, not a value
         return False, None
     if t.kind == "sum":
         const, parts = t.value
@@ -348,8 +368,31 @@ def holds(rule: FieldRule, feats: Mapping[str, Any], gold: Any, given: Any = Non
         t = rule.then if rule.cond.true(feats[rule.cond.path]) else rule.other
     if t.kind == "one_of" and not rule.factors and rule.cap is None:
         return (gold in t.value) if rule.cond is None or rule.cond.path in feats else None
+    if t.kind == "pick" and not rule.factors and rule.cap is None:
+        return picked(t, feats, gold) if rule.cond is None or rule.cond.path in feats else None
     ok, v = evaluate(rule, feats, given)
     return same(v, gold) if ok else None
+
+
+def picked(t: Term, feats: Mapping[str, Any], value: Any) -> bool | None:
+    """Whether every id of `value` (a list, or one id) is the key of a record of the term's list whose attributes
+    have the term's values (None: no such read, or the value is not ids)."""
+    records = feats.get(t.path)
+    ids = value if isinstance(value, list) else [value]
+    if not isinstance(records, Records) or not ids or not all(_scalar(x) for x in ids):
+        return None
+    key, where = t.value
+    for x in ids:
+        hit = [e for e in records if str(e.get(key)) == str(x)]
+        if len(hit) != 1 or not all(_equal(hit[0].get(a), v) for a, v in where):
+            return False
+    return True
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return same(a, b)
 
 
 # -- what reads showed (the features) ---------------------------------------------------------------------------------
@@ -389,10 +432,15 @@ def flatten(obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str,
             out[prefix + FROM_TODAY] = (date.fromisoformat(obj) - today).days
 
 
+class Records(tuple):
+    """A read's list of records, whole (a feature's value): what a `pick` term chooses its ids from."""
+
+
 def _records(obj: list[dict], prefix: str, write_args: Mapping[str, Any], out: dict[str, Any]) -> None:
-    """A list of records: each number's sum over the list (`[].k`), its sum over the elements a write's list argument
-    picks (`[k in arg].k2`), the fields of the element a scalar argument names (`[k=@arg].k2`), and of the one
-    element of a kind (`[k=v].k2`). Sums are exact."""
+    """A list of records: the list itself, each number's sum over the list (`[].k`), its sum over the elements a
+    write's list argument picks (`[k in arg].k2`), the fields of the element a scalar argument names (`[k=@arg].k2`),
+    and of the one element of a kind (`[k=v].k2`). Sums are exact."""
+    out[prefix] = Records(obj)
     keys = sorted(set().union(*obj))
     for k in keys:
         vals = [e.get(k) for e in obj]
