@@ -21,6 +21,8 @@ Forms (each fitted on the fit rows; every one that fits is a candidate):
     cond     a condition, each side a const, equal or share
     pick     a list of ids (the gold's list argument), each the key of a record a read listed whose attribute has
              one value on every gold pick and another on a record the agent picked instead (an available variant)
+    each     any numeric form above for one unit, times a count a read showed (`len(<list>)`: free bags per passenger),
+             fitted on the gold divided by the count
     sum      a sum of factors times numbers (what reads showed, or the write's own other arguments, `@<arg>`) and a
              constant, found one number at a time by least squares, each factor the simplest rational near it
 Choice: among the candidates that fit, the one with the shortest description (`description_bits`: the bits of its
@@ -274,6 +276,7 @@ def description_bits(ctx: _Ctx, rule: FieldRule) -> float:
     model = sum(_term_bits(ctx, t) for t in rule.terms())
     model += sum(_cond_bits(ctx, c) for c in _conds(rule)) + sum(bits(k) for _c, k in rule.factors)
     model += bits(rule.cap) if rule.cap is not None else 0
+    model += ctx.path_bits if rule.each else 0
     misses = sum(w for v, w in zip(ctx.verdicts(rule), ctx.w) if v is not True)
     per = math.log2(1 + _items(ctx.rows)) + (sum(_value_bits(ctx, y) for y in ctx.ys) / len(ctx.ys) if ctx.ys else 0)
     return model + misses * per
@@ -1011,7 +1014,36 @@ def fitting(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()) ->
             text = O.render("t", rule)
             if text not in found:
                 found[text] = (description_bits(ctx, rule), rule)
+    for count, unit in _per_unit(ctx):
+        for form in FORMS:
+            for rule in form(unit):
+                rule = replace(rule, each=count)
+                if rule.cap is not None or not _fits(ctx, rule):
+                    continue
+                text = O.render("t", rule)
+                if text not in found:
+                    found[text] = (description_bits(ctx, rule), rule)
     return iter(r for _b, _t, r in sorted((b, t, r) for t, (b, r) in found.items()))
+
+
+def _per_unit(ctx: _Ctx) -> Iterator[tuple[str, _Ctx]]:
+    """(count, the fit rows with the gold divided by it) for each count of records (`len(...)`) that most rows read,
+    that differs between items and divides every gold value into amounts the gold's own quantum holds."""
+    if not ctx.numeric:
+        return
+    for p in ctx.nums:
+        if not p.startswith("len(") or ctx.distinct.get(p, 0) < 2:
+            continue
+        on = [i for i, e in enumerate(ctx.ext) if is_num(e.get(p)) and q(e[p]) > 0]
+        units = {i: q(ctx.ys[i]) / q(ctx.ext[i][p]) for i in on}
+        if _items([ctx.rows[i] for i in on]) < MIN_FIT or any((u / ctx.quantum).denominator != 1 for u in units.values()):
+            continue
+        rows = [replace(ctx.rows[i], gold={**ctx.rows[i].gold, ctx.fld: _plain(units[i])}) for i in on]
+        yield p, _Ctx(rows, ctx.fld, ctx.exclude)
+
+
+def _plain(x: Fraction) -> int | float:
+    return int(x) if x.denominator == 1 else float(x)
 
 
 def smallest(rows: list[Row], fld: str) -> FieldRule | None:
@@ -1072,7 +1104,7 @@ def _checked(out: Inference, rule: FieldRule, check: list[Row], usable: list[Row
         return f"the rule can be checked on {checked_items} check item(s) only"
     if not _explains(judged):
         return f"fits the fit items but not {judged.count(False)} of {len(judged)} check rows"
-    unseen = _unconfirmed(rule, [r for r, v in zip(check, verdicts) if v is not None])
+    unseen = _unconfirmed(rule, [r for r, v in zip(check, verdicts) if v])  # a part is shown where it gives the gold
     if unseen:
         return f"{unseen} is never shown by the check items"
     placed = placed_on(rule, usable)
@@ -1101,10 +1133,18 @@ def _unconfirmed(rule: FieldRule, check: list[Row]) -> str:
             side = rule.cond.true(feats[rule.cond.path])
             items[f"`{rule.cond.path}` {rule.cond.op} {rule.cond.value}" if side
                   else f"the other side of `{rule.cond.path}`"].add(r.item)
-        for c, _k in rule.factors:
-            if c.path in feats and c.true(feats[c.path]):
+        for n, (c, _k) in enumerate(rule.factors):
+            if c.path in feats and c.true(feats[c.path]) and _moves(rule, n, feats, r):
                 items[f"the factor when `{c.path}` {c.op} {c.value}"].add(r.item)
     return next((k for k, v in items.items() if len(v) < MIN_PART), "")
+
+
+def _moves(rule: FieldRule, n: int, feats: Mapping[str, Any], r: Row) -> bool:
+    """Whether the rule's n-th factor changes its value on the row (a factor on a zero amount shows nothing)."""
+    given = r.agent.get(rule.field) if r.agent else None
+    with_it = O.evaluate(rule, feats, given)
+    without = O.evaluate(replace(rule, factors=tuple(f for i, f in enumerate(rule.factors) if i != n)), feats, given)
+    return with_it[0] and without[0] and not same(with_it[1], without[1])
 
 
 # -- thresholds placed from the data alone ------------------------------------------------------------------------

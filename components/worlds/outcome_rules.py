@@ -5,7 +5,7 @@ evaluation, exact arithmetic (`components.worlds.numbers`).
 One list item per field of a write, naming the write in backticks (the grammar's scope rule) and the field:
 
     - `<tool>`, from train outcomes: `<field>` = <term>[ when <condition>, else <term>][<factor>...][, at most <n>]
-      [, rounded to <quantum>].
+      [, for each of `<count>`][, rounded to <quantum>].
 
     term       'text' (a constant) | 12.5 or 31/12 (a constant) | `<feature>` (equal to it) | 19/20 * `<feature>` (a
                share of it) | one of 'a', 'b', ... (the allowed values) | the value as given, in upper case |
@@ -19,6 +19,8 @@ One list item per field of a write, naming the write in backticks (the grammar's
                between 22 and 27: the threshold is placed in that gap, at its middle)
     factor     `, times <k> when <condition>`: applied in turn, each rounded to the quantum, when its condition holds
                (any number of them: a fee after some days, a bonus on a kind, ...)
+    each       `, for each of `<count>``: the value so far (one unit's) times a count a read showed (free bags per
+               passenger: the allowance by tier for each of `len(get_reservation_details.passengers)`)
     cap        `, at most <n>`: the smaller of the value and n (a credit with a ceiling)
     quantum    what every amount is rounded to, halves up: a cent unless the item says otherwise
     feature    what a read showed before the write: `<read tool>.<key>[.<key>...]`; `<read tool>.<list>[].<key>` is the
@@ -28,7 +30,8 @@ One list item per field of a write, naming the write in backticks (the grammar's
                element whose key is the write's argument <arg>;
                `<read tool>.<key>@days_from_today` the days from the policy's date to the date a key holds;
                `@<arg>` the write's own argument <arg> (a count the customer gave, or another field of the write);
-               `<read tool>.<list>` the list of records itself (what a `pick` term chooses from).
+               `<read tool>.<list>` the list of records itself (what a `pick` term chooses from);
+               `len(<read tool>.<list>)` how many records it holds.
 
 Nothing here knows a world: a world's facts read a card into the values of their rules where a rule is a choice the
 agent makes (`with_outcomes`); any other field rule the agent applies as written (`Formula`, `evaluate`).
@@ -98,6 +101,7 @@ class FieldRule:
     factors: tuple[tuple[Cond, Fraction], ...] = ()  # applied to `then` in turn, each when its condition holds
     cap: Fraction | None = None  # the value is at most this (after the factors)
     quantum: Fraction = CENT  # every amount rounded to a multiple of this, halves up
+    each: str = ""  # a count the value (one unit's, after the factors) is multiplied by, before the cap
 
     def terms(self) -> tuple[Term, ...]:
         return (self.then,) if self.other is None else (self.then, self.other)
@@ -107,6 +111,8 @@ class FieldRule:
         out = {p for t in self.terms() for p in t.paths}
         if self.cond is not None:
             out.add(self.cond.path)
+        if self.each:
+            out.add(self.each)
         return out | {c.path for c, _k in self.factors}
 
 
@@ -165,6 +171,8 @@ def render(tool: str, rule: FieldRule) -> str:
         text += f" when {render_cond(rule.cond)}, else {render_term(rule.other)}"
     for c, k in rule.factors:
         text += f", times {num(k)} when {render_cond(c)}"
+    if rule.each:
+        text += f", for each of `{rule.each}`"
     if rule.cap is not None:
         text += f", at most {num(rule.cap)}"
     if rule.quantum != CENT and _numeric(rule):
@@ -173,7 +181,7 @@ def render(tool: str, rule: FieldRule) -> str:
 
 
 def _numeric(rule: FieldRule) -> bool:
-    return any(t.kind in ("share", "table", "sum") or (t.kind == "const" and is_num(t.value)) for t in rule.terms())
+    return bool(rule.each) or any(t.kind in ("share", "table", "sum") or (t.kind == "const" and is_num(t.value)) for t in rule.terms())
 
 
 # -- reading --------------------------------------------------------------------------------------------------------
@@ -184,6 +192,7 @@ _CONDX = rf"`(?P<path>[^`]+)` (?:(?P<op>>=|<=|>|<) (?P<num>{_NUM})|is '(?P<cat>[
 _ITEM = re.compile(rf"{re.escape(MARK)}: `(?P<field>[^`]+)` = (?P<expr>.+?)\.?$")
 _COND = re.compile(rf"^(?P<then>.+?) when {_CONDX}, else (?P<other>.+)$")
 _CAP = re.compile(rf", at most (?P<cap>{_NUM})$")
+_EACH = re.compile(r", for each of `(?P<each>[^`]+)`$")
 _QUANTUM = re.compile(rf", rounded to (?P<q>{_NUM})$")
 _TABLE = re.compile(rf"^((?:'[^']*' {_NUM}, )*'[^']*' {_NUM}) by ((?:`[^`]+`, )*`[^`]+`)$")
 _SUM = re.compile(rf"^((?:{_NUM} \* `[^`]+` \+ )*{_NUM} \* `[^`]+`)(?: \+ ({_NUM}))?$")
@@ -251,6 +260,9 @@ def parse_rule(field_: str, expr: str) -> FieldRule | None:
         quantum, expr = q(c.group("q")), expr[:c.start()]
     if c := _CAP.search(expr):
         cap, expr = q(c.group("cap")), expr[:c.start()]
+    each = ""
+    if c := _EACH.search(expr):
+        each, expr = c.group("each"), expr[:c.start()]
     head, *tail = expr.split(", times ")
     factors = []
     for part in tail:
@@ -262,9 +274,9 @@ def parse_rule(field_: str, expr: str) -> FieldRule | None:
         then, other = parse_term(c.group("then")), parse_term(c.group("other"))
         if then is None or other is None:
             return None
-        return FieldRule(field_, then, _cond(c), other, tuple(factors), cap, quantum)
+        return FieldRule(field_, then, _cond(c), other, tuple(factors), cap, quantum, each)
     t = parse_term(head)
-    return None if t is None else FieldRule(field_, t, factors=tuple(factors), cap=cap, quantum=quantum)
+    return None if t is None else FieldRule(field_, t, factors=tuple(factors), cap=cap, quantum=quantum, each=each)
 
 
 def parse(text: str, tool: str) -> dict[str, FieldRule]:
@@ -354,6 +366,10 @@ def evaluate(rule: FieldRule, feats: Mapping[str, Any], given: Any = None) -> tu
             return False, None
         if c.true(feats[c.path]):
             v = rnd(q(v) * k, rule.quantum)
+    if rule.each:
+        if not is_num(v) or not is_num(feats.get(rule.each)):
+            return False, None
+        v = q(v) * q(feats[rule.each])
     if rule.cap is not None:
         if not is_num(v):
             return False, None
@@ -366,7 +382,7 @@ def holds(rule: FieldRule, feats: Mapping[str, Any], gold: Any, given: Any = Non
     t = rule.then
     if rule.cond is not None and rule.cond.path in feats:
         t = rule.then if rule.cond.true(feats[rule.cond.path]) else rule.other
-    if t.kind == "one_of" and not rule.factors and rule.cap is None:
+    if t.kind == "one_of" and not rule.factors and rule.cap is None and not rule.each:
         return (gold in t.value) if rule.cond is None or rule.cond.path in feats else None
     if t.kind == "pick" and not rule.factors and rule.cap is None:
         return picked(t, feats, gold) if rule.cond is None or rule.cond.path in feats else None
@@ -439,8 +455,9 @@ class Records(tuple):
 def _records(obj: list[dict], prefix: str, write_args: Mapping[str, Any], out: dict[str, Any]) -> None:
     """A list of records: the list itself, each number's sum over the list (`[].k`), its sum over the elements a
     write's list argument picks (`[k in arg].k2`), the fields of the element a scalar argument names (`[k=@arg].k2`),
-    and of the one element of a kind (`[k=v].k2`). Sums are exact."""
+    and of the one element of a kind (`[k=v].k2`); how many records it holds (`len(...)`). Sums are exact."""
     out[prefix] = Records(obj)
+    out[f"len({prefix})"] = len(obj)
     keys = sorted(set().union(*obj))
     for k in keys:
         vals = [e.get(k) for e in obj]
