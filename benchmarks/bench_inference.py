@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from components.evolution.infer import Row, infer_field  # noqa: E402
 from components.worlds.numbers import CENT, UNIT, q  # noqa: E402
-from components.worlds.outcome_rules import Cond, FieldRule, Term, evaluate, render  # noqa: E402
+from components.worlds.outcome_rules import Cond, FieldRule, Records, Term, evaluate, picked, render  # noqa: E402
 
 FIELD = "x"
 TIERS = ("regular", "silver", "gold")
@@ -43,12 +43,16 @@ KINDS = ("card", "gift_card", "paypal", "certificate")
 FARES = ("basic", "economy", "flex", "business")
 MONEY = ("o.total", "o.price")
 COUNTS = ("o.age", "o.days", "o.late")
+COLORS = ("red", "blue", "green", "black")
 
 
 def features(rng: random.Random) -> dict:
     """One row's features: amounts in cents, whole numbers (ages, days, counts), categories, an id, and the
-    write's own arguments (`@n`, `@m`)."""
-    return {
+    write's own arguments (`@n`, `@m`), and a read's list of records (`o.items`: an id, a colour, a flag and a size
+    each) with its count, as a read of a real world shows them."""
+    items = Records({"id": f"v{rng.randint(10**5, 10**6)}", "color": rng.choice(COLORS), "ok": rng.random() < 0.6,
+                     "size": rng.randint(1, 5)} for _ in range(rng.randint(1, 5)))
+    return {"o.items": items, "len(o.items)": len(items),
         "o.total": q(rng.randint(500, 50000)) / 100, "o.price": q(rng.randint(500, 30000)) / 100,
         "o.age": rng.randint(0, 100), "o.days": rng.randint(0, 60), "o.late": rng.randint(1, 12),
         "u.tier": rng.choice(TIERS), "u.kind": rng.choice(KINDS), "r.fare": rng.choice(FARES),
@@ -86,7 +90,7 @@ def _factor_conds(rng: random.Random, n: int) -> list[Cond]:
 
 
 FORMS = ("const", "equal", "share", "threshold", "threshold_const", "category", "product2", "product3",
-         "const_product", "table", "table_factor", "table2", "cap", "sum", "one_of")
+         "const_product", "table", "table_factor", "table2", "cap", "sum", "one_of", "each", "pick")
 
 
 def draw_world(form: str, seed: int) -> FieldRule:
@@ -138,6 +142,15 @@ def draw_world(form: str, seed: int) -> FieldRule:
         a, b = rng.randint(5, 80), rng.randint(5, 80)
         return FieldRule(FIELD, Term("sum", (q(rng.choice([0, rng.randint(1, 50)])), ((q(a), "@n"), (q(-b), "@m")))),
                          quantum=UNIT)
+    if form == "each":  # an allowance by category for each record (free bags by tier, per passenger)
+        path, values = rng.choice([("u.tier", TIERS), ("r.fare", FARES), ("u.kind", KINDS)])
+        entries = tuple(((v,), q(rng.randint(0, 5))) for v in values)
+        if len({n for _k, n in entries}) < 2:
+            entries = ((entries[0][0], entries[0][1] + 1),) + entries[1:]
+        return FieldRule(FIELD, Term("table", tuple(sorted(entries)), path), quantum=UNIT, each="len(o.items)")
+    if form == "pick":  # the ids of records with one attribute's value (an available variant)
+        attr, value = rng.choice([("ok", rng.choice([True, False])), ("color", rng.choice(COLORS))])
+        return FieldRule(FIELD, Term("pick", ("id", ((attr, value),)), "o.items"))
     if form == "one_of":
         words = ["no longer needed", "ordered by mistake", "found a better price", "changed my mind", "too slow",
                  "damaged", "wrong size"]
@@ -151,7 +164,17 @@ def rows_of(rule: FieldRule, seed: int, n: int) -> list[Row]:
     out = []
     for i in range(n):
         f = features(rng)
-        if rule.then.kind == "one_of":
+        agent: object = "wrong"
+        if rule.then.kind == "pick":  # the gold picks an allowed record; the agent any record
+            allowed = [e for e in f["o.items"] if picked(rule.then, f, [e["id"]])]
+            if not allowed:  # the task is written so that one is allowed
+                key, ((attr, value),) = rule.then.value
+                e = dict(f["o.items"][0], **{attr: value})
+                f["o.items"] = Records((e, *f["o.items"][1:]))
+                allowed = [e]
+            y = [rng.choice(allowed)["id"]]
+            agent = [rng.choice(f["o.items"])["id"]]
+        elif rule.then.kind == "one_of":
             y = rng.choice(rule.then.value)
         else:
             ok, y = evaluate(rule, f)
@@ -159,17 +182,25 @@ def rows_of(rule: FieldRule, seed: int, n: int) -> list[Row]:
             y = float(y) if rule.quantum == CENT and not isinstance(y, str) else (int(y) if not isinstance(y, str) else y)
         gold = {FIELD: y, **{k[1:]: v for k, v in f.items() if k.startswith("@")}}
         feats = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in f.items() if not k.startswith("@")}
-        out.append(Row(f"item-{seed}-{i:04d}", f"item-{seed}-{i:04d}#0", feats, gold, {FIELD: "wrong"}))
+        out.append(Row(f"item-{seed}-{i:04d}", f"item-{seed}-{i:04d}#0", feats, gold, {FIELD: agent}))
     return out
 
 
 def agreement(truth: FieldRule, inferred: FieldRule | None, fresh: list[Row]) -> float:
-    """The share of fresh rows on which the inferred rule gives the true value."""
+    """The share of fresh rows on which the inferred rule gives the true value (a pick: allows the same records)."""
     from components.evolution.infer import holds
 
     if inferred is None:
         return 0.0
+    if truth.then.kind == "pick":
+        def allowed(rule: FieldRule, r: Row) -> set[str]:
+            return {e["id"] for e in r.feats["o.items"] if _allows(rule, r, e["id"])}
+        return sum(allowed(truth, r) == allowed(inferred, r) for r in fresh) / len(fresh)
     return sum(holds(inferred, r) is True for r in fresh) / len(fresh)
+
+
+def _allows(rule: FieldRule, r: Row, ident: str) -> bool:
+    return rule.then.kind == "pick" and picked(rule.then, r.feats, [ident]) is True
 
 
 def recover(form: str, seed: int, n_train: int, n_fresh: int) -> dict:

@@ -433,3 +433,91 @@ def test_a_form_refused_on_its_check_items_gives_way_to_the_next_form_that_fits(
                  r.agent) for n, r in enumerate(rs)]
     inf = infer_field(wrong, "fee")
     assert inf.rule is None and inf.why.startswith("the rule can be checked on 0 check item(s)")
+
+
+def test_a_pick_among_records_a_read_listed():
+    """An exchange's new item: the gold always picks an available variant, the agent picked its first choice
+    whatever its availability. The rule is the attribute every gold pick has and the agent's wrong picks lack (not
+    the colour the gold happened to share on a few items), it round-trips, and the retail agent reads it as checking
+    availability; a list of records (not ids) is still refused."""
+    from components.worlds.outcome_rules import Records
+    from components.worlds.retail import facts as R
+
+    rs = []
+    for n, item in enumerate(ITEMS):
+        variants = Records({"item_id": f"{n}{k:02d}", "available": k != n % 3, "color": ("red", "blue")[k % 2]}
+                           for k in range(3))
+        gold = next(v["item_id"] for v in variants if v["available"])
+        rs.append(Row(item, f"{item}#0", {"get_product_variants.variants": variants},
+                      {"new_item_ids": [gold]}, {"new_item_ids": [variants[n % 3]["item_id"]]}))
+    inf = infer_field(rs, "new_item_ids")
+    assert inf.rule == FieldRule("new_item_ids", Term("pick", ("item_id", (("available", True),)),
+                                                      "get_product_variants.variants"))
+    text = render("exchange_delivered_order_items", inf.rule)
+    assert parse(text, "exchange_delivered_order_items")["new_item_ids"] == inf.rule
+    assert R.BY_ID["exchange_available"].read(text) == "check_available"
+    assert all(holds(inf.rule, r) for r in rs) and not any(
+        holds(inf.rule, Row(r.item, r.episode, r.feats, {"new_item_ids": r.agent["new_item_ids"]}, r.agent))
+        for r in rs)
+    records = [Row(r.item, r.episode, r.feats, {"new_item_ids": [{"id": 1}]}, r.agent) for r in rs]
+    assert infer_field(records, "new_item_ids").rule is None
+
+
+def test_an_allowance_for_each_record_a_read_listed():
+    """Free bags: an allowance by tier for each passenger. Fitted on the gold divided by the count (a table by
+    tier), the card says `for each of` the count, round-trips, and gives the gold on every row."""
+    from components.worlds.outcome_rules import evaluate
+
+    allowance = {"regular": 0, "silver": 1, "gold": 3}
+    rs = rows(lambda n, f: allowance[f["u.tier"]] * f["len(r.passengers)"],
+              lambda n: {"u.tier": ("regular", "silver", "gold")[n % 3], "len(r.passengers)": 1 + (n * 7) % 4,
+                         "r.price": 100 + n})
+    inf = infer_field(rs, "x")
+    assert inf.rule is not None and inf.rule.each == "len(r.passengers)", inf.why
+    assert parse(render("t", inf.rule), "t")["x"] == inf.rule
+    assert all(evaluate(inf.rule, r.feats)[1] == r.gold["x"] for r in rs)
+
+
+def test_a_factor_is_shown_only_where_it_gives_the_gold_and_moves_the_value():
+    """A change fee by fare, doubled within a week of departure. The fit items within the week all fly from 'DEN';
+    in the check half 'DEN' flies on a zero fee within the week (doubling shows nothing) and on a fee beyond it
+    that a factor on 'DEN' gets wrong. Neither confirms a factor on 'DEN' (both did: a part counted as shown on any
+    row it could be judged on). The beyond-the-week rows confirm the factor on the days, stated the other way round
+    (a half beyond the week)."""
+    fee = {"economy": 75, "flex": 25, "business": 0}
+    items = sorted(ITEMS)
+    fit = [i for i in items if i in HALF]
+    check = [i for i in items if i not in HALF]
+    spec = {item: (("economy", "flex", "business")[n % 3], 9 + n % 6, ("ATL", "JFK", "MSP", "SEA")[n % 4])
+            for n, item in enumerate(items)}
+    for k in (1, 5, 9):
+        spec[fit[k]] = (("flex", "economy")[k % 2], 3 + k % 4, "DEN")  # the fit items within the week
+    spec[check[2]] = ("business", 2, "DEN")  # zero either way
+    spec[check[4]] = ("economy", 8, "DEN")  # DEN beyond the week: undoubled
+    rs = []
+    for item in items:
+        fare, days, origin = spec[item]
+        feats = {"r.fare": fare, "r.days": days, "r.origin": origin}
+        rs.append(Row(item, f"{item}#0", feats, {"fee": fee[fare] * (2 if days <= 7 else 1)}, {"fee": 0}))
+    inf = infer_field(rs, "fee")
+    assert inf.rule is not None and inf.rule.features() == {"r.fare", "r.days"}, render("t", inf.rule)
+
+
+def test_a_rule_no_row_could_show_is_carried_from_a_write_with_the_same_field():
+    """The account address: no agent validated it first, so no row of `modify_user_address` shows the normalized
+    value; the order address's rows do. The account's `address1` takes the order's rule, marked as carried over
+    (the gate tests it); a field whose own rows made that read and still show no rule takes nothing."""
+    from components.evolution.infer import Inference, carried, fixable
+
+    order = Inference("address1", FieldRule("address1", Term("equal", None, "validate_address.normalized.address1")),
+                      "ok")
+    user_rows = [Row(i, f"{i}#0", {"get_user_details.name": "x"}, {"address1": "1 MAIN ST"}, {"address1": "1 Main"})
+                 for i in ITEMS]
+    none = Inference("address1", None, "no rule of the known forms fits the fit items", wrong=30)
+    got = carried("modify_user_address", user_rows, [none], {"modify_pending_order_address": [order]})
+    assert got[0].rule == order.rule and got[0].source == "modify_pending_order_address"
+    assert fixable(user_rows, got) == len(user_rows) and fixable(user_rows, [none]) == 0
+    seen = [Row(r.item, r.episode, {"validate_address.normalized.address1": "X"}, r.gold, r.agent) for r in user_rows]
+    assert carried("modify_user_address", seen, [none], {"modify_pending_order_address": [order]})[0].rule is None
+    fee = Inference("fee", FieldRule("fee", Term("const", Fraction(5))), "ok")
+    assert carried("t", user_rows, [Inference("fee", None, "")], {"s": [fee]})[0].rule is None  # not a read's value
