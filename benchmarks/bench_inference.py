@@ -50,14 +50,16 @@ def features(rng: random.Random) -> dict:
     """One row's features: amounts in cents, whole numbers (ages, days, counts), categories, an id, and the
     write's own arguments (`@n`, `@m`), and a read's list of records (`o.items`: an id, a colour, a flag and a size
     each) with its count, as a read of a real world shows them."""
-    items = Records({"id": f"v{rng.randint(10**5, 10**6)}", "color": rng.choice(COLORS), "ok": rng.random() < 0.6,
-                     "size": rng.randint(1, 5)} for _ in range(rng.randint(1, 5)))
-    return {"o.items": items, "len(o.items)": len(items),
+    row = {
         "o.total": q(rng.randint(500, 50000)) / 100, "o.price": q(rng.randint(500, 30000)) / 100,
         "o.age": rng.randint(0, 100), "o.days": rng.randint(0, 60), "o.late": rng.randint(1, 12),
         "u.tier": rng.choice(TIERS), "u.kind": rng.choice(KINDS), "r.fare": rng.choice(FARES),
         "r.id": f"id_{rng.randint(10**5, 10**6)}", "@n": rng.randint(0, 6), "@m": rng.randint(0, 4),
     }
+    irng = random.Random(str(sorted(row.items())))  # its own draws: the other features as they always were
+    items = Records({"id": f"v{irng.randint(10**5, 10**6)}", "color": irng.choice(COLORS), "ok": irng.random() < 0.6,
+                     "size": irng.randint(1, 5)} for _ in range(irng.randint(1, 5)))
+    return {**row, "o.items": items, "len(o.items)": len(items)}
 
 
 def _ratio(rng: random.Random, lo: float, hi: float) -> Fraction:
