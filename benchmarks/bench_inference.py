@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from components.evolution.infer import Row, infer_field  # noqa: E402
 from components.worlds.numbers import CENT, UNIT, q  # noqa: E402
-from components.worlds.outcome_rules import Cond, FieldRule, Records, Term, evaluate, picked, render  # noqa: E402
+from components.worlds.outcome_rules import (Cond, FieldRule, Records, Term, evaluate, indicator, picked,  # noqa: E402
+                                             render)
 
 FIELD = "x"
 TIERS = ("regular", "silver", "gold")
@@ -92,7 +93,7 @@ def _factor_conds(rng: random.Random, n: int) -> list[Cond]:
 
 
 FORMS = ("const", "equal", "share", "threshold", "threshold_const", "category", "product2", "product3",
-         "const_product", "table", "table_factor", "table2", "cap", "sum", "one_of", "each", "pick")
+         "const_product", "table", "table_factor", "table2", "cap", "sum", "one_of", "each", "each_sum", "pick")
 
 
 def draw_world(form: str, seed: int) -> FieldRule:
@@ -150,6 +151,11 @@ def draw_world(form: str, seed: int) -> FieldRule:
         if len({n for _k, n in entries}) < 2:
             entries = ((entries[0][0], entries[0][1] + 1),) + entries[1:]
         return FieldRule(FIELD, Term("table", tuple(sorted(entries)), path), quantum=UNIT, each="len(o.items)")
+    if form == "each_sum":  # an allowance by category plus a bonus on another, for each record (tier + business fare)
+        (a, av), (b, bv) = rng.sample([("u.tier", TIERS), ("r.fare", FARES), ("u.kind", KINDS)], 2)
+        parts = ((q(rng.randint(1, 4)), indicator(a, rng.choice(av))), (q(rng.randint(1, 3)), indicator(b, rng.choice(bv))))
+        return FieldRule(FIELD, Term("sum", (q(rng.randint(0, 2)), tuple(sorted(parts, key=lambda kp: kp[1])))),
+                         quantum=UNIT, each="len(o.items)")
     if form == "pick":  # the ids of records with one attribute's value (an available variant)
         attr, value = rng.choice([("ok", rng.choice([True, False])), ("color", rng.choice(COLORS))])
         return FieldRule(FIELD, Term("pick", ("id", ((attr, value),)), "o.items"))

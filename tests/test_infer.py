@@ -521,3 +521,29 @@ def test_a_rule_no_row_could_show_is_carried_from_a_write_with_the_same_field():
     assert carried("modify_user_address", seen, [none], {"modify_pending_order_address": [order]})[0].rule is None
     fee = Inference("fee", FieldRule("fee", Term("const", Fraction(5))), "ok")
     assert carried("t", user_rows, [Inference("fee", None, "")], {"s": [fee]})[0].rule is None  # not a read's value
+
+
+def test_an_allowance_by_tier_plus_a_bonus_on_a_fare_for_each_passenger():
+    """Free bags as a variant of the airline states them: 2 for gold members (silver and regular none), one more on a
+    business fare, for each passenger. A sum of indicators (a category's value as 1 or 0) for each of the count; the
+    fee beside it still reads the free bags (35 per bag beyond them), not the free bags' own rule spelt out again."""
+    from components.evolution.infer import infer_rows
+    from components.worlds.outcome_rules import evaluate, indicator
+
+    rs = []
+    for n, item in enumerate(ITEMS):
+        tier, fare, pax = ("regular", "silver", "gold")[n % 3], ("economy", "flex", "business")[(n // 3) % 3], 1 + (n // 2) % 2
+        free = pax * ((2 if tier == "gold" else 0) + (1 if fare == "business" else 0))
+        bags = free + (n * 7 // 5) % 4  # extra bags unrelated to the tier
+        feats = {"u.tier": tier, "r.fare": fare, "len(r.passengers)": pax}
+        gold = {"reservation_id": f"r{n}", "bags": bags, "free_bags": free, "fee": 35 * (bags - free)}
+        rs.append(Row(item, f"{item}#0", feats, gold, {"reservation_id": f"r{n}", "bags": bags, "free_bags": 9,
+                                                        "fee": 1}))
+    infs = {i.field: i.rule for i in infer_rows("add_checked_bags", rs, {"add_checked_bags": ["reservation_id"]})}
+    free = infs["free_bags"]
+    assert free is not None and free.each == "len(r.passengers)" and free.then.kind == "sum"
+    assert dict((p, k) for k, p in free.then.value[1]) == {indicator("u.tier", "gold"): 2,
+                                                            indicator("r.fare", "business"): 1}
+    assert parse(render("t", free), "t")["free_bags"] == free
+    assert all(evaluate(free, r.feats)[1] == r.gold["free_bags"] for r in rs)
+    assert infs["fee"] is not None and "@free_bags" in infs["fee"].features()

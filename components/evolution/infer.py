@@ -261,7 +261,13 @@ def _term_bits(ctx: _Ctx, t: Term) -> float:
     if t.kind == "pick":  # the list, its key, and each attribute with its value
         return ctx.path_bits * (2 + 2 * len(t.value[1]))
     const, parts = t.value
-    return sum(ctx.path_bits + bits(k) for k, _p in parts) + (bits(const) if const else 0)
+    return sum(ctx.path_bits + bits(k) + _indicator_bits(ctx, p) for k, p in parts) + (bits(const) if const else 0)
+
+
+def _indicator_bits(ctx: _Ctx, p: str) -> float:
+    """An indicator term names its category's value too (as a condition on a category does)."""
+    m = O.INDICATOR.match(p)
+    return math.log2(1 + ctx.distinct.get(m.group("path"), 1)) if m and p not in ctx.distinct else 0.0
 
 
 def _cond_bits(ctx: _Ctx, c: Cond) -> float:
@@ -852,13 +858,28 @@ def _conditionals(ctx: _Ctx) -> list[FieldRule]:
 def _sums(ctx: _Ctx) -> list[FieldRule]:
     """Factors times numbers plus a constant: sets of numbers grown one at a time (the `BEAM` that leave the least
     error by least squares at each size; a set whose rule already fits is a candidate and grows no more), each factor
-    the simplest rational within a quantum's worth of its estimate."""
+    the simplest rational within a quantum's worth of its estimate. Searched twice: over the numbers the reads showed
+    (and the write's own), then with each category's values as indicators too (a beam of its own, so that the
+    indicators, which lower the error of many sets, never crowd out a sum of numbers alone)."""
     if not ctx.numeric:
         return []
     y = np.array([_f(v) for v in ctx.ys])
     pool = [p for p in ctx.paths if all(is_num(e.get(p)) for e in ctx.ext if p in e) and ctx.readable(p)
             and ("[" not in p or "[]" in p or " in " in p)]
     cols = {p: np.array([_f(e[p]) if is_num(e.get(p)) else np.nan for e in ctx.ext]) for p in pool}
+    indicators = []
+    for _kind, key in _table_keys(ctx):  # the categories a table may be by
+        if len(key) > 1:
+            continue
+        for v in sorted({str(e[key[0]]) for e in ctx.ext if key[0] in e}):
+            ind = O.indicator(key[0], v)
+            indicators.append(ind)
+            cols[ind] = np.array([float(str(e[key[0]]) == v) if key[0] in e else np.nan for e in ctx.ext])
+    out = _sum_search(ctx, y, pool, cols)
+    return out + (_sum_search(ctx, y, pool + indicators, cols) if indicators else [])
+
+
+def _sum_search(ctx: _Ctx, y: np.ndarray, pool: list[str], cols: dict[str, np.ndarray]) -> list[FieldRule]:
     out: list[FieldRule] = []
     frontier: list[tuple[str, ...]] = [()]
     tried: set[tuple[str, ...]] = set()
@@ -1219,19 +1240,30 @@ def infer_tool(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping
 
 def infer_rows(tool: str, rows: list[Row], targets: Targets | None = None) -> list[Inference]:
     """Every field some attempt got wrong. A rule may read the write's own other arguments (`@<arg>`), but no two
-    rules may read each other: each field is first inferred without the other wrong fields, and a field left without
-    a rule then again with every field whose rule does not read it (in name order)."""
+    rules may read each other: each field is first inferred without the other wrong fields, then again (in name order)
+    with every field whose rule does not read it, the second rule kept when there was none or it is the shorter
+    description (a fee is 35 per bag beyond the free bags, not the free bags' own rule spelt out again)."""
     ident = {k for r in rows for k, _v in write_target(tool, r.gold, targets)}
     fields = sorted({f for r in rows if r.agent is not None for f in r.gold
                      if f not in ident and not same(r.agent.get(f), r.gold[f])})
     infs = {f: infer_field(rows, f, frozenset(fields) - {f}) for f in fields}
     for f in fields:
-        if infs[f].rule is None:
-            blocked = frozenset(g for g in fields if g != f and _reads(infs, g, f))
-            again = infer_field(rows, f, blocked)
-            if again.rule is not None:
-                infs[f] = again
+        # a rule may read another wrong field only where that field has a rule (an agent computes it first) that
+        # does not read this one
+        blocked = frozenset(g for g in fields if g != f and (infs[g].rule is None or _reads(infs, g, f)))
+        if blocked == frozenset(fields) - {f}:
+            continue  # nothing more to read
+        again = infer_field(rows, f, blocked)
+        if again.rule is not None and (infs[f].rule is None or _bits(rows, again.rule, blocked) <
+                                       _bits(rows, infs[f].rule, blocked)):
+            infs[f] = again
     return [infs[f] for f in fields]
+
+
+def _bits(rows: list[Row], rule: FieldRule, exclude: frozenset[str]) -> float:
+    """A rule's description length on every row that has the field (two rules of one field compared alike)."""
+    return description_bits(_Ctx([r for r in rows if rule.field in r.gold and r.agent is not None], rule.field,
+                                 exclude), rule)
 
 
 def _reads(infs: Mapping[str, Inference], g: str, f: str, seen: frozenset[str] = frozenset()) -> bool:

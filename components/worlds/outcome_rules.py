@@ -11,7 +11,9 @@ One list item per field of a write, naming the write in backticks (the grammar's
                share of it) | one of 'a', 'b', ... (the allowed values) | the value as given, in upper case |
                'a' 10, 'b' 20 by `<feature>` (a table: the number its category names) | 'a'/'x' 10, ... by `<f1>`,
                `<f2>` (a table by several categories, keys joined by /) | 35 * `<feature>` + -35 * `<feature>` [+ 10]
-               (a sum of terms: each a factor times a feature, and a constant) | the `<key>` of elements of
+               (a sum of terms: each a factor times a feature, and a constant; a feature may be an indicator,
+               `<feature> is '<value>'`, 1 when the category holds and 0 when not: 2 * `tier is 'gold'` + 1 *
+               `fare is 'business'`) | the `<key>` of elements of
                `<read list>` with `<attr>` = true (a list of ids, each the key of a record the read listed whose
                attributes have those values: a choice among records, such as a variant that is available)
     condition  `<feature>` > 24 | >= | < | <= (a threshold, in either direction) | `<feature>` is 'basic' (a
@@ -333,9 +335,10 @@ def term_value(t: Term, feats: Mapping[str, Any], quantum: Fraction = CENT, give
         return False, None
     if t.kind == "sum":
         const, parts = t.value
-        if not all(is_num(feats.get(p)) for _k, p in parts):
+        xs = [number(feats, p) for _k, p in parts]
+        if any(x is None for x in xs):
             return False, None
-        return True, rnd(const + sum(k * q(feats[p]) for k, p in parts), quantum)
+        return True, rnd(const + sum(k * x for (k, _p), x in zip(parts, xs)), quantum)
     if t.kind == "table":
         if not all(p in feats for p in t.paths):
             return False, None
@@ -348,6 +351,24 @@ def term_value(t: Term, feats: Mapping[str, Any], quantum: Fraction = CENT, give
     if t.kind == "equal":
         return True, x
     return (True, rnd(t.value * q(x), quantum)) if is_num(x) else (False, None)
+
+
+INDICATOR = re.compile(r"^(?P<path>.+) is '(?P<value>[^']*)'$")
+
+
+def indicator(path: str, value: str) -> str:
+    """The feature that is 1 when a category holds and 0 when not (a term of a sum)."""
+    return f"{path} is '{value}'"
+
+
+def number(feats: Mapping[str, Any], path: str) -> Fraction | None:
+    """A feature's number on a row (an indicator's 0 or 1), or None when the row lacks it."""
+    if is_num(feats.get(path)):
+        return q(feats[path])
+    m = INDICATOR.match(path)
+    if m is None or m.group("path") not in feats:
+        return None
+    return Fraction(int(str(feats[m.group("path")]) == m.group("value")))
 
 
 def evaluate(rule: FieldRule, feats: Mapping[str, Any], given: Any = None) -> tuple[bool, Any]:
