@@ -1057,7 +1057,8 @@ def _per_unit(ctx: _Ctx) -> Iterator[tuple[str, _Ctx]]:
             continue
         on = [i for i, e in enumerate(ctx.ext) if is_num(e.get(p)) and q(e[p]) > 0]
         units = {i: q(ctx.ys[i]) / q(ctx.ext[i][p]) for i in on}
-        if _items([ctx.rows[i] for i in on]) < MIN_FIT or any((u / ctx.quantum).denominator != 1 for u in units.values()):
+        if _items([ctx.rows[i] for i in on]) < MIN_FIT \
+                or any((u / ctx.quantum).denominator != 1 for u in units.values()):
             continue
         rows = [replace(ctx.rows[i], gold={**ctx.rows[i].gold, ctx.fld: _plain(units[i])}) for i in on]
         yield p, _Ctx(rows, ctx.fld, ctx.exclude)
@@ -1291,7 +1292,8 @@ def fixable(rows: list[Row], infs: list[Inference]) -> int:
     return n
 
 
-def carried(tool: str, rows: list[Row], infs: list[Inference], others: Mapping[str, list[Inference]]) -> list[Inference]:
+def carried(tool: str, rows: list[Row], infs: list[Inference],
+            others: Mapping[str, list[Inference]]) -> list[Inference]:
     """A field left without a rule takes the rule another write (in name order) states for a field of the same name,
     when that rule is a value a read returns and no row of this write made that read: its rows cannot show the
     rule, only trying it can (the gate does). E.g. an address another write takes as a validation read returns it."""

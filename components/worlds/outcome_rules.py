@@ -183,7 +183,8 @@ def render(tool: str, rule: FieldRule) -> str:
 
 
 def _numeric(rule: FieldRule) -> bool:
-    return bool(rule.each) or any(t.kind in ("share", "table", "sum") or (t.kind == "const" and is_num(t.value)) for t in rule.terms())
+    return bool(rule.each) or any(t.kind in ("share", "table", "sum") or (t.kind == "const" and is_num(t.value))
+                                  for t in rule.terms())
 
 
 # -- reading --------------------------------------------------------------------------------------------------------
