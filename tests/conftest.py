@@ -76,6 +76,20 @@ HEAVY = {
     # not measured idle: 111 s and 91 s at load 5 (s13)
     "tests/test_benchmarks.py::test_inference_on_random_worlds_quick": 40,
     "tests/test_benchmarks.py::test_variants_quick_runs_a_campaign_on_a_random_variant": 35,
+    # not measured idle: the slowest units of the slow tier at load 5-8 (s14-44's run for SLOW below), so that they
+    # start first in `./test.sh --all` and `--slow` rather than last (heavier than their idle figures: only the order
+    # among the heaviest moves)
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-retail-train]": 221.1,
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-airline-train]": 198.7,
+    "tests/test_scale.py::test_bench_fixed_cost_quick_fits_three_campaigns_on_one_server": 183.1,
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-airline-test]": 172.1,
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-retail-test]": 169.1,
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-retail-dev]": 91.1,
+    "tests/test_scale.py::test_bench_campaign_scaleout_quick_gives_one_lineage_on_threads_and_dask": 88.8,
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-airline-dev]": 82.9,
+    "tests/test_tau2.py::test_every_plan_ends_and_scores_as_tau2s_orchestrator_has_it[tau2-airline-drop_write]": 77.8,
+    "tests/test_tau2.py::test_every_plan_ends_and_scores_as_tau2s_orchestrator_has_it[tau2-airline-change_arg]": 73.3,
+    "tests/test_tau2.py::test_every_plan_ends_and_scores_as_tau2s_orchestrator_has_it[tau2-airline-extra_write]": 55.9,
 }
 
 
