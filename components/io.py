@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -191,7 +191,13 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
-class _UniqueKeysLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # python-frontmatter's loader, and words
+if TYPE_CHECKING:
+    _SafeLoader = yaml.SafeLoader
+else:  # libyaml's when PyYAML was built with it
+    _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeysLoader(_SafeLoader):  # python-frontmatter's loader, and words
     """SafeLoader that refuses duplicate mapping keys only: for a card's front matter, which pydantic checks field by
     field (nothing of it is serialized whole), and which Ratchet's own writer may emit with an alias."""
 

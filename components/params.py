@@ -373,7 +373,7 @@ class Params(_M):
             return data
         campaign = data.get("campaign", {})
         start = campaign.get("start", CampaignParams.model_fields["start"].default)  # the default too: from anywhere
-        bench = data.get("benchmark") if isinstance(data.get("benchmark"), dict) else {}
+        bench = b if isinstance(b := data.get("benchmark"), dict) else {}
         if isinstance(start, str) and start:
             resolved = resolve_start(start, str(bench.get("world", "retail")))
             if resolved != start or "start" in campaign:

@@ -11,9 +11,12 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, create_model
+
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,8 @@ class Registry:
         events: Iterable[str] = (),
         delivers_cards: bool = False,
         ignores_triggers: bool = False,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        def wrap(factory: Callable[..., Any]) -> Callable[..., Any]:
+    ) -> Callable[[F], F]:
+        def wrap(factory: F) -> F:
             if name in self._strategies:
                 raise ValueError(f"{self.kind} {name!r} registered twice")
             self._strategies[name] = Strategy(
@@ -108,5 +111,5 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._strategies)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Strategy]:
         return iter(self._strategies.values())

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import pickle
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
 from prefect import flow
 from rich.console import Console
@@ -55,7 +57,7 @@ from components.io import atomic_write_bytes, claim_output, mark_output, output_
 from components.memory.package import digest, load_package
 from components.models.callcache import deterministic, saved
 from components.params import Params, recorded_path
-from components.runtime.evaluate import EvalTables, benchmark_at, seed_map_hash, summary, write_eval
+from components.runtime.evaluate import EvalTables, benchmark_at, eval_items, seed_map_hash, summary, write_eval
 from components.tracking.mlflow_log import CampaignTracker
 from components.worlds import Benchmark, load_benchmark, party_model, run_settings, world
 from flows.evaluate import auto_shard, submit_eval, task_runner
@@ -160,7 +162,7 @@ class _Eval:
                  seeds: list[int] | None = None) -> EvalTables:
         c, seeds = self.p.campaign, self.seeds if seeds is None else seeds
         n_items = None if c.shard_size is not None else (  # only `shard_size: null` sizes shards to the look
-            len(items) if items is not None else len(benchmark_at(self.p.benchmark.out).ids(split)))
+            len(eval_items(self.p.benchmark.out, split, items)))
         return self.steps.evaluate(str(package), self.p.benchmark.out, seeds, split=split, items=items,
                                    shard_size=self.shard_items(seeds, n_items), model=c.model,
                                    model_cfg=c.model_cfg, max_turns=c.max_turns, label=label, budget=self.budget)
@@ -213,10 +215,11 @@ def dev_look(lineage: Lineage, round_no: int, p: Params) -> DevLook:
     return DevLook(look=k, alpha=alpha, spent=k * alpha / 2, campaign_alpha=p.gate.campaign_alpha)
 
 
-def dev_looks(history: list[RoundRecord | dict], campaign_alpha: float) -> dict:
+def dev_looks(history: Sequence[RoundRecord | dict[str, Any]], campaign_alpha: float) -> dict[str, Any]:
     """Every look at dev (round, plan, verdict, alpha) and the one-sided alpha they spent of the campaign's budget."""
-    looks = [{"round": r.round, "look": r.dev_look.look, "plan": r.plan_key or "", "verdict": r.verdict,
-              "alpha": r.dev_look.alpha} for r in map(RoundRecord.of, history) if r.dev_look]
+    looks: list[dict[str, Any]] = [
+        {"round": r.round, "look": r.dev_look.look, "plan": r.plan_key or "", "verdict": r.verdict,
+         "alpha": r.dev_look.alpha} for r in map(RoundRecord.of, history) if r.dev_look]
     return {"looks": looks, "n": len(looks), "alpha_spent": sum(x["alpha"] / 2 for x in looks),
             "campaign_alpha": campaign_alpha}
 
@@ -767,7 +770,9 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
             except BudgetExceeded as e:  # stop cleanly between stages; the committed lineage is untouched
                 stopped = f"round {r}: {e}"
                 break
-        rec = RoundRecord.of(lineage.round_record(r))  # as the lineage has it (with its parent and child)
+        kept = lineage.round_record(r)
+        assert kept is not None, f"round {r}: played, yet not in the lineage"
+        rec = RoundRecord.of(kept)  # as the lineage has it (with its parent and child)
         tracker.log_round(rec)
         record_campaign_round(p.evidence, c.name, out, rec, model_id(c.model, c.model_cfg))  # campaign memory
         _say(rec)
@@ -812,7 +817,8 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     tracker.finish(result, out / "summary.json", test_evals if test else [], spent=ledger_report["spent"])
     text, chains = champion_chain(p.evidence, c.name, champion.name)  # why the champion is what it is
     tracker.client.log_text(tracker.run_id, text, "evidence/champion_chain.txt")
-    tracker.client.log_dict(tracker.run_id, chains, "evidence/champion_chain.json")
+    # (a list: MLflow writes any JSON-serializable object, though it annotates a dict)
+    tracker.client.log_dict(tracker.run_id, chains, "evidence/champion_chain.json")  # type: ignore[arg-type]
     write_json(state_dir(out) / "state.json", {"round": result["rounds"], "stage": "done", "stopped": stopped})
     return {**result, "budget_spent": this_run,
             "mlflow": {"experiment_id": tracker.experiment_id, "experiment": tracker.experiment_name,
@@ -832,8 +838,8 @@ def _link_flow_run(tracker: CampaignTracker) -> None:
     if not fid:  # called outside a flow run
         return
     with get_client(sync_client=True) as client:
-        run = client.read_flow_run(fid)
-        client.update_flow_run(fid, tags=sorted(set(run.tags) | {f"mlflow:{tracker.run_id}"}))
+        run = client.read_flow_run(UUID(fid))
+        client.update_flow_run(UUID(fid), tags=sorted(set(run.tags) | {f"mlflow:{tracker.run_id}"}))
     tags = {"ratchet.prefect_flow_run": str(fid)}
     settings = get_current_settings()
     if settings.api.url and settings.ui_url:
@@ -883,8 +889,8 @@ def _episodes(out: Path, test: dict | None) -> dict:
         for k, n in e["summary"].items():
             if k.startswith("errors_"):
                 kinds[k.removeprefix("errors_")] = kinds.get(k.removeprefix("errors_"), 0) + n
-    out = {"total": sum(e["summary"]["episodes"] for e in evs), "errors": sum(e["summary"]["errors"] for e in evs)}
-    return {**out, "by_kind": dict(sorted(kinds.items()))} if kinds else out  # absent without errors: unchanged records
+    counts = {"total": sum(e["summary"]["episodes"] for e in evs), "errors": sum(e["summary"]["errors"] for e in evs)}
+    return {**counts, "by_kind": dict(sorted(kinds.items()))} if kinds else counts  # absent without errors: as before
 
 
 def _cost(out: Path, test: dict | None) -> dict:

@@ -40,7 +40,7 @@ def _flag_takes_no_value(self, ctx):
     return "" if self.is_flag and self.metavar is None else _DISPLAY_TYPE(self, ctx)
 
 
-TyperOption.display_type_rich = _flag_takes_no_value
+TyperOption.display_type_rich = _flag_takes_no_value  # type: ignore[method-assign]  # typer's own, replaced
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -567,7 +567,7 @@ def power_cmd(
         raise InputError("--base/--cand: give both tables, or neither")
     if base is not None and (sd_item is not None or sd_trial is not None):
         raise InputError("--sd-item/--sd-trial: give the SDs or the tables, not both")
-    if base is not None:
+    if base is not None and cand is not None:  # (both or neither: refused above)
         b, c = _read_scores(base, "--base"), _read_scores(cand, "--cand")
         try:
             var = components(b, c)
@@ -862,7 +862,7 @@ def reproduce_cmd(
     if not version and not run_id:
         raise InputError("--version or --run-id: one is required")
     where, rec = find_round(campaign, version, run_id)
-    err.print(f"reproducing {rec.child.version} (round {rec.round}): {rec.summary or ''}", highlight=False)
+    err.print(f"reproducing {rec.committed.version} (round {rec.round}): {rec.summary or ''}", highlight=False)
     r = reproduce(where, rec)
     if as_json:
         out.print(json.dumps({"version": r.version, "round": r.round, "identical": r.identical,
@@ -1136,7 +1136,7 @@ def evidence_why(
         campaign = here if (Path(here) / "lineage" / "lineage.jsonl").is_file() else None
     directory = campaign is not None and (Path(campaign) / "lineage" / "lineage.jsonl").is_file()
     with _graph(db) as g:
-        if directory:  # its identity: its lineage's promotions, as recorded for it
+        if directory and campaign is not None:  # its identity: its lineage's promotions, as recorded for it
             chains = campaign_chains(g, campaign, ref)
             if not chains and given is None:  # the workspace's campaign is not in this graph (--db): any campaign
                 campaign, chains = None, [chain(g, n) for n in promotions_for(g, ref)]

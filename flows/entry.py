@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import fields
+from typing import Any
 
 # the gate command's value options: option -> GateConfig field (the typer command declares the same, with help)
 GATE_OPTIONS = {"--base": "base", "--cand": "cand", "--reg-cap": "reg_cap", "--material": "material",
@@ -21,7 +22,7 @@ def parse_gate(args: list[str]) -> dict | None:
     None for anything else, which the typer app parses and, if need be, refuses."""
     from components.evolution.gate import GateConfig
 
-    kinds = {f.name: type(f.default) for f in fields(GateConfig)}
+    kinds: dict[str, Any] = {f.name: type(f.default) for f in fields(GateConfig)}  # a field's type, from its default
     got: dict = {}
     k = 0
     while k < len(args):

@@ -6,7 +6,7 @@ from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from components.defaults import MAX_TURNS
-from components.runtime.evaluate import EvalTables, benchmark_at, shards
+from components.runtime.evaluate import EvalTables, eval_items, shards
 from flows.tasks import eval_shard
 
 
@@ -42,7 +42,7 @@ def submit_eval(package: str, bench: str, seeds: list[int], split: str | None = 
 
     Rounds call this directly rather than the `evaluate` subflow: a subflow run costs about a second of Prefect
     bookkeeping (its heartbeat thread joins on exit), a task a few milliseconds."""
-    ids = list(items) if items is not None else benchmark_at(bench).ids(split)
+    ids = eval_items(bench, split, items)
     n = -(-len(ids) // shard_size)
     futures = [eval_shard.submit(package, bench, shard, seeds, model, model_cfg or {}, max_turns,
                                  label=f"{label} {i + 1}/{n}", budget=budget)

@@ -46,7 +46,7 @@ def fingerprint(p) -> str:
     outputs = tuple(x for x in tree_stats(out)[0] if not x[0].startswith(".state" + os.sep) and x[0] != ".state")
     tracking = c.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     evidence = default_db(p.evidence.db)
-    stores = {name: (where, None if _store_file(where) is None else os.path.exists(_store_file(where)))
+    stores = {name: (where, None if (f := _store_file(where)) is None else os.path.exists(f))
               for name, where in (("mlflow", tracking), ("evidence", evidence))}
     here = Path(__file__).resolve().parent
     blob = {"params": p.model_dump(mode="json"), "code": [code_version(), code_version(here)],

@@ -23,6 +23,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, task
 
@@ -132,7 +133,7 @@ def outer_round(params: dict, campaign: str, out: str, train_command: str, adapt
     spec = train_stage(train_command, str(outd / "export"), str(outd / "model.json"))
     register_stage(spec, out, campaign, p.campaign.tracking_uri)
     champion = Lineage(Path(campaign) / "lineage").champion()
-    pruned = prune_stage(p, str(champion.path), spec, str(outd / "prune")) if adapt else \
+    pruned: dict[str, Any] = prune_stage(p, str(champion.path), spec, str(outd / "prune")) if adapt else \
         {"package": str(champion.path), "removed": [], "decisions": []}
     inner = inner_params(p, Path(pruned["package"]), spec, outd)
     prepare(inner)

@@ -103,8 +103,8 @@ def tie_temporary_server_to_this_process() -> None:
                   "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
             env=env)
 
-    cls._run_uvicorn_command = _run_uvicorn_command
-    cls._ratchet_tied = True
+    cls._run_uvicorn_command = _run_uvicorn_command  # type: ignore[method-assign]  # Prefect's own, replaced here
+    setattr(cls, "_ratchet_tied", True)
 
 
 def atomic_local_results() -> None:
@@ -145,9 +145,10 @@ def atomic_local_results() -> None:
 
         return await run_sync_in_worker_thread(write, self, path, content)
 
-    LocalFileSystem.awrite_path = awrite
-    LocalFileSystem.write_path = async_dispatch(awrite)(write)
-    LocalFileSystem._ratchet_atomic = True
+    # Prefect's own methods, replaced here
+    LocalFileSystem.awrite_path = awrite  # type: ignore[method-assign]
+    LocalFileSystem.write_path = async_dispatch(awrite)(write)  # type: ignore[method-assign]
+    setattr(LocalFileSystem, "_ratchet_atomic", True)
 
 
 def server_for_a_script():

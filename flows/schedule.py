@@ -15,10 +15,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from components.env import project_home
 from components.io import atomic_write_json
 from components.params import Params
+
+if TYPE_CHECKING:
+    from uuid import UUID
 
 FLOW = "campaign"
 
@@ -92,7 +96,7 @@ def list_runs(limit: int = 50) -> list[dict]:
         async with get_client() as client:
             runs = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW])),
                                                sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=limit)
-            names = {}
+            names: dict[UUID | None, str] = {}
             for r in runs:
                 if r.deployment_id and r.deployment_id not in names:
                     names[r.deployment_id] = (await client.read_deployment(r.deployment_id)).name

@@ -56,7 +56,7 @@ def signals_obeyed() -> Iterator[None]:
         _cleanups.clear()
         engine = sys.modules.get("prefect.flow_engine")
         if engine is not None and _PREFECT_BRIDGE:
-            engine.capture_sigterm = _PREFECT_BRIDGE[0]
+            setattr(engine, "capture_sigterm", _PREFECT_BRIDGE[0])  # Prefect's own, put back
 
 
 def flows_obey(hint: str | None = None) -> None:
@@ -74,7 +74,7 @@ def flows_obey(hint: str | None = None) -> None:
 
     if not _PREFECT_BRIDGE:
         _PREFECT_BRIDGE.append(prefect.flow_engine.capture_sigterm)
-    prefect.flow_engine.capture_sigterm = contextlib.nullcontext
+    setattr(prefect.flow_engine, "capture_sigterm", contextlib.nullcontext)  # Prefect's own, replaced
 
 
 def at_stop(cleanup) -> None:
@@ -127,11 +127,12 @@ def server_watched(url: str | None, grace: float = SERVER_GRACE, every: float = 
     if not url:
         yield
         return
+    watched: str = url
 
     class _Unreachable(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
             services = record.name.startswith(("prefect.events", "prefect._internal", "prefect.client"))
-            return not (services and record.levelno >= logging.WARNING and not answers(url, timeout=0.5))
+            return not (services and record.levelno >= logging.WARNING and not answers(watched, timeout=0.5))
 
     quiet, covered = _Unreachable(), set()
 

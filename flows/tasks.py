@@ -15,7 +15,7 @@ import shutil
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -34,8 +34,9 @@ from components.evolution.meta import PlanContext, PlanOutcome, make_meta_agent
 from components.evolution.patch import apply_plan
 from components.evolution.plan import Plan, parse_plan
 from components.evolution.validate import Validation, fired, static_checks
+from components.io import tree_stats
 from components.memory.package import digest
-from components.runtime.evaluate import RACY_NS, EvalTables, benchmark_at, package_at, run_shard, tree_stats
+from components.runtime.evaluate import RACY_NS, EvalTables, benchmark_at, eval_items, package_at, run_shard
 from components.runtime.journal import Journal
 from components.runtime.progress import progress_bar
 from components.version import code_version
@@ -47,7 +48,12 @@ atomic_local_results()  # here: every process that runs these tasks (a Dask work
 
 # zlib (as small as lzma for these tables at a tenth of the time) at level 1 on the pickle's bytes, under a type name
 # that Prefect's server and clients can read back (flows/resultzip.py)
-PERSIST = {"persist_result": True, "result_serializer": ZlibPickle()}
+class Persisted(TypedDict):
+    persist_result: bool
+    result_serializer: ZlibPickle
+
+
+PERSIST: Persisted = {"persist_result": True, "result_serializer": ZlibPickle()}
 
 
 def stage_key(stage: str, **inputs: Any) -> str:
@@ -261,7 +267,7 @@ def validate_stage(plan: Plan, candidate: str, bench: str, probe_items: list[str
     """Schema, lint, leakage, reachability; then an activation probe: the mechanism must fire on the source tasks."""
     b = benchmark_at(bench)
     v, pkg = static_checks(plan, candidate, b)
-    if v.ok:
+    if v.ok and pkg is not None:  # (ok: it loaded)
         key = _validate_key(None, {"candidate": candidate, "bench": bench, "plan": plan, "probe_items": probe_items,
                                    "model": model, "model_cfg": model_cfg})
         probe = _charged(budget, key, len(probe_items),
@@ -353,7 +359,7 @@ def plain_eval(package: str, bench: str, seeds: list[int], split: str | None = N
 
     from components.runtime.evaluate import shards
 
-    ids = list(items) if items is not None else benchmark_at(bench).ids(split)
+    ids = eval_items(bench, split, items)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(eval_shard.fn, package, bench, shard, seeds, model, model_cfg or {}, max_turns,
                                label=label, budget=budget) for shard in shards(ids, shard_size)]

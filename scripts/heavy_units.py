@@ -1,6 +1,6 @@
 """Print tests/conftest.py's HEAVY table from a suite log: `scripts/heavy_units.py LOG [MIN_SECONDS]`.
 
-LOG is the output of `./test.sh --durations=0 --durations-min=0.3 -vv` (on an idle machine, for figures that compare).
+LOG is the output of `./test.sh --all --durations=0 --durations-min=0.3 -vv` (on an idle machine, for figures that compare).
 A scheduling unit is what pytest-xdist hands a worker whole: a group (the part of a test id after "@") or one test.
 Its figure is the sum of its tests' setup, call and teardown; also printed: the worker seconds per worker, and which
 worker ran each unit, to check that the heaviest units started first on different workers."""

@@ -76,7 +76,119 @@ HEAVY = {
     # not measured idle: 111 s and 91 s at load 5 (s13)
     "tests/test_benchmarks.py::test_inference_on_random_worlds_quick": 40,
     "tests/test_benchmarks.py::test_variants_quick_runs_a_campaign_on_a_random_variant": 35,
+    # not measured idle: the slowest units of the slow tier at load 5-8 (s14-44's run for SLOW below), so that they
+    # start first in `./test.sh --all` and `--slow` rather than last (heavier than their idle figures: only the order
+    # among the heaviest moves)
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-retail-train]": 221.1,
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-airline-train]": 198.7,
+    "tests/test_scale.py::test_bench_fixed_cost_quick_fits_three_campaigns_on_one_server": 183.1,
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-airline-test]": 172.1,
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-retail-test]": 169.1,
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-retail-dev]": 91.1,
+    "tests/test_scale.py::test_bench_campaign_scaleout_quick_gives_one_lineage_on_threads_and_dask": 88.8,
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do[tau2-airline-dev]": 82.9,
+    "tests/test_tau2.py::test_every_plan_ends_and_scores_as_tau2s_orchestrator_has_it[tau2-airline-drop_write]": 77.8,
+    "tests/test_tau2.py::test_every_plan_ends_and_scores_as_tau2s_orchestrator_has_it[tau2-airline-change_arg]": 73.3,
+    "tests/test_tau2.py::test_every_plan_ends_and_scores_as_tau2s_orchestrator_has_it[tau2-airline-extra_write]": 55.9,
 }
+
+
+# The slow tier (`pytest -m slow`; `./test.sh` runs the other tests, `./test.sh --all` both, CI both: CONTRIBUTING.md
+# "The two tiers"). A key is a module (all its tests), a test function (all its parameters) or one test id; its figure
+# is the seconds it took (setup, call and teardown) in the run it was picked from: `./test.sh -p randomly
+# --randomly-seed=4242 --durations=0 --durations-min=0.3 -vv` on 2 cores at load average 5 to 8 (other campaigns
+# running), about twice to three times the idle figures of HEAVY. Picked: every test of 5 s or more there, and whole
+# kinds: the benchmark scripts' runs (`--quick` and the like), tau2's gold parity checks, the modules whose tests
+# share a heavy module fixture (a DVC project, a preloaded process and its campaign) and DVC's queue. What is left
+# runs in under 5 minutes on 2 idle cores. Only the selection depends on these figures; a key that names no test
+# fails tests/test_tiers.py. A new slow test goes here with its measured figure (or takes `@pytest.mark.slow`).
+SLOW = {
+    # modules: one scheduling unit each (a module fixture), or DVC's Celery queue
+    "tests/test_dvc_pipeline.py": 86.1,  # its first test also waited for the run's Prefect server
+    "tests/test_operations.py": 136.8,
+    "tests/test_dvc_queue_records.py": 22.4,
+    # tau2's gold parity and its orchestrator checks: tau2's own Orchestrator and grader beside Ratchet's, every task
+    "tests/test_tau2.py::test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do": 935.0,  # 6 cases, 83-221 s
+    "tests/test_tau2.py::test_every_plan_ends_and_scores_as_tau2s_orchestrator_has_it": 430.5,  # 16 cases, 3-78 s
+    "tests/test_tau2.py::test_ratchets_own_harness_is_graded_as_tau2_grades_the_same_conversation": 79.8,  # 6 cases
+    "tests/test_tau2.py::test_the_diagnosis_reads_tau2s_outcomes_of_a_policy_blind_agent": 65.8,  # 2 cases
+    # the benchmark scripts' runs
+    "tests/test_benchmarks.py::test_benchmark_quick_runs_and_ends_on_its_ratio": 60.6,  # 4 scripts, 2-29 s
+    "tests/test_benchmarks.py::test_inference_on_random_worlds_quick": 69.2,
+    "tests/test_benchmarks.py::test_variants_quick_runs_a_campaign_on_a_random_variant": 51.0,
+    "tests/test_bench_peers.py::test_bench_peers_quick_runs_every_arm_and_ends_on_its_ratio": 38.8,
+    "tests/test_diagnosis_scoring.py::test_bench_diagnosis_quick_prints_the_table": 28.7,
+    "tests/test_diagnosis_scoring.py::test_bench_diagnosis_runs_a_silent_world": 4.8,
+    "tests/test_gate.py::test_bench_gate_quick": 2.3,
+    "tests/test_gate.py::test_bench_gate_calibration_quick": 9.9,
+    "tests/test_gate.py::test_bench_gate_sequential_replays_a_campaign": 4.0,
+    "tests/test_gate.py::test_bench_gate_sequential_compares_two_campaigns": 4.5,
+    "tests/test_gate_light.py::test_bench_startup_quick": 17.2,
+    "tests/test_scale.py::test_bench_fixed_cost_quick_fits_three_campaigns_on_one_server": 183.1,
+    "tests/test_scale.py::test_bench_campaign_scaleout_quick_gives_one_lineage_on_threads_and_dask": 88.8,
+    "tests/test_tau2.py::test_bench_tau2_scoring_quick_scores_each_gold_replay_one_twice": 30.5,
+    "tests/test_tau2.py::test_bench_tau2_requests_quick_is_accepted_by_a_strict_server": 29.2,
+    "tests/test_tau2.py::test_bench_tau2_diagnosis_quick_reads_the_wrong_argument": 45.7,
+    # signals, a dying Prefect server, kills, campaigns and their reruns, CLI processes: 5 s or more each
+    "tests/test_misuse.py::test_sigint_and_sigterm_stop_a_campaign_within_10_s_resumably_and_leave_no_process": 140.6,
+    "tests/test_misuse.py::test_a_campaign_whose_prefect_server_dies_stops_within_60_s_with_one_line_and_resumes": 79.0,
+    "tests/test_misuse.py::test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place": 18.5,
+    "tests/test_misuse.py::test_a_running_campaign_is_refused_before_prefect_says_anything": 14.0,
+    "tests/test_misuse.py::test_a_temporary_prefect_server_that_does_not_come_up_is_one_line_saying_what_to_do": 12.8,
+    "tests/test_misuse.py::test_kill_9_of_a_campaign_leaves_no_prefect_server": 11.7,
+    "tests/test_misuse.py::test_a_campaign_on_a_full_disk_is_one_line_naming_the_path_and_resumes": 10.0,
+    "tests/test_misuse.py::test_a_flag_shows_no_value_placeholder": 5.4,
+    "tests/test_outer.py::test_one_offline_outer_round": 46.8,
+    "tests/test_outer.py::test_a_failing_training_command_is_one_line_exit_1_without_prefects_traceback": 5.6,
+    "tests/test_scale.py::test_a_worker_in_another_directory_gives_identical_results": 27.3,
+    "tests/test_round_replay.py::test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory": 24.5,
+    "tests/test_campaign_isolation.py::test_an_experiment_and_its_undo_leave_the_default_campaigns_records_alone": 22.8,
+    "tests/test_campaign.py::test_a_changed_input_recomputes_only_what_depends_on_it": 20.5,
+    "tests/test_campaign.py::test_shards_sized_to_the_look_change_no_result": 15.6,
+    "tests/test_campaign.py::test_a_rejected_plan_is_not_tried_again": 15.3,
+    "tests/test_campaign.py::test_cli_campaign_prints_rounds_and_certification": 12.6,
+    "tests/test_campaign.py::test_llm_meta_agent_goes_through_the_model_and_the_same_schema": 9.3,
+    "tests/test_campaign.py::test_rerun_with_the_same_bytes_runs_no_episode": 8.7,
+    "tests/test_evidence_campaign.py::test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_evidence": 11.6,
+    "tests/test_notebook.py::test_campaign_notebook_executes_against_a_campaign": 10.2,
+    "tests/test_trace_destination.py::test_traces_land_in_the_campaigns_store_not_the_processs": 5.6,  # + the small campaign
+    "tests/test_world_plugin.py::test_an_installed_world_is_found_materialized_and_evolved": 13.3,
+    "tests/test_prefect_records.py::test_our_task_runs_read_back_through_the_client_and_the_cli": 7.4,
+    "tests/test_diagnosis_scoring.py::test_a_checker_bounce_is_read_as_c": 23.4,
+    "tests/test_diagnosis_scoring.py::test_ratchet_diagnose_prints_one_json_object": 10.2,
+    "tests/test_diagnosis_scoring.py::test_localization_over_every_failure_beats_the_simple_guesses[all-skills-8]": 7.7,
+    "tests/test_diagnosis_scoring.py::test_localization_over_every_failure_beats_the_simple_guesses[all-skills-40]": 7.6,
+    "tests/test_diagnosis_scoring.py::test_localization_over_every_failure_beats_the_simple_guesses[none-40]": 5.7,
+    "tests/test_random_worlds.py::test_a_random_rule_of_every_form_is_recovered[table_factor]": 9.3,
+    "tests/test_random_worlds.py::test_a_random_rule_of_every_form_is_recovered[product2]": 8.5,
+    "tests/test_random_worlds.py::test_a_random_rule_of_every_form_is_recovered[const_product]": 7.8,
+    "tests/test_random_worlds.py::test_a_random_rule_of_every_form_is_recovered[product3]": 7.1,
+    "tests/test_random_worlds.py::test_a_random_rule_of_every_form_is_recovered[cap]": 6.8,
+    "tests/test_random_worlds.py::test_a_random_rule_of_every_form_is_recovered[table2]": 5.7,
+    "tests/test_real_model_path.py::test_a_perfect_agent_scores_one_on_every_possible_dev_task_of_each_world": 9.0,
+    "tests/test_real_model_path.py::test_a_killed_eval_leaves_its_finished_episodes_and_a_rerun_resumes_them": 8.3,
+    "tests/test_routing_faults.py::test_a_rotated_reference_fails_on_routing_and_is_diagnosed_rho": 9.2,
+    "tests/test_world_and_agent.py::test_http_path_gives_identical_scores": 8.0,
+    "tests/test_world_and_agent.py::test_memory_changes_the_scores_in_the_designed_order": 5.5,
+    "tests/test_package_load_errors.py::test_a_card_nested_too_deeply_is_one_line_where_yaml_has_no_c_loader": 5.4,
+    "tests/test_budget.py::test_sixteen_concurrent_reservers_never_exceed_the_ceiling[threads]": 5.9,
+    "tests/test_tau2.py::test_a_strict_chat_template_server_runs_whole_episodes_under_both_protocols": 17.4,
+    "tests/test_tau2.py::test_an_eval_records_its_protocol_user_and_the_splits_its_items_came_from": 7.6,
+    "tests/test_tau2.py::test_materialize_is_deterministic_and_dev_follows_the_seed": 6.4,
+    "tests/test_tau2.py::test_a_user_simulator_server_that_is_down_errs_the_episode_and_an_all_errored_eval_is_one_line": 6.4,
+    "tests/test_tau2.py::test_the_gold_side_of_scoring_is_computed_once_per_task": 6.2,
+    "tests/test_tau2.py::test_the_user_models_tokens_are_recorded_beside_the_agents": 6.2,
+}
+
+
+def slow_key(nodeid: str) -> str | None:
+    """The key of SLOW that puts a test (its id as collected, before any "@group" suffix) in the slow tier, if any:
+    the test itself, its function (any parameters) or its module."""
+    function = nodeid.split("[", 1)[0]
+    for key in (nodeid, function, function.split("::", 1)[0]):
+        if key in SLOW:
+            return key
+    return None
 
 
 def weight(unit: str) -> float:
@@ -86,12 +198,16 @@ def weight(unit: str) -> float:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks into the test ids; after
 def pytest_collection_modifyitems(config, items):  # pytest-randomly's shuffle (a hook wrapper that runs first)
-    """Under `--dist loadgroup`, fixtures built once stay built once: the tests that read the small campaign go to one
-    worker, and so do a module's tests that share a module-scoped fixture (a DVC project, a preloaded process) and
-    the tests marked with one `xdist_group`. Then the heaviest units go to the front of the queue (HEAVY)."""
+    """The tests of the slow tier (SLOW) take the `slow` mark, which `-m` then selects on (pytest's own
+    `-m` deselection runs after this hook). Under `--dist loadgroup`, fixtures built once stay built once: the tests
+    that read the small campaign go to one worker, and so do a module's tests that share a module-scoped fixture (a
+    DVC project, a preloaded process) and the tests marked with one `xdist_group`. Then the heaviest units go to the
+    front of the queue (HEAVY)."""
     loadgroup = getattr(config.option, "loadgroup", False)
     units = {}
     for item in items:
+        if slow_key(item.nodeid) is not None:
+            item.add_marker(pytest.mark.slow)
         fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         # a test's own group (named as pytest-xdist names it): for a fixture its closure does not show because it is
         # reached through getfixturevalue, e.g. the Postgres server of tests/test_evidence_graph.py
@@ -443,3 +559,12 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         sys.argv = argv
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """A run of the fast tier (`./test.sh`, `-m "not slow"`) that ran nothing says how to run what it left out,
+    e.g. `./test.sh tests/test_dvc_pipeline.py`, all of whose tests are slow."""
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and config.option.markexpr == "not slow" \
+            and not hasattr(config, "workerinput"):
+        terminalreporter.write_line("no test ran in the fast tier (-m \"not slow\"): the tests selected may all be in "
+                                    "the slow tier (tests/conftest.py::SLOW); `./test.sh --all ...` runs them too")

@@ -441,7 +441,9 @@ class EvidenceGraph:
     @contextmanager
     def _tx(self) -> Iterator[sa.Connection]:
         with self.batch():  # joins the open transaction, or opens one that nested writes join
-            yield self._conn
+            conn = self._conn
+            assert conn is not None  # (batch() holds one open)
+            yield conn
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
@@ -494,9 +496,8 @@ class EvidenceGraph:
             raise PolicyError(f"{src}: relation: {relation!r} is not one of {', '.join(RELATIONS)}")
         with self._tx() as conn:
             a, b = self.store.latest(conn, src), self.store.latest(conn, dst)
-            for nid, n in ((src, a), (dst, b)):
-                if n is None:
-                    raise PolicyError(f"{nid}: no such node (an edge joins two recorded nodes)")
+            if a is None or b is None:
+                raise PolicyError(f"{src if a is None else dst}: no such node (an edge joins two recorded nodes)")
             if src == dst:
                 raise PolicyError(f"{src}: an edge joins two different nodes")
             new = self.store.insert_edge(conn, Edge(src=src, relation=relation, dst=dst, campaign=self.campaign,
@@ -549,7 +550,7 @@ class EvidenceGraph:
             missing = [s for s, c in zip(supports, claims) if c is None]
             if missing:
                 raise PolicyError(f"{nid}: supporting node {missing[0]} does not exist")
-            self.policy.promotion(nid, v, claims)
+            self.policy.promotion(nid, v, [c for c in claims if c is not None])  # (every one: none is missing)
             n = self._put("decision", key, nid, content, {**(data or {}), "type": "promotion"}, "harness", None, None)
             self.link(verdict, "supports", nid)
             for s in supports:

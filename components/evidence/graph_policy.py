@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from components.errors import InputError
 
 if TYPE_CHECKING:
-    from components.evidence.graph import Edge, Expiry, Node
+    from components.evidence.graph import Confidence, Edge, Expiry, Node
 
 
 class PolicyError(InputError):
@@ -99,7 +99,7 @@ class WritePolicy:
                 raise PolicyError(f"{nid}: claim {c.id} is {c.confidence}: only supported claims carry a promotion")
 
     # 4 -----------------------------------------------------------------------------------------------------------
-    def contradiction(self, a: Node, b: Node) -> tuple[str, str]:
+    def contradiction(self, a: Node, b: Node) -> tuple[Confidence, Confidence]:
         """New confidences of both sides: each becomes contested (kept, never overwritten)."""
         if a.id == b.id:
             raise PolicyError(f"{a.id}: a node cannot contradict itself")

@@ -31,7 +31,7 @@ import pandas as pd
 
 from components.codes import FindingKind, Owner
 from components.defaults import MAX_SOURCE_ITEMS
-from components.evolution.record import RoundRecord
+from components.evolution.record import RoundRecord, StartRecord
 from components.env import default_db  # noqa: F401 (re-exported: where the graph lives is the environment's say)
 from components.evidence.graph import EvidenceGraph, Expiry, Node, node_id
 from components.evidence.graph_policy import CitationError, PolicyError
@@ -70,7 +70,8 @@ def _read(path: Path) -> Any:
 
 def _stated(body: str, packets: list[EvidencePacket]) -> list[dict]:
     """The rules (id, statement) of the round's packets that a card's body states word for word."""
-    text, got = " ".join(body.split()), {}
+    text = " ".join(body.split())
+    got: dict[str, str] = {}
     for p in packets:
         if p.rule_id and p.detail.strip() and " ".join(p.detail.split()) in text:
             got.setdefault(p.rule_id, p.detail.strip())
@@ -237,14 +238,14 @@ def _gate_verdict(r: _Recording, key: str, pn: Node, src_bench: Node) -> Node:
 def _promotion(r: _Recording, plan: dict, key: str, cards: list[dict], claims: dict[str, Node], pn: Node,
                verdict: Node, memory: dict) -> None:
     """An accepted plan's promotion (revoking the promotion it revises), or a question when memory cannot vouch."""
-    g, rec, child = r.g, r.rec, r.rec.child
+    g, rec, child = r.g, r.rec, r.rec.committed
     support = [claims[plan["cluster"]].id] if plan["cluster"] in claims else []
     revoked = (memory.get("revocations") or {}).get(key)
     if revoked and g.get(revoked) is not None:  # a revocation plan passed the gate: the old promotion goes
         g.revoke(revoked, f"revoked through the gate in round {rec.round} of {g.campaign}: "
                           f"{plan['summary']}", by="gate")
     for s in support:  # a contest this gate verdict settles on the current evidence (rule 4)
-        if g.get(s).confidence == "contested" and r.resolve is not None:
+        if (n := g.get(s)) is not None and n.confidence == "contested" and r.resolve is not None:
             try:
                 g.settle(s, r.resolve, r.expiry)
             except PolicyError:
@@ -427,12 +428,12 @@ def _revocation(promo: Node, card: dict, p: EvidencePacket, package, bench: str,
                 mechanism=f"deliver:{card['id']}@", source_items=p.items[:MAX_SOURCE_ITEMS])
 
 
-def helped_elsewhere(g: EvidenceGraph, decisions: list[Node], now: Expiry) -> list[list[str]]:
+def helped_elsewhere(g: EvidenceGraph, decisions: list[Node], now: Expiry) -> list[list[Any]]:
     """Findings (owner, kind, tool, rule id) whose plan another campaign's gate accepted with the current model on
     other evidence (another benchmark digest), in the order they were accepted; not those a person revoked."""
     revoked, flagged = g.revoked(), g.flagged()
     promos = {n.data.get("plan_key"): n for n in g.nodes("decision") if n.data.get("type") == "promotion"}
-    out: list[list[str]] = []
+    out: list[list[Any]] = []  # [owner, kind, tool, rule id] as the claims record them
     for v in sorted((n for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")
                      and n.data.get("model") == now.model and n.data.get("benchmark_digest") != now.benchmark),
                     key=lambda n: n.created):
@@ -477,8 +478,10 @@ def reusable(g: EvidenceGraph, decisions: list[Node], packets: list[EvidencePack
         if promo.id in revoked and revoked[promo.id].get("by") != "gate":
             continue
         pn = g.get(node_id("decision", f"plan:{key}"))
+        if pn is None:
+            continue
         claim = next((g.get(e.src) for e in g.edges(dst=pn.id, relation="used_in")
-                      if (c := g.get(e.src)) is not None and c.kind == "claim"), None) if pn is not None else None
+                      if (c := g.get(e.src)) is not None and c.kind == "claim"), None)
         if claim is None:
             continue
         sig = (claim.data.get("owner"), claim.data.get("kind"), claim.data.get("tool"), claim.data.get("rule_id"))
@@ -589,20 +592,21 @@ def campaign_chains(g: EvidenceGraph, campaign_dir: str | Path, ref: str) -> lis
     out = Path(campaign_dir)
     lineage = Lineage(out / "lineage")
     start = next((e for e in lineage.entries() if e.round == 0), None)
-    name = str(((start.identity if start is not None else None) or {}).get("campaign.name") or "")
+    name = str(((start.identity if isinstance(start, StartRecord) else None) or {}).get("campaign.name") or "")
     accepted = [r for r in lineage.rounds() if r.accepted and r.child is not None]
-    target = next((r for r in accepted if r.child.version == ref or (len(ref) >= 8 and r.child.digest.startswith(ref))),
-                  None)
+    target = next((r for r in accepted if r.committed.version == ref
+                   or (len(ref) >= 8 and r.committed.digest.startswith(ref))), None)
     if target is None:  # a card path (or node id): the promotions that wrote it, among this lineage's
-        digests = {r.child.digest: r for r in accepted}
-        hits = [digests[n.data.get("digest")] for n in promotions_for(g, ref) if n.data.get("digest") in digests]
+        digests = {r.committed.digest: r for r in accepted}
+        hits = [digests[d] for n in promotions_for(g, ref)
+                if isinstance(d := n.data.get("digest"), str) and d in digests]
         target = max(hits, key=lambda r: r.round) if hits else None
     if target is None:
         return []
     here = str(out.resolve())
     chains = []
     for rec in (r for r in accepted if r.round <= target.round):
-        versions = g.versions(node_id("decision", f"promotion:{rec.child.digest}"))
+        versions = g.versions(node_id("decision", f"promotion:{rec.committed.digest}"))
         ours = [v for v in versions if v.data.get("round") == rec.round and v.data.get("campaign") == name]
         ours = [v for v in ours if v.data.get("out") == here] or ours  # a moved campaign: its round and name
         if not ours:

@@ -32,13 +32,19 @@ import os
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from components.errors import InputError
 from components.lazy import LazyModule
 
 # components.params and the CLI's option defaults read this module's limits and GateConfig: without numpy or pandas
-np = LazyModule("numpy")
-pd = LazyModule("pandas")
+# (the type checker reads the modules themselves)
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+else:
+    np = LazyModule("numpy")
+    pd = LazyModule("pandas")
 
 
 class PairingError(InputError):
@@ -657,7 +663,7 @@ def sequential_repair(base: pd.DataFrame, cand: pd.DataFrame, material: float, a
         last = g == len(groups)
         if last:
             result, per = repair_screen(b, c, material)
-            ok, why = result.ok, f"look {g} of {len(groups)} (full screen)"
+            why = f"look {g} of {len(groups)} (full screen)"
         else:
             try:
                 per, _ = pair(b, c, max_error_share=0.5)

@@ -104,7 +104,7 @@ def read_table(path: str | Path, name: str = "table") -> ScoreTable:
     if missing:
         raise InputError(f"{path}: {missing[0]}: missing column(s) {', '.join(missing)} ({name})")
     i, s, v = head.index("item_id"), head.index("seed"), head.index("score")
-    e = head.index("error") if "error" in head else None
+    ec = head.index("error") if "error" in head else None
     items, seeds, scores, errors = [], [], [], []
     for line, r in rows[1:]:
         if len(r) != len(head):
@@ -127,7 +127,7 @@ def read_table(path: str | Path, name: str = "table") -> ScoreTable:
             shown = score if len(score) <= 40 else score[:37] + "..."
             raise InputError(f"{path}: score: {shown!r} on line {line} is not a finite decimal number ({name})")
         items.append(r[i])
-        errors.append("" if e is None else r[e].strip())
+        errors.append("" if ec is None else r[ec].strip())
     return ScoreTable(str(path), items, seeds, np.array(scores, dtype=float), errors)
 
 

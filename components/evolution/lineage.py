@@ -83,8 +83,8 @@ class Lineage:
 
     def versions(self) -> list[Version]:
         committed = [lineage_entry(r) for r in self.records() if r.get("verdict") in (Verdict.START, Verdict.ACCEPT)]
-        return [Version(r.child.version, self.version_dir(r.child.version, f"round {r.round}: child.version"),
-                        r.child.digest) for r in committed]
+        return [Version(r.committed.version, self.version_dir(r.committed.version, f"round {r.round}: child.version"),
+                        r.committed.digest) for r in committed]
 
     def version_dir(self, name: str, field: str = "version") -> Path:
         """Where version `name` (as a record names it) lives: under versions/, never outside on a record's say-so."""
@@ -265,9 +265,9 @@ class LineageLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = self.path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
+            other = self.path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
             os.close(fd)
-            raise LineageLocked(f"{self.path.parent}: lineage is locked by another campaign ({holder})") from None
+            raise LineageLocked(f"{self.path.parent}: lineage is locked by another campaign ({other})") from None
         previous = os.read(fd, 4096).decode(errors="replace").strip()
         if previous:
             self.recovered = json.loads(previous) if previous.startswith("{") else {"holder": previous}

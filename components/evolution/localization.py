@@ -34,6 +34,7 @@ from __future__ import annotations
 import zlib
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
@@ -162,7 +163,7 @@ def _rate(pred: pd.Series, needed: pd.Series) -> float | None:
     return float(sum(p in n for p, n in zip(pred, needed)) / len(pred)) if len(pred) else None
 
 
-EMPTY = {"accuracy": None, "single_accuracy": None, "n": 0, "n_single": 0, "coverage": None,
+EMPTY: dict[str, Any] = {"accuracy": None, "single_accuracy": None, "n": 0, "n_single": 0, "coverage": None,
          "constant_accuracy": None, "outcome_only_accuracy": None, "trace_rule_accuracy": None,
          "three_line_accuracy": None, "trace_rule_no_refusal_accuracy": None, "margin": None, "ceiling": None,
          "compound": {"n": 0, "coverage": None, "accuracy": None, "constant": None, "no_fix": 0},

@@ -22,7 +22,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -91,12 +91,12 @@ class RulesAgent:
                                                          LAYER.get(p.owner, 9), -_size(p, ctx), p.id)):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
-            plan = rules_plan(packet, ctx, self.max_per_episode, ctx.max_source_items)
-            if plan is not None and plan.key() not in ctx.rejected:
-                if plan.key() in ctx.later:
-                    deferred = deferred or plan
+            planned = rules_plan(packet, ctx, self.max_per_episode, ctx.max_source_items)
+            if planned is not None and planned.key() not in ctx.rejected:
+                if planned.key() in ctx.later:
+                    deferred = deferred or planned
                     continue
-                return plan
+                return planned
         return deferred
 
 
@@ -107,7 +107,7 @@ def rules(*, max_per_episode: int = 6) -> RulesAgent:
 
 
 # C findings -> the checker that would have bounced the action that escaped
-CHECKER_FOR = {
+CHECKER_FOR: dict[str, tuple[str, str, str]] = {  # (FindingKind, a str: looked up by a packet's kind)
     FindingKind.UNCONFIRMED_WRITE: ("confirm_before_write", "pre_write", "C: bounce writes that lack the customer's confirmation"),
     FindingKind.PREMATURE_FINISH: ("completion_requires_receipts", "agent_declares_done",
                          "C: bounce `finish` while ledger entries are pending"),
@@ -217,7 +217,8 @@ def _board(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> C
 
 
 # E policy_refusal has none: every rule refused on its write is already written down, nothing to add
-_CHANGES: dict[tuple[Owner, FindingKind], Callable[[EvidencePacket, PlanContext, list, bool], Change | None]] = {
+# (owner, kind), looked up by a packet's owner and kind (strings)
+_CHANGES: dict[tuple[str, str], Callable[[EvidencePacket, PlanContext, list, bool], Change | None]] = {
     (Owner.RHO, FindingKind.CARD_NOT_FIRED): _rebind,
     (Owner.RHO, FindingKind.DILUTED_CARD): _route,
     **{(Owner.C, kind): _checker for kind in CHECKER_FOR},
@@ -257,9 +258,11 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
     operations, the rules it adds, the items of their packets), or None when `p`'s rule is already written down. Rules come from every packet of the
     diagnosis on the same write (largest first); a card already written for the write keeps its rules and gains the
     new ones (replaced whole: one card per write). A rho packet about a hand-written card is routing, not knowledge."""
-    pkg, tool = ctx.package, p.tool
+    pkg, tool, rule_id = ctx.package, p.tool, p.rule_id
+    if not rule_id:  # (the caller's condition: a packet with a rule)
+        return None
     card_id = tool_card_id(tool)
-    about = cards_about(pkg, tool, p.rule_id)
+    about = cards_about(pkg, tool, rule_id)
     if p.owner not in (Owner.E, Owner.RHO) or (p.owner == Owner.RHO and any(c != card_id for c in about)):
         return None
     bodies = [_norm(pkg.cards[c].body) for c in cards_about(pkg, tool)]
@@ -273,9 +276,9 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
         return rule_card_id(rule_id) in pkg.cards or any(_norm(text) in b for b in bodies) \
             or any(t.lower() in low for t in leaks)
 
-    if stated(p.rule_id, p.detail):
+    if stated(rule_id, p.detail):
         return None
-    new: dict[str, str] = {p.rule_id: p.detail.strip()}
+    new: dict[str, str] = {rule_id: p.detail.strip()}
     items = list(p.items)
     for q in sorted(ctx.packets, key=lambda q: (-len(q.episodes), q.id)):
         if q.tool != tool or not q.rule_id or not q.detail.strip() or q.owner not in (Owner.E, Owner.RHO) \
@@ -467,8 +470,8 @@ class PlanOutcome:
     prompt_tokens: int | None = None  # the same, in the server's tokens (with a token budget)
     usage: list[Usage] = field(default_factory=list)
 
-    def record(self, cap: int = 8000) -> dict:
-        out = {"failure": self.failure,
+    def record(self, cap: int = 8000) -> dict[str, Any]:
+        out: dict[str, Any] = {"failure": self.failure,
                "replies": [{**r, "raw": None if r.get("raw") is None else r["raw"][:cap]} for r in self.replies]}
         if self.prompt_chars is not None:
             out["prompt"] = {"chars": self.prompt_chars, "tokens": self.prompt_tokens}
@@ -591,9 +594,9 @@ def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None,
     rules' draft and the largest cluster. When even that does not fit, the smallest prompt goes (the server says)."""
     ranked = sorted(packets, key=lambda p: (-len(p.episodes), p.id))[:max_packets]
     diffs = _outcome_projection(ctx, packets)  # the same diffs the rules meta-agent infers from
-    opts = {"memory": bool(ctx.memory), "rejected": 50, "full": True, "n": len(ranked), "listing": 2, "schema": True,
-            "diffs": diffs}
-    steps: list[dict] = [{"memory": False}, {"rejected": 10}, {"full": False}]
+    opts: dict[str, Any] = {"memory": bool(ctx.memory), "rejected": 50, "full": True, "n": len(ranked), "listing": 2,
+                            "schema": True, "diffs": diffs}
+    steps: list[dict[str, Any]] = [{"memory": False}, {"rejected": 10}, {"full": False}]
     steps += [{"n": n} for n in range(len(ranked) - 1, 0, -1)]
     steps += [{"listing": 1}] + ([{"schema": False}] if schema_sent else []) + [{"listing": 0}, {"rejected": 0}]
     steps += [{"diffs": diffs[: len(diffs) // 2]}, {"diffs": diffs[:1]}]

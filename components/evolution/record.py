@@ -19,8 +19,9 @@ keep the type they were recorded with (an int stays an int), so the bytes do not
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator
 
@@ -29,10 +30,14 @@ from components.errors import InputError
 from components.evolution.gate import GateConfig, GateResult, RepairResult
 
 
-def _held(cls, read, write):
-    """A field holding `cls` (a plain dataclass of gate.py: no pydantic there, `ratchet gate` stays light), read from
-    its file form with `read` and written with `write`, values as recorded (no int-to-float coercion)."""
-    def validate(v: Any):
+T = TypeVar("T")
+
+
+def _held(cls: type[T], read: Callable[[dict[str, Any]], T]) -> PlainValidator:
+    """The validator of a field holding `cls` (a plain dataclass of gate.py: no pydantic there, `ratchet gate` stays
+    light), read from its file form with `read`, values as recorded (no int-to-float coercion); the field's
+    `PlainSerializer` writes it back."""
+    def validate(v: Any) -> T:
         if isinstance(v, cls):
             return v
         if not isinstance(v, dict):
@@ -42,12 +47,13 @@ def _held(cls, read, write):
         except (TypeError, InputError) as e:  # a field missing or unknown; a value GateConfig refuses
             raise ValueError(str(e)) from None
 
-    return Annotated[cls, PlainValidator(validate), PlainSerializer(write)]
+    return PlainValidator(validate)
 
 
-GateFigures = _held(GateResult, GateResult.from_dict, GateResult.as_dict)
-RepairFigures = _held(RepairResult, RepairResult.from_dict, RepairResult.as_dict)
-GateSettings = _held(GateConfig, lambda d: GateConfig(**d), asdict)
+GateFigures = Annotated[GateResult, _held(GateResult, GateResult.from_dict), PlainSerializer(GateResult.as_dict)]
+RepairFigures = Annotated[RepairResult, _held(RepairResult, RepairResult.from_dict),
+                          PlainSerializer(RepairResult.as_dict)]
+GateSettings = Annotated[GateConfig, _held(GateConfig, lambda d: GateConfig(**d)), PlainSerializer(asdict)]
 
 
 class _Record(BaseModel):
@@ -185,6 +191,20 @@ class RoundRecord(_Record):
         """The champion once the round is over: the version it committed, else the one it started from."""
         return self.child or self.parent
 
+    @property
+    def committed(self) -> VersionRef:
+        """The version an accepted round committed (the lineage's `child`); a record without one is damaged."""
+        if self.child is None:
+            raise InputError(f"round {self.round}: child: the record names no committed version")
+        return self.child
+
+    @property
+    def gated(self) -> GateResult:
+        """The gate's figures of a round that reached the gate; a record without them is damaged."""
+        if self.gate is None:
+            raise InputError(f"round {self.round}: gate: the record holds no gate figures")
+        return self.gate
+
 
 class StartRecord(_Record):
     """The lineage's first line: the starting package committed as M0, with what the campaign was started on."""
@@ -196,6 +216,11 @@ class StartRecord(_Record):
     source: str = ""  # the start package's path as the campaign was given it
     benchmark_digest: str | None = None  # absent in lineages from before the check
     identity: dict[str, Any] | None = None  # the params a rerun must not change (`Params.identity`)
+
+    @property
+    def committed(self) -> VersionRef:
+        """The starting package, committed as M0 (`RoundRecord.committed` of an accepted round)."""
+        return self.child
 
 
 def lineage_entry(rec: dict[str, Any]) -> StartRecord | RoundRecord:

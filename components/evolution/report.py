@@ -23,7 +23,7 @@ Plots are PNG images (matplotlib, Agg): they render with no network, in `dvc plo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -34,7 +34,10 @@ from components.evolution.localization import localization_notes
 from components.io import atomic_write_bytes, atomic_write_json, read_json_object
 from components.lazy import LazyModule
 
-pd = LazyModule("pandas")  # the CLI prints round_rows without it (an unchanged rerun: flows/finished.py)
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = LazyModule("pandas")  # the CLI prints round_rows without it (an unchanged rerun: flows/finished.py)
 
 SCORE_COLS = ["item_id", "seed", "score", "success", "error"]
 
@@ -172,11 +175,11 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     md += [line[0].upper() + line[1:] + "." for line in notes] + ([""] if notes else [])
     md += ["| round | owner | plan | repair fixed/broke | verdict | net | dev CI (level: the look's alpha_k) | "
            "regressed | champion |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in round_rows(summary):
-        ci = f"[{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] {r['level']}" if r["net"] is not None else ""
-        net = f"{r['net']:+.3f}" if r["net"] is not None else f"not gated: {r['not_gated']}"
-        md.append(f"| {r['round']} | {r['owner']} | {r['plan']} | {r['repair']} | {r['verdict']} | {net} | {ci} | "
-                  f"{'' if r['regressed'] is None else r['regressed']} | {r['champion']} |")
+    for row in round_rows(summary):
+        ci = f"[{row['ci'][0]:+.3f}, {row['ci'][1]:+.3f}] {row['level']}" if row["net"] is not None else ""
+        net = f"{row['net']:+.3f}" if row["net"] is not None else f"not gated: {row['not_gated']}"
+        md.append(f"| {row['round']} | {row['owner']} | {row['plan']} | {row['repair']} | {row['verdict']} | {net} | "
+                  f"{ci} | {'' if row['regressed'] is None else row['regressed']} | {row['champion']} |")
     md += ["", "Lineage: " + " -> ".join(f"{v['version']} `{v['digest'][:12]}`" for v in summary["lineage"]), ""]
     write_json(out / "metrics.json", metrics)
     write_csv(out / "rounds.csv", table)
@@ -258,6 +261,7 @@ def _families(campaign_out: Path, summary: dict) -> pd.DataFrame:
     if not gated:
         return pd.DataFrame()
     first, last = gated[0], gated[-1]
+    assert first.evaluation is not None  # (gated: filtered above)
     tasks = Path(first.evaluation.benchmark) / "tasks.csv"  # relative paths: from the project root, as recorded
     start_f = campaign_out / "rounds" / f"r{first.round:02d}" / "dev_base.csv"
     champ_f = campaign_out / "rounds" / f"r{last.round:02d}" / ("dev_cand.csv" if last.accepted else "dev_base.csv")

@@ -15,7 +15,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from components.codes import Owner
-from components.runtime.confirm import Targets, covered, step_act
+from components.runtime.confirm import Act, Targets, covered, step_act
 from components.runtime.trace import TraceStep, frame_steps
 
 
@@ -47,7 +47,8 @@ def three_line(s: Signals) -> Owner:
 
 def signals(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None,
             error: str = "") -> Signals:
-    acts, unconfirmed = [], False
+    acts: list[Act] = []
+    unconfirmed = False
     for s in steps:
         a, obs = s.action, s.observation
         if a.get("tool") in write_tools and s.blocked is None and obs.get("ok") \

@@ -10,13 +10,15 @@ pending entries the model stops proposing move to history (they are what "the ag
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.runtime.types import Intent, Proposal, Receipt
 
 Status = Literal["pending", "done", "blocked"]
+# what identifies a unit of work: its tool and its arguments, sorted, as text
+IntentKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 class WMOptions(BaseModel):
@@ -40,11 +42,11 @@ class Entry(BaseModel):
     status: Status = "pending"
     evidence: str | None = None  # call id of the receipt that settled it
 
-    def key(self) -> tuple:
+    def key(self) -> IntentKey:
         return intent_key(self.tool, self.args)
 
 
-def intent_key(tool: str, args: dict[str, str]) -> tuple:
+def intent_key(tool: str, args: dict[str, str]) -> IntentKey:
     return (tool, tuple(sorted((k, str(v)) for k, v in args.items())))
 
 
@@ -65,7 +67,7 @@ class Ledger:
     def pending(self) -> list[Entry]:
         return [e for e in self.entries if e.status == "pending"]
 
-    def snapshot(self) -> list[dict]:
+    def snapshot(self) -> list[dict[str, Any]]:
         return [e.model_dump() for e in self.entries]
 
     def render(self, only_pending: bool = False) -> str:
@@ -85,7 +87,7 @@ class Ledger:
         settled = {e.key() for e in self.entries if e.status != "pending"}
         current = {e.key(): e for e in self.pending()}
         wanted: list[Intent] = []
-        seen: set[tuple] = set()
+        seen: set[IntentKey] = set()
         for intent in proposal.pending:
             k = intent_key(intent.tool, intent.args)
             if k in settled or k in seen:  # settled truth is not the model's to reopen

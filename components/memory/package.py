@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import frontmatter
 import yaml
@@ -28,20 +28,23 @@ from components.memory.errors import PackageError, Problem
 from components.memory.events import EVENTS
 from components.memory.ledger import WMOptions
 from components.memory.manifest import BindingSpec, Manifest
-from components.memory.strategies import CHECKERS, DELIVERERS
+from components.memory.strategies import CHECKERS, DELIVERERS, Check, Deliver
 from components.registry import Registry, Strategy
 
 MANIFEST = "manifest.yaml"
 FREE_FILES = {"README.md", ".gitkeep"}
 
 
+R = TypeVar("R", bound=Callable[..., Any])
+
+
 @dataclass(frozen=True)
-class Bound:
-    """A strategy bound to an event, compiled."""
+class Bound(Generic[R]):
+    """A strategy bound to an event, compiled: `run` is what its factory built (a `Deliver` or a `Check`)."""
 
     spec: BindingSpec
     strategy: Strategy
-    run: Callable[..., Any]
+    run: R
     index: int
 
     @property
@@ -54,8 +57,8 @@ class MemoryPackage:
     root: Path
     manifest: Manifest
     cards: dict[str, Card]
-    delivery: tuple[Bound, ...]
-    checkers: tuple[Bound, ...]
+    delivery: tuple[Bound[Deliver], ...]
+    checkers: tuple[Bound[Check], ...]
     digest: str
 
     @property
@@ -139,12 +142,13 @@ def load_package(root: str | Path) -> MemoryPackage:
 
     manifest = _manifest(texts.get(MANIFEST), problems)
     cards = _cards(texts, problems)
-    delivery = _bindings(manifest, "delivery", DELIVERERS, problems) if manifest else ()
-    checkers = _bindings(manifest, "checkers", CHECKERS, problems) if manifest else ()
+    delivery: tuple[Bound[Deliver], ...] = _bindings(manifest, "delivery", DELIVERERS, problems) if manifest else ()
+    checkers: tuple[Bound[Check], ...] = _bindings(manifest, "checkers", CHECKERS, problems) if manifest else ()
     if manifest:
         _reachability(cards, delivery, problems)
     if problems:
         raise PackageError([Problem((root / p.file).as_posix(), p.field, p.message) for p in problems])
+    assert manifest is not None  # a manifest that did not load is a problem (`_manifest`)
     return MemoryPackage(root, manifest, cards, delivery, checkers, digest(root))
 
 
@@ -235,8 +239,8 @@ class _UniqueKeysFrontMatter(frontmatter.YAMLHandler):
 _FRONT_MATTER = _UniqueKeysFrontMatter()
 
 
-def _bindings(manifest: Manifest, section: str, registry: Registry, problems: list[Problem]) -> tuple[Bound, ...]:
-    out = []
+def _bindings(manifest: Manifest, section: str, registry: Registry, problems: list[Problem]) -> tuple[Bound[Any], ...]:
+    out: list[Bound[Any]] = []
     for i, spec in enumerate(getattr(manifest, section)):
         where = f"{section}[{i}]"
         strategy = registry.get(spec.use)
@@ -258,10 +262,10 @@ def _bindings(manifest: Manifest, section: str, registry: Registry, problems: li
     return tuple(out)
 
 
-def _reachability(cards: dict[str, Card], delivery: tuple[Bound, ...], problems: list[Problem]) -> None:
+def _reachability(cards: dict[str, Card], delivery: tuple[Bound[Deliver], ...], problems: list[Problem]) -> None:
     """A card no binding can ever deliver is dead weight that looks like a mechanism: refuse it."""
 
-    def takes(b: Bound, card: Card) -> bool:
+    def takes(b: Bound[Deliver], card: Card) -> bool:
         types = b.spec.cfg.get("types")
         return b.strategy.delivers_cards and (types is None or card.meta.type in types)
 

@@ -7,10 +7,11 @@ the kernel decides when they run (its phase order) and what a ruling does (one r
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from string import Formatter
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
@@ -55,8 +56,13 @@ class CheckContext:
 class Verdict:
     ok: bool
     reason: str = ""
-    details: dict = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
     code: CheckCode | None = None  # why it bounced, as a code (the reason is its message, `BOUNCES[code]` filled in)
+
+
+# what a deliverer's and a checker's factory build from their options: the callable the kernel runs at an event
+Deliver = Callable[[DeliveryContext], Delivery]
+Check = Callable[[CheckContext], Verdict]
 
 
 # What a bounce says, per code. The reason a checker gives is its template filled in; a model reads the reason (the
@@ -69,13 +75,13 @@ BOUNCES: dict[CheckCode, str] = {
 }
 
 
-def bounce(code: CheckCode, details: dict | None = None, **fields) -> Verdict:
+def bounce(code: CheckCode, details: dict[str, Any] | None = None, **fields: str) -> Verdict:
     """A bounce with `code`, its reason the code's message with `fields` filled in."""
     return Verdict(False, BOUNCES[code].format(**fields), details or {}, code)
 
 
 @cache
-def _pattern(template: str) -> re.Pattern:
+def _pattern(template: str) -> re.Pattern[str]:
     """A message template as a regex: its literal text, any text in place of each field (within one line)."""
     return re.compile("".join(re.escape(text) + (".*?" if name is not None else "")
                               for text, name, _spec, _conv in Formatter().parse(template)))
@@ -92,7 +98,7 @@ def bounce_codes(feedback: str | None) -> frozenset[CheckCode]:
 
 
 @DELIVERERS.register("state_reminder", events=DELIVERY_EVENTS)
-def state_reminder(*, only_pending: bool = True):
+def state_reminder(*, only_pending: bool = True) -> Deliver:
     """Render the ledger board as a note at this event."""
 
     def deliver(ctx: DeliveryContext) -> Delivery:
@@ -102,7 +108,8 @@ def state_reminder(*, only_pending: bool = True):
 
 
 @DELIVERERS.register("event_cards", events=DELIVERY_EVENTS, delivers_cards=True)
-def event_cards(*, max_per_episode: Annotated[int, Field(ge=1)] | None = None, types: list[CardType] | None = None):
+def event_cards(*, max_per_episode: Annotated[int, Field(ge=1)] | None = None,
+                types: list[CardType] | None = None) -> Deliver:
     """Deliver the cards whose trigger names this event (and, if it names a tool, one of the event's tools)."""
 
     def deliver(ctx: DeliveryContext) -> Delivery:
@@ -122,7 +129,7 @@ def event_cards(*, max_per_episode: Annotated[int, Field(ge=1)] | None = None, t
 
 
 @DELIVERERS.register("all_cards", events=DELIVERY_EVENTS, delivers_cards=True, ignores_triggers=True)
-def all_cards(*, types: list[CardType] | None = None):
+def all_cards(*, types: list[CardType] | None = None) -> Deliver:
     """Deliver every card at every firing, whatever its trigger: the all-skills baseline."""
 
     def deliver(ctx: DeliveryContext) -> Delivery:
@@ -135,7 +142,7 @@ def all_cards(*, types: list[CardType] | None = None):
 
 
 @CHECKERS.register("completion_requires_receipts", events={AGENT_DECLARES_DONE})
-def completion_requires_receipts(*, allow_blocked: bool = True):
+def completion_requires_receipts(*, allow_blocked: bool = True) -> Check:
     """Bounce a declaration of completion while ledger entries are still pending (or blocked, if not allowed)."""
 
     def check(ctx: CheckContext) -> Verdict:
@@ -163,7 +170,7 @@ def confirm_before_write(
     tools: list[str] | None = None,
     match_args: list[str] = [],  # noqa: B006 - frozen by the options model
     affirmations: Annotated[list[str] | None, AfterValidator(_removed_affirmations)] = None,
-):
+) -> Check:
     """Bounce a write unless a granted `confirm` covers it (`components.runtime.confirm.covered`): the latest
     confirmation since the last successful write, for the same tool and identifying args.
 

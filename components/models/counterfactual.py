@@ -31,7 +31,8 @@ import pandas as pd
 
 from components.memory.package import MemoryPackage
 from components.models.simulated import OWNERS, RATES, Rates, SimulatedAgent
-from components.runtime.episode import MAX_TURNS, run_episode
+from components.defaults import MAX_TURNS
+from components.runtime.episode import run_episode
 from components.worlds import Benchmark, world
 
 COLUMNS = ["item_id", "seed", "cause", "fired", "E_off", "rho_off", "W_off", "C_off", "all_off", "fixing_sets",

@@ -20,6 +20,7 @@ import asyncio
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -148,7 +149,7 @@ def plain_templates(module) -> None:
     JSON prompts garbled and about twice the tokens (measured here: 800 characters of JSON, 229 tokens, sent as
     1,028; the model then echoed `&#34;`). The handler builds its environment from the module's name on every call:
     in this server's own process, that name gets an environment that never escapes. A chat prompt is not HTML."""
-    base = module.ImmutableSandboxedEnvironment
+    base: Any = module.ImmutableSandboxedEnvironment  # jinja2's, as llama-cpp-python imported it
     if getattr(base, "plain", False):
         return
 

@@ -84,9 +84,10 @@ class OpenAIChat:
     def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
                  json_mode: bool | dict[str, Any] = False) -> ChatResult:
         schema = json_mode if isinstance(json_mode, dict) else None
+        offered = tools or []  # (the tools, when `actions`)
         actions = bool(tools) and self.json_actions
         if actions:
-            schema, messages = action_schema(tools), action_messages(messages, tools)
+            schema, messages = action_schema(offered), action_messages(messages, offered)
         kwargs: dict = {"model": self.name, "messages": messages, "seed": seed}
         if not self.reasoning:  # a reasoning model takes no sampling temperature (OpenAI's refuse any but the default)
             kwargs["temperature"] = self.temperature
@@ -134,8 +135,10 @@ class OpenAIChat:
             raise fail("malformed", f"the reply's message is not a message object: {_shown(msg)}")
         content = msg.content or ""
         if actions:
-            return self._action(content, tools, spent, fail)
-        calls = [_call(tc.id, tc.function.name, tc.function.arguments, fail) for tc in (msg.tool_calls or [])]
+            return self._action(content, offered, spent, fail)
+        # (a function call each: no custom tool is offered, so none comes back)
+        calls = [_call(tc.id, tc.function.name, tc.function.arguments, fail)  # type: ignore[union-attr]
+                 for tc in (msg.tool_calls or [])]
         if not calls and tools:
             recovered = call_in_text(content, tools)
             if recovered is not None:
@@ -184,7 +187,9 @@ class OpenAIChat:
 
         root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
         try:
-            r = httpx.post(f"{root}/tokenize", json={"content": text}, timeout=self.client.timeout,
+            # (the SDK's timeout: a float or its own httpx Timeout, which httpx takes as it is)
+            r = httpx.post(f"{root}/tokenize", json={"content": text},
+                           timeout=self.client.timeout,  # type: ignore[arg-type]
                            headers={k: v for k, v in self.client.default_headers.items() if isinstance(v, str)})
             tokens = r.json().get("tokens") if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):  # no such endpoint, or not JSON: the 4-char meter

@@ -43,6 +43,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from components.codes import CheckCode, Owner
 from components.memory.strategies import bounce_codes
@@ -99,7 +100,7 @@ def _parse_first(comp: Competence, first_message: str) -> tuple[list[Request], d
 def parse_first(comp: Competence, first_message: str) -> tuple[list[Request], dict]:
     """`comp.parse` of the customer's first message (memoized when the competence is hashable)."""
     try:
-        return _parse_first(comp, first_message)
+        return _parse_first(comp, first_message)  # type: ignore[arg-type]  # unhashable: the TypeError below
     except TypeError:  # an unhashable plug-in competence
         return comp.parse(first_message)
 
@@ -117,7 +118,7 @@ def _fact_value(fact: Fact) -> object:
 def fact_value(fact: Fact) -> object:
     """`fact.value` (the truth: what its own statement instructs), memoized when the fact is hashable."""
     try:
-        return _fact_value(fact)
+        return _fact_value(fact)  # type: ignore[arg-type]  # unhashable: the TypeError below
     except TypeError:
         return fact.value
 
@@ -125,7 +126,7 @@ def fact_value(fact: Fact) -> object:
 def fact_read(fact: Fact, text: str) -> object:
     """`fact.read(text)`: a pure function of the text (see `Fact.read`), memoized when the fact is hashable."""
     try:
-        return _fact_read(fact, text)
+        return _fact_read(fact, text)  # type: ignore[arg-type]  # unhashable: the TypeError below
     except TypeError:  # an unhashable plug-in fact
         return fact.read(text)
 
@@ -151,7 +152,7 @@ def read(messages: list[dict], comp: Competence) -> View:
         board = [(tool, dict(a.split("=", 1) for a in args.split()), status)
                  for status, _eid, tool, args in BOARD_RE.findall(memory)]
     calls: list[tuple[dict, dict]] = []
-    pending_calls: dict[str, dict] = {}
+    pending_calls: dict[str | None, dict[str, Any]] = {}  # by the call's id (a tool message may name none)
     user_texts, assistant_texts = [], []
     turn = 0
     for m in rest:

@@ -42,6 +42,7 @@ from components.defaults import MAX_TURNS
 from components.errors import InputError
 from components.io import atomic_dir, confined, dumps, read_json_object
 from components.memory.package import MemoryPackage, load_package
+from components.models.base import ChatResult
 from components.outer.chat_schema import problems
 from components.runtime.chat import ChatHarness
 from components.runtime.episode import episode_seed
@@ -115,13 +116,23 @@ def _assistant_weight(messages: list[dict], blocked_ids: set[str]) -> list[dict]
     return out
 
 
+class _NoModel:
+    """The model of a replay: the committed actions are the trace's, so nothing asks a model."""
+
+    name = "replay"
+
+    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
+                 json_mode: bool | dict[str, Any] = False) -> ChatResult:
+        raise RuntimeError("a replay of recorded actions asks no model")
+
+
 def replay(bench: Benchmark, package: MemoryPackage, item_id: str, seed: int, steps: pd.DataFrame,
            recorded_score: float, where: str) -> Episode:
     """The episode's messages, tools and per-criterion scores, by replaying its committed actions (module doc)."""
     spec = world(bench.world)
     task = bench.tasks[item_id]
     env = spec.make_env(bench, task)
-    port = ChatHarness(env, model=None, seed=episode_seed(item_id, seed), targets=bench.meta.get("targets"))
+    port = ChatHarness(env, model=_NoModel(), seed=episode_seed(item_id, seed), targets=bench.meta.get("targets"))
     delivered: list[str] = []
     blocked_ids: set[str] = set()
     for s in frame_steps(steps):

@@ -18,11 +18,11 @@ them together, as it wrote them."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from components.models.base import ChatModel, ModelError, add_usage
+from components.models.base import ChatModel, ChatResult, ModelError, add_usage
 from components.runtime import prompts
 from components.runtime.protocol import CUSTOM, Protocol
 from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL, Draft, Intent, Proposal, Receipt, ToolCall, Turn, Usage
@@ -53,7 +53,7 @@ class ChatHarness:
         # the proposal's shape as a JSON schema: servers with structured output can only produce well-formed state,
         # and bounded: an unbounded list let a small model repeat one entry until max_tokens cut every proposal
         text = {"type": "string", "maxLength": MAX_TEXT}
-        self._proposal_schema = {
+        self._proposal_schema: dict[str, Any] = {
             "type": "object", "required": ["pending", "next_tool"],
             "properties": {
                 "pending": {"type": "array", "maxItems": MAX_PENDING, "items": {
@@ -62,7 +62,7 @@ class ChatHarness:
                                    "args": {"type": "object", "additionalProperties": text, "maxProperties": MAX_ARGS},
                                    "note": text}}},
                 "next_tool": {"anyOf": [{"enum": names}, {"type": "null"}]}}}
-        self.messages: list[dict] = []
+        self.messages: list[dict[str, Any]] = []
         self._turns: list[Turn] = []
         self._receipts: list[Receipt] = []
         self._notes: list[str] = []  # what the harness told the model of its own doing (shown in the system message)
@@ -76,7 +76,7 @@ class ChatHarness:
         # a draft's calls: those the model wrote with the draft last returned, and those still to run of the one committed
         self._drafted: list[ToolCall] = []
         self._queue: list[ToolCall] = []
-        self._batch: dict = {}  # the running batch: size, position, calls executed, errors
+        self._batch: dict[str, int] = {}  # the running batch: size (n), position (i), calls executed (ran), errors
         self._last_proposal = Proposal()
         self._started = False
         if protocol.greeting:  # the reference's agent opens the conversation
@@ -127,7 +127,7 @@ class ChatHarness:
         except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError, ValidationError) as e:
             raise ModelError(f"malformed state proposal: {e}", "malformed", res.usage) from None
 
-    def _known_tool(self, name, field: str) -> None:
+    def _known_tool(self, name: object, field: str) -> None:
         """A proposal names offered tools only: a null or invented tool is malformed, never the string "None"."""
         if not isinstance(name, str) or name not in self._tool_names:
             raise ValueError(f"{field} {name!r} is not an offered tool")
@@ -150,7 +150,7 @@ class ChatHarness:
         self._drafted = list(res.tool_calls)
         return Draft(content=res.content, tool_call=res.tool_calls[0])
 
-    def commit(self, draft: Draft, blocked: str | None = None) -> dict:
+    def commit(self, draft: Draft, blocked: str | None = None) -> dict[str, Any]:
         self.start()
         call = draft.tool_call
         if call is None:
@@ -222,13 +222,14 @@ class ChatHarness:
     def result_text(self, receipt: Receipt) -> str:
         """A tool's result as the model reads it: the receipt's JSON (`result_body`), or under a reference protocol
         the tool's own text (a failure as the reference renders it)."""
-        if not self.protocol.text_results or receipt.code == "blocked":
+        error_text = self.protocol.error_text  # set: the protocol's `text_results`
+        if error_text is None or receipt.code == "blocked":
             return json.dumps(result_body(receipt), sort_keys=True)
         if receipt.ok:
             c = receipt.content
             return c if isinstance(c, str) else json.dumps(c)
         body = receipt.content if isinstance(receipt.content, dict) else {"error": str(receipt.content)}
-        return self.protocol.error_text.format(error=body.get("error", ""))
+        return error_text.format(error=body.get("error", ""))
 
     # -- internals ------------------------------------------------------------------------------------------
     def _end(self, why: str) -> None:
@@ -262,15 +263,16 @@ class ChatHarness:
         return Receipt(call_id=call.id, tool=call.name, args=call.args, ok=True, content={"confirmed": granted},
                        genuine=True)
 
-    def _say(self, role: str, text: str) -> None:
+    def _say(self, role: Literal["user", "assistant"], text: str) -> None:
         self.messages.append({"role": role, "content": text})
         self._turns.append(Turn(role=role, text=text))
 
-    def _context(self, memory: str, tail: str = "") -> list[dict]:
+    def _context(self, memory: str, tail: str = "") -> list[dict[str, Any]]:
         prompt = self.protocol.system_prompt if self.protocol.system_prompt is not None else self.env.system_prompt
         return [prompts.system_message(prompt, memory, self._notes, tail), *self.messages]
 
-    def _complete(self, msgs: list[dict], tools: list[dict] | None, json_mode: bool | dict):
+    def _complete(self, msgs: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                  json_mode: bool | dict[str, Any]) -> ChatResult:
         try:
             res = self.model.complete(msgs, tools=tools, seed=self.seed, json_mode=json_mode)
         except ModelError as e:  # a failed call still spent what it spent

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from components.defaults import MAX_TURNS
 from components.memory.package import MemoryPackage
@@ -14,6 +15,7 @@ from components.runtime.protocol import CUSTOM, Protocol
 from components.runtime.trace import TraceStep
 from components.runtime.types import Usage
 from components.worlds import Benchmark, world
+from components.worlds.base import Environment
 
 
 
@@ -49,7 +51,7 @@ class EpisodeResult:
     def episode_id(self) -> str:
         return f"{self.item_id}#{self.seed}"
 
-    def row(self) -> dict:
+    def row(self) -> dict[str, Any]:
         return {"item_id": self.item_id, "seed": self.seed, "score": self.score, "success": self.success,
                 "turns": self.turns, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
                 "model_calls": self.model_calls, "tool_calls": self.tool_calls, "user_tokens_in": self.user_tokens_in,
@@ -68,7 +70,7 @@ def failed_step(ep: Episode, port: ChatHarness, e: ModelError) -> TraceStep:
     ).sealed()
 
 
-def party_usage(env) -> Usage:
+def party_usage(env: Environment) -> Usage:
     """What the episode's other party spent on a model of its own: `Environment.party_usage`, which a world whose
     user is simulated by a model provides (none: Usage(), a scripted party spends nothing)."""
     got = getattr(env, "party_usage", None)
@@ -79,10 +81,10 @@ def party_usage(env) -> Usage:
     return got
 
 
-def protocol_of(env) -> Protocol:
+def protocol_of(env: Environment) -> Protocol:
     """How the episode runs (`components.runtime.protocol`): the environment's `protocol` (a world whose benchmark
     follows a reference orchestrator sets it), else Ratchet's own harness."""
-    got = getattr(env, "protocol", None)
+    got: Protocol | None = getattr(env, "protocol", None)
     return CUSTOM if got is None else got
 
 

@@ -22,14 +22,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, cast, overload
 
 import pandas as pd
 
-from components.io import atomic_dir, dumps, tree_stats  # noqa: F401 (tree_stats: re-exported)
+from components.defaults import MAX_TURNS
+from components.io import atomic_dir, dumps, tree_stats
 from components.memory.package import MemoryPackage, load_package
 from components.models import make_model
-from components.runtime.episode import MAX_TURNS, EpisodeResult, episode_seed, run_episode
+from components.runtime.episode import EpisodeResult, episode_seed, run_episode
 from components.runtime.trace import steps_frame
 from components.worlds import Benchmark, load_benchmark
 
@@ -43,11 +44,12 @@ TIMING_COLUMNS = ["item_id", "seed", "step", "i", "phase", "start_ns", "end_ns"]
 RACY_NS = 2_000_000_000  # a file changed this recently may change again within the same clock tick: do not trust stats
 
 
-_loaded: dict[tuple, Any] = {}
+_loaded: dict[tuple[str, str, str, tuple[Any, ...]], Any] = {}  # (kind, path, resolved path, tree stats) -> loaded
 _loaded_lock = threading.Lock()
+T = TypeVar("T")
 
 
-def _memo_load(kind: str, loader: Callable[[Path], Any], path: str | Path) -> Any:
+def _memo_load(kind: str, loader: Callable[[Path], T], path: str | Path) -> T:
     """`loader(path)`, memoized on the stat of every file under the directory (as `flows.tasks.tree_digest` is): a
     campaign's every shard and stage reads the same benchmark (~0.3 s to parse) and packages. A tree touched within
     the last two seconds is loaded afresh (as in git's "racy" check). What is returned is shared: read-only."""
@@ -62,7 +64,7 @@ def _memo_load(kind: str, loader: Callable[[Path], Any], path: str | Path) -> An
     with _loaded_lock:
         hit = _loaded.get(key)
     if hit is not None:
-        return hit
+        return cast(T, hit)  # what `loader` returned for this kind
     got = loader(p)
     with _loaded_lock:
         _loaded[key] = got
@@ -81,6 +83,15 @@ def package_at(path: str | Path | MemoryPackage) -> MemoryPackage:
     return path if isinstance(path, MemoryPackage) else _memo_load("package", load_package, path)
 
 
+def eval_items(bench: str | Path | Benchmark, split: str | None, items: list[str] | None) -> list[str]:
+    """The items an evaluation runs: `items` as given, else those of `split`."""
+    if items is not None:
+        return list(items)
+    if split is None:
+        raise ValueError("an evaluation runs a split or the items given: neither was given")
+    return benchmark_at(bench).ids(split)
+
+
 def seed_map(items: list[str], seeds: list[int]) -> dict[str, int]:
     return {f"{i}#{s}": episode_seed(i, s) for i in items for s in seeds}
 
@@ -94,7 +105,7 @@ class EvalTables:
     scores: pd.DataFrame
     traces: pd.DataFrame
     causes: pd.DataFrame
-    paid: dict | None = None  # with a reply store: what the calls that missed it cost (scores keep logical usage)
+    paid: dict[str, int] | None = None  # with a reply store: what the calls that missed it cost (scores: logical usage)
     timings: pd.DataFrame | None = field(default=None, compare=False)  # TIMING_COLUMNS; None: not recorded
 
     @classmethod
@@ -105,7 +116,7 @@ class EvalTables:
                 return pd.DataFrame(columns=keys)
             return pd.concat(frames, ignore_index=True).sort_values(keys, kind="stable").reset_index(drop=True)
 
-        timed = [p.timings for p in parts if getattr(p, "timings", None) is not None]  # a result pickled before
+        timed = [t for p in parts if (t := getattr(p, "timings", None)) is not None]  # a result pickled before
         return cls(cat([p.scores for p in parts], ["item_id", "seed"]),
                    cat([p.traces for p in parts], ["item_id", "seed", "step"]),
                    cat([p.causes for p in parts], ["item_id", "seed"]),
@@ -132,12 +143,12 @@ def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark
     finished episode is written there as it ends, and an episode it already holds is not run again."""
     pkg, b = package_at(package), benchmark_at(bench)
     chat = make_model(model, model_cfg)
-    store = None
+    store = cached = None
     if call_cache is not None:
         from components.models.callcache import CachedModel, CallStore
 
         store = CallStore(call_cache)
-        chat = CachedModel(chat, store, {"model": model, "cfg": model_cfg or {}})
+        chat = cached = CachedModel(chat, store, {"model": model, "cfg": model_cfg or {}})
     results = []
     try:
         for item in items:
@@ -156,9 +167,9 @@ def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark
         if store is not None:
             store.close()
     out = tables(results)
-    if store is not None:
-        out.paid = {"tokens_in": chat.paid.tokens_in, "tokens_out": chat.paid.tokens_out,
-                    "model_calls": chat.paid.calls, "hits": chat.hits}
+    if cached is not None:  # (with `store`)
+        out.paid = {"tokens_in": cached.paid.tokens_in, "tokens_out": cached.paid.tokens_out,
+                    "model_calls": cached.paid.calls, "hits": cached.hits}
     elif journal is not None and journal.resumed:  # resumed episodes were paid for by the run that finished them
         fresh = [r for r in results if not r.resumed]
         out.paid = {"tokens_in": sum(r.tokens_in for r in fresh), "tokens_out": sum(r.tokens_out for r in fresh),
@@ -187,7 +198,7 @@ def error_kinds(scores: pd.DataFrame) -> dict[str, int]:
     """Errored episodes by kind (`components.models.base.ERROR_KINDS`: the word after "model: " in `error`)."""
     errs = scores["error"].fillna("").astype(str) if len(scores) else pd.Series([], dtype=str)
     kinds = errs[errs != ""].str.removeprefix("model: ").str.split(":").str[0]
-    return {k: int(n) for k, n in sorted(kinds.value_counts().items())}
+    return {str(k): int(n) for k, n in sorted(kinds.value_counts().items())}
 
 
 def summary(scores: pd.DataFrame) -> dict[str, float]:
@@ -208,7 +219,13 @@ def summary(scores: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def pass_hat_k(scores: pd.DataFrame, per_item: bool = False) -> dict:
+@overload
+def pass_hat_k(scores: pd.DataFrame, per_item: Literal[False] = False) -> dict[int, float]: ...
+@overload
+def pass_hat_k(scores: pd.DataFrame, per_item: Literal[True]) -> dict[str, dict[int, float]]: ...
+
+
+def pass_hat_k(scores: pd.DataFrame, per_item: bool = False) -> dict[int, float] | dict[str, dict[int, float]]:
     """pass^k for k = 1..n (the consistency measure benchmark leaderboards report): for each item with n episodes of which c succeeded,
     C(c, k) / C(n, k), the chance that k episodes drawn without replacement all succeed; averaged over items. Items
     with fewer than k episodes do not count at k. `per_item`: {item: {k: value}} instead of the average."""

@@ -58,7 +58,7 @@ class Journal:
         atomic_write_text(self._path(r.item_id, r.seed), json.dumps({"key": self.key, "result": body},
                                                                     sort_keys=True) + "\n")
 
-    def finished(self) -> list[dict]:
+    def finished(self) -> list[dict[str, Any]]:
         """The scores rows of the episodes recorded under this key (what a killed evaluation had finished)."""
         rows = []
         for p in sorted(self.root.glob("*.json")):

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
 
 from components.memory.events import AGENT_DECLARES_DONE, DRAFT_READY, INTENT_RECORDED, PRE_WRITE, TURN_START
 from components.memory.ledger import Ledger
@@ -38,7 +40,7 @@ class Episode:
     episode_id: str
     package: MemoryPackage
     ledger: Ledger
-    delivered_counts: Counter = field(default_factory=Counter)
+    delivered_counts: Counter[str] = field(default_factory=Counter)
     steps: list[TraceStep] = field(default_factory=list)
     sealed: bool = True  # content-hash each step; False only for a replay whose trace is discarded (a counterfactual)
     # when each turn and its phases ran: (step, phase, start ns, end ns), wall clock. Kept beside the steps, never in
@@ -50,7 +52,11 @@ class Episode:
         return cls(episode_id, package, Ledger(package.wm), sealed=sealed)
 
 
-def _timed(spans: list[tuple[str, int, int]], phase: str, fn, *args, **kwargs):
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _timed(spans: list[tuple[str, int, int]], phase: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     start = time.time_ns()
     try:
         return fn(*args, **kwargs)
@@ -60,7 +66,8 @@ def _timed(spans: list[tuple[str, int, int]], phase: str, fn, *args, **kwargs):
 
 def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
     ledger = ep.ledger
-    started, spans = time.time_ns(), []
+    started = time.time_ns()
+    spans: list[tuple[str, int, int]] = []
     turn = _TurnMemory(ep)
 
     # 1. ground: real receipts from the last actions settle ledger entries
@@ -137,8 +144,8 @@ def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
     return step
 
 
-def _draft(d: Draft) -> dict:
-    out: dict = {"kind": d.kind, "content": d.content}
+def _draft(d: Draft) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": d.kind, "content": d.content}
     if d.tool_call:
         out["tool"] = d.tool_call.name
         out["args"] = d.tool_call.args
@@ -152,8 +159,8 @@ class _TurnMemory:
         self.ep = ep
         self.card_ids: list[str] = []
         self.notes: list[str] = []
-        self.firings: list[dict] = []
-        self.checks: list[dict] = []
+        self.firings: list[dict[str, Any]] = []  # TraceStep.deliveries: event, strategy, cards, notes (a count)
+        self.checks: list[dict[str, Any]] = []  # TraceStep.checks: strategy, event, ok, reason, attempt
         self.fingerprint: list[str] = ["board"] if ep.package.wm.board else []
 
     def deliver(self, event: str, tools: frozenset[str]) -> list[str]:
@@ -183,17 +190,18 @@ class _TurnMemory:
         return "\n\n".join(parts)
 
     def review(self, draft: Draft, port: HarnessPort, attempt: int) -> list[str]:
+        call = draft.tool_call
         events = [DRAFT_READY]
         if draft.kind == "finish":
             events.append(AGENT_DECLARES_DONE)
-        if draft.tool_call is not None and draft.tool_call.name in port.write_tools:
+        if call is not None and call.name in port.write_tools:
             events.append(PRE_WRITE)
         reasons: list[str] = []
         for event in events:
-            if event == PRE_WRITE:
-                cards = self.deliver(PRE_WRITE, frozenset({draft.tool_call.name}))
+            if event == PRE_WRITE and call is not None:  # (pre_write is an event only for a drafted write)
+                cards = self.deliver(PRE_WRITE, frozenset({call.name}))
                 if cards:  # a card arriving at the write boundary bounces the draft so the model can use it
-                    reasons.append(f"before `{draft.tool_call.name}`, read the delivered card(s): {', '.join(cards)}")
+                    reasons.append(f"before `{call.name}`, read the delivered card(s): {', '.join(cards)}")
                     self.fingerprint.append("bounce:pre_write:cards")
             transcript = port.transcript() if any(b.spec.at == event for b in self.ep.package.checkers) else []
             for b in self.ep.package.checkers:

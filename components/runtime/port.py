@@ -5,7 +5,7 @@ world and any chat model; the kernel never sees a world's message classes or a m
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from components.runtime.types import Draft, Proposal, Receipt, Turn
 
@@ -27,7 +27,7 @@ class HarnessPort(Protocol):
     def transcript(self) -> list[Turn]:
         """The conversation so far, as checkers read it."""
 
-    def commit(self, draft: Draft, blocked: str | None = None) -> dict:
+    def commit(self, draft: Draft, blocked: str | None = None) -> dict[str, Any]:
         """Execute the draft (or register it as blocked, with a synthetic result). Returns the observation."""
 
     @property

@@ -26,9 +26,9 @@ def progress_bar(label: str, total: int, stream: Any = None) -> Callable[[Any], 
 
     with _lock:
         if _live["progress"] is None:
-            _live["progress"] = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                         TimeRemainingColumn(), console=Console(file=stream), transient=True)
-            _live["progress"].start()
+            bar = _live["progress"] = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                               TimeRemainingColumn(), console=Console(file=stream), transient=True)
+            bar.start()
         progress = _live["progress"]
         _live["open"] += 1
         task = progress.add_task(f"episodes {label}".strip(), total=total)

@@ -36,7 +36,8 @@ CONFIRM_SCHEMA = {
 PLAN_MARK = "# Ratchet meta-agent"  # heads the llm meta-agent's planning prompt
 
 
-def system_message(prompt: str, memory: str = "", notes: tuple[str, ...] | list[str] = (), tail: str = "") -> dict:
+def system_message(prompt: str, memory: str = "", notes: tuple[str, ...] | list[str] = (),
+                   tail: str = "") -> dict[str, str]:
     """The one system message every request starts with: the prompt (the world's policy), the memory the kernel
     compiled for this turn (left out when there is none), the harness's notes, and this call's own instruction
     (`PROPOSE`, or `FEEDBACK` for a redraft). One system message, first: chat templates of current open models

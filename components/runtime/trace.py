@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -54,7 +55,7 @@ class TraceStep(BaseModel):
     def content_hash(self) -> str:
         return hashlib.sha256(self._encoded()[0].encode()).hexdigest()
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> TraceStep:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> TraceStep:
         out = super().model_copy(update=update, deep=deep)
         if update:  # changed fields: the kept encodings no longer describe it
             out._nested_json = None

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+Role = Literal["user", "assistant", "tool", "system"]  # who said a line of the conversation (`Turn.role`)
 FINISH_TOOL = "finish"  # the draft that declares the task complete
 CONFIRM_TOOL = "confirm"  # the harness tool that asks the world's user to confirm one write (see runtime/confirm.py)
 
@@ -90,7 +91,7 @@ class Turn(BaseModel):
     """One line of the conversation as checkers see it (a tool line names its tool and whether it wrote)."""
 
     model_config = ConfigDict(frozen=True)
-    role: Literal["user", "assistant", "tool", "system"]
+    role: Role
     text: str
     tool: str | None = None
     write: bool = False

@@ -36,13 +36,17 @@ import subprocess
 import threading
 import time
 from enum import Enum
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from components.codes import Verdict
 from components.evolution.lineage import Lineage
 from components.evolution.record import RoundRecord, StartRecord
 from components.io import confined, recorded_path
+
+if TYPE_CHECKING:
+    from mlflow.tracing.client import TracingClient
 
 # cited failed episodes logged as traces per round (the first ones of each packet): the default of the setting
 # `campaign.traces_per_round` (each trace costs a few hundred spans written to the store; no result depends on them)
@@ -231,7 +235,7 @@ def round_ci_level(rec: RoundRecord | dict[str, Any]) -> float | None:
 def ci_text(rec: RoundRecord | dict[str, Any]) -> str:
     """A round's dev interval as every view states it: `99.5% CI [+0.012, +0.121]`."""
     rec = RoundRecord.of(rec)
-    g, level = rec.gate, round_ci_level(rec)
+    g, level = rec.gated, round_ci_level(rec)
     return (f"{100 * level:.4g}% CI" if level is not None else "CI") + f" [{g.ci_lo:+.3f}, {g.ci_hi:+.3f}]"
 
 
@@ -402,9 +406,9 @@ class CampaignTracker:
 
             new_store_from_template(self.uri)
             self.client = MlflowClient(tracking_uri=self.uri)
-        self._tracing = None  # the TracingClient the traces are written through, made on first use
+        self._tracing: TracingClient | None = None  # the traces are written through it, made on first use
         one_trace_writer(mlflow.get_tracking_uri())  # MLflow's own exporter writes to the process's URI
-        start = next((r for r in self._lineage_records() if r.verdict == Verdict.START), None)
+        start = next((r for r in self._lineage_records() if isinstance(r, StartRecord)), None)  # (verdict start)
         if start is None:
             raise ValueError(f"{self.out}: no lineage start record: nothing to log")
         self.identity = campaign_identity(params, start.child.digest, str(start.benchmark_digest or ""),
@@ -428,8 +432,8 @@ class CampaignTracker:
         # the same campaign (identity, output, code) is one run however often it is rerun or resumed; found in MLflow
         # by this key, never through a file a checkout can leave behind from another campaign
         self.key = hashlib.sha256(f"{self.ident}|{self.out.resolve()}|{commit}".encode()).hexdigest()[:16]
-        self.run_id = self._find_campaign_run()
-        if self.run_id is None:
+        found = self._find_campaign_run()
+        if found is None:
             run = self.client.create_run(self.experiment_id, run_name=f"campaign {name} @{commit[:7]} p{phash}", tags={
                 "ratchet.kind": "campaign", "ratchet.campaign_key": self.key, "ratchet.params_hash": phash,
                 "ratchet.identity": self.ident, "ratchet.campaign": name, "ratchet.registered_model": self.model_name,
@@ -440,8 +444,9 @@ class CampaignTracker:
                                        f"hash `{phash}`, output `{self.where}`. Its rounds are the nested runs; its "
                                        f"package versions are the registered model `{self.model_name}` (alias "
                                        "`champion`)."})
-            self.run_id = run.info.run_id
-            self._params(self.run_id, params)
+            found = run.info.run_id
+            self._params(found, params)
+        self.run_id: str = found
     def _identity_note(self) -> str:
         rows = "\n".join(f"| `{k}` | `{json.dumps(v, default=str)}` |" for k, v in sorted(self.identity.items()))
         return (f"Campaign `{self.name}`, identity `{self.ident}`: the runs of every campaign with exactly these "
@@ -686,8 +691,8 @@ class CampaignTracker:
             }
             for name, start, end in (ran[1:] if ran else [(n, None, None) for n in phases]):
                 kind, inputs, outputs = phases[name]
-                _start_span(name, kind, turn, start if ran else tick(), spans, inputs=inputs).end(
-                    outputs=outputs, end_time_ns=end if ran else tick())
+                _start_span(name, kind, turn, start if start is not None else tick(), spans, inputs=inputs).end(
+                    outputs=outputs, end_time_ns=end if end is not None else tick())  # (None: not timed, `ran` empty)
             turn.end(outputs={"fingerprint": j.get("fingerprint")}, end_time_ns=ran[0][2] if ran else tick())
             clock = max(clock, ran[0][2] if ran else clock)
         root.end(outputs={"claims": [c["statement"] for c in packet.get("claims", [])]}, status="ERROR",
@@ -731,7 +736,7 @@ class CampaignTracker:
         for rec in self._lineage_records():
             if rec.verdict not in (Verdict.START, Verdict.ACCEPT):
                 continue
-            child, parent = rec.child, rec.parent
+            child, parent = rec.committed, rec.parent
             d = child.digest
             if d in existing:
                 by_version[child.version] = last = existing[d]
@@ -749,16 +754,18 @@ class CampaignTracker:
                                                  source_run_id=src, tags=tags, params=manifest_knobs(path),
                                                  model_type="memory-package")
             self.client.log_model_artifacts(lm.model_id, str(path))
-            g = rec.gate if isinstance(rec, RoundRecord) else None
+            rr = rec if isinstance(rec, RoundRecord) else None
+            g = rr.gate if rr is not None else None
             if round_run is not None and g:
                 self._model_metrics(lm.model_id, round_run.info.run_id)
             self.client.finalize_logged_model(lm.model_id, LoggedModelStatus.READY)
             desc = (f"{child.version} (`{d[:12]}`) of campaign `{self.name}`. " + (
-                f"Promoted in round {rec.round} from {parent.version if parent else None} ([version "
+                f"Promoted in round {rr.round} from {parent.version if parent else None} ([version "
                 f"{parent_mv.version}]({ui_route(f'#/models/{name}/versions/{parent_mv.version}')}) of this model, a "
                 "link to walk the lineage): "
-                f"{rec.summary or ''}; dev net {g.net:+.3f}, {ci_text(rec)}."
-                if rec.verdict == Verdict.ACCEPT and parent_mv is not None and g else "The campaign's starting package.")
+                f"{rr.summary or ''}; dev net {g.net:+.3f}, {ci_text(rr)}."
+                if rr is not None and rr.verdict == Verdict.ACCEPT and parent_mv is not None and g
+                else "The campaign's starting package.")
                 + f" Logged model: [{lm.name}]({ui_route(f'#/experiments/{self.experiment_id}/models/{lm.model_id}')})"
                 " (its knobs, gate figures and files).")
             # source: the logged model's files. A `models:/<id>` source makes MLflow's SQL registry look the model up
@@ -817,7 +824,7 @@ class CampaignTracker:
         if points:
             self.client.log_batch(round_run_id, metrics=points)
 
-    def finish(self, summary: dict[str, Any], summary_path: str | Path, test_evals: list[dict] = (),
+    def finish(self, summary: dict[str, Any], summary_path: str | Path, test_evals: Sequence[dict[str, Any]] = (),
                spent: dict[str, float] | None = None) -> None:
         run = self.client.get_run(self.run_id)
         if run.data.tags.get("ratchet.champion_digest") == summary["champion_digest"] and run.info.status == "FINISHED":
@@ -911,7 +918,8 @@ def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], t
     run_id = campaign_run(client, summary, manifest.campaign_dir)
     if run_id is None:
         return None
-    logged = {(d.dataset.name, d.dataset.digest) for d in client.get_run(run_id).inputs.dataset_inputs}
+    inputs_now = client.get_run(run_id).inputs
+    logged = {(d.dataset.name, d.dataset.digest) for d in (inputs_now.dataset_inputs if inputs_now is not None else [])}
     inputs = []
     for name, f in sorted(manifest.files.items()):
         path = Path(export_dir) / f.path
@@ -922,7 +930,9 @@ def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], t
             continue  # the same bytes are logged already (a rerun of the stage)
         with warnings.catch_warnings():  # MLflow registers its local-file source twice and says so on every call
             warnings.simplefilter("ignore", UserWarning)
-            ds = mlflow.data.from_pandas(df, source=recorded_path(str(path)), name=ds_name, digest=f.sha256[:32])
+            # (defined when mlflow.data is imported, from MLflow's dataset registry: no attribute a checker can see)
+            ds = mlflow.data.from_pandas(  # type: ignore[attr-defined]
+                df, source=recorded_path(str(path)), name=ds_name, digest=f.sha256[:32])
         inputs.append(DatasetInput(ds._to_mlflow_entity(), tags=[
             InputTag("mlflow.data.context", "training"), InputTag("ratchet.source", "campaign"),
             InputTag("ratchet.champion", manifest.champion), InputTag("ratchet.champion_digest", manifest.champion_digest),

@@ -23,7 +23,7 @@ from components.errors import InputError
 from components.evolution.gate import SequentialDesign, gate, sequential_gate
 from components.evolution.lineage import Lineage
 from components.io import confined
-from components.evolution.record import RoundRecord
+from components.evolution.record import RoundRecord, VersionRef
 from components.evolution.validate import fired
 from components.memory.package import digest
 from components.runtime.evaluate import run_shard, seed_map_hash
@@ -52,7 +52,7 @@ class Reproduction:
 
 
 def find_round(campaign: str | Path, version: str | None = None, run_id: str | None = None,
-               tracking_uri: str | None = None) -> tuple[Path, dict]:
+               tracking_uri: str | None = None) -> tuple[Path, RoundRecord]:
     """(campaign dir, lineage record) for a promoted version, or for an MLflow round run id."""
     if run_id:
         from mlflow import MlflowClient
@@ -84,12 +84,21 @@ def find_round(campaign: str | Path, version: str | None = None, run_id: str | N
     return campaign, typed
 
 
+def _versions(lineage: Lineage, rec: RoundRecord) -> tuple[VersionRef, VersionRef]:
+    """The (parent, promoted) versions a promotion's record names."""
+    if rec.parent is None or rec.child is None:
+        raise ReproduceError(f"{lineage.log}: round {rec.round}: {'parent' if rec.parent is None else 'child'}: not "
+                             "recorded; the record is damaged")
+    return rec.parent, rec.child
+
+
 def _places(campaign: Path, rec: RoundRecord) -> tuple[Path, Path, Path]:
     """The parent's and the promoted version's directories and the round's, as the record names them, each confined
     to where it belongs in the campaign: a tampered name is refused before anything is read (or hashed)."""
     lineage = Lineage(campaign / "lineage")
-    return (lineage.version_dir(rec.parent.version, f"round {rec.round}: parent.version"),
-            lineage.version_dir(rec.child.version, f"round {rec.round}: child.version"),
+    parent, child = _versions(lineage, rec)
+    return (lineage.version_dir(parent.version, f"round {rec.round}: parent.version"),
+            lineage.version_dir(child.version, f"round {rec.round}: child.version"),
             confined(campaign / "rounds", Path(rec.round_dir).name, f"{lineage.log}: round {rec.round}: round_dir"))
 
 
@@ -116,16 +125,21 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
     campaign, rec = Path(campaign), RoundRecord.of(rec)
     lineage = Lineage(campaign / "lineage")
     parent_dir, child_dir, rd = _places(campaign, rec)
+    parent, child = _versions(lineage, rec)
     ev = rec.evaluation
     if ev is None:
         raise ReproduceError(f"{lineage.log}: round {rec.round}: evaluation: not recorded (campaign from an older Ratchet)")
+    old, mechanism = rec.gate, rec.mechanism
+    if old is None or mechanism is None:
+        raise ReproduceError(f"{lineage.log}: round {rec.round}: {'gate' if old is None else 'mechanism'}: not "
+                             "recorded; the record is damaged")
     bench_dir = Path(ev.benchmark)
     if bench_dir.is_dir():  # a benchmark, or refused before its bytes are hashed (a record may name any directory)
         load_benchmark(bench_dir)
     # 2. the bytes on disk must be the recorded bytes, or nothing is re-run
-    for what, path, want in (("parent version", parent_dir, rec.parent.digest),
-                             ("promoted version", child_dir, rec.child.digest),
-                             ("benchmark", bench_dir, rec.benchmark_digest)):
+    for what, path, want in (("parent version", parent_dir, parent.digest),
+                             ("promoted version", child_dir, child.digest),
+                             ("benchmark", bench_dir, rec.benchmark_digest or "")):
         if not path.is_dir():
             raise ReproduceError(f"{path}: -: {what} is missing (run `dvc checkout` at the recording commit)")
         have = digest(path)
@@ -138,7 +152,7 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
     # 3. re-run the gate's evaluations (a sequential gate: the cells of the looks it used, then the same looks)
     seq = ev.sequential
     design = SequentialDesign(seq.looks, seq.spending, seq.by) if seq is not None else SequentialDesign()
-    groups = design.groups(ids, seeds)[: seq.looks_used] if design.on else [(ids, seeds)]
+    groups = design.groups(ids, seeds)[: seq.looks_used] if seq is not None and design.on else [(ids, seeds)]
     run_items = [i for i in ids if i in {x for its, _ in groups for x in its}]
     run_seeds = sorted({s for _, sds in groups for s in sds})
     base = run_shard(parent_dir, bench, run_items, run_seeds, ev.model, ev.model_cfg, ev.max_turns)
@@ -147,14 +161,14 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
         upto = [(set().union(*(its for its, _ in groups[:g])), set().union(*(sds for _, sds in groups[:g])))
                 for g in range(1, len(groups) + 1)]
         tr = cand.traces
-        fired_by_look = [fired(tr[tr["item_id"].isin(its) & tr["seed"].isin(sds)], rec.mechanism) for its, sds in upto]
+        fired_by_look = [fired(tr[tr["item_id"].isin(its) & tr["seed"].isin(sds)], mechanism) for its, sds in upto]
         verdict, per_item, _ = sequential_gate(base.scores, cand.scores, ev.gate, design, ids, seeds,
                                                fired_by_look=fired_by_look)
         if verdict is None:
             raise ReproduceError(f"round {rec.round}: the recorded looks do not reach a verdict")
     else:
         verdict, per_item = gate(base.scores, cand.scores, ev.gate,
-                                 mechanism_fired=fired(cand.traces, rec.mechanism))
+                                 mechanism_fired=fired(cand.traces, mechanism))
     # 4. compare with what the round recorded
     diffs: list[str] = []
     for name, df in (("dev_base.csv", base.scores), ("dev_cand.csv", cand.scores), ("gate_items.csv", per_item)):
@@ -164,7 +178,6 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
             diffs.append(f"{rd / name}: missing")
         elif recorded != now:
             diffs.append(f"{name}: " + _table_diff(recorded, now, df))
-    old = rec.gate
     same_verdict = (old.accept == verdict.accept and old.n_improved == verdict.n_improved
                     and old.n_regressed == verdict.n_regressed and abs(old.net - verdict.net) < 1e-12
                     and abs(old.ci_lo - verdict.ci_lo) < 1e-12 and abs(old.ci_hi - verdict.ci_hi) < 1e-12)
@@ -172,7 +185,7 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
         diffs.append(f"verdict: recorded accept={old.accept} net={old.net:+.6f} CI [{old.ci_lo:+.6f}, "
                      f"{old.ci_hi:+.6f}], recomputed accept={verdict.accept} net={verdict.net:+.6f} "
                      f"CI [{verdict.ci_lo:+.6f}, {verdict.ci_hi:+.6f}]")
-    return Reproduction(rec.child.version, rec.round, identical=not any(not d.startswith("verdict") for d in diffs),
+    return Reproduction(child.version, rec.round, identical=not any(not d.startswith("verdict") for d in diffs),
                         verdict_matches=same_verdict, differences=diffs, n_items=len(per_item),
                         n_episodes=len(base.scores) + len(cand.scores), recorded=old.as_dict(),
                         recomputed=verdict.as_dict())
