@@ -56,7 +56,7 @@ def test_inference_on_random_worlds_quick(capsys):
     m = re.match(r"^recovered (\d+) / (\d+) random worlds", last)
     assert m, last
     ok, n = int(m.group(1)), int(m.group(2))
-    assert n >= 45 and ok / n >= 0.7, last  # measured 35 / 45; the misses are thresholds train left wide gaps at
+    assert n >= 45 and ok / n >= 0.7, last  # measured 44 / 54; the misses are thresholds train left wide gaps at
 
 
 def test_variants_quick_runs_a_campaign_on_a_random_variant(tmp_path, capsys):
