@@ -48,6 +48,7 @@ import pandas as pd
 
 from components.codes import CheckCode, FindingKind, Owner
 from components.evidence.packets import Citation, Claim, EvidencePacket
+from components.memory.events import PRE_WRITE
 from components.memory.package import MemoryPackage
 from components.memory.strategies import bounce_codes
 from components.runtime.confirm import Targets, covered, identity, step_act
@@ -537,6 +538,9 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
                                episodes, gold, write_tools, targets, today)
     elif train is not None:
         rules = train.rules
+    # a check that fired on its own criterion, in this corpus or train's: each finding is judged against it
+    own_bounces = any(b.spec.at == PRE_WRITE for b in getattr(package, "checkers", ())) and (
+        (train is not None and train.own_bounce_rate is not None) or _own_bounce_rate(episodes, write_tools) is not None)
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
@@ -549,6 +553,9 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
             from components.evolution.outcomes import unseen_value_finding
 
             f = unseen_value_finding(eid, row.item_id, steps, package, write_tools, train, targets) or f
+        if own_bounces:
+            f = _against_checks(f, steps, package, write_tools, targets, (gold or {}).get(row.item_id), train,
+                                value_helps, rules, today)
         findings.append(f)
     clusters: dict[tuple, list[Finding]] = defaultdict(list)
     for f in findings:
@@ -595,6 +602,45 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     if o.owner == Owner.UNKNOWN or (f.step, f.owner) <= (o.step, o.owner):
         return f
     return o
+
+
+def _own_bounce_rate(episodes: Mapping[str, list[TraceStep]], write_tools: frozenset[str]) -> float | None:
+    from components.evolution.outcomes import own_bounce_rate
+
+    return own_bounce_rate(episodes.values(), write_tools)
+
+
+def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
+                    targets: Targets | None, gold: Gold | None, train: TrainEvidence | None,
+                    value_helps: Mapping[str, bool | None], rules: Mapping[str, Mapping[str, FieldRule]],
+                    today: date | None) -> Finding:
+    """`outcomes.against_checks`, each write made right by its gold where the item has one, else by the rules
+    train's gold shows (none known: nothing is judged)."""
+    if not steps:
+        return f
+    from components.evolution.outcomes import against_checks, gold_write, predicted_wrong, right_forms
+
+    if gold is not None:
+        def right(s: TraceStep) -> list[dict] | None:
+            return [w] if (w := gold_write(s, gold, targets)) is not None else None
+        return against_checks(f, steps, package, write_tools, right, value_helps, rules, targets, today,
+                              needed=[(a.tool, dict(a.args)) for a in gold.actions])
+    if train is None or train.own_bounce_rate is None:
+        return f
+    ev = train
+
+    def made(s: TraceStep) -> list[dict] | None:
+        tool = s.action["tool"]
+        return None if tool in ev.unruled else right_forms(s, steps, ev.rules.get(tool, {}), write_tools, targets,
+                                                           ev.today)
+
+    def wrong(s: TraceStep) -> float:  # for sure where a rule of train's says so, else as often as on train
+        tool = s.action["tool"]
+        return 1.0 if predicted_wrong(s, steps, ev.rules.get(tool, {}), write_tools, targets, ev.today) \
+            else ev.wrong_rate.get(tool, 0.0)
+
+    return against_checks(f, steps, package, write_tools, made, ev.value_helps, ev.rules, targets, ev.today, wrong,
+                          1 - ev.own_bounce_rate)
 
 
 def _statement(f: Finding, n: int) -> str:

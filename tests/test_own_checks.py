@@ -1,0 +1,120 @@
+"""A package's check that fires on its own criterion (`components.evolution.outcomes.against_checks`): the
+diagnosis asks what the check does to each write made right, by running the package's own checkers on it."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from components.codes import FindingKind, Owner
+from components.evolution.diagnose import Finding
+from components.evolution.outcomes import against_checks, own_bounce_rate, own_bounces, right_forms, save_chance
+from components.memory.events import PRE_WRITE
+from components.memory.package import load_package
+from components.memory.strategies import CHECKERS, CheckContext, Verdict
+from components.runtime.trace import TraceStep
+from components.worlds.outcome_rules import FieldRule, Term
+
+TOOL, TARGETS = "exchange", {"exchange": ["order_id"]}
+WRITES = frozenset({TOOL})
+
+
+def house_limit(*, over: float = 5.0):
+    """Bounces any write whose fee is above `over` (a house rule of the package's, no agent's fault: no code)."""
+
+    def check(ctx: CheckContext) -> Verdict:
+        call = ctx.draft.tool_call
+        if call is None or call.name not in ctx.write_tools or float(call.args.get("fee", 0)) <= over:
+            return Verdict(True)
+        return Verdict(False, "the fee looks unusual: review it")
+
+    return check
+
+
+def _package(tmp_path, over: float):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "manifest.yaml").write_text("name: limited\nwm:\n  board: true\n  max_entries: 2\n  bind_on: []\n"
+                                            f"delivery: []\ncheckers:\n  - use: house_limit\n    at: pre_write\n"
+                                            f"    cfg:\n      over: {over}\n")
+    return load_package(tmp_path)
+
+
+def _write(i: int, fee: float, blocked: bool = False, eid: str = "e#0") -> TraceStep:
+    checks = [{"strategy": "house_limit", "event": PRE_WRITE, "ok": not blocked, "reason": "" if not blocked else
+               "the fee looks unusual: review it", "attempt": 0}]
+    return TraceStep(episode_id=eid, step=i, incoming={}, state_before=[], delivered=[], deliveries=[], proposal={},
+                     action={"kind": "tool", "tool": TOOL, "args": {"order_id": "#1", "fee": fee}}, checks=checks,
+                     blocked="the fee looks unusual: review it" if blocked else None,
+                     observation={"role": "tool", "ok": not blocked},
+                     state_after=[], fingerprint=["redraft"] if blocked else []).sealed()
+
+
+RULES = {"fee": FieldRule("fee", Term("const", Fraction(8)))}  # the fee is 8, whatever the order
+
+
+def test_the_package_checks_run_on_a_write_made_right(tmp_path):
+    with CHECKERS.scoped("house_limit", house_limit, events={PRE_WRITE}):
+        pkg = _package(tmp_path, over=5.0)
+        assert own_bounces(pkg, TOOL, {"order_id": "#1", "fee": 8.0}, WRITES, TARGETS) == ["house_limit@pre_write"]
+        assert own_bounces(pkg, TOOL, {"order_id": "#1", "fee": 0.0}, WRITES, TARGETS) == []
+        # made right, in the form of the agent's own argument (a float stays a float)
+        assert right_forms(_write(0, 0.0), [_write(0, 0.0)], RULES, WRITES, TARGETS) == [{"order_id": "#1", "fee": 8.0}]
+
+
+def test_a_wrong_write_whose_right_form_the_check_bounces_is_the_checks_not_the_agents(tmp_path):
+    """The fee was wrong (0 for 8) and went through; made right, the package's own check bounces it: fixing the
+    agent would not have saved the episode (owner none). With a check that lets 8 through, it stays the agent's."""
+    steps = [_write(0, 0.0)]
+    e = Finding("e#0", "e", 0, steps[0].hash, Owner.E, FindingKind.UNSEEN_VALUE, TOOL)
+    with CHECKERS.scoped("house_limit", house_limit, events={PRE_WRITE}):
+        for over, owner in ((5.0, Owner.NONE), (10.0, Owner.E)):
+            pkg = _package(tmp_path / str(over), over)
+
+            def right(s):
+                return right_forms(s, steps, RULES, WRITES, TARGETS)
+
+            got = against_checks(e, steps, pkg, WRITES, right, {}, {TOOL: RULES}, TARGETS)
+            assert got.owner == owner
+            assert (got.kind == FindingKind.CHECKER_FALSE_ALARM) == (owner == Owner.NONE)
+
+
+def test_a_bounced_wrong_draft_whose_right_form_passes_is_the_wrong_argument(tmp_path):
+    """The check bounced the agent's draft (a fee of 9, over the limit of 8.5) and it was never redone: a false
+    alarm at a glance. Made right (8), the draft passes the check: the wrong fee failed the episode (E)."""
+    steps = [_write(0, 9.0, blocked=True)]
+    alarm = Finding("e#0", "e", 0, steps[0].hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM, "*", TOOL)
+    with CHECKERS.scoped("house_limit", house_limit, events={PRE_WRITE}):
+        pkg = _package(tmp_path, over=8.5)
+
+        def right(s):
+            return right_forms(s, steps, RULES, WRITES, TARGETS)
+
+        got = against_checks(alarm, steps, pkg, WRITES, right, {}, {TOOL: RULES}, TARGETS)
+        assert (got.owner, got.kind, got.tool) == (Owner.E, FindingKind.WRONG_VALUE, TOOL)
+        assert "`fee` 9.0, right 8.0" in got.detail
+        # a draft that was right already and still bounced is the check's own
+        right_already = [_write(0, 8.0, blocked=True)]
+        assert against_checks(alarm, right_already, _package(tmp_path / "b", over=7.0), WRITES,
+                              lambda s: right_forms(s, right_already, RULES, WRITES, TARGETS), {}, {TOOL: RULES},
+                              TARGETS).owner == Owner.NONE
+
+
+def test_unknown_right_forms_count_by_how_often_the_check_bounces(tmp_path):
+    """A write whose right form is unknown passes made right with the chance the corpus shows a check lets a
+    draft through; the episode's chance is the product over its writes."""
+    steps = [_write(0, 0.0), _write(1, 0.0, eid="e#0").model_copy(update={"step": 1}).sealed()]
+    with CHECKERS.scoped("house_limit", house_limit, events={PRE_WRITE}):
+        pkg = _package(tmp_path, over=5.0)
+        chance, bounced = save_chance(steps, pkg, WRITES, lambda s: None, TARGETS, lambda s: 1.0, 0.6)
+        assert bounced is None and abs(chance - 0.6) < 1e-9  # one target, drafted twice: counted once
+        chance, _ = save_chance(steps, pkg, WRITES, lambda s: None, TARGETS, lambda s: 0.0, 0.6)
+        assert chance == 1.0  # right already, and it went through: it goes through again
+
+
+def test_the_bounce_rate_counts_an_episodes_distinct_drafts_and_ignores_coded_bounces():
+    passed, bounced = _write(0, 1.0), _write(1, 9.0, blocked=True)
+    retried = _write(2, 9.0, blocked=True)
+    assert own_bounce_rate([[passed, bounced, retried]], WRITES) == 0.5
+    coded = bounced.model_copy(update={"checks": [{**bounced.checks[0], "reason": (
+        "`exchange` needs the customer's confirmation first: call `confirm` with this tool and its arguments, and "
+        "write only if it is granted")}]})
+    assert own_bounce_rate([[passed, coded]], WRITES) is None
