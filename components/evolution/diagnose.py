@@ -541,6 +541,15 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
     # a check that fired on its own criterion, in this corpus or train's: each finding is judged against it
     own_bounces = any(b.spec.at == PRE_WRITE for b in getattr(package, "checkers", ())) and (
         (train is not None and train.own_bounce_rate is not None) or _own_bounce_rate(episodes, write_tools) is not None)
+    # the writes of an item's successful episodes: right, as their success says (the right forms of its other
+    # episodes' writes, `outcomes.save_chance`)
+    solved: dict[str, dict[tuple, dict]] = defaultdict(dict)
+    if own_bounces:
+        for row in scores[scores["success"].astype(bool)].itertuples(index=False):
+            for s in episodes.get(f"{row.item_id}#{row.seed}", []):
+                if _written(s, write_tools):
+                    tool, args = s.action["tool"], dict(s.action.get("args") or {})
+                    solved[str(row.item_id)][(tool, write_target(tool, args, targets))] = args
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
@@ -555,7 +564,7 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
             f = unseen_value_finding(eid, row.item_id, steps, package, write_tools, train, targets) or f
         if own_bounces:
             f = _against_checks(f, steps, package, write_tools, targets, (gold or {}).get(row.item_id), train,
-                                value_helps, rules, today)
+                                value_helps, rules, today, solved.get(str(row.item_id), {}))
         findings.append(f)
     clusters: dict[tuple, list[Finding]] = defaultdict(list)
     for f in findings:
@@ -613,7 +622,7 @@ def _own_bounce_rate(episodes: Mapping[str, list[TraceStep]], write_tools: froze
 def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
                     targets: Targets | None, gold: Gold | None, train: TrainEvidence | None,
                     value_helps: Mapping[str, bool | None], rules: Mapping[str, Mapping[str, FieldRule]],
-                    today: date | None) -> Finding:
+                    today: date | None, solved: Mapping[tuple, dict]) -> Finding:
     """`outcomes.against_checks`, each write made right by its gold where the item has one, else by the rules
     train's gold shows (none known: nothing is judged)."""
     if not steps:
@@ -640,7 +649,7 @@ def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, 
             else ev.wrong_rate.get(tool, 0.0)
 
     return against_checks(f, steps, package, write_tools, made, ev.value_helps, ev.rules, targets, ev.today, wrong,
-                          1 - ev.own_bounce_rate)
+                          1 - ev.own_bounce_rate, solved=solved)
 
 
 def _statement(f: Finding, n: int) -> str:

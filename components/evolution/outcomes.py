@@ -656,7 +656,8 @@ def gold_write(s: TraceStep, gold: Gold, targets: Targets | None = None) -> dict
 def save_chance(steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
                 right: Callable[[TraceStep], list[dict[str, Any]] | None], targets: Targets | None = None,
                 wrong_chance: Callable[[TraceStep], float] | None = None, pass_rate: float = 1.0,
-                needed: list[tuple[str, dict[str, Any]]] | None = None) -> tuple[float, tuple[str, dict] | None]:
+                needed: list[tuple[str, dict[str, Any]]] | None = None,
+                solved: Mapping[tuple, dict[str, Any]] | None = None) -> tuple[float, tuple[str, dict] | None]:
     """The chance that the episode's writes, made right, all pass the package's own checks (what fixing the agent
     could at best have saved), and a write made right they bounce (None when none is known to). `needed`: the
     episode's right writes themselves (its gold), judged exactly. Else each write target the episode drafted counts
@@ -664,17 +665,21 @@ def save_chance(steps: list[TraceStep], package: MemoryPackage, write_tools: fro
     (each as likely); with its right form
     unknown, it is right with chance 1 - `wrong_chance(draft)` (and passes again where a draft of it passed: a check
     judges the same write the same way) or wrong and passes made right with chance `pass_rate`; a write the agent
-    proposed and never drafted passes with chance `pass_rate`. No `wrong_chance`: unknown forms are not judged."""
+    proposed and never drafted passes with chance `pass_rate`. No `wrong_chance`: unknown forms are not judged.
+    `solved`: (tool, target) -> the write a successful episode of the same item made (right, as its success says):
+    that target's right form, drafted, proposed or not."""
     if needed is not None:
         bounced = next(((t, a) for t, a in needed if own_bounces(package, t, a, write_tools, targets)), None)
         return (0.0, bounced) if bounced else (1.0, None)
+    solved = solved or {}
     drafts: dict[tuple, list[TraceStep]] = {}
     for s in steps:
         if (tool := s.action.get("tool")) in write_tools:
             drafts.setdefault((tool, write_target(tool, s.action.get("args", {}), targets)), []).append(s)
     chance = 1.0
-    for (tool, _target), ds in drafts.items():
-        forms = next((r for d in ds if (r := right(d))), None)
+    for key, ds in drafts.items():
+        tool = key[0]
+        forms = [solved[key]] if key in solved else next((r for d in ds if (r := right(d))), None)
         if forms is not None:
             bounced = [a for a in forms if own_bounces(package, tool, a, write_tools, targets)]
             if len(bounced) == len(forms):
@@ -683,13 +688,13 @@ def save_chance(steps: list[TraceStep], package: MemoryPackage, write_tools: fro
         elif wrong_chance is not None:
             p = wrong_chance(ds[-1])
             chance *= (1 - p) * any(d.blocked is None for d in ds) + p * pass_rate
+    for key, args in solved.items():  # the item's writes this episode never drafted
+        if key not in drafts and own_bounces(package, key[0], args, write_tools, targets):
+            return 0.0, (key[0], args)
     if wrong_chance is not None:
-        proposed = {(p["tool"], json.dumps(p.get("args") or {}, sort_keys=True, default=str)): p.get("args") or {}
-                    for s in steps for p in s.proposal.get("pending", []) if p.get("tool") in write_tools}
-        undrafted = [k for k, args in proposed.items() if not any(
-            tool == k[0] and all(str(d[0].action.get("args", {}).get(a)) == str(v) for a, v in args.items())
-            for (tool, _t), d in drafts.items())]
-        chance *= pass_rate ** len(undrafted)
+        proposed = {(p["tool"], write_target(p["tool"], p.get("args") or {}, targets)) for s in steps
+                    for p in s.proposal.get("pending", []) if p.get("tool") in write_tools}
+        chance *= pass_rate ** len(proposed - set(drafts) - set(solved))
     return chance, None
 
 
@@ -697,7 +702,8 @@ def against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, w
                    right: Callable[[TraceStep], list[dict[str, Any]] | None], helps: Mapping[str, bool | None],
                    rules: Mapping[str, Mapping[str, FieldRule]], targets: Targets | None = None,
                    today: date | None = None, wrong_chance: Callable[[TraceStep], float] | None = None,
-                   pass_rate: float = 1.0, needed: list[tuple[str, dict[str, Any]]] | None = None) -> Finding:
+                   pass_rate: float = 1.0, needed: list[tuple[str, dict[str, Any]]] | None = None,
+                   solved: Mapping[tuple, dict[str, Any]] | None = None) -> Finding:
     """The episode's finding judged against its package's own checks (see above), by the chance that fixing the
     agent saves it (`save_chance`, whose arguments these are). An agent's fault (E, W, rho, C) where that chance is
     below one half, or where a write made right is bounced -> none, `checker_false_alarm`; a false alarm found at a
@@ -706,7 +712,7 @@ def against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, w
     if not any(b.spec.at == PRE_WRITE for b in package.checkers) or f.owner == Owner.UNKNOWN or \
             (f.owner == Owner.NONE and f.kind != FindingKind.CHECKER_FALSE_ALARM):
         return f
-    chance, bounced = save_chance(steps, package, write_tools, right, targets, wrong_chance, pass_rate, needed)
+    chance, bounced = save_chance(steps, package, write_tools, right, targets, wrong_chance, pass_rate, needed, solved)
     if f.kind != FindingKind.CHECKER_FALSE_ALARM:
         if chance >= 0.5:
             return f
@@ -717,7 +723,9 @@ def against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, w
     if chance <= 0.5:
         return f
     s = next(x for x in steps if x.step == f.step)
-    args, forms, tool = dict(s.action.get("args") or {}), right(s), s.action["tool"]
+    tool, args = s.action["tool"], dict(s.action.get("args") or {})
+    key = (tool, write_target(tool, args, targets))
+    forms = [solved[key]] if solved and key in solved else right(s)
     if forms and len(forms) == 1:
         fixed = forms[0]
         wrong = sorted(k for k in fixed if not same_value(args.get(k), fixed[k]))
