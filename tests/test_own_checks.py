@@ -118,3 +118,23 @@ def test_the_bounce_rate_counts_an_episodes_distinct_drafts_and_ignores_coded_bo
         "`exchange` needs the customer's confirmation first: call `confirm` with this tool and its arguments, and "
         "write only if it is granted")}]})
     assert own_bounce_rate([[passed, coded]], WRITES) is None
+
+
+def test_a_successful_episode_of_the_item_gives_its_writes_right_forms(tmp_path):
+    """With no rule to make the write right, the write a successful episode of the same item made is its right
+    form: the check bounces it (chance 0) or lets it through (chance 1), where the unknown form was priced."""
+    steps = [_write(0, 0.0)]
+    target = (TOOL, (("order_id", "#1"),))
+    with CHECKERS.scoped("house_limit", house_limit, events={PRE_WRITE}):
+        pkg = _package(tmp_path, over=5.0)
+        unknown, _ = save_chance(steps, pkg, WRITES, lambda s: None, TARGETS, lambda s: 1.0, 0.6)
+        assert abs(unknown - 0.6) < 1e-9
+        for fee, chance in ((8.0, 0.0), (4.0, 1.0)):
+            got, bounced = save_chance(steps, pkg, WRITES, lambda s: None, TARGETS, lambda s: 1.0, 0.6,
+                                       solved={target: {"order_id": "#1", "fee": fee}})
+            assert got == chance and (bounced is not None) == (chance == 0.0)
+        # a write the item's success made that this episode never drafted is needed all the same
+        other = (TOOL, (("order_id", "#2"),))
+        got, bounced = save_chance(steps, pkg, WRITES, lambda s: None, TARGETS, lambda s: 0.0, 0.6,
+                                   solved={other: {"order_id": "#2", "fee": 9.0}})
+        assert got == 0.0 and bounced == (TOOL, {"order_id": "#2", "fee": 9.0})
