@@ -45,9 +45,8 @@ from components.env import quiet_offline  # noqa: E402
 
 quiet_offline()
 
-from components.evolution.diagnose import diagnose  # noqa: E402
+from components.evolution.diagnose import diagnose, evidence_from_train  # noqa: E402
 from components.evolution.infer import policy_today  # noqa: E402
-from components.evolution.outcomes import evidence_from_train  # noqa: E402
 from components.evolution.localization import _eid, fit_baselines, localization  # noqa: E402
 from components.evolution.trace_rule import signals_frame  # noqa: E402
 from components.memory import load_package  # noqa: E402

@@ -1,5 +1,5 @@
 """E or rho for a card the corpus never had in memory at its write (components/evolution/outcomes.py `card_states`,
-read by `diagnose.card_owner`): the card's own text against the rules train's gold shows, then the delivery timing.
+read by `findings.card_owner`): the card's own text against the rules train's gold shows, then the delivery timing.
 
 Small hand-built traces; the package is a stand-in with its cards' ids and bodies (as tests/test_diagnose_mutants)."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from components.evolution.diagnose import card_owner, diagnose, diagnose_episode
+from components.evolution.diagnose import diagnose, diagnose_episode
+from components.evolution.findings import card_owner
 from components.evolution.outcomes import (Diff, TrainEvidence, WRONG_ARG, card_states, mentions, outcome_finding,
                                            predicted_wrong, rule_constants, statement_constants, unseen_value_finding)
 from components.runtime.trace import steps_frame
@@ -256,7 +257,8 @@ def test_an_outcome_earlier_than_the_traces_finding_replaces_it():
     """The trace's finding comes after the write whose amount was wrong (E: the card lacks the fee): the earlier
     outcome is the first divergence. An outcome no one can own (unknown) never replaces a trace's finding."""
     from components.codes import FindingKind, Owner
-    from components.evolution.diagnose import Finding, with_outcomes
+    from components.evolution.diagnose import with_outcomes
+    from components.evolution.findings import Finding
     from components.worlds.base import Gold, GoldAction
 
     steps = _refund(method="card_1", amount=100.0)

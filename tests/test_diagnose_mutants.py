@@ -15,6 +15,7 @@ import pytest
 
 from components.codes import CheckCode
 from components.evolution import diagnose as dg
+from components.evolution import findings as fd
 from components.evolution.diagnose import TurnBudget, diagnose, diagnose_episode
 from components.evolution.outcomes import TrainEvidence
 from components.memory.strategies import BOUNCES
@@ -77,21 +78,21 @@ def ledger(status, oid, evidence=None, eid="e1", tool=CANCEL):
 
 
 def test_rule_card_ids_are_ascii_slugs():
-    assert dg.rule_card_id("Cancel_Reason") == "cancel-reason-rule"
-    assert dg.rule_card_id("r2-window") == "r2-window-rule"
-    assert dg.rule_card_id("--x y--") == "x-y-rule"
-    assert dg.rule_card_id("règle") == "r-gle-rule"
-    assert dg.rule_card_id("é!") == "unnamed-rule"
+    assert fd.rule_card_id("Cancel_Reason") == "cancel-reason-rule"
+    assert fd.rule_card_id("r2-window") == "r2-window-rule"
+    assert fd.rule_card_id("--x y--") == "x-y-rule"
+    assert fd.rule_card_id("règle") == "r-gle-rule"
+    assert fd.rule_card_id("é!") == "unnamed-rule"
 
 
 def test_cards_about_a_write_and_a_rule():
     p = pkg(**{"hand": f"Use `{CANCEL}` with care.", "cancel-reason-rule": f"`{CANCEL}` needs a reason.",
                "cancel-window-rule": f"`{CANCEL}` within a day.", "plain": f"{CANCEL} without backticks",
                "other": f"`{RETURN}` refunds."})
-    assert dg.cards_about(p, CANCEL) == ["hand", "cancel-reason-rule", "cancel-window-rule"]
-    assert dg.cards_about(p, CANCEL, "cancel_reason") == ["hand", "cancel-reason-rule"]
-    assert dg.cards_about(p, CANCEL, "") == ["hand", "cancel-reason-rule", "cancel-window-rule"]
-    assert dg.cards_about(p, RETURN, "cancel_reason") == ["other"]
+    assert fd.cards_about(p, CANCEL) == ["hand", "cancel-reason-rule", "cancel-window-rule"]
+    assert fd.cards_about(p, CANCEL, "cancel_reason") == ["hand", "cancel-reason-rule"]
+    assert fd.cards_about(p, CANCEL, "") == ["hand", "cancel-reason-rule", "cancel-window-rule"]
+    assert fd.cards_about(p, RETURN, "cancel_reason") == ["other"]
 
 
 def test_rule_refusal_needs_an_executed_refused_call_with_a_rule_id():
@@ -800,7 +801,7 @@ def test_the_value_evidence_counts_the_first_write_to_each_target():
 def test_card_helps_against_the_pooled_rate_needs_the_lift(with_card, helps):
     """Too few turns without the card for a contrast (one): the reference is the corpus's pooled no-card rate (0.5),
     and the card must beat it by CARD_LIFT: a share of 0.5 does not, 0.8 and 1.0 do."""
-    assert dg.card_helps({True: with_card, False: [1]}, [1, 0] * 3) is helps
+    assert fd.card_helps({True: with_card, False: [1]}, [1, 0] * 3) is helps
 
 
 def test_a_bounced_step_that_is_no_write_is_no_bounced_write():

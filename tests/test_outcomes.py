@@ -83,7 +83,7 @@ def test_train_evidence_lets_dev_name_silent_failures_the_trace_cannot_explain(s
     """Dev has no gold. Train's failures with no trace divergence mostly held a wrong argument (the silent world let
     the broken rule's write through), so dev's such failures are read as a wrong argument on a write the episode
     made: E, the seed having no card. Without the train evidence they stay unexplained (`none`)."""
-    from components.evolution.outcomes import evidence_from_train
+    from components.evolution.diagnose import evidence_from_train
 
     bench, pkg, train, dev = silent
     ev = evidence_from_train(train.traces, train.scores, pkg, bench.write_tools, train_gold(bench), bench.targets)

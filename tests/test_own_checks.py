@@ -6,7 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from components.codes import FindingKind, Owner
-from components.evolution.diagnose import Finding
+from components.evolution.findings import Finding
 from components.evolution.outcomes import against_checks, own_bounce_rate, own_bounces, right_forms, save_chance
 from components.memory.events import PRE_WRITE
 from components.memory.package import load_package

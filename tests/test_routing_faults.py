@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from components.evolution.diagnose import TurnBudget, keyed_elsewhere
+from components.evolution.diagnose import TurnBudget
+from components.evolution.findings import keyed_elsewhere
 from components.evolution.outcomes import (Gap, TrainEvidence, inferred_rules, mentions, recurring, rule_constants,
                                            unseen_value_finding, write_needs)
 from components.worlds.outcome_rules import Cond, FieldRule, Term

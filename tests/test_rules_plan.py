@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from components.evidence.packets import Citation, Claim, EvidencePacket
-from components.evolution.diagnose import Finding
+from components.evolution.findings import Finding
 from components.evolution.meta import CHECKER_FOR, PlanContext, make_meta_agent, rules_plan
 from components.evolution.patch import apply_plan
 from components.memory import load_package

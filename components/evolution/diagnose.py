@@ -40,47 +40,29 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import date
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pandas as pd
 
 from components.codes import CheckCode, FindingKind, Owner
 from components.evidence.packets import Citation, Claim, EvidencePacket
+from components.evolution.findings import (Finding, card_helps, card_owner, cards_about, keyed_elsewhere,
+                                           write_target)
+from components.evolution.outcomes import (TrainEvidence, against_checks, card_states, gold_write, inferred_rules,
+                                           outcome_diffs, outcome_finding, own_bounce_rate, predicted_wrong,
+                                           right_forms, statement_constants, train_evidence, unseen_value_finding,
+                                           value_evidence, write_needs)
 from components.memory.events import PRE_WRITE
 from components.memory.package import MemoryPackage
 from components.memory.strategies import bounce_codes
-from components.runtime.confirm import Targets, covered, identity, step_act
+from components.runtime.confirm import Targets, covered, step_act
 from components.runtime.trace import TraceStep, frame_steps
 from components.worlds.base import Gold
-
-if TYPE_CHECKING:
-    from components.evolution.outcomes import TrainEvidence
-    from components.worlds.outcome_rules import FieldRule
+from components.worlds.outcome_rules import FieldRule
 
 MAX_CITATIONS = 6
-RULE_CARD = "{}-rule"  # the id of the E card written for a rule (meta.py); tells which rule such a card is about
-
-
-@dataclass
-class Finding:
-    episode_id: str
-    item_id: str
-    step: int
-    hash: str
-    owner: str  # E | W | rho | C | none | unknown (cannot tell: reported, never patched)
-    kind: str
-    tool: str = "*"
-    detail: str = ""
-    opportunity: str = "present"
-    patchability: str = "memory"
-    extra: dict = field(default_factory=dict)
-    rule_id: str = ""  # the rule a refusal was on ("" for every other finding)
-
-    @property
-    def signature(self) -> tuple[str, str, str, str]:
-        return (self.owner, self.kind, self.tool, self.rule_id)
 
 
 def _target(args: dict) -> tuple:
@@ -89,11 +71,6 @@ def _target(args: dict) -> tuple:
 
 def _matches(entry_args: dict, call_args: dict) -> bool:
     return all(str(call_args.get(k)) == str(v) for k, v in (entry_args or {}).items())
-
-
-def write_target(tool: str, args: dict, targets: Targets | None) -> tuple:
-    """A write's target: its identifying args per the benchmark's `targets` (the session alone when unlisted)."""
-    return tuple((k, v) for k, v in identity(tool, args or {}, targets) if v is not None)
 
 
 def rule_refusal(step: TraceStep) -> str | None:
@@ -336,29 +313,6 @@ def user_ended(step: TraceStep) -> bool:
     return obs.get("role") == "user" and "text" in obs and obs["text"] is None
 
 
-def rule_card_id(rule_id: str) -> str:
-    """The id of the E card written for a rule: one card per rule, so two rules on the same write get two cards."""
-    slug = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "-") else "-" for ch in rule_id.lower()).strip("-")
-    return RULE_CARD.format(slug or "unnamed")
-
-
-def cards_about(package: MemoryPackage, tool: str, rule_id: str | None = None) -> list[str]:
-    """The package's cards about a write (they name the tool in backticks); with `rule_id`, minus the cards written
-    for another rule of that write (a hand-written card may be about any of its rules)."""
-    mine = rule_card_id(rule_id) if rule_id else None
-    return [c.id for c in package.cards.values() if f"`{tool}`" in c.body
-            and (mine is None or c.id == mine or not c.id.endswith(RULE_CARD.format("")))]
-
-
-def keyed_elsewhere(package: MemoryPackage, cards: list[str], tool: str) -> bool:
-    """Whether the package keys every one of `cards` (cards about write `tool`) on another tool than it: a trigger
-    that names a tool, never this one. Such a card reaches the agent at the moments of that other tool (its intent,
-    its pending work, its draft), never for this write: had it been in memory there, routing would have put it there
-    (a routing fault, rho). A card with no trigger, or one keyed on no tool or on this one, says nothing of the kind."""
-    triggers = [getattr(getattr(package.cards[c], "meta", None), "trigger", None) for c in cards]
-    return bool(triggers) and all(t is not None and t.tool is not None and t.tool != tool for t in triggers)
-
-
 def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackage,
                   write_tools: frozenset[str], targets: Targets | None = None) -> dict[tuple[str, str], bool | None]:
     """Per (write tool, rule): does a card about it help, judged from the whole corpus rather than from any one episode?
@@ -408,23 +362,6 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
     return {key: card_helps(tally, pooled) for key, tally in tallies.items()}
 
 
-def card_helps(tally: dict[bool, list[int]], pooled: list[int]) -> bool | None:
-    """Whether turns with the card (tally[True]: 1 = right) come out right clearly more often than a reference
-    measured from the same corpus: turns without it, else the corpus's pooled no-card turns, else zero. None: the card
-    was never in memory there."""
-    if not tally[True]:
-        return None
-    share = sum(tally[True]) / len(tally[True])
-    if len(tally[False]) >= MIN_CONTRAST:
-        return share >= sum(tally[False]) / len(tally[False]) + CARD_LIFT
-    if len(pooled) >= MIN_CONTRAST:
-        return share >= sum(pooled) / len(pooled) + CARD_LIFT
-    return share > 0  # no turn anywhere without a card: a card whose turns never come out right is no help
-
-
-CARD_LIFT, MIN_CONTRAST = 0.1, 5
-
-
 def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, package: MemoryPackage,
                helps: bool | None = None, targets: Targets | None = None, steps: list[TraceStep] | None = None,
                rules: Mapping[str, FieldRule] | None = None, today: date | None = None) -> Finding:
@@ -446,8 +383,6 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
         # no turn in the corpus had such a card at such a write (the corpus's evidence on a rule is per rule, and
         # stands where it exists): does its text state the refused rule (the receipt's constants), and every field
         # train's rules say this write got wrong (the world stops at the first rule broken: not the only one)?
-        from components.evolution.outcomes import card_states, statement_constants, write_needs
-
         needs = ([statement_constants(quote)] if quote else []) + write_needs(s, steps or [s], rules or {},
                                                                               frozenset({tool}), targets, today)
         states = card_states([package.cards[c].body for c in cards], needs, steps or [], s.step, cards,
@@ -455,29 +390,6 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL,
                                                         states)
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
-
-
-def card_owner(cards: list[str], here: list[str], n_delivered: int, helps: bool | None,
-               missing: str, states: bool | None = None) -> tuple[str, str, str, str]:
-    """(owner, kind, opportunity, patchability) of a write that went wrong, from the cards about its tool, those
-    in memory at it (`here`, of `n_delivered`) and whether such a card helps (`card_helps`); `missing` is the kind
-    for E with no card, or with a helpful card delivered alone. `states`: whether the cards' own text covers what
-    went wrong at this write (`components.evolution.outcomes.card_states`), asked where none was in memory at it. It
-    lacks what was wrong -> E (the knowledge is missing, whatever the routing; a card that helps elsewhere does not
-    hold this write's rule); where the corpus never had such a card in memory at such a write (`helps` None), it
-    covers it -> rho (routing kept it from the write), None -> unknown."""
-    if not cards:
-        return Owner.E, missing, "present", "memory"
-    if helps is False:
-        return Owner.E, FindingKind.INEFFECTIVE_CARD, "present", "memory"
-    if states is False and not here:  # what went wrong here is in no card: routing one to it would not have helped
-        return Owner.E, missing, "present", "memory"
-    if helps is None and states is None:
-        return Owner.UNKNOWN, FindingKind.CARD_UNOBSERVED, "unknown", "unknown"
-    if here:
-        owner, kind = (Owner.RHO, FindingKind.DILUTED_CARD) if n_delivered > len(here) else (Owner.E, missing)
-        return owner, kind, "present", "memory"
-    return Owner.RHO, FindingKind.CARD_NOT_FIRED, "present", "memory"
 
 
 def _w_kind(steps: list[TraceStep], tool: str, target: dict, last: int) -> tuple[str, str, dict]:
@@ -530,8 +442,6 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
                                                      for r in scores.itertuples(index=False)}, write_tools, targets)
     value_helps, rules = {}, {}
     if gold:
-        from components.evolution.outcomes import inferred_rules, value_evidence
-
         value_helps = value_evidence(episodes, gold, package, write_tools, targets)
         # the rules the gold shows are read only to judge a card's text against a write it was not at (`card_states`)
         rules = inferred_rules([t for t in write_tools if value_helps.get(t) is not False and cards_about(package, t)],
@@ -559,8 +469,6 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
         if gold and row.item_id in gold:
             f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules, today)
         elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:
-            from components.evolution.outcomes import unseen_value_finding
-
             f = unseen_value_finding(eid, row.item_id, steps, package, write_tools, train, targets) or f
         if own_bounces:
             f = _against_checks(f, steps, package, write_tools, targets, (gold or {}).get(row.item_id), train,
@@ -586,6 +494,19 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
     return Diagnosis(findings, packets)
 
 
+def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_tools: frozenset[str],
+                        gold: Mapping[str, Gold], targets: Targets | None = None,
+                        today: date | None = None, confirmation: bool = True) -> TrainEvidence:
+    """`train_evidence` of an evaluated train corpus (its traces and scores frames) against its items' gold; which
+    failures the trace cannot explain is the trace-only diagnosis's call (as an unlabelled corpus gets it)."""
+    d = diagnose(traces, scores, package, write_tools, "train-evidence", targets=targets, confirmation=confirmation)
+    episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)} \
+        if len(traces) else {}
+    failed = {f.episode_id: str(f.item_id) for f in d.findings}
+    unexplained = frozenset(f.episode_id for f in d.findings if f.kind == FindingKind.NO_DIVERGENCE)
+    return train_evidence(episodes, failed, gold, package, write_tools, targets, unexplained, today)
+
+
 # -- evidence from outcomes (train items with gold; components/evolution/outcomes.py) ----------------------------------
 
 def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: MemoryPackage, write_tools: frozenset[str],
@@ -596,8 +517,6 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     a world's refusal as impossible (`blocking`) where the gold shows a wrong argument: the gold made the write, so
     the request was possible, and the argument is what failed it (a refusal of the agent's own wrong argument, or a
     refusal the agent went past to a wrong write)."""
-    from components.evolution.outcomes import outcome_diffs, outcome_finding
-
     if f.owner == Owner.NONE and f.kind not in (FindingKind.NO_DIVERGENCE, FindingKind.BLOCKING_ERROR):
         return f
     o = outcome_finding(f.episode_id, f.item_id, outcome_diffs(steps, gold, write_tools, targets), steps, package,
@@ -614,8 +533,6 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
 
 
 def _own_bounce_rate(episodes: Mapping[str, list[TraceStep]], write_tools: frozenset[str]) -> float | None:
-    from components.evolution.outcomes import own_bounce_rate
-
     return own_bounce_rate(episodes.values(), write_tools)
 
 
@@ -627,8 +544,6 @@ def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, 
     train's gold shows (none known: nothing is judged)."""
     if not steps:
         return f
-    from components.evolution.outcomes import against_checks, gold_write, predicted_wrong, right_forms
-
     if gold is not None:
         def right(s: TraceStep) -> list[dict] | None:
             return [w] if (w := gold_write(s, gold, targets)) is not None else None

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from components.evolution.diagnose import write_target
+from components.evolution.findings import write_target
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
 from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL

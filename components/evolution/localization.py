@@ -311,7 +311,7 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
     split = meta.get("split")
     baselines = train_ev = None
     if split != "train":
-        from components.evolution.outcomes import evidence_from_train
+        from components.evolution.diagnose import evidence_from_train
         from components.runtime.evaluate import run_shard
 
         seeds, max_turns = list(meta.get("seeds", [0, 1, 2])), int(meta.get("max_turns") or MAX_TURNS)

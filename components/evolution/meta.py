@@ -29,7 +29,7 @@ import pandas as pd
 from components.codes import FindingKind, Owner
 from components.defaults import MAX_SOURCE_ITEMS
 from components.evidence.packets import EvidencePacket
-from components.evolution.diagnose import Finding, cards_about, rule_card_id
+from components.evolution.findings import Finding, cards_about, rule_card_id
 from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM, parse_plan
 from components.evolution.validate import leak_tokens
 from components.memory.package import MemoryPackage

@@ -41,7 +41,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from components.codes import FindingKind, Owner
-from components.evolution.diagnose import Finding, card_helps, card_owner, cards_about, keyed_elsewhere, write_target
+from components.evolution.findings import Finding, card_helps, card_owner, cards_about, keyed_elsewhere, write_target
+from components.evolution.infer import Row, features, holds, infer_rows, rows_for
 from components.memory.events import PRE_WRITE
 from components.memory.ledger import Ledger
 from components.memory.package import MemoryPackage
@@ -303,22 +304,6 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     return Finding(eid, item_id, step, s.hash, owner, kind, d0.tool, detail, opportunity, patchability, extra)
 
 
-def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_tools: frozenset[str],
-                        gold: Mapping[str, Gold], targets: Targets | None = None,
-                        today: date | None = None, confirmation: bool = True) -> TrainEvidence:
-    """`train_evidence` of an evaluated train corpus (its traces and scores frames) against its items' gold; which
-    failures the trace cannot explain is the trace-only diagnosis's call (as an unlabelled corpus gets it)."""
-    from components.evolution.diagnose import diagnose
-    from components.runtime.trace import frame_steps
-
-    d = diagnose(traces, scores, package, write_tools, "train-evidence", targets=targets, confirmation=confirmation)
-    episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)} \
-        if len(traces) else {}
-    failed = {f.episode_id: str(f.item_id) for f in d.findings}
-    unexplained = frozenset(f.episode_id for f in d.findings if f.kind == FindingKind.NO_DIVERGENCE)
-    return train_evidence(episodes, failed, gold, package, write_tools, targets, unexplained, today)
-
-
 # -- what a card's own text covers: E or rho for a card never in memory at its write -----------------------------------
 # Where the corpus never had a tool's card in memory at a write of it, no tally says whether it helps. Its text still
 # says something a reader without the model's understanding can check: a rule that needs a constant (a fee's rate, a
@@ -403,7 +388,7 @@ def card_states(texts: list[str], needs: Iterable[frozenset[object]], steps: lis
     `statement_constants`; none for a value read from the task's data). False when one needs constants none of the
     cards carries; True when every one is carried (a rule taking none is taken as stated); with no known rule, the
     routing: True when such a card was delivered later in the episode than `step`, or when the cards are keyed where
-    this write never is (`elsewhere`, `diagnose.keyed_elsewhere`); None when nothing tells."""
+    this write never is (`elsewhere`, `findings.keyed_elsewhere`); None when nothing tells."""
     text = "\n".join(texts)
     needs = list(needs)
     if any(need and not mentions(text, need) for need in needs):
@@ -436,7 +421,6 @@ def write_needs(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldR
 def write_feats(s: TraceStep, steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None,
                 today: date | None = None) -> dict[str, Any]:
     """What the episode's reads showed before write `s`, with its own numeric arguments as `@<arg>`."""
-    from components.evolution.infer import features
     from components.worlds.outcome_rules import own
 
     tool, args = s.action.get("tool", ""), dict(s.action.get("args") or {})
@@ -472,7 +456,6 @@ def rules_and_gaps(tools: Iterable[str], episodes: Mapping[str, list[TraceStep]]
     states, not values read from each task's data), as the set of those values (`one_of`: what stating its rule
     takes at least); any other field is left out of the rules, and listed per tool as a gap
     (a field some write got wrong whose right value no rule gives)."""
-    from components.evolution.infer import infer_rows, rows_for
 
     out: dict[str, dict[str, FieldRule]] = {}
     gaps: dict[str, tuple[str, ...]] = {}
@@ -521,7 +504,6 @@ def field_verdicts(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, Fie
     evaluated there). A field whose rule names its value outright (a constant, or a value a read showed) is judged
     first, and the others are judged with it set right: a rule that reads the write's own argument (a bonus when
     the refund goes to a gift card) is judged on the argument the write should have had, not on the wrong one it got."""
-    from components.evolution.infer import Row, features, holds
     from components.worlds.outcome_rules import term_value
 
     tool, args = s.action["tool"], dict(s.action.get("args") or {})
