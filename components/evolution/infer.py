@@ -981,7 +981,7 @@ def _picks(ctx: _Ctx) -> list[FieldRule]:
             for attr, value in _shared(ctx, path, key, on):
                 rule = FieldRule(ctx.fld, Term("pick", (key, ((attr, value),)), path))
                 turned = _turned(ctx, rule, on)
-                filters = sum(1 for i in on if any(not O._equal(e.get(attr), value) for e in ctx.ext[i][path]))
+                filters = sum(1 for i in on if any(not O.equal(e.get(attr), value) for e in ctx.ext[i][path]))
                 if turned and filters >= MIN_SIDE and (best is None or (turned, filters) > best[:2]):
                     best = (turned, filters, rule)
             if best is not None:
@@ -1007,8 +1007,8 @@ def _shared(ctx: _Ctx, path: str, key: str, on: list[int]) -> list[tuple[str, An
         recs = ctx.ext[i][path]
         for x in ctx.ys[i]:
             e = next(e for e in recs if str(e.get(key)) == str(x))
-            here = {a: v for a, v in e.items() if a != key and (isinstance(v, bool) or O._scalar(v))}
-            common = here if common is None else {a: v for a, v in common.items() if a in here and O._equal(here[a], v)}
+            here = {a: v for a, v in e.items() if a != key and (isinstance(v, bool) or O.scalar(v))}
+            common = here if common is None else {a: v for a, v in common.items() if a in here and O.equal(here[a], v)}
     return sorted((common or {}).items())
 
 

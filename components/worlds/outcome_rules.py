@@ -417,17 +417,18 @@ def picked(t: Term, feats: Mapping[str, Any], value: Any) -> bool | None:
     have the term's values (None: no such read, or the value is not ids)."""
     records = feats.get(t.path)
     ids = value if isinstance(value, list) else [value]
-    if not isinstance(records, Records) or not ids or not all(_scalar(x) for x in ids):
+    if not isinstance(records, Records) or not ids or not all(scalar(x) for x in ids):
         return None
     key, where = t.value
     for x in ids:
         hit = [e for e in records if str(e.get(key)) == str(x)]
-        if len(hit) != 1 or not all(_equal(hit[0].get(a), v) for a, v in where):
+        if len(hit) != 1 or not all(equal(hit[0].get(a), v) for a, v in where):
             return False
     return True
 
 
-def _equal(a: Any, b: Any) -> bool:
+def equal(a: Any, b: Any) -> bool:
+    """Equal as a feature's value: booleans only to booleans, numbers exactly (`numbers.same`), else as given."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     return same(a, b)
@@ -446,7 +447,8 @@ def policy_today(policy: str) -> date | None:
     return date.fromisoformat(m.group(1)) if m else None
 
 
-def _scalar(v: Any) -> bool:
+def scalar(v: Any) -> bool:
+    """A text or a number (not a boolean): what a feature, an id or a category can be."""
     return isinstance(v, (str, int, float)) and not isinstance(v, bool)
 
 
@@ -464,7 +466,7 @@ def flatten(obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str,
             flatten(v, f"{prefix}.{k}", write_args, out, today)
     elif isinstance(obj, list) and obj and all(isinstance(e, dict) for e in obj):
         _records(obj, prefix, write_args, out)
-    elif _scalar(obj):
+    elif scalar(obj):
         out[prefix] = obj
         if today is not None and isinstance(obj, str) and ISO_DATE.fullmatch(obj):
             out[prefix + FROM_TODAY] = (date.fromisoformat(obj) - today).days
@@ -489,7 +491,7 @@ def _records(obj: list[dict], prefix: str, write_args: Mapping[str, Any], out: d
         if isinstance(av, list) and av:
             _picked(obj, keys, prefix, arg, {str(x) for x in av}, out)
     for arg, av in sorted(write_args.items()):  # the element a write's scalar argument names
-        if not _scalar(av):
+        if not scalar(av):
             continue
         for k in keys:
             hit = [e for e in obj if str(e.get(k)) == str(av)]
@@ -514,7 +516,7 @@ def _picked(obj: list[dict], keys: list[str], prefix: str, arg: str, chosen_ids:
 
 def _fields(element: dict, key: str, prefix: str, out: dict[str, Any]) -> None:
     for k2, v2 in element.items():
-        if k2 != key and _scalar(v2):
+        if k2 != key and scalar(v2):
             out[f"{prefix}.{k2}"] = v2
 
 
