@@ -1,4 +1,4 @@
-"""A package's check that fires on its own criterion (`components.evolution.outcomes.against_checks`): the
+"""A package's check that fires on its own criterion (`components.evolution.own_checks.against_checks`): the
 diagnosis asks what the check does to each write made right, by running the package's own checkers on it."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from fractions import Fraction
 
 from components.codes import FindingKind, Owner
 from components.evolution.findings import Finding
-from components.evolution.outcomes import against_checks, own_bounce_rate, own_bounces, right_forms, save_chance
+from components.evolution.findings import own_bounce_rate
+from components.evolution.own_checks import MadeRight, against_checks, own_bounces, right_forms, save_chance
 from components.memory.events import PRE_WRITE
 from components.memory.package import load_package
 from components.memory.strategies import CHECKERS, CheckContext, Verdict
@@ -72,7 +73,7 @@ def test_a_wrong_write_whose_right_form_the_check_bounces_is_the_checks_not_the_
             def right(s):
                 return right_forms(s, steps, RULES, WRITES, TARGETS)
 
-            got = against_checks(e, steps, pkg, WRITES, right, {}, {TOOL: RULES}, TARGETS)
+            got = against_checks(e, steps, pkg, WRITES, MadeRight(right), {}, {TOOL: RULES}, TARGETS)
             assert got.owner == owner
             assert (got.kind == FindingKind.CHECKER_FALSE_ALARM) == (owner == Owner.NONE)
 
@@ -88,14 +89,14 @@ def test_a_bounced_wrong_draft_whose_right_form_passes_is_the_wrong_argument(tmp
         def right(s):
             return right_forms(s, steps, RULES, WRITES, TARGETS)
 
-        got = against_checks(alarm, steps, pkg, WRITES, right, {}, {TOOL: RULES}, TARGETS)
+        got = against_checks(alarm, steps, pkg, WRITES, MadeRight(right), {}, {TOOL: RULES}, TARGETS)
         assert (got.owner, got.kind, got.tool) == (Owner.E, FindingKind.WRONG_VALUE, TOOL)
         assert "`fee` 9.0, right 8.0" in got.detail
         # a draft that was right already and still bounced is the check's own
         right_already = [_write(0, 8.0, blocked=True)]
         assert against_checks(alarm, right_already, _package(tmp_path / "b", over=7.0), WRITES,
-                              lambda s: right_forms(s, right_already, RULES, WRITES, TARGETS), {}, {TOOL: RULES},
-                              TARGETS).owner == Owner.NONE
+                              MadeRight(lambda s: right_forms(s, right_already, RULES, WRITES, TARGETS)), {},
+                              {TOOL: RULES}, TARGETS).owner == Owner.NONE
 
 
 def test_unknown_right_forms_count_by_how_often_the_check_bounces(tmp_path):
@@ -104,9 +105,9 @@ def test_unknown_right_forms_count_by_how_often_the_check_bounces(tmp_path):
     steps = [_write(0, 0.0), _write(1, 0.0, eid="e#0").model_copy(update={"step": 1}).sealed()]
     with CHECKERS.scoped("house_limit", house_limit, events={PRE_WRITE}):
         pkg = _package(tmp_path, over=5.0)
-        chance, bounced = save_chance(steps, pkg, WRITES, lambda s: None, TARGETS, lambda s: 1.0, 0.6)
+        chance, bounced = save_chance(steps, pkg, WRITES, MadeRight(lambda s: None, lambda s: 1.0, 0.6), TARGETS)
         assert bounced is None and abs(chance - 0.6) < 1e-9  # one target, drafted twice: counted once
-        chance, _ = save_chance(steps, pkg, WRITES, lambda s: None, TARGETS, lambda s: 0.0, 0.6)
+        chance, _ = save_chance(steps, pkg, WRITES, MadeRight(lambda s: None, lambda s: 0.0, 0.6), TARGETS)
         assert chance == 1.0  # right already, and it went through: it goes through again
 
 
@@ -127,14 +128,16 @@ def test_a_successful_episode_of_the_item_gives_its_writes_right_forms(tmp_path)
     target = (TOOL, (("order_id", "#1"),))
     with CHECKERS.scoped("house_limit", house_limit, events={PRE_WRITE}):
         pkg = _package(tmp_path, over=5.0)
-        unknown, _ = save_chance(steps, pkg, WRITES, lambda s: None, TARGETS, lambda s: 1.0, 0.6)
+        unknown, _ = save_chance(steps, pkg, WRITES, MadeRight(lambda s: None, lambda s: 1.0, 0.6), TARGETS)
         assert abs(unknown - 0.6) < 1e-9
         for fee, chance in ((8.0, 0.0), (4.0, 1.0)):
-            got, bounced = save_chance(steps, pkg, WRITES, lambda s: None, TARGETS, lambda s: 1.0, 0.6,
-                                       solved={target: {"order_id": "#1", "fee": fee}})
+            got, bounced = save_chance(steps, pkg, WRITES, MadeRight(lambda s: None, lambda s: 1.0, 0.6,
+                                                                     solved={target: {"order_id": "#1", "fee": fee}}),
+                                       TARGETS)
             assert got == chance and (bounced is not None) == (chance == 0.0)
         # a write the item's success made that this episode never drafted is needed all the same
         other = (TOOL, (("order_id", "#2"),))
-        got, bounced = save_chance(steps, pkg, WRITES, lambda s: None, TARGETS, lambda s: 0.0, 0.6,
-                                   solved={other: {"order_id": "#2", "fee": 9.0}})
+        got, bounced = save_chance(steps, pkg, WRITES, MadeRight(lambda s: None, lambda s: 0.0, 0.6,
+                                                                 solved={other: {"order_id": "#2", "fee": 9.0}}),
+                                   TARGETS)
         assert got == 0.0 and bounced == (TOOL, {"order_id": "#2", "fee": 9.0})

@@ -49,11 +49,11 @@ import pandas as pd
 from components.codes import CheckCode, FindingKind, Owner
 from components.evidence.packets import Citation, Claim, EvidencePacket
 from components.evolution.findings import (Finding, card_helps, card_owner, cards_about, keyed_elsewhere,
-                                           write_target)
-from components.evolution.outcomes import (TrainEvidence, against_checks, card_states, gold_write, inferred_rules,
-                                           outcome_diffs, outcome_finding, own_bounce_rate, predicted_wrong,
-                                           right_forms, statement_constants, train_evidence, unseen_value_finding,
+                                           own_bounce_rate, write_target)
+from components.evolution.outcomes import (TrainEvidence, card_states, inferred_rules, outcome_diffs, outcome_finding,
+                                           predicted_wrong, statement_constants, train_evidence, unseen_value_finding,
                                            value_evidence, write_needs)
+from components.evolution.own_checks import MadeRight, against_checks, gold_write, right_forms
 from components.memory.events import PRE_WRITE
 from components.memory.package import MemoryPackage
 from components.memory.strategies import bounce_codes
@@ -432,34 +432,17 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
     false where its gold never confirms, and no failure is then put down to a missing confirmation."""
     failed = scores[~scores["success"].astype(bool)]
     findings: list[Finding] = []
-    if len(traces):
-        grouped = {eid: df for eid, df in traces.groupby("episode_id", sort=False)}
-    else:
-        grouped = {}
-    episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in grouped.items()}
+    episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)} \
+        if len(traces) else {}
     helps = card_evidence(list(episodes.values()), package, write_tools, targets)
     budget = TurnBudget.of(list(episodes.values()), {f"{r.item_id}#{r.seed}": bool(r.success)
                                                      for r in scores.itertuples(index=False)}, write_tools, targets)
-    value_helps, rules = {}, {}
-    if gold:
-        value_helps = value_evidence(episodes, gold, package, write_tools, targets)
-        # the rules the gold shows are read only to judge a card's text against a write it was not at (`card_states`)
-        rules = inferred_rules([t for t in write_tools if value_helps.get(t) is not False and cards_about(package, t)],
-                               episodes, gold, write_tools, targets, today)
-    elif train is not None:
-        rules = train.rules
+    value_helps, rules = _value_evidence(episodes, package, write_tools, targets, gold, train, today)
     # a check that fired on its own criterion, in this corpus or train's: each finding is judged against it
     own_bounces = any(b.spec.at == PRE_WRITE for b in getattr(package, "checkers", ())) and (
-        (train is not None and train.own_bounce_rate is not None) or _own_bounce_rate(episodes, write_tools) is not None)
-    # the writes of an item's successful episodes: right, as their success says (the right forms of its other
-    # episodes' writes, `outcomes.save_chance`)
-    solved: dict[str, dict[tuple, dict]] = defaultdict(dict)
-    if own_bounces:
-        for row in scores[scores["success"].astype(bool)].itertuples(index=False):
-            for s in episodes.get(f"{row.item_id}#{row.seed}", []):
-                if _written(s, write_tools):
-                    tool, args = s.action["tool"], dict(s.action.get("args") or {})
-                    solved[str(row.item_id)][(tool, write_target(tool, args, targets))] = args
+        (train is not None and train.own_bounce_rate is not None)
+        or own_bounce_rate(episodes.values(), write_tools) is not None)
+    solved = _solved(episodes, scores, write_tools, targets) if own_bounces else {}
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
@@ -474,6 +457,37 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
             f = _against_checks(f, steps, package, write_tools, targets, (gold or {}).get(row.item_id), train,
                                 value_helps, rules, today, solved.get(str(row.item_id), {}))
         findings.append(f)
+    return Diagnosis(findings, _packets(findings, corpus))
+
+
+def _value_evidence(episodes: Mapping[str, list[TraceStep]], package: MemoryPackage, write_tools: frozenset[str],
+                    targets: Targets | None, gold: Mapping[str, Gold] | None, train: TrainEvidence | None,
+                    today: date | None) -> tuple[dict[str, bool | None], dict[str, dict[str, FieldRule]]]:
+    """Whether each write's cards help its arguments (`value_evidence`, with gold) and the rules the gold shows: this
+    corpus's own (read only to judge a card's text against a write it was not at, `card_states`), else train's."""
+    if gold:
+        helps = value_evidence(episodes, gold, package, write_tools, targets)
+        return helps, inferred_rules([t for t in write_tools if helps.get(t) is not False and cards_about(package, t)],
+                                     episodes, gold, write_tools, targets, today)
+    return {}, dict(train.rules) if train is not None else {}
+
+
+def _solved(episodes: Mapping[str, list[TraceStep]], scores: pd.DataFrame, write_tools: frozenset[str],
+            targets: Targets | None) -> dict[str, dict[tuple, dict]]:
+    """Per item, the writes its successful episodes made, by target: right, as their success says (the right forms of
+    its other episodes' writes, `own_checks.save_chance`)."""
+    solved: dict[str, dict[tuple, dict]] = defaultdict(dict)
+    for row in scores[scores["success"].astype(bool)].itertuples(index=False):
+        for s in episodes.get(f"{row.item_id}#{row.seed}", []):
+            if _written(s, write_tools):
+                tool, args = s.action["tool"], dict(s.action.get("args") or {})
+                solved[str(row.item_id)][(tool, write_target(tool, args, targets))] = args
+    return solved
+
+
+def _packets(findings: list[Finding], corpus: str) -> list[EvidencePacket]:
+    """The findings clustered by (owner, kind, tool, rule id), largest first: one evidence packet each, citing up to
+    `MAX_CITATIONS` of its steps."""
     clusters: dict[tuple, list[Finding]] = defaultdict(list)
     for f in findings:
         clusters[f.signature].append(f)
@@ -491,7 +505,7 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
             episodes=[f.episode_id for f in fs], items=sorted({f.item_id for f in fs}), claims=claims,
             unresolved=[] if f0.opportunity == "present" else ["no reachable intervention point found"],
         ))
-    return Diagnosis(findings, packets)
+    return packets
 
 
 def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_tools: frozenset[str],
@@ -532,28 +546,24 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     return o
 
 
-def _own_bounce_rate(episodes: Mapping[str, list[TraceStep]], write_tools: frozenset[str]) -> float | None:
-    return own_bounce_rate(episodes.values(), write_tools)
-
-
 def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
                     targets: Targets | None, gold: Gold | None, train: TrainEvidence | None,
                     value_helps: Mapping[str, bool | None], rules: Mapping[str, Mapping[str, FieldRule]],
                     today: date | None, solved: Mapping[tuple, dict]) -> Finding:
-    """`outcomes.against_checks`, each write made right by its gold where the item has one, else by the rules
+    """`own_checks.against_checks`, each write made right by its gold where the item has one, else by the rules
     train's gold shows (none known: nothing is judged)."""
     if not steps:
         return f
     if gold is not None:
         def right(s: TraceStep) -> list[dict] | None:
             return [w] if (w := gold_write(s, gold, targets)) is not None else None
-        return against_checks(f, steps, package, write_tools, right, value_helps, rules, targets, today,
-                              needed=[(a.tool, dict(a.args)) for a in gold.actions])
+        made = MadeRight(right, needed=[(a.tool, dict(a.args)) for a in gold.actions])
+        return against_checks(f, steps, package, write_tools, made, value_helps, rules, targets, today)
     if train is None or train.own_bounce_rate is None:
         return f
     ev = train
 
-    def made(s: TraceStep) -> list[dict] | None:
+    def forms(s: TraceStep) -> list[dict] | None:
         tool = s.action["tool"]
         return None if tool in ev.unruled else right_forms(s, steps, ev.rules.get(tool, {}), write_tools, targets,
                                                            ev.today)
@@ -563,8 +573,8 @@ def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, 
         return 1.0 if predicted_wrong(s, steps, ev.rules.get(tool, {}), write_tools, targets, ev.today) \
             else ev.wrong_rate.get(tool, 0.0)
 
-    return against_checks(f, steps, package, write_tools, made, ev.value_helps, ev.rules, targets, ev.today, wrong,
-                          1 - ev.own_bounce_rate, solved=solved)
+    made = MadeRight(forms, wrong, 1 - ev.own_bounce_rate, solved=solved)
+    return against_checks(f, steps, package, write_tools, made, ev.value_helps, ev.rules, targets, ev.today)
 
 
 def _statement(f: Finding, n: int) -> str:

@@ -4,11 +4,16 @@ that went wrong gets from them. Nothing here reads a trace as a whole or a gold:
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from components.codes import FindingKind, Owner
+from components.memory.events import PRE_WRITE
 from components.memory.package import MemoryPackage
+from components.memory.strategies import bounce_codes
 from components.runtime.confirm import Targets, identity
+from components.runtime.trace import TraceStep
 
 
 RULE_CARD = "{}-rule"  # the id of the E card written for a rule (meta.py); tells which rule such a card is about
@@ -100,3 +105,23 @@ def card_owner(cards: list[str], here: list[str], n_delivered: int, helps: bool 
         owner, kind = (Owner.RHO, FindingKind.DILUTED_CARD) if n_delivered > len(here) else (Owner.E, missing)
         return owner, kind, "present", "memory"
     return Owner.RHO, FindingKind.CARD_NOT_FIRED, "present", "memory"
+
+
+def own_bounce_rate(episodes: Iterable[list[TraceStep]], write_tools: frozenset[str]) -> float | None:
+    """The share of an episode's distinct write drafts (tool and arguments) that a check bounced on its own criterion
+    (a reason no `CheckCode` reads), over the drafts the pre-write checks judged; None when no check ever did so."""
+    judged: dict[str, bool] = {}
+    for steps in episodes:
+        for s in steps:
+            for c in s.checks:
+                # a turn's first check ran on the draft it then redrafted (`first_draft`, when it did)
+                draft = s.first_draft if c.get("attempt") == 0 and "redraft" in s.fingerprint and s.first_draft \
+                    else s.action
+                if c.get("event") != PRE_WRITE or draft.get("tool") not in write_tools:
+                    continue
+                # once per episode: a draft retried after a bounce is judged the same way again
+                key = json.dumps([s.episode_id, draft.get("tool"), draft.get("args")], sort_keys=True, default=str)
+                own = not c.get("ok", True) and not bounce_codes(str(c.get("reason", "")))
+                judged[key] = judged.get(key, False) or own
+    bounced = sum(judged.values())
+    return bounced / len(judged) if bounced else None

@@ -30,26 +30,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
-from fractions import Fraction
-from math import prod
 from numbers import Real
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from components.codes import FindingKind, Owner
-from components.evolution.findings import Finding, card_helps, card_owner, cards_about, keyed_elsewhere, write_target
+from components.evolution.findings import (Finding, card_helps, card_owner, cards_about, keyed_elsewhere, own_bounce_rate,
+                                           write_target)
 from components.evolution.infer import Row, features, holds, infer_rows, rows_for
-from components.memory.events import PRE_WRITE
-from components.memory.ledger import Ledger
 from components.memory.package import MemoryPackage
-from components.memory.strategies import CheckContext, bounce_codes
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
-from components.runtime.types import Draft, ToolCall
 from components.worlds.base import Gold
 from components.worlds.outcome_rules import FieldRule, Term
 
@@ -197,7 +192,7 @@ class TrainEvidence(BaseModel):
     unexplained_wrong: int = 0  # of those, the ones whose gold shows a wrong argument
     rules: dict[str, dict[str, FieldRule]] = {}  # write tool -> field -> the rule train's gold shows (`inferred_rules`)
     today: date | None = None  # the policy's date, for the rules' days-from-today features
-    # where a check fired on its own criterion (`against_checks`): per write tool, the fields train got wrong with no
+    # where a check fired on its own criterion (`own_checks.against_checks`): per write tool, the fields train got wrong with no
     # rule that gives their right value (such a write's right form is unknown), and the share of distinct drafts
     # such checks bounced (how likely a draft they never judged passes them)
     unruled: dict[str, tuple[str, ...]] = {}
@@ -223,7 +218,7 @@ def train_evidence(episodes: Mapping[str, list[TraceStep]], failed: Mapping[str,
                                                                       write_tools, targets)))
     helps = {tool: card_helps(t, pooled) for tool, t in tally.items()}
     # the rules are read to judge a card's text against a write it was not at (`card_states`), and, where a check
-    # fired on its own criterion, to make a write right before that check is run on it again (`against_checks`)
+    # fired on its own criterion, to make a write right before that check is run on it again (`own_checks.against_checks`)
     bounce_rate = own_bounce_rate(episodes.values(), write_tools)
     judged = sorted(write_tools) if bounce_rate is not None else \
         [tool for tool in write_tools if helps.get(tool) is not False and cards_about(package, tool)]
@@ -403,7 +398,7 @@ def field_needs(wrong: Iterable[str], rules: Mapping[str, FieldRule],
                 feats: Mapping[str, Any] | None = None) -> list[frozenset[object]]:
     """The constants each wrong field's rule takes (a field with no rule takes none that can be checked); with
     `feats`, what the write takes there (`rule_constants`; the field's own value left out of its `@<arg>`s)."""
-    return [rule_constants(rules[f], None if feats is None else _without(feats, f)) for f in wrong if f in rules]
+    return [rule_constants(rules[f], None if feats is None else without_own(feats, f)) for f in wrong if f in rules]
 
 
 def write_needs(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldRule], write_tools: frozenset[str],
@@ -428,7 +423,8 @@ def write_feats(s: TraceStep, steps: list[TraceStep], write_tools: frozenset[str
     return {**features(steps, s.step, args, target, write_tools, today), **own(args, "")}
 
 
-def _without(feats: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+def without_own(feats: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    """A write's features without the field's own argument (`@<field>`): a rule may not read what it gives."""
     return {k: v for k, v in feats.items() if k != f"@{field}"}
 
 
@@ -525,209 +521,3 @@ def field_verdicts(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, Fie
                 fixed[f] = v
     verdict = judged(fixed) if fixed != args else first
     return {f: first[f] if verdict[f] is None else verdict[f] for f in sorted(verdict)}
-
-
-
-# -- a check that fires on its own criterion: would the write made right have passed it? ------------------------------
-# A package's checker may bounce a write for a reason of its own (a fraud heuristic, a house limit), not for an agent's
-# fault it names by a code (`CheckCode`: no confirmation, work pending). Whether such an episode failed for the
-# agent's fault or for the check's is a question of what the check does to the write made right, so the package's own
-# pre-write checkers are run again on it, a draft of that write alone (no conversation, an empty ledger: what a
-# check of the agent's discipline reads is the agent's to fix, and its bounces carry a code). Bounced there too, no
-# switch of the agent's would have saved the episode (owner none); passed there, a bounced draft with a wrong
-# argument failed for that argument (E, or rho as the cards tell).
-
-def own_bounce_rate(episodes: Iterable[list[TraceStep]], write_tools: frozenset[str]) -> float | None:
-    """The share of an episode's distinct write drafts (tool and arguments) that a check bounced on its own criterion
-    (a reason no `CheckCode` reads), over the drafts the pre-write checks judged; None when no check ever did so."""
-    judged: dict[str, bool] = {}
-    for steps in episodes:
-        for s in steps:
-            for c in s.checks:
-                # a turn's first check ran on the draft it then redrafted (`first_draft`, when it did)
-                draft = s.first_draft if c.get("attempt") == 0 and "redraft" in s.fingerprint and s.first_draft \
-                    else s.action
-                if c.get("event") != PRE_WRITE or draft.get("tool") not in write_tools:
-                    continue
-                # once per episode: a draft retried after a bounce is judged the same way again
-                key = json.dumps([s.episode_id, draft.get("tool"), draft.get("args")], sort_keys=True, default=str)
-                own = not c.get("ok", True) and not bounce_codes(str(c.get("reason", "")))
-                judged[key] = judged.get(key, False) or own
-    bounced = sum(judged.values())
-    return bounced / len(judged) if bounced else None
-
-
-def own_bounces(package: MemoryPackage, tool: str, args: Mapping[str, Any], write_tools: frozenset[str],
-                targets: Targets | None = None) -> list[str]:
-    """The package's pre-write checkers that bounce a draft of `tool(args)` on their own criterion (no code)."""
-    checks = [b for b in package.checkers if b.spec.at == PRE_WRITE]
-    if not checks:
-        return []
-    ctx = CheckContext(PRE_WRITE, Draft(tool_call=ToolCall(id="made-right", name=tool, args=dict(args))),
-                       Ledger(package.wm), [], write_tools, dict(targets or {}))
-    return [b.label for b in checks if not (v := b.run(ctx)).ok and v.code is None]
-
-
-def right_forms(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldRule], write_tools: frozenset[str],
-                targets: Targets | None = None, today: date | None = None) -> list[dict[str, Any]] | None:
-    """Write `s` made right: each field the rules train's gold shows say is wrong there (`field_verdicts`) set to
-    what its rule gives, in the form of the agent's own argument (a float stays a float: a check may read the very
-    bytes). A rule that names a set of values (allowed values, records to pick from) gives each of them: the forms
-    are every combination, at most `MAX_FORMS`. None where the right form is unknown: a rule that cannot be judged
-    there, or too many forms. `rules` must hold every field train got wrong on this tool: a field it got wrong with
-    no rule found leaves the right form unknown (the caller passes None then: `TrainEvidence.unruled`)."""
-    from itertools import product
-
-    args = dict(s.action.get("args") or {})
-    verdicts = field_verdicts(s, steps, rules, write_tools, targets, today) if rules else {}
-    if None in verdicts.values():
-        return None
-    # a set of allowed values does not say which of them is right: a field it rules takes each of them
-    wrong = [f for f, ok in verdicts.items() if ok is False or _allowed(rules[f])]
-    feats = write_feats(s, steps, write_tools, targets, today) if wrong else {}
-    choices = [_choices(rules[f], _without(feats, f), args.get(f)) for f in wrong]
-    if any(c is None for c in choices) or prod(len(c) for c in choices if c) > MAX_FORMS:
-        return None
-    return [{**args, **dict(zip(wrong, values))} for values in product(*[c or [] for c in choices])]
-
-
-MAX_FORMS = 16  # beyond that many candidate right forms, a write's right form counts as unknown
-
-
-def _allowed(rule: FieldRule) -> bool:
-    return rule.then.kind == "one_of" and rule.cond is None and not rule.factors and rule.cap is None and not rule.each
-
-
-def _choices(rule: FieldRule, feats: Mapping[str, Any], given: Any) -> list[Any] | None:
-    """The values a field's rule allows on a write: the one it gives, or the set it names (allowed values; as many of
-    a list's picks as the agent's list holds); None where it cannot tell."""
-    from itertools import combinations
-
-    from components.worlds.outcome_rules import Records, evaluate
-
-    if _allowed(rule):
-        return list(rule.then.value)
-    ok, v = evaluate(rule, feats, given)
-    if ok:
-        return [_as_given(v, given)]
-    t = rule.then
-    if rule.cond is not None or rule.factors or rule.cap is not None or rule.each:
-        return None
-    records = feats.get(str(t.path))
-    if t.kind == "pick" and isinstance(records, Records) and isinstance(given, list) and given:
-        key, where = t.value
-        ids = [e.get(key) for e in records if all(same_value(e.get(a), w) for a, w in where)]
-        return [list(c) for c in combinations(ids, len(given))] or None
-    return None
-
-
-def _as_given(v: Any, given: Any) -> Any:
-    if not isinstance(v, Fraction):
-        return v
-    return float(v) if isinstance(given, float) or v.denominator != 1 else int(v)
-
-
-def gold_write(s: TraceStep, gold: Gold, targets: Targets | None = None) -> dict[str, Any] | None:
-    """The gold write for write `s`'s target (None: the gold makes no such write)."""
-    tool = s.action["tool"]
-    mine = write_target(tool, s.action.get("args", {}), targets)
-    return next((dict(a.args) for a in gold.actions if a.tool == tool and write_target(tool, a.args, targets) == mine),
-                None)
-
-
-def save_chance(steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
-                right: Callable[[TraceStep], list[dict[str, Any]] | None], targets: Targets | None = None,
-                wrong_chance: Callable[[TraceStep], float] | None = None, pass_rate: float = 1.0,
-                needed: list[tuple[str, dict[str, Any]]] | None = None,
-                solved: Mapping[tuple, dict[str, Any]] | None = None) -> tuple[float, tuple[str, dict] | None]:
-    """The chance that the episode's writes, made right, all pass the package's own checks (what fixing the agent
-    could at best have saved), and a write made right they bounce (None when none is known to). `needed`: the
-    episode's right writes themselves (its gold), judged exactly. Else each write target the episode drafted counts
-    once: made right (`right`, its first draft whose right forms are known), it passes as often as its forms do
-    (each as likely); with its right form
-    unknown, it is right with chance 1 - `wrong_chance(draft)` (and passes again where a draft of it passed: a check
-    judges the same write the same way) or wrong and passes made right with chance `pass_rate`; a write the agent
-    proposed and never drafted passes with chance `pass_rate`. No `wrong_chance`: unknown forms are not judged.
-    `solved`: (tool, target) -> the write a successful episode of the same item made (right, as its success says):
-    that target's right form, drafted, proposed or not."""
-    if needed is not None:
-        bounced = next(((t, a) for t, a in needed if own_bounces(package, t, a, write_tools, targets)), None)
-        return (0.0, bounced) if bounced else (1.0, None)
-    solved = solved or {}
-    drafts: dict[tuple, list[TraceStep]] = {}
-    for s in steps:
-        if (tool := s.action.get("tool")) in write_tools:
-            drafts.setdefault((tool, write_target(tool, s.action.get("args", {}), targets)), []).append(s)
-    chance = 1.0
-    for key, ds in drafts.items():
-        tool = key[0]
-        forms = [solved[key]] if key in solved else next((r for d in ds if (r := right(d))), None)
-        if forms is not None:
-            bounced = [a for a in forms if own_bounces(package, tool, a, write_tools, targets)]
-            if len(bounced) == len(forms):
-                return 0.0, (tool, bounced[0])
-            chance *= 1 - len(bounced) / len(forms)
-        elif wrong_chance is not None:
-            p = wrong_chance(ds[-1])
-            chance *= (1 - p) * any(d.blocked is None for d in ds) + p * pass_rate
-    for key, args in solved.items():  # the item's writes this episode never drafted
-        if key not in drafts and own_bounces(package, key[0], args, write_tools, targets):
-            return 0.0, (key[0], args)
-    if wrong_chance is not None:
-        proposed = {(p["tool"], write_target(p["tool"], p.get("args") or {}, targets)) for s in steps
-                    for p in s.proposal.get("pending", []) if p.get("tool") in write_tools}
-        chance *= pass_rate ** len(proposed - set(drafts) - set(solved))
-    return chance, None
-
-
-def against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
-                   right: Callable[[TraceStep], list[dict[str, Any]] | None], helps: Mapping[str, bool | None],
-                   rules: Mapping[str, Mapping[str, FieldRule]], targets: Targets | None = None,
-                   today: date | None = None, wrong_chance: Callable[[TraceStep], float] | None = None,
-                   pass_rate: float = 1.0, needed: list[tuple[str, dict[str, Any]]] | None = None,
-                   solved: Mapping[tuple, dict[str, Any]] | None = None) -> Finding:
-    """The episode's finding judged against its package's own checks (see above), by the chance that fixing the
-    agent saves it (`save_chance`, whose arguments these are). An agent's fault (E, W, rho, C) where that chance is
-    below one half, or where a write made right is bounced -> none, `checker_false_alarm`; a false alarm found at a
-    bounced draft where it is above one half -> the draft's wrong argument (E or rho as its cards tell, as for any
-    wrong argument); else `f` as it is."""
-    if not any(b.spec.at == PRE_WRITE for b in package.checkers) or f.owner == Owner.UNKNOWN or \
-            (f.owner == Owner.NONE and f.kind != FindingKind.CHECKER_FALSE_ALARM):
-        return f
-    chance, bounced = save_chance(steps, package, write_tools, right, targets, wrong_chance, pass_rate, needed, solved)
-    if f.kind != FindingKind.CHECKER_FALSE_ALARM:
-        if chance >= 0.5:
-            return f
-        detail = (f"made right, `{bounced[0]}` is still bounced by {', '.join(own_bounces(package, *bounced, write_tools, targets))}"
-                  if bounced else f"made right, the episode's writes pass the checks with chance {chance:.0%}")
-        return Finding(f.episode_id, f.item_id, f.step, f.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM, "*",
-                       detail, "absent", "external", {"replaces": f"{f.owner}:{f.kind}"})
-    if chance <= 0.5:
-        return f
-    s = next(x for x in steps if x.step == f.step)
-    tool, args = s.action["tool"], dict(s.action.get("args") or {})
-    key = (tool, write_target(tool, args, targets))
-    forms = [solved[key]] if solved and key in solved else right(s)
-    if forms and len(forms) == 1:
-        fixed = forms[0]
-        wrong = sorted(k for k in fixed if not same_value(args.get(k), fixed[k]))
-        diffs = [{"field": k, "agent": args.get(k), "gold": fixed[k]} for k in wrong]
-        detail = "; ".join(f"`{k}` {args.get(k)!r}, right {fixed[k]!r}" for k in wrong)
-    else:
-        wrong = predicted_wrong(s, steps, rules.get(tool, {}), write_tools, targets, today)
-        diffs = [{"field": k, "agent": args.get(k), "gold": None} for k in wrong]
-        detail = "its right form unknown"
-    detail += f" (bounced; made right, the episode's writes pass the checks with chance {chance:.0%})"
-    cards = cards_about(package, tool)
-    here = [c for c in s.delivered if c in cards]
-    h = helps.get(tool)
-    states = None
-    if cards and not here and h is not False:
-        states = card_states([package.cards[c].body for c in cards],
-                             field_needs(wrong, rules.get(tool, {}), write_feats(s, steps, write_tools, targets, today)),
-                             steps, s.step, cards, keyed_elsewhere(package, cards, tool))
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, FindingKind.WRONG_VALUE,
-                                                        states)
-    return Finding(f.episode_id, f.item_id, s.step, s.hash, owner, kind, tool, detail, opportunity, patchability,
-                   {"target": write_target(tool, args, targets), "cards": cards, "delivered": list(s.delivered),
-                    "diffs": diffs})
