@@ -664,28 +664,49 @@ def _fit_constants(ctx: _Ctx, base: Term, order: list[Cond], half: Fraction) -> 
     the interval its rows leave (their most common one, where rows disagree)."""
     truths = _truths(ctx, order)
     none = [i for i, tr in enumerate(truths) if tr is not None and not any(tr)]
-    missing: list[tuple] = []
-    if base.kind == "table":
-        rk = [tuple(str(e[p]) for p in base.paths) if all(p in e for p in base.paths) else None for e in ctx.ext]
-        entries = []
-        for key in sorted({k for k in rk if k is not None}):
-            idx = [i for i in none if rk[i] == key]
-            k = _most_common_factor(ctx, idx, [Fraction(1)] * len(idx), half) if idx else None
-            if k is None:
-                missing.append(key)  # a category seen only with a factor: its base comes from the factor, below
-                continue
-            entries.append((key, k))
-        if not entries:
+    fitted = _fit_head(ctx, base, none, half)
+    if fitted is None:
+        return None
+    head, missing = fitted
+    factors = _fit_factors(ctx, head, order, truths, half)
+    if factors is None:
+        return None
+    if missing:
+        head = _filled(ctx, head, missing, order, truths, factors, half)
+        if head is None:
             return None
-        head = Term("table", tuple(entries), base.path)
-    else:
+    if head.kind == "table" and len({n for _k, n in head.value}) < 2:
+        return None  # one value for every category: not a table
+    return FieldRule(ctx.fld, head, factors=tuple(factors), quantum=ctx.quantum)
+
+
+def _fit_head(ctx: _Ctx, base: Term, none: list[int], half: Fraction) -> tuple[Term, list[tuple]] | None:
+    """The base's constant, or its table's entries, from the rows where no condition holds (`none`), and the
+    table's categories seen only with a factor (their base comes from the factor: `_filled`)."""
+    if base.kind != "table":
         vs = _base_values(ctx, base)
         idx = [i for i in none if vs[i] is not None and vs[i] != 0]
         k0 = _most_common_factor(ctx, idx, [vs[i] for i in idx], half)
         if k0 is None or k0 == 0:
             return None
-        head = Term("const", k0) if base.kind == "const" else \
-            Term("equal", None, base.path) if k0 == 1 else Term("share", k0, base.path)
+        return (Term("const", k0) if base.kind == "const" else
+                Term("equal", None, base.path) if k0 == 1 else Term("share", k0, base.path)), []
+    rk = [tuple(str(e[p]) for p in base.paths) if all(p in e for p in base.paths) else None for e in ctx.ext]
+    entries, missing = [], []
+    for key in sorted({k for k in rk if k is not None}):
+        idx = [i for i in none if rk[i] == key]
+        k = _most_common_factor(ctx, idx, [Fraction(1)] * len(idx), half) if idx else None
+        if k is None:
+            missing.append(key)
+        else:
+            entries.append((key, k))
+    return (Term("table", tuple(entries), base.path), missing) if entries else None
+
+
+def _fit_factors(ctx: _Ctx, head: Term, order: list[Cond], truths: list,
+                 half: Fraction) -> list[tuple[Cond, Fraction]] | None:
+    """Each factor in `order` from the rows where it is the last of the conditions that hold, given the head and
+    the factors before it; None where one is missing, 0 or 1."""
     factors: list[tuple[Cond, Fraction]] = []
     for j, c in enumerate(order):
         rule = FieldRule(ctx.fld, head, factors=tuple(factors), quantum=ctx.quantum)
@@ -699,13 +720,7 @@ def _fit_constants(ctx: _Ctx, base: Term, order: list[Cond], half: Fraction) -> 
         if k is None or k in (0, 1):
             return None
         factors.append((c, k))
-    if missing:
-        head = _filled(ctx, head, missing, order, truths, factors, half)
-        if head is None:
-            return None
-    if head.kind == "table" and len({n for _k, n in head.value}) < 2:
-        return None  # one value for every category: not a table
-    return FieldRule(ctx.fld, head, factors=tuple(factors), quantum=ctx.quantum)
+    return factors
 
 
 def _filled(ctx: _Ctx, head: Term, missing: list[tuple], order: list[Cond], truths: list, factors: list,
@@ -800,11 +815,29 @@ def _simple_terms(ctx: _Ctx, rows_idx: list[int]) -> list[Term]:
 def _conditionals(ctx: _Ctx) -> list[FieldRule]:
     """A condition and a simple term on each side: for every pair of terms that each explain some rows the other
     does not, the conditions that best split them."""
+    cands = _side_terms(ctx)
+    masks = {O.render_term(t): np.array([v is True for v in ctx.verdicts(FieldRule(ctx.fld, t, quantum=ctx.quantum))])
+             for t in cands}
+    cands = [t for t in cands if _items([r for r, m in zip(ctx.rows, masks[O.render_term(t)]) if m]) >= MIN_PART]
+    out = []
+    for a, b in _complementary(cands, masks):  # the pairs that together give the most rows their value, each split
+        labels = masks[O.render_term(a)].astype(float) - masks[O.render_term(b)].astype(float)
+        for _score, c in ctx.stumps.best(labels, 3):
+            rule = FieldRule(ctx.fld, a, c, b, quantum=ctx.quantum)
+            on = [row for row, e in zip(ctx.rows, ctx.ext) if c.path in e]
+            yes = [row for row, e in zip(ctx.rows, ctx.ext) if c.path in e and c.true(e[c.path])]
+            if _items(yes) >= MIN_PART and _items(on) - _items(yes) >= MIN_PART and _fits(ctx, rule):
+                out.append(rule)
+    return out
+
+
+def _side_terms(ctx: _Ctx) -> list[Term]:
+    """The terms a side of a condition may take: the simple terms over all rows, the constants that name a kind (no
+    digit: not an id) and the most common numbers, a read's value wherever it gives enough rows theirs, and shares
+    of a number fitted on the regions of rows one factor can give (`_share_terms`)."""
     every = list(range(len(ctx.rows)))
-    terms = _simple_terms(ctx, every)
-    cands = list(terms)
+    cands = _simple_terms(ctx, every)
     vals = [str(y) for y in ctx.ys]
-    # constants: the values that name a kind (no digit: not an id) and the most common numbers
     kinds = [v for v in sorted(set(vals)) if category(ctx.ys[vals.index(v)])]
     numbers = sorted({v for v in vals if is_num(ctx.ys[vals.index(v)])}, key=lambda v: (-vals.count(v), v))[:8]
     for v in kinds + numbers:
@@ -817,42 +850,43 @@ def _conditionals(ctx: _Ctx) -> list[FieldRule]:
         if t not in cands and sum(1 for i in every if p in ctx.ext[i] and same(ctx.ext[i][p], ctx.ys[i])) >= MIN_PART:
             cands.append(t)
     if ctx.numeric:
-        half = ctx.quantum / 2
-        for p in ctx.nums:
-            idx = [i for i in every if is_num(ctx.ext[i].get(p)) and q(ctx.ext[i][p]) != 0]
-            if len(idx) < MIN_SIDE:
+        for t in _share_terms(ctx):
+            if t not in cands:
+                cands.append(t)
+    return cands
+
+
+def _share_terms(ctx: _Ctx) -> list[Term]:
+    """Per number a read showed, the factor each region of rows that one factor can give (`_regions`) takes."""
+    half = ctx.quantum / 2
+    out: list[Term] = []
+    for p in ctx.nums:
+        idx = [i for i in range(len(ctx.rows)) if is_num(ctx.ext[i].get(p)) and q(ctx.ext[i][p]) != 0]
+        if len(idx) < MIN_SIDE:
+            continue
+        lo = np.array([_f((q(ctx.ys[i]) - half) / q(ctx.ext[i][p])) for i in idx])
+        hi = np.array([_f((q(ctx.ys[i]) + half) / q(ctx.ext[i][p])) for i in idx])
+        lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
+        for sup in _regions(lo, hi, 2):
+            chosen = [idx[j] for j in np.nonzero(sup)[0]]
+            if len(chosen) < MIN_SIDE:
                 continue
-            lo = np.array([_f((q(ctx.ys[i]) - half) / q(ctx.ext[i][p])) for i in idx])
-            hi = np.array([_f((q(ctx.ys[i]) + half) / q(ctx.ext[i][p])) for i in idx])
-            lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
-            for sup in _regions(lo, hi, 2):
-                chosen = [idx[j] for j in np.nonzero(sup)[0]]
-                if len(chosen) < MIN_SIDE:
-                    continue
-                k = _factor_for([ctx.ys[i] for i in chosen], [q(ctx.ext[i][p]) for i in chosen], half)
-                if k is not None and k not in (0, 1) and Term("share", k, p) not in cands:
-                    cands.append(Term("share", k, p))
-    masks = {O.render_term(t): np.array([v is True for v in ctx.verdicts(FieldRule(ctx.fld, t, quantum=ctx.quantum))])
-             for t in cands}
-    cands = [t for t in cands if _items([r for r, m in zip(ctx.rows, masks[O.render_term(t)]) if m]) >= MIN_PART]
+            k = _factor_for([ctx.ys[i] for i in chosen], [q(ctx.ext[i][p]) for i in chosen], half)
+            if k is not None and k not in (0, 1) and Term("share", k, p) not in out:
+                out.append(Term("share", k, p))
+    return out
+
+
+def _complementary(cands: list[Term], masks: dict[str, np.ndarray]) -> list[tuple[Term, Term]]:
+    """The ordered pairs of terms where each gives some rows their value the other does not, those that together
+    give the most rows theirs first (ties by name), at most `MAX_PAIRS`."""
     names = [O.render_term(t) for t in cands]
-    m = np.array([masks[n] for n in names], dtype=float) if cands else np.zeros((0, len(ctx.rows)))
+    m = np.array([masks[n] for n in names], dtype=float) if cands else np.zeros((0, 0))
     both = m @ m.T
     union = m.sum(axis=1)[:, None] + m.sum(axis=1)[None, :] - both
     pairs = sorted(((-union[i, j], names[i], names[j], i, j) for i in range(len(cands)) for j in range(len(cands))
                     if i != j and both[i, j] < min(m[i].sum(), m[j].sum())))[:MAX_PAIRS]
-    stumps = ctx.stumps
-    out = []
-    for _u, _na, _nb, i, j in pairs:  # the pairs that together give the most rows their value, each split
-        a, b = cands[i], cands[j]
-        labels = masks[names[i]].astype(float) - masks[names[j]].astype(float)
-        for _score, c in stumps.best(labels, 3):
-            rule = FieldRule(ctx.fld, a, c, b, quantum=ctx.quantum)
-            on = [row for row, e in zip(ctx.rows, ctx.ext) if c.path in e]
-            yes = [row for row, e in zip(ctx.rows, ctx.ext) if c.path in e and c.true(e[c.path])]
-            if _items(yes) >= MIN_PART and _items(on) - _items(yes) >= MIN_PART and _fits(ctx, rule):
-                out.append(rule)
-    return out
+    return [(cands[i], cands[j]) for _u, _na, _nb, i, j in pairs]
 
 
 def _sums(ctx: _Ctx) -> list[FieldRule]:
