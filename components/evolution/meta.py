@@ -370,14 +370,7 @@ def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list
     old = pkg.cards.get(card_id)
     have = O.parse(old.body, tool) if old else {}
     leaks = [t.lower() for t in _leak_tokens(ctx.bench)]
-    new = {}
-    for inf in outcome_inferences(ctx, tool):
-        if inf.rule is None or have.get(inf.field) == inf.rule:
-            continue
-        text = O.render(tool, inf.rule).lower()
-        if any(t in text for t in leaks):
-            continue
-        new[inf.field] = inf.rule
+    new = _new_rules(ctx, tool, have, leaks)
     refusals = _refusals(p, ctx, tool, old.body if old else "", leaks)
     if not new and not refusals:
         return None
@@ -386,15 +379,7 @@ def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list
     for inf in outcome_inferences(ctx, tool):
         if inf.source and rules.get(inf.field) == inf.rule:
             source.setdefault(inf.source, []).append(inf.field)
-    kept = [para for para in old.body.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)
-            and O.MARK not in para and CARRIED_MARK not in para] if old else []
-    paras = kept + (["\n".join(O.render(tool, rules[f]) for f in sorted(rules))] if rules else [])
-    paras += [CARRIED.format(tool=tool, fields=", ".join(f"`{f}`" for f in fs), source=s) for s, fs in source.items()]
-    if refusals:
-        paras.append("\n".join(line for line, _field in refusals))
-    before = _calls_before(ctx, tool)
-    if before:
-        paras.append(CALLS_BEFORE + tool + "` were: " + ", ".join(f"`{t}`" for t in before) + ".")
+    paras = _rule_paragraphs(tool, old.body if old else None, rules, source, refusals, _calls_before(ctx, tool))
     fields = sorted(set(new) | {f for _line, f in refusals})
     meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": tool},
             "source": f"diagnosis {p.id}: outcomes of {tool} on field(s) {', '.join(fields)}"}
@@ -402,6 +387,37 @@ def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list
     ops.append(AddCard(op="add_card", path=f"em/procedure/{card_id}.md", meta=meta, body="\n\n".join(paras)))
     # the plan names what it carries: inferred rules by field, a field known only from the world's refusals as such
     return card_id, ops, sorted(new) + [f"{f} (refusals)" for f in fields if f not in new], list(p.items)
+
+
+def _new_rules(ctx: PlanContext, tool: str, have: dict, leaks: list[str]) -> dict:
+    """The rules inferred for the write's fields that the card does not state yet, free of task data."""
+    from components.worlds import outcome_rules as O
+
+    new = {}
+    for inf in outcome_inferences(ctx, tool):
+        if inf.rule is None or have.get(inf.field) == inf.rule:
+            continue
+        if any(t in O.render(tool, inf.rule).lower() for t in leaks):
+            continue
+        new[inf.field] = inf.rule
+    return new
+
+
+def _rule_paragraphs(tool: str, old: str | None, rules: dict, source: dict[str, list[str]],
+                     refusals: list[tuple[str, str]], before: list[str]) -> list[str]:
+    """The card's paragraphs: the old card's own text (not its rules, carried notes or call order, written anew),
+    one item per rule, where carried rules come from, the world's refusals, and the calls made before the write."""
+    from components.worlds import outcome_rules as O
+
+    kept = [para for para in old.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)
+            and O.MARK not in para and CARRIED_MARK not in para] if old else []
+    paras = kept + (["\n".join(O.render(tool, rules[f]) for f in sorted(rules))] if rules else [])
+    paras += [CARRIED.format(tool=tool, fields=", ".join(f"`{f}`" for f in fs), source=s) for s, fs in source.items()]
+    if refusals:
+        paras.append("\n".join(line for line, _field in refusals))
+    if before:
+        paras.append(CALLS_BEFORE + tool + "` were: " + ", ".join(f"`{t}`" for t in before) + ".")
+    return paras
 
 
 # the provenance of rules carried over from another write (`infer.carried`); worded so that no world's grammar reads
