@@ -333,19 +333,7 @@ def rule_constants(rule: FieldRule, feats: Mapping[str, Any] | None = None) -> f
         if rule.cond is not None and rule.cond.path in feats:
             terms = (rule.then,) if rule.cond.true(feats[rule.cond.path]) else (rule.other,)
         factors = [(c, k) for c, k in factors if c.path not in feats or c.true(feats[c.path])]
-    out: set[object] = set()
-    for t in terms:
-        if t is None:
-            continue
-        if t.kind in ("const", "share"):
-            out.add(t.value)
-        elif t.kind == "one_of":
-            out.update(t.value)
-        elif t.kind == "table":
-            out.update(n for _c, n in t.value)
-        elif t.kind == "sum":
-            const, parts = t.value
-            out.update([k for k, _p in parts] + ([const] if const else []))
+    out: set[object] = {v for t in terms if t is not None for v in _term_constants(t)}
     conds = ([rule.cond] if rule.cond is not None else []) + [c for c, _k in rule.factors]
     for c in conds:
         if c.op != "is":
@@ -354,6 +342,21 @@ def rule_constants(rule: FieldRule, feats: Mapping[str, Any] | None = None) -> f
     if rule.cap is not None:
         out.add(rule.cap)
     return frozenset(v for v in out if not isinstance(v, bool) and v not in (0, 1, ""))
+
+
+def _term_constants(t: Term) -> set[object]:
+    """The constants a term names: its value or factor, allowed values, a table's numbers, a sum's factors and
+    constant (a feature it reads, or a case change, names none)."""
+    if t.kind in ("const", "share"):
+        return {t.value}
+    if t.kind == "one_of":
+        return set(t.value)
+    if t.kind == "table":
+        return {n for _c, n in t.value}
+    if t.kind == "sum":
+        const, parts = t.value
+        return {k for k, _p in parts} | ({const} if const else set())
+    return set()
 
 
 def mentions(text: str, constants: Iterable[object]) -> bool:
