@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from components.defaults import MAX_TURNS
 from components.errors import InputError
 from components.evolution.gate import GateConfig  # light: numpy and pandas load on first use
-from components.params import Params
+from components.params import BenchmarkParams, Params
 
 if TYPE_CHECKING:  # only for annotations: each is imported where it is used
     import pandas as pd
@@ -64,6 +64,16 @@ def _quiet(_line: str) -> None:
 @contextmanager
 def _no_progress(_description: str, _total: int) -> Iterator[Callable[[], None]]:
     yield lambda: None
+
+
+# -- benchmarks -----------------------------------------------------------------------------------------------------
+
+def materialize(benchmark: BenchmarkParams) -> Path:
+    """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files at `benchmark.out`
+    (refused unless it is new, empty or a benchmark, which is replaced); the directory written. `BenchmarkParams` is
+    the `benchmark` section of params (`campaign_params(...).benchmark`)."""
+    benchmark.materialize()
+    return Path(benchmark.out)
 
 
 # -- evaluate -------------------------------------------------------------------------------------------------------
@@ -586,7 +596,7 @@ def export(request: ExportRequest) -> ExportResult:
     return ExportResult(out=r.out, manifest=m, logged=r.mlflow, run_id=run_id)
 
 
-__all__ = ["CampaignRequest", "CampaignResult", "DiagnoseRequest", "EvalRequest", "EvalResult", "EvalSummary",
+__all__ = ["BenchmarkParams", "CampaignRequest", "CampaignResult", "DiagnoseRequest", "EvalRequest", "EvalResult", "EvalSummary",
            "ExportRequest", "ExportResult", "GateRequest", "InputError", "Localization", "ModelSettings",
            "ReproduceRequest", "ReproduceResult", "Verdict", "campaign", "campaign_params", "diagnose", "evaluate",
-           "export", "finished_summary", "gate", "reproduce"]
+           "export", "finished_summary", "gate", "materialize", "reproduce"]

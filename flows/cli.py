@@ -208,8 +208,9 @@ def bench_materialize(
                                     **({"protocol": protocol} if protocol is not None else {}))
         except ValidationError as e:
             raise InputError(_option_error(e)) from None
-    out_dir = Path(bench.out)
-    bench.materialize()
+    from flows.api import materialize
+
+    out_dir = materialize(bench)
     out.print(f"wrote {out_dir} (world {world_name}, seed {seed}, receipts {bench.receipts.value}, "
               f"protocol {bench.protocol_for()}, digest {digest(out_dir)[:12]})")
 
