@@ -11,12 +11,11 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       model_validator)
 
 
-from components.defaults import MAX_SOURCE_ITEMS, MAX_TURNS, SPLIT_SHARES
+from components.defaults import MAX_SOURCE_ITEMS, MAX_TRACES_PER_ROUND, MAX_TURNS, SPLIT_SHARES
 from components.errors import InputError
 from components.evolution.gate import MAX_BOOT, MIN_BOOT, GateConfig, SequentialDesign
 from components.io import recorded_path, strict_yaml, yaml_problem  # noqa: F401 (recorded_path: params' own)
 from components.worlds.base import ReceiptMode
-from components.tracking.mlflow_log import MAX_TRACES_PER_ROUND
 
 # A free-form options dict (meta_agent_cfg, model_cfg) is data a strategy reads, not a store: bounded so that a
 # hostile or mistaken file cannot make serializing the params explode.
