@@ -303,6 +303,7 @@ class Localization(Result):
     """How often the diagnoser's owner matches the hidden cause, beside the baselines
     (`components.evolution.localization`: each figure is described there). None: not measurable here."""
 
+    model_config = ConfigDict(frozen=True, extra="allow")  # a figure the scoring adds later is kept, not refused
     accuracy: float | None
     single_accuracy: float | None = None
     n: int
