@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from components.errors import InputError
-from tests.conftest import PACKAGES
+from tests.conftest import PACKAGES, run_cli
 
 PLUGIN = textwrap.dedent('''
     """ratchet-echo: a model that is the simulated agent, counting the requests it answers; and a meta-agent that
@@ -119,6 +119,15 @@ def test_names_are_checked_against_the_registries_in_one_line(echo_installed, tm
     with pytest.raises(InputError) as e:
         load_params(bad)
     assert str(e.value) == f"{bad}: campaign.meta_agent: unknown meta_agent 'planner' (one of idle, llm, rules)"
+
+
+def test_the_command_line_refuses_an_unknown_model_in_one_line(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "campaign", "run", "--params", str(PACKAGES.parent.parent / "params.yaml"),
+                             "--out", str(tmp_path / "c"), "--set", "campaign.meta_agent=ruels")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [f"error: {PACKAGES.parent.parent / 'params.yaml'}: campaign.meta_agent: unknown "
+                                "meta_agent 'ruels' (one of llm, rules)"]
+    assert not (tmp_path / "c").exists()
 
 
 def test_a_broken_or_clashing_plugin_is_one_line_naming_its_entry_point(echo_installed, bench_dir, tmp_path):
