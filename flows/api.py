@@ -9,7 +9,7 @@ the results; a notebook or a script calls them directly:
 Bad input raises `InputError`, one line naming the file (or option) and the field, before anything is written.
 Progress that a long job reports as it goes (which episodes were resumed, which campaign is resumed) goes to the
 `say` callable a function takes (None: kept quiet). Imports stay inside the functions: `import ratchet` costs
-pydantic and no more, and each job loads only the stack it runs on.
+pydantic and the params models, not pandas, Prefect or MLflow, and each job loads only the stack it runs on.
 
 Here, in `flows/`, beside the flows a campaign runs on, so that the command line (`flows.cli`) and the `ratchet`
 package both import downward: ratchet -> flows.api -> flows.campaign, components; nothing imports back up.
@@ -48,7 +48,8 @@ MAX_SEEDS = 1000  # seeds per item in one eval (a campaign allows 20); more is a
 
 
 class Request(BaseModel):
-    """A request: frozen (hashable, safe to keep), and no field it does not declare."""
+    """A request: frozen (it cannot change once made, so it can be kept beside what it produced), and no field it
+    does not declare (a misspelled option is refused, not ignored)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
