@@ -13,6 +13,7 @@ imported on first `get`.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ class Registry:
         self.group = entry_points  # the entry-point group plug-ins register in (None: built-ins only)
         self._strategies: dict[str, Strategy] = {}
         self._declared: dict[str, tuple[str, str]] = {}  # name -> ("module:attr", where it was declared)
+        # a campaign's threads may ask for a plug-in not loaded yet at once: one of them loads and registers it
+        self._loading = threading.RLock()
 
     def register(
         self,
@@ -131,10 +134,11 @@ class Registry:
 
     def get(self, name: str) -> Strategy | None:
         if name not in self._strategies:
-            if name not in self._declared:
-                self.discover()
-            if name in self._declared:
-                self._load(name)
+            with self._loading:
+                if name not in self._strategies and name not in self._declared:
+                    self.discover()
+                if name not in self._strategies and name in self._declared:
+                    self._load(name)
         return self._strategies.get(name)
 
     @contextmanager
