@@ -59,7 +59,8 @@ class Registry:
         self.kind = kind
         self.group = entry_points  # the entry-point group plug-ins register in (None: built-ins only)
         self._strategies: dict[str, Strategy] = {}
-        self._declared: dict[str, tuple[str, str]] = {}  # name -> ("module:attr", where it was declared)
+        self._declared: dict[str, tuple[str, str]] = {}  # not loaded yet: name -> ("module:attr", where declared)
+        self._origins: dict[str, str] = {}  # every declared name, loaded or not -> "module:attr"
         # a campaign's threads may ask for a plug-in not loaded yet at once: one of them loads and registers it
         self._loading = threading.RLock()
 
@@ -92,11 +93,14 @@ class Registry:
     def declare(self, name: str, target: str, where: str = "a built-in") -> None:
         """`name` is the factory at `target` ("module:attr"), imported on first use: the name is known without
         importing a heavy module (a meta-agent's), and a plug-in's code runs only when it is asked for."""
-        have = self._declared.get(name)
-        if name in self._strategies or (have is not None and have[0] != target):
+        if self._origins.get(name) == target:  # declared before (and maybe loaded since): nothing new
+            return
+        if name in self._strategies or name in self._declared:
+            have = self._declared.get(name)
             by = f"entry point {have[0]}" if have is not None and have[1] != "a built-in" else "a built-in"
             raise InputError(f"{where}: {name}: {target} names a {self.kind} already registered by {by}")
         self._declared[name] = (target, where)
+        self._origins[name] = target
 
     def discover(self) -> None:
         """Declare every entry point of the registry's group not declared yet (again after an install: cheap)."""
@@ -105,9 +109,6 @@ class Registry:
         from importlib.metadata import entry_points
 
         for ep in entry_points(group=self.group):
-            have = self._declared.get(ep.name)
-            if have is not None and have[0] == ep.value:
-                continue
             self.declare(ep.name, ep.value, where=self.group)
 
     def _load(self, name: str) -> None:

@@ -70,6 +70,7 @@ def echo_installed(tmp_path, monkeypatch):
     for registry in (MODELS, META_AGENTS):  # the registries as they were, after the test
         monkeypatch.setattr(registry, "_strategies", dict(registry._strategies))
         monkeypatch.setattr(registry, "_declared", dict(registry._declared))
+        monkeypatch.setattr(registry, "_origins", dict(registry._origins))
     monkeypatch.syspath_prepend(str(site))
     yield site
     sys.modules.pop("ratchet_echo", None)
@@ -144,13 +145,16 @@ def test_a_broken_or_clashing_plugin_is_one_line_naming_its_entry_point(echo_ins
         MODELS.names()
 
 
-def test_the_tau2_world_contributes_its_gold_model_through_an_entry_point():
-    """No import runs back up from the model backends to a world: `gold` is the tau2 world's, by entry point."""
+def test_the_tau2_world_contributes_its_gold_model_through_an_entry_point(echo_installed):
+    """No import runs back up from the model backends to a world: `gold` is the tau2 world's, by entry point. Once
+    loaded, its entry point is still its own on the next scan (not a second registration of the name)."""
     from importlib.metadata import entry_points
 
     import components.models as models
 
     assert "gold" in models.MODELS.names()
+    assert "benchmark" in models.MODELS.get("gold").options.model_fields  # loaded and registered
+    assert models.MODELS.names() == ["echo", "gold", "local", "openai", "sim"]  # a scan after it: the same
     assert [ep.value for ep in entry_points(group="ratchet.models", name="gold")] == [
         "components.worlds.taubench.gold:model"]
     source = Path(models.__file__).read_text(encoding="utf-8")
