@@ -65,16 +65,14 @@ MADE: dict = {}  # benchmark path -> the BenchmarkParams that made it (a campaig
 
 def run(name: str, bench: Path, start: Path, db: Path, memory: bool, size: dict) -> dict:
     """One campaign in its own output directory."""
-    from components.params import load_params
-    from flows.campaign import run_campaign
+    import ratchet
 
     out = HOME / "campaigns" / name
     made = {f"benchmark.{k}": v for k, v in MADE[str(bench)].model_dump(mode="json").items()}  # what made it
-    p = load_params(ROOT / "params.yaml", {
-        **made, "campaign.out": str(out), "campaign.name": name, "campaign.start": str(start),
-        "campaign.rounds": size["rounds"], "campaign.seeds": size["seeds"], "gate.n_boot": size["n_boot"],
-        "evidence.db": str(db), "evidence.memory": memory})
-    s = run_campaign(p)
+    p = ratchet.campaign_params(ROOT / "params.yaml", out=out, rounds=size["rounds"], overrides={
+        **made, "campaign.name": name, "campaign.start": str(start), "campaign.seeds": size["seeds"],
+        "gate.n_boot": size["n_boot"], "evidence.db": str(db), "evidence.memory": memory})
+    s = ratchet.campaign(ratchet.CampaignRequest(params=p)).summary
     return {"name": name, "out": out, "summary": s, "memory": memory}
 
 

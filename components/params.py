@@ -11,12 +11,11 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       model_validator)
 
 
-from components.defaults import MAX_SOURCE_ITEMS, MAX_TURNS, SPLIT_SHARES
+from components.defaults import MAX_SOURCE_ITEMS, MAX_TRACES_PER_ROUND, MAX_TURNS, SPLIT_SHARES
 from components.errors import InputError
 from components.evolution.gate import MAX_BOOT, MIN_BOOT, GateConfig, SequentialDesign
 from components.io import recorded_path, strict_yaml, yaml_problem  # noqa: F401 (recorded_path: params' own)
 from components.worlds.base import ReceiptMode
-from components.tracking.mlflow_log import MAX_TRACES_PER_ROUND
 
 # A free-form options dict (meta_agent_cfg, model_cfg) is data a strategy reads, not a store: bounded so that a
 # hostile or mistaken file cannot make serializing the params explode.
@@ -261,9 +260,11 @@ class CampaignParams(_M):
     rounds: int = Field(10, ge=0, le=100)
     seeds: int = Field(3, ge=1, le=20)
     shard_size: int | None = Field(None, ge=1)
-    meta_agent: Literal["rules", "llm"] = "rules"
+    # a registered meta-agent and model backend: the built-ins (rules | llm; sim | openai | local) or an installed
+    # plug-in's (the `ratchet.meta_agents` and `ratchet.models` entry points), checked against the live registries
+    meta_agent: str = "rules"
     meta_agent_cfg: Cfg = Field(default_factory=dict)
-    model: Literal["sim", "openai", "local"] = "sim"
+    model: str = "sim"
     model_cfg: Cfg = Field(default_factory=dict)
     task_runner: Literal["threads", "dask"] = "threads"
     workers: int = Field(2, ge=1)
@@ -276,6 +277,20 @@ class CampaignParams(_M):
     traces_per_round: int = Field(MAX_TRACES_PER_ROUND, ge=0, le=1000)
 
     # Checked here, not where they are used: a bad one otherwise failed inside the first round, in Prefect's traceback
+    @field_validator("meta_agent")
+    @classmethod
+    def _registered_meta_agent(cls, v: str) -> str:
+        from components.evolution.meta_agents import META_AGENTS
+
+        return META_AGENTS.check(v)
+
+    @field_validator("model")
+    @classmethod
+    def _registered_model(cls, v: str) -> str:
+        from components.models import MODELS
+
+        return MODELS.check(v)
+
     @field_validator("tracking_uri")
     @classmethod
     def _tracking_scheme(cls, v: str | None) -> str | None:

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -110,7 +109,6 @@ evidence_app = typer.Typer(no_args_is_help=True, help="Campaign memory: why a ch
 app.add_typer(evidence_app, name="evidence")
 
 DEFAULT_BENCH = Path("data/benchmarks/retail")
-MAX_SEEDS = 1000  # seeds per item in one eval (a campaign allows 20); more is a typo, and the seed list is built whole
 
 
 # -- packages ---------------------------------------------------------------------------------------------------
@@ -210,8 +208,9 @@ def bench_materialize(
                                     **({"protocol": protocol} if protocol is not None else {}))
         except ValidationError as e:
             raise InputError(_option_error(e)) from None
-    out_dir = Path(bench.out)
-    bench.materialize()
+    from flows.api import materialize
+
+    out_dir = materialize(bench)
     out.print(f"wrote {out_dir} (world {world_name}, seed {seed}, receipts {bench.receipts.value}, "
               f"protocol {bench.protocol_for()}, digest {digest(out_dir)[:12]})")
 
@@ -255,23 +254,41 @@ def _option_error(e) -> str:
 
 # -- evaluation -------------------------------------------------------------------------------------------------
 
-def _model_cfg(model: str, base_url: Optional[str], model_name: Optional[str], **settings) -> dict:
-    """The backend's options from `ratchet eval` flags; only the flags given are passed (the backend has defaults)."""
-    given = {k: v for k, v in settings.items() if v is not None}
-    if given.get("headers") is not None:
-        pairs = [h.split(":", 1) for h in given["headers"]]
-        if any(len(kv) != 2 or not kv[0].strip() for kv in pairs):
-            raise InputError("--header: expected 'Name: value'")
-        given["headers"] = {k.strip(): v.strip() for k, v in pairs}
-    if model == "openai":
-        if not base_url:
-            raise InputError("--base-url: required with --model openai")
-        return {"base_url": base_url, **({"model": model_name} if model_name else {}), **given}
-    if model == "local":
-        return {**({"base_url": base_url} if base_url else {}), **({"model": model_name} if model_name else {}), **given}
-    if given or base_url or model_name:
-        raise InputError(f"--model {model}: model settings (--base-url, --max-tokens, ...) apply to openai and local only")
-    return {}
+def _headers(header: Optional[list[str]]) -> dict[str, str] | None:
+    """`--header 'Name: value'` options as a mapping."""
+    if header is None:
+        return None
+    pairs = [h.split(":", 1) for h in header]
+    if any(len(kv) != 2 or not kv[0].strip() for kv in pairs):
+        raise InputError("--header: expected 'Name: value'")
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _extra_body(extra_body: Optional[str]) -> dict | None:
+    if extra_body is None:
+        return None
+    try:
+        extra = json.loads(extra_body)
+    except json.JSONDecodeError as e:
+        raise InputError(f"--extra-body: not JSON ({e})") from None
+    if not isinstance(extra, dict):
+        raise InputError("--extra-body: must be a JSON object")
+    return extra
+
+
+@contextlib.contextmanager
+def _bar(description: str, total: int):
+    """A progress bar on stderr while episodes run (gone when they end)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err, transient=True) as progress:
+        bar = progress.add_task(description, total=total)
+        yield lambda: progress.advance(bar)
+
+
+def _say(line: str) -> None:
+    err.print(line, highlight=False, markup=False)
 
 
 @app.command("eval")
@@ -316,117 +333,29 @@ def eval_cmd(
     errored. With --model local, `ratchet serve-local` must be running (`pip install -e ".\\[local]"`). With a served
     model (openai, local), each finished episode is written to --out/partial/ as it ends, and a rerun of the same
     evaluation (package, benchmark, model and its settings, turn limit) resumes them."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from flows.api import EvalRequest, ModelSettings, evaluate
 
-    from components.evolution.validate import foreign_tools
-    from components.io import claim_output, mark_output, output_kind
-    from components.runtime.journal import PARTIAL, TRANSPORT, Journal, journal_key
-    from components.memory import load_package
-    from components.models.counterfactual import causes_table
-    from components.runtime.evaluate import error_kinds, pass_hat_k, run_shard, seed_map_hash, summary, write_eval
-    from components.worlds import load_benchmark, run_settings, world
-
-    if seeds < 1:
-        raise InputError(f"--seeds: {seeds}: must be at least 1")
-    if seeds > MAX_SEEDS:
-        raise InputError(f"--seeds: {seeds}: must be at most {MAX_SEEDS}")
-    claim_output(out_dir, "eval", inputs={"package": package, "benchmark": benchmark})
-    try:
-        pkg = load_package(package)
-    except RecursionError:
-        raise _deep(package) from None
-    bench = load_benchmark(benchmark)
-    foreign = foreign_tools(pkg, bench)
-    if foreign:
-        raise InputError(foreign[0] + (f" (and {len(foreign) - 1} more card(s))" if len(foreign) > 1 else ""))
-    if bench.protocol == "standard" and max_turns is not None:  # it would be recorded, and never applied
-        raise InputError(f"--max-turns: {benchmark / 'meta.json'} runs episodes under the standard protocol, which "
-                         "ends them by the benchmark's own limits (materialize it with --protocol custom to cap turns)")
-    if bench.protocol != "standard" and max_turns is None:
-        max_turns = MAX_TURNS
-    settings = run_settings(bench.world)  # a user simulator's model (RATCHET_TAU2_USER): refused here if malformed
-    ids = [i.strip() for i in items.split(",") if i.strip()] if items is not None else bench.ids(split)
-    if not ids:
-        raise InputError("--items: no item ids given" if items is not None else
-                         f"{benchmark / 'splits.json'}: {split}: the split is empty")
-    twice = sorted(i for i, n in Counter(ids).items() if n > 1)
-    if twice:  # each would be run and scored twice: a table the gate refuses (duplicate pairs)
-        raise InputError(f"--items: given more than once: {', '.join(twice[:5])}")
-    unknown = [i for i in ids if i not in bench.tasks]
-    if unknown:
-        raise InputError(f"--items: unknown item ids: {', '.join(unknown[:5])}")
-    check_items = world(bench.world).check
-    if check_items is not None:  # the world's own reading of its files (tau2's database and tasks), before any output
-        check_items(bench, ids)
-    if extra_body is not None:
-        try:
-            extra = json.loads(extra_body)
-        except json.JSONDecodeError as e:
-            raise InputError(f"--extra-body: not JSON ({e})") from None
-        if not isinstance(extra, dict):
-            raise InputError("--extra-body: must be a JSON object")
-    cfg = _model_cfg(model, base_url, model_name, max_tokens=max_tokens, timeout=timeout, max_retries=max_retries,
-                     temperature=temperature, tool_choice=tool_choice, json_actions=json_actions, headers=header,
-                     reasoning=reasoning, reasoning_effort=reasoning_effort, max_tokens_field=max_tokens_field,
-                     extra_body=extra if extra_body is not None else None)
-    if model == "gold":  # tau2's gold replay plays the benchmark it is evaluated on
-        cfg = {"benchmark": str(benchmark)}
-    seed_list = list(range(seeds))
-    journal = None
-    if model != "sim":  # a served model's episode costs seconds to minutes: each is kept as it ends (the sim's not)
-        from components.models import make_model
-
-        make_model(model, cfg)  # bad settings are refused before --out is created for the journal
-        out_dir.mkdir(parents=True, exist_ok=True)
-        if output_kind(out_dir) is None:  # so that a rerun may claim it (and resume)
-            mark_output(out_dir, "eval")
-        key = journal_key(package=pkg.digest, benchmark=bench.digest, model=model, max_turns=max_turns,
-                          model_cfg={k: v for k, v in cfg.items() if k not in TRANSPORT},
-                          **({"settings": settings} if settings else {}))
-        journal = Journal(out_dir / PARTIAL, key)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=err, transient=True) as progress:
-        bar = progress.add_task(f"{pkg.name} on {split}", total=len(ids) * len(seed_list))
-        t = run_shard(pkg, bench, ids, seed_list, model, cfg, max_turns or MAX_TURNS,
-                      on_episode=lambda _r: progress.advance(bar), journal=journal)
-    if journal is not None and journal.resumed:
-        err.print(f"resumed {journal.resumed} finished episode(s) from {out_dir / PARTIAL}", highlight=False)
-    t.causes = causes_table(pkg, bench, t.scores, max_turns or MAX_TURNS)
-    # the splits the items really came from (--items may name any): one name, or a list when they span several
-    where = {i: s for s in ("train", "dev", "test") for i in bench.ids(s)}
-    taken = [s for s in ("train", "dev", "test") if any(where.get(i) == s for i in ids)]
-    meta = {"package": str(package), "package_digest": pkg.digest, "benchmark": str(benchmark),
-            "benchmark_digest": bench.digest, "split": taken[0] if len(taken) == 1 else taken, "seeds": seed_list,
-            "items": len(ids), "seed_map_hash": seed_map_hash(ids, seed_list), "model": model, "max_turns": max_turns,
-            "model_cfg": {k: v for k, v in cfg.items() if k != "headers"},
-            **_run_record(bench, settings), **summary(t.scores)}
-    write_eval(out_dir, t, meta, mark="eval")
-    s = summary(t.scores)
-    kinds = ", ".join(f"{k} {n}" for k, n in error_kinds(t.scores).items())
-    split = meta["split"] if isinstance(meta["split"], str) else "+".join(meta["split"])
-    out.print(f"{pkg.name} on {split}: mean score {s['mean_score']:.3f}, success {s['success_rate']:.1%}, "
-              f"{s['episodes']} episodes, {s['errors']} errors{f' ({kinds})' if kinds else ''}, "
-              f"tokens in {s['tokens_in']:,}, out {s['tokens_out']:,}"
-              + (f" (the user model's: in {s['user_tokens_in']:,}, out {s['user_tokens_out']:,}, "
-                 f"{s['user_model_calls']:,} calls)" if s["user_model_calls"] else ""), highlight=False)
-    if seeds > 1:  # pass^k: all k of a task's trials succeed, averaged over tasks (beside the mean, as leaderboards report)
-        ks = pass_hat_k(t.scores)
-        out.print(f"pass^k on {split}: " + ", ".join(f"k={k} {v:.3f}" for k, v in ks.items()), highlight=False)
+    settings = ModelSettings(base_url=base_url, model_name=model_name, max_tokens=max_tokens, timeout=timeout,
+                             max_retries=max_retries, temperature=temperature, tool_choice=tool_choice,
+                             json_actions=json_actions, headers=_headers(header), reasoning=reasoning,
+                             reasoning_effort=reasoning_effort, max_tokens_field=max_tokens_field,
+                             extra_body=_extra_body(extra_body))
+    r = evaluate(EvalRequest(package=package, benchmark=benchmark, split=split, seeds=seeds, out=out_dir, model=model,
+                             settings=settings, items=None if items is None else tuple(items.split(",")),
+                             max_turns=max_turns), say=_say, progress=_bar)
+    s = r.summary
+    kinds = ", ".join(f"{k} {n}" for k, n in r.error_kinds.items())
+    out.print(f"{r.package_name} on {r.split}: mean score {s.mean_score:.3f}, success {s.success_rate:.1%}, "
+              f"{s.episodes} episodes, {s.errors} errors{f' ({kinds})' if kinds else ''}, "
+              f"tokens in {s.tokens_in:,}, out {s.tokens_out:,}"
+              + (f" (the user model's: in {s.user_tokens_in:,}, out {s.user_tokens_out:,}, "
+                 f"{s.user_model_calls:,} calls)" if s.user_model_calls else ""), highlight=False)
+    if r.pass_hat_k:  # pass^k: all k of a task's trials succeed, averaged over tasks (beside the mean, as leaderboards)
+        out.print(f"pass^k on {r.split}: " + ", ".join(f"k={k} {v:.3f}" for k, v in r.pass_hat_k.items()),
+                  highlight=False)
     out.print(f"wrote {out_dir}/scores.csv, traces.parquet")
-    if s["episodes"] and s["errors"] == s["episodes"]:  # nothing behind the numbers: not a success
-        first = t.scores["error"].fillna("").astype(str)
-        raise fail(f"every episode errored ({s['errors']} of {s['episodes']}); the first: {first[first != ''].iloc[0]}",
-                   code=1)
-
-
-def _run_record(bench, settings: dict) -> dict:
-    """What an eval's meta.json says of how its episodes ran: the protocol (standard: as the benchmark's reference
-    orchestrator runs them, comparable to its leaderboard; custom: Ratchet's harness) and the world's settings outside
-    the benchmark (which user simulator), when it has any."""
-    out: dict = {"protocol": bench.protocol}
-    if settings:
-        out["settings"] = settings
-    return out
+    if r.all_errored:  # nothing behind the numbers: not a success
+        raise fail(f"every episode errored ({s.errors} of {s.episodes}); the first: {r.first_error}", code=1)
 
 
 @app.command("diagnose")
@@ -438,14 +367,12 @@ def diagnose_cmd(
 ) -> None:
     """Diagnose a finished evaluation from its traces and score the owners against the hidden counterfactual causes:
     accuracy, n, coverage, outcome-only accuracy (fitted on train) and the confusion matrix (truth -> predicted)."""
-    from components.evolution.localization import diagnose_eval, localization_notes
+    from components.evolution.localization import localization_notes
+    from flows.api import DIAGNOSE_KEYS, DiagnoseRequest, diagnose
 
-    loc = diagnose_eval(eval_dir, package, benchmark)
-    keys = ["accuracy", "n", "coverage", "constant_accuracy", "outcome_only_accuracy", "trace_rule_accuracy",
-            "three_line_accuracy", "margin", "ceiling", "checks", "passes", "confusion", "compound", "per_owner",
-            "scored", "unlabelled", "unscored", "diagnosed", "unattributed"]
+    loc = diagnose(DiagnoseRequest(eval_dir=eval_dir, package=package, benchmark=benchmark)).model_dump(mode="json")
     if as_json:
-        out.print(json.dumps({k: loc[k] for k in keys}, sort_keys=True), highlight=False, markup=False)
+        out.print(json.dumps({k: loc[k] for k in DIAGNOSE_KEYS}, sort_keys=True), highlight=False, markup=False)
         return
     fmt = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
     for line in localization_notes(loc):
@@ -600,16 +527,10 @@ PARAMS_HELP = "parameter file (default: ./params.yaml if present, else the built
 
 
 def _params(params: Optional[Path], rounds: Optional[int], out_dir: Optional[Path], extra: Optional[list[str]] = None):
-    from components.params import load_params, parse_set
+    from components.params import parse_set
+    from flows.api import campaign_params
 
-    overrides: dict = parse_set(extra or [])
-    if rounds is not None:
-        overrides["campaign.rounds"] = rounds
-    if out_dir is not None:
-        overrides["campaign.out"] = str(out_dir)
-    if params is None:  # only the implicit default may be absent; a named file must exist
-        params = Path("params.yaml") if Path("params.yaml").exists() else None
-    return load_params(params, overrides)
+    return campaign_params(params, rounds=rounds, out=out_dir, overrides=parse_set(extra or []))
 
 
 def _print_summary(summary: dict, path: Path) -> None:
@@ -675,23 +596,6 @@ def _print_summary(summary: dict, path: Path) -> None:
                       soft_wrap=True)
 
 
-def _print_if_finished(p) -> bool:
-    """A finished campaign that nothing has changed since (flows/finished.py): its summary, printed as its run
-    printed it, before any server starts or heavy import happens. False: it must run."""
-    from flows.finished import unchanged
-
-    kept = unchanged(p.resolved())
-    if kept is None:
-        return False
-    path = Path(p.campaign.out) / "summary.json"
-    summary = {**json.loads(path.read_text(encoding="utf-8")), **kept,
-               "budget_spent": dict.fromkeys(kept.get("budget_spent") or {}, 0.0)}
-    err.print(f"{p.campaign.out}: finished, and nothing it depends on has changed since: nothing to run",
-              highlight=False, markup=False)
-    _print_summary(summary, path)
-    return True
-
-
 @campaign_app.command("run")
 def campaign_run(
     params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
@@ -705,28 +609,10 @@ def campaign_run(
     """Run an evolution campaign (the default: 10 rounds from data/packages/seed on the retail world, offline).
     Rerunning the same command resumes an interrupted campaign; a rerun may change only campaign.rounds, budget.*
     and where things run (docs/operations.md, "Reruns"), else it is refused naming the field."""
-    p = _params(params, rounds, out_dir, set_)
-    if not force and _print_if_finished(p):
-        return
-    from components.heap import long_lived
+    from flows.api import CampaignRequest, campaign
 
-    with long_lived("flows.campaign"):  # Prefect, pandas and the stack a campaign runs on live as long as the process
-        from flows.campaign import prepare, run_campaign
-    from flows.signals import flows_obey
-
-    flows_obey("the committed work is kept: the same command continues the campaign")
-    prepare(p, force=force)
-    with _held(p):
-        summary = run_campaign(p)
-    _print_summary(summary, Path(p.campaign.out) / "summary.json")
-
-
-def _held(p):
-    """The campaign's lineage lock, taken as soon as its checks pass: a second campaign on the same output is
-    refused at once, not after this one's Prefect server has started (the flow takes it again, re-entrantly)."""
-    from components.evolution.lineage import LineageLock
-
-    return LineageLock(Path(p.campaign.out) / "lineage")
+    r = campaign(CampaignRequest(params=_params(params, rounds, out_dir, set_), force=force), say=_say)
+    _print_summary(r.summary, r.path)
 
 
 @app.command("report")
@@ -765,28 +651,14 @@ def export_cmd(
     fine-tuning records of the champion's successes), preferences.jsonl (prompt/chosen/rejected: the champion's
     success against the start package's failure, same item and seed), rollouts.jsonl (every episode with its reward
     per rubric criterion) and manifest.json (sha256, bytes and records of each)."""
-    from components.io import claim_output, read_json_object
-    from components.outer.export import check_split, export_campaign
+    from flows.api import ExportRequest, export
 
-    check_split(split)
-    if not (campaign / "summary.json").is_file():
-        raise InputError(f"{campaign / 'summary.json'}: -: no such file (run the campaign first)")
-    if bench is None:  # the campaign's own record says which benchmark it ran (its digest is checked on reading)
-        ran = ((read_json_object(campaign / "summary.json").get("params") or {}).get("benchmark") or {}).get("out")
-        if not isinstance(ran, str) or not ran:
-            raise InputError(f"{campaign / 'summary.json'}: params.benchmark.out: not recorded; give --benchmark")
-        bench = Path(ran)
-    claim_output(out_dir, "export", inputs={"campaign": campaign, "benchmark": bench})
-    m = export_campaign(campaign, bench, out_dir, split)
-    for name, f in sorted(m.files.items()):
+    r = export(ExportRequest(campaign=campaign, benchmark=bench, out=out_dir, split=split, mlflow=mlflow,
+                             tracking_uri=tracking_uri))
+    for name, f in sorted(r.manifest.files.items()):
         out.print(f"{out_dir / name}: {f.records} records, {f.bytes} bytes, sha256 {f.sha256[:12]}", highlight=False)
-    if mlflow:
-        from components.tracking.mlflow_log import log_export
-
-        summary = read_json_object(campaign / "summary.json")
-        uri = tracking_uri or ((summary.get("params") or {}).get("campaign") or {}).get("tracking_uri")
-        run_id = log_export(m, out_dir, summary, uri)
-        out.print(f"logged as dataset inputs of the campaign's MLflow run {run_id}" if run_id else
+    if r.logged:
+        out.print(f"logged as dataset inputs of the campaign's MLflow run {r.run_id}" if r.run_id else
                   "no MLflow run of this campaign was found: nothing logged", highlight=False)
 
 
@@ -857,25 +729,19 @@ def reproduce_cmd(
     """Re-run a promotion's held-out gate on the recorded bytes and seeds. Exit 0 only when the per-episode and
     per-item tables are byte-identical and the verdict matches; a digest mismatch is refused before anything runs.
     At another commit: `git checkout <rev> && dvc checkout` first."""
-    from components.tracking.reproduce import find_round, reproduce
+    from flows.api import ReproduceRequest, reproduce
 
-    if not version and not run_id:
-        raise InputError("--version or --run-id: one is required")
-    where, rec = find_round(campaign, version, run_id)
-    err.print(f"reproducing {rec.committed.version} (round {rec.round}): {rec.summary or ''}", highlight=False)
-    r = reproduce(where, rec)
+    r = reproduce(ReproduceRequest(version=version, run_id=run_id, campaign=campaign), say=_say)
     if as_json:
         out.print(json.dumps({"version": r.version, "round": r.round, "identical": r.identical,
                               "verdict_matches": r.verdict_matches, "differences": r.differences,
                               "n_items": r.n_items, "n_episodes": r.n_episodes}, sort_keys=True), highlight=False)
     else:
-        from components.evolution.report import ci_level
-
-        g, level = r.recomputed, ci_level(rec)  # the level the round's gate decided at (its look's alpha)
+        g, level = r.recomputed, r.level
         out.print(f"per-item scores: {'identical' if r.identical else 'DIFFERENT'} ({r.n_items} items, "
                   f"{r.n_episodes} episodes re-run)", highlight=False)
-        out.print(f"verdict: {'matches' if r.verdict_matches else 'DIFFERS'}: accept={g['accept']} net {g['net']:+.4f} "
-                  + ("" if level is None else f"{100 * level:.4g}% ") + f"CI [{g['ci_lo']:+.4f}, {g['ci_hi']:+.4f}]",
+        out.print(f"verdict: {'matches' if r.verdict_matches else 'DIFFERS'}: accept={g.accept} net {g.net:+.4f} "
+                  + ("" if level is None else f"{100 * level:.4g}% ") + f"CI [{g.ci_lo:+.4f}, {g.ci_hi:+.4f}]",
                   highlight=False)
         for d in r.differences:
             out.print(f"  differs: {d}", highlight=False)
@@ -932,42 +798,10 @@ def campaign_resume(
 ) -> None:
     """Finish an interrupted campaign with the parameters it was started with (the same as rerunning its command),
     in --out wherever it now is (a moved or copied campaign resumes in place)."""
-    from pydantic import ValidationError
+    from flows.api import CampaignRequest, campaign
 
-    from components.params import Params
-
-    saved = out_dir / ".state" / "params.json"
-    if not saved.is_file():
-        raise InputError(f"{saved}: -: no campaign was started here")
-    try:
-        p = Params.model_validate_json(saved.read_bytes())
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise InputError(f"{saved}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
-    p = p.model_copy(update={"campaign": p.campaign.model_copy(update={"out": str(out_dir)})})
-    from components.heap import long_lived
-
-    with long_lived("flows.campaign"):  # as `campaign run`
-        from flows.campaign import prepare, run_campaign
-    from flows.signals import flows_obey
-
-    flows_obey(f"the committed work is kept: `ratchet campaign resume --out {out_dir}` continues")
-
-    prepare(p)
-    state = out_dir / ".state" / "state.json"
-    try:  # only what the resume message says: the lineage, not this file, decides what is done
-        s = json.loads(state.read_bytes()) if state.exists() else None
-    except (OSError, ValueError):
-        s = None
-    if isinstance(s, dict):
-        err.print(f"resuming {p.campaign.name}: last state round {s.get('round')} after {s.get('stage')}", highlight=False)
-    elif state.exists():
-        err.print(f"resuming {p.campaign.name}: {state} is unreadable (ignored; the lineage says what is done)",
-                  highlight=False)
-
-    with _held(p):
-        summary = run_campaign(p)
-    _print_summary(summary, out_dir / "summary.json")
+    r = campaign(CampaignRequest.resuming(out_dir), say=_say)
+    _print_summary(r.summary, out_dir / "summary.json")
 
 
 @campaign_app.command("schedule")

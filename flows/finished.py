@@ -21,6 +21,7 @@ from typing import Any
 from components.io import atomic_write_json, tree_stats
 
 FILE = "finished.json"
+LOCK = os.path.join("lineage", "LOCK")
 
 
 def _where(out: str | Path) -> Path:
@@ -43,7 +44,10 @@ def fingerprint(p) -> str:
 
     c = p.campaign
     out = Path(c.out)
-    outputs = tuple(x for x in tree_stats(out)[0] if not x[0].startswith(".state" + os.sep) and x[0] != ".state")
+    # not the lineage's LOCK: it names its holder, and the command's own hold on it ends (emptying it) after the
+    # record is written, so that a rerun of `ratchet campaign run` saw a changed file and ran the campaign again
+    outputs = tuple(x for x in tree_stats(out)[0]
+                    if not x[0].startswith(".state" + os.sep) and x[0] not in (".state", LOCK))
     tracking = c.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     evidence = default_db(p.evidence.db)
     stores = {name: (where, None if (f := _store_file(where)) is None else os.path.exists(f))

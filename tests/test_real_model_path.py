@@ -4,6 +4,7 @@ its text and names the limit that cut it, and the proposal schema bounds its lis
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -327,9 +328,10 @@ def test_serve_local_answers_under_the_models_name_and_tokenizes(fake):
 
 def test_header_reaches_the_local_backend():
     from components.models import make_model
-    from flows.cli import _model_cfg
+    from flows.api import ModelSettings
+    from flows.cli import _headers
 
-    cfg = _model_cfg("local", None, None, headers=["X-Team: ratchet"])
+    cfg = ModelSettings(headers=_headers(["X-Team: ratchet"])).backend_cfg("local", Path("unused"))
     assert cfg == {"headers": {"X-Team": "ratchet"}}
     m = make_model("local", cfg)
     assert m.client.default_headers.get("X-Team") == "ratchet"

@@ -21,75 +21,21 @@ installed).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, Field
 
 from components.errors import InputError, StorageError, storage_problem
 from components.failpoints import failpoint
 
-Kind = Literal["source", "run", "claim", "artifact", "decision", "question"]
-Confidence = Literal["unverified", "supported", "contested"]
-Relation = Literal["supports", "contradicts", "derived_from", "used_in", "supersedes"]
-Author = Literal["harness", "model", "meta_agent", "person"]
-KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
-RELATIONS: tuple[str, ...] = Relation.__args__  # type: ignore[attr-defined]
-
-
-class Expiry(BaseModel):
-    """What an observation is tied to: it expires when any key given here differs from the current context."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    benchmark: str | None = None  # benchmark digest
-    model: str | None = None  # model backend and name
-    backend: str | None = None  # backend / server version
-
-    def keys(self) -> dict[str, str]:
-        return {k: v for k, v in self.model_dump().items() if v is not None}
-
-
-class Node(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    id: str
-    kind: Kind
-    key: str = Field(min_length=1, description="natural identity within the kind (a plan key, episode:step:hash...)")
-    version: int = Field(ge=1)
-    content: str = ""
-    data: dict[str, Any] = Field(default_factory=dict)
-    confidence: Confidence = "unverified"
-    author: Author = "harness"
-    campaign: str = ""
-    expiry: Expiry | None = None
-    created: float = 0.0
-
-    def compact(self, chars: int = 160) -> dict[str, Any]:
-        """The layer a projection shows: identity, status and a short content; the id fetches the rest."""
-        out = {"id": self.id, "kind": self.kind, "confidence": self.confidence,
-               "content": self.content if len(self.content) <= chars else self.content[: chars - 1] + "…"}
-        if self.data.get("type"):
-            out["type"] = self.data["type"]
-        return out
-
-
-class Edge(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    src: str
-    relation: Relation
-    dst: str
-    campaign: str = ""
-    created: float = 0.0
-
-
-def node_id(kind: str, key: str) -> str:
-    """Stable across campaigns and machines: the same observation is the same node."""
-    return kind + ":" + hashlib.sha256((kind + "\0" + key).encode()).hexdigest()[:12]
+# the records, re-exported: callers import them from here, as before the split
+from components.evidence.graph_models import (KINDS, RELATIONS, Author, Confidence, Edge, Expiry,  # noqa: F401
+                                              Kind, Node, Relation, node_id)
+from components.evidence.graph_policy import POLICY, PolicyError
 
 
 META = sa.MetaData()
@@ -408,8 +354,6 @@ class EvidenceGraph:
 
     def __init__(self, where: str | Path, campaign: str = "", policy=None, scope: str | None = None,
                  read_only: bool = False, check: bool = False):
-        from components.evidence.graph_policy import POLICY
-
         self.store = Store(where, read_only=read_only, check=check)
         self.campaign = campaign
         self.scope = scope if scope is not None else campaign  # who is writing: one campaign output
@@ -616,5 +560,3 @@ class EvidenceGraph:
                               f"{', ...' if len(ids) > 4 else ''}); give more of the id")
         return self.get(ids[0]) if ids else None
 
-
-from components.evidence.graph_policy import PolicyError  # noqa: E402  (the policy imports this module's models)

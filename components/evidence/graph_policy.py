@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 from components.errors import InputError
 
-if TYPE_CHECKING:
-    from components.evidence.graph import Confidence, Edge, Expiry, Node
+if TYPE_CHECKING:  # (graph_models imports nothing of this package: no circle either way)
+    from components.evidence.graph_models import Confidence, Edge, Expiry, Node
 
 
 class PolicyError(InputError):

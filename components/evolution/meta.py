@@ -33,13 +33,11 @@ from components.evolution.findings import Finding, cards_about, rule_card_id
 from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM, parse_plan
 from components.evolution.validate import leak_tokens
 from components.memory.package import MemoryPackage
-from components.registry import Registry
+from components.evolution.meta_agents import META_AGENTS  # the registry (and the plug-ins'); built-ins below
 from components.runtime import prompts
 from components.runtime.trace import frame_steps
 from components.runtime.types import Usage
 from components.worlds import Benchmark
-
-META_AGENTS = Registry("meta_agent")
 
 
 @dataclass

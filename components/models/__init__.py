@@ -1,6 +1,13 @@
 """Model backends behind one chat interface, registered by name with typed options:
-`sim` (the embedded simulated agent), `openai` (any OpenAI-compatible server), `local` (the small model
-that `ratchet serve-local` serves on loopback) and `gold` (tau2's gold actions replayed, for the parity check)."""
+`sim` (the embedded simulated agent), `openai` (any OpenAI-compatible server) and `local` (the small model
+that `ratchet serve-local` serves on loopback). An installed package adds a backend through the `ratchet.models`
+entry-point group: a factory whose keyword-only parameters are its options, returning a `ChatModel`
+
+    [project.entry-points."ratchet.models"]
+    my-model = "my_package.model:factory"
+
+and a world contributes its own that way (the tau2 world's `gold`, the replay of tau2's gold actions for the parity
+check: `components.worlds.taubench.gold.model`), so nothing here imports a world's code."""
 
 from __future__ import annotations
 
@@ -11,7 +18,8 @@ from pydantic import AfterValidator
 from components.models.base import ChatModel, ChatResult, ModelError
 from components.registry import Registry
 
-MODELS = Registry("model")
+ENTRY_POINT_GROUP = "ratchet.models"
+MODELS = Registry("model", entry_points=ENTRY_POINT_GROUP)
 
 
 def _http_url(v: str) -> str:
@@ -80,17 +88,8 @@ def local(*, base_url: HttpURL = f"http://127.0.0.1:{LOCAL_PORT}/v1", model: str
                       json_actions=json_actions, schema_format=schema_format)
 
 
-@MODELS.register("gold")
-def gold(*, benchmark: str, mutation: Literal["drop_write", "change_arg", "extra_write"] | None = None):
-    """Replays each tau2 task's gold actions and says its communicate_info (`components.worlds.taubench.gold`): the
-    instrument of the parity check against tau2's grader. `benchmark`: the tau2 benchmark directory it plays."""
-    from components.worlds.taubench.gold import GoldAgent, Mutation
-
-    return GoldAgent(benchmark, Mutation(mutation) if mutation else None)
-
-
 def make_model(name: str, cfg: dict[str, Any] | None = None) -> ChatModel:
     return MODELS.make(name, cfg, where="model")
 
 
-__all__ = ["MODELS", "ChatModel", "ChatResult", "ModelError", "make_model"]
+__all__ = ["ENTRY_POINT_GROUP", "MODELS", "ChatModel", "ChatResult", "ModelError", "make_model"]

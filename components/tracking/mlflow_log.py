@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from components.codes import Verdict
+# traces logged per round by default (`campaign.traces_per_round`): params' default too, so it lives in defaults
+from components.defaults import MAX_TRACES_PER_ROUND
 from components.evolution.lineage import Lineage
 from components.evolution.record import RoundRecord, StartRecord
 from components.io import confined, recorded_path
@@ -48,9 +50,6 @@ from components.io import confined, recorded_path
 if TYPE_CHECKING:
     from mlflow.tracing.client import TracingClient
 
-# cited failed episodes logged as traces per round (the first ones of each packet): the default of the setting
-# `campaign.traces_per_round` (each trace costs a few hundred spans written to the store; no result depends on them)
-MAX_TRACES_PER_ROUND = 12
 MAX_TRACES_PER_PACKET = 2
 # a promoted version's metrics: the gate figures of the round that promoted it
 GATE_METRICS = ("net", "ci_lo", "ci_hi", "dev_base_mean", "dev_cand_mean", "n_improved", "n_regressed")

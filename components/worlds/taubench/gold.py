@@ -5,6 +5,8 @@ not a model: it knows the task from the scripted user's first message (unique pe
     make_model("gold", {"benchmark": "data/benchmarks/tau2-retail"})
     make_model("gold", {"benchmark": ..., "mutation": "drop_write" | "change_arg" | "extra_write"})
 
+The tau2 world registers it as a model through the `ratchet.models` entry point (pyproject.toml): `model` below.
+
 Mutations, each a deterministic edit of the gold plan: `drop_write` leaves out the first gold write that tau2 carries
 out (some golds hold a write tau2's own tool refuses, which changes nothing: found by replaying the gold in a scratch
 tau2 environment) and that no later gold write of the same tool on the same target overwrites; `change_arg` changes that
@@ -20,6 +22,7 @@ import json
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from components.models.base import ChatResult, ModelError
 from components.runtime.types import FINISH_TOOL, ToolCall
@@ -172,3 +175,9 @@ class GoldAgent:
 
 def communicate_text(infos: list[str]) -> str:
     return "To confirm the details: " + "; ".join(infos) + "." if infos else ""
+
+
+def model(*, benchmark: str, mutation: Literal["drop_write", "change_arg", "extra_write"] | None = None) -> GoldAgent:
+    """Replays each tau2 task's gold actions and says its communicate_info: the instrument of the parity check
+    against tau2's grader. `benchmark`: the tau2 benchmark directory it plays (an evaluation fills in its own)."""
+    return GoldAgent(benchmark, Mutation(mutation) if mutation else None)
