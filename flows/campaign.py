@@ -225,17 +225,16 @@ def dev_look(lineage: Lineage, round_no: int, p: Params) -> DevLook:
 def dev_looks(history: Sequence[RoundRecord | dict[str, Any]], campaign_alpha: float) -> dict[str, Any]:
     """Every look at dev (round, plan, verdict, alpha, what it promoted as) and the one-sided alpha they spent of the
     campaign's budget (under the wealth rule, a promotion's share is given back: `alpha_returned`)."""
-    rounds = [r for r in map(RoundRecord.of, history) if r.dev_look]
-    looks = [{"round": r.round, "look": r.dev_look.look, "plan": r.plan_key or "", "verdict": r.verdict,
-              "alpha": r.dev_look.alpha,
-              **({"kind": "retry" if r.retry else "ablation"} if r.retry or r.ablation else {}),
-              **({"promoted_as": r.promoted_as} if r.promoted_as else {})} for r in rounds]
-    rule = next((r.dev_look.rule for r in rounds if r.dev_look.rule), None)
-    refunds = any(r.dev_look.reserved is not None for r in rounds)
-    if rule is None and not refunds:
-        return {"looks": looks, "n": len(looks), "alpha_spent": sum(x["alpha"] / 2 for x in looks),
+    rounds = [(r, r.dev_look) for r in map(RoundRecord.of, history) if r.dev_look is not None]
+    looks: list[dict[str, Any]] = [
+        {"round": r.round, "look": x.look, "plan": r.plan_key or "", "verdict": r.verdict, "alpha": x.alpha,
+         **({"kind": "retry" if r.retry else "ablation"} if r.retry or r.ablation else {}),
+         **({"promoted_as": r.promoted_as} if r.promoted_as else {})} for r, x in rounds]
+    rule = next((x.rule for _, x in rounds if x.rule), None)
+    if rule is None and not any(x.reserved is not None for _, x in rounds):
+        return {"looks": looks, "n": len(looks), "alpha_spent": sum(x.alpha / 2 for _, x in rounds),
                 "campaign_alpha": campaign_alpha}
-    w = account(rounds, campaign_alpha, max(1, max(r.round for r in rounds)) if rounds else 1, rule or "linear")
+    w = account([r for r, _ in rounds], campaign_alpha, max([1] + [r.round for r, _ in rounds]), rule or "linear")
     return {"looks": looks, "n": len(looks), "alpha_spent": w.spent, "alpha_returned": w.returned,
             "rule": rule or "linear", "campaign_alpha": campaign_alpha}
 
@@ -541,7 +540,7 @@ def dev_gate(r: Round, plan: Plan, cand: Candidate, validation: Validation, seed
     return Gate(result, sequential, look, cfg, seeds, tokens_per_episode(tables["base"], tables["cand"]))
 
 
-def _tokens(repair: Repair | None, gate: Gate | None) -> dict[str, StageTokens]:
+def _tokens(repair: Repair | None, gate: Gate | None) -> dict[str, Any]:
     got = {k: v for k, v in (("repair", repair.tokens if repair else None), ("dev", gate.tokens if gate else None))
            if v is not None}
     return {"tokens": StageTokens(**got)} if got else {}
@@ -618,7 +617,7 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
         if idle is None:
             return reject(r, "no patchable cluster left that was not already tried", verdict=Verdict.NO_PLAN)
         plan = idle.plan
-    about = {str(idle.kind): idle.info} if idle else {}
+    about: dict[str, Any] = {str(idle.kind): idle.info} if idle else {}
     cand = patch_candidate(r, plan)
     validation = validate_candidate(r, plan, cand)
     if not validation.ok:
@@ -948,7 +947,7 @@ def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict,
     base = ev(start, "test start", split="test")
     cand = ev(champion, "test champion", split="test")
     paired_contract(base.scores, cand.scores, "test certification")
-    verdict, _ = gate(base.scores, cand.scores, p.gate.config())
+    verdict, _ = gate(base.scores, cand.scores, replace(p.gate.config(), cheaper=False))  # the score's 95% CI, one claim
     figures = verdict.as_dict()  # as files spell it (a refusal's dropped_errors: -1)
     test = {"base_mean": verdict.base_mean, "champion_mean": verdict.cand_mean, "net": verdict.net,
             "ci_lo": verdict.ci_lo, "ci_hi": verdict.ci_hi, "n_items": verdict.n_items,

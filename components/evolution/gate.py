@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from components.errors import InputError
 from components.lazy import LazyModule
@@ -435,15 +435,15 @@ def cheaper_verdict(result: GateResult, d: np.ndarray, t: np.ndarray | None, cfg
     -material with a token bound below 0, the regressions within the cap and the mechanism fired is "cheaper"."""
     if t is None:
         return result
-    cost = {"tokens_net": float(t.mean()), "tokens_ci_lo": tlo, "tokens_ci_hi": thi}
+    cost = replace(result, tokens_net=float(t.mean()), tokens_ci_lo=tlo, tokens_ci_hi=thi)
     if result.accept:
-        return replace(result, promoted_as=PromotedAs.BETTER, **cost)
+        return replace(cost, promoted_as=PromotedAs.BETTER)
     regressed = int((d < -cfg.material).sum())
     if not leakage and mechanism_fired and lo > -cfg.material and thi < 0 and regressed <= cfg.cap(len(d)):
         why = (f"cheaper: net {float(d.mean()):+.4f}, lower bound {lo:+.4f} within -{cfg.material}; prompt tokens "
                f"{float(t.mean()):+.1f} per episode, upper bound {thi:+.1f}; {regressed} regressed")
-        return replace(result, accept=True, reason=why, promoted_as=PromotedAs.CHEAPER, **cost)
-    return replace(result, **cost)
+        return replace(cost, accept=True, reason=why, promoted_as=PromotedAs.CHEAPER)
+    return cost
 
 
 def gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_fired: bool = True,
@@ -633,12 +633,13 @@ def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig,
     last = look == n_looks
     net, regressed = float(d.mean()), int((d < -cfg.material).sum())
     lo, hi = _look_bounds(d, p, last, cfg)
-    fig = {"look": look, "n_looks": n_looks, "n_items": int(len(d)), "level": p, "lo": lo, "hi": hi, "net": net,
+    fig: dict[str, Any] = {"look": look, "n_looks": n_looks, "n_items": int(len(d)), "level": p, "lo": lo, "hi": hi, "net": net,
            "regressed": regressed}
     cheap = cfg.cheaper and tokens is not None and len(tokens) == len(d)
     if cheap:
-        tlo, thi = _look_bounds(np.asarray(tokens, dtype=float), p, last, cfg)
-        fig.update(tokens_net=float(np.mean(tokens)), tokens_lo=tlo, tokens_hi=thi)
+        tok = np.asarray(tokens, dtype=float)
+        tlo, thi = _look_bounds(tok, p, last, cfg)
+        fig.update(tokens_net=float(tok.mean()), tokens_lo=tlo, tokens_hi=thi)
     where = f"at look {look} of {n_looks}"
     if leakage:
         return False, "leakage", fig

@@ -154,7 +154,9 @@ def ablations(lineage: Lineage, campaign_out: Path, champion: Path) -> list[Idle
     champ = load_package(champion)
     by_path = {c.path: c for c in champ.cards.values()}
     out: list[Idle] = []
-    for r in sorted((r for r in rounds if r.accepted and r.parent is not None), key=lambda r: -r.round):
+    for r in sorted((r for r in rounds if r.accepted), key=lambda r: -r.round):
+        if r.parent is None:
+            continue
         plan_file = Path(campaign_out) / r.round_dir / "plan.json"
         if not plan_file.is_file():
             continue
