@@ -58,7 +58,12 @@ def _held(cls: type[T], read: Callable[[dict[str, Any]], T]) -> PlainValidator:
 GateFigures = Annotated[GateResult, _held(GateResult, GateResult.from_dict), PlainSerializer(GateResult.as_dict)]
 RepairFigures = Annotated[RepairResult, _held(RepairResult, RepairResult.from_dict),
                           PlainSerializer(RepairResult.as_dict)]
-GateSettings = Annotated[GateConfig, _held(GateConfig, lambda d: GateConfig(**d)), PlainSerializer(asdict)]
+def _gate_settings(cfg: GateConfig) -> dict[str, Any]:
+    """A gate's config as recorded; `cheaper` only when on (records from before the cost objective keep their bytes)."""
+    return {k: v for k, v in asdict(cfg).items() if k != "cheaper" or v}
+
+
+GateSettings = Annotated[GateConfig, _held(GateConfig, lambda d: GateConfig(**d)), PlainSerializer(_gate_settings)]
 
 
 class _Record(BaseModel):
