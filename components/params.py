@@ -240,6 +240,13 @@ class GateParams(_M):
     # evaluated on, in a round the meta-agent has no plan for; at most this many times (0: no pool)
     retries: int = Field(1, ge=0, le=20)
 
+    @model_validator(mode="after")
+    def _refund_needs_wealth(self) -> GateParams:
+        # under the linear rule a look's share does not depend on what was spent: a refund would only lower levels
+        if self.futility_refund and self.campaign_spending == Spending.LINEAR:
+            raise ValueError("futility_refund: needs campaign_spending: wealth (the linear rule gives nothing back)")
+        return self
+
     def config(self) -> GateConfig:
         return GateConfig(**self.model_dump(exclude={"sequential", "campaign_spending", "retries",
                                                      "futility_refund"}))

@@ -1061,3 +1061,20 @@ def test_a_sequential_gate_records_the_look_a_futility_stop_ended_at():
                                   list(base), [0, 1, 2])
     assert not res.accept and rec["looks_used"] == 1 and rec["futile_at"] == 1
     assert rec["per_look"][0]["futility"] is True
+
+
+def test_the_alpha_account_s_params_are_validated_at_load():
+    from components.errors import InputError
+    from components.evolution.alpha import Spending
+    from components.params import load_params
+
+    p = load_params(ROOT / "params.yaml")
+    assert p.gate.campaign_spending is Spending.WEALTH and not p.gate.futility_refund and not p.gate.cheaper
+    assert p.gate.retries == 1 and p.campaign.ablate
+    with pytest.raises(InputError, match="gate: futility_refund: needs campaign_spending: wealth"):
+        load_params(None, {"gate.futility_refund": True, "gate.campaign_spending": "linear"})
+    with pytest.raises(InputError, match="gate.campaign_spending"):
+        load_params(None, {"gate.campaign_spending": "greedy"})
+    with pytest.raises(InputError, match="gate.retries"):
+        load_params(None, {"gate.retries": -1})
+    assert "cheaper" not in p.gate.config().__dict__ or p.gate.config().cheaper is False
