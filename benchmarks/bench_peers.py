@@ -58,14 +58,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ARMS = ("ratchet", "kse", "anypos", "gepa", "gepa-defaults")
+ARMS = ("ratchet", "kse", "anypos", "gepa")
 # the peers' rules alone, as their systems run them: the same loop without Ratchet's repair screen (`--arms`)
 BARE = ("kse-bare", "anypos-bare")
 K_SE = 2.0
-# campaign sizes against the default campaign (params.yaml: 36 tasks per family, 3 seeds, 10 rounds, n_boot 10000)
-SIZES = {"tenth": {"per_family": 8, "seeds": 3, "rounds": 4, "n_boot": 1000},
-         "half": {"per_family": 18, "seeds": 2, "rounds": 5, "n_boot": 1000},
-         "full": {"per_family": 36, "seeds": 3, "rounds": 10, "n_boot": 10000}}
 SHARE = 1 / 3  # proposals replaced: half of them neutral, half harmful
 TRUTH_SEED = 100_000  # the truth draw's benchmark seed (the repetitions' draws are seeds 0, 1, ...)
 
@@ -315,9 +311,7 @@ def loop_arm(arm: str, rep: int, bench: Path, home: Path, memo: Memo, over: dict
         current.clear()
         rec = run_round(r, p, None, steps)
         if current:
-            props.rows.append({**current, "round": r, "verdict": str(rec.verdict), "reason": rec.reason or "",
-                               **({"promoted_as": rec.promoted_as} if rec.promoted_as else {}),
-                               **({"idle": "retry" if rec.retry else "ablation"} if rec.retry or rec.ablation else {})})
+            props.rows.append({**current, "round": r, "verdict": str(rec.verdict), "reason": rec.reason or ""})
         if rec.verdict in (Verdict.NO_PLAN, Verdict.REJECTED_PLAN):
             break
     champ = lineage.champion()
@@ -347,9 +341,7 @@ def text_package(text: str, home: Path) -> Path:
     return keep
 
 
-def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: int, defaults: bool = False) -> dict:
-    """GEPA's engine on the same proposer and budget. `defaults`: at gepa's own defaults (its reflection minibatch of
-    3 train episodes, merge of candidates on) instead of a minibatch that is the whole train split, merge off."""
+def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: int) -> dict:
     import gepa
     from gepa.core.adapter import EvaluationBatch
 
@@ -422,29 +414,19 @@ def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: 
 
     trainset = [(i, s) for i in b.ids("train") for s in seeds]
     valset = [(i, s) for i in b.ids("dev") for s in seeds]
-    shape = {"reflection_minibatch_size": None, "use_merge": True} if defaults else \
-        {"reflection_minibatch_size": len(trainset)}
     result = gepa.optimize(seed_candidate={"package": package_text(start)}, trainset=trainset, valset=valset,
-                           adapter=Adapter(), max_metric_calls=budget, **shape,
+                           adapter=Adapter(), max_metric_calls=budget, reflection_minibatch_size=len(trainset),
                            candidate_selection_strategy="pareto", frontier_type="instance", seed=rep,
                            logger=Quiet(), display_progress_bar=False, raise_on_exception=True)
     pool = [digest(text_package(c["package"], home)) for c in result.candidates]
     for row in props.rows:
         row["verdict"] = "accept" if row["cand"] in pool[1:] else "reject"
-    proposed = {row["cand"] for row in props.rows}
-    for i, d in enumerate(pool[1:], start=1):  # a merge of two candidates: a proposal of GEPA's own, admitted
-        if d not in proposed:
-            first = (result.parents[i] or [0])[0]
-            props.rows.append({"parent": pool[first if first is not None else 0], "cand": d, "kind": "merge",
-                               "plan": "merge", "summary": "GEPA merge", "verdict": "accept"})
-            proposed.add(d)
     chain, i = [], result.best_idx
     while i is not None and i != 0:
         chain.append(pool[i])
         i = (result.parents[i] or [None])[0]
-    return {"arm": "gepa-defaults" if defaults else "gepa", "episodes": spent["episodes"],
-            "champion": pool[result.best_idx], "start": pool[0], "proposals": props.rows, "chain": chain[::-1],
-            "pool": len(pool), "metric_calls": result.total_metric_calls}
+    return {"arm": "gepa", "episodes": spent["episodes"], "champion": pool[result.best_idx], "start": pool[0],
+            "proposals": props.rows, "chain": chain[::-1], "pool": len(pool), "metric_calls": result.total_metric_calls}
 
 
 # -- truth, test gain, one repetition -------------------------------------------------------------------------------------
@@ -474,12 +456,6 @@ def t_ci(d, z: float = 1.96) -> tuple[float, float, float]:
 
 
 _TRUTH: dict = {}  # (world, per_family) -> the truth draw and its episodes; "home": the process's home
-
-
-def _holds(pr: dict) -> bool:
-    """Whether a proposal's claim holds on the truth draw: "better" (the default claim) when it helps; "cheaper"
-    (Ratchet's cost objective: within the margin, fewer tokens) when it does not harm."""
-    return pr["truth"] != "harms" if pr.get("promoted_as") == "cheaper" else pr["truth"] == "helps"
 
 
 def truth_draw(world: str, per_family: int) -> tuple[Path, Memo]:
@@ -519,12 +495,10 @@ def repetition(job: dict) -> dict:
     for arm in ("ratchet", "kse", "anypos", *BARE):
         if arm in job["arms"]:
             arms[arm] = loop_arm(arm, rep, bench, home, memo, over)
-    if {"gepa", "gepa-defaults"} & set(job["arms"]):
+    if "gepa" in job["arms"]:
         budget = arms["ratchet"]["episodes"] if "ratchet" in arms else loop_arm("ratchet", rep, bench, home, memo,
                                                                               over)["episodes"]
-        for arm in ("gepa", "gepa-defaults"):
-            if arm in job["arms"]:
-                arms[arm] = gepa_arm(rep, bench, home, memo, over, budget=budget, defaults=arm == "gepa-defaults")
+        arms["gepa"] = gepa_arm(rep, bench, home, memo, over, budget=budget)
     b, tb = benchmark_at(bench), benchmark_at(truth)
     seeds, turns = list(range(job["seeds"])), 40
     truth_items, truth_seeds = sorted(tb.ids("train") + tb.ids("dev") + tb.ids("test")), [0, 1]
@@ -537,12 +511,9 @@ def repetition(job: dict) -> dict:
                 m, lo, hi = t_ci(paired(tmemo, home, truth, *key, truth_items, truth_seeds, turns))
                 verdicts[key] = ("helps" if lo > 0 else "harms" if hi < 0 else "neutral", m)
             pr["truth"], pr["truth_delta"] = verdicts[key]
-        # false: promoted as better and does not help; promoted as cheaper and harms (the claim is "not worse")
-        false = [pr for pr in a["proposals"] if pr["verdict"] == "accept" and not _holds(pr)]
-        truth_of = {pr["cand"]: _holds(pr) for pr in a["proposals"] if pr["verdict"] == "accept"}
+        false = [pr for pr in a["proposals"] if pr["verdict"] == "accept" and pr["truth"] != "helps"]
+        truth_of = {pr["cand"]: pr["truth"] for pr in a["proposals"]}
         test = t_ci(paired(memo, home, bench, a["start"], a["champion"], sorted(b.ids("test")), seeds, turns))
-        tokens = memo.run(home / "packages" / a["champion"], bench, sorted(b.ids("test")), seeds, turns).scores
-        start_tokens = memo.run(home / "packages" / a["start"], bench, sorted(b.ids("test")), seeds, turns).scores
         whole = float(paired(tmemo, home, truth, a["start"], a["champion"], truth_items, truth_seeds, turns).mean())
         rows.append({"world": world, "rep": rep, "arm": arm, "episodes": a["episodes"],
                      "proposals": len(a["proposals"]),
@@ -550,13 +521,7 @@ def repetition(job: dict) -> dict:
                      "promotions": sum(pr["verdict"] == "accept" for pr in a["proposals"]),
                      "false_promotions": len(false),
                      "false_injected": sum(pr["kind"] != "real" for pr in false),
-                     "false_in_champion": sum(not truth_of.get(c, False) for c in a["chain"]),
-                     "cheaper": sum(pr.get("promoted_as") == "cheaper" and pr["verdict"] == "accept"
-                                    for pr in a["proposals"]),
-                     "retries": sum(pr.get("idle") == "retry" for pr in a["proposals"]),
-                     "ablations": sum(pr.get("idle") == "ablation" for pr in a["proposals"]),
-                     "tokens_per_episode": float(tokens["tokens_in"].mean()),
-                     "start_tokens_per_episode": float(start_tokens["tokens_in"].mean()),
+                     "false_in_champion": sum(truth_of.get(c) != "helps" for c in a["chain"]),
                      "test_gain": test[0], "test_regression": test[0] < 0, "truth_gain": whole,
                      "proposals_detail": a["proposals"]})
     shutil.rmtree(home, ignore_errors=True)
@@ -572,9 +537,8 @@ def table(rows: list[dict], size: str) -> list[str]:
 
     out = [f"receipts: silent; {size}",
            "| world | arm | test gain [95% CI] | truth-draw gain | episodes | promotions | false promotions "
-           "| campaigns with a false promotion | false in champion | test regressions | injected cards: proposed / falsely promoted "
-           "| champion prompt tokens / episode (start) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| campaigns with a false promotion | false in champion | test regressions | injected cards: proposed / falsely promoted |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for world in sorted({r["world"] for r in rows}):
         for arm in ARMS + BARE:
             rs = [r for r in rows if r["world"] == world and r["arm"] == arm]
@@ -582,8 +546,6 @@ def table(rows: list[dict], size: str) -> list[str]:
                 continue
             m, lo, hi = t_ci([r["test_gain"] for r in rs])
             n = len(rs)
-            tok = [r["tokens_per_episode"] for r in rs if "tokens_per_episode" in r]
-            tok0 = [r["start_tokens_per_episode"] for r in rs if "start_tokens_per_episode" in r]
             out.append(f"| {world} | {arm} | {m:+.4f} [{lo:+.4f}, {hi:+.4f}] "
                        f"| {np.mean([r['truth_gain'] for r in rs]):+.4f} "
                        f"| {np.mean([r['episodes'] for r in rs]):.0f} "
@@ -592,55 +554,20 @@ def table(rows: list[dict], size: str) -> list[str]:
                        f"| {sum(r['false_promotions'] > 0 for r in rs)}/{n} "
                        f"| {np.mean([r['false_in_champion'] for r in rs]):.2f} "
                        f"| {sum(r['test_regression'] for r in rs)}/{n} "
-                       f"| {sum(r.get('injected_proposed', 0) for r in rs)} / {sum(r.get('false_injected', 0) for r in rs)} "
-                       f"| {f'{np.mean(tok):.0f} ({np.mean(tok0):.0f})' if tok else '-'} |")
-    out += paired_table(rows)
-    return out
-
-
-def paired_table(rows: list[dict]) -> list[str]:
-    """Ratchet's test gain minus each peer's, paired by repetition (the same benchmark draw), with a 95% t interval;
-    with Ratchet's retries, ablations and "cheaper" promotions."""
-    import numpy as np
-
-    out = ["", "| world | peer | Ratchet's test gain minus the peer's, paired [95% CI] | repetitions | Ratchet higher / "
-           "lower | episodes, Ratchet / peer |", "|---|---|---|---|---|---|"]
-    for world in sorted({r["world"] for r in rows}):
-        mine = {r["rep"]: r for r in rows if r["world"] == world and r["arm"] == "ratchet"}
-        if not mine:
-            continue
-        for arm in [a for a in ARMS + BARE if a != "ratchet"]:
-            theirs = {r["rep"]: r for r in rows if r["world"] == world and r["arm"] == arm}
-            reps = sorted(set(mine) & set(theirs))
-            if not reps:
-                continue
-            d = [mine[k]["test_gain"] - theirs[k]["test_gain"] for k in reps]
-            m, lo, hi = t_ci(d)
-            ep = np.mean([mine[k]["episodes"] for k in reps]) / max(1e-9, np.mean([theirs[k]["episodes"] for k in reps]))
-            out.append(f"| {world} | {arm} | {m:+.4f} [{lo:+.4f}, {hi:+.4f}] | {len(reps)} "
-                       f"| {sum(x > 1e-12 for x in d)} / {sum(x < -1e-12 for x in d)} | {ep:.2f} |")
-        rs = list(mine.values())
-        out.append(f"| {world} | (Ratchet) | retries {sum(r.get('retries', 0) for r in rs)}, ablations "
-                   f"{sum(r.get('ablations', 0) for r in rs)}, promoted as cheaper {sum(r.get('cheaper', 0) for r in rs)} "
-                   f"| {len(rs)} | | |")
+                       f"| {sum(r.get('injected_proposed', 0) for r in rs)} / {sum(r.get('false_injected', 0) for r in rs)} |")
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="retail, one repetition, 6 tasks per family, 2 rounds")
-    ap.add_argument("--size", choices=sorted(SIZES), default="tenth",
-                    help="the campaign's size against the default one (36 tasks per family, 3 seeds, 10 rounds): "
-                         + "; ".join(f"{k}: {v['per_family']} tasks per family, {v['seeds']} seeds, {v['rounds']} rounds"
-                                     for k, v in SIZES.items()) + " (--per-family, --seeds, --rounds override it)")
     ap.add_argument("--reps", type=int, default=20, help="seeded repetitions per arm and world (benchmark seeds)")
-    ap.add_argument("--first-rep", type=int, default=0, help="the first repetition's benchmark seed (to split a run)")
     ap.add_argument("--worlds", default="retail,airline")
-    ap.add_argument("--per-family", type=int, default=None, help="tasks per family of each repetition's benchmark")
+    ap.add_argument("--per-family", type=int, default=8, help="tasks per family of each repetition's benchmark")
     ap.add_argument("--truth-per-family", type=int, default=12, help="tasks per family of the truth draw")
-    ap.add_argument("--rounds", type=int, default=None)
-    ap.add_argument("--seeds", type=int, default=None)
-    ap.add_argument("--n-boot", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=1, help="repetitions run at once (processes)")
     ap.add_argument("--out", default=None, help="write every row (JSON lines) here as repetitions finish")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"a subset of {', '.join(ARMS + BARE)}")
@@ -651,22 +578,17 @@ def main(argv: list[str] | None = None) -> None:
         reps = sorted({r["rep"] for r in rows})
         print("\n".join(table(rows, f"{len(reps)} repetition(s) read from {a.table}")))
         return
-    preset = SIZES[a.size]
-    for k in ("per_family", "seeds", "rounds", "n_boot"):
-        if getattr(a, k) is None:
-            setattr(a, k, preset[k])
     if a.quick:
         a.reps, a.worlds, a.per_family, a.truth_per_family, a.rounds, a.n_boot = 1, "retail", 6, 6, 2, 1000
-        a.seeds, a.first_rep = 3, 0
     arms = a.arms.split(",")
     if set(arms) - set(ARMS + BARE):
         ap.error(f"--arms: {', '.join(sorted(set(arms) - set(ARMS + BARE)))}: not an arm")
     jobs = [{"world": w, "rep": r, "per_family": a.per_family, "truth_per_family": a.truth_per_family,
              "rounds": a.rounds, "seeds": a.seeds, "n_boot": a.n_boot, "arms": arms}
-            for r in range(a.first_rep, a.first_rep + a.reps) for w in a.worlds.split(",")]
-    size = (f"{a.reps} repetition(s) per arm and world (benchmark seeds {a.first_rep}..{a.first_rep + a.reps - 1}), "
-            f"{a.per_family} tasks per family, {a.seeds} seeds, {a.rounds} rounds declared, gate.n_boot {a.n_boot}; "
-            f"truth draw {a.truth_per_family} tasks per family x 2 seeds")
+            for r in range(a.reps) for w in a.worlds.split(",")]
+    size = (f"{a.reps} repetition(s) per arm and world (benchmark seeds 0..{a.reps - 1}), {a.per_family} tasks per "
+            f"family, {a.seeds} seeds, {a.rounds} rounds declared; truth draw {a.truth_per_family} tasks per family x 2 "
+            f"seeds")
     rows: list[dict] = []
     t0 = time.perf_counter()
     sink = open(a.out, "a") if a.out else None
