@@ -104,6 +104,9 @@ def test_ablations_drop_each_part_a_promotion_added_and_not_the_ones_its_parent_
         assert g.info.part not in body and "Intro paragraph." in body
         assert len(parts(body)) == len(parts(champ_card.body)) - 1
     assert len({g.plan.key() for g in got}) == 2
+    lin.reject(3, {"plan_key": got[0].plan.key(), "reason": "gate: kept"})  # tried: not offered again
+    again = ablations(_with_dirs(lin), out, v2.path)
+    assert [g.plan.key() for g in again] == [got[1].plan.key()]
 
 
 def _digest(p):
