@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,14 +155,31 @@ def arm_cells(scores: np.ndarray, seeds: np.ndarray) -> np.ndarray:
 
 def sequential(base: np.ndarray, cand: np.ndarray, cfg: GateConfig, looks: int, spending: str) -> tuple[bool, float]:
     """The round flow's sequential gate by seeds on (n_items, k) cells: (accepted, share of the cells evaluated)."""
+    verdict, used, _ = sequential_looks(base, cand, cfg, looks, spending)
+    return verdict, used
+
+
+def sequential_looks(base: np.ndarray, cand: np.ndarray, cfg: GateConfig, looks: int,
+                     spending: str) -> tuple[bool, float, int | None]:
+    """`sequential`, and the look a futility stop ended it at (None: it did not stop for futility)."""
     k = base.shape[1]
     ends = np.cumsum([len(g) for g in np.array_split(np.arange(k), min(looks, k))])
     levels = efficacy_levels([e / k for e in ends], cfg.alpha / 2, spending)
     for g, e in enumerate(ends, start=1):
-        verdict, _, _ = look_verdict((cand[:, :e] - base[:, :e]).mean(axis=1), g, levels, cfg, final_items=False)
+        verdict, _, fig = look_verdict((cand[:, :e] - base[:, :e]).mean(axis=1), g, levels, cfg, final_items=False)
         if verdict is not None:
-            return verdict, e / k
+            return verdict, e / k, g if fig.get("futility") else None
     raise AssertionError("unreachable")
+
+
+def refund_for(share: float, looks: int, seeds: int, spending: str):
+    """The futility refund's design (components/evolution/alpha.py) for a look by seeds, its share rounded down to a
+    grid of ratio 2^(1/8) (never above what the wealth rule gives; a few designs to compute)."""
+    from components.evolution.alpha import refund_design
+
+    q = 2.0 ** (np.floor(8 * np.log2(share)) / 8)
+    ends = np.cumsum([len(g) for g in np.array_split(np.arange(seeds), min(looks, seeds))])
+    return refund_design(tuple(float(e / seeds) for e in ends), spending, float(q))
 
 
 def verdicts(base: np.ndarray, cand: np.ndarray, cfgs: list[GateConfig],
@@ -300,13 +318,16 @@ def main() -> None:
             return arm_cells(base[pick], s), arm_cells(effect_arm(rng, noisy[pick], 0.10 + cost), s)
         run(f"power: +10, {mult * len(items)} items", 0.10, n_power // 2, bigger)
     # a 10-round campaign of null patches: one champion evaluation, a fresh null candidate at every look
-    camp = {"one": 0, "look": 0, "ci_one": 0, "ci_look": 0, "seq": 0, "ci_seq": 0}
+    camp = {"one": 0, "look": 0, "ci_one": 0, "ci_look": 0, "seq": 0, "ci_seq": 0, "refund": 0, "ci_refund": 0}
     for _ in range(n_camp):
         perm = draw_seeds(rng, len(items), pool, pool)
         bc = arm_cells(base, perm[:, :a.seeds])  # the champion's dev evaluation, fixed for the whole campaign
         bm = bc.mean(axis=1)
         rest = perm[:, a.seeds:]
         hit = dict.fromkeys(camp, False)
+        # the futility refund under the wealth rule (alpha.py): each round reserves the wealth left over the rounds
+        # left, tests at the refund's level, and is charged less after a futility stop; one account per gate kind
+        wealth = {"refund": one.campaign_alpha, "ci_refund": one.campaign_alpha}
         for r in range(a.rounds):
             cand_seeds = np.take_along_axis(rest, np.argsort(rng.random(rest.shape), axis=1)[:, :a.seeds], axis=1)
             cc = arm_cells(base, cand_seeds)
@@ -315,6 +336,13 @@ def main() -> None:
                 hit["ci_" + key] = hit["ci_" + key] or ci
             hit["seq"] = hit["seq"] or sequential(bc, cc, per_look, a.looks, a.spending)[0]
             hit["ci_seq"] = hit["ci_seq"] or sequential(bc, cc, no_cap, a.looks, a.spending)[0]
+            for key, cfg in (("refund", per_look), ("ci_refund", no_cap)):
+                if hit[key] or wealth[key] <= 0:
+                    continue
+                rf = refund_for(wealth[key] / (a.rounds - r), a.looks, a.seeds, a.spending)
+                promoted, _, futile = sequential_looks(bc, cc, replace(cfg, alpha=2 * rf.level), a.looks, a.spending)
+                hit[key] = promoted
+                wealth[key] -= rf.charge(futile)
             if all(hit.values()):
                 break
         for key in camp:
@@ -325,6 +353,8 @@ def main() -> None:
           f"with spending {fmt(camp['ci_look'], n_camp)}")
     print(f"  sequential ({a.looks} looks by seeds, {a.spending} spending of each look's alpha): {fmt(camp['seq'], n_camp)}; "
           f"its CI rule alone {fmt(camp['ci_seq'], n_camp)}")
+    print(f"  sequential with the futility refund (wealth rule, alpha given back after a futility stop): "
+          f"{fmt(camp['refund'], n_camp)}; its CI rule alone {fmt(camp['ci_refund'], n_camp)}")
     print(f"total {time.perf_counter() - t0:.0f} s")
     print(f"campaign-level false promotion with alpha spending: {100 * camp['look'] / n_camp:.1f}% "
           f"(CI rule alone {100 * camp['ci_look'] / n_camp:.1f}%; sequential {100 * camp['seq'] / n_camp:.1f}%)")

@@ -13,6 +13,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 from components.defaults import MAX_SOURCE_ITEMS, MAX_TRACES_PER_ROUND, MAX_TURNS, SPLIT_SHARES
 from components.errors import InputError
+from components.evolution.alpha import Spending
 from components.evolution.gate import MAX_BOOT, MIN_BOOT, GateConfig, SequentialDesign
 from components.io import recorded_path, strict_yaml, yaml_problem  # noqa: F401 (recorded_path: params' own)
 from components.worlds.base import ReceiptMode
@@ -222,9 +223,32 @@ class GateParams(_M):
     campaign_alpha: float = Field(GateConfig.campaign_alpha, gt=0, lt=0.5)
     reg_share: float = Field(GateConfig.reg_share, ge=0, le=1)
     sequential: SequentialParams = Field(default_factory=SequentialParams)
+    # cost as a second objective: a change that keeps the score within `material` and cuts prompt tokens is
+    # promoted as "cheaper" (GateConfig.cheaper)
+    # off by default: each claim then tests at half the look's alpha (GateConfig.route_alpha), a loss of power for
+    # the "better" claim the default campaign lives on
+    cheaper: bool = False
+    # how a campaign's looks share campaign_alpha (components/evolution/alpha.py): linear (campaign_alpha / rounds
+    # a look) | wealth (the wealth left over the rounds left; a promotion gives its share back)
+    campaign_spending: Spending = Spending.WEALTH
+    # a round stopped for futility is charged only what its spending function reached; its test runs at a lower
+    # level to pay for it (alpha.py: a trade under no effect, a gain when the changes gated are harmful). Off: a
+    # look is charged its whole share
+    futility_refund: bool = False
+    # the retry pool: a plan the gate rejected with a positive mean is gated again, on dev seeds it was not
+    # evaluated on, in a round the meta-agent has no plan for; at most this many times (0: no pool)
+    retries: int = Field(1, ge=0, le=20)
+
+    @model_validator(mode="after")
+    def _refund_needs_wealth(self) -> GateParams:
+        # under the linear rule a look's share does not depend on what was spent: a refund would only lower levels
+        if self.futility_refund and self.campaign_spending == Spending.LINEAR:
+            raise ValueError("futility_refund: needs campaign_spending: wealth (the linear rule gives nothing back)")
+        return self
 
     def config(self) -> GateConfig:
-        return GateConfig(**self.model_dump(exclude={"sequential"}))
+        return GateConfig(**self.model_dump(exclude={"sequential", "campaign_spending", "retries",
+                                                     "futility_refund"}))
 
 
 class BudgetParams(_M):
@@ -270,6 +294,9 @@ class CampaignParams(_M):
     workers: int = Field(2, ge=1)
     dask_address: str | None = None
     repair_max_items: int = Field(MAX_SOURCE_ITEMS, ge=1)
+    # ablation: in a round the meta-agent has no plan for (and no retry is due), drop one part of a card a
+    # promotion wrote with several parts (a rule, a list item), gated as "cheaper" or "better" like any change
+    ablate: bool = True
     probe_items: int = Field(4, ge=1)
     max_turns: int = Field(MAX_TURNS, ge=1)
     tracking_uri: str | None = None  # MLflow; null: $MLFLOW_TRACKING_URI (sqlite under .ratchet/ by default)
@@ -421,7 +448,7 @@ class Params(_M):
         """The evolution params a rerun must keep (dotted name -> value); see RERUN_MAY_CHANGE."""
         c = self.campaign
         ident = {f"campaign.{k}": getattr(c, k) for k in ("name", "seeds", "meta_agent", "meta_agent_cfg", "model",
-                                                           "repair_max_items", "probe_items", "max_turns")}
+                                                           "repair_max_items", "probe_items", "max_turns", "ablate")}
         ident["campaign.model_cfg"] = {k: v for k, v in c.model_cfg.items() if k not in _TRANSPORT}
         ident.update({f"gate.{k}": v for k, v in self.gate.model_dump().items()})
         return ident

@@ -27,7 +27,7 @@ import pickle
 import zlib
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,11 +42,13 @@ from components.evidence.graph_record import (champion_chain, memory_for_round, 
 from components.errors import InputError, Unavailable
 from components.codes import Verdict
 from components.evolution.diagnose import Diagnosis
-from components.evolution.gate import GateResult, RepairResult, SequentialDesign, gate, look_alpha
+from components.evolution.alpha import Spending, account, refund_design
+from components.evolution.gate import PromotedAs, GateResult, RepairResult, SequentialDesign, gate
+from components.evolution.idle import Idle, IdleKind, ablations, next_retry
 from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock, Version
 from components.evolution.meta import PlanOutcome
 from components.evolution.plan import Plan
-from components.evolution.record import DevLook, RoundRecord
+from components.evolution.record import ArmTokens, DevLook, RoundRecord, StageTokens
 from components.evolution.localization import localization_from_rounds
 from components.evolution.power import components as power_components, mde
 from components.evolution.report import round_dir, write_csv, write_json
@@ -208,20 +210,33 @@ def _reused(train: EvalTables, items: list[str], seeds: list[int]) -> EvalTables
 
 
 def dev_look(lineage: Lineage, round_no: int, p: Params) -> DevLook:
-    """This round's look at dev: its number among the campaign's looks and the alpha it may spend (linear spending
-    over the declared rounds). Counted from the lineage records, so a resumed campaign numbers looks the same way."""
-    k = 1 + sum(1 for r in lineage.rounds() if r.round < round_no and r.dev_look)
-    alpha = look_alpha(p.gate.campaign_alpha, p.campaign.rounds, k)
-    return DevLook(look=k, alpha=alpha, spent=k * alpha / 2, campaign_alpha=p.gate.campaign_alpha)
+    """This round's look at dev: its number among the campaign's looks and the alpha it may spend
+    (`gate.campaign_spending`, components/evolution/alpha.py: linear, or the wealth left over the rounds left).
+    Counted from the lineage records, so a resumed campaign numbers looks and shares alpha the same way."""
+    g = p.gate
+    earlier = [r for r in lineage.rounds() if r.round < round_no]
+    k = 1 + sum(1 for r in earlier if r.dev_look)
+    w = account(earlier, g.campaign_alpha, p.campaign.rounds, g.campaign_spending)
+    share = w.share(round_no)
+    extra = {} if g.campaign_spending == Spending.LINEAR else {"rule": str(g.campaign_spending), "wealth": w.wealth}
+    return DevLook(look=k, alpha=2 * share, spent=w.spent + share, campaign_alpha=g.campaign_alpha, **extra)
 
 
 def dev_looks(history: Sequence[RoundRecord | dict[str, Any]], campaign_alpha: float) -> dict[str, Any]:
-    """Every look at dev (round, plan, verdict, alpha) and the one-sided alpha they spent of the campaign's budget."""
+    """Every look at dev (round, plan, verdict, alpha, what it promoted as) and the one-sided alpha they spent of the
+    campaign's budget (under the wealth rule, a promotion's share is given back: `alpha_returned`)."""
+    rounds = [(r, r.dev_look) for r in map(RoundRecord.of, history) if r.dev_look is not None]
     looks: list[dict[str, Any]] = [
-        {"round": r.round, "look": r.dev_look.look, "plan": r.plan_key or "", "verdict": r.verdict,
-         "alpha": r.dev_look.alpha} for r in map(RoundRecord.of, history) if r.dev_look]
-    return {"looks": looks, "n": len(looks), "alpha_spent": sum(x["alpha"] / 2 for x in looks),
-            "campaign_alpha": campaign_alpha}
+        {"round": r.round, "look": x.look, "plan": r.plan_key or "", "verdict": r.verdict, "alpha": x.alpha,
+         **({"kind": "retry" if r.retry else "ablation"} if r.retry or r.ablation else {}),
+         **({"promoted_as": r.promoted_as} if r.promoted_as else {})} for r, x in rounds]
+    rule = next((x.rule for _, x in rounds if x.rule), None)
+    if rule is None and not any(x.reserved is not None for _, x in rounds):
+        return {"looks": looks, "n": len(looks), "alpha_spent": sum(x.alpha / 2 for _, x in rounds),
+                "campaign_alpha": campaign_alpha}
+    w = account([r for r, _ in rounds], campaign_alpha, max([1] + [r.round for r, _ in rounds]), rule or "linear")
+    return {"looks": looks, "n": len(looks), "alpha_spent": w.spent, "alpha_returned": w.returned,
+            "rule": rule or "linear", "campaign_alpha": campaign_alpha}
 
 
 @flow(name="evolution_round", flow_run_name="round {round_no}", validate_parameters=False)
@@ -321,6 +336,7 @@ class Candidate:
 class Repair:
     result: RepairResult
     sequential: dict
+    tokens: ArmTokens | None = None  # prompt tokens per episode of both arms on the cells screened
 
 
 @dataclass
@@ -329,6 +345,28 @@ class Gate:
     sequential: dict
     look: DevLook  # this round's look at dev
     cfg: dict  # the gate's config at this look's alpha
+    seeds: list[int] = field(default_factory=list)  # the dev seeds (the campaign's, or a retry's fresh block)
+    tokens: ArmTokens | None = None  # prompt tokens per episode of both arms on the dev cells the gate saw
+
+
+def tokens_per_episode(base: EvalTables | None, cand: EvalTables | None) -> ArmTokens | None:
+    """Mean prompt tokens per episode of each arm over the same (item, seed) cells (the candidate's cells: a reused
+    base side holds every look), episodes that errored in either arm left out; None without the column."""
+    if base is None or cand is None or "tokens_in" not in cand.scores.columns or cand.scores.empty:
+        return None
+    keys = ["item_id", "seed"]
+    c = cand.scores
+    b = base.scores.merge(c[keys], on=keys)
+    bad = set()
+    for df in (b, c):
+        if "error" in df.columns:
+            e = df["error"].fillna("").astype(str) != ""
+            bad |= set(zip(df.loc[e, "item_id"], df.loc[e, "seed"]))
+    ok = lambda df: df[[(i, s) not in bad for i, s in zip(df["item_id"], df["seed"])]]  # noqa: E731
+    b, c = ok(b), ok(c)
+    if b.empty or c.empty:
+        return None
+    return ArmTokens(base=round(float(b["tokens_in"].mean()), 2), cand=round(float(c["tokens_in"].mean()), 2))
 
 
 def evaluate_train(r: Round) -> Train:
@@ -436,11 +474,12 @@ class _GateJudge:
     dev_ids: list[str]
     leak: bool
     fired_by_look: list[bool] = field(default_factory=list)
+    seeds: list[int] | None = None  # the dev seeds (None: the campaign's)
 
     def __call__(self, t: dict, look: int):
         self.fired_by_look.append(fired(t["cand"].traces, self.mechanism))
         got = self.r.steps.gate_look(t["base"].scores, t["cand"].scores, self.cfg, asdict(self.design), self.dev_ids,
-                                     self.r.ev.seeds, self.fired_by_look, self.leak)
+                                     self.seeds or self.r.ev.seeds, self.fired_by_look, self.leak)
         return got if got[0] is not None else None
 
 
@@ -455,45 +494,72 @@ def repair_screen(r: Round, plan: Plan, cand: Candidate, train: Train) -> Repair
         r.files.note("repair", "base", r.base, rb, reused="train")
     design = seq.design() if seq.repair else SequentialDesign()
     arm = _Arm(r, "repair", "cand", cand.path, f"r{r.no} repair cand", looks_named=True)
-    _, (result, items, sequential) = by_looks(design.groups(plan.source_items, ev.seeds), {"cand": arm},
-                                              _RepairJudge(r, rb, design, plan.source_items))
+    seen, (result, items, sequential) = by_looks(design.groups(plan.source_items, ev.seeds), {"cand": arm},
+                                                 _RepairJudge(r, rb, design, plan.source_items))
     r.files.json("repair.json", {**result.as_dict(), "sequential": sequential})
     r.files.csv("repair_items.csv", items)
     r.files.done("repair")
-    return Repair(result, sequential)
+    return Repair(result, sequential, tokens_per_episode(rb, seen["cand"]))
 
 
-def dev_gate(r: Round, plan: Plan, cand: Candidate, validation: Validation) -> Gate:
+def dev_gate(r: Round, plan: Plan, cand: Candidate, validation: Validation, seeds: list[int] | None = None,
+             cheaper: bool = False) -> Gate:
     """7. held-out gate: candidate vs champion on dev, paired seeds, identical benchmark bytes; this look at dev
     spends its share of the campaign's alpha (the same dev items are looked at every round). Sequential: both arms
     look by look, stopping at the first clear verdict; the champion's cells come from the Prefect task cache when it
-    was last round's accepted candidate (same package bytes, items, seeds: same shard keys)."""
+    was last round's accepted candidate (same package bytes, items, seeds: same shard keys). `seeds`: a retry's
+    fresh dev seeds (cells neither arm was evaluated on in any look). `cheaper`: the look may promote as cheaper
+    whatever `gate.cheaper` says (an ablation's claim). With `gate.futility_refund`, a look without the cheaper
+    claim tests at the refund's lower level and is charged less after a futility stop (alpha.py)."""
     p, ev = r.p, r.ev
+    seeds = list(seeds) if seeds else ev.seeds
     look = dev_look(r.lineage, r.no, p)
-    cfg = {**p.gate.config().__dict__, "alpha": look.alpha}
     design, dev_ids = p.gate.sequential.design(), r.bench.ids("dev")
+    gcfg = p.gate.config()
+    if cheaper:
+        gcfg = replace(gcfg, cheaper=True)
+    refund = None
+    # the refund is calibrated on futility at a non-positive net; the cheaper claim waits for -material instead
+    if p.gate.futility_refund and design.on and not gcfg.cheaper:
+        share = look.alpha / 2
+        refund = refund_design(tuple(design.fractions(dev_ids, seeds)), design.spending, share)
+        look = look.model_copy(update={"reserved": share, "alpha": 2 * refund.level})
+    cfg = {**gcfg.__dict__, "alpha": look.alpha}
     arms = {"base": _Arm(r, "dev", "base", r.base, f"r{r.no} dev {r.champ.name}", looks_named=design.on),
             "cand": _Arm(r, "dev", "cand", cand.path, f"r{r.no} dev candidate", looks_named=design.on)}
-    judge = _GateJudge(r, plan.mechanism, cfg, design, dev_ids, validation.checks.get("leakage") != "ok")
-    tables, (result, per_item, sequential) = by_looks(design.groups(dev_ids, ev.seeds), arms, judge)
+    judge = _GateJudge(r, plan.mechanism, cfg, design, dev_ids, validation.checks.get("leakage") != "ok",
+                       seeds=seeds)
+    tables, (result, per_item, sequential) = by_looks(design.groups(dev_ids, seeds), arms, judge)
     r.files.csv("dev_base.csv", tables["base"].scores)
     r.files.csv("dev_cand.csv", tables["cand"].scores)
     r.files.json("gate.json", {**result.as_dict(), "sequential": sequential})
     r.files.csv("gate_items.csv", per_item)
     r.files.done("gate")
-    return Gate(result, sequential, look, cfg)
+    if refund is not None:
+        look = look.model_copy(update={"charge": refund.charge(sequential.get("futile_at"))})
+    return Gate(result, sequential, look, cfg, seeds, tokens_per_episode(tables["base"], tables["cand"]))
 
 
-def gate_figures(r: Round, plan: Plan, cand: Candidate, validation: Validation, repair: Repair, gate: Gate) -> dict:
-    """What a gated round records, accepted or not."""
-    c, ev, design = r.c, r.ev, r.p.gate.sequential.design()
-    return {"repair": repair.result, "gate": gate.result, "dev_look": gate.look,
-            "validation": validation.checks, "sequential": {"repair": repair.sequential, "gate": gate.sequential},
-            **cand.digests, "mechanism": plan.mechanism, "seed_map_hash": seed_map_hash(r.bench.ids("dev"), ev.seeds),
+def _tokens(repair: Repair | None, gate: Gate | None) -> dict[str, Any]:
+    got = {k: v for k, v in (("repair", repair.tokens if repair else None), ("dev", gate.tokens if gate else None))
+           if v is not None}
+    return {"tokens": StageTokens(**got)} if got else {}
+
+
+def gate_figures(r: Round, plan: Plan, cand: Candidate, validation: Validation, repair: Repair | None,
+                 gate: Gate) -> dict:
+    """What a gated round records, accepted or not (an ablation has no repair screen)."""
+    c, design = r.c, r.p.gate.sequential.design()
+    looks = {"repair": repair.sequential, "gate": gate.sequential} if repair else {"gate": gate.sequential}
+    return {**({"repair": repair.result} if repair else {}), "gate": gate.result, "dev_look": gate.look,
+            "validation": validation.checks, "sequential": looks,
+            **cand.digests, "mechanism": plan.mechanism, "seed_map_hash": seed_map_hash(r.bench.ids("dev"), gate.seeds),
             # what `ratchet reproduce` needs to re-run this gate on the same bytes (and the same looks)
-            "evaluation": {"benchmark": recorded_path(r.p.benchmark.out), "split": "dev", "seeds": ev.seeds,
+            "evaluation": {"benchmark": recorded_path(r.p.benchmark.out), "split": "dev", "seeds": gate.seeds,
                            "model": c.model, "model_cfg": c.model_cfg, "max_turns": c.max_turns, "gate": gate.cfg,
-                           "sequential": {**asdict(design), "looks_used": gate.sequential["looks_used"]}}}
+                           "sequential": {**asdict(design), "looks_used": gate.sequential["looks_used"]}},
+            **_tokens(repair, gate),
+            **({"promoted_as": gate.result.promoted_as} if gate.result.accept and gate.result.promoted_as else {})}
 
 
 def _plan_fields(plan: Plan | None) -> dict:
@@ -524,6 +590,19 @@ def commit(r: Round, plan: Plan, cand: Candidate, figures: dict, reason: str) ->
     return rec
 
 
+def idle_plan(r: Round) -> Idle | None:
+    """3b. the meta-agent has no plan: the best plan of the retry pool (gated again on fresh dev seeds), else one
+    part of a multi-part card dropped (an ablation), else nothing (components/evolution/idle.py)."""
+    p = r.p
+    got = next_retry(r.lineage, r.champ.path, p.gate.retries, p.campaign.seeds) if p.gate.retries > 0 else None
+    if got is None and p.campaign.ablate:
+        got = next(iter(ablations(r.lineage, Path(r.c.out), r.champ.path)), None)
+    if got is not None:
+        r.files.json("plan.json", got.plan.model_dump())
+        r.files.json("idle.json", {"kind": str(got.kind), **got.info.dump()})
+    return got
+
+
 def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail | None = None) -> RoundRecord:
     """One round: the stages in order, each through `steps`, writing the round's files and its lineage record."""
     r = Round.open(round_no, p, budget, steps, Trail() if trail is None else trail)
@@ -532,20 +611,27 @@ def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail
     outcome = plan_round(r, train, diagnosis)
     if outcome.failure:
         return reject(r, f"meta-agent: {outcome.failure}", verdict=Verdict.REJECTED_PLAN, meta_agent=outcome.record())
-    plan = outcome.plan
+    plan, idle = outcome.plan, None
     if plan is None:
-        return reject(r, "no patchable cluster left that was not already tried", verdict=Verdict.NO_PLAN)
+        idle = idle_plan(r)
+        if idle is None:
+            return reject(r, "no patchable cluster left that was not already tried", verdict=Verdict.NO_PLAN)
+        plan = idle.plan
+    about: dict[str, Any] = {str(idle.kind): idle.info} if idle else {}
     cand = patch_candidate(r, plan)
     validation = validate_candidate(r, plan, cand)
     if not validation.ok:
         return reject(r, "invalid: " + "; ".join(validation.problems), plan, validation=validation.checks,
-                      **cand.digests)
-    repair = repair_screen(r, plan, cand, train)
-    if not repair.result.ok:
-        return reject(r, f"repair screen: {repair.result.reason}", plan, repair=repair.result,
-                      sequential={"repair": repair.sequential}, **cand.digests)
-    gate = dev_gate(r, plan, cand, validation)
-    figures = gate_figures(r, plan, cand, validation, repair, gate)
+                      **cand.digests, **about)
+    repair = None
+    ablation = idle is not None and idle.kind == IdleKind.ABLATION
+    if not ablation:  # an ablation claims no repair: the gate alone judges it
+        repair = repair_screen(r, plan, cand, train)
+        if not repair.result.ok:
+            return reject(r, f"repair screen: {repair.result.reason}", plan, repair=repair.result,
+                          sequential={"repair": repair.sequential}, **cand.digests, **_tokens(repair, None), **about)
+    gate = dev_gate(r, plan, cand, validation, seeds=idle.seeds if idle else None, cheaper=ablation)
+    figures = {**gate_figures(r, plan, cand, validation, repair, gate), **about}
     if not gate.result.accept:
         return reject(r, f"gate: {gate.result.reason}", plan, **figures)
     return commit(r, plan, cand, figures, gate.result.reason)
@@ -568,9 +654,12 @@ def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
         round_params["campaign"].pop(k)
     round_params.pop("budget")  # a budget stop leaves no completed round to keep
     round_params["evidence"].pop("db")  # the memory it reads is compared on replay instead
+    # what a round without a plan reads (the retry pool, the parts tried): each round's verdict, plan, net, retry
+    idle = [(x.round, str(x.verdict), x.plan_key, x.gate.net if x.gate else None, bool(x.retry), bool(x.ablation))
+            for x in lineage.rounds() if x.round < round_no]
     return stage_key("round", flows=code_version(Path(__file__).resolve().parent), round=round_no, champion=lineage.champion().digest,
                      bench=tree_digest(p.benchmark.out), params=round_params, rejected=sorted(lineage.rejected_keys()),
-                     dev_look=dev_look(lineage, round_no, p).dump())
+                     dev_look=dev_look(lineage, round_no, p).dump(), idle=idle)
 
 
 def _round_store():
@@ -808,6 +897,9 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     if scored.protocol != "custom":  # episodes run as a reference orchestrator runs them (a leaderboard's)
         result["protocol"] = scored.protocol
     result["dev_looks"] = dev_looks(lineage.rounds(), p.gate.campaign_alpha)  # held-out reuse, accounted
+    if test and test.get("tokens_per_episode"):  # cost as a second objective: the champion beside the built-ins
+        result["tokens"] = {"split": "test", "per_episode": test.pop("tokens_per_episode"),
+                            "cheaper": [r.round for r in lineage.rounds() if r.promoted_as == PromotedAs.CHEAPER]}
     write_json(out / "summary.json", result)
     ledger_report = ledger.report(wallet)
     ledger_report["reply_store"] = saved(budget.get("call_cache"))  # answered from the store: not paid, still used
@@ -855,7 +947,7 @@ def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict,
     base = ev(start, "test start", split="test")
     cand = ev(champion, "test champion", split="test")
     paired_contract(base.scores, cand.scores, "test certification")
-    verdict, _ = gate(base.scores, cand.scores, p.gate.config())
+    verdict, _ = gate(base.scores, cand.scores, replace(p.gate.config(), cheaper=False))  # the score's 95% CI, one claim
     figures = verdict.as_dict()  # as files spell it (a refusal's dropped_errors: -1)
     test = {"base_mean": verdict.base_mean, "champion_mean": verdict.cand_mean, "net": verdict.net,
             "ci_lo": verdict.ci_lo, "ci_hi": verdict.ci_hi, "n_items": verdict.n_items,
@@ -869,8 +961,41 @@ def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict,
         test.update(mde=size, mde_trials=trials, mde_sd_item=round(var.sd_item, 6), mde_sd_trial=round(var.sd_trial, 6))
     evals = [{"split": "test", "arm": "start", "package_digest": digest(start), "summary": summary(base.scores)},
              {"split": "test", "arm": "champion", "package_digest": digest(champion), "summary": summary(cand.scores)}]
+    # cost: the champion's prompt tokens per episode beside the world's built-in packages, on the same test cells
+    # (their evaluations are for this figure only: the records' test split stays the start and the champion)
+    tables = {digest(start): base, digest(champion): cand}
+    per_episode = {"champion": _per_episode(cand), "start": _per_episode(base)}
+    for name, where in builtin_packages(p.benchmark.world).items():
+        d = digest(where)
+        if d not in tables:
+            tables[d] = ev(where, f"test {name}", split="test")
+        per_episode[name] = _per_episode(tables[d])
+    test["tokens_per_episode"] = per_episode
     write_json(Path(p.campaign.out) / "test_evals.json", evals)
     return test, evals
+
+
+TOKEN_BASELINES = ("seed", "all-skills", "reference")  # the built-in packages the champion's cost is set beside
+
+
+def builtin_packages(world_name: str) -> dict[str, Path]:
+    """The world's built-in packages among TOKEN_BASELINES that exist (a world may ship fewer)."""
+    from components.params import resolve_start
+
+    out = {}
+    for name in TOKEN_BASELINES:
+        where = Path(resolve_start(name, world_name))
+        if (where / "manifest.yaml").is_file():
+            out[name] = where
+    return out
+
+
+def _per_episode(t: EvalTables) -> float | None:
+    s = t.scores
+    if "tokens_in" not in s.columns or s.empty:
+        return None
+    ok = s[s["error"].fillna("").astype(str) == ""] if "error" in s.columns else s
+    return round(float(ok["tokens_in"].mean()), 2) if len(ok) else None
 
 
 def _evals(out: Path, test: dict | None) -> list[dict]:
@@ -908,7 +1033,9 @@ def _say(rec: RoundRecord) -> None:
     level = ci_level(rec) if g else None
     fig = (f" net {g.net:+.3f} {'' if level is None else f'{100 * level:.4g}% '}CI [{g.ci_lo:+.3f}, "
            f"{g.ci_hi:+.3f}]") if g else ""
-    line = f"round {rec.round}: {rec.verdict:<7} {rec.summary or rec.reason}{fig}"
+    kind = "retry: " if rec.retry else ""
+    as_ = " (cheaper)" if rec.promoted_as == PromotedAs.CHEAPER else ""
+    line = f"round {rec.round}: {rec.verdict:<7} {kind}{rec.summary or rec.reason}{as_}{fig}"
     console.print(line, highlight=False, markup=False)
     try:  # the campaign flow run's log in Prefect's API (and dashboard) has the same line
         get_run_logger().info(line)

@@ -564,6 +564,10 @@ def _print_summary(summary: dict, path: Path) -> None:
             out.print(f"minimum detectable effect on test: {t['mde']:+.3f} ({t['n_items']} items x {t['mde_trials']} "
                       f"trial(s), SDs item {t['mde_sd_item']:.3f}, trial {t['mde_sd_trial']:.3f}; 80% power; "
                       "`ratchet power` for other sizes)", highlight=False)
+    if summary.get("tokens"):  # the cost objective: the champion's prompt tokens beside the built-in packages
+        from components.evolution.report import TokensSummary, tokens_line
+
+        out.print(tokens_line(TokensSummary.model_validate(summary["tokens"])), highlight=False)
     spent = summary.get("budget_spent") or {}
     if spent:
         out.print("budget spent by this process: " + ", ".join(f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}"

@@ -168,3 +168,40 @@ def test_the_trace_count_defaults_to_the_old_constant():
     # params.yaml and the model agree with the constant it replaced: the default campaign logs what it logged
     assert load_params(ROOT / "params.yaml").campaign.traces_per_round == MAX_TRACES_PER_ROUND == 12
     assert load_params(None).campaign.traces_per_round == MAX_TRACES_PER_ROUND
+
+
+def test_rounds_without_a_plan_retry_from_the_pool_and_ablate(small_campaign, camp, monkeypatch):
+    """The small campaign (round 1 rejected by the gate with a positive net, round 2 promoting a card of two
+    inferred rules), then rounds whose meta-agent has no plan left: the first gates round 1's plan again on fresh
+    dev seeds (a look with its own share), the next ones drop one rule of round 2's card each (gated with the cost
+    objective); each says so in its record, and the account of the campaign's alpha never passes campaign_alpha.
+    The summary sets the champion's prompt tokens per episode beside the built-in packages."""
+    import flows.campaign as fc
+    from components.evolution.alpha import account
+    from components.evolution.meta import PlanOutcome
+    from components.evolution.record import AblationInfo, RetryInfo
+
+    real = fc.plan_round
+    monkeypatch.setattr(fc, "plan_round", lambda r, *a: real(r, *a) if r.no <= 2 else PlanOutcome())
+    p = camp("idle", **{"campaign.rounds": 5})
+    s = run_campaign(p)
+    recs = Lineage(p.campaign.out + "/lineage").rounds()
+    idle = [r for r in recs if r.retry or r.ablation]
+    assert [bool(r.retry) for r in idle] == [True, False, False], [(r.round, r.verdict, r.reason[:60]) for r in recs]
+    for r in idle:
+        assert r.dev_look is not None or r.gate is None  # refused before the gate: no look, nothing spent
+        if r.retry:
+            assert isinstance(r.retry, RetryInfo) and min(r.retry.seeds) >= p.campaign.seeds
+            if r.evaluation is not None:
+                assert r.evaluation.seeds == r.retry.seeds
+            assert r.plan_key == r.retry.plan_key
+        if r.ablation:
+            assert isinstance(r.ablation, AblationInfo) and r.ablation.parts >= 2 and r.repair is None
+            if r.gate is not None:
+                assert r.evaluation is not None and r.evaluation.gate.cheaper
+    w = account(recs, p.gate.campaign_alpha, p.campaign.rounds, p.gate.campaign_spending)
+    assert w.spent <= p.gate.campaign_alpha + 1e-12
+    assert s["dev_looks"]["alpha_spent"] == pytest.approx(w.spent)
+    pe = s["tokens"]["per_episode"]
+    assert {"champion", "start", "seed", "all-skills", "reference"} <= set(pe) and pe["champion"] > 0
+    assert all(r.tokens is not None and r.tokens.dev is not None for r in recs if r.gate is not None)

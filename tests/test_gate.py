@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from components.evolution import gate as gate_mod
-from components.evolution.gate import GateConfig, PairingError, bootstrap_ci, decide, gate, pair, repair_screen
+from components.evolution.gate import (GateConfig, GateResult, PairingError, SequentialDesign, bootstrap_ci, decide, gate,
+                                      pair, repair_screen, sequential_gate)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = GateConfig(n_boot=2000)
@@ -699,7 +700,7 @@ def test_dev_looks_are_numbered_from_the_lineage_and_spend_linearly(tmp_path):
             {"round": 3, "verdict": "accept", "plan_key": "p3", "dev_look": {"look": 2, "alpha": 0.01, "spent": 0.01,
                                                                         "campaign_alpha": 0.05}}]
     (root / "lineage.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    p = load_params(None, {"campaign.rounds": 10, "gate.campaign_alpha": 0.05})
+    p = load_params(None, {"campaign.rounds": 10, "gate.campaign_alpha": 0.05, "gate.campaign_spending": "linear"})
     look = dev_look(Lineage(root), 4, p)
     assert look.look == 3 and look.alpha == pytest.approx(0.01) and look.spent == pytest.approx(0.015)
     assert look.campaign_alpha == 0.05
@@ -707,8 +708,13 @@ def test_dev_looks_are_numbered_from_the_lineage_and_spend_linearly(tmp_path):
     acc = dev_looks([r for r in recs if r["round"] > 0], 0.05)
     assert acc["n"] == 2 and acc["alpha_spent"] == pytest.approx(0.01)
     assert [(x["round"], x["plan"], x["verdict"]) for x in acc["looks"]] == [(1, "p1", "reject"), (3, "p3", "accept")]
-    p3 = load_params(None, {"campaign.rounds": 3})
+    p3 = load_params(None, {"campaign.rounds": 3, "gate.campaign_spending": "linear"})
     assert dev_look(Lineage(root), 4, p3).alpha == pytest.approx(2 * 0.05 / 3)
+    # the wealth rule on the same lineage: round 1's look kept the parent (spent 0.005), round 3's promoted (given
+    # back), round 2 never looked; round 4 takes the wealth left over the 7 rounds left
+    w = dev_look(Lineage(root), 4, load_params(None, {"campaign.rounds": 10}))
+    assert w.rule == "wealth" and w.wealth == pytest.approx(0.045) and w.alpha == pytest.approx(2 * 0.045 / 7)
+    assert w.spent == pytest.approx(0.005 + 0.045 / 7)
 
 
 # -- benchmarks (quick sizes) ----------------------------------------------------------------------------------
@@ -998,3 +1004,77 @@ def test_a_proportional_regression_cap_grows_with_the_items_compared():
     assert gate_mod.decide(_per(d), cfg).accept and not gate_mod.decide(_per(d), GateConfig(n_boot=1000)).accept
     with pytest.raises(InputError, match="reg_share"):
         GateConfig(reg_share=float("nan"))
+
+
+# -- cost as a second objective -------------------------------------------------------------------------------
+
+
+def _with_tokens(df: pd.DataFrame, per_item: dict[str, float]) -> pd.DataFrame:
+    out = df.copy()
+    out["tokens_in"] = [per_item[i] + 3 * s for i, s in zip(out["item_id"], out["seed"])]
+    return out
+
+
+def test_the_cheaper_claim_promotes_a_change_within_the_margin_that_cuts_tokens_and_says_so():
+    from components.evolution.gate import PromotedAs
+
+    rng = np.random.default_rng(5)
+    base = {f"i{k:02d}": [float(x) for x in rng.choice([0.0, 0.5, 1.0], 3)] for k in range(30)}
+    b = _with_tokens(table(base), {i: 1000.0 for i in base})
+    same = _with_tokens(table(base), {i: 900.0 - k for k, i in enumerate(base)})  # same scores, ~10% fewer tokens
+    off, _ = gate(b, same, GateConfig(n_boot=2000))
+    on, _ = gate(b, same, GateConfig(n_boot=2000, cheaper=True))
+    assert not off.accept and off.promoted_as is None
+    assert on.accept and on.promoted_as is PromotedAs.CHEAPER and on.tokens_net < -90 and on.tokens_ci_hi < 0
+    assert on.as_dict()["promoted_as"] == "cheaper" and GateResult.from_dict(on.as_dict()) == on
+    dearer = _with_tokens(table(base), {i: 1100.0 for i in base})
+    assert not gate(b, dearer, GateConfig(n_boot=2000, cheaper=True))[0].accept  # same score, more tokens
+    worse = _with_tokens(table(shifted(base, {i: -0.2 for i in base})), {i: 500.0 for i in base})
+    assert not gate(b, worse, GateConfig(n_boot=2000, cheaper=True))[0].accept  # cheaper but out of the margin
+
+
+def test_with_the_cost_objective_each_claim_gets_half_the_look_s_alpha():
+    """A change in the margin whose tokens do not drop could be promoted falsely by either claim: each is tested at
+    half the alpha so the look's false promotions stay within its share. A gain the full alpha accepts and half of
+    it does not is rejected with the cost objective on."""
+    assert GateConfig(alpha=0.01, cheaper=True).route_alpha == 0.005 and GateConfig(alpha=0.01).route_alpha == 0.01
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        base = {f"i{k:02d}": [float(x) for x in rng.choice([0.0, 0.5, 1.0], 2)] for k in range(25)}
+        cand = shifted(base, {i: float(rng.choice([0.0, 0.5, -0.5], p=[0.5, 0.3, 0.2])) for i in base})
+        b, c = _with_tokens(table(base), {i: 1000.0 for i in base}), _with_tokens(table(cand), {i: 1000.0 for i in base})
+        full = gate(b, c, GateConfig(n_boot=2000, alpha=0.1))[0]
+        half = gate(b, c, GateConfig(n_boot=2000, alpha=0.05))[0]
+        split = gate(b, c, GateConfig(n_boot=2000, alpha=0.1, cheaper=True))[0]
+        assert split.accept == half.accept and split.ci_lo == half.ci_lo
+        if full.accept and not half.accept:
+            break
+    else:
+        pytest.fail("no draw separated the full alpha from half of it")
+
+
+def test_a_sequential_gate_records_the_look_a_futility_stop_ended_at():
+    base = items(20, [0.5, 0.5, 0.5])
+    worse = shifted(base, {i: -0.1 for i in list(base)[:10]})
+    design = SequentialDesign(3, "pocock", "seeds")
+    res, _, rec = sequential_gate(table(base), table(worse), GateConfig(n_boot=1000, alpha=0.01), design,
+                                  list(base), [0, 1, 2])
+    assert not res.accept and rec["looks_used"] == 1 and rec["futile_at"] == 1
+    assert rec["per_look"][0]["futility"] is True
+
+
+def test_the_alpha_account_s_params_are_validated_at_load():
+    from components.errors import InputError
+    from components.evolution.alpha import Spending
+    from components.params import load_params
+
+    p = load_params(ROOT / "params.yaml")
+    assert p.gate.campaign_spending is Spending.WEALTH and not p.gate.futility_refund and not p.gate.cheaper
+    assert p.gate.retries == 1 and p.campaign.ablate
+    with pytest.raises(InputError, match="gate: futility_refund: needs campaign_spending: wealth"):
+        load_params(None, {"gate.futility_refund": True, "gate.campaign_spending": "linear"})
+    with pytest.raises(InputError, match="gate.campaign_spending"):
+        load_params(None, {"gate.campaign_spending": "greedy"})
+    with pytest.raises(InputError, match="gate.retries"):
+        load_params(None, {"gate.retries": -1})
+    assert "cheaper" not in p.gate.config().__dict__ or p.gate.config().cheaper is False

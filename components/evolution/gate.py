@@ -29,10 +29,11 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
 from fractions import Fraction
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from components.errors import InputError
 from components.lazy import LazyModule
@@ -98,6 +99,18 @@ class GateConfig:
     # the regression cap grows with the items compared: a candidate that really changes behaviour perturbs a share of
     # items, so an absolute count rejects more real improvements the larger dev is (0: the absolute reg_cap only)
     reg_share: float = 0.0
+    # cost as a second objective: a candidate whose score stays within `material` of the parent (the lower bound of
+    # the paired difference above -material) and whose prompt tokens per episode drop (the upper bound of their
+    # paired difference below 0) is promoted as "cheaper" (off: only "better" promotes). The two claims share the
+    # look's alpha half and half (`route_alpha`): a change within the margin whose tokens do not drop could
+    # otherwise be promoted falsely by either route, up to twice the look's share
+    cheaper: bool = False
+
+    @property
+    def route_alpha(self) -> float:
+        """The two-sided alpha each claim ("better", "cheaper") is tested at: all of `alpha` without the cost
+        objective, half of it with."""
+        return self.alpha / 2 if self.cheaper else self.alpha
 
     def cap(self, n_items: int) -> int:
         """Regressed items allowed among n_items compared."""
@@ -110,6 +123,8 @@ class GateConfig:
         _finite("reg_cap", self.reg_cap, 0)
         _finite("max_error_share", self.max_error_share, 0, 1)
         _finite("reg_share", self.reg_share, 0, 1)
+        if not isinstance(self.cheaper, bool):
+            raise InputError(f"gate: cheaper: {self.cheaper!r} is not true or false")
         for name in ("n_boot", "seed", "reg_cap", "min_items"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):  # int or a numpy integer
@@ -128,6 +143,17 @@ class GateConfig:
 REFUSED_DROPPED = -1  # how files spell a refusal's dropped_errors (GateResult.dropped_errors is None)
 
 
+class PromotedAs(StrEnum):
+    """What an accept promotes with the cost objective on (`gate.cheaper`): a better score, or the same score within
+    `material` at fewer prompt tokens per episode."""
+
+    BETTER = "better"
+    CHEAPER = "cheaper"
+
+
+COST_FIELDS = ("promoted_as", "tokens_net", "tokens_ci_lo", "tokens_ci_hi")  # absent from files when not computed
+
+
 @dataclass(frozen=True)
 class GateResult:
     accept: bool
@@ -142,16 +168,28 @@ class GateResult:
     cand_mean: float = 0.0
     # (item, seed) pairs dropped because an arm errored; None: the gate refused, too many errored to compare anything
     dropped_errors: int | None = 0
+    # with GateConfig.cheaper: what an accept promotes ("better" | "cheaper") and the paired difference of prompt
+    # tokens per episode (cand - base) with its bound at the same level; None (and absent from files) otherwise
+    promoted_as: PromotedAs | None = None
+    tokens_net: float | None = None
+    tokens_ci_lo: float | None = None
+    tokens_ci_hi: float | None = None
 
     @property
     def refused(self) -> bool:
         return self.dropped_errors is None
 
     def as_dict(self) -> dict:
-        """The verdict as gate.json, round.json, the lineage and MLflow have it (a refusal's dropped_errors: -1)."""
+        """The verdict as gate.json, round.json, the lineage and MLflow have it (a refusal's dropped_errors: -1;
+        the cost figures only when they were computed)."""
         d = asdict(self)
         if self.refused:
             d["dropped_errors"] = REFUSED_DROPPED
+        for k in COST_FIELDS:
+            if d[k] is None:
+                del d[k]
+        if "promoted_as" in d:
+            d["promoted_as"] = str(d["promoted_as"])
         return d
 
     @classmethod
@@ -160,6 +198,8 @@ class GateResult:
         kept = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         if kept.get("dropped_errors") == REFUSED_DROPPED:
             kept["dropped_errors"] = None
+        if kept.get("promoted_as") is not None:
+            kept["promoted_as"] = PromotedAs(kept["promoted_as"])
         return cls(**kept)
 
 
@@ -365,16 +405,66 @@ def decide_d(d: np.ndarray, cfg: GateConfig = GateConfig(), base_mean: float = 0
     return GateResult(accept, net, lo, hi, len(d), improved, regressed, reason, base_mean, cand_mean, dropped_errors)
 
 
+def token_diffs(base: pd.DataFrame, cand: pd.DataFrame, per: pd.DataFrame) -> np.ndarray | None:
+    """Per item (in `per`'s order): the candidate's mean prompt tokens per episode minus the parent's, over the
+    (item, seed) pairs neither arm errored on; None when a table has no `tokens_in`."""
+    if "tokens_in" not in base.columns or "tokens_in" not in cand.columns or per.empty:
+        return None
+
+    def mean_tokens(df: pd.DataFrame, bad: set) -> pd.Series:
+        keys = list(zip(df["item_id"].astype(str), df["seed"].astype(int)))
+        keep = [k not in bad for k in keys]
+        df = df[keep]
+        return pd.to_numeric(df["tokens_in"], errors="coerce").groupby(df["item_id"].astype(str)).mean()
+
+    def errored(df: pd.DataFrame) -> set:
+        if "error" not in df.columns:
+            return set()
+        e = df["error"].astype(object).where(df["error"].notna(), "").astype(str) != ""
+        return set(zip(df.loc[e, "item_id"].astype(str), df.loc[e, "seed"].astype(int)))
+
+    bad = errored(base) | errored(cand)
+    items = per["item_id"].astype(str)
+    t = mean_tokens(cand, bad).reindex(items).to_numpy(dtype=float) - mean_tokens(base, bad).reindex(items).to_numpy(dtype=float)
+    return None if not np.isfinite(t).all() else t
+
+
+def cheaper_verdict(result: GateResult, d: np.ndarray, t: np.ndarray | None, cfg: GateConfig,
+                    lo: float, tlo: float, thi: float, *, mechanism_fired: bool, leakage: bool) -> GateResult:
+    """The verdict with cost as a second objective (cfg.cheaper): an accept is "better"; else a score bound above
+    -material with a token bound below 0, the regressions within the cap and the mechanism fired is "cheaper"."""
+    if t is None:
+        return result
+    cost = replace(result, tokens_net=float(t.mean()), tokens_ci_lo=tlo, tokens_ci_hi=thi)
+    if result.accept:
+        return replace(cost, promoted_as=PromotedAs.BETTER)
+    regressed = int((d < -cfg.material).sum())
+    if not leakage and mechanism_fired and lo > -cfg.material and thi < 0 and regressed <= cfg.cap(len(d)):
+        why = (f"cheaper: net {float(d.mean()):+.4f}, lower bound {lo:+.4f} within -{cfg.material}; prompt tokens "
+               f"{float(t.mean()):+.1f} per episode, upper bound {thi:+.1f}; {regressed} regressed")
+        return replace(cost, accept=True, reason=why, promoted_as=PromotedAs.CHEAPER)
+    return cost
+
+
 def gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_fired: bool = True,
          leakage: bool = False) -> tuple[GateResult, pd.DataFrame]:
     """Pair, then decide. Returns the verdict and the per-item table. Too many errored pairs is a refusal (keep the
-    parent), not a crash; any other pairing problem raises PairingError."""
+    parent), not a crash; any other pairing problem raises PairingError. With `cfg.cheaper`, a candidate that does
+    not clear zero may still be promoted as cheaper (`cheaper_verdict`)."""
     try:
         per, dropped = pair(base, cand, cfg.max_error_share, cfg.min_items)
     except TooManyErrors as e:
         return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=None), \
             pd.DataFrame(columns=["item_id", "base", "cand", "d"])
-    return decide(per, cfg, mechanism_fired=mechanism_fired, leakage=leakage, dropped_errors=dropped), per
+    routed = replace(cfg, alpha=cfg.route_alpha)  # with the cost objective, each claim at half the alpha
+    result = decide(per, routed, mechanism_fired=mechanism_fired, leakage=leakage, dropped_errors=dropped)
+    if cfg.cheaper:
+        t = token_diffs(base, cand, per)
+        if t is not None:
+            tlo, thi = bootstrap_ci(t, cfg.n_boot, routed.alpha, cfg.seed)
+            result = cheaper_verdict(result, per["d"].to_numpy(dtype=float), t, cfg, result.ci_lo, tlo, thi,
+                                     mechanism_fired=mechanism_fired, leakage=leakage)
+    return result, per
 
 
 @dataclass(frozen=True)
@@ -524,7 +614,7 @@ class SequentialResult:
 
 def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig, *, final_items: bool = True,
                  mechanism_fired: bool = True, leakage: bool = False,
-                 n_total: int | None = None) -> tuple[bool | None, str, dict]:
+                 n_total: int | None = None, tokens: np.ndarray | None = None) -> tuple[bool | None, str, dict]:
     """One look of the group-sequential gate over the per-item d seen so far: (True accept | False reject | None go
     on, why, the look's figures).
 
@@ -533,21 +623,23 @@ def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig,
     reject when the net so far is not positive (futility, non-binding: it only ever keeps the parent, so it cannot
     raise the false-promotion rate), or, when the d seen are final (`final_items`), when they already hold more
     regressions than the cap (for `n_total` items). The last look is the ordinary bootstrap gate at that look's level.
-    Ties keep the parent."""
+    Ties keep the parent.
+
+    With `cfg.cheaper` and the per-item prompt-token differences `tokens`: a look that does not accept may promote
+    as "cheaper" when the score's bound is above -material and the tokens' bound (same level, same test) below 0;
+    while the tokens so far drop, futility waits for a net at or below -material."""
     n_looks, p = len(levels), levels[look - 1]
     cap_now, cap_end = cfg.cap(len(d)), cfg.cap(len(d) if n_total is None else n_total)
     last = look == n_looks
     net, regressed = float(d.mean()), int((d < -cfg.material).sum())
-    if last:
-        lo, hi = (float(x) for x in np.quantile(boot_means(d, cfg.n_boot, cfg.seed), [p, 1 - p]))
-    elif len(d) < max(cfg.min_items, 2):
-        lo, hi = -math.inf, math.inf
-    else:  # z-test against the boundary, reported as the interval it implies
-        se = float(d.std(ddof=1)) / math.sqrt(len(d))
-        z = _n01().inv_cdf(1 - p)
-        lo, hi = (net - z * se, net + z * se) if se > 0 else (net if net != 0 else -0.0, net)
-    fig = {"look": look, "n_looks": n_looks, "n_items": int(len(d)), "level": p, "lo": lo, "hi": hi, "net": net,
+    lo, hi = _look_bounds(d, p, last, cfg)
+    fig: dict[str, Any] = {"look": look, "n_looks": n_looks, "n_items": int(len(d)), "level": p, "lo": lo, "hi": hi, "net": net,
            "regressed": regressed}
+    cheap = cfg.cheaper and tokens is not None and len(tokens) == len(d)
+    if cheap:
+        tok = np.asarray(tokens, dtype=float)
+        tlo, thi = _look_bounds(tok, p, last, cfg)
+        fig.update(tokens_net=float(tok.mean()), tokens_lo=tlo, tokens_hi=thi)
     where = f"at look {look} of {n_looks}"
     if leakage:
         return False, "leakage", fig
@@ -556,12 +648,40 @@ def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig,
     if last and not mechanism_fired:
         return False, "the prescribed mechanism did not fire", fig
     if lo > 0 and regressed <= cap_now and mechanism_fired:
+        if cheap:
+            fig["promoted_as"] = PromotedAs.BETTER
         return True, (f"net {net:+.4f}, lower bound {lo:+.4f} at one-sided level {p:.5f} {where}, "
                       f"{regressed} regressed"), fig
-    if last or net <= 0:
+    if cheap and lo > -cfg.material and fig["tokens_hi"] < 0 and regressed <= cap_now and mechanism_fired:
+        fig["promoted_as"] = PromotedAs.CHEAPER
+        return True, (f"cheaper: net {net:+.4f}, lower bound {lo:+.4f} within -{cfg.material}; prompt tokens "
+                      f"{fig['tokens_net']:+.1f} per episode, upper bound {fig['tokens_hi']:+.1f}, at one-sided "
+                      f"level {p:.5f} {where}, {regressed} regressed"), fig
+    floor = -cfg.material if cheap and fig["tokens_net"] < 0 else 0.0
+    if last or net <= floor:
         why = "does not clear zero (ties keep the parent)" if last else "net so far is not positive (futility)"
+        if last and cheap:
+            why = "does not clear zero, and is not shown cheaper within the margin (ties keep the parent)"
+        elif floor < 0:
+            why = f"net so far is at or below -material {cfg.material} (futility)"
+        if not last:
+            fig["futility"] = True  # a futility stop: what a refund of the round's alpha reads (alpha.py)
         return False, f"net {net:+.4f}, lower bound {lo:+.4f} {where}: {why}", fig
     return None, "", fig
+
+
+def _look_bounds(x: np.ndarray, p: float, last: bool, cfg: GateConfig) -> tuple[float, float]:
+    """The one-sided level-p bounds of mean(x) at a look: the bootstrap's at the last look, the z-test's before it
+    (a bootstrap cannot resolve such levels with 10^4 draws); unbounded with too few items."""
+    net = float(x.mean())
+    if last:
+        lo, hi = (float(v) for v in np.quantile(boot_means(x, cfg.n_boot, cfg.seed), [p, 1 - p]))
+        return lo, hi
+    if len(x) < max(cfg.min_items, 2):
+        return -math.inf, math.inf
+    se = float(x.std(ddof=1)) / math.sqrt(len(x))
+    z = _n01().inv_cdf(1 - p)
+    return (net - z * se, net + z * se) if se > 0 else (net if net != 0 else -0.0, net)
 
 
 def sequential_decide(per_item: pd.DataFrame, cfg: GateConfig, group_sizes: list[int], spending: str = "obf",
@@ -573,7 +693,7 @@ def sequential_decide(per_item: pd.DataFrame, cfg: GateConfig, group_sizes: list
     if sum(group_sizes) != n or min(group_sizes) < 1:
         raise InputError(f"gate: looks: group sizes {group_sizes} do not add up to {n} items")
     ends = np.cumsum(group_sizes)
-    levels = efficacy_levels([e / n for e in ends], cfg.alpha / 2, spending)
+    levels = efficacy_levels([e / n for e in ends], cfg.route_alpha / 2, spending)
     looks = []
     for g, end in enumerate(ends, start=1):
         verdict, why, fig = look_verdict(d_all[:end], g, levels, cfg, mechanism_fired=mechanism_fired,
@@ -597,7 +717,7 @@ def sequential_gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig, des
     deciding look; the record: design, looks used, whether it stopped early and why, each look's figures).
     `fired_by_look[g]`: whether the prescribed mechanism fired in the candidate's traces up to look g+1."""
     groups = design.groups(items, seeds)
-    levels = efficacy_levels(design.fractions(items, seeds), cfg.alpha / 2, design.spending)
+    levels = efficacy_levels(design.fractions(items, seeds), cfg.route_alpha / 2, design.spending)
     record: dict = {"looks": len(groups), "spending": design.spending, "by": design.by, "looks_used": 0,
                     "stopped_early": False, "why": "", "per_look": []}
     seen_i: list[str] = []
@@ -615,14 +735,20 @@ def sequential_gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig, des
                 pd.DataFrame(columns=["item_id", "base", "cand", "d"]), record
         d = per["d"].to_numpy(dtype=float)
         fired = True if fired_by_look is None else bool(fired_by_look[min(g, len(fired_by_look)) - 1])
+        tokens = token_diffs(_cells(base, seen_i, seen_s), _cells(cand, seen_i, seen_s), per) if cfg.cheaper else None
         verdict, why, fig = look_verdict(d, g, levels, cfg, final_items=design.by == "items",
-                                         mechanism_fired=fired, leakage=leakage, n_total=len(items))
+                                         mechanism_fired=fired, leakage=leakage, n_total=len(items), tokens=tokens)
         record["per_look"].append(fig)
         if verdict is None:
             continue
         record.update(looks_used=g, stopped_early=g < len(groups), why=why)
+        if fig.get("futility"):
+            record["futile_at"] = g
+        cost = {"promoted_as": fig.get("promoted_as"), "tokens_net": fig["tokens_net"], "tokens_ci_lo": fig["tokens_lo"],
+                "tokens_ci_hi": fig["tokens_hi"]} if "tokens_net" in fig else {}
         result = GateResult(verdict, fig["net"], fig["lo"], fig["hi"], len(d), int((d > cfg.material).sum()),
-                            fig["regressed"], why, float(per["base"].mean()), float(per["cand"].mean()), dropped)
+                            fig["regressed"], why, float(per["base"].mean()), float(per["cand"].mean()), dropped,
+                            **cost)
         return result, per, record
     raise AssertionError("unreachable: the last look always decides")
 

@@ -7,7 +7,12 @@ A round ends in one of four verdicts, and its record holds what the stages it re
     reject at validation     + plan_key, owner, summary, validation, candidate_digest, benchmark_digest
     reject at the repair     + repair, sequential.repair
     reject at the gate       + gate, dev_look, sequential.gate, mechanism, seed_map_hash, evaluation
-    accept                   the gate's fields + version (and, in the lineage, the child it committed)
+    accept                   the gate's fields + version (and, in the lineage, the child it committed);
+                             promoted_as ("better" | "cheaper") when the gate weighs cost
+
+Any round with an evaluated candidate has `tokens` (prompt tokens per episode of both arms, per stage); a round
+the meta-agent had no plan for that gated a pool candidate again has `retry`, one that dropped a part of a
+multi-part card has `ablation` (components/evolution/idle.py).
 
 The lineage adds `parent` and `child`. A field a round did not reach is absent, not null: `dump()` gives exactly the
 fields that were set, so round.json and the lineage keep the bytes they had when the record was a plain dict (both are
@@ -27,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator
 
 from components.codes import PlanOwner, Verdict
 from components.errors import InputError
-from components.evolution.gate import GateConfig, GateResult, RepairResult
+from components.evolution.gate import PromotedAs, GateConfig, GateResult, RepairResult
 
 
 T = TypeVar("T")
@@ -53,7 +58,12 @@ def _held(cls: type[T], read: Callable[[dict[str, Any]], T]) -> PlainValidator:
 GateFigures = Annotated[GateResult, _held(GateResult, GateResult.from_dict), PlainSerializer(GateResult.as_dict)]
 RepairFigures = Annotated[RepairResult, _held(RepairResult, RepairResult.from_dict),
                           PlainSerializer(RepairResult.as_dict)]
-GateSettings = Annotated[GateConfig, _held(GateConfig, lambda d: GateConfig(**d)), PlainSerializer(asdict)]
+def _gate_settings(cfg: GateConfig) -> dict[str, Any]:
+    """A gate's config as recorded; `cheaper` only when on (records from before the cost objective keep their bytes)."""
+    return {k: v for k, v in asdict(cfg).items() if k != "cheaper" or v}
+
+
+GateSettings = Annotated[GateConfig, _held(GateConfig, lambda d: GateConfig(**d)), PlainSerializer(_gate_settings)]
 
 
 class _Record(BaseModel):
@@ -79,6 +89,7 @@ class LookFigures(_Record):
     hi: Number
     net: Number
     regressed: int
+    futility: bool | None = None  # the look stopped for futility (net so far not positive)
 
 
 class DevLook(_Record):
@@ -87,8 +98,14 @@ class DevLook(_Record):
 
     look: int
     alpha: Number
-    spent: Number
+    spent: Number  # one-sided, once this look's share is counted (a promotion under `wealth` gives it back after)
     campaign_alpha: Number
+    rule: str | None = None  # gate.campaign_spending when not linear (absent: linear, as before)
+    wealth: Number | None = None  # under `wealth`: the one-sided wealth left before this look
+    # with gate.futility_refund: the one-sided share the look reserved (its test runs at alpha / 2, lower), and,
+    # once the gate decided, what it was charged (less than the share after a futility stop; alpha.py)
+    reserved: Number | None = None
+    charge: Number | None = None
 
 
 class Looks(_Record):
@@ -101,6 +118,7 @@ class Looks(_Record):
     spending: str | None = None  # a sequential design's (absent for one look)
     by: str | None = None
     per_look: list[LookFigures] | None = None  # the gate's: each look's figures
+    futile_at: int | None = None  # the look a futility stop ended it at (the gate's)
 
 
 class StageLooks(_Record):
@@ -136,6 +154,44 @@ class Evaluation(_Record):
     sequential: EvaluationLooks | None = None  # absent in records from before sequential looks
 
 
+class RetryInfo(_Record):
+    """A round the meta-agent had no plan for that gated a plan of the retry pool again (components/evolution/
+    idle.py): which plan, the round and net of its last gate, which attempt, and the fresh dev seeds it was gated on.
+    Its look spends its own share of the campaign's alpha like any look."""
+
+    plan_key: str
+    of_round: int
+    net: Number
+    attempt: int
+    seeds: list[int]
+
+
+class AblationInfo(_Record):
+    """A round that dropped one part of a card a promotion wrote with several: the round that promoted it, the
+    card, the part, its number among the parts that promotion added. The gate's net is the part's contribution
+    with the sign turned (the champion without it minus the champion), gated under the same alpha."""
+
+    of_round: int
+    card: str
+    part: str
+    part_no: int
+    parts: int
+
+
+class ArmTokens(_Record):
+    """Mean prompt tokens per episode of the two arms over the same cells (errored episodes left out)."""
+
+    base: Number
+    cand: Number
+
+
+class StageTokens(_Record):
+    """Prompt tokens per episode of the arms a candidate was evaluated beside, per stage."""
+
+    repair: ArmTokens | None = None
+    dev: ArmTokens | None = None
+
+
 class VersionRef(_Record):
     """A committed version as the lineage names it."""
 
@@ -168,6 +224,10 @@ class RoundRecord(_Record):
     seed_map_hash: str | None = None
     evaluation: Evaluation | None = None
     version: str | None = None  # accept: the committed version
+    promoted_as: PromotedAs | None = None  # accept with the cost objective: the claim the gate certified
+    tokens: StageTokens | None = None  # prompt tokens per episode of both arms, per stage
+    retry: RetryInfo | None = None  # a retry from the pool
+    ablation: AblationInfo | None = None  # one part of a multi-part card dropped
     # written by the lineage
     parent: VersionRef | None = None
     child: VersionRef | None = None  # None: a rejected round (the lineage writes it null)

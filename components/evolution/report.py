@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from components.evolution.gate import PromotedAs
 from components.evolution.record import RoundRecord
 from components.codes import CAUSE_OWNERS, Verdict
 from components.errors import InputError
@@ -85,7 +86,7 @@ def round_rows(summary: dict) -> list[dict]:
     for r in history(summary):
         g, rep, champ = r.gate, r.repair, r.champion_after
         rows.append({
-            "round": r.round, "owner": str(r.owner or "-"), "plan": r.summary or r.reason,
+            "round": r.round, "owner": str(r.owner or "-"), "plan": _plan_text(r),
             "repair": f"{rep.repaired}/{rep.broken}" if rep else "-",
             "verdict": str(r.verdict), "net": g.net if g else None, "ci": (g.ci_lo, g.ci_hi) if g else None,
             "level": _pct(ci_level(r)) if g else "",
@@ -94,6 +95,34 @@ def round_rows(summary: dict) -> list[dict]:
             "champion": f"{champ.version} {champ.digest:.8}" if champ else " ",
         })
     return rows
+
+
+def _plan_text(r: RoundRecord) -> str:
+    """The plan column: the plan's summary, said to be a retry from the pool or a promotion as cheaper."""
+    text = r.summary or r.reason
+    if r.retry is not None:
+        text = f"retry of round {r.retry.of_round} (seeds {r.retry.seeds[0]}-{r.retry.seeds[-1]}): {text}"
+    if r.promoted_as == PromotedAs.CHEAPER:
+        text += " (promoted as cheaper)"
+    return text
+
+
+class TokensSummary(BaseModel):
+    """summary.json's `tokens`: prompt tokens per episode on the test split of the champion, the start and the
+    world's built-in packages (seed, all-skills, reference), and the rounds that promoted as cheaper."""
+    model_config = ConfigDict(extra="forbid")
+    split: str
+    per_episode: dict[str, float | None]
+    cheaper: list[int]
+
+
+def tokens_line(tokens: TokensSummary) -> str:
+    pe = tokens.per_episode
+    fmt = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    others = ", ".join(f"{k} {fmt(pe[k])}" for k in ("seed", "all-skills", "reference") if k in pe)
+    cheaper = ", ".join(str(x) for x in tokens.cheaper) or "none"
+    return (f"Prompt tokens per episode on {tokens.split}: champion {fmt(pe.get('champion'))} (built-in packages: "
+            f"{others}); promoted as cheaper: {cheaper}.")
 
 
 class _Named(BaseModel):
@@ -114,6 +143,7 @@ class _Summary(BaseModel):
     localization: dict[str, Any]
     history: list[RoundRecord]
     lineage: list[_Named]
+    tokens: TokensSummary | None = None  # absent in summaries from before the cost objective
 
 
 def read_summary(campaign_out: str | Path) -> dict:
@@ -144,6 +174,9 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
         "accepted": summary["accepted"], "rounds": summary["rounds"],
         "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy"),
         "trace_rule_accuracy": loc.get("trace_rule_accuracy")}
+    tokens = TokensSummary.model_validate(summary["tokens"]) if summary.get("tokens") else None
+    if tokens is not None:
+        metrics.update({f"test_tokens_{k.replace('-', '_')}": v for k, v in tokens.per_episode.items()})
     rows = []
     for r in history(summary):
         g, champ = r.gate, r.champion_after
@@ -166,6 +199,8 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     if t:
         md += [f"Test split (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
                f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}], {t['n_items']} items.", ""]
+    if tokens is not None:
+        md += [tokens_line(tokens), ""]
     if loc.get("accuracy") is not None:
         rule = loc.get("trace_rule_accuracy")
         md += [f"Diagnosis localization {loc['accuracy']:.1%} of every scored failure (n={loc['n']}, compound "

@@ -279,6 +279,9 @@ def round_tags(rec: RoundRecord) -> dict[str, str]:
             "ratchet.benchmark_digest": str(rec.benchmark_digest or ""),
             "ratchet.seed_map_hash": str(rec.seed_map_hash or ""), "ratchet.git_commit": git_commit(),
             "ratchet.dvc_lock": dvc_lock_hash(), "ratchet.reason": rec.reason[:4000],
+            # what kind of look, and what an accept claims (absent: an ordinary round, a "better" promotion)
+            "ratchet.look_kind": "retry" if rec.retry else "ablation" if rec.ablation else "",
+            "ratchet.promoted_as": str(rec.promoted_as or ""),
             "mlflow.note.content": describe_round(rec)}
     return {k: v for k, v in tags.items() if v != ""}  # what a round does not have is absent, not an empty tag
 
@@ -316,7 +319,13 @@ def round_metrics(rec: RoundRecord) -> dict[str, Any]:
             # the alpha this look at dev may spend (the param gate.alpha is one comparison's, the test
             # certification's), and the level of the CI the gate decided on
             "look_alpha": rec.dev_look.alpha if rec.dev_look else None,
-            "ci_level": round_ci_level(rec) if g else None}
+            "ci_level": round_ci_level(rec) if g else None,
+            # with the futility refund: what the look reserved and what it cost (one-sided)
+            "look_reserved": rec.dev_look.reserved if rec.dev_look else None,
+            "look_charge": rec.dev_look.charge if rec.dev_look else None,
+            # prompt tokens per episode of both arms on the dev cells the gate saw
+            "dev_base_tokens": rec.tokens.dev.base if rec.tokens and rec.tokens.dev else None,
+            "dev_cand_tokens": rec.tokens.dev.cand if rec.tokens and rec.tokens.dev else None}
 
 
 def new_store_from_template(uri: str | None) -> None:
