@@ -984,7 +984,8 @@ def builtin_packages(world_name: str) -> dict[str, Path]:
 
     out = {}
     for name in TOKEN_BASELINES:
-        where = Path(resolve_start(name, world_name))
+        # absolute: the evaluation may run in a worker whose working directory is another (a Dask worker's)
+        where = Path(resolve_start(name, world_name)).resolve()
         if (where / "manifest.yaml").is_file():
             out[name] = where
     return out

@@ -361,3 +361,16 @@ def test_a_card_nested_too_deeply_is_one_line_where_yaml_has_no_c_loader(tmp_pat
                            "em/procedure/b.md": card("b", body="\n")})
     assert problems(root) == [("em/procedure/a.md", "front matter", "malformed YAML: nested too deeply to read"),
                               ("em/procedure/b.md", "body", "empty card body")]
+
+
+def test_a_package_error_crosses_processes_as_its_lines():
+    """A package error raised in a worker (Dask's, a process pool's) is pickled to the caller: it must arrive with its
+    problems, one line each, not rebuilt from its message (which made one line of every character)."""
+    import pickle
+
+    from components.memory.errors import PackageError, Problem
+
+    e = PackageError([Problem("data/packages/x", "-", "not a package directory"), Problem("m.yaml", "wm", "bad")])
+    back = pickle.loads(pickle.dumps(e))
+    assert back.problems == e.problems and str(back).splitlines() == ["data/packages/x: -: not a package directory",
+                                                                       "m.yaml: wm: bad"]

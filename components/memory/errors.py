@@ -23,3 +23,7 @@ class PackageError(InputError):
     def __init__(self, problems: list[Problem]):
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
+
+    def __reduce__(self) -> tuple[type[PackageError], tuple[list[Problem]]]:
+        # across processes (a Dask worker's): rebuilt from its problems, never from its message (one line a character)
+        return (type(self), (self.problems,))
