@@ -24,6 +24,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from components.env import answers  # noqa: E402
 
 
 def ratchet() -> list[str]:
@@ -51,6 +54,10 @@ def variant(world: str, seed: int, root: Path, extra: list[str], per_family: int
     home = root / f"{world}-{seed}"
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "RATCHET_HOME": str(home / "home")}
+    if env.get("PREFECT_API_URL") and not answers(env["PREFECT_API_URL"]):
+        # a server this process was once pointed at and that has stopped since: no server, so each command starts
+        # its own rather than failing to reach it
+        env.pop("PREFECT_API_URL")
     log = home / "log.txt"
     rules, bench = home / "rules.yaml", home / "bench"
     run(ratchet() + ["bench", "rules", "--world", world, "--random", str(seed), "--out", str(rules)], env, log)
