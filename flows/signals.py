@@ -144,6 +144,10 @@ def server_watched(url: str | None, grace: float = SERVER_GRACE, every: float = 
                     covered.add(handler)
 
     cover()
+    # Prefect's API log worker writes "--- Error logging to API ---" straight to stderr for every batch it cannot
+    # send while `logging.raiseExceptions` is on; the watcher owns the one line a lost server gets (the stdlib's
+    # advice for production is this setting off)
+    raising, logging.raiseExceptions = logging.raiseExceptions, False
     done = threading.Event()
 
     def watch() -> None:
@@ -174,6 +178,7 @@ def server_watched(url: str | None, grace: float = SERVER_GRACE, every: float = 
         yield
     finally:
         done.set()
+        logging.raiseExceptions = raising
         for handler in covered:
             handler.removeFilter(quiet)
 
