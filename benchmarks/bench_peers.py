@@ -2,7 +2,7 @@
 
 Arms, each from the same start package (`campaign.start`), benchmark draw, simulated agent and seeds:
 
-  ratchet  flows.campaign.run_round, the round's own composition (evaluate, diagnose, plan, patch, validate,
+  ratchet  flows.round.run_round, the round's own composition (evaluate, diagnose, plan, patch, validate,
            sequential repair screen, the paired gate with alpha spending over the declared rounds and sequential
            looks, commit | reject), its stages called directly (`plain_steps`, no Prefect server, no MLflow);
   kse      the same loop and stages, the dev decision replaced by the k*SE paired rule (cap-evolve's): accept when the
@@ -251,14 +251,14 @@ def peer_gate(rule: str):
 
 
 def loop_arm(arm: str, rep: int, bench: Path, home: Path, memo: Memo, over: dict) -> dict:
-    """One campaign of Ratchet's loop (`flows.campaign.run_round` round by round), with this arm's dev decision."""
+    """One campaign of Ratchet's loop (`flows.round.run_round` round by round), with this arm's dev decision."""
     import dataclasses
 
     from components.evolution.lineage import Lineage
     from components.memory.package import digest
     from components.params import load_params
     from components.codes import Verdict
-    from flows.campaign import plain_steps, run_round
+    from flows.round import plain_steps, run_round
     from flows.tasks import plan_stage, validate_stage
 
     out = home / f"{arm}"

@@ -1,7 +1,7 @@
 """One evolution round three ways, in one run: plain calls doing the round's whole work, the Prefect flow cold (empty
 task cache), and the Prefect flow again with the same bytes in a new campaign directory (everything cached).
 
-The plain round is flows.campaign.run_round, the flow's own composition, given the stage functions themselves
+The plain round is flows.round.run_round, the flow's own composition, given the stage functions themselves
 instead of their Prefect tasks (`plain_steps`): the same stages in the same order (evaluations in the same shards on a
 thread pool of the flow's size, with their budget holds; citation checks; data contracts; sequential looks; every file
 the round writes; the commit). Both Prefect rounds must give the plain round's verdict and byte-identical files (each
@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 
     from components.params import BenchmarkParams
-    from flows.campaign import play_round, plain_steps, run_round
+    from flows.replay import play_round
+    from flows.round import plain_steps, run_round
 
     bench = HOME / "bench"
     BenchmarkParams(out=str(bench), per_family=12 if a.quick else None).materialize()

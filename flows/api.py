@@ -21,6 +21,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -178,77 +179,120 @@ def evaluate(request: EvalRequest, *, say: Say | None = None, progress: Progress
     episode replayed in-process with the simulated agent's faults switched off, one owner at a time). A served
     model's finished episodes are journaled under `out/partial/` as they end, and the same evaluation run again
     resumes them."""
-    from components.evolution.validate import foreign_tools
-    from components.io import claim_output, mark_output, output_kind
-    from components.memory import load_package
     from components.models.counterfactual import causes_table
-    from components.runtime.evaluate import error_kinds, pass_hat_k, run_shard, seed_map_hash, summary, write_eval
-    from components.runtime.journal import PARTIAL, TRANSPORT, Journal, journal_key
-    from components.worlds import load_benchmark, run_settings, world
+    from components.runtime.evaluate import error_kinds, pass_hat_k, run_shard, summary, write_eval
 
     r, say = request, say or _quiet
-    if r.seeds < 1:
-        raise InputError(f"--seeds: {r.seeds}: must be at least 1")
-    if r.seeds > MAX_SEEDS:
-        raise InputError(f"--seeds: {r.seeds}: must be at most {MAX_SEEDS}")
-    claim_output(r.out, "eval", inputs={"package": r.package, "benchmark": r.benchmark})
-    try:
-        pkg = load_package(r.package)
-    except RecursionError:
-        raise InputError(f"{r.package}: -: nested too deeply to read (thousands of directory levels)") from None
-    bench = load_benchmark(r.benchmark)
-    foreign = foreign_tools(pkg, bench)
-    if foreign:
-        raise InputError(foreign[0] + (f" (and {len(foreign) - 1} more card(s))" if len(foreign) > 1 else ""))
-    max_turns = r.max_turns
-    if bench.protocol == "standard" and max_turns is not None:  # it would be recorded, and never applied
-        raise InputError(f"--max-turns: {r.benchmark / 'meta.json'} runs episodes under the standard protocol, which "
-                         "ends them by the benchmark's own limits (materialize it with --protocol custom to cap turns)")
-    if bench.protocol != "standard" and max_turns is None:
-        max_turns = MAX_TURNS
-    settings = run_settings(bench.world)  # a user simulator's model (RATCHET_TAU2_USER): refused here if malformed
-    ids = _eval_ids(r, bench)
-    check_items = world(bench.world).check
-    if check_items is not None:  # the world's own reading of its files (tau2's database and tasks), before any output
-        check_items(bench, ids)
-    cfg = r.settings.backend_cfg(r.model, r.benchmark)
+    x = _EvalInputs.check(r)
+    journal = _journal(x)
     seed_list = list(range(r.seeds))
-    journal = None
-    if r.model != "sim":  # a served model's episode costs seconds to minutes: each is kept as it ends (the sim's not)
-        from components.models import make_model
-
-        make_model(r.model, cfg)  # bad settings are refused before `out` is created for the journal
-        r.out.mkdir(parents=True, exist_ok=True)
-        if output_kind(r.out) is None:  # so that a rerun may claim it (and resume)
-            mark_output(r.out, "eval")
-        key = journal_key(package=pkg.digest, benchmark=bench.digest, model=r.model, max_turns=max_turns,
-                          model_cfg={k: v for k, v in cfg.items() if k not in TRANSPORT},
-                          **({"settings": settings} if settings else {}))
-        journal = Journal(r.out / PARTIAL, key)
-    with (progress or _no_progress)(f"{pkg.name} on {r.split}", len(ids) * len(seed_list)) as advance:
-        t = run_shard(pkg, bench, ids, seed_list, r.model, cfg, max_turns or MAX_TURNS,
+    with (progress or _no_progress)(f"{x.pkg.name} on {r.split}", len(x.ids) * len(seed_list)) as advance:
+        t = run_shard(x.pkg, x.bench, x.ids, seed_list, r.model, x.cfg, x.max_turns or MAX_TURNS,
                       on_episode=lambda _r: advance(), journal=journal)
     resumed = journal.resumed if journal is not None else 0
     if resumed:
-        say(f"resumed {resumed} finished episode(s) from {r.out / PARTIAL}")
-    t.causes = causes_table(pkg, bench, t.scores, max_turns or MAX_TURNS)
-    # the splits the items really came from (items may name any): one name, or a list when they span several
-    where = {i: s for s in ("train", "dev", "test") for i in bench.ids(s)}
-    taken = [s for s in ("train", "dev", "test") if any(where.get(i) == s for i in ids)]
-    meta = {"package": str(r.package), "package_digest": pkg.digest, "benchmark": str(r.benchmark),
-            "benchmark_digest": bench.digest, "split": taken[0] if len(taken) == 1 else taken, "seeds": seed_list,
-            "items": len(ids), "seed_map_hash": seed_map_hash(ids, seed_list), "model": r.model,
-            "max_turns": max_turns, "model_cfg": {k: v for k, v in cfg.items() if k != "headers"},
-            **_run_record(bench, settings), **summary(t.scores)}
-    write_eval(r.out, t, meta, mark="eval")
+        say(f"resumed {resumed} finished episode(s) from {journal.root}")
+    t.causes = causes_table(x.pkg, x.bench, t.scores, x.max_turns or MAX_TURNS)
+    taken = x.splits()
+    write_eval(r.out, t, {**x.meta(taken), **summary(t.scores)}, mark="eval")
     s = EvalSummary.model_validate(summary(t.scores))
     first = None
     if s.episodes and s.errors == s.episodes:
         errors = t.scores["error"].fillna("").astype(str)
         first = str(errors[errors != ""].iloc[0])
-    return EvalResult(out=r.out, package_name=pkg.name, split="+".join(taken) if len(taken) != 1 else taken[0],
+    return EvalResult(out=r.out, package_name=x.pkg.name, split="+".join(taken) if len(taken) != 1 else taken[0],
                       summary=s, error_kinds=error_kinds(t.scores),
                       pass_hat_k=pass_hat_k(t.scores) if r.seeds > 1 else {}, resumed=resumed, first_error=first)
+
+
+@dataclass(frozen=True)
+class _EvalInputs:
+    """An evaluation's request with what it reads, each checked before any output is written."""
+    r: EvalRequest
+    pkg: Any  # components.memory.MemoryPackage (imported where used: the API module stays light)
+    bench: Benchmark
+    max_turns: int | None
+    settings: dict[str, Any]
+    ids: list[str]
+    cfg: dict[str, Any]
+
+    @classmethod
+    def check(cls, r: EvalRequest) -> _EvalInputs:
+        from components.evolution.validate import foreign_tools
+        from components.io import claim_output
+        from components.memory import load_package
+        from components.worlds import load_benchmark, run_settings, world
+
+        if r.seeds < 1:
+            raise InputError(f"--seeds: {r.seeds}: must be at least 1")
+        if r.seeds > MAX_SEEDS:
+            raise InputError(f"--seeds: {r.seeds}: must be at most {MAX_SEEDS}")
+        claim_output(r.out, "eval", inputs={"package": r.package, "benchmark": r.benchmark})
+        try:
+            pkg = load_package(r.package)
+        except RecursionError:
+            raise InputError(f"{r.package}: -: nested too deeply to read (thousands of directory levels)") from None
+        bench = load_benchmark(r.benchmark)
+        foreign = foreign_tools(pkg, bench)
+        if foreign:
+            raise InputError(foreign[0] + (f" (and {len(foreign) - 1} more card(s))" if len(foreign) > 1 else ""))
+        max_turns = _max_turns(r, bench)
+        settings = run_settings(bench.world)  # a user simulator's model (RATCHET_TAU2_USER): refused here if malformed
+        ids = _eval_ids(r, bench)
+        check_items = world(bench.world).check
+        if check_items is not None:  # the world's own reading of its files (tau2's database and tasks)
+            check_items(bench, ids)
+        return cls(r, pkg, bench, max_turns, settings, ids, r.settings.backend_cfg(r.model, r.benchmark))
+
+    def splits(self) -> list[str]:
+        """The splits the items really came from (items may name any)."""
+        where = {i: s for s in ("train", "dev", "test") for i in self.bench.ids(s)}
+        return [s for s in ("train", "dev", "test") if any(where.get(i) == s for i in self.ids)]
+
+    def meta(self, taken: list[str]) -> dict[str, Any]:
+        """meta.json's fields of what ran (the score summary is added beside them): one split name, or a list when the
+        items span several."""
+        from components.runtime.evaluate import seed_map_hash
+
+        r, seed_list = self.r, list(range(self.r.seeds))
+        return {"package": str(r.package), "package_digest": self.pkg.digest, "benchmark": str(r.benchmark),
+                "benchmark_digest": self.bench.digest, "split": taken[0] if len(taken) == 1 else taken,
+                "seeds": seed_list, "items": len(self.ids), "seed_map_hash": seed_map_hash(self.ids, seed_list),
+                "model": r.model, "max_turns": self.max_turns,
+                "model_cfg": {k: v for k, v in self.cfg.items() if k != "headers"},
+                **_run_record(self.bench, self.settings)}
+
+
+def _max_turns(r: EvalRequest, bench: Benchmark) -> int | None:
+    """The turn cap: none under the standard protocol (its benchmark's own limits end episodes), else the request's or
+    the default."""
+    if bench.protocol == "standard" and r.max_turns is not None:  # it would be recorded, and never applied
+        raise InputError(f"--max-turns: {r.benchmark / 'meta.json'} runs episodes under the standard protocol, which "
+                         "ends them by the benchmark's own limits (materialize it with --protocol custom to cap turns)")
+    if bench.protocol != "standard" and r.max_turns is None:
+        return MAX_TURNS
+    return r.max_turns
+
+
+def _journal(x: _EvalInputs):
+    """A served model's episode costs seconds to minutes: each is kept as it ends, under out/partial/ (the sim's not:
+    None)."""
+    from components.io import mark_output, output_kind
+    from components.runtime.journal import PARTIAL, TRANSPORT, Journal, journal_key
+
+    r = x.r
+    if r.model == "sim":
+        return None
+    from components.models import make_model
+
+    make_model(r.model, x.cfg)  # bad settings are refused before `out` is created for the journal
+    r.out.mkdir(parents=True, exist_ok=True)
+    if output_kind(r.out) is None:  # so that a rerun may claim it (and resume)
+        mark_output(r.out, "eval")
+    key = journal_key(package=x.pkg.digest, benchmark=x.bench.digest, model=r.model, max_turns=x.max_turns,
+                      model_cfg={k: v for k, v in x.cfg.items() if k not in TRANSPORT},
+                      **({"settings": x.settings} if x.settings else {}))
+    return Journal(r.out / PARTIAL, key)
 
 
 def _eval_ids(r: EvalRequest, bench: Benchmark) -> list[str]:

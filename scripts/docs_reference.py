@@ -98,7 +98,7 @@ def _command_md(path: list[str], cmd, out: list[str]) -> None:
     if subs:
         if path:
             out += [f"## `ratchet {' '.join(path)}`", "", _help(cmd), ""]
-        for name in subs:  # as flows/cli.py defines them
+        for name in subs:  # as flows/cli/ defines them
             _command_md([*path, name], subs[name], out)
         return
     level = "###" if len(path) > 1 else "##"
@@ -122,7 +122,7 @@ def _command_md(path: list[str], cmd, out: list[str]) -> None:
 def cli_markdown() -> str:
     root = _click_command()
     out = [GENERATED_NOTE, "# CLI reference", "",
-           "Every `ratchet` command, generated from the typer app in `flows/cli.py` at build time (the same text as "
+           "Every `ratchet` command, generated from the typer app in `flows/cli/` at build time (the same text as "
            "`ratchet <command> --help`). An option's value the CLI refuses is one line "
            "`error: --<option>: ...` and exit 2. `./run.sh` and `./test.sh` put `ratchet` in `.venv/bin/`.", "",
            _help(root), ""]

@@ -176,7 +176,7 @@ def test_rounds_without_a_plan_retry_from_the_pool_and_ablate(small_campaign, ca
     dev seeds (a look with its own share), the next ones drop one rule of round 2's card each (gated with the cost
     objective); each says so in its record, and the account of the campaign's alpha never passes campaign_alpha.
     The summary sets the champion's prompt tokens per episode beside the built-in packages."""
-    import flows.campaign as fc
+    import flows.round as fc
     from components.evolution.alpha import account
     from components.evolution.meta import PlanOutcome
     from components.evolution.record import AblationInfo, RetryInfo

@@ -168,7 +168,7 @@ ROUND_STAGES = ("run_round", "evaluate_train", "diagnose_train", "plan_round", "
 
 
 def test_a_round_is_a_sequence_of_stage_calls_without_nested_closures():
-    import flows.campaign as campaign
+    import flows.round as campaign
 
     tree = ast.parse(Path(inspect.getsourcefile(campaign)).read_text())
     funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}

@@ -689,7 +689,7 @@ def test_cli_gate_path_imports_nothing_heavy(tables, entry, absent):
 def test_dev_looks_are_numbered_from_the_lineage_and_spend_linearly(tmp_path):
     from components.evolution.lineage import Lineage
     from components.params import load_params
-    from flows.campaign import dev_look, dev_looks
+    from flows.round import dev_look, dev_looks
 
     root = tmp_path / "lineage"
     root.mkdir()

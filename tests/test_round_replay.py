@@ -1,4 +1,4 @@
-"""A whole round from the cache (flows.campaign.play_round): replayed byte for byte on the same inputs, run again when
+"""A whole round from the cache (flows.replay.play_round): replayed byte for byte on the same inputs, run again when
 what the plan read from the campaign memory differs."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ import hashlib
 from pathlib import Path
 
 import flows.campaign
+import flows.replay
+import flows.round
 from tests.conftest import small_params
 
 
@@ -24,8 +26,8 @@ def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_se
     bench_dir = world("retail").materialize(tmp_path / "bench", 0, 6)
 
     runs = []
-    real = flows.campaign.run_round
-    monkeypatch.setattr(flows.campaign, "run_round", lambda *a, **k: runs.append(a[0]) or real(*a, **k))
+    real = flows.replay.run_round
+    monkeypatch.setattr(flows.replay, "run_round", lambda *a, **k: runs.append(a[0]) or real(*a, **k))
     camp = lambda name: small_params(bench_dir, tmp_path / name, **{  # noqa: E731
         "campaign.name": f"replay-{name}", "campaign.rounds": 1, "campaign.seeds": 1, "gate.n_boot": 1000,
         "benchmark.per_family": 6,
@@ -41,7 +43,9 @@ def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_se
     assert again["lineage"] == first["lineage"] and again["history"][0]["verdict"] == first["history"][0]["verdict"]
 
     # the same inputs, but the campaign memory now tells the plan something else: the round runs
-    monkeypatch.setattr(flows.campaign, "memory_for_round", lambda *a, **k: Memory(rejected_elsewhere=["other"]))
+    other = lambda *a, **k: Memory(rejected_elsewhere=["other"])  # noqa: E731
+    monkeypatch.setattr(flows.replay, "memory_for_round", other)  # what the replay asks again
+    monkeypatch.setattr(flows.round, "memory_for_round", other)  # and what the round's plan reads
     flows.campaign.run_campaign(camp("c"))
     assert runs == [1] * (ran + 1)
 
@@ -66,8 +70,8 @@ def test_an_unreadable_kept_round_is_a_miss_and_a_bug_raises(monkeypatch):
 
     for exc in (zlib.error("incomplete stream"), EOFError("ran out of input"), pickle.UnpicklingError("truncated"),
                 ValueError("not JSON"), FileNotFoundError("gone")):
-        monkeypatch.setattr(flows.campaign, "_round_store", lambda exc=exc: Store(exc))
-        assert flows.campaign.replay_round("k", 1, None, None) is None
-    monkeypatch.setattr(flows.campaign, "_round_store", lambda: Store(TypeError("a bug")))
+        monkeypatch.setattr(flows.replay, "_round_store", lambda exc=exc: Store(exc))
+        assert flows.replay.replay_round("k", 1, None, None) is None
+    monkeypatch.setattr(flows.replay, "_round_store", lambda: Store(TypeError("a bug")))
     with pytest.raises(TypeError, match="a bug"):
-        flows.campaign.replay_round("k", 1, None, None)
+        flows.replay.replay_round("k", 1, None, None)

@@ -596,7 +596,8 @@ def test_which_user_simulator_ran_is_part_of_every_identity_and_its_tokens_are_c
     from components.tracking.mlflow_log import campaign_identity
     from components.worlds import party_model, run_settings
     from components.worlds.taubench.user import ENV_VAR
-    from flows.campaign import budget_spec, identity, run_key
+    from flows.campaign import budget_spec
+    from flows.round import identity, run_key
     from flows.tasks import _shard_key
 
     b = benches["tau2-retail"]

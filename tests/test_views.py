@@ -33,10 +33,10 @@ def test_the_campaign_table_says_why_a_round_never_reached_the_gate(capsys, tmp_
     (the reason was only in MLflow)."""
     from rich.console import Console
 
-    import flows.cli
+    import flows.cli.campaigns
     from flows.cli import _print_summary
 
-    monkeypatch.setattr(flows.cli, "out", Console(soft_wrap=True, width=400))  # a wide terminal: no folded cells
+    monkeypatch.setattr(flows.cli.campaigns, "out", Console(soft_wrap=True, width=400))  # a wide terminal: no folded cells
 
     _print_summary(_summary([REPAIR_REJECT, NO_PLAN]), tmp_path / "summary.json")
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The record of one evolution round: what `flows/campaign.py` builds, writes (round.json, the lineage) and hands to
+"""The record of one evolution round: what `flows/round.py` builds, writes (round.json, the lineage) and hands to
 every reader (the report, MLflow, the evidence graph, `ratchet reproduce`, the notebook through MLflow's tags).
 
 A round ends in one of four verdicts, and its record holds what the stages it reached produced:
@@ -93,7 +93,7 @@ class LookFigures(_Record):
 
 
 class DevLook(_Record):
-    """A round's look at dev (`flows.campaign.dev_look`): its number among the campaign's looks, the alpha it may
+    """A round's look at dev (`flows.round.dev_look`): its number among the campaign's looks, the alpha it may
     spend, the one-sided alpha the looks so far have spent, and the campaign's whole alpha."""
 
     look: int

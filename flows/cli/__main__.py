@@ -1,0 +1,5 @@
+"""`python -m flows.cli`: the `ratchet` command."""
+
+from flows.cli import main
+
+main()
