@@ -48,7 +48,7 @@ def setup(name: str, bench: Path, quick: bool):
     p = load_params(ROOT / "params.yaml", over)
     Lineage(HOME / name / "lineage").start(ROOT / p.campaign.start)
     budget = budget_spec(p)
-    BudgetLedger(budget["db"]).open_wallet(p.campaign.name, p.budget.caps(), wall_seconds=p.budget.wall_seconds,
+    BudgetLedger(budget.db).open_wallet(p.campaign.name, p.budget.caps(), wall_seconds=p.budget.wall_seconds,
                                            max_concurrency=p.budget.max_concurrency, max_depth=p.budget.max_depth)
     return p, budget
 

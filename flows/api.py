@@ -576,7 +576,8 @@ def reproduce(request: ReproduceRequest, *, say: Say | None = None) -> Reproduce
     """Exit 0 on the command line only when `ok`: the tables are byte-identical and the verdict matches. A digest
     mismatch is refused (InputError) before anything runs."""
     from components.evolution.report import ci_level
-    from components.tracking.reproduce import find_round, reproduce as rerun
+    from components.tracking.reproduce import find_round
+    from components.tracking.reproduce import reproduce as rerun
 
     if not request.version and not request.run_id:
         raise InputError("--version or --run-id: one is required")

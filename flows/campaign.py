@@ -27,7 +27,7 @@ from prefect import flow
 from rich.console import Console
 
 from components.errors import InputError, Unavailable
-from components.evidence.budget import BudgetExceeded, BudgetLedger
+from components.evidence.budget import BudgetExceeded, BudgetLedger, BudgetSpec, Estimate
 from components.evidence.graph_record import champion_chain, model_id, open_graph, record_campaign_round
 from components.evolution.gate import PromotedAs
 from components.evolution.lineage import CampaignMismatch, Lineage, LineageLock
@@ -52,19 +52,20 @@ quiet_expected_failures()
 console = Console(stderr=True, soft_wrap=True)  # one line per round, however narrow the terminal
 
 
-def budget_spec(p: Params) -> dict:
+def budget_spec(p: Params) -> BudgetSpec:
     b, c = p.budget, p.campaign
     # a deterministic model's replies are stored per campaign: a request asked again (the same champion's episodes,
     # a candidate's up to its patch's first effect) is not paid twice, and the tables stay byte-identical
-    return {"db": str(state_dir(c.out) / "budget.sqlite"), "wallet": c.name,
-            "call_cache": str(state_dir(c.out) / "calls.sqlite") if deterministic(c.model, c.model_cfg) else None,
-            # a served model's finished episodes, one file each while a shard runs: a killed shard resumes them
-            "episodes": str(state_dir(c.out) / "episodes") if c.model != "sim" else None,
-            "estimate": {"max_turns": c.max_turns, "tokens_in_per_call": b.est_tokens_in_per_call,
-                         "tokens_out_per_call": b.est_tokens_out_per_call, "price_in_per_1k": b.price_in_per_1k,
-                         "price_out_per_1k": b.price_out_per_1k,
-                         # a user simulated by a model answers every turn, from the same budget
-                         **({"party_calls_per_turn": 1} if party_model(run_settings(p.benchmark.world)) else {})}}
+    return BudgetSpec(
+        db=str(state_dir(c.out) / "budget.sqlite"), wallet=c.name,
+        call_cache=str(state_dir(c.out) / "calls.sqlite") if deterministic(c.model, c.model_cfg) else None,
+        # a served model's finished episodes, one file each while a shard runs: a killed shard resumes them
+        episodes=str(state_dir(c.out) / "episodes") if c.model != "sim" else None,
+        estimate=Estimate(max_turns=c.max_turns, tokens_in_per_call=b.est_tokens_in_per_call,
+                          tokens_out_per_call=b.est_tokens_out_per_call, price_in_per_1k=b.price_in_per_1k,
+                          price_out_per_1k=b.price_out_per_1k,
+                          # a user simulated by a model answers every turn, from the same budget
+                          party_calls_per_turn=1 if party_model(run_settings(p.benchmark.world)) else 0))
 
 
 @flow(name="campaign", flow_run_name="campaign {name}", validate_parameters=False)
@@ -217,8 +218,8 @@ class _Wallet:
     spent_before: dict[str, float]
 
     @classmethod
-    def open(cls, p: Params, budget: dict) -> _Wallet:
-        ledger = BudgetLedger(budget["db"])
+    def open(cls, p: Params, budget: BudgetSpec) -> _Wallet:
+        ledger = BudgetLedger(budget.db)
         wallet = ledger.open_wallet(p.campaign.name, p.budget.caps(), wall_seconds=p.budget.wall_seconds,
                                     max_concurrency=p.budget.max_concurrency, max_depth=p.budget.max_depth)
         if (released := ledger.recover(wallet)):
@@ -226,17 +227,17 @@ class _Wallet:
                           highlight=False)
         return cls(ledger, wallet, ledger.report(wallet)["spent"])
 
-    def report(self, budget: dict, out: Path) -> tuple[dict, dict]:
+    def report(self, budget: BudgetSpec, out: Path) -> tuple[dict, dict]:
         """Writes the budget report (.state/budget.json); returns (spent in all, spent by this process)."""
         report = self.ledger.report(self.wallet)
-        report["reply_store"] = saved(budget.get("call_cache"))  # answered from the store: not paid, still used
+        report["reply_store"] = saved(budget.call_cache)  # answered from the store: not paid, still used
         this_run = {k: v - self.spent_before.get(k, 0.0) for k, v in report["spent"].items()}
         report["spent_by_this_run"] = this_run
         write_json(state_dir(out) / "budget.json", report)
         return report["spent"], this_run
 
 
-def _play_rounds(p: Params, lineage: Lineage, budget: dict, tracker: CampaignTracker) -> str | None:
+def _play_rounds(p: Params, lineage: Lineage, budget: BudgetSpec, tracker: CampaignTracker) -> str | None:
     """The declared rounds not yet in the lineage, each recorded (MLflow, campaign memory) and said in one line, until
     one stops the campaign; the budget stop that ended them, if one did."""
     c, out = p.campaign, Path(p.campaign.out)

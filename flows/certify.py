@@ -9,6 +9,7 @@ from pathlib import Path
 
 from prefect import flow
 
+from components.evidence.budget import BudgetSpec
 from components.evolution.gate import gate
 from components.evolution.power import components as power_components
 from components.evolution.power import mde
@@ -21,7 +22,7 @@ from flows.tasks import paired_contract
 
 
 @flow(name="certification", validate_parameters=False)
-def certify(p: Params, start: Path, champion: Path, budget: dict) -> tuple[dict, list[dict]]:
+def certify(p: Params, start: Path, champion: Path, budget: BudgetSpec) -> tuple[dict, list[dict]]:
     """Champion vs the starting package on the test split, touched once per campaign, with its paired CI."""
     ev = Eval(p, budget)
     base = ev(start, "test start", split="test")

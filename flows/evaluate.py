@@ -6,6 +6,7 @@ from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from components.defaults import MAX_TURNS
+from components.evidence.budget import BudgetSpec
 from components.runtime.evaluate import EvalTables, eval_items, shards
 from flows.tasks import eval_shard
 
@@ -37,7 +38,7 @@ def auto_shard(n_items: int, n_seeds: int, workers: int) -> int:
 
 def submit_eval(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
                 shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = MAX_TURNS,
-                label: str = "", budget: dict | None = None) -> EvalTables:
+                label: str = "", budget: BudgetSpec | None = None) -> EvalTables:
     """Submit one eval_shard task per shard to the running flow's task runner and gather the tables.
 
     Rounds call this directly rather than the `evaluate` subflow: a subflow run costs about a second of Prefect

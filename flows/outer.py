@@ -124,7 +124,8 @@ def inner_params(p: Params, champion: Path, spec: ModelSpec, out: Path) -> Param
 @flow(name="outer-round", validate_parameters=False)
 def outer_round(params: dict, campaign: str, out: str, train_command: str, adapt: bool = True) -> dict:
     from components.evolution.lineage import Lineage
-    from flows.campaign import campaign as campaign_flow, prepare
+    from flows.campaign import campaign as campaign_flow
+    from flows.campaign import prepare
 
     p = Params.model_validate(params)
     outd = Path(out)

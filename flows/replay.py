@@ -16,6 +16,7 @@ from pathlib import Path
 from prefect import flow
 
 from components.codes import Verdict
+from components.evidence.budget import BudgetSpec
 from components.evidence.graph_record import memory_for_round, model_id
 from components.evolution.lineage import Lineage
 from components.evolution.record import RoundRecord
@@ -24,12 +25,12 @@ from components.io import atomic_write_bytes
 from components.params import Params
 from components.version import code_version
 from components.worlds import load_benchmark
-from flows.round import PREFECT_STEPS, Trail, stage_done, dev_look, run_round
+from flows.round import PREFECT_STEPS, Trail, dev_look, run_round, stage_done
 from flows.tasks import PERSIST, stage_key, tree_digest
 
 
 @flow(name="evolution_round", flow_run_name="round {round_no}", validate_parameters=False)
-def evolution_round(round_no: int, params: dict, budget: dict) -> RoundRecord:
+def evolution_round(round_no: int, params: dict, budget: BudgetSpec) -> RoundRecord:
     p = Params.model_validate(params)
     key, trail = round_key(round_no, p, Lineage(Path(p.campaign.out) / "lineage")), Trail()
     rec = run_round(round_no, p, budget, PREFECT_STEPS, trail)
@@ -110,7 +111,7 @@ def replay_round(key: str, round_no: int, p: Params, lineage: Lineage) -> RoundR
     return rec
 
 
-def play_round(round_no: int, p: Params, budget: dict, round_flow=None) -> RoundRecord:
+def play_round(round_no: int, p: Params, budget: BudgetSpec, round_flow=None) -> RoundRecord:
     """A round as the campaign runs it: replayed whole from the cache when every input is the same, else the round
     flow (whose stages still come from the task cache one by one where their own inputs are the same)."""
     lineage = Lineage(Path(p.campaign.out) / "lineage")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from components.codes import Verdict
+from components.evidence.budget import BudgetSpec
 from components.evidence.graph_record import memory_for_round, model_id
 from components.evolution.alpha import Spending, account, refund_design
 from components.evolution.diagnose import Diagnosis
@@ -119,7 +120,7 @@ class Eval:
     """Evaluate packages with the campaign's seeds, model, shards and budget (on the running flow's task runner when
     the steps are Prefect's)."""
 
-    def __init__(self, p: Params, budget: dict, steps: Steps = PREFECT_STEPS):
+    def __init__(self, p: Params, budget: BudgetSpec, steps: Steps = PREFECT_STEPS):
         self.p, self.budget, self.seeds, self.steps = p, budget, list(range(p.campaign.seeds)), steps
 
     def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None,
@@ -253,7 +254,7 @@ class Round:
     files: RoundFiles
 
     @classmethod
-    def open(cls, round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail) -> Round:
+    def open(cls, round_no: int, p: Params, budget: BudgetSpec, steps: Steps, trail: Trail) -> Round:
         lineage = Lineage(Path(p.campaign.out) / "lineage")
         rd = round_dir(p.campaign.out, round_no)
         return cls(round_no, p, steps, lineage, lineage.champion(), benchmark_at(p.benchmark.out),
@@ -556,7 +557,7 @@ def idle_plan(r: Round) -> Idle | None:
     return got
 
 
-def run_round(round_no: int, p: Params, budget: dict, steps: Steps, trail: Trail | None = None) -> RoundRecord:
+def run_round(round_no: int, p: Params, budget: BudgetSpec, steps: Steps, trail: Trail | None = None) -> RoundRecord:
     """One round: the stages in order, each through `steps`, writing the round's files and its lineage record."""
     r = Round.open(round_no, p, budget, steps, Trail() if trail is None else trail)
     train = evaluate_train(r)

@@ -24,11 +24,19 @@ from prefect.cache_policies import NO_CACHE
 
 from components.contracts import check_benchmark, check_paired_scores
 from components.defaults import MAX_SOURCE_ITEMS, MAX_TURNS
-from components.evidence.budget import BudgetExceeded, BudgetLedger, Estimate, usage
+from components.evidence.budget import BudgetExceeded, BudgetLedger, BudgetSpec, Estimate, usage
 from components.evidence.packets import verify_citations
 from components.evolution.diagnose import Diagnosis, diagnose
-from components.evolution.gate import (GateConfig, GateResult, RepairResult, SequentialDesign, gate, repair_screen,
-                                       sequential_gate, sequential_repair)
+from components.evolution.gate import (
+    GateConfig,
+    GateResult,
+    RepairResult,
+    SequentialDesign,
+    gate,
+    repair_screen,
+    sequential_gate,
+    sequential_repair,
+)
 from components.evolution.lineage import Lineage
 from components.evolution.meta import PlanContext, PlanOutcome, make_meta_agent
 from components.evolution.patch import apply_plan
@@ -95,14 +103,14 @@ def _shard_key(_ctx, p: dict) -> str:
                      **({"settings": settings} if settings else {}))
 
 
-def _charged(budget: dict | None, key: str, n_episodes: int, work):
+def _charged(budget: BudgetSpec | None, key: str, n_episodes: int, work):
     """Run `work(on_episode)` under a budget hold: reserve a conservative estimate first, reconcile the actual usage
     after. The shard spends only what its hold transferred: past it, it stops. The hold is keyed by the stage's
     cache key, so work already paid for is never charged again."""
     if budget is None:
         return work(None)
-    ledger, est = BudgetLedger(budget["db"]), Estimate(**budget["estimate"])
-    hold = ledger.reserve(budget["wallet"], est.episodes(n_episodes), key=key, wait=3600)
+    ledger, est = BudgetLedger(budget.db), budget.estimate
+    hold = ledger.reserve(budget.wallet, est.episodes(n_episodes), key=key, wait=3600)
     spent = dict.fromkeys(hold.amounts, 0.0)
 
     def allowance(r) -> None:
@@ -122,9 +130,9 @@ def _charged(budget: dict | None, key: str, n_episodes: int, work):
     return result
 
 
-def call_cache(budget: dict | None) -> str | None:
+def call_cache(budget: BudgetSpec | None) -> str | None:
     """The campaign's reply store (None: every call is paid; see components.models.callcache)."""
-    return (budget or {}).get("call_cache")
+    return budget.call_cache if budget else None
 
 
 def paid_usage(t: EvalTables, est: Estimate) -> dict[str, float]:
@@ -141,10 +149,10 @@ def paid_usage(t: EvalTables, est: Estimate) -> dict[str, float]:
 
 @task(name="eval_shard", cache_key_fn=_shard_key, task_run_name="eval {label}", **PERSIST)
 def eval_shard(package: str, bench: str, items: list[str], seeds: list[int], model: str, model_cfg: dict,
-               max_turns: int, label: str = "", budget: dict | None = None) -> EvalTables:
+               max_turns: int, label: str = "", budget: BudgetSpec | None = None) -> EvalTables:
     key = _shard_key(None, {"package": package, "bench": bench, "items": items, "seeds": seeds, "model": model,
                             "model_cfg": model_cfg, "max_turns": max_turns})
-    where = (budget or {}).get("episodes")  # a served model's finished episodes, kept while the shard runs
+    where = budget.episodes if budget else None  # a served model's finished episodes, kept while the shard runs
     journal = Journal(Path(where) / key, key) if where else None
     progress = progress_bar(label, len(items) * len(seeds))
 
@@ -223,7 +231,7 @@ def _plan_key(_ctx, p: dict) -> str:
 
 @task(name="plan", cache_key_fn=_plan_key, **PERSIST)
 def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str, corpus: str, rejected: list[str],
-               meta_agent: str, meta_cfg: dict, budget: dict | None = None, memory: dict | None = None,
+               meta_agent: str, meta_cfg: dict, budget: BudgetSpec | None = None, memory: dict | None = None,
                max_source_items: int = MAX_SOURCE_ITEMS) -> PlanOutcome:
     memory = memory or {}
     ctx = PlanContext(diagnosis.packets, package_at(package), benchmark_at(bench), train.traces, train.scores,
@@ -233,8 +241,8 @@ def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str
     agent = make_meta_agent(meta_agent, meta_cfg)
     if budget is None or not agent.spends:
         return agent.plan(ctx)
-    ledger, est = BudgetLedger(budget["db"]), Estimate(**budget["estimate"])
-    hold = ledger.reserve(budget["wallet"], {k: v / (est.max_turns * est.calls_per_turn) for k, v in est.episodes(1).items()},
+    ledger, est = BudgetLedger(budget.db), budget.estimate
+    hold = ledger.reserve(budget.wallet, {k: v / (est.max_turns * est.calls_per_turn) for k, v in est.episodes(1).items()},
                           key=plan_key(package, bench, corpus, rejected, meta_agent, meta_cfg, memory,
                                        max_source_items), wait=3600)
     try:
@@ -263,7 +271,7 @@ def _validate_key(_ctx, p: dict) -> str:
 
 @task(name="validate", cache_key_fn=_validate_key, **PERSIST)
 def validate_stage(plan: Plan, candidate: str, bench: str, probe_items: list[str], model: str, model_cfg: dict,
-                   max_turns: int, budget: dict | None = None) -> Validation:
+                   max_turns: int, budget: BudgetSpec | None = None) -> Validation:
     """Schema, lint, leakage, reachability; then an activation probe: the mechanism must fire on the source tasks."""
     b = benchmark_at(bench)
     v, pkg = static_checks(plan, candidate, b)
@@ -352,7 +360,7 @@ def paired_contract(base: pd.DataFrame, cand: pd.DataFrame, where: str) -> bool:
 
 def plain_eval(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
                shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = MAX_TURNS,
-               label: str = "", budget: dict | None = None, workers: int = 2) -> EvalTables:
+               label: str = "", budget: BudgetSpec | None = None, workers: int = 2) -> EvalTables:
     """flows.evaluate.submit_eval's shards as direct calls of eval_shard's function on a plain thread pool of the flow's
     size (its budget holds included): the baseline benchmarks/bench_round.py measures Prefect against."""
     from concurrent.futures import ThreadPoolExecutor

@@ -357,12 +357,12 @@ def test_progress_is_drawn_only_on_a_terminal():
 
 def test_a_campaign_shard_keeps_its_episodes_and_a_rerun_resumes_them(fake, bench, bench_dir, tmp_path, monkeypatch):
     import components.runtime.evaluate as evaluate
-    from components.evidence.budget import BudgetLedger
+    from components.evidence.budget import BudgetLedger, BudgetSpec, Estimate
     from flows.tasks import eval_shard
 
     BudgetLedger(tmp_path / "b.sqlite").open_wallet("c", {"model_calls": 100_000})
-    budget = {"db": str(tmp_path / "b.sqlite"), "wallet": "c", "call_cache": None, "episodes": str(tmp_path / "ep"),
-              "estimate": {"max_turns": 40, "tokens_in_per_call": 8000, "tokens_out_per_call": 512}}
+    budget = BudgetSpec(db=str(tmp_path / "b.sqlite"), wallet="c", episodes=str(tmp_path / "ep"),
+                        estimate=Estimate(max_turns=40, tokens_in_per_call=8000, tokens_out_per_call=512))
     args = (str(PACKAGES / "seed"), str(bench_dir), bench.ids("dev")[:3], [0], "openai",
             {"base_url": fake.url, "max_retries": 0}, 40)
     real, ran = evaluate.run_episode, []

@@ -27,7 +27,7 @@ def test_the_door_makes_every_task_path_absolute_and_records_them_as_given(tmp_p
     assert p.campaign.start == str(tmp_path / "pkgs/seed") and p.evidence.db == str(tmp_path / "ev/evidence.db")
     assert p.campaign.tracking_uri == f"sqlite:///{tmp_path / 'ml/mlflow.db'}"
     spec = budget_spec(p)
-    assert all(Path(spec[k]).is_absolute() for k in ("db", "call_cache"))
+    assert spec.call_cache is not None and all(Path(x).is_absolute() for x in (spec.db, spec.call_cache))
     assert p.resolved() == p  # idempotent: a subflow resolving again changes nothing
     assert p.recorded() == given  # records show the paths as given (inside the working directory: relative)
     assert recorded_path(str(tmp_path.parent / "x")) == str(tmp_path.parent / "x")  # outside it: absolute

@@ -617,7 +617,7 @@ def test_which_user_simulator_ran_is_part_of_every_identity_and_its_tokens_are_c
     assert all(before[k] != after[k] for k in keys), (before, after)
     monkeypatch.setenv(ENV_VAR, '{base_url: "http://10.0.0.1:8000/v1", model: user-model, temperature: 0.5, timeout: 9}')
     assert {k: f() for k, f in keys.items()} == after  # another address, the same user
-    assert budget_spec(p)["estimate"]["party_calls_per_turn"] == 1
+    assert budget_spec(p).estimate.party_calls_per_turn == 1
     scores = pd.DataFrame({"tokens_in": [10], "tokens_out": [1], "model_calls": [2], "tool_calls": [3],
                            "user_tokens_in": [100], "user_tokens_out": [7], "user_model_calls": [4]})
     est = Estimate(max_turns=10, tokens_in_per_call=1, tokens_out_per_call=1, party_calls_per_turn=1)

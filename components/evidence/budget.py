@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from components.errors import InputError, StorageError, storage_problem
 
 RESOURCES = ("tokens_in", "tokens_out", "model_calls", "tool_calls", "money")
@@ -283,6 +285,19 @@ class Estimate:
     def cost(self, tokens_in: float, tokens_out: float) -> float:
         return tokens_in / 1000 * self.price_in_per_1k + tokens_out / 1000 * self.price_out_per_1k
 
+
+
+class BudgetSpec(BaseModel):
+    """What an evaluation charges its work to and how it reserves it: the campaign's ledger (`db`) and wallet, the
+    reservation estimate, and the stores a shard keeps (a deterministic model's replies, a served model's finished
+    episodes; None when not kept)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    db: str
+    wallet: str
+    estimate: Estimate
+    call_cache: str | None = None
+    episodes: str | None = None
 
 def usage(scores, estimate: Estimate) -> dict[str, float]:
     """Actual usage of a set of episodes (a scores table): the agent's model and, where the table has them, the

@@ -8,6 +8,7 @@ import sys
 
 from components.env import quiet_offline
 from components.errors import InputError
+
 # isort: off
 # each module registers its commands as it is imported: in this order, `ratchet --help` lists them
 from flows.cli import packages, evaluate, campaigns, evidence  # noqa: F401
