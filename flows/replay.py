@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import flow
@@ -25,7 +26,7 @@ from components.io import atomic_write_bytes
 from components.params import Params
 from components.version import code_version
 from components.worlds import load_benchmark
-from flows.round import PREFECT_STEPS, Trail, dev_look, run_round, stage_done
+from flows.round import PREFECT_STEPS, Committed, Trail, dev_look, run_round, stage_done
 from flows.tasks import PERSIST, stage_key, tree_digest
 
 
@@ -62,11 +63,17 @@ def _round_store():
     return ResultStore(serializer=PERSIST["result_serializer"], cache_result_in_memory=False)
 
 
+@dataclass(frozen=True)
+class KeptRound:
+    """A completed round as kept for a replay: its round directory's files (by relative path) and its trail."""
+    files: dict[str, bytes]
+    trail: Trail
+
+
 def keep_round(key: str, rd: Path, trail: Trail) -> None:
     files = {f.relative_to(rd).as_posix(): f.read_bytes() for f in sorted(rd.rglob("*"))
              if f.is_file() and f.name != "round.json"}  # round.json names the committed version: written again
-    _round_store().write({"files": files, "stages": trail.stages, "action": trail.action, "memory": trail.memory,
-                          "memory_inputs": trail.memory_inputs}, key=key)
+    _round_store().write(KeptRound(files, trail), key=key)
 
 
 # what reading a damaged record raises: the file (OSError), its JSON or base64 (ValueError, pydantic's errors among
@@ -84,31 +91,37 @@ def replay_round(key: str, round_no: int, p: Params, lineage: Lineage) -> RoundR
         kept = store.read(key).result
     except UNREADABLE_RECORD:  # a record cut short by a kill is a miss, not an error: the round runs
         return None
-    c, rd = p.campaign, round_dir(p.campaign.out, round_no)
-    if kept["memory_inputs"] is not None or p.evidence.memory:
-        if kept["memory_inputs"] is None:
-            return None
-        packets, traces = kept["memory_inputs"]
-        champ, b = lineage.champion(), load_benchmark(p.benchmark.out)
-        now = memory_for_round(p.evidence, c.name, packets, traces, str(champ.path), b.digest,
-                               model_id(c.model, c.model_cfg), c.out)
-        if now.record() != kept["memory"]:
-            return None
-    for name, data in kept["files"].items():
+    if not isinstance(kept, KeptRound) or not _same_memory(kept.trail, p, lineage):
+        return None
+    rd, trail = round_dir(p.campaign.out, round_no), kept.trail
+    for name, data in kept.files.items():
         atomic_write_bytes(rd / name, data)
-    for stage, extra in kept["stages"][:-1]:
+    for stage, extra in trail.stages[:-1]:
         stage_done(p, round_no, stage, **extra)
-    action = kept["action"]
-    if action[0] == Verdict.ACCEPT:
-        version = lineage.commit(rd / "candidate", action[1], round_no, action[2]).name
-        rec = RoundRecord(**action[2], verdict=Verdict.ACCEPT, version=version)
+    action = trail.action
+    if isinstance(action, Committed):
+        version = lineage.commit(rd / "candidate", action.digest, round_no, action.record).name
+        rec = RoundRecord(**action.record, verdict=Verdict.ACCEPT, version=version)
     else:
-        rec = RoundRecord(**action[1])
-        lineage.reject(round_no, action[1], action[2])
+        assert action is not None, "a kept round always made its lineage write"
+        rec = RoundRecord(**action.record)
+        lineage.reject(round_no, action.record, action.plan)
     write_json(rd / "round.json", rec.dump())
-    stage, extra = kept["stages"][-1]
+    stage, extra = trail.stages[-1]
     stage_done(p, round_no, stage, **{**extra, **({"version": rec.version} if "version" in extra else {})})
     return rec
+
+
+def _same_memory(trail: Trail, p: Params, lineage: Lineage) -> bool:
+    """Would the plan read the same from the campaign memory now as when the round ran? (Always, with none.)"""
+    c = p.campaign
+    if trail.memory_inputs is None:
+        return not p.evidence.memory
+    packets, traces = trail.memory_inputs
+    champ, b = lineage.champion(), load_benchmark(p.benchmark.out)
+    now = memory_for_round(p.evidence, c.name, packets, traces, str(champ.path), b.digest,
+                           model_id(c.model, c.model_cfg), c.out)
+    return now.record() == trail.memory
 
 
 def play_round(round_no: int, p: Params, budget: BudgetSpec, round_flow=None) -> RoundRecord:

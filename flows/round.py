@@ -202,12 +202,27 @@ def dev_looks(history: Sequence[RoundRecord | dict[str, Any]], campaign_alpha: f
             "rule": rule or "linear", "campaign_alpha": campaign_alpha}
 
 
+@dataclass(frozen=True)
+class Committed:
+    """A round's lineage write on accept: the candidate's digest and the record committed with it (the lineage sets
+    its verdict and version)."""
+    digest: str
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A round's lineage write without a new champion: its record and the plan turned down (None: no plan)."""
+    record: dict[str, Any]
+    plan: dict[str, Any] | None
+
+
 @dataclass
 class Trail:
     """What a round did besides writing its round directory: the progress it recorded, its lineage write, and what its
     plan read from the campaign memory. Kept with the round's files so that a rerun on the same inputs replays it."""
     stages: list[tuple[str, dict]] = field(default_factory=list)
-    action: tuple = ()
+    action: Committed | Rejected | None = None
     memory: dict | None = None
     memory_inputs: tuple | None = None  # (packets, train traces): to ask the campaign memory again on a replay
 
@@ -524,9 +539,9 @@ def reject(r: Round, reason: str, plan: Plan | None = None, verdict: Verdict = V
     """The round ends without a new champion: its lineage record (and the rejected plan), round.json, progress."""
     rec = r.record(**figures, reason=reason, verdict=verdict, **_plan_fields(plan))
     trail = r.files.trail
-    trail.action = (Verdict.REJECT, rec.dump(), plan.model_dump() if plan is not None else None)
-    r.steps.reject(str(r.lineage.root), r.no, *trail.action[1:])
-    r.files.json("round.json", trail.action[1])
+    trail.action = Rejected(rec.dump(), plan.model_dump() if plan is not None else None)
+    r.steps.reject(str(r.lineage.root), r.no, trail.action.record, trail.action.plan)
+    r.files.json("round.json", trail.action.record)
     r.files.done("commit", verdict=verdict)
     return rec
 
@@ -536,7 +551,7 @@ def commit(r: Round, plan: Plan, cand: Candidate, figures: dict, reason: str) ->
     fields = {**figures, **_plan_fields(plan), "reason": reason}
     committing = r.record(**fields, verdict=Verdict.ACCEPT).dump()
     del committing["verdict"]  # the lineage's commit sets it
-    r.files.trail.action = (Verdict.ACCEPT, cand.digests["candidate_digest"], dict(committing))
+    r.files.trail.action = Committed(cand.digests["candidate_digest"], dict(committing))
     version = r.steps.commit(str(r.lineage.root), cand.path, cand.digests["candidate_digest"], r.no, committing)
     rec = r.record(**fields, verdict=Verdict.ACCEPT, version=version)
     r.files.json("round.json", rec.dump())
