@@ -2,7 +2,9 @@
 
 Cache keys are the code version of components/ plus the digests of the stage's inputs (package bytes, benchmark
 bytes, seed map, options), never object identities, so a rerun with the same bytes recomputes nothing and a changed
-input recomputes only what depends on it. Results persist (compressed pickle: flows/resultzip.py) under
+input recomputes only what depends on it. A stage's key is derived from its own signature (`inputs_key`): each
+parameter is keyed as its annotation declares (`As`: a directory by its digest, a table by its rows' hash, or not
+at all), the rest by value; `KEY_VERSION` names what keys are made of. A budget hold is keyed by the same key. Results persist (compressed pickle: flows/resultzip.py) under
 PREFECT_LOCAL_STORAGE_PATH.
 `patch` and `commit` write files and are cheap: they run every time and are idempotent instead of cached.
 """
@@ -10,17 +12,21 @@ PREFECT_LOCAL_STORAGE_PATH.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import shutil
 import time
+from collections.abc import Callable
+from enum import Enum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict, get_type_hints
 
 import numpy as np
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel
 
 from components.contracts import check_benchmark, check_paired_scores
 from components.defaults import MAX_SOURCE_ITEMS, MAX_TURNS
@@ -69,6 +75,46 @@ def stage_key(stage: str, **inputs: Any) -> str:
     return f"{stage}-{code_version()}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
 
 
+class As(Enum):
+    """How a stage's parameter enters its cache key, declared on the parameter itself (`Annotated[str, As.TREE]`).
+    Undeclared: its value (a pydantic record as its dump)."""
+
+    TREE = "tree"  # a package or benchmark directory: its digest (its bytes, wherever it lies)
+    FRAME = "frame"  # a table: the hash of its rows
+    OFF = "off"  # not an input of what the stage computes (a label, the budget it is charged to), or one that a
+    # keyed parameter stands for (a train corpus's name stands for its tables)
+
+
+Tree = Annotated[str, As.TREE]
+Frame = Annotated[pd.DataFrame, As.FRAME]
+KEY_VERSION = 2  # what stage keys are made of (the code version covers the code): bumped when that changes
+
+
+@lru_cache(maxsize=None)
+def _signature(fn: Callable[..., Any]) -> tuple[tuple[str, As | None, Any], ...]:
+    hints = get_type_hints(fn, include_extras=True)
+    how = lambda h: next((m for m in getattr(h, "__metadata__", ()) if isinstance(m, As)), None)  # noqa: E731
+    return tuple((name, how(hints.get(name)), prm.default) for name, prm in inspect.signature(fn).parameters.items())
+
+
+def inputs_key(fn: Callable[..., Any], params: dict[str, Any], **extra: Any) -> str:
+    """The cache key of a call of stage function `fn` with `params`: every parameter its signature declares, each as
+    `As` says, and `extra` inputs read elsewhere; the same key for the budget hold of its work."""
+    keyed: dict[str, Any] = {}
+    for name, how, default in _signature(fn):
+        if how is As.OFF:
+            continue
+        v = params.get(name, default)
+        keyed[name] = (tree_digest(v) if how is As.TREE else frame_hash(v) if how is As.FRAME
+                       else v.model_dump() if isinstance(v, BaseModel) else v)
+    return stage_key(fn.__name__, key_version=KEY_VERSION, **keyed, **extra)
+
+
+def by_signature(ctx: Any, params: dict[str, Any]) -> str:
+    """Prefect's `cache_key_fn` for a stage keyed by its own signature (`inputs_key`)."""
+    return inputs_key(ctx.task.fn, params)
+
+
 @lru_cache(maxsize=64)
 def _tree_digest(path: str, _stats: tuple) -> str:
     return digest(path)
@@ -94,13 +140,10 @@ def frame_hash(df: pd.DataFrame) -> str:
 
 # -- evaluate ----------------------------------------------------------------------------------------------------------
 
-def _shard_key(_ctx, p: dict) -> str:
+def _shard_key(ctx: Any, p: dict) -> str:
     # the world's settings outside the benchmark, as this process runs episodes (a user simulator's model): a shard run
-    # with another user is another shard (absent for a world that has none: the keys as before)
-    settings = run_settings(benchmark_at(p["bench"]).world)
-    return stage_key("eval_shard", package=digest(p["package"]), bench=tree_digest(p["bench"]), items=p["items"],
-                     seeds=p["seeds"], model=p["model"], model_cfg=p["model_cfg"], max_turns=p["max_turns"],
-                     **({"settings": settings} if settings else {}))
+    # with another user is another shard
+    return inputs_key(eval_shard.fn, p, settings=run_settings(benchmark_at(p["bench"]).world))
 
 
 def _charged(budget: BudgetSpec | None, key: str, n_episodes: int, work):
@@ -148,8 +191,9 @@ def paid_usage(t: EvalTables, est: Estimate) -> dict[str, float]:
 
 
 @task(name="eval_shard", cache_key_fn=_shard_key, task_run_name="eval {label}", **PERSIST)
-def eval_shard(package: str, bench: str, items: list[str], seeds: list[int], model: str, model_cfg: dict,
-               max_turns: int, label: str = "", budget: BudgetSpec | None = None) -> EvalTables:
+def eval_shard(package: Tree, bench: Tree, items: list[str], seeds: list[int], model: str, model_cfg: dict,
+               max_turns: int, label: Annotated[str, As.OFF] = "",
+               budget: Annotated[BudgetSpec | None, As.OFF] = None) -> EvalTables:
     key = _shard_key(None, {"package": package, "bench": bench, "items": items, "seeds": seeds, "model": model,
                             "model_cfg": model_cfg, "max_turns": max_turns})
     where = budget.episodes if budget else None  # a served model's finished episodes, kept while the shard runs
@@ -172,14 +216,8 @@ def eval_shard(package: str, bench: str, items: list[str], seeds: list[int], mod
 
 # -- hidden causes (counterfactual replay; read only by diagnosis scoring) -----------------------------------------------
 
-def _causes_key(_ctx, p: dict) -> str:
-    learned = sorted(p.get("learned") or ())  # a trained simulated model: its own truth (absent: the keys as before)
-    return stage_key("causes", package=digest(p["package"]), bench=tree_digest(p["bench"]),
-                     scores=frame_hash(p["scores"]), max_turns=p["max_turns"], **({"learned": learned} if learned else {}))
-
-
-@task(name="causes", cache_key_fn=_causes_key, **PERSIST)
-def causes_stage(scores: pd.DataFrame, package: str, bench: str, max_turns: int,
+@task(name="causes", cache_key_fn=by_signature, **PERSIST)
+def causes_stage(scores: Frame, package: Tree, bench: Tree, max_turns: int,
                  learned: tuple[str, ...] = ()) -> pd.DataFrame:
     """Replay each failed episode with one owner's faults off at a time (cached: a champion's train set once).
     `learned`: the facts the campaign's simulated model was trained on (its replays know them too)."""
@@ -190,12 +228,8 @@ def causes_stage(scores: pd.DataFrame, package: str, bench: str, max_turns: int,
 
 # -- diagnose ----------------------------------------------------------------------------------------------------------
 
-def _diag_key(_ctx, p: dict) -> str:
-    return stage_key("diagnose", package=digest(p["package"]), bench=tree_digest(p["bench"]), corpus=p["corpus"])
-
-
-@task(name="diagnose", cache_key_fn=_diag_key, **PERSIST)
-def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> Diagnosis:
+@task(name="diagnose", cache_key_fn=by_signature, **PERSIST)
+def diagnose_stage(train: Annotated[EvalTables, As.OFF], package: Tree, bench: Tree, corpus: str) -> Diagnosis:
     """Diagnose from traces and scores only (never the hidden causes), then check every packet's citations."""
     from components.evolution.infer import policy_today
     from components.worlds.base import train_gold
@@ -215,36 +249,26 @@ def diagnose_stage(train: EvalTables, package: str, bench: str, corpus: str) -> 
 
 # -- plan --------------------------------------------------------------------------------------------------------------
 
-def plan_key(package: str, bench: str, corpus: str, rejected: list[str], meta_agent: str, meta_cfg: dict,
-             memory: dict | None = None, max_source_items: int = MAX_SOURCE_ITEMS, **_ignored) -> str:
-    """The plan stage's inputs as one key: its cache key, and its budget hold's."""
-    return stage_key("plan", package=digest(package), bench=tree_digest(bench), corpus=corpus,
-                     rejected=sorted(rejected), meta_agent=meta_agent, meta_cfg=meta_cfg,
-                     **({"memory": memory} if memory else {}),
-                     # named only when not the default, so the keys (cache, budget holds) of earlier runs still hold
-                     **({"max_source_items": max_source_items} if max_source_items != MAX_SOURCE_ITEMS else {}))
-
-
-def _plan_key(_ctx, p: dict) -> str:
-    return plan_key(**p)
-
-
-@task(name="plan", cache_key_fn=_plan_key, **PERSIST)
-def plan_stage(diagnosis: Diagnosis, train: EvalTables, package: str, bench: str, corpus: str, rejected: list[str],
-               meta_agent: str, meta_cfg: dict, budget: BudgetSpec | None = None, memory: dict | None = None,
+@task(name="plan", cache_key_fn=by_signature, **PERSIST)
+def plan_stage(diagnosis: Annotated[Diagnosis, As.OFF], train: Annotated[EvalTables, As.OFF], package: Tree, bench: Tree,
+               corpus: str, rejected: list[str], meta_agent: str, meta_cfg: dict,
+               budget: Annotated[BudgetSpec | None, As.OFF] = None, memory: dict | None = None,
                max_source_items: int = MAX_SOURCE_ITEMS) -> PlanOutcome:
-    memory = memory or {}
+    """The meta-agent's plan. Its diagnosis and train tables are not keyed: the corpus's name stands for them."""
+    mem = memory or {}
     ctx = PlanContext(diagnosis.packets, package_at(package), benchmark_at(bench), train.traces, train.scores,
-                      set(rejected), diagnosis.findings, revocations=[parse_plan(x) for x in memory.get("revocations", [])],
-                      later=set(memory.get("later", [])), memory=memory.get("projection") or {},
+                      set(rejected), diagnosis.findings, revocations=[parse_plan(x) for x in mem.get("revocations", [])],
+                      later=set(mem.get("later", [])), memory=mem.get("projection") or {},
                       max_source_items=max_source_items)
     agent = make_meta_agent(meta_agent, meta_cfg)
     if budget is None or not agent.spends:
         return agent.plan(ctx)
+    key = inputs_key(plan_stage.fn, {"package": package, "bench": bench, "corpus": corpus, "rejected": rejected,
+                                     "meta_agent": meta_agent, "meta_cfg": meta_cfg, "memory": memory,
+                                     "max_source_items": max_source_items})
     ledger, est = BudgetLedger(budget.db), budget.estimate
     hold = ledger.reserve(budget.wallet, {k: v / (est.max_turns * est.calls_per_turn) for k, v in est.episodes(1).items()},
-                          key=plan_key(package, bench, corpus, rejected, meta_agent, meta_cfg, memory,
-                                       max_source_items), wait=3600)
+                          key=key, wait=3600)
     try:
         result = agent.plan(ctx)
     except BaseException:
@@ -264,20 +288,16 @@ def patch_stage(plan: Plan, base: str, out: str) -> str:
     return str(apply_plan(plan, base, out))
 
 
-def _validate_key(_ctx, p: dict) -> str:
-    return stage_key("validate", candidate=digest(p["candidate"]), bench=tree_digest(p["bench"]),
-                     plan=p["plan"].model_dump(), probe=p.get("probe_items"), model=p["model"], model_cfg=p["model_cfg"])
-
-
-@task(name="validate", cache_key_fn=_validate_key, **PERSIST)
-def validate_stage(plan: Plan, candidate: str, bench: str, probe_items: list[str], model: str, model_cfg: dict,
-                   max_turns: int, budget: BudgetSpec | None = None) -> Validation:
+@task(name="validate", cache_key_fn=by_signature, **PERSIST)
+def validate_stage(plan: Plan, candidate: Tree, bench: Tree, probe_items: list[str], model: str, model_cfg: dict,
+                   max_turns: int, budget: Annotated[BudgetSpec | None, As.OFF] = None) -> Validation:
     """Schema, lint, leakage, reachability; then an activation probe: the mechanism must fire on the source tasks."""
     b = benchmark_at(bench)
     v, pkg = static_checks(plan, candidate, b)
     if v.ok and pkg is not None:  # (ok: it loaded)
-        key = _validate_key(None, {"candidate": candidate, "bench": bench, "plan": plan, "probe_items": probe_items,
-                                   "model": model, "model_cfg": model_cfg})
+        key = inputs_key(validate_stage.fn, {"plan": plan, "candidate": candidate, "bench": bench,
+                                             "probe_items": probe_items, "model": model, "model_cfg": model_cfg,
+                                             "max_turns": max_turns})
         probe = _charged(budget, key, len(probe_items),
                          lambda check: run_shard(pkg, b, probe_items, [0], model, model_cfg, max_turns, check,
                                                  call_cache=call_cache(budget)))
@@ -289,15 +309,8 @@ def validate_stage(plan: Plan, candidate: str, bench: str, probe_items: list[str
 
 # -- repair screen and gate (arithmetic over score tables) -------------------------------------------------------------
 
-def _scores_key(stage: str):
-    def key(_ctx, p: dict) -> str:
-        return stage_key(stage, base=frame_hash(p["base"]), cand=frame_hash(p["cand"]),
-                         **{k: v for k, v in p.items() if k not in ("base", "cand")})
-    return key
-
-
-@task(name="repair_look", cache_key_fn=_scores_key("repair_look"), **PERSIST)
-def repair_look_stage(base: pd.DataFrame, cand: pd.DataFrame, material: float, alpha: float, design: dict,
+@task(name="repair_look", cache_key_fn=by_signature, **PERSIST)
+def repair_look_stage(base: Frame, cand: Frame, material: float, alpha: float, design: dict,
                       items: list[str], seeds: list[int]) -> tuple[RepairResult | None, pd.DataFrame, dict]:
     """The repair screen over the looks evaluated so far (None: not decided yet); one look is the full screen."""
     d = SequentialDesign(**design)
@@ -310,8 +323,8 @@ def repair_look_stage(base: pd.DataFrame, cand: pd.DataFrame, material: float, a
     return sequential_repair(base, cand, material, alpha, d, items, seeds)
 
 
-@task(name="gate_look", cache_key_fn=_scores_key("gate_look"), **PERSIST)
-def gate_look_stage(base: pd.DataFrame, cand: pd.DataFrame, cfg: dict, design: dict, items: list[str],
+@task(name="gate_look", cache_key_fn=by_signature, **PERSIST)
+def gate_look_stage(base: Frame, cand: Frame, cfg: dict, design: dict, items: list[str],
                     seeds: list[int], fired_by_look: list[bool],
                     leakage: bool) -> tuple[GateResult | None, pd.DataFrame, dict]:
     """The held-out gate over the looks evaluated so far (None: not decided yet); one look is the ordinary gate."""
@@ -340,18 +353,14 @@ def reject_stage(lineage: str, round_no: int, record: dict, plan: dict | None) -
 # A contract's verdict on the same bytes is the same verdict: cached on them like a stage, so a resume or a rerun of
 # the same campaign neither imports great-expectations (~3.5 CPU-s) nor validates again. A failure is never cached.
 
-def _benchmark_contract_key(_ctx, p: dict) -> str:
-    return stage_key("benchmark_contract", bench=tree_digest(p["bench"]))
-
-
-@task(name="benchmark_contract", cache_key_fn=_benchmark_contract_key, **PERSIST)
-def benchmark_contract(bench: str) -> bool:
+@task(name="benchmark_contract", cache_key_fn=by_signature, **PERSIST)
+def benchmark_contract(bench: Tree) -> bool:
     check_benchmark(bench)
     return True
 
 
-@task(name="paired_contract", cache_key_fn=_scores_key("paired_contract"), **PERSIST)
-def paired_contract(base: pd.DataFrame, cand: pd.DataFrame, where: str) -> bool:
+@task(name="paired_contract", cache_key_fn=by_signature, **PERSIST)
+def paired_contract(base: Frame, cand: Frame, where: str) -> bool:
     check_paired_scores(base, cand, where)
     return True
 
