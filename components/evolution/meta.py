@@ -309,7 +309,7 @@ def _from_outcomes(p: EvidencePacket) -> bool:
 
 
 def outcome_inferences(ctx: PlanContext, tool: str) -> list:
-    """The inference for every field of `tool` the train episodes got wrong (components/evolution/infer.py), from
+    """The inference for every field of `tool` the train episodes got wrong (components/evolution/infer/), from
     the working base's train traces and the train items' gold; memoized per context."""
     return _inferred(ctx, tool)[0]
 
