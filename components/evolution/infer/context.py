@@ -36,16 +36,18 @@ class _Ctx:
         # is rational arithmetic only
         self.ext = [{k: (q(v) if isinstance(v, float) else v) for k, v in ext(r, self.fld, self.exclude).items()}
                     for r in self.rows]
-        per_item: dict[str, int] = {}
-        for r in self.rows:
-            per_item[r.item] = per_item.get(r.item, 0) + 1
-        self.w = [1 / per_item[r.item] for r in self.rows]  # an item's rows (its seeds) weigh one item together
+        self.w = _item_weights(self.rows)
         self.ys = [r.gold.get(self.fld) for r in self.rows]
         self.numeric = bool(self.ys) and all(is_num(y) for y in self.ys)
         self.quantum = quantum_of(self.ys) if self.numeric else Fraction(1, 100)
         whole = {p for e in self.ext for p, v in e.items() if isinstance(v, O.Records)}
         self.paths = sorted({p for e in self.ext for p in e} - whole)
         self.lists = sorted(p for p in whole if self.readable(p))
+        self._sort_paths()
+
+    def _sort_paths(self) -> None:
+        """Each path's count of distinct values, and which readable paths are numbers or categories (what a
+        condition may read)."""
         self.distinct = {}
         self.nums, self.cats = [], []
         for p in self.paths:
@@ -85,6 +87,14 @@ class _Ctx:
     @property
     def path_bits(self) -> float:
         return math.log2(1 + len(self.paths))
+
+
+def _item_weights(rows: list[Row]) -> list[float]:
+    """Each row's weight: an item's rows (its seeds) weigh one item together."""
+    per_item: dict[str, int] = {}
+    for r in rows:
+        per_item[r.item] = per_item.get(r.item, 0) + 1
+    return [1 / per_item[r.item] for r in rows]
 
 
 def _value_bits(ctx: _Ctx, v: Any) -> float:

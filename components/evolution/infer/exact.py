@@ -89,13 +89,24 @@ def _fit_head(ctx: _Ctx, base: Term, none: list[int], half: Fraction) -> tuple[T
     """The base's constant, or its table's entries, from the rows where no condition holds (`none`), and the
     table's categories seen only with a factor (their base comes from the factor: `_filled`)."""
     if base.kind != "table":
-        vs = _base_values(ctx, base)
-        idx = [i for i in none if vs[i] is not None and vs[i] != 0]
-        k0 = _most_common_factor(ctx, idx, [vs[i] for i in idx], half)
-        if k0 is None or k0 == 0:
-            return None
-        return (Term("const", k0) if base.kind == "const" else
-                Term("equal", None, base.path) if k0 == 1 else Term("share", k0, base.path)), []
+        head = _fit_scalar_head(ctx, base, none, half)
+        return (head, []) if head is not None else None
+    return _fit_table_head(ctx, base, none, half)
+
+
+def _fit_scalar_head(ctx: _Ctx, base: Term, none: list[int], half: Fraction) -> Term | None:
+    """A constant base's value, or a number's share (itself when the share is 1)."""
+    vs = _base_values(ctx, base)
+    idx = [i for i in none if vs[i] is not None and vs[i] != 0]
+    k0 = _most_common_factor(ctx, idx, [vs[i] for i in idx], half)
+    if k0 is None or k0 == 0:
+        return None
+    return (Term("const", k0) if base.kind == "const" else
+            Term("equal", None, base.path) if k0 == 1 else Term("share", k0, base.path))
+
+
+def _fit_table_head(ctx: _Ctx, base: Term, none: list[int], half: Fraction) -> tuple[Term, list[tuple]] | None:
+    """A table's entries, and the categories no row without a factor shows."""
     rk = [tuple(str(e[p]) for p in base.paths) if all(p in e for p in base.paths) else None for e in ctx.ext]
     entries, missing = [], []
     for key in sorted({k for k in rk if k is not None}):

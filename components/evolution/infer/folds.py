@@ -24,8 +24,7 @@ def infer_field(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()
     usable = [r for r in rows if fld in r.gold and r.agent is not None]  # what the agent saw when it wrote
     wrong = [r for r in usable if r.agent is not None and not same(r.agent.get(fld), r.gold[fld])]
     examples = [{"item": r.item, "agent": r.agent.get(fld), "gold": r.gold[fld]} for r in wrong[:4]]
-    if any((not isinstance(r.gold[fld], (str, int, float)) or isinstance(r.gold[fld], bool))
-           and not _ids(r.gold[fld]) for r in usable):
+    if any(_record(r.gold[fld]) for r in usable):
         return Inference(fld, None, "a record value: no rule of the known forms states one", 0, 0,
                          len(wrong), examples)
     half = fit_half([r.item for r in usable])
@@ -41,6 +40,11 @@ def infer_field(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()
         if out.why.startswith("too few items"):
             break  # the other fold has the same items the other way round: no more to fit on
     return first
+
+
+def _record(v: Any) -> bool:
+    """A value no form states: neither a string nor a number (a bool is neither) nor a list of ids."""
+    return (not isinstance(v, (str, int, float)) or isinstance(v, bool)) and not _ids(v)
 
 
 def _fold(out: Inference, fit: list[Row], check: list[Row], usable: list[Row],

@@ -132,9 +132,58 @@ def _structures(ctx: _Ctx, base: Term, ind: _Indicators) -> list[list[Cond]]:
     `BEAM` indicators most correlated with the residual of its log-linear fit (one condition per feature; with few
     items a coincidence can correlate as well as the cause, and the check half tells them apart); each set along
     the way a structure to fit exactly."""
+    ll = _log_linear(ctx, base, ind)
+    if ll is None:
+        return []
+    seen: set[tuple[int, ...]] = set()
+    frontier: list[list[int]] = [[]]
+    fitting_sets: list[list[int]] = []  # the sets whose log-linear fit explains the rows up to twice rounding's noise
+    for _step in range(min(len(ind.conds), max(1, len(ll.t) // 4))):
+        grown: list[tuple[float, list[int]]] = []
+        for chosen in frontier:
+            x = ll.columns(chosen)
+            r = ll.residual(x)
+            if np.mean(np.abs(r) <= ll.noise) >= EXPLAIN:
+                fitting_sets.append(chosen)
+                continue  # explains the rows up to rounding: more conditions would fit noise
+            if _capped_shape(x, ll.t, ll.noise) and chosen not in fitting_sets:
+                fitting_sets.append(chosen)  # a cap may explain the rest
+            grown += _grown(ll, ind, chosen, r, seen)
+        if not grown:
+            break
+        grown.sort(key=lambda g: (g[0], g[1]))
+        frontier = [g[1] for g in grown[:BEAM]]
+    for chosen in frontier:  # the last sets grown, if they were not judged yet
+        if np.mean(np.abs(ll.residual(ll.columns(chosen))) <= ll.noise) >= EXPLAIN and chosen not in fitting_sets:
+            fitting_sets.append(chosen)
+    return [[ind.conds[j] for j in chosen] for chosen in fitting_sets]  # only these can fit exactly
+
+
+@dataclass
+class _LogLinear:
+    """What a structure search fits, on the rows where the gold and the base are positive: the log target `t`, the
+    base's columns, the indicators `m` (and, centred, their norms: their correlation with a residual), and twice
+    what rounding can do to a log."""
+
+    t: np.ndarray
+    design: np.ndarray
+    m: np.ndarray
+    noise: np.ndarray
+    centered: np.ndarray
+    norm: np.ndarray
+
+    def columns(self, chosen: list[int]) -> np.ndarray:
+        return np.column_stack([self.design] + [self.m[:, j] for j in chosen]) if chosen else self.design
+
+    def residual(self, x: np.ndarray) -> np.ndarray:
+        coef, *_ = np.linalg.lstsq(x, self.t, rcond=None)
+        return self.t - x @ coef
+
+
+def _log_linear(ctx: _Ctx, base: Term, ind: _Indicators) -> _LogLinear | None:
     got = _base_design(ctx, base)
     if got is None:
-        return []
+        return None
     t, design, _keys = got
     ok = ~np.isnan(t)
     t, design, m = t[ok], design[ok], ind.matrix[ok]
@@ -142,48 +191,33 @@ def _structures(ctx: _Ctx, base: Term, ind: _Indicators) -> list[list[Cond]]:
     noise = np.log((y + _f(ctx.quantum)) / np.maximum(y - _f(ctx.quantum), 1e-12))  # what rounding can do to a log
     centered = m - m.mean(axis=0)
     norm = np.sqrt((centered ** 2).sum(axis=0))
-    seen: set[tuple[int, ...]] = set()
-    frontier: list[list[int]] = [[]]
-    fitting_sets: list[list[int]] = []  # the sets whose log-linear fit explains the rows up to twice rounding's noise
-    noise = 2 * noise
-    for _step in range(min(len(ind.conds), max(1, len(t) // 4))):
-        grown: list[tuple[float, list[int]]] = []
-        for chosen in frontier:
-            x = np.column_stack([design] + [m[:, j] for j in chosen]) if chosen else design
-            coef, *_ = np.linalg.lstsq(x, t, rcond=None)
-            r = t - x @ coef
-            if np.mean(np.abs(r) <= noise) >= EXPLAIN:
-                fitting_sets.append(chosen)
-                continue  # explains the rows up to rounding: more conditions would fit noise
-            if _capped_shape(x, t, noise) and chosen not in fitting_sets:
-                fitting_sets.append(chosen)  # a cap may explain the rest
-            with np.errstate(divide="ignore", invalid="ignore"):
-                score = np.where(norm > 0, np.abs(centered.T @ r) / norm, 0.0)
-            used = {ind.conds[j].path for j in chosen}
-            picks = [int(j) for j in np.argsort(-score, kind="stable") if score[j] > 1e-9
-                     and ind.conds[j].path not in used]
-            taken: set[str] = set()
-            for j in picks:
-                if ind.conds[j].path in taken:
-                    continue
-                taken.add(ind.conds[j].path)
-                refined = _refined(ind, chosen + [j], design, m, t)
-                key = tuple(sorted(refined))
-                if key not in seen:
-                    seen.add(key)
-                    grown.append((_sse(np.column_stack([design] + [m[:, k] for k in refined]), t), refined))
-                if len(taken) >= BEAM:
-                    break
-        if not grown:
+    return _LogLinear(t, design, m, 2 * noise, centered, norm)
+
+
+def _grown(ll: _LogLinear, ind: _Indicators, chosen: list[int], r: np.ndarray,
+           seen: set[tuple[int, ...]]) -> list[tuple[float, list[int]]]:
+    """The sets one condition larger than `chosen` (its residual `r`): the `BEAM` indicators most correlated with
+    the residual, one per feature not chosen yet, each set's thresholds refined; (squared error, set) for each set
+    not seen before."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        score = np.where(ll.norm > 0, np.abs(ll.centered.T @ r) / ll.norm, 0.0)
+    used = {ind.conds[j].path for j in chosen}
+    picks = [int(j) for j in np.argsort(-score, kind="stable") if score[j] > 1e-9
+             and ind.conds[j].path not in used]
+    taken: set[str] = set()
+    out: list[tuple[float, list[int]]] = []
+    for j in picks:
+        if ind.conds[j].path in taken:
+            continue
+        taken.add(ind.conds[j].path)
+        refined = _refined(ind, chosen + [j], ll.design, ll.m, ll.t)
+        key = tuple(sorted(refined))
+        if key not in seen:
+            seen.add(key)
+            out.append((_sse(np.column_stack([ll.design] + [ll.m[:, k] for k in refined]), ll.t), refined))
+        if len(taken) >= BEAM:
             break
-        grown.sort(key=lambda g: (g[0], g[1]))
-        frontier = [g[1] for g in grown[:BEAM]]
-    for chosen in frontier:  # the last sets grown, if they were not judged yet
-        x = np.column_stack([design] + [m[:, j] for j in chosen]) if chosen else design
-        coef, *_ = np.linalg.lstsq(x, t, rcond=None)
-        if np.mean(np.abs(t - x @ coef) <= noise) >= EXPLAIN and chosen not in fitting_sets:
-            fitting_sets.append(chosen)
-    return [[ind.conds[j] for j in chosen] for chosen in fitting_sets]  # only these can fit exactly
+    return out
 
 
 def _capped_shape(x: np.ndarray, t: np.ndarray, noise: np.ndarray) -> bool:

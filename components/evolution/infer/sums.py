@@ -27,16 +27,22 @@ def _sums(ctx: _Ctx) -> list[FieldRule]:
     pool = [p for p in ctx.paths if all(is_num(e.get(p)) for e in ctx.ext if p in e) and ctx.readable(p)
             and ("[" not in p or "[]" in p or " in " in p)]
     cols = {p: np.array([_f(e[p]) if is_num(e.get(p)) else np.nan for e in ctx.ext]) for p in pool}
+    indicators = _category_indicators(ctx, cols)
+    out = _sum_search(ctx, y, pool, cols)
+    return out + (_sum_search(ctx, y, pool + indicators, cols) if indicators else [])
+
+
+def _category_indicators(ctx: _Ctx, cols: dict[str, np.ndarray]) -> list[str]:
+    """Each value of a category a table may be by, as an indicator a sum may take (its column added to `cols`)."""
     indicators = []
-    for _kind, key in _table_keys(ctx):  # the categories a table may be by
+    for _kind, key in _table_keys(ctx):
         if len(key) > 1:
             continue
         for v in sorted({str(e[key[0]]) for e in ctx.ext if key[0] in e}):
             ind = O.indicator(key[0], v)
             indicators.append(ind)
             cols[ind] = np.array([float(str(e[key[0]]) == v) if key[0] in e else np.nan for e in ctx.ext])
-    out = _sum_search(ctx, y, pool, cols)
-    return out + (_sum_search(ctx, y, pool + indicators, cols) if indicators else [])
+    return indicators
 
 
 def _sum_search(ctx: _Ctx, y: np.ndarray, pool: list[str], cols: dict[str, np.ndarray]) -> list[FieldRule]:

@@ -27,14 +27,20 @@ def _simple_terms(ctx: _Ctx, rows_idx: list[int]) -> list[Term]:
             continue
         if _explains([same(ctx.ext[i][p], ctx.ys[i]) for i in on]):
             terms.append(Term("equal", None, p))
-        elif ctx.numeric and p in ctx.nums:
-            vs = [q(ctx.ext[i][p]) for i in on if is_num(ctx.ext[i][p]) and q(ctx.ext[i][p]) != 0]
-            ys = [ctx.ys[i] for i in on if is_num(ctx.ext[i][p]) and q(ctx.ext[i][p]) != 0]
-            if len(vs) >= MIN_SIDE:
-                k = _factor_for(ys, vs, ctx.quantum / 2)
-                if k is not None and k not in (0, 1):
-                    terms.append(Term("share", k, p))
+        elif ctx.numeric and p in ctx.nums and (share := _share_on(ctx, on, p)) is not None:
+            terms.append(share)
     return terms
+
+
+def _share_on(ctx: _Ctx, on: list[int], p: str) -> Term | None:
+    """The share of number `p` that gives the gold on the rows `on` where `p` is not zero (None: too few such rows,
+    or a factor of 0 or 1, which other terms state)."""
+    vs = [q(ctx.ext[i][p]) for i in on if is_num(ctx.ext[i][p]) and q(ctx.ext[i][p]) != 0]
+    ys = [ctx.ys[i] for i in on if is_num(ctx.ext[i][p]) and q(ctx.ext[i][p]) != 0]
+    if len(vs) < MIN_SIDE:
+        return None
+    k = _factor_for(ys, vs, ctx.quantum / 2)
+    return Term("share", k, p) if k is not None and k not in (0, 1) else None
 
 
 def _conditionals(ctx: _Ctx) -> list[FieldRule]:
