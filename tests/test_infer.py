@@ -1,4 +1,4 @@
-"""The rules meta-agent's inference from outcomes (components/evolution/infer.py): each form, the refusal of a rule
+"""The rules meta-agent's inference from outcomes (components/evolution/infer/): each form, the refusal of a rule
 that fits its fit items but not its check items, the card form the simulated agent reads, and that gold reaches
 nothing but `train_gold` (train items) outside scoring."""
 
@@ -282,7 +282,7 @@ def test_a_threshold_before_a_coincidental_category():
 def test_the_shortest_description_wins_whatever_the_order_of_forms():
     """A field both a table by category and a conditional constant explain: the one with fewer bits is the rule,
     and shuffling the forms' order does not change it."""
-    from components.evolution import infer as I
+    from components.evolution.infer import search as I  # where `fitting` reads the forms from
 
     def gold(n, f):
         return 0 if f["r.fare"] == "business" else 70
@@ -367,7 +367,8 @@ def test_gold_is_read_only_through_train_gold():
     assert not offenders, offenders
 
 
-@pytest.mark.parametrize("path", ["components/evolution/outcomes.py", "components/evolution/infer.py"])
+@pytest.mark.parametrize("path", ["components/evolution/outcomes.py"] + sorted(
+    str(p.relative_to(ROOT)) for p in (ROOT / "components/evolution/infer").glob("*.py")))
 def test_inference_never_reads_rule_text(path):
     """The outcome modules read gold values, the agent's arguments and read results: never a receipt's `rule`."""
     src = (ROOT / path).read_text(encoding="utf-8")

@@ -27,15 +27,18 @@ Pure functions over arrays; no I/O.
 from __future__ import annotations
 
 import math
-import numbers
 import os
-from dataclasses import asdict, dataclass, replace
-from enum import StrEnum
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from components.errors import InputError
+# the gate's errors, bounds, config and results (numpy- and pandas-free), re-exported: callers import them from here
+from components.evolution.gate_config import (COST_FIELDS, MAX_BOOT, MIN_BOOT, MIN_ITEMS,  # noqa: F401
+                                              REFUSED_DROPPED, GateConfig, GateResult, PairingError, PromotedAs,
+                                              RemovalResult, RepairResult, SequentialResult, TooFewItems,
+                                              TooManyErrors)
 from components.lazy import LazyModule
 
 # components.params and the CLI's option defaults read this module's limits and GateConfig: without numpy or pandas
@@ -48,21 +51,6 @@ else:
     pd = LazyModule("pandas")
 
 
-class PairingError(InputError):
-    """The two arms are not a complete pairing; no statistic is computed."""
-
-
-class TooManyErrors(PairingError):
-    """So many (item, seed) pairs errored that what is left cannot stand for the benchmark: the gate refuses."""
-
-
-class TooFewItems(PairingError):
-    """Fewer items than `min_items`: a bootstrap over so few items has no width to trust."""
-
-
-MIN_ITEMS = 5  # with fewer items the percentile bootstrap is degenerate (1 item: a zero-width CI)
-MIN_BOOT = 1_000  # below this the CI's own Monte-Carlo error is a sizeable share of its width
-MAX_BOOT = 1_000_000  # above this the CI does not move, only the time and memory grow (10^11 ran out of memory)
 _CHUNK = 1 << 18  # index draws per bootstrap chunk (<= 2 MB): bounds memory at any n_items, stays in cache
 _PAR_MIN_DRAWS = 1 << 26  # above this many index draws (~0.1 s), chunks run on threads (see _boot_parallel)
 _PAR_CHUNK = 1 << 20  # index draws per threaded chunk (8 MB of indices, 8 MB gathered)
@@ -70,137 +58,6 @@ _PAR_THREADS = 4
 _LATTICE_MAX_DEN = 10_000  # scores' denominators (rubric weight sums x seeds) stay far below this
 _LATTICE_MAX_VALUES = 4_096
 _FFT_MAX = 1 << 25  # support of the resample sum on the lattice: 32 M points (~0.8 GB transient at the cap)
-
-
-def _finite(name: str, v: object, lo: float, hi: float = math.inf, *, lo_open: bool = False,
-            hi_open: bool = False) -> None:
-    """One home for the gate's input bounds (the CLI, params.yaml and the library all land here)."""
-    try:
-        x = float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InputError(f"gate: {name}: {v!r} is not a number") from None
-    if not math.isfinite(x):
-        raise InputError(f"gate: {name}: {v!r} is not a finite number")
-    if x < lo or (lo_open and x == lo) or x > hi or (hi_open and x == hi):
-        left, right = "(" if lo_open else "[", ")" if hi_open or hi == math.inf else "]"
-        raise InputError(f"gate: {name}: {v!r} is not in {left}{lo:g}, {hi:g}{right}")
-
-
-@dataclass(frozen=True)
-class GateConfig:
-    alpha: float = 0.05
-    n_boot: int = 10_000
-    seed: int = 0
-    reg_cap: int = 2
-    material: float = 0.05
-    max_error_share: float = 0.25
-    min_items: int = MIN_ITEMS
-    campaign_alpha: float = 0.05  # a campaign's budget for P(any false promotion) over all its dev looks
-    # the regression cap grows with the items compared: a candidate that really changes behaviour perturbs a share of
-    # items, so an absolute count rejects more real improvements the larger dev is (0: the absolute reg_cap only)
-    reg_share: float = 0.0
-    # cost as a second objective: a candidate whose score stays within `material` of the parent (the lower bound of
-    # the paired difference above -material) and whose prompt tokens per episode drop (the upper bound of their
-    # paired difference below 0) is promoted as "cheaper" (off: only "better" promotes). The two claims share the
-    # look's alpha half and half (`route_alpha`): a change within the margin whose tokens do not drop could
-    # otherwise be promoted falsely by either route, up to twice the look's share
-    cheaper: bool = False
-
-    @property
-    def route_alpha(self) -> float:
-        """The two-sided alpha each claim ("better", "cheaper") is tested at: all of `alpha` without the cost
-        objective, half of it with."""
-        return self.alpha / 2 if self.cheaper else self.alpha
-
-    def cap(self, n_items: int) -> int:
-        """Regressed items allowed among n_items compared."""
-        return max(int(self.reg_cap), math.floor(self.reg_share * n_items + 1e-9))
-
-    def __post_init__(self) -> None:
-        _finite("alpha", self.alpha, 0, 1, lo_open=True, hi_open=True)
-        _finite("campaign_alpha", self.campaign_alpha, 0, 0.5, lo_open=True, hi_open=True)
-        _finite("material", self.material, 0, 1)
-        _finite("reg_cap", self.reg_cap, 0)
-        _finite("max_error_share", self.max_error_share, 0, 1)
-        _finite("reg_share", self.reg_share, 0, 1)
-        if not isinstance(self.cheaper, bool):
-            raise InputError(f"gate: cheaper: {self.cheaper!r} is not true or false")
-        for name in ("n_boot", "seed", "reg_cap", "min_items"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):  # int or a numpy integer
-                raise InputError(f"gate: {name}: {v!r} is not an integer")
-        if self.n_boot < MIN_BOOT:
-            raise InputError(f"gate: n_boot: {self.n_boot} is below {MIN_BOOT} "
-                             "(the CI would carry its own sampling noise)")
-        if self.n_boot > MAX_BOOT:
-            raise InputError(f"gate: n_boot: {self.n_boot} is above {MAX_BOOT} (more resamples do not move the CI)")
-        if self.seed < 0:
-            raise InputError(f"gate: seed: {self.seed} must be >= 0")
-        if self.min_items < 2:
-            raise InputError(f"gate: min_items: {self.min_items} must be at least 2")
-
-
-REFUSED_DROPPED = -1  # how files spell a refusal's dropped_errors (GateResult.dropped_errors is None)
-
-
-class PromotedAs(StrEnum):
-    """What an accept promotes with the cost objective on (`gate.cheaper`): a better score, or the same score within
-    `material` at fewer prompt tokens per episode."""
-
-    BETTER = "better"
-    CHEAPER = "cheaper"
-
-
-COST_FIELDS = ("promoted_as", "tokens_net", "tokens_ci_lo", "tokens_ci_hi")  # absent from files when not computed
-
-
-@dataclass(frozen=True)
-class GateResult:
-    accept: bool
-    net: float
-    ci_lo: float
-    ci_hi: float
-    n_items: int
-    n_improved: int
-    n_regressed: int
-    reason: str
-    base_mean: float = 0.0
-    cand_mean: float = 0.0
-    # (item, seed) pairs dropped because an arm errored; None: the gate refused, too many errored to compare anything
-    dropped_errors: int | None = 0
-    # with GateConfig.cheaper: what an accept promotes ("better" | "cheaper") and the paired difference of prompt
-    # tokens per episode (cand - base) with its bound at the same level; None (and absent from files) otherwise
-    promoted_as: PromotedAs | None = None
-    tokens_net: float | None = None
-    tokens_ci_lo: float | None = None
-    tokens_ci_hi: float | None = None
-
-    @property
-    def refused(self) -> bool:
-        return self.dropped_errors is None
-
-    def as_dict(self) -> dict:
-        """The verdict as gate.json, round.json, the lineage and MLflow have it (a refusal's dropped_errors: -1;
-        the cost figures only when they were computed)."""
-        d = asdict(self)
-        if self.refused:
-            d["dropped_errors"] = REFUSED_DROPPED
-        for k in COST_FIELDS:
-            if d[k] is None:
-                del d[k]
-        if "promoted_as" in d:
-            d["promoted_as"] = str(d["promoted_as"])
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> GateResult:
-        """A verdict as `as_dict` wrote it (keys it does not know, from another Ratchet, are left out)."""
-        kept = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        if kept.get("dropped_errors") == REFUSED_DROPPED:
-            kept["dropped_errors"] = None
-        if kept.get("promoted_as") is not None:
-            kept["promoted_as"] = PromotedAs(kept["promoted_as"])
-        return cls(**kept)
 
 
 def _check_arm(df: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -467,25 +324,6 @@ def gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = GateConfig(),
     return result, per
 
 
-@dataclass(frozen=True)
-class RepairResult:
-    ok: bool
-    repaired: int
-    broken: int
-    base_mean: float
-    cand_mean: float
-    n_items: int
-    reason: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> RepairResult:
-        """A screen's result as `as_dict` wrote it (keys it does not know, from another Ratchet, are left out)."""
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-
-
 def repair_screen(base: pd.DataFrame, cand: pd.DataFrame, material: float = 0.05) -> tuple[RepairResult, pd.DataFrame]:  # noqa: E501
     """Base and candidate on the diagnosed source tasks, same seeds: held-out budget is spent only if the candidate
     repairs more items than it breaks and its mean is higher."""
@@ -598,20 +436,6 @@ class SequentialDesign:
         return [float(x / sizes[-1]) for x in sizes]
 
 
-@dataclass(frozen=True)
-class SequentialResult:
-    accept: bool
-    look: int  # the look that decided (1-based)
-    n_looks: int
-    n_seen: int
-    n_items: int
-    reason: str
-    looks: tuple = ()
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
 def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig, *, final_items: bool = True,
                  mechanism_fired: bool = True, leakage: bool = False,
                  n_total: int | None = None, tokens: np.ndarray | None = None) -> tuple[bool | None, str, dict]:
@@ -631,15 +455,9 @@ def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig,
     n_looks, p = len(levels), levels[look - 1]
     cap_now, cap_end = cfg.cap(len(d)), cfg.cap(len(d) if n_total is None else n_total)
     last = look == n_looks
-    net, regressed = float(d.mean()), int((d < -cfg.material).sum())
-    lo, hi = _look_bounds(d, p, last, cfg)
-    fig: dict[str, Any] = {"look": look, "n_looks": n_looks, "n_items": int(len(d)), "level": p, "lo": lo, "hi": hi, "net": net,
-           "regressed": regressed}
     cheap = cfg.cheaper and tokens is not None and len(tokens) == len(d)
-    if cheap:
-        tok = np.asarray(tokens, dtype=float)
-        tlo, thi = _look_bounds(tok, p, last, cfg)
-        fig.update(tokens_net=float(tok.mean()), tokens_lo=tlo, tokens_hi=thi)
+    fig = _look_figures(d, look, n_looks, p, cfg, tokens if cheap else None)
+    regressed = fig["regressed"]
     where = f"at look {look} of {n_looks}"
     if leakage:
         return False, "leakage", fig
@@ -647,27 +465,59 @@ def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig,
         return False, f"{regressed} regressed items > reg_cap {cap_now if last else cap_end} {where}", fig
     if last and not mechanism_fired:
         return False, "the prescribed mechanism did not fire", fig
-    if lo > 0 and regressed <= cap_now and mechanism_fired:
+    if regressed <= cap_now and mechanism_fired and (why := _promoted(fig, bool(cheap), cfg, where)):
+        return True, why, fig
+    return _stopped(fig, bool(cheap), last, cfg, where)
+
+
+def _look_figures(d: np.ndarray, look: int, n_looks: int, p: float, cfg: GateConfig,
+                  tokens: np.ndarray | None) -> dict[str, Any]:
+    """A look's figures: its level, the net and regressions so far and the net's bounds (the prompt tokens' too when
+    `tokens` is given: the cost objective)."""
+    last = look == n_looks
+    net, regressed = float(d.mean()), int((d < -cfg.material).sum())
+    lo, hi = _look_bounds(d, p, last, cfg)
+    fig: dict[str, Any] = {"look": look, "n_looks": n_looks, "n_items": int(len(d)), "level": p, "lo": lo, "hi": hi,
+                           "net": net, "regressed": regressed}
+    if tokens is not None:
+        tok = np.asarray(tokens, dtype=float)
+        tlo, thi = _look_bounds(tok, p, last, cfg)
+        fig.update(tokens_net=float(tok.mean()), tokens_lo=tlo, tokens_hi=thi)
+    return fig
+
+
+def _promoted(fig: dict[str, Any], cheap: bool, cfg: GateConfig, where: str) -> str:
+    """Why the look promotes, better or (with the cost objective) cheaper, marked in `fig`; "" when it does not.
+    The regressions and the mechanism are the caller's to check."""
+    net, lo, p, regressed = fig["net"], fig["lo"], fig["level"], fig["regressed"]
+    if lo > 0:
         if cheap:
             fig["promoted_as"] = PromotedAs.BETTER
-        return True, (f"net {net:+.4f}, lower bound {lo:+.4f} at one-sided level {p:.5f} {where}, "
-                      f"{regressed} regressed"), fig
-    if cheap and lo > -cfg.material and fig["tokens_hi"] < 0 and regressed <= cap_now and mechanism_fired:
+        return f"net {net:+.4f}, lower bound {lo:+.4f} at one-sided level {p:.5f} {where}, {regressed} regressed"
+    if cheap and lo > -cfg.material and fig["tokens_hi"] < 0:
         fig["promoted_as"] = PromotedAs.CHEAPER
-        return True, (f"cheaper: net {net:+.4f}, lower bound {lo:+.4f} within -{cfg.material}; prompt tokens "
-                      f"{fig['tokens_net']:+.1f} per episode, upper bound {fig['tokens_hi']:+.1f}, at one-sided "
-                      f"level {p:.5f} {where}, {regressed} regressed"), fig
+        return (f"cheaper: net {net:+.4f}, lower bound {lo:+.4f} within -{cfg.material}; prompt tokens "
+                f"{fig['tokens_net']:+.1f} per episode, upper bound {fig['tokens_hi']:+.1f}, at one-sided "
+                f"level {p:.5f} {where}, {regressed} regressed")
+    return ""
+
+
+def _stopped(fig: dict[str, Any], cheap: bool, last: bool, cfg: GateConfig,
+             where: str) -> tuple[bool | None, str, dict]:
+    """A look that does not promote: a reject at the last look or for futility (while the prompt tokens so far
+    drop, futility waits for a net at or below -material), else (None: go on)."""
+    net, lo = fig["net"], fig["lo"]
     floor = -cfg.material if cheap and fig["tokens_net"] < 0 else 0.0
-    if last or net <= floor:
-        why = "does not clear zero (ties keep the parent)" if last else "net so far is not positive (futility)"
-        if last and cheap:
-            why = "does not clear zero, and is not shown cheaper within the margin (ties keep the parent)"
-        elif floor < 0:
-            why = f"net so far is at or below -material {cfg.material} (futility)"
-        if not last:
-            fig["futility"] = True  # a futility stop: what a refund of the round's alpha reads (alpha.py)
-        return False, f"net {net:+.4f}, lower bound {lo:+.4f} {where}: {why}", fig
-    return None, "", fig
+    if not (last or net <= floor):
+        return None, "", fig
+    why = "does not clear zero (ties keep the parent)" if last else "net so far is not positive (futility)"
+    if last and cheap:
+        why = "does not clear zero, and is not shown cheaper within the margin (ties keep the parent)"
+    elif floor < 0:
+        why = f"net so far is at or below -material {cfg.material} (futility)"
+    if not last:
+        fig["futility"] = True  # a futility stop: what a refund of the round's alpha reads (alpha.py)
+    return False, f"net {net:+.4f}, lower bound {lo:+.4f} {where}: {why}", fig
 
 
 def _look_bounds(x: np.ndarray, p: float, last: bool, cfg: GateConfig) -> tuple[float, float]:
@@ -807,33 +657,6 @@ def sequential_repair(base: pd.DataFrame, cand: pd.DataFrame, material: float, a
 
 
 # -- removal: a second objective ----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class RemovalResult:
-    """A card removal under a model that may no longer need the card: two paired intervals over the same items.
-
-    score   d_i = cand - base (mean over seeds), its bootstrap CI: non-inferior iff ci_lo > -material
-    tokens  t_i = cand - base prompt tokens per episode (mean over seeds), its bootstrap CI: cheaper iff ci_hi < 0
-    Accepted iff both, and regressed items <= the cap. Ties on tokens (or a score CI reaching below -material) keep
-    the parent: "ties keep the parent" still holds for score, and a removal must pay for itself in tokens."""
-
-    accept: bool
-    reason: str
-    net: float
-    ci_lo: float
-    ci_hi: float
-    tokens_net: float
-    tokens_ci_lo: float
-    tokens_ci_hi: float
-    base_tokens: float
-    cand_tokens: float
-    n_items: int
-    n_regressed: int
-    base_mean: float = 0.0
-    cand_mean: float = 0.0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def removal_decide(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = GateConfig()) -> RemovalResult:

@@ -77,25 +77,7 @@ def _bytes(path: Path, name: str) -> bytes:
 def read_table(path: str | Path, name: str = "table") -> ScoreTable:
     """A score table read exactly, or InputError (one line naming the file, the field and the line)."""
     path = Path(path)
-    data = _bytes(path, name)
-    try:
-        text = data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: -: not UTF-8 text (byte {e.start}) ({name})") from None
-    if "\x00" in text:
-        raise InputError(f"{path}: -: holds a NUL byte: not a CSV file ({name})")
-    if csv.field_size_limit() < len(text) + 1:  # one cell may be the whole file: read it, then judge it
-        csv.field_size_limit(min(sys.maxsize, max(len(text) + 1, 131072)))
-    reader = csv.reader(io.StringIO(text, newline=""))
-    rows: list[tuple[int, list[str]]] = []
-    try:
-        for r in reader:
-            if r:  # blank lines skipped
-                rows.append((reader.line_num, r))
-    except csv.Error as e:
-        raise InputError(f"{path}: -: not a readable CSV (line {reader.line_num}: {e}) ({name})") from None
-    if not rows:
-        raise InputError(f"{path}: -: not a readable CSV (no header) ({name})")
+    rows = _csv_rows(path, _text(path, name), name)
     head = rows[0][1]
     twice = sorted({c for c in head if head.count(c) > 1})
     if twice:
@@ -110,25 +92,61 @@ def read_table(path: str | Path, name: str = "table") -> ScoreTable:
         if len(r) != len(head):
             raise InputError(f"{path}: -: not a readable CSV (Expected {len(head)} fields in line {line}, saw "
                              f"{len(r)}) ({name})")
-        seed = r[s].strip()
-        m = _SEED.fullmatch(seed)
-        if m is None:
-            shown = seed if len(seed) <= 40 else seed[:37] + "..."
-            raise InputError(f"{path}: seed: {shown!r} on line {line} is not an integer written out (at most 18 "
-                             f"digits; 1e3, inf and fractions are not read as seeds) ({name})")
-        value = int(m.group(1))
-        seeds.append(-value if seed.startswith("-") else value)
-        score = r[v].strip()
-        if score in _MISSING_SCORE:
-            scores.append(float("nan"))
-        elif _DECIMAL.fullmatch(score) and np.isfinite(x := float(score)):
-            scores.append(x)
-        else:
-            shown = score if len(score) <= 40 else score[:37] + "..."
-            raise InputError(f"{path}: score: {shown!r} on line {line} is not a finite decimal number ({name})")
+        seeds.append(_seed(path, r[s].strip(), line, name))
+        scores.append(_score(path, r[v].strip(), line, name))
         items.append(r[i])
         errors.append("" if ec is None else r[ec].strip())
     return ScoreTable(str(path), items, seeds, np.array(scores, dtype=float), errors)
+
+
+def _text(path: Path, name: str) -> str:
+    """The file as UTF-8 text (a byte-order mark dropped), or InputError for bytes no CSV file holds."""
+    data = _bytes(path, name)
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: -: not UTF-8 text (byte {e.start}) ({name})") from None
+    if "\x00" in text:
+        raise InputError(f"{path}: -: holds a NUL byte: not a CSV file ({name})")
+    return text
+
+
+def _csv_rows(path: Path, text: str, name: str) -> list[tuple[int, list[str]]]:
+    """The CSV's non-blank rows with their line numbers, the header first (InputError: none, or not CSV)."""
+    if csv.field_size_limit() < len(text) + 1:  # one cell may be the whole file: read it, then judge it
+        csv.field_size_limit(min(sys.maxsize, max(len(text) + 1, 131072)))
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        for r in reader:
+            if r:  # blank lines skipped
+                rows.append((reader.line_num, r))
+    except csv.Error as e:
+        raise InputError(f"{path}: -: not a readable CSV (line {reader.line_num}: {e}) ({name})") from None
+    if not rows:
+        raise InputError(f"{path}: -: not a readable CSV (no header) ({name})")
+    return rows
+
+
+def _seed(path: Path, seed: str, line: int, name: str) -> int:
+    """A seed cell: an integer written out, or InputError."""
+    m = _SEED.fullmatch(seed)
+    if m is None:
+        shown = seed if len(seed) <= 40 else seed[:37] + "..."
+        raise InputError(f"{path}: seed: {shown!r} on line {line} is not an integer written out (at most 18 "
+                         f"digits; 1e3, inf and fractions are not read as seeds) ({name})")
+    value = int(m.group(1))
+    return -value if seed.startswith("-") else value
+
+
+def _score(path: Path, score: str, line: int, name: str) -> float:
+    """A score cell: a finite decimal, or NaN where the score is missing; else InputError."""
+    if score in _MISSING_SCORE:
+        return float("nan")
+    if _DECIMAL.fullmatch(score) and np.isfinite(x := float(score)):
+        return x
+    shown = score if len(score) <= 40 else score[:37] + "..."
+    raise InputError(f"{path}: score: {shown!r} on line {line} is not a finite decimal number ({name})")
 
 
 def pair_light(b: ScoreTable, c: ScoreTable, cfg: GateConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:

@@ -19,12 +19,16 @@ import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from components.codes import Verdict
 from components.errors import InputError
 from components.evolution.lineage import Lineage
 from components.evolution.plan import AddCard, Plan, RemoveCard, parse_plan
 from components.evolution.record import AblationInfo, RetryInfo, RoundRecord
+
+if TYPE_CHECKING:
+    from components.memory.cards import Card
 
 LIST_MARKS = ("- ", "* ")
 
@@ -155,37 +159,57 @@ def ablations(lineage: Lineage, campaign_out: Path, champion: Path) -> list[Idle
     by_path = {c.path: c for c in champ.cards.values()}
     out: list[Idle] = []
     for r in sorted((r for r in rounds if r.accepted), key=lambda r: -r.round):
-        if r.parent is None:
+        got = _promotion(lineage, campaign_out, r)
+        if got is None:
             continue
-        plan_file = Path(campaign_out) / r.round_dir / "plan.json"
-        if not plan_file.is_file():
-            continue
-        plan = parse_plan(json.loads(plan_file.read_text(encoding="utf-8")), where=str(plan_file))
-        parent_dir = lineage.versions_dir / r.parent.version
-        parent = {c.path: c for c in load_package(parent_dir).cards.values()} if parent_dir.is_dir() else {}
+        plan, parent = got
         for op in plan.operations:
             if not isinstance(op, AddCard) or op.path not in by_path:
                 continue
-            old = set(parts(parent[op.path].body)) if op.path in parent else set()
-            new = [x for x in parts(op.body) if x not in old]
-            card = by_path[op.path]
-            now = parts(card.body)
-            if len(new) < 2 or len(now) < 2:
-                continue
-            for k, part in enumerate(new):
-                if part not in now:
-                    continue
-                meta = card.meta.model_dump(mode="json", exclude_none=True)
-                body = without_part(card.body, part)
-                ops = [RemoveCard(op="remove_card", path=card.path),
-                       AddCard(op="add_card", path=card.path, meta=meta, body=body)]
-                cand = Plan(owner=plan.owner, cluster=plan.cluster,
-                            summary=f"ablation: {card.id} without part {k + 1} of {len(new)} ({_label(part)})",
-                            rationale=f"round {r.round} promoted {card.id} with {len(new)} parts; does it need this one?",
-                            evidence=plan.evidence, operations=ops, mechanism=f"deliver:{card.id}@",
-                            source_items=plan.source_items)
-                if cand.key() in tried:
-                    continue
-                out.append(Idle(IdleKind.ABLATION, cand, AblationInfo(of_round=r.round, card=card.path, part=part,
-                                                                      part_no=k + 1, parts=len(new))))
+            out += _part_ablations(r, plan, op, by_path[op.path], parent, tried)
+    return out
+
+
+def _promotion(lineage: Lineage, campaign_out: Path, r: RoundRecord) -> tuple[Plan, dict[str, Card]] | None:
+    """A promoted round's plan and its parent's cards by path (none when the parent's directory is gone); None for
+    a round without a parent or a plan file."""
+    from components.memory.package import load_package
+
+    if r.parent is None:
+        return None
+    plan_file = Path(campaign_out) / r.round_dir / "plan.json"
+    if not plan_file.is_file():
+        return None
+    plan = parse_plan(json.loads(plan_file.read_text(encoding="utf-8")), where=str(plan_file))
+    parent_dir = lineage.versions_dir / r.parent.version
+    parent = {c.path: c for c in load_package(parent_dir).cards.values()} if parent_dir.is_dir() else {}
+    return plan, parent
+
+
+def _part_ablations(r: RoundRecord, plan: Plan, op: AddCard, card: Card, parent: dict[str, Card],
+                    tried: set[str]) -> list[Idle]:
+    """For a card the plan added with two or more parts its parent's card did not have, one candidate per such part
+    still on the champion's `card` (without it), but those tried already."""
+    old = set(parts(parent[op.path].body)) if op.path in parent else set()
+    new = [x for x in parts(op.body) if x not in old]
+    now = parts(card.body)
+    if len(new) < 2 or len(now) < 2:
+        return []
+    out: list[Idle] = []
+    for k, part in enumerate(new):
+        if part not in now:
+            continue
+        meta = card.meta.model_dump(mode="json", exclude_none=True)
+        body = without_part(card.body, part)
+        ops = [RemoveCard(op="remove_card", path=card.path),
+               AddCard(op="add_card", path=card.path, meta=meta, body=body)]
+        cand = Plan(owner=plan.owner, cluster=plan.cluster,
+                    summary=f"ablation: {card.id} without part {k + 1} of {len(new)} ({_label(part)})",
+                    rationale=f"round {r.round} promoted {card.id} with {len(new)} parts; does it need this one?",
+                    evidence=plan.evidence, operations=ops, mechanism=f"deliver:{card.id}@",
+                    source_items=plan.source_items)
+        if cand.key() in tried:
+            continue
+        out.append(Idle(IdleKind.ABLATION, cand, AblationInfo(of_round=r.round, card=card.path, part=part,
+                                                              part_no=k + 1, parts=len(new))))
     return out

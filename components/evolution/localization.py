@@ -184,15 +184,7 @@ def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFr
     m["covered"] = m["pred"] != UNKNOWN
     m["hit"] = [p in n for p, n in zip(m["pred"], m["needed"])]
     has_signals = "pattern" in m and not m["pattern"].isna().any()
-    guess: dict[str, float | None] = {}
-    for name, key in (("constant", Key.CONSTANT), ("outcome", Key.OUTCOME), ("trace_rule", Key.PATTERN),
-                      ("trace_rule_no_refusal", Key.PATTERN)):
-        if key is Key.PATTERN and not has_signals:
-            guess[name] = None
-            continue
-        seen = _no_refusal(m) if name == "trace_rule_no_refusal" else m
-        pred = getattr(baselines, name).predict(seen) if baselines is not None else _cross_fit(seen, key)
-        guess[name] = _rate(pred, m["needed"])
+    guess = _baseline_rates(m, has_signals, baselines)
     three = _rate(m["pattern"].map(lambda p: three_line(from_pattern(p)).value), m["needed"]) if has_signals else None
     single, comp = m[m["cause"] != COMPOUND], m[m["cause"] == COMPOUND]
     accuracy = float(m["hit"].mean())
@@ -210,12 +202,32 @@ def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFr
             "trace_rule_accuracy": guess["trace_rule"], "three_line_accuracy": three,
             "trace_rule_no_refusal_accuracy": guess["trace_rule_no_refusal"], "margin": margin,
             "ceiling": float(sum(bool(n) for n in m["needed"]) / len(m)),
-            "compound": {"n": int(len(comp)), "coverage": float(comp["covered"].mean()) if len(comp) else None,
-                         "accuracy": float(comp["hit"].mean()) if len(comp) else None,
-                         "constant": _rate(pd.Series(_best(comp).value, index=comp.index), comp["needed"])
-                         if len(comp) else None,
-                         "no_fix": int(sum(not n for n in comp["needed"]))},
+            "compound": _compound(comp),
             "checks": checks, "passes": all(checks.values()), "per_owner": per_owner, "confusion": confusion, **scope}
+
+
+def _baseline_rates(m: pd.DataFrame, has_signals: bool, baselines: Baselines | None) -> dict[str, float | None]:
+    """Each baseline's accuracy on the labelled failures `m` (fitted elsewhere, or cross-fitted over two halves of
+    the items); the trace rule's None without signals."""
+    guess: dict[str, float | None] = {}
+    for name, key in (("constant", Key.CONSTANT), ("outcome", Key.OUTCOME), ("trace_rule", Key.PATTERN),
+                      ("trace_rule_no_refusal", Key.PATTERN)):
+        if key is Key.PATTERN and not has_signals:
+            guess[name] = None
+            continue
+        seen = _no_refusal(m) if name == "trace_rule_no_refusal" else m
+        pred = getattr(baselines, name).predict(seen) if baselines is not None else _cross_fit(seen, key)
+        guess[name] = _rate(pred, m["needed"])
+    return guess
+
+
+def _compound(comp: pd.DataFrame) -> dict[str, Any]:
+    """The compound failures' figures: how many, the diagnoser's coverage and accuracy on them, the constant
+    baseline's, and how many no single fix repairs."""
+    return {"n": int(len(comp)), "coverage": float(comp["covered"].mean()) if len(comp) else None,
+            "accuracy": float(comp["hit"].mean()) if len(comp) else None,
+            "constant": _rate(pd.Series(_best(comp).value, index=comp.index), comp["needed"]) if len(comp) else None,
+            "no_fix": int(sum(not n for n in comp["needed"]))}
 
 
 def attribution(findings: pd.DataFrame, causes: pd.DataFrame) -> dict:

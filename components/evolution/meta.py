@@ -253,9 +253,10 @@ def _norm(text: str) -> str:
 
 def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[str], list[str]] | None:
     """The card for `p.tool` with every rule refused on it that no card about the write states yet: (card id,
-    operations, the rules it adds, the items of their packets), or None when `p`'s rule is already written down. Rules come from every packet of the
-    diagnosis on the same write (largest first); a card already written for the write keeps its rules and gains the
-    new ones (replaced whole: one card per write). A rho packet about a hand-written card is routing, not knowledge."""
+    operations, the rules it adds, the items of their packets), or None when `p`'s rule is already written down.
+    Rules come from every packet of the diagnosis on the same write (largest first); a card already written for the
+    write keeps its rules and gains the new ones (replaced whole: one card per write). A rho packet about a
+    hand-written card is routing, not knowledge."""
     pkg, tool, rule_id = ctx.package, p.tool, p.rule_id
     if not rule_id:  # (the caller's condition: a packet with a rule)
         return None
@@ -263,29 +264,50 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
     about = cards_about(pkg, tool, rule_id)
     if p.owner not in (Owner.E, Owner.RHO) or (p.owner == Owner.RHO and any(c != card_id for c in about)):
         return None
+    stated = _stated(ctx, tool)
+    if stated(rule_id, p.detail):
+        return None
+    new, items = _rules_for_card(p, rule_id, ctx, stated)
+    return card_id, _card_ops(p, ctx, card_id, new), list(new), items
+
+
+def _stated(ctx: PlanContext, tool: str) -> Callable[[str, str], bool]:
+    """Whether a rule on `tool` is written down already, or not writable: validation rejects a card with task data
+    (a value of a request or rubric the policy never uses), and one such rule would sink the others on the card."""
+    pkg = ctx.package
     bodies = [_norm(pkg.cards[c].body) for c in cards_about(pkg, tool)]
 
     leaks = _leak_tokens(ctx.bench)
 
     def stated(rule_id: str, text: str) -> bool:
-        """Written down already, or not writable: validation rejects a card with task data (a value of a request or
-        rubric the policy never uses), and one such rule would sink the others on the card."""
         low = text.lower()
         return rule_card_id(rule_id) in pkg.cards or any(_norm(text) in b for b in bodies) \
             or any(t.lower() in low for t in leaks)
 
-    if stated(rule_id, p.detail):
-        return None
+    return stated
+
+
+def _rules_for_card(p: EvidencePacket, rule_id: str, ctx: PlanContext,
+                    stated: Callable[[str, str], bool]) -> tuple[dict[str, str], list[str]]:
+    """(rule id -> statement, items) for `p`'s rule (`rule_id`) and every other rule a packet on the same write states that is
+    not written down yet (largest packet first), with the items of their packets."""
     new: dict[str, str] = {rule_id: p.detail.strip()}
     items = list(p.items)
     for q in sorted(ctx.packets, key=lambda q: (-len(q.episodes), q.id)):
-        if q.tool != tool or not q.rule_id or not q.detail.strip() or q.owner not in (Owner.E, Owner.RHO) \
+        if q.tool != p.tool or not q.rule_id or not q.detail.strip() or q.owner not in (Owner.E, Owner.RHO) \
                 or q.rule_id in new or stated(q.rule_id, q.detail):
             continue
         new[q.rule_id] = q.detail.strip()
         items += [i for i in q.items if i not in items]
+    return new, items
+
+
+def _card_ops(p: EvidencePacket, ctx: PlanContext, card_id: str, new: dict[str, str]) -> list:
+    """The operations that write the write's card: its old card's paragraphs kept (but the calls-before line), the
+    new rules added and the calls seen before the write stated, the old card replaced whole."""
+    tool = p.tool
     path = f"em/procedure/{card_id}.md"
-    old = pkg.cards.get(card_id)
+    old = ctx.package.cards.get(card_id)
     kept = [para for para in old.body.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)] if old else []
     paras = kept + list(new.values())
     before = _calls_before(ctx, tool)
@@ -296,7 +318,7 @@ def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[st
             "source": f"diagnosis {p.id}: refusals of {tool} on rule(s) {', '.join(rules_in)}"}
     ops: list = [RemoveCard(op="remove_card", path=old.path)] if old else []
     ops.append(AddCard(op="add_card", path=path, meta=meta, body="\n\n".join(paras)))
-    return card_id, ops, rules_in, items
+    return ops
 
 
 OUTCOME_KINDS = (FindingKind.WRONG_VALUE, FindingKind.INEFFECTIVE_CARD)  # E findings whose fix is a rule the outcomes must show
@@ -309,7 +331,7 @@ def _from_outcomes(p: EvidencePacket) -> bool:
 
 
 def outcome_inferences(ctx: PlanContext, tool: str) -> list:
-    """The inference for every field of `tool` the train episodes got wrong (components/evolution/infer.py), from
+    """The inference for every field of `tool` the train episodes got wrong (components/evolution/infer/), from
     the working base's train traces and the train items' gold; memoized per context."""
     return _inferred(ctx, tool)[0]
 

@@ -269,12 +269,7 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     (`rule_constants` on what its reads showed)."""
     wrong = [d for d in diffs if d.kind == WRONG_ARG]
     if not wrong:
-        other = next(iter(diffs), None)
-        if other is None:
-            return None
-        return Finding(eid, item_id, other.step, other.hash, Owner.UNKNOWN, other.kind, other.tool,
-                       f"{other.kind.replace('_', ' ')} on `{other.tool}`", "unknown", "unknown",
-                       {"target": other.target})
+        return _other_finding(eid, item_id, diffs)
     step = min(d.step for d in wrong)
     at = [d for d in wrong if d.step == step]
     d0 = at[0]
@@ -282,12 +277,7 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     cards = cards_about(package, d0.tool)
     here = [c for c in s.delivered if c in cards]
     h = helps.get(d0.tool)
-    extra = {"target": d0.target, "cards": cards, "delivered": list(s.delivered),
-             "diffs": [{"field": d.field, "agent": d.agent, "gold": d.gold} for d in at]}
-    detail = "; ".join(f"`{d.field}` {d.agent!r}, gold {d.gold!r}" for d in at)
-    if d0.refused:  # the world refused the write for it: its own words on what was wrong
-        extra["refused"] = d0.refused
-        detail += f" (refused: {d0.refused})"
+    detail, extra = _wrong_detail(at, s, cards)
     states = None
     if cards and not here and h is not False:
         feats = None if write_tools is None else write_feats(s, steps, write_tools, targets, today)
@@ -297,6 +287,28 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, FindingKind.WRONG_VALUE,
                                                         states)
     return Finding(eid, item_id, step, s.hash, owner, kind, d0.tool, detail, opportunity, patchability, extra)
+
+
+def _other_finding(eid: str, item_id: str, diffs: list[Diff]) -> Finding | None:
+    """A missing or extra write (no wrong argument): `unknown`, reported and never planned; None: no diff."""
+    other = next(iter(diffs), None)
+    if other is None:
+        return None
+    return Finding(eid, item_id, other.step, other.hash, Owner.UNKNOWN, other.kind, other.tool,
+                   f"{other.kind.replace('_', ' ')} on `{other.tool}`", "unknown", "unknown",
+                   {"target": other.target})
+
+
+def _wrong_detail(at: list[Diff], s: TraceStep, cards: list[str]) -> tuple[str, dict[str, Any]]:
+    """The finding's detail and extra for the wrong arguments of one write (`at`, at step `s`)."""
+    d0 = at[0]
+    extra = {"target": d0.target, "cards": cards, "delivered": list(s.delivered),
+             "diffs": [{"field": d.field, "agent": d.agent, "gold": d.gold} for d in at]}
+    detail = "; ".join(f"`{d.field}` {d.agent!r}, gold {d.gold!r}" for d in at)
+    if d0.refused:  # the world refused the write for it: its own words on what was wrong
+        extra["refused"] = d0.refused
+        detail += f" (refused: {d0.refused})"
+    return detail, extra
 
 
 # -- what a card's own text covers: E or rho for a card never in memory at its write -----------------------------------
@@ -328,20 +340,31 @@ def rule_constants(rule: FieldRule, feats: Mapping[str, Any] | None = None) -> f
     feature it reads, or a case change, needs none). With `feats` (what a write's reads showed, its own arguments as
     `@<arg>`), only what that write takes: the term its condition chooses there and the factors that apply there
     (every threshold still: it is what tells the cases apart)."""
+    terms, factors = _taken(rule, feats)
+    out: set[object] = {v for t in terms if t is not None for v in _term_constants(t)}
+    out.update(_thresholds(rule))
+    out.update(k for _c, k in factors)
+    if rule.cap is not None:
+        out.add(rule.cap)
+    return frozenset(v for v in out if not isinstance(v, bool) and v not in (0, 1, ""))
+
+
+def _taken(rule: FieldRule, feats: Mapping[str, Any] | None) -> tuple[tuple, list]:
+    """The rule's terms and factors, or with `feats` those a write with these features takes (the term its
+    condition chooses, the factors that apply; a condition or factor whose feature it lacks: all of them)."""
     terms, factors = rule.terms(), list(rule.factors)
     if feats is not None:
         if rule.cond is not None and rule.cond.path in feats:
             terms = (rule.then,) if rule.cond.true(feats[rule.cond.path]) else (rule.other,)
         factors = [(c, k) for c, k in factors if c.path not in feats or c.true(feats[c.path])]
-    out: set[object] = {v for t in terms if t is not None for v in _term_constants(t)}
+    return terms, factors
+
+
+def _thresholds(rule: FieldRule) -> list[object]:
+    """Every threshold of the rule's condition and factors, in order: the gap train's rows left where the inference
+    records one (`Gap`), else the threshold itself."""
     conds = ([rule.cond] if rule.cond is not None else []) + [c for c, _k in rule.factors]
-    for c in conds:
-        if c.op != "is":
-            out.add(Gap(float(c.seen[0]), float(c.seen[1])) if c.seen is not None else c.value)
-    out.update(k for _c, k in factors)
-    if rule.cap is not None:
-        out.add(rule.cap)
-    return frozenset(v for v in out if not isinstance(v, bool) and v not in (0, 1, ""))
+    return [Gap(float(c.seen[0]), float(c.seen[1])) if c.seen is not None else c.value for c in conds if c.op != "is"]
 
 
 def _term_constants(t: Term) -> set[object]:
@@ -459,21 +482,27 @@ def rules_and_gaps(tools: Iterable[str], episodes: Mapping[str, list[TraceStep]]
     out: dict[str, dict[str, FieldRule]] = {}
     gaps: dict[str, tuple[str, ...]] = {}
     for tool in sorted(set(tools)):
-        rows = rows_for(tool, episodes, gold, write_tools, targets, today)
-        got = {i.field: i.rule for i in infer_rows(tool, rows, targets) if i.rule}
-        ident = {k for r in rows for k, _v in write_target(tool, r.gold, targets)}
-        wrong = {f for r in rows if r.agent is not None for f in r.gold
-                 if f not in ident and f not in got and not same_value(r.agent.get(f), r.gold[f])}
-        for f in sorted(wrong):
-            values = recurring({(r.item, write_target(tool, r.gold, targets)): r.gold[f] for r in rows
-                                if r.agent is not None and f in r.gold})
-            if values:
-                got[f] = FieldRule(f, Term("one_of", values))
+        got, wrong = _tool_rules(tool, rows_for(tool, episodes, gold, write_tools, targets, today), targets)
         if got:
             out[tool] = got
         if missing := tuple(f for f in sorted(wrong) if f not in got):
             gaps[tool] = missing
     return out, gaps
+
+
+def _tool_rules(tool: str, rows: list[Row], targets: Targets | None) -> tuple[dict[str, FieldRule], set[str]]:
+    """(the rules of the tool's fields: `infer`'s, else a recurring field's values as `one_of`; the fields some write
+    got wrong that `infer` found no rule for)."""
+    got = {i.field: i.rule for i in infer_rows(tool, rows, targets) if i.rule}
+    ident = {k for r in rows for k, _v in write_target(tool, r.gold, targets)}
+    wrong = {f for r in rows if r.agent is not None for f in r.gold
+             if f not in ident and f not in got and not same_value(r.agent.get(f), r.gold[f])}
+    for f in sorted(wrong):
+        values = recurring({(r.item, write_target(tool, r.gold, targets)): r.gold[f] for r in rows
+                            if r.agent is not None and f in r.gold})
+        if values:
+            got[f] = FieldRule(f, Term("one_of", values))
+    return got, wrong
 
 
 def recurring(by_item: Mapping[tuple, Any]) -> tuple[Any, ...]:

@@ -17,7 +17,7 @@ multi-part card has `ablation` (components/evolution/idle.py).
 The lineage adds `parent` and `child`. A field a round did not reach is absent, not null: `dump()` gives exactly the
 fields that were set, so round.json and the lineage keep the bytes they had when the record was a plain dict (both are
 written with sorted keys). The stages' results are held typed: `gate` a `GateResult`, `repair` a `RepairResult`
-(both in components/evolution/gate.py, read and written in their file form: `from_dict`, `as_dict`), `sequential`
+(both in components/evolution/gate_config.py, read and written in their file form: `from_dict`, `as_dict`), `sequential`
 the looks each stage took, `evaluation` what `ratchet reproduce` re-runs (its gate config a `GateConfig`). Numbers
 keep the type they were recorded with (an int stays an int), so the bytes do not move.
 """

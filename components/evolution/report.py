@@ -162,21 +162,50 @@ def read_summary(campaign_out: str | Path) -> dict:
 def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     """Tables and a plot from a finished campaign's summary.json."""
     summary = read_summary(campaign_out)
-    for r in history(summary):  # a round's columns come from its directory: a blank row would pass for "no data"
+    _check_round_dirs(campaign_out, summary)
+    out = Path(out)
+    t, loc = summary["test"] or {}, summary["localization"]
+    tokens = TokensSummary.model_validate(summary["tokens"]) if summary.get("tokens") else None
+    metrics = _metrics(summary, t, loc, tokens)
+    causes = _causes(Path(campaign_out), summary)
+    table = _rounds_table(summary, causes)
+    families = _families(Path(campaign_out), summary)  # every input read before the first write: none half-written
+    md = _campaign_md(summary, t, loc, tokens)
+    write_json(out / "metrics.json", metrics)
+    write_csv(out / "rounds.csv", table)
+    atomic_write_bytes(out / "campaign.md", "\n".join(md).encode())
+    _plot_data(summary, table, causes, families, out / "plots")
+    _plot(table, out / "rounds.png")
+    _plot_champion(table, t, out / "champion.png")
+    _plot_causes(causes, out / "causes.png")
+    _plot_families(families, out / "families.png")
+    return out
+
+
+def _check_round_dirs(campaign_out: str | Path, summary: dict) -> None:
+    """A round's columns come from its directory: a blank row would pass for "no data", so a missing one refuses."""
+    for r in history(summary):
         rd = round_dir(campaign_out, r.round)
         if not rd.is_dir():
             raise InputError(f"{rd}: -: round {r.round} is in summary.json but its directory is missing; refusing "
                              f"a report with blank rows (restore it, or rerun the campaign)")
-    out = Path(out)
-    t, loc = summary["test"] or {}, summary["localization"]
+
+
+def _metrics(summary: dict, t: dict, loc: dict, tokens: TokensSummary | None) -> dict[str, Any]:
+    """metrics.json: the test split's figures, promotions, localization accuracies and test tokens per episode."""
     metrics = {
         **{f"test_{k}": round(t[k], 6) for k in ("net", "ci_lo", "ci_hi", "base_mean", "champion_mean") if k in t},
         "accepted": summary["accepted"], "rounds": summary["rounds"],
         "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy"),
         "trace_rule_accuracy": loc.get("trace_rule_accuracy")}
-    tokens = TokensSummary.model_validate(summary["tokens"]) if summary.get("tokens") else None
     if tokens is not None:
         metrics.update({f"test_tokens_{k.replace('-', '_')}": v for k, v in tokens.per_episode.items()})
+    return metrics
+
+
+def _rounds_table(summary: dict, causes: pd.DataFrame) -> pd.DataFrame:
+    """rounds.csv: one row per round (its gate's figures, blank when not gated), the champion's dev mean and the
+    causes diagnosed."""
     rows = []
     for r in history(summary):
         g, champ = r.gate, r.champion_after
@@ -186,11 +215,13 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
                      "champion": champ.version if champ else ""})
     table = pd.DataFrame(rows, columns=["round", "verdict", "owner", "net", "ci_lo", "ci_hi", "dev_base_mean",
                                         "dev_cand_mean", "champion"])
-    causes = _causes(Path(campaign_out), summary)
     means = champion_means(history(summary))
     table["champion_dev_mean"] = [means[r.round] for r in history(summary)] if len(table) else []
-    table = table.join(causes, on="round") if len(causes.columns) else table
-    families = _families(Path(campaign_out), summary)  # every input read before the first write: none half-written
+    return table.join(causes, on="round") if len(causes.columns) else table
+
+
+def _campaign_md(summary: dict, t: dict, loc: dict, tokens: TokensSummary | None) -> list[str]:
+    """campaign.md's lines: the champion, the test split, tokens, localization, a row per round and the lineage."""
     md = [f"# Campaign {summary['campaign']}", "",
           f"Champion **{summary['champion']}** (`{summary['champion_digest'][:12]}`), {summary['accepted']} promotion(s) "
           f"in {summary['rounds']} round(s).", ""]
@@ -216,15 +247,7 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
         md.append(f"| {row['round']} | {row['owner']} | {row['plan']} | {row['repair']} | {row['verdict']} | {net} | "
                   f"{ci} | {'' if row['regressed'] is None else row['regressed']} | {row['champion']} |")
     md += ["", "Lineage: " + " -> ".join(f"{v['version']} `{v['digest'][:12]}`" for v in summary["lineage"]), ""]
-    write_json(out / "metrics.json", metrics)
-    write_csv(out / "rounds.csv", table)
-    atomic_write_bytes(out / "campaign.md", "\n".join(md).encode())
-    _plot_data(summary, table, causes, families, out / "plots")
-    _plot(table, out / "rounds.png")
-    _plot_champion(table, t, out / "champion.png")
-    _plot_causes(causes, out / "causes.png")
-    _plot_families(families, out / "families.png")
-    return out
+    return md
 
 
 def _plot_data(summary: dict, table: pd.DataFrame, causes: pd.DataFrame, families: pd.DataFrame, out: Path) -> None:

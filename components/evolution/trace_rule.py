@@ -47,6 +47,18 @@ def three_line(s: Signals) -> Owner:
 
 def signals(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None,
             error: str = "") -> Signals:
+    return Signals(
+        blocking=bool(error) or not steps or any(s.blocked is None and s.observation.get("blocking") for s in steps),
+        refusal=any(s.blocked is None and not s.observation.get("ok") and s.observation.get("rule_id") for s in steps),
+        unconfirmed=_unconfirmed(steps, write_tools, targets),
+        early_finish=any(s.action.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending")
+                         for s in steps),
+        bounced=any(s.first_draft is not None or s.blocked is not None for s in steps),
+        unfinished=not any(s.action.get("kind") == "finish" and s.blocked is None for s in steps))
+
+
+def _unconfirmed(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None) -> bool:
+    """Whether a write went through that no confirmation before it covered."""
     acts: list[Act] = []
     unconfirmed = False
     for s in steps:
@@ -56,14 +68,7 @@ def signals(steps: list[TraceStep], write_tools: frozenset[str], targets: Target
             unconfirmed = True
         if (act := step_act(a, obs, s.blocked, write_tools)) is not None:
             acts.append(act)
-    return Signals(
-        blocking=bool(error) or not steps or any(s.blocked is None and s.observation.get("blocking") for s in steps),
-        refusal=any(s.blocked is None and not s.observation.get("ok") and s.observation.get("rule_id") for s in steps),
-        unconfirmed=unconfirmed,
-        early_finish=any(s.action.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending")
-                         for s in steps),
-        bounced=any(s.first_draft is not None or s.blocked is not None for s in steps),
-        unfinished=not any(s.action.get("kind") == "finish" and s.blocked is None for s in steps))
+    return unconfirmed
 
 
 def signals_frame(traces: pd.DataFrame, scores: pd.DataFrame, write_tools: frozenset[str],
