@@ -220,21 +220,40 @@ def parse_term(s: str) -> Term | None:
     if s == UPPER:
         return Term("upper")
     if m := _TABLE.fullmatch(s):
-        paths = tuple(re.findall(r"`([^`]+)`", m.group(2)))
-        entries = tuple((tuple(c.split("/")) if len(paths) > 1 else (c,), q(n))
-                        for c, n in re.findall(rf"'([^']*)' ({_NUM})", m.group(1)))
-        if any(len(k) != len(paths) for k, _n in entries):
-            return None
-        return Term("table", entries, paths if len(paths) > 1 else paths[0])
-    if m := _SUM.fullmatch(s):
-        parts = tuple((q(k), p) for k, p in re.findall(rf"({_NUM}) \* `([^`]+)`", m.group(1)))
-        if len(parts) > 1 or m.group(2):
-            return Term("sum", (q(m.group(2)) if m.group(2) else Fraction(0), parts))
+        return _table_term(m)
+    if (m := _SUM.fullmatch(s)) and (t := _sum_term(m)) is not None:
+        return t
     if m := _PICK.fullmatch(s):
-        where = tuple((a, _parse_value(v)) for a, v in re.findall(r"`([^`]+)` = ([^`]+?)(?: and |$)", m.group(3)))
-        if any(v is None for _a, v in where):
-            return None
-        return Term("pick", (m.group(1), where), m.group(2))
+        return _pick_term(m)
+    return _simple_term(s)
+
+
+def _table_term(m: re.Match) -> Term | None:
+    paths = tuple(re.findall(r"`([^`]+)`", m.group(2)))
+    entries = tuple((tuple(c.split("/")) if len(paths) > 1 else (c,), q(n))
+                    for c, n in re.findall(rf"'([^']*)' ({_NUM})", m.group(1)))
+    if any(len(k) != len(paths) for k, _n in entries):
+        return None
+    return Term("table", entries, paths if len(paths) > 1 else paths[0])
+
+
+def _sum_term(m: re.Match) -> Term | None:
+    """A sum of several shares, or of one and a constant (one share alone: None, a `share` term)."""
+    parts = tuple((q(k), p) for k, p in re.findall(rf"({_NUM}) \* `([^`]+)`", m.group(1)))
+    if len(parts) > 1 or m.group(2):
+        return Term("sum", (q(m.group(2)) if m.group(2) else Fraction(0), parts))
+    return None
+
+
+def _pick_term(m: re.Match) -> Term | None:
+    where = tuple((a, _parse_value(v)) for a, v in re.findall(r"`([^`]+)` = ([^`]+?)(?: and |$)", m.group(3)))
+    if any(v is None for _a, v in where):
+        return None
+    return Term("pick", (m.group(1), where), m.group(2))
+
+
+def _simple_term(s: str) -> Term | None:
+    """One of a set, a share of a feature, a feature's value, or a constant."""
     if s.startswith("one of "):
         vals = tuple(re.findall(r"'([^']*)'", s))
         return Term("one_of", vals) if vals else None
@@ -490,14 +509,24 @@ def _records(obj: list[dict], prefix: str, write_args: Mapping[str, Any], out: d
     for arg, av in sorted(write_args.items()):  # the elements a write's list argument picks
         if isinstance(av, list) and av:
             _picked(obj, keys, prefix, arg, {str(x) for x in av}, out)
-    for arg, av in sorted(write_args.items()):  # the element a write's scalar argument names
+    _named(obj, keys, prefix, write_args, out)
+    _kinds(obj, keys, prefix, out)
+
+
+def _named(obj: list[dict], keys: list[str], prefix: str, write_args: Mapping[str, Any], out: dict[str, Any]) -> None:
+    """The fields of the element a write's scalar argument names (`[k=@arg].k2`)."""
+    for arg, av in sorted(write_args.items()):
         if not scalar(av):
             continue
         for k in keys:
             hit = [e for e in obj if str(e.get(k)) == str(av)]
             if len(hit) == 1:
                 _fields(hit[0], k, f"{prefix}[{k}=@{arg}]", out)
-    for k in keys:  # the one element of a kind
+
+
+def _kinds(obj: list[dict], keys: list[str], prefix: str, out: dict[str, Any]) -> None:
+    """The fields of the one element of a kind (`[k=v].k2`)."""
+    for k in keys:
         vals = [e.get(k) for e in obj]
         for v in sorted({x for x in vals if category(x)}):
             if vals.count(v) == 1:
