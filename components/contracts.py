@@ -145,7 +145,6 @@ def check_paired_scores(base: pd.DataFrame, cand: pd.DataFrame, where: str = "pa
     gx = _gx()
 
     E = gx.expectations
-    keys = ["item_id", "seed"]
     lines: dict[str, list[str]] = {"base": [], "cand": []}  # each arm's failures, base first
     arms = []
     for arm, df in (("base", base), ("cand", cand)):
@@ -156,7 +155,28 @@ def check_paired_scores(base: pd.DataFrame, cand: pd.DataFrame, where: str = "pa
             arms.append((arm, df[["item_id", "seed", "score"]].reset_index(drop=True)))
     if not arms:
         raise ContractError(where, lines["base"] + lines["cand"])
-    # pairing as an outer join of the arms' keys (as strings) reads it: a key is in both, or in one arm only
+    stacked = _stacked_arms(arms)
+    results = _results(stacked.drop(columns="_key"), "scores", [
+        E.ExpectColumnValuesToNotBeNull(column="item_id"),
+        E.ExpectColumnValuesToNotBeNull(column="seed"),
+        E.ExpectColumnValuesToNotBeNull(column="score"),
+        E.ExpectColumnValuesToBeBetween(column="score", min_value=0, max_value=1),
+        E.ExpectCompoundColumnsToBeUnique(column_list=["_arm", "item_id", "seed"]),
+        E.ExpectColumnValuesToBeInSet(column="pair", value_set=["both"]),
+    ], ["_arm", "_id", "_pid"])
+    failed = [r for r in results if not r.success]
+    _arm_lines(lines, [arm for arm, _ in arms], [r for r in failed if r.expectation_config.kwargs.get("column") != "pair"])
+    failures = lines["base"] + lines["cand"]
+    if not failures and len(arms) == 2:
+        failures += _pairing_lines(stacked, failed)
+    if failures:
+        raise ContractError(where, failures)
+
+
+def _stacked_arms(arms: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """The arms' rows stacked, each with its arm, its id as the arm alone names it, and its pairing: an outer join of
+    the arms' keys (as strings) reads it, a key is in both or in one arm only."""
+    keys = ["item_id", "seed"]
     str_keys = {arm: df[keys].astype(str) for arm, df in arms}
     key_sets = {arm: set(zip(k["item_id"], k["seed"])) for arm, k in str_keys.items()}
     parts = []
@@ -169,31 +189,26 @@ def check_paired_scores(base: pd.DataFrame, cand: pd.DataFrame, where: str = "pa
             _id=["#".join(str(v) for v in row) for row in df[keys].itertuples(index=False, name=None)],  # as alone
             _key=list(zip(k["item_id"], k["seed"])), pair=pair,
             _pid=[f"{i}#{s}#{p}" for i, s, p in zip(k["item_id"], k["seed"], pair)]))
-    stacked = pd.concat(parts, ignore_index=True)
-    results = _results(stacked.drop(columns="_key"), "scores", [
-        E.ExpectColumnValuesToNotBeNull(column="item_id"),
-        E.ExpectColumnValuesToNotBeNull(column="seed"),
-        E.ExpectColumnValuesToNotBeNull(column="score"),
-        E.ExpectColumnValuesToBeBetween(column="score", min_value=0, max_value=1),
-        E.ExpectCompoundColumnsToBeUnique(column_list=["_arm", "item_id", "seed"]),
-        E.ExpectColumnValuesToBeInSet(column="pair", value_set=["both"]),
-    ], ["_arm", "_id", "_pid"])
-    failed = [r for r in results if not r.success]
-    arm_failed = [r for r in failed if r.expectation_config.kwargs.get("column") != "pair"]
-    for arm, _df in arms:
+    return pd.concat(parts, ignore_index=True)
+
+
+def _arm_lines(lines: dict[str, list[str]], arms: list[str], arm_failed: list) -> None:
+    """Each arm's failed expectations (all but the pairing), as lines naming that arm's rows."""
+    for arm in arms:
         for r in arm_failed:
             rows = _unexpected(r)
             mine = [row["_id"] for row in rows if row.get("_arm") == arm]
             if mine or not rows:
                 target = "item_id,seed" if r.expectation_config.kwargs.get("column_list") else None
                 lines[arm].append(f"{arm}: {_line(r, mine, target)}")
-    failures = lines["base"] + lines["cand"]
-    if not failures and len(arms) == 2:
-        for r in failed:
-            if r.expectation_config.kwargs.get("column") == "pair":
-                # the order of an outer join: sorted keys
-                order = {row["_pid"]: i for i, row in enumerate(_unexpected(r))}
-                only = stacked[stacked["_pid"].isin(order)].sort_values(["_key"], kind="stable")
-                failures.append(f"incomplete pairing: {_line(r, list(only['_pid']), 'pair')}")
-    if failures:
-        raise ContractError(where, failures)
+
+
+def _pairing_lines(stacked: pd.DataFrame, failed: list) -> list[str]:
+    """The pairing's failure, its keys in the order of an outer join (sorted keys)."""
+    out = []
+    for r in failed:
+        if r.expectation_config.kwargs.get("column") == "pair":
+            order = {row["_pid"]: i for i, row in enumerate(_unexpected(r))}
+            only = stacked[stacked["_pid"].isin(order)].sort_values(["_key"], kind="stable")
+            out.append(f"incomplete pairing: {_line(r, list(only['_pid']), 'pair')}")
+    return out

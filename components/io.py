@@ -270,8 +270,16 @@ def claim_output(path: str | Path, kind: str, *, option: str = "--out", inputs: 
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise OutputRefused(f"{path}: {option}: is a {'symbolic link' if path.is_symlink() else 'file'}, "
                             f"not an output directory; refusing to replace it")
+    _not_an_input(path, option, inputs or {})
+    if not path.is_dir() or not any(path.iterdir()):
+        return path
+    return _replaceable(path, kind, option, force)
+
+
+def _not_an_input(path: Path, option: str, inputs: dict[str, str | Path]) -> None:
+    """Refuse an output that is an input of the command, holds one, or lies inside one."""
     here = path.resolve()
-    for label, src in (inputs or {}).items():
+    for label, src in inputs.items():
         there = Path(src).resolve()
         if here == there:
             raise OutputRefused(f"{path}: {option}: is the input {label}; refusing to write over it")
@@ -279,8 +287,11 @@ def claim_output(path: str | Path, kind: str, *, option: str = "--out", inputs: 
             raise OutputRefused(f"{path}: {option}: holds the input {label} ({src}); refusing to replace it")
         if here.is_relative_to(there):
             raise OutputRefused(f"{path}: {option}: is inside the input {label} ({src}); refusing to write into it")
-    if not path.is_dir() or not any(path.iterdir()):
-        return path
+
+
+def _replaceable(path: Path, kind: str, option: str, force: bool | None) -> Path:
+    """A non-empty directory may be replaced when it is Ratchet's output of this kind (of another kind: with
+    `force`); anything else is refused."""
     found = output_kind(path)
     if found == kind:
         return path

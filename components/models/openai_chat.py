@@ -83,11 +83,18 @@ class OpenAIChat:
     # -- one call ------------------------------------------------------------------------------------------------
     def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
                  json_mode: bool | dict[str, Any] = False) -> ChatResult:
-        schema = json_mode if isinstance(json_mode, dict) else None
         offered = tools or []  # (the tools, when `actions`)
         actions = bool(tools) and self.json_actions
+        kwargs, messages = self._request(messages, tools, seed, json_mode, actions)
+        resp, spent = self._send(kwargs, messages, tools if not actions else None)
+        return self._reply(resp, spent, offered, actions, tools)
+
+    def _request(self, messages: list[dict], tools: list[dict] | None, seed: int, json_mode: bool | dict[str, Any],
+                 actions: bool) -> tuple[dict, list[dict]]:
+        """The request's arguments, and the messages it sends (with JSON actions: the tools described in them)."""
+        schema = json_mode if isinstance(json_mode, dict) else None
         if actions:
-            schema, messages = action_schema(offered), action_messages(messages, offered)
+            schema, messages = action_schema(tools or []), action_messages(messages, tools or [])
         kwargs: dict = {"model": self.name, "messages": messages, "seed": seed}
         if not self.reasoning:  # a reasoning model takes no sampling temperature (OpenAI's refuse any but the default)
             kwargs["temperature"] = self.temperature
@@ -107,17 +114,24 @@ class OpenAIChat:
             kwargs["response_format"] = {"type": "json_object", "schema": schema}
         elif json_mode or actions:
             kwargs["response_format"] = {"type": "json_object"}
+        return kwargs, messages
+
+    def _send(self, kwargs: dict, messages: list[dict], tools: list[dict] | None) -> tuple[Any, Usage]:
+        """The server's response and what it cost, asked again with max_completion_tokens when it wants that."""
         try:
-            resp, spent = self._create(kwargs, messages, tools if not actions else None)
+            return self._create(kwargs, messages, tools)
         except ModelError as e:
             if not self._limit_refused(e):
                 raise
             # the server wants max_completion_tokens (a reasoning model): asked again with it, and from now on
             self._limit = "max_completion_tokens"
             kwargs["max_completion_tokens"] = kwargs.pop("max_tokens")
-            resp, again = self._create(kwargs, messages, tools if not actions else None)
-            spent = add_usage(e.usage, again)
+            resp, again = self._create(kwargs, messages, tools)
+            return resp, add_usage(e.usage, again)
 
+    def _reply(self, resp: Any, spent: Usage, offered: list[dict], actions: bool,
+               tools: list[dict] | None) -> ChatResult:
+        """The response as a reply: its text and tool calls, or the ModelError that says what is wrong with it."""
         def fail(kind: str, message: str) -> ModelError:
             return ModelError(message, kind, spent)
 

@@ -116,12 +116,7 @@ def _parse(raw: bytes, strict_system: bool = False) -> tuple[ChatRequest, list[d
     """The validated request and its messages as the agent reads them (text parts joined), or a 400. `strict_system`:
     a system message anywhere but first is refused, as the chat templates of current open models refuse it under
     vLLM (their Jinja raises, and the server answers 400)."""
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise _Refusal(400, f"the request body is not valid JSON ({e})", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise _Refusal(400, "the request body must be a JSON object", code="invalid_type")
+    body = _body(raw)
     try:
         req = ChatRequest.model_validate(body)
     except ValidationError as e:
@@ -129,6 +124,30 @@ def _parse(raw: bytes, strict_system: bool = False) -> tuple[ChatRequest, list[d
         param = ".".join(str(x) for x in first["loc"]) or None
         code = "missing_required_parameter" if first["type"] == "missing" else "invalid_value"
         raise _Refusal(400, f"{param}: {first['msg']}", param=param, code=code) from None
+    _served(req, strict_system)
+    messages = []
+    for m, src in zip(req.messages, body["messages"]):
+        msg = dict(src)
+        if isinstance(m.content, list):
+            msg["content"] = "".join(part.text for part in m.content)
+        messages.append(msg)
+    return req, messages
+
+
+def _body(raw: bytes) -> dict:
+    """The request body as a JSON object, or a 400."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise _Refusal(400, f"the request body is not valid JSON ({e})", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise _Refusal(400, "the request body must be a JSON object", code="invalid_type")
+    return body
+
+
+def _served(req: ChatRequest, strict_system: bool) -> None:
+    """A 400 for a valid request this server does not serve: streaming, several choices, no system prompt first (or,
+    `strict_system`, one later), a tool choice the request's tools cannot meet."""
     if req.stream:
         raise _Refusal(400, "stream: streaming is not supported by this server", "stream", "unsupported_value")
     if req.n not in (None, 1):
@@ -145,13 +164,6 @@ def _parse(raw: bytes, strict_system: bool = False) -> tuple[ChatRequest, list[d
                        "tool_choice", "invalid_value")
     if req.tool_choice == "required" and not offered:
         raise _Refusal(400, "tool_choice: 'required' needs tools", "tool_choice", "invalid_value")
-    messages = []
-    for m, src in zip(req.messages, body["messages"]):
-        msg = dict(src)
-        if isinstance(m.content, list):
-            msg["content"] = "".join(part.text for part in m.content)
-        messages.append(msg)
-    return req, messages
 
 
 def _allowed_calls(req: ChatRequest, calls: list) -> tuple[list, str | None]:

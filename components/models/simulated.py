@@ -140,7 +140,6 @@ def read(messages: list[dict], comp: Competence) -> View:
         raise ModelError("expected the system message first")
     # one system message: the policy, this turn's memory, and the call's own instruction (`prompts.system_message`)
     policy, memory, tail = prompts.split_system(messages[0]["content"] or "")
-    rest = messages[1:]
     mode, feedback = "draft", None
     if tail.startswith(prompts.PROPOSE.split("\n")[0]):
         mode = "propose"
@@ -151,6 +150,14 @@ def read(messages: list[dict], comp: Competence) -> View:
     if "## Working memory (ledger)" in memory:
         board = [(tool, dict(a.split("=", 1) for a in args.split()), status)
                  for status, _eid, tool, args in BOARD_RE.findall(memory)]
+    calls, user_texts, assistant_texts, turn = _conversation(messages[1:])
+    reqs, info = parse_first(comp, user_texts[0] if user_texts else "")
+    return View(policy, memory, cards, board, reqs, info, calls, user_texts, assistant_texts, turn, feedback, mode)
+
+
+def _conversation(rest: list[dict]) -> tuple[list[tuple[dict, dict]], list[str], list[str], int]:
+    """The conversation after the system message: each executed call with its result, what the user and the
+    assistant said, and the assistant's turns so far."""
     calls: list[tuple[dict, dict]] = []
     pending_calls: dict[str | None, dict[str, Any]] = {}  # by the call's id (a tool message may name none)
     user_texts, assistant_texts = [], []
@@ -162,24 +169,31 @@ def read(messages: list[dict], comp: Competence) -> View:
         elif role == "assistant":
             turn += 1
             for tc in m.get("tool_calls") or []:
-                fn = tc["function"]
-                try:
-                    args = _json(fn["arguments"] or "{}")
-                except json.JSONDecodeError:
-                    args = {}
-                pending_calls[tc["id"]] = {"name": fn["name"], "args": args}
+                pending_calls[tc["id"]] = {"name": tc["function"]["name"], "args": _call_args(tc["function"])}
             if not m.get("tool_calls"):
                 assistant_texts.append(m.get("content") or "")
         elif role == "tool":
             call = pending_calls.pop(m.get("tool_call_id"), None)
             if call is not None:
-                try:
-                    result = _json(m.get("content") or "{}")
-                except json.JSONDecodeError:
-                    result = {"error": m.get("content")}
-                calls.append((call, result if isinstance(result, dict) else {"value": result}))
-    reqs, info = parse_first(comp, user_texts[0] if user_texts else "")
-    return View(policy, memory, cards, board, reqs, info, calls, user_texts, assistant_texts, turn, feedback, mode)
+                calls.append((call, _tool_result(m)))
+    return calls, user_texts, assistant_texts, turn
+
+
+def _call_args(fn: dict) -> object:
+    """A call's arguments as the model wrote them (any JSON value; {} when they are not JSON)."""
+    try:
+        return _json(fn["arguments"] or "{}")
+    except json.JSONDecodeError:
+        return {}
+
+
+def _tool_result(m: dict) -> dict:
+    """A tool message's result as an object (not JSON: an error; JSON but not an object: its value)."""
+    try:
+        result = _json(m.get("content") or "{}")
+    except json.JSONDecodeError:
+        result = {"error": m.get("content")}
+    return result if isinstance(result, dict) else {"value": result}
 
 
 def refusal_rule(result: dict) -> str:

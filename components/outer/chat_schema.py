@@ -91,7 +91,7 @@ def problems(record: Any) -> list[str]:
     except ValidationError as e:
         return [f"{'.'.join(str(x) for x in err['loc']) or '-'}: {err['msg']}" for err in e.errors()]
     out: list[str] = []
-    names = {t.function.name for t in rec.tools or []}
+    names = {t.function.name for t in rec.tools or []} if rec.tools is not None else None
     open_calls: dict[str, int] = {}  # call id -> index of its assistant message, until answered
     answered: set[str] = set()
     for i, m in enumerate(rec.messages):
@@ -99,20 +99,7 @@ def problems(record: Any) -> list[str]:
             for cid, at in open_calls.items():
                 out.append(f"messages.{at}.tool_calls: call {cid} has no tool message before messages.{i}")
             open_calls = {}
-            if m.content is None and not m.tool_calls:
-                out.append(f"messages.{i}: an assistant message needs content or tool_calls")
-            for c in m.tool_calls or []:
-                if c.id in answered or c.id in open_calls:
-                    out.append(f"messages.{i}.tool_calls: id {c.id} used twice")
-                open_calls[c.id] = i
-                if rec.tools is not None and c.function.name not in names:
-                    out.append(f"messages.{i}.tool_calls: {c.function.name} is not one of tools")
-                try:
-                    args = json.loads(c.function.arguments)
-                except json.JSONDecodeError:
-                    args = None
-                if not isinstance(args, dict):
-                    out.append(f"messages.{i}.tool_calls.function.arguments: not a JSON object string")
+            out += _assistant_problems(i, m, names, open_calls, answered)
         elif isinstance(m, ToolMessage):
             if m.tool_call_id not in open_calls:
                 out.append(f"messages.{i}.tool_call_id: {m.tool_call_id} answers no open tool call")
@@ -123,6 +110,28 @@ def problems(record: Any) -> list[str]:
         out.append(f"messages.{at}.tool_calls: call {cid} has no tool message")
     if not any(isinstance(m, AssistantMessage) and m.weight != 0 for m in rec.messages):
         out.append("messages: no assistant message to train on")
+    return out
+
+
+def _assistant_problems(i: int, m: AssistantMessage, names: set[str] | None, open_calls: dict[str, int],
+                        answered: set[str]) -> list[str]:
+    """What is wrong with assistant message `i` and its calls (`names`: the record's tools, None when it lists
+    none); its calls are opened in `open_calls`."""
+    out = []
+    if m.content is None and not m.tool_calls:
+        out.append(f"messages.{i}: an assistant message needs content or tool_calls")
+    for c in m.tool_calls or []:
+        if c.id in answered or c.id in open_calls:
+            out.append(f"messages.{i}.tool_calls: id {c.id} used twice")
+        open_calls[c.id] = i
+        if names is not None and c.function.name not in names:
+            out.append(f"messages.{i}.tool_calls: {c.function.name} is not one of tools")
+        try:
+            args = json.loads(c.function.arguments)
+        except json.JSONDecodeError:
+            args = None
+        if not isinstance(args, dict):
+            out.append(f"messages.{i}.tool_calls.function.arguments: not a JSON object string")
     return out
 
 

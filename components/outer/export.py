@@ -278,22 +278,10 @@ def export_campaign(campaign: str | Path, bench_dir: str | Path, out: str | Path
     start_by = champ_by if start.digest == champ.digest else _episodes(start_eps, bench, start_pkg,
                                                                        f"{campaign / start_eps.source}")
 
-    sft = []
-    for k, e in sorted(champ_by.items()):
-        if not e.success:
-            continue
-        rec = sft_record(e)
-        bad = problems(rec)
-        if bad:  # what a trainer would refuse is not written
-            raise InputError(f"{campaign / champ_eps.source}: {k[0]}#{k[1]}: not a fine-tuning chat record: {bad[0]}")
-        sft.append(rec)
+    sft = _sft_records(champ_by, f"{campaign / champ_eps.source}")
     prefs = [preference_record(e, start_by[k]) for k, e in sorted(champ_by.items())
              if e.success and k in start_by and not start_by[k].success]
-    rollouts = []
-    for arm, version, by in (("start", start, start_by), ("champion", champ, champ_by)):
-        for k, e in sorted(by.items()):
-            weights = {cr.id: cr.weight for cr in bench.tasks[k[0]].rubric}
-            rollouts.append(rollout_record(e, arm, version.name, version.digest, weights))
+    rollouts = [*_rollouts(bench, "start", start, start_by), *_rollouts(bench, "champion", champ, champ_by)]
     data = {"sft.jsonl": (sft, _jsonl(sft)), "preferences.jsonl": (prefs, _jsonl(prefs)),
             "rollouts.jsonl": (rollouts, _jsonl(rollouts))}
     manifest = ExportManifest(
@@ -308,6 +296,29 @@ def export_campaign(campaign: str | Path, bench_dir: str | Path, out: str | Path
             (tmp / name).write_bytes(b)
         (tmp / MANIFEST).write_text(dumps(manifest.model_dump()))
     return manifest
+
+
+def _sft_records(champ_by: dict, source: str) -> list[dict]:
+    """A chat record per successful champion episode; one a trainer would refuse is an error, never written."""
+    sft = []
+    for k, e in sorted(champ_by.items()):
+        if not e.success:
+            continue
+        rec = sft_record(e)
+        bad = problems(rec)
+        if bad:  # what a trainer would refuse is not written
+            raise InputError(f"{source}: {k[0]}#{k[1]}: not a fine-tuning chat record: {bad[0]}")
+        sft.append(rec)
+    return sft
+
+
+def _rollouts(bench: Any, arm: str, version: Any, by: dict) -> list[dict]:
+    """Every episode of one arm as a rollout, with its task's criterion weights."""
+    out = []
+    for k, e in sorted(by.items()):
+        weights = {cr.id: cr.weight for cr in bench.tasks[k[0]].rubric}
+        out.append(rollout_record(e, arm, version.name, version.digest, weights))
+    return out
 
 
 def read_manifest(export_dir: str | Path, verify: bool = True) -> ExportManifest:

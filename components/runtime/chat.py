@@ -154,55 +154,17 @@ class ChatHarness:
         self.start()
         call = draft.tool_call
         if call is None:
-            self._drafted = []
-            if blocked:
-                self._notes.append(f"Your last message was blocked: {blocked}")
-                return {"blocked": blocked}
-            self._say("assistant", draft.content)
-            if self._count(1):  # the reference ends the episode here, before the user answers
-                self._end_by_limit()
-                return {"ended": self.ended_by}
-            reply = self.env.user_reply(draft.content)
-            self._count(1)  # the user's answer, or the line that ends the call
-            if reply is None:
-                self._end(USER_STOP)
-                self._end_by_limit()
-                return {"role": "user", "text": None}
-            self._say("user", reply)
-            self._end_by_limit()
-            return {"role": "user", "text": reply}
+            return self._commit_message(draft, blocked)
         queued = bool(self._queue) and call is self._queue[0]
         if queued:
             self._queue.pop(0)
         else:
-            calls = self._drafted if self._drafted and self._drafted[0] is call else [call]
-            self._drafted = []
-            # "" and not null: llama-cpp-python rejects a null content with a 500
-            self.messages.append({"role": "assistant", "content": draft.content or "", "tool_calls": [{
-                "id": c.id, "type": "function",
-                "function": {"name": c.name, "arguments": json.dumps(c.args, sort_keys=True)}} for c in calls]})
-            self._queue = calls[1:]
-            self._batch = {"n": len(calls), "i": 0, "ran": 0, "errors": 0}
+            self._open_batch(draft, call)
         self._batch["i"] += 1
         part = (self._batch["i"], self._batch["n"]) if self._batch["n"] > 1 else None
         self._turns.append(Turn(role="assistant", text=draft.content if not queued else "", tool=call.name,
                                 parallel=queued))
-        if blocked:  # never executed; a synthetic result that can ground nothing
-            receipt = Receipt(call_id=call.id, tool=call.name, args=call.args, ok=False, code="blocked",
-                              content={"error": f"blocked by the harness: {blocked}"}, genuine=False,
-                              write=call.name in self.write_tools)
-        elif call.name == FINISH_TOOL and self.protocol.harness_tools:
-            receipt = Receipt(call_id=call.id, tool=call.name, args=call.args, ok=True, content={"finished": True})
-            self._end(FINISHED)
-        elif call.name == CONFIRM_TOOL and self.protocol.harness_tools:
-            receipt = self._confirm(call)
-        else:
-            receipt = self.env.call(call)
-            self.tool_calls += 1
-            self._batch["ran"] += 1
-            self._batch["errors"] += not receipt.ok
-            if call.name in self.env.terminal_tools:
-                self._end(TERMINAL)
+        receipt = self._execute(call, blocked)
         text = self.result_text(receipt)
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         granted = receipt.content.get("confirmed") if call.name == CONFIRM_TOOL and receipt.ok else None
@@ -218,6 +180,58 @@ class ChatHarness:
         if part is not None:
             out["parallel"] = list(part)
         return out
+
+    def _commit_message(self, draft: Draft, blocked: str | None) -> dict[str, Any]:
+        """A message to the user (no tool call): blocked, or said and answered (unless a limit ends the episode)."""
+        self._drafted = []
+        if blocked:
+            self._notes.append(f"Your last message was blocked: {blocked}")
+            return {"blocked": blocked}
+        self._say("assistant", draft.content)
+        if self._count(1):  # the reference ends the episode here, before the user answers
+            self._end_by_limit()
+            return {"ended": self.ended_by}
+        reply = self.env.user_reply(draft.content)
+        self._count(1)  # the user's answer, or the line that ends the call
+        if reply is None:
+            self._end(USER_STOP)
+            self._end_by_limit()
+            return {"role": "user", "text": None}
+        self._say("user", reply)
+        self._end_by_limit()
+        return {"role": "user", "text": reply}
+
+    def _open_batch(self, draft: Draft, call: ToolCall) -> None:
+        """The assistant message of a new batch of calls (the drafted ones, when `call` leads them): its later calls
+        are queued, each committed in turn."""
+        calls = self._drafted if self._drafted and self._drafted[0] is call else [call]
+        self._drafted = []
+        # "" and not null: llama-cpp-python rejects a null content with a 500
+        self.messages.append({"role": "assistant", "content": draft.content or "", "tool_calls": [{
+            "id": c.id, "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.args, sort_keys=True)}} for c in calls]})
+        self._queue = calls[1:]
+        self._batch = {"n": len(calls), "i": 0, "ran": 0, "errors": 0}
+
+    def _execute(self, call: ToolCall, blocked: str | None) -> Receipt:
+        """The call's receipt: blocked (never executed), the harness's own tools, or the world's."""
+        if blocked:  # never executed; a synthetic result that can ground nothing
+            return Receipt(call_id=call.id, tool=call.name, args=call.args, ok=False, code="blocked",
+                           content={"error": f"blocked by the harness: {blocked}"}, genuine=False,
+                           write=call.name in self.write_tools)
+        if call.name == FINISH_TOOL and self.protocol.harness_tools:
+            receipt = Receipt(call_id=call.id, tool=call.name, args=call.args, ok=True, content={"finished": True})
+            self._end(FINISHED)
+            return receipt
+        if call.name == CONFIRM_TOOL and self.protocol.harness_tools:
+            return self._confirm(call)
+        receipt = self.env.call(call)
+        self.tool_calls += 1
+        self._batch["ran"] += 1
+        self._batch["errors"] += not receipt.ok
+        if call.name in self.env.terminal_tools:
+            self._end(TERMINAL)
+        return receipt
 
     def result_text(self, receipt: Receipt) -> str:
         """A tool's result as the model reads it: the receipt's JSON (`result_body`), or under a reference protocol

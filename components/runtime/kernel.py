@@ -29,7 +29,7 @@ from components.runtime.trace import TraceStep
 from components.runtime.types import Draft, Proposal
 
 
-# the phases a turn's timings name (components.tracking.mlflow_log draws them as a trace's spans)
+# the phases a turn's timings name (components.tracking.mlflow_traces draws them as a trace's spans)
 TURN, MEMORY, MODEL, CHECKS, TOOL = "turn", "memory delivered", "model call", "checker verdicts", "tool call"
 
 

@@ -23,11 +23,12 @@ from components.errors import InputError
 from components.evolution.gate import SequentialDesign, gate, sequential_gate
 from components.evolution.lineage import Lineage
 from components.io import confined
-from components.evolution.record import RoundRecord, VersionRef
+from components.evolution.record import Evaluation, RoundRecord, VersionRef
 from components.evolution.validate import fired
 from components.memory.package import digest
 from components.runtime.evaluate import run_shard, seed_map_hash
 from components.worlds import load_benchmark
+from components.worlds.base import Benchmark
 
 
 class ReproduceError(InputError):
@@ -137,19 +138,42 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
     if bench_dir.is_dir():  # a benchmark, or refused before its bytes are hashed (a record may name any directory)
         load_benchmark(bench_dir)
     # 2. the bytes on disk must be the recorded bytes, or nothing is re-run
-    for what, path, want in (("parent version", parent_dir, parent.digest),
-                             ("promoted version", child_dir, child.digest),
-                             ("benchmark", bench_dir, rec.benchmark_digest or "")):
-        if not path.is_dir():
-            raise ReproduceError(f"{path}: -: {what} is missing (run `dvc checkout` at the recording commit)")
-        have = digest(path)
-        if have != want:
-            raise ReproduceError(f"{path}: digest mismatch: the {what} on disk is {have[:16]}, the record says {want[:16]}")
+    _same_bytes((("parent version", parent_dir, parent.digest), ("promoted version", child_dir, child.digest),
+                 ("benchmark", bench_dir, rec.benchmark_digest or "")))
     bench = load_benchmark(bench_dir)
     ids, seeds = bench.ids(ev.split), list(ev.seeds)
     if seed_map_hash(ids, seeds) != rec.seed_map_hash:
         raise ReproduceError(f"{bench_dir}: seed map hash differs from the record (split or seeds changed)")
     # 3. re-run the gate's evaluations (a sequential gate: the cells of the looks it used, then the same looks)
+    base, cand, verdict, per_item = _rerun_gate(rec, ev, bench, parent_dir, child_dir, mechanism)
+    # 4. compare with what the round recorded
+    diffs = _table_diffs(rd, (("dev_base.csv", base.scores), ("dev_cand.csv", cand.scores), ("gate_items.csv", per_item)))
+    same_verdict = (old.accept == verdict.accept and old.n_improved == verdict.n_improved
+                    and old.n_regressed == verdict.n_regressed and abs(old.net - verdict.net) < 1e-12
+                    and abs(old.ci_lo - verdict.ci_lo) < 1e-12 and abs(old.ci_hi - verdict.ci_hi) < 1e-12)
+    if not same_verdict:
+        diffs.append(f"verdict: recorded accept={old.accept} net={old.net:+.6f} CI [{old.ci_lo:+.6f}, "
+                     f"{old.ci_hi:+.6f}], recomputed accept={verdict.accept} net={verdict.net:+.6f} "
+                     f"CI [{verdict.ci_lo:+.6f}, {verdict.ci_hi:+.6f}]")
+    return Reproduction(child.version, rec.round, identical=not any(not d.startswith("verdict") for d in diffs),
+                        verdict_matches=same_verdict, differences=diffs, n_items=len(per_item),
+                        n_episodes=len(base.scores) + len(cand.scores), recorded=old.as_dict(),
+                        recomputed=verdict.as_dict())
+
+
+def _same_bytes(places: tuple[tuple[str, Path, str], ...]) -> None:
+    """Refuse unless each (what, directory, recorded digest) is on disk with the recorded bytes."""
+    for what, path, want in places:
+        if not path.is_dir():
+            raise ReproduceError(f"{path}: -: {what} is missing (run `dvc checkout` at the recording commit)")
+        have = digest(path)
+        if have != want:
+            raise ReproduceError(f"{path}: digest mismatch: the {what} on disk is {have[:16]}, the record says {want[:16]}")
+
+
+def _rerun_gate(rec: RoundRecord, ev: Evaluation, bench: Benchmark, parent_dir: Path, child_dir: Path, mechanism: str):
+    """Both arms re-run on the cells the gate saw, and the gate's verdict and per-item table recomputed from them."""
+    ids, seeds = bench.ids(ev.split), list(ev.seeds)
     seq = ev.sequential
     design = SequentialDesign(seq.looks, seq.spending, seq.by) if seq is not None else SequentialDesign()
     groups = design.groups(ids, seeds)[: seq.looks_used] if seq is not None and design.on else [(ids, seeds)]
@@ -169,26 +193,20 @@ def reproduce(campaign: str | Path, rec: RoundRecord | dict) -> Reproduction:
     else:
         verdict, per_item = gate(base.scores, cand.scores, ev.gate,
                                  mechanism_fired=fired(cand.traces, mechanism))
-    # 4. compare with what the round recorded
+    return base, cand, verdict, per_item
+
+
+def _table_diffs(rd: Path, tables: tuple[tuple[str, pd.DataFrame], ...]) -> list[str]:
+    """How each recomputed table differs from the one the round wrote (nothing: the same bytes)."""
     diffs: list[str] = []
-    for name, df in (("dev_base.csv", base.scores), ("dev_cand.csv", cand.scores), ("gate_items.csv", per_item)):
+    for name, df in tables:
         recorded = (rd / name).read_bytes() if (rd / name).exists() else None
         now = df.to_csv(index=False, lineterminator="\n").encode()
         if recorded is None:
             diffs.append(f"{rd / name}: missing")
         elif recorded != now:
             diffs.append(f"{name}: " + _table_diff(recorded, now, df))
-    same_verdict = (old.accept == verdict.accept and old.n_improved == verdict.n_improved
-                    and old.n_regressed == verdict.n_regressed and abs(old.net - verdict.net) < 1e-12
-                    and abs(old.ci_lo - verdict.ci_lo) < 1e-12 and abs(old.ci_hi - verdict.ci_hi) < 1e-12)
-    if not same_verdict:
-        diffs.append(f"verdict: recorded accept={old.accept} net={old.net:+.6f} CI [{old.ci_lo:+.6f}, "
-                     f"{old.ci_hi:+.6f}], recomputed accept={verdict.accept} net={verdict.net:+.6f} "
-                     f"CI [{verdict.ci_lo:+.6f}, {verdict.ci_hi:+.6f}]")
-    return Reproduction(child.version, rec.round, identical=not any(not d.startswith("verdict") for d in diffs),
-                        verdict_matches=same_verdict, differences=diffs, n_items=len(per_item),
-                        n_episodes=len(base.scores) + len(cand.scores), recorded=old.as_dict(),
-                        recomputed=verdict.as_dict())
+    return diffs
 
 
 def _table_diff(recorded: bytes, now: bytes, df: pd.DataFrame) -> str:

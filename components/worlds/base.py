@@ -381,6 +381,20 @@ def _meta(root: Path) -> dict:
     for key in ("world", "write_tools", "targets"):
         if not isinstance(meta, dict) or key not in meta:
             raise BenchmarkError(f"{root / 'meta.json'}: {key}: missing (re-materialize with `ratchet bench materialize`)")
+    spec = _meta_world(root, meta)
+    _meta_episodes(root, meta, spec)
+    targets = meta["targets"]
+    if not isinstance(targets, dict) or not all(isinstance(a, list) and all(isinstance(x, str) for x in a)
+                                                for a in targets.values()):
+        raise BenchmarkError(f"{root / 'meta.json'}: targets: must map each write tool to a list of argument names")
+    if set(targets) != set(meta["write_tools"]):
+        odd = sorted(set(targets) ^ set(meta["write_tools"]))
+        raise BenchmarkError(f"{root / 'meta.json'}: targets: must name exactly the write tools (differs on {', '.join(odd)})")
+    return meta
+
+
+def _meta_world(root: Path, meta: dict) -> Any:
+    """The registered world meta.json names, with write tools that are that world's own."""
     from components.worlds import world  # here: the registry imports this module
 
     if not isinstance(meta["world"], str):
@@ -395,6 +409,11 @@ def _meta(root: Path) -> dict:
     if foreign:  # another world's benchmark under this world's name: its episodes would fail deep in the environment
         raise BenchmarkError(f"{root / 'meta.json'}: write_tools: {', '.join(foreign[:3])} not a write tool of the "
                              f"{meta['world']!r} world (a benchmark of another world?)")
+    return spec
+
+
+def _meta_episodes(root: Path, meta: dict, spec: Any) -> None:
+    """How meta.json says episodes run (receipt mode, protocol, confirmation): settings the world has."""
     if "receipts" in meta and meta["receipts"] not in {m.value for m in ReceiptMode}:
         raise BenchmarkError(f"{root / 'meta.json'}: receipts: {meta['receipts']!r} is not a receipt mode "
                              f"(one of {', '.join(m.value for m in ReceiptMode)})")
@@ -409,14 +428,6 @@ def _meta(root: Path) -> dict:
                              f"run under {' | '.join(spec.protocols)} (re-materialize with `ratchet bench materialize`)")
     if not isinstance(meta.get("confirmation", True), bool):
         raise BenchmarkError(f"{root / 'meta.json'}: confirmation: must be true or false")
-    targets = meta["targets"]
-    if not isinstance(targets, dict) or not all(isinstance(a, list) and all(isinstance(x, str) for x in a)
-                                                for a in targets.values()):
-        raise BenchmarkError(f"{root / 'meta.json'}: targets: must map each write tool to a list of argument names")
-    if set(targets) != set(meta["write_tools"]):
-        odd = sorted(set(targets) ^ set(meta["write_tools"]))
-        raise BenchmarkError(f"{root / 'meta.json'}: targets: must name exactly the write tools (differs on {', '.join(odd)})")
-    return meta
 
 
 def _tasks(root: Path) -> dict[str, Task]:

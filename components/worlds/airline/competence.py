@@ -14,6 +14,7 @@ names as the member wrote them.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from components.worlds.airline import facts as F
@@ -64,49 +65,12 @@ class AirlineCompetence:
 
     # -- the write ---------------------------------------------------------------------------------------------------
     def write(self, view: View, request: Request, beliefs: Beliefs) -> Step:
-        r, d = request, request.data
-        rid = r.target["reservation_id"]
-        res = _reservation(view, rid) or {}
-        user = _user(view) or {}
-
-        def know(fact_id: str) -> object:
-            follows, value = beliefs.get(fact_id, (False, None))
-            return value if follows and value is not None else NAIVE[fact_id]
-
-        if r.kind == "cancel":
-            methods = user.get("payment_methods") or [{"id": res.get("payment_method_id", "")}]
-            pm = res.get("payment_method_id", "") if know("refund_original") == "original" else methods[0]["id"]
-            if res.get("fare") == "basic" and know("basic_credit") == "travel_credit":
-                pm = "travel_credit"
-            return "", (r.tool, {"reservation_id": rid, "refund_to": pm})
-        if r.kind == "change":
-            days = (days_before(res["date"]) + (TODAY - _today(view)).days) if res.get("date") else 99
-            fee = F.change_fee(res.get("fare", ""), days, know("change_fee"), know("change_window"))
-            return "", (r.tool, {"reservation_id": rid, "new_flight_no": d["new_flight_no"], "fee": fee})
-        if r.kind == "bags":
-            free = F.free_bags(user.get("tier", ""), res.get("fare", ""), len(res.get("passengers") or [1]),
-                               know("bag_allowance"), know("bag_business"))
-            fee = F.bag_total(d["bags"], free, know("bag_fee"))
-            return "", (r.tool, {"reservation_id": rid, "bags": d["bags"], "free_bags": free, "fee": fee})
-        if r.kind == "compensation":
-            flight = _flight(view, res.get("flight_no")) or {}
-            amount = F.compensation(int(flight.get("delay_minutes", 0)), user.get("tier", ""), know("comp_rate"),
-                                    know("comp_gold"))
-            follows, form = beliefs.get("comp_form", (False, None))
-            if not follows or form is None:  # not knowing the rule, it gives what the member asked for
-                form = "cash" if d.get("cash") else "certificate"
-            return "", (r.tool, {"reservation_id": rid, "amount": amount, "form": str(form)})
-        if r.kind == "upgrade":
-            pm = res.get("payment_method_id", "")
-            if know("upgrade_payment") == "credit_card":
-                pm = next((m["id"] for m in user.get("payment_methods", []) if m["kind"] == "credit_card"), pm)
-            return "", (r.tool, {"reservation_id": rid, "cabin": "business", "payment_method_id": pm})
-        if r.kind == "name":
-            first, last = d["first_name"], d["last_name"]
-            if know("name_upper") == "upper":
-                first, last = first.upper(), last.upper()
-            return "", (r.tool, {"reservation_id": rid, "first_name": first, "last_name": last})
-        raise ValueError(f"unknown airline request kind {r.kind}")
+        rid = request.target["reservation_id"]
+        w = _Write(view, request, rid, _reservation(view, rid) or {}, _user(view) or {}, beliefs)
+        write = _WRITES.get(request.kind)
+        if write is None:
+            raise ValueError(f"unknown airline request kind {request.kind}")
+        return write(w)
 
     # -- what the agent says -----------------------------------------------------------------------------------------
     def give_up(self, request: Request) -> str:
@@ -114,6 +78,76 @@ class AirlineCompetence:
 
     def summary(self, request: Request) -> str:
         return language.summary(request.kind, request.target["reservation_id"])
+
+
+# -- the writes, one per request kind ------------------------------------------------------------------------------
+
+@dataclass
+class _Write:
+    """What a write is built from: the request, its reservation and the member's account as read, the beliefs."""
+    view: View
+    r: Request
+    rid: str
+    res: dict
+    user: dict
+    beliefs: Beliefs
+
+    def know(self, fact_id: str) -> object:
+        """The value the agent follows for a rule, else the naive default."""
+        follows, value = self.beliefs.get(fact_id, (False, None))
+        return value if follows and value is not None else NAIVE[fact_id]
+
+
+def _cancel(w: _Write) -> Step:
+    res = w.res
+    methods = w.user.get("payment_methods") or [{"id": res.get("payment_method_id", "")}]
+    pm = res.get("payment_method_id", "") if w.know("refund_original") == "original" else methods[0]["id"]
+    if res.get("fare") == "basic" and w.know("basic_credit") == "travel_credit":
+        pm = "travel_credit"
+    return "", (w.r.tool, {"reservation_id": w.rid, "refund_to": pm})
+
+
+def _change(w: _Write) -> Step:
+    res = w.res
+    days = (days_before(res["date"]) + (TODAY - _today(w.view)).days) if res.get("date") else 99
+    fee = F.change_fee(res.get("fare", ""), days, w.know("change_fee"), w.know("change_window"))
+    return "", (w.r.tool, {"reservation_id": w.rid, "new_flight_no": w.r.data["new_flight_no"], "fee": fee})
+
+
+def _bags(w: _Write) -> Step:
+    d, res = w.r.data, w.res
+    free = F.free_bags(w.user.get("tier", ""), res.get("fare", ""), len(res.get("passengers") or [1]),
+                       w.know("bag_allowance"), w.know("bag_business"))
+    fee = F.bag_total(d["bags"], free, w.know("bag_fee"))
+    return "", (w.r.tool, {"reservation_id": w.rid, "bags": d["bags"], "free_bags": free, "fee": fee})
+
+
+def _compensation(w: _Write) -> Step:
+    flight = _flight(w.view, w.res.get("flight_no")) or {}
+    amount = F.compensation(int(flight.get("delay_minutes", 0)), w.user.get("tier", ""), w.know("comp_rate"),
+                            w.know("comp_gold"))
+    follows, form = w.beliefs.get("comp_form", (False, None))
+    if not follows or form is None:  # not knowing the rule, it gives what the member asked for
+        form = "cash" if w.r.data.get("cash") else "certificate"
+    return "", (w.r.tool, {"reservation_id": w.rid, "amount": amount, "form": str(form)})
+
+
+def _upgrade(w: _Write) -> Step:
+    pm = w.res.get("payment_method_id", "")
+    if w.know("upgrade_payment") == "credit_card":
+        pm = next((m["id"] for m in w.user.get("payment_methods", []) if m["kind"] == "credit_card"), pm)
+    return "", (w.r.tool, {"reservation_id": w.rid, "cabin": "business", "payment_method_id": pm})
+
+
+def _name(w: _Write) -> Step:
+    first, last = w.r.data["first_name"], w.r.data["last_name"]
+    if w.know("name_upper") == "upper":
+        first, last = first.upper(), last.upper()
+    return "", (w.r.tool, {"reservation_id": w.rid, "first_name": first, "last_name": last})
+
+
+_WRITES = {"cancel": _cancel, "change": _change, "bags": _bags, "compensation": _compensation, "upgrade": _upgrade,
+           "name": _name}
 
 
 # -- reading the results -------------------------------------------------------------------------------------------

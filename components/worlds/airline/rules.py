@@ -93,6 +93,11 @@ def _times(k: Fraction, what: str, double: str) -> str:
 
 def statements(r: AirlineRules) -> dict[str, str]:
     """Each rule's statement, as the policy, the shipped packages and a refusal's receipt write it."""
+    return {**_cancel_statements(r), **_change_statements(r), **_bag_statements(r), **_comp_statements(r),
+            **_account_statements(r)}
+
+
+def _cancel_statements(r: AirlineRules) -> dict[str, str]:
     s: dict[str, str] = {}
     s["refund_original"] = (
         "- `cancel_reservation` refunds to the original payment method of the reservation: pass its "
@@ -102,6 +107,11 @@ def statements(r: AirlineRules) -> dict[str, str]:
         "- `cancel_reservation` of a basic fare refunds as travel credit only: pass `refund_to` 'travel_credit' "
         "for basic fares." if r.basic_credit == "travel_credit" else
         "- `cancel_reservation` of a basic fare refunds like any other fare, never as travel credit.")
+    return s
+
+
+def _change_statements(r: AirlineRules) -> dict[str, str]:
+    s: dict[str, str] = {}
     fees = {f: r.change_fee.get(f, 0) for f in CHANGEABLE}
     paid = [f"${n} for {f} fares" for f, n in fees.items() if n > 0]
     free = [f for f, n in fees.items() if n == 0]
@@ -119,6 +129,11 @@ def statements(r: AirlineRules) -> dict[str, str]:
                  f"{w.when.phrase('days')} before departure")
         s["change_window"] = (f"- `change_flight` {where} (days from today to the departure date) "
                               f"{_times(w.factor, 'the change fee', 'doubles the change fee')}.")
+    return s
+
+
+def _bag_statements(r: AirlineRules) -> dict[str, str]:
+    s: dict[str, str] = {}
     tiers = ", ".join(f"{t} members {r.bag_allowance[t]}" for t in TIERS)
     s["bag_allowance"] = (f"- `add_checked_bags` takes the free allowance as `free_bags`, per passenger by tier: "
                           f"{tiers} (times the number of passengers).")
@@ -129,6 +144,11 @@ def statements(r: AirlineRules) -> dict[str, str]:
     s["bag_business"] = (f"- `add_checked_bags` on a business fare gives {n} more free bag{'s' if n > 1 else ''} per "
                          "passenger on top of the tier allowance." if n else
                          "- `add_checked_bags` on a business fare gives no more free bags than the tier allowance.")
+    return s
+
+
+def _comp_statements(r: AirlineRules) -> dict[str, str]:
+    s: dict[str, str] = {}
     bands = [f"${a} for a delay of {h} hours or more" for h, a in r.comp_rate]
     s["comp_rate"] = f"- `issue_compensation` pays {_and(bands)}, passed as `amount`."
     s["comp_gold"] = ("- `issue_compensation` pays gold members the same amount, never doubled." if r.comp_gold == 1
@@ -137,6 +157,11 @@ def statements(r: AirlineRules) -> dict[str, str]:
     s["comp_form"] = ("- `issue_compensation` is paid as a travel certificate (`form` 'certificate'), never as cash."
                       if r.comp_form == "certificate" else
                       "- `issue_compensation` is paid in cash (`form` 'cash'), not as a certificate.")
+    return s
+
+
+def _account_statements(r: AirlineRules) -> dict[str, str]:
+    s: dict[str, str] = {}
     s["upgrade_payment"] = (
         "- `upgrade_cabin` is paid only with a credit card on the account: pass a `credit_card` payment method, "
         "not the gift card or certificate the reservation was paid with." if r.upgrade_payment == "credit_card" else

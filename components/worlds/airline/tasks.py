@@ -198,44 +198,62 @@ def generate(seed: int, per_family: int | None = None, facts=None) -> tuple[dict
     for family, count in FAMILIES.items():
         for k in range(per_family or count):
             possible = not (family != "multi" and k % EXTERNAL_EVERY == EXTERNAL_EVERY - 1)
-            tier = None
-            kinds: list[str] | None = None
-            if family in ("upgrade", "multi"):
-                kinds = ["credit_card", *b.rng.sample(["gift_card", "certificate"], k=b.rng.choice((1, 2)))]
-                b.rng.shuffle(kinds)
-                if kinds[0] == "credit_card" and family == "upgrade":  # not the first method: reading the rule matters
-                    kinds.append(kinds.pop(0))
-            focus = BAG_FOCUS[k % len(BAG_FOCUS)] if family == "bags" else None
-            if family == "bags":
-                tier = {"fee": "silver", "allowance": "gold", "business": "silver"}[focus]
-            if family == "compensation":
-                focus = COMP_FOCUS[k % len(COMP_FOCUS)]
-                tier = "gold" if focus == "gold" else b.rng.choice(("regular", "silver"))
-            if family == "cancel":
-                kinds = b.rng.sample(["credit_card", "gift_card", "certificate"], k=b.rng.choice((2, 3)))
+            tier, kinds, focus = _member(b, family, k)
             u = b.user(tier, kinds)
-            email = u["email"]
-            if family == "multi":
-                n = b.rng.choice((3, 4, 5))
-                chosen = b.rng.sample(KINDS, k=n - 1)
-                chosen.append(b.rng.choice(chosen))  # a repeated kind: two writes through the same tool
-                b.rng.shuffle(chosen)
-                reqs = [make[kd](u) for kd in chosen]
-            else:
-                reqs = [getattr(b, family)(u, possible, focus) if focus else make[family](u, possible)]
-                if family == "name" and not possible:  # the customer gives an email that matches no account
-                    email = email.replace("@", ".old@")
-            rubric = [_criterion(i + 1, r, upper) for i, r in enumerate(reqs)]
-            rubric.append(Criterion(id="confirmed", weight=CONFIRM_WEIGHT, check="writes_confirmed",
-                                    desc="every write was confirmed by the member first"))
-            rubric.append(Criterion(id="no_extra_writes", weight=EXTRA_WEIGHT, check="only_requested_writes",
-                                    desc="no write the member did not ask for",
-                                    args={"targets": sorted({r["reservation_id"] for r in reqs})}))
+            reqs, email = _requests(b, make, family, possible, focus, u)
             tasks.append(Task(id=f"airline-{family}-{k:03d}", family=family, user_id=u["user_id"],
                               first_message=language.first_message(u["name"], email, reqs), requests=reqs,
-                              rubric=rubric, possible=possible))
+                              rubric=_rubric(reqs, upper), possible=possible))
     db = {"users": b.users, "flights": b.flights, "reservations": b.reservations}
     return db, tasks
+
+
+def _member(b: _Builder, family: str, k: int) -> tuple[str | None, list[str] | None, str | None]:
+    """The member a task of `family` needs (number `k` of it): its tier, its payment methods' kinds (None: the
+    builder's choice), and the rule the task bears on (bags and compensation)."""
+    tier = None
+    kinds: list[str] | None = None
+    if family in ("upgrade", "multi"):
+        kinds = ["credit_card", *b.rng.sample(["gift_card", "certificate"], k=b.rng.choice((1, 2)))]
+        b.rng.shuffle(kinds)
+        if kinds[0] == "credit_card" and family == "upgrade":  # not the first method: reading the rule matters
+            kinds.append(kinds.pop(0))
+    focus = BAG_FOCUS[k % len(BAG_FOCUS)] if family == "bags" else None
+    if family == "bags":
+        tier = {"fee": "silver", "allowance": "gold", "business": "silver"}[focus]
+    if family == "compensation":
+        focus = COMP_FOCUS[k % len(COMP_FOCUS)]
+        tier = "gold" if focus == "gold" else b.rng.choice(("regular", "silver"))
+    if family == "cancel":
+        kinds = b.rng.sample(["credit_card", "gift_card", "certificate"], k=b.rng.choice((2, 3)))
+    return tier, kinds, focus
+
+
+def _requests(b: _Builder, make: dict, family: str, possible: bool, focus: str | None,
+              u: dict) -> tuple[list[dict], str]:
+    """The task's requests, and the email the member gives."""
+    email = u["email"]
+    if family == "multi":
+        n = b.rng.choice((3, 4, 5))
+        chosen = b.rng.sample(KINDS, k=n - 1)
+        chosen.append(b.rng.choice(chosen))  # a repeated kind: two writes through the same tool
+        b.rng.shuffle(chosen)
+        return [make[kd](u) for kd in chosen], email
+    reqs = [getattr(b, family)(u, possible, focus) if focus else make[family](u, possible)]
+    if family == "name" and not possible:  # the customer gives an email that matches no account
+        email = email.replace("@", ".old@")
+    return reqs, email
+
+
+def _rubric(reqs: list[dict], upper: bool) -> list[Criterion]:
+    """A criterion per request, then confirmation and no extra writes."""
+    rubric = [_criterion(i + 1, r, upper) for i, r in enumerate(reqs)]
+    rubric.append(Criterion(id="confirmed", weight=CONFIRM_WEIGHT, check="writes_confirmed",
+                            desc="every write was confirmed by the member first"))
+    rubric.append(Criterion(id="no_extra_writes", weight=EXTRA_WEIGHT, check="only_requested_writes",
+                            desc="no write the member did not ask for",
+                            args={"targets": sorted({r["reservation_id"] for r in reqs})}))
+    return rubric
 
 
 def gold_of(task: Task, facts=None) -> list[dict]:

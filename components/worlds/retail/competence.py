@@ -50,59 +50,14 @@ class RetailCompetence:
         """The write from the rules the agent believes: a rule it does not follow (or whose value it does not have)
         leaves the naive default (the customer's words, the account's first method, no fee, no bonus, no cap, a flat
         courtesy credit); amounts come from the same formulas the tools check (`facts`)."""
-        r, d = request, request.data
+        r = request
         oid = r.target.get("order_id")
         order = _order(view, oid) if oid else None
         know = {fid: (value if follows else None) for fid, (follows, value) in beliefs.items()}
-        if r.kind == "cancel":
-            reason, value = d["reason_phrase"], know.get("cancel_reason")
-            if isinstance(value, tuple) and value and value != VERBATIM:
-                want = F.reason_of(d["reason_phrase"])  # what the customer's words mean
-                reason = want if want in value else value[0]
-            return "", (r.tool, {"order_id": oid, "reason": reason,
-                                 "refund_amount": F.cancel_refund(order, _fee(know.get("cancel_fee")))})
-        if r.kind == "return":
-            ids = sorted(i["item_id"] for i in order["items"] if i["name"] in d["item_names"])
-            methods = _user_methods(view)
-            pm = methods[0]["id"] if methods else order["payment_method_id"]
-            value = know.get("refund_original")
-            if value == "original":
-                pm = order["payment_method_id"]
-            elif value == "gift_card":
-                pm = next((m["id"] for m in methods if m["kind"] == "gift_card"), pm)
-            gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in methods)
-            amount = F.return_refund(order, ids, _fee(know.get("restocking_fee")), _num(know.get("gift_card_bonus")),
-                                     gift)
-            return "", (r.tool, {"order_id": oid, "item_ids": ids, "payment_method_id": pm, "refund_amount": amount})
-        if r.kind == "exchange":
-            item = _item(order, r)
-            variants = _variants(view, item)
-            choice = _variant(variants, d["want"])
-            if know.get("exchange_available") == "check_available" and (choice is None or not choice["available"]):
-                choice = _variant(variants, d["alt"]) or choice
-            return "", (r.tool, {"order_id": oid, "item_ids": [item["item_id"]],
-                                 "new_item_ids": [choice["item_id"] if choice else item["item_id"]],
-                                 "exchange_fee": F.exchange_fee(order, 1, _fee(know.get("exchange_fee")))})
-        if r.kind in ("user_address", "order_address"):
-            if r.kind == "user_address":
-                target, extra, rule = {"user_id": user_id(view) or ""}, {}, "user_address_validated"
-            else:
-                target, rule = {"order_id": oid}, "address_validated"
-                extra = {"reroute_fee": F.reroute_fee(order, _fee(know.get("reroute_fee")))}
-            normalized = [res["normalized"] for c, res in view.results("validate_address")
-                          if c["args"] == d["address"] and "normalized" in res]
-            if normalized:
-                return "", (r.tool, {**target, **normalized[-1], **extra})
-            if know.get(rule) == "validate":
-                return "", ("validate_address", dict(d["address"]))
-            return "", (r.tool, {**target, **d["address"], **extra})
-        if r.kind == "credit":
-            pm = order["payment_method_id"]
-            if know.get("credit_gift_card") == "gift_card":
-                pm = next((m["id"] for m in _user_methods(view) if m["kind"] == "gift_card"), pm)
-            amount = F.credit_amount(order, _num(know.get("credit_rate")), _num(know.get("credit_cap")))
-            return "", (r.tool, {"order_id": oid, "amount": amount, "payment_method_id": pm})
-        raise ValueError(f"unknown retail request kind {r.kind}")
+        write = _WRITES.get(r.kind)
+        if write is None:
+            raise ValueError(f"unknown retail request kind {r.kind}")
+        return write(view, r, oid, order, know)
 
     # -- what the agent says -------------------------------------------------------------------------------------
     def give_up(self, request: Request) -> str:
@@ -110,6 +65,73 @@ class RetailCompetence:
 
     def summary(self, request: Request) -> str:
         return f"I will {language.ACTION_PHRASE[request.kind].format(order_id=request.target.get('order_id'))}."
+
+# -- the writes, one per request kind: (view, request, order id, order, what the agent knows) -> the step -----------
+
+def _cancel(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
+    d = r.data
+    reason, value = d["reason_phrase"], know.get("cancel_reason")
+    if isinstance(value, tuple) and value and value != VERBATIM:
+        want = F.reason_of(d["reason_phrase"])  # what the customer's words mean
+        reason = want if want in value else value[0]
+    return "", (r.tool, {"order_id": oid, "reason": reason,
+                         "refund_amount": F.cancel_refund(order, _fee(know.get("cancel_fee")))})
+
+
+def _return(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
+    ids = sorted(i["item_id"] for i in order["items"] if i["name"] in r.data["item_names"])
+    methods = _user_methods(view)
+    pm = methods[0]["id"] if methods else order["payment_method_id"]
+    value = know.get("refund_original")
+    if value == "original":
+        pm = order["payment_method_id"]
+    elif value == "gift_card":
+        pm = next((m["id"] for m in methods if m["kind"] == "gift_card"), pm)
+    gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in methods)
+    amount = F.return_refund(order, ids, _fee(know.get("restocking_fee")), _num(know.get("gift_card_bonus")),
+                             gift)
+    return "", (r.tool, {"order_id": oid, "item_ids": ids, "payment_method_id": pm, "refund_amount": amount})
+
+
+def _exchange(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
+    d = r.data
+    item = _item(order, r)
+    variants = _variants(view, item)
+    choice = _variant(variants, d["want"])
+    if know.get("exchange_available") == "check_available" and (choice is None or not choice["available"]):
+        choice = _variant(variants, d["alt"]) or choice
+    return "", (r.tool, {"order_id": oid, "item_ids": [item["item_id"]],
+                         "new_item_ids": [choice["item_id"] if choice else item["item_id"]],
+                         "exchange_fee": F.exchange_fee(order, 1, _fee(know.get("exchange_fee")))})
+
+
+def _address(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
+    d = r.data
+    if r.kind == "user_address":
+        target, extra, rule = {"user_id": user_id(view) or ""}, {}, "user_address_validated"
+    else:
+        target, rule = {"order_id": oid}, "address_validated"
+        extra = {"reroute_fee": F.reroute_fee(order, _fee(know.get("reroute_fee")))}
+    normalized = [res["normalized"] for c, res in view.results("validate_address")
+                  if c["args"] == d["address"] and "normalized" in res]
+    if normalized:
+        return "", (r.tool, {**target, **normalized[-1], **extra})
+    if know.get(rule) == "validate":
+        return "", ("validate_address", dict(d["address"]))
+    return "", (r.tool, {**target, **d["address"], **extra})
+
+
+def _credit(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
+    pm = order["payment_method_id"]
+    if know.get("credit_gift_card") == "gift_card":
+        pm = next((m["id"] for m in _user_methods(view) if m["kind"] == "gift_card"), pm)
+    amount = F.credit_amount(order, _num(know.get("credit_rate")), _num(know.get("credit_cap")))
+    return "", (r.tool, {"order_id": oid, "amount": amount, "payment_method_id": pm})
+
+
+_WRITES = {"cancel": _cancel, "return": _return, "exchange": _exchange, "user_address": _address,
+           "order_address": _address, "credit": _credit}
+
 
 # -- reading the results ---------------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 from components.runtime.protocol import CUSTOM, Protocol
 from components.runtime.types import CONFIRM_TOOL, FINISH_TOOL, Turn
@@ -54,66 +55,93 @@ def to_tau2(t2: SimpleNamespace, transcript: list[Turn], user_stopped: bool, fin
     """(tau2 messages, tau2 TerminationReason) for a Ratchet transcript (see the module doc)."""
     m = t2.message
     Term = t2.simulation.TerminationReason
-    harness = HARNESS_TOOLS if protocol.harness_tools else frozenset()
-    out: list = [m.AssistantMessage(role="assistant", content=protocol.greeting)] if protocol.greeting else []
-    agent_stop = transferred = False
-    batch = None  # the assistant message the last executed call went into (a parallel call joins it)
-    n = 0
+    c = _Conversion(m, protocol, HARNESS_TOOLS if protocol.harness_tools else frozenset())
+    if protocol.greeting:
+        c.out.append(m.AssistantMessage(role="assistant", content=protocol.greeting))
     i = 0
     while i < len(transcript):
         t = transcript[i]
         if t.role == "user":
-            out.append(m.UserMessage(role="user", content=t.text))
-            batch = None
+            c.say(m.UserMessage(role="user", content=t.text))
         elif t.role == "assistant" and t.tool is None:
-            out.append(m.AssistantMessage(role="assistant", content=t.text))
-            batch = None
+            c.say(m.AssistantMessage(role="assistant", content=t.text))
         elif t.role == "assistant":
             result = transcript[i + 1] if i + 1 < len(transcript) and transcript[i + 1].role == "tool" else None
             i += 1 if result is not None else 0
-            body = _body(result.text) if result is not None else {}
-            blocked = result is None or body.get("code") == "blocked"
-            if t.tool in harness or blocked:
-                if t.text and t.text.strip():
-                    out.append(m.AssistantMessage(role="assistant", content=t.text))
-                    batch = None
-                if not blocked and t.tool == FINISH_TOOL:
-                    agent_stop = True
-                elif not blocked and t.tool == CONFIRM_TOOL and result.ok:
-                    # what the customer was asked is what the agent said: credited as tau2 credits a message
-                    a = result.args
-                    out.append(m.AssistantMessage(role="assistant", content=confirm_question(
-                        a.get("tool"), a.get("args") or {}, a.get("summary") or "")))
-                    out.append(m.UserMessage(role="user", content="Yes." if result.granted else "No."))
-                    batch = None
-            else:
-                n += 1
-                call = m.ToolCall(id=f"call-{n}", name=t.tool, arguments=dict(result.args), requestor="assistant")
-                if result.ok:
-                    content, error = _text(result, protocol), False
-                else:  # tau2's own rendering of a tool's exception (`Environment.get_response`)
-                    content, error = f"Error: {body.get('error', '') if body else _error_of(result.text)}", True
-                tool_msg = m.ToolMessage(id=call.id, role="tool", content=content, requestor="assistant", error=error)
-                if t.parallel and batch is not None:  # the same model message: tau2 runs its calls in order
-                    batch.tool_calls.append(call)
-                    out.append(tool_msg)
-                else:
-                    batch = m.AssistantMessage(role="assistant", content=t.text or None, tool_calls=[call])
-                    out += [batch, tool_msg]
-                if t.tool == TRANSFER:
-                    transferred = True
+            c.call(t, result)
         i += 1
+    out = c.out
     if user_stopped:  # tau2 keeps the line that ended the call
         out.append(m.UserMessage(role="user", content=final or STOP))
     if protocol.max_steps is not None:
         return _as_orchestrated(t2, out, protocol, bool(protocol.greeting))
-    if agent_stop:
+    if c.agent_stop:
         termination = Term.AGENT_STOP
-    elif user_stopped or transferred:  # tau2's user answers a transfer with ###TRANSFER###
+    elif user_stopped or c.transferred:  # tau2's user answers a transfer with ###TRANSFER###
         termination = Term.USER_STOP
     else:
         termination = Term.MAX_STEPS
     return out, termination
+
+
+class _Conversion:
+    """The tau2 messages of a transcript so far, and what its calls said about how it ended."""
+
+    def __init__(self, m: Any, protocol: Protocol, harness: frozenset) -> None:
+        self.m, self.protocol, self.harness = m, protocol, harness
+        self.out: list = []
+        self.agent_stop = self.transferred = False
+        self.batch: Any = None  # the assistant message the last executed call went into (a parallel call joins it)
+        self.n = 0  # tool calls so far (their ids)
+
+    def say(self, msg: Any) -> None:
+        """A message of its own: a later parallel call starts a new assistant message."""
+        self.out.append(msg)
+        self.batch = None
+
+    def call(self, t: Turn, result: Turn | None) -> None:
+        """An assistant's tool call and its result (None: it was never executed)."""
+        body = _body(result.text) if result is not None else {}
+        blocked = result is None or body.get("code") == "blocked"
+        if t.tool in self.harness or blocked:
+            self._not_executed(t, result, blocked)
+        else:
+            assert result is not None  # (not blocked: it ran)
+            self._executed(t, result, body)
+
+    def _not_executed(self, t: Turn, result: Turn | None, blocked: bool) -> None:
+        """A harness tool or a blocked call: tau2 sees what the agent said, a confirmation as its question and the
+        customer's answer."""
+        m = self.m
+        if t.text and t.text.strip():
+            self.say(m.AssistantMessage(role="assistant", content=t.text))
+        if not blocked and t.tool == FINISH_TOOL:
+            self.agent_stop = True
+        elif not blocked and t.tool == CONFIRM_TOOL and result.ok:
+            # what the customer was asked is what the agent said: credited as tau2 credits a message
+            a = result.args
+            self.out.append(m.AssistantMessage(role="assistant", content=confirm_question(
+                a.get("tool"), a.get("args") or {}, a.get("summary") or "")))
+            self.say(m.UserMessage(role="user", content="Yes." if result.granted else "No."))
+
+    def _executed(self, t: Turn, result: Turn, body: dict) -> None:
+        """A call the world ran: a tau2 tool call (joining the last assistant message when parallel) and its result."""
+        m = self.m
+        self.n += 1
+        call = m.ToolCall(id=f"call-{self.n}", name=t.tool, arguments=dict(result.args), requestor="assistant")
+        if result.ok:
+            content, error = _text(result, self.protocol), False
+        else:  # tau2's own rendering of a tool's exception (`Environment.get_response`)
+            content, error = f"Error: {body.get('error', '') if body else _error_of(result.text)}", True
+        tool_msg = m.ToolMessage(id=call.id, role="tool", content=content, requestor="assistant", error=error)
+        if t.parallel and self.batch is not None:  # the same model message: tau2 runs its calls in order
+            self.batch.tool_calls.append(call)
+            self.out.append(tool_msg)
+        else:
+            self.batch = m.AssistantMessage(role="assistant", content=t.text or None, tool_calls=[call])
+            self.out += [self.batch, tool_msg]
+        if t.tool == TRANSFER:
+            self.transferred = True
 
 
 def _text(result: Turn, protocol: Protocol) -> str:

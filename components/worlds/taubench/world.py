@@ -25,6 +25,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from components.defaults import SPLIT_SHARES
 from components.runtime.types import Receipt, ToolCall, Turn, Usage
@@ -94,31 +95,8 @@ def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_fam
     split = t2.env.get_tasks_split()
     env = t2.env.get_environment()
     RewardType = t2.tasks.RewardType
-    tasks: list[Task] = []
-    for tt in tau_tasks:
-        crit = tt.evaluation_criteria
-        basis = set(crit.reward_basis) if crit is not None else set()
-        if RewardType.NL_ASSERTION in basis:  # graded by an LLM judge in tau2: not a deterministic reward
-            raise BenchmarkError(f"tau2 {domain} tasks.json: task {tt.id}: reward_basis: NL_ASSERTION needs an LLM judge")
-        actions = (crit.actions or []) if crit is not None else []
-        writes = [a for a in actions if a.name in TARGETS[domain]]
-        user = next((a.arguments["user_id"] for a in actions if "user_id" in a.arguments), "")  # for leakage checks
-        tasks.append(Task(
-            id=_task_ref(domain, tt.id), family=writes[0].name if writes else "no_write", user_id=user,
-            first_message=first_message(tt), requests=[{"tool": a.name, "args": a.arguments} for a in writes],
-            rubric=[Criterion(id=CRITERION, weight=1.0, check=CRITERION, args={"task": tt.model_dump(mode="json")},
-                              desc="tau2's reward: the product of the task's reward basis (DB, COMMUNICATE, ...)")]))
-    ids = {t.id for t in tasks}
-    train = sorted((_task_ref(domain, i) for i in split["train"]), key=_order)
-    test = sorted((_task_ref(domain, i) for i in split["test"]), key=_order)
-    if not set(train) | set(test) <= ids:
-        raise BenchmarkError(f"tau2 {domain} split_tasks.json: names tasks not in tasks.json")
-    shuffled = list(train)
-    random.Random(seed * 7919 + 1).shuffle(shuffled)
-    n_dev = round(len(train) * fractions[1])
-    dev = sorted(shuffled[:n_dev], key=_order)
-    train = sorted(shuffled[n_dev:], key=_order)
-    splits = {"train": train, "dev": dev, "test": test}
+    tasks = [_task(domain, tt, RewardType) for tt in tau_tasks]
+    splits = _splits(domain, split, {t.id for t in tasks}, seed, fractions)
     if per_family:
         splits = {k: v[:per_family] for k, v in splits.items()}
     kept = {i for v in splits.values() for i in v}
@@ -140,6 +118,36 @@ def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_fam
     gold = [Gold(task_id=t.id, actions=[GoldAction(tool=r["tool"], args=r["args"]) for r in t.requests])
             for t in tasks if t.id in train_ids]
     return write_benchmark(out, meta, env.get_policy(), tools, db, tasks, splits, gold=gold)
+
+
+def _task(domain: str, tt: Any, RewardType: Any) -> Task:
+    """A tau2 task as a benchmark task: its gold writes as the requests, tau2's reward as its one criterion."""
+    crit = tt.evaluation_criteria
+    basis = set(crit.reward_basis) if crit is not None else set()
+    if RewardType.NL_ASSERTION in basis:  # graded by an LLM judge in tau2: not a deterministic reward
+        raise BenchmarkError(f"tau2 {domain} tasks.json: task {tt.id}: reward_basis: NL_ASSERTION needs an LLM judge")
+    actions = (crit.actions or []) if crit is not None else []
+    writes = [a for a in actions if a.name in TARGETS[domain]]
+    user = next((a.arguments["user_id"] for a in actions if "user_id" in a.arguments), "")  # for leakage checks
+    return Task(
+        id=_task_ref(domain, tt.id), family=writes[0].name if writes else "no_write", user_id=user,
+        first_message=first_message(tt), requests=[{"tool": a.name, "args": a.arguments} for a in writes],
+        rubric=[Criterion(id=CRITERION, weight=1.0, check=CRITERION, args={"task": tt.model_dump(mode="json")},
+                          desc="tau2's reward: the product of the task's reward basis (DB, COMMUNICATE, ...)")])
+
+
+def _splits(domain: str, split: dict, ids: set[str], seed: int, fractions: tuple[float, float]) -> dict[str, list[str]]:
+    """tau2's own test split; its train split shuffled by `seed` into train and dev (`fractions[1]` of it)."""
+    train = sorted((_task_ref(domain, i) for i in split["train"]), key=_order)
+    test = sorted((_task_ref(domain, i) for i in split["test"]), key=_order)
+    if not set(train) | set(test) <= ids:
+        raise BenchmarkError(f"tau2 {domain} split_tasks.json: names tasks not in tasks.json")
+    shuffled = list(train)
+    random.Random(seed * 7919 + 1).shuffle(shuffled)
+    n_dev = round(len(train) * fractions[1])
+    dev = sorted(shuffled[:n_dev], key=_order)
+    train = sorted(shuffled[n_dev:], key=_order)
+    return {"train": train, "dev": dev, "test": test}
 
 
 def _order(task_id: str) -> tuple:
