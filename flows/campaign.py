@@ -268,7 +268,7 @@ def _summary(p: Params, lineage: Lineage, start_digest: str, test: dict | None, 
         "accepted": len(lineage.versions()) - 1, "start_digest": start_digest, "champion": champion.name,
         "champion_digest": champion.digest, "benchmark_digest": scored.digest,
         "test": test, "stopped": stopped,
-        "localization": localization_from_rounds(out, scored.write_tools, scored.meta.get("targets")),
+        "localization": localization_from_rounds(out, scored.write_tools, scored.targets),
         "episodes": _episodes(out, test),
         # caps, and what the evidence behind this result costs: deterministic, unlike what this process paid
         # (finished work comes from the cache for free); that goes to .state/budget.json and MLflow

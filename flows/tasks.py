@@ -236,7 +236,7 @@ def diagnose_stage(train: Annotated[EvalTables, As.OFF], package: Tree, bench: T
 
     b = benchmark_at(bench)
     # train items' gold only: the loader refuses any other split's
-    d = diagnose(train.traces, train.scores, package_at(package), b.write_tools, corpus, targets=b.meta.get("targets"),
+    d = diagnose(train.traces, train.scores, package_at(package), b.write_tools, corpus, targets=b.targets,
                  gold=train_gold(b), today=policy_today(b.policy), confirmation=b.confirmation)
     checked = []
     for p in d.packets:

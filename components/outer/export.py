@@ -132,7 +132,7 @@ def replay(bench: Benchmark, package: MemoryPackage, item_id: str, seed: int, st
     spec = world(bench.world)
     task = bench.tasks[item_id]
     env = spec.make_env(bench, task)
-    port = ChatHarness(env, model=_NoModel(), seed=episode_seed(item_id, seed), targets=bench.meta.get("targets"))
+    port = ChatHarness(env, model=_NoModel(), seed=episode_seed(item_id, seed), targets=bench.targets)
     delivered: list[str] = []
     blocked_ids: set[str] = set()
     for s in frame_steps(steps):

@@ -105,7 +105,7 @@ def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: in
     task = bench.tasks[item_id]
     env = spec.make_env(bench, task)
     protocol = protocol_of(env)
-    port = ChatHarness(env, model, episode_seed(item_id, seed), targets=bench.meta.get("targets"), protocol=protocol)
+    port = ChatHarness(env, model, episode_seed(item_id, seed), targets=bench.targets, protocol=protocol)
     ep = Episode.start(f"{item_id}#{seed}", package, sealed=sealed)
     cap = turn_cap(protocol, max_turns)
     error = ""

@@ -140,6 +140,8 @@ class BenchmarkError(InputError):
 
 @dataclass
 class Benchmark:
+    """A materialized benchmark. Its meta.json is read through the properties below (checked at load: `_meta`)."""
+
     root: Path
     meta: dict
     policy: str
@@ -186,6 +188,12 @@ class Benchmark:
         """Write tool -> the args that identify what it acts on ([] = the session's account). Generic code reads
         this instead of naming a world's fields."""
         return {t: list(a) for t, a in self.meta["targets"].items()}
+
+    @property
+    def rules(self) -> dict | None:
+        """The world's rules as data, as the benchmark was materialized with them (meta.json `rules`; absent: the
+        world's built-in values)."""
+        return self.meta.get("rules")
 
     @cached_property
     def tool_names(self) -> frozenset[str]:

@@ -27,7 +27,7 @@ class AirlineEnv(EnvBase):
         for req in task.requests:  # the flights a change may move to
             if req.get("new_flight_no"):
                 flights[req["new_flight_no"]] = bench.db["flights"][req["new_flight_no"]]
-        rules = rules_of(bench.meta.get("rules"), f"{bench.root / 'meta.json'}: rules")
+        rules = rules_of(bench.rules, f"{bench.root / 'meta.json'}: rules")
         self._tools = AirlineTools({"users": {user["user_id"]: user}, "reservations": res, "flights": flights},
                                    facts_of(rules))
         self._tools.receipts = bench.receipts
@@ -106,5 +106,5 @@ AirlineEnv.checks = CHECKS  # after the class: the checks take an AirlineEnv
 
 def truth(bench: Benchmark) -> dict[str, object]:
     """The benchmark's rules' true values (a variant's, else the world's own), by rule id."""
-    rules = rules_of(bench.meta.get("rules"), f"{bench.root / 'meta.json'}: rules")
+    rules = rules_of(bench.rules, f"{bench.root / 'meta.json'}: rules")
     return {fid: f.value for fid, f in facts_of(rules).items()}

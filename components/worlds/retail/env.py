@@ -21,11 +21,11 @@ class RetailEnv(EnvBase):
 
     def __init__(self, bench: Benchmark, task: Task):
         super().__init__(bench, task)
-        self.targets = bench.meta.get("targets") or {}
+        self.targets = bench.targets or {}
         user = bench.db["users"][task.user_id]
         db = {"products": bench.db["products"], "users": {user["user_id"]: user},
               "orders": {oid: bench.db["orders"][oid] for oid in user["orders"]}}
-        self._tools = RetailTools(db, facts_of(rules_of(bench.meta.get("rules"), f"{bench.root / 'meta.json'}: rules")))
+        self._tools = RetailTools(db, facts_of(rules_of(bench.rules, f"{bench.root / 'meta.json'}: rules")))
         self._tools.receipts = bench.receipts
 
     def confirm(self, tool: str, args: dict, summary: str) -> bool:
@@ -100,5 +100,5 @@ RetailEnv.checks = CHECKS  # after the class: the checks take a RetailEnv
 
 def truth(bench: Benchmark) -> dict[str, object]:
     """The benchmark's rules' true values (a variant's, else the world's own), by rule id."""
-    rules = rules_of(bench.meta.get("rules"), f"{bench.root / 'meta.json'}: rules")
+    rules = rules_of(bench.rules, f"{bench.root / 'meta.json'}: rules")
     return {fid: f.value for fid, f in facts_of(rules).items()}
