@@ -205,3 +205,41 @@ def test_rounds_without_a_plan_retry_from_the_pool_and_ablate(small_campaign, ca
     pe = s["tokens"]["per_episode"]
     assert {"champion", "start", "seed", "all-skills", "reference"} <= set(pe) and pe["champion"] > 0
     assert all(r.tokens is not None and r.tokens.dev is not None for r in recs if r.gate is not None)
+
+
+
+def test_a_campaign_with_futility_refunds_keeps_its_alpha_account(small_campaign, camp):
+    """gate.futility_refund on (off by default): every dev look reserves its share, tests at a lower level, and is
+    charged the whole share, or less only after a futility stop; the campaign's account of alpha, rebuilt from the
+    lineage, stays within campaign_alpha and agrees with the summary."""
+    from components.evolution.alpha import account
+
+    p = camp("refund", **{"gate.futility_refund": True, "campaign.rounds": 3})
+    s = run_campaign(p)
+    recs = Lineage(p.campaign.out + "/lineage").rounds()
+    looks = [r for r in recs if r.dev_look is not None and r.gate is not None]
+    assert looks, [(r.round, r.verdict, r.reason[:60]) for r in recs]
+    for r in looks:
+        x, seq = r.dev_look, r.sequential.gate if r.sequential else None
+        assert x.reserved is not None and x.charge is not None, r.round
+        assert x.alpha / 2 < x.reserved  # the test runs below the share it reserved
+        if seq is not None and seq.futile_at is not None and seq.futile_at < seq.looks:
+            assert 0 < x.charge < x.reserved
+        else:
+            assert x.charge == pytest.approx(x.reserved)
+    w = account(recs, p.gate.campaign_alpha, p.campaign.rounds, p.gate.campaign_spending)
+    assert w.spent <= p.gate.campaign_alpha + 1e-12
+    assert s["dev_looks"]["alpha_spent"] == pytest.approx(w.spent)
+
+
+def test_a_campaign_with_the_cost_objective_tests_both_claims_and_says_which_promoted(small_campaign, camp):
+    """gate.cheaper on (off by default): every gated round tests "better" and "cheaper", each at half its look's
+    alpha; an accepted round says which claim promoted it, and the summary lists the rounds promoted as cheaper."""
+    p = camp("cheaper", **{"gate.cheaper": True})
+    s = run_campaign(p)
+    recs = Lineage(p.campaign.out + "/lineage").rounds()
+    gated = [r for r in recs if r.gate is not None]
+    assert gated, [(r.round, r.verdict, r.reason[:60]) for r in recs]
+    assert all(r.evaluation is not None and r.evaluation.gate.cheaper for r in gated)
+    assert all(r.promoted_as is not None for r in recs if r.accepted)
+    assert s["tokens"]["cheaper"] == [r.round for r in recs if r.promoted_as == "cheaper"]
