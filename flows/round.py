@@ -597,8 +597,8 @@ def run_round(round_no: int, p: Params, budget: BudgetSpec, steps: Steps, trail:
     if not ablation:  # an ablation claims no repair: the gate alone judges it
         repair = repair_screen(r, plan, cand, train)
         if not repair.result.ok:
-            return reject(r, f"repair screen: {repair.result.reason}", plan, repair=repair.result,
-                          sequential={"repair": repair.sequential}, **cand.digests, **_tokens(repair, None), **about)
+            looked = {"repair": repair.result, "sequential": {"repair": repair.sequential}, **_tokens(repair, None)}
+            return reject(r, f"repair screen: {repair.result.reason}", plan, **looked, **cand.digests, **about)
     gate = dev_gate(r, plan, cand, validation, seeds=idle.seeds if idle else None, cheaper=ablation)
     figures = {**gate_figures(r, plan, cand, validation, repair, gate), **about}
     if not gate.result.accept:
