@@ -380,7 +380,7 @@ def test_a_plan_names_at_most_the_campaigns_repair_max_items_source_tasks():
     it); at its default (12) a plan names every item of a small cluster."""
     from components.defaults import MAX_SOURCE_ITEMS
     from components.params import CampaignParams
-    from flows.tasks import _plan_key
+    from flows.tasks import inputs_key, plan_stage
 
     assert CampaignParams().repair_max_items == MAX_SOURCE_ITEMS == 12
     p = packet("C", "unconfirmed_write", "*", detail="cancel_pending_order", n=5)
@@ -388,8 +388,8 @@ def test_a_plan_names_at_most_the_campaigns_repair_max_items_source_tasks():
     assert make_meta_agent("rules")(c).source_items == p.items
     c.max_source_items = 3
     assert make_meta_agent("rules")(c).source_items == p.items[:3]
-    # the plan stage's cache key names the bound only when it is not the default, so earlier runs' keys still hold
+    # the bound is an input of the plan stage's cache key (its default, when not given)
     key = {"package": str(PACKAGES / "seed"), "bench": str(PACKAGES / "seed"), "corpus": "c", "rejected": [],
            "meta_agent": "rules", "meta_cfg": {}}
-    assert _plan_key(None, key) == _plan_key(None, {**key, "max_source_items": 12})
-    assert _plan_key(None, key) != _plan_key(None, {**key, "max_source_items": 3})
+    assert inputs_key(plan_stage.fn, key) == inputs_key(plan_stage.fn, {**key, "max_source_items": 12})
+    assert inputs_key(plan_stage.fn, key) != inputs_key(plan_stage.fn, {**key, "max_source_items": 3})
