@@ -172,7 +172,8 @@ def _kernel(prev_t: float, t: float, theta: float) -> np.ndarray:
     N(theta dt, dt)), weighted for the integral over the earlier grid."""
     z, h, dt = GRID, GRID[1] - GRID[0], t - prev_t
     kern = np.exp(-((z[None, :] * math.sqrt(t) - z[:, None] * math.sqrt(prev_t) - theta * dt) ** 2) / (2 * dt))
-    return kern * h * math.sqrt(t / dt) / math.sqrt(2 * math.pi)
+    weighted: np.ndarray = kern * h * math.sqrt(t / dt) / math.sqrt(2 * math.pi)
+    return weighted
 
 
 def _paths(fractions: tuple[float, ...], crit: tuple[float, ...], theta: float) -> tuple[list[float], list[float]]:

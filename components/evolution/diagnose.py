@@ -42,13 +42,13 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import date
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
 from components.codes import CheckCode, FindingKind, Owner
 from components.evidence.packets import Citation, Claim, EvidencePacket
-from components.evolution.findings import (Finding, card_helps, card_owner, cards_about, keyed_elsewhere,
+from components.evolution.findings import (Finding, WriteKey, card_helps, card_owner, cards_about, keyed_elsewhere,
                                            own_bounce_rate, write_target)
 from components.evolution.outcomes import (TrainEvidence, card_states, inferred_rules, outcome_diffs, outcome_finding,
                                            predicted_wrong, statement_constants, train_evidence, unseen_value_finding,
@@ -57,7 +57,7 @@ from components.evolution.own_checks import MadeRight, against_checks, gold_writ
 from components.memory.events import PRE_WRITE
 from components.memory.package import MemoryPackage
 from components.memory.strategies import bounce_codes
-from components.runtime.confirm import Targets, covered, step_act
+from components.runtime.confirm import Act, Targets, covered, step_act
 from components.runtime.trace import TraceStep, frame_steps
 from components.worlds.base import Gold
 from components.worlds.outcome_rules import FieldRule
@@ -65,11 +65,11 @@ from components.worlds.outcome_rules import FieldRule
 MAX_CITATIONS = 6
 
 
-def _target(args: dict) -> tuple:
+def _target(args: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in (args or {}).items()))
 
 
-def _matches(entry_args: dict, call_args: dict) -> bool:
+def _matches(entry_args: Mapping[str, Any] | None, call_args: Mapping[str, Any]) -> bool:
     return all(str(call_args.get(k)) == str(v) for k, v in (entry_args or {}).items())
 
 
@@ -79,7 +79,7 @@ def rule_refusal(step: TraceStep) -> str | None:
     return obs.get("rule_id") if step.blocked is None and not obs.get("ok") and obs.get("rule_id") else None
 
 
-def _rule_text(observation: dict) -> str:
+def _rule_text(observation: Mapping[str, Any]) -> str:
     """The rule's text as the receipt states it (its human message when a world gave no text); "" for a coded
     refusal (a rule id with no statement): its message says only that a rule was broken, never how to keep it."""
     if observation.get("rule_id") and not observation.get("rule") and "rule" in observation:
@@ -141,7 +141,7 @@ def _step_findings(steps: list[TraceStep], item_id: str, eid: str, package: Memo
     """The divergences at single steps, in step order: each write's (`_write_finding`), and a `finish` while the
     agent's own proposed state still listed work."""
     findings: list[Finding] = []
-    acts = []  # the calls made so far, for the confirmations that cover a write
+    acts: list[Act] = []  # the calls made so far, for the confirmations that cover a write
     for s in steps:
         a = s.action
         if a.get("tool") in write_tools:
@@ -156,7 +156,7 @@ def _step_findings(steps: list[TraceStep], item_id: str, eid: str, package: Memo
     return findings
 
 
-def _write_finding(s: TraceStep, steps: list[TraceStep], acts: list, item_id: str, eid: str, package: MemoryPackage,
+def _write_finding(s: TraceStep, steps: list[TraceStep], acts: list[Act], item_id: str, eid: str, package: MemoryPackage,
                    helps: Mapping[tuple[str, str], bool | None], targets: Targets | None,
                    rules: Mapping[str, Mapping[str, FieldRule]], today: date | None,
                    confirmation: bool = True) -> Finding | None:
@@ -199,7 +199,7 @@ def _dropped_work(steps: list[TraceStep], item_id: str, eid: str, write_tools: f
     on a rule is owned by that rule's finding (among `findings`), whatever its kind (policy_refusal, ineffective_card...)."""
     done_ok = {(s.action["tool"], _target(s.action.get("args", {}))) for s in steps
                if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")}
-    last_listed: dict[tuple, int] = {}
+    last_listed: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
     proposed_max = 0
     for s in steps:
         pend = s.proposal.get("pending", [])
@@ -331,7 +331,7 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
     attempts: list[tuple[str, set[str], str | None]] = []  # (tool, delivered cards, rule refused on or None)
     rules: dict[str, set[str]] = {}
     for steps in steps_by_episode:
-        seen: set[tuple] = set()
+        seen: set[WriteKey] = set()
         for s in steps:
             a, obs = s.action, s.observation
             tool = a.get("tool")
@@ -392,7 +392,7 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
 
 
-def _w_kind(steps: list[TraceStep], tool: str, target: dict, last: int) -> tuple[str, str, dict]:
+def _w_kind(steps: list[TraceStep], tool: str, target: dict[str, str], last: int) -> tuple[str, str, dict[str, Any]]:
     tracked = False
     for s in steps:
         if s.step > last + 1:
@@ -473,10 +473,10 @@ def _value_evidence(episodes: Mapping[str, list[TraceStep]], package: MemoryPack
 
 
 def _solved(episodes: Mapping[str, list[TraceStep]], scores: pd.DataFrame, write_tools: frozenset[str],
-            targets: Targets | None) -> dict[str, dict[tuple, dict]]:
+            targets: Targets | None) -> dict[str, dict[WriteKey, dict[str, Any]]]:
     """Per item, the writes its successful episodes made, by target: right, as their success says (the right forms of
     its other episodes' writes, `own_checks.save_chance`)."""
-    solved: dict[str, dict[tuple, dict]] = defaultdict(dict)
+    solved: dict[str, dict[WriteKey, dict[str, Any]]] = defaultdict(dict)
     for row in scores[scores["success"].astype(bool)].itertuples(index=False):
         for s in episodes.get(f"{row.item_id}#{row.seed}", []):
             if _written(s, write_tools):
@@ -488,7 +488,7 @@ def _solved(episodes: Mapping[str, list[TraceStep]], scores: pd.DataFrame, write
 def _packets(findings: list[Finding], corpus: str) -> list[EvidencePacket]:
     """The findings clustered by (owner, kind, tool, rule id), largest first: one evidence packet each, citing up to
     `MAX_CITATIONS` of its steps."""
-    clusters: dict[tuple, list[Finding]] = defaultdict(list)
+    clusters: dict[tuple[str, str, str, str], list[Finding]] = defaultdict(list)
     for f in findings:
         clusters[f.signature].append(f)
     packets = []
@@ -549,13 +549,13 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
 def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
                     targets: Targets | None, gold: Gold | None, train: TrainEvidence | None,
                     value_helps: Mapping[str, bool | None], rules: Mapping[str, Mapping[str, FieldRule]],
-                    today: date | None, solved: Mapping[tuple, dict]) -> Finding:
+                    today: date | None, solved: Mapping[WriteKey, dict[str, Any]]) -> Finding:
     """`own_checks.against_checks`, each write made right by its gold where the item has one, else by the rules
     train's gold shows (none known: nothing is judged)."""
     if not steps:
         return f
     if gold is not None:
-        def right(s: TraceStep) -> list[dict] | None:
+        def right(s: TraceStep) -> list[dict[str, Any]] | None:
             return [w] if (w := gold_write(s, gold, targets)) is not None else None
         made = MadeRight(right, needed=[(a.tool, dict(a.args)) for a in gold.actions])
         return against_checks(f, steps, package, write_tools, made, value_helps, rules, targets, today)
@@ -563,7 +563,7 @@ def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, 
         return f
     ev = train
 
-    def forms(s: TraceStep) -> list[dict] | None:
+    def forms(s: TraceStep) -> list[dict[str, Any]] | None:
         tool = s.action["tool"]
         return None if tool in ev.unruled else right_forms(s, steps, ev.rules.get(tool, {}), write_tools, targets,
                                                            ev.today)
@@ -573,12 +573,12 @@ def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, 
         return 1.0 if predicted_wrong(s, steps, ev.rules.get(tool, {}), write_tools, targets, ev.today) \
             else ev.wrong_rate.get(tool, 0.0)
 
-    made = MadeRight(forms, wrong, 1 - ev.own_bounce_rate, solved=solved)
+    made = MadeRight(forms, wrong, 1 - cast(float, ev.own_bounce_rate), solved=solved)  # not None: checked above
     return against_checks(f, steps, package, write_tools, made, ev.value_helps, ev.rules, targets, ev.today)
 
 
 def _statement(f: Finding, n: int) -> str:
-    what = {
+    words: dict[str, str] = {
         FindingKind.UNCONFIRMED_WRITE: "a write ran without a granted confirmation covering it",
         FindingKind.POLICY_REFUSAL: f"`{f.tool}` was refused on rule {f.rule_id} and never redone right",
         FindingKind.CARD_NOT_FIRED: f"`{f.tool}` was refused on rule {f.rule_id} while a card about it existed but was not delivered",
@@ -600,5 +600,6 @@ def _statement(f: Finding, n: int) -> str:
         FindingKind.MISSING_WRITE: f"a gold write on `{f.tool}` was never made",
         FindingKind.EXTRA_WRITE: f"`{f.tool}` was written where no gold write asks for it",
         FindingKind.NO_DIVERGENCE: "no divergence found",
-    }[f.kind]  # every kind a finding can have is here: a new kind without its words fails, never reads as its name
+    }
+    what = words[f.kind]  # every kind a finding can have is here: a new kind without its words fails, never reads as its name
     return f"{n} failed episode(s): {what}" + (f" — {f.detail}" if f.detail else "")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from components.codes import FindingKind, Owner
 from components.memory.events import PRE_WRITE
@@ -31,7 +32,7 @@ class Finding:
     detail: str = ""
     opportunity: str = "present"
     patchability: str = "memory"
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     rule_id: str = ""  # the rule a refusal was on ("" for every other finding)
 
     @property
@@ -39,7 +40,11 @@ class Finding:
         return (self.owner, self.kind, self.tool, self.rule_id)
 
 
-def write_target(tool: str, args: dict, targets: Targets | None) -> tuple:
+WriteTarget = tuple[tuple[str, str], ...]  # a write's identifying (arg, value) pairs: `write_target`
+WriteKey = tuple[str, WriteTarget]  # a write target: (tool, its identifying pairs)
+
+
+def write_target(tool: str, args: dict[str, Any], targets: Targets | None) -> WriteTarget:
     """A write's target: its identifying args per the benchmark's `targets` (the session alone when unlisted)."""
     return tuple((k, v) for k, v in identity(tool, args or {}, targets) if v is not None)
 

@@ -35,15 +35,28 @@ from typing import TYPE_CHECKING, Any
 
 from components.errors import InputError
 # the gate's errors, bounds, config and results (numpy- and pandas-free), re-exported: callers import them from here
-from components.evolution.gate_config import (COST_FIELDS, MAX_BOOT, MIN_BOOT, MIN_ITEMS,  # noqa: F401
-                                              REFUSED_DROPPED, GateConfig, GateResult, PairingError, PromotedAs,
-                                              RemovalResult, RepairResult, SequentialResult, TooFewItems,
-                                              TooManyErrors)
+from components.evolution.gate_config import COST_FIELDS as COST_FIELDS
+from components.evolution.gate_config import MAX_BOOT as MAX_BOOT
+from components.evolution.gate_config import MIN_BOOT as MIN_BOOT
+from components.evolution.gate_config import MIN_ITEMS as MIN_ITEMS
+from components.evolution.gate_config import REFUSED_DROPPED as REFUSED_DROPPED
+from components.evolution.gate_config import GateConfig as GateConfig
+from components.evolution.gate_config import GateResult as GateResult
+from components.evolution.gate_config import PairingError as PairingError
+from components.evolution.gate_config import PromotedAs as PromotedAs
+from components.evolution.gate_config import RemovalResult as RemovalResult
+from components.evolution.gate_config import RepairResult as RepairResult
+from components.evolution.gate_config import SequentialResult as SequentialResult
+from components.evolution.gate_config import TooFewItems as TooFewItems
+from components.evolution.gate_config import TooManyErrors as TooManyErrors
 from components.lazy import LazyModule
 
 # components.params and the CLI's option defaults read this module's limits and GateConfig: without numpy or pandas
 # (the type checker reads the modules themselves)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from statistics import NormalDist
+
     import numpy as np
     import pandas as pd
 else:
@@ -168,7 +181,8 @@ def boot_means(d: np.ndarray, n_boot: int = 10_000, seed: int = 0) -> np.ndarray
         total = np.fft.irfft(np.fft.rfft(pmf, m) ** n, m)[:size]
         cdf = np.cumsum(np.clip(total, 0.0, None))
         k = np.searchsorted(cdf, rng.random(n_boot) * cdf[-1], side="right")
-        return vals[0] + h * np.minimum(k, size - 1) / n
+        means: np.ndarray = vals[0] + h * np.minimum(k, size - 1) / n
+        return means
     out = np.empty(n_boot)
     if len(vals) * 8 <= n:  # a binomial draw costs several index draws: worth it only when values repeat a lot
         step = max(1, _CHUNK // len(vals))
@@ -268,13 +282,13 @@ def token_diffs(base: pd.DataFrame, cand: pd.DataFrame, per: pd.DataFrame) -> np
     if "tokens_in" not in base.columns or "tokens_in" not in cand.columns or per.empty:
         return None
 
-    def mean_tokens(df: pd.DataFrame, bad: set) -> pd.Series:
+    def mean_tokens(df: pd.DataFrame, bad: set[tuple[str, int]]) -> pd.Series:
         keys = list(zip(df["item_id"].astype(str), df["seed"].astype(int)))
         keep = [k not in bad for k in keys]
         df = df[keep]
         return pd.to_numeric(df["tokens_in"], errors="coerce").groupby(df["item_id"].astype(str)).mean()
 
-    def errored(df: pd.DataFrame) -> set:
+    def errored(df: pd.DataFrame) -> set[tuple[str, int]]:
         if "error" not in df.columns:
             return set()
         e = df["error"].astype(object).where(df["error"].notna(), "").astype(str) != ""
@@ -341,14 +355,15 @@ def repair_screen(base: pd.DataFrame, cand: pd.DataFrame, material: float = 0.05
 # -- sequential looks ------------------------------------------------------------------------------------------
 
 @lru_cache(maxsize=1)
-def _n01():
+def _n01() -> NormalDist:
     """The standard normal; `statistics` is imported on first use (`ratchet gate`'s one look never needs it)."""
     from statistics import NormalDist
 
     return NormalDist()
 
 
-SPENDING = {  # cumulative one-sided alpha spent at information fraction t (Lan-DeMets), declared by name
+# cumulative one-sided alpha spent at information fraction t (Lan-DeMets), declared by name
+SPENDING: dict[str, Callable[[float, float], float]] = {
     "obf": lambda t, a: 2 * (1 - _n01().cdf(_n01().inv_cdf(1 - a / 2) / math.sqrt(t))) if t > 0 else 0.0,
     "pocock": lambda t, a: a * math.log(1 + (math.e - 1) * t),
 }
@@ -438,7 +453,8 @@ class SequentialDesign:
 
 def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig, *, final_items: bool = True,
                  mechanism_fired: bool = True, leakage: bool = False,
-                 n_total: int | None = None, tokens: np.ndarray | None = None) -> tuple[bool | None, str, dict]:
+                 n_total: int | None = None,
+                 tokens: np.ndarray | None = None) -> tuple[bool | None, str, dict[str, Any]]:
     """One look of the group-sequential gate over the per-item d seen so far: (True accept | False reject | None go
     on, why, the look's figures).
 
@@ -503,7 +519,7 @@ def _promoted(fig: dict[str, Any], cheap: bool, cfg: GateConfig, where: str) -> 
 
 
 def _stopped(fig: dict[str, Any], cheap: bool, last: bool, cfg: GateConfig,
-             where: str) -> tuple[bool | None, str, dict]:
+             where: str) -> tuple[bool | None, str, dict[str, Any]]:
     """A look that does not promote: a reject at the last look or for futility (while the prompt tokens so far
     drop, futility waits for a net at or below -material), else (None: go on)."""
     net, lo = fig["net"], fig["lo"]
@@ -560,7 +576,7 @@ def _cells(scores: pd.DataFrame, items: list[str], seeds: list[int]) -> pd.DataF
 
 def sequential_gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig, design: SequentialDesign,
                     items: list[str], seeds: list[int], *, fired_by_look: list[bool] | None = None,
-                    leakage: bool = False) -> tuple[GateResult | None, pd.DataFrame, dict]:
+                    leakage: bool = False) -> tuple[GateResult | None, pd.DataFrame, dict[str, Any]]:
     """The group-sequential gate over the looks whose cells the two score tables hold (cells of later looks absent:
     not evaluated yet). Replays the looks in order and stops at the first decision: (the verdict, or None when the
     looks seen leave it open and the next look must be evaluated; the per-item table of the cells seen at the
@@ -568,7 +584,7 @@ def sequential_gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig, des
     `fired_by_look[g]`: whether the prescribed mechanism fired in the candidate's traces up to look g+1."""
     groups = design.groups(items, seeds)
     levels = efficacy_levels(design.fractions(items, seeds), cfg.route_alpha / 2, design.spending)
-    record: dict = {"looks": len(groups), "spending": design.spending, "by": design.by, "looks_used": 0,
+    record: dict[str, Any] = {"looks": len(groups), "spending": design.spending, "by": design.by, "looks_used": 0,
                     "stopped_early": False, "why": "", "per_look": []}
     seen_i: list[str] = []
     seen_s: list[int] = []
@@ -622,12 +638,12 @@ def repair_look(d: np.ndarray, look: int, levels: list[float], material: float) 
 
 def sequential_repair(base: pd.DataFrame, cand: pd.DataFrame, material: float, alpha: float,
                       design: SequentialDesign, items: list[str],
-                      seeds: list[int]) -> tuple[RepairResult | None, pd.DataFrame, dict]:
+                      seeds: list[int]) -> tuple[RepairResult | None, pd.DataFrame, dict[str, Any]]:
     """The repair screen with the gate's looks (`repair_look` at each; one-sided `alpha` / 2 spent over them): the
     verdict (None: the looks seen leave it open), the per-item table of the cells seen, and the looks' record."""
     groups = design.groups(items, seeds)
     levels = efficacy_levels(design.fractions(items, seeds), alpha / 2, design.spending)
-    record: dict = {"looks": len(groups), "spending": design.spending, "by": design.by, "looks_used": 0,
+    record: dict[str, Any] = {"looks": len(groups), "spending": design.spending, "by": design.by, "looks_used": 0,
                     "stopped_early": False, "why": ""}
     seen_i: list[str] = []
     seen_s: list[int] = []
@@ -665,7 +681,9 @@ def removal_decide(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = Gat
         if "tokens_in" not in df.columns:
             raise PairingError(f"{name}: missing column tokens_in")
     per, _ = pair(base, cand, cfg.max_error_share, cfg.min_items)
-    ok = lambda df: df[df["error"].fillna("").astype(str) == ""] if "error" in df.columns else df  # noqa: E731
+    def ok(df: pd.DataFrame) -> pd.DataFrame:
+        return df[df["error"].fillna("").astype(str) == ""] if "error" in df.columns else df
+
     tb = ok(base).groupby(base["item_id"].astype(str))["tokens_in"].mean()
     tc = ok(cand).groupby(cand["item_id"].astype(str))["tokens_in"].mean()
     items = per["item_id"].astype(str)

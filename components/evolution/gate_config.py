@@ -8,6 +8,7 @@ import math
 import numbers
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import Any
 
 from components.errors import InputError
 
@@ -136,7 +137,7 @@ class GateResult:
     def refused(self) -> bool:
         return self.dropped_errors is None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The verdict as gate.json, round.json, the lineage and MLflow have it (a refusal's dropped_errors: -1;
         the cost figures only when they were computed)."""
         d = asdict(self)
@@ -150,7 +151,7 @@ class GateResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> GateResult:
+    def from_dict(cls, d: dict[str, Any]) -> GateResult:
         """A verdict as `as_dict` wrote it (keys it does not know, from another Ratchet, are left out)."""
         kept = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         if kept.get("dropped_errors") == REFUSED_DROPPED:
@@ -170,11 +171,11 @@ class RepairResult:
     n_items: int
     reason: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> RepairResult:
+    def from_dict(cls, d: dict[str, Any]) -> RepairResult:
         """A screen's result as `as_dict` wrote it (keys it does not know, from another Ratchet, are left out)."""
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
@@ -187,9 +188,9 @@ class SequentialResult:
     n_seen: int
     n_items: int
     reason: str
-    looks: tuple = ()
+    looks: tuple[dict[str, Any], ...] = ()  # each look's figures (gate.sequential_gate)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -217,5 +218,5 @@ class RemovalResult:
     base_mean: float = 0.0
     cand_mean: float = 0.0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -23,12 +23,16 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from components.errors import InputError
 from components.evolution import gate as gate_mod
 from components.evolution.gate import GateConfig, GateResult, PairingError
+
+if TYPE_CHECKING:  # imported where a frame is built (`ratchet gate`'s light path reads no pandas)
+    import pandas as pd
 
 _SEED = re.compile(r"[+-]?([0-9]{1,18})(?:\.0*)?")  # an integer written out; 18 digits fit 64 bits
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
@@ -50,7 +54,7 @@ class ScoreTable:
     def errored(self) -> np.ndarray:
         return np.array([e != "" for e in self.errors], dtype=bool)
 
-    def frame(self):
+    def frame(self) -> pd.DataFrame:
         """The table as the pandas gate takes it (ids as text: no missing-value parsing on the way)."""
         import pandas as pd
 
@@ -203,7 +207,7 @@ def _kahan_means(group: np.ndarray, values: np.ndarray, n_groups: int) -> np.nda
     return total / counts
 
 
-def read_scores(path: Path, name: str):
+def read_scores(path: Path, name: str) -> pd.DataFrame:
     """A score table as a pandas frame (`ratchet power`), read by `read_table`."""
     return read_table(path, name).frame()
 
@@ -222,7 +226,7 @@ def gate_files(base: Path, cand: Path, cfg: GateConfig) -> GateResult:
     return verdict
 
 
-def gate_command(base: Path, cand: Path, as_json: bool = False, **options) -> tuple[int, str]:
+def gate_command(base: Path, cand: Path, as_json: bool = False, **options: Any) -> tuple[int, str]:
     """`ratchet gate`: (exit code, the line to print: stdout for 0 and 1, stderr for 3). Bad input raises
     InputError (exit 2). `options` are GateConfig's fields by name; what is not given is GateConfig's default."""
     try:

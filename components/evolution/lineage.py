@@ -55,7 +55,7 @@ class Lineage:
         self.torn: str | None = None  # a torn last line that records() ignored (the next append drops it)
 
     # -- reading ------------------------------------------------------------------------------------------------
-    def records(self) -> list[dict]:
+    def records(self) -> list[dict[str, Any]]:
         if not self.log.exists():
             return []
         try:
@@ -109,7 +109,7 @@ class Lineage:
     def rejected_keys(self) -> set[str]:
         return {r.plan_key for r in self.rounds() if r.verdict == Verdict.REJECT and r.plan_key}
 
-    def round_record(self, round_no: int) -> dict | None:
+    def round_record(self, round_no: int) -> dict[str, Any] | None:
         return next((r for r in self.records() if r.get("round") == round_no), None)
 
     def entries(self) -> list[StartRecord | RoundRecord]:
@@ -121,11 +121,11 @@ class Lineage:
         return [RoundRecord.of(r) for r in self.records() if r.get("round", 0) > 0]
 
     # -- writing ------------------------------------------------------------------------------------------------
-    def _append(self, record: dict) -> None:
+    def _append(self, record: dict[str, Any]) -> None:
         lines = [json.dumps(r, sort_keys=True) for r in self.records()] + [json.dumps(record, sort_keys=True)]
         atomic_write_text(self.log, "\n".join(lines) + "\n")
 
-    def start(self, package: str | Path, benchmark_digest: str | None = None, identity: dict | None = None,
+    def start(self, package: str | Path, benchmark_digest: str | None = None, identity: dict[str, Any] | None = None,
               source: str | None = None) -> Version:
         """Commit the starting package as M0 (idempotent), with the campaign's identity; `source`: the package's
         path as the record shows it (default: `package`)."""
@@ -143,8 +143,8 @@ class Lineage:
         self._append(rec)
         return v
 
-    def check_rerun(self, start_digest: str | None, benchmark_digest: str | None, identity: dict,
-                    where: str = "campaign", legacy_identity: dict | None = None) -> None:
+    def check_rerun(self, start_digest: str | None, benchmark_digest: str | None, identity: dict[str, Any],
+                    where: str = "campaign", legacy_identity: dict[str, Any] | None = None) -> None:
         """Refuse (CampaignMismatch) a rerun whose start bytes, benchmark bytes or evolution params differ from what
         this lineage recorded. `legacy_identity`: the params of a campaign whose start record predates identities."""
         records = self.records()
@@ -179,7 +179,7 @@ class Lineage:
                       "child": {"version": v.name, "digest": actual}})
         return v
 
-    def reject(self, round_no: int, record: dict[str, Any], plan: dict | None = None) -> None:
+    def reject(self, round_no: int, record: dict[str, Any], plan: dict[str, Any] | None = None) -> None:
         parent = self.champion()
         rec = {**record, "round": round_no, "verdict": record.get("verdict", Verdict.REJECT),
                "parent": {"version": parent.name, "digest": parent.digest}, "child": None}
@@ -209,6 +209,14 @@ class LineageLocked(InputError):
     pass
 
 
+@dataclass
+class _Hold:
+    """A lineage lock this process holds: its file descriptor, how many takings are open, the dead holder's info."""
+    fd: int
+    depth: int
+    recovered: dict[str, Any] | None
+
+
 class LineageLock:
     """Exclusive use of a lineage directory by one campaign process.
 
@@ -216,17 +224,17 @@ class LineageLock:
     stale lock from a killed process is recovered by the next taker; the file also names the holder, so a second
     campaign fails at once saying who has it. (flock is per machine: on a shared filesystem use one runner.)"""
 
-    # what this process holds: lock path -> [fd, depth, recovered]. The CLI takes the lock as soon as a campaign's
+    # what this process holds: lock path -> _Hold (fd, depth, recovered). The CLI takes the lock as soon as a campaign's
     # checks pass (before Prefect's server starts, so a second campaign on the same output is refused at once, not
     # after the first one's start-up), and the campaign flow joins it (`join=True`); any other taking conflicts, in
     # this process as in another one (flock).
-    _held: dict[str, list] = {}
+    _held: dict[str, _Hold] = {}
 
     def __init__(self, root: str | Path, join: bool = False):
         self.path = Path(root) / "LOCK"
         self._fd: int | None = None
         self._join, self._nested = join, False
-        self.recovered: dict | None = None  # holder info left by a dead process, if any
+        self.recovered: dict[str, Any] | None = None  # holder info left by a dead process, if any
 
     def _key(self) -> str:
         import os
@@ -257,8 +265,8 @@ class LineageLock:
 
         held = LineageLock._held.get(self._key()) if self._join else None
         if held is not None:  # this process holds it already (the CLI, then the flow)
-            held[1] += 1
-            self.recovered, self._nested = held[2], True
+            held.depth += 1
+            self.recovered, self._nested = held.recovered, True
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -280,16 +288,16 @@ class LineageLock:
             os.close(fd)
             raise type(e)(e.errno, e.strerror, str(self.path)) from None
         self._fd = fd
-        LineageLock._held[self._key()] = [fd, 1, self.recovered]
+        LineageLock._held[self._key()] = _Hold(fd, 1, self.recovered)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         import fcntl
         import os
 
         if self._nested:
             self._nested = False
-            LineageLock._held[self._key()][1] -= 1
+            LineageLock._held[self._key()].depth -= 1
             return
         LineageLock._held.pop(self._key(), None)
         if self._fd is not None:

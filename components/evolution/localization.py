@@ -32,9 +32,10 @@ the constant guess too, is scored by the same rule. Figures:
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
@@ -44,7 +45,11 @@ from components.defaults import MAX_TURNS
 from components.evolution.trace_rule import Signals, from_pattern, signals_frame, three_line
 from components.models.counterfactual import UNLABELLED as UNLABELLED_CAUSE
 from components.runtime.confirm import Targets
-from components.runtime.evaluate import HIDDEN
+from components.runtime.evaluate import HIDDEN, EvalTables
+
+if TYPE_CHECKING:  # the package and world modules are imported where they are used
+    from components.memory.package import MemoryPackage
+    from components.worlds import Benchmark
 
 OWNER_OF = {Owner.NONE.value: Owner.EXTERNAL.value}  # the diagnoser says "none" (owner ∅) where the hidden label says "external"
 LABEL_OWNERS = (Owner.E, Owner.W, Owner.RHO, Owner.C, Owner.EXTERNAL)  # the hidden labels' single causes, in tie order
@@ -74,7 +79,7 @@ class Guess(BaseModel):
     def predict(self, frame: pd.DataFrame) -> pd.Series:
         if self.key is Key.CONSTANT:
             return pd.Series(self.default.value, index=frame.index, dtype=object)
-        fallback = (lambda k: three_line(from_pattern(k)).value) if self.key is Key.PATTERN \
+        fallback: Callable[[str], str] = (lambda k: three_line(from_pattern(k)).value) if self.key is Key.PATTERN \
             else (lambda k: self.default.value)
         return frame[self.key.value].map(lambda k: self.by_key[k].value if k in self.by_key else fallback(k))
 
@@ -98,7 +103,7 @@ def _eid(df: pd.DataFrame, suffix: str = "") -> pd.DataFrame:
     return df.assign(episode_id=df["item_id"].astype(str) + "#" + df["seed"].astype(str) + suffix)
 
 
-def _needed(row: dict) -> frozenset[str]:
+def _needed(row: dict[str, Any]) -> frozenset[str]:
     """The owners whose naming is right: the cause; for a compound episode, every member of a minimal set that fixes
     it."""
     if row["cause"] != COMPOUND:
@@ -172,7 +177,7 @@ EMPTY: dict[str, Any] = {"accuracy": None, "single_accuracy": None, "n": 0, "n_s
 
 
 def localization(findings: pd.DataFrame, causes: pd.DataFrame, scores: pd.DataFrame,
-                 signals: pd.DataFrame | None = None, baselines: Baselines | None = None) -> dict:
+                 signals: pd.DataFrame | None = None, baselines: Baselines | None = None) -> dict[str, Any]:
     """findings: episode_id, owner (the diagnoser's); causes, scores: episode_id with the hidden labels / score;
     signals: episode_id, pattern (`trace_rule.signals_frame`; without them no trace-rule figure). `baselines`: fitted
     elsewhere (train); without them each is cross-fitted over two halves of the items."""
@@ -230,7 +235,7 @@ def _compound(comp: pd.DataFrame) -> dict[str, Any]:
             "no_fix": int(sum(not n for n in comp["needed"]))}
 
 
-def attribution(findings: pd.DataFrame, causes: pd.DataFrame) -> dict:
+def attribution(findings: pd.DataFrame, causes: pd.DataFrame) -> dict[str, Any]:
     """What the scoring could not score and the diagnoser could not attribute:
         scored        whether any failure has a counterfactual label to score the diagnoser against
         unlabelled    failed episodes with no label: a world without fault switches (`WorldSpec.counterfactual`)
@@ -249,7 +254,7 @@ def attribution(findings: pd.DataFrame, causes: pd.DataFrame) -> dict:
             "unattributed": {str(k): int(n) for k, n in sorted(kinds.value_counts().items())}}
 
 
-def localization_from_rounds(out: str | Path, write_tools: frozenset[str], targets: Targets | None = None) -> dict:
+def localization_from_rounds(out: str | Path, write_tools: frozenset[str], targets: Targets | None = None) -> dict[str, Any]:
     """Pool every round's diagnosed train evaluation, each distinct champion once, and score it (baselines
     cross-fitted by item: the pool is train itself)."""
     findings, causes, scores, signals, seen = [], [], [], [], set()
@@ -276,7 +281,8 @@ def localization_from_rounds(out: str | Path, write_tools: frozenset[str], targe
     return localization(pd.concat(findings), pd.concat(causes), pd.concat(scores), pd.concat(signals))
 
 
-def baselines_on_train(package, bench, seeds: list[int], max_turns: int, run=None) -> Baselines:
+def baselines_on_train(package: MemoryPackage, bench: Benchmark, seeds: list[int], max_turns: int,
+                       run: EvalTables | None = None) -> Baselines:
     """Fit the baselines on the train split (evaluated and replayed in-process with the simulator; `run`: that
     evaluation when already made, `run_shard`'s tables)."""
     from components.models.counterfactual import causes_table
@@ -287,7 +293,7 @@ def baselines_on_train(package, bench, seeds: list[int], max_turns: int, run=Non
                          signals_frame(t.traces, t.scores, bench.write_tools, bench.meta.get("targets")))
 
 
-def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str | Path) -> dict:
+def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str | Path) -> dict[str, Any]:
     """Diagnose a finished evaluation (traces and package only), then score it against its hidden causes.
     The baselines are fitted on train; when the evaluation is itself on train, cross-fitted by item."""
     from components.errors import InputError
@@ -337,7 +343,7 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
     return localization(d.findings_frame(), _eid(read_hidden_causes(ev)), _eid(scores), sig, baselines)
 
 
-def localization_notes(loc: dict) -> list[str]:
+def localization_notes(loc: dict[str, Any]) -> list[str]:
     """The lines a report prints for `attribution`'s figures: an unscored localization, and what the diagnosis could
     not attribute (nothing when every failure was scored and attributed)."""
     lines = []

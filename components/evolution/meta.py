@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pandas as pd
 
@@ -30,7 +30,8 @@ from components.codes import FindingKind, Owner
 from components.defaults import MAX_SOURCE_ITEMS
 from components.evidence.packets import EvidencePacket
 from components.evolution.findings import Finding, cards_about, rule_card_id
-from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM, parse_plan
+from components.evolution.plan import (AddBinding, AddCard, Operation, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM,
+                                       parse_plan)
 from components.evolution.validate import leak_tokens
 from components.memory.package import MemoryPackage
 from components.evolution.meta_agents import META_AGENTS  # the registry (and the plug-ins'); built-ins below
@@ -38,6 +39,11 @@ from components.runtime import prompts
 from components.runtime.trace import frame_steps
 from components.runtime.types import Usage
 from components.worlds import Benchmark
+
+if TYPE_CHECKING:  # inference and the models are imported where they are used
+    from components.evolution.infer import Inference, Row
+    from components.models.base import ChatModel
+    from components.worlds.outcome_rules import FieldRule
 
 
 @dataclass
@@ -53,7 +59,7 @@ class PlanContext:
     # the projection is what the llm meta-agent reads of earlier campaigns
     revocations: list[Plan] = field(default_factory=list)
     later: set[str] = field(default_factory=set)  # plan keys rejected on other evidence: may be retried, after the rest
-    memory: dict = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
     max_source_items: int = MAX_SOURCE_ITEMS  # a plan's source tasks at most (`campaign.repair_max_items`)
 
 
@@ -151,10 +157,10 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6,
 # The smallest change per (owner, kind) of a cluster whose rules are already written down (or that is not about a
 # rule): (operations, mechanism, summary), or None when the package already has it. `wiring`: the delivery binding
 # the change needs when cards are not yet routed at intent_recorded (`routed`).
-Change = tuple[list, str, str]
+Change = tuple[list[Operation], str, str]
 
 
-def _rebind(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+def _rebind(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], routed: bool) -> Change | None:
     """rho card_not_fired: rebind the card about the rule to the write it concerns."""
     pkg = ctx.package
     cards = cards_about(pkg, p.tool, p.rule_id)
@@ -168,7 +174,7 @@ def _rebind(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> 
             f"deliver:{card.id}@", f"rho: rebind {card.id} to intent_recorded/{p.tool}")
 
 
-def _route(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+def _route(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], routed: bool) -> Change | None:
     """rho diluted_card: route cards by trigger instead of delivering all of them."""
     pkg = ctx.package
     blanket = [b for b in pkg.delivery if b.strategy.ignores_triggers]
@@ -178,7 +184,7 @@ def _route(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> C
     return [*ops, *wiring], "deliver:", "rho: route cards by trigger instead of delivering all of them"
 
 
-def _checker(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+def _checker(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], routed: bool) -> Change | None:
     """C: add the checker that would have bounced the action that escaped."""
     use, at, summary = CHECKER_FOR[p.kind]
     if any(b.spec.use == use for b in ctx.package.checkers):
@@ -186,7 +192,7 @@ def _checker(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) ->
     return [AddBinding(op="add_binding", section="checkers", use=use, at=at)], f"check:{use}@{at}", summary
 
 
-def _bind_on(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+def _bind_on(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], routed: bool) -> Change | None:
     """W wrong_grounding: bind receipts on the arguments the misgrounded entries had, as well as the tool."""
     pkg = ctx.package
     keys = sorted({k for f in _findings(ctx, p) for k in f.get("bind_args", [])} | set(pkg.wm.bind_on))
@@ -196,7 +202,7 @@ def _bind_on(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) ->
             f"W: bind receipts on {', '.join(keys)} as well as the tool")
 
 
-def _max_entries(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+def _max_entries(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], routed: bool) -> Change | None:
     """W overflow: track more pending entries."""
     pkg = ctx.package
     need = max([f.get("proposed_max", 0) for f in _findings(ctx, p)] + [0]) + 2
@@ -207,7 +213,7 @@ def _max_entries(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool
             f"W: track up to {want} pending entries (was {pkg.wm.max_entries})")
 
 
-def _board(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> Change | None:
+def _board(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], routed: bool) -> Change | None:
     """W dropped: render the ledger board every turn."""
     if ctx.package.wm.board:
         return None
@@ -216,7 +222,7 @@ def _board(p: EvidencePacket, ctx: PlanContext, wiring: list, routed: bool) -> C
 
 # E policy_refusal has none: every rule refused on its write is already written down, nothing to add
 # (owner, kind), looked up by a packet's owner and kind (strings)
-_CHANGES: dict[tuple[str, str], Callable[[EvidencePacket, PlanContext, list, bool], Change | None]] = {
+_CHANGES: dict[tuple[str, str], Callable[[EvidencePacket, PlanContext, Sequence[Operation], bool], Change | None]] = {
     (Owner.RHO, FindingKind.CARD_NOT_FIRED): _rebind,
     (Owner.RHO, FindingKind.DILUTED_CARD): _route,
     **{(Owner.C, kind): _checker for kind in CHECKER_FOR},
@@ -243,7 +249,7 @@ def tool_card_id(tool: str) -> str:
     return rule_card_id(tool).removesuffix("-rule") + "-rules"
 
 
-def _leak_tokens(bench) -> frozenset[str]:
+def _leak_tokens(bench: Benchmark) -> frozenset[str]:
     return leak_tokens(bench) if getattr(bench, "tasks", None) is not None else frozenset()
 
 
@@ -251,7 +257,7 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
-def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[str], list[str]] | None:
+def _write_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list[Operation], list[str], list[str]] | None:
     """The card for `p.tool` with every rule refused on it that no card about the write states yet: (card id,
     operations, the rules it adds, the items of their packets), or None when `p`'s rule is already written down.
     Rules come from every packet of the diagnosis on the same write (largest first); a card already written for the
@@ -302,7 +308,7 @@ def _rules_for_card(p: EvidencePacket, rule_id: str, ctx: PlanContext,
     return new, items
 
 
-def _card_ops(p: EvidencePacket, ctx: PlanContext, card_id: str, new: dict[str, str]) -> list:
+def _card_ops(p: EvidencePacket, ctx: PlanContext, card_id: str, new: dict[str, str]) -> list[Operation]:
     """The operations that write the write's card: its old card's paragraphs kept (but the calls-before line), the
     new rules added and the calls seen before the write stated, the old card replaced whole."""
     tool = p.tool
@@ -316,7 +322,7 @@ def _card_ops(p: EvidencePacket, ctx: PlanContext, card_id: str, new: dict[str, 
     rules_in = list(new)
     meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": tool},
             "source": f"diagnosis {p.id}: refusals of {tool} on rule(s) {', '.join(rules_in)}"}
-    ops: list = [RemoveCard(op="remove_card", path=old.path)] if old else []
+    ops: list[Operation] = [RemoveCard(op="remove_card", path=old.path)] if old else []
     ops.append(AddCard(op="add_card", path=path, meta=meta, body="\n\n".join(paras)))
     return ops
 
@@ -330,18 +336,18 @@ def _from_outcomes(p: EvidencePacket) -> bool:
     return p.owner == Owner.E and ((not p.rule_id and p.kind in OUTCOME_KINDS) or bool(p.rule_id and not p.detail.strip()))
 
 
-def outcome_inferences(ctx: PlanContext, tool: str) -> list:
+def outcome_inferences(ctx: PlanContext, tool: str) -> list[Inference]:
     """The inference for every field of `tool` the train episodes got wrong (components/evolution/infer/), from
     the working base's train traces and the train items' gold; memoized per context."""
     return _inferred(ctx, tool)[0]
 
 
-def _inferred(ctx: PlanContext, tool: str) -> tuple[list, int]:
+def _inferred(ctx: PlanContext, tool: str) -> tuple[list[Inference], int]:
     """(the inferences for `tool`, how many train attempts their rules would make right), memoized per context; a
     field left without a rule takes one another write's rows show where this write's cannot (`infer.carried`)."""
     from components.evolution.infer import carried, fixable
 
-    memo = ctx.__dict__.setdefault("_inferences", {})
+    memo: dict[str, tuple[list[Inference], int]] = ctx.__dict__.setdefault("_inferences", {})
     if tool not in memo:
         rows, infs = _own_inferences(ctx, tool)
         if any(i.rule is None for i in infs):
@@ -351,12 +357,12 @@ def _inferred(ctx: PlanContext, tool: str) -> tuple[list, int]:
     return memo[tool]
 
 
-def _own_inferences(ctx: PlanContext, tool: str) -> tuple[list, list]:
+def _own_inferences(ctx: PlanContext, tool: str) -> tuple[list[Row], list[Inference]]:
     """(the train rows of `tool`, the inference for each field they got wrong), from `tool`'s rows alone; memoized."""
     from components.evolution.infer import infer_rows, policy_today, rows_for
     from components.worlds.base import train_gold
 
-    memo = ctx.__dict__.setdefault("_own_inferences", {})
+    memo: dict[str, tuple[list[Row], list[Inference]]] = ctx.__dict__.setdefault("_own_inferences", {})
     if tool not in memo:
         if "_episodes" not in ctx.__dict__:
             gold = train_gold(ctx.bench) if hasattr(ctx.bench, "splits") else {}
@@ -379,7 +385,7 @@ def _size(p: EvidencePacket, ctx: PlanContext) -> int:
     return len(p.episodes)
 
 
-def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list[str], list[str]] | None:
+def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list[Operation], list[str], list[str]] | None:
     """The write's card with the rules inferred from outcomes added (one item per field, the form of
     `components.worlds.outcome_rules`), or None when no field has a rule that passed its check, or every one is
     already on the card. Rules whose text holds task data are left out (validation would refuse the card)."""
@@ -403,13 +409,13 @@ def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list, list
     fields = sorted(set(new) | {f for _line, f in refusals})
     meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": tool},
             "source": f"diagnosis {p.id}: outcomes of {tool} on field(s) {', '.join(fields)}"}
-    ops: list = [RemoveCard(op="remove_card", path=old.path)] if old else []
+    ops: list[Operation] = [RemoveCard(op="remove_card", path=old.path)] if old else []
     ops.append(AddCard(op="add_card", path=f"em/procedure/{card_id}.md", meta=meta, body="\n\n".join(paras)))
     # the plan names what it carries: inferred rules by field, a field known only from the world's refusals as such
     return card_id, ops, sorted(new) + [f"{f} (refusals)" for f in fields if f not in new], list(p.items)
 
 
-def _new_rules(ctx: PlanContext, tool: str, have: dict, leaks: list[str]) -> dict:
+def _new_rules(ctx: PlanContext, tool: str, have: dict[str, FieldRule], leaks: list[str]) -> dict[str, FieldRule]:
     """The rules inferred for the write's fields that the card does not state yet, free of task data."""
     from components.worlds import outcome_rules as O
 
@@ -423,7 +429,7 @@ def _new_rules(ctx: PlanContext, tool: str, have: dict, leaks: list[str]) -> dic
     return new
 
 
-def _rule_paragraphs(tool: str, old: str | None, rules: dict, source: dict[str, list[str]],
+def _rule_paragraphs(tool: str, old: str | None, rules: dict[str, FieldRule], source: dict[str, list[str]],
                      refusals: list[tuple[str, str]], before: list[str]) -> list[str]:
     """The card's paragraphs: the old card's own text (not its rules, carried notes or call order, written anew),
     one item per rule, where carried rules come from, the world's refusals, and the calls made before the write."""
@@ -451,7 +457,7 @@ def _refusals(p: EvidencePacket, ctx: PlanContext, tool: str, body: str, leaks: 
     """(line, field) for each refusal the world gave the cluster's wrong arguments (`outcomes.Diff.refused`: the
     world's own words on what was wrong, where the outcomes show which argument), most frequent first, not on the card
     yet and free of task data: knowledge a card can state where train is too small to infer the rule."""
-    seen: Counter = Counter()
+    seen: Counter[tuple[str, str]] = Counter()
     for x in _findings(ctx, p):
         why = str(x.get("refused") or "").strip()
         for d in x.get("diffs") or []:
@@ -465,7 +471,7 @@ def _refusals(p: EvidencePacket, ctx: PlanContext, tool: str, body: str, leaks: 
     return out
 
 
-def _findings(ctx: PlanContext, p: EvidencePacket) -> list[dict]:
+def _findings(ctx: PlanContext, p: EvidencePacket) -> list[dict[str, Any]]:
     episodes = set(p.episodes)
     return [f.extra for f in ctx.findings if f.episode_id in episodes
             and f.signature == (p.owner, p.kind, p.tool, p.rule_id or "")]
@@ -477,7 +483,7 @@ def _calls_before(ctx: PlanContext, tool: str) -> list[str]:
     if ok.empty or ctx.traces.empty:
         return []
     eids = {f"{i}#{s}" for i, s in zip(ok["item_id"], ok["seed"])}
-    seqs: Counter = Counter()
+    seqs: Counter[tuple[str, ...]] = Counter()
     for eid, df in ctx.traces[ctx.traces["episode_id"].isin(eids)].groupby("episode_id", sort=True):
         seen: list[str] = []
         for s in frame_steps(df.sort_values("step")):
@@ -501,7 +507,7 @@ class PlanOutcome:
 
     plan: Plan | None = None
     failure: str | None = None
-    replies: list[dict] = field(default_factory=list)
+    replies: list[dict[str, Any]] = field(default_factory=list)
     prompt_chars: int | None = None  # the planning prompt as sent (after the budget)
     prompt_tokens: int | None = None  # the same, in the server's tokens (with a token budget)
     usage: list[Usage] = field(default_factory=list)
@@ -537,9 +543,9 @@ class LlmAgent:
 
 
 @META_AGENTS.register("llm")
-def llm(*, model: str = "sim", model_cfg: dict = {}, seed: int = 0,  # noqa: B006 - frozen by the options model
+def llm(*, model: str = "sim", model_cfg: dict[str, Any] = {}, seed: int = 0,  # noqa: B006 - frozen by the options model
         max_prompt_chars: int = 24_000, max_prompt_tokens: int | None = None, max_packets: int = 8,
-        repair_turns: int = 1, structured: bool = True):
+        repair_turns: int = 1, structured: bool = True) -> LlmAgent:
     """Ask a model (through the same chat interface as the agent) for a JSON plan; validate it like any plan.
 
     The prompt is a budgeted projection (`_prompt`): the least useful evidence goes first until the prompt fits
@@ -646,7 +652,7 @@ def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None,
 
 
 def _render(ctx: PlanContext, ranked: list[EvidencePacket], n_patchable: int, draft: Plan | None, *, memory: bool,
-            rejected: int, full: bool, n: int, listing: int, schema: bool, diffs: list[dict]) -> str:
+            rejected: int, full: bool, n: int, listing: int, schema: bool, diffs: list[dict[str, Any]]) -> str:
     pkg = ctx.package
     keys = sorted(ctx.rejected)[-rejected:] if rejected else []
     head = []
@@ -677,14 +683,14 @@ def _render(ctx: PlanContext, ranked: list[EvidencePacket], n_patchable: int, dr
     return "\n\n".join([*head, *body, *tail])
 
 
-def _tokens(chat, text: str) -> int:
+def _tokens(chat: ChatModel, text: str) -> int:
     """The prompt's tokens: the backend's own count (`count_tokens`, the server's tokenizer) when it has one."""
     count = getattr(chat, "count_tokens", None)
     got = count(text) if count is not None else None
     return got if got is not None else -(-len(text) // 4)
 
 
-def _outcome_projection(ctx: PlanContext, packets: list[EvidencePacket], max_tools: int = 4) -> list[dict]:
+def _outcome_projection(ctx: PlanContext, packets: list[EvidencePacket], max_tools: int = 4) -> list[dict[str, Any]]:
     from components.worlds.outcome_rules import render
 
     tools = []
@@ -705,5 +711,6 @@ def _packet_json(p: EvidencePacket, full: bool) -> str:
     return json.dumps(d, separators=(",", ":"), default=str)
 
 
-def make_meta_agent(name: str, cfg: dict | None = None) -> MetaAgent:
-    return META_AGENTS.make(name, cfg, where="meta_agent")
+def make_meta_agent(name: str, cfg: dict[str, Any] | None = None) -> MetaAgent:
+    # the registry builds whatever its factories return (models, strategies, ...); the meta-agents' return MetaAgents
+    return cast(MetaAgent, META_AGENTS.make(name, cfg, where="meta_agent"))

@@ -33,20 +33,21 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
+from fractions import Fraction
 from numbers import Real
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from components.codes import FindingKind, Owner
-from components.evolution.findings import (Finding, card_helps, card_owner, cards_about, keyed_elsewhere, own_bounce_rate,
-                                           write_target)
+from components.evolution.findings import (Finding, WriteKey, WriteTarget, card_helps, card_owner, cards_about,
+                                           keyed_elsewhere, own_bounce_rate, write_target)
 from components.evolution.infer import Row, features, holds, infer_rows, rows_for
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets
 from components.runtime.trace import TraceStep
 from components.worlds.base import Gold
-from components.worlds.outcome_rules import FieldRule, Term
+from components.worlds.outcome_rules import Cond, FieldRule, Term
 
 WRONG_ARG = "wrong_arg"  # a diff's kind: a write with an argument its gold does not have (a finding's is wrong_value)
 
@@ -57,7 +58,7 @@ AMOUNT_TOL = 0.005  # amounts are cents: two values within half a cent are the s
 class Diff:
     kind: str  # missing_write | extra_write | wrong_arg
     tool: str
-    target: tuple
+    target: WriteTarget
     step: int  # the agent's write (wrong_arg, extra_write) or the episode's last step (missing_write)
     hash: str
     field: str = ""
@@ -75,7 +76,8 @@ def same_value(a: Any, b: Any) -> bool:
         return abs(float(a) - float(b)) < AMOUNT_TOL
     if isinstance(a, list) and isinstance(b, list):
         return sorted(map(_canonical, a)) == sorted(map(_canonical, b))
-    return a == b
+    equal: bool = a == b
+    return equal
 
 
 def _canonical(x: Any) -> str:
@@ -92,7 +94,7 @@ def outcome_diffs(steps: list[TraceStep], gold: Gold, write_tools: frozenset[str
     """The episode's writes against the gold writes, in step order (missing writes last)."""
     if not steps:
         return []
-    done: dict[tuple, TraceStep] = {}
+    done: dict[WriteKey, TraceStep] = {}
     for s in successful_writes(steps, write_tools):  # the last successful write per target is what the state holds
         done[(s.action["tool"], write_target(s.action["tool"], s.action.get("args", {}), targets))] = s
     wanted = {(a.tool, write_target(a.tool, a.args, targets)): a for a in gold.actions}
@@ -122,19 +124,19 @@ def outcome_diffs(steps: list[TraceStep], gold: Gold, write_tools: frozenset[str
     return out
 
 
-def _refused_attempts(steps: list[TraceStep], done: Mapping[tuple, TraceStep], wanted: Mapping[tuple, Any],
-                      write_tools: frozenset[str], targets: Targets | None) -> dict[tuple, TraceStep]:
+def _refused_attempts(steps: list[TraceStep], done: Mapping[WriteKey, TraceStep], wanted: Mapping[WriteKey, Any],
+                      write_tools: frozenset[str], targets: Targets | None) -> dict[WriteKey, TraceStep]:
     """Per gold write never made, the first write the world refused as impossible (`blocking`) that was meant for it:
     the same tool on the same target, else the same tool when that gold write is the tool's only one left undone (a
     wrong identifying argument: the world found no such target). Its arguments against the gold's show whether the
     refusal was the agent's own doing."""
-    out: dict[tuple, TraceStep] = {}
+    out: dict[WriteKey, TraceStep] = {}
     for s in steps:
         tool = s.action.get("tool")
         if tool not in write_tools or s.blocked is not None or s.observation.get("ok") \
                 or not s.observation.get("blocking"):
             continue
-        key = (tool, write_target(tool, s.action.get("args", {}), targets))
+        key: WriteKey | None = (tool, write_target(tool, s.action.get("args", {}), targets))
         if key not in wanted:
             undone = [k for k in wanted if k[0] == tool and k not in done]
             key = undone[0] if len(undone) == 1 else None
@@ -169,7 +171,7 @@ def _value_tally(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gol
         if g is None:
             continue
         wanted = {(a.tool, write_target(a.tool, a.args, targets)): a for a in g.actions}
-        seen: set[tuple] = set()
+        seen: set[WriteKey] = set()
         for s in successful_writes(steps, write_tools):
             tool = s.action["tool"]
             key = (tool, write_target(tool, s.action.get("args", {}), targets))
@@ -349,9 +351,11 @@ def rule_constants(rule: FieldRule, feats: Mapping[str, Any] | None = None) -> f
     return frozenset(v for v in out if not isinstance(v, bool) and v not in (0, 1, ""))
 
 
-def _taken(rule: FieldRule, feats: Mapping[str, Any] | None) -> tuple[tuple, list]:
+def _taken(rule: FieldRule, feats: Mapping[str, Any] | None) -> tuple[tuple[Term | None, ...],
+                                                                    list[tuple[Cond, Fraction]]]:
     """The rule's terms and factors, or with `feats` those a write with these features takes (the term its
     condition chooses, the factors that apply; a condition or factor whose feature it lacks: all of them)."""
+    terms: tuple[Term | None, ...]
     terms, factors = rule.terms(), list(rule.factors)
     if feats is not None:
         if rule.cond is not None and rule.cond.path in feats:
@@ -505,7 +509,7 @@ def _tool_rules(tool: str, rows: list[Row], targets: Targets | None) -> tuple[di
     return got, wrong
 
 
-def recurring(by_item: Mapping[tuple, Any]) -> tuple[Any, ...]:
+def recurring(by_item: Mapping[tuple[str, WriteTarget], Any]) -> tuple[Any, ...]:
     """The values of a field over its items' writes (one per item and target), when they recur: scalars, at most half
     as many distinct ones as writes (a value read from each task's data, an amount or an id, seldom does), over at
     least `MIN_RECUR` writes; () otherwise."""

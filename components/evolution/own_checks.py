@@ -20,7 +20,8 @@ from math import prod
 from typing import Any
 
 from components.codes import FindingKind, Owner
-from components.evolution.findings import Finding, card_owner, cards_about, keyed_elsewhere, write_target
+from components.evolution.findings import (Finding, WriteKey, card_owner, cards_about, keyed_elsewhere,
+                                         write_target)
 from components.evolution.outcomes import (card_states, field_needs, field_verdicts, predicted_wrong, same_value,
                                            without_own, write_feats)
 from components.memory.events import PRE_WRITE
@@ -118,9 +119,9 @@ class MadeRight:
     wrong_chance: Callable[[TraceStep], float] | None = None
     pass_rate: float = 1.0
     needed: list[tuple[str, dict[str, Any]]] | None = None
-    solved: Mapping[tuple, dict[str, Any]] = field(default_factory=dict)
+    solved: Mapping[WriteKey, dict[str, Any]] = field(default_factory=dict)
 
-    def forms(self, key: tuple, drafts: list[TraceStep]) -> list[dict[str, Any]] | None:
+    def forms(self, key: WriteKey, drafts: list[TraceStep]) -> list[dict[str, Any]] | None:
         """A drafted target's right forms: the item's success's write, else its first draft's known forms."""
         return [self.solved[key]] if key in self.solved else next((r for d in drafts if (r := self.right(d))), None)
 
@@ -139,7 +140,7 @@ def save_chance(steps: list[TraceStep], package: MemoryPackage, write_tools: fro
     and never drafted passes with chance `pass_rate`."""
     if made.needed is not None:
         return _bounced(made.needed, package, write_tools, targets)
-    drafts: dict[tuple, list[TraceStep]] = {}
+    drafts: dict[WriteKey, list[TraceStep]] = {}
     for s in steps:
         if (tool := s.action.get("tool")) in write_tools:
             drafts.setdefault((tool, write_target(tool, s.action.get("args", {}), targets)), []).append(s)

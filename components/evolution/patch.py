@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import frontmatter
 import yaml
 
 from components.errors import InputError
-from components.evolution.plan import AddBinding, AddCard, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM
+from components.evolution.plan import (AddBinding, AddCard, Operation, Plan, RemoveBinding, RemoveCard, SetTrigger,
+                                       SetWM)
 from components.io import atomic_dir
 from components.memory.package import MANIFEST
 
@@ -50,7 +52,7 @@ def apply_plan(plan: Plan, base: str | Path, out: str | Path) -> Path:
     return out
 
 
-def _apply(i: int, op, root: Path, manifest: dict) -> None:
+def _apply(i: int, op: Operation, root: Path, manifest: dict[str, Any]) -> None:
     where = f"plan: operations.{i}"
     if isinstance(op, AddCard):
         target = root / op.path

@@ -98,7 +98,7 @@ class Plan(BaseModel):
         return hashlib.sha256(json.dumps([self.owner, ops], sort_keys=True).encode()).hexdigest()[:16]
 
 
-def parse_plan(raw: str | dict, where: str = "plan") -> Plan:
+def parse_plan(raw: str | dict[str, Any], where: str = "plan") -> Plan:
     """Validate a plan from JSON text or a dict; errors name the field."""
     try:
         return Plan.model_validate_json(raw) if isinstance(raw, str) else Plan.model_validate(raw)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -74,7 +75,8 @@ def components(base: pd.DataFrame, cand: pd.DataFrame) -> Variance:
     return Variance(math.sqrt(max(0.0, between)), math.sqrt(within), f"tables, {k_bar:g} trials per item")
 
 
-def power_table(n_items: int, trials: list[int], var: Variance, alpha: float = 0.05, power: float = 0.8) -> list[dict]:
+def power_table(n_items: int, trials: list[int], var: Variance, alpha: float = 0.05,
+                power: float = 0.8) -> list[dict[str, Any]]:
     return [{"n_items": n_items, "trials": k, "alpha": alpha, "power": power,
              "mde": round(mde(n_items, k, var, alpha, power), 6), "sigma": round(var.sigma(k), 6), **asdict(var)}
             for k in trials]

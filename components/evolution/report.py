@@ -22,7 +22,9 @@ Plots are PNG images (matplotlib, Agg): they render with no network, in `dvc plo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -37,6 +39,8 @@ from components.lazy import LazyModule
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 else:
     pd = LazyModule("pandas")  # the CLI prints round_rows without it (an unchanged rerun: flows/finished.py)
 
@@ -55,7 +59,7 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_json(path, obj)
 
 
-def ci_level(r: dict | RoundRecord) -> float | None:
+def ci_level(r: dict[str, Any] | RoundRecord) -> float | None:
     """The two-sided confidence of a round's dev CI: each look at dev spends alpha_k of the campaign's budget (not
     0.05), and a sequential gate decides at its deciding look's one-sided level p (a 1 - 2p interval)."""
     r = RoundRecord.of(r)
@@ -70,7 +74,7 @@ def _pct(level: float | None) -> str:
     return "" if level is None else f"{100 * level:.4g}%"
 
 
-def history(summary: dict) -> list[RoundRecord]:
+def history(summary: dict[str, Any]) -> list[RoundRecord]:
     """summary.json's rounds, typed."""
     return [RoundRecord.of(r) for r in summary.get("history", [])]
 
@@ -78,7 +82,7 @@ def history(summary: dict) -> list[RoundRecord]:
 _GATE_COLUMNS_NONE = dict.fromkeys(("net", "ci_lo", "ci_hi", "dev_base_mean", "dev_cand_mean"))  # a round not gated
 
 
-def round_rows(summary: dict) -> list[dict]:
+def round_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows for the per-round table the CLI prints (and campaign.md). `not_gated`: why a round that never reached
     the dev gate stopped where it did (the repair screen's figures, the validation problem, the meta-agent's
     failure, no plan left), which the lineage records and the table would otherwise leave blank."""
@@ -118,7 +122,7 @@ class TokensSummary(BaseModel):
 
 def tokens_line(tokens: TokensSummary) -> str:
     pe = tokens.per_episode
-    fmt = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    fmt: Callable[[float | None], str] = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
     others = ", ".join(f"{k} {fmt(pe[k])}" for k in ("seed", "all-skills", "reference") if k in pe)
     cheaper = ", ".join(str(x) for x in tokens.cheaper) or "none"
     return (f"Prompt tokens per episode on {tokens.split}: champion {fmt(pe.get('champion'))} (built-in packages: "
@@ -146,7 +150,7 @@ class _Summary(BaseModel):
     tokens: TokensSummary | None = None  # absent in summaries from before the cost objective
 
 
-def read_summary(campaign_out: str | Path) -> dict:
+def read_summary(campaign_out: str | Path) -> dict[str, Any]:
     """A campaign's summary.json, checked for what a report reads: a damaged or foreign file is one line naming the
     field, before anything is written."""
     path = Path(campaign_out) / "summary.json"
@@ -182,7 +186,7 @@ def write_report(campaign_out: str | Path, out: str | Path) -> Path:
     return out
 
 
-def _check_round_dirs(campaign_out: str | Path, summary: dict) -> None:
+def _check_round_dirs(campaign_out: str | Path, summary: dict[str, Any]) -> None:
     """A round's columns come from its directory: a blank row would pass for "no data", so a missing one refuses."""
     for r in history(summary):
         rd = round_dir(campaign_out, r.round)
@@ -191,7 +195,7 @@ def _check_round_dirs(campaign_out: str | Path, summary: dict) -> None:
                              f"a report with blank rows (restore it, or rerun the campaign)")
 
 
-def _metrics(summary: dict, t: dict, loc: dict, tokens: TokensSummary | None) -> dict[str, Any]:
+def _metrics(summary: dict[str, Any], t: dict[str, Any], loc: dict[str, Any], tokens: TokensSummary | None) -> dict[str, Any]:
     """metrics.json: the test split's figures, promotions, localization accuracies and test tokens per episode."""
     metrics = {
         **{f"test_{k}": round(t[k], 6) for k in ("net", "ci_lo", "ci_hi", "base_mean", "champion_mean") if k in t},
@@ -203,7 +207,7 @@ def _metrics(summary: dict, t: dict, loc: dict, tokens: TokensSummary | None) ->
     return metrics
 
 
-def _rounds_table(summary: dict, causes: pd.DataFrame) -> pd.DataFrame:
+def _rounds_table(summary: dict[str, Any], causes: pd.DataFrame) -> pd.DataFrame:
     """rounds.csv: one row per round (its gate's figures, blank when not gated), the champion's dev mean and the
     causes diagnosed."""
     rows = []
@@ -220,7 +224,7 @@ def _rounds_table(summary: dict, causes: pd.DataFrame) -> pd.DataFrame:
     return table.join(causes, on="round") if len(causes.columns) else table
 
 
-def _campaign_md(summary: dict, t: dict, loc: dict, tokens: TokensSummary | None) -> list[str]:
+def _campaign_md(summary: dict[str, Any], t: dict[str, Any], loc: dict[str, Any], tokens: TokensSummary | None) -> list[str]:
     """campaign.md's lines: the champion, the test split, tokens, localization, a row per round and the lineage."""
     md = [f"# Campaign {summary['campaign']}", "",
           f"Champion **{summary['champion']}** (`{summary['champion_digest'][:12]}`), {summary['accepted']} promotion(s) "
@@ -250,7 +254,7 @@ def _campaign_md(summary: dict, t: dict, loc: dict, tokens: TokensSummary | None
     return md
 
 
-def _plot_data(summary: dict, table: pd.DataFrame, causes: pd.DataFrame, families: pd.DataFrame, out: Path) -> None:
+def _plot_data(summary: dict[str, Any], table: pd.DataFrame, causes: pd.DataFrame, families: pd.DataFrame, out: Path) -> None:
     """The figures as data for `dvc plots` (dvc.yaml), one tidy CSV each with fixed columns, so `dvc plots diff`
     overlays two experiments' curves: the gate per gated round (net, CI, the CI's level, verdict), the champion's
     dev mean per gated round, diagnosed causes per round (every owner a column, 0 when absent), per-family dev means."""
@@ -270,7 +274,7 @@ def _plot_data(summary: dict, table: pd.DataFrame, causes: pd.DataFrame, familie
         write_csv(out / name, df.reset_index(drop=True))
 
 
-def _read_csv(path: Path, **kw) -> pd.DataFrame:
+def _read_csv(path: Path, **kw: Any) -> pd.DataFrame:
     """A campaign file the report reads: damaged (a column missing, not a table), one line naming it."""
     try:
         return pd.read_csv(path, **kw)
@@ -298,7 +302,7 @@ def champion_means(rounds: list[RoundRecord]) -> dict[int, float | None]:
     return out
 
 
-def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:
+def _causes(campaign_out: Path, summary: dict[str, Any]) -> pd.DataFrame:
     """Diagnosed failures per round by owner (E, W, rho, C, none), from each round's findings.csv."""
     counts = {}
     for r in history(summary):
@@ -312,7 +316,7 @@ def _causes(campaign_out: Path, summary: dict) -> pd.DataFrame:
     return df[order].add_prefix("causes_")
 
 
-def _families(campaign_out: Path, summary: dict) -> pd.DataFrame:
+def _families(campaign_out: Path, summary: dict[str, Any]) -> pd.DataFrame:
     """Mean dev score per task family: the starting package (first gated round's parent) vs the champion (the last
     gated round's winner). Families come from the benchmark's tasks.csv."""
     gated = [r for r in history(summary) if r.gate is not None and r.evaluation is not None]
@@ -334,7 +338,7 @@ def _families(campaign_out: Path, summary: dict) -> pd.DataFrame:
     return pd.DataFrame({"start": by_family(start_f), "champion": by_family(champ_f)})
 
 
-def _figure(width: float = 7, height: float = 3.2):
+def _figure(width: float = 7, height: float = 3.2) -> tuple[ModuleType, Figure, Axes]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -343,7 +347,7 @@ def _figure(width: float = 7, height: float = 3.2):
     return plt, *plt.subplots(figsize=(width, height))
 
 
-def _save(plt, fig, path: Path) -> None:
+def _save(plt: ModuleType, fig: Figure, path: Path) -> None:
     import io
 
     fig.tight_layout()
@@ -353,12 +357,12 @@ def _save(plt, fig, path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def _empty(ax, what: str) -> None:
+def _empty(ax: Axes, what: str) -> None:
     ax.text(0.5, 0.5, f"no {what} in this campaign", ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
 
 
-def _plot_champion(table: pd.DataFrame, test: dict, path: Path) -> None:
+def _plot_champion(table: pd.DataFrame, test: dict[str, Any], path: Path) -> None:
     import matplotlib.ticker
 
     plt, fig, ax = _figure()

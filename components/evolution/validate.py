@@ -17,6 +17,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -37,7 +38,7 @@ class Validation:
     ok: bool
     checks: dict[str, str] = field(default_factory=dict)  # check -> "ok" or the problem
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
@@ -45,7 +46,7 @@ class Validation:
         return [f"{k}: {v}" for k, v in self.checks.items() if v != "ok"]
 
 
-def _strings(obj) -> list[str]:
+def _strings(obj: object) -> list[str]:
     if isinstance(obj, dict):
         return [s for v in obj.values() for s in _strings(v)]
     if isinstance(obj, list):

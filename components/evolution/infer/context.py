@@ -62,7 +62,7 @@ class _Ctx:
 
     def verdicts(self, rule: FieldRule) -> list[bool | None]:
         """`holds` on every fit row (memoized: the search asks about the same rules often)."""
-        memo = self.__dict__.setdefault("_verdicts", {})
+        memo: dict[FieldRule, list[bool | None]] = self.__dict__.setdefault("_verdicts", {})
         try:
             key = rule if hash(rule) is not None else None
         except TypeError:  # a constant that is a list (the gold's list argument): not memoized
@@ -79,7 +79,8 @@ class _Ctx:
     def stumps(self) -> "_Stumps":
         if "_stumps" not in self.__dict__:
             self.__dict__["_stumps"] = _Stumps(self)
-        return self.__dict__["_stumps"]
+        stumps: _Stumps = self.__dict__["_stumps"]
+        return stumps
 
     def readable(self, p: str) -> bool:
         return _items([r for r, e in zip(self.rows, self.ext) if p in e]) >= max(MIN_FIT, (3 * _items(self.rows)) // 4)
@@ -176,9 +177,9 @@ class _Stumps:
                 self.numeric.append((p, order, sv, cuts))
         self.category = []
         for p in ctx.cats:
-            vals = [e.get(p) for e in ctx.ext]
-            for v in sorted({x for x in vals if x is not None}):
-                self.category.append((p, v, np.array([x == v for x in vals])))
+            seen = [e.get(p) for e in ctx.ext]
+            for v in sorted({x for x in seen if x is not None}):
+                self.category.append((p, v, np.array([x == v for x in seen])))
         self.n = n
 
     def best(self, labels: np.ndarray, top: int = 6) -> list[tuple[float, Cond]]:

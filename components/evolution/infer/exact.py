@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
+from typing import cast
 
 import numpy as np
 
@@ -54,7 +55,7 @@ def _exact_products(ctx: _Ctx, base: Term, conds: list[Cond], half: Fraction) ->
 
 def _truths(ctx: _Ctx, conds: list[Cond]) -> list[tuple[bool, ...] | None]:
     """Per row, which conditions hold (None: a condition's feature is missing)."""
-    out = []
+    out: list[tuple[bool, ...] | None] = []
     for e in ctx.ext:
         if any(c.path not in e for c in conds):
             out.append(None)
@@ -72,6 +73,7 @@ def _fit_constants(ctx: _Ctx, base: Term, order: list[Cond], half: Fraction) -> 
     fitted = _fit_head(ctx, base, none, half)
     if fitted is None:
         return None
+    head: Term | None
     head, missing = fitted
     factors = _fit_factors(ctx, head, order, truths, half)
     if factors is None:
@@ -85,7 +87,8 @@ def _fit_constants(ctx: _Ctx, base: Term, order: list[Cond], half: Fraction) -> 
     return FieldRule(ctx.fld, head, factors=tuple(factors), quantum=ctx.quantum)
 
 
-def _fit_head(ctx: _Ctx, base: Term, none: list[int], half: Fraction) -> tuple[Term, list[tuple]] | None:
+def _fit_head(ctx: _Ctx, base: Term, none: list[int],
+              half: Fraction) -> tuple[Term, list[tuple[str, ...]]] | None:
     """The base's constant, or its table's entries, from the rows where no condition holds (`none`), and the
     table's categories seen only with a factor (their base comes from the factor: `_filled`)."""
     if base.kind != "table":
@@ -98,14 +101,15 @@ def _fit_scalar_head(ctx: _Ctx, base: Term, none: list[int], half: Fraction) -> 
     """A constant base's value, or a number's share (itself when the share is 1)."""
     vs = _base_values(ctx, base)
     idx = [i for i in none if vs[i] is not None and vs[i] != 0]
-    k0 = _most_common_factor(ctx, idx, [vs[i] for i in idx], half)
+    k0 = _most_common_factor(ctx, idx, cast(list[Fraction], [vs[i] for i in idx]), half)  # idx: rows with a value
     if k0 is None or k0 == 0:
         return None
     return (Term("const", k0) if base.kind == "const" else
             Term("equal", None, base.path) if k0 == 1 else Term("share", k0, base.path))
 
 
-def _fit_table_head(ctx: _Ctx, base: Term, none: list[int], half: Fraction) -> tuple[Term, list[tuple]] | None:
+def _fit_table_head(ctx: _Ctx, base: Term, none: list[int],
+                    half: Fraction) -> tuple[Term, list[tuple[str, ...]]] | None:
     """A table's entries, and the categories no row without a factor shows."""
     rk = [tuple(str(e[p]) for p in base.paths) if all(p in e for p in base.paths) else None for e in ctx.ext]
     entries, missing = [], []
@@ -119,7 +123,7 @@ def _fit_table_head(ctx: _Ctx, base: Term, none: list[int], half: Fraction) -> t
     return (Term("table", tuple(entries), base.path), missing) if entries else None
 
 
-def _fit_factors(ctx: _Ctx, head: Term, order: list[Cond], truths: list,
+def _fit_factors(ctx: _Ctx, head: Term, order: list[Cond], truths: list[tuple[bool, ...] | None],
                  half: Fraction) -> list[tuple[Cond, Fraction]] | None:
     """Each factor in `order` from the rows where it is the last of the conditions that hold, given the head and
     the factors before it; None where one is missing, 0 or 1."""
@@ -139,8 +143,8 @@ def _fit_factors(ctx: _Ctx, head: Term, order: list[Cond], truths: list,
     return factors
 
 
-def _filled(ctx: _Ctx, head: Term, missing: list[tuple], order: list[Cond], truths: list, factors: list,
-            half: Fraction) -> Term | None:
+def _filled(ctx: _Ctx, head: Term, missing: list[tuple[str, ...]], order: list[Cond],
+            truths: list[tuple[bool, ...] | None], factors: list[tuple[Cond, Fraction]], half: Fraction) -> Term | None:
     """A table's entries for the categories seen only where one factor applies: the simplest value that factor
     turns into their gold (the factor is the same for every category: the product's form)."""
     rk = [tuple(str(e[p]) for p in head.paths) if all(p in e for p in head.paths) else None for e in ctx.ext]
@@ -200,5 +204,6 @@ def _base_values(ctx: _Ctx, base: Term) -> list[Fraction | None]:
         if base.kind == "const":
             out.append(Fraction(1))
         else:
-            out.append(q(e[base.path]) if is_num(e.get(base.path)) else None)
+            path = cast(str, base.path)  # a number's term (equal, share) reads one feature
+            out.append(q(e[path]) if is_num(e.get(path)) else None)
     return out

@@ -4,10 +4,10 @@ alone."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal, cast
 
 from components.evolution.infer.picks import _ids
 from components.evolution.infer.rows import (MIN_CHECK, MIN_FIT, MIN_PART, Inference, Row, _conds, _explains, _items,
@@ -15,7 +15,7 @@ from components.evolution.infer.rows import (MIN_CHECK, MIN_FIT, MIN_PART, Infer
 from components.evolution.infer.search import fitting
 from components.worlds import outcome_rules as O
 from components.worlds.numbers import is_num, q, same
-from components.worlds.outcome_rules import Cond, FieldRule
+from components.worlds.outcome_rules import Cond, FieldRule, Term
 
 
 def infer_field(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()) -> Inference:
@@ -23,7 +23,9 @@ def infer_field(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()
     there is none (the first fold's reason when both fail)."""
     usable = [r for r in rows if fld in r.gold and r.agent is not None]  # what the agent saw when it wrote
     wrong = [r for r in usable if r.agent is not None and not same(r.agent.get(fld), r.gold[fld])]
-    examples = [{"item": r.item, "agent": r.agent.get(fld), "gold": r.gold[fld]} for r in wrong[:4]]
+    # wrong: rows with an attempt (r.agent set)
+    examples = [{"item": r.item, "agent": cast(dict[str, Any], r.agent).get(fld), "gold": r.gold[fld]}
+                for r in wrong[:4]]
     if any(_record(r.gold[fld]) for r in usable):
         return Inference(fld, None, "a record value: no rule of the known forms states one", 0, 0,
                          len(wrong), examples)
@@ -39,7 +41,7 @@ def infer_field(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()
         first = first or out
         if out.why.startswith("too few items"):
             break  # the other fold has the same items the other way round: no more to fit on
-    return first
+    return cast(Inference, first)  # the first fold set it
 
 
 def _record(v: Any) -> bool:
@@ -123,7 +125,8 @@ def placed_on(rule: FieldRule, rows: list[Row]) -> FieldRule | None:
     card states the gap), or None when the sides overlap."""
     if rule.cond is not None and rule.cond.op != "is":
         yes, no = _sides(rows, rule, lambda r: FieldRule(r.field, r.then, quantum=r.quantum),
-                         lambda r: FieldRule(r.field, r.other, quantum=r.quantum), rule.cond.path)
+                         # a conditional rule has both sides: `other` is set
+                         lambda r: FieldRule(r.field, cast(Term, r.other), quantum=r.quantum), rule.cond.path)
         c = _place(rule.cond, yes, no)
         if c is None:
             return None
@@ -133,9 +136,13 @@ def placed_on(rule: FieldRule, rows: list[Row]) -> FieldRule | None:
         if c.op == "is":
             continue
         always = (Cond(c.path, ">", Fraction(-(10 ** 18))), k)
-        yes, no = _sides(rows, rule, lambda r, n=n: replace(r, factors=tuple(always if i == n else f for i, f in
-                                                                             enumerate(r.factors))),
-                         lambda r, n=n: replace(r, factors=tuple(f for i, f in enumerate(r.factors) if i != n)), c.path)
+        def forced(r: FieldRule, n: int = n, always: tuple[Cond, Fraction] = always) -> FieldRule:
+            return replace(r, factors=tuple(always if i == n else f for i, f in enumerate(r.factors)))
+
+        def removed(r: FieldRule, n: int = n) -> FieldRule:
+            return replace(r, factors=tuple(f for i, f in enumerate(r.factors) if i != n))
+
+        yes, no = _sides(rows, rule, forced, removed, c.path)
         placed = _place(c, yes, no)
         if placed is None:
             return None
@@ -143,7 +150,8 @@ def placed_on(rule: FieldRule, rows: list[Row]) -> FieldRule | None:
     return replace(rule, factors=tuple(factors))
 
 
-def _sides(rows: list[Row], rule: FieldRule, on, off, path: str) -> tuple[list[Fraction], list[Fraction]]:
+def _sides(rows: list[Row], rule: FieldRule, on: Callable[[FieldRule], FieldRule],
+           off: Callable[[FieldRule], FieldRule], path: str) -> tuple[list[Fraction], list[Fraction]]:
     """Values of `path` on rows only the rule with the condition forced true (`on`) or only with it removed or
     forced false (`off`) explains."""
     a_rule, b_rule = on(rule), off(rule)
@@ -174,5 +182,5 @@ def _place(c: Cond, yes: list[Fraction], no: list[Fraction]) -> Cond | None:
     res = Fraction(1, max(v.denominator for v in yes + no))
     t = math.floor((lo + hi) / 2 / res) * res
     t = min(max(t, lo), hi - res) if hi - res >= lo else lo
-    op = ">" if c.op in (">", ">=") else "<="
+    op: Literal[">", "<="] = ">" if c.op in (">", ">=") else "<="
     return Cond(c.path, op, t, (lo, hi))

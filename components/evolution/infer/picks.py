@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from components.evolution.infer.context import _Ctx
 from components.evolution.infer.rows import MIN_SIDE
@@ -61,4 +61,4 @@ def _shared(ctx: _Ctx, path: str, key: str, on: list[int]) -> list[tuple[str, An
 def _turned(ctx: _Ctx, rule: FieldRule, on: list[int]) -> int:
     """Items whose agent picked a record the rule rules out."""
     return len({ctx.rows[i].item for i in on if ctx.rows[i].agent
-                and O.picked(rule.then, ctx.ext[i], ctx.rows[i].agent.get(ctx.fld)) is False})
+                and O.picked(rule.then, ctx.ext[i], cast(dict[str, Any], ctx.rows[i].agent).get(ctx.fld)) is False})

@@ -48,7 +48,8 @@ class _Indicators:
             for j, c in enumerate(self.conds):
                 out.setdefault(c.path, []).append(j)
             self.__dict__["_by_path"] = out
-        return self.__dict__["_by_path"]
+        by_path: dict[str, list[int]] = self.__dict__["_by_path"]
+        return by_path
 
 
 def _indicators(ctx: _Ctx) -> _Indicators:
@@ -61,10 +62,10 @@ def _indicators(ctx: _Ctx) -> _Indicators:
             conds.append(Cond(p, ">", lo, (lo, hi)))
             cols.append(np.nan_to_num(x > float(lo)).astype(float))
     for p in ctx.cats:
-        vals = [e.get(p) for e in ctx.ext]
-        for v in sorted({x for x in vals if x is not None}):
+        seen = [e.get(p) for e in ctx.ext]
+        for v in sorted({x for x in seen if x is not None}):
             conds.append(Cond(p, "is", v))
-            cols.append(np.array([x == v for x in vals], dtype=float))
+            cols.append(np.array([x == v for x in seen], dtype=float))
     matrix = np.column_stack(cols) if cols else np.zeros((len(ctx.rows), 0))
     return _Indicators(conds, matrix)
 
@@ -95,7 +96,7 @@ def _table_keys(ctx: _Ctx) -> list[tuple[str, tuple[str, ...]]]:
     """Tables by one category, or by two whose pairs are few against the items (a lookup of ids is no rule)."""
     n = _items(ctx.rows)
     ones = [p for p in ctx.cats if 2 <= ctx.distinct[p] <= max(2, n // 2)]
-    keys = [("table", (p,)) for p in ones]
+    keys: list[tuple[str, tuple[str, ...]]] = [("table", (p,)) for p in ones]
     for i, a in enumerate(ones):
         for b in ones[i + 1:]:
             pairs = {(e.get(a), e.get(b)) for e in ctx.ext if a in e and b in e}
@@ -104,11 +105,11 @@ def _table_keys(ctx: _Ctx) -> list[tuple[str, tuple[str, ...]]]:
     return keys
 
 
-def _base_design(ctx: _Ctx, base: Term) -> tuple[np.ndarray, np.ndarray, list[tuple]] | None:
+def _base_design(ctx: _Ctx, base: Term) -> tuple[np.ndarray, np.ndarray, list[tuple[str, ...]]] | None:
     """For the log-linear search: each row's log(gold / base value) target, the base's columns (an intercept, or a
     category's one-hot), and the table's keys; rows where either is not positive are left out (NaN)."""
     y = np.array([_f(v) for v in ctx.ys])
-    keys: list[tuple] = []
+    keys: list[tuple[str, ...]] = []
     if base.kind == "table":
         rk = [tuple(str(e[p]) for p in base.paths) if all(p in e for p in base.paths) else None for e in ctx.ext]
         keys = sorted({k for k in rk if k is not None})
@@ -177,7 +178,8 @@ class _LogLinear:
 
     def residual(self, x: np.ndarray) -> np.ndarray:
         coef, *_ = np.linalg.lstsq(x, self.t, rcond=None)
-        return self.t - x @ coef
+        res: np.ndarray = self.t - x @ coef
+        return res
 
 
 def _log_linear(ctx: _Ctx, base: Term, ind: _Indicators) -> _LogLinear | None:

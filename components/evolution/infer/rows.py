@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from datetime import date
 from fractions import Fraction
 from typing import Any
@@ -48,7 +49,9 @@ class Inference:
     n_fit: int = 0
     n_check: int = 0
     wrong: int = 0  # rows the agent got this field wrong in
-    examples: list[dict] = field(default_factory=list)  # a few diffs (agent value, gold value) for the projection
+    # a few diffs (agent value, gold value) for the projection (`dataclasses.field`: the class's own `field` would
+    # shadow the function for the checker)
+    examples: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     source: str = ""  # the write this field's rule was carried over from (`carried`), where no row could show it
 
 

@@ -3,6 +3,8 @@ side)."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 
 from components.evolution.infer.context import _Ctx, _fits
@@ -125,8 +127,9 @@ def _strings(ctx: _Ctx) -> list[FieldRule]:
     rows = ctx.rows
     cased = [r for r in rows if isinstance(r.agent.get(ctx.fld) if r.agent else None, str)
              and isinstance(r.gold.get(ctx.fld), str)]
-    if cased and len(cased) == len(rows) and any(r.agent[ctx.fld] != r.gold[ctx.fld] for r in cased) \
-            and all(r.agent[ctx.fld].upper() == r.gold[ctx.fld] for r in cased):
+    agent = [cast(dict[str, Any], r.agent) for r in cased]  # cased: rows with an attempt (r.agent set)
+    if cased and len(cased) == len(rows) and any(a[ctx.fld] != r.gold[ctx.fld] for a, r in zip(agent, cased)) \
+            and all(a[ctx.fld].upper() == r.gold[ctx.fld] for a, r in zip(agent, cased)):
         out.append(FieldRule(ctx.fld, Term("upper")))
     if all(isinstance(y, str) for y in ctx.ys):
         values = sorted(set(ctx.ys))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import date
+from typing import cast
 
 from components.evolution.findings import write_target
 from components.evolution.infer.context import _Ctx, description_bits
@@ -41,7 +42,7 @@ def infer_rows(tool: str, rows: list[Row], targets: Targets | None = None) -> li
             continue  # nothing more to read
         again = infer_field(rows, f, blocked)
         if again.rule is not None and (infs[f].rule is None or _bits(rows, again.rule, blocked) <
-                                       _bits(rows, infs[f].rule, blocked)):
+                                       _bits(rows, cast(FieldRule, infs[f].rule), blocked)):  # not None: `or`
             infs[f] = again
     return [infs[f] for f in fields]
 
@@ -71,7 +72,7 @@ def fixable(rows: list[Row], infs: list[Inference]) -> int:
         if r.agent is None:
             continue
         wrong = [f for f in r.gold if f in {i.field for i in infs} and not same(r.agent.get(f), r.gold[f])]
-        verdicts = [holds(by[f].rule, r) if f in by else False for f in wrong]
+        verdicts = [holds(cast(FieldRule, by[f].rule), r) if f in by else False for f in wrong]  # by: with a rule
         if wrong and all(v or (v is None and by[f].source) for f, v in zip(wrong, verdicts)):
             n += 1
     return n
@@ -89,7 +90,7 @@ def carried(tool: str, rows: list[Row], infs: list[Inference],
         if inf.rule is None:
             src = next(((s, i.rule) for s in sorted(others) if s != tool for i in others[s]
                         if i.field == inf.field and i.rule is not None and _read_value(i.rule)
-                        and i.rule.then.path.split(".", 1)[0] not in reads), None)
+                        and cast(str, i.rule.then.path).split(".", 1)[0] not in reads), None)  # equal: one path
         out.append(replace(inf, rule=src[1], why="ok", source=src[0]) if src else inf)
     return out
 
