@@ -423,7 +423,7 @@ class Diagnosis:
 def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage, write_tools: frozenset[str],
              corpus: str, targets: Targets | None = None, gold: Mapping[str, Gold] | None = None,
              train: TrainEvidence | None = None, today: date | None = None, confirmation: bool = True) -> Diagnosis:
-    """`targets`: the benchmark's write tool -> identifying args (`bench.meta.get("targets")`); a tool it does not
+    """`targets`: the benchmark's write tool -> identifying args (`Benchmark.targets`); a tool it does not
     list is identified by the session alone. `gold`: the train items' gold (`components.worlds.base.train_gold`);
     a failed episode of an item that has one is also compared with it (`with_outcomes`). `train`: what a labelled
     train corpus showed (`train_evidence`), for failures with no gold the trace cannot explain

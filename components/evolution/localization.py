@@ -290,7 +290,7 @@ def baselines_on_train(package: MemoryPackage, bench: Benchmark, seeds: list[int
 
     t = run if run is not None else run_shard(package, bench, bench.ids("train"), seeds, max_turns=max_turns)
     return fit_baselines(_eid(causes_table(package, bench, t.scores, max_turns)), _eid(t.scores),
-                         signals_frame(t.traces, t.scores, bench.write_tools, bench.meta.get("targets")))
+                         signals_frame(t.traces, t.scores, bench.write_tools, bench.targets))
 
 
 def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str | Path) -> dict[str, Any]:
@@ -325,7 +325,7 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
 
     # outcome evidence as a campaign's diagnosis has it: train items' gold only (a dev or test eval gets none of
     # its own; it gets what train's traces showed against train's gold, `TrainEvidence`)
-    gold, targets = train_gold(bench), bench.meta.get("targets")
+    gold, targets = train_gold(bench), bench.targets
     split = meta.get("split")
     baselines = train_ev = None
     if split != "train":
@@ -339,7 +339,7 @@ def diagnose_eval(eval_dir: str | Path, package_dir: str | Path, bench_dir: str 
                                        policy_today(bench.policy), bench.confirmation) if gold else None
     d = diagnose(traces, scores, pkg, bench.write_tools, f"eval:{ev.name}", targets=targets, gold=gold,
                  train=train_ev, today=policy_today(bench.policy), confirmation=bench.confirmation)
-    sig = signals_frame(traces, scores, bench.write_tools, bench.meta.get("targets"))
+    sig = signals_frame(traces, scores, bench.write_tools, bench.targets)
     return localization(d.findings_frame(), _eid(read_hidden_causes(ev)), _eid(scores), sig, baselines)
 
 
