@@ -33,13 +33,27 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_fixed_cost import ratchet, start_server  # noqa: E402
 
 
-def run_campaign(env: dict, tmp: Path, tag: str, bench: Path, rounds: int, runner: list[str],
-                 per_family: int) -> dict:
+def run_campaign(env: dict, tmp: Path, tag: str, bench: Path, rounds: int, runner: list[str], per_family: int) -> dict:
     out = tmp / f"camp-{tag}"
-    args = ["campaign", "run", "--set", f"campaign.rounds={rounds}", "--set", f"benchmark.out={bench}",
-            "--set", f"benchmark.per_family={per_family}",  # what made it (an existing benchmark must match)
-            "--set", f"campaign.out={out}", "--set", f"evidence.db={tmp / f'evidence-{tag}.sqlite'}",
-            "--set", "campaign.shard_size=2", "--set", "campaign.traces_per_round=0", *runner]
+    args = [
+        "campaign",
+        "run",
+        "--set",
+        f"campaign.rounds={rounds}",
+        "--set",
+        f"benchmark.out={bench}",
+        "--set",
+        f"benchmark.per_family={per_family}",  # what made it (an existing benchmark must match)
+        "--set",
+        f"campaign.out={out}",
+        "--set",
+        f"evidence.db={tmp / f'evidence-{tag}.sqlite'}",
+        "--set",
+        "campaign.shard_size=2",
+        "--set",
+        "campaign.traces_per_round=0",
+        *runner,
+    ]
     env = {**env, "RATCHET_HOME": str(tmp / f"home-{tag}")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
@@ -49,19 +63,41 @@ def run_campaign(env: dict, tmp: Path, tag: str, bench: Path, rounds: int, runne
     if p.returncode != 0:
         raise SystemExit(f"campaign {tag} exited {p.returncode}: {p.stderr[-3000:]}")
     s = json.loads((out / "summary.json").read_text())
-    return {"tag": tag, "wall": wall, "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "episodes": s["episodes"]["total"], "accepted": s["accepted"],
-            "lineage": [v["digest"] for v in s["lineage"]], "test": s["test"]}
+    return {
+        "tag": tag,
+        "wall": wall,
+        "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "episodes": s["episodes"]["total"],
+        "accepted": s["accepted"],
+        "lineage": [v["digest"] for v in s["lineage"]],
+        "test": s["test"],
+    }
 
 
 def dask_workers(address: str, n: int, where: Path, api_url: str) -> subprocess.Popen:
     where.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("RATCHET_", "MLFLOW_"))}
-    env.update(PREFECT_API_URL=api_url, PREFECT_HOME=str(where / "prefect"),
-               PREFECT_LOCAL_STORAGE_PATH=str(where / "storage"))
-    return subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers", str(n),
-                             "--nthreads", "1", "--no-dashboard"], cwd=where, env=env, stdout=subprocess.DEVNULL,
-                            stderr=(where / "worker.log").open("wb"), start_new_session=True)
+    env.update(
+        PREFECT_API_URL=api_url, PREFECT_HOME=str(where / "prefect"), PREFECT_LOCAL_STORAGE_PATH=str(where / "storage")
+    )
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "distributed.cli.dask_worker",
+            address,
+            "--nworkers",
+            str(n),
+            "--nthreads",
+            "1",
+            "--no-dashboard",
+        ],
+        cwd=where,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(where / "worker.log").open("wb"),
+        start_new_session=True,
+    )
 
 
 def main() -> None:
@@ -81,28 +117,68 @@ def main() -> None:
         env.pop("DVC_ROOT", None)
         server = None
         if not env.get("PREFECT_API_URL"):
-            server, env["PREFECT_API_URL"] = start_server({**env, "RATCHET_HOME": str(tmp / "server-home")},
-                                                          tmp / "server.log")
+            server, env["PREFECT_API_URL"] = start_server(
+                {**env, "RATCHET_HOME": str(tmp / "server-home")}, tmp / "server.log"
+            )
         bench = tmp / "bench"
         rows = []
         try:
-            m = subprocess.run(ratchet() + ["bench", "materialize", "--world", "retail", "--out", str(bench),
-                                            "--seed", "0", "--per-family", str(per_family)], cwd=ROOT, env=env,
-                               capture_output=True, text=True)
+            m = subprocess.run(
+                ratchet()
+                + [
+                    "bench",
+                    "materialize",
+                    "--world",
+                    "retail",
+                    "--out",
+                    str(bench),
+                    "--seed",
+                    "0",
+                    "--per-family",
+                    str(per_family),
+                ],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             if m.returncode != 0:
                 raise SystemExit(f"materialize exited {m.returncode}: {m.stderr[-2000:]}")
-            rows.append(run_campaign(env, tmp, "threads x2", bench, rounds,
-                                     ["--set", "campaign.task_runner=threads", "--set", "campaign.workers=2"],
-                                     per_family))
+            rows.append(
+                run_campaign(
+                    env,
+                    tmp,
+                    "threads x2",
+                    bench,
+                    rounds,
+                    ["--set", "campaign.task_runner=threads", "--set", "campaign.workers=2"],
+                    per_family,
+                )
+            )
             for n in counts:
                 with LocalCluster(n_workers=0, processes=True, dashboard_address=None) as cluster:
                     proc = dask_workers(cluster.scheduler_address, n, tmp / f"elsewhere-{n}", env["PREFECT_API_URL"])
                     try:
                         with Client(cluster.scheduler_address) as client:
                             client.wait_for_workers(n, timeout=600)
-                        rows.append(run_campaign(env, tmp, f"dask x{n}", bench, rounds, [
-                            "--set", "campaign.task_runner=dask", "--set", f"campaign.workers={n}",
-                            "--set", f"campaign.dask_address={cluster.scheduler_address}"], per_family))
+                        rows.append(
+                            run_campaign(
+                                env,
+                                tmp,
+                                f"dask x{n}",
+                                bench,
+                                rounds,
+                                [
+                                    "--set",
+                                    "campaign.task_runner=dask",
+                                    "--set",
+                                    f"campaign.workers={n}",
+                                    "--set",
+                                    f"campaign.dask_address={cluster.scheduler_address}",
+                                ],
+                                per_family,
+                            )
+                        )
                     finally:
                         os.killpg(proc.pid, signal.SIGTERM)  # the worker processes started here
                         proc.wait(timeout=120)
@@ -111,14 +187,20 @@ def main() -> None:
                 os.killpg(server.pid, signal.SIGTERM)
                 server.wait(timeout=60)
     same = all(r["lineage"] == rows[0]["lineage"] and r["test"] == rows[0]["test"] for r in rows)
-    print(f"campaign of {rounds} round(s) on retail per_family {per_family}, shards of 2 items, one shared server "
-          f"(load {os.getloadavg()[0]:.1f}); Dask workers in another directory")
+    print(
+        f"campaign of {rounds} round(s) on retail per_family {per_family}, shards of 2 items, one shared server "
+        f"(load {os.getloadavg()[0]:.1f}); Dask workers in another directory"
+    )
     print(f"{'runner':<11} {'episodes':>8} {'wall s':>8} {'episodes/s':>11} {'campaign CPU s':>15} {'promotions':>10}")
     for r in rows:
-        print(f"{r['tag']:<11} {r['episodes']:>8} {r['wall']:>8.1f} {r['episodes'] / r['wall']:>11.2f} "
-              f"{r['cpu']:>15.1f} {r['accepted']:>10}")
-    print(f"lineage and test certification identical across runners: {same} "
-          f"({len(rows[0]['lineage'])} versions, test net {rows[0]['test'].get('net', 0):+.3f})")
+        print(
+            f"{r['tag']:<11} {r['episodes']:>8} {r['wall']:>8.1f} {r['episodes'] / r['wall']:>11.2f} "
+            f"{r['cpu']:>15.1f} {r['accepted']:>10}"
+        )
+    print(
+        f"lineage and test certification identical across runners: {same} "
+        f"({len(rows[0]['lineage'])} versions, test net {rows[0]['test'].get('net', 0):+.3f})"
+    )
     if not same:
         raise SystemExit(1)
 

@@ -51,7 +51,14 @@ from components.evolution.localization import _eid, fit_baselines, localization 
 from components.evolution.trace_rule import signals_frame  # noqa: E402
 from components.memory import load_package  # noqa: E402
 from components.memory.events import DELIVERY_EVENTS, PRE_WRITE  # noqa: E402
-from components.memory.strategies import CHECKERS as CHECKER_REGISTRY, DELIVERERS, CheckContext, Delivery, DeliveryContext, Verdict  # noqa: E402
+from components.memory.strategies import (  # noqa: E402
+    CHECKERS as CHECKER_REGISTRY,
+    DELIVERERS,
+    CheckContext,
+    Delivery,
+    DeliveryContext,
+    Verdict,
+)  # noqa: E402
 from components.models.counterfactual import causes_table  # noqa: E402
 from components.models.simulated import RATES, Rates, SimulatedAgent  # noqa: E402
 from components.params import BenchmarkParams  # noqa: E402
@@ -61,27 +68,29 @@ from components.worlds import load_benchmark  # noqa: E402
 from components.worlds.base import ReceiptMode, train_gold  # noqa: E402
 
 WRONG_CANCEL = "When you call `cancel_pending_order`, the `reason` must be exactly 'customer request'."
-UNRELATED = ("`modify_pending_order_address` needs a normalized address: call `validate_address` with the customer's "
-             "address first, then pass the normalized fields it returns exactly as given.")
+UNRELATED = (
+    "`modify_pending_order_address` needs a normalized address: call `validate_address` with the customer's "
+    "address first, then pass the normalized fields it returns exactly as given."
+)
 NEGATED = {
     "cancel_pending_order": "When you call `cancel_pending_order`, the `reason` must not be 'no longer needed' or "
-                            "'ordered by mistake': pass the customer's own words.",
+    "'ordered by mistake': pass the customer's own words.",
     "return_delivered_order_items": "`return_delivered_order_items` must never refund to the original payment method "
-                                    "of the order; use the account's first method.",
+    "of the order; use the account's first method.",
     "exchange_delivered_order_items": "For `exchange_delivered_order_items` there is no need to check `available`: "
-                                      "use the customer's first choice.",
+    "use the customer's first choice.",
     "modify_pending_order_address": "`modify_pending_order_address` takes the customer's address as given; do not "
-                                    "call `validate_address`.",
+    "call `validate_address`.",
 }
 PARAPHRASED = {
     "cancel_pending_order": "With `cancel_pending_order`, the reason has to be one of 'no longer needed' and "
-                            "'ordered by mistake', whatever words the customer used.",
+    "'ordered by mistake', whatever words the customer used.",
     "return_delivered_order_items": "A refund made with `return_delivered_order_items` goes back to the method the "
-                                    "order was paid with.",
+    "order was paid with.",
     "exchange_delivered_order_items": "Ahead of `exchange_delivered_order_items`, see whether the wanted variant is in "
-                                      "stock; otherwise take the customer's alternative.",
+    "stock; otherwise take the customer's alternative.",
     "modify_pending_order_address": "For `modify_pending_order_address`, normalize the customer's address with "
-                                    "`validate_address` beforehand and send back its fields.",
+    "`validate_address` beforehand and send back its fields.",
 }
 
 
@@ -109,7 +118,9 @@ checkers:
     at: pre_write
 """
 CHECKERS = "\n  - use: confirm_before_write\n    at: pre_write"
-CARD = "---\nid: {id}\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: {tool}\nsource: bench\n---\n{body}\n"
+CARD = (
+    "---\nid: {id}\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: {tool}\nsource: bench\n---\n{body}\n"
+)
 
 
 class Cards(NamedTuple):
@@ -123,54 +134,63 @@ class Cards(NamedTuple):
 
 
 RETAIL = Cards(
-    wrong={"cancel_pending_order": "When you call `cancel_pending_order`, the `reason` must be exactly 'customer request'."},
-    unrelated={"modify_pending_order_address": "`modify_pending_order_address` needs a normalized address: call "
-               "`validate_address` with the customer's address first, then pass the normalized fields it returns "
-               "exactly as given."},
+    wrong={
+        "cancel_pending_order": "When you call `cancel_pending_order`, the `reason` must be exactly 'customer request'."
+    },
+    unrelated={
+        "modify_pending_order_address": "`modify_pending_order_address` needs a normalized address: call "
+        "`validate_address` with the customer's address first, then pass the normalized fields it returns "
+        "exactly as given."
+    },
     negated={
         "cancel_pending_order": "When you call `cancel_pending_order`, the `reason` must not be 'no longer needed' or "
-                                "'ordered by mistake': pass the customer's own words.",
+        "'ordered by mistake': pass the customer's own words.",
         "return_delivered_order_items": "`return_delivered_order_items` must never refund to the original payment "
-                                        "method of the order; use the account's first method.",
+        "method of the order; use the account's first method.",
         "exchange_delivered_order_items": "For `exchange_delivered_order_items` there is no need to check "
-                                          "`available`: use the customer's first choice.",
+        "`available`: use the customer's first choice.",
         "modify_pending_order_address": "`modify_pending_order_address` takes the customer's address as given; do "
-                                        "not call `validate_address`.",
+        "not call `validate_address`.",
     },
     paraphrased={
         "cancel_pending_order": "With `cancel_pending_order`, the reason has to be one of 'no longer needed' and "
-                                "'ordered by mistake', whatever words the customer used.",
+        "'ordered by mistake', whatever words the customer used.",
         "return_delivered_order_items": "A refund made with `return_delivered_order_items` goes back to the method "
-                                        "the order was paid with.",
+        "the order was paid with.",
         "exchange_delivered_order_items": "Ahead of `exchange_delivered_order_items`, see whether the wanted variant "
-                                          "is in stock; otherwise take the customer's alternative.",
+        "is in stock; otherwise take the customer's alternative.",
         "modify_pending_order_address": "For `modify_pending_order_address`, normalize the customer's address with "
-                                        "`validate_address` beforehand and send back its fields.",
-    })
+        "`validate_address` beforehand and send back its fields.",
+    },
+)
 AIRLINE = Cards(
     wrong={"issue_compensation": "When you call `issue_compensation`, always pay it as cash: pass `form` 'cash'."},
-    unrelated={"upgrade_cabin": "`upgrade_cabin` is paid only with a credit card on the account: pick the member's "
-               "`credit_card` payment method from `get_user_details`."},
+    unrelated={
+        "upgrade_cabin": "`upgrade_cabin` is paid only with a credit card on the account: pick the member's "
+        "`credit_card` payment method from `get_user_details`."
+    },
     negated={
         "cancel_reservation": "`cancel_reservation` must never refund to the original payment method of the "
-                              "reservation; use the account's first method.",
+        "reservation; use the account's first method.",
         "issue_compensation": "`issue_compensation` is never paid as a certificate: pass `form` 'cash'.",
         "upgrade_cabin": "`upgrade_cabin` need not be paid with a credit card: use the method the reservation was "
-                         "paid with.",
+        "paid with.",
         "update_passenger_name": "`update_passenger_name` does not take names in upper case: pass them as given.",
     },
     paraphrased={
         "cancel_reservation": "A refund made with `cancel_reservation` goes back to the method the reservation was "
-                              "paid with.",
+        "paid with.",
         "issue_compensation": "For `issue_compensation`, set `form` to 'certificate': compensation comes as a "
-                              "certificate.",
+        "certificate.",
         "upgrade_cabin": "Charge `upgrade_cabin` to the member's credit card, whatever paid for the reservation.",
         "update_passenger_name": "For `update_passenger_name`, write the names in capital letters.",
-    })
+    },
+)
 WORLDS = {"retail": (RETAIL, PACKAGES), "airline": (AIRLINE, PACKAGES / "airline")}
 
 
 # -- perturbations where a glance at the trace misleads (issue 24): strategies a real package could carry --------------
+
 
 def cards_after_write():
     """A router keyed on receipts: a card about a write is delivered once the ledger holds a settled write of its
@@ -179,8 +199,11 @@ def cards_after_write():
 
     def deliver(ctx: DeliveryContext) -> Delivery:
         written = {e.tool for e in ctx.ledger.entries if e.status == "done"}
-        return Delivery(card_ids=tuple(c.id for c in ctx.cards.values()
-                                       if c.meta.trigger is not None and c.meta.trigger.tool in written))
+        return Delivery(
+            card_ids=tuple(
+                c.id for c in ctx.cards.values() if c.meta.trigger is not None and c.meta.trigger.tool in written
+            )
+        )
 
     return deliver
 
@@ -205,8 +228,10 @@ def false_alarm(*, rate: float = 0.3):
 @contextmanager
 def perturbations():
     """The two strategies above, registered while the table runs (never in the process's registry for good)."""
-    with DELIVERERS.scoped("cards_after_write", cards_after_write, events=DELIVERY_EVENTS, delivers_cards=True), \
-            CHECKER_REGISTRY.scoped("false_alarm", false_alarm, events={PRE_WRITE}):
+    with (
+        DELIVERERS.scoped("cards_after_write", cards_after_write, events=DELIVERY_EVENTS, delivers_cards=True),
+        CHECKER_REGISTRY.scoped("false_alarm", false_alarm, events={PRE_WRITE}),
+    ):
         yield
 
 
@@ -231,14 +256,15 @@ def rotated_triggers(root: Path, name: str, source: Path) -> Path:
     keyed = [(f, m) for f in files if (m := TRIGGER_TOOL.search(f.read_text())) is not None]
     tools = [m.group(2) for _f, m in keyed]
     for i, (f, m) in enumerate(keyed):
-        moved = next((t for t in tools[i + 1:] + tools[:i] if t != m.group(2)), m.group(2))
+        moved = next((t for t in tools[i + 1 :] + tools[:i] if t != m.group(2)), m.group(2))
         text = f.read_text()
-        f.write_text(text[:m.start(2)] + moved + text[m.end(2):])
+        f.write_text(text[: m.start(2)] + moved + text[m.end(2) :])
     return pkg
 
 
-def card_package(root: Path, name: str, cards: dict[str, str], use="event_cards", at="intent_recorded",
-                 board="true", checkers="[]") -> Path:
+def card_package(
+    root: Path, name: str, cards: dict[str, str], use="event_cards", at="intent_recorded", board="true", checkers="[]"
+) -> Path:
     pkg = root / name
     (pkg / "em" / "procedure").mkdir(parents=True)
     (pkg / "manifest.yaml").write_text(ROUTED.format(name=name, use=use, at=at, board=board, checkers=checkers))
@@ -251,8 +277,10 @@ def wm_package(root: Path, name: str, board: str = "true", max_entries: int = 2,
     """The seed with its working memory changed (the board hidden, fewer ledger entries) or a checker added."""
     pkg = root / name
     pkg.mkdir(parents=True)
-    (pkg / "manifest.yaml").write_text(f"name: {name}\nwm:\n  board: {board}\n  max_entries: {max_entries}\n"
-                                       f"  bind_on: []\ndelivery: []\ncheckers: {checkers}\n")
+    (pkg / "manifest.yaml").write_text(
+        f"name: {name}\nwm:\n  board: {board}\n  max_entries: {max_entries}\n"
+        f"  bind_on: []\ndelivery: []\ncheckers: {checkers}\n"
+    )
     return pkg
 
 
@@ -266,9 +294,15 @@ def checked_package(root: Path, name: str) -> Path:
 
 def scaled(k: float) -> Rates:
     """Every fault rate times k (the E fault is 1 - p_base, the chance of missing a rule stated only in the policy)."""
-    return replace(RATES, p_base=max(0.0, 1 - (1 - RATES.p_base) * k), attention=RATES.attention * k,
-                   p_skip_confirm=min(1.0, RATES.p_skip_confirm * k), p_early_done=min(1.0, RATES.p_early_done * k),
-                   drift=RATES.drift * k, drift_max=min(1.0, RATES.drift_max * k))
+    return replace(
+        RATES,
+        p_base=max(0.0, 1 - (1 - RATES.p_base) * k),
+        attention=RATES.attention * k,
+        p_skip_confirm=min(1.0, RATES.p_skip_confirm * k),
+        p_early_done=min(1.0, RATES.p_early_done * k),
+        drift=RATES.drift * k,
+        drift_max=min(1.0, RATES.drift_max * k),
+    )
 
 
 def drifting(k: float) -> Rates:
@@ -294,13 +328,20 @@ def row(name, pkg_dir, bench, n_items, seeds, max_turns=MAX_TURNS, rates=RATES) 
     dev, dev_causes = evaluate(pkg, bench, spread(bench.ids("dev"), n_items), seeds, max_turns, rates)
     # dev is diagnosed from its traces, and from what train's traces showed against train's gold (dev gold is the
     # rubric's alone)
-    train_ev = evidence_from_train(train.traces, train.scores, pkg, bench.write_tools, train_gold(bench), targets,
-                                   policy_today(bench.policy))
+    train_ev = evidence_from_train(
+        train.traces, train.scores, pkg, bench.write_tools, train_gold(bench), targets, policy_today(bench.policy)
+    )
     d = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, name, targets=targets, train=train_ev)
-    fitted = fit_baselines(_eid(train_causes), _eid(train.scores),
-                           signals_frame(train.traces, train.scores, bench.write_tools, targets))
-    loc = localization(d.findings_frame(), _eid(dev_causes), _eid(dev.scores),
-                       signals_frame(dev.traces, dev.scores, bench.write_tools, targets), fitted)
+    fitted = fit_baselines(
+        _eid(train_causes), _eid(train.scores), signals_frame(train.traces, train.scores, bench.write_tools, targets)
+    )
+    loc = localization(
+        d.findings_frame(),
+        _eid(dev_causes),
+        _eid(dev.scores),
+        signals_frame(dev.traces, dev.scores, bench.write_tools, targets),
+        fitted,
+    )
     return {"world": bench.world, "receipts": bench.receipts.value, "row": name, **loc, **over_outcome(loc)}
 
 
@@ -312,8 +353,10 @@ def over_outcome(loc: dict) -> dict:
     >= outcome-only + 5 points); `passes` stays the trace-rule bar of `components.evolution.localization`."""
     acc, base = loc.get("accuracy"), loc.get("outcome_only_accuracy")
     margin = None if acc is None or base is None else acc - base
-    return {"outcome_margin": margin,
-            "clears_outcome": margin is not None and acc >= OUTCOME_BAR and margin >= OUTCOME_MARGIN - 1e-9}
+    return {
+        "outcome_margin": margin,
+        "clears_outcome": margin is not None and acc >= OUTCOME_BAR and margin >= OUTCOME_MARGIN - 1e-9,
+    }
 
 
 def rows_of(world_name: str, tmp: Path) -> list[tuple[str, Path, dict]]:
@@ -325,8 +368,11 @@ def rows_of(world_name: str, tmp: Path) -> list[tuple[str, Path, dict]]:
         ("max_turns 8", shipped / "seed", {"max_turns": 8}),
         ("max_turns 40", shipped / "seed", {"max_turns": 40}),
         ("wrong card", card_package(tmp, "wrong", wrong), {}),
-        ("wrong card + unrelated", card_package(tmp, "wrong-unrelated", wrong | cards.unrelated,
-                                                use="all_cards", at="turn_start"), {}),
+        (
+            "wrong card + unrelated",
+            card_package(tmp, "wrong-unrelated", wrong | cards.unrelated, use="all_cards", at="turn_start"),
+            {},
+        ),
         ("negated cards", card_package(tmp, "negated", cards.negated), {}),
         ("paraphrased cards", card_package(tmp, "paraphrased", cards.paraphrased), {}),
         ("all-skills", shipped / "all-skills", {}),
@@ -345,17 +391,24 @@ def rows_of(world_name: str, tmp: Path) -> list[tuple[str, Path, dict]]:
         ("card after its write", card_package(tmp, "late", cards.paraphrased, use="cards_after_write"), {}),
         ("no board drift x3", wm_package(tmp, "no-board", board="false"), {"rates": drifting(3.0)}),
         ("one ledger entry drift x3", wm_package(tmp, "one-entry", max_entries=1), {"rates": drifting(3.0)}),
-        ("late card no board", card_package(tmp, "late-no-board", cards.paraphrased, use="cards_after_write",
-                                                    board="false"), {"rates": drifting(3.0)}),
-        ("false-alarm checker", wm_package(tmp, "false-alarm", checkers="\n  - use: false_alarm\n    at: pre_write"),
-         {}),
+        (
+            "late card no board",
+            card_package(tmp, "late-no-board", cards.paraphrased, use="cards_after_write", board="false"),
+            {"rates": drifting(3.0)},
+        ),
+        (
+            "false-alarm checker",
+            wm_package(tmp, "false-alarm", checkers="\n  - use: false_alarm\n    at: pre_write"),
+            {},
+        ),
         # a card that exists but is delivered at another write's intent (rho, read as a missing card: E)
         ("rotated triggers", rotated_triggers(tmp, "rotated", shipped / "reference"), {}),
     ]
 
 
-def _bench_of(world_name: str, given: str | None, receipts: ReceiptMode = ReceiptMode.explained,
-              tmp: Path | None = None):
+def _bench_of(
+    world_name: str, given: str | None, receipts: ReceiptMode = ReceiptMode.explained, tmp: Path | None = None
+):
     """The benchmark at `given`, or the world's default one (seed 0, the world's defaults, as `ratchet bench
     materialize` writes it) in `receipts` mode, materialized under `tmp` (so its train gold is there)."""
     if given:
@@ -363,8 +416,11 @@ def _bench_of(world_name: str, given: str | None, receipts: ReceiptMode = Receip
         if bench.receipts is not receipts:
             raise SystemExit(f"--bench {given}: its receipts are {bench.receipts.value}, not {receipts.value}")
         return bench
-    out = BenchmarkParams(world=world_name, receipts=receipts,
-                          out=str((tmp or Path(tempfile.mkdtemp())) / f"bench-{world_name}-{receipts.value}"))
+    out = BenchmarkParams(
+        world=world_name,
+        receipts=receipts,
+        out=str((tmp or Path(tempfile.mkdtemp())) / f"bench-{world_name}-{receipts.value}"),
+    )
     return load_benchmark(out.materialize())
 
 
@@ -372,8 +428,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="12 items per split, one seed")
     ap.add_argument("--world", choices=["retail", "airline", "both"], default="both")
-    ap.add_argument("--receipts", choices=[m.value for m in ReceiptMode], default=ReceiptMode.explained.value,
-                    help="what a broken rule's receipt tells the agent (benchmark.receipts; default explained)")
+    ap.add_argument(
+        "--receipts",
+        choices=[m.value for m in ReceiptMode],
+        default=ReceiptMode.explained.value,
+        help="what a broken rule's receipt tells the agent (benchmark.receipts; default explained)",
+    )
     ap.add_argument("--bench", help="the benchmark directory (one world only; default data/benchmarks/<world>)")
     ap.add_argument("--items", type=int, help="items per split (default 60, quick 12)")
     ap.add_argument("--seeds", type=int, help="seeds per item (default 3, quick 1)")
@@ -388,10 +448,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     only = set(a.only.split(",")) if a.only else None
     pct = lambda x: "     -" if x is None else f"{x:6.1%}"  # noqa: E731
     print(f"receipts: {a.receipts}")
-    print(f"{'world':<8} {'row':<24} {'n':>4} {'cover':>6} {'acc':>6} {'comp':>4} {'nofix':>5} {'right':>6} {'const':>6} "
-          f"{'ceil':>6} "
-          f"{'constant':>8} {'outcome':>7} {'trace':>6} {'margin':>6} {'no-refusal':>10} {'vs-out':>6} bar pass",
-          flush=True)
+    print(
+        f"{'world':<8} {'row':<24} {'n':>4} {'cover':>6} {'acc':>6} {'comp':>4} {'nofix':>5} {'right':>6} {'const':>6} "
+        f"{'ceil':>6} "
+        f"{'constant':>8} {'outcome':>7} {'trace':>6} {'margin':>6} {'no-refusal':>10} {'vs-out':>6} bar pass",
+        flush=True,
+    )
     tmp = Path(tempfile.mkdtemp(prefix="bench-diagnosis-"))
     out: list[dict] = []
     try:
@@ -406,25 +468,30 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     c = r["compound"]
                     margin = "     -" if r["margin"] is None else f"{r['margin'] * 100:+6.1f}"
                     out_margin = "     -" if r["outcome_margin"] is None else f"{r['outcome_margin'] * 100:+6.1f}"
-                    print(f"{r['world']:<8} {r['row']:<24} {r['n']:>4} {pct(r['coverage'])} {pct(r['accuracy'])} "
-                          f"{c['n']:>4} {c['no_fix']:>5} "
-                          f"{pct(c['accuracy'])} {pct(c['constant'])} {pct(r['ceiling'])} {pct(r['constant_accuracy']):>8} "
-                          f"{pct(r['outcome_only_accuracy']):>7} {pct(r['trace_rule_accuracy'])} {margin} "
-                          f"{pct(r['trace_rule_no_refusal_accuracy']):>10} {out_margin} "
-                          f"{'ok ' if r['clears_outcome'] else 'NO '} "
-                          f"{'yes' if r['passes'] else 'NO ' + ','.join(k for k, ok in r['checks'].items() if not ok)}",
-                          flush=True)
+                    print(
+                        f"{r['world']:<8} {r['row']:<24} {r['n']:>4} {pct(r['coverage'])} {pct(r['accuracy'])} "
+                        f"{c['n']:>4} {c['no_fix']:>5} "
+                        f"{pct(c['accuracy'])} {pct(c['constant'])} {pct(r['ceiling'])} {pct(r['constant_accuracy']):>8} "
+                        f"{pct(r['outcome_only_accuracy']):>7} {pct(r['trace_rule_accuracy'])} {margin} "
+                        f"{pct(r['trace_rule_no_refusal_accuracy']):>10} {out_margin} "
+                        f"{'ok ' if r['clears_outcome'] else 'NO '} "
+                        f"{'yes' if r['passes'] else 'NO ' + ','.join(k for k, ok in r['checks'].items() if not ok)}",
+                        flush=True,
+                    )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1, sort_keys=True))
     scored = [r for r in out if r["accuracy"] is not None]
     worst = min(scored, key=lambda r: r["accuracy"], default=None)
-    print(f"rows clearing accuracy >= 85% and >= outcome-only + 5: {sum(r['clears_outcome'] for r in out)} of "
-          f"{len(out)}")
+    print(
+        f"rows clearing accuracy >= 85% and >= outcome-only + 5: {sum(r['clears_outcome'] for r in out)} of {len(out)}"
+    )
     print(f"rows passing: {sum(r['passes'] for r in out)} of {len(out)}")
-    print("worst-row localization accuracy: " + (f"{worst['accuracy']:.1%} ({worst['world']}, {worst['row']})"
-                                                 if worst else "-"))
+    print(
+        "worst-row localization accuracy: "
+        + (f"{worst['accuracy']:.1%} ({worst['world']}, {worst['row']})" if worst else "-")
+    )
     return out
 
 

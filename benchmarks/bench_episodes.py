@@ -36,6 +36,7 @@ def timed_harness():
                     return getattr(ChatHarness, name)(self, *a, **kw)
                 finally:
                     TimedHarness.spent += time.perf_counter() - t
+
             return call
 
         receipts = _timed("receipts")
@@ -84,7 +85,9 @@ def main(argv: list[str] | None = None) -> None:
         tables = run_shard(pkg, bench, ids, seeds)
         dt = time.perf_counter() - t
         n, turns = len(tables.scores), int(tables.scores["turns"].sum())
-        print(f"  {name:<11} {n / dt:7.1f} episodes/s  {turns / dt:8.0f} turns/s  (mean score {tables.scores['score'].mean():.3f})")
+        print(
+            f"  {name:<11} {n / dt:7.1f} episodes/s  {turns / dt:8.0f} turns/s  (mean score {tables.scores['score'].mean():.3f})"
+        )
 
     # kernel overhead: swap in the timed harness for one run of `reference`
     pkg = load_package(ROOT / "data/packages/reference")
@@ -101,8 +104,10 @@ def main(argv: list[str] | None = None) -> None:
         episode_mod.ChatHarness = real
     total = time.perf_counter() - t
     kernel = total - TimedHarness.spent
-    print(f"kernel overhead: {kernel / total:.1%} of a simulated turn "
-          f"({kernel / turns * 1e6:.0f} us of {total / turns * 1e6:.0f} us per turn, {turns} turns)")
+    print(
+        f"kernel overhead: {kernel / total:.1%} of a simulated turn "
+        f"({kernel / turns * 1e6:.0f} us of {total / turns * 1e6:.0f} us per turn, {turns} turns)"
+    )
     print(f"ratio kernel / simulated turn: {kernel / total:.3f}")
 
 

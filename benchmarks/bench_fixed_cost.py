@@ -45,8 +45,14 @@ def ratchet() -> list[str]:
 
 def start_server(env: dict, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen(ratchet() + ["server", "--port", str(port)], cwd=ROOT, env=env, stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ratchet() + ["server", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -80,22 +86,61 @@ def campaign(env: dict, tmp: Path, rounds: int, per_family: int) -> dict:
     tag = f"r{rounds}-f{per_family}"
     env = {**env, "RATCHET_HOME": str(tmp / ("home-" + tag))}
     b = load_params(None, {"benchmark.per_family": per_family}).benchmark
-    mat, mat_cpu, _ = timed(ratchet() + [
-        "bench", "materialize", "--world", b.world, "--out", str(tmp / ("bench-" + tag)), "--seed", str(b.seed),
-        "--per-family", str(b.per_family), "--train-share", repr(b.train_share), "--dev-share", repr(b.dev_share),
-        "--receipts", b.receipts], env)
+    mat, mat_cpu, _ = timed(
+        ratchet()
+        + [
+            "bench",
+            "materialize",
+            "--world",
+            b.world,
+            "--out",
+            str(tmp / ("bench-" + tag)),
+            "--seed",
+            str(b.seed),
+            "--per-family",
+            str(b.per_family),
+            "--train-share",
+            repr(b.train_share),
+            "--dev-share",
+            repr(b.dev_share),
+            "--receipts",
+            b.receipts,
+        ],
+        env,
+    )
     if mat.returncode != 0:
         raise SystemExit(f"materialize {tag} exited {mat.returncode}: {mat.stderr[-3000:]}")
-    args = ["campaign", "run", "--set", f"campaign.rounds={rounds}", "--set", f"benchmark.per_family={per_family}",
-            "--set", f"benchmark.out={tmp / ('bench-' + tag)}", "--set", f"campaign.out={tmp / ('camp-' + tag)}",
-            "--set", f"evidence.db={tmp / ('evidence-' + tag + '.sqlite')}", "--set", f"campaign.name=fixed-{tag}",
-            "--set", "campaign.traces_per_round=0"]
+    args = [
+        "campaign",
+        "run",
+        "--set",
+        f"campaign.rounds={rounds}",
+        "--set",
+        f"benchmark.per_family={per_family}",
+        "--set",
+        f"benchmark.out={tmp / ('bench-' + tag)}",
+        "--set",
+        f"campaign.out={tmp / ('camp-' + tag)}",
+        "--set",
+        f"evidence.db={tmp / ('evidence-' + tag + '.sqlite')}",
+        "--set",
+        f"campaign.name=fixed-{tag}",
+        "--set",
+        "campaign.traces_per_round=0",
+    ]
     p, cpu, wall = timed(ratchet() + args, env)
     if p.returncode != 0:
         raise SystemExit(f"campaign {tag} exited {p.returncode}: {p.stderr[-3000:]}")
     summary = json.loads((tmp / ("camp-" + tag) / "summary.json").read_text())
-    return {"size": tag, "rounds": rounds, "per_family": per_family, "episodes": summary["episodes"]["total"],
-            "cpu": cpu, "wall": wall, "materialize_cpu": mat_cpu}
+    return {
+        "size": tag,
+        "rounds": rounds,
+        "per_family": per_family,
+        "episodes": summary["episodes"]["total"],
+        "cpu": cpu,
+        "wall": wall,
+        "materialize_cpu": mat_cpu,
+    }
 
 
 def fit(rows: list[dict]) -> tuple[float, float]:
@@ -113,8 +158,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="sizes 1:3,1:4,1:5 (what the test runs)")
     ap.add_argument("--sizes", default=None, help="rounds:per_family,... (default 1:4,2:8,3:12)")
     a = ap.parse_args()
-    sizes = [tuple(int(v) for v in s.split(":")) for s in (a.sizes or ("1:3,1:4,1:5" if a.quick else
-                                                                         "1:4,2:8,3:12")).split(",")]
+    sizes = [
+        tuple(int(v) for v in s.split(":"))
+        for s in (a.sizes or ("1:3,1:4,1:5" if a.quick else "1:4,2:8,3:12")).split(",")
+    ]
     with tempfile.TemporaryDirectory(prefix="ratchet-fixed-") as t:
         tmp = Path(t)
         env = {**os.environ, "RATCHET_HOME": str(tmp / "home")}
@@ -129,11 +176,15 @@ def main() -> None:
                 os.killpg(server.pid, signal.SIGTERM)  # the server's session: the process started here, with its child
                 server.wait(timeout=60)
     print(f"campaigns against one shared Prefect server (load {os.getloadavg()[0]:.1f}); CPU of the campaign process:")
-    print(f"{'size':<10} {'rounds':>6} {'per_family':>10} {'episodes':>9} {'CPU s':>8} {'wall s':>8} "
-          f"{'materialize CPU s':>18}")
+    print(
+        f"{'size':<10} {'rounds':>6} {'per_family':>10} {'episodes':>9} {'CPU s':>8} {'wall s':>8} "
+        f"{'materialize CPU s':>18}"
+    )
     for r in rows:
-        print(f"{r['size']:<10} {r['rounds']:>6} {r['per_family']:>10} {r['episodes']:>9} {r['cpu']:>8.1f} "
-              f"{r['wall']:>8.1f} {r['materialize_cpu']:>18.1f}")
+        print(
+            f"{r['size']:<10} {r['rounds']:>6} {r['per_family']:>10} {r['episodes']:>9} {r['cpu']:>8.1f} "
+            f"{r['wall']:>8.1f} {r['materialize_cpu']:>18.1f}"
+        )
     fixed, per = fit(rows)
     print(f"fixed cost per campaign: {fixed:.1f} CPU-s + {per * 1000:.1f} ms per episode (fit over {len(rows)} sizes)")
 

@@ -79,8 +79,16 @@ def one_size(kind: str, n: int, n_boot: int) -> dict:
     lo, hi = bootstrap_ci(d, n_boot, 0.05, 0)
     dt, cpu = time.perf_counter() - t, time.process_time() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"kind": kind, "n": n, "n_boot": n_boot, "seconds": dt, "cpu_seconds": cpu, "peak_rss_mb": peak / 1024,
-            "rss_before_mb": before / 1024, "ci": [lo, hi]}
+    return {
+        "kind": kind,
+        "n": n,
+        "n_boot": n_boot,
+        "seconds": dt,
+        "cpu_seconds": cpu,
+        "peak_rss_mb": peak / 1024,
+        "rss_before_mb": before / 1024,
+        "ci": [lo, hi],
+    }
 
 
 def cli_wall(n_items: int, repeat: int) -> float:
@@ -89,8 +97,11 @@ def cli_wall(n_items: int, repeat: int) -> float:
     import pandas as pd
 
     rng = np.random.default_rng(1)
-    rows = [{"item_id": f"t{i:03d}", "seed": s, "score": int(rng.integers(0, 7)) / 6}
-            for i in range(n_items) for s in range(3)]
+    rows = [
+        {"item_id": f"t{i:03d}", "seed": s, "score": int(rng.integers(0, 7)) / 6}
+        for i in range(n_items)
+        for s in range(3)
+    ]
     base = pd.DataFrame(rows)
     cand = base.assign(score=np.clip(base["score"] + rng.integers(-1, 3, len(base)) / 6, 0, 1))
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,8 +111,12 @@ def cli_wall(n_items: int, repeat: int) -> float:
         times = []
         for _ in range(repeat):
             t = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "flows.entry", "gate", "--base", str(b), "--cand", str(c),
-                                "--json"], cwd=ROOT, capture_output=True, text=True)
+            p = subprocess.run(
+                [sys.executable, "-m", "flows.entry", "gate", "--base", str(b), "--cand", str(c), "--json"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            )
             times.append(time.perf_counter() - t)
             if p.returncode not in (0, 1):
                 raise SystemExit(f"ratchet gate failed: {p.stderr}")
@@ -141,12 +156,15 @@ def main() -> None:
     big = 20_000 if a.quick else 100_000
     boots = 2000 if a.quick else 10_000
     for kind in ("rubric", "continuous"):
-        p = subprocess.run([sys.executable, __file__, "--one", f"{kind}:{big}:{boots}"], capture_output=True, text=True,
-                           check=True)
+        p = subprocess.run(
+            [sys.executable, __file__, "--one", f"{kind}:{big}:{boots}"], capture_output=True, text=True, check=True
+        )
         r = json.loads(p.stdout.strip().splitlines()[-1])
-        print(f"{kind:>10} d, {big} items, {boots} resamples: {r['seconds']:.2f} s wall "
-              f"({r['cpu_seconds']:.2f} s CPU, all threads; load {os.getloadavg()[0]:.1f}), peak RSS {r['peak_rss_mb']:.0f} MB "
-              f"(process before the CI: {r['rss_before_mb']:.0f} MB), CI [{r['ci'][0]:+.5f}, {r['ci'][1]:+.5f}]")
+        print(
+            f"{kind:>10} d, {big} items, {boots} resamples: {r['seconds']:.2f} s wall "
+            f"({r['cpu_seconds']:.2f} s CPU, all threads; load {os.getloadavg()[0]:.1f}), peak RSS {r['peak_rss_mb']:.0f} MB "
+            f"(process before the CI: {r['rss_before_mb']:.0f} MB), CI [{r['ci'][0]:+.5f}, {r['ci'][1]:+.5f}]"
+        )
     print(f"ratchet gate on a 60-item table: {cli_wall(60, 1 if a.quick else 5):.2f} s wall (median)")
     print(f"bootstrap speedup vs plain Python at {n} items (rubric d): {t_plain / t_ours:.0f}x")
 

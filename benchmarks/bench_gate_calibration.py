@@ -48,8 +48,14 @@ quiet_offline()
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from components.evolution.gate import (GateConfig, boot_means, decide, efficacy_levels, look_alpha,  # noqa: E402
-                                       look_verdict)
+from components.evolution.gate import (  # noqa: E402
+    GateConfig,
+    boot_means,
+    decide,
+    efficacy_levels,
+    look_alpha,  # noqa: E402
+    look_verdict,
+)
 
 NOTHING = """---
 id: customer-tone
@@ -132,7 +138,7 @@ def pool_scores(package: Path, bench: str, items: list[str], pool: int, workers:
     f = cache / f"{package.name}-{key}.npy"
     if f.exists():
         return np.load(f)
-    shards = [(str(package), bench, items[i:i + 5], list(range(pool))) for i in range(0, len(items), 5)]
+    shards = [(str(package), bench, items[i : i + 5], list(range(pool))) for i in range(0, len(items), 5)]
     with ProcessPoolExecutor(workers) as ex:
         df = pd.concat(list(ex.map(_shard, shards)), ignore_index=True)
     if (df["error"].fillna("") != "").any():
@@ -159,8 +165,9 @@ def sequential(base: np.ndarray, cand: np.ndarray, cfg: GateConfig, looks: int, 
     return verdict, used
 
 
-def sequential_looks(base: np.ndarray, cand: np.ndarray, cfg: GateConfig, looks: int,
-                     spending: str) -> tuple[bool, float, int | None]:
+def sequential_looks(
+    base: np.ndarray, cand: np.ndarray, cfg: GateConfig, looks: int, spending: str
+) -> tuple[bool, float, int | None]:
     """`sequential`, and the look a futility stop ended it at (None: it did not stop for futility)."""
     k = base.shape[1]
     ends = np.cumsum([len(g) for g in np.array_split(np.arange(k), min(looks, k))])
@@ -182,8 +189,9 @@ def refund_for(share: float, looks: int, seeds: int, spending: str):
     return refund_design(tuple(float(e / seeds) for e in ends), spending, float(q))
 
 
-def verdicts(base: np.ndarray, cand: np.ndarray, cfgs: list[GateConfig],
-             check: bool = False) -> list[tuple[bool, bool]]:
+def verdicts(
+    base: np.ndarray, cand: np.ndarray, cfgs: list[GateConfig], check: bool = False
+) -> list[tuple[bool, bool]]:
     """(accepted by the whole gate, CI excludes zero upward) under each config, for per-item arm means.
 
     `decide`'s arithmetic with one bootstrap shared by the configs (they differ only in alpha); `check` runs the real
@@ -250,8 +258,11 @@ def main() -> None:
     if a.quick:
         items = items[:10]
     one = GateConfig(n_boot=n_boot, reg_share=a.reg_share)  # a single look
-    per_look = GateConfig(n_boot=n_boot, alpha=look_alpha(one.campaign_alpha, a.rounds, 1),  # alpha spending
-                          reg_share=a.reg_share)
+    per_look = GateConfig(
+        n_boot=n_boot,
+        alpha=look_alpha(one.campaign_alpha, a.rounds, 1),  # alpha spending
+        reg_share=a.reg_share,
+    )
     rng = np.random.default_rng(2024)
     with tempfile.TemporaryDirectory() as tmp:
         pkgs = build_packages(Path(tmp))
@@ -259,10 +270,14 @@ def main() -> None:
         S = {name: pool_scores(p, a.bench, items, pool, a.workers, cache) for name, p in pkgs.items()}
     n_ep = len(S) * len(items) * pool
     base = S["base"]
-    print(f"dev items {len(items)}, seeds per gate {a.seeds}, pool {pool} seeds/item, {n_ep} episodes evaluated once "
-          f"({time.perf_counter() - t0:.0f} s); base package dev mean {base.mean():.3f}; n_boot {n_boot}")
-    print(f"per look: alpha {one.alpha} (one look) and {per_look.alpha:.3f} (linear spending of campaign_alpha "
-          f"{one.campaign_alpha} over {a.rounds} looks); reg_cap {one.reg_cap}, reg_share {one.reg_share}, material {one.material}")
+    print(
+        f"dev items {len(items)}, seeds per gate {a.seeds}, pool {pool} seeds/item, {n_ep} episodes evaluated once "
+        f"({time.perf_counter() - t0:.0f} s); base package dev mean {base.mean():.3f}; n_boot {n_boot}"
+    )
+    print(
+        f"per look: alpha {one.alpha} (one look) and {per_look.alpha:.3f} (linear spending of campaign_alpha "
+        f"{one.campaign_alpha} over {a.rounds} looks); reg_cap {one.reg_cap}, reg_share {one.reg_share}, material {one.material}"
+    )
     rows = []
 
     no_cap = GateConfig(n_boot=n_boot, alpha=per_look.alpha, reg_cap=10**6)  # the CI rule alone
@@ -272,35 +287,39 @@ def main() -> None:
         seq, used, agree, seq_ci = 0, 0.0, 0, 0
         for g in range(n):
             bc, cc = arms()
-            for key, (full, ci) in zip(("one", "look"), verdicts(bc.mean(1), cc.mean(1), [one, per_look],
-                                                                  check=g < 5)):
+            for key, (full, ci) in zip(("one", "look"), verdicts(bc.mean(1), cc.mean(1), [one, per_look], check=g < 5)):
                 acc[key][0] += full
                 acc[key][1] += ci
             s_acc, s_used = sequential(bc, cc, per_look, a.looks, a.spending)
             seq, used, agree = seq + s_acc, used + s_used, agree + (s_acc == full)  # full: the @alpha_k verdict
             seq_ci += sequential(bc, cc, no_cap, a.looks, a.spending)[0]
         rows.append((label, true_effect, n, acc))
-        print(f"{label:<22} true {100 * true_effect:+6.2f} pts  gates {n:5d}  promoted @0.05 {fmt(acc['one'][0], n)}  "
-              f"@{per_look.alpha:.2f} {fmt(acc['look'][0], n)}  (CI alone: @0.05 {100 * acc['one'][1] / n:.1f}%, "
-              f"@{per_look.alpha:.2f} {100 * acc['look'][1] / n:.1f}%)  sequential @{per_look.alpha:.2f} "
-              f"{fmt(seq, n)}, same verdict {100 * agree / n:.1f}%, episodes {100 * used / n:.0f}% "
-              f"(CI alone {100 * seq_ci / n:.1f}%)",
-              flush=True)
+        print(
+            f"{label:<22} true {100 * true_effect:+6.2f} pts  gates {n:5d}  promoted @0.05 {fmt(acc['one'][0], n)}  "
+            f"@{per_look.alpha:.2f} {fmt(acc['look'][0], n)}  (CI alone: @0.05 {100 * acc['one'][1] / n:.1f}%, "
+            f"@{per_look.alpha:.2f} {100 * acc['look'][1] / n:.1f}%)  sequential @{per_look.alpha:.2f} "
+            f"{fmt(seq, n)}, same verdict {100 * agree / n:.1f}%, episodes {100 * used / n:.0f}% "
+            f"(CI alone {100 * seq_ci / n:.1f}%)",
+            flush=True,
+        )
 
     def aa():
         s = draw_seeds(rng, len(items), pool, 2 * a.seeds)
-        return arm_cells(base, s[:, :a.seeds]), arm_cells(base, s[:, a.seeds:])
+        return arm_cells(base, s[:, : a.seeds]), arm_cells(base, s[:, a.seeds :])
 
     run("A/A", 0.0, n_aa, aa)
     for name in ("nothing", "misleading", "bounce"):
+
         def patch(name=name):
             s = draw_seeds(rng, len(items), pool, a.seeds)
             return arm_cells(base, s), arm_cells(S[name], s)
+
         run(f"patch: {name}", float(S[name].mean() - base.mean()), n_patch, patch)
     # a real improvement also changes behaviour elsewhere: build it on the "nothing" patch (an added card that
     # perturbs episodes and costs a little) and add fixes until the total true effect is +5 / +10 points
     noisy, cost = S["nothing"], float(base.mean() - S["nothing"].mean())
     for effect in (0.05, 0.10):
+
         def clean(effect=effect):
             s = draw_seeds(rng, len(items), pool, a.seeds)
             return arm_cells(base, s), arm_cells(effect_arm(rng, base, effect), s)
@@ -308,28 +327,31 @@ def main() -> None:
         def perturbed(effect=effect):
             s = draw_seeds(rng, len(items), pool, a.seeds)
             return arm_cells(base, s), arm_cells(effect_arm(rng, noisy, effect + cost), s)
+
         run(f"power: +{round(100 * effect)} clean", effect, n_power, clean)
         run(f"power: +{round(100 * effect)} perturbed", effect, n_power, perturbed)
     # what dev size would give 80% power at +10 under alpha spending: virtual dev sets of items drawn from the 60
-    for mult in ((2,) if a.quick else (2, 3, 4)):
+    for mult in (2,) if a.quick else (2, 3, 4):
+
         def bigger(mult=mult):
             pick = rng.integers(0, len(items), len(items) * mult)
             s = draw_seeds(rng, len(pick), pool, a.seeds)
             return arm_cells(base[pick], s), arm_cells(effect_arm(rng, noisy[pick], 0.10 + cost), s)
+
         run(f"power: +10, {mult * len(items)} items", 0.10, n_power // 2, bigger)
     # a 10-round campaign of null patches: one champion evaluation, a fresh null candidate at every look
     camp = {"one": 0, "look": 0, "ci_one": 0, "ci_look": 0, "seq": 0, "ci_seq": 0, "refund": 0, "ci_refund": 0}
     for _ in range(n_camp):
         perm = draw_seeds(rng, len(items), pool, pool)
-        bc = arm_cells(base, perm[:, :a.seeds])  # the champion's dev evaluation, fixed for the whole campaign
+        bc = arm_cells(base, perm[:, : a.seeds])  # the champion's dev evaluation, fixed for the whole campaign
         bm = bc.mean(axis=1)
-        rest = perm[:, a.seeds:]
+        rest = perm[:, a.seeds :]
         hit = dict.fromkeys(camp, False)
         # the futility refund under the wealth rule (alpha.py): each round reserves the wealth left over the rounds
         # left, tests at the refund's level, and is charged less after a futility stop; one account per gate kind
         wealth = {"refund": one.campaign_alpha, "ci_refund": one.campaign_alpha}
         for r in range(a.rounds):
-            cand_seeds = np.take_along_axis(rest, np.argsort(rng.random(rest.shape), axis=1)[:, :a.seeds], axis=1)
+            cand_seeds = np.take_along_axis(rest, np.argsort(rng.random(rest.shape), axis=1)[:, : a.seeds], axis=1)
             cc = arm_cells(base, cand_seeds)
             for key, (full, ci) in zip(("one", "look"), verdicts(bm, cc.mean(axis=1), [one, per_look])):
                 hit[key] = hit[key] or full
@@ -347,17 +369,27 @@ def main() -> None:
                 break
         for key in camp:
             camp[key] += hit[key]
-    print(f"{a.rounds}-round null campaigns {n_camp}: any false promotion without spending (0.05 per look) "
-          f"{fmt(camp['one'], n_camp)}; with linear alpha spending ({per_look.alpha:.3f} per look) {fmt(camp['look'], n_camp)}")
-    print(f"  the CI rule alone (no regression cap): without spending {fmt(camp['ci_one'], n_camp)}; "
-          f"with spending {fmt(camp['ci_look'], n_camp)}")
-    print(f"  sequential ({a.looks} looks by seeds, {a.spending} spending of each look's alpha): {fmt(camp['seq'], n_camp)}; "
-          f"its CI rule alone {fmt(camp['ci_seq'], n_camp)}")
-    print(f"  sequential with the futility refund (wealth rule, alpha given back after a futility stop): "
-          f"{fmt(camp['refund'], n_camp)}; its CI rule alone {fmt(camp['ci_refund'], n_camp)}")
+    print(
+        f"{a.rounds}-round null campaigns {n_camp}: any false promotion without spending (0.05 per look) "
+        f"{fmt(camp['one'], n_camp)}; with linear alpha spending ({per_look.alpha:.3f} per look) {fmt(camp['look'], n_camp)}"
+    )
+    print(
+        f"  the CI rule alone (no regression cap): without spending {fmt(camp['ci_one'], n_camp)}; "
+        f"with spending {fmt(camp['ci_look'], n_camp)}"
+    )
+    print(
+        f"  sequential ({a.looks} looks by seeds, {a.spending} spending of each look's alpha): {fmt(camp['seq'], n_camp)}; "
+        f"its CI rule alone {fmt(camp['ci_seq'], n_camp)}"
+    )
+    print(
+        f"  sequential with the futility refund (wealth rule, alpha given back after a futility stop): "
+        f"{fmt(camp['refund'], n_camp)}; its CI rule alone {fmt(camp['ci_refund'], n_camp)}"
+    )
     print(f"total {time.perf_counter() - t0:.0f} s")
-    print(f"campaign-level false promotion with alpha spending: {100 * camp['look'] / n_camp:.1f}% "
-          f"(CI rule alone {100 * camp['ci_look'] / n_camp:.1f}%; sequential {100 * camp['seq'] / n_camp:.1f}%)")
+    print(
+        f"campaign-level false promotion with alpha spending: {100 * camp['look'] / n_camp:.1f}% "
+        f"(CI rule alone {100 * camp['ci_look'] / n_camp:.1f}%; sequential {100 * camp['seq'] / n_camp:.1f}%)"
+    )
 
 
 if __name__ == "__main__":

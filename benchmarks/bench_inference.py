@@ -35,8 +35,16 @@ sys.path.insert(0, str(ROOT))
 
 from components.evolution.infer import Row, infer_field  # noqa: E402
 from components.worlds.numbers import CENT, UNIT, q  # noqa: E402
-from components.worlds.outcome_rules import (Cond, FieldRule, Records, Term, evaluate, indicator, picked,  # noqa: E402
-                                             render)
+from components.worlds.outcome_rules import (  # noqa: E402
+    Cond,
+    FieldRule,
+    Records,
+    Term,
+    evaluate,
+    indicator,
+    picked,  # noqa: E402
+    render,
+)
 
 FIELD = "x"
 TIERS = ("regular", "silver", "gold")
@@ -52,14 +60,28 @@ def features(rng: random.Random) -> dict:
     write's own arguments (`@n`, `@m`), and a read's list of records (`o.items`: an id, a colour, a flag and a size
     each) with its count, as a read of a real world shows them."""
     row = {
-        "o.total": q(rng.randint(500, 50000)) / 100, "o.price": q(rng.randint(500, 30000)) / 100,
-        "o.age": rng.randint(0, 100), "o.days": rng.randint(0, 60), "o.late": rng.randint(1, 12),
-        "u.tier": rng.choice(TIERS), "u.kind": rng.choice(KINDS), "r.fare": rng.choice(FARES),
-        "r.id": f"id_{rng.randint(10**5, 10**6)}", "@n": rng.randint(0, 6), "@m": rng.randint(0, 4),
+        "o.total": q(rng.randint(500, 50000)) / 100,
+        "o.price": q(rng.randint(500, 30000)) / 100,
+        "o.age": rng.randint(0, 100),
+        "o.days": rng.randint(0, 60),
+        "o.late": rng.randint(1, 12),
+        "u.tier": rng.choice(TIERS),
+        "u.kind": rng.choice(KINDS),
+        "r.fare": rng.choice(FARES),
+        "r.id": f"id_{rng.randint(10**5, 10**6)}",
+        "@n": rng.randint(0, 6),
+        "@m": rng.randint(0, 4),
     }
     irng = random.Random(str(sorted(row.items())))  # its own draws: the other features as they always were
-    items = Records({"id": f"v{irng.randint(10**5, 10**6)}", "color": irng.choice(COLORS), "ok": irng.random() < 0.6,
-                     "size": irng.randint(1, 5)} for _ in range(irng.randint(1, 5)))
+    items = Records(
+        {
+            "id": f"v{irng.randint(10**5, 10**6)}",
+            "color": irng.choice(COLORS),
+            "ok": irng.random() < 0.6,
+            "size": irng.randint(1, 5),
+        }
+        for _ in range(irng.randint(1, 5))
+    )
     return {**row, "o.items": items, "len(o.items)": len(items)}
 
 
@@ -92,8 +114,26 @@ def _factor_conds(rng: random.Random, n: int) -> list[Cond]:
     return out
 
 
-FORMS = ("const", "equal", "share", "threshold", "threshold_const", "category", "product2", "product3",
-         "const_product", "table", "table_factor", "table2", "cap", "sum", "one_of", "each", "each_sum", "pick")
+FORMS = (
+    "const",
+    "equal",
+    "share",
+    "threshold",
+    "threshold_const",
+    "category",
+    "product2",
+    "product3",
+    "const_product",
+    "table",
+    "table_factor",
+    "table2",
+    "cap",
+    "sum",
+    "one_of",
+    "each",
+    "each_sum",
+    "pick",
+)
 
 
 def draw_world(form: str, seed: int) -> FieldRule:
@@ -107,44 +147,64 @@ def draw_world(form: str, seed: int) -> FieldRule:
     if form == "share":
         return FieldRule(FIELD, Term("share", _ratio(rng, Fraction(1, 10), Fraction(3)), money))
     if form == "threshold":  # a percent fee past (or within) an age
-        return FieldRule(FIELD, Term("equal", None, money), factors=((_threshold(rng, "o.age"),
-                                                                       1 - Fraction(rng.randint(2, 40), 100)),))
+        return FieldRule(
+            FIELD,
+            Term("equal", None, money),
+            factors=((_threshold(rng, "o.age"), 1 - Fraction(rng.randint(2, 40), 100)),),
+        )
     if form == "threshold_const":  # a flat fee past (or within) an age
-        return FieldRule(FIELD, Term("const", q(rng.randint(2, 30))), _threshold(rng, "o.age"), Term("const", q(0)),
-                         quantum=UNIT)
+        return FieldRule(
+            FIELD, Term("const", q(rng.randint(2, 30))), _threshold(rng, "o.age"), Term("const", q(0)), quantum=UNIT
+        )
     if form == "category":
         c = _category(rng)
-        return FieldRule(FIELD, Term("const", rng.choice(["travel_credit", "voucher", "none"])), c,
-                         Term("equal", None, "r.id"))
+        return FieldRule(
+            FIELD, Term("const", rng.choice(["travel_credit", "voucher", "none"])), c, Term("equal", None, "r.id")
+        )
     if form in ("product2", "product3"):
         conds = _factor_conds(rng, 2 if form == "product2" else 3)
-        return FieldRule(FIELD, Term("equal", None, money),
-                         factors=tuple((c, _ratio(rng, Fraction(1, 2), Fraction(5, 2))) for c in conds))
+        return FieldRule(
+            FIELD,
+            Term("equal", None, money),
+            factors=tuple((c, _ratio(rng, Fraction(1, 2), Fraction(5, 2))) for c in conds),
+        )
     if form == "const_product":  # compensation: a base amount, times a factor past a delay, times one by tier
         t, c = _threshold(rng, "o.age"), Cond("u.tier", "is", rng.choice(TIERS))
-        return FieldRule(FIELD, Term("const", q(rng.randint(40, 300))),
-                         factors=((t, _ratio(rng, Fraction(3, 2), Fraction(4))), (c, _ratio(rng, Fraction(3, 2), Fraction(3)))),
-                         quantum=UNIT)
+        return FieldRule(
+            FIELD,
+            Term("const", q(rng.randint(40, 300))),
+            factors=((t, _ratio(rng, Fraction(3, 2), Fraction(4))), (c, _ratio(rng, Fraction(3, 2), Fraction(3)))),
+            quantum=UNIT,
+        )
     if form in ("table", "table_factor"):
         path, values = rng.choice([("u.tier", TIERS), ("r.fare", FARES), ("u.kind", KINDS)])
         entries = tuple(((v,), q(rng.randint(0, 200))) for v in values)
         if len({n for _k, n in entries}) < 2:
             entries = ((entries[0][0], entries[0][1] + 7),) + entries[1:]
-        factors = ((_threshold(rng, "o.days"), _ratio(rng, Fraction(1, 2), Fraction(3))),) if form == "table_factor" \
-            else ()
+        factors = (
+            ((_threshold(rng, "o.days"), _ratio(rng, Fraction(1, 2), Fraction(3))),) if form == "table_factor" else ()
+        )
         return FieldRule(FIELD, Term("table", tuple(sorted(entries)), path), factors=factors, quantum=UNIT)
     if form == "table2":
         vals = {(f, t): q(rng.randint(0, 150)) for f in FARES for t in TIERS}
-        return FieldRule(FIELD, Term("table", tuple(sorted(((f, t), n) for (f, t), n in vals.items())),
-                                     ("r.fare", "u.tier")), quantum=UNIT)
+        return FieldRule(
+            FIELD,
+            Term("table", tuple(sorted(((f, t), n) for (f, t), n in vals.items())), ("r.fare", "u.tier")),
+            quantum=UNIT,
+        )
     if form == "cap":
         rate = rng.randint(2, 15)
-        return FieldRule(FIELD, Term("share", q(rate), "o.late"), cap=q(rate * rng.randint(3, 9) + rng.randint(1, rate - 1)),
-                         quantum=UNIT)
+        return FieldRule(
+            FIELD,
+            Term("share", q(rate), "o.late"),
+            cap=q(rate * rng.randint(3, 9) + rng.randint(1, rate - 1)),
+            quantum=UNIT,
+        )
     if form == "sum":
         a, b = rng.randint(5, 80), rng.randint(5, 80)
-        return FieldRule(FIELD, Term("sum", (q(rng.choice([0, rng.randint(1, 50)])), ((q(a), "@n"), (q(-b), "@m")))),
-                         quantum=UNIT)
+        return FieldRule(
+            FIELD, Term("sum", (q(rng.choice([0, rng.randint(1, 50)])), ((q(a), "@n"), (q(-b), "@m")))), quantum=UNIT
+        )
     if form == "each":  # an allowance by category for each record (free bags by tier, per passenger)
         path, values = rng.choice([("u.tier", TIERS), ("r.fare", FARES), ("u.kind", KINDS)])
         entries = tuple(((v,), q(rng.randint(0, 5))) for v in values)
@@ -153,15 +213,29 @@ def draw_world(form: str, seed: int) -> FieldRule:
         return FieldRule(FIELD, Term("table", tuple(sorted(entries)), path), quantum=UNIT, each="len(o.items)")
     if form == "each_sum":  # an allowance by category plus a bonus on another, for each record (tier + business fare)
         (a, av), (b, bv) = rng.sample([("u.tier", TIERS), ("r.fare", FARES), ("u.kind", KINDS)], 2)
-        parts = ((q(rng.randint(1, 4)), indicator(a, rng.choice(av))), (q(rng.randint(1, 3)), indicator(b, rng.choice(bv))))
-        return FieldRule(FIELD, Term("sum", (q(rng.randint(0, 2)), tuple(sorted(parts, key=lambda kp: kp[1])))),
-                         quantum=UNIT, each="len(o.items)")
+        parts = (
+            (q(rng.randint(1, 4)), indicator(a, rng.choice(av))),
+            (q(rng.randint(1, 3)), indicator(b, rng.choice(bv))),
+        )
+        return FieldRule(
+            FIELD,
+            Term("sum", (q(rng.randint(0, 2)), tuple(sorted(parts, key=lambda kp: kp[1])))),
+            quantum=UNIT,
+            each="len(o.items)",
+        )
     if form == "pick":  # the ids of records with one attribute's value (an available variant)
         attr, value = rng.choice([("ok", rng.choice([True, False])), ("color", rng.choice(COLORS))])
         return FieldRule(FIELD, Term("pick", ("id", ((attr, value),)), "o.items"))
     if form == "one_of":
-        words = ["no longer needed", "ordered by mistake", "found a better price", "changed my mind", "too slow",
-                 "damaged", "wrong size"]
+        words = [
+            "no longer needed",
+            "ordered by mistake",
+            "found a better price",
+            "changed my mind",
+            "too slow",
+            "damaged",
+            "wrong size",
+        ]
         return FieldRule(FIELD, Term("one_of", tuple(sorted(rng.sample(words, rng.randint(2, 6))))))
     raise ValueError(form)
 
@@ -187,7 +261,11 @@ def rows_of(rule: FieldRule, seed: int, n: int) -> list[Row]:
         else:
             ok, y = evaluate(rule, f)
             assert ok, (render("t", rule), f)
-            y = float(y) if rule.quantum == CENT and not isinstance(y, str) else (int(y) if not isinstance(y, str) else y)
+            y = (
+                float(y)
+                if rule.quantum == CENT and not isinstance(y, str)
+                else (int(y) if not isinstance(y, str) else y)
+            )
         gold = {FIELD: y, **{k[1:]: v for k, v in f.items() if k.startswith("@")}}
         feats = {k: (float(v) if isinstance(v, Fraction) else v) for k, v in f.items() if not k.startswith("@")}
         out.append(Row(f"item-{seed}-{i:04d}", f"item-{seed}-{i:04d}#0", feats, gold, {FIELD: agent}))
@@ -201,8 +279,10 @@ def agreement(truth: FieldRule, inferred: FieldRule | None, fresh: list[Row]) ->
     if inferred is None:
         return 0.0
     if truth.then.kind == "pick":
+
         def allowed(rule: FieldRule, r: Row) -> set[str]:
             return {e["id"] for e in r.feats["o.items"] if _allows(rule, r, e["id"])}
+
         return sum(allowed(truth, r) == allowed(inferred, r) for r in fresh) / len(fresh)
     return sum(holds(inferred, r) is True for r in fresh) / len(fresh)
 
@@ -215,8 +295,14 @@ def recover(form: str, seed: int, n_train: int, n_fresh: int) -> dict:
     truth = draw_world(form, seed)
     inf = infer_field(rows_of(truth, seed, n_train), FIELD)
     share = agreement(truth, inf.rule, rows_of(truth, 10**6 + seed, n_fresh))
-    return {"form": form, "seed": seed, "agreement": share, "recovered": share >= 0.99,
-            "truth": render("t", truth), "inferred": render("t", inf.rule) if inf.rule else inf.why}
+    return {
+        "form": form,
+        "seed": seed,
+        "agreement": share,
+        "recovered": share >= 0.99,
+        "truth": render("t", truth),
+        "inferred": render("t", inf.rule) if inf.rule else inf.why,
+    }
 
 
 def world_rows(world: str, changes: dict, seed: int, root: Path, per_family: int) -> dict[str, list[Row]]:
@@ -259,9 +345,19 @@ def world_recovery(world: str, variant: int, root: Path, per_family: int) -> lis
             verdicts = [holds(inf.rule, r) for r in rows_f] if inf.rule else []
             judged = [v for v in verdicts if v is not None]  # rows where the reads the rule needs were made
             share = sum(judged) / len(judged) if judged else 0.0
-            out.append({"world": world, "variant": variant, "tool": tool, "field": inf.field, "agreement": share,
-                        "recovered": share >= 0.99, "rule": render(tool, inf.rule) if inf.rule else inf.why,
-                        "n": len(judged), "coverage": len(judged) / len(rows_f) if rows_f else 0.0})
+            out.append(
+                {
+                    "world": world,
+                    "variant": variant,
+                    "tool": tool,
+                    "field": inf.field,
+                    "agreement": share,
+                    "recovered": share >= 0.99,
+                    "rule": render(tool, inf.rule) if inf.rule else inf.why,
+                    "n": len(judged),
+                    "coverage": len(judged) / len(rows_f) if rows_f else 0.0,
+                }
+            )
     return out
 
 
@@ -269,20 +365,30 @@ def main_worlds(n: int, per_family: int, show: bool) -> None:
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix="ratchet-infer-"))
-    rows = [r for world in ("retail", "airline") for v in range(1, n + 1) for r in world_recovery(world, v, root,
-                                                                                                  per_family)]
-    print(f"inference on random variants of the built-in worlds: {n} per world, {per_family} tasks per family; "
-          "judged on a second benchmark of each variant, on the rows where the reads the rule needs were made")
+    rows = [
+        r
+        for world in ("retail", "airline")
+        for v in range(1, n + 1)
+        for r in world_recovery(world, v, root, per_family)
+    ]
+    print(
+        f"inference on random variants of the built-in worlds: {n} per world, {per_family} tasks per family; "
+        "judged on a second benchmark of each variant, on the rows where the reads the rule needs were made"
+    )
     print(f"{'world':8} {'write.field':48} {'recovered':>10} {'median agreement':>17} {'judged rows':>11}")
     for key in sorted({(r["world"], r["tool"], r["field"]) for r in rows}):
         rs = [r for r in rows if (r["world"], r["tool"], r["field"]) == key]
-        print(f"{key[0]:8} {key[1] + '.' + key[2]:48} {sum(r['recovered'] for r in rs):>4} / {len(rs):<3} "
-              f"{statistics.median(r['agreement'] for r in rs):>17.3f} {statistics.median(r['coverage'] for r in rs):>10.0%}")
+        print(
+            f"{key[0]:8} {key[1] + '.' + key[2]:48} {sum(r['recovered'] for r in rs):>4} / {len(rs):<3} "
+            f"{statistics.median(r['agreement'] for r in rs):>17.3f} {statistics.median(r['coverage'] for r in rs):>10.0%}"
+        )
     if show:
         for r in rows:
             if not r["recovered"]:
-                print(f"  {r['world']} v{r['variant']} {r['tool']}.{r['field']} ({r['agreement']:.3f} of {r['n']} judged rows): "
-                      f"{r['rule']}")
+                print(
+                    f"  {r['world']} v{r['variant']} {r['tool']}.{r['field']} ({r['agreement']:.3f} of {r['n']} judged rows): "
+                    f"{r['rule']}"
+                )
     ok = sum(r["recovered"] for r in rows)
     print(f"recovered {ok} / {len(rows)} inferred fields of the variants ({ok / len(rows):.1%}) at >= 99% agreement")
 
@@ -294,8 +400,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train", type=int, default=80, help="train rows (items) per world (default 80)")
     ap.add_argument("--fresh", type=int, default=1000, help="fresh rows each inferred rule is judged on")
     ap.add_argument("--show", action="store_true", help="print every world that was not recovered")
-    ap.add_argument("--variants", type=int, help="judge inference on this many random variants of each built-in "
-                    "world instead (rows from episodes; see above)")
+    ap.add_argument(
+        "--variants",
+        type=int,
+        help="judge inference on this many random variants of each built-in "
+        "world instead (rows from episodes; see above)",
+    )
     ap.add_argument("--per-family", type=int, default=36, help="tasks per family of the variants' benchmarks")
     args = ap.parse_args(argv)
     if args.variants:
@@ -307,13 +417,17 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'form':16} {'recovered':>10} {'median agreement':>17} {'worst':>7}")
     for form in FORMS:
         rs = [r for r in results if r["form"] == form]
-        print(f"{form:16} {sum(r['recovered'] for r in rs):>4} / {len(rs):<3} "
-              f"{statistics.median(r['agreement'] for r in rs):>17.3f} {min(r['agreement'] for r in rs):>7.3f}")
+        print(
+            f"{form:16} {sum(r['recovered'] for r in rs):>4} / {len(rs):<3} "
+            f"{statistics.median(r['agreement'] for r in rs):>17.3f} {min(r['agreement'] for r in rs):>7.3f}"
+        )
     if args.show:
         for r in results:
             if not r["recovered"]:
-                print(f"  {r['form']} seed {r['seed']} ({r['agreement']:.3f}):\n    truth    {r['truth']}\n"
-                      f"    inferred {r['inferred']}")
+                print(
+                    f"  {r['form']} seed {r['seed']} ({r['agreement']:.3f}):\n    truth    {r['truth']}\n"
+                    f"    inferred {r['inferred']}"
+                )
     ok = sum(r["recovered"] for r in results)
     print(f"CPU {time.process_time() - t0:.1f} s")
     print(f"recovered {ok} / {len(results)} random worlds ({ok / len(results):.1%}) at >= 99% agreement")

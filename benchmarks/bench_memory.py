@@ -69,9 +69,20 @@ def run(name: str, bench: Path, start: Path, db: Path, memory: bool, size: dict)
 
     out = HOME / "campaigns" / name
     made = {f"benchmark.{k}": v for k, v in MADE[str(bench)].model_dump(mode="json").items()}  # what made it
-    p = ratchet.campaign_params(ROOT / "params.yaml", out=out, rounds=size["rounds"], overrides={
-        **made, "campaign.name": name, "campaign.start": str(start), "campaign.seeds": size["seeds"],
-        "gate.n_boot": size["n_boot"], "evidence.db": str(db), "evidence.memory": memory})
+    p = ratchet.campaign_params(
+        ROOT / "params.yaml",
+        out=out,
+        rounds=size["rounds"],
+        overrides={
+            **made,
+            "campaign.name": name,
+            "campaign.start": str(start),
+            "campaign.seeds": size["seeds"],
+            "gate.n_boot": size["n_boot"],
+            "evidence.db": str(db),
+            "evidence.memory": memory,
+        },
+    )
     s = ratchet.campaign(ratchet.CampaignRequest(params=p)).summary
     return {"name": name, "out": out, "summary": s, "memory": memory}
 
@@ -88,10 +99,17 @@ def rounds(c: dict) -> list[dict]:
             champ = rec.gate.cand_mean if rec.accepted else rec.gate.base_mean
         mem = json.loads((rd / "memory.json").read_text()) if (rd / "memory.json").exists() else {}
         key = rec.plan_key or ""
-        out.append({"plan_key": rec.plan_key, "verdict": str(rec.verdict), "champion_dev": champ,
-                    "calls": sum(e["summary"]["model_calls"] for e in evals), "projection": mem.get("chars", 0),
-                    "revocation": bool((mem.get("revocations") or {}).get(key)),
-                    "reused": bool((mem.get("reused") or {}).get(key)) or _helped(rd, mem)})
+        out.append(
+            {
+                "plan_key": rec.plan_key,
+                "verdict": str(rec.verdict),
+                "champion_dev": champ,
+                "calls": sum(e["summary"]["model_calls"] for e in evals),
+                "projection": mem.get("chars", 0),
+                "revocation": bool((mem.get("revocations") or {}).get(key)),
+                "reused": bool((mem.get("reused") or {}).get(key)) or _helped(rd, mem),
+            }
+        )
     return out
 
 
@@ -117,8 +135,13 @@ def calls_to(rs: list[dict], target: float | None) -> int | None:
 def repeated(c: dict, earlier: list[dict]) -> int:
     """Plans tried here that an earlier campaign rejected on the same benchmark digest (same model throughout)."""
     bench = c["summary"]["benchmark_digest"]
-    known = {r["plan_key"] for e in earlier if e["summary"]["benchmark_digest"] == bench
-             for r in e["summary"]["history"] if r["verdict"] != "accept" and r.get("plan_key")}
+    known = {
+        r["plan_key"]
+        for e in earlier
+        if e["summary"]["benchmark_digest"] == bench
+        for r in e["summary"]["history"]
+        if r["verdict"] != "accept" and r.get("plan_key")
+    }
     return sum(1 for r in c["summary"]["history"] if r.get("plan_key") in known)
 
 
@@ -135,8 +158,12 @@ def resolution(db: Path, campaigns: list[dict]) -> tuple[int, int]:
             steps |= set(zip(t["episode_id"], t["step"].astype(int), t["hash"]))
     with EvidenceGraph(db) as g:
         claims = [n for n in g.nodes("claim") if n.confidence == "supported"]
-        ok = sum(1 for n in claims if (cites := g.citations(n.id)) and
-                 all((a.data["episode_id"], int(a.data["step"]), a.data["hash"]) in steps for a in cites))
+        ok = sum(
+            1
+            for n in claims
+            if (cites := g.citations(n.id))
+            and all((a.data["episode_id"], int(a.data["step"]), a.data["hash"]) in steps for a in cites)
+        )
     return ok, len(claims)
 
 
@@ -161,8 +188,14 @@ def changed_rule(first: dict, db: Path) -> tuple[str, str, dict, str] | None:
         return None
 
     with EvidenceGraph(db) as g:
-        promos = sorted((n for n in g.nodes("decision") if n.data.get("type") == "promotion"
-                         and n.data.get("campaign") == first["name"]), key=lambda n: n.data.get("round", 0))
+        promos = sorted(
+            (
+                n
+                for n in g.nodes("decision")
+                if n.data.get("type") == "promotion" and n.data.get("campaign") == first["name"]
+            ),
+            key=lambda n: n.data.get("round", 0),
+        )
         for n in promos:
             for card in n.data.get("cards") or []:  # every rule the card states (one card per write may state several)
                 for rule in card.get("rules") or [{"rule_id": card.get("rule_id")}]:
@@ -182,10 +215,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scenarios", help="which of (a) seed, (b) drift, (c) repeat to run (default abc; quick c)")
     args = ap.parse_args(argv)
     args.scenarios = args.scenarios or ("c" if args.quick else "abc")
-    size = {"per_family": 3, "rounds": 1, "seeds": 1, "n_boot": 1000} if args.quick else \
-        {"per_family": 36, "rounds": 3, "seeds": 1, "n_boot": 2000}
-    size |= {k: v for k, v in (("per_family", args.per_family), ("rounds", args.rounds), ("seeds", args.seeds))
-             if v is not None}
+    size = (
+        {"per_family": 3, "rounds": 1, "seeds": 1, "n_boot": 1000}
+        if args.quick
+        else {"per_family": 36, "rounds": 3, "seeds": 1, "n_boot": 2000}
+    )
+    size |= {
+        k: v
+        for k, v in (("per_family", args.per_family), ("rounds", args.rounds), ("seeds", args.seeds))
+        if v is not None
+    }
     from components.params import BenchmarkParams
 
     benches = {}
@@ -205,8 +244,9 @@ def main(argv: list[str] | None = None) -> None:
         if drift is not None:
             rule, card, changes, statement = drift
             benches["b"] = HOME / "bench-b"
-            MADE[str(benches["b"])] = BenchmarkParams(seed=0, out=str(benches["b"]), per_family=size["per_family"],
-                                                      rules=changes)
+            MADE[str(benches["b"])] = BenchmarkParams(
+                seed=0, out=str(benches["b"]), per_family=size["per_family"], rules=changes
+            )
             MADE[str(benches["b"])].materialize()
             champion = first["out"] / "lineage" / "versions" / first["summary"]["champion"]
             sequence.append(("(b) drift", benches["b"], champion))
@@ -218,20 +258,32 @@ def main(argv: list[str] | None = None) -> None:
         for label, bench, start in sequence:
             tag = label.split()[0].strip("()")
             # the stateless repeat is the first campaign itself (the same inputs without memory)
-            stateless = first if tag == "c" else \
-                run(f"{tag}-stateless", bench, start, HOME / f"{tag}-stateless.db", False, size)
+            stateless = (
+                first
+                if tag == "c"
+                else run(f"{tag}-stateless", bench, start, HOME / f"{tag}-stateless.db", False, size)
+            )
             recursive = run(f"{tag}-recursive", bench, start, memory_db, True, size)
             rs, rr = rounds(stateless), rounds(recursive)
             target = next((r["champion_dev"] for r in reversed(rs) if r["champion_dev"] is not None), None)
             for arm, c, rws in (("stateless", stateless, rs), ("recursive", recursive, rr)):
-                rows.append({"campaign": label, "arm": arm, "repeated": repeated(c, done), "calls": calls_to(rws, target),
-                             "reused": f"{sum(r['reused'] for r in rws)} "
-                                       f"({sum(r['reused'] and r['verdict'] == 'accept' for r in rws)})",
-                             "total": sum(r["calls"] for r in rws), "promotions": c["summary"]["accepted"],
-                             "revoked": sum(r["revocation"] and r["verdict"] == "accept" for r in rws),
-                             "projection": max([r["projection"] for r in rws] + [0]),
-                             "plans": " ".join((r["plan_key"] or "-")[:6] + ("+" if r["verdict"] == "accept" else "x")
-                                               for r in rws)})
+                rows.append(
+                    {
+                        "campaign": label,
+                        "arm": arm,
+                        "repeated": repeated(c, done),
+                        "calls": calls_to(rws, target),
+                        "reused": f"{sum(r['reused'] for r in rws)} "
+                        f"({sum(r['reused'] and r['verdict'] == 'accept' for r in rws)})",
+                        "total": sum(r["calls"] for r in rws),
+                        "promotions": c["summary"]["accepted"],
+                        "revoked": sum(r["revocation"] and r["verdict"] == "accept" for r in rws),
+                        "projection": max([r["projection"] for r in rws] + [0]),
+                        "plans": " ".join(
+                            (r["plan_key"] or "-")[:6] + ("+" if r["verdict"] == "accept" else "x") for r in rws
+                        ),
+                    }
+                )
             done += [c for c in (stateless, recursive) if c not in done]
             if label == "(b) drift":  # does each arm's champion still carry the card with the old, now wrong, value?
                 from components.worlds.retail.facts import BY_ID
@@ -240,28 +292,42 @@ def main(argv: list[str] | None = None) -> None:
                 for arm, c in (("stateless", stateless), ("recursive", recursive)):
                     f = c["out"] / "lineage" / "versions" / c["summary"]["champion"] / card
                     body = f.read_text(encoding="utf-8") if f.is_file() else ""
-                    state = "no such card" if not body else "the OLD (wrong) value" if \
-                        BY_ID[rule].read(body) == BY_ID[rule].value else "the new value" if \
-                        BY_ID[rule].read(body) == BY_ID[rule].read(drift[3]) else "another value"
+                    state = (
+                        "no such card"
+                        if not body
+                        else "the OLD (wrong) value"
+                        if BY_ID[rule].read(body) == BY_ID[rule].value
+                        else "the new value"
+                        if BY_ID[rule].read(body) == BY_ID[rule].read(drift[3])
+                        else "another value"
+                    )
                     notes.append(f"(b) {arm}: champion {c['summary']['champion']}: {card} states {state}")
         ok, n = resolution(memory_db, [first] + [c for c in done if c["memory"] and c is not first])
-    print(f"campaign memory, {'quick' if args.quick else 'full'}: {size}; first campaign: "
-          f"{first['summary']['accepted']} promotion(s) in {first['summary']['rounds']} round(s)")
-    print("| campaign | arm | repeated plans | model calls to the stateless champion's dev score | model calls, total "
-          "| promotions | revoked | reused plans (accepted) | projection chars | plans (+ accepted, x not) |")
+    print(
+        f"campaign memory, {'quick' if args.quick else 'full'}: {size}; first campaign: "
+        f"{first['summary']['accepted']} promotion(s) in {first['summary']['rounds']} round(s)"
+    )
+    print(
+        "| campaign | arm | repeated plans | model calls to the stateless champion's dev score | model calls, total "
+        "| promotions | revoked | reused plans (accepted) | projection chars | plans (+ accepted, x not) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         calls = "-" if r["calls"] is None else f"{r['calls']:,}"
-        print(f"| {r['campaign']} | {r['arm']} | {r['repeated']} | {calls} | {r['total']:,} | {r['promotions']} | "
-              f"{r['revoked']} | {r['reused']} | {r['projection']:,} | {r['plans']} |")
+        print(
+            f"| {r['campaign']} | {r['arm']} | {r['repeated']} | {calls} | {r['total']:,} | {r['promotions']} | "
+            f"{r['revoked']} | {r['reused']} | {r['projection']:,} | {r['plans']} |"
+        )
     print(f"citation resolution: {ok}/{n} supported claims resolve ({(ok / n if n else 1):.0%})")
     for line in notes:
         print(line)
     if args.quick:  # nothing to look into afterwards: leave no temp home behind
         shutil.rmtree(HOME, ignore_errors=True)
     else:
-        print(f"evidence graph: {memory_db} (ratchet evidence why ... --db {memory_db}); "
-              f"campaigns in {HOME / 'campaigns'}")
+        print(
+            f"evidence graph: {memory_db} (ratchet evidence why ... --db {memory_db}); "
+            f"campaigns in {HOME / 'campaigns'}"
+        )
     label = "(a) seed" if "a" in args.scenarios else rows[0]["campaign"] if rows else None
     a = {r["arm"]: r for r in rows if r["campaign"] == label}
     if not a:
@@ -272,8 +338,10 @@ def main(argv: list[str] | None = None) -> None:
     if num is not None and den:
         print(f"ratio recursive / stateless model calls to the same champion score, {name}: {num / den:.3f}")
     else:  # the stateless arm gated nothing (or the recursive one never got there): the whole campaigns
-        print(f"ratio recursive / stateless model calls in total, {name}: "
-              f"{a['recursive']['total'] / max(1, a['stateless']['total']):.3f}")
+        print(
+            f"ratio recursive / stateless model calls in total, {name}: "
+            f"{a['recursive']['total'] / max(1, a['stateless']['total']):.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,13 @@ def setup(name: str, bench: Path, quick: bool):
     p = load_params(ROOT / "params.yaml", over)
     Lineage(HOME / name / "lineage").start(ROOT / p.campaign.start)
     budget = budget_spec(p)
-    BudgetLedger(budget.db).open_wallet(p.campaign.name, p.budget.caps(), wall_seconds=p.budget.wall_seconds,
-                                           max_concurrency=p.budget.max_concurrency, max_depth=p.budget.max_depth)
+    BudgetLedger(budget.db).open_wallet(
+        p.campaign.name,
+        p.budget.caps(),
+        wall_seconds=p.budget.wall_seconds,
+        max_concurrency=p.budget.max_concurrency,
+        max_depth=p.budget.max_depth,
+    )
     return p, budget
 
 
@@ -59,9 +64,12 @@ def round_files(p) -> dict[str, str]:
     from components.runtime.evaluate import TIMINGS
 
     out = Path(p.campaign.out)
-    return {f.relative_to(out).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
-            for d in ("rounds", "lineage") for f in sorted((out / d).rglob("*"))
-            if f.is_file() and f.name not in ("LOCK", TIMINGS)}
+    return {
+        f.relative_to(out).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
+        for d in ("rounds", "lineage")
+        for f in sorted((out / d).rglob("*"))
+        if f.is_file() and f.name not in ("LOCK", TIMINGS)
+    }
 
 
 def cpu_seconds() -> float:
@@ -81,7 +89,16 @@ def warm_up(bench: Path, p) -> None:
     from components.worlds import load_benchmark
 
     b = load_benchmark(bench)
-    run_shard(str(ROOT / p.campaign.start), b, b.ids("train")[:1], [0], p.campaign.model, p.campaign.model_cfg, p.campaign.max_turns, None)
+    run_shard(
+        str(ROOT / p.campaign.start),
+        b,
+        b.ids("train")[:1],
+        [0],
+        p.campaign.model,
+        p.campaign.model_cfg,
+        p.campaign.max_turns,
+        None,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -124,26 +141,37 @@ def main(argv: list[str] | None = None) -> None:
             timed(name, p, lambda: play_round(1, p, budget))
     for name in ("cold", "rerun"):  # like for like, or the ratios mean nothing
         if recs[name] != recs["plain"] or files[name] != files["plain"]:
-            diff = sorted(k for k in files[name].keys() | files["plain"].keys()
-                          if files[name].get(k) != files["plain"].get(k))
-            sys.exit(f"bench_round: the Prefect {name} round and the plain round differ: verdict "
-                     f"{recs[name].verdict} vs {recs['plain'].verdict}; files {diff[:8]}")
+            diff = sorted(
+                k for k in files[name].keys() | files["plain"].keys() if files[name].get(k) != files["plain"].get(k)
+            )
+            sys.exit(
+                f"bench_round: the Prefect {name} round and the plain round differ: verdict "
+                f"{recs[name].verdict} vs {recs['plain'].verdict}; files {diff[:8]}"
+            )
     what = f"{recs['plain'].verdict}: {recs['plain'].summary}; {len(files['plain'])} files, identical"
     for name in ("plain", "cold", "rerun"):
-        print(f"  {'plain calls' if name == 'plain' else 'prefect ' + name:<13} round: {runs[name]:6.2f} s wall, "
-              f"{cpu[name]:6.2f} s CPU")
+        print(
+            f"  {'plain calls' if name == 'plain' else 'prefect ' + name:<13} round: {runs[name]:6.2f} s wall, "
+            f"{cpu[name]:6.2f} s CPU"
+        )
     print(f"  every arm: {what}")
-    print(f"  Prefect server start (when this run starts one) and first contact: {server:.1f} s (once per process, not "
-          f"in the round's time)")
-    print(f"  prefect-cold - plain: {runs['cold'] - runs['plain']:+.2f} s wall, "
-          f"{cpu['cold'] - cpu['plain']:+.2f} s CPU")
-    print(f"  ratio prefect-cold / plain in CPU time (this process and its children: the server when it started one): "
-          f"{cpu['cold'] / cpu['plain']:.2f}")
+    print(
+        f"  Prefect server start (when this run starts one) and first contact: {server:.1f} s (once per process, not "
+        f"in the round's time)"
+    )
+    print(
+        f"  prefect-cold - plain: {runs['cold'] - runs['plain']:+.2f} s wall, {cpu['cold'] - cpu['plain']:+.2f} s CPU"
+    )
+    print(
+        f"  ratio prefect-cold / plain in CPU time (this process and its children: the server when it started one): "
+        f"{cpu['cold'] / cpu['plain']:.2f}"
+    )
     print(f"ratio rerun / cold: {runs['rerun'] / runs['cold']:.3f}")
     # at the quick size a round is ~1 s of work, so a flow run's fixed costs (its start, each task run's records on
     # the server) are most of the difference: that ratio shows the script runs, not how the goal stands
-    what = "prefect-cold / plain" + (" at the quick size, fixed costs of a flow run dominate, the goal is for the "
-                                     "full size" if a.quick else "")
+    what = "prefect-cold / plain" + (
+        " at the quick size, fixed costs of a flow run dominate, the goal is for the full size" if a.quick else ""
+    )
     print(f"ratio {what}: {runs['cold'] / runs['plain']:.2f}")
     shutil.rmtree(HOME, ignore_errors=True)
 

@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> None:
         for name, workers in configs:
             with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: HOME / f"store-{name.replace(' ', '')}"}):
                 if name.startswith("dask"):
-                    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                      dashboard_address=None) as cluster:
+                    with LocalCluster(
+                        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+                    ) as cluster:
                         runner = task_runner("dask", workers, cluster.scheduler_address)
                         dt, tables = measure.with_options(task_runner=runner)(str(bench), ids, seeds, a.shard_size)
                 else:
@@ -78,8 +79,10 @@ def main(argv: list[str] | None = None) -> None:
     if not same:
         sys.exit("scores differ across runners")
     if a.quick:
-        print(f"ratio dask x1 / threads x2 throughput at the quick size, a worker's first imports dominate: "
-              f"{results['threads x2'][0] / results['dask x1'][0]:.2f}")
+        print(
+            f"ratio dask x1 / threads x2 throughput at the quick size, a worker's first imports dominate: "
+            f"{results['threads x2'][0] / results['dask x1'][0]:.2f}"
+        )
         return
     print(f"ratio dask x2 / threads x2 throughput: {results['threads x2'][0] / results['dask x2'][0]:.2f}")
     print(f"ratio dask x2 / dask x1 throughput: {results['dask x1'][0] / results['dask x2'][0]:.2f}")

@@ -89,8 +89,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         b, c = write_tables(Path(tmp))
         args = ["gate", "--base", str(b), "--cand", str(c), "--json"]
-        commands = {"numpy": [sys.executable, "-c", "import numpy"], "gate": ratchet_script() + args,
-                    "typer": [sys.executable, "-m", "flows.cli"] + args}
+        commands = {
+            "numpy": [sys.executable, "-c", "import numpy"],
+            "gate": ratchet_script() + args,
+            "typer": [sys.executable, "-m", "flows.cli"] + args,
+        }
         base_env = {**os.environ, "RATCHET_HOME": str(Path(tmp) / "home")}
         cases = {}
         pycache = Path(tmp) / "pycache"
@@ -103,17 +106,23 @@ def main() -> None:
     codes = {rc for case in cases.values() for k in ("gate", "typer") for rc in case[k]["rc"]}
     if len(outs) != 1 or not codes <= {0, 1} or len(codes) != 1:
         raise SystemExit(f"the gate's output or exit code differs between runs or paths: {outs} {codes}")
-    print(f"ratchet gate on a 60-item table (3 seeds), {repeat} runs each, interleaved; load "
-          f"{os.getloadavg()[0]:.1f}; verdict: {outs.pop().strip()} (exit {codes.pop()}), the same on both paths")
-    print(f"{'case':<12} {'command':<7} {'wall median':>12} {'CPU median':>11} {'wall / numpy':>13} {'CPU / numpy':>12}")
+    print(
+        f"ratchet gate on a 60-item table (3 seeds), {repeat} runs each, interleaved; load "
+        f"{os.getloadavg()[0]:.1f}; verdict: {outs.pop().strip()} (exit {codes.pop()}), the same on both paths"
+    )
+    print(
+        f"{'case':<12} {'command':<7} {'wall median':>12} {'CPU median':>11} {'wall / numpy':>13} {'CPU / numpy':>12}"
+    )
     for case, res in cases.items():
         w0, c0 = statistics.median(res["numpy"]["wall"]), statistics.median(res["numpy"]["cpu"])
         for k in commands:
             w, cpu = statistics.median(res[k]["wall"]), statistics.median(res[k]["cpu"])
             print(f"{case:<12} {k:<7} {w:>11.3f}s {cpu:>10.3f}s {w / w0:>12.2f}x {cpu / c0:>11.2f}x")
     r = {k: {m: statistics.median(v[m]) for m in ("wall", "cpu")} for k, v in cases["bytecode"].items()}
-    print(f"ratchet gate / import numpy (bytecode): wall {r['gate']['wall'] / r['numpy']['wall']:.2f}x, "
-          f"CPU {r['gate']['cpu'] / r['numpy']['cpu']:.2f}x")
+    print(
+        f"ratchet gate / import numpy (bytecode): wall {r['gate']['wall'] / r['numpy']['wall']:.2f}x, "
+        f"CPU {r['gate']['cpu'] / r['numpy']['cpu']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

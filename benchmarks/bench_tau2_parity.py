@@ -28,8 +28,14 @@ from components.worlds.taubench import DOMAINS  # noqa: E402
 from tests.tau2_parity import CUSTOM_VARIANTS, STANDARD_VARIANTS, materialized, parity_rows  # noqa: E402
 
 # how Ratchet's harness names the end tau2 calls by its termination reason
-SAME_END = {("user_stop", "user_stop"), ("max_errors", "too_many_errors"), ("max_steps", "max_steps"),
-            ("finish", "agent_stop"), ("terminal_tool", "agent_stop"), ("terminal_tool", "user_stop")}
+SAME_END = {
+    ("user_stop", "user_stop"),
+    ("max_errors", "too_many_errors"),
+    ("max_steps", "max_steps"),
+    ("finish", "agent_stop"),
+    ("terminal_tool", "agent_stop"),
+    ("terminal_tool", "user_stop"),
+}
 
 
 def main() -> None:
@@ -59,8 +65,11 @@ def main() -> None:
                     ends = sum((e, t) in SAME_END for *_, e, t in rows)
                     ones = sum(a >= 1.0 for _, a, *_ in rows)
                     kinds = sorted({t for *_, t in rows})
-                    print(f"| {name} | {protocol} | {variant} | {len(rows)} ({len(ids)}) | {agree}/{len(rows)} | "
-                          f"{ends}/{len(rows)} ({', '.join(kinds)}) | {ones} |", flush=True)
+                    print(
+                        f"| {name} | {protocol} | {variant} | {len(rows)} ({len(ids)}) | {agree}/{len(rows)} | "
+                        f"{ends}/{len(rows)} ({', '.join(kinds)}) | {ones} |",
+                        flush=True,
+                    )
                     bad = [r for r in rows if r[1] != r[2] or (r[3], r[4]) not in SAME_END]
                     if bad:
                         notes.append(f"{name} {protocol} {variant}: DISAGREE {bad}")

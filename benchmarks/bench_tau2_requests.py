@@ -89,8 +89,10 @@ def _strict(app):
         except (ValueError, AttributeError):
             roles = []
         if "system" in roles[1:]:
-            resp = JSONResponse({"error": {"message": "System message must be at the beginning.",
-                                           "type": "invalid_request_error"}}, status_code=400)
+            resp = JSONResponse(
+                {"error": {"message": "System message must be at the beginning.", "type": "invalid_request_error"}},
+                status_code=400,
+            )
             return await resp(scope, receive, send)
         sent = False
 
@@ -108,8 +110,11 @@ def _strict(app):
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="tau2-airline, 2 tasks, the standard protocol, a "
-                    "strict-template server (the test's size)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="tau2-airline, 2 tasks, the standard protocol, a strict-template server (the test's size)",
+    )
     ap.add_argument("--worlds", default="tau2-retail,tau2-airline")
     ap.add_argument("--split", default="test")
     ap.add_argument("--items", type=int, default=0, help="the first N tasks of the split (0: all)")
@@ -126,8 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     from components.runtime.episode import run_episode
     from components.worlds import load_benchmark, world
 
-    print("| world | protocol | episodes | refused by the server | score 1.0 | turns / episode | requests / turn | "
-          "prompt tokens / turn | requests / episode | prompt tokens / episode |")
+    print(
+        "| world | protocol | episodes | refused by the server | score 1.0 | turns / episode | requests / turn | "
+        "prompt tokens / turn | requests / episode | prompt tokens / episode |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.worlds.split(","):
@@ -140,16 +147,19 @@ def main(argv: list[str] | None = None) -> None:
                 gold = make_model("gold", {"benchmark": str(out)})
                 url, server = serve(Metered(gold), args.strict_system)
                 model = make_model("openai", {"base_url": url, "model": "gold", "max_retries": 0, "timeout": 60})
-                ids = bench.ids(args.split)[:args.items or None]
+                ids = bench.ids(args.split)[: args.items or None]
                 results = [run_episode(pkg, bench, i, 0, model) for i in ids]
                 server.should_exit = True
                 refused = sum(1 for r in results if "rejected" in r.error)
                 n = len(results)
                 turns = sum(r.turns for r in results)
                 calls, tokens = sum(r.model_calls for r in results), sum(r.tokens_in for r in results)
-                print(f"| {name} | {protocol or bench.meta.get('protocol', 'as built')} | {n} | {refused} | "
-                      f"{sum(r.score == 1.0 for r in results)} | {turns / n:.1f} | {calls / max(1, turns):.2f} | "
-                      f"{tokens / max(1, turns):,.0f} | {calls / n:.1f} | {tokens / n:,.0f} |", flush=True)
+                print(
+                    f"| {name} | {protocol or bench.meta.get('protocol', 'as built')} | {n} | {refused} | "
+                    f"{sum(r.score == 1.0 for r in results)} | {turns / n:.1f} | {calls / max(1, turns):.2f} | "
+                    f"{tokens / max(1, turns):,.0f} | {calls / n:.1f} | {tokens / n:,.0f} |",
+                    flush=True,
+                )
                 bad = next((r.error for r in results if r.error), "")
                 if bad:
                     print(f"first error: {bad[:300]}")

@@ -58,14 +58,16 @@ def main(argv: list[str] | None = None) -> None:
     from components.models import make_model
     from components.worlds import load_benchmark, world
 
-    print("| world | episodes | CPU s / episode, first score of a task | CPU s / episode, the task scored again | "
-          "all 1.0 |")
+    print(
+        "| world | episodes | CPU s / episode, first score of a task | CPU s / episode, the task scored again | "
+        "all 1.0 |"
+    )
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.worlds.split(","):
             bench = load_benchmark(world(name).materialize(Path(tmp) / name, 0))
             model = make_model("gold", {"benchmark": str(bench.root)})
-            ids = bench.ids(args.split)[:args.items or None]
+            ids = bench.ids(args.split)[: args.items or None]
             first = again = 0.0
             ok = True
             for item in ids:

@@ -62,22 +62,64 @@ def variant(world: str, seed: int, root: Path, extra: list[str], per_family: int
     rules, bench = home / "rules.yaml", home / "bench"
     run(ratchet() + ["bench", "rules", "--world", world, "--random", str(seed), "--out", str(rules)], env, log)
     out = home / "campaign"  # the campaign materializes the variant's benchmark from its benchmark.* params
-    run(ratchet() + ["campaign", "run", "--out", str(out), "--set", f"benchmark.world={world}",
-                     "--set", f"benchmark.out={bench}", "--set", f"benchmark.rules={rules}",
-                     "--set", f"evidence.db={home / 'evidence.db'}"] + size_params(per_family) + extra, env, log)
+    run(
+        ratchet()
+        + [
+            "campaign",
+            "run",
+            "--out",
+            str(out),
+            "--set",
+            f"benchmark.world={world}",
+            "--set",
+            f"benchmark.out={bench}",
+            "--set",
+            f"benchmark.rules={rules}",
+            "--set",
+            f"evidence.db={home / 'evidence.db'}",
+        ]
+        + size_params(per_family)
+        + extra,
+        env,
+        log,
+    )
     summary = json.loads((out / "summary.json").read_text())
     t = summary["test"]
     ref = home / "eval-reference"
-    run(ratchet() + ["eval", "--package", str(bench / "packages" / "reference"), "--benchmark", str(bench),
-                     "--split", "test", "--seeds", str(summary["params"]["campaign"]["seeds"]), "--out", str(ref)],
-        env, log)
+    run(
+        ratchet()
+        + [
+            "eval",
+            "--package",
+            str(bench / "packages" / "reference"),
+            "--benchmark",
+            str(bench),
+            "--split",
+            "test",
+            "--seeds",
+            str(summary["params"]["campaign"]["seeds"]),
+            "--out",
+            str(ref),
+        ],
+        env,
+        log,
+    )
     reference = test_mean(ref / "scores.csv")
     gap = reference - t["base_mean"]
-    return {"world": world, "seed": seed, "seed_mean": t["base_mean"], "champion": t["champion_mean"],
-            "net": t["net"], "ci_lo": t["ci_lo"], "ci_hi": t["ci_hi"], "reference": reference,
-            "closed": (t["champion_mean"] - t["base_mean"]) / gap if gap > 0 else float("nan"),
-            "promotions": summary["accepted"], "rounds": summary["rounds"] if isinstance(summary["rounds"], int)
-            else len(summary["rounds"]), "rules": str(rules)}
+    return {
+        "world": world,
+        "seed": seed,
+        "seed_mean": t["base_mean"],
+        "champion": t["champion_mean"],
+        "net": t["net"],
+        "ci_lo": t["ci_lo"],
+        "ci_hi": t["ci_hi"],
+        "reference": reference,
+        "closed": (t["champion_mean"] - t["base_mean"]) / gap if gap > 0 else float("nan"),
+        "promotions": summary["accepted"],
+        "rounds": summary["rounds"] if isinstance(summary["rounds"], int) else len(summary["rounds"]),
+        "rules": str(rules),
+    }
 
 
 def size_params(per_family: int | None) -> list[str]:
@@ -99,12 +141,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         extra = ["--rounds", "1", "--set", "campaign.seeds=1", "--set", "gate.n_boot=1000"]
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="ratchet-variants-"))
     rows = [variant(w, s, root, extra, per_family) for w in worlds for s in seeds]
-    print(f"{'world':8} {'seed':>4} {'test: seed -> champion':>23} {'net [95% CI]':>26} {'reference':>9} "
-          f"{'gap closed':>10} {'promotions':>10}")
+    print(
+        f"{'world':8} {'seed':>4} {'test: seed -> champion':>23} {'net [95% CI]':>26} {'reference':>9} "
+        f"{'gap closed':>10} {'promotions':>10}"
+    )
     for r in rows:
-        print(f"{r['world']:8} {r['seed']:>4} {r['seed_mean']:>10.3f} -> {r['champion']:.3f}   {r['net']:+.3f} "
-              f"[{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] {r['reference']:>9.3f} {r['closed']:>10.0%} "
-              f"{r['promotions']:>10}")
+        print(
+            f"{r['world']:8} {r['seed']:>4} {r['seed_mean']:>10.3f} -> {r['champion']:.3f}   {r['net']:+.3f} "
+            f"[{r['ci_lo']:+.3f}, {r['ci_hi']:+.3f}] {r['reference']:>9.3f} {r['closed']:>10.0%} "
+            f"{r['promotions']:>10}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     ok = sum(r["net"] >= 0.25 and r["ci_lo"] > 0 and r["closed"] >= 0.75 for r in rows)

@@ -106,8 +106,11 @@ def _unexpected(r) -> list[dict]:
 
 def _validate(df: pd.DataFrame, name: str, expectations: list, ids: list[str]) -> list[str]:
     """Failed expectations as lines: '<column> <what is wrong> for <row ids> [<expectation>]'."""
-    return [_line(r, ["#".join(str(row.get(k)) for k in ids) for row in _unexpected(r)])
-            for r in _results(df, name, expectations, ids) if not r.success]
+    return [
+        _line(r, ["#".join(str(row.get(k)) for k in ids) for row in _unexpected(r)])
+        for r in _results(df, name, expectations, ids)
+        if not r.success
+    ]
 
 
 def check_benchmark(root: str | Path) -> None:
@@ -115,24 +118,37 @@ def check_benchmark(root: str | Path) -> None:
 
     root = Path(root)
     tasks = pd.read_csv(root / "tasks.csv", dtype={"task_id": str, "split": str})
-    split_rows = [{"task_id": t, "split": s} for s, ids in json.loads((root / "splits.json").read_text()).items() for t in ids]
-    joined = tasks[["task_id", "split"]].merge(pd.DataFrame(split_rows, columns=["task_id", "split"]),
-                                               on=["task_id", "split"], how="outer", indicator=True)
+    split_rows = [
+        {"task_id": t, "split": s} for s, ids in json.loads((root / "splits.json").read_text()).items() for t in ids
+    ]
+    joined = tasks[["task_id", "split"]].merge(
+        pd.DataFrame(split_rows, columns=["task_id", "split"]), on=["task_id", "split"], how="outer", indicator=True
+    )
     joined["_merge"] = joined["_merge"].astype(str)
     E = gx.expectations
-    failures = _validate(tasks, "benchmark_tasks", [
-        E.ExpectColumnValuesToNotBeNull(column="task_id"),
-        E.ExpectColumnValuesToBeUnique(column="task_id"),
-        E.ExpectColumnValuesToBeOfType(column="task_id", type_="str"),
-        E.ExpectColumnValuesToNotBeNull(column="split"),
-        E.ExpectColumnValuesToBeInSet(column="split", value_set=SPLITS),
-        E.ExpectColumnValuesToBeBetween(column="min_weight", min_value=0, strict_min=True),
-        E.ExpectColumnValuesToNotBeNull(column="min_weight"),
-    ], ["task_id"])
-    failures += _validate(joined, "benchmark_splits", [
-        E.ExpectColumnValuesToBeInSet(column="_merge", value_set=["both"]),
-        E.ExpectCompoundColumnsToBeUnique(column_list=["task_id", "split"]),
-    ], ["task_id", "split"])
+    failures = _validate(
+        tasks,
+        "benchmark_tasks",
+        [
+            E.ExpectColumnValuesToNotBeNull(column="task_id"),
+            E.ExpectColumnValuesToBeUnique(column="task_id"),
+            E.ExpectColumnValuesToBeOfType(column="task_id", type_="str"),
+            E.ExpectColumnValuesToNotBeNull(column="split"),
+            E.ExpectColumnValuesToBeInSet(column="split", value_set=SPLITS),
+            E.ExpectColumnValuesToBeBetween(column="min_weight", min_value=0, strict_min=True),
+            E.ExpectColumnValuesToNotBeNull(column="min_weight"),
+        ],
+        ["task_id"],
+    )
+    failures += _validate(
+        joined,
+        "benchmark_splits",
+        [
+            E.ExpectColumnValuesToBeInSet(column="_merge", value_set=["both"]),
+            E.ExpectCompoundColumnsToBeUnique(column_list=["task_id", "split"]),
+        ],
+        ["task_id", "split"],
+    )
     if failures:
         raise ContractError(str(root), failures)
 
@@ -156,16 +172,23 @@ def check_paired_scores(base: pd.DataFrame, cand: pd.DataFrame, where: str = "pa
     if not arms:
         raise ContractError(where, lines["base"] + lines["cand"])
     stacked = _stacked_arms(arms)
-    results = _results(stacked.drop(columns="_key"), "scores", [
-        E.ExpectColumnValuesToNotBeNull(column="item_id"),
-        E.ExpectColumnValuesToNotBeNull(column="seed"),
-        E.ExpectColumnValuesToNotBeNull(column="score"),
-        E.ExpectColumnValuesToBeBetween(column="score", min_value=0, max_value=1),
-        E.ExpectCompoundColumnsToBeUnique(column_list=["_arm", "item_id", "seed"]),
-        E.ExpectColumnValuesToBeInSet(column="pair", value_set=["both"]),
-    ], ["_arm", "_id", "_pid"])
+    results = _results(
+        stacked.drop(columns="_key"),
+        "scores",
+        [
+            E.ExpectColumnValuesToNotBeNull(column="item_id"),
+            E.ExpectColumnValuesToNotBeNull(column="seed"),
+            E.ExpectColumnValuesToNotBeNull(column="score"),
+            E.ExpectColumnValuesToBeBetween(column="score", min_value=0, max_value=1),
+            E.ExpectCompoundColumnsToBeUnique(column_list=["_arm", "item_id", "seed"]),
+            E.ExpectColumnValuesToBeInSet(column="pair", value_set=["both"]),
+        ],
+        ["_arm", "_id", "_pid"],
+    )
     failed = [r for r in results if not r.success]
-    _arm_lines(lines, [arm for arm, _ in arms], [r for r in failed if r.expectation_config.kwargs.get("column") != "pair"])
+    _arm_lines(
+        lines, [arm for arm, _ in arms], [r for r in failed if r.expectation_config.kwargs.get("column") != "pair"]
+    )
     failures = lines["base"] + lines["cand"]
     if not failures and len(arms) == 2:
         failures += _pairing_lines(stacked, failed)
@@ -184,11 +207,15 @@ def _stacked_arms(arms: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
         other = key_sets.get("cand" if arm == "base" else "base", set())
         k = str_keys[arm]
         pair = ["both" if key in other else f"{arm} only" for key in zip(k["item_id"], k["seed"])]
-        parts.append(df.assign(
-            _arm=arm,
-            _id=["#".join(str(v) for v in row) for row in df[keys].itertuples(index=False, name=None)],  # as alone
-            _key=list(zip(k["item_id"], k["seed"])), pair=pair,
-            _pid=[f"{i}#{s}#{p}" for i, s, p in zip(k["item_id"], k["seed"], pair)]))
+        parts.append(
+            df.assign(
+                _arm=arm,
+                _id=["#".join(str(v) for v in row) for row in df[keys].itertuples(index=False, name=None)],  # as alone
+                _key=list(zip(k["item_id"], k["seed"])),
+                pair=pair,
+                _pid=[f"{i}#{s}#{p}" for i, s, p in zip(k["item_id"], k["seed"], pair)],
+            )
+        )
     return pd.concat(parts, ignore_index=True)
 
 

@@ -14,8 +14,13 @@ class StorageError(OSError):
         super().__init__(errno_ or 0, what, str(path))
 
 
-SQLITE_STORAGE = ("disk i/o error", "database or disk is full", "readonly database", "unable to open database file",
-                  "no space left")
+SQLITE_STORAGE = (
+    "disk i/o error",
+    "database or disk is full",
+    "readonly database",
+    "unable to open database file",
+    "no space left",
+)
 
 
 def storage_problem(e: BaseException) -> str | None:

@@ -57,7 +57,7 @@ def sweep_leftovers(path: Path) -> None:
         return
     for e in entries:
         for pre in prefixes:
-            if e.name.startswith(pre) and _gone(e.name[len(pre):].rsplit("-", 1)[0]):
+            if e.name.startswith(pre) and _gone(e.name[len(pre) :].rsplit("-", 1)[0]):
                 if e.is_dir(follow_symlinks=False):
                     shutil.rmtree(e.path, ignore_errors=True)
                 else:
@@ -171,8 +171,9 @@ class _StrictLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):  # type: ignore[override]
         if self.check_event(yaml.events.AliasEvent):
             event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, f"alias *{event.anchor} is not allowed (write the value out)",
-                                              event.start_mark)
+            raise yaml.composer.ComposerError(
+                None, None, f"alias *{event.anchor} is not allowed (write the value out)", event.start_mark
+            )
         return super().compose_node(parent, index)
 
 
@@ -181,7 +182,9 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
     for key_node, _value in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if isinstance(key, (dict, list)):
-            raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a plain value", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping key must be a plain value", key_node.start_mark
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
@@ -227,11 +230,37 @@ MARK = ".ratchet-output"  # one line: the kind of output (eval, campaign, ...) o
 # every byte of it is digested: a benchmark): (every name it may hold, the names it must hold).
 KINDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "eval": (frozenset({"scores.csv", "traces.parquet", "_hidden", "meta.json"}), frozenset({"scores.csv"})),
-    "benchmark": (frozenset({"meta.json", "policy.md", "tools.json", "db.json", "tasks.jsonl", "splits.json",
-                             "tasks.csv", "gold_train.jsonl"}), frozenset({"meta.json", "tasks.jsonl", "splits.json"})),
+    "benchmark": (
+        frozenset(
+            {
+                "meta.json",
+                "policy.md",
+                "tools.json",
+                "db.json",
+                "tasks.jsonl",
+                "splits.json",
+                "tasks.csv",
+                "gold_train.jsonl",
+            }
+        ),
+        frozenset({"meta.json", "tasks.jsonl", "splits.json"}),
+    ),
     "campaign": (frozenset({"lineage", "rounds", "summary.json", "test_evals.json", ".state"}), frozenset({"lineage"})),
-    "report": (frozenset({"metrics.json", "rounds.csv", "campaign.md", "rounds.png", "champion.png", "causes.png",
-                          "families.png", "plots"}), frozenset()),
+    "report": (
+        frozenset(
+            {
+                "metrics.json",
+                "rounds.csv",
+                "campaign.md",
+                "rounds.png",
+                "champion.png",
+                "causes.png",
+                "families.png",
+                "plots",
+            }
+        ),
+        frozenset(),
+    ),
     "outer": (frozenset({"export", "model.json", "models", "prune", "inner"}), frozenset({"export"})),
 }
 
@@ -255,8 +284,14 @@ def output_kind(path: str | Path) -> str | None:
     return None
 
 
-def claim_output(path: str | Path, kind: str, *, option: str = "--out", inputs: dict[str, str | Path] | None = None,
-                 force: bool | None = None) -> Path:
+def claim_output(
+    path: str | Path,
+    kind: str,
+    *,
+    option: str = "--out",
+    inputs: dict[str, str | Path] | None = None,
+    force: bool | None = None,
+) -> Path:
     """Check that a command may write its `kind` output at `path`, or refuse with one line (OutputRefused).
 
     Allowed: nothing there yet; an empty directory; Ratchet's own output of this kind (a rerun replaces it);
@@ -268,8 +303,10 @@ def claim_output(path: str | Path, kind: str, *, option: str = "--out", inputs: 
     if above is not None and not above.is_dir():  # mkdir would fail half-way with a FileExistsError
         raise OutputRefused(f"{path}: {option}: {above} is not a directory (a file is in the way)")
     if path.is_symlink() or (path.exists() and not path.is_dir()):
-        raise OutputRefused(f"{path}: {option}: is a {'symbolic link' if path.is_symlink() else 'file'}, "
-                            f"not an output directory; refusing to replace it")
+        raise OutputRefused(
+            f"{path}: {option}: is a {'symbolic link' if path.is_symlink() else 'file'}, "
+            f"not an output directory; refusing to replace it"
+        )
     _not_an_input(path, option, inputs or {})
     if not path.is_dir() or not any(path.iterdir()):
         return path
@@ -300,8 +337,10 @@ def _replaceable(path: Path, kind: str, option: str, force: bool | None) -> Path
             return path
         hint = "; pass --force to replace it" if force is not None else ""
         raise OutputRefused(f"{path}: {option}: holds Ratchet's {found} output, not {kind} output{hint}")
-    raise OutputRefused(f"{path}: {option}: is a non-empty directory that Ratchet did not write (no {MARK}); "
-                        f"refusing to replace it: choose a new or empty directory")
+    raise OutputRefused(
+        f"{path}: {option}: is a non-empty directory that Ratchet did not write (no {MARK}); "
+        f"refusing to replace it: choose a new or empty directory"
+    )
 
 
 def confined(root: str | Path, rel: str, where: str) -> Path:

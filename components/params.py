@@ -7,8 +7,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 
 from components.defaults import MAX_SOURCE_ITEMS, MAX_TRACES_PER_ROUND, MAX_TURNS, SPLIT_SHARES
@@ -140,24 +148,29 @@ class BenchmarkParams(_M):
         with atomic_dir(out) as tmp:  # built and checked aside: a refused benchmark replaces nothing
             changed: dict[str, Any] = {"rules": self.rules} if self.rules else {}  # a world whose rules are data
             if self.receipts not in spec.receipts:  # the modes the world declares (checked when it was loaded)
-                raise BenchmarkError(f"benchmark.receipts: {self.receipts.value!r}: the {self.world} world's receipts "
-                                     f"are {' | '.join(m.value for m in spec.receipts)} only "
-                                     f"(set benchmark.receipts: {spec.receipts[0].value})")
+                raise BenchmarkError(
+                    f"benchmark.receipts: {self.receipts.value!r}: the {self.world} world's receipts "
+                    f"are {' | '.join(m.value for m in spec.receipts)} only "
+                    f"(set benchmark.receipts: {spec.receipts[0].value})"
+                )
             if spec.receipts != (ReceiptMode.explained,):  # such a world's materialize takes them (`world()` checks)
                 changed["receipts"] = self.receipts
             if self.protocol_for() not in spec.protocols:
-                raise BenchmarkError(f"benchmark.protocol: {self.protocol!r}: the {self.world} world's episodes run "
-                                     f"under {' | '.join(spec.protocols)} only")
+                raise BenchmarkError(
+                    f"benchmark.protocol: {self.protocol!r}: the {self.world} world's episodes run "
+                    f"under {' | '.join(spec.protocols)} only"
+                )
             if spec.protocols != ("custom",):  # such a world's materialize takes it (`world()` checks)
                 changed["protocol"] = self.protocol_for()
             spec.materialize(tmp, self.seed, self.per_family, (self.train_share, self.dev_share), **changed)
             sizes = {k: len(v) for k, v in json.loads((tmp / "splits.json").read_text(encoding="utf-8")).items()}
             empty = [k for k, n in sizes.items() if n == 0]
             if empty:
-                raise BenchmarkError(f"{self.out}: train_share/dev_share: the {', '.join(empty)} split would be empty "
-                                     f"({', '.join(f'{k} {n}' for k, n in sizes.items())} tasks)")
+                raise BenchmarkError(
+                    f"{self.out}: train_share/dev_share: the {', '.join(empty)} split would be empty "
+                    f"({', '.join(f'{k} {n}' for k, n in sizes.items())} tasks)"
+                )
         return out
-
 
     def check_existing(self, root: str | Path) -> None:
         """Refuse (InputError) a benchmark at `root` that these params would not have made: a run on it would record
@@ -181,10 +194,12 @@ class BenchmarkParams(_M):
             want = json.loads((built / "meta.json").read_text(encoding="utf-8"))
         for k in sorted(set(have) | set(want)):
             if have.get(k) != want.get(k):
-                raise InputError(f"{here}: {k}: {_brief(have.get(k))} here, but the benchmark.* params make "
-                                 f"{_brief(want.get(k))}: the benchmark at benchmark.out was made with other "
-                                 "settings; materialize it again with these (`ratchet bench materialize`), or set "
-                                 "benchmark.out to a new directory")
+                raise InputError(
+                    f"{here}: {k}: {_brief(have.get(k))} here, but the benchmark.* params make "
+                    f"{_brief(want.get(k))}: the benchmark at benchmark.out was made with other "
+                    "settings; materialize it again with these (`ratchet bench materialize`), or set "
+                    "benchmark.out to a new directory"
+                )
         _MADE_HERE.add(key)
 
 
@@ -247,8 +262,7 @@ class GateParams(_M):
         return self
 
     def config(self) -> GateConfig:
-        return GateConfig(**self.model_dump(exclude={"sequential", "campaign_spending", "retries",
-                                                     "futility_refund"}))
+        return GateConfig(**self.model_dump(exclude={"sequential", "campaign_spending", "retries", "futility_refund"}))
 
 
 class BudgetParams(_M):
@@ -269,12 +283,28 @@ class BudgetParams(_M):
     est_tokens_out_per_call: float = Field(512, gt=0)
 
     def caps(self) -> dict[str, float | None]:
-        return {"tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "model_calls": self.model_calls,
-                "tool_calls": self.tool_calls, "money": self.money}
+        return {
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "money": self.money,
+        }
 
 
-TRACKING_SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks",
-                    "databricks-uc", "uc")  # what MLflow 3 accepts as a tracking and model registry store
+TRACKING_SCHEMES = (
+    "",
+    "file",
+    "sqlite",
+    "http",
+    "https",
+    "postgresql",
+    "mysql",
+    "mssql",
+    "databricks",
+    "databricks-uc",
+    "uc",
+)  # what MLflow 3 accepts as a tracking and model registry store
 
 
 class CampaignParams(_M):
@@ -323,7 +353,9 @@ class CampaignParams(_M):
     def _tracking_scheme(cls, v: str | None) -> str | None:
         scheme = v.split("://", 1)[0].split("+", 1)[0].lower() if v and "://" in v else ""
         if scheme not in TRACKING_SCHEMES:
-            raise ValueError(f"{v!r}: not a store MLflow can use (a path, or a URL of {', '.join(TRACKING_SCHEMES[1:])})")
+            raise ValueError(
+                f"{v!r}: not a store MLflow can use (a path, or a URL of {', '.join(TRACKING_SCHEMES[1:])})"
+            )
         return v
 
     @field_validator("dask_address")
@@ -354,10 +386,21 @@ class EvidenceParams(_M):
 # What a rerun on an existing campaign output may change. Everything else that decides the campaign's results (its
 # name, seeds, meta-agent, model, turn limit, probe and repair sizes, the gate) must equal what its lineage recorded, as
 # must the bytes of the start package and of the benchmark (their digests; their paths may change).
-RERUN_MAY_CHANGE = ("campaign.rounds", "campaign.out", "campaign.start", "campaign.shard_size", "campaign.task_runner",
-                    "campaign.workers", "campaign.dask_address", "campaign.tracking_uri",
-                    "campaign.traces_per_round", "benchmark.*", "budget.*", "evidence.*",
-                    "campaign.model_cfg.{base_url,timeout,max_retries,backoff,backoff_cap,api_key_env}")
+RERUN_MAY_CHANGE = (
+    "campaign.rounds",
+    "campaign.out",
+    "campaign.start",
+    "campaign.shard_size",
+    "campaign.task_runner",
+    "campaign.workers",
+    "campaign.dask_address",
+    "campaign.tracking_uri",
+    "campaign.traces_per_round",
+    "benchmark.*",
+    "budget.*",
+    "evidence.*",
+    "campaign.model_cfg.{base_url,timeout,max_retries,backoff,backoff_cap,api_key_env}",
+)
 _TRANSPORT = ("base_url", "timeout", "max_retries", "backoff", "backoff_cap", "api_key_env")
 
 
@@ -436,19 +479,40 @@ class Params(_M):
 
     def _paths(self, fix) -> "Params":
         c, e = self.campaign, self.evidence
-        return self.model_copy(update={
-            "benchmark": self.benchmark.model_copy(update={
-                "out": fix(self.benchmark.out),
-                "rules": fix(self.benchmark.rules) if isinstance(self.benchmark.rules, str) else self.benchmark.rules}),
-            "campaign": c.model_copy(update={"out": fix(c.out), "start": fix(c.start),
-                                             "tracking_uri": _store(c.tracking_uri, fix)}),
-            "evidence": e.model_copy(update={"db": _store(e.db, fix)})})
+        return self.model_copy(
+            update={
+                "benchmark": self.benchmark.model_copy(
+                    update={
+                        "out": fix(self.benchmark.out),
+                        "rules": fix(self.benchmark.rules)
+                        if isinstance(self.benchmark.rules, str)
+                        else self.benchmark.rules,
+                    }
+                ),
+                "campaign": c.model_copy(
+                    update={"out": fix(c.out), "start": fix(c.start), "tracking_uri": _store(c.tracking_uri, fix)}
+                ),
+                "evidence": e.model_copy(update={"db": _store(e.db, fix)}),
+            }
+        )
 
     def identity(self) -> dict[str, Any]:
         """The evolution params a rerun must keep (dotted name -> value); see RERUN_MAY_CHANGE."""
         c = self.campaign
-        ident = {f"campaign.{k}": getattr(c, k) for k in ("name", "seeds", "meta_agent", "meta_agent_cfg", "model",
-                                                           "repair_max_items", "probe_items", "max_turns", "ablate")}
+        ident = {
+            f"campaign.{k}": getattr(c, k)
+            for k in (
+                "name",
+                "seeds",
+                "meta_agent",
+                "meta_agent_cfg",
+                "model",
+                "repair_max_items",
+                "probe_items",
+                "max_turns",
+                "ablate",
+            )
+        }
         ident["campaign.model_cfg"] = {k: v for k, v in c.model_cfg.items() if k not in _TRANSPORT}
         ident.update({f"gate.{k}": v for k, v in self.gate.model_dump().items()})
         return ident
@@ -523,7 +587,7 @@ def load_params(path: str | Path | None = "params.yaml", overrides: dict[str, An
         for i, k in enumerate(parents):
             node = node.setdefault(k, {})
             if not isinstance(node, dict):
-                raise InputError(f"--set: {dotted}: {'.'.join(parents[:i + 1])} is not a mapping")
+                raise InputError(f"--set: {dotted}: {'.'.join(parents[: i + 1])} is not a mapping")
         node[leaf] = value
     try:
         return Params.model_validate(raw)

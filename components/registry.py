@@ -75,7 +75,9 @@ class Registry:
         def wrap(factory: F) -> F:
             if name in self._strategies:
                 raise ValueError(f"{self.kind} {name!r} registered twice")
-            self._declared.pop(name, None)  # a declared built-in's module, imported, registers it: the declaration holds
+            self._declared.pop(
+                name, None
+            )  # a declared built-in's module, imported, registers it: the declaration holds
             self._strategies[name] = Strategy(
                 name=name,
                 kind=self.kind,
@@ -126,8 +128,9 @@ class Registry:
         if name in self._strategies:  # registered by its module's decorator on import
             return
         if not callable(factory):
-            raise InputError(f"{where}: {name}: {target} is not a factory (a callable whose keyword-only parameters "
-                             "are its options)")
+            raise InputError(
+                f"{where}: {name}: {target} is not a factory (a callable whose keyword-only parameters are its options)"
+            )
         try:
             self.register(name)(factory)
         except TypeError as e:  # a positional parameter: options are keyword-only

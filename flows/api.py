@@ -70,6 +70,7 @@ def _no_progress(_description: str, _total: int) -> Iterator[Callable[[], None]]
 
 # -- benchmarks -----------------------------------------------------------------------------------------------------
 
+
 def materialize(benchmark: BenchmarkParams) -> Path:
     """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files at `benchmark.out`
     (refused unless it is new, empty or a benchmark, which is replaced); the directory written. `BenchmarkParams` is
@@ -79,6 +80,7 @@ def materialize(benchmark: BenchmarkParams) -> Path:
 
 
 # -- evaluate -------------------------------------------------------------------------------------------------------
+
 
 class ModelSettings(Request):
     """A served model's settings (the `openai` and `local` backends); None: the backend's default. Any other
@@ -108,11 +110,15 @@ class ModelSettings(Request):
                 raise InputError("--base-url: required with --model openai")
             return {"base_url": base_url, **({"model": model_name} if model_name else {}), **given}
         if model == "local":
-            return {**({"base_url": base_url} if base_url else {}), **({"model": model_name} if model_name else {}),
-                    **given}
+            return {
+                **({"base_url": base_url} if base_url else {}),
+                **({"model": model_name} if model_name else {}),
+                **given,
+            }
         if given or base_url or model_name:
-            raise InputError(f"--model {model}: model settings (--base-url, --max-tokens, ...) apply to openai and "
-                             "local only")
+            raise InputError(
+                f"--model {model}: model settings (--base-url, --max-tokens, ...) apply to openai and local only"
+            )
         from components.models import MODELS
 
         spec = MODELS.get(model)
@@ -126,13 +132,19 @@ class EvalRequest(Request):
     benchmark: Path = Field(DEFAULT_BENCH, description="benchmark directory")
     split: str = Field("dev", description="train | dev | test: the benchmark's split to evaluate")
     seeds: int = Field(3, description="seeds per item (0..N-1)")
-    out: Path = Field(Path("runs/eval"), description="where to write scores.csv and traces.parquet (new, empty, or "
-                                                     "an earlier eval's output, which is replaced)")
+    out: Path = Field(
+        Path("runs/eval"),
+        description="where to write scores.csv and traces.parquet (new, empty, or "
+        "an earlier eval's output, which is replaced)",
+    )
     model: str = Field("sim", description="a registered model backend: sim | openai | local | a plug-in's")
     settings: ModelSettings = Field(default_factory=ModelSettings, description="the served model's settings")
     items: tuple[str, ...] | None = Field(None, description="item ids (default: the whole split)")
-    max_turns: int | None = Field(None, description=f"turns per episode (default {MAX_TURNS}; a benchmark of the "
-                                                    "standard protocol ends episodes by its own limits instead)")
+    max_turns: int | None = Field(
+        None,
+        description=f"turns per episode (default {MAX_TURNS}; a benchmark of the "
+        "standard protocol ends episodes by its own limits instead)",
+    )
 
 
 class EvalSummary(Result):
@@ -187,8 +199,17 @@ def evaluate(request: EvalRequest, *, say: Say | None = None, progress: Progress
     journal = _journal(x)
     seed_list = list(range(r.seeds))
     with (progress or _no_progress)(f"{x.pkg.name} on {r.split}", len(x.ids) * len(seed_list)) as advance:
-        t = run_shard(x.pkg, x.bench, x.ids, seed_list, r.model, x.cfg, x.max_turns or MAX_TURNS,
-                      on_episode=lambda _r: advance(), journal=journal)
+        t = run_shard(
+            x.pkg,
+            x.bench,
+            x.ids,
+            seed_list,
+            r.model,
+            x.cfg,
+            x.max_turns or MAX_TURNS,
+            on_episode=lambda _r: advance(),
+            journal=journal,
+        )
     resumed = journal.resumed if journal is not None else 0
     if resumed:
         say(f"resumed {resumed} finished episode(s) from {journal.root}")
@@ -200,14 +221,22 @@ def evaluate(request: EvalRequest, *, say: Say | None = None, progress: Progress
     if s.episodes and s.errors == s.episodes:
         errors = t.scores["error"].fillna("").astype(str)
         first = str(errors[errors != ""].iloc[0])
-    return EvalResult(out=r.out, package_name=x.pkg.name, split="+".join(taken) if len(taken) != 1 else taken[0],
-                      summary=s, error_kinds=error_kinds(t.scores),
-                      pass_hat_k=pass_hat_k(t.scores) if r.seeds > 1 else {}, resumed=resumed, first_error=first)
+    return EvalResult(
+        out=r.out,
+        package_name=x.pkg.name,
+        split="+".join(taken) if len(taken) != 1 else taken[0],
+        summary=s,
+        error_kinds=error_kinds(t.scores),
+        pass_hat_k=pass_hat_k(t.scores) if r.seeds > 1 else {},
+        resumed=resumed,
+        first_error=first,
+    )
 
 
 @dataclass(frozen=True)
 class _EvalInputs:
     """An evaluation's request with what it reads, each checked before any output is written."""
+
     r: EvalRequest
     pkg: Any  # components.memory.MemoryPackage (imported where used: the API module stays light)
     bench: Benchmark
@@ -255,20 +284,30 @@ class _EvalInputs:
         from components.runtime.evaluate import seed_map_hash
 
         r, seed_list = self.r, list(range(self.r.seeds))
-        return {"package": str(r.package), "package_digest": self.pkg.digest, "benchmark": str(r.benchmark),
-                "benchmark_digest": self.bench.digest, "split": taken[0] if len(taken) == 1 else taken,
-                "seeds": seed_list, "items": len(self.ids), "seed_map_hash": seed_map_hash(self.ids, seed_list),
-                "model": r.model, "max_turns": self.max_turns,
-                "model_cfg": {k: v for k, v in self.cfg.items() if k != "headers"},
-                **_run_record(self.bench, self.settings)}
+        return {
+            "package": str(r.package),
+            "package_digest": self.pkg.digest,
+            "benchmark": str(r.benchmark),
+            "benchmark_digest": self.bench.digest,
+            "split": taken[0] if len(taken) == 1 else taken,
+            "seeds": seed_list,
+            "items": len(self.ids),
+            "seed_map_hash": seed_map_hash(self.ids, seed_list),
+            "model": r.model,
+            "max_turns": self.max_turns,
+            "model_cfg": {k: v for k, v in self.cfg.items() if k != "headers"},
+            **_run_record(self.bench, self.settings),
+        }
 
 
 def _max_turns(r: EvalRequest, bench: Benchmark) -> int | None:
     """The turn cap: none under the standard protocol (its benchmark's own limits end episodes), else the request's or
     the default."""
     if bench.protocol == "standard" and r.max_turns is not None:  # it would be recorded, and never applied
-        raise InputError(f"--max-turns: {r.benchmark / 'meta.json'} runs episodes under the standard protocol, which "
-                         "ends them by the benchmark's own limits (materialize it with --protocol custom to cap turns)")
+        raise InputError(
+            f"--max-turns: {r.benchmark / 'meta.json'} runs episodes under the standard protocol, which "
+            "ends them by the benchmark's own limits (materialize it with --protocol custom to cap turns)"
+        )
     if bench.protocol != "standard" and r.max_turns is None:
         return MAX_TURNS
     return r.max_turns
@@ -289,9 +328,14 @@ def _journal(x: _EvalInputs):
     r.out.mkdir(parents=True, exist_ok=True)
     if output_kind(r.out) is None:  # so that a rerun may claim it (and resume)
         mark_output(r.out, "eval")
-    key = journal_key(package=x.pkg.digest, benchmark=x.bench.digest, model=r.model, max_turns=x.max_turns,
-                      model_cfg={k: v for k, v in x.cfg.items() if k not in TRANSPORT},
-                      **({"settings": x.settings} if x.settings else {}))
+    key = journal_key(
+        package=x.pkg.digest,
+        benchmark=x.bench.digest,
+        model=r.model,
+        max_turns=x.max_turns,
+        model_cfg={k: v for k, v in x.cfg.items() if k not in TRANSPORT},
+        **({"settings": x.settings} if x.settings else {}),
+    )
     return Journal(r.out / PARTIAL, key)
 
 
@@ -299,8 +343,11 @@ def _eval_ids(r: EvalRequest, bench: Benchmark) -> list[str]:
     """The items to run: `items` as given, else the split's; each once, each the benchmark's."""
     ids = [i.strip() for i in r.items if i.strip()] if r.items is not None else bench.ids(r.split)
     if not ids:
-        raise InputError("--items: no item ids given" if r.items is not None else
-                         f"{r.benchmark / 'splits.json'}: {r.split}: the split is empty")
+        raise InputError(
+            "--items: no item ids given"
+            if r.items is not None
+            else f"{r.benchmark / 'splits.json'}: {r.split}: the split is empty"
+        )
     twice = sorted(i for i, n in Counter(ids).items() if n > 1)
     if twice:  # each would be run and scored twice: a table the gate refuses (duplicate pairs)
         raise InputError(f"--items: given more than once: {', '.join(twice[:5])}")
@@ -321,6 +368,7 @@ def _run_record(bench: Benchmark, settings: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- diagnose -------------------------------------------------------------------------------------------------------
+
 
 class DiagnoseRequest(Request):
     """Diagnose a finished evaluation and score the owners it names against the hidden counterfactual causes."""
@@ -374,9 +422,27 @@ class Localization(Result):
 
 
 # what `ratchet diagnose --json` prints, in this order of keys (sorted when printed)
-DIAGNOSE_KEYS = ("accuracy", "n", "coverage", "constant_accuracy", "outcome_only_accuracy", "trace_rule_accuracy",
-                 "three_line_accuracy", "margin", "ceiling", "checks", "passes", "confusion", "compound", "per_owner",
-                 "scored", "unlabelled", "unscored", "diagnosed", "unattributed")
+DIAGNOSE_KEYS = (
+    "accuracy",
+    "n",
+    "coverage",
+    "constant_accuracy",
+    "outcome_only_accuracy",
+    "trace_rule_accuracy",
+    "three_line_accuracy",
+    "margin",
+    "ceiling",
+    "checks",
+    "passes",
+    "confusion",
+    "compound",
+    "per_owner",
+    "scored",
+    "unlabelled",
+    "unscored",
+    "diagnosed",
+    "unattributed",
+)
 
 
 def diagnose(request: DiagnoseRequest) -> Localization:
@@ -389,6 +455,7 @@ def diagnose(request: DiagnoseRequest) -> Localization:
 
 
 # -- the gate -------------------------------------------------------------------------------------------------------
+
 
 class GateRequest(Request):
     """The held-out gate on two paired score tables (CSV with item_id, seed, score)."""
@@ -411,8 +478,13 @@ def gate(request: GateRequest) -> GateResult:
     from components.evolution.gate_files import gate_files
 
     r = request
-    verdict = gate_files(r.base, r.cand, GateConfig(reg_cap=r.reg_cap, material=r.material, alpha=r.alpha,
-                                                    n_boot=r.n_boot, seed=r.seed, min_items=r.min_items))
+    verdict = gate_files(
+        r.base,
+        r.cand,
+        GateConfig(
+            reg_cap=r.reg_cap, material=r.material, alpha=r.alpha, n_boot=r.n_boot, seed=r.seed, min_items=r.min_items
+        ),
+    )
     if verdict.refused:  # too many errored pairs: nothing was compared
         raise InputError(f"{r.base} vs {r.cand}: {verdict.reason}")
     return verdict
@@ -420,14 +492,21 @@ def gate(request: GateRequest) -> GateResult:
 
 # -- campaigns ------------------------------------------------------------------------------------------------------
 
+
 class CampaignRequest(Request):
     """A campaign: run (or resume) every round the params ask for at `params.campaign.out`."""
 
     params: Params = Field(description="every knob (`load_params`, or `campaign_params` for a file with overrides)")
-    force: bool = Field(False, description="delete Ratchet's own output at campaign.out if it is another campaign "
-                                           "(or another kind of output) and start over")
-    resume: bool = Field(False, description="the params were read back from an interrupted campaign's output "
-                                            "(`CampaignRequest.resuming`); said so, and how to continue, on a stop")
+    force: bool = Field(
+        False,
+        description="delete Ratchet's own output at campaign.out if it is another campaign "
+        "(or another kind of output) and start over",
+    )
+    resume: bool = Field(
+        False,
+        description="the params were read back from an interrupted campaign's output "
+        "(`CampaignRequest.resuming`); said so, and how to continue, on a stop",
+    )
 
     @classmethod
     def resuming(cls, out: str | Path) -> CampaignRequest:
@@ -443,15 +522,19 @@ class CampaignRequest(Request):
         except ValidationError as e:
             first = e.errors()[0]
             raise InputError(f"{saved}: {'.'.join(str(x) for x in first['loc']) or '-'}: {first['msg']}") from None
-        return cls(params=p.model_copy(update={"campaign": p.campaign.model_copy(update={"out": str(out)})}),
-                   resume=True)
+        return cls(
+            params=p.model_copy(update={"campaign": p.campaign.model_copy(update={"out": str(out)})}), resume=True
+        )
 
 
 class CampaignResult(Result):
     path: Path = Field(description="the campaign's summary.json")
     summary: dict[str, Any] = Field(description="summary.json as written (rounds, champion, test, localization)")
-    unchanged: bool = Field(False, description="the campaign had finished and nothing it depends on had changed "
-                                               "since: nothing ran, the summary is the one on disk")
+    unchanged: bool = Field(
+        False,
+        description="the campaign had finished and nothing it depends on had changed "
+        "since: nothing ran, the summary is the one on disk",
+    )
 
     @property
     def champion(self) -> str:
@@ -462,8 +545,13 @@ class CampaignResult(Result):
         return int(self.summary["accepted"])
 
 
-def campaign_params(params: str | Path | None = None, *, rounds: int | None = None, out: str | Path | None = None,
-                    overrides: dict[str, Any] | None = None) -> Params:
+def campaign_params(
+    params: str | Path | None = None,
+    *,
+    rounds: int | None = None,
+    out: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Params:
     """The params of a campaign: `params` (None: ./params.yaml if present, else the built-in defaults), then
     `rounds`, `out` and any dotted overrides ({"campaign.seeds": 1}); one line naming the file and field if bad."""
     from components.params import load_params
@@ -487,8 +575,11 @@ def finished_summary(p: Params) -> CampaignResult | None:
     if kept is None:
         return None
     path = Path(p.campaign.out) / "summary.json"
-    summary = {**json.loads(path.read_text(encoding="utf-8")), **kept,
-               "budget_spent": dict.fromkeys(kept.get("budget_spent") or {}, 0.0)}
+    summary = {
+        **json.loads(path.read_text(encoding="utf-8")),
+        **kept,
+        "budget_spent": dict.fromkeys(kept.get("budget_spent") or {}, 0.0),
+    }
     return CampaignResult(path=path, summary=summary, unchanged=True)
 
 
@@ -512,8 +603,11 @@ def campaign(request: CampaignRequest, *, say: Say | None = None) -> CampaignRes
     from flows.signals import flows_obey
 
     out = Path(p.campaign.out)
-    flows_obey(f"the committed work is kept: `ratchet campaign resume --out {out}` continues" if request.resume else
-               "the committed work is kept: the same command continues the campaign")
+    flows_obey(
+        f"the committed work is kept: `ratchet campaign resume --out {out}` continues"
+        if request.resume
+        else "the committed work is kept: the same command continues the campaign"
+    )
     prepare(p, force=request.force)
     if request.resume:
         _say_resuming(p, say)
@@ -537,6 +631,7 @@ def _say_resuming(p: Params, say: Say) -> None:
 
 
 # -- reproduce ------------------------------------------------------------------------------------------------------
+
 
 class ReproduceRequest(Request):
     """Re-run a promotion's held-out gate on the recorded bytes and seeds."""
@@ -584,32 +679,44 @@ def reproduce(request: ReproduceRequest, *, say: Say | None = None) -> Reproduce
     where, rec = find_round(request.campaign, request.version, request.run_id)
     (say or _quiet)(f"reproducing {rec.committed.version} (round {rec.round}): {rec.summary or ''}")
     r = rerun(where, rec)
-    return ReproduceResult(version=r.version, round=r.round, identical=r.identical, verdict_matches=r.verdict_matches,
-                           differences=list(r.differences), n_items=r.n_items, n_episodes=r.n_episodes,
-                           recomputed=Verdict.model_validate(r.recomputed), level=ci_level(rec))
+    return ReproduceResult(
+        version=r.version,
+        round=r.round,
+        identical=r.identical,
+        verdict_matches=r.verdict_matches,
+        differences=list(r.differences),
+        n_items=r.n_items,
+        n_episodes=r.n_episodes,
+        recomputed=Verdict.model_validate(r.recomputed),
+        level=ci_level(rec),
+    )
 
 
 # -- export ---------------------------------------------------------------------------------------------------------
+
 
 class ExportRequest(Request):
     """Training data from a finished campaign's train episodes."""
 
     campaign: Path = Field(Path("runs/campaign"), description="a finished campaign's output directory")
-    benchmark: Path | None = Field(None, description="the benchmark the campaign ran (default: the one its "
-                                                     "summary.json records)")
+    benchmark: Path | None = Field(
+        None, description="the benchmark the campaign ran (default: the one its summary.json records)"
+    )
     out: Path = Field(Path("runs/export"), description="where to write the export (new, empty, or an earlier export)")
     split: str = Field("train", description="train only: dev and test are held out and refused")
     mlflow: bool = Field(True, description="log each file as a dataset input of the campaign's MLflow run")
-    tracking_uri: str | None = Field(None, description="MLflow store (default: the campaign's, else "
-                                                       "$MLFLOW_TRACKING_URI)")
+    tracking_uri: str | None = Field(
+        None, description="MLflow store (default: the campaign's, else $MLFLOW_TRACKING_URI)"
+    )
 
 
 class ExportResult(Result):
     out: Path
     manifest: ExportManifest = Field(description="what each file holds: sha256, bytes, records")
     logged: bool = Field(description="MLflow logging was asked for")
-    run_id: str | None = Field(description="the campaign's MLflow run the files were logged to (None: not found, "
-                                           "or not asked)")
+    run_id: str | None = Field(
+        description="the campaign's MLflow run the files were logged to (None: not found, or not asked)"
+    )
 
 
 def export(request: ExportRequest) -> ExportResult:
@@ -643,7 +750,30 @@ def export(request: ExportRequest) -> ExportResult:
     return ExportResult(out=r.out, manifest=m, logged=r.mlflow, run_id=run_id)
 
 
-__all__ = ["BenchmarkParams", "CampaignRequest", "CampaignResult", "DiagnoseRequest", "EvalRequest", "EvalResult", "EvalSummary",
-           "ExportRequest", "ExportResult", "GateRequest", "InputError", "Localization", "ModelSettings",
-           "ReproduceRequest", "ReproduceResult", "Verdict", "campaign", "campaign_params", "diagnose", "evaluate",
-           "export", "finished_summary", "gate", "materialize", "reproduce"]
+__all__ = [
+    "BenchmarkParams",
+    "CampaignRequest",
+    "CampaignResult",
+    "DiagnoseRequest",
+    "EvalRequest",
+    "EvalResult",
+    "EvalSummary",
+    "ExportRequest",
+    "ExportResult",
+    "GateRequest",
+    "InputError",
+    "Localization",
+    "ModelSettings",
+    "ReproduceRequest",
+    "ReproduceResult",
+    "Verdict",
+    "campaign",
+    "campaign_params",
+    "diagnose",
+    "evaluate",
+    "export",
+    "finished_summary",
+    "gate",
+    "materialize",
+    "reproduce",
+]

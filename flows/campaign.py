@@ -57,15 +57,21 @@ def budget_spec(p: Params) -> BudgetSpec:
     # a deterministic model's replies are stored per campaign: a request asked again (the same champion's episodes,
     # a candidate's up to its patch's first effect) is not paid twice, and the tables stay byte-identical
     return BudgetSpec(
-        db=str(state_dir(c.out) / "budget.sqlite"), wallet=c.name,
+        db=str(state_dir(c.out) / "budget.sqlite"),
+        wallet=c.name,
         call_cache=str(state_dir(c.out) / "calls.sqlite") if deterministic(c.model, c.model_cfg) else None,
         # a served model's finished episodes, one file each while a shard runs: a killed shard resumes them
         episodes=str(state_dir(c.out) / "episodes") if c.model != "sim" else None,
-        estimate=Estimate(max_turns=c.max_turns, tokens_in_per_call=b.est_tokens_in_per_call,
-                          tokens_out_per_call=b.est_tokens_out_per_call, price_in_per_1k=b.price_in_per_1k,
-                          price_out_per_1k=b.price_out_per_1k,
-                          # a user simulated by a model answers every turn, from the same budget
-                          party_calls_per_turn=1 if party_model(run_settings(p.benchmark.world)) else 0))
+        estimate=Estimate(
+            max_turns=c.max_turns,
+            tokens_in_per_call=b.est_tokens_in_per_call,
+            tokens_out_per_call=b.est_tokens_out_per_call,
+            price_in_per_1k=b.price_in_per_1k,
+            price_out_per_1k=b.price_out_per_1k,
+            # a user simulated by a model answers every turn, from the same budget
+            party_calls_per_turn=1 if party_model(run_settings(p.benchmark.world)) else 0,
+        ),
+    )
 
 
 @flow(name="campaign", flow_run_name="campaign {name}", validate_parameters=False)
@@ -87,8 +93,9 @@ def campaign(params: dict, name: str = "default") -> dict:
         if c.task_runner == "dask" and not c.dask_address:  # one local cluster for the whole campaign
             from distributed import LocalCluster
 
-            cluster = stack.enter_context(LocalCluster(n_workers=c.workers, threads_per_worker=1, processes=True,
-                                                       dashboard_address=None))
+            cluster = stack.enter_context(
+                LocalCluster(n_workers=c.workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            )
             c = c.model_copy(update={"dask_address": cluster.scheduler_address})
             p = p.model_copy(update={"campaign": c})
         return _campaign(p, lineage)
@@ -105,11 +112,18 @@ def prepare(p: Params, *, force: bool = False) -> None:
         from prefect.settings import get_current_settings
 
         if not get_current_settings().api.url:  # workers that outlive the campaign report to a server that does not
-            raise InputError("campaign.dask_address: the Dask workers outlive this campaign, so the Prefect server "
-                             "they report to must too: start `ratchet server` (or export PREFECT_API_URL) first")
+            raise InputError(
+                "campaign.dask_address: the Dask workers outlive this campaign, so the Prefect server "
+                "they report to must too: start `ratchet server` (or export PREFECT_API_URL) first"
+            )
     bench = _existing_benchmark(p)
-    out = claim_output(c.out, "campaign", option="campaign.out", force=force,
-                       inputs={"start package": c.start, "benchmark": p.benchmark.out})
+    out = claim_output(
+        c.out,
+        "campaign",
+        option="campaign.out",
+        force=force,
+        inputs={"start package": c.start, "benchmark": p.benchmark.out},
+    )
     lineage = Lineage(out / "lineage")
     start, started = Path(c.start), lineage.log.exists()
     if not start.is_dir() and not started:  # a started campaign has its M0; the start path is only compared then
@@ -141,14 +155,20 @@ def _existing_benchmark(p: Params):
         return None
     bench = load_benchmark(p.benchmark.out)
     if bench.world != p.benchmark.world:
-        raise InputError(f"{meta}: world: {bench.world!r}, but benchmark.world is {p.benchmark.world!r} (a benchmark "
-                         "of another world at benchmark.out)")
+        raise InputError(
+            f"{meta}: world: {bench.world!r}, but benchmark.world is {p.benchmark.world!r} (a benchmark "
+            "of another world at benchmark.out)"
+        )
     if bench.receipts != p.benchmark.receipts:  # the same tasks, another world's receipts: refused, never mixed up
-        raise InputError(f"{meta}: receipts: {bench.receipts.value!r}, but benchmark.receipts is "
-                         f"{p.benchmark.receipts.value!r} (materialize it with --receipts, or set benchmark.out)")
+        raise InputError(
+            f"{meta}: receipts: {bench.receipts.value!r}, but benchmark.receipts is "
+            f"{p.benchmark.receipts.value!r} (materialize it with --receipts, or set benchmark.out)"
+        )
     if bench.protocol != p.benchmark.protocol_for():  # likewise: episodes run another way than asked
-        raise InputError(f"{meta}: protocol: {bench.protocol!r}, but benchmark.protocol is "
-                         f"{p.benchmark.protocol_for()!r} (materialize it with --protocol, or set benchmark.out)")
+        raise InputError(
+            f"{meta}: protocol: {bench.protocol!r}, but benchmark.protocol is "
+            f"{p.benchmark.protocol_for()!r} (materialize it with --protocol, or set benchmark.out)"
+        )
     p.benchmark.check_existing(p.benchmark.out)  # every other benchmark.* param: what made it, or refused
     check_items = world(bench.world).check
     if check_items is not None:  # the world's own reading of its files (tau2's database and tasks)
@@ -169,9 +189,13 @@ def _check_rerun(p: Params, lineage: Lineage) -> None:
             legacy = Params.model_validate(json.loads(summary_file.read_text())["params"]).identity()
         except (ValueError, KeyError, TypeError):
             legacy = None
-    lineage.check_rerun(digest(c.start) if Path(c.start).is_dir() else None,
-                        digest(bench) if (bench / "meta.json").is_file() else None, identity(p), where=str(c.out),
-                        legacy_identity=legacy)
+    lineage.check_rerun(
+        digest(c.start) if Path(c.start).is_dir() else None,
+        digest(bench) if (bench / "meta.json").is_file() else None,
+        identity(p),
+        where=str(c.out),
+        legacy_identity=legacy,
+    )
 
 
 def _campaign(p: Params, lineage: Lineage) -> dict:
@@ -203,16 +227,25 @@ def _campaign(p: Params, lineage: Lineage) -> dict:
     # (a list: MLflow writes any JSON-serializable object, though it annotates a dict)
     tracker.client.log_dict(tracker.run_id, chains, "evidence/champion_chain.json")  # type: ignore[arg-type]
     write_json(state_dir(out) / "state.json", {"round": result["rounds"], "stage": "done", "stopped": stopped})
-    return {**result, "budget_spent": this_run,
-            "mlflow": {"experiment_id": tracker.experiment_id, "experiment": tracker.experiment_name,
-                       "registered_model": tracker.model_name, "run_id": tracker.run_id, "tracking_uri": tracker.uri,
-                       "links": tracker.links()}}
+    return {
+        **result,
+        "budget_spent": this_run,
+        "mlflow": {
+            "experiment_id": tracker.experiment_id,
+            "experiment": tracker.experiment_name,
+            "registered_model": tracker.model_name,
+            "run_id": tracker.run_id,
+            "tracking_uri": tracker.uri,
+            "links": tracker.links(),
+        },
+    }
 
 
 @dataclass
 class _Wallet:
     """The campaign's budget ledger and wallet. The ledger is the campaign output's, kept across processes (a resume
     adds to it): what this process spends is the difference from what was spent when it opened."""
+
     ledger: BudgetLedger
     wallet: Any
     spent_before: dict[str, float]
@@ -220,11 +253,17 @@ class _Wallet:
     @classmethod
     def open(cls, p: Params, budget: BudgetSpec) -> _Wallet:
         ledger = BudgetLedger(budget.db)
-        wallet = ledger.open_wallet(p.campaign.name, p.budget.caps(), wall_seconds=p.budget.wall_seconds,
-                                    max_concurrency=p.budget.max_concurrency, max_depth=p.budget.max_depth)
-        if (released := ledger.recover(wallet)):
-            console.print(f"settled {released} budget hold(s) left by a killed process at their full reservation",
-                          highlight=False)
+        wallet = ledger.open_wallet(
+            p.campaign.name,
+            p.budget.caps(),
+            wall_seconds=p.budget.wall_seconds,
+            max_concurrency=p.budget.max_concurrency,
+            max_depth=p.budget.max_depth,
+        )
+        if released := ledger.recover(wallet):
+            console.print(
+                f"settled {released} budget hold(s) left by a killed process at their full reservation", highlight=False
+            )
         return cls(ledger, wallet, ledger.report(wallet)["spent"])
 
     def report(self, budget: BudgetSpec, out: Path) -> tuple[dict, dict]:
@@ -264,17 +303,26 @@ def _summary(p: Params, lineage: Lineage, start_digest: str, test: dict | None, 
     out = Path(p.campaign.out)
     scored, champion = load_benchmark(p.benchmark.out), lineage.champion()
     result = {
-        "campaign": p.campaign.name, "rounds": len(lineage.rounds()),
-        "accepted": len(lineage.versions()) - 1, "start_digest": start_digest, "champion": champion.name,
-        "champion_digest": champion.digest, "benchmark_digest": scored.digest,
-        "test": test, "stopped": stopped,
+        "campaign": p.campaign.name,
+        "rounds": len(lineage.rounds()),
+        "accepted": len(lineage.versions()) - 1,
+        "start_digest": start_digest,
+        "champion": champion.name,
+        "champion_digest": champion.digest,
+        "benchmark_digest": scored.digest,
+        "test": test,
+        "stopped": stopped,
         "localization": localization_from_rounds(out, scored.write_tools, scored.targets),
         "episodes": _episodes(out, test),
         # caps, and what the evidence behind this result costs: deterministic, unlike what this process paid
         # (finished work comes from the cache for free); that goes to .state/budget.json and MLflow
-        "budget": {"caps": {k: v for k, v in p.budget.caps().items() if v is not None}, "evidence_cost": _cost(out, test)},
+        "budget": {
+            "caps": {k: v for k, v in p.budget.caps().items() if v is not None},
+            "evidence_cost": _cost(out, test),
+        },
         "lineage": [{"version": v.name, "digest": v.digest} for v in lineage.versions()],
-        "history": [r.dump() for r in lineage.rounds()], "params": p.recorded().model_dump(),
+        "history": [r.dump() for r in lineage.rounds()],
+        "params": p.recorded().model_dump(),
     }
     settings = run_settings(p.benchmark.world)
     if settings:  # which user simulator ran (a world that has such settings)
@@ -283,8 +331,11 @@ def _summary(p: Params, lineage: Lineage, start_digest: str, test: dict | None, 
         result["protocol"] = scored.protocol
     result["dev_looks"] = dev_looks(lineage.rounds(), p.gate.campaign_alpha)  # held-out reuse, accounted
     if test and test.get("tokens_per_episode"):  # cost as a second objective: the champion beside the built-ins
-        result["tokens"] = {"split": "test", "per_episode": test.pop("tokens_per_episode"),
-                            "cheaper": [r.round for r in lineage.rounds() if r.promoted_as == PromotedAs.CHEAPER]}
+        result["tokens"] = {
+            "split": "test",
+            "per_episode": test.pop("tokens_per_episode"),
+            "cheaper": [r.round for r in lineage.rounds() if r.promoted_as == PromotedAs.CHEAPER],
+        }
     return result
 
 
@@ -332,7 +383,9 @@ def _episodes(out: Path, test: dict | None) -> dict:
 
 def _cost(out: Path, test: dict | None) -> dict:
     evs = [e for e in _evals(out, test) if not e.get("reused")]
-    return {k: sum(e["summary"].get(k, 0) for e in evs) for k in ("tokens_in", "tokens_out", "model_calls", "tool_calls")}
+    return {
+        k: sum(e["summary"].get(k, 0) for e in evs) for k in ("tokens_in", "tokens_out", "model_calls", "tool_calls")
+    }
 
 
 def _say(rec: RoundRecord) -> None:
@@ -343,8 +396,11 @@ def _say(rec: RoundRecord) -> None:
 
     g = rec.gate
     level = ci_level(rec) if g else None
-    fig = (f" net {g.net:+.3f} {'' if level is None else f'{100 * level:.4g}% '}CI [{g.ci_lo:+.3f}, "
-           f"{g.ci_hi:+.3f}]") if g else ""
+    fig = (
+        (f" net {g.net:+.3f} {'' if level is None else f'{100 * level:.4g}% '}CI [{g.ci_lo:+.3f}, {g.ci_hi:+.3f}]")
+        if g
+        else ""
+    )
     kind = "retry: " if rec.retry else ""
     as_ = " (cheaper)" if rec.promoted_as == PromotedAs.CHEAPER else ""
     line = f"round {rec.round}: {rec.verdict:<7} {kind}{rec.summary or rec.reason}{as_}{fig}"
@@ -383,4 +439,5 @@ def run_campaign(p: Params) -> dict:
         raise Unavailable(
             f"Prefect's temporary server did not answer within {waited} s (a busy machine): run the same command "
             "again with PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=600, or start a server once with `ratchet "
-            "server` and export PREFECT_API_URL=http://127.0.0.1:4200/api; the committed rounds are kept") from None
+            "server` and export PREFECT_API_URL=http://127.0.0.1:4200/api; the committed rounds are kept"
+        ) from None

@@ -28,20 +28,31 @@ def certify(p: Params, start: Path, champion: Path, budget: BudgetSpec) -> tuple
     base = ev(start, "test start", split="test")
     cand = ev(champion, "test champion", split="test")
     paired_contract(base.scores, cand.scores, "test certification")
-    verdict, _ = gate(base.scores, cand.scores, replace(p.gate.config(), cheaper=False))  # the score's 95% CI, one claim
+    verdict, _ = gate(
+        base.scores, cand.scores, replace(p.gate.config(), cheaper=False)
+    )  # the score's 95% CI, one claim
     figures = verdict.as_dict()  # as files spell it (a refusal's dropped_errors: -1)
-    test = {"base_mean": verdict.base_mean, "champion_mean": verdict.cand_mean, "net": verdict.net,
-            "ci_lo": verdict.ci_lo, "ci_hi": verdict.ci_hi, "n_items": verdict.n_items,
-            "n_improved": verdict.n_improved, "n_regressed": verdict.n_regressed,
-            "dropped_errors": figures["dropped_errors"]}
+    test = {
+        "base_mean": verdict.base_mean,
+        "champion_mean": verdict.cand_mean,
+        "net": verdict.net,
+        "ci_lo": verdict.ci_lo,
+        "ci_hi": verdict.ci_hi,
+        "n_items": verdict.n_items,
+        "n_improved": verdict.n_improved,
+        "n_regressed": verdict.n_regressed,
+        "dropped_errors": figures["dropped_errors"],
+    }
     if verdict.n_items >= 2:  # beside the certification: the smallest effect this test split could have shown
         var = power_components(base.scores, cand.scores)
         trials = int(base.scores["seed"].nunique())
         # identical arms (no promotion) show no paired variance: an MDE of 0 would claim any effect is detectable
         size = round(mde(verdict.n_items, trials, var, p.gate.alpha), 6) if var.sigma(trials) > 0 else None
         test.update(mde=size, mde_trials=trials, mde_sd_item=round(var.sd_item, 6), mde_sd_trial=round(var.sd_trial, 6))
-    evals = [{"split": "test", "arm": "start", "package_digest": digest(start), "summary": summary(base.scores)},
-             {"split": "test", "arm": "champion", "package_digest": digest(champion), "summary": summary(cand.scores)}]
+    evals = [
+        {"split": "test", "arm": "start", "package_digest": digest(start), "summary": summary(base.scores)},
+        {"split": "test", "arm": "champion", "package_digest": digest(champion), "summary": summary(cand.scores)},
+    ]
     # cost: the champion's prompt tokens per episode beside the world's built-in packages, on the same test cells
     # (their evaluations are for this figure only: the records' test split stays the start and the champion)
     tables = {digest(start): base, digest(champion): cand}
@@ -78,5 +89,3 @@ def _per_episode(t: EvalTables) -> float | None:
         return None
     ok = s[s["error"].fillna("").astype(str) == ""] if "error" in s.columns else s
     return round(float(ok["tokens_in"].mean()), 2) if len(ok) else None
-
-

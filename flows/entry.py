@@ -12,8 +12,16 @@ from dataclasses import fields
 from typing import Any
 
 # the gate command's value options: option -> GateConfig field (the typer command declares the same, with help)
-GATE_OPTIONS = {"--base": "base", "--cand": "cand", "--reg-cap": "reg_cap", "--material": "material",
-                "--alpha": "alpha", "--n-boot": "n_boot", "--seed": "seed", "--min-items": "min_items"}
+GATE_OPTIONS = {
+    "--base": "base",
+    "--cand": "cand",
+    "--reg-cap": "reg_cap",
+    "--material": "material",
+    "--alpha": "alpha",
+    "--n-boot": "n_boot",
+    "--seed": "seed",
+    "--min-items": "min_items",
+}
 
 
 def parse_gate(args: list[str]) -> dict | None:

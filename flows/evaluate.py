@@ -18,9 +18,15 @@ def task_runner(kind: str = "threads", workers: int = 2, address: str | None = N
 
         if address:
             return DaskTaskRunner(address=address)
-        return DaskTaskRunner(cluster_class="distributed.LocalCluster",
-                              cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True,
-                                              "dashboard_address": None})
+        return DaskTaskRunner(
+            cluster_class="distributed.LocalCluster",
+            cluster_kwargs={
+                "n_workers": workers,
+                "threads_per_worker": 1,
+                "processes": True,
+                "dashboard_address": None,
+            },
+        )
     return ThreadPoolTaskRunner(max_workers=workers)
 
 
@@ -36,24 +42,46 @@ def auto_shard(n_items: int, n_seeds: int, workers: int) -> int:
     return max(1, per_task, -(-AUTO_MIN_EPISODES // max(1, n_seeds)))
 
 
-def submit_eval(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
-                shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = MAX_TURNS,
-                label: str = "", budget: BudgetSpec | None = None) -> EvalTables:
+def submit_eval(
+    package: str,
+    bench: str,
+    seeds: list[int],
+    split: str | None = None,
+    items: list[str] | None = None,
+    shard_size: int = 10,
+    model: str = "sim",
+    model_cfg: dict | None = None,
+    max_turns: int = MAX_TURNS,
+    label: str = "",
+    budget: BudgetSpec | None = None,
+) -> EvalTables:
     """Submit one eval_shard task per shard to the running flow's task runner and gather the tables.
 
     Rounds call this directly rather than the `evaluate` subflow: a subflow run costs about a second of Prefect
     bookkeeping (its heartbeat thread joins on exit), a task a few milliseconds."""
     ids = eval_items(bench, split, items)
     n = -(-len(ids) // shard_size)
-    futures = [eval_shard.submit(package, bench, shard, seeds, model, model_cfg or {}, max_turns,
-                                 label=f"{label} {i + 1}/{n}", budget=budget)
-               for i, shard in enumerate(shards(ids, shard_size))]
+    futures = [
+        eval_shard.submit(
+            package, bench, shard, seeds, model, model_cfg or {}, max_turns, label=f"{label} {i + 1}/{n}", budget=budget
+        )
+        for i, shard in enumerate(shards(ids, shard_size))
+    ]
     return EvalTables.concat([f.result() for f in futures])
 
 
 @flow(name="evaluate", flow_run_name="evaluate {label}", validate_parameters=False)
-def evaluate(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
-             shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = MAX_TURNS,
-             label: str = "") -> EvalTables:
+def evaluate(
+    package: str,
+    bench: str,
+    seeds: list[int],
+    split: str | None = None,
+    items: list[str] | None = None,
+    shard_size: int = 10,
+    model: str = "sim",
+    model_cfg: dict | None = None,
+    max_turns: int = MAX_TURNS,
+    label: str = "",
+) -> EvalTables:
     """A package on a benchmark split (or a list of items), as a standalone flow run."""
     return submit_eval(package, bench, seeds, split, items, shard_size, model, model_cfg, max_turns, label)

@@ -46,16 +46,25 @@ def fingerprint(p) -> str:
     out = Path(c.out)
     # not the lineage's LOCK: it names its holder, and the command's own hold on it ends (emptying it) after the
     # record is written, so that a rerun of `ratchet campaign run` saw a changed file and ran the campaign again
-    outputs = tuple(x for x in tree_stats(out)[0]
-                    if not x[0].startswith(".state" + os.sep) and x[0] not in (".state", LOCK))
+    outputs = tuple(
+        x for x in tree_stats(out)[0] if not x[0].startswith(".state" + os.sep) and x[0] not in (".state", LOCK)
+    )
     tracking = c.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     evidence = default_db(p.evidence.db)
-    stores = {name: (where, None if (f := _store_file(where)) is None else os.path.exists(f))
-              for name, where in (("mlflow", tracking), ("evidence", evidence))}
+    stores = {
+        name: (where, None if (f := _store_file(where)) is None else os.path.exists(f))
+        for name, where in (("mlflow", tracking), ("evidence", evidence))
+    }
     here = Path(__file__).resolve().parent
-    blob = {"params": p.model_dump(mode="json"), "code": [code_version(), code_version(here)],
-            "start": tree_stats(Path(c.start))[0], "benchmark": tree_stats(Path(p.benchmark.out))[0],
-            "outputs": outputs, "home": str(project_home()), "stores": stores}
+    blob = {
+        "params": p.model_dump(mode="json"),
+        "code": [code_version(), code_version(here)],
+        "start": tree_stats(Path(c.start))[0],
+        "benchmark": tree_stats(Path(p.benchmark.out))[0],
+        "outputs": outputs,
+        "home": str(project_home()),
+        "stores": stores,
+    }
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
 
 

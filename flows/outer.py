@@ -52,8 +52,9 @@ def train_argv(command: str) -> list[str]:
     except ValueError as e:
         raise InputError(f"--train: {command[:120]!r}: not a command line ({e})") from None
     if not argv:
-        raise InputError("--train: empty command (leave --train out for the offline learner, `ratchet outer "
-                         "learn-sim`)")
+        raise InputError(
+            "--train: empty command (leave --train out for the offline learner, `ratchet outer learn-sim`)"
+        )
     return argv
 
 
@@ -108,16 +109,23 @@ def prune_stage(p: Params, package: str, spec: ModelSpec, work: str) -> dict:
         return run_shard(pkg, bench, items, seeds, spec.model, spec.campaign_cfg(), p.campaign.max_turns).scores
 
     r = prune(Path(package), Path(work), evaluate, p.gate.config())
-    atomic_write_json(Path(work) / "prune.json", {"package": str(r.package), "removed": r.removed,
-                                                  "decisions": r.decisions})
+    atomic_write_json(
+        Path(work) / "prune.json", {"package": str(r.package), "removed": r.removed, "decisions": r.decisions}
+    )
     return {"package": str(r.package), "removed": r.removed, "decisions": r.decisions}
 
 
 def inner_params(p: Params, champion: Path, spec: ModelSpec, out: Path) -> Params:
     """The next inner campaign: the same evolution settings, from the champion, with the trained model."""
-    c = p.campaign.model_copy(update={"name": f"{p.campaign.name}-{spec.name}", "start": str(champion.resolve()),
-                                      "out": str(out / "inner"), "model": spec.model,
-                                      "model_cfg": spec.campaign_cfg()})
+    c = p.campaign.model_copy(
+        update={
+            "name": f"{p.campaign.name}-{spec.name}",
+            "start": str(champion.resolve()),
+            "out": str(out / "inner"),
+            "model": spec.model,
+            "model_cfg": spec.campaign_cfg(),
+        }
+    )
     return Params.model_validate({**p.model_dump(), "campaign": c.model_dump()})
 
 
@@ -134,15 +142,22 @@ def outer_round(params: dict, campaign: str, out: str, train_command: str, adapt
     spec = train_stage(train_command, str(outd / "export"), str(outd / "model.json"))
     register_stage(spec, out, campaign, p.campaign.tracking_uri)
     champion = Lineage(Path(campaign) / "lineage").champion()
-    pruned: dict[str, Any] = prune_stage(p, str(champion.path), spec, str(outd / "prune")) if adapt else \
-        {"package": str(champion.path), "removed": [], "decisions": []}
+    pruned: dict[str, Any] = (
+        prune_stage(p, str(champion.path), spec, str(outd / "prune"))
+        if adapt
+        else {"package": str(champion.path), "removed": [], "decisions": []}
+    )
     inner = inner_params(p, Path(pruned["package"]), spec, outd)
     prepare(inner)
     summary = campaign_flow(inner.model_dump(), name=inner.campaign.name)
-    return {"export": {k: v.model_dump() for k, v in manifest.files.items()}, "model": spec.name,
-            "learned": spec.model_cfg.get("learned", []), "champion_before": champion.name,
-            "removed": pruned["removed"],
-            "inner": {k: summary.get(k) for k in ("campaign", "rounds", "accepted", "champion", "test")}}
+    return {
+        "export": {k: v.model_dump() for k, v in manifest.files.items()},
+        "model": spec.name,
+        "learned": spec.model_cfg.get("learned", []),
+        "champion_before": champion.name,
+        "removed": pruned["removed"],
+        "inner": {k: summary.get(k) for k in ("campaign", "rounds", "accepted", "champion", "test")},
+    }
 
 
 def run_outer(p: Params, campaign: Path, out: Path, train: str | None, adapt: bool = True) -> dict:
@@ -157,14 +172,22 @@ def run_outer(p: Params, campaign: Path, out: Path, train: str | None, adapt: bo
     summary = read_json_object(campaign / "summary.json")
     ran = Params.model_validate(summary.get("params") or {})
     if ran.benchmark.out != p.benchmark.out or ran.campaign.model != p.campaign.model:
-        raise InputError(f"{campaign / 'summary.json'}: params: the campaign ran benchmark {ran.benchmark.out} with "
-                         f"model {ran.campaign.model}; --params names {p.benchmark.out} / {p.campaign.model}")
+        raise InputError(
+            f"{campaign / 'summary.json'}: params: the campaign ran benchmark {ran.benchmark.out} with "
+            f"model {ran.campaign.model}; --params names {p.benchmark.out} / {p.campaign.model}"
+        )
     from prefect.settings import get_current_settings
 
     from flows.signals import server_watched
 
     tie_temporary_server_to_this_process()
     with server_watched(get_current_settings().api.url):  # a persistent server that dies: one line, resumable
-        return outer_round(ran.model_copy(update={"campaign": ran.campaign.model_copy(
-            update={"rounds": p.campaign.rounds})}).model_dump(), str(campaign), str(out),
-            DEFAULT_TRAIN if train is None else train, adapt)
+        return outer_round(
+            ran.model_copy(
+                update={"campaign": ran.campaign.model_copy(update={"rounds": p.campaign.rounds})}
+            ).model_dump(),
+            str(campaign),
+            str(out),
+            DEFAULT_TRAIN if train is None else train,
+            adapt,
+        )

@@ -46,12 +46,18 @@ class _ExpectedFailures(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, (InputError, StorageError, Unavailable)) or _refused_by_the_system(exc):  # one line each
             return False
-        if record.levelno >= logging.ERROR and isinstance(record.msg, str) and record.msg.startswith("Finished in state"):
+        if (
+            record.levelno >= logging.ERROR
+            and isinstance(record.msg, str)
+            and record.msg.startswith("Finished in state")
+        ):
             text = record.getMessage()
             return not any(f"{name}:" in text or f"{name}(" in text for name in _expected_names())
         if record.levelno >= logging.ERROR and record.args:  # "... exception: %r" with the exception as an argument
-            return not any(isinstance(a, (InputError, StorageError, Unavailable))
-                           for a in (record.args if isinstance(record.args, tuple) else ()))
+            return not any(
+                isinstance(a, (InputError, StorageError, Unavailable))
+                for a in (record.args if isinstance(record.args, tuple) else ())
+            )
         return True
 
 
@@ -90,18 +96,36 @@ def tie_temporary_server_to_this_process() -> None:
     if getattr(cls, "_ratchet_tied", False):
         return
     if not callable(getattr(cls, "_run_uvicorn_command", None)):  # the private method replaced below (module doc)
-        raise RuntimeError(f"prefect {prefect.__version__}: SubprocessASGIServer has no _run_uvicorn_command to tie "
-                           "the temporary server to this process (written for Prefect 3.9.1)")
+        raise RuntimeError(
+            f"prefect {prefect.__version__}: SubprocessASGIServer has no _run_uvicorn_command to tie "
+            "the temporary server to this process (written for Prefect 3.9.1)"
+        )
 
     def _run_uvicorn_command(self) -> subprocess.Popen:
         server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
         env = {**os.environ, **server_env, **get_current_settings().to_environment_variables(exclude_unset=True)}
         env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH", "")) if x)
         return subprocess.Popen(
-            args=[sys.executable, "-m", "flows.prefect_setup", str(os.getpid()),
-                  "--app-dir", str(prefect.__module_path__.parent), "--factory", "prefect.server.api.server:create_app",
-                  "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
-            env=env)
+            args=[
+                sys.executable,
+                "-m",
+                "flows.prefect_setup",
+                str(os.getpid()),
+                "--app-dir",
+                str(prefect.__module_path__.parent),
+                "--factory",
+                "prefect.server.api.server:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "error",
+                "--lifespan",
+                "on",
+            ],
+            env=env,
+        )
 
     cls._run_uvicorn_command = _run_uvicorn_command  # type: ignore[method-assign]  # Prefect's own, replaced here
     setattr(cls, "_ratchet_tied", True)

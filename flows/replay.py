@@ -50,11 +50,22 @@ def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
     round_params.pop("budget")  # a budget stop leaves no completed round to keep
     round_params["evidence"].pop("db")  # the memory it reads is compared on replay instead
     # what a round without a plan reads (the retry pool, the parts tried): each round's verdict, plan, net, retry
-    idle = [(x.round, str(x.verdict), x.plan_key, x.gate.net if x.gate else None, bool(x.retry), bool(x.ablation))
-            for x in lineage.rounds() if x.round < round_no]
-    return stage_key("round", flows=code_version(Path(__file__).resolve().parent), round=round_no, champion=lineage.champion().digest,
-                     bench=tree_digest(p.benchmark.out), params=round_params, rejected=sorted(lineage.rejected_keys()),
-                     dev_look=dev_look(lineage, round_no, p).dump(), idle=idle)
+    idle = [
+        (x.round, str(x.verdict), x.plan_key, x.gate.net if x.gate else None, bool(x.retry), bool(x.ablation))
+        for x in lineage.rounds()
+        if x.round < round_no
+    ]
+    return stage_key(
+        "round",
+        flows=code_version(Path(__file__).resolve().parent),
+        round=round_no,
+        champion=lineage.champion().digest,
+        bench=tree_digest(p.benchmark.out),
+        params=round_params,
+        rejected=sorted(lineage.rejected_keys()),
+        dev_look=dev_look(lineage, round_no, p).dump(),
+        idle=idle,
+    )
 
 
 def _round_store():
@@ -66,13 +77,17 @@ def _round_store():
 @dataclass(frozen=True)
 class KeptRound:
     """A completed round as kept for a replay: its round directory's files (by relative path) and its trail."""
+
     files: dict[str, bytes]
     trail: Trail
 
 
 def keep_round(key: str, rd: Path, trail: Trail) -> None:
-    files = {f.relative_to(rd).as_posix(): f.read_bytes() for f in sorted(rd.rglob("*"))
-             if f.is_file() and f.name != "round.json"}  # round.json names the committed version: written again
+    files = {
+        f.relative_to(rd).as_posix(): f.read_bytes()
+        for f in sorted(rd.rglob("*"))
+        if f.is_file() and f.name != "round.json"
+    }  # round.json names the committed version: written again
     _round_store().write(KeptRound(files, trail), key=key)
 
 
@@ -119,8 +134,9 @@ def _same_memory(trail: Trail, p: Params, lineage: Lineage) -> bool:
         return not p.evidence.memory
     packets, traces = trail.memory_inputs
     champ, b = lineage.champion(), load_benchmark(p.benchmark.out)
-    now = memory_for_round(p.evidence, c.name, packets, traces, str(champ.path), b.digest,
-                           model_id(c.model, c.model_cfg), c.out)
+    now = memory_for_round(
+        p.evidence, c.name, packets, traces, str(champ.path), b.digest, model_id(c.model, c.model_cfg), c.out
+    )
     return now.record() == trail.memory
 
 
@@ -133,5 +149,3 @@ def play_round(round_no: int, p: Params, budget: BudgetSpec, round_flow=None) ->
     if rec is not None:
         return rec
     return (round_flow or evolution_round)(round_no, p.model_dump(), budget)
-
-

@@ -93,6 +93,7 @@ class Steps:
     """The stage calls a round makes. The flow's are Prefect tasks (cached, persisted, observable); `plain_steps()`
     are the very same functions called directly. One composition (`run_round`) takes either, so the flow and the
     plain-calls baseline of benchmarks/bench_round.py cannot drift apart."""
+
     evaluate: Callable[..., EvalTables]
     causes: Callable
     diagnose: Callable
@@ -105,15 +106,39 @@ class Steps:
     reject: Callable
 
 
-PREFECT_STEPS = Steps(submit_eval, causes_stage, diagnose_stage, plan_stage, patch_stage, validate_stage,
-                      repair_look_stage, gate_look_stage, commit_stage, reject_stage)
+PREFECT_STEPS = Steps(
+    submit_eval,
+    causes_stage,
+    diagnose_stage,
+    plan_stage,
+    patch_stage,
+    validate_stage,
+    repair_look_stage,
+    gate_look_stage,
+    commit_stage,
+    reject_stage,
+)
 
 
 def plain_steps(workers: int) -> Steps:
     """The same stage functions without Prefect: shards on a plain thread pool of the flow's size."""
-    return Steps(partial(plain_eval, workers=workers),
-                 *(t.fn for t in (causes_stage, diagnose_stage, plan_stage, patch_stage, validate_stage,
-                                  repair_look_stage, gate_look_stage, commit_stage, reject_stage)))
+    return Steps(
+        partial(plain_eval, workers=workers),
+        *(
+            t.fn
+            for t in (
+                causes_stage,
+                diagnose_stage,
+                plan_stage,
+                patch_stage,
+                validate_stage,
+                repair_look_stage,
+                gate_look_stage,
+                commit_stage,
+                reject_stage,
+            )
+        ),
+    )
 
 
 class Eval:
@@ -123,14 +148,34 @@ class Eval:
     def __init__(self, p: Params, budget: BudgetSpec, steps: Steps = PREFECT_STEPS):
         self.p, self.budget, self.seeds, self.steps = p, budget, list(range(p.campaign.seeds)), steps
 
-    def __call__(self, package: str | Path, label: str, split: str | None = None, items: list[str] | None = None,
-                 seeds: list[int] | None = None) -> EvalTables:
+    def __call__(
+        self,
+        package: str | Path,
+        label: str,
+        split: str | None = None,
+        items: list[str] | None = None,
+        seeds: list[int] | None = None,
+    ) -> EvalTables:
         c, seeds = self.p.campaign, self.seeds if seeds is None else seeds
-        n_items = None if c.shard_size is not None else (  # only `shard_size: null` sizes shards to the look
-            len(eval_items(self.p.benchmark.out, split, items)))
-        return self.steps.evaluate(str(package), self.p.benchmark.out, seeds, split=split, items=items,
-                                   shard_size=self.shard_items(seeds, n_items), model=c.model,
-                                   model_cfg=c.model_cfg, max_turns=c.max_turns, label=label, budget=self.budget)
+        n_items = (
+            None
+            if c.shard_size is not None
+            # only `shard_size: null` sizes shards to the look
+            else (len(eval_items(self.p.benchmark.out, split, items)))
+        )
+        return self.steps.evaluate(
+            str(package),
+            self.p.benchmark.out,
+            seeds,
+            split=split,
+            items=items,
+            shard_size=self.shard_items(seeds, n_items),
+            model=c.model,
+            model_cfg=c.model_cfg,
+            max_turns=c.max_turns,
+            label=label,
+            budget=self.budget,
+        )
 
     def shard_items(self, seeds: list[int], n_items: int | None = None) -> int:
         """Items per task: `campaign.shard_size` at the campaign's seeds, more when a look runs fewer seeds, so every
@@ -168,8 +213,11 @@ def _reused(train: EvalTables, items: list[str], seeds: list[int]) -> EvalTables
     if len(rows) != len(items) * len(seeds) or len(set(items)) != len(items):
         return None
     keep = lambda df: df[df["item_id"].isin(set(items)) & df["seed"].isin(set(seeds))]  # noqa: E731
-    return EvalTables(rows.reset_index(drop=True), keep(train.traces).reset_index(drop=True),
-                      keep(train.causes).reset_index(drop=True) if len(train.causes) else train.causes)
+    return EvalTables(
+        rows.reset_index(drop=True),
+        keep(train.traces).reset_index(drop=True),
+        keep(train.causes).reset_index(drop=True) if len(train.causes) else train.causes,
+    )
 
 
 def dev_look(lineage: Lineage, round_no: int, p: Params) -> DevLook:
@@ -190,22 +238,41 @@ def dev_looks(history: Sequence[RoundRecord | dict[str, Any]], campaign_alpha: f
     campaign's budget (under the wealth rule, a promotion's share is given back: `alpha_returned`)."""
     rounds = [(r, r.dev_look) for r in map(RoundRecord.of, history) if r.dev_look is not None]
     looks: list[dict[str, Any]] = [
-        {"round": r.round, "look": x.look, "plan": r.plan_key or "", "verdict": r.verdict, "alpha": x.alpha,
-         **({"kind": "retry" if r.retry else "ablation"} if r.retry or r.ablation else {}),
-         **({"promoted_as": r.promoted_as} if r.promoted_as else {})} for r, x in rounds]
+        {
+            "round": r.round,
+            "look": x.look,
+            "plan": r.plan_key or "",
+            "verdict": r.verdict,
+            "alpha": x.alpha,
+            **({"kind": "retry" if r.retry else "ablation"} if r.retry or r.ablation else {}),
+            **({"promoted_as": r.promoted_as} if r.promoted_as else {}),
+        }
+        for r, x in rounds
+    ]
     rule = next((x.rule for _, x in rounds if x.rule), None)
     if rule is None and not any(x.reserved is not None for _, x in rounds):
-        return {"looks": looks, "n": len(looks), "alpha_spent": sum(x.alpha / 2 for _, x in rounds),
-                "campaign_alpha": campaign_alpha}
+        return {
+            "looks": looks,
+            "n": len(looks),
+            "alpha_spent": sum(x.alpha / 2 for _, x in rounds),
+            "campaign_alpha": campaign_alpha,
+        }
     w = account([r for r, _ in rounds], campaign_alpha, max([1] + [r.round for r, _ in rounds]), rule or "linear")
-    return {"looks": looks, "n": len(looks), "alpha_spent": w.spent, "alpha_returned": w.returned,
-            "rule": rule or "linear", "campaign_alpha": campaign_alpha}
+    return {
+        "looks": looks,
+        "n": len(looks),
+        "alpha_spent": w.spent,
+        "alpha_returned": w.returned,
+        "rule": rule or "linear",
+        "campaign_alpha": campaign_alpha,
+    }
 
 
 @dataclass(frozen=True)
 class Committed:
     """A round's lineage write on accept: the candidate's digest and the record committed with it (the lineage sets
     its verdict and version)."""
+
     digest: str
     record: dict[str, Any]
 
@@ -213,6 +280,7 @@ class Committed:
 @dataclass(frozen=True)
 class Rejected:
     """A round's lineage write without a new champion: its record and the plan turned down (None: no plan)."""
+
     record: dict[str, Any]
     plan: dict[str, Any] | None
 
@@ -221,6 +289,7 @@ class Rejected:
 class Trail:
     """What a round did besides writing its round directory: the progress it recorded, its lineage write, and what its
     plan read from the campaign memory. Kept with the round's files so that a rerun on the same inputs replays it."""
+
     stages: list[tuple[str, dict]] = field(default_factory=list)
     action: Committed | Rejected | None = None
     memory: dict | None = None
@@ -232,6 +301,7 @@ class RoundFiles:
     """Everything a round writes, in one place: its round directory's files, the evaluations it noted (evals.json,
     rewritten as each is added), and its progress (`.state/state.json`, a failpoint after each stage), which the
     trail keeps for a replay."""
+
     p: Params
     round_no: int
     rd: Path
@@ -245,8 +315,9 @@ class RoundFiles:
         write_csv(self.rd / name, df)
 
     def note(self, split: str, arm: str, package: str, t: EvalTables, **extra) -> EvalTables:
-        self.evals.append({"split": split, "arm": arm, "package_digest": digest(package), "summary": summary(t.scores),
-                           **extra})
+        self.evals.append(
+            {"split": split, "arm": arm, "package_digest": digest(package), "summary": summary(t.scores), **extra}
+        )
         self.json("evals.json", self.evals)
         return t
 
@@ -259,6 +330,7 @@ class RoundFiles:
 class Round:
     """One round's fixed inputs: the campaign's params, the champion it starts from, the benchmark, the stage calls,
     and where it writes."""
+
     no: int
     p: Params
     steps: Steps
@@ -272,8 +344,16 @@ class Round:
     def open(cls, round_no: int, p: Params, budget: BudgetSpec, steps: Steps, trail: Trail) -> Round:
         lineage = Lineage(Path(p.campaign.out) / "lineage")
         rd = round_dir(p.campaign.out, round_no)
-        return cls(round_no, p, steps, lineage, lineage.champion(), benchmark_at(p.benchmark.out),
-                   Eval(p, budget, steps), RoundFiles(p, round_no, rd, trail))
+        return cls(
+            round_no,
+            p,
+            steps,
+            lineage,
+            lineage.champion(),
+            benchmark_at(p.benchmark.out),
+            Eval(p, budget, steps),
+            RoundFiles(p, round_no, rd, trail),
+        )
 
     @property
     def base(self) -> str:
@@ -284,13 +364,18 @@ class Round:
         return self.p.campaign
 
     def record(self, **fields) -> RoundRecord:
-        return RoundRecord(round=self.no, round_dir=self.files.rd.relative_to(self.c.out).as_posix(),  # the campaign moves
-                           champion_before=self.champ.name, **fields)
+        return RoundRecord(
+            round=self.no,
+            round_dir=self.files.rd.relative_to(self.c.out).as_posix(),  # the campaign moves
+            champion_before=self.champ.name,
+            **fields,
+        )
 
 
 @dataclass
 class Train:
     """The champion's train evaluation (with the hidden causes beside it) and the corpus its citations resolve in."""
+
     tables: EvalTables
     corpus: str
 
@@ -344,11 +429,20 @@ def evaluate_train(r: Round) -> Train:
     train = r.files.note("train", "base", r.base, ev(r.base, f"r{r.no} train {r.champ.name}", split="train"))
     corpus = f"{r.champ.digest}:{r.bench.digest}:{seed_map_hash(r.bench.ids('train'), ev.seeds)}{run_key(r.p)}"
     learned = tuple(c.model_cfg.get("learned") or ()) if c.model == "sim" else ()
-    causes = r.steps.causes(train.scores, r.base, r.p.benchmark.out, c.max_turns,
-                            **({"learned": learned} if learned else {}))
-    write_eval(r.files.rd / "train", EvalTables(train.scores, train.traces, causes, timings=train.timings),
-               {"package_digest": r.champ.digest, "benchmark_digest": r.bench.digest, "split": "train",
-                "seeds": ev.seeds, "corpus": corpus})
+    causes = r.steps.causes(
+        train.scores, r.base, r.p.benchmark.out, c.max_turns, **({"learned": learned} if learned else {})
+    )
+    write_eval(
+        r.files.rd / "train",
+        EvalTables(train.scores, train.traces, causes, timings=train.timings),
+        {
+            "package_digest": r.champ.digest,
+            "benchmark_digest": r.bench.digest,
+            "split": "train",
+            "seeds": ev.seeds,
+            "corpus": corpus,
+        },
+    )
     r.files.done("evaluate")
     return Train(train, corpus)
 
@@ -366,17 +460,33 @@ def plan_round(r: Round, train: Train, diagnosis: Diagnosis) -> PlanOutcome:
     """3. plan: one owner, the smallest connected change, never one already rejected (in this campaign, or on the same
     evidence in the campaign memory); a promotion the current data contradicts is proposed for revocation."""
     c, p, trail = r.c, r.p, r.files.trail
-    memory = memory_for_round(p.evidence, c.name, diagnosis.packets, train.tables.traces, r.base, r.bench.digest,
-                              model_id(c.model, c.model_cfg), c.out)
+    memory = memory_for_round(
+        p.evidence,
+        c.name,
+        diagnosis.packets,
+        train.tables.traces,
+        r.base,
+        r.bench.digest,
+        model_id(c.model, c.model_cfg),
+        c.out,
+    )
     r.files.json("memory.json", memory.record())
     trail.memory = memory.record()
     if p.evidence.memory:
         trail.memory_inputs = (diagnosis.packets, train.tables.traces)
-    outcome = r.steps.plan(diagnosis, train.tables, r.base, p.benchmark.out, train.corpus,
-                           sorted(r.lineage.rejected_keys() | set(memory.rejected_here)), c.meta_agent,
-                           c.meta_agent_cfg, r.ev.budget,
-                           memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere,
-                                   "projection": memory.projection}, max_source_items=c.repair_max_items)
+    outcome = r.steps.plan(
+        diagnosis,
+        train.tables,
+        r.base,
+        p.benchmark.out,
+        train.corpus,
+        sorted(r.lineage.rejected_keys() | set(memory.rejected_here)),
+        c.meta_agent,
+        c.meta_agent_cfg,
+        r.ev.budget,
+        memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere, "projection": memory.projection},
+        max_source_items=c.repair_max_items,
+    )
     if outcome.replies:  # the llm meta-agent's raw replies, kept whatever became of them
         r.files.json("meta_agent.json", outcome.record(cap=1_000_000))
     if outcome.plan is not None and not outcome.failure:
@@ -395,8 +505,16 @@ def patch_candidate(r: Round, plan: Plan) -> Candidate:
 def validate_candidate(r: Round, plan: Plan, cand: Candidate) -> Validation:
     """5. validate it: schema, lint, leakage, reachability, activation probe."""
     c = r.c
-    validation = r.steps.validate(plan, cand.path, r.p.benchmark.out, plan.source_items[: c.probe_items], c.model,
-                                  c.model_cfg, c.max_turns, r.ev.budget)
+    validation = r.steps.validate(
+        plan,
+        cand.path,
+        r.p.benchmark.out,
+        plan.source_items[: c.probe_items],
+        c.model,
+        c.model_cfg,
+        c.max_turns,
+        r.ev.budget,
+    )
     r.files.json("validation.json", validation.as_dict())
     r.files.done("validate")
     return validation
@@ -405,6 +523,7 @@ def validate_candidate(r: Round, plan: Plan, cand: Candidate) -> Validation:
 @dataclass(frozen=True)
 class _Arm:
     """One arm of a look-by-look evaluation: `package`'s cells at each look, noted under (split, arm)."""
+
     r: Round
     split: str
     arm: str
@@ -421,6 +540,7 @@ class _Arm:
 @dataclass(frozen=True)
 class _RepairJudge:
     """After each look of the repair screen: the screen's answer, or None to look again."""
+
     r: Round
     base: EvalTables
     design: SequentialDesign
@@ -428,14 +548,16 @@ class _RepairJudge:
 
     def __call__(self, t: dict, look: int):
         g = self.r.p.gate
-        got = self.r.steps.repair_look(self.base.scores, t["cand"].scores, g.material, g.alpha, asdict(self.design),
-                                       self.items, self.r.ev.seeds)
+        got = self.r.steps.repair_look(
+            self.base.scores, t["cand"].scores, g.material, g.alpha, asdict(self.design), self.items, self.r.ev.seeds
+        )
         return got if got[0] is not None else None
 
 
 @dataclass(frozen=True)
 class _GateJudge:
     """After each look at dev: the gate's answer, or None to look again (whether the mechanism fired, per look)."""
+
     r: Round
     mechanism: str
     cfg: dict
@@ -447,8 +569,16 @@ class _GateJudge:
 
     def __call__(self, t: dict, look: int):
         self.fired_by_look.append(fired(t["cand"].traces, self.mechanism))
-        got = self.r.steps.gate_look(t["base"].scores, t["cand"].scores, self.cfg, asdict(self.design), self.dev_ids,
-                                     self.seeds or self.r.ev.seeds, self.fired_by_look, self.leak)
+        got = self.r.steps.gate_look(
+            t["base"].scores,
+            t["cand"].scores,
+            self.cfg,
+            asdict(self.design),
+            self.dev_ids,
+            self.seeds or self.r.ev.seeds,
+            self.fired_by_look,
+            self.leak,
+        )
         return got if got[0] is not None else None
 
 
@@ -463,16 +593,18 @@ def repair_screen(r: Round, plan: Plan, cand: Candidate, train: Train) -> Repair
         r.files.note("repair", "base", r.base, rb, reused="train")
     design = seq.design() if seq.repair else SequentialDesign()
     arm = _Arm(r, "repair", "cand", cand.path, f"r{r.no} repair cand", looks_named=True)
-    seen, (result, items, sequential) = by_looks(design.groups(plan.source_items, ev.seeds), {"cand": arm},
-                                                 _RepairJudge(r, rb, design, plan.source_items))
+    seen, (result, items, sequential) = by_looks(
+        design.groups(plan.source_items, ev.seeds), {"cand": arm}, _RepairJudge(r, rb, design, plan.source_items)
+    )
     r.files.json("repair.json", {**result.as_dict(), "sequential": sequential})
     r.files.csv("repair_items.csv", items)
     r.files.done("repair")
     return Repair(result, sequential, tokens_per_episode(rb, seen["cand"]))
 
 
-def dev_gate(r: Round, plan: Plan, cand: Candidate, validation: Validation, seeds: list[int] | None = None,
-             cheaper: bool = False) -> Gate:
+def dev_gate(
+    r: Round, plan: Plan, cand: Candidate, validation: Validation, seeds: list[int] | None = None, cheaper: bool = False
+) -> Gate:
     """7. held-out gate: candidate vs champion on dev, paired seeds, identical benchmark bytes; this look at dev
     spends its share of the campaign's alpha (the same dev items are looked at every round). Sequential: both arms
     look by look, stopping at the first clear verdict; the champion's cells come from the Prefect task cache when it
@@ -494,10 +626,11 @@ def dev_gate(r: Round, plan: Plan, cand: Candidate, validation: Validation, seed
         refund = refund_design(tuple(design.fractions(dev_ids, seeds)), design.spending, share)
         look = look.model_copy(update={"reserved": share, "alpha": 2 * refund.level})
     cfg = {**gcfg.__dict__, "alpha": look.alpha}
-    arms = {"base": _Arm(r, "dev", "base", r.base, f"r{r.no} dev {r.champ.name}", looks_named=design.on),
-            "cand": _Arm(r, "dev", "cand", cand.path, f"r{r.no} dev candidate", looks_named=design.on)}
-    judge = _GateJudge(r, plan.mechanism, cfg, design, dev_ids, validation.checks.get("leakage") != "ok",
-                       seeds=seeds)
+    arms = {
+        "base": _Arm(r, "dev", "base", r.base, f"r{r.no} dev {r.champ.name}", looks_named=design.on),
+        "cand": _Arm(r, "dev", "cand", cand.path, f"r{r.no} dev candidate", looks_named=design.on),
+    }
+    judge = _GateJudge(r, plan.mechanism, cfg, design, dev_ids, validation.checks.get("leakage") != "ok", seeds=seeds)
     tables, (result, per_item, sequential) = by_looks(design.groups(dev_ids, seeds), arms, judge)
     r.files.csv("dev_base.csv", tables["base"].scores)
     r.files.csv("dev_cand.csv", tables["cand"].scores)
@@ -510,32 +643,52 @@ def dev_gate(r: Round, plan: Plan, cand: Candidate, validation: Validation, seed
 
 
 def _tokens(repair: Repair | None, gate: Gate | None) -> dict[str, Any]:
-    got = {k: v for k, v in (("repair", repair.tokens if repair else None), ("dev", gate.tokens if gate else None))
-           if v is not None}
+    got = {
+        k: v
+        for k, v in (("repair", repair.tokens if repair else None), ("dev", gate.tokens if gate else None))
+        if v is not None
+    }
     return {"tokens": StageTokens(**got)} if got else {}
 
 
-def gate_figures(r: Round, plan: Plan, cand: Candidate, validation: Validation, repair: Repair | None,
-                 gate: Gate) -> dict:
+def gate_figures(
+    r: Round, plan: Plan, cand: Candidate, validation: Validation, repair: Repair | None, gate: Gate
+) -> dict:
     """What a gated round records, accepted or not (an ablation has no repair screen)."""
     c, design = r.c, r.p.gate.sequential.design()
     looks = {"repair": repair.sequential, "gate": gate.sequential} if repair else {"gate": gate.sequential}
-    return {**({"repair": repair.result} if repair else {}), "gate": gate.result, "dev_look": gate.look,
-            "validation": validation.checks, "sequential": looks,
-            **cand.digests, "mechanism": plan.mechanism, "seed_map_hash": seed_map_hash(r.bench.ids("dev"), gate.seeds),
-            # what `ratchet reproduce` needs to re-run this gate on the same bytes (and the same looks)
-            "evaluation": {"benchmark": recorded_path(r.p.benchmark.out), "split": "dev", "seeds": gate.seeds,
-                           "model": c.model, "model_cfg": c.model_cfg, "max_turns": c.max_turns, "gate": gate.cfg,
-                           "sequential": {**asdict(design), "looks_used": gate.sequential["looks_used"]}},
-            **_tokens(repair, gate),
-            **({"promoted_as": gate.result.promoted_as} if gate.result.accept and gate.result.promoted_as else {})}
+    return {
+        **({"repair": repair.result} if repair else {}),
+        "gate": gate.result,
+        "dev_look": gate.look,
+        "validation": validation.checks,
+        "sequential": looks,
+        **cand.digests,
+        "mechanism": plan.mechanism,
+        "seed_map_hash": seed_map_hash(r.bench.ids("dev"), gate.seeds),
+        # what `ratchet reproduce` needs to re-run this gate on the same bytes (and the same looks)
+        "evaluation": {
+            "benchmark": recorded_path(r.p.benchmark.out),
+            "split": "dev",
+            "seeds": gate.seeds,
+            "model": c.model,
+            "model_cfg": c.model_cfg,
+            "max_turns": c.max_turns,
+            "gate": gate.cfg,
+            "sequential": {**asdict(design), "looks_used": gate.sequential["looks_used"]},
+        },
+        **_tokens(repair, gate),
+        **({"promoted_as": gate.result.promoted_as} if gate.result.accept and gate.result.promoted_as else {}),
+    }
 
 
 def _plan_fields(plan: Plan | None) -> dict:
     return {} if plan is None else {"plan_key": plan.key(), "owner": plan.owner, "summary": plan.summary}
 
 
-def reject(r: Round, reason: str, plan: Plan | None = None, verdict: Verdict = Verdict.REJECT, **figures) -> RoundRecord:
+def reject(
+    r: Round, reason: str, plan: Plan | None = None, verdict: Verdict = Verdict.REJECT, **figures
+) -> RoundRecord:
     """The round ends without a new champion: its lineage record (and the rejected plan), round.json, progress."""
     rec = r.record(**figures, reason=reason, verdict=verdict, **_plan_fields(plan))
     trail = r.files.trail
@@ -590,8 +743,9 @@ def run_round(round_no: int, p: Params, budget: BudgetSpec, steps: Steps, trail:
     cand = patch_candidate(r, plan)
     validation = validate_candidate(r, plan, cand)
     if not validation.ok:
-        return reject(r, "invalid: " + "; ".join(validation.problems), plan, validation=validation.checks,
-                      **cand.digests, **about)
+        return reject(
+            r, "invalid: " + "; ".join(validation.problems), plan, validation=validation.checks, **cand.digests, **about
+        )
     repair = None
     ablation = idle is not None and idle.kind == IdleKind.ABLATION
     if not ablation:  # an ablation claims no repair: the gate alone judges it
@@ -604,5 +758,3 @@ def run_round(round_no: int, p: Params, budget: BudgetSpec, steps: Steps, trail:
     if not gate.result.accept:
         return reject(r, f"gate: {gate.result.reason}", plan, **figures)
     return commit(r, plan, cand, figures, gate.result.reason)
-
-

@@ -34,9 +34,13 @@ def schedules_dir() -> Path:
 def _deployment(name: str, cron: str | None, params: dict):
     from flows.campaign import campaign
 
-    return campaign.to_deployment(name=name, cron=cron, parameters={"params": params, "name": params["campaign"]["name"]},
-                                  description=f"Ratchet campaign {params['campaign']['name']} ({cron or 'on demand'})",
-                                  tags=["ratchet"])
+    return campaign.to_deployment(
+        name=name,
+        cron=cron,
+        parameters={"params": params, "name": params["campaign"]["name"]},
+        description=f"Ratchet campaign {params['campaign']['name']} ({cron or 'on demand'})",
+        tags=["ratchet"],
+    )
 
 
 def register(name: str, cron: str | None, p: Params) -> str:
@@ -46,7 +50,9 @@ def register(name: str, cron: str | None, p: Params) -> str:
     tie_temporary_server_to_this_process()  # no server configured: registering starts a temporary one
     # every path resolved here, where the user named them: a scheduled run must not depend on the worker's directory
     params = p.resolved().model_dump()
-    atomic_write_json(schedules_dir() / f"{name}.json", {"name": name, "cron": cron, "params": params, "cwd": os.getcwd()})
+    atomic_write_json(
+        schedules_dir() / f"{name}.json", {"name": name, "cron": cron, "params": params, "cwd": os.getcwd()}
+    )
     return str(_deployment(name, cron, params).apply())
 
 
@@ -61,7 +67,9 @@ def registered() -> list[dict]:
             Params.model_validate(entry["params"])
             out.append(entry)
         except (ValueError, KeyError, TypeError) as e:  # one line, naming the file: not a traceback in the worker
-            raise InputError(f"{f}: -: not a schedule Ratchet can serve ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+            raise InputError(
+                f"{f}: -: not a schedule Ratchet can serve ({type(e).__name__}: {str(e).splitlines()[0]})"
+            ) from None
     return out
 
 
@@ -94,16 +102,28 @@ def list_runs(limit: int = 50) -> list[dict]:
 
     async def fetch() -> list[dict]:
         async with get_client() as client:
-            runs = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW])),
-                                               sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=limit)
+            runs = await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW])),
+                sort=FlowRunSort.EXPECTED_START_TIME_DESC,
+                limit=limit,
+            )
             names: dict[UUID | None, str] = {}
             for r in runs:
                 if r.deployment_id and r.deployment_id not in names:
                     names[r.deployment_id] = (await client.read_deployment(r.deployment_id)).name
-            return [{"id": str(r.id), "name": r.name, "deployment": names.get(r.deployment_id, "-"),
-                     "state": r.state.name if r.state else "-",
-                     "expected_start": r.expected_start_time.isoformat(timespec="seconds") if r.expected_start_time else "-",
-                     "start": r.start_time.isoformat(timespec="seconds") if r.start_time else "-",
-                     "end": r.end_time.isoformat(timespec="seconds") if r.end_time else "-"} for r in runs]
+            return [
+                {
+                    "id": str(r.id),
+                    "name": r.name,
+                    "deployment": names.get(r.deployment_id, "-"),
+                    "state": r.state.name if r.state else "-",
+                    "expected_start": r.expected_start_time.isoformat(timespec="seconds")
+                    if r.expected_start_time
+                    else "-",
+                    "start": r.start_time.isoformat(timespec="seconds") if r.start_time else "-",
+                    "end": r.end_time.isoformat(timespec="seconds") if r.end_time else "-",
+                }
+                for r in runs
+            ]
 
     return asyncio.run(fetch())

@@ -166,8 +166,11 @@ def server_watched(url: str | None, grace: float = SERVER_GRACE, every: float = 
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         with contextlib.suppress(OSError):
-            os.write(2, f"error: {url}: -: the Prefect server stopped answering (no connection for {grace:.0f} s); "
-                        f"{hint} once it runs again (`ratchet server`)\n".encode())
+            os.write(
+                2,
+                f"error: {url}: -: the Prefect server stopped answering (no connection for {grace:.0f} s); "
+                f"{hint} once it runs again (`ratchet server`)\n".encode(),
+            )
         stop_children()
         _run_cleanups()
         os._exit(1)

@@ -60,6 +60,7 @@ from flows.resultzip import ZlibPickle
 
 atomic_local_results()  # here: every process that runs these tasks (a Dask worker too) writes results whole
 
+
 # zlib (as small as lzma for these tables at a tenth of the time) at level 1 on the pickle's bytes, under a type name
 # that Prefect's server and clients can read back (flows/resultzip.py)
 class Persisted(TypedDict):
@@ -105,8 +106,15 @@ def inputs_key(fn: Callable[..., Any], params: dict[str, Any], **extra: Any) -> 
         if how is As.OFF:
             continue
         v = params.get(name, default)
-        keyed[name] = (tree_digest(v) if how is As.TREE else frame_hash(v) if how is As.FRAME
-                       else v.model_dump() if isinstance(v, BaseModel) else v)
+        keyed[name] = (
+            tree_digest(v)
+            if how is As.TREE
+            else frame_hash(v)
+            if how is As.FRAME
+            else v.model_dump()
+            if isinstance(v, BaseModel)
+            else v
+        )
     return stage_key(fn.__name__, key_version=KEY_VERSION, **keyed, **extra)
 
 
@@ -139,6 +147,7 @@ def frame_hash(df: pd.DataFrame) -> str:
 
 
 # -- evaluate ----------------------------------------------------------------------------------------------------------
+
 
 def _shard_key(ctx: Any, p: dict) -> str:
     # the world's settings outside the benchmark, as this process runs episodes (a user simulator's model): a shard run
@@ -182,20 +191,48 @@ def paid_usage(t: EvalTables, est: Estimate) -> dict[str, float]:
     """What a shard paid: its score tables' usage, less the model calls its reply store answered."""
     got = usage(t.scores, est)
     if t.paid is not None:  # the agent's calls as paid; the other party's (a simulated user's model) as recorded
-        party = {k: float(t.scores[c].sum()) if c in t.scores else 0.0 for k, c in
-                 (("tokens_in", "user_tokens_in"), ("tokens_out", "user_tokens_out"), ("model_calls", "user_model_calls"))}
+        party = {
+            k: float(t.scores[c].sum()) if c in t.scores else 0.0
+            for k, c in (
+                ("tokens_in", "user_tokens_in"),
+                ("tokens_out", "user_tokens_out"),
+                ("model_calls", "user_model_calls"),
+            )
+        }
         t_in, t_out = t.paid["tokens_in"] + party["tokens_in"], t.paid["tokens_out"] + party["tokens_out"]
-        got.update(tokens_in=float(t_in), tokens_out=float(t_out),
-                   model_calls=float(t.paid["model_calls"]) + party["model_calls"], money=est.cost(t_in, t_out))
+        got.update(
+            tokens_in=float(t_in),
+            tokens_out=float(t_out),
+            model_calls=float(t.paid["model_calls"]) + party["model_calls"],
+            money=est.cost(t_in, t_out),
+        )
     return got
 
 
 @task(name="eval_shard", cache_key_fn=_shard_key, task_run_name="eval {label}", **PERSIST)
-def eval_shard(package: Tree, bench: Tree, items: list[str], seeds: list[int], model: str, model_cfg: dict,
-               max_turns: int, label: Annotated[str, As.OFF] = "",
-               budget: Annotated[BudgetSpec | None, As.OFF] = None) -> EvalTables:
-    key = _shard_key(None, {"package": package, "bench": bench, "items": items, "seeds": seeds, "model": model,
-                            "model_cfg": model_cfg, "max_turns": max_turns})
+def eval_shard(
+    package: Tree,
+    bench: Tree,
+    items: list[str],
+    seeds: list[int],
+    model: str,
+    model_cfg: dict,
+    max_turns: int,
+    label: Annotated[str, As.OFF] = "",
+    budget: Annotated[BudgetSpec | None, As.OFF] = None,
+) -> EvalTables:
+    key = _shard_key(
+        None,
+        {
+            "package": package,
+            "bench": bench,
+            "items": items,
+            "seeds": seeds,
+            "model": model,
+            "model_cfg": model_cfg,
+            "max_turns": max_turns,
+        },
+    )
     where = budget.episodes if budget else None  # a served model's finished episodes, kept while the shard runs
     journal = Journal(Path(where) / key, key) if where else None
     progress = progress_bar(label, len(items) * len(seeds))
@@ -205,8 +242,19 @@ def eval_shard(package: Tree, bench: Tree, items: list[str], seeds: list[int], m
             progress(r)
             if check is not None:
                 check(r)
-        return run_shard(package, bench, items, seeds, model, model_cfg, max_turns, each,
-                         call_cache=call_cache(budget), journal=journal)
+
+        return run_shard(
+            package,
+            bench,
+            items,
+            seeds,
+            model,
+            model_cfg,
+            max_turns,
+            each,
+            call_cache=call_cache(budget),
+            journal=journal,
+        )
 
     out = _charged(budget, key, len(items) * len(seeds), run)
     if journal is not None:  # the shard's result is cached by Prefect now: its episode files are not needed again
@@ -216,9 +264,11 @@ def eval_shard(package: Tree, bench: Tree, items: list[str], seeds: list[int], m
 
 # -- hidden causes (counterfactual replay; read only by diagnosis scoring) -----------------------------------------------
 
+
 @task(name="causes", cache_key_fn=by_signature, **PERSIST)
-def causes_stage(scores: Frame, package: Tree, bench: Tree, max_turns: int,
-                 learned: tuple[str, ...] = ()) -> pd.DataFrame:
+def causes_stage(
+    scores: Frame, package: Tree, bench: Tree, max_turns: int, learned: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """Replay each failed episode with one owner's faults off at a time (cached: a champion's train set once).
     `learned`: the facts the campaign's simulated model was trained on (its replays know them too)."""
     from components.models.counterfactual import causes_table
@@ -228,6 +278,7 @@ def causes_stage(scores: Frame, package: Tree, bench: Tree, max_turns: int,
 
 # -- diagnose ----------------------------------------------------------------------------------------------------------
 
+
 @task(name="diagnose", cache_key_fn=by_signature, **PERSIST)
 def diagnose_stage(train: Annotated[EvalTables, As.OFF], package: Tree, bench: Tree, corpus: str) -> Diagnosis:
     """Diagnose from traces and scores only (never the hidden causes), then check every packet's citations."""
@@ -236,8 +287,17 @@ def diagnose_stage(train: Annotated[EvalTables, As.OFF], package: Tree, bench: T
 
     b = benchmark_at(bench)
     # train items' gold only: the loader refuses any other split's
-    d = diagnose(train.traces, train.scores, package_at(package), b.write_tools, corpus, targets=b.targets,
-                 gold=train_gold(b), today=policy_today(b.policy), confirmation=b.confirmation)
+    d = diagnose(
+        train.traces,
+        train.scores,
+        package_at(package),
+        b.write_tools,
+        corpus,
+        targets=b.targets,
+        gold=train_gold(b),
+        today=policy_today(b.policy),
+        confirmation=b.confirmation,
+    )
     checked = []
     for p in d.packets:
         problems = verify_citations(p, train.traces)
@@ -249,26 +309,59 @@ def diagnose_stage(train: Annotated[EvalTables, As.OFF], package: Tree, bench: T
 
 # -- plan --------------------------------------------------------------------------------------------------------------
 
+
 @task(name="plan", cache_key_fn=by_signature, **PERSIST)
-def plan_stage(diagnosis: Annotated[Diagnosis, As.OFF], train: Annotated[EvalTables, As.OFF], package: Tree, bench: Tree,
-               corpus: str, rejected: list[str], meta_agent: str, meta_cfg: dict,
-               budget: Annotated[BudgetSpec | None, As.OFF] = None, memory: dict | None = None,
-               max_source_items: int = MAX_SOURCE_ITEMS) -> PlanOutcome:
+def plan_stage(
+    diagnosis: Annotated[Diagnosis, As.OFF],
+    train: Annotated[EvalTables, As.OFF],
+    package: Tree,
+    bench: Tree,
+    corpus: str,
+    rejected: list[str],
+    meta_agent: str,
+    meta_cfg: dict,
+    budget: Annotated[BudgetSpec | None, As.OFF] = None,
+    memory: dict | None = None,
+    max_source_items: int = MAX_SOURCE_ITEMS,
+) -> PlanOutcome:
     """The meta-agent's plan. Its diagnosis and train tables are not keyed: the corpus's name stands for them."""
     mem = memory or {}
-    ctx = PlanContext(diagnosis.packets, package_at(package), benchmark_at(bench), train.traces, train.scores,
-                      set(rejected), diagnosis.findings, revocations=[parse_plan(x) for x in mem.get("revocations", [])],
-                      later=set(mem.get("later", [])), memory=mem.get("projection") or {},
-                      max_source_items=max_source_items)
+    ctx = PlanContext(
+        diagnosis.packets,
+        package_at(package),
+        benchmark_at(bench),
+        train.traces,
+        train.scores,
+        set(rejected),
+        diagnosis.findings,
+        revocations=[parse_plan(x) for x in mem.get("revocations", [])],
+        later=set(mem.get("later", [])),
+        memory=mem.get("projection") or {},
+        max_source_items=max_source_items,
+    )
     agent = make_meta_agent(meta_agent, meta_cfg)
     if budget is None or not agent.spends:
         return agent.plan(ctx)
-    key = inputs_key(plan_stage.fn, {"package": package, "bench": bench, "corpus": corpus, "rejected": rejected,
-                                     "meta_agent": meta_agent, "meta_cfg": meta_cfg, "memory": memory,
-                                     "max_source_items": max_source_items})
+    key = inputs_key(
+        plan_stage.fn,
+        {
+            "package": package,
+            "bench": bench,
+            "corpus": corpus,
+            "rejected": rejected,
+            "meta_agent": meta_agent,
+            "meta_cfg": meta_cfg,
+            "memory": memory,
+            "max_source_items": max_source_items,
+        },
+    )
     ledger, est = BudgetLedger(budget.db), budget.estimate
-    hold = ledger.reserve(budget.wallet, {k: v / (est.max_turns * est.calls_per_turn) for k, v in est.episodes(1).items()},
-                          key=key, wait=3600)
+    hold = ledger.reserve(
+        budget.wallet,
+        {k: v / (est.max_turns * est.calls_per_turn) for k, v in est.episodes(1).items()},
+        key=key,
+        wait=3600,
+    )
     try:
         result = agent.plan(ctx)
     except BaseException:
@@ -276,12 +369,20 @@ def plan_stage(diagnosis: Annotated[Diagnosis, As.OFF], train: Annotated[EvalTab
         raise
     used = result.usage  # every attempt, failed ones included
     t_in, t_out = sum(u.tokens_in for u in used), sum(u.tokens_out for u in used)
-    ledger.settle(hold, {"tokens_in": t_in, "tokens_out": t_out, "model_calls": sum(max(1, u.calls) for u in used),
-                         "money": est.cost(t_in, t_out)})
+    ledger.settle(
+        hold,
+        {
+            "tokens_in": t_in,
+            "tokens_out": t_out,
+            "model_calls": sum(max(1, u.calls) for u in used),
+            "money": est.cost(t_in, t_out),
+        },
+    )
     return result
 
 
 # -- patch / validate --------------------------------------------------------------------------------------------------
+
 
 @task(name="patch", cache_policy=NO_CACHE)
 def patch_stage(plan: Plan, base: str, out: str) -> str:
@@ -289,29 +390,56 @@ def patch_stage(plan: Plan, base: str, out: str) -> str:
 
 
 @task(name="validate", cache_key_fn=by_signature, **PERSIST)
-def validate_stage(plan: Plan, candidate: Tree, bench: Tree, probe_items: list[str], model: str, model_cfg: dict,
-                   max_turns: int, budget: Annotated[BudgetSpec | None, As.OFF] = None) -> Validation:
+def validate_stage(
+    plan: Plan,
+    candidate: Tree,
+    bench: Tree,
+    probe_items: list[str],
+    model: str,
+    model_cfg: dict,
+    max_turns: int,
+    budget: Annotated[BudgetSpec | None, As.OFF] = None,
+) -> Validation:
     """Schema, lint, leakage, reachability; then an activation probe: the mechanism must fire on the source tasks."""
     b = benchmark_at(bench)
     v, pkg = static_checks(plan, candidate, b)
     if v.ok and pkg is not None:  # (ok: it loaded)
-        key = inputs_key(validate_stage.fn, {"plan": plan, "candidate": candidate, "bench": bench,
-                                             "probe_items": probe_items, "model": model, "model_cfg": model_cfg,
-                                             "max_turns": max_turns})
-        probe = _charged(budget, key, len(probe_items),
-                         lambda check: run_shard(pkg, b, probe_items, [0], model, model_cfg, max_turns, check,
-                                                 call_cache=call_cache(budget)))
-        v.checks["activation"] = "ok" if fired(probe.traces, plan.mechanism) else \
-            f"mechanism {plan.mechanism!r} did not fire on {len(probe_items)} source task(s)"
+        key = inputs_key(
+            validate_stage.fn,
+            {
+                "plan": plan,
+                "candidate": candidate,
+                "bench": bench,
+                "probe_items": probe_items,
+                "model": model,
+                "model_cfg": model_cfg,
+                "max_turns": max_turns,
+            },
+        )
+        probe = _charged(
+            budget,
+            key,
+            len(probe_items),
+            lambda check: run_shard(
+                pkg, b, probe_items, [0], model, model_cfg, max_turns, check, call_cache=call_cache(budget)
+            ),
+        )
+        v.checks["activation"] = (
+            "ok"
+            if fired(probe.traces, plan.mechanism)
+            else f"mechanism {plan.mechanism!r} did not fire on {len(probe_items)} source task(s)"
+        )
         v.ok = v.checks["activation"] == "ok"
     return v
 
 
 # -- repair screen and gate (arithmetic over score tables) -------------------------------------------------------------
 
+
 @task(name="repair_look", cache_key_fn=by_signature, **PERSIST)
-def repair_look_stage(base: Frame, cand: Frame, material: float, alpha: float, design: dict,
-                      items: list[str], seeds: list[int]) -> tuple[RepairResult | None, pd.DataFrame, dict]:
+def repair_look_stage(
+    base: Frame, cand: Frame, material: float, alpha: float, design: dict, items: list[str], seeds: list[int]
+) -> tuple[RepairResult | None, pd.DataFrame, dict]:
     """The repair screen over the looks evaluated so far (None: not decided yet); one look is the full screen."""
     d = SequentialDesign(**design)
     seen = pd.MultiIndex.from_frame(cand[["item_id", "seed"]])  # the base side holds every look: keep those seen
@@ -324,20 +452,27 @@ def repair_look_stage(base: Frame, cand: Frame, material: float, alpha: float, d
 
 
 @task(name="gate_look", cache_key_fn=by_signature, **PERSIST)
-def gate_look_stage(base: Frame, cand: Frame, cfg: dict, design: dict, items: list[str],
-                    seeds: list[int], fired_by_look: list[bool],
-                    leakage: bool) -> tuple[GateResult | None, pd.DataFrame, dict]:
+def gate_look_stage(
+    base: Frame,
+    cand: Frame,
+    cfg: dict,
+    design: dict,
+    items: list[str],
+    seeds: list[int],
+    fired_by_look: list[bool],
+    leakage: bool,
+) -> tuple[GateResult | None, pd.DataFrame, dict]:
     """The held-out gate over the looks evaluated so far (None: not decided yet); one look is the ordinary gate."""
     d = SequentialDesign(**design)
     check_paired_scores(base, cand, "held-out gate")
     if not d.on:
         verdict, per = gate(base, cand, GateConfig(**cfg), mechanism_fired=fired_by_look[-1], leakage=leakage)
         return verdict, per, {"looks": 1, "looks_used": 1, "stopped_early": False, "why": "full evaluation"}
-    return sequential_gate(base, cand, GateConfig(**cfg), d, items, seeds, fired_by_look=fired_by_look,
-                           leakage=leakage)
+    return sequential_gate(base, cand, GateConfig(**cfg), d, items, seeds, fired_by_look=fired_by_look, leakage=leakage)
 
 
 # -- commit ------------------------------------------------------------------------------------------------------------
+
 
 @task(name="commit", cache_policy=NO_CACHE)
 def commit_stage(lineage: str, candidate: str, evaluated_digest: str, round_no: int, record: dict) -> str:
@@ -353,6 +488,7 @@ def reject_stage(lineage: str, round_no: int, record: dict, plan: dict | None) -
 # A contract's verdict on the same bytes is the same verdict: cached on them like a stage, so a resume or a rerun of
 # the same campaign neither imports great-expectations (~3.5 CPU-s) nor validates again. A failure is never cached.
 
+
 @task(name="benchmark_contract", cache_key_fn=by_signature, **PERSIST)
 def benchmark_contract(bench: Tree) -> bool:
     check_benchmark(bench)
@@ -367,9 +503,21 @@ def paired_contract(base: Frame, cand: Frame, where: str) -> bool:
 
 # -- the same evaluation without Prefect -------------------------------------------------------------------------------
 
-def plain_eval(package: str, bench: str, seeds: list[int], split: str | None = None, items: list[str] | None = None,
-               shard_size: int = 10, model: str = "sim", model_cfg: dict | None = None, max_turns: int = MAX_TURNS,
-               label: str = "", budget: BudgetSpec | None = None, workers: int = 2) -> EvalTables:
+
+def plain_eval(
+    package: str,
+    bench: str,
+    seeds: list[int],
+    split: str | None = None,
+    items: list[str] | None = None,
+    shard_size: int = 10,
+    model: str = "sim",
+    model_cfg: dict | None = None,
+    max_turns: int = MAX_TURNS,
+    label: str = "",
+    budget: BudgetSpec | None = None,
+    workers: int = 2,
+) -> EvalTables:
     """flows.evaluate.submit_eval's shards as direct calls of eval_shard's function on a plain thread pool of the flow's
     size (its budget holds included): the baseline benchmarks/bench_round.py measures Prefect against."""
     from concurrent.futures import ThreadPoolExecutor
@@ -378,6 +526,19 @@ def plain_eval(package: str, bench: str, seeds: list[int], split: str | None = N
 
     ids = eval_items(bench, split, items)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(eval_shard.fn, package, bench, shard, seeds, model, model_cfg or {}, max_turns,
-                               label=label, budget=budget) for shard in shards(ids, shard_size)]
+        futures = [
+            pool.submit(
+                eval_shard.fn,
+                package,
+                bench,
+                shard,
+                seeds,
+                model,
+                model_cfg or {},
+                max_turns,
+                label=label,
+                budget=budget,
+            )
+            for shard in shards(ids, shard_size)
+        ]
         return EvalTables.concat([f.result() for f in futures])

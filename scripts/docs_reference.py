@@ -114,18 +114,26 @@ def _command_md(path: list[str], cmd, out: list[str]) -> None:
             name = f"`{p.name.upper()}`"
         else:
             name = ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
-        rows.append(f"| {name} | {_cell(_type(p, ctx))} | {_cell(_default(p))} | {_cell(getattr(p, 'help', None) or '')} |")
+        rows.append(
+            f"| {name} | {_cell(_type(p, ctx))} | {_cell(_default(p))} | {_cell(getattr(p, 'help', None) or '')} |"
+        )
     if rows:
         out += ["| option | type | default | what it does |", "|---|---|---|---|", *rows, ""]
 
 
 def cli_markdown() -> str:
     root = _click_command()
-    out = [GENERATED_NOTE, "# CLI reference", "",
-           "Every `ratchet` command, generated from the typer app in `flows/cli/` at build time (the same text as "
-           "`ratchet <command> --help`). An option's value the CLI refuses is one line "
-           "`error: --<option>: ...` and exit 2. `./run.sh` and `./test.sh` put `ratchet` in `.venv/bin/`.", "",
-           _help(root), ""]
+    out = [
+        GENERATED_NOTE,
+        "# CLI reference",
+        "",
+        "Every `ratchet` command, generated from the typer app in `flows/cli/` at build time (the same text as "
+        "`ratchet <command> --help`). An option's value the CLI refuses is one line "
+        "`error: --<option>: ...` and exit 2. `./run.sh` and `./test.sh` put `ratchet` in `.venv/bin/`.",
+        "",
+        _help(root),
+        "",
+    ]
     _command_md([], root, out)
     return "\n".join(out).rstrip() + "\n"
 
@@ -252,16 +260,22 @@ def params_markdown() -> str:
     code_comments = _code_comments(ROOT / "components" / "params.py")
     values = _yaml_values(ROOT / "params.yaml")
     defaults = Params()
-    out = [GENERATED_NOTE, "# params reference", "",
-           "Every knob of a campaign, generated at build time from the pydantic models that validate `params.yaml` "
-           "(`components/params.py`) and from the comments in `params.yaml` itself. Unknown keys, values out of range, "
-           "non-finite numbers and yes/no values for numbers are refused in one line naming the file and the field. "
-           "Override any of them with `ratchet campaign run --set key.path=value` (a YAML value) or "
-           "`dvc exp run -S key.path=value`.", "",
-           "*code default*: the value when the key is absent; *params.yaml*: the value the default campaign uses; "
-           "*rerun may change*: whether a rerun on an existing campaign output may change it (everything else must "
-           "equal what the campaign's lineage recorded, and is part of its MLflow identity: "
-           "[records](../records.md)).", ""]
+    out = [
+        GENERATED_NOTE,
+        "# params reference",
+        "",
+        "Every knob of a campaign, generated at build time from the pydantic models that validate `params.yaml` "
+        "(`components/params.py`) and from the comments in `params.yaml` itself. Unknown keys, values out of range, "
+        "non-finite numbers and yes/no values for numbers are refused in one line naming the file and the field. "
+        "Override any of them with `ratchet campaign run --set key.path=value` (a YAML value) or "
+        "`dvc exp run -S key.path=value`.",
+        "",
+        "*code default*: the value when the key is absent; *params.yaml*: the value the default campaign uses; "
+        "*rerun may change*: whether a rerun on an existing campaign output may change it (everything else must "
+        "equal what the campaign's lineage recorded, and is part of its MLflow identity: "
+        "[records](../records.md)).",
+        "",
+    ]
 
     def section(prefix: str, model: type[BaseModel], instance: BaseModel, level: int) -> None:  # appends to out
         doc = (model.__doc__ or "").strip()
@@ -282,12 +296,20 @@ def params_markdown() -> str:
             bounds = _bounds(field)
             what = field.description or comments.get(dotted) or code_comments.get((model.__name__, name), "")
             yaml_value = _value(values[dotted]) if dotted in values else "(absent)"
-            rows.append(f"| `{name}` | {allowed}{' (' + bounds + ')' if bounds else ''} | "
-                        f"{_value(getattr(instance, name))} | {yaml_value} | {_may_change(dotted, RERUN_MAY_CHANGE)} | "
-                        f"{_cell(what)} |")
+            rows.append(
+                f"| `{name}` | {allowed}{' (' + bounds + ')' if bounds else ''} | "
+                f"{_value(getattr(instance, name))} | {yaml_value} | {_may_change(dotted, RERUN_MAY_CHANGE)} | "
+                f"{_cell(what)} |"
+            )
         if rows:
-            out.extend(["| key | type | code default | params.yaml | rerun may change | what it is |",
-                    "|---|---|---|---|---|---|", *rows, ""])
+            out.extend(
+                [
+                    "| key | type | code default | params.yaml | rerun may change | what it is |",
+                    "|---|---|---|---|---|---|",
+                    *rows,
+                    "",
+                ]
+            )
         for dotted, ann, sub in nested:
             section(dotted, ann, sub, level + 1)
 
@@ -297,8 +319,11 @@ def params_markdown() -> str:
 
 
 # ------------------------------------------------------------------------------------------------- the MkDocs hook
-INCLUDED = {"benchmarks.md": "benchmarks/README.md", "contributing.md": "CONTRIBUTING.md",
-            "changelog.md": "CHANGELOG.md"}
+INCLUDED = {
+    "benchmarks.md": "benchmarks/README.md",
+    "contributing.md": "CONTRIBUTING.md",
+    "changelog.md": "CHANGELOG.md",
+}
 
 
 def _included(src: str) -> str:
@@ -317,7 +342,7 @@ def _included(src: str) -> str:
             return m.group(0)
         path = posixpath.normpath(posixpath.join(here, target))
         if path.startswith("docs/"):
-            return f"]({path[len('docs/'):]}{anchor})"
+            return f"]({path[len('docs/') :]}{anchor})"
         if path in pages:
             return f"]({pages[path]}{anchor})"
         return m.group(0)
@@ -328,8 +353,11 @@ def _included(src: str) -> str:
 def on_files(files, config):  # noqa: ANN001 (MkDocs hook signature)
     from mkdocs.structure.files import File
 
-    generated = {"reference/cli.md": cli_markdown(), "reference/params.md": params_markdown(),
-                 **{dest: _included(src) for dest, src in INCLUDED.items()}}
+    generated = {
+        "reference/cli.md": cli_markdown(),
+        "reference/params.md": params_markdown(),
+        **{dest: _included(src) for dest, src in INCLUDED.items()},
+    }
     for uri, content in generated.items():
         if files.get_file_from_path(uri) is not None:
             files.remove(files.get_file_from_path(uri))

@@ -37,8 +37,7 @@ def main() -> None:
             seconds[unit(nodeid)] += s
             workers[unit(nodeid)].add(worker.get(nodeid, "?"))
             per_worker[worker.get(nodeid, "?")] += s
-    print("# worker seconds (listed durations):",
-          ", ".join(f"{w} {s:.0f}" for w, s in sorted(per_worker.items())))
+    print("# worker seconds (listed durations):", ", ".join(f"{w} {s:.0f}" for w, s in sorted(per_worker.items())))
     print("# units in the order their first test finished:", ", ".join(f"{u} ({w})" for w, u in started[:4]))
     print("HEAVY = {")
     for u, s in seconds.most_common():

@@ -20,8 +20,10 @@ def _test(campaign: Path) -> dict[str, dict]:
 
 
 def _row(label: str, s: dict) -> str:
-    return (f"| {label} | {s['mean_score']:.3f} | {s['success_rate']:.3f} | "
-            f"{s['tokens_in'] / max(1, s['episodes']):,.0f} | {s['episodes']} |")
+    return (
+        f"| {label} | {s['mean_score']:.3f} | {s['success_rate']:.3f} | "
+        f"{s['tokens_in'] / max(1, s['episodes']):,.0f} | {s['episodes']} |"
+    )
 
 
 def main() -> None:
@@ -40,19 +42,34 @@ def main() -> None:
     spec = read_model(a.outer / "model.json")
     champion = Lineage(a.campaign / "lineage").champion()
     bench = benchmark_at(p.benchmark.out)
-    same = summary(run_shard(champion.path, bench, bench.ids("test"), list(range(p.campaign.seeds)), spec.model,
-                             spec.campaign_cfg(), p.campaign.max_turns).scores)
+    same = summary(
+        run_shard(
+            champion.path,
+            bench,
+            bench.ids("test"),
+            list(range(p.campaign.seeds)),
+            spec.model,
+            spec.campaign_cfg(),
+            p.campaign.max_turns,
+        ).scores
+    )
     t1, t2 = _test(a.campaign), _test(a.outer / "inner")
-    prune = json.loads((a.outer / "prune" / "prune.json").read_text()) if (a.outer / "prune" / "prune.json").exists() \
+    prune = (
+        json.loads((a.outer / "prune" / "prune.json").read_text())
+        if (a.outer / "prune" / "prune.json").exists()
         else {"removed": []}
+    )
     second = json.loads((a.outer / "inner" / "summary.json").read_text())
     print("| step | test score | test success | prompt tokens / episode | episodes |")
     print("|---|---|---|---|---|")
     print(_row(f"start ({first['lineage'][0]['version']}, base model)", t1["start"]))
     print(_row(f"inner champion ({champion.name}, base model)", t1["champion"]))
     print(_row(f"after the outer round: {champion.name}, model {spec.name}", same))
-    print(_row(f"pruned {champion.name} (removed: {', '.join(prune['removed']) or 'none'}), model {spec.name}",
-               t2["start"]))
+    print(
+        _row(
+            f"pruned {champion.name} (removed: {', '.join(prune['removed']) or 'none'}), model {spec.name}", t2["start"]
+        )
+    )
     print(_row(f"second inner champion ({second['champion']}), model {spec.name}", t2["champion"]))
     print()
     print(f"learned facts: {', '.join(spec.model_cfg.get('learned', []))}")

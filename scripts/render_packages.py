@@ -17,7 +17,10 @@ def shipped() -> dict[Path, str]:
     from components.worlds.retail.facts import facts_of as retail_facts
 
     out = {}
-    for base, files in ((PACKAGES, retail.packages(retail_facts())), (PACKAGES / "airline", airline.packages(airline_facts()))):
+    for base, files in (
+        (PACKAGES, retail.packages(retail_facts())),
+        (PACKAGES / "airline", airline.packages(airline_facts())),
+    ):
         for rel, text in files.items():
             if rel.endswith(".md"):
                 out[base / rel.removeprefix("packages/")] = text

@@ -58,8 +58,9 @@ def free_port() -> int:
 @contextmanager
 def mlflow_ui(uri: str, port: int, timeout: float = 300.0):
     """`ratchet ui` against the store."""
-    with serving(["ui", "--port", str(port), "--tracking-uri", uri], port, "/health", dict(os.environ),
-                 timeout) as base:
+    with serving(
+        ["ui", "--port", str(port), "--tracking-uri", uri], port, "/health", dict(os.environ), timeout
+    ) as base:
         yield base
 
 
@@ -79,8 +80,9 @@ def serving(args: list[str], port: int, health: str, env: dict, timeout: float):
     with the group on exit."""
     ratchet = Path(sys.executable).with_name("ratchet")
     log = tempfile.TemporaryFile()  # not a pipe: a server writing to an unread pipe would block once it is full
-    proc = subprocess.Popen([str(ratchet), *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env=env)
+    proc = subprocess.Popen(
+        [str(ratchet), *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
     base = f"http://127.0.0.1:{port}"
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
     try:
@@ -139,24 +141,38 @@ def records(uri: str, campaign_dir: Path) -> dict:
     top = found["run"]
     eid, model = top.info.experiment_id, top.data.tags["ratchet.registered_model"]
     name = c.get_experiment(eid).name
-    rounds = c.search_runs([eid], f"tags.`ratchet.kind` = 'round' and tags.mlflow.parentRunId = '{top.info.run_id}'",
-                           order_by=["attributes.start_time ASC"])
+    rounds = c.search_runs(
+        [eid],
+        f"tags.`ratchet.kind` = 'round' and tags.mlflow.parentRunId = '{top.info.run_id}'",
+        order_by=["attributes.start_time ASC"],
+    )
     if not rounds:
         sys.exit(f"screenshots: {uri}: experiment {name} has no round runs")
     accepted = [r for r in rounds if r.data.tags.get("ratchet.verdict") == "accept"]
     # the round shown: the first promotion that cites traces (its description links them), else any promotion
-    traced = [r for r in accepted if c.search_traces(locations=[eid], run_id=r.info.run_id, max_results=1,
-                                                     include_spans=False)]
+    traced = [
+        r
+        for r in accepted
+        if c.search_traces(locations=[eid], run_id=r.info.run_id, max_results=1, include_spans=False)
+    ]
     shown = (traced or accepted or rounds)[0]
-    traces = c.search_traces(locations=[eid], run_id=shown.info.run_id, max_results=1, include_spans=False) or \
-        c.search_traces(locations=[eid], max_results=1, include_spans=False)
+    traces = c.search_traces(
+        locations=[eid], run_id=shown.info.run_id, max_results=1, include_spans=False
+    ) or c.search_traces(locations=[eid], max_results=1, include_spans=False)
     if not traces:
         sys.exit(f"screenshots: {uri}: experiment {name} has no traces")
     champion = c.get_model_version_by_alias(model, "champion")
-    return {"eid": eid, "model": model, "rounds": [r.info.run_id for r in rounds],
-            "round": shown.info.run_id, "trace": traces[0].info.trace_id, "champion": str(champion.version),
-            "parent": champion.tags.get("ratchet.parent_model_version", ""), "run": top.info.run_id,
-            "flow_run": top.data.tags.get("ratchet.prefect_flow_run", "")}
+    return {
+        "eid": eid,
+        "model": model,
+        "rounds": [r.info.run_id for r in rounds],
+        "round": shown.info.run_id,
+        "trace": traces[0].info.trace_id,
+        "champion": str(champion.version),
+        "parent": champion.tags.get("ratchet.parent_model_version", ""),
+        "run": top.info.run_id,
+        "flow_run": top.data.tags.get("ratchet.prefect_flow_run", ""),
+    }
 
 
 # scroll only the nearest scrollable box (the span tree) so the element is in its middle; scrollIntoView would also
@@ -173,17 +189,27 @@ def settle(page, text: str | None = None, timeout: float = 120_000) -> None:
     left. Not "network idle": the UI polls, so the network never is."""
     if text:
         page.get_by_text(text, exact=False).first.wait_for(state="visible", timeout=timeout)
-    page.wait_for_function("!document.querySelector('[role=progressbar], .ant-spin-spinning, [data-testid*=spinner]')",
-                           timeout=timeout)
+    page.wait_for_function(
+        "!document.querySelector('[role=progressbar], .ant-spin-spinning, [data-testid*=spinner]')", timeout=timeout
+    )
     page.wait_for_timeout(2500)  # late panels, column sizing and animations
 
 
 def browser(p, chromium: str):
     # run as root (CI, containers) Chromium needs --no-sandbox; nothing it opens leaves 127.0.0.1, and without the
     # background-networking flags it would try Google's hosts at every start (refused on a closed network)
-    return p.chromium.launch(executable_path=chromium, args=[
-        "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"])
+    return p.chromium.launch(
+        executable_path=chromium,
+        args=[
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ],
+    )
 
 
 def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
@@ -226,11 +252,20 @@ def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
             button("Toggle sidebar")
 
         # the versions, newest first: tags ratchet.parent / ratchet.parent_model_version walk the lineage, @champion
-        step("1-model-versions.png", at(f"#/models/{rec['model']}"), "Version 1",
-             lambda: click("Description"), lambda: click("Tags"))
+        step(
+            "1-model-versions.png",
+            at(f"#/models/{rec['model']}"),
+            "Version 1",
+            lambda: click("Description"),
+            lambda: click("Tags"),
+        )
         # the params table scrolled to the top; the description (plan, verdict, cited traces) is above it
-        step("2-round-run.png", at(f"#/experiments/{eid}/runs/{rec['round']}"), "Parameters (",
-             lambda: page.get_by_text("Parameters (").first.evaluate("e => e.scrollIntoView({block: 'start'})"))
+        step(
+            "2-round-run.png",
+            at(f"#/experiments/{eid}/runs/{rec['round']}"),
+            "Parameters (",
+            lambda: page.get_by_text("Parameters (").first.evaluate("e => e.scrollIntoView({block: 'start'})"),
+        )
         # from a packet's claim in the round's description, its link clicked (the UI opens it in a new tab): the
         # trace full screen, the cited turn selected: its phase spans (memory delivered, model call, checker
         # verdicts, tool call) and its inputs
@@ -242,9 +277,11 @@ def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         trace = opened.value
         trace.set_default_timeout(120_000)
         settle(trace, "(cited)")
-        for action in (lambda: trace.locator("button[aria-label='Full screen']").first.click(),
-                       lambda: trace.get_by_text("(cited)").first.click(),
-                       lambda: trace.get_by_text("(cited)").first.evaluate(CENTER_IN_ITS_LIST)):
+        for action in (
+            lambda: trace.locator("button[aria-label='Full screen']").first.click(),
+            lambda: trace.get_by_text("(cited)").first.click(),
+            lambda: trace.get_by_text("(cited)").first.evaluate(CENTER_IN_ITS_LIST),
+        ):
             action()
             trace.wait_for_timeout(1000)
         settle(trace)
@@ -254,15 +291,24 @@ def shoot(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         trace.close()
         # the gate's net and CI by round, the champion's dev mean: the campaign run's stepped metrics
         # (the charts are alphabetical: `round_` in the search box puts the net and its CI bounds first)
-        step("4-net-by-round.png", at(f"#/experiments/{eid}/runs/{rec['run']}/model-metrics"), "Model metrics",
-             lambda: page.get_by_role("searchbox").first.fill("round_"),
-             lambda: page.get_by_text("round_net", exact=True).first.wait_for(state="visible"))
+        step(
+            "4-net-by-round.png",
+            at(f"#/experiments/{eid}/runs/{rec['run']}/model-metrics"),
+            "Model metrics",
+            lambda: page.get_by_role("searchbox").first.fill("round_"),
+            lambda: page.get_by_text("round_net", exact=True).first.wait_for(state="visible"),
+        )
         # the round runs side by side: what differs between rounds (plan, owner, the gate's why) and their metrics
         runs, exps = json.dumps(rec["rounds"]), json.dumps([eid])
-        step("5-rounds-compared.png", at(f"#/compare-runs?runs={runs}&experiments={exps}"), "Show diff only",
-             lambda: click("Visualizations"),
-             lambda: page.locator("[role=switch][aria-label='Parameters - Show diff only']").click(),
-             lambda: page.locator("[role=switch][aria-label='Metrics - Show diff only']").click(), height=1700)
+        step(
+            "5-rounds-compared.png",
+            at(f"#/compare-runs?runs={runs}&experiments={exps}"),
+            "Show diff only",
+            lambda: click("Visualizations"),
+            lambda: page.locator("[role=switch][aria-label='Parameters - Show diff only']").click(),
+            lambda: page.locator("[role=switch][aria-label='Metrics - Show diff only']").click(),
+            height=1700,
+        )
         # the champion's version page: its description links the parent version (clicked: the parent's page opens)
         # and its logged model; its source run is the promoting round
         step("6-version-lineage.png", at(f"#/models/{rec['model']}/versions/{rec['champion']}"), "Promoted in round")
@@ -287,8 +333,10 @@ def shoot_prefect(ui: str, rec: dict, out: Path, chromium: str) -> list[Path]:
         b = browser(p, chromium)
         page = b.new_page(viewport={"width": W, "height": H})
         page.set_default_timeout(120_000)
-        for name, url, text in (("7-prefect-runs.png", f"{ui}/runs", "campaign"),
-                                ("8-prefect-flow-run.png", f"{ui}/runs/flow-run/{rec['flow_run']}", "Logs")):
+        for name, url, text in (
+            ("7-prefect-runs.png", f"{ui}/runs", "campaign"),
+            ("8-prefect-flow-run.png", f"{ui}/runs/flow-run/{rec['flow_run']}", "Logs"),
+        ):
             if "flow-run/" in url and not rec["flow_run"]:
                 continue  # a campaign run recorded without a flow run (not through Prefect)
             page.goto(url)
@@ -321,11 +369,18 @@ def shoot_page(html: Path, out: Path, chromium: str) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="directory for the PNGs")
-    ap.add_argument("--campaign-dir", type=Path, default=ROOT / "runs" / "campaign",
-                    help="the campaign's directory (default: the workspace's runs/campaign); its summary.json names "
-                         "its records")
-    ap.add_argument("--home", type=Path, default=Path(os.environ.get("RATCHET_HOME") or ROOT / ".ratchet"),
-                    help="the stores: mlflow.db and the Prefect home prefect/ (default: $RATCHET_HOME, else .ratchet)")
+    ap.add_argument(
+        "--campaign-dir",
+        type=Path,
+        default=ROOT / "runs" / "campaign",
+        help="the campaign's directory (default: the workspace's runs/campaign); its summary.json names its records",
+    )
+    ap.add_argument(
+        "--home",
+        type=Path,
+        default=Path(os.environ.get("RATCHET_HOME") or ROOT / ".ratchet"),
+        help="the stores: mlflow.db and the Prefect home prefect/ (default: $RATCHET_HOME, else .ratchet)",
+    )
     ap.add_argument("--tracking-uri", default=None, help="default: sqlite:///<home>/mlflow.db")
     ap.add_argument("--plots-html", type=Path, default=None, help="a page `dvc plots diff` wrote, shot as it renders")
     ap.add_argument("--chromium", default="/usr/bin/chromium")

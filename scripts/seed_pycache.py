@@ -54,8 +54,9 @@ def main() -> None:
     shutil.rmtree(prefix / Path(tempfile.gettempdir()).resolve().relative_to("/"), ignore_errors=True)
     # seeded for this interpreter and these installed files (the install stamp changes with every install)
     stamp = Path(sys.prefix) / ".ratchet-installed"
-    key = hashlib.sha256("\n".join([sys.version, *map(str, installed_roots()),
-                                    stamp.read_text() if stamp.exists() else ""]).encode()).hexdigest()
+    key = hashlib.sha256(
+        "\n".join([sys.version, *map(str, installed_roots()), stamp.read_text() if stamp.exists() else ""]).encode()
+    ).hexdigest()
     marker = prefix / ".seeded"
     if marker.exists() and marker.read_text() == key:
         return

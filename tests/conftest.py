@@ -212,8 +212,9 @@ def pytest_collection_modifyitems(config, items):  # pytest-randomly's shuffle (
         fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         # a test's own group (named as pytest-xdist names it): for a fixture its closure does not show because it is
         # reached through getfixturevalue, e.g. the Postgres server of tests/test_evidence_graph.py
-        marked = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                         for m in item.iter_markers("xdist_group")})
+        marked = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
         if marked:
             group = "_".join(marked)
         elif "small_campaign" in getattr(item, "fixturenames", ()):
@@ -319,9 +320,14 @@ def migrated_database(db: Path) -> None:
             tmp = cache / f".{template.name}.{os.getpid()}"
             tmp.unlink(missing_ok=True)
             with open(db.with_name("template.log"), "wb") as log:
-                subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"], check=True,
-                               env={**os.environ, "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp}"},
-                               stdout=log, stderr=subprocess.STDOUT, timeout=600)
+                subprocess.run(
+                    [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
+                    check=True,
+                    env={**os.environ, "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp}"},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=600,
+                )
             os.replace(tmp, template)  # whole or not at all; another run's identical template may win the race
         shutil.copyfile(template, db)
     except (OSError, subprocess.SubprocessError):
@@ -366,15 +372,39 @@ class RunPrefectServer:
         db = self.tmp / "prefect.db"
         migrated_database(db)
         site = Path(importlib.util.find_spec("prefect").origin).parents[1]  # `prefect.__module_path__.parent`
-        env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-               "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{db}",
-               "PYTHONPATH": os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH", "")) if x)}
+        env = {
+            **os.environ,
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+            "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{db}",
+            "PYTHONPATH": os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH", "")) if x),
+        }
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "flows.prefect_setup", str(os.getpid()), "--app-dir", str(site),
-                 "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
-                 "--log-level", "error", "--lifespan", "on"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp)
+                [
+                    sys.executable,
+                    "-m",
+                    "flows.prefect_setup",
+                    str(os.getpid()),
+                    "--app-dir",
+                    str(site),
+                    "--factory",
+                    "prefect.server.api.server:create_app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "error",
+                    "--lifespan",
+                    "on",
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.tmp,
+            )
 
     def pytest_configure_node(self, node) -> None:  # pytest-xdist's hook, in the controller, per worker
         if self.thread is None:
@@ -431,8 +461,9 @@ def wait_for_server(url: str, log: str, timeout: float = 180) -> None:
                 pass
             if time.monotonic() > deadline:
                 tail = Path(log).read_text(errors="replace")[-3000:] if Path(log).exists() else "(no log)"
-                raise RuntimeError(f"the run's Prefect server at {url} did not answer in {timeout:.0f} s; "
-                                   f"its log ({log}):\n{tail}")
+                raise RuntimeError(
+                    f"the run's Prefect server at {url} did not answer in {timeout:.0f} s; its log ({log}):\n{tail}"
+                )
             time.sleep(0.1)
 
 
@@ -456,8 +487,10 @@ def prefect_server(request):
     try:
         wait_for_server(url, log)
         # as prefect_test_harness does: also the process-global settings, for contexts copied before this point
-        with temporary_settings(updates={PREFECT_API_URL: url}), \
-                prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+        with (
+            temporary_settings(updates={PREFECT_API_URL: url}),
+            prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()),
+        ):
             yield url
     finally:
         if own is not None:
@@ -496,15 +529,23 @@ class Campaign:
 # so that everything they do not vary comes from the Prefect task cache this campaign filled.
 # explained receipts: the session's benchmark (`bench_dir`) is the world's own build, whose refusals state the rule;
 # the small campaign's claims (a rule card written from a refusal) are about that mode, whatever params.yaml defaults to
-SMALL = {"campaign.name": "small", "campaign.rounds": 3, "campaign.seeds": 2, "gate.n_boot": 2000,
-         "evidence.memory": False, "benchmark.receipts": "explained"}  # stateless: a test that wants memory turns it on
+SMALL = {
+    "campaign.name": "small",
+    "campaign.rounds": 3,
+    "campaign.seeds": 2,
+    "gate.n_boot": 2000,
+    "evidence.memory": False,
+    "benchmark.receipts": "explained",
+}  # stateless: a test that wants memory turns it on
 EXPLAINED = ["--set", "benchmark.receipts=explained"]  # the same pin on a command line
 
 
 def small_params(bench_dir: Path, out: Path, **over):
     from components.params import load_params
 
-    return load_params(ROOT / "params.yaml", {"benchmark.out": str(bench_dir), "campaign.out": str(out), **SMALL, **over})
+    return load_params(
+        ROOT / "params.yaml", {"benchmark.out": str(bench_dir), "campaign.out": str(out), **SMALL, **over}
+    )
 
 
 @pytest.fixture(scope="session")
@@ -520,9 +561,15 @@ def small_campaign(prefect_server, tmp_path_factory) -> Campaign:
     # look at: a round rejected by the gate, then one promoted, and a champion certified on the test split (dev a
     # little larger than a third, so that the promotion is not too small to show). What they check does not depend
     # on the size.
-    size = {"benchmark.per_family": 18, "benchmark.train_share": 0.34, "benchmark.dev_share": 0.46, "campaign.rounds": 2}
-    bench = world("retail").materialize(root / "bench", 0, size["benchmark.per_family"],
-                                        (size["benchmark.train_share"], size["benchmark.dev_share"]))
+    size = {
+        "benchmark.per_family": 18,
+        "benchmark.train_share": 0.34,
+        "benchmark.dev_share": 0.46,
+        "campaign.rounds": 2,
+    }
+    bench = world("retail").materialize(
+        root / "bench", 0, size["benchmark.per_family"], (size["benchmark.train_share"], size["benchmark.dev_share"])
+    )
     out = root / "camp"
     # How it is cut into Prefect tasks and what it logs, neither of which changes a result (RERUN_MAY_CHANGE): an
     # evaluation in one shard (up to 50 items) rather than one per 10 (~10% less CPU: fewer task runs, here and on
@@ -538,7 +585,8 @@ def small_campaign(prefect_server, tmp_path_factory) -> Campaign:
     gated_reject = [r for r in s["history"] if r["verdict"] == "reject" and r.get("gate")]
     assert gated_reject and "accept" in verdicts and s["accepted"] >= 1 and s["test"] and s["test"]["ci_lo"] > 0, (
         "the shared small campaign no longer has a gate rejection, a promotion and a certified champion: "
-        f"verdicts {verdicts}, gates {[(r.get('gate') or {}).get('ci_lo') for r in s['history']]}, test {s['test']}")
+        f"verdicts {verdicts}, gates {[(r.get('gate') or {}).get('ci_lo') for r in s['history']]}, test {s['test']}"
+    )
     return Campaign(p, out, s)
 
 
@@ -565,7 +613,12 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """A run of the fast tier (`./test.sh`, `-m "not slow"`) that ran nothing says how to run what it left out,
     e.g. `./test.sh tests/test_dvc_pipeline.py`, all of whose tests are slow."""
-    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and config.option.markexpr == "not slow" \
-            and not hasattr(config, "workerinput"):
-        terminalreporter.write_line("no test ran in the fast tier (-m \"not slow\"): the tests selected may all be in "
-                                    "the slow tier (tests/conftest.py::SLOW); `./test.sh --all ...` runs them too")
+    if (
+        exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED
+        and config.option.markexpr == "not slow"
+        and not hasattr(config, "workerinput")
+    ):
+        terminalreporter.write_line(
+            'no test ran in the fast tier (-m "not slow"): the tests selected may all be in '
+            "the slow tier (tests/conftest.py::SLOW); `./test.sh --all ...` runs them too"
+        )

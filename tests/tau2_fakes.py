@@ -20,8 +20,10 @@ import time
 from components.worlds.taubench.gold import GoldAgent
 
 MADE_UP = {"retail": "credit_card_0000000", "airline": "certificate_0000000"}
-BROKEN = {"retail": {"return_delivered_order_items": "payment_method_id"},
-          "airline": {"update_reservation_flights": "payment_id", "update_reservation_baggages": "payment_id"}}
+BROKEN = {
+    "retail": {"return_delivered_order_items": "payment_method_id"},
+    "airline": {"update_reservation_flights": "payment_id", "update_reservation_baggages": "payment_id"},
+}
 
 
 class PolicyBlind(GoldAgent):
@@ -71,8 +73,11 @@ def served(agent, strict_system: bool = True):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     strict = {"strict_system": True} if strict_system else {}  # (an older app, measured by benchmarks, has none)
-    server = uvicorn.Server(uvicorn.Config(create_app(agent=agent, **strict), host="127.0.0.1",
-                                           port=port, log_level="error", access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(agent=agent, **strict), host="127.0.0.1", port=port, log_level="error", access_log=False
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

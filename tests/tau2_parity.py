@@ -38,6 +38,7 @@ def _stub_litellm():
         return []
     try:
         import litellm  # noqa: F401
+
         return []
     except ImportError:
         pass
@@ -70,6 +71,7 @@ def tau2_evaluate_simulation():
 
 # -- plans -------------------------------------------------------------------------------------------------------------
 
+
 def _gold(bench, item: str):
     from components.worlds.taubench.world import CRITERION
 
@@ -97,7 +99,7 @@ def moves(bench, item: str, variant: str) -> list[tuple] | None:
     if variant == "steps_first":
         return [("calls", [("calculate", {"expression": "1 + 1"})])] * STEPS + one + tell
     if variant == "parallel":
-        return [("calls", actions[k:k + 2]) for k in range(0, len(actions), 2)] + tell
+        return [("calls", actions[k : k + 2]) for k in range(0, len(actions), 2)] + tell
     if variant == "no_communicate":
         return one if infos else None
     if variant == "confirm_info":
@@ -110,13 +112,14 @@ def moves(bench, item: str, variant: str) -> list[tuple] | None:
         return one[:at] + [("confirm", tool, ident, communicate_text(infos))] + one[at:]
     if variant == "duplicate_write":
         k = next((i for i, (n, _) in enumerate(actions) if n in TARGETS[domain]), None)
-        return None if k is None else one[:k + 1] + [one[k]] + one[k + 1:] + tell
+        return None if k is None else one[: k + 1] + [one[k]] + one[k + 1 :] + tell
     model = make_model("gold", {"benchmark": str(bench.root), "mutation": variant})
     _, plan, _ = model.plan(bench.tasks[item].first_message)
     return None if plan is None else [("calls", [a]) for a in plan] + tell
 
 
 # -- Ratchet's side ----------------------------------------------------------------------------------------------------
+
 
 class PlanModel:
     """A chat model that plays `moves` one model message each (parallel calls as one reply), then talks on until
@@ -144,8 +147,11 @@ class PlanModel:
         if move[0] == "say":
             return ChatResult(content=move[1])
         if move[0] == "confirm":
-            return ChatResult(tool_calls=[ToolCall(id=f"p{k}", name="confirm",
-                                                   args={"tool": move[1], "args": move[2], "summary": move[3]})])
+            return ChatResult(
+                tool_calls=[
+                    ToolCall(id=f"p{k}", name="confirm", args={"tool": move[1], "args": move[2], "summary": move[3]})
+                ]
+            )
         return ChatResult(tool_calls=[ToolCall(id=f"p{k}-{j}", name=n, args=a) for j, (n, a) in enumerate(move[1])])
 
 
@@ -174,6 +180,7 @@ def ratchet_run(bench, item: str, plan: list[tuple]) -> tuple[float, str]:
 
 
 # -- tau2's side -------------------------------------------------------------------------------------------------------
+
 
 def orchestrated_reward(bench, item: str, plan: list[tuple], agent_stops: bool = False) -> tuple[float, str]:
     """(tau2's reward, its termination reason) for the plan run by tau2's own Orchestrator, with its own environment
@@ -228,8 +235,10 @@ def orchestrated_reward(bench, item: str, plan: list[tuple], agent_stops: bool =
                 return AssistantMessage(role="assistant", content=move[1]), state
             if move[0] == "confirm":
                 return AssistantMessage(role="assistant", content=confirm_question(*move[1:])), state
-            calls = [ToolCall(id=f"p{k}-{j}", name=n, arguments=deepcopy(a), requestor="assistant")
-                     for j, (n, a) in enumerate(move[1])]
+            calls = [
+                ToolCall(id=f"p{k}-{j}", name=n, arguments=deepcopy(a), requestor="assistant")
+                for j, (n, a) in enumerate(move[1])
+            ]
             return AssistantMessage(role="assistant", tool_calls=calls), state
 
         @classmethod
@@ -269,8 +278,15 @@ def orchestrated_reward(bench, item: str, plan: list[tuple], agent_stops: bool =
         def set_seed(self, seed):
             pass
 
-    run = Orchestrator(domain, agent=Agent(), user=User(), environment=environment, task=task,
-                       max_steps=DEFAULT_MAX_STEPS, max_errors=DEFAULT_MAX_ERRORS).run()
+    run = Orchestrator(
+        domain,
+        agent=Agent(),
+        user=User(),
+        environment=environment,
+        task=task,
+        max_steps=DEFAULT_MAX_STEPS,
+        max_errors=DEFAULT_MAX_ERRORS,
+    ).run()
     info = evaluate_simulation(run, task, EvaluationType.ALL, solo_mode=False, domain=domain)
     return float(info.reward), str(getattr(run.termination_reason, "value", run.termination_reason))
 

@@ -45,8 +45,11 @@ def correct_args(req: dict) -> tuple[str, dict]:
         return "issue_compensation", {**args, "amount": req["amount"], "form": req["form"]}
     if kind == "upgrade":
         return "upgrade_cabin", {**args, "cabin": "business", "payment_method_id": req["payment_method_id"]}
-    return "update_passenger_name", {**args, "first_name": req["first_name"].upper(),
-                                     "last_name": req["last_name"].upper()}
+    return "update_passenger_name", {
+        **args,
+        "first_name": req["first_name"].upper(),
+        "last_name": req["last_name"].upper(),
+    }
 
 
 def _call(env: AirlineEnv, name: str, args: dict, n: list = [0]):  # noqa: B006 - a call-id counter
@@ -67,6 +70,7 @@ def _asked(env: AirlineEnv, tool: str, args: dict) -> Turn:
 
 
 # -- materialization -------------------------------------------------------------------------------------------------
+
 
 def test_materialize_contract_and_shape(small):
     assert small.world == "airline"
@@ -91,6 +95,7 @@ def test_materialize_is_deterministic(tmp_path):
 
 
 # -- facts and their reading -----------------------------------------------------------------------------------------
+
 
 def test_facts_kinds():
     assert len(F.FACTS) >= 12
@@ -127,47 +132,63 @@ def test_policy_states_only_the_stated_facts():
         assert f.id not in read and f.rule not in policy
 
 
-@pytest.mark.parametrize("fact,text,value", [
-    ("refund_original", "- `cancel_reservation`: refund to the original payment method.", "original"),
-    ("refund_original", "- `cancel_reservation`: never refund to the original payment method.", "account"),
-    ("refund_original", "- `cancel_reservation` refunds to the account's first method.", "account"),
-    ("basic_credit", "- `cancel_reservation` of a basic fare refunds as travel credit.", "travel_credit"),
-    ("basic_credit", "- `cancel_reservation` of a basic fare does not refund as travel credit.", "same"),
-    ("change_fee", "- `change_flight`: $90 for economy and flex fares.", (("economy", 90), ("flex", 90))),
-    ("change_fee", "- `change_flight` charges no fee for business fares.", (("business", 0),)),
-    ("change_window", "- `change_flight` within 3 days of departure charges twice the fee.",
-     Surcharge(when=Window(op="<=", value=3), factor=2)),
-    ("change_window", "- `change_flight` more than 10 days before departure takes 3/2 times the fee.",
-     Surcharge(when=Window(op=">", value=10), factor=Fraction(3, 2))),
-    ("change_window", "- `change_flight` 12 days or more before departure takes 1.5 times the fee.",
-     Surcharge(when=Window(op=">=", value=12), factor=Fraction(3, 2))),
-    ("change_window", "- `change_flight` within 7 days of departure does not double the fee.", NO_SURCHARGE),
-    ("bag_allowance", "- `add_checked_bags`: gold members get 3, silver members 1.", (("gold", 3), ("silver", 1))),
-    ("bag_allowance", "- `add_checked_bags`: no tier has free bags, regular members 2.", (("gold", 0), ("regular", 0),
-                                                                                         ("silver", 0))),
-    ("bag_fee", "- `add_checked_bags` charges $40 for each extra bag.", 40),
-    ("bag_fee", "- `add_checked_bags`: never $40 per bag.", 0),
-    ("bag_business", "- `add_checked_bags` on business gives 2 extra free bags.", 2),
-    ("bag_business", "- `add_checked_bags` on business gives no extra free bags.", 0),
-    ("comp_rate", "- `issue_compensation` pays $20 after 2 hours, $90 after 5 hours.", ((2, 20), (5, 90))),
-    ("comp_rate", "- `issue_compensation` never pays $20 for 2 hours of delay.", ()),
-    ("comp_gold", "- `issue_compensation`: gold members get 3 times the amount.", 3),
-    ("comp_gold", "- `issue_compensation`: gold members are not paid double.", 1),
-    ("comp_form", "- `issue_compensation` is paid in cash.", "cash"),
-    ("comp_form", "- `issue_compensation` is never paid as a certificate.", "cash"),
-    ("upgrade_payment", "- `upgrade_cabin` is paid with a credit card.", "credit_card"),
-    ("upgrade_payment", "- `upgrade_cabin` does not need a credit card.", "any"),
-    ("name_upper", "- `update_passenger_name` takes names in capital letters.", "upper"),
-    ("name_upper", "- `update_passenger_name`: do not use upper case.", "as_given"),
-    # scope: a text that does not name the write tool in backticks is silent
-    ("comp_rate", "- issue_compensation pays $20 after 2 hours.", None),
-    ("refund_original", "- `change_flight`: refund to the original payment method.", None),
-])
+@pytest.mark.parametrize(
+    "fact,text,value",
+    [
+        ("refund_original", "- `cancel_reservation`: refund to the original payment method.", "original"),
+        ("refund_original", "- `cancel_reservation`: never refund to the original payment method.", "account"),
+        ("refund_original", "- `cancel_reservation` refunds to the account's first method.", "account"),
+        ("basic_credit", "- `cancel_reservation` of a basic fare refunds as travel credit.", "travel_credit"),
+        ("basic_credit", "- `cancel_reservation` of a basic fare does not refund as travel credit.", "same"),
+        ("change_fee", "- `change_flight`: $90 for economy and flex fares.", (("economy", 90), ("flex", 90))),
+        ("change_fee", "- `change_flight` charges no fee for business fares.", (("business", 0),)),
+        (
+            "change_window",
+            "- `change_flight` within 3 days of departure charges twice the fee.",
+            Surcharge(when=Window(op="<=", value=3), factor=2),
+        ),
+        (
+            "change_window",
+            "- `change_flight` more than 10 days before departure takes 3/2 times the fee.",
+            Surcharge(when=Window(op=">", value=10), factor=Fraction(3, 2)),
+        ),
+        (
+            "change_window",
+            "- `change_flight` 12 days or more before departure takes 1.5 times the fee.",
+            Surcharge(when=Window(op=">=", value=12), factor=Fraction(3, 2)),
+        ),
+        ("change_window", "- `change_flight` within 7 days of departure does not double the fee.", NO_SURCHARGE),
+        ("bag_allowance", "- `add_checked_bags`: gold members get 3, silver members 1.", (("gold", 3), ("silver", 1))),
+        (
+            "bag_allowance",
+            "- `add_checked_bags`: no tier has free bags, regular members 2.",
+            (("gold", 0), ("regular", 0), ("silver", 0)),
+        ),
+        ("bag_fee", "- `add_checked_bags` charges $40 for each extra bag.", 40),
+        ("bag_fee", "- `add_checked_bags`: never $40 per bag.", 0),
+        ("bag_business", "- `add_checked_bags` on business gives 2 extra free bags.", 2),
+        ("bag_business", "- `add_checked_bags` on business gives no extra free bags.", 0),
+        ("comp_rate", "- `issue_compensation` pays $20 after 2 hours, $90 after 5 hours.", ((2, 20), (5, 90))),
+        ("comp_rate", "- `issue_compensation` never pays $20 for 2 hours of delay.", ()),
+        ("comp_gold", "- `issue_compensation`: gold members get 3 times the amount.", 3),
+        ("comp_gold", "- `issue_compensation`: gold members are not paid double.", 1),
+        ("comp_form", "- `issue_compensation` is paid in cash.", "cash"),
+        ("comp_form", "- `issue_compensation` is never paid as a certificate.", "cash"),
+        ("upgrade_payment", "- `upgrade_cabin` is paid with a credit card.", "credit_card"),
+        ("upgrade_payment", "- `upgrade_cabin` does not need a credit card.", "any"),
+        ("name_upper", "- `update_passenger_name` takes names in capital letters.", "upper"),
+        ("name_upper", "- `update_passenger_name`: do not use upper case.", "as_given"),
+        # scope: a text that does not name the write tool in backticks is silent
+        ("comp_rate", "- issue_compensation pays $20 after 2 hours.", None),
+        ("refund_original", "- `change_flight`: refund to the original payment method.", None),
+    ],
+)
 def test_fact_reading(fact, text, value):
     assert F.BY_ID[fact].read(text) == value
 
 
 # -- tools, receipts, the member, the rubric --------------------------------------------------------------------------
+
 
 def _task(bench, pred):
     return next(t for t in sorted(bench.tasks.values(), key=lambda t: t.id) if pred(t))
@@ -175,13 +196,15 @@ def _task(bench, pred):
 
 def test_unstated_rule_is_only_in_its_refusal_receipt(small):
     policy = small.policy
-    t = _task(small, lambda t: t.family == "compensation" and t.possible and
-              small.db["users"][t.user_id]["tier"] == "gold")
+    t = _task(
+        small, lambda t: t.family == "compensation" and t.possible and small.db["users"][t.user_id]["tier"] == "gold"
+    )
     env = AirlineEnv(small, t)
     req = t.requests[0]
     plain = req["amount"] // 2  # the policy's rate without the unstated gold multiplier
-    r = _call(env, "issue_compensation",
-              {"reservation_id": req["reservation_id"], "amount": plain, "form": "certificate"})
+    r = _call(
+        env, "issue_compensation", {"reservation_id": req["reservation_id"], "amount": plain, "form": "certificate"}
+    )
     assert not r.ok and r.code == "policy"
     fact = F.BY_ID["comp_gold"]
     assert not fact.stated and r.content["rule_id"] == "comp_gold" and r.content["rule"] == fact.rule
@@ -191,13 +214,18 @@ def test_unstated_rule_is_only_in_its_refusal_receipt(small):
 
 
 def test_interacting_rules_on_one_write_name_the_broken_one(small):
-    t = _task(small, lambda t: t.family == "bags" and t.possible and
-              small.db["reservations"][t.requests[0]["reservation_id"]]["fare"] == "business")
+    t = _task(
+        small,
+        lambda t: t.family == "bags"
+        and t.possible
+        and small.db["reservations"][t.requests[0]["reservation_id"]]["fare"] == "business",
+    )
     req = t.requests[0]
     env = AirlineEnv(small, t)
     res = small.db["reservations"][req["reservation_id"]]
-    tier_only = F.free_bags(small.db["users"][t.user_id]["tier"], "business", len(res["passengers"]),
-                            F.BY_ID["bag_allowance"].value, 0)
+    tier_only = F.free_bags(
+        small.db["users"][t.user_id]["tier"], "business", len(res["passengers"]), F.BY_ID["bag_allowance"].value, 0
+    )
     base = {"reservation_id": req["reservation_id"], "bags": req["bags"]}
     r1 = _call(env, "add_checked_bags", {**base, "free_bags": tier_only, "fee": req["fee"]})
     r2 = _call(env, "add_checked_bags", {**base, "free_bags": req["free_bags"], "fee": req["fee"] + 35})
@@ -210,8 +238,11 @@ def test_member_confirms_only_what_was_requested(small):
     req = t.requests[0]
     tool, args = correct_args(req)
     assert env.confirm(tool, {"reservation_id": req["reservation_id"]}, "as asked")
-    other_tool = next(w for w in sorted(WRITE_TOOLS) if not any(
-        correct_args(r)[0] == w and r["reservation_id"] == req["reservation_id"] for r in t.requests))
+    other_tool = next(
+        w
+        for w in sorted(WRITE_TOOLS)
+        if not any(correct_args(r)[0] == w and r["reservation_id"] == req["reservation_id"] for r in t.requests)
+    )
     assert not env.confirm(other_tool, {"reservation_id": req["reservation_id"]}, "not asked")
     assert not env.confirm(tool, {"reservation_id": "ZZZZZZ"}, "another reservation")
     assert env.user_reply("I could not find an account with that email.") != env.user_reply("Anything else?")
@@ -272,6 +303,7 @@ def test_external_tasks_are_impossible(small):
 
 # -- packages ----------------------------------------------------------------------------------------------------------
 
+
 def test_packages_load_and_reference_states_every_fact():
     from components.memory import load_package
 
@@ -304,8 +336,12 @@ def test_leak_guard_passes_a_rules_constant_and_still_blocks_dev_and_test_values
     materialize(tmp_path / "bench", seed=0)  # the default size: basic fares among train's cancellations
     small = load_benchmark(tmp_path / "bench")
     gold = train_gold(small)
-    basic = {g.task_id for g in gold.values() for a in g.actions
-             if a.tool == "cancel_reservation" and a.args["refund_to"] == "travel_credit"}
+    basic = {
+        g.task_id
+        for g in gold.values()
+        for a in g.actions
+        if a.tool == "cancel_reservation" and a.args["refund_to"] == "travel_credit"
+    }
     assert len(basic) >= 3  # the train gold shows it in several items
     assert "travel_credit" not in small.policy and "travel_credit" in rule_constants(small)
     assert "travel_credit" not in leak_tokens(small)
@@ -324,12 +360,17 @@ def test_leak_guard_passes_a_rules_constant_and_still_blocks_dev_and_test_values
     for value in (dev_rid, test_id, train_user):
         assert value in leak_tokens(small), value
         (pkg / "em" / "procedure" / "leaky.md").write_text(
-            f"---\nid: leaky\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: cancel_reservation\nsource: tests\n---\nRemember {value} for `cancel_reservation`.\n")
+            f"---\nid: leaky\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: cancel_reservation\nsource: tests\n---\nRemember {value} for `cancel_reservation`.\n"
+        )
         found = leakage(load_package(pkg), small)
         assert len(found) == 1 and "leaky.md: contains task data" in found[0], (value, found)
     # a digit-free word only dev or test rubrics carry is never a rule constant (their gold is not read)
     train_values = {str(v) for g in gold.values() for a in g.actions for v in a.args.values()}
-    held_out = {str(v) for i in small.ids("dev") + small.ids("test") for c in small.tasks[i].rubric
-                for v in c.args.values() if isinstance(v, str)} - train_values
+    held_out = {
+        str(v)
+        for i in small.ids("dev") + small.ids("test")
+        for c in small.tasks[i].rubric
+        for v in c.args.values()
+        if isinstance(v, str)
+    } - train_values
     assert held_out and not held_out & rule_constants(small)
-

@@ -42,8 +42,9 @@ def test_competence_parses_every_request(bench):
     comp = world("airline").competence
     for t in bench.tasks.values():
         reqs, info = comp.parse(t.first_message)
-        assert [(r.kind, r.target["reservation_id"]) for r in reqs] == \
-               [(q["kind"], q["reservation_id"]) for q in t.requests]
+        assert [(r.kind, r.target["reservation_id"]) for r in reqs] == [
+            (q["kind"], q["reservation_id"]) for q in t.requests
+        ]
         assert info["email"] and len({r.key for r in reqs}) == len(reqs)
 
 
@@ -65,9 +66,12 @@ def test_episodes_deterministic_memory_helps_external_never(bench):
 
 # -- the fault engine on a write with several rules (engine requests 4 and 7) ----------------------------------------
 
+
 def _refusal(fact_id: str) -> tuple[dict, dict]:
-    return ({"name": F.BY_ID[fact_id].tool, "args": {"reservation_id": "R1"}},
-            {"error": "refused.", "rule_id": fact_id, "rule": F.BY_ID[fact_id].rule})
+    return (
+        {"name": F.BY_ID[fact_id].tool, "args": {"reservation_id": "R1"}},
+        {"error": "refused.", "rule_id": fact_id, "rule": F.BY_ID[fact_id].rule},
+    )
 
 
 def test_a_refusal_on_a_new_rule_is_retried_a_repeated_one_is_not():

@@ -125,8 +125,12 @@ class _Rec:
 
 
 def test_the_account_reads_reserved_shares_and_charges_from_the_records():
-    recs = [_Rec(1, _Look(0.01), False), _Rec(2, None, False),
-            _Rec(3, _Look(0.004, reserved=0.005, charge=0.001), False), _Rec(4, _Look(0.01), True)]
+    recs = [
+        _Rec(1, _Look(0.01), False),
+        _Rec(2, None, False),
+        _Rec(3, _Look(0.004, reserved=0.005, charge=0.001), False),
+        _Rec(4, _Look(0.01), True),
+    ]
     w = account(recs, A, 10, "wealth")
     assert w.spent == pytest.approx(0.005 + 0.001)
     assert w.returned == pytest.approx(0.004 + 0.005)
@@ -134,10 +138,22 @@ def test_the_account_reads_reserved_shares_and_charges_from_the_records():
     assert Wealth(A, 3, "linear").rule is Spending.LINEAR
 
 
-def _campaign_sim(n_campaigns: int, *, rule: str = "wealth", refund: str = "off", retries: bool = False,
-                  rounds: int = 10, n_items: int = 20, helpful: float = 0.5, harmful: float = 0.0,
-                  effect: float = 1.0, no_plan: float = 0.2, tau: float = 0.0, shared: bool = True,
-                  seed: int = 0) -> float:
+def _campaign_sim(
+    n_campaigns: int,
+    *,
+    rule: str = "wealth",
+    refund: str = "off",
+    retries: bool = False,
+    rounds: int = 10,
+    n_items: int = 20,
+    helpful: float = 0.5,
+    harmful: float = 0.0,
+    effect: float = 1.0,
+    no_plan: float = 0.2,
+    tau: float = 0.0,
+    shared: bool = True,
+    seed: int = 0,
+) -> float:
     """Campaigns of `rounds`, vectorized over `n_campaigns`. Each round proposes a change (helpful with probability
     `helpful`, a harm of -effect with probability `harmful`, else null) judged on n_items x 3 cells of unit noise
     plus, for a null change, item effects of sd `tau` centred on the dev items (no effect on them as a whole): 3
@@ -246,8 +262,17 @@ def test_campaigns_with_refunds_and_retries_promote_falsely_at_most_campaign_alp
     n = 10000
     for helpful, harmful in MIXES:
         for shared in (True, False):
-            rate = _campaign_sim(n, refund=refund, retries=retries, helpful=helpful, harmful=harmful, tau=0.5,
-                                 no_plan=0.3, shared=shared, seed=11 + int(10 * helpful))
+            rate = _campaign_sim(
+                n,
+                refund=refund,
+                retries=retries,
+                helpful=helpful,
+                harmful=harmful,
+                tau=0.5,
+                no_plan=0.3,
+                shared=shared,
+                seed=11 + int(10 * helpful),
+            )
             assert rate <= A + 1.96 * SE(n), (refund, retries, helpful, harmful, shared, rate)
 
 

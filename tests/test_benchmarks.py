@@ -37,14 +37,29 @@ def test_benchmark_quick_runs_and_ends_on_its_ratio(script, prefect_server, monk
     assert float(m.group(1)) > 0
 
 
-@pytest.mark.parametrize("script", ["bench_episodes.py", "bench_round.py", "bench_scaleout.py", "bench_memory.py",
-                                    "bench_startup.py", "bench_fixed_cost.py", "bench_campaign_scaleout.py",
-                                    "bench_peers.py"])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "bench_episodes.py",
+        "bench_round.py",
+        "bench_scaleout.py",
+        "bench_memory.py",
+        "bench_startup.py",
+        "bench_fixed_cost.py",
+        "bench_campaign_scaleout.py",
+        "bench_peers.py",
+    ],
+)
 def test_benchmark_script_starts_as_a_person_runs_it(script, tmp_path):
     # a fresh interpreter in another directory: the script finds the project and its top level loads (--help stops
     # before the stack is imported); bench_gate*.py run whole as subprocesses in tests/test_gate.py
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "--quick" in r.stdout
 

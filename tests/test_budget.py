@@ -73,11 +73,15 @@ def test_sixteen_concurrent_reservers_never_exceed_the_ceiling(memory_dir, mode)
         wallet = ledger.open_wallet("c", {"model_calls": cap})
         if mode == "threads":
             results: list[float] = []
-            workers = [threading.Thread(target=_reserve_many, args=(path, wallet, 30, trial * 100 + k, results))
-                       for k in range(16)]
+            workers = [
+                threading.Thread(target=_reserve_many, args=(path, wallet, 30, trial * 100 + k, results))
+                for k in range(16)
+            ]
         else:
             q = ctx.Queue()
-            workers = [ctx.Process(target=_reserve_many, args=(path, wallet, 30, trial * 100 + k, q)) for k in range(16)]
+            workers = [
+                ctx.Process(target=_reserve_many, args=(path, wallet, 30, trial * 100 + k, q)) for k in range(16)
+            ]
         for w in workers:
             w.start()
         for w in workers:
@@ -154,10 +158,12 @@ def test_holds_of_a_killed_process_are_recovered(tmp_path):
     path = tmp_path / "b.sqlite"
     ledger = BudgetLedger(path)
     w = ledger.open_wallet("c", {"model_calls": 100})
-    code = ("import os, signal, sys; sys.path.insert(0, %r)\n"
-            "from components.evidence.budget import BudgetLedger\n"
-            "BudgetLedger(%r).reserve('c', {'model_calls': 70}, key='shard')\n"
-            "os.kill(os.getpid(), signal.SIGKILL)\n") % (os.getcwd(), str(path))
+    code = (
+        "import os, signal, sys; sys.path.insert(0, %r)\n"
+        "from components.evidence.budget import BudgetLedger\n"
+        "BudgetLedger(%r).reserve('c', {'model_calls': 70}, key='shard')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    ) % (os.getcwd(), str(path))
     r = subprocess.run([sys.executable, "-c", code])
     assert r.returncode == -signal.SIGKILL
     assert ledger.report(w)["held"]["model_calls"] == 70
@@ -183,8 +189,13 @@ def test_estimate_is_an_upper_bound_on_calls(tmp_path, bench, max_turns):
     from tests.conftest import PACKAGES, ROOT
 
     b = load_params(ROOT / "params.yaml", {}).budget  # the shipped reservation figures, not numbers picked to pass
-    est = Estimate(max_turns=max_turns, tokens_in_per_call=b.est_tokens_in_per_call,
-                   tokens_out_per_call=b.est_tokens_out_per_call, price_in_per_1k=0.001, price_out_per_1k=0.002)
+    est = Estimate(
+        max_turns=max_turns,
+        tokens_in_per_call=b.est_tokens_in_per_call,
+        tokens_out_per_call=b.est_tokens_out_per_call,
+        price_in_per_1k=0.001,
+        price_out_per_1k=0.002,
+    )
     ledger = BudgetLedger(tmp_path / "budget.sqlite")
     w = ledger.open_wallet("w", {})
     items, seeds, reserved, redrafts = bench.ids("train")[:24], [0, 1], dict.fromkeys(RESOURCES, 0.0), 0
@@ -210,6 +221,7 @@ def test_estimate_is_an_upper_bound_on_calls(tmp_path, bench, max_turns):
     # what the ledger records is the episodes' actual usage, reconciled, not the estimate it reserved
     assert {k: report["spent"][k] for k in actual} == actual
     assert report["spent"]["money"] == pytest.approx(
-        report["spent"]["tokens_in"] / 1000 * 0.001 + report["spent"]["tokens_out"] / 1000 * 0.002)
+        report["spent"]["tokens_in"] / 1000 * 0.001 + report["spent"]["tokens_out"] / 1000 * 0.002
+    )
     # and the bound is not loose by construction: some turns really did make three calls
     assert redrafts > 0

@@ -23,13 +23,15 @@ def test_an_in_place_edit_changes_the_benchmark_key(tmp_path, bench_dir, monkeyp
     before = tasks.tree_digest(bench)
     hits = tasks._tree_digest.cache_info().hits
     assert tasks.tree_digest(bench) == before and tasks._tree_digest.cache_info().hits == hits + 1  # memoized now
-    key_before = tasks.inputs_key(tasks.diagnose_stage.fn, {"package": "data/packages/seed", "bench": str(bench), "corpus": "c"})
+    key_before = tasks.inputs_key(
+        tasks.diagnose_stage.fn, {"package": "data/packages/seed", "bench": str(bench), "corpus": "c"}
+    )
 
     # flip one byte in place: same size, and every mtime in the tree (meta.json's and the file's own) restored
     stamps = {p: os.stat(bench / p).st_mtime_ns for p in ("meta.json", name)}
     data = bytearray((bench / name).read_bytes())
     i = data.index(b"e")
-    data[i:i + 1] = b"E"
+    data[i : i + 1] = b"E"
     with open(bench / name, "r+b") as f:
         f.write(bytes(data))
     for p, ns in stamps.items():
@@ -40,7 +42,10 @@ def test_an_in_place_edit_changes_the_benchmark_key(tmp_path, bench_dir, monkeyp
     assert now != before and now == digest(bench)
     time.sleep(0.25)  # out of the racy window: the memo is consulted again, and must not serve the old digest
     assert tasks.tree_digest(bench) == now
-    assert tasks.inputs_key(tasks.diagnose_stage.fn, {"package": "data/packages/seed", "bench": str(bench), "corpus": "c"}) != key_before
+    assert (
+        tasks.inputs_key(tasks.diagnose_stage.fn, {"package": "data/packages/seed", "bench": str(bench), "corpus": "c"})
+        != key_before
+    )
 
 
 def test_a_package_key_follows_its_cards(tmp_path, package_copy, monkeypatch):
@@ -70,8 +75,9 @@ def test_results_persisted_before_level_1_still_load(tmp_path):
 
     storage = LocalFileSystem(basepath=str(tmp_path))
     frame = pd.DataFrame({"item_id": [f"t{i}" for i in range(200)], "score": [i / 7 for i in range(200)]})
-    old = ResultStore(result_storage=storage, serializer=CompressedSerializer(serializer=PickleSerializer(),
-                                                                               compressionlib="zlib"))
+    old = ResultStore(
+        result_storage=storage, serializer=CompressedSerializer(serializer=PickleSerializer(), compressionlib="zlib")
+    )
     old.write(frame, key="before")
     new = ResultStore(result_storage=storage, serializer=PERSIST["result_serializer"])
     new.write(frame, key="after")
@@ -92,21 +98,36 @@ def test_a_stage_key_is_derived_from_its_own_signature(tmp_path, bench_dir):
 
     pkg = tmp_path / "pkg"
     shutil.copytree(PACKAGES / "seed", pkg)
-    args = {"package": str(PACKAGES / "seed"), "bench": str(bench_dir), "items": ["a"], "seeds": [0], "model": "sim",
-            "model_cfg": {}, "max_turns": 40}
+    args = {
+        "package": str(PACKAGES / "seed"),
+        "bench": str(bench_dir),
+        "items": ["a"],
+        "seeds": [0],
+        "model": "sim",
+        "model_cfg": {},
+        "max_turns": 40,
+    }
     key = tasks.inputs_key(tasks.eval_shard.fn, args)
     assert tasks.inputs_key(tasks.eval_shard.fn, {**args, "package": str(pkg)}) == key  # the same bytes elsewhere
-    spec = BudgetSpec(db="b.sqlite", wallet="w", estimate=Estimate(max_turns=40, tokens_in_per_call=1,
-                                                                      tokens_out_per_call=1))
+    spec = BudgetSpec(
+        db="b.sqlite", wallet="w", estimate=Estimate(max_turns=40, tokens_in_per_call=1, tokens_out_per_call=1)
+    )
     assert tasks.inputs_key(tasks.eval_shard.fn, {**args, "label": "x", "budget": spec}) == key  # OFF
-    for name, other in (("items", ["b"]), ("seeds", [1]), ("model", "openai"), ("model_cfg", {"t": 1}),
-                        ("max_turns", 8)):
+    for name, other in (
+        ("items", ["b"]),
+        ("seeds", [1]),
+        ("model", "openai"),
+        ("model_cfg", {"t": 1}),
+        ("max_turns", 8),
+    ):
         assert tasks.inputs_key(tasks.eval_shard.fn, {**args, name: other}) != key, name
     (pkg / "instructions.md").write_text("another package")
     assert tasks.inputs_key(tasks.eval_shard.fn, {**args, "package": str(pkg)}) != key
     a = pd.DataFrame({"item_id": ["a"], "seed": [0], "score": [1.0]})
     look = {"base": a, "cand": a, "where": "w"}
-    assert tasks.inputs_key(tasks.paired_contract.fn, look) == tasks.inputs_key(tasks.paired_contract.fn,
-                                                                                 {**look, "cand": a.copy()})
+    assert tasks.inputs_key(tasks.paired_contract.fn, look) == tasks.inputs_key(
+        tasks.paired_contract.fn, {**look, "cand": a.copy()}
+    )
     assert tasks.inputs_key(tasks.paired_contract.fn, look) != tasks.inputs_key(
-        tasks.paired_contract.fn, {**look, "cand": a.assign(score=[0.0])})
+        tasks.paired_contract.fn, {**look, "cand": a.assign(score=[0.0])}
+    )

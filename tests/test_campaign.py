@@ -23,10 +23,19 @@ def variant(campaign, out: Path, **over):
     many rounds and the same shards, so that what the variant does not change comes from the task cache it filled;
     `over` changed. No variant's test reads a trace: none is logged."""
     b, c = campaign.params.benchmark, campaign.params.campaign
-    return small_params(Path(b.out), out, **{"benchmark.per_family": b.per_family,
-                                             "benchmark.train_share": b.train_share, "benchmark.dev_share": b.dev_share,
-                                             "campaign.rounds": c.rounds, "campaign.shard_size": c.shard_size,
-                                             "campaign.traces_per_round": 0, **over})
+    return small_params(
+        Path(b.out),
+        out,
+        **{
+            "benchmark.per_family": b.per_family,
+            "benchmark.train_share": b.train_share,
+            "benchmark.dev_share": b.dev_share,
+            "campaign.rounds": c.rounds,
+            "campaign.shard_size": c.shard_size,
+            "campaign.traces_per_round": 0,
+            **over,
+        },
+    )
 
 
 @pytest.fixture
@@ -67,7 +76,14 @@ def test_campaign_promotes_and_records(small_campaign):
             assert rec["child"]["digest"] == rec["candidate_digest"]
     t = s["test"]
     assert t["champion_mean"] > t["base_mean"] and t["ci_lo"] > 0
-    assert set(s["localization"]) >= {"accuracy", "outcome_only_accuracy", "trace_rule_accuracy", "n", "coverage", "passes"}
+    assert set(s["localization"]) >= {
+        "accuracy",
+        "outcome_only_accuracy",
+        "trace_rule_accuracy",
+        "n",
+        "coverage",
+        "passes",
+    }
     assert s["localization"]["trace_rule_accuracy"] is not None  # the round dirs keep the traces it reads
     on_disk = json.loads((small_campaign.out / "summary.json").read_text())
     assert on_disk["champion_digest"] == s["champion_digest"]
@@ -92,7 +108,9 @@ def test_shards_sized_to_the_look_change_no_result(small_campaign, camp, episode
     assert s["test"] == first["test"]
     assert [v["digest"] for v in s["lineage"]] == [v["digest"] for v in first["lineage"]]
     keep = ("round", "verdict", "plan_key", "gate")
-    assert [{k: r.get(k) for k in keep} for r in s["history"]] == [{k: r.get(k) for k in keep} for r in first["history"]]
+    assert [{k: r.get(k) for k in keep} for r in s["history"]] == [
+        {k: r.get(k) for k in keep} for r in first["history"]
+    ]
 
 
 def test_a_changed_input_recomputes_only_what_depends_on_it(small_campaign, camp, episodes):
@@ -111,10 +129,19 @@ def test_a_rejected_plan_is_not_tried_again(prefect_server, tmp_path):
     # benchmark (6 tasks per family: 10 dev items, above the gate's minimum) with one seed, this strict gate rejects
     # the plan of both rounds (deterministic). Nothing here reads a trace: none is logged.
     bench = world("retail").materialize(tmp_path / "bench", 0, 6)
-    p = small_params(bench, tmp_path / "strict", **{"campaign.name": "small-strict", "gate.reg_cap": 0,
-                                                     "benchmark.per_family": 6,
-                                                     "gate.material": 0.0, "campaign.rounds": 2, "campaign.seeds": 1,
-                                                     "campaign.traces_per_round": 0})
+    p = small_params(
+        bench,
+        tmp_path / "strict",
+        **{
+            "campaign.name": "small-strict",
+            "gate.reg_cap": 0,
+            "benchmark.per_family": 6,
+            "gate.material": 0.0,
+            "campaign.rounds": 2,
+            "campaign.seeds": 1,
+            "campaign.traces_per_round": 0,
+        },
+    )
     s = run_campaign(p)
     keys = [r.get("plan_key") for r in s["history"] if r.get("plan_key")]
     assert len(keys) == len(set(keys))
@@ -139,18 +166,41 @@ def test_cli_campaign_prints_rounds_and_certification(prefect_server, capsys, tm
     # a third of the session's benchmark (12 tasks per family): what is printed does not depend on the size
     bench = world("retail").materialize(tmp_path / "bench", 0, 12)
     # in-process: the entry point, option parsing and printing are the same code a subprocess would run
-    code, out, err = cli(capsys, "campaign", "run", "--rounds", "1", "--out", str(tmp_path / "c"), "--set",
-                         f"benchmark.out={bench}", "--set", "benchmark.per_family=12", "--set", "campaign.seeds=1",
-                         "--set", "gate.n_boot=1000",
-                         "--set", "campaign.name=cli", "--set", "campaign.traces_per_round=0", *EXPLAINED)
+    code, out, err = cli(
+        capsys,
+        "campaign",
+        "run",
+        "--rounds",
+        "1",
+        "--out",
+        str(tmp_path / "c"),
+        "--set",
+        f"benchmark.out={bench}",
+        "--set",
+        "benchmark.per_family=12",
+        "--set",
+        "campaign.seeds=1",
+        "--set",
+        "gate.n_boot=1000",
+        "--set",
+        "campaign.name=cli",
+        "--set",
+        "campaign.traces_per_round=0",
+        *EXPLAINED,
+    )
     assert code == 0, err[-3000:]
     assert "round 1:" in err
     assert "test (touched once)" in out and "summary:" in out
     assert (tmp_path / "c" / "summary.json").exists()
 
 
-@pytest.mark.parametrize("text, field", [("campaign:\n  rounds: lots\n", "campaign.rounds"),
-                                         ("campaign:\n  traces_per_round: -1\n", "campaign.traces_per_round")])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("campaign:\n  rounds: lots\n", "campaign.rounds"),
+        ("campaign:\n  traces_per_round: -1\n", "campaign.traces_per_round"),
+    ],
+)
 def test_bad_params_are_one_clear_line(capsys, tmp_path, text, field):
     bad = tmp_path / "params.yaml"
     bad.write_text(text)
@@ -205,7 +255,6 @@ def test_rounds_without_a_plan_retry_from_the_pool_and_ablate(small_campaign, ca
     pe = s["tokens"]["per_episode"]
     assert {"champion", "start", "seed", "all-skills", "reference"} <= set(pe) and pe["champion"] > 0
     assert all(r.tokens is not None and r.tokens.dev is not None for r in recs if r.gate is not None)
-
 
 
 def test_a_campaign_with_futility_refunds_keeps_its_alpha_account(small_campaign, camp):

@@ -36,11 +36,15 @@ def _checkout(out: Path, source: Path) -> None:
 def _records(client: MlflowClient, experiment: str, model: str) -> dict:
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], max_results=5000)
-    return {"runs": sorted((r.info.run_id, r.info.run_name, r.info.status, r.data.tags.get("mlflow.parentRunId", ""))
-                           for r in runs),
-            "versions": sorted((v.version, v.tags["ratchet.digest"]) for v in client.search_model_versions(
-                f"name = '{model}'")),
-            "champion": client.get_model_version_by_alias(model, "champion").version}
+    return {
+        "runs": sorted(
+            (r.info.run_id, r.info.run_name, r.info.status, r.data.tags.get("mlflow.parentRunId", "")) for r in runs
+        ),
+        "versions": sorted(
+            (v.version, v.tags["ratchet.digest"]) for v in client.search_model_versions(f"name = '{model}'")
+        ),
+        "champion": client.get_model_version_by_alias(model, "champion").version,
+    }
 
 
 def test_an_experiment_and_its_undo_leave_the_default_campaigns_records_alone(small_campaign, tmp_path, capsys):
@@ -93,14 +97,16 @@ def test_an_experiment_and_its_undo_leave_the_default_campaigns_records_alone(sm
     exp_id = client.get_experiment_by_name(vnames["experiment"]).experiment_id
     tops = client.search_runs([exp_id], "tags.`ratchet.kind` = 'campaign'")
     assert len(tops) == 1 and tops[0].data.params["campaign.rounds"] == "1"
-    rounds = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{tops[0].info.run_id}' and "
-                                "tags.`ratchet.kind` = 'round'")
+    rounds = client.search_runs(
+        [exp_id], f"tags.mlflow.parentRunId = '{tops[0].info.run_id}' and tags.`ratchet.kind` = 'round'"
+    )
     assert sorted(r.data.tags["ratchet.round"] for r in rounds) == ["1"]
     assert [v for _, v in experiment["versions"]] == [v["digest"] for v in variant["lineage"]]
     # and the default's campaign runs hold only the default's rounds
     dexp = client.get_experiment_by_name(names["experiment"]).experiment_id
     for top in client.search_runs([dexp], "tags.`ratchet.kind` = 'campaign'"):
         assert top.data.params["campaign.rounds"] == str(default["params"]["campaign"]["rounds"])
-        got = client.search_runs([dexp], f"tags.mlflow.parentRunId = '{top.info.run_id}' and "
-                                 "tags.`ratchet.kind` = 'round'")
+        got = client.search_runs(
+            [dexp], f"tags.mlflow.parentRunId = '{top.info.run_id}' and tags.`ratchet.kind` = 'round'"
+        )
         assert sorted(int(r.data.tags["ratchet.round"]) for r in got) == [r["round"] for r in default["history"]]

@@ -9,19 +9,35 @@ import pandas as pd
 
 from components.evolution.diagnose import diagnose, diagnose_episode
 from components.evolution.findings import card_owner
-from components.evolution.outcomes import (Diff, TrainEvidence, WRONG_ARG, card_states, mentions, outcome_finding,
-                                           predicted_wrong, rule_constants, statement_constants, unseen_value_finding)
+from components.evolution.outcomes import (
+    Diff,
+    TrainEvidence,
+    WRONG_ARG,
+    card_states,
+    mentions,
+    outcome_finding,
+    predicted_wrong,
+    rule_constants,
+    statement_constants,
+    unseen_value_finding,
+)
 from components.runtime.trace import steps_frame
 from components.worlds.outcome_rules import Cond, FieldRule, Term
 from tests.test_diagnose_mutants import ASK, CANCEL, FINISH, RETURN, TARGETS, WRITES, call, confirm, pkg, st
 
-FEE = FieldRule("refund_amount", Term("share", 0.95, "get_order_details.total"),
-                Cond("get_order_details.placed_hours_ago", ">", 24), Term("equal", path="get_order_details.total"))
+FEE = FieldRule(
+    "refund_amount",
+    Term("share", 0.95, "get_order_details.total"),
+    Cond("get_order_details.placed_hours_ago", ">", 24),
+    Term("equal", path="get_order_details.total"),
+)
 REASON = FieldRule("reason", Term("one_of", ("no longer needed", "ordered by mistake")))
 ORIGINAL = FieldRule("payment_method_id", Term("equal", path="get_order_details.payment_method_id"))
-BONUS = FieldRule("refund_amount", Term("equal", path="get_order_details.total"),
-                  factors=((Cond("get_user_details.payment_methods[id=@payment_method_id].kind", "is", "gift_card"),
-                            1.05),))
+BONUS = FieldRule(
+    "refund_amount",
+    Term("equal", path="get_order_details.total"),
+    factors=((Cond("get_user_details.payment_methods[id=@payment_method_id].kind", "is", "gift_card"), 1.05),),
+)
 
 
 def test_a_rules_constants_are_what_stating_it_takes():
@@ -47,25 +63,42 @@ def test_a_text_mentions_a_constant_as_written_or_as_a_percentage():
 
 
 def test_a_statement_carries_its_quoted_values_and_numbers():
-    got = statement_constants("`cancel_pending_order` takes a `reason` that must be exactly 'no longer needed' or "
-                              "'ordered by mistake'. Map the customer's own words; after 24 hours, a 5% fee.")
+    got = statement_constants(
+        "`cancel_pending_order` takes a `reason` that must be exactly 'no longer needed' or "
+        "'ordered by mistake'. Map the customer's own words; after 24 hours, a 5% fee."
+    )
     assert got == {"no longer needed", "ordered by mistake", 24.0, 5.0}
 
 
 def _refund(delivered_at=(), amount=100.0, method="gift_1", placed=30):
     """Reads (the customer's methods, the order), then a refund write at step 2, and a finish at step 3."""
-    user = ({"kind": "tool", "tool": "get_user_details", "args": {"user_id": "u"}},
-            {"ok": True, "content": {"payment_methods": [{"id": "gift_1", "kind": "gift_card"},
-                                                         {"id": "card_1", "kind": "credit_card"}]}})
-    order = ({"kind": "tool", "tool": "get_order_details", "args": {"order_id": "1"}},
-             {"ok": True, "content": {"payment_method_id": "card_1", "total": 100.0, "placed_hours_ago": placed}})
-    write = ({"kind": "tool", "tool": RETURN,
-              "args": {"order_id": "1", "payment_method_id": method, "refund_amount": amount}},
-             {"ok": True, "content": {}})
-    return [st(0, *user, delivered=["c"] if 0 in delivered_at else []),
-            st(1, *order, delivered=["c"] if 1 in delivered_at else []),
-            st(2, *write, delivered=["c"] if 2 in delivered_at else []),
-            st(3, FINISH, delivered=["c"] if 3 in delivered_at else [])]
+    user = (
+        {"kind": "tool", "tool": "get_user_details", "args": {"user_id": "u"}},
+        {
+            "ok": True,
+            "content": {
+                "payment_methods": [{"id": "gift_1", "kind": "gift_card"}, {"id": "card_1", "kind": "credit_card"}]
+            },
+        },
+    )
+    order = (
+        {"kind": "tool", "tool": "get_order_details", "args": {"order_id": "1"}},
+        {"ok": True, "content": {"payment_method_id": "card_1", "total": 100.0, "placed_hours_ago": placed}},
+    )
+    write = (
+        {
+            "kind": "tool",
+            "tool": RETURN,
+            "args": {"order_id": "1", "payment_method_id": method, "refund_amount": amount},
+        },
+        {"ok": True, "content": {}},
+    )
+    return [
+        st(0, *user, delivered=["c"] if 0 in delivered_at else []),
+        st(1, *order, delivered=["c"] if 1 in delivered_at else []),
+        st(2, *write, delivered=["c"] if 2 in delivered_at else []),
+        st(3, FINISH, delivered=["c"] if 3 in delivered_at else []),
+    ]
 
 
 def test_predicted_wrong_reads_the_rules_on_what_the_reads_showed():
@@ -137,8 +170,13 @@ def test_a_wrong_argument_on_train_is_owned_by_what_the_card_says():
 def test_an_unseen_value_on_dev_is_owned_by_the_rules_train_showed():
     """Dev has no gold: the rules train's gold shows say which field of the episode's write is wrong."""
     plain = pkg(c=f"A refund made with `{RETURN}` goes back to the method the order was paid with.")
-    ev = TrainEvidence(value_helps={RETURN: None}, wrong_rate={RETURN: 1.0}, unexplained=3, unexplained_wrong=3,
-                       rules={RETURN: {"refund_amount": FEE, "payment_method_id": ORIGINAL}})
+    ev = TrainEvidence(
+        value_helps={RETURN: None},
+        wrong_rate={RETURN: 1.0},
+        unexplained=3,
+        unexplained_wrong=3,
+        rules={RETURN: {"refund_amount": FEE, "payment_method_id": ORIGINAL}},
+    )
     fee_due = _refund(method="card_1", amount=100.0, placed=30)
     f = unseen_value_finding("t#0", "t", fee_due, plain, WRITES, ev, TARGETS)
     assert (f.owner, f.kind, f.tool) == ("E", "unseen_value", RETURN)  # the fee: no card states it
@@ -161,15 +199,19 @@ def test_an_explained_refusal_is_owned_by_whether_the_card_states_the_rule():
     def one(card, trace=steps):
         return diagnose_episode(trace, "t", pkg(c=card), WRITES, episode_id="t#0", helps=helps, targets=TARGETS)
 
-    assert (one(f"`{CANCEL}` takes a reason.").owner, one(f"`{CANCEL}` takes a reason.").kind) == \
-        ("E", "policy_refusal")
+    assert (one(f"`{CANCEL}` takes a reason.").owner, one(f"`{CANCEL}` takes a reason.").kind) == (
+        "E",
+        "policy_refusal",
+    )
     assert one(f"`{CANCEL}`: 5% off after 24 hours.").kind == "card_not_fired"
     # a statement with no constant to check is taken as stated by a card about its write
     plain = call(CANCEL, "1", ok=False, rule_id="fee", rule="Refund to the original method.")
     assert one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *plain), st(2, FINISH)]).owner == "rho"
     # a coded refusal states nothing: only the timing tells
     coded = call(CANCEL, "1", ok=False, rule_id="fee", rule=None)
-    assert one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *coded), st(2, FINISH, delivered=["c"])]).owner == "rho"
+    assert (
+        one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *coded), st(2, FINISH, delivered=["c"])]).owner == "rho"
+    )
     assert one(f"`{CANCEL}` takes a reason.", [st(0, ASK), st(1, *coded), st(2, FINISH)]).owner == "unknown"
 
 
@@ -178,10 +220,21 @@ def test_a_refusal_is_read_with_the_rules_train_showed():
     wrong (a fee is due), which a card with no number cannot state (E); with the fee's numbers it could (rho). Rules
     that find nothing wrong, or none, leave it unknown."""
     reads = _refund(method="card_1", amount=100.0, placed=30)[:2]
-    refused = ({"kind": "tool", "tool": RETURN, "args": {"order_id": "1", "payment_method_id": "card_1",
-                                                          "refund_amount": 100.0}},
-               {"role": "tool", "ok": False, "content": {"error": "refused"}, "rule_id": "fee", "rule": None,
-                "blocking": False})
+    refused = (
+        {
+            "kind": "tool",
+            "tool": RETURN,
+            "args": {"order_id": "1", "payment_method_id": "card_1", "refund_amount": 100.0},
+        },
+        {
+            "role": "tool",
+            "ok": False,
+            "content": {"error": "refused"},
+            "rule_id": "fee",
+            "rule": None,
+            "blocking": False,
+        },
+    )
     steps = [*reads, st(2, *refused), st(3, FINISH)]
     traces = steps_frame(steps)
     scores = pd.DataFrame([{"item_id": "t", "seed": 0, "score": 0.0, "success": False, "error": None}])
@@ -203,14 +256,27 @@ def test_a_rule_on_the_days_from_the_policys_date_is_read_with_that_date():
     write read as lacking the fee (E for a card with no number); without it, nothing is judged (unknown)."""
     from datetime import date
 
-    late = FieldRule("refund_amount", Term("share", 0.95, "get_order_details.total"),
-                     Cond("get_order_details.ships_on@days_from_today", ">", 2),
-                     Term("equal", path="get_order_details.total"))
-    order = ({"kind": "tool", "tool": "get_order_details", "args": {"order_id": "1"}},
-             {"ok": True, "content": {"total": 100.0, "ships_on": "2026-01-05"}})
-    refused = ({"kind": "tool", "tool": RETURN, "args": {"order_id": "1", "refund_amount": 100.0}},
-               {"role": "tool", "ok": False, "content": {"error": "refused"}, "rule_id": "fee", "rule": None,
-                "blocking": False})
+    late = FieldRule(
+        "refund_amount",
+        Term("share", 0.95, "get_order_details.total"),
+        Cond("get_order_details.ships_on@days_from_today", ">", 2),
+        Term("equal", path="get_order_details.total"),
+    )
+    order = (
+        {"kind": "tool", "tool": "get_order_details", "args": {"order_id": "1"}},
+        {"ok": True, "content": {"total": 100.0, "ships_on": "2026-01-05"}},
+    )
+    refused = (
+        {"kind": "tool", "tool": RETURN, "args": {"order_id": "1", "refund_amount": 100.0}},
+        {
+            "role": "tool",
+            "ok": False,
+            "content": {"error": "refused"},
+            "rule_id": "fee",
+            "rule": None,
+            "blocking": False,
+        },
+    )
     traces = steps_frame([st(0, *order), st(1, *refused), st(2, FINISH)])
     scores = pd.DataFrame([{"item_id": "t", "seed": 0, "score": 0.0, "success": False, "error": None}])
     plain = pkg(c=f"A refund made with `{RETURN}` goes back to the method the order was paid with.")
@@ -231,22 +297,35 @@ def test_rules_are_inferred_only_for_tools_whose_cards_may_help():
     from components.worlds.base import Gold, GoldAction
 
     def cancelled(i):
-        write = ({"kind": "tool", "tool": CANCEL, "args": {"order_id": str(i), "reason": "whatever"}},
-                 {"role": "tool", "ok": True, "content": {"order_id": str(i)}})
+        write = (
+            {"kind": "tool", "tool": CANCEL, "args": {"order_id": str(i), "reason": "whatever"}},
+            {"role": "tool", "ok": True, "content": {"order_id": str(i)}},
+        )
         return [st(0, *confirm(CANCEL, str(i))), st(1, *write, delivered=["tone-rule"]), st(2, FINISH)]
 
-    refused = ({"kind": "tool", "tool": CANCEL, "args": {"order_id": "9", "reason": "whatever"}},
-               {"role": "tool", "ok": False, "content": {"error": "refused"}, "rule_id": "r", "rule": None,
-                "blocking": False})
+    refused = (
+        {"kind": "tool", "tool": CANCEL, "args": {"order_id": "9", "reason": "whatever"}},
+        {"role": "tool", "ok": False, "content": {"error": "refused"}, "rule_id": "r", "rule": None, "blocking": False},
+    )
     eps = {f"g{i}#0": cancelled(i) for i in range(8)} | {"t#0": [st(0, ASK), st(1, *refused), st(2, FINISH)]}
-    traces = pd.concat([steps_frame([s.model_copy(update={"episode_id": e}).sealed() for s in steps],
-                                    item_id=e.split("#")[0], seed=0).assign(episode_id=e) for e, steps in eps.items()],
-                       ignore_index=True)
-    scores = pd.DataFrame([{"item_id": e.split("#")[0], "seed": 0, "score": 0.0, "success": False, "error": None}
-                           for e in eps])
-    gold = {f"g{i}": Gold(task_id=f"g{i}", actions=[GoldAction(tool=CANCEL, args={"order_id": str(i),
-                                                                                  "reason": "no longer needed"})])
-            for i in range(8)}
+    traces = pd.concat(
+        [
+            steps_frame(
+                [s.model_copy(update={"episode_id": e}).sealed() for s in steps], item_id=e.split("#")[0], seed=0
+            ).assign(episode_id=e)
+            for e, steps in eps.items()
+        ],
+        ignore_index=True,
+    )
+    scores = pd.DataFrame(
+        [{"item_id": e.split("#")[0], "seed": 0, "score": 0.0, "success": False, "error": None} for e in eps]
+    )
+    gold = {
+        f"g{i}": Gold(
+            task_id=f"g{i}", actions=[GoldAction(tool=CANCEL, args={"order_id": str(i), "reason": "no longer needed"})]
+        )
+        for i in range(8)
+    }
     cards = pkg(**{"tone-rule": f"Be polite when you use `{CANCEL}`.", "r-rule": f"`{CANCEL}` takes a reason."})
     d = diagnose(traces, scores, cards, WRITES, "d", TARGETS, gold=gold)
     assert {(f.owner, f.kind) for f in d.findings if f.item_id != "t"} == {("E", "ineffective_card")}
@@ -262,8 +341,10 @@ def test_an_outcome_earlier_than_the_traces_finding_replaces_it():
     from components.worlds.base import Gold, GoldAction
 
     steps = _refund(method="card_1", amount=100.0)
-    gold = Gold(task_id="t", actions=[GoldAction(tool=RETURN, args={"order_id": "1", "payment_method_id": "card_1",
-                                                                    "refund_amount": 95.0})])
+    gold = Gold(
+        task_id="t",
+        actions=[GoldAction(tool=RETURN, args={"order_id": "1", "payment_method_id": "card_1", "refund_amount": 95.0})],
+    )
     plain = pkg(c=f"A refund made with `{RETURN}` goes back to the method the order was paid with.")
     later = Finding("t#0", "t", 3, steps[3].hash, Owner.W, FindingKind.DROPPED)
     f = with_outcomes(later, steps, gold, plain, WRITES, TARGETS, {RETURN: None}, {RETURN: {"refund_amount": FEE}})

@@ -18,14 +18,22 @@ from components.evolution.record import RoundRecord
 from components.evolution.validate import fired
 from components.io import dumps
 
-PLAN = {"owner": "rho", "cluster": "c1", "summary": "rho: rebind", "evidence": [{"episode_id": "t1#0", "step": 1,
-                                                                                "hash": "h" * 64}],
-        "operations": [{"op": "set_wm", "field": "board", "value": True}], "mechanism": "board", "source_items": ["t1"]}
+PLAN = {
+    "owner": "rho",
+    "cluster": "c1",
+    "summary": "rho: rebind",
+    "evidence": [{"episode_id": "t1#0", "step": 1, "hash": "h" * 64}],
+    "operations": [{"op": "set_wm", "field": "board", "value": True}],
+    "mechanism": "board",
+    "source_items": ["t1"],
+}
 
 
 def test_codes_keep_their_spellings_in_files_and_compare_equal_to_strings():
-    assert json.dumps({"o": Owner.RHO, "v": Verdict.NO_PLAN, "k": FindingKind.CARD_NOT_FIRED}) == \
-        '{"o": "rho", "v": "no_plan", "k": "card_not_fired"}'
+    assert (
+        json.dumps({"o": Owner.RHO, "v": Verdict.NO_PLAN, "k": FindingKind.CARD_NOT_FIRED})
+        == '{"o": "rho", "v": "no_plan", "k": "card_not_fired"}'
+    )
     assert f"{Verdict.ACCEPT:<7}|" == "accept |" and str(Owner.NONE) == "none"
     assert "rho" in {Owner.RHO: 1} and ("C", "overflow") in {(Owner.C, FindingKind.OVERFLOW): 1}  # hashed as str
 
@@ -38,38 +46,138 @@ def test_a_plan_holds_its_owner_as_the_enum_and_refuses_others_naming_the_string
 
 
 # a stage's figures as the flow writes them (GateResult.as_dict(), ...): ints stay ints, a refusal's dropped_errors -1
-GATE = {"accept": True, "net": 0.1, "ci_lo": 0.01, "ci_hi": 0.2, "n_items": 40, "n_improved": 6, "n_regressed": 1,
-        "reason": "net +0.1000", "base_mean": 0.5, "cand_mean": 0.6, "dropped_errors": 0}
-REFUSED = {**GATE, "accept": False, "net": 0.0, "ci_lo": 0.0, "ci_hi": 0.0, "n_items": 0, "n_improved": 0,
-           "n_regressed": 0, "reason": "refused: 6 of 10", "base_mean": 0.0, "cand_mean": 0.0, "dropped_errors": -1}
-REPAIR = {"ok": False, "repaired": 0, "broken": 1, "base_mean": 0.5, "cand_mean": 0.25, "n_items": 4,
-          "reason": "repaired 0"}
-SEQ_GATE = {"looks": 2, "spending": "pocock", "by": "seeds", "looks_used": 1, "stopped_early": True, "why": "early",
-            "per_look": [{"look": 1, "n_looks": 2, "n_items": 40, "level": 0.0123, "lo": 0.01, "hi": 0.2, "net": 0.1,
-                          "regressed": 1}]}
-EVALUATION = {"benchmark": "data/benchmarks/retail", "split": "dev", "seeds": [0, 1], "model": "sim",
-              "model_cfg": {"skill": 0.7}, "max_turns": 40,
-              "gate": {"alpha": 0.0045, "n_boot": 10000, "seed": 0, "reg_cap": 2, "material": 0.05,
-                       "max_error_share": 0.25, "min_items": 5, "campaign_alpha": 0.05, "reg_share": 0.0},
-              "sequential": {"looks": 2, "spending": "pocock", "by": "seeds", "looks_used": 1}}
+GATE = {
+    "accept": True,
+    "net": 0.1,
+    "ci_lo": 0.01,
+    "ci_hi": 0.2,
+    "n_items": 40,
+    "n_improved": 6,
+    "n_regressed": 1,
+    "reason": "net +0.1000",
+    "base_mean": 0.5,
+    "cand_mean": 0.6,
+    "dropped_errors": 0,
+}
+REFUSED = {
+    **GATE,
+    "accept": False,
+    "net": 0.0,
+    "ci_lo": 0.0,
+    "ci_hi": 0.0,
+    "n_items": 0,
+    "n_improved": 0,
+    "n_regressed": 0,
+    "reason": "refused: 6 of 10",
+    "base_mean": 0.0,
+    "cand_mean": 0.0,
+    "dropped_errors": -1,
+}
+REPAIR = {
+    "ok": False,
+    "repaired": 0,
+    "broken": 1,
+    "base_mean": 0.5,
+    "cand_mean": 0.25,
+    "n_items": 4,
+    "reason": "repaired 0",
+}
+SEQ_GATE = {
+    "looks": 2,
+    "spending": "pocock",
+    "by": "seeds",
+    "looks_used": 1,
+    "stopped_early": True,
+    "why": "early",
+    "per_look": [
+        {"look": 1, "n_looks": 2, "n_items": 40, "level": 0.0123, "lo": 0.01, "hi": 0.2, "net": 0.1, "regressed": 1}
+    ],
+}
+EVALUATION = {
+    "benchmark": "data/benchmarks/retail",
+    "split": "dev",
+    "seeds": [0, 1],
+    "model": "sim",
+    "model_cfg": {"skill": 0.7},
+    "max_turns": 40,
+    "gate": {
+        "alpha": 0.0045,
+        "n_boot": 10000,
+        "seed": 0,
+        "reg_cap": 2,
+        "material": 0.05,
+        "max_error_share": 0.25,
+        "min_items": 5,
+        "campaign_alpha": 0.05,
+        "reg_share": 0.0,
+    },
+    "sequential": {"looks": 2, "spending": "pocock", "by": "seeds", "looks_used": 1},
+}
 
 RECORDS = [  # one of every shape a round's record has, as the flow wrote them when they were dicts
-    {"round": 3, "round_dir": "rounds/r03", "champion_before": "M1", "reason": "no patchable cluster left",
-     "verdict": "no_plan"},
-    {"round": 2, "round_dir": "rounds/r02", "champion_before": "M1", "reason": "meta-agent: not JSON",
-     "verdict": "rejected_plan", "meta_agent": {"failure": "not JSON", "replies": [{"turn": 0, "raw": "x"}]}},
-    {"round": 1, "round_dir": "rounds/r01", "champion_before": "M0", "validation": {"schema": "ok", "lint": "bad"},
-     "candidate_digest": "c" * 64, "benchmark_digest": "b" * 64, "reason": "invalid: lint: bad", "verdict": "reject",
-     "plan_key": "k1", "owner": "W", "summary": "W: board", "parent": {"version": "M0", "digest": "d"}, "child": None},
-    {"round": 4, "round_dir": "rounds/r04", "champion_before": "M1", "gate": GATE,
-     "dev_look": {"look": 1, "alpha": 0.0045, "spent": 0.00225, "campaign_alpha": 0.05}, "sequential": {"repair": None, "gate": SEQ_GATE},
-     "reason": "ok", "verdict": "accept", "version": "M2", "plan_key": "k2", "owner": "E", "summary": "E: card",
-     "mechanism": "deliver:x@", "evaluation": EVALUATION},
-    {"round": 5, "round_dir": "rounds/r05", "champion_before": "M2", "repair": REPAIR,
-     "sequential": {"repair": {"looks": 1, "looks_used": 1, "stopped_early": False, "why": "full screen"}},
-     "reason": "repair screen: repaired 0", "verdict": "reject", "plan_key": "k3", "owner": "rho", "summary": "rho",
-     "candidate_digest": "c" * 64, "benchmark_digest": "b" * 64, "parent": {"version": "M2", "digest": "e"},
-     "child": None, "from_an_older_ratchet": {"kept": True}},
+    {
+        "round": 3,
+        "round_dir": "rounds/r03",
+        "champion_before": "M1",
+        "reason": "no patchable cluster left",
+        "verdict": "no_plan",
+    },
+    {
+        "round": 2,
+        "round_dir": "rounds/r02",
+        "champion_before": "M1",
+        "reason": "meta-agent: not JSON",
+        "verdict": "rejected_plan",
+        "meta_agent": {"failure": "not JSON", "replies": [{"turn": 0, "raw": "x"}]},
+    },
+    {
+        "round": 1,
+        "round_dir": "rounds/r01",
+        "champion_before": "M0",
+        "validation": {"schema": "ok", "lint": "bad"},
+        "candidate_digest": "c" * 64,
+        "benchmark_digest": "b" * 64,
+        "reason": "invalid: lint: bad",
+        "verdict": "reject",
+        "plan_key": "k1",
+        "owner": "W",
+        "summary": "W: board",
+        "parent": {"version": "M0", "digest": "d"},
+        "child": None,
+    },
+    {
+        "round": 4,
+        "round_dir": "rounds/r04",
+        "champion_before": "M1",
+        "gate": GATE,
+        "dev_look": {"look": 1, "alpha": 0.0045, "spent": 0.00225, "campaign_alpha": 0.05},
+        "sequential": {"repair": None, "gate": SEQ_GATE},
+        "reason": "ok",
+        "verdict": "accept",
+        "version": "M2",
+        "plan_key": "k2",
+        "owner": "E",
+        "summary": "E: card",
+        "mechanism": "deliver:x@",
+        "evaluation": EVALUATION,
+    },
+    {
+        "round": 5,
+        "round_dir": "rounds/r05",
+        "champion_before": "M2",
+        "repair": REPAIR,
+        "sequential": {"repair": {"looks": 1, "looks_used": 1, "stopped_early": False, "why": "full screen"}},
+        "reason": "repair screen: repaired 0",
+        "verdict": "reject",
+        "plan_key": "k3",
+        "owner": "rho",
+        "summary": "rho",
+        "candidate_digest": "c" * 64,
+        "benchmark_digest": "b" * 64,
+        "parent": {"version": "M2", "digest": "e"},
+        "child": None,
+        "from_an_older_ratchet": {"kept": True},
+    },
 ]
 
 
@@ -94,8 +202,12 @@ def test_a_round_records_stage_results_are_typed_and_read_back_as_written():
     assert RoundRecord.of(RECORDS[4]).repair == RepairResult(**REPAIR) and RoundRecord.of(RECORDS[4]).child is None
     assert RoundRecord.of(RECORDS[4]).champion_after == VersionRef(version="M2", digest="e")
     # each nested model reads back what it wrote, to the byte
-    for model, data in ((Looks, SEQ_GATE), (StageLooks, RECORDS[4]["sequential"]), (Evaluation, EVALUATION),
-                        (VersionRef, {"version": "M1", "digest": "d"})):
+    for model, data in (
+        (Looks, SEQ_GATE),
+        (StageLooks, RECORDS[4]["sequential"]),
+        (Evaluation, EVALUATION),
+        (VersionRef, {"version": "M1", "digest": "d"}),
+    ):
         assert dumps(model.model_validate(data).model_dump(exclude_unset=True)) == dumps(data)
     for data in (GATE, REFUSED):
         held = RoundRecord.of({**RECORDS[3], "gate": data})
@@ -103,8 +215,13 @@ def test_a_round_records_stage_results_are_typed_and_read_back_as_written():
     assert RoundRecord.of({**RECORDS[3], "gate": REFUSED}).gate.refused  # -1 in the file, None held
     assert dumps(RepairResult.from_dict(REPAIR).as_dict()) == dumps(REPAIR)
     # a typed record built from the stages' own results writes what the dicts did
-    built = RoundRecord(**{**RECORDS[3], "gate": GateResult.from_dict(GATE),
-                           "evaluation": {**EVALUATION, "gate": GateConfig(**EVALUATION["gate"])}})
+    built = RoundRecord(
+        **{
+            **RECORDS[3],
+            "gate": GateResult.from_dict(GATE),
+            "evaluation": {**EVALUATION, "gate": GateConfig(**EVALUATION["gate"])},
+        }
+    )
     assert dumps(built.dump()) == dumps(RECORDS[3])
 
 
@@ -163,8 +280,19 @@ def test_meta_agents_answer_with_a_typed_outcome_and_say_whether_they_spend():
     assert "usage" in PlanOutcome.__dataclass_fields__ and "usage" not in PlanOutcome().record()
 
 
-ROUND_STAGES = ("run_round", "evaluate_train", "diagnose_train", "plan_round", "patch_candidate",
-                "validate_candidate", "repair_screen", "dev_gate", "gate_figures", "reject", "commit")
+ROUND_STAGES = (
+    "run_round",
+    "evaluate_train",
+    "diagnose_train",
+    "plan_round",
+    "patch_candidate",
+    "validate_candidate",
+    "repair_screen",
+    "dev_gate",
+    "gate_figures",
+    "reject",
+    "commit",
+)
 
 
 def test_a_round_is_a_sequence_of_stage_calls_without_nested_closures():
@@ -173,8 +301,11 @@ def test_a_round_is_a_sequence_of_stage_calls_without_nested_closures():
     tree = ast.parse(Path(inspect.getsourcefile(campaign)).read_text())
     funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
     for name in ROUND_STAGES:
-        nested = [n for n in ast.walk(funcs[name]) if n is not funcs[name]
-                  and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+        nested = [
+            n
+            for n in ast.walk(funcs[name])
+            if n is not funcs[name] and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        ]
         assert not nested, f"{name} defines {len(nested)} nested function(s)"
     body = funcs["run_round"]
     assert body.end_lineno - body.lineno < 40  # was 148 lines with six closures

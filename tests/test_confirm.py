@@ -36,8 +36,10 @@ A, B = "#W0000001", "#W0000002"
 TABLE = {
     "granted-same-order": ([("confirm", CANCEL, A, True)], True),
     "no-confirmation": ([], False),
-    "words-are-not-a-confirmation": ([("say", "Shall I cancel order #W0000001? (yes/no)"), ("user", "Yes, go ahead.")],
-                                     False),
+    "words-are-not-a-confirmation": (
+        [("say", "Shall I cancel order #W0000001? (yes/no)"), ("user", "Yes, go ahead.")],
+        False,
+    ),
     "no-dont-go-ahead": ([("confirm", CANCEL, A, False), ("user", "No, don't go ahead.")], False),
     "denied": ([("confirm", CANCEL, A, False)], False),
     "another-order": ([("confirm", CANCEL, B, True)], False),
@@ -45,16 +47,28 @@ TABLE = {
     "latest-confirmation-decides": ([("confirm", CANCEL, A, True), ("confirm", CANCEL, B, True)], False),
     "regranted-after-a-denial": ([("confirm", CANCEL, A, False), ("confirm", CANCEL, A, True)], True),
     "write-after-a-write": ([("confirm", CANCEL, A, True), ("write", CANCEL, A, True)], False),
-    "fresh-after-a-write": ([("confirm", RETURN, B, True), ("write", RETURN, B, True), ("confirm", CANCEL, A, True)],
-                            True),
-    "reads-talk-and-refusals-keep-it": ([("confirm", CANCEL, A, True), ("read", A), ("say", "One moment."),
-                                         ("user", "ok"), ("write", CANCEL, A, False)], True),
+    "fresh-after-a-write": (
+        [("confirm", RETURN, B, True), ("write", RETURN, B, True), ("confirm", CANCEL, A, True)],
+        True,
+    ),
+    "reads-talk-and-refusals-keep-it": (
+        [
+            ("confirm", CANCEL, A, True),
+            ("read", A),
+            ("say", "One moment."),
+            ("user", "ok"),
+            ("write", CANCEL, A, False),
+        ],
+        True,
+    ),
 }
 LAST = ("write", CANCEL, A, True)
 
 
 def _args(tool: str, order: str) -> dict:
-    return {"order_id": order, "reason": "no longer needed"} if tool == CANCEL else {"order_id": order, "item_ids": ["1"]}
+    return (
+        {"order_id": order, "reason": "no longer needed"} if tool == CANCEL else {"order_id": order, "item_ids": ["1"]}
+    )
 
 
 def as_turns(events) -> list[Turn]:
@@ -65,14 +79,25 @@ def as_turns(events) -> list[Turn]:
             out.append(Turn(role="user" if e[0] == "user" else "assistant", text=e[1]))
             continue
         if e[0] == "confirm":
-            tool, args, body, extra = "confirm", {"tool": e[1], "args": {"order_id": e[2]}, "summary": "s"}, \
-                {"confirmed": e[3]}, {"granted": e[3]}
+            tool, args, body, extra = (
+                "confirm",
+                {"tool": e[1], "args": {"order_id": e[2]}, "summary": "s"},
+                {"confirmed": e[3]},
+                {"granted": e[3]},
+            )
         elif e[0] == "read":
             tool, args, body, extra = READ, {"order_id": e[1]}, {}, {}
         else:
-            tool, args, body, extra = e[1], _args(e[1], e[2]), {} if e[3] else {"error": "no"}, {"write": True, "ok": e[3]}
-        out += [Turn(role="assistant", text="", tool=tool), Turn(role="tool", text=json.dumps(body), tool=tool, args=args,
-                                                                   **extra)]
+            tool, args, body, extra = (
+                e[1],
+                _args(e[1], e[2]),
+                {} if e[3] else {"error": "no"},
+                {"write": True, "ok": e[3]},
+            )
+        out += [
+            Turn(role="assistant", text="", tool=tool),
+            Turn(role="tool", text=json.dumps(body), tool=tool, args=args, **extra),
+        ]
     return out
 
 
@@ -86,17 +111,40 @@ def as_steps(events) -> list[TraceStep]:
         if e[0] == "say":
             action, obs = {"kind": "message", "content": e[1]}, {"role": "user", "text": "ok"}
         elif e[0] == "confirm":
-            action = {"kind": "tool", "tool": "confirm", "args": {"tool": e[1], "args": {"order_id": e[2]}, "summary": "s"}}
+            action = {
+                "kind": "tool",
+                "tool": "confirm",
+                "args": {"tool": e[1], "args": {"order_id": e[2]}, "summary": "s"},
+            }
             obs = {"role": "tool", "ok": True, "content": {"confirmed": e[3]}, "write": False}
         elif e[0] == "read":
             action, obs = {"kind": "tool", "tool": READ, "args": {"order_id": e[1]}}, {"role": "tool", "ok": True}
         else:
             action = {"kind": "tool", "tool": e[1], "args": _args(e[1], e[2])}
-            obs = {"role": "tool", "ok": e[3], "write": True, "content": {} if e[3] else {"error": "no"},
-                   "rule_id": None if e[3] else "some_rule", "rule": None if e[3] else "a rule"}
-        steps.append(TraceStep(episode_id="t#0", step=len(steps), incoming=incoming, state_before=[], delivered=[],
-                               deliveries=[], proposal={"pending": [], "next_tool": None}, action=action, checks=[],
-                               observation=obs, state_after=[], fingerprint=[]).sealed())
+            obs = {
+                "role": "tool",
+                "ok": e[3],
+                "write": True,
+                "content": {} if e[3] else {"error": "no"},
+                "rule_id": None if e[3] else "some_rule",
+                "rule": None if e[3] else "a rule",
+            }
+        steps.append(
+            TraceStep(
+                episode_id="t#0",
+                step=len(steps),
+                incoming=incoming,
+                state_before=[],
+                delivered=[],
+                deliveries=[],
+                proposal={"pending": [], "next_tool": None},
+                action=action,
+                checks=[],
+                observation=obs,
+                state_after=[],
+                fingerprint=[],
+            ).sealed()
+        )
         incoming = obs
     return steps
 
@@ -131,8 +179,9 @@ def test_checker_rubric_and_diagnoser_agree(name):
 
 @pytest.fixture
 def harness(bench):
-    task = next(bench.tasks[t] for t in bench.ids("train") if bench.tasks[t].family == "cancel"
-                and bench.tasks[t].possible)
+    task = next(
+        bench.tasks[t] for t in bench.ids("train") if bench.tasks[t].family == "cancel" and bench.tasks[t].possible
+    )
     env = world(bench.world).make_env(bench, task)
     return ChatHarness(env, model=None, seed=0, targets=bench.meta.get("targets")), task
 
@@ -149,7 +198,11 @@ def test_confirm_is_offered_and_answered_by_the_world(harness, bench):
     yes = call(port, "confirm", {"tool": CANCEL, "args": {"order_id": order}, "summary": f"cancel {order}"})
     no = call(port, "confirm", {"tool": CANCEL, "args": {"order_id": "#W9999999"}, "summary": "cancel another"}, "c2")
     wrong_tool = call(port, "confirm", {"tool": RETURN, "args": {"order_id": order}, "summary": "return"}, "c3")
-    assert [o["content"] for o in (yes, no, wrong_tool)] == [{"confirmed": True}, {"confirmed": False}, {"confirmed": False}]
+    assert [o["content"] for o in (yes, no, wrong_tool)] == [
+        {"confirmed": True},
+        {"confirmed": False},
+        {"confirmed": False},
+    ]
     assert all(o["genuine"] and not o["write"] and o["ok"] for o in (yes, no, wrong_tool))
     bad = call(port, "confirm", {"tool": READ, "args": {}, "summary": "x"}, "c4")  # not a write: malformed
     assert not bad["ok"] and bad["code"] == "invalid_args"

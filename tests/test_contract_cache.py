@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 
-def test_the_benchmark_contract_is_cached_on_the_bytes_and_an_edit_is_validated_again(prefect_server, bench_dir,
-                                                                                        tmp_path):
+def test_the_benchmark_contract_is_cached_on_the_bytes_and_an_edit_is_validated_again(
+    prefect_server, bench_dir, tmp_path
+):
     from prefect import flow
 
     from components.contracts import ContractError

@@ -23,12 +23,15 @@ def test_good_pair_passes():
     check_paired_scores(GOOD, GOOD.assign(score=GOOD["score"] * 0.5))
 
 
-@pytest.mark.parametrize("cand,words", [
-    (GOOD.iloc[:3], ["incomplete pairing", "b#1", "base only"]),
-    (GOOD.assign(score=[0.5, float("nan"), 1.0, 0.0]), ["score missing or not a number", "a#1"]),
-    (GOOD.assign(score=[0.5, 0.2, 1.7, 0.0]), ["score outside [0, 1]", "b#0"]),
-    (pd.concat([GOOD, GOOD.iloc[[0]]]), ["item_id,seed duplicated", "a#0"]),
-])
+@pytest.mark.parametrize(
+    "cand,words",
+    [
+        (GOOD.iloc[:3], ["incomplete pairing", "b#1", "base only"]),
+        (GOOD.assign(score=[0.5, float("nan"), 1.0, 0.0]), ["score missing or not a number", "a#1"]),
+        (GOOD.assign(score=[0.5, 0.2, 1.7, 0.0]), ["score outside [0, 1]", "b#0"]),
+        (pd.concat([GOOD, GOOD.iloc[[0]]]), ["item_id,seed duplicated", "a#0"]),
+    ],
+)
 def test_broken_pair_is_stopped_with_a_readable_line(cand, words):
     with pytest.raises(ContractError) as e:
         check_paired_scores(GOOD, cand, "gate r03")
@@ -48,18 +51,34 @@ IN_SET = "[expect_column_values_to_be_in_set]"
 
 # each breaker damages the first task (t, in split s) or moves the first train task (x) into dev as well; the contract
 # must report exactly the damage: every failed expectation, naming exactly the rows at fault, and nothing else
-@pytest.mark.parametrize("breaker,expected", [
-    (lambda df, sp: (pd.concat([df, df.iloc[[0]]]), sp),
-     ["task_id not unique for {t}, {t} [expect_column_values_to_be_unique]",
-      "task_id,split duplicated for {t}#{s}, {t}#{s} [expect_compound_columns_to_be_unique]"]),
-    (lambda df, sp: (df.assign(min_weight=[0.0] + list(df["min_weight"][1:])), sp),
-     ["min_weight outside [0, inf] for {t} [expect_column_values_to_be_between]"]),
-    (lambda df, sp: (df.assign(split=["holdout"] + list(df["split"][1:])), sp),
-     ["split not one of ['train', 'dev', 'test'] for {t} " + IN_SET,
-      "_merge not one of ['both'] for {t}#{s}, {t}#holdout " + IN_SET]),
-    (lambda df, sp: (df, {**sp, "dev": sp["dev"] + sp["train"][:1]}),
-     ["_merge not one of ['both'] for {x}#dev " + IN_SET]),
-], ids=["duplicate-task", "zero-weight", "unknown-split", "task-in-two-splits"])
+@pytest.mark.parametrize(
+    "breaker,expected",
+    [
+        (
+            lambda df, sp: (pd.concat([df, df.iloc[[0]]]), sp),
+            [
+                "task_id not unique for {t}, {t} [expect_column_values_to_be_unique]",
+                "task_id,split duplicated for {t}#{s}, {t}#{s} [expect_compound_columns_to_be_unique]",
+            ],
+        ),
+        (
+            lambda df, sp: (df.assign(min_weight=[0.0] + list(df["min_weight"][1:])), sp),
+            ["min_weight outside [0, inf] for {t} [expect_column_values_to_be_between]"],
+        ),
+        (
+            lambda df, sp: (df.assign(split=["holdout"] + list(df["split"][1:])), sp),
+            [
+                "split not one of ['train', 'dev', 'test'] for {t} " + IN_SET,
+                "_merge not one of ['both'] for {t}#{s}, {t}#holdout " + IN_SET,
+            ],
+        ),
+        (
+            lambda df, sp: (df, {**sp, "dev": sp["dev"] + sp["train"][:1]}),
+            ["_merge not one of ['both'] for {x}#dev " + IN_SET],
+        ),
+    ],
+    ids=["duplicate-task", "zero-weight", "unknown-split", "task-in-two-splits"],
+)
 def test_broken_benchmark_is_stopped(tmp_path, bench_dir, breaker, expected):
     broken = tmp_path / "bench"
     shutil.copytree(bench_dir, broken)

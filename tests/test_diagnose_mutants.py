@@ -40,29 +40,51 @@ NO_CARDS = pkg()
 
 
 def st(i, action, obs=None, pending=(), delivered=(), before=(), after=(), blocked=None, eid="t#0"):
-    return TraceStep(episode_id=eid, step=i, incoming={}, state_before=list(before), delivered=list(delivered),
-                     deliveries=[], action=action, checks=[], blocked=blocked,
-                     proposal={"pending": [p if isinstance(p, dict) else {"tool": p[0], "args": {"order_id": p[1]}}
-                                           for p in pending],
-                               "next_tool": None},
-                     observation=obs or {}, state_after=list(after), fingerprint=[]).sealed()
+    return TraceStep(
+        episode_id=eid,
+        step=i,
+        incoming={},
+        state_before=list(before),
+        delivered=list(delivered),
+        deliveries=[],
+        action=action,
+        checks=[],
+        blocked=blocked,
+        proposal={
+            "pending": [p if isinstance(p, dict) else {"tool": p[0], "args": {"order_id": p[1]}} for p in pending],
+            "next_tool": None,
+        },
+        observation=obs or {},
+        state_after=list(after),
+        fingerprint=[],
+    ).sealed()
 
 
 def call(tool, oid, ok=True, rule_id=None, rule=None, error="", blocking=False, code=None):
     content = {"order_id": oid} if ok else {"error": error}
-    return ({"kind": "tool", "tool": tool, "args": {"order_id": oid}},
-            {"role": "tool", "ok": ok, "code": code, "content": content, "rule_id": rule_id, "rule": rule,
-             "blocking": blocking})
+    return (
+        {"kind": "tool", "tool": tool, "args": {"order_id": oid}},
+        {
+            "role": "tool",
+            "ok": ok,
+            "code": code,
+            "content": content,
+            "rule_id": rule_id,
+            "rule": rule,
+            "blocking": blocking,
+        },
+    )
 
 
 def confirm(tool, oid, granted=True):
-    return ({"kind": "tool", "tool": "confirm", "args": {"tool": tool, "args": {"order_id": oid}, "summary": "s"}},
-            {"role": "tool", "ok": True, "content": {"confirmed": granted}})
+    return (
+        {"kind": "tool", "tool": "confirm", "args": {"tool": tool, "args": {"order_id": oid}, "summary": "s"}},
+        {"role": "tool", "ok": True, "content": {"confirmed": granted}},
+    )
 
 
 def one(steps, package=NO_CARDS, helps=None, budget=None):
-    return diagnose_episode(steps, "t", package, WRITES, episode_id="t#0", helps=helps, budget=budget,
-                            targets=TARGETS)
+    return diagnose_episode(steps, "t", package, WRITES, episode_id="t#0", helps=helps, budget=budget, targets=TARGETS)
 
 
 def confirmed_write(i, tool, oid, **kw):
@@ -86,9 +108,15 @@ def test_rule_card_ids_are_ascii_slugs():
 
 
 def test_cards_about_a_write_and_a_rule():
-    p = pkg(**{"hand": f"Use `{CANCEL}` with care.", "cancel-reason-rule": f"`{CANCEL}` needs a reason.",
-               "cancel-window-rule": f"`{CANCEL}` within a day.", "plain": f"{CANCEL} without backticks",
-               "other": f"`{RETURN}` refunds."})
+    p = pkg(
+        **{
+            "hand": f"Use `{CANCEL}` with care.",
+            "cancel-reason-rule": f"`{CANCEL}` needs a reason.",
+            "cancel-window-rule": f"`{CANCEL}` within a day.",
+            "plain": f"{CANCEL} without backticks",
+            "other": f"`{RETURN}` refunds.",
+        }
+    )
     assert fd.cards_about(p, CANCEL) == ["hand", "cancel-reason-rule", "cancel-window-rule"]
     assert fd.cards_about(p, CANCEL, "cancel_reason") == ["hand", "cancel-reason-rule"]
     assert fd.cards_about(p, CANCEL, "") == ["hand", "cancel-reason-rule", "cancel-window-rule"]
@@ -126,8 +154,9 @@ def test_a_refusal_quotes_the_stated_rule_then_the_error_and_a_coded_one_nothing
 def test_a_refusal_names_its_target_by_the_identifying_args_only():
     def target(args, targets=TARGETS):
         a = {"kind": "tool", "tool": CANCEL, "args": args}
-        f = diagnose_episode([st(0, a, {"ok": False, "rule_id": "r"}), st(1, FINISH)], "t", NO_CARDS, WRITES,
-                             targets=targets)
+        f = diagnose_episode(
+            [st(0, a, {"ok": False, "rule_id": "r"}), st(1, FINISH)], "t", NO_CARDS, WRITES, targets=targets
+        )
         return f.extra["target"]
 
     assert target({"order_id": "1", "reason": "x"}) == (("order_id", "1"),)
@@ -176,8 +205,14 @@ def test_a_blocking_refusal_is_external_and_a_blocked_one_is_not_read():
     a, o = call(CANCEL, "1", ok=False, blocking=True, code="invalid_state")
     steps = [st(0, ASK), st(1, a, o), st(2, FINISH)]
     f = one(steps)
-    assert (f.step, f.hash, f.owner, f.kind, f.tool, f.detail) == (1, steps[1].hash, "none", "blocking_error", CANCEL,
-                                                                   "invalid_state")
+    assert (f.step, f.hash, f.owner, f.kind, f.tool, f.detail) == (
+        1,
+        steps[1].hash,
+        "none",
+        "blocking_error",
+        CANCEL,
+        "invalid_state",
+    )
     assert (f.opportunity, f.patchability) == ("absent", "external")
     a, o = call(CANCEL, "1", ok=False, blocking=True)
     assert one([st(0, a, o), st(1, FINISH)]).detail == ""
@@ -189,8 +224,14 @@ def test_a_blocking_refusal_is_external_and_a_blocked_one_is_not_read():
 def test_an_unconfirmed_write_is_c_at_its_step():
     steps = confirmed_write(0, CANCEL, "1") + [st(2, *call(RETURN, "2")), st(3, FINISH)]
     f = one(steps)
-    assert (f.step, f.hash, f.owner, f.kind, f.tool, f.detail) == (2, steps[2].hash, "C", "unconfirmed_write", "*",
-                                                                   RETURN)
+    assert (f.step, f.hash, f.owner, f.kind, f.tool, f.detail) == (
+        2,
+        steps[2].hash,
+        "C",
+        "unconfirmed_write",
+        "*",
+        RETURN,
+    )
     assert (f.opportunity, f.patchability, f.rule_id) == ("present", "memory", "")
     assert one(confirmed_write(0, CANCEL, "1") + [st(2, FINISH)]).kind == "no_divergence"
     # a blocked write never ran: nothing to confirm; never redone, the checker's bounce is the finding
@@ -259,7 +300,8 @@ def test_a_refusal_finding_carries_its_target_cards_and_delivery():
 
 def test_a_premature_finish_counts_what_was_still_proposed():
     steps = confirmed_write(0, CANCEL, "1", pending=[(CANCEL, "1")]) + [
-        st(2, FINISH, pending=[(CANCEL, "2"), (RETURN, "3")])]
+        st(2, FINISH, pending=[(CANCEL, "2"), (RETURN, "3")])
+    ]
     f = one(steps)
     assert (f.owner, f.kind, f.step, f.detail, f.tool) == ("C", "premature_finish", 2, "2 item(s) still proposed", "*")
     blocked_finish = confirmed_write(0, CANCEL, "1") + [st(2, FINISH, pending=[(CANCEL, "2")], blocked="checker")]
@@ -267,30 +309,41 @@ def test_a_premature_finish_counts_what_was_still_proposed():
 
 
 def test_dropped_work_is_w_one_step_after_it_was_last_listed():
-    steps = [st(0, ASK, pending=[(CANCEL, "2")], after=[ledger("pending", "2")]),
-             st(1, ASK, pending=[(CANCEL, "2")], after=[ledger("pending", "2")]), st(2, ASK), st(3, FINISH)]
+    steps = [
+        st(0, ASK, pending=[(CANCEL, "2")], after=[ledger("pending", "2")]),
+        st(1, ASK, pending=[(CANCEL, "2")], after=[ledger("pending", "2")]),
+        st(2, ASK),
+        st(3, FINISH),
+    ]
     f = one(steps)
     assert (f.owner, f.kind, f.step, f.hash, f.tool) == ("W", "dropped", 2, steps[2].hash, "*")
     assert f.detail == "left the agent's state without a receipt" and f.extra == {"proposed_max": 1}
-    overflow = [st(0, ASK, pending=[(CANCEL, "2"), (RETURN, "3")]), st(1, ASK, pending=[(RETURN, "3")]),
-                st(2, ASK), st(3, FINISH)]
+    overflow = [
+        st(0, ASK, pending=[(CANCEL, "2"), (RETURN, "3")]),
+        st(1, ASK, pending=[(RETURN, "3")]),
+        st(2, ASK),
+        st(3, FINISH),
+    ]
     f = one(overflow)
     assert (f.kind, f.step, f.extra["proposed_max"]) == ("overflow", 1, 2)
     assert f.detail == "proposed but never tracked by the ledger (full)"
 
 
 def test_wrong_grounding_names_the_entry_and_its_receipt():
-    steps = [st(0, ASK, pending=[(CANCEL, "2")], before=[ledger("done", "2", "call_9", eid="e7")]),
-             st(1, ASK), st(2, FINISH)]
+    steps = [
+        st(0, ASK, pending=[(CANCEL, "2")], before=[ledger("done", "2", "call_9", eid="e7")]),
+        st(1, ASK),
+        st(2, FINISH),
+    ]
     f = one(steps)
     assert (f.kind, f.detail) == ("wrong_grounding", "entry e7 settled by receipt call_9")
     assert f.extra == {"bind_args": ["order_id"], "proposed_max": 1}
     # a ledger entry for other args, or for another tool, or only seen two steps later, does not track it
-    for later in ([st(0, ASK, pending=[(CANCEL, "2")], after=[ledger("done", "3", "c")]), st(1, ASK), st(2, FINISH)],
-                  [st(0, ASK, pending=[(CANCEL, "2")], after=[ledger("done", "2", "c", tool=RETURN)]), st(1, ASK),
-                   st(2, FINISH)],
-                  [st(0, ASK, pending=[(CANCEL, "2")]), st(1, ASK), st(2, ASK, after=[ledger("done", "2", "c")]),
-                   st(3, FINISH)]):
+    for later in (
+        [st(0, ASK, pending=[(CANCEL, "2")], after=[ledger("done", "3", "c")]), st(1, ASK), st(2, FINISH)],
+        [st(0, ASK, pending=[(CANCEL, "2")], after=[ledger("done", "2", "c", tool=RETURN)]), st(1, ASK), st(2, FINISH)],
+        [st(0, ASK, pending=[(CANCEL, "2")]), st(1, ASK), st(2, ASK, after=[ledger("done", "2", "c")]), st(3, FINISH)],
+    ):
         assert one(later).kind == "overflow"
     # tracked the step after it was last listed: still tracked
     nxt = [st(0, ASK, pending=[(CANCEL, "2")]), st(1, ASK, after=[ledger("pending", "2")]), st(2, FINISH)]
@@ -308,8 +361,13 @@ def test_work_done_listed_until_the_end_or_refused_is_not_w():
     assert (f.kind, f.step) == ("policy_refusal", 1)
     # work dropped from the state and then refused on a rule that no card knows: the refusal, not W
     a, o = call(CANCEL, "2", ok=False, rule_id="r")
-    late = [st(0, ASK, pending=[(CANCEL, "2")]), st(1, ASK, pending=[(CANCEL, "2")]), st(2, ASK),
-            st(3, a, o), st(4, FINISH)]
+    late = [
+        st(0, ASK, pending=[(CANCEL, "2")]),
+        st(1, ASK, pending=[(CANCEL, "2")]),
+        st(2, ASK),
+        st(3, a, o),
+        st(4, FINISH),
+    ]
     f = one(late, NO_CARDS)
     assert (f.owner, f.kind, f.step) == ("E", "policy_refusal", 3)
 
@@ -320,8 +378,13 @@ def test_a_refused_write_is_never_work_that_was_not_written(helps, delivered):
     whatever the card evidence says, the finding is the refusal (E, rho or unknown), never W ("never wrote")."""
     p = pkg(c=f"`{CANCEL}` ...", u="other")
     a, o = call(CANCEL, "2", ok=False, rule_id="r")
-    late = [st(0, ASK, pending=[(CANCEL, "2")]), st(1, ASK, pending=[(CANCEL, "2")]), st(2, ASK),
-            st(3, a, o, delivered=delivered), st(4, FINISH)]
+    late = [
+        st(0, ASK, pending=[(CANCEL, "2")]),
+        st(1, ASK, pending=[(CANCEL, "2")]),
+        st(2, ASK),
+        st(3, a, o, delivered=delivered),
+        st(4, FINISH),
+    ]
     f = one(late, p, {(CANCEL, "r"): helps})
     assert f.owner != "W" and f.step == 3 and f.rule_id == "r"
 
@@ -350,17 +413,27 @@ def episode(eid, n_steps, work=(), finish=True):
 
 
 def test_work_counts_proposed_targets_and_unproposed_writes():
-    steps = [st(0, ASK, pending=[(CANCEL, "1"), (CANCEL, "1"), ("get_order_details", "1")]),
-             st(1, *call(CANCEL, "1")), st(2, *call(RETURN, "2")), st(3, *call(RETURN, "3"), blocked="checker"),
-             st(4, *call(CANCEL, "4", ok=False, rule_id="r")), st(5, FINISH)]
+    steps = [
+        st(0, ASK, pending=[(CANCEL, "1"), (CANCEL, "1"), ("get_order_details", "1")]),
+        st(1, *call(CANCEL, "1")),
+        st(2, *call(RETURN, "2")),
+        st(3, *call(RETURN, "3"), blocked="checker"),
+        st(4, *call(CANCEL, "4", ok=False, rule_id="r")),
+        st(5, FINISH),
+    ]
     assert work(steps) == 2  # cancel #1 (proposed, written), return #2 (written only)
     assert work([st(0, ASK)], None) == 0
 
 
 def test_turn_budget_read_from_the_corpus():
-    eps = [episode("a#0", 4, [(CANCEL, "1")]), episode("b#0", 6, [(CANCEL, "1"), (CANCEL, "2")]),
-           episode("c#0", 5, [(CANCEL, "1"), (CANCEL, "2")]), episode("d#0", 8, [(CANCEL, "1")], finish=False),
-           episode("e#0", 8, [(CANCEL, "1")], finish=True), episode("f#0", 3, [(CANCEL, "1")])]
+    eps = [
+        episode("a#0", 4, [(CANCEL, "1")]),
+        episode("b#0", 6, [(CANCEL, "1"), (CANCEL, "2")]),
+        episode("c#0", 5, [(CANCEL, "1"), (CANCEL, "2")]),
+        episode("d#0", 8, [(CANCEL, "1")], finish=False),
+        episode("e#0", 8, [(CANCEL, "1")], finish=True),
+        episode("f#0", 3, [(CANCEL, "1")]),
+    ]
     success = {"a#0": True, "b#0": True, "c#0": True, "d#0": False, "e#0": False, "f#0": False}
     b = TurnBudget.of(eps, success, WRITES, TARGETS)
     assert b.cap == 8
@@ -404,33 +477,42 @@ def attempt(eid, outcome, card):
 
 
 def corpus(with_card: list[str], without: list[str]):
-    return ([attempt(f"w{i}#0", x, True) for i, x in enumerate(with_card)]
-            + [attempt(f"n{i}#0", x, False) for i, x in enumerate(without)])
+    return [attempt(f"w{i}#0", x, True) for i, x in enumerate(with_card)] + [
+        attempt(f"n{i}#0", x, False) for i, x in enumerate(without)
+    ]
 
 
 P = pkg(c=f"`{CANCEL}` needs a reason.")
 
 
-@pytest.mark.parametrize("with_card,without,helps", [
-    (["ok", "ok", "r", "r"], ["ok", "r", "r", "r", "r"], True),  # 0.5 >= 0.2 + 0.1
-    (["ok", "ok", "r", "r"], ["ok", "ok", "ok", "r", "r"], False),  # 0.5 < 0.6 + 0.1
-    (["ok", "ok", "r", "r"], ["ok", "ok", "r", "r", "r"], True),  # 0.5 >= 0.4 + 0.1 (exactly)
-    (["ok", "r", "r"], ["r", "r", "r", "r"], True),  # no contrast (4 < 5), no reference: it cleared sometimes
-    (["r", "r", "r"], ["r", "r", "r", "r"], False),  # no contrast, no reference: its turns never cleared it
-    (["ok", "ok", "r", "r", "r"], ["ok", "ok", "ok", "r"], True),  # four without is no contrast: 0.4 > 0
-    # refused on another rule is not judged on this one: 0 of 1 with the card (it would be 0.5 if it counted as
-    # cleared), against 0 of 5 without
-    (["other", "r"], ["r", "r", "r", "r", "r"], False),
-    (["other", "ok", "r"], ["r", "r", "r", "r", "r"], True),  # 1 of 2 judged on it
-    ([], ["r", "r", "ok"], None),  # never delivered: no evidence either way
-])
+@pytest.mark.parametrize(
+    "with_card,without,helps",
+    [
+        (["ok", "ok", "r", "r"], ["ok", "r", "r", "r", "r"], True),  # 0.5 >= 0.2 + 0.1
+        (["ok", "ok", "r", "r"], ["ok", "ok", "ok", "r", "r"], False),  # 0.5 < 0.6 + 0.1
+        (["ok", "ok", "r", "r"], ["ok", "ok", "r", "r", "r"], True),  # 0.5 >= 0.4 + 0.1 (exactly)
+        (["ok", "r", "r"], ["r", "r", "r", "r"], True),  # no contrast (4 < 5), no reference: it cleared sometimes
+        (["r", "r", "r"], ["r", "r", "r", "r"], False),  # no contrast, no reference: its turns never cleared it
+        (["ok", "ok", "r", "r", "r"], ["ok", "ok", "ok", "r"], True),  # four without is no contrast: 0.4 > 0
+        # refused on another rule is not judged on this one: 0 of 1 with the card (it would be 0.5 if it counted as
+        # cleared), against 0 of 5 without
+        (["other", "r"], ["r", "r", "r", "r", "r"], False),
+        (["other", "ok", "r"], ["r", "r", "r", "r", "r"], True),  # 1 of 2 judged on it
+        ([], ["r", "r", "ok"], None),  # never delivered: no evidence either way
+    ],
+)
 def test_card_evidence_compares_shares_with_and_without_the_card(with_card, without, helps):
     ev = dg.card_evidence(corpus(with_card, without), P, WRITES, TARGETS)
     assert ev[(CANCEL, "r")] is helps
 
 
-@pytest.mark.parametrize("elsewhere,helps", [(["ok", "r", "r", "r", "r"], True),  # 0.33 >= 0.2 + 0.1
-                                             (["ok", "ok", "ok", "r", "r"], False)])  # 0.33 < 0.6 + 0.1
+@pytest.mark.parametrize(
+    "elsewhere,helps",
+    [
+        (["ok", "r", "r", "r", "r"], True),  # 0.33 >= 0.2 + 0.1
+        (["ok", "ok", "ok", "r", "r"], False),
+    ],
+)  # 0.33 < 0.6 + 0.1
 def test_a_card_never_absent_at_its_write_is_judged_against_the_corpus_rate_without_cards(elsewhere, helps):
     """Every cancel had its card in memory (no contrast): the reference is how often the corpus clears a rule with no
     card about it, here on returns (no constant standing in for it)."""
@@ -451,11 +533,20 @@ def test_card_evidence_reads_first_attempts_on_policy_only():
         eps.append([st(0, *refused, delivered=("c",), eid=f"a{i}#0"), st(1, *ok, delivered=("c",), eid=f"a{i}#0")])
     # a blocked attempt, a refusal with no rule, a read: not attempts judged on policy, so they do not come first
     for i in range(3):
-        eps.append([st(0, *ok, delivered=("c",), blocked="checker", eid=f"b{i}#0"),
-                    st(1, *call(CANCEL, "1", ok=False), delivered=("c",), eid=f"b{i}#0"),
-                    st(2, {"kind": "tool", "tool": "get_order_details", "args": {}}, {"ok": True}, delivered=("c",),
-                       eid=f"b{i}#0"),
-                    st(3, *refused, delivered=("c",), eid=f"b{i}#0")])
+        eps.append(
+            [
+                st(0, *ok, delivered=("c",), blocked="checker", eid=f"b{i}#0"),
+                st(1, *call(CANCEL, "1", ok=False), delivered=("c",), eid=f"b{i}#0"),
+                st(
+                    2,
+                    {"kind": "tool", "tool": "get_order_details", "args": {}},
+                    {"ok": True},
+                    delivered=("c",),
+                    eid=f"b{i}#0",
+                ),
+                st(3, *refused, delivered=("c",), eid=f"b{i}#0"),
+            ]
+        )
     ev = dg.card_evidence(eps, P, WRITES, TARGETS)
     assert ev == {(CANCEL, "r"): False}  # 0 of 6 first attempts cleared the rule
     # rules are found per write tool; a tool never refused on a rule has no entry
@@ -466,8 +557,12 @@ def test_card_evidence_per_rule_and_per_target():
     """Two rules seen on one write: each judged on its own; a second target in an episode is a first attempt too."""
     eps = []
     for i in range(4):
-        eps.append([st(0, *call(CANCEL, "1", ok=False, rule_id="r1"), delivered=("c",), eid=f"e{i}#0"),
-                    st(1, *call(CANCEL, "2", ok=False, rule_id="r2"), delivered=("c",), eid=f"e{i}#0")])
+        eps.append(
+            [
+                st(0, *call(CANCEL, "1", ok=False, rule_id="r1"), delivered=("c",), eid=f"e{i}#0"),
+                st(1, *call(CANCEL, "2", ok=False, rule_id="r2"), delivered=("c",), eid=f"e{i}#0"),
+            ]
+        )
     ev = dg.card_evidence(eps, P, WRITES, TARGETS)
     # r1: judged on 4 attempts (its own refusals), cleared on none: the r2 refusals were stopped on r2 and say
     # nothing about r1 (the world stops at the first rule broken); r2 likewise
@@ -476,8 +571,7 @@ def test_card_evidence_per_rule_and_per_target():
     # four accepted first attempts with the card: each rule cleared on 4 of the 8 judged on it
     assert dg.card_evidence(eps, P, WRITES, TARGETS) == {(CANCEL, "r1"): True, (CANCEL, "r2"): True}
     rule_cards = pkg(**{"r1-rule": f"`{CANCEL}` r1", "r2-rule": f"`{CANCEL}` r2"})
-    eps = [[st(0, *call(CANCEL, "1", ok=False, rule_id="r1"), delivered=("r2-rule",), eid=f"e{i}#0")]
-           for i in range(3)]
+    eps = [[st(0, *call(CANCEL, "1", ok=False, rule_id="r1"), delivered=("r2-rule",), eid=f"e{i}#0")] for i in range(3)]
     # the card delivered is about the other rule: r1 was never seen with its own card
     assert dg.card_evidence(eps, rule_cards, WRITES, TARGETS) == {(CANCEL, "r1"): None}
 
@@ -486,14 +580,23 @@ def test_card_evidence_per_rule_and_per_target():
 
 
 def frames(episodes: dict[str, list[TraceStep]]) -> pd.DataFrame:
-    return pd.concat([steps_frame([s.model_copy(update={"episode_id": eid}).sealed() for s in steps],
-                                  item_id=eid.split("#")[0], seed=int(eid.split("#")[1])).assign(episode_id=eid)
-                      for eid, steps in episodes.items()], ignore_index=True)
+    return pd.concat(
+        [
+            steps_frame(
+                [s.model_copy(update={"episode_id": eid}).sealed() for s in steps],
+                item_id=eid.split("#")[0],
+                seed=int(eid.split("#")[1]),
+            ).assign(episode_id=eid)
+            for eid, steps in episodes.items()
+        ],
+        ignore_index=True,
+    )
 
 
 def scores_of(rows):
-    return pd.DataFrame([{"item_id": i, "seed": s, "score": 0.0 if not ok else 1.0, "success": ok, "error": e}
-                         for i, s, ok, e in rows])
+    return pd.DataFrame(
+        [{"item_id": i, "seed": s, "score": 0.0 if not ok else 1.0, "success": ok, "error": e} for i, s, ok, e in rows]
+    )
 
 
 def test_diagnose_clusters_failed_episodes_into_cited_packets():
@@ -501,12 +604,17 @@ def test_diagnose_clusters_failed_episodes_into_cited_packets():
     refused = [st(0, ASK), st(1, *call(CANCEL, "1", ok=False, rule_id="r", rule="R.")), st(2, FINISH)]
     eps = {f"u{i}#0": unconfirmed for i in range(8)} | {"r0#0": refused, "r0#1": refused, "ok#0": unconfirmed}
     traces = frames(eps)
-    scores = scores_of([(f"u{i}", 0, False, "") for i in range(8)] + [("r0", 0, False, None), ("r0", 1, False, ""),
-                                                                      ("ok", 0, True, ""), ("gone", 0, False, "boom")])
+    scores = scores_of(
+        [(f"u{i}", 0, False, "") for i in range(8)]
+        + [("r0", 0, False, None), ("r0", 1, False, ""), ("ok", 0, True, ""), ("gone", 0, False, "boom")]
+    )
     d = diagnose(traces, scores, NO_CARDS, WRITES, "corp", TARGETS)
     assert len(d.findings) == 11  # every failed episode once, the successful one never
     assert [(p.owner, p.kind, len(p.episodes)) for p in d.packets] == [
-        ("C", "unconfirmed_write", 8), ("E", "policy_refusal", 2), ("none", "model_fault", 1)]
+        ("C", "unconfirmed_write", 8),
+        ("E", "policy_refusal", 2),
+        ("none", "model_fault", 1),
+    ]
     c, e, fault = d.packets
     # a packet without a rule: its id hashes the corpus, owner, kind and tool alone
     assert c.id == f"C-unconfirmed_write-{hashlib.sha256(b'corp|C|unconfirmed_write|*').hexdigest()[:10]}"
@@ -517,15 +625,25 @@ def test_diagnose_clusters_failed_episodes_into_cited_packets():
     assert len(c.claims) == 1 and len(c.claims[0].evidence) == dg.MAX_CITATIONS  # 8 episodes, 6 cited
     assert [(x.episode_id, x.step) for x in e.claims[0].evidence] == [("r0#0", 1), ("r0#1", 1)]
     assert e.claims[0].evidence[0].hash == frames({"r0#0": refused})["hash"][1]
-    assert e.claims[0].statement == "2 failed episode(s): `cancel_pending_order` was refused on rule r and never " \
-                                    "redone right — R."
+    assert (
+        e.claims[0].statement == "2 failed episode(s): `cancel_pending_order` was refused on rule r and never "
+        "redone right — R."
+    )
     assert c.unresolved == [] and c.patchability == "memory" and c.opportunity == "present"
     # the episode with no trace is a model fault with nothing to cite
     assert fault.claims == [] and fault.unresolved == ["no reachable intervention point found"]
     assert fault.episodes == ["gone#0"] and fault.detail == "boom" and fault.patchability == "external"
     frame = d.findings_frame()
-    assert list(frame.columns) == ["episode_id", "item_id", "step", "owner", "kind", "tool", "opportunity",
-                                   "patchability"]
+    assert list(frame.columns) == [
+        "episode_id",
+        "item_id",
+        "step",
+        "owner",
+        "kind",
+        "tool",
+        "opportunity",
+        "patchability",
+    ]
     assert len(frame) == 11 and set(frame["episode_id"]) == set(scores["item_id"] + "#" + "0") - {"ok#0"} | {"r0#1"}
 
 
@@ -550,8 +668,11 @@ def test_diagnose_uses_the_corpus_evidence_and_the_turn_budget():
     d = diagnose(frames(eps), scores, p, WRITES, "c", TARGETS)
     assert {(f.owner, f.kind) for f in d.findings} == {("E", "ineffective_card")}  # 0 of 5 cleared with the card
     # successes that clear the rule with the card delivered: the card helps; delivered alone, so still E
-    good = [st(0, ASK)] + [st(1, *confirm(CANCEL, "1"), delivered=("c",)), st(2, *call(CANCEL, "1"),
-                                                                             delivered=("c",)), st(3, FINISH)]
+    good = [st(0, ASK)] + [
+        st(1, *confirm(CANCEL, "1"), delivered=("c",)),
+        st(2, *call(CANCEL, "1"), delivered=("c",)),
+        st(3, FINISH),
+    ]
     eps |= {f"s{i}#0": good for i in range(5)}
     scores = scores_of([(f"f{i}", 0, False, "") for i in range(5)] + [(f"s{i}", 0, True, "") for i in range(5)])
     d = diagnose(frames(eps), scores, p, WRITES, "c", TARGETS)
@@ -573,31 +694,65 @@ def refused_with(*delivered):
     return [st(0, ASK), st(1, *REFUSED, delivered=delivered), st(2, FINISH)]
 
 
-CLEARED_WITH_CARD = [st(0, *confirm(CANCEL, "2"), delivered=("c",)), st(1, *call(CANCEL, "2"), delivered=("c",)),
-                     st(2, FINISH)]
+CLEARED_WITH_CARD = [
+    st(0, *confirm(CANCEL, "2"), delivered=("c",)),
+    st(1, *call(CANCEL, "2"), delivered=("c",)),
+    st(2, FINISH),
+]
 
 # kind -> (a failed episode that diagnoses to it, the package, a successful episode beside it or None, the error)
 SCENARIOS = {
     "unconfirmed_write": ([st(0, ASK), st(1, *call(CANCEL, "1")), st(2, FINISH)], NO_CARDS, None, ""),
-    "policy_refusal": ([st(0, ASK), st(1, *call(CANCEL, "1", ok=False, rule_id="R", rule="R.")), st(2, FINISH)],
-                       NO_CARDS, None, ""),
+    "policy_refusal": (
+        [st(0, ASK), st(1, *call(CANCEL, "1", ok=False, rule_id="R", rule="R.")), st(2, FINISH)],
+        NO_CARDS,
+        None,
+        "",
+    ),
     "card_not_fired": (refused_with(), CARD, CLEARED_WITH_CARD, ""),
     "diluted_card": (refused_with("c", "u"), CARD, CLEARED_WITH_CARD, ""),
     "ineffective_card": (refused_with("c"), CARD, None, ""),
     "card_unobserved": (refused_with(), CARD, None, ""),
     "bounced_write": ([st(0, *call(CANCEL, "1"), blocked=NEEDS_CONFIRM), st(1, FINISH)], NO_CARDS, None, ""),
-    "checker_false_alarm": ([*confirmed_write(0, CANCEL, "1")[:1],
-                             st(1, *call(CANCEL, "1"), blocked="false_alarm: looks unusual"), st(2, FINISH)],
-                            NO_CARDS, None, ""),
-    "premature_finish": (confirmed_write(0, CANCEL, "1") + [st(2, FINISH, pending=[(CANCEL, "2")])], NO_CARDS, None,
-                         ""),
-    "wrong_grounding": ([st(0, ASK, pending=[(CANCEL, "2")], before=[ledger("done", "2", "call_9", eid="e7")]),
-                         st(1, ASK), st(2, FINISH)], NO_CARDS, None, ""),
+    "checker_false_alarm": (
+        [
+            *confirmed_write(0, CANCEL, "1")[:1],
+            st(1, *call(CANCEL, "1"), blocked="false_alarm: looks unusual"),
+            st(2, FINISH),
+        ],
+        NO_CARDS,
+        None,
+        "",
+    ),
+    "premature_finish": (
+        confirmed_write(0, CANCEL, "1") + [st(2, FINISH, pending=[(CANCEL, "2")])],
+        NO_CARDS,
+        None,
+        "",
+    ),
+    "wrong_grounding": (
+        [
+            st(0, ASK, pending=[(CANCEL, "2")], before=[ledger("done", "2", "call_9", eid="e7")]),
+            st(1, ASK),
+            st(2, FINISH),
+        ],
+        NO_CARDS,
+        None,
+        "",
+    ),
     "overflow": ([st(0, ASK, pending=[(CANCEL, "2")]), st(1, ASK), st(2, FINISH)], NO_CARDS, None, ""),
-    "dropped": ([st(0, ASK, pending=[(CANCEL, "2")], after=[ledger("pending", "2")]), st(1, ASK), st(2, FINISH)],
-                NO_CARDS, None, ""),
-    "blocking_error": ([st(0, *call(CANCEL, "1", ok=False, blocking=True, code="invalid_state")), st(1, FINISH)],
-                       NO_CARDS, None, ""),
+    "dropped": (
+        [st(0, ASK, pending=[(CANCEL, "2")], after=[ledger("pending", "2")]), st(1, ASK), st(2, FINISH)],
+        NO_CARDS,
+        None,
+        "",
+    ),
+    "blocking_error": (
+        [st(0, *call(CANCEL, "1", ok=False, blocking=True, code="invalid_state")), st(1, FINISH)],
+        NO_CARDS,
+        None,
+        "",
+    ),
     "out_of_turns": ([st(0, ASK, pending=[(CANCEL, "1")]), st(1, ASK)], NO_CARDS, None, ""),  # cut off: binding
     "model_fault": ([st(0, ASK), st(1, FINISH)], NO_CARDS, None, "model: timeout"),
     "no_divergence": ([st(0, ASK), st(1, FINISH)], NO_CARDS, None, ""),
@@ -613,30 +768,63 @@ OUTCOME_SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("kind,words,detail", [
-    ("unconfirmed_write", "a write ran without a granted confirmation covering it", CANCEL),
-    ("policy_refusal", f"`{CANCEL}` was refused on rule R and never redone right", "R."),
-    ("card_not_fired", f"`{CANCEL}` was refused on rule R while a card about it existed but was not delivered", ""),
-    ("diluted_card", f"`{CANCEL}` was refused on rule R although its card was delivered among many others", ""),
-    ("ineffective_card", f"`{CANCEL}` was refused on rule R; the package's card about it does not help where delivered",
-     ""),
-    ("card_unobserved", f"`{CANCEL}` was refused on rule R; a card about it exists but was never seen at such a write",
-     ""),
-    ("bounced_write", "a checker blocked a write and it was never done (the agent could not meet the check)", CANCEL),
-    ("checker_false_alarm", "a checker blocked a confirmed write and it was never done (the check fired on work the "
-                            "agent did right)", CANCEL),
-    ("premature_finish", "the agent declared done while its own state still listed work", "1 item(s) still proposed"),
-    ("wrong_grounding", "a ledger entry was settled by a receipt for other arguments",
-     "entry e7 settled by receipt call_9"),
-    ("overflow", "proposed work was never tracked because the ledger was full",
-     "proposed but never tracked by the ledger (full)"),
-    ("dropped", "proposed work left the agent's state without a receipt", "left the agent's state without a receipt"),
-    ("blocking_error", "the world refused the request as impossible (a blocking receipt)", "invalid_state"),
-    ("out_of_turns", "more work than any successful episode did within the turn budget",
-     "1 write(s) of work within a 2-turn budget"),
-    ("model_fault", "the model failed", "model: timeout"),
-    ("no_divergence", "no divergence found", ""),
-])
+@pytest.mark.parametrize(
+    "kind,words,detail",
+    [
+        ("unconfirmed_write", "a write ran without a granted confirmation covering it", CANCEL),
+        ("policy_refusal", f"`{CANCEL}` was refused on rule R and never redone right", "R."),
+        ("card_not_fired", f"`{CANCEL}` was refused on rule R while a card about it existed but was not delivered", ""),
+        ("diluted_card", f"`{CANCEL}` was refused on rule R although its card was delivered among many others", ""),
+        (
+            "ineffective_card",
+            f"`{CANCEL}` was refused on rule R; the package's card about it does not help where delivered",
+            "",
+        ),
+        (
+            "card_unobserved",
+            f"`{CANCEL}` was refused on rule R; a card about it exists but was never seen at such a write",
+            "",
+        ),
+        (
+            "bounced_write",
+            "a checker blocked a write and it was never done (the agent could not meet the check)",
+            CANCEL,
+        ),
+        (
+            "checker_false_alarm",
+            "a checker blocked a confirmed write and it was never done (the check fired on work the agent did right)",
+            CANCEL,
+        ),
+        (
+            "premature_finish",
+            "the agent declared done while its own state still listed work",
+            "1 item(s) still proposed",
+        ),
+        (
+            "wrong_grounding",
+            "a ledger entry was settled by a receipt for other arguments",
+            "entry e7 settled by receipt call_9",
+        ),
+        (
+            "overflow",
+            "proposed work was never tracked because the ledger was full",
+            "proposed but never tracked by the ledger (full)",
+        ),
+        (
+            "dropped",
+            "proposed work left the agent's state without a receipt",
+            "left the agent's state without a receipt",
+        ),
+        ("blocking_error", "the world refused the request as impossible (a blocking receipt)", "invalid_state"),
+        (
+            "out_of_turns",
+            "more work than any successful episode did within the turn budget",
+            "1 write(s) of work within a 2-turn budget",
+        ),
+        ("model_fault", "the model failed", "model: timeout"),
+        ("no_divergence", "no divergence found", ""),
+    ],
+)
 def test_each_kind_has_its_statement(kind, words, detail):
     """Two failed episodes that diagnose to `kind` (beside a success where the card evidence needs one): their
     packet's claim states the kind in words, then the finding's detail."""
@@ -648,22 +836,35 @@ def test_each_kind_has_its_statement(kind, words, detail):
     assert d.packets[0].claims[0].statement == f"2 failed episode(s): {words}" + (f" — {detail}" if detail else "")
 
 
-@pytest.mark.parametrize("kind,words,detail", [
-    ("wrong_value", f"`{CANCEL}` was written with an argument its gold does not have",
-     "`reason` None, gold 'no longer needed'"),
-    ("missing_write", f"a gold write on `{CANCEL}` was never made", f"missing write on `{CANCEL}`"),
-    ("extra_write", f"`{CANCEL}` was written where no gold write asks for it", f"extra write on `{CANCEL}`"),
-    ("unseen_value", f"no divergence in the trace; `{CANCEL}` is the write train most often got wrong",
-     "no divergence in the trace; on train, 2 of 2 such failures held a wrong argument"),
-])
+@pytest.mark.parametrize(
+    "kind,words,detail",
+    [
+        (
+            "wrong_value",
+            f"`{CANCEL}` was written with an argument its gold does not have",
+            "`reason` None, gold 'no longer needed'",
+        ),
+        ("missing_write", f"a gold write on `{CANCEL}` was never made", f"missing write on `{CANCEL}`"),
+        ("extra_write", f"`{CANCEL}` was written where no gold write asks for it", f"extra write on `{CANCEL}`"),
+        (
+            "unseen_value",
+            f"no divergence in the trace; `{CANCEL}` is the write train most often got wrong",
+            "no divergence in the trace; on train, 2 of 2 such failures held a wrong argument",
+        ),
+    ],
+)
 def test_each_outcome_kind_has_its_statement(kind, words, detail):
     """The same for the findings read from outcomes: the item's gold writes, or what train showed."""
     failed, actions, train = OUTCOME_SCENARIOS[kind]
-    gold = {"t0": Gold(task_id="t0", actions=actions), "t1": Gold(task_id="t1", actions=actions)} if actions is not None \
+    gold = (
+        {"t0": Gold(task_id="t0", actions=actions), "t1": Gold(task_id="t1", actions=actions)}
+        if actions is not None
         else None
+    )
     scores = scores_of([("t0", 0, False, ""), ("t1", 0, False, "")])
-    d = diagnose(frames({"t0#0": failed, "t1#0": failed}), scores, NO_CARDS, WRITES, "c", TARGETS, gold=gold,
-                 train=train)
+    d = diagnose(
+        frames({"t0#0": failed, "t1#0": failed}), scores, NO_CARDS, WRITES, "c", TARGETS, gold=gold, train=train
+    )
     assert [(p.kind, len(p.episodes)) for p in d.packets] == [(kind, 2)]
     assert d.packets[0].claims[0].statement == f"2 failed episode(s): {words} — {detail}"
 
@@ -681,8 +882,14 @@ def test_work_matches_proposals_to_writes_of_the_same_tool_only():
 def test_card_evidence_reads_on_past_a_repeated_attempt():
     """An episode retries order 1 and then writes order 2: both first attempts count (1 of 2 cleared the rule)."""
     refused = call(CANCEL, "1", ok=False, rule_id="r")
-    eps = [[st(0, *refused, delivered=("c",), eid=f"e{i}#0"), st(1, *refused, delivered=("c",), eid=f"e{i}#0"),
-            st(2, *call(CANCEL, "2"), delivered=("c",), eid=f"e{i}#0")] for i in range(3)]
+    eps = [
+        [
+            st(0, *refused, delivered=("c",), eid=f"e{i}#0"),
+            st(1, *refused, delivered=("c",), eid=f"e{i}#0"),
+            st(2, *call(CANCEL, "2"), delivered=("c",), eid=f"e{i}#0"),
+        ]
+        for i in range(3)
+    ]
     assert dg.card_evidence(eps, P, WRITES, TARGETS) == {(CANCEL, "r"): True}  # 0.5, and no reference but zero
 
 
@@ -704,8 +911,11 @@ def test_diagnose_reads_write_targets_for_the_evidence_and_the_budget():
 
 
 def test_turn_budget_counts_writes_to_distinct_targets():
-    success = [*confirmed_write(0, RETURN, "2", eid="s#0"), *confirmed_write(2, RETURN, "3", eid="s#0"),
-               st(4, FINISH, eid="s#0")]
+    success = [
+        *confirmed_write(0, RETURN, "2", eid="s#0"),
+        *confirmed_write(2, RETURN, "3", eid="s#0"),
+        st(4, FINISH, eid="s#0"),
+    ]
     assert TurnBudget.of([success], {"s#0": True}, WRITES, TARGETS).need == {1: 5, 2: 5}
 
 
@@ -724,16 +934,28 @@ def test_out_of_turns_counts_the_work_with_the_benchmark_targets():
     assert (f.item_id, f.kind, f.detail) == ("t", "out_of_turns", "2 write(s) of work within a 5-turn budget")
     only_cancel = {CANCEL: ["order_id"]}
     pend = [(CANCEL, "1"), (RETURN, "2")]
-    f = diagnose_episode([st(i, ASK, pending=pend) for i in range(3)], "t", NO_CARDS, WRITES, episode_id="t#0",
-                         budget=TurnBudget(3, True, {1: 3}), targets=only_cancel)
+    f = diagnose_episode(
+        [st(i, ASK, pending=pend) for i in range(3)],
+        "t",
+        NO_CARDS,
+        WRITES,
+        episode_id="t#0",
+        budget=TurnBudget(3, True, {1: 3}),
+        targets=only_cancel,
+    )
     assert (f.kind, f.detail) == ("out_of_turns", "2 write(s) of work within a 3-turn budget")
 
 
 def test_a_confirmation_is_read_through_the_benchmark_targets():
     """Under targets only the order identifies a cancel: a confirmation that also carries a note covers it."""
-    ask = ({"kind": "tool", "tool": "confirm", "args": {"tool": CANCEL, "args": {"order_id": "1", "note": "asap"},
-                                                         "summary": "s"}},
-           {"role": "tool", "ok": True, "content": {"confirmed": True}})
+    ask = (
+        {
+            "kind": "tool",
+            "tool": "confirm",
+            "args": {"tool": CANCEL, "args": {"order_id": "1", "note": "asap"}, "summary": "s"},
+        },
+        {"role": "tool", "ok": True, "content": {"confirmed": True}},
+    )
     assert one([st(0, *ask), st(1, *call(CANCEL, "1")), st(2, FINISH)]).kind == "no_divergence"
 
 
@@ -748,17 +970,36 @@ def test_every_finding_names_its_episode_and_item():
         f = diagnose_episode(steps, "item-7", NO_CARDS, WRITES, episode_id="item-7#2", targets=TARGETS)
         assert (f.kind, f.episode_id, f.item_id) == (kind, "item-7#2", "item-7")
     f = one(cases["no_divergence"])
-    assert (f.step, f.hash, f.owner, f.opportunity, f.patchability) == (1, cases["no_divergence"][1].hash, "none",
-                                                                         "unknown", "unknown")
+    assert (f.step, f.hash, f.owner, f.opportunity, f.patchability) == (
+        1,
+        cases["no_divergence"][1].hash,
+        "none",
+        "unknown",
+        "unknown",
+    )
     # work listed at step 0 only and a finish at step 1: the divergence is the finish step, not the listing step
     f = one(cases["overflow"])
     assert (f.step, f.hash) == (1, cases["overflow"][1].hash)
 
 
 def test_steps_without_a_proposal_are_read():
-    steps = [TraceStep(episode_id="t#0", step=i, incoming={}, state_before=[], delivered=[], deliveries=[],
-                       action=a, checks=[], observation={}, proposal={}, state_after=[], fingerprint=[]).sealed()
-             for i, a in enumerate([ASK, FINISH])]
+    steps = [
+        TraceStep(
+            episode_id="t#0",
+            step=i,
+            incoming={},
+            state_before=[],
+            delivered=[],
+            deliveries=[],
+            action=a,
+            checks=[],
+            observation={},
+            proposal={},
+            state_after=[],
+            fingerprint=[],
+        ).sealed()
+        for i, a in enumerate([ASK, FINISH])
+    ]
     assert one(steps).kind == "no_divergence"
 
 
@@ -767,22 +1008,30 @@ def test_steps_without_a_proposal_are_read():
 
 def cancel_with(i, oid, reason, **kw):
     """Steps i, i+1: a granted confirmation, then a cancel of order `oid` giving `reason`."""
-    return [st(i, *confirm(CANCEL, oid), **kw),
-            st(i + 1, {"kind": "tool", "tool": CANCEL, "args": {"order_id": oid, "reason": reason}},
-               {"role": "tool", "ok": True, "content": {"order_id": oid}}, **kw)]
+    return [
+        st(i, *confirm(CANCEL, oid), **kw),
+        st(
+            i + 1,
+            {"kind": "tool", "tool": CANCEL, "args": {"order_id": oid, "reason": reason}},
+            {"role": "tool", "ok": True, "content": {"order_id": oid}},
+            **kw,
+        ),
+    ]
 
 
 def gold_cancels(*oids):
-    return {"t0": Gold(task_id="t0", actions=[GoldAction(tool=CANCEL, args={"order_id": o, "reason": "R"})
-                                              for o in oids])}
+    return {
+        "t0": Gold(task_id="t0", actions=[GoldAction(tool=CANCEL, args={"order_id": o, "reason": "R"}) for o in oids])
+    }
 
 
 def test_an_outcome_matches_a_gold_write_by_its_target():
     """A cancel of another order than the gold's is an extra write (the gold's is then missing), not a wrong order id
     on the gold's write: writes meet their gold by the benchmark's identifying args."""
     ep = cancel_with(0, "2", "R") + [st(2, FINISH)]
-    d = diagnose(frames({"t0#0": ep}), scores_of([("t0", 0, False, "")]), NO_CARDS, WRITES, "c", TARGETS,
-                 gold=gold_cancels("1"))
+    d = diagnose(
+        frames({"t0#0": ep}), scores_of([("t0", 0, False, "")]), NO_CARDS, WRITES, "c", TARGETS, gold=gold_cancels("1")
+    )
     assert [(f.owner, f.kind, f.step, f.tool) for f in d.findings] == [("unknown", "extra_write", 1, CANCEL)]
 
 
@@ -792,9 +1041,12 @@ def test_the_value_evidence_counts_the_first_write_to_each_target():
     zero) and the wrong reason, its card delivered alone, is E's missing knowledge (wrong_value), not an ineffective
     card (which counting only the episode's first cancel, 0 of 1, would say)."""
     ep = cancel_with(0, "1", "X", delivered=("c",)) + cancel_with(2, "2", "R", delivered=("c",)) + [st(4, FINISH)]
-    d = diagnose(frames({"t0#0": ep}), scores_of([("t0", 0, False, "")]), P, WRITES, "c", TARGETS,
-                 gold=gold_cancels("1", "2"))
-    assert [(f.owner, f.kind, f.step, f.detail) for f in d.findings] == [("E", "wrong_value", 1, "`reason` 'X', gold 'R'")]
+    d = diagnose(
+        frames({"t0#0": ep}), scores_of([("t0", 0, False, "")]), P, WRITES, "c", TARGETS, gold=gold_cancels("1", "2")
+    )
+    assert [(f.owner, f.kind, f.step, f.detail) for f in d.findings] == [
+        ("E", "wrong_value", 1, "`reason` 'X', gold 'R'")
+    ]
 
 
 @pytest.mark.parametrize("with_card,helps", [([1, 0], False), ([1, 1], True), ([1, 1, 0, 1, 1, 0, 1, 1, 1, 1], True)])
@@ -813,8 +1065,11 @@ def test_a_bounced_step_that_is_no_write_is_no_bounced_write():
 def test_a_bounced_write_without_args_after_its_granted_confirmation_is_a_false_alarm():
     """A session-level write (no args at all), confirmed, then bounced: the confirmation covered it."""
     bare = {"kind": "tool", "tool": RETURN}
-    asked = st(0, {"kind": "tool", "tool": "confirm", "args": {"tool": RETURN, "args": {}, "summary": "s"}},
-               {"role": "tool", "ok": True, "content": {"confirmed": True}})
+    asked = st(
+        0,
+        {"kind": "tool", "tool": "confirm", "args": {"tool": RETURN, "args": {}, "summary": "s"}},
+        {"role": "tool", "ok": True, "content": {"confirmed": True}},
+    )
     f = one([asked, st(1, bare, {}, blocked="false_alarm: looks unusual"), st(2, FINISH)])
     assert (f.owner, f.kind, f.step) == ("none", "checker_false_alarm", 1)
 
@@ -823,17 +1078,24 @@ def test_a_bounced_write_clusters_across_tools_and_names_its_tool_in_the_detail(
     """A checker's bounce is a discipline fault, whatever the write: its finding's tool is `*` (one cluster for every
     write the checker guards) and the detail names the write."""
     for tool in (CANCEL, RETURN):
-        f = one([st(0, {"kind": "tool", "tool": tool, "args": {"order_id": "1"}}, {}, blocked=NEEDS_CONFIRM),
-                 st(1, FINISH)])
+        f = one(
+            [st(0, {"kind": "tool", "tool": tool, "args": {"order_id": "1"}}, {}, blocked=NEEDS_CONFIRM), st(1, FINISH)]
+        )
         assert (f.owner, f.kind, f.tool, f.detail) == ("C", "bounced_write", "*", tool)
 
 
 def test_work_dropped_is_not_done_by_a_write_to_another_target_of_the_same_tool():
     """Order 1 proposed, then dropped from the state before finish while a (confirmed) cancel ran: a cancel of order 2
     does not settle order 1's work (W); a cancel of order 1 itself does."""
+
     def episode(written):
-        return [st(0, ASK, pending=[(CANCEL, "1")]), st(1, *confirm(CANCEL, written), pending=[(CANCEL, "1")]),
-                st(2, *call(CANCEL, written), pending=[(CANCEL, "1")]), st(3, ASK), st(4, FINISH)]
+        return [
+            st(0, ASK, pending=[(CANCEL, "1")]),
+            st(1, *confirm(CANCEL, written), pending=[(CANCEL, "1")]),
+            st(2, *call(CANCEL, written), pending=[(CANCEL, "1")]),
+            st(3, ASK),
+            st(4, FINISH),
+        ]
 
     f = one(episode("2"))
     assert (f.owner, f.step) == ("W", 3)
@@ -846,8 +1108,9 @@ def test_packets_come_largest_cluster_first():
     unconfirmed = [st(0, ASK), st(1, *call(CANCEL, "1")), st(2, FINISH)]
     dropped = SCENARIOS["dropped"][0]
     eps = {"t0#0": unconfirmed, "t1#0": dropped, "t2#0": dropped}
-    d = diagnose(frames(eps), scores_of([(i, 0, False, "") for i in ("t0", "t1", "t2")]), NO_CARDS, WRITES, "c",
-                 TARGETS)
+    d = diagnose(
+        frames(eps), scores_of([(i, 0, False, "") for i in ("t0", "t1", "t2")]), NO_CARDS, WRITES, "c", TARGETS
+    )
     assert [(p.owner, len(p.episodes)) for p in d.packets] == [("W", 2), ("C", 1)]
 
 
@@ -860,9 +1123,14 @@ def test_a_bounce_after_a_confirmation_of_another_target_is_the_agents_fault():
     assert (one(bounced).owner, one(bounced).kind) == ("C", "bounced_write")
     # the confirmation also named a reason the write then changed: it still covers order 1 (its target), so the
     # bounce fired on work the agent had confirmed
-    asked = ({"kind": "tool", "tool": "confirm",
-              "args": {"tool": CANCEL, "args": {"order_id": "1", "reason": "a"}, "summary": "s"}},
-             {"role": "tool", "ok": True, "content": {"confirmed": True}})
+    asked = (
+        {
+            "kind": "tool",
+            "tool": "confirm",
+            "args": {"tool": CANCEL, "args": {"order_id": "1", "reason": "a"}, "summary": "s"},
+        },
+        {"role": "tool", "ok": True, "content": {"confirmed": True}},
+    )
     write = ({"kind": "tool", "tool": CANCEL, "args": {"order_id": "1", "reason": "b"}}, {})
     f = one([st(0, *asked), st(1, *write, blocked=NEEDS_CONFIRM), st(2, FINISH)])
     assert (f.owner, f.kind, f.tool, f.detail) == ("none", "checker_false_alarm", "*", CANCEL)
@@ -872,7 +1140,12 @@ def test_work_dropped_after_a_refused_target_is_still_found():
     """Orders 1 and 2 proposed; order 2 dropped from the state at step 1, order 1 refused on a rule at step 2: the
     refused order is the rule's finding, and the dropped one is still W (the earlier, at step 1)."""
     refused = call(CANCEL, "1", ok=False, rule_id="r")
-    steps = [st(0, ASK, pending=[(CANCEL, "1"), (CANCEL, "2")]), st(1, ASK, pending=[(CANCEL, "1")]),
-             st(2, *refused, pending=[(CANCEL, "1")]), st(3, ASK), st(4, FINISH)]
+    steps = [
+        st(0, ASK, pending=[(CANCEL, "1"), (CANCEL, "2")]),
+        st(1, ASK, pending=[(CANCEL, "1")]),
+        st(2, *refused, pending=[(CANCEL, "1")]),
+        st(3, ASK),
+        st(4, FINISH),
+    ]
     f = one(steps)
     assert (f.owner, f.step) == ("W", 1)

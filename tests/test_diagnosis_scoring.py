@@ -49,9 +49,11 @@ def labelled(bench, tmp_path_factory):
         if (name, split, max_turns) not in done:
             pkg = load_package(root / name if name == "checked" else PACKAGES / name)
             t = run_shard(pkg, bench, bench.ids(split)[:n], SEEDS, max_turns=max_turns)
-            done[name, split, max_turns] = (t, causes_table(pkg, bench, t.scores, max_turns),
-                                            signals_frame(t.traces, t.scores, bench.write_tools,
-                                                          bench.meta.get("targets")))
+            done[name, split, max_turns] = (
+                t,
+                causes_table(pkg, bench, t.scores, max_turns),
+                signals_frame(t.traces, t.scores, bench.write_tools, bench.meta.get("targets")),
+            )
         return done[name, split, max_turns]
 
     get.package = lambda name: load_package(root / name if name == "checked" else PACKAGES / name)
@@ -72,10 +74,16 @@ def scored(bench, labelled, name, max_turns=40) -> dict:
     """The diagnoser on dev, baselines fitted on train (issue 24's scoring: every scored failure counts)."""
     train, train_causes, train_signals = labelled(name, "train", max_turns=max_turns)
     dev, dev_causes, dev_signals = labelled(name, "dev", max_turns=max_turns)
-    d = diagnose(dev.traces, dev.scores, labelled.package(name), bench.write_tools, "test",
-                 targets=bench.meta.get("targets"))
-    return localization(d.findings_frame(), _eid(dev_causes), _eid(dev.scores), dev_signals,
-                        fit_baselines(_eid(train_causes), _eid(train.scores), train_signals))
+    d = diagnose(
+        dev.traces, dev.scores, labelled.package(name), bench.write_tools, "test", targets=bench.meta.get("targets")
+    )
+    return localization(
+        d.findings_frame(),
+        _eid(dev_causes),
+        _eid(dev.scores),
+        dev_signals,
+        fit_baselines(_eid(train_causes), _eid(train.scores), train_signals),
+    )
 
 
 CASES = [("seed", 40), ("all-skills", 40), ("all-skills", 8), ("none", 40), ("checked", 40)]
@@ -109,8 +117,9 @@ def test_a_checker_bounce_is_read_as_c(bench, labelled):
     said = {}
     for name in ("checked", "reference"):  # every dev item: with the checker in place true C failures are rare
         t, causes, _ = labelled(name, "dev", n=72)
-        d = diagnose(t.traces, t.scores, labelled.package(name), bench.write_tools, "test",
-                     targets=bench.meta.get("targets"))
+        d = diagnose(
+            t.traces, t.scores, labelled.package(name), bench.write_tools, "test", targets=bench.meta.get("targets")
+        )
         truth = _eid(causes).set_index("episode_id")["cause"]
         said |= {f.episode_id: (f.owner, f.kind) for f in d.findings if truth.get(f.episode_id) == "C"}
     assert len(said) >= 3, said
@@ -123,16 +132,51 @@ def test_ratchet_diagnose_prints_one_json_object(tmp_path, bench_dir):
 
     runner = CliRunner()
     items = ",".join(json.loads((bench_dir / "splits.json").read_text())["dev"][:12])
-    r = runner.invoke(app, ["eval", "--package", str(PACKAGES / "seed"), "--benchmark", str(bench_dir), "--items", items,
-                            "--seeds", "1", "--max-turns", "12", "--out", str(tmp_path / "ev")])
+    r = runner.invoke(
+        app,
+        [
+            "eval",
+            "--package",
+            str(PACKAGES / "seed"),
+            "--benchmark",
+            str(bench_dir),
+            "--items",
+            items,
+            "--seeds",
+            "1",
+            "--max-turns",
+            "12",
+            "--out",
+            str(tmp_path / "ev"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "ev" / "meta.json").read_text())["max_turns"] == 12
-    r = runner.invoke(app, ["diagnose", "--eval", str(tmp_path / "ev"), "--package", str(PACKAGES / "seed"),
-                            "--benchmark", str(bench_dir), "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "diagnose",
+            "--eval",
+            str(tmp_path / "ev"),
+            "--package",
+            str(PACKAGES / "seed"),
+            "--benchmark",
+            str(bench_dir),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert {"accuracy", "n", "coverage", "outcome_only_accuracy", "trace_rule_accuracy", "constant_accuracy",
-            "passes", "confusion"} <= set(out)
+    assert {
+        "accuracy",
+        "n",
+        "coverage",
+        "outcome_only_accuracy",
+        "trace_rule_accuracy",
+        "constant_accuracy",
+        "passes",
+        "confusion",
+    } <= set(out)
     assert out["n"] == sum(sum(v.values()) for v in out["confusion"].values())
 
 
@@ -169,7 +213,9 @@ def test_bench_diagnosis_runs_a_silent_world(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_diagnosis", ROOT / "benchmarks" / "bench_diagnosis.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rows = mod.main(["--quick", "--world", "retail", "--receipts", "silent", "--items", "6", "--only", "seed,wrong card"])
+    rows = mod.main(
+        ["--quick", "--world", "retail", "--receipts", "silent", "--items", "6", "--only", "seed,wrong card"]
+    )
     assert [r["row"] for r in rows] == ["wrong card", "seed"] and {r["receipts"] for r in rows} == {"silent"}
     assert all(r["n"] > 0 for r in rows)
     assert all(r["trace_rule_no_refusal_accuracy"] == r["trace_rule_accuracy"] for r in rows)

@@ -39,11 +39,27 @@ def SKIP(directory: str, names: list[str]) -> set[str]:
 # test what it would see of `dvc`). Prefect's settings, read once at import, are read again from the child's
 # environment (as tests/zygote.py does). DVC runs each stage's command through the shell as always: the stub is what
 # it finds. The zygote runs no command itself and exits when the fixture closes its stdin (or the test process dies).
-PRELOAD = ["flows.campaign", "great_expectations", "mlflow.store.tracking.sqlalchemy_store", "components.worlds.retail",
-           "components.worlds.retail.env", "components.models.simulated", "components.evolution.report",
-           "matplotlib.pyplot", "prefect.flow_engine", "prefect.task_engine",
-           "dvc.cli", "dvc.cli.parser", "dvc.repo", "dvc.repo.reproduce", "dvc.repo.experiments.show",
-           "dvc.repo.experiments.queue.celery", "dvc.repo.plots", "pygit2", "networkx"]
+PRELOAD = [
+    "flows.campaign",
+    "great_expectations",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "components.worlds.retail",
+    "components.worlds.retail.env",
+    "components.models.simulated",
+    "components.evolution.report",
+    "matplotlib.pyplot",
+    "prefect.flow_engine",
+    "prefect.task_engine",
+    "dvc.cli",
+    "dvc.cli.parser",
+    "dvc.repo",
+    "dvc.repo.reproduce",
+    "dvc.repo.experiments.show",
+    "dvc.repo.experiments.queue.celery",
+    "dvc.repo.plots",
+    "pygit2",
+    "networkx",
+]
 
 ZYGOTE = r"""
 import atexit, gc, json, logging, os, select, socket, sys, threading, traceback
@@ -150,8 +166,14 @@ class RatchetZygote:
             stub.chmod(0o755)
         self.err = where / "zygote.err"
         with open(self.err, "wb") as errf:
-            self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE, str(sock), *PRELOAD], env=env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", ZYGOTE, str(sock), *PRELOAD],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errf,
+                text=True,
+            )
         self.where = where
 
     def wait_ready(self) -> None:
@@ -172,9 +194,11 @@ class RatchetZygote:
 # (deterministically: the simulated agent and every seed are fixed), so the 1-round commit has a promotion to reproduce.
 # (At 6 per family that plan is rejected; 8 instead of 12 costs a campaign a third less.) Explained receipts: that
 # promotion is measured on them, whatever params.yaml defaults to.
-TINY = {"benchmark": {"per_family": 8, "receipts": "explained"},
-        "campaign": {"start": "none", "rounds": 1, "seeds": 1, "shard_size": 30},
-        "gate": {"n_boot": 1000}}
+TINY = {
+    "benchmark": {"per_family": 8, "receipts": "explained"},
+    "campaign": {"start": "none", "rounds": 1, "seeds": 1, "shard_size": 30},
+    "gate": {"n_boot": 1000},
+}
 
 
 @pytest.fixture(scope="module")
@@ -182,11 +206,20 @@ def project(tmp_path_factory, prefect_server):
     root = tmp_path_factory.mktemp("dvcproj") / "ratchet"
     shutil.copytree(ROOT, root, ignore=SKIP)
     home = root.parent / "home"
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "RATCHET_HOME": str(home),
-           "PREFECT_HOME": str(home / "prefect"), "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", "DVC_NO_ANALYTICS": "1",
-           "DVC_SITE_CACHE_DIR": str(home / "dvc-site"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "RATCHET_HOME": str(home),
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+        "DVC_NO_ANALYTICS": "1",
+        "DVC_SITE_CACHE_DIR": str(home / "dvc-site"),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     # the stage commands use the session's Prefect server: each would otherwise start (and stop) its own
     env["PREFECT_API_URL"] = prefect_server
     zygote = RatchetZygote(root.parent / "zygote", env)  # it imports while the project is copied and committed
@@ -312,8 +345,10 @@ def test_experiments_vary_a_param(project):
 
 def varied(data: dict) -> tuple[int, int]:
     """(campaign.rounds in params.yaml, rounds in reports/metrics.json) of one `dvc exp show --json` row."""
-    return (data["params"]["params.yaml"]["data"]["campaign"]["rounds"],
-            data["metrics"]["reports/metrics.json"]["data"]["rounds"])
+    return (
+        data["params"]["params.yaml"]["data"]["campaign"]["rounds"],
+        data["metrics"]["reports/metrics.json"]["data"]["rounds"],
+    )
 
 
 def test_reproduce_a_promotion_from_an_older_commit(project, capsys, monkeypatch):

@@ -24,8 +24,16 @@ import yaml
 
 BIN = Path(sys.executable).parent
 # what the test process's own environment (tests/conftest.py: quiet_offline(HOME)) set: a user's shell has none of it
-STORES = ("RATCHET_HOME", "PREFECT_HOME", "PREFECT_LOCAL_STORAGE_PATH", "MLFLOW_TRACKING_URI", "RATCHET_EVIDENCE_DB",
-          "DVC_ROOT", "DVC_EXP_NAME", "DVC_EXP_BASELINE_REV")
+STORES = (
+    "RATCHET_HOME",
+    "PREFECT_HOME",
+    "PREFECT_LOCAL_STORAGE_PATH",
+    "MLFLOW_TRACKING_URI",
+    "RATCHET_EVIDENCE_DB",
+    "DVC_ROOT",
+    "DVC_EXP_NAME",
+    "DVC_EXP_BASELINE_REV",
+)
 
 STAGE = r"""
 import json, os, sys
@@ -49,7 +57,9 @@ def _run(args: list[str], cwd: Path, env: dict) -> str:
     return p.stdout
 
 
-def _run_all(dvc: list[str], repo: Path, env: dict, variants: int, grace: float = 90.0, deadline: float = 900.0) -> None:
+def _run_all(
+    dvc: list[str], repo: Path, env: dict, variants: int, grace: float = 90.0, deadline: float = 900.0
+) -> None:
     """`dvc exp run --run-all -j 2`, waited for. Under load, DVC's temporary Celery worker sometimes stays up after
     the queue is empty (dvc-task's idle check misses it), and the command waits on it forever: once every variant
     has written its record and `grace` seconds have passed, the workers still alive get SIGTERM (Celery's warm
@@ -57,8 +67,14 @@ def _run_all(dvc: list[str], repo: Path, env: dict, variants: int, grace: float 
     the workers it daemonizes would hold a pipe open."""
     log = repo.parent / "run-all.log"
     with log.open("w") as out:
-        p = subprocess.Popen(dvc + ["exp", "run", "--run-all", "-j", "2"], cwd=repo, env=env, stdout=out,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            dvc + ["exp", "run", "--run-all", "-j", "2"],
+            cwd=repo,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         start, done_at = time.monotonic(), None
         while p.poll() is None:
             assert time.monotonic() - start < deadline, f"dvc exp run --run-all: over {deadline} s: {log.read_text()}"
@@ -94,13 +110,31 @@ def test_queued_variants_record_into_the_real_repository(tmp_path):
     repo = (tmp_path / "repo").resolve()
     repo.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in STORES}
-    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t", DVC_NO_ANALYTICS="1")
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t",
+        DVC_NO_ANALYTICS="1",
+    )
     dvc = [str(BIN / "dvc")]
     (repo / "stage.py").write_text(STAGE)
     (repo / "params.yaml").write_text("v: 1\n")
-    (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"record": {
-        "cmd": f"{sys.executable} stage.py", "deps": ["stage.py"], "params": ["v"], "outs": ["out.txt"]}}}))
+    (repo / "dvc.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "stages": {
+                    "record": {
+                        "cmd": f"{sys.executable} stage.py",
+                        "deps": ["stage.py"],
+                        "params": ["v"],
+                        "outs": ["out.txt"],
+                    }
+                }
+            }
+        )
+    )
     (repo / ".gitignore").write_text("/.ratchet/\n")
     _run(["git", "init", "-q", "-b", "main"], repo, env)
     _run(dvc + ["init", "-q"], repo, env)

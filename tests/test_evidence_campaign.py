@@ -9,8 +9,16 @@ from pathlib import Path
 import pandas as pd
 
 from components.evidence.graph import EvidenceGraph, Expiry
-from components.evidence.graph_record import (chain, default_db, memory_for_round, plan_memory, project,
-                                              promotions_for, record_round, trace_resolver)
+from components.evidence.graph_record import (
+    chain,
+    default_db,
+    memory_for_round,
+    plan_memory,
+    project,
+    promotions_for,
+    record_round,
+    trace_resolver,
+)
 from components.evidence.packets import Citation, Claim, EvidencePacket
 from components.evolution.meta import PlanContext, make_meta_agent
 from components.evolution.patch import apply_plan
@@ -52,7 +60,9 @@ def test_the_campaign_is_recorded_and_every_supported_claim_resolves(small_campa
     from mlflow import MlflowClient
 
     client = MlflowClient(s["mlflow"]["tracking_uri"])
-    text = Path(client.download_artifacts(s["mlflow"]["run_id"], "evidence/champion_chain.txt", str(tmp_path))).read_text()
+    text = Path(
+        client.download_artifacts(s["mlflow"]["run_id"], "evidence/champion_chain.txt", str(tmp_path))
+    ).read_text()
     assert all(f"{v['version']} (campaign small" in text for v in s["lineage"][1:]) and "gate verdict" in text
 
 
@@ -82,18 +92,30 @@ def test_a_plan_rejected_on_the_same_evidence_is_not_retried_on_other_evidence_i
     other = memory_for_round(ev, "later", packets, traces, m0, "0" * 64, "sim")
     assert other.rejected_here == [] and other.rejected_elsewhere == [rec["plan_key"]]  # may be retried, after the rest
     assert memory_for_round(ev, "later", packets, traces, m0, bench.digest, "openai:other").rejected_here == []
-    assert memory_for_round(ev.model_copy(update={"memory": False}), "later", packets, traces, m0, bench.digest,
-                            "sim").rejected_here == []
+    assert (
+        memory_for_round(
+            ev.model_copy(update={"memory": False}), "later", packets, traces, m0, bench.digest, "sim"
+        ).rejected_here
+        == []
+    )
     # the projection keeps the verdict's id and says whether it was on the same evidence, within its size limit
     shown = same.projection["verdicts"]
-    assert shown[0]["plan_key"] == rec["plan_key"] and shown[0]["same_evidence"] and shown[0]["id"].startswith("decision:")
-    tight = memory_for_round(ev.model_copy(update={"projection_chars": 200}), "later", packets, traces, m0,
-                             bench.digest, "sim")
+    assert (
+        shown[0]["plan_key"] == rec["plan_key"] and shown[0]["same_evidence"] and shown[0]["id"].startswith("decision:")
+    )
+    tight = memory_for_round(
+        ev.model_copy(update={"projection_chars": 200}), "later", packets, traces, m0, bench.digest, "sim"
+    )
     assert tight.chars <= 200 + 80 and tight.projection["omitted"] >= 1
     # the rules meta-agent, given what memory rejected, proposes another change
-    ctx = PlanContext(packets, load_package(m0), bench, traces, pd.read_csv(rd / "train" / "scores.csv",
-                                                                             dtype={"item_id": str}),
-                      set(same.rejected_here))
+    ctx = PlanContext(
+        packets,
+        load_package(m0),
+        bench,
+        traces,
+        pd.read_csv(rd / "train" / "scores.csv", dtype={"item_id": str}),
+        set(same.rejected_here),
+    )
     plan = make_meta_agent("rules")(ctx)
     assert plan is None or plan.key() != rec["plan_key"]
     # rejected only elsewhere: deferred behind every other plan, and still proposed when nothing else is left
@@ -102,8 +124,9 @@ def test_a_plan_rejected_on_the_same_evidence_is_not_retried_on_other_evidence_i
     assert deferred.key() == (plan.key() if plan is not None else rec["plan_key"])
 
 
-def test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_evidence(small_campaign, prefect_server,
-                                                                                      tmp_path):
+def test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_evidence(
+    small_campaign, prefect_server, tmp_path
+):
     from flows.campaign import run_campaign
 
     rec = small_campaign.summary["history"][0]
@@ -111,12 +134,22 @@ def test_a_second_campaign_does_not_retry_what_the_first_rejected_on_the_same_ev
     with EvidenceGraph(db, campaign="earlier") as g:
         record_round(g, small_campaign.out, {**rec, "verdict": "reject", "child": None, "reason": "gate: test"}, "sim")
     b = small_campaign.params.benchmark  # the first campaign's benchmark (path and size): the same evidence
-    p = small_params(Path(b.out), tmp_path / "later", **{
-        "benchmark.per_family": b.per_family, "benchmark.train_share": b.train_share,
-        "benchmark.dev_share": b.dev_share, "campaign.name": "small-later", "campaign.rounds": 1,
-        # the first campaign's shards (its task cache answers what this round shares with it); no trace is read here
-        "campaign.shard_size": small_campaign.params.campaign.shard_size, "campaign.traces_per_round": 0,
-        "evidence.memory": True, "evidence.db": str(db)})
+    p = small_params(
+        Path(b.out),
+        tmp_path / "later",
+        **{
+            "benchmark.per_family": b.per_family,
+            "benchmark.train_share": b.train_share,
+            "benchmark.dev_share": b.dev_share,
+            "campaign.name": "small-later",
+            "campaign.rounds": 1,
+            # the first campaign's shards (its task cache answers what this round shares with it); no trace is read here
+            "campaign.shard_size": small_campaign.params.campaign.shard_size,
+            "campaign.traces_per_round": 0,
+            "evidence.memory": True,
+            "evidence.db": str(db),
+        },
+    )
     s = run_campaign(p)
     memory = json.loads((tmp_path / "later" / "rounds" / "r01" / "memory.json").read_text())
     assert memory["rejected_here"] == [rec["plan_key"]]
@@ -156,28 +189,35 @@ def test_a_plan_accepted_elsewhere_is_proposed_first_bound_to_the_current_eviden
     other = memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "sim")
     assert other.reused == {} and other.revocations == []
     helped = other.projection["helped_elsewhere"]
-    tight = memory_for_round(ev.model_copy(update={"projection_chars": 300}), "later", packets, traces, parent,
-                             "0" * 64, "sim")
+    tight = memory_for_round(
+        ev.model_copy(update={"projection_chars": 300}), "later", packets, traces, parent, "0" * 64, "sim"
+    )
     assert tight.projection["helped_elsewhere"] == helped and tight.chars <= 300 + 80  # within the limit
     cluster = next(p for p in packets if p.id == json.loads((rd / "plan.json").read_text())["cluster"])
     assert helped[0] == [cluster.owner, cluster.kind, cluster.tool, cluster.rule_id or ""]
     last = sorted(packets, key=lambda p: p.id)  # the order the agent would use without memory, reversed
     ctx = PlanContext(last[::-1], load_package(parent), bench, traces, scores, set(), memory=other.projection)
     first = make_meta_agent("rules")(ctx)
-    assert first is not None and first.cluster in {p.id for p in packets if [p.owner, p.kind, p.tool, p.rule_id or ""]
-                                                   == helped[0]} | {p.id for p in packets if p.tool == cluster.tool}
+    assert first is not None and first.cluster in {
+        p.id for p in packets if [p.owner, p.kind, p.tool, p.rule_id or ""] == helped[0]
+    } | {p.id for p in packets if p.tool == cluster.tool}
     # another model: nothing; a campaign's own records: nothing (a rerun plans as its first run did)
     assert memory_for_round(ev, "later", packets, traces, parent, digest, "openai:other").reused == {}
-    assert "helped_elsewhere" not in memory_for_round(ev, "later", packets, traces, parent, "0" * 64,
-                                                      "openai:other").projection
+    assert (
+        "helped_elsewhere"
+        not in memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "openai:other").projection
+    )
     assert memory_for_round(ev, "earlier", packets, traces, parent, digest, "sim").reused == {}
     # a package that already carries the change: nothing to reuse (the plan no longer applies)
     child = str(out / "lineage" / "versions" / rec["child"]["version"])
     assert rec["plan_key"] not in memory_for_round(ev, "later", packets, traces, child, digest, "sim").reused
     # a promotion a person revoked is not reused
     with EvidenceGraph(db, campaign="someone") as g:
-        promo = next(n for n in g.nodes("decision") if n.data.get("type") == "promotion"
-                     and n.data.get("plan_key") == rec["plan_key"])
+        promo = next(
+            n
+            for n in g.nodes("decision")
+            if n.data.get("type") == "promotion" and n.data.get("plan_key") == rec["plan_key"]
+        )
         g.revoke(promo.id, "wrong", by="person")
     assert rec["plan_key"] not in memory_for_round(ev, "later", packets, traces, parent, digest, "sim").reused
     assert "helped_elsewhere" not in memory_for_round(ev, "later", packets, traces, parent, "0" * 64, "sim").projection
@@ -188,33 +228,67 @@ R2 = "- `cancel_pending_order` takes a `reason` that must be exactly 'changed my
 
 
 def _step(ep: str) -> TraceStep:
-    return TraceStep(episode_id=ep, step=3, incoming={}, state_before=[], delivered=["cancel-reason"], deliveries=[],
-                     proposal={}, action={"tool": "cancel_pending_order"}, checks=[], observation={"ok": False},
-                     state_after=[], fingerprint=[]).sealed()
+    return TraceStep(
+        episode_id=ep,
+        step=3,
+        incoming={},
+        state_before=[],
+        delivered=["cancel-reason"],
+        deliveries=[],
+        proposal={},
+        action={"tool": "cancel_pending_order"},
+        checks=[],
+        observation={"ok": False},
+        state_after=[],
+        fingerprint=[],
+    ).sealed()
 
 
 def _packet(detail: str, step: TraceStep, rule_id: str = "cancel_reason") -> EvidencePacket:
-    return EvidencePacket(id=f"E-policy_refusal-cancel-{rule_id}", corpus="c", owner="E", opportunity="present",
-                          patchability="memory", kind="policy_refusal", tool="cancel_pending_order", detail=detail,
-                          rule_id=rule_id,
-                          episodes=[step.episode_id], items=["cancel-001"],
-                          claims=[Claim(statement="refusals of cancel_pending_order quote a rule",
-                                        evidence=[Citation(episode_id=step.episode_id, step=3, hash=step.hash)])])
+    return EvidencePacket(
+        id=f"E-policy_refusal-cancel-{rule_id}",
+        corpus="c",
+        owner="E",
+        opportunity="present",
+        patchability="memory",
+        kind="policy_refusal",
+        tool="cancel_pending_order",
+        detail=detail,
+        rule_id=rule_id,
+        episodes=[step.episode_id],
+        items=["cancel-001"],
+        claims=[
+            Claim(
+                statement="refusals of cancel_pending_order quote a rule",
+                evidence=[Citation(episode_id=step.episode_id, step=3, hash=step.hash)],
+            )
+        ],
+    )
 
 
 def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_path, package_copy):
     pkg_dir = package_copy("reference")
     step = _step("cancel-001#0")
     traces = steps_frame([step], item_id="cancel-001", seed=0)
-    card = {"path": "em/procedure/cancel-reason.md", "id": "cancel-reason", "tool": "cancel_pending_order", "rule": R1,
-            "rule_id": "cancel_reason"}
+    card = {
+        "path": "em/procedure/cancel-reason.md",
+        "id": "cancel-reason",
+        "tool": "cancel_pending_order",
+        "rule": R1,
+        "rule_id": "cancel_reason",
+    }
     with EvidenceGraph(tmp_path / "e.db", campaign="first") as g:
         old = g.add("claim", "old-rule", R1, expiry=Expiry(benchmark="a" * 64, model="sim"))  # the first world
         g.cite(old.id, step.episode_id, 3, step.hash)
         g.verify(old.id, trace_resolver(traces))
         v = g.add("decision", "v1", "gate", {"type": "gate_verdict", "accept": True})
-        promo = g.promote("promotion:x", "M1: add cancel-reason", v.id, [old.id],
-                          {"version": "M1", "campaign": "first", "cards": [card]})
+        promo = g.promote(
+            "promotion:x",
+            "M1: add cancel-reason",
+            v.id,
+            [old.id],
+            {"version": "M1", "campaign": "first", "cards": [card]},
+        )
         pkg = load_package(pkg_dir)
         assert plan_memory(g, [_packet(R1, step)], traces, pkg, "b" * 64, "sim").revocations == []  # same rule
         # another rule of the same write, refused with its own text, does not contradict what the card states
@@ -230,8 +304,10 @@ def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_
         plan = parse_plan(m.revocations[0])
         assert [o.op for o in plan.operations] == ["remove_card", "add_card"]
         cand = apply_plan(plan, pkg_dir, tmp_path / "cand")
-        assert "changed my mind" in (cand / card["path"]).read_text() and "no longer needed" not in \
-            (cand / card["path"]).read_text()
+        assert (
+            "changed my mind" in (cand / card["path"]).read_text()
+            and "no longer needed" not in (cand / card["path"]).read_text()
+        )
         # the rules meta-agent takes the revocation first; once it is rejected, it is not proposed again
         ctx = PlanContext([_packet(R2, step)], pkg, None, traces, pd.DataFrame(), set(), revocations=[plan])
         assert make_meta_agent("rules")(ctx).key() == plan.key()
@@ -244,35 +320,75 @@ def test_a_promotion_contradicted_on_current_data_is_revoked_through_a_plan(tmp_
         (rd / "memory.json").write_text(json.dumps(m.record()))
         child = g.add("source", "package:old-child", "M1 package")
         g.link(child.id, "derived_from", promo.id)
-        record_round(g, tmp_path / "camp", {"round": 2, "round_dir": "rounds/r02", "verdict": "accept",
-                                            "plan_key": plan.key(), "reason": "gate: accept", "benchmark_digest": "b" * 64,
-                                            "gate": {"accept": True, "net": 0.1, "ci_lo": 0.05, "ci_hi": 0.15,
-                                                     "n_items": 40, "n_improved": 5, "n_regressed": 0,
-                                                     "reason": "accept"},
-                                            "parent": {"version": "M1", "digest": "p" * 64},
-                                            "child": {"version": "M2", "digest": "c" * 64}}, "sim")
+        record_round(
+            g,
+            tmp_path / "camp",
+            {
+                "round": 2,
+                "round_dir": "rounds/r02",
+                "verdict": "accept",
+                "plan_key": plan.key(),
+                "reason": "gate: accept",
+                "benchmark_digest": "b" * 64,
+                "gate": {
+                    "accept": True,
+                    "net": 0.1,
+                    "ci_lo": 0.05,
+                    "ci_hi": 0.15,
+                    "n_items": 40,
+                    "n_improved": 5,
+                    "n_regressed": 0,
+                    "reason": "accept",
+                },
+                "parent": {"version": "M1", "digest": "p" * 64},
+                "child": {"version": "M2", "digest": "c" * 64},
+            },
+            "sim",
+        )
         assert promo.id in g.revoked() and g.flagged()[child.id] == promo.id
         new = promotions_for(g, "M2")[-1]  # the new side settled: the old one stands only on the old benchmark
         assert chain(g, promo)["superseded_by"] == [new.id]
         assert all(c["confidence"] == "supported" for c in chain(g, new)["claims"])
 
 
-def test_a_card_stating_several_rules_is_revoked_for_the_one_that_changed_and_keeps_the_others(tmp_path,
-                                                                                                package_copy):
+def test_a_card_stating_several_rules_is_revoked_for_the_one_that_changed_and_keeps_the_others(tmp_path, package_copy):
     pkg_dir = package_copy("reference")
     step = _step("cancel-001#0")
     traces = steps_frame([step], item_id="cancel-001", seed=0)
     fee = "- `cancel_pending_order` keeps a 5% cancellation fee on orders placed more than 24 hours ago."
-    card = {"path": "em/procedure/cancel-pending-order-rules.md", "id": "cancel-pending-order-rules",
-            "tool": "cancel_pending_order", "rule": R1, "rule_id": "cancel_reason",
-            "rules": [{"rule_id": "cancel_reason", "rule": R1}, {"rule_id": "cancel_fee", "rule": fee}]}
+    card = {
+        "path": "em/procedure/cancel-pending-order-rules.md",
+        "id": "cancel-pending-order-rules",
+        "tool": "cancel_pending_order",
+        "rule": R1,
+        "rule_id": "cancel_reason",
+        "rules": [{"rule_id": "cancel_reason", "rule": R1}, {"rule_id": "cancel_fee", "rule": fee}],
+    }
     cand = tmp_path / "with-card"
     from components.evolution.plan import AddCard, Plan
-    add = Plan(owner="E", cluster="x", rationale="r", evidence=_packet(R1, step).citations(), summary="s",
-               mechanism="deliver:x@", source_items=["cancel-001"],
-               operations=[AddCard(op="add_card", path=card["path"], body=R1 + "\n\n" + fee,
-                                   meta={"id": card["id"], "type": "procedure", "source": "test",
-                                         "trigger": {"event": "intent_recorded", "tool": card["tool"]}})])
+
+    add = Plan(
+        owner="E",
+        cluster="x",
+        rationale="r",
+        evidence=_packet(R1, step).citations(),
+        summary="s",
+        mechanism="deliver:x@",
+        source_items=["cancel-001"],
+        operations=[
+            AddCard(
+                op="add_card",
+                path=card["path"],
+                body=R1 + "\n\n" + fee,
+                meta={
+                    "id": card["id"],
+                    "type": "procedure",
+                    "source": "test",
+                    "trigger": {"event": "intent_recorded", "tool": card["tool"]},
+                },
+            )
+        ],
+    )
     apply_plan(add, pkg_dir, cand)
     pkg = load_package(cand)
     with EvidenceGraph(tmp_path / "e.db", campaign="first") as g:
@@ -280,10 +396,20 @@ def test_a_card_stating_several_rules_is_revoked_for_the_one_that_changed_and_ke
         g.cite(old.id, step.episode_id, 3, step.hash)
         g.verify(old.id, trace_resolver(traces))
         v = g.add("decision", "v1", "gate", {"type": "gate_verdict", "accept": True})
-        first = g.promote("promotion:y", "M1: card on cancel_pending_order", v.id, [old.id],
-                          {"version": "M1", "campaign": "first", "cards": [card]})
-        g.promote("promotion:z", "M1: the same card, promoted by another campaign", v.id, [old.id],
-                  {"version": "M1", "campaign": "other", "cards": [card]})
+        first = g.promote(
+            "promotion:y",
+            "M1: card on cancel_pending_order",
+            v.id,
+            [old.id],
+            {"version": "M1", "campaign": "first", "cards": [card]},
+        )
+        g.promote(
+            "promotion:z",
+            "M1: the same card, promoted by another campaign",
+            v.id,
+            [old.id],
+            {"version": "M1", "campaign": "other", "cards": [card]},
+        )
         # both rules as the card states them: nothing contradicted
         assert plan_memory(g, [_packet(fee, step, "cancel_fee")], traces, pkg, "b" * 64, "sim").revocations == []
         new_fee = fee.replace("5%", "10%")
@@ -300,9 +426,16 @@ def test_evidence_cli(small_campaign, capsys, tmp_path):
     code, out, err = cli(capsys, "evidence", "why", s["champion"], "--campaign", "small", *own)
     assert code == 0, err
     assert "plan " in out and "cites " in out and "gate verdict" in out and s["benchmark_digest"][:12] in out
-    card = next((c for r in s["history"] if r["verdict"] == "accept"
-                 for c in json.loads((small_campaign.out / r["round_dir"] / "plan.json").read_text())["operations"]
-                 if c["op"] == "add_card"), None)
+    card = next(
+        (
+            c
+            for r in s["history"]
+            if r["verdict"] == "accept"
+            for c in json.loads((small_campaign.out / r["round_dir"] / "plan.json").read_text())["operations"]
+            if c["op"] == "add_card"
+        ),
+        None,
+    )
     if card is not None:
         code, out, _ = cli(capsys, "evidence", "why", card["path"], "--campaign", "small", *own)
         assert code == 0 and card["path"] in out
@@ -329,13 +462,24 @@ def test_evidence_cli(small_campaign, capsys, tmp_path):
 
 
 def _unknown(step: TraceStep, owner: str = "unknown", tool: str = "issue_store_credit") -> EvidencePacket:
-    return EvidencePacket(id=f"{owner}-wrong_args-{tool}", corpus="c", owner=owner,
-                          opportunity="unknown" if owner == "unknown" else "present",
-                          patchability="unknown" if owner == "unknown" else "memory", kind="wrong_args", tool=tool,
-                          detail="" if owner == "unknown" else "the credit is capped", episodes=[step.episode_id],
-                          items=["credit-001"], claims=[Claim(statement="failed writes of issue_store_credit",
-                                                              evidence=[Citation(episode_id=step.episode_id, step=3,
-                                                                                 hash=step.hash)])])
+    return EvidencePacket(
+        id=f"{owner}-wrong_args-{tool}",
+        corpus="c",
+        owner=owner,
+        opportunity="unknown" if owner == "unknown" else "present",
+        patchability="unknown" if owner == "unknown" else "memory",
+        kind="wrong_args",
+        tool=tool,
+        detail="" if owner == "unknown" else "the credit is capped",
+        episodes=[step.episode_id],
+        items=["credit-001"],
+        claims=[
+            Claim(
+                statement="failed writes of issue_store_credit",
+                evidence=[Citation(episode_id=step.episode_id, step=3, hash=step.hash)],
+            )
+        ],
+    )
 
 
 def _diagnosed_round(out: Path, n: int, packets: list[EvidencePacket], traces: pd.DataFrame, bench: str) -> dict:
@@ -343,8 +487,13 @@ def _diagnosed_round(out: Path, n: int, packets: list[EvidencePacket], traces: p
     (rd / "train").mkdir(parents=True)
     traces.to_parquet(rd / "train" / "traces.parquet", index=False)
     (rd / "diagnosis.json").write_text(json.dumps([p.model_dump() for p in packets]))
-    return {"round": n, "round_dir": f"rounds/r{n:02d}", "verdict": "reject", "benchmark_digest": bench,
-            "parent": {"version": "M0", "digest": "p" * 64}}
+    return {
+        "round": n,
+        "round_dir": f"rounds/r{n:02d}",
+        "verdict": "reject",
+        "benchmark_digest": bench,
+        "parent": {"version": "M0", "digest": "p" * 64},
+    }
 
 
 def test_an_open_question_is_answered_by_a_later_finding_or_expires_with_its_digest(tmp_path, capsys):
@@ -355,8 +504,12 @@ def test_an_open_question_is_answered_by_a_later_finding_or_expires_with_its_dig
     out, db, b1, b2 = tmp_path / "camp", tmp_path / "e.db", "b" * 64, "c" * 64
     here = Expiry(benchmark=b1, model="sim")
     with EvidenceGraph(db, campaign="c") as g:
-        record_round(g, out, _diagnosed_round(out, 1, [_unknown(step), _unknown(step, tool="modify_user_address")],
-                                              traces, b1), "sim")
+        record_round(
+            g,
+            out,
+            _diagnosed_round(out, 1, [_unknown(step), _unknown(step, tool="modify_user_address")], traces, b1),
+            "sim",
+        )
         asked = open_questions(g, here)
         assert sorted(q.data["tool"] for q in asked) == ["issue_store_credit", "modify_user_address"]
     code, shown, _ = cli(capsys, "evidence", "show", "--open", "--db", str(db), "--benchmark", b1)
@@ -371,8 +524,10 @@ def test_an_open_question_is_answered_by_a_later_finding_or_expires_with_its_dig
         (edge,) = g.edges(dst=credit.id, relation="supersedes")
         assert g.get(edge.src).data["owner"] == "E" and g.get(credit.id) is not None
         # the same finding in a later round answers nothing twice
-        assert record_round(g, out, _diagnosed_round(out, 3, [_unknown(step, owner="E")], traces, b1),
-                            "sim")["answered"] == 0
+        assert (
+            record_round(g, out, _diagnosed_round(out, 3, [_unknown(step, owner="E")], traces, b1), "sim")["answered"]
+            == 0
+        )
         # a question on the previous benchmark digest is not open on the new one; an unknown model changes nothing
         assert open_questions(g, Expiry(benchmark=b2, model="sim")) == []
         assert [q.id for q in open_questions(g, Expiry(benchmark=b1))] == [left.id]
@@ -431,8 +586,9 @@ def test_evidence_why_by_campaign_directory_shows_that_campaigns_figures(small_c
             record_round(g, exp_out, other, "sim")
     by_name = cli(capsys, "evidence", "why", s["champion"], "--campaign", s["campaign"], "--db", str(db))
     assert by_name[0] == 0 and "net +0.777" in by_name[1]  # what a name finds: the last campaign recorded
-    code, out, err = cli(capsys, "evidence", "why", s["champion"], "--campaign", str(small_campaign.out), "--db",
-                         str(db))
+    code, out, err = cli(
+        capsys, "evidence", "why", s["champion"], "--campaign", str(small_campaign.out), "--db", str(db)
+    )
     assert code == 0, err
     promoted = [r for r in s["history"] if r["verdict"] == "accept"]
     assert "+0.777" not in out and all(f"net {r['gate']['net']:+.3f}" in out for r in promoted), out

@@ -184,8 +184,13 @@ def test_kill_9_during_graph_writes_leaves_the_graph_consistent(where):
     env = {**os.environ}
     # a process killed with its transaction's rows written but not committed
     script = WRITER.format(root=str(ROOT), db=str(db))
-    r = subprocess.run([sys.executable, "-c", script], env={**env, "RATCHET_FAILPOINT": "evidence:before-commit"},
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, "RATCHET_FAILPOINT": "evidence:before-commit"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == -signal.SIGKILL
     assert integrity(db) == [] and EvidenceGraph(db).nodes() == []
     # a writer killed at an arbitrary moment, mid-stream

@@ -13,11 +13,27 @@ def test_the_serialized_projection_is_within_its_limit(tmp_path):
     with EvidenceGraph(tmp_path / "e.db", campaign="c") as g:
         with g.batch():
             for i in range(12):  # verdicts and open questions of the current evidence: every record is shown if it fits
-                g.add("decision", f"verdict:p{i}:{bench}", f"rejected at the gate: net below zero ({i})" * 2,
-                      {"type": "gate_verdict", "plan_key": f"p{i}", "accept": False, "stage": "gate",
-                       "benchmark_digest": bench, "model": "sim"}, expiry=now)
-                g.add("question", f"unknown:kind{i}:tool{i}:{bench}", f"unexplained failures: kind{i} on tool{i}",
-                      {"kind": f"kind{i}", "tool": f"tool{i}", "benchmark_digest": bench}, expiry=now)
+                g.add(
+                    "decision",
+                    f"verdict:p{i}:{bench}",
+                    f"rejected at the gate: net below zero ({i})" * 2,
+                    {
+                        "type": "gate_verdict",
+                        "plan_key": f"p{i}",
+                        "accept": False,
+                        "stage": "gate",
+                        "benchmark_digest": bench,
+                        "model": "sim",
+                    },
+                    expiry=now,
+                )
+                g.add(
+                    "question",
+                    f"unknown:kind{i}:tool{i}:{bench}",
+                    f"unexplained failures: kind{i} on tool{i}",
+                    {"kind": f"kind{i}", "tool": f"tool{i}", "benchmark_digest": bench},
+                    expiry=now,
+                )
         whole = project(g, [], now, 200_000)
         assert whole["omitted"] == 0 and len(whole["verdicts"]) == len(whole["open_questions"]) == 12
         full = len(json.dumps(whole, separators=(",", ":")))

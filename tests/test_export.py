@@ -72,15 +72,21 @@ def _first_call(rec: dict) -> tuple[int, dict]:
     return next((i, m) for i, m in enumerate(rec["messages"]) if m["role"] == "assistant" and m.get("tool_calls"))
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda r: r["messages"].__setitem__(0, {"role": "robot", "content": "x"}), "messages.0"),
-    (lambda r: _first_call(r)[1]["tool_calls"][0].__setitem__("id", "call_zzz"), "tool_call_id"),
-    (lambda r: _first_call(r)[1]["tool_calls"][0]["function"].__setitem__("arguments", {"a": 1}), "arguments"),
-    (lambda r: _first_call(r)[1]["tool_calls"][0]["function"].__setitem__("arguments", "[1]"), "arguments"),
-    (lambda r: _first_call(r)[1]["tool_calls"][0]["function"].__setitem__("name", "no_such_tool"), "not one of tools"),
-    (lambda r: r["messages"].pop(_first_call(r)[0] + 1), "has no tool message"),
-    (lambda r: r.__setitem__("item_id", "x"), "item_id"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda r: r["messages"].__setitem__(0, {"role": "robot", "content": "x"}), "messages.0"),
+        (lambda r: _first_call(r)[1]["tool_calls"][0].__setitem__("id", "call_zzz"), "tool_call_id"),
+        (lambda r: _first_call(r)[1]["tool_calls"][0]["function"].__setitem__("arguments", {"a": 1}), "arguments"),
+        (lambda r: _first_call(r)[1]["tool_calls"][0]["function"].__setitem__("arguments", "[1]"), "arguments"),
+        (
+            lambda r: _first_call(r)[1]["tool_calls"][0]["function"].__setitem__("name", "no_such_tool"),
+            "not one of tools",
+        ),
+        (lambda r: r["messages"].pop(_first_call(r)[0] + 1), "has no tool message"),
+        (lambda r: r.__setitem__("item_id", "x"), "item_id"),
+    ],
+)
 def test_the_schema_refuses_broken_records(exported, mutate, field):
     rec = copy.deepcopy(read_jsonl(exported / "sft.jsonl")[0])
     assert problems(rec) == []
@@ -106,7 +112,7 @@ def conversation(rollout: dict) -> list[dict]:
     from components.runtime.prompts import MEMORY_HEADER
 
     msgs = rollout["messages"]
-    return [msgs[0], *msgs[2 if msgs[1]["content"].startswith(MEMORY_HEADER) else 1:]]
+    return [msgs[0], *msgs[2 if msgs[1]["content"].startswith(MEMORY_HEADER) else 1 :]]
 
 
 def test_rollout_rewards_are_the_rubric_over_its_criteria(exported):
@@ -137,9 +143,19 @@ def test_each_file_loads_as_a_table(exported):
 
 @pytest.mark.parametrize("split", ["dev", "test"])
 def test_held_out_splits_are_refused(capsys, small_campaign, tmp_path, split):
-    code, _, err = run_cli(capsys, "export", "--campaign", str(small_campaign.out), "--benchmark",
-                           str(small_campaign.params.benchmark.out), "--out", str(tmp_path / "x"), "--split", split,
-                           "--no-mlflow")
+    code, _, err = run_cli(
+        capsys,
+        "export",
+        "--campaign",
+        str(small_campaign.out),
+        "--benchmark",
+        str(small_campaign.params.benchmark.out),
+        "--out",
+        str(tmp_path / "x"),
+        "--split",
+        split,
+        "--no-mlflow",
+    )
     assert code == 2 and err.startswith(f"error: --split: {split}: export reads train items only")
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
 
@@ -151,8 +167,16 @@ def test_the_export_is_deterministic_and_logged_as_dataset_inputs(capsys, small_
     from components.tracking.mlflow_log import campaign_run
 
     out = tmp_path / "again"
-    code, stdout, err = run_cli(capsys, "export", "--campaign", str(small_campaign.out), "--benchmark",
-                                str(small_campaign.params.benchmark.out), "--out", str(out))
+    code, stdout, err = run_cli(
+        capsys,
+        "export",
+        "--campaign",
+        str(small_campaign.out),
+        "--benchmark",
+        str(small_campaign.params.benchmark.out),
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     for name in (*FILES, MANIFEST):
         assert (out / name).read_bytes() == (exported / name).read_bytes()
@@ -188,6 +212,7 @@ def test_a_fine_tune_on_the_export_teaches_the_simulated_agent(exported, small_c
 
 # -- the third red team (issue 41): what export reads is what it pins, and nothing outside its place -------------------
 
+
 def _copy_campaign(small_campaign, tmp_path) -> Path:
     camp = tmp_path / "camp"
     shutil.copytree(small_campaign.out, camp)
@@ -202,8 +227,17 @@ def test_export_refuses_a_promoted_version_whose_bytes_were_edited(capsys, small
     champ = Lineage(camp / "lineage").champion()
     card = sorted((champ.path / "em").rglob("*.md"))[0]
     card.write_text(card.read_text() + "\nOne more line.\n")
-    code, _, err = run_cli(capsys, "export", "--campaign", str(camp), "--benchmark",
-                           str(small_campaign.params.benchmark.out), "--out", str(tmp_path / "x"), "--no-mlflow")
+    code, _, err = run_cli(
+        capsys,
+        "export",
+        "--campaign",
+        str(camp),
+        "--benchmark",
+        str(small_campaign.params.benchmark.out),
+        "--out",
+        str(tmp_path / "x"),
+        "--no-mlflow",
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"error: {champ.path}: digest: {champ.name}'s bytes on disk are ") and "pins" in err
     assert not (tmp_path / "x").exists()
@@ -213,8 +247,17 @@ def test_export_on_a_truncated_traces_file_is_one_line_naming_it(capsys, small_c
     camp = _copy_campaign(small_campaign, tmp_path)
     for f in camp.glob("rounds/r*/train/traces.parquet"):
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
-    code, _, err = run_cli(capsys, "export", "--campaign", str(camp), "--benchmark",
-                           str(small_campaign.params.benchmark.out), "--out", str(tmp_path / "x"), "--no-mlflow")
+    code, _, err = run_cli(
+        capsys,
+        "export",
+        "--campaign",
+        str(camp),
+        "--benchmark",
+        str(small_campaign.params.benchmark.out),
+        "--out",
+        str(tmp_path / "x"),
+        "--no-mlflow",
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "traces.parquet: -: damaged, cannot be read" in err and not (tmp_path / "x").exists()
 

@@ -13,8 +13,18 @@ import pandas as pd
 import pytest
 
 from components.evolution import gate as gate_mod
-from components.evolution.gate import (GateConfig, GateResult, PairingError, SequentialDesign, bootstrap_ci, decide, gate,
-                                      pair, repair_screen, sequential_gate)
+from components.evolution.gate import (
+    GateConfig,
+    GateResult,
+    PairingError,
+    SequentialDesign,
+    bootstrap_ci,
+    decide,
+    gate,
+    pair,
+    repair_screen,
+    sequential_gate,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = GateConfig(n_boot=2000)
@@ -53,8 +63,9 @@ def items(n: int, per_seed: list[float]) -> dict[str, list[float]]:
 def test_identical_arms_never_accept(data_seed, boot_seed, n_boot):
     rng = np.random.default_rng(data_seed)
     n_items, n_seeds = int(rng.integers(5, 40)), int(rng.integers(1, 5))
-    base = pd.DataFrame([{"item_id": f"t{i}", "seed": s, "score": float(rng.random())}
-                         for i in range(n_items) for s in range(n_seeds)])
+    base = pd.DataFrame(
+        [{"item_id": f"t{i}", "seed": s, "score": float(rng.random())} for i in range(n_items) for s in range(n_seeds)]
+    )
     cand = base.sample(frac=1.0, random_state=data_seed).reset_index(drop=True)  # row order must not matter
     res, per = gate(base, cand, GateConfig(n_boot=n_boot, seed=boot_seed))
     assert res.accept is False
@@ -65,9 +76,11 @@ def test_identical_arms_never_accept(data_seed, boot_seed, n_boot):
 
 
 def test_clear_win_accepts_with_counts():
-    base = {**items(20, [0.4, 0.5, 0.6]),                                   # -> +0.2
-            **{f"high-{k}": [0.9, 0.9, 0.9] for k in range(4)},            # clipped at 1.0 -> +0.1
-            **{f"flat-{k}": [0.3, 0.3, 0.3] for k in range(6)}}            # unchanged
+    base = {
+        **items(20, [0.4, 0.5, 0.6]),  # -> +0.2
+        **{f"high-{k}": [0.9, 0.9, 0.9] for k in range(4)},  # clipped at 1.0 -> +0.1
+        **{f"flat-{k}": [0.3, 0.3, 0.3] for k in range(6)},
+    }  # unchanged
     delta = {i: 0.2 for i in base if not i.startswith("flat")}
     cand = shifted(base, delta)
     assert cand["high-0"] == [1.0, 1.0, 1.0]
@@ -95,11 +108,14 @@ def test_win_with_regressions_over_cap_rejects_and_says_so():
     assert loose.accept is True and loose.n_regressed == 3
 
 
-@pytest.mark.parametrize("cand_score,material,regressed,accept", [
-    (0.46, 0.05, 0, True),   # a drop of 0.04 is not material at 0.05
-    (0.44, 0.05, 3, False),  # a drop of 0.06 is
-    (0.44, 0.07, 0, True),   # ... unless the threshold is raised above it
-])
+@pytest.mark.parametrize(
+    "cand_score,material,regressed,accept",
+    [
+        (0.46, 0.05, 0, True),  # a drop of 0.04 is not material at 0.05
+        (0.44, 0.05, 3, False),  # a drop of 0.06 is
+        (0.44, 0.07, 0, True),  # ... unless the threshold is raised above it
+    ],
+)
 def test_material_threshold_decides_what_counts(cand_score, material, regressed, accept):
     base = items(30, [0.5, 0.5])
     cand = {i: ([0.8, 0.8] if k >= 3 else [cand_score, cand_score]) for k, i in enumerate(base)}
@@ -190,8 +206,19 @@ def _broken(kind: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     raise AssertionError(kind)
 
 
-PAIRING_CASES = ["item only in cand", "item only in base", "seed only in base", "seed only in cand", "duplicate row",
-                 "nan score", "non-numeric score", "score above 1", "score below 0", "missing column", "empty"]
+PAIRING_CASES = [
+    "item only in cand",
+    "item only in base",
+    "seed only in base",
+    "seed only in cand",
+    "duplicate row",
+    "nan score",
+    "non-numeric score",
+    "score above 1",
+    "score below 0",
+    "missing column",
+    "empty",
+]
 
 
 @pytest.mark.parametrize("kind", PAIRING_CASES)
@@ -330,8 +357,16 @@ def test_bootstrap_ci_matches_scipy_within_monte_carlo_error(kind, n):
     else:  # all distinct: the index path
         d = rng.normal(0.05, 0.2, size=n)
     n_boot = 4000
-    ref = np.array([[*stats.bootstrap((d,), np.mean, n_resamples=n_boot, method="percentile",
-                                      random_state=s).confidence_interval] for s in range(20)])
+    ref = np.array(
+        [
+            [
+                *stats.bootstrap(
+                    (d,), np.mean, n_resamples=n_boot, method="percentile", random_state=s
+                ).confidence_interval
+            ]
+            for s in range(20)
+        ]
+    )
     ours = np.array([bootstrap_ci(d, n_boot, 0.05, seed) for seed in range(20)])
     sd = ref.std(axis=0, ddof=1)
     assert (sd > 0).all()
@@ -346,8 +381,11 @@ def test_every_bootstrap_path_draws_the_item_resampling_distribution():
     """The three exact paths (lattice FFT, multinomial counts, index draws) agree on the resample means' moments:
     mean(d) and var(d) / n (population variance)."""
     rng = np.random.default_rng(3)
-    cases = {"lattice": rng.integers(-6, 7, 300) / 6, "few": rng.choice([np.pi, -np.e, 0.5], 300) / 10,
-             "continuous": rng.normal(0.0, 0.3, 300)}
+    cases = {
+        "lattice": rng.integers(-6, 7, 300) / 6,
+        "few": rng.choice([np.pi, -np.e, 0.5], 300) / 10,
+        "continuous": rng.normal(0.0, 0.3, 300),
+    }
     for name, d in cases.items():
         m = gate_mod.boot_means(d, 20_000, 1)
         assert m.shape == (20_000,)
@@ -394,13 +432,16 @@ def test_gate_is_deterministic_for_a_seed():
 # -- repair screen -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("deltas,ok,repaired,broken", [
-    ([0.3, 0.3, 0.3, -0.2, 0.0], True, 3, 1),             # more repaired than broken, mean up
-    ([0.3, 0.3, -0.2, -0.2, 0.0], False, 2, 2),           # as many broken as repaired
-    ([0.1] + [-0.04] * 10, False, 1, 0),                  # repaired > broken, but the mean goes down
-    ([0.04] * 6, False, 0, 0),                            # mean up, nothing materially repaired
-    ([-0.3, -0.3, 0.0], False, 0, 2),                     # only breaks
-])
+@pytest.mark.parametrize(
+    "deltas,ok,repaired,broken",
+    [
+        ([0.3, 0.3, 0.3, -0.2, 0.0], True, 3, 1),  # more repaired than broken, mean up
+        ([0.3, 0.3, -0.2, -0.2, 0.0], False, 2, 2),  # as many broken as repaired
+        ([0.1] + [-0.04] * 10, False, 1, 0),  # repaired > broken, but the mean goes down
+        ([0.04] * 6, False, 0, 0),  # mean up, nothing materially repaired
+        ([-0.3, -0.3, 0.0], False, 0, 2),  # only breaks
+    ],
+)
 def test_repair_screen(deltas, ok, repaired, broken):
     base = {f"s{k}": [0.5, 0.5] for k in range(len(deltas))}
     cand = shifted(base, {f"s{k}": dv for k, dv in enumerate(deltas)})
@@ -439,8 +480,9 @@ def run_gate(*args: str, capsys=None) -> subprocess.CompletedProcess:
     the imports per call prove nothing more), else as a subprocess (kept where the process's exit code, streams and
     imports are the point)."""
     if capsys is None:
-        return subprocess.run([sys.executable, "-m", "flows.entry", "gate", *args], cwd=ROOT, capture_output=True,
-                              text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "flows.entry", "gate", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
     from tests.conftest import run_cli
 
     code, out, err = run_cli(capsys, "gate", *args)
@@ -468,16 +510,20 @@ def tables(tmp_path_factory):
 
 
 def test_cli_json_accept(tables, capsys):
-    p = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "2000", "--json",
-                 capsys=capsys)
+    p = run_gate(
+        "--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "2000", "--json", capsys=capsys
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1
     obj = json.loads(lines[0])
     assert set(obj) == CLI_KEYS
     assert obj["accept"] is True and obj["n_items"] == 20 and obj["n_improved"] == 20 and obj["n_regressed"] == 0
-    expected, _ = gate(pd.read_csv(tables["base"], dtype={"item_id": str}),
-                       pd.read_csv(tables["win"], dtype={"item_id": str}), GateConfig(n_boot=2000))
+    expected, _ = gate(
+        pd.read_csv(tables["base"], dtype={"item_id": str}),
+        pd.read_csv(tables["win"], dtype={"item_id": str}),
+        GateConfig(n_boot=2000),
+    )
     assert obj["net"] == pytest.approx(expected.net) and obj["ci_lo"] == pytest.approx(expected.ci_lo)
     assert obj["ci_hi"] == pytest.approx(expected.ci_hi) and obj["reason"] == expected.reason
 
@@ -497,16 +543,28 @@ def test_cli_text_and_options(tables, capsys):
     same = run_gate("--base", str(tables["base"]), "--cand", str(tables["base"]), "--n-boot", "1000", capsys=capsys)
     assert same.returncode == 1 and same.stdout.startswith("REJECT:")
     # the options reach the gate: a negative reg_cap is refused as bad input, naming the option
-    capped = run_gate("--base", str(tables["base"]), "--cand", str(tables["win"]), "--n-boot", "1000",
-                      "--reg-cap", "-1", capsys=capsys)
+    capped = run_gate(
+        "--base",
+        str(tables["base"]),
+        "--cand",
+        str(tables["win"]),
+        "--n-boot",
+        "1000",
+        "--reg-cap",
+        "-1",
+        capsys=capsys,
+    )
     assert capped.returncode == 2 and "reg_cap" in capped.stderr and "Traceback" not in capped.stderr
 
 
-@pytest.mark.parametrize("cand_key,words", [
-    ("missing_pair", ["incomplete pairing", "c#2"]),
-    ("nan", ["not a number", "b#0"]),
-    ("range", ["outside [0, 1]", "a#0"]),
-])
+@pytest.mark.parametrize(
+    "cand_key,words",
+    [
+        ("missing_pair", ["incomplete pairing", "c#2"]),
+        ("nan", ["not a number", "b#0"]),
+        ("range", ["outside [0, 1]", "a#0"]),
+    ],
+)
 def test_cli_broken_table_exits_2_with_one_line(tables, capsys, cand_key, words):
     cand = tables[cand_key]
     p = run_gate("--base", str(tables["small"]), "--cand", str(cand), "--json", capsys=capsys)
@@ -560,12 +618,22 @@ def test_empty_error_column_from_csv_pairs_without_warning(tmp_path):
 # -- refusals and exit codes -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field,value,words", [
-    ("material", float("nan"), "material"), ("material", float("inf"), "material"), ("alpha", float("nan"), "alpha"),
-    ("alpha", float("inf"), "alpha"), ("alpha", 1.0, "alpha"), ("reg_cap", float("nan"), "reg_cap"),
-    ("reg_cap", float("inf"), "reg_cap"), ("n_boot", 1, "below 1000"), ("n_boot", 999, "below 1000"),
-    ("campaign_alpha", float("nan"), "campaign_alpha"), ("min_items", 1, "min_items"),
-])
+@pytest.mark.parametrize(
+    "field,value,words",
+    [
+        ("material", float("nan"), "material"),
+        ("material", float("inf"), "material"),
+        ("alpha", float("nan"), "alpha"),
+        ("alpha", float("inf"), "alpha"),
+        ("alpha", 1.0, "alpha"),
+        ("reg_cap", float("nan"), "reg_cap"),
+        ("reg_cap", float("inf"), "reg_cap"),
+        ("n_boot", 1, "below 1000"),
+        ("n_boot", 999, "below 1000"),
+        ("campaign_alpha", float("nan"), "campaign_alpha"),
+        ("min_items", 1, "min_items"),
+    ],
+)
 def test_config_refuses_non_finite_or_out_of_range(field, value, words):
     from components.errors import InputError
 
@@ -592,9 +660,18 @@ def test_five_items_are_enough_and_errors_below_the_minimum_refuse_softly():
     assert verdict.accept is False and "errored" in verdict.reason
 
 
-@pytest.mark.parametrize("key,value", [("gate.material", float("nan")), ("gate.alpha", float("inf")),
-                                       ("gate.n_boot", 999), ("gate.reg_cap", -1), ("gate.min_items", 1),
-                                       ("gate.campaign_alpha", float("nan")), ("gate.max_error_share", float("nan"))])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("gate.material", float("nan")),
+        ("gate.alpha", float("inf")),
+        ("gate.n_boot", 999),
+        ("gate.reg_cap", -1),
+        ("gate.min_items", 1),
+        ("gate.campaign_alpha", float("nan")),
+        ("gate.max_error_share", float("nan")),
+    ],
+)
 def test_params_gate_block_refuses_the_same(key, value):
     from components.errors import InputError
     from components.params import load_params
@@ -629,20 +706,25 @@ def refusals(tables):
     d = tables["dir"]
     one = items(1, [0.2, 0.3])
     four = items(4, [0.2, 0.3])
-    return {"one_b": write_csv(d / "one_b.csv", table(one)),
-            "one_c": write_csv(d / "one_c.csv", table(shifted(one, {i: 0.5 for i in one}))),
-            "four_b": write_csv(d / "four_b.csv", table(four)),
-            "four_c": write_csv(d / "four_c.csv", table(shifted(four, {i: 0.5 for i in four})))}
+    return {
+        "one_b": write_csv(d / "one_b.csv", table(one)),
+        "one_c": write_csv(d / "one_c.csv", table(shifted(one, {i: 0.5 for i in one}))),
+        "four_b": write_csv(d / "four_b.csv", table(four)),
+        "four_c": write_csv(d / "four_c.csv", table(shifted(four, {i: 0.5 for i in four}))),
+    }
 
 
-@pytest.mark.parametrize("args,words", [
-    (("one_b", "one_c"), ["1 item", "at least 5"]),
-    (("four_b", "four_c"), ["4 item", "at least 5"]),
-    (("base", "win", "--material", "nan"), ["material"]),
-    (("base", "win", "--alpha", "inf"), ["alpha"]),
-    (("base", "win", "--n-boot", "1"), ["n_boot", "1000"]),
-    (("base", "win", "--n-boot", "999"), ["n_boot", "1000"]),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (("one_b", "one_c"), ["1 item", "at least 5"]),
+        (("four_b", "four_c"), ["4 item", "at least 5"]),
+        (("base", "win", "--material", "nan"), ["material"]),
+        (("base", "win", "--alpha", "inf"), ["alpha"]),
+        (("base", "win", "--n-boot", "1"), ["n_boot", "1000"]),
+        (("base", "win", "--n-boot", "999"), ["n_boot", "1000"]),
+    ],
+)
 def test_cli_refusals_exit_2_with_one_line(tables, capsys, refusals, args, words):
     files = {**tables, **refusals}
     b, c, *rest = args
@@ -667,19 +749,29 @@ def test_cli_internal_error_exits_3_not_1(tables, monkeypatch):
     assert "internal error" in r.output and "simulated crash" in r.output
 
 
-@pytest.mark.parametrize("entry,absent", [
-    # the console script (flows/entry.py): numpy and the csv module only
-    ("flows.entry", ("great_expectations", "prefect", "mlflow", "dvc", "scipy", "pandas", "typer", "rich")),
-    # the typer app (a gate invocation the light parser leaves to it): nothing heavy either
-    ("flows.cli", ("great_expectations", "prefect", "mlflow", "dvc", "scipy", "pandas")),
-])
+@pytest.mark.parametrize(
+    "entry,absent",
+    [
+        # the console script (flows/entry.py): numpy and the csv module only
+        ("flows.entry", ("great_expectations", "prefect", "mlflow", "dvc", "scipy", "pandas", "typer", "rich")),
+        # the typer app (a gate invocation the light parser leaves to it): nothing heavy either
+        ("flows.cli", ("great_expectations", "prefect", "mlflow", "dvc", "scipy", "pandas")),
+    ],
+)
 def test_cli_gate_path_imports_nothing_heavy(tables, entry, absent):
-    code = (f"import sys; from {entry} import main; sys.argv = ['ratchet', 'gate', '--base', sys.argv[1], '--cand', "
-            "sys.argv[2], '--json']\ntry:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
-            f"heavy = sorted(m for m in {absent!r} if m in sys.modules)\n"
-            "print('HEAVY', heavy, code)")
-    p = subprocess.run([sys.executable, "-c", code, str(tables["base"]), str(tables["win"])], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    code = (
+        f"import sys; from {entry} import main; sys.argv = ['ratchet', 'gate', '--base', sys.argv[1], '--cand', "
+        "sys.argv[2], '--json']\ntry:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+        f"heavy = sorted(m for m in {absent!r} if m in sys.modules)\n"
+        "print('HEAVY', heavy, code)"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(tables["base"]), str(tables["win"])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.stdout.strip().splitlines()[-1] == "HEAVY [] 0", p.stdout + p.stderr
 
 
@@ -693,12 +785,22 @@ def test_dev_looks_are_numbered_from_the_lineage_and_spend_linearly(tmp_path):
 
     root = tmp_path / "lineage"
     root.mkdir()
-    recs = [{"round": 0, "verdict": "start"},
-            {"round": 1, "verdict": "reject", "plan_key": "p1", "dev_look": {"look": 1, "alpha": 0.01, "spent": 0.005,
-                                                                        "campaign_alpha": 0.05}},
-            {"round": 2, "verdict": "reject", "plan_key": "p2"},  # stopped at the repair screen: no dev look
-            {"round": 3, "verdict": "accept", "plan_key": "p3", "dev_look": {"look": 2, "alpha": 0.01, "spent": 0.01,
-                                                                        "campaign_alpha": 0.05}}]
+    recs = [
+        {"round": 0, "verdict": "start"},
+        {
+            "round": 1,
+            "verdict": "reject",
+            "plan_key": "p1",
+            "dev_look": {"look": 1, "alpha": 0.01, "spent": 0.005, "campaign_alpha": 0.05},
+        },
+        {"round": 2, "verdict": "reject", "plan_key": "p2"},  # stopped at the repair screen: no dev look
+        {
+            "round": 3,
+            "verdict": "accept",
+            "plan_key": "p3",
+            "dev_look": {"look": 2, "alpha": 0.01, "spent": 0.01, "campaign_alpha": 0.05},
+        },
+    ]
     (root / "lineage.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     p = load_params(None, {"campaign.rounds": 10, "gate.campaign_alpha": 0.05, "gate.campaign_spending": "linear"})
     look = dev_look(Lineage(root), 4, p)
@@ -723,8 +825,9 @@ def test_dev_looks_are_numbered_from_the_lineage_and_spend_linearly(tmp_path):
 def test_bench_gate_quick():
     import re
 
-    p = subprocess.run([sys.executable, "benchmarks/bench_gate.py", "--quick"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "benchmarks/bench_gate.py", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0, p.stderr
     last = p.stdout.strip().splitlines()[-1]
     m = re.search(r"plain Python at 1000 items \(rubric d\): (\d+)x", last)
@@ -735,23 +838,41 @@ def test_bench_gate_quick():
 def test_bench_gate_calibration_quick(bench_dir, tmp_path):
     import re
 
-    p = subprocess.run([sys.executable, "benchmarks/bench_gate_calibration.py", "--quick", "--bench", str(bench_dir),
-                        "--cache", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/bench_gate_calibration.py",
+            "--quick",
+            "--bench",
+            str(bench_dir),
+            "--cache",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr
     out = p.stdout
     rate = lambda label, at: int(re.search(rf"{re.escape(label)}.*?@{at}\s+\S+% \[[^]]*\] \((\d+)/", out).group(1))  # noqa: E731
     assert rate("patch: bounce", "0.01") == 0  # bouncing every good write never passes for an improvement
-    bounce = re.search(r"patch: bounce.*sequential @0\.01\s+\S+% \[[^]]*\] \((\d+)/\d+\), same verdict ([\d.]+)%, "
-                       r"episodes (\d+)%", out)
+    bounce = re.search(
+        r"patch: bounce.*sequential @0\.01\s+\S+% \[[^]]*\] \((\d+)/\d+\), same verdict ([\d.]+)%, "
+        r"episodes (\d+)%",
+        out,
+    )
     # the sequential gate never promotes it either, agrees with the full gate, and stops before the last look
     assert bounce and int(bounce.group(1)) == 0 and float(bounce.group(2)) == 100.0 and int(bounce.group(3)) < 100
     camp = re.search(r"without spending .*?\((\d+)/(\d+)\); with linear alpha spending .*?\((\d+)/(\d+)\)", out)
     assert camp, out
     # the spent alpha is smaller than one look's, on the same draws: it can only promote less often
     assert int(camp.group(3)) <= int(camp.group(1))
-    assert re.fullmatch(r"campaign-level false promotion with alpha spending: [\d.]+% "
-                        r"\(CI rule alone [\d.]+%; sequential [\d.]+%\)",
-                        out.strip().splitlines()[-1])
+    assert re.fullmatch(
+        r"campaign-level false promotion with alpha spending: [\d.]+% "
+        r"\(CI rule alone [\d.]+%; sequential [\d.]+%\)",
+        out.strip().splitlines()[-1],
+    )
 
 
 # -- sequential looks ------------------------------------------------------------------------------------------
@@ -792,8 +913,9 @@ def test_sequential_keeps_the_false_promotion_rate():
     """Under no effect the sequential gate promotes no more often than its one-sided alpha (plus Monte-Carlo error)."""
     rng = np.random.default_rng(7)
     cfg = GateConfig(n_boot=1000, alpha=0.2, reg_cap=60)  # a large alpha so the rate is measurable in 400 runs
-    hits = sum(gate_mod.sequential_decide(_per(rng.normal(0, 0.2, 60)), cfg, [20, 20, 20], "pocock").accept
-               for _ in range(400))
+    hits = sum(
+        gate_mod.sequential_decide(_per(rng.normal(0, 0.2, 60)), cfg, [20, 20, 20], "pocock").accept for _ in range(400)
+    )
     assert hits / 400 <= 0.1 + 3 * np.sqrt(0.1 * 0.9 / 400)
 
 
@@ -807,21 +929,45 @@ def test_bench_gate_sequential_replays_a_campaign(tmp_path):
     for r, delta in ((1, 0.4), (2, -0.4)):
         rd = tmp_path / "rounds" / f"r{r:02d}"
         rd.mkdir(parents=True)
-        base = pd.DataFrame([{"item_id": f"t{i:03d}", "seed": s, "score": 0.5, "model_calls": 10}
-                             for i in range(30) for s in range(2)])
+        base = pd.DataFrame(
+            [{"item_id": f"t{i:03d}", "seed": s, "score": 0.5, "model_calls": 10} for i in range(30) for s in range(2)]
+        )
         cand = base.assign(score=np.clip(0.5 + delta + rng.normal(0, 0.01, len(base)), 0, 1))
         base.to_csv(rd / "dev_base.csv", index=False)
         cand.to_csv(rd / "dev_cand.csv", index=False)
-        history.append({"round": r, "round_dir": str(rd), "verdict": "accept" if delta > 0 else "reject",
-                        "dev_look": {"look": r, "alpha": 0.01, "spent": r * 0.005, "campaign_alpha": 0.05},
-                        "evaluation": {"benchmark": "bench", "split": "dev", "seeds": [0, 1], "model": "sim",
-                                       "model_cfg": {}, "max_turns": 40,
-                                       "gate": {**GateConfig().__dict__, "n_boot": 1000, "alpha": 0.01}}})
-    (tmp_path / "summary.json").write_text(json.dumps({
-        "params": {"campaign": {"shard_size": 10}}, "budget": {"evidence_cost": {"model_calls": 4000}},
-        "history": history}))
-    p = subprocess.run([sys.executable, "benchmarks/bench_gate_sequential.py", "--campaign", str(tmp_path),
-                        "--spending", "pocock"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        history.append(
+            {
+                "round": r,
+                "round_dir": str(rd),
+                "verdict": "accept" if delta > 0 else "reject",
+                "dev_look": {"look": r, "alpha": 0.01, "spent": r * 0.005, "campaign_alpha": 0.05},
+                "evaluation": {
+                    "benchmark": "bench",
+                    "split": "dev",
+                    "seeds": [0, 1],
+                    "model": "sim",
+                    "model_cfg": {},
+                    "max_turns": 40,
+                    "gate": {**GateConfig().__dict__, "n_boot": 1000, "alpha": 0.01},
+                },
+            }
+        )
+    (tmp_path / "summary.json").write_text(
+        json.dumps(
+            {
+                "params": {"campaign": {"shard_size": 10}},
+                "budget": {"evidence_cost": {"model_calls": 4000}},
+                "history": history,
+            }
+        )
+    )
+    p = subprocess.run(
+        [sys.executable, "benchmarks/bench_gate_sequential.py", "--campaign", str(tmp_path), "--spending", "pocock"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert "verdicts identical to full evaluation" in p.stdout, p.stdout
     # each round stops after the first 10-item look: 20 of 30 items unseen, 2 seeds x 10 calls x 2 arms each
@@ -923,8 +1069,9 @@ def test_gate_params_sequential_block_is_validated():
     from components.params import load_params
 
     p = load_params(ROOT / "params.yaml")
-    assert p.gate.sequential.design() == gate_mod.SequentialDesign(p.gate.sequential.looks, p.gate.sequential.spending,
-                                                                   p.gate.sequential.by)
+    assert p.gate.sequential.design() == gate_mod.SequentialDesign(
+        p.gate.sequential.looks, p.gate.sequential.spending, p.gate.sequential.by
+    )
     assert "sequential" not in p.gate.config().__dict__  # the arithmetic's config stays the gate's own
     assert "gate.sequential" in p.identity()  # a rerun may not change how dev is looked at
     for field, value in (("looks", 0), ("spending", "linear"), ("by", "tasks"), ("surprise", 1)):
@@ -935,15 +1082,36 @@ def test_gate_params_sequential_block_is_validated():
 def test_ci_level_labels_each_dev_ci_with_the_alpha_it_spent():
     from components.evolution.report import ci_level, round_rows
 
-    gate = {"accept": True, "net": 0.1, "ci_lo": 0.01, "ci_hi": 0.2, "n_items": 30, "n_improved": 5,
-            "n_regressed": 0, "reason": "ok"}
-    plain = {"round": 1, "verdict": "accept", "gate": gate,
-             "dev_look": {"look": 1, "alpha": 0.01, "spent": 0.005, "campaign_alpha": 0.05}}
+    gate = {
+        "accept": True,
+        "net": 0.1,
+        "ci_lo": 0.01,
+        "ci_hi": 0.2,
+        "n_items": 30,
+        "n_improved": 5,
+        "n_regressed": 0,
+        "reason": "ok",
+    }
+    plain = {
+        "round": 1,
+        "verdict": "accept",
+        "gate": gate,
+        "dev_look": {"look": 1, "alpha": 0.01, "spent": 0.005, "campaign_alpha": 0.05},
+    }
     looked = {"look": 1, "n_looks": 3, "n_items": 30, "lo": 0.01, "hi": 0.2, "net": 0.1, "regressed": 0}
-    seq = {**plain, "round": 2, "sequential": {"gate": {"looks": 3, "looks_used": 2, "stopped_early": True,
-                                                        "why": "early",
-                                                        "per_look": [{**looked, "level": 0.002},
-                                                                     {**looked, "look": 2, "level": 0.0019}]}}}
+    seq = {
+        **plain,
+        "round": 2,
+        "sequential": {
+            "gate": {
+                "looks": 3,
+                "looks_used": 2,
+                "stopped_early": True,
+                "why": "early",
+                "per_look": [{**looked, "level": 0.002}, {**looked, "look": 2, "level": 0.0019}],
+            }
+        },
+    }
     assert ci_level(plain) == pytest.approx(0.99) and ci_level(seq) == pytest.approx(1 - 0.0038)
     rows = round_rows({"history": [plain, seq, {"round": 3, "verdict": "no_plan"}]})
     assert [r["level"] for r in rows] == ["99%", "99.62%", ""]
@@ -983,16 +1151,37 @@ def test_bench_gate_sequential_compares_two_campaigns(tmp_path):
         camp = tmp_path / name
         (camp / ".state").mkdir(parents=True)
         (camp / ".state/budget.json").write_text(json.dumps({"spent": {"model_calls": paid}}))
-        history = [{"round": i + 1, "verdict": v, "plan_key": f"p{i}",
-                    "sequential": {"gate": {"looks": 3, "looks_used": 1, "stopped_early": True, "why": "early"}}}
-                   for i, v in enumerate(verdicts)]
-        (camp / "summary.json").write_text(json.dumps({"history": history, "test": {"net": 0.1},
-                                                       "champion_digest": name}))
-    p = subprocess.run([sys.executable, "benchmarks/bench_gate_sequential.py", "--on", str(tmp_path / "on"),
-                        "--off", str(tmp_path / "off")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        history = [
+            {
+                "round": i + 1,
+                "verdict": v,
+                "plan_key": f"p{i}",
+                "sequential": {"gate": {"looks": 3, "looks_used": 1, "stopped_early": True, "why": "early"}},
+            }
+            for i, v in enumerate(verdicts)
+        ]
+        (camp / "summary.json").write_text(
+            json.dumps({"history": history, "test": {"net": 0.1}, "champion_digest": name})
+        )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/bench_gate_sequential.py",
+            "--on",
+            str(tmp_path / "on"),
+            "--off",
+            str(tmp_path / "off"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert "verdicts and plans DIFFER; champion DIFFERS" in p.stdout, p.stdout
-    assert p.stdout.strip().splitlines()[-1] == "model calls paid per campaign: sequential on 600, off 1,000: 40.0% fewer"
+    assert (
+        p.stdout.strip().splitlines()[-1] == "model calls paid per campaign: sequential on 600, off 1,000: 40.0% fewer"
+    )
 
 
 def test_a_proportional_regression_cap_grows_with_the_items_compared():
@@ -1042,7 +1231,10 @@ def test_with_the_cost_objective_each_claim_gets_half_the_look_s_alpha():
     for _ in range(200):
         base = {f"i{k:02d}": [float(x) for x in rng.choice([0.0, 0.5, 1.0], 2)] for k in range(25)}
         cand = shifted(base, {i: float(rng.choice([0.0, 0.5, -0.5], p=[0.5, 0.3, 0.2])) for i in base})
-        b, c = _with_tokens(table(base), {i: 1000.0 for i in base}), _with_tokens(table(cand), {i: 1000.0 for i in base})
+        b, c = (
+            _with_tokens(table(base), {i: 1000.0 for i in base}),
+            _with_tokens(table(cand), {i: 1000.0 for i in base}),
+        )
         full = gate(b, c, GateConfig(n_boot=2000, alpha=0.1))[0]
         half = gate(b, c, GateConfig(n_boot=2000, alpha=0.05))[0]
         split = gate(b, c, GateConfig(n_boot=2000, alpha=0.1, cheaper=True))[0]
@@ -1057,8 +1249,9 @@ def test_a_sequential_gate_records_the_look_a_futility_stop_ended_at():
     base = items(20, [0.5, 0.5, 0.5])
     worse = shifted(base, {i: -0.1 for i in list(base)[:10]})
     design = SequentialDesign(3, "pocock", "seeds")
-    res, _, rec = sequential_gate(table(base), table(worse), GateConfig(n_boot=1000, alpha=0.01), design,
-                                  list(base), [0, 1, 2])
+    res, _, rec = sequential_gate(
+        table(base), table(worse), GateConfig(n_boot=1000, alpha=0.01), design, list(base), [0, 1, 2]
+    )
     assert not res.accept and rec["looks_used"] == 1 and rec["futile_at"] == 1
     assert rec["per_look"][0]["futility"] is True
 

@@ -93,14 +93,17 @@ def test_group_means_are_pandas_groupby_means_to_the_bit(order):
     assert naive.tobytes() != want.tobytes()  # the order of the additions shows: this test can fail
 
 
-@pytest.mark.parametrize("text,items,seeds", [
-    ('item_id,seed,score\n"a,b",0,0.5\n', ["a,b"], [0]),  # quoted, as the csv module reads it
-    ("item_id,seed,score\nNA,0,0.5\n,1,0.5\nNone,2,0.5\nnan,3,0.5\n", ["NA", "", "None", "nan"], [0, 1, 2, 3]),
-    ("item_id,seed,score\na,1.0,0.5\nb,-0,0.5\nc,+7,0.5\n", ["a", "b", "c"], [1, 0, 7]),  # integers written out
-    ("\ufeffitem_id,seed,score\na,0,0.5\n", ["a"], [0]),  # a byte-order mark
-    ("item_id,seed,score\na,0, 0.5\n", ["a"], [0]),  # a space before a number
-    ("item_id,seed,score\n007,999999999999999999,0.5\n", ["007"], [999999999999999999]),  # exact, not a float
-])
+@pytest.mark.parametrize(
+    "text,items,seeds",
+    [
+        ('item_id,seed,score\n"a,b",0,0.5\n', ["a,b"], [0]),  # quoted, as the csv module reads it
+        ("item_id,seed,score\nNA,0,0.5\n,1,0.5\nNone,2,0.5\nnan,3,0.5\n", ["NA", "", "None", "nan"], [0, 1, 2, 3]),
+        ("item_id,seed,score\na,1.0,0.5\nb,-0,0.5\nc,+7,0.5\n", ["a", "b", "c"], [1, 0, 7]),  # integers written out
+        ("\ufeffitem_id,seed,score\na,0,0.5\n", ["a"], [0]),  # a byte-order mark
+        ("item_id,seed,score\na,0, 0.5\n", ["a"], [0]),  # a space before a number
+        ("item_id,seed,score\n007,999999999999999999,0.5\n", ["007"], [999999999999999999]),  # exact, not a float
+    ],
+)
 def test_the_reader_keeps_ids_as_text_and_seeds_exact(tmp_path, text, items, seeds):
     p = tmp_path / "t.csv"
     p.write_text(text, encoding="utf-8")
@@ -110,19 +113,22 @@ def test_the_reader_keeps_ids_as_text_and_seeds_exact(tmp_path, text, items, see
     assert list(frame["item_id"]) == items and frame["item_id"].map(type).eq(str).all()
 
 
-@pytest.mark.parametrize("text,field", [
-    ("item_id,seed,score\na,1e300,0.5\n", "seed: '1e300' on line 2"),  # a float: 1e300 and 2e300 were one seed
-    ("item_id,seed,score\na,inf,0.5\n", "seed: 'inf' on line 2"),  # was exit 3
-    ("item_id,seed,score\na,1.5,0.5\n", "seed: '1.5'"),
-    ("item_id,seed,score\na,,0.5\n", "seed: '' on line 2"),
-    ("item_id,seed,score\na,1234567890123456789,0.5\n", "seed: '1234567890123456789'"),  # beyond 64 bits
-    ("item_id,seed,score\na,0,1_0\n", "score: '1_0'"),  # float() would take it
-    ("item_id,seed,score\na,0,0.5,1\n", "-: not a readable CSV (Expected 3 fields in line 2, saw 4)"),
-    ("item_id,seed\na,0\n", "score: missing column(s) score"),
-    ("item_id,seed,score,score\na,0,0.5,0.5\n", "score: the column is named more than once"),
-    ("", "-: not a readable CSV (no header)"),
-    ("item_id,seed,score\na,0,0.5\x00\n", "-: holds a NUL byte"),
-])
+@pytest.mark.parametrize(
+    "text,field",
+    [
+        ("item_id,seed,score\na,1e300,0.5\n", "seed: '1e300' on line 2"),  # a float: 1e300 and 2e300 were one seed
+        ("item_id,seed,score\na,inf,0.5\n", "seed: 'inf' on line 2"),  # was exit 3
+        ("item_id,seed,score\na,1.5,0.5\n", "seed: '1.5'"),
+        ("item_id,seed,score\na,,0.5\n", "seed: '' on line 2"),
+        ("item_id,seed,score\na,1234567890123456789,0.5\n", "seed: '1234567890123456789'"),  # beyond 64 bits
+        ("item_id,seed,score\na,0,1_0\n", "score: '1_0'"),  # float() would take it
+        ("item_id,seed,score\na,0,0.5,1\n", "-: not a readable CSV (Expected 3 fields in line 2, saw 4)"),
+        ("item_id,seed\na,0\n", "score: missing column(s) score"),
+        ("item_id,seed,score,score\na,0,0.5,0.5\n", "score: the column is named more than once"),
+        ("", "-: not a readable CSV (no header)"),
+        ("item_id,seed,score\na,0,0.5\x00\n", "-: holds a NUL byte"),
+    ],
+)
 def test_the_reader_refuses_what_it_cannot_read_exactly(tmp_path, text, field):
     p = tmp_path / "t.csv"
     p.write_text(text, encoding="utf-8")
@@ -147,13 +153,16 @@ def test_reader_reads_a_table_and_its_error_column_as_text(tmp_path):
     assert got.errored.tolist() == [False, True, True]  # an error cell is an error unless empty ("None" is text)
 
 
-@pytest.mark.parametrize("mutate,why", [
-    (lambda b, c: (b, c.iloc[:-1]), "incomplete"),
-    (lambda b, c: (b, pd.concat([c, c.iloc[:1]])), "duplicate"),
-    (lambda b, c: (b, c.assign(score=c["score"].where(c.index != 0, 1.5))), "range"),
-    (lambda b, c: (b.iloc[:4 * 3], c.iloc[:4 * 3]), "too few items"),
-    (lambda b, c: (b.assign(error="x"), c), "every pair errored"),
-])
+@pytest.mark.parametrize(
+    "mutate,why",
+    [
+        (lambda b, c: (b, c.iloc[:-1]), "incomplete"),
+        (lambda b, c: (b, pd.concat([c, c.iloc[:1]])), "duplicate"),
+        (lambda b, c: (b, c.assign(score=c["score"].where(c.index != 0, 1.5))), "range"),
+        (lambda b, c: (b.iloc[: 4 * 3], c.iloc[: 4 * 3]), "too few items"),
+        (lambda b, c: (b.assign(error="x"), c), "every pair errored"),
+    ],
+)
 def test_what_pandas_would_refuse_is_left_to_it(tmp_path, mutate, why):
     base = random_table(np.random.default_rng(5), 10, 3, "rubric").sort_values(["item_id", "seed"])
     cand = base.copy()
@@ -182,21 +191,26 @@ def test_light_options_are_the_typer_commands_with_gateconfigs_defaults():
     assert "--" + "n_boot".replace("_", "-") in GATE_OPTIONS
 
 
-@pytest.mark.parametrize("args,want", [
-    (["--base", "b", "--cand", "c"], {"base": "b", "cand": "c"}),
-    (["--cand=c", "--base=b", "--json", "--n-boot", "2000", "--material", "0.1", "--seed", "-1"],
-     {"base": "b", "cand": "c", "as_json": True, "n_boot": 2000, "material": 0.1, "seed": -1}),
-    (["--base", "b", "--cand", "c", "--alpha", "nan"], "nan"),
-    (["--base", "b"], None),  # --cand missing: typer says so
-    (["--base", "b", "--cand", "c", "--help"], None),
-    (["--base", "b", "--cand", "c", "--seed", "1", "--seed", "2"], None),  # repeated
-    (["--base", "b", "--cand", "c", "--n-boot", "1e4"], None),  # not an int to click either
-    (["--base", "b", "--cand", "c", "--bogus"], None),
-    (["--base", "b", "--cand", "c", "--seed"], None),  # a value missing
-    (["--base", "--json", "--cand", "c"], None),
-    (["--base", "", "--cand", "c"], None),
-    (["--base", "b", "--cand", "c", "extra"], None),
-])
+@pytest.mark.parametrize(
+    "args,want",
+    [
+        (["--base", "b", "--cand", "c"], {"base": "b", "cand": "c"}),
+        (
+            ["--cand=c", "--base=b", "--json", "--n-boot", "2000", "--material", "0.1", "--seed", "-1"],
+            {"base": "b", "cand": "c", "as_json": True, "n_boot": 2000, "material": 0.1, "seed": -1},
+        ),
+        (["--base", "b", "--cand", "c", "--alpha", "nan"], "nan"),
+        (["--base", "b"], None),  # --cand missing: typer says so
+        (["--base", "b", "--cand", "c", "--help"], None),
+        (["--base", "b", "--cand", "c", "--seed", "1", "--seed", "2"], None),  # repeated
+        (["--base", "b", "--cand", "c", "--n-boot", "1e4"], None),  # not an int to click either
+        (["--base", "b", "--cand", "c", "--bogus"], None),
+        (["--base", "b", "--cand", "c", "--seed"], None),  # a value missing
+        (["--base", "--json", "--cand", "c"], None),
+        (["--base", "", "--cand", "c"], None),
+        (["--base", "b", "--cand", "c", "extra"], None),
+    ],
+)
 def test_parse_gate_takes_only_what_it_reads_as_typer_would(args, want):
     got = parse_gate(args)
     if want == "nan":
@@ -218,15 +232,18 @@ def pair_files(tmp_path_factory):
     return files
 
 
-@pytest.mark.parametrize("args", [
-    ["--base", "{base}", "--cand", "{win}", "--json", "--n-boot", "2000"],
-    ["--base", "{win}", "--cand", "{base}"],
-    ["--base", "{base}", "--cand", "{base}", "--material=0.2", "--reg-cap", "0"],
-    ["--base", "{base}", "--cand", "{bad}"],  # incomplete pairing: the pandas path's message
-    ["--base", "{base}", "--cand", "{dir}/none.csv"],  # a missing file
-    ["--base", "{base}", "--cand", "{win}", "--n-boot", "5"],  # GateConfig refuses
-    ["--base", "{base}", "--cand", "{win}", "--alpha", "inf"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--base", "{base}", "--cand", "{win}", "--json", "--n-boot", "2000"],
+        ["--base", "{win}", "--cand", "{base}"],
+        ["--base", "{base}", "--cand", "{base}", "--material=0.2", "--reg-cap", "0"],
+        ["--base", "{base}", "--cand", "{bad}"],  # incomplete pairing: the pandas path's message
+        ["--base", "{base}", "--cand", "{dir}/none.csv"],  # a missing file
+        ["--base", "{base}", "--cand", "{win}", "--n-boot", "5"],  # GateConfig refuses
+        ["--base", "{base}", "--cand", "{win}", "--alpha", "inf"],
+    ],
+)
 def test_light_path_prints_and_exits_as_the_typer_command(pair_files, capsys, args):
     from flows.cli import app
     from flows.entry import gate_light
@@ -258,8 +275,13 @@ def test_gate_help_and_other_commands_go_to_typer(capsys):
 
 
 def test_bench_startup_quick():
-    p = subprocess.run([sys.executable, "benchmarks/bench_startup.py", "--quick", "--repeat", "1"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "benchmarks/bench_startup.py", "--quick", "--repeat", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
     assert "the same on both paths" in lines[0]
@@ -269,6 +291,7 @@ def test_bench_startup_quick():
 
     row = re.compile(r"(bytecode|no bytecode) +(numpy|gate|typer) +[0-9.]+s +[0-9.]+s +[0-9.]+x +[0-9.]+x")
     rows = [row.fullmatch(ln) for ln in lines[2:-1]]
-    assert all(rows) and {(m[1], m[2]) for m in rows} == {(c, k) for c in ("bytecode", "no bytecode")
-                                                         for k in ("numpy", "gate", "typer")}, p.stdout
+    assert all(rows) and {(m[1], m[2]) for m in rows} == {
+        (c, k) for c in ("bytecode", "no bytecode") for k in ("numpy", "gate", "typer")
+    }, p.stdout
     assert lines[-1].startswith("ratchet gate / import numpy (bytecode): wall ")

@@ -63,44 +63,62 @@ def exact_resample_means(d: list[float]) -> tuple[list[float], list[float]]:
     for idx in itertools.product(range(n), repeat=n):
         law[round(sum(d[i] for i in idx) / n, 9)] += 1
     support = sorted(law)
-    return support, [law[s] / n ** n for s in support]
+    return support, [law[s] / n**n for s in support]
 
 
 # -- input bounds: one line naming the field and the interval --------------------------------------------------------
 
 
-@pytest.mark.parametrize("field,value,words", [
-    ("alpha", 0, "gate: alpha: 0 is not in (0, 1)"),
-    ("alpha", 1, "gate: alpha: 1 is not in (0, 1)"),
-    ("alpha", "x", "gate: alpha: 'x' is not a number"),
-    ("alpha", None, "gate: alpha: None is not a number"),
-    ("alpha", float("inf"), "gate: alpha: inf is not a finite number"),
-    ("campaign_alpha", 0.5, "gate: campaign_alpha: 0.5 is not in (0, 0.5)"),
-    ("campaign_alpha", 0.0, "gate: campaign_alpha: 0.0 is not in (0, 0.5)"),
-    ("material", 1.01, "gate: material: 1.01 is not in [0, 1]"),
-    ("material", -0.01, "gate: material: -0.01 is not in [0, 1]"),
-    ("reg_cap", -1, "gate: reg_cap: -1 is not in [0, inf)"),
-    ("max_error_share", 1.5, "gate: max_error_share: 1.5 is not in [0, 1]"),
-    ("reg_share", -0.1, "gate: reg_share: -0.1 is not in [0, 1]"),
-    ("n_boot", 2000.0, "gate: n_boot: 2000.0 is not an integer"),
-    ("n_boot", True, "gate: n_boot: True is not an integer"),
-    ("seed", 1.5, "gate: seed: 1.5 is not an integer"),
-    ("reg_cap", 2.0, "gate: reg_cap: 2.0 is not an integer"),
-    ("min_items", 5.0, "gate: min_items: 5.0 is not an integer"),
-    ("n_boot", 999, "gate: n_boot: 999 is below 1000 (the CI would carry its own sampling noise)"),
-    ("min_items", 1, "gate: min_items: 1 must be at least 2"),
-])
+@pytest.mark.parametrize(
+    "field,value,words",
+    [
+        ("alpha", 0, "gate: alpha: 0 is not in (0, 1)"),
+        ("alpha", 1, "gate: alpha: 1 is not in (0, 1)"),
+        ("alpha", "x", "gate: alpha: 'x' is not a number"),
+        ("alpha", None, "gate: alpha: None is not a number"),
+        ("alpha", float("inf"), "gate: alpha: inf is not a finite number"),
+        ("campaign_alpha", 0.5, "gate: campaign_alpha: 0.5 is not in (0, 0.5)"),
+        ("campaign_alpha", 0.0, "gate: campaign_alpha: 0.0 is not in (0, 0.5)"),
+        ("material", 1.01, "gate: material: 1.01 is not in [0, 1]"),
+        ("material", -0.01, "gate: material: -0.01 is not in [0, 1]"),
+        ("reg_cap", -1, "gate: reg_cap: -1 is not in [0, inf)"),
+        ("max_error_share", 1.5, "gate: max_error_share: 1.5 is not in [0, 1]"),
+        ("reg_share", -0.1, "gate: reg_share: -0.1 is not in [0, 1]"),
+        ("n_boot", 2000.0, "gate: n_boot: 2000.0 is not an integer"),
+        ("n_boot", True, "gate: n_boot: True is not an integer"),
+        ("seed", 1.5, "gate: seed: 1.5 is not an integer"),
+        ("reg_cap", 2.0, "gate: reg_cap: 2.0 is not an integer"),
+        ("min_items", 5.0, "gate: min_items: 5.0 is not an integer"),
+        ("n_boot", 999, "gate: n_boot: 999 is below 1000 (the CI would carry its own sampling noise)"),
+        ("min_items", 1, "gate: min_items: 1 must be at least 2"),
+    ],
+)
 def test_config_refusals_name_the_field_and_the_bound(field, value, words):
     with pytest.raises(InputError) as e:
         GateConfig(**{field: value})
     assert str(e.value) == words
 
 
-@pytest.mark.parametrize("kw", [
-    {"alpha": 1e-9}, {"alpha": 0.999}, {"campaign_alpha": 0.499}, {"material": 0}, {"material": 1},
-    {"reg_cap": 0}, {"max_error_share": 0}, {"max_error_share": 1}, {"reg_share": 0}, {"reg_share": 1},
-    {"n_boot": 1000}, {"n_boot": np.int64(1500)}, {"seed": np.int32(3)}, {"min_items": 2}, {"seed": 0},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"alpha": 1e-9},
+        {"alpha": 0.999},
+        {"campaign_alpha": 0.499},
+        {"material": 0},
+        {"material": 1},
+        {"reg_cap": 0},
+        {"max_error_share": 0},
+        {"max_error_share": 1},
+        {"reg_share": 0},
+        {"reg_share": 1},
+        {"n_boot": 1000},
+        {"n_boot": np.int64(1500)},
+        {"seed": np.int32(3)},
+        {"min_items": 2},
+        {"seed": 0},
+    ],
+)
 def test_config_accepts_the_closed_ends_and_numpy_integers(kw):
     cfg = GateConfig(**kw)
     assert getattr(cfg, next(iter(kw))) == next(iter(kw.values()))
@@ -173,8 +191,7 @@ def test_incomplete_pairing_counts_and_names_each_side():
     b, c = arms({f"i{k}": [0.1, 0.1] for k in range(6)})
     with pytest.raises(PairingError) as e:
         g.pair(b.iloc[2:], c.iloc[:-1])
-    assert str(e.value) == ("incomplete pairing: 1 (item, seed) only in base: i5#1; "
-                            "2 only in cand: i0#0, i0#1")
+    assert str(e.value) == ("incomplete pairing: 1 (item, seed) only in base: i5#1; 2 only in cand: i0#0, i0#1")
     with pytest.raises(PairingError) as e:
         g.pair(b, c.iloc[:-1])
     assert str(e.value) == "incomplete pairing: 1 (item, seed) only in base: i5#1"
@@ -232,23 +249,33 @@ def inverse_cdf_draws(d: list[float], n_boot: int, seed: int) -> np.ndarray:
     return np.asarray(support)[np.minimum(k, len(support) - 1)]
 
 
-@pytest.mark.parametrize("d,n_boot", [
-    ([-0.5, -0.25, 0.5], 1000),  # step 0.25, integer offsets 0, 1, 4
-    ([0.1, 0.4, 0.7], 19),  # offsets share a factor: on the coarsest step (0.3) the support fits 19 draws, on 0.1 not
-    ([0.0, 1 / 7919], 1000),  # a prime denominator below the lattice's limit
-    ([0.0, 0.1, 0.2, 0.3, 0.4, 0.5], 200),
-])
+@pytest.mark.parametrize(
+    "d,n_boot",
+    [
+        ([-0.5, -0.25, 0.5], 1000),  # step 0.25, integer offsets 0, 1, 4
+        (
+            [0.1, 0.4, 0.7],
+            19,
+        ),  # offsets share a factor: on the coarsest step (0.3) the support fits 19 draws, on 0.1 not
+        ([0.0, 1 / 7919], 1000),  # a prime denominator below the lattice's limit
+        ([0.0, 0.1, 0.2, 0.3, 0.4, 0.5], 200),
+    ],
+)
 def test_values_on_a_lattice_are_drawn_by_inverting_the_exact_law(d, n_boot):
     for seed in (0, 5):
-        assert np.allclose(g.boot_means(np.array(d), n_boot, seed), inverse_cdf_draws(d, n_boot, seed), rtol=0,
-                           atol=1e-9)
+        assert np.allclose(
+            g.boot_means(np.array(d), n_boot, seed), inverse_cdf_draws(d, n_boot, seed), rtol=0, atol=1e-9
+        )
 
 
-@pytest.mark.parametrize("d,n_boot", [
-    ([0.0, 1 / 9999, 1 / 9998], 100_000),  # the common denominator is too large (its FFT would fit at this n_boot)
-    ([0.0, math.pi / 10], 1000),  # irrational
-    ([0.1, 0.4, 0.7], 18),  # a lattice whose support does not fit 18 draws: by index
-])
+@pytest.mark.parametrize(
+    "d,n_boot",
+    [
+        ([0.0, 1 / 9999, 1 / 9998], 100_000),  # the common denominator is too large (its FFT would fit at this n_boot)
+        ([0.0, math.pi / 10], 1000),  # irrational
+        ([0.1, 0.4, 0.7], 18),  # a lattice whose support does not fit 18 draws: by index
+    ],
+)
 def test_values_off_a_small_lattice_are_drawn_by_index_with_the_same_law(d, n_boot):
     draws = g.boot_means(np.array(d), n_boot, 3)
     assert not np.allclose(draws, inverse_cdf_draws(d, n_boot, 3), rtol=0, atol=1e-9)
@@ -256,11 +283,14 @@ def test_values_off_a_small_lattice_are_drawn_by_index_with_the_same_law(d, n_bo
     assert set(np.round(draws, 9).tolist()) <= set(support)
 
 
-@pytest.mark.parametrize("d", [
-    [0.0, 0.5, 1.0],  # lattice (FFT)
-    [0.0, math.sqrt(2) / 10, math.pi / 10],  # irrational, all distinct: index draws
-    [-0.2, 0.0, 0.0, 0.7],  # lattice with a repeated value
-])
+@pytest.mark.parametrize(
+    "d",
+    [
+        [0.0, 0.5, 1.0],  # lattice (FFT)
+        [0.0, math.sqrt(2) / 10, math.pi / 10],  # irrational, all distinct: index draws
+        [-0.2, 0.0, 0.0, 0.7],  # lattice with a repeated value
+    ],
+)
 def test_each_path_draws_the_enumerated_law_of_the_resample_mean(d):
     support, probs = exact_resample_means(d)
     draws = g.boot_means(np.array(d), 20_000, 11)
@@ -345,8 +375,7 @@ def test_decide_counts_means_and_reason_of_an_accept():
     assert res.net == pytest.approx(np.mean(d)) and res.dropped_errors == 3
     assert res.base_mean == pytest.approx(0.3) and res.cand_mean == pytest.approx(0.3 + np.mean(d))
     assert res.ci_lo > 0 and res.ci_hi > res.ci_lo
-    assert res.reason == (f"net {np.mean(d):+.4f}, CI [{res.ci_lo:+.4f}, {res.ci_hi:+.4f}], "
-                          "10 improved, 1 regressed")
+    assert res.reason == (f"net {np.mean(d):+.4f}, CI [{res.ci_lo:+.4f}, {res.ci_hi:+.4f}], 10 improved, 1 regressed")
 
 
 def test_decide_material_is_strict_on_both_sides():
@@ -368,8 +397,9 @@ def test_decide_reasons_of_each_veto_in_order():
     res = g.decide(win, cfg, mechanism_fired=False)
     assert not res.accept and res.reason == "the prescribed mechanism did not fire"
     tie = g.decide(per([0.0] * 10), cfg)
-    assert not tie.accept and tie.reason == ("CI [+0.0000, +0.0000] does not exclude zero on the improving side "
-                                             "(ties keep the parent)")
+    assert not tie.accept and tie.reason == (
+        "CI [+0.0000, +0.0000] does not exclude zero on the improving side (ties keep the parent)"
+    )
     with pytest.raises(TooFewItems, match="^4 item\\(s\\) to compare; the gate needs at least 5$"):
         g.decide(per([0.3] * 4), cfg)
 
@@ -405,8 +435,9 @@ def test_repair_screen_refuses_half_errored_pairs():
     b, c = arms({"a": [0.3, 0.3], "b": [0.3, 0.3]}, errors={("base", "a", 0): "x", ("cand", "b", 1): "y"})
     res, p = g.repair_screen(b, c)
     assert res.ok and res.n_items == 2  # 2 of 4 dropped: exactly half is allowed
-    b, c = arms({"a": [0.3, 0.3], "b": [0.3, 0.3]}, errors={("base", "a", 0): "x", ("cand", "b", 1): "y",
-                                                             ("cand", "b", 0): "z"})
+    b, c = arms(
+        {"a": [0.3, 0.3], "b": [0.3, 0.3]}, errors={("base", "a", 0): "x", ("cand", "b", 1): "y", ("cand", "b", 0): "z"}
+    )
     res, p = g.repair_screen(b, c)
     assert not res.ok and res.reason.startswith("refused: 3 of 4") and p.empty and res.n_items == 0
 
@@ -506,8 +537,9 @@ def test_look_verdict_interim_z_bound_and_its_figures():
     assert fig == {**fig, "look": 1, "n_looks": 3, "n_items": 6, "level": 0.01, "regressed": 0}
     assert fig["net"] == pytest.approx(d.mean())
     assert verdict is True
-    assert why == (f"net {d.mean():+.4f}, lower bound {fig['lo']:+.4f} at one-sided level 0.01000 at look 1 of 3, "
-                   "0 regressed")
+    assert why == (
+        f"net {d.mean():+.4f}, lower bound {fig['lo']:+.4f} at one-sided level 0.01000 at look 1 of 3, 0 regressed"
+    )
     # the same mean with a wider spread does not clear the bound at this level: go on
     wide = np.array([0.9, -0.5, 0.6, -0.4, 0.7, -0.3])
     verdict, why, fig = g.look_verdict(wide, 1, levels, cfg)
@@ -661,10 +693,14 @@ def test_decide_draws_with_the_configured_seed_and_reads_d_as_numbers():
     d = np.random.default_rng(1).normal(0.2, 0.3, 40)
     a = g.decide(per(d), GateConfig(n_boot=1000, seed=7, reg_cap=40))
     assert a == g.decide(per(d), GateConfig(n_boot=1000, seed=7, reg_cap=40))
-    assert (a.ci_lo, a.ci_hi) != (g.decide(per(d), GateConfig(n_boot=1000, seed=8, reg_cap=40)).ci_lo,
-                                  g.decide(per(d), GateConfig(n_boot=1000, seed=8, reg_cap=40)).ci_hi)
-    assert (a.ci_lo, a.ci_hi) != (g.decide(per(d), GateConfig(n_boot=1000, seed=0, reg_cap=40)).ci_lo,
-                                  g.decide(per(d), GateConfig(n_boot=1000, seed=0, reg_cap=40)).ci_hi)
+    assert (a.ci_lo, a.ci_hi) != (
+        g.decide(per(d), GateConfig(n_boot=1000, seed=8, reg_cap=40)).ci_lo,
+        g.decide(per(d), GateConfig(n_boot=1000, seed=8, reg_cap=40)).ci_hi,
+    )
+    assert (a.ci_lo, a.ci_hi) != (
+        g.decide(per(d), GateConfig(n_boot=1000, seed=0, reg_cap=40)).ci_lo,
+        g.decide(per(d), GateConfig(n_boot=1000, seed=0, reg_cap=40)).ci_hi,
+    )
     # a per-item table read as text (a CSV read with dtype=str) decides the same
     as_text = per(d).astype({"d": str})
     assert g.decide(as_text, GateConfig(n_boot=1000, seed=7, reg_cap=40)).accept == a.accept
@@ -688,10 +724,10 @@ def test_sequential_decide_takes_single_item_groups_and_the_named_spending():
     res = g.sequential_decide(per([0.3] * 7), GateConfig(n_boot=1000, alpha=0.05), [1, 6], "pocock")
     assert res.n_looks == 2 and res.looks[0]["n"] == 1
     # two equal looks at one-sided 0.025: Pocock's first nominal level is about 0.0155, O'Brien-Fleming's 0.0015
-    poc = g.sequential_decide(per([0.1, -0.02] * 10), GateConfig(n_boot=1000, alpha=0.05, reg_cap=20), [10, 10],
-                              "pocock")
-    obf = g.sequential_decide(per([0.1, -0.02] * 10), GateConfig(n_boot=1000, alpha=0.05, reg_cap=20), [10, 10],
-                              "obf")
+    poc = g.sequential_decide(
+        per([0.1, -0.02] * 10), GateConfig(n_boot=1000, alpha=0.05, reg_cap=20), [10, 10], "pocock"
+    )
+    obf = g.sequential_decide(per([0.1, -0.02] * 10), GateConfig(n_boot=1000, alpha=0.05, reg_cap=20), [10, 10], "obf")
     assert poc.looks[0]["level"] == pytest.approx(0.0155, rel=0.03)
     assert obf.looks[0]["level"] == pytest.approx(0.0015, rel=0.1)
 
@@ -703,8 +739,15 @@ def test_sequential_gate_waiting_and_refusing_return_an_empty_per_item_table_and
     cfg = GateConfig(n_boot=1000)
     verdict, p, rec = g.sequential_gate(b.iloc[:0], c.iloc[:0], cfg, design, items, seeds)
     assert verdict is None and p.empty and list(p.columns) == ["item_id", "base", "cand", "d"]
-    assert rec == {"looks": 2, "spending": "pocock", "by": "seeds", "looks_used": 0, "stopped_early": False,
-                   "why": "", "per_look": []}
+    assert rec == {
+        "looks": 2,
+        "spending": "pocock",
+        "by": "seeds",
+        "looks_used": 0,
+        "stopped_early": False,
+        "why": "",
+        "per_look": [],
+    }
     b, c = arms({i: [0.3, 0.3] for i in items}, base=0.4, errors={("cand", i, 0): "x" for i in items[:6]})
     res, p, _ = g.sequential_gate(b, c, cfg, design, items, seeds)
     assert p.empty and list(p.columns) == ["item_id", "base", "cand", "d"]
@@ -777,8 +820,9 @@ def test_scores_read_as_text_pair_as_numbers_and_out_of_range_lists_five():
 
 
 def test_repair_screen_refusal_is_a_plain_no_with_an_empty_table():
-    b, c = arms({"a": [0.3, 0.3], "b": [0.3, 0.3]}, errors={("cand", "a", 0): "x", ("cand", "a", 1): "y",
-                                                             ("cand", "b", 0): "z"})
+    b, c = arms(
+        {"a": [0.3, 0.3], "b": [0.3, 0.3]}, errors={("cand", "a", 0): "x", ("cand", "a", 1): "y", ("cand", "b", 0): "z"}
+    )
     res, p = g.repair_screen(b, c)
     assert res.ok is False and (res.repaired, res.broken, res.base_mean, res.cand_mean) == (0, 0, 0.0, 0.0)
     assert list(p.columns) == ["item_id", "base", "cand", "d"] and p.empty

@@ -13,12 +13,16 @@ from components.evolution.gate import GateConfig, PairingError, bootstrap_ci, re
 CFG = GateConfig(n_boot=1000, material=0.25, reg_cap=0, min_items=5)
 
 
-def arm(scores: list[float], tokens: list[float], *, seeds: int = 1, errors: dict | None = None,
-        ids=None) -> pd.DataFrame:
+def arm(
+    scores: list[float], tokens: list[float], *, seeds: int = 1, errors: dict | None = None, ids=None
+) -> pd.DataFrame:
     """One row per (item, seed); `scores`/`tokens` per item (every seed the same) unless given per row."""
     ids = ids if ids is not None else [f"i{k:02d}" for k in range(len(scores))]
-    rows = [{"item_id": i, "seed": s, "score": sc, "tokens_in": tk, "error": (errors or {}).get((i, s))}
-            for i, sc, tk in zip(ids, scores, tokens) for s in range(seeds)]
+    rows = [
+        {"item_id": i, "seed": s, "score": sc, "tokens_in": tk, "error": (errors or {}).get((i, s))}
+        for i, sc, tk in zip(ids, scores, tokens)
+        for s in range(seeds)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -37,8 +41,10 @@ def test_an_accepted_removal_carries_every_figure():
     assert v.base_tokens == 1000.0 and v.cand_tokens == pytest.approx(1000 - 1150 / 12)
     assert (v.n_items, v.n_regressed) == (12, 0)
     assert v.base_mean == 1.0 and v.cand_mean == pytest.approx(11.75 / 12)
-    assert v.reason == (f"score net {-0.25 / 12:+.4f} CI [{lo:+.4f}, {hi:+.4f}] within -0.25; prompt tokens "
-                        f"{-1150 / 12:+.1f} per episode CI [{tlo:+.1f}, {thi:+.1f}]")
+    assert v.reason == (
+        f"score net {-0.25 / 12:+.4f} CI [{lo:+.4f}, {hi:+.4f}] within -0.25; prompt tokens "
+        f"{-1150 / 12:+.1f} per episode CI [{tlo:+.1f}, {thi:+.1f}]"
+    )
     assert v.as_dict()["accept"] is True and v.as_dict()["n_items"] == 12
     # the default config is GateConfig()'s
     assert removal_decide(base, cand) == removal_decide(base, cand, GateConfig())
@@ -60,7 +66,9 @@ def test_no_token_drop_keeps_the_parent_even_when_the_score_holds():
     assert v.reason == "prompt tokens CI [+0.0, +0.0] per episode does not show a drop (ties keep the parent)"
     v = removal_decide(base, arm([0.5] * 6, [1000.0] * 5 + [1600.0]), CFG)  # dearer on one item
     assert not v.accept and v.tokens_ci_hi > 0 and v.tokens_net == 100.0
-    assert v.reason.startswith("prompt tokens CI [") and v.reason.endswith("does not show a drop (ties keep the parent)")
+    assert v.reason.startswith("prompt tokens CI [") and v.reason.endswith(
+        "does not show a drop (ties keep the parent)"
+    )
 
 
 def test_regressions_over_the_cap_keep_the_parent():

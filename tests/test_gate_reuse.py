@@ -31,8 +31,11 @@ def candidate(tmp_path):
     shutil.copytree(PACKAGES / "seed", out)
     (out / CARD).parent.mkdir(parents=True)
     shutil.copy(PACKAGES / "all-skills" / CARD, out / CARD)
-    manifest = (out / "manifest.yaml").read_text().replace(
-        "delivery: []", "delivery:\n  - use: event_cards\n    at: intent_recorded")
+    manifest = (
+        (out / "manifest.yaml")
+        .read_text()
+        .replace("delivery: []", "delivery:\n  - use: event_cards\n    at: intent_recorded")
+    )
     (out / "manifest.yaml").write_text(manifest)
     return out
 
@@ -68,8 +71,9 @@ def test_the_ledger_is_charged_what_was_paid_and_only_deterministic_models_are_s
     store = tmp_path / "calls.sqlite"
     run_shard(PACKAGES / "seed", bench, items, [0], call_cache=store)
     t = run_shard(PACKAGES / "seed", bench, items, [0], call_cache=store)
-    est = Estimate(max_turns=40, tokens_in_per_call=4000, tokens_out_per_call=512, price_in_per_1k=1.0,
-                   price_out_per_1k=1.0)
+    est = Estimate(
+        max_turns=40, tokens_in_per_call=4000, tokens_out_per_call=512, price_in_per_1k=1.0, price_out_per_1k=1.0
+    )
     got = paid_usage(t, est)
     assert got["model_calls"] == 0 and got["tokens_in"] == 0 and got["money"] == 0
     assert got["tool_calls"] == float(t.scores["tool_calls"].sum()) > 0  # tools run in the world every time

@@ -46,8 +46,9 @@ def test_message_and_request_encodings_are_the_plain_json(recorded):
         for tools in (kw["tools"], None, []):
             plain = json.dumps([ident, messages, tools, kw["seed"], kw["json_mode"]], sort_keys=True, default=str)
             assert request_json(ident, messages, tools, kw["seed"], kw["json_mode"]) == plain
-            chars = sum(len(json.dumps(m, sort_keys=True)) for m in messages) + \
-                (len(json.dumps(tools, sort_keys=True)) if tools else 0)
+            chars = sum(len(json.dumps(m, sort_keys=True)) for m in messages) + (
+                len(json.dumps(tools, sort_keys=True)) if tools else 0
+            )
             assert count_tokens(messages, tools, "abcde").tokens_in == math.ceil(chars / 4)
 
 
@@ -78,8 +79,13 @@ def test_trace_hash_and_frame_are_the_plain_ones(recorded):
     frame = steps_frame(steps, item_id="i", seed=0)
     rows = []
     for s in steps:
-        rows.append({"item_id": "i", "seed": 0, **{k: json.dumps(v, sort_keys=True) if k in NESTED else v
-                                                   for k, v in s.model_dump().items()}})
+        rows.append(
+            {
+                "item_id": "i",
+                "seed": 0,
+                **{k: json.dumps(v, sort_keys=True) if k in NESTED else v for k, v in s.model_dump().items()},
+            }
+        )
     import pandas as pd
 
     assert frame.equals(pd.DataFrame(rows)) and list(frame.columns) == list(pd.DataFrame(rows).columns)
@@ -134,8 +140,11 @@ def test_reply_store_round_trips_replies_packed_or_pickled_whole(tmp_path):
     from components.models.callcache import CallStore
     from components.runtime.types import ToolCall, Usage
 
-    reply = ChatResult(content="ok", tool_calls=[ToolCall(id="call_001", name="t", args={"a": [1, {"b": None}]})],
-                       usage=Usage(tokens_in=7, tokens_out=2, calls=1))
+    reply = ChatResult(
+        content="ok",
+        tool_calls=[ToolCall(id="call_001", name="t", args={"a": [1, {"b": None}]})],
+        usage=Usage(tokens_in=7, tokens_out=2, calls=1),
+    )
     store = CallStore(tmp_path / "calls.sqlite")
     store.put("k", reply)
     assert store.get("k") == reply  # pending

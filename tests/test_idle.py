@@ -13,8 +13,19 @@ from components.evolution.idle import IdleKind, ablations, next_retry, parts, re
 from components.evolution.lineage import Lineage
 from components.evolution.record import AblationInfo, RetryInfo, RoundRecord
 
-GATE = {"accept": False, "net": 0.0, "ci_lo": -0.1, "ci_hi": 0.1, "n_items": 18, "n_improved": 0, "n_regressed": 0,
-        "reason": "", "base_mean": 0.5, "cand_mean": 0.5, "dropped_errors": 0}
+GATE = {
+    "accept": False,
+    "net": 0.0,
+    "ci_lo": -0.1,
+    "ci_hi": 0.1,
+    "n_items": 18,
+    "n_improved": 0,
+    "n_regressed": 0,
+    "reason": "",
+    "base_mean": 0.5,
+    "cand_mean": 0.5,
+    "dropped_errors": 0,
+}
 EVIDENCE = [Citation(episode_id="x#0", step=1, hash="0" * 64)]
 LOOK = {"look": 1, "alpha": 0.01, "spent": 0.005, "campaign_alpha": 0.05}
 
@@ -27,9 +38,15 @@ def rec(round_no: int, key: str | None, verdict: str = "reject", net: float | No
 
 
 def test_the_pool_holds_plans_the_gate_rejected_with_a_positive_mean_best_first():
-    rounds = [rec(1, "a", net=0.02), rec(2, "b", net=0.04), rec(3, "c", net=-0.01), rec(4, "d", net=0.0),
-              rec(5, "e"),  # refused before the gate: not in the pool
-              rec(6, "f", "accept", net=0.08), rec(7, "g", net=0.04)]
+    rounds = [
+        rec(1, "a", net=0.02),
+        rec(2, "b", net=0.04),
+        rec(3, "c", net=-0.01),
+        rec(4, "d", net=0.0),
+        rec(5, "e"),  # refused before the gate: not in the pool
+        rec(6, "f", "accept", net=0.08),
+        rec(7, "g", net=0.04),
+    ]
     assert retry_pool(rounds, 1) == [("b", 0.04, 2), ("g", 0.04, 7), ("a", 0.02, 1)]
     assert retry_pool(rounds, 0) == []
 
@@ -39,8 +56,9 @@ def test_a_retried_plan_leaves_the_pool_after_its_retries_and_its_latest_gate_co
     rounds = [rec(1, "a", net=0.02), rec(2, "b", net=0.04), rec(3, "b", net=0.03, retry=info)]
     assert retry_pool(rounds, 1) == [("a", 0.02, 1)]
     assert retry_pool(rounds, 2) == [("b", 0.03, 3), ("a", 0.02, 1)]
-    rounds.append(rec(4, "a", net=-0.01, retry=RetryInfo(plan_key="a", of_round=1, net=0.02, attempt=1,
-                                                         seeds=[6, 7, 8])))
+    rounds.append(
+        rec(4, "a", net=-0.01, retry=RetryInfo(plan_key="a", of_round=1, net=0.02, attempt=1, seeds=[6, 7, 8]))
+    )
     assert retry_pool(rounds, 2) == [("b", 0.03, 3)]  # a's latest gate has a non-positive net
 
 
@@ -55,10 +73,15 @@ BODY = "Intro paragraph.\n\n- `t`, from train outcomes: `x` = 1\n- `t`, from tra
 
 
 def test_a_card_s_parts_are_its_paragraphs_and_the_items_of_a_list():
-    assert parts(BODY) == ["Intro paragraph.", "- `t`, from train outcomes: `x` = 1",
-                           "- `t`, from train outcomes: `y` = 2", "Last words."]
+    assert parts(BODY) == [
+        "Intro paragraph.",
+        "- `t`, from train outcomes: `x` = 1",
+        "- `t`, from train outcomes: `y` = 2",
+        "Last words.",
+    ]
     assert without_part(BODY, "- `t`, from train outcomes: `x` = 1") == (
-        "Intro paragraph.\n\n- `t`, from train outcomes: `y` = 2\n\nLast words.")
+        "Intro paragraph.\n\n- `t`, from train outcomes: `y` = 2\n\nLast words."
+    )
     assert without_part(BODY, "Intro paragraph.") == BODY.split("\n\n", 1)[1]
     one = "- only item\n- other item"
     assert without_part(without_part(one, "- only item"), "- other item") == ""
@@ -74,19 +97,38 @@ def test_ablations_drop_each_part_a_promotion_added_and_not_the_ones_its_parent_
 
     lin = Lineage(tmp_path / "lineage")
     m0 = lin.start(seed_package)
-    card = {"id": "t-rules", "type": "procedure", "trigger": {"event": "intent_recorded", "tool": "t"},
-            "source": "diagnosis d1"}
+    card = {
+        "id": "t-rules",
+        "type": "procedure",
+        "trigger": {"event": "intent_recorded", "tool": "t"},
+        "source": "diagnosis d1",
+    }
     before = "Intro paragraph."
-    plan0 = Plan(owner="E", cluster="c", summary="s", rationale="r", evidence=EVIDENCE, mechanism="deliver:t-rules@",
-                 source_items=["i1"], operations=[AddCard(op="add_card", path="em/procedure/t-rules.md", meta=card,
-                                                          body=before)])
+    plan0 = Plan(
+        owner="E",
+        cluster="c",
+        summary="s",
+        rationale="r",
+        evidence=EVIDENCE,
+        mechanism="deliver:t-rules@",
+        source_items=["i1"],
+        operations=[AddCard(op="add_card", path="em/procedure/t-rules.md", meta=card, body=before)],
+    )
     p1 = apply_plan(plan0, m0.path, tmp_path / "p1")
     # the promoted plan rewrites the card (remove + add), as the rules meta-agent does
-    promoted = Plan(owner="E", cluster="c", summary="two rules", rationale="r", evidence=EVIDENCE,
-                    mechanism="deliver:t-rules@", source_items=["i1"],
-                    operations=[RemoveCard(op="remove_card", path="em/procedure/t-rules.md"),
-                                AddCard(op="add_card", path="em/procedure/t-rules.md", meta=card,
-                                        body=BODY.rsplit("\n\n", 1)[0])])
+    promoted = Plan(
+        owner="E",
+        cluster="c",
+        summary="two rules",
+        rationale="r",
+        evidence=EVIDENCE,
+        mechanism="deliver:t-rules@",
+        source_items=["i1"],
+        operations=[
+            RemoveCard(op="remove_card", path="em/procedure/t-rules.md"),
+            AddCard(op="add_card", path="em/procedure/t-rules.md", meta=card, body=BODY.rsplit("\n\n", 1)[0]),
+        ],
+    )
     v1 = lin.commit(p1, _digest(p1), 1, {"plan_key": plan0.key(), "reason": "ok"})
     p2 = apply_plan(promoted, v1.path, tmp_path / "p2")
     v2 = lin.commit(p2, _digest(p2), 2, {"plan_key": promoted.key(), "reason": "ok"})

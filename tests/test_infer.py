@@ -50,19 +50,28 @@ def money(x) -> float:
 
 
 def test_share_of_another_field():
-    inf = infer_field(rows(lambda n, f: money(q(f["r.total"]) * Fraction(9, 10)),
-                           lambda n: {"r.total": round(10.0 + 7.31 * n, 2)}), "x")
+    inf = infer_field(
+        rows(lambda n, f: money(q(f["r.total"]) * Fraction(9, 10)), lambda n: {"r.total": round(10.0 + 7.31 * n, 2)}),
+        "x",
+    )
     assert inf.rule == FieldRule("x", Term("share", Fraction(9, 10), "r.total"))
 
 
 def test_a_ratio_that_is_no_short_decimal_is_exact():
     """A third of a total, 31/12 of a base: kept as the rationals they are, and every row reproduced to the cent."""
-    inf = infer_field(rows(lambda n, f: money(q(f["r.total"]) / 3), lambda n: {"r.total": round(10.0 + 7.31 * n, 2)}),
-                      "x")
+    inf = infer_field(
+        rows(lambda n, f: money(q(f["r.total"]) / 3), lambda n: {"r.total": round(10.0 + 7.31 * n, 2)}), "x"
+    )
     assert inf.rule == FieldRule("x", Term("share", Fraction(1, 3), "r.total"))
-    rs = rows(lambda n, f: int(rnd(rnd(Fraction(120) * (Fraction(31, 12) if f["d"] >= 360 else 1), UNIT)
-                                   * (2 if f["t"] == "gold" else 1), UNIT)),
-              lambda n: {"d": (185, 200, 240, 300, 355, 370, 410, 450)[n % 8], "t": ("gold", "silver")[(n // 2) % 2]})
+    rs = rows(
+        lambda n, f: int(
+            rnd(
+                rnd(Fraction(120) * (Fraction(31, 12) if f["d"] >= 360 else 1), UNIT) * (2 if f["t"] == "gold" else 1),
+                UNIT,
+            )
+        ),
+        lambda n: {"d": (185, 200, 240, 300, 355, 370, 410, 450)[n % 8], "t": ("gold", "silver")[(n // 2) % 2]},
+    )
     inf = infer_field(rs, "x")
     assert inf.why == "ok" and inf.rule.then == Term("const", Fraction(120))
     assert sorted(k for _c, k in inf.rule.factors) == [Fraction(2), Fraction(31, 12)] and inf.rule.quantum == UNIT
@@ -72,24 +81,27 @@ def test_a_ratio_that_is_no_short_decimal_is_exact():
 def test_threshold_on_the_tasks_data():
     """A fee above an age: the total, times a factor where the age is above the threshold; the threshold is placed
     in the middle of the gap the rows leave, and the card states that gap."""
+
     def gold(n, f):
         return money(q(f["r.total"]) * Fraction(95, 100)) if f["r.age"] > 24 else f["r.total"]
 
     inf = infer_field(rows(gold, lambda n: {"r.total": round(20.0 + 3.17 * n, 2), "r.age": (n * 7) % 41 + 2}), "x")
     assert inf.why == "ok"
-    assert inf.rule == FieldRule("x", Term("equal", None, "r.total"), factors=((Cond("r.age", ">", 24),
-                                                                                Fraction(19, 20)),))
+    assert inf.rule == FieldRule(
+        "x", Term("equal", None, "r.total"), factors=((Cond("r.age", ">", 24), Fraction(19, 20)),)
+    )
     c = inf.rule.factors[0][0]
     assert c.seen == (24, 25) and "`r.age` > 24 [seen 24 / 25]" in render("t", inf.rule)
 
 
 def test_a_fee_within_a_window_is_found_in_that_direction():
     """A fee due within 18 hours (the other direction): the condition reads `<=`, from the rows alone."""
+
     def gold(n, f):
         return money(q(f["r.total"]) * Fraction(93, 100)) if f["r.age"] <= 18 else f["r.total"]
 
     inf = infer_field(rows(gold, lambda n: {"r.total": round(20.0 + 3.17 * n, 2), "r.age": (n * 7) % 41 + 2}), "x")
-    (c, k), = inf.rule.factors
+    ((c, k),) = inf.rule.factors
     assert (c.path, c.op, k) == ("r.age", "<=", Fraction(93, 100)) and c.seen[0] <= c.value < c.seen[1]
     assert 18 <= c.value < 19
 
@@ -99,15 +111,20 @@ def test_choice_by_a_category():
         return "travel_credit" if f["r.fare"] == "basic" else f["r.pm"]
 
     inf = infer_field(rows(gold, lambda n: {"r.fare": ("basic", "economy", "flex")[n % 3], "r.pm": f"card_{n}"}), "x")
-    assert inf.rule == FieldRule("x", Term("const", "travel_credit"), Cond("r.fare", "is", "basic"),
-                                 Term("equal", None, "r.pm"))
+    assert inf.rule == FieldRule(
+        "x", Term("const", "travel_credit"), Cond("r.fare", "is", "basic"), Term("equal", None, "r.pm")
+    )
 
 
 def test_two_factors_on_one_amount():
     """A fee after some days and a bonus on a kind: a base times two factors, each when its condition holds."""
+
     def feats(n):
-        return {"r.price": round(10.0 + 3.7 * n, 2), "r.days": (n * 11) % 50,
-                "u.kind": ("gift_card", "card", "paypal")[n % 3]}
+        return {
+            "r.price": round(10.0 + 3.7 * n, 2),
+            "r.days": (n * 11) % 50,
+            "u.kind": ("gift_card", "card", "paypal")[n % 3],
+        }
 
     def gold(n, f):
         v = q(f["r.price"])
@@ -119,8 +136,10 @@ def test_two_factors_on_one_amount():
 
     inf = infer_field(rows(gold, feats), "x")
     assert inf.why == "ok" and inf.rule.then == Term("equal", None, "r.price")
-    assert {(c.path, c.op, k) for c, k in inf.rule.factors} == {("r.days", ">", Fraction(9, 10)),
-                                                                 ("u.kind", "is", Fraction(21, 20))}
+    assert {(c.path, c.op, k) for c, k in inf.rule.factors} == {
+        ("r.days", ">", Fraction(9, 10)),
+        ("u.kind", "is", Fraction(21, 20)),
+    }
     days = next(c for c, _k in inf.rule.factors if c.path == "r.days")
     seen = [(n * 11) % 50 for n in range(len(ITEMS))]
     lo, hi = max(d for d in seen if d <= 30), min(d for d in seen if d > 30)
@@ -129,14 +148,22 @@ def test_two_factors_on_one_amount():
 
 def test_three_factors():
     """Any number of factors: a fee by age, a bonus by kind and a surcharge by tier, each found in turn."""
+
     def feats(n):
-        return {"r.price": round(40.0 + 3.7 * n, 2), "r.days": (n * 11) % 50, "u.kind": ("gift", "card")[(n // 2) % 2],
-                "u.tier": ("gold", "silver", "regular")[(n // 4) % 3]}
+        return {
+            "r.price": round(40.0 + 3.7 * n, 2),
+            "r.days": (n * 11) % 50,
+            "u.kind": ("gift", "card")[(n // 2) % 2],
+            "u.tier": ("gold", "silver", "regular")[(n // 4) % 3],
+        }
 
     def gold(n, f):
         v = q(f["r.price"])
-        for on, k in ((f["r.days"] > 30, Fraction(4, 5)), (f["u.kind"] == "gift", Fraction(11, 10)),
-                      (f["u.tier"] == "gold", Fraction(3, 2))):
+        for on, k in (
+            (f["r.days"] > 30, Fraction(4, 5)),
+            (f["u.kind"] == "gift", Fraction(11, 10)),
+            (f["u.tier"] == "gold", Fraction(3, 2)),
+        ):
             v = rnd(v * k) if on else v
         return float(v)
 
@@ -144,22 +171,33 @@ def test_three_factors():
     rs = [Row(i, f"{i}#0", feats(n), {"x": gold(n, feats(n))}, {"x": 0}) for n, i in enumerate(items)]
     inf = infer_field(rs, "x")
     assert inf.why == "ok" and {c.path for c, _k in inf.rule.factors} == {"r.days", "u.kind", "u.tier"}
-    assert all(holds(inf.rule, r) for r in rs)  # exactly, on every row (a factor may sit on either side of its condition)
+    assert all(
+        holds(inf.rule, r) for r in rs
+    )  # exactly, on every row (a factor may sit on either side of its condition)
 
 
 def test_a_share_with_a_ceiling():
     """A credit per day late, at most a cap: the rows above the ceiling all hold it."""
+
     def gold(n, f):
         return min(5.0 * f["r.late"], 25.0)
 
     inf = infer_field(rows(gold, lambda n: {"r.late": (1, 3, 4, 2, 1, 3, 8)[n % 7]}), "x")
-    assert inf.why == "ok" and inf.rule == FieldRule("x", Term("share", Fraction(5), "r.late"), cap=Fraction(25),
-                                                     quantum=UNIT)
+    assert inf.why == "ok" and inf.rule == FieldRule(
+        "x", Term("share", Fraction(5), "r.late"), cap=Fraction(25), quantum=UNIT
+    )
     text = render("issue_store_credit", FieldRule("amount", Term("share", Fraction(5), "r.late"), cap=Fraction(25)))
     assert text.endswith(", at most 25.") and parse(text, "issue_store_credit")["amount"].cap == 25
     # a row below its share that is not the ceiling: no cap explains it
-    assert infer_field(rows(lambda n, f: gold(n, f) if n % 7 != 6 else 20.0 + n, lambda n: {"r.late": (1, 3, 4, 2, 1, 3, 8)[n % 7]}),
-                       "x").rule is None
+    assert (
+        infer_field(
+            rows(
+                lambda n, f: gold(n, f) if n % 7 != 6 else 20.0 + n, lambda n: {"r.late": (1, 3, 4, 2, 1, 3, 8)[n % 7]}
+            ),
+            "x",
+        ).rule
+        is None
+    )
 
 
 def test_refuses_a_rule_that_fits_but_fails_its_check_items():
@@ -183,20 +221,28 @@ def test_two_folds_find_a_rule_whose_evidence_sits_in_the_check_half():
         return {"r.late": 8 if ITEMS[n] in capped else 1 + n % 4}
 
     inf = infer_field(rows(gold, feats), "x")
-    assert inf.why == "ok" and inf.rule == FieldRule("x", Term("share", Fraction(5), "r.late"), cap=Fraction(25),
-                                                     quantum=UNIT)
-    assert smallest([r for r in rows(gold, feats) if r.item in HALF], "x") == \
-        FieldRule("x", Term("share", Fraction(5), "r.late"), quantum=UNIT)  # what the first fold fits
+    assert inf.why == "ok" and inf.rule == FieldRule(
+        "x", Term("share", Fraction(5), "r.late"), cap=Fraction(25), quantum=UNIT
+    )
+    assert smallest([r for r in rows(gold, feats) if r.item in HALF], "x") == FieldRule(
+        "x", Term("share", Fraction(5), "r.late"), quantum=UNIT
+    )  # what the first fold fits
 
 
 def test_a_table_by_category():
     """A fee chosen by a fare: one value per category."""
     fee = {"economy": 75, "flex": 25, "business": 0}
-    inf = infer_field(rows(lambda n, f: fee[f["r.fare"]], lambda n: {"r.fare": ("economy", "flex", "business")[n % 3],
-                                                                       "r.pax": 1 + n % 2}), "x")
+    inf = infer_field(
+        rows(
+            lambda n, f: fee[f["r.fare"]],
+            lambda n: {"r.fare": ("economy", "flex", "business")[n % 3], "r.pax": 1 + n % 2},
+        ),
+        "x",
+    )
     assert inf.why == "ok"
-    assert inf.rule == FieldRule("x", Term("table", ((("business",), 0), (("economy",), 75), (("flex",), 25)),
-                                           "r.fare"), quantum=UNIT)
+    assert inf.rule == FieldRule(
+        "x", Term("table", ((("business",), 0), (("economy",), 75), (("flex",), 25)), "r.fare"), quantum=UNIT
+    )
     text = render("change_flight", inf.rule)
     assert parse(text, "change_flight")["x"] == inf.rule
 
@@ -209,8 +255,10 @@ def test_a_table_by_two_categories():
         return {"r.fare": ("economy", "flex")[(n // 2) % 2], "u.tier": ("gold", "silver")[(n // 4) % 2]}
 
     items = [f"item-{i:03d}" for i in range(40)]
-    rs = [Row(i, f"{i}#0", feats(n), {"x": fee[(feats(n)["r.fare"], feats(n)["u.tier"])]}, {"x": 0})
-          for n, i in enumerate(items)]
+    rs = [
+        Row(i, f"{i}#0", feats(n), {"x": fee[(feats(n)["r.fare"], feats(n)["u.tier"])]}, {"x": 0})
+        for n, i in enumerate(items)
+    ]
     inf = infer_field(rs, "x")
     assert inf.why == "ok" and inf.rule.then.kind == "table" and inf.rule.then.paths == ("r.fare", "u.tier")
     assert dict(inf.rule.then.value) == {k: v for k, v in fee.items()}
@@ -244,19 +292,26 @@ def test_a_table_times_a_window_on_days_from_today():
 
     inf = infer_field(rows(lambda n, f: fee[f["r.fare"]] * (2 if f["r.date@days_from_today"] <= 7 else 1), feats), "x")
     assert inf.why == "ok"
-    (c, k), = inf.rule.factors
+    ((c, k),) = inf.rule.factors
     assert (c.path, c.seen, 6 <= c.value < 9) == ("r.date@days_from_today", (6, 9), True)
     assert {inf.rule.then.kind, c.op} in ({"table"} | {">", "<="},) or True
-    card = render("change_flight", FieldRule("fee", Term("table", inf.rule.then.value, "get_reservation_details.fare"),
-                                             factors=((Cond("get_reservation_details.date@days_from_today", c.op,
-                                                            c.value), k),), quantum=UNIT))
+    card = render(
+        "change_flight",
+        FieldRule(
+            "fee",
+            Term("table", inf.rule.then.value, "get_reservation_details.fare"),
+            factors=((Cond("get_reservation_details.date@days_from_today", c.op, c.value), k),),
+            quantum=UNIT,
+        ),
+    )
     read = A.BY_ID["change_fee"].read(card)
     assert isinstance(read, Formula) and A.BY_ID["change_window"].read(card) == read  # both rules, as written
     (rule,) = read.rules
     for fare in ("economy", "flex", "business"):
         for d in (2, 6, 9, 14):
-            got = evaluate(rule, {"get_reservation_details.fare": fare,
-                                  "get_reservation_details.date@days_from_today": d})[1]
+            got = evaluate(
+                rule, {"get_reservation_details.fare": fare, "get_reservation_details.date@days_from_today": d}
+            )[1]
             assert got == A.change_fee(fare, d, A.BY_ID["change_fee"].value, A.BY_ID["change_window"].value)
 
 
@@ -269,8 +324,11 @@ def test_a_threshold_before_a_coincidental_category():
     def feats(n):
         delay = delays[n % len(delays)]
         coincide = ITEMS[n] in HALF
-        return {"f.delay_minutes": delay, "u.tier": ("regular", "silver", "gold")[(n // 2) % 3],
-                "f.origin": "ATL" if (delay > 360) == coincide else ("JFK", "SFO")[n % 2]}
+        return {
+            "f.delay_minutes": delay,
+            "u.tier": ("regular", "silver", "gold")[(n // 2) % 3],
+            "f.origin": "ATL" if (delay > 360) == coincide else ("JFK", "SFO")[n % 2],
+        }
 
     def gold(n, f):
         return int(100 * (Fraction(5, 2) if f["f.delay_minutes"] >= 360 else 1) * (2 if f["u.tier"] == "gold" else 1))
@@ -315,8 +373,11 @@ def test_card_form_round_trips_and_the_worlds_read_it():
     from components.worlds.outcome_rules import Formula, evaluate
     from components.worlds.retail import facts as R
 
-    cancel = FieldRule("refund_amount", Term("equal", None, "get_order_details.items[].price"),
-                       factors=((Cond("get_order_details.placed_hours_ago", ">", 24, (22, 27)), Fraction(19, 20)),))
+    cancel = FieldRule(
+        "refund_amount",
+        Term("equal", None, "get_order_details.items[].price"),
+        factors=((Cond("get_order_details.placed_hours_ago", ">", 24, (22, 27)), Fraction(19, 20)),),
+    )
     text = render("cancel_pending_order", cancel)
     assert "[seen 22 / 27]" in text and parse(text, "cancel_pending_order")["refund_amount"] == cancel
     read = R.BY_ID["cancel_fee"].read(text)
@@ -328,13 +389,22 @@ def test_card_form_round_trips_and_the_worlds_read_it():
     assert R.BY_ID["cancel_reason"].read(reasons) == ("a", "b", "c")
     addr = render("modify_user_address", FieldRule("city", Term("equal", None, "validate_address.normalized.city")))
     assert R.BY_ID["user_address_validated"].read(addr) == "validate"
-    for rule in (FieldRule("amount", Term("share", Fraction(5), "get_order_details.days_late"), cap=Fraction(25)),
-                 FieldRule("amount", Term("const", 9), Cond("x.y", "<=", 3), Term("share", Fraction(1, 3), "x.z")),
-                 FieldRule("first_name", Term("upper")),
-                 FieldRule("fee", Term("sum", (Fraction(0), ((Fraction(35), "@bags"), (Fraction(-35), "@free_bags"))))),
-                 FieldRule("fee", Term("table", ((("a", "b"), Fraction(3)), (("c", "d"), Fraction(7, 2))), ("p", "q")),
-                           factors=((Cond("r", ">=", 4), Fraction(3, 2)), (Cond("s", "<", 9), Fraction(2)),
-                                    (Cond("t", "is", "gold"), Fraction(4, 3))), quantum=UNIT)):
+    for rule in (
+        FieldRule("amount", Term("share", Fraction(5), "get_order_details.days_late"), cap=Fraction(25)),
+        FieldRule("amount", Term("const", 9), Cond("x.y", "<=", 3), Term("share", Fraction(1, 3), "x.z")),
+        FieldRule("first_name", Term("upper")),
+        FieldRule("fee", Term("sum", (Fraction(0), ((Fraction(35), "@bags"), (Fraction(-35), "@free_bags"))))),
+        FieldRule(
+            "fee",
+            Term("table", ((("a", "b"), Fraction(3)), (("c", "d"), Fraction(7, 2))), ("p", "q")),
+            factors=(
+                (Cond("r", ">=", 4), Fraction(3, 2)),
+                (Cond("s", "<", 9), Fraction(2)),
+                (Cond("t", "is", "gold"), Fraction(4, 3)),
+            ),
+            quantum=UNIT,
+        ),
+    ):
         assert parse(render("t", rule), "t")[rule.field] == rule
     # the world's own statements still read as before
     from components.worlds.airline import facts as A
@@ -344,8 +414,13 @@ def test_card_form_round_trips_and_the_worlds_read_it():
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLD_READERS = {"components/worlds/base.py"}  # train_gold: the one reader, train items only
-SCORING = {"components/worlds/retail/env.py", "components/worlds/airline/env.py", "components/evolution/validate.py",
-           "components/models/counterfactual.py", "components/evolution/localization.py"}
+SCORING = {
+    "components/worlds/retail/env.py",
+    "components/worlds/airline/env.py",
+    "components/evolution/validate.py",
+    "components/models/counterfactual.py",
+    "components/evolution/localization.py",
+}
 
 
 def test_gold_is_read_only_through_train_gold():
@@ -367,15 +442,17 @@ def test_gold_is_read_only_through_train_gold():
     assert not offenders, offenders
 
 
-@pytest.mark.parametrize("path", ["components/evolution/outcomes.py"] + sorted(
-    str(p.relative_to(ROOT)) for p in (ROOT / "components/evolution/infer").glob("*.py")))
+@pytest.mark.parametrize(
+    "path",
+    ["components/evolution/outcomes.py"]
+    + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "components/evolution/infer").glob("*.py")),
+)
 def test_inference_never_reads_rule_text(path):
     """The outcome modules read gold values, the agent's arguments and read results: never a receipt's `rule`."""
     src = (ROOT / path).read_text(encoding="utf-8")
     tree = ast.parse(src)
     names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert "rule" not in names and "statement" not in {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-
 
 
 def test_a_sum_of_terms():
@@ -385,18 +462,31 @@ def test_a_sum_of_terms():
     for n, item in enumerate(ITEMS):
         free = (0, 1, 2, 4)[n % 4]
         bags = free + (0, 1, 2)[n % 3]
-        rs.append(Row(item, f"{item}#0", {"r.pax": 1 + n % 2, "r.rank": (n * 7) % 5},
-                      {"bags": bags, "free_bags": free, "fee": 35 * (bags - free)}, {"fee": 0}))
+        rs.append(
+            Row(
+                item,
+                f"{item}#0",
+                {"r.pax": 1 + n % 2, "r.rank": (n * 7) % 5},
+                {"bags": bags, "free_bags": free, "fee": 35 * (bags - free)},
+                {"fee": 0},
+            )
+        )
     inf = infer_field(rs, "fee")
     assert inf.why == "ok"
-    assert inf.rule == FieldRule("fee", Term("sum", (Fraction(0), ((Fraction(35), "@bags"), (Fraction(-35), "@free_bags")))),
-                                 quantum=UNIT) or \
-        inf.rule == FieldRule("fee", Term("sum", (Fraction(0), ((Fraction(-35), "@free_bags"), (Fraction(35), "@bags")))),
-                              quantum=UNIT)
+    assert inf.rule == FieldRule(
+        "fee", Term("sum", (Fraction(0), ((Fraction(35), "@bags"), (Fraction(-35), "@free_bags")))), quantum=UNIT
+    ) or inf.rule == FieldRule(
+        "fee", Term("sum", (Fraction(0), ((Fraction(-35), "@free_bags"), (Fraction(35), "@bags")))), quantum=UNIT
+    )
     text = render("add_checked_bags", inf.rule)
     assert parse(text, "add_checked_bags")["fee"] == inf.rule
-    inf = infer_field(rows(lambda n, f: round(2 * f["r.a"] + 0.5 * f["r.b"] + 10, 2),
-                           lambda n: {"r.a": float(n % 7), "r.b": float((n * 3) % 11)}), "x")
+    inf = infer_field(
+        rows(
+            lambda n, f: round(2 * f["r.a"] + 0.5 * f["r.b"] + 10, 2),
+            lambda n: {"r.a": float(n % 7), "r.b": float((n * 3) % 11)},
+        ),
+        "x",
+    )
     assert inf.rule.then.kind == "sum" and inf.rule.then.value[0] == 10
     assert sorted(inf.rule.then.value[1]) == [(Fraction(1, 2), "r.b"), (Fraction(2), "r.a")]
     assert parse(render("t", inf.rule), "t")["x"] == inf.rule
@@ -404,8 +494,10 @@ def test_a_sum_of_terms():
 
 def test_refuses_a_sum_that_fits_but_fails_its_check_items():
     """A sum on the fit half, something else on the check half: refused on the check items it never saw."""
+
     def gold(n, f):
         return round(2 * f["r.a"] + 3 * f["r.b"], 2) if ITEMS[n] in HALF else 100.0 + n * 13
+
     feats = lambda n: {"r.a": float(n % 7), "r.b": float((n * 3) % 11)}  # noqa: E731
     fit = [r for r in rows(gold, feats) if r.item in HALF]
     got = smallest(fit, "x")
@@ -425,13 +517,16 @@ def test_a_form_refused_on_its_check_items_gives_way_to_the_next_form_that_fits(
         fee = 35 * (bags - free)
         feats = {"r.pax": 1 + n % 2, ("quote.total" if item in HALF else "estimate.total"): fee}
         rs.append(Row(item, f"{item}#0", feats, {"bags": bags, "free_bags": free, "fee": fee}, {"fee": 0}))
-    assert smallest([r for r in rs if r.item in HALF], "fee") == \
-        FieldRule("fee", Term("equal", None, "quote.total"), quantum=UNIT)
+    assert smallest([r for r in rs if r.item in HALF], "fee") == FieldRule(
+        "fee", Term("equal", None, "quote.total"), quantum=UNIT
+    )
     inf = infer_field(rs, "fee")
     assert inf.why == "ok" and inf.rule.then.kind == "sum"
     # a check that refuses every form that fits keeps the first refusal's reason
-    wrong = [Row(r.item, r.episode, r.feats, {**r.gold, "fee": r.gold["fee"] + (0 if r.item in HALF else 7 + n)},
-                 r.agent) for n, r in enumerate(rs)]
+    wrong = [
+        Row(r.item, r.episode, r.feats, {**r.gold, "fee": r.gold["fee"] + (0 if r.item in HALF else 7 + n)}, r.agent)
+        for n, r in enumerate(rs)
+    ]
     inf = infer_field(wrong, "fee")
     assert inf.rule is None and inf.why.startswith("the rule can be checked on 0 check item(s)")
 
@@ -446,20 +541,29 @@ def test_a_pick_among_records_a_read_listed():
 
     rs = []
     for n, item in enumerate(ITEMS):
-        variants = Records({"item_id": f"{n}{k:02d}", "available": k != n % 3, "color": ("red", "blue")[k % 2]}
-                           for k in range(3))
+        variants = Records(
+            {"item_id": f"{n}{k:02d}", "available": k != n % 3, "color": ("red", "blue")[k % 2]} for k in range(3)
+        )
         gold = next(v["item_id"] for v in variants if v["available"])
-        rs.append(Row(item, f"{item}#0", {"get_product_variants.variants": variants},
-                      {"new_item_ids": [gold]}, {"new_item_ids": [variants[n % 3]["item_id"]]}))
+        rs.append(
+            Row(
+                item,
+                f"{item}#0",
+                {"get_product_variants.variants": variants},
+                {"new_item_ids": [gold]},
+                {"new_item_ids": [variants[n % 3]["item_id"]]},
+            )
+        )
     inf = infer_field(rs, "new_item_ids")
-    assert inf.rule == FieldRule("new_item_ids", Term("pick", ("item_id", (("available", True),)),
-                                                      "get_product_variants.variants"))
+    assert inf.rule == FieldRule(
+        "new_item_ids", Term("pick", ("item_id", (("available", True),)), "get_product_variants.variants")
+    )
     text = render("exchange_delivered_order_items", inf.rule)
     assert parse(text, "exchange_delivered_order_items")["new_item_ids"] == inf.rule
     assert R.BY_ID["exchange_available"].read(text) == "check_available"
     assert all(holds(inf.rule, r) for r in rs) and not any(
-        holds(inf.rule, Row(r.item, r.episode, r.feats, {"new_item_ids": r.agent["new_item_ids"]}, r.agent))
-        for r in rs)
+        holds(inf.rule, Row(r.item, r.episode, r.feats, {"new_item_ids": r.agent["new_item_ids"]}, r.agent)) for r in rs
+    )
     records = [Row(r.item, r.episode, r.feats, {"new_item_ids": [{"id": 1}]}, r.agent) for r in rs]
     assert infer_field(records, "new_item_ids").rule is None
 
@@ -470,9 +574,14 @@ def test_an_allowance_for_each_record_a_read_listed():
     from components.worlds.outcome_rules import evaluate
 
     allowance = {"regular": 0, "silver": 1, "gold": 3}
-    rs = rows(lambda n, f: allowance[f["u.tier"]] * f["len(r.passengers)"],
-              lambda n: {"u.tier": ("regular", "silver", "gold")[n % 3], "len(r.passengers)": 1 + (n * 7) % 4,
-                         "r.price": 100 + n})
+    rs = rows(
+        lambda n, f: allowance[f["u.tier"]] * f["len(r.passengers)"],
+        lambda n: {
+            "u.tier": ("regular", "silver", "gold")[n % 3],
+            "len(r.passengers)": 1 + (n * 7) % 4,
+            "r.price": 100 + n,
+        },
+    )
     inf = infer_field(rs, "x")
     assert inf.rule is not None and inf.rule.each == "len(r.passengers)", inf.why
     assert parse(render("t", inf.rule), "t")["x"] == inf.rule
@@ -489,8 +598,10 @@ def test_a_factor_is_shown_only_where_it_gives_the_gold_and_moves_the_value():
     items = sorted(ITEMS)
     fit = [i for i in items if i in HALF]
     check = [i for i in items if i not in HALF]
-    spec = {item: (("economy", "flex", "business")[n % 3], 9 + n % 6, ("ATL", "JFK", "MSP", "SEA")[n % 4])
-            for n, item in enumerate(items)}
+    spec = {
+        item: (("economy", "flex", "business")[n % 3], 9 + n % 6, ("ATL", "JFK", "MSP", "SEA")[n % 4])
+        for n, item in enumerate(items)
+    }
     for k in (1, 5, 9):
         spec[fit[k]] = (("flex", "economy")[k % 2], 3 + k % 4, "DEN")  # the fit items within the week
     spec[check[2]] = ("business", 2, "DEN")  # zero either way
@@ -510,10 +621,13 @@ def test_a_rule_no_row_could_show_is_carried_from_a_write_with_the_same_field():
     (the gate tests it); a field whose own rows made that read and still show no rule takes nothing."""
     from components.evolution.infer import Inference, carried, fixable
 
-    order = Inference("address1", FieldRule("address1", Term("equal", None, "validate_address.normalized.address1")),
-                      "ok")
-    user_rows = [Row(i, f"{i}#0", {"get_user_details.name": "x"}, {"address1": "1 MAIN ST"}, {"address1": "1 Main"})
-                 for i in ITEMS]
+    order = Inference(
+        "address1", FieldRule("address1", Term("equal", None, "validate_address.normalized.address1")), "ok"
+    )
+    user_rows = [
+        Row(i, f"{i}#0", {"get_user_details.name": "x"}, {"address1": "1 MAIN ST"}, {"address1": "1 Main"})
+        for i in ITEMS
+    ]
     none = Inference("address1", None, "no rule of the known forms fits the fit items", wrong=30)
     got = carried("modify_user_address", user_rows, [none], {"modify_pending_order_address": [order]})
     assert got[0].rule == order.rule and got[0].source == "modify_pending_order_address"
@@ -533,18 +647,25 @@ def test_an_allowance_by_tier_plus_a_bonus_on_a_fare_for_each_passenger():
 
     rs = []
     for n, item in enumerate(ITEMS):
-        tier, fare, pax = ("regular", "silver", "gold")[n % 3], ("economy", "flex", "business")[(n // 3) % 3], 1 + (n // 2) % 2
+        tier, fare, pax = (
+            ("regular", "silver", "gold")[n % 3],
+            ("economy", "flex", "business")[(n // 3) % 3],
+            1 + (n // 2) % 2,
+        )
         free = pax * ((2 if tier == "gold" else 0) + (1 if fare == "business" else 0))
         bags = free + (n * 7 // 5) % 4  # extra bags unrelated to the tier
         feats = {"u.tier": tier, "r.fare": fare, "len(r.passengers)": pax}
         gold = {"reservation_id": f"r{n}", "bags": bags, "free_bags": free, "fee": 35 * (bags - free)}
-        rs.append(Row(item, f"{item}#0", feats, gold, {"reservation_id": f"r{n}", "bags": bags, "free_bags": 9,
-                                                        "fee": 1}))
+        rs.append(
+            Row(item, f"{item}#0", feats, gold, {"reservation_id": f"r{n}", "bags": bags, "free_bags": 9, "fee": 1})
+        )
     infs = {i.field: i.rule for i in infer_rows("add_checked_bags", rs, {"add_checked_bags": ["reservation_id"]})}
     free = infs["free_bags"]
     assert free is not None and free.each == "len(r.passengers)" and free.then.kind == "sum"
-    assert dict((p, k) for k, p in free.then.value[1]) == {indicator("u.tier", "gold"): 2,
-                                                            indicator("r.fare", "business"): 1}
+    assert dict((p, k) for k, p in free.then.value[1]) == {
+        indicator("u.tier", "gold"): 2,
+        indicator("r.fare", "business"): 1,
+    }
     assert parse(render("t", free), "t")["free_bags"] == free
     assert all(evaluate(free, r.feats)[1] == r.gold["free_bags"] for r in rs)
     assert infs["fee"] is not None and "@free_bags" in infs["fee"].features()

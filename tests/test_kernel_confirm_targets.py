@@ -16,14 +16,22 @@ from tests.test_runtime import WRITE, ScriptedPort, write_draft
 @pytest.fixture
 def confirm_only(tmp_path):
     (tmp_path / "manifest.yaml").write_text(
-        "name: confirm-only\ncheckers:\n  - use: confirm_before_write\n    at: pre_write\n")
+        "name: confirm-only\ncheckers:\n  - use: confirm_before_write\n    at: pre_write\n"
+    )
     return load_package(tmp_path)
 
 
 def granted(order: str, reason: str) -> list[Turn]:
-    return [Turn(role="user", text=f"cancel {order}"),
-            Turn(role="tool", text='{"confirmed": true}', tool="confirm", granted=True,
-                 args={"tool": WRITE, "args": {"order_id": order, "reason": reason}, "summary": f"cancel {order}"})]
+    return [
+        Turn(role="user", text=f"cancel {order}"),
+        Turn(
+            role="tool",
+            text='{"confirmed": true}',
+            tool="confirm",
+            granted=True,
+            args={"tool": WRITE, "args": {"order_id": order, "reason": reason}, "summary": f"cancel {order}"},
+        ),
+    ]
 
 
 def turn(pkg, order: str, transcript: list[Turn], targets: dict) -> tuple:
@@ -38,8 +46,9 @@ def test_the_benchmarks_targets_decide_what_a_confirmation_must_match(confirm_on
     said = granted("#W1", "changed my mind")
     step, port = turn(confirm_only, "#W1", said, {WRITE: ["order_id"]})
     assert step.blocked is None and port.calls.count("draft") == 1
-    assert step.checks == [{"strategy": "confirm_before_write", "event": "pre_write", "ok": True, "reason": "",
-                            "attempt": 0}]
+    assert step.checks == [
+        {"strategy": "confirm_before_write", "event": "pre_write", "ok": True, "reason": "", "attempt": 0}
+    ]
 
     other, _ = turn(confirm_only, "#W2", said, {WRITE: ["order_id"]})  # the confirmed order is the target
     assert other.blocked and "confirm" in other.blocked

@@ -17,19 +17,26 @@ def intent(order: str, tool: str = CANCEL, note: str = "", **args: str) -> Inten
     return Intent(tool=tool, args={"order_id": order, **args}, note=note)
 
 
-def receipt(order: str, *, ok: bool = True, genuine: bool = True, write: bool = True, content=None,
-            call_id: str = "c1") -> Receipt:
-    return Receipt(call_id=call_id, tool=CANCEL, args={"order_id": order}, ok=ok, genuine=genuine, write=write,
-                   content=content)
+def receipt(
+    order: str, *, ok: bool = True, genuine: bool = True, write: bool = True, content=None, call_id: str = "c1"
+) -> Receipt:
+    return Receipt(
+        call_id=call_id, tool=CANCEL, args={"order_id": order}, ok=ok, genuine=genuine, write=write, content=content
+    )
 
 
 def test_a_receipt_that_cannot_settle_does_not_hide_the_ones_after_it():
     led = ledger(bind_on=("order_id",))
     led.apply_proposal(Proposal(pending=[intent("#1"), intent("#2"), intent("#3")]))
-    settled = led.settle([receipt("#1", genuine=False, call_id="fake"),  # synthetic: skipped
-                          receipt("#2", ok=False, content={"error": "try again"}, call_id="failed"),  # not final
-                          receipt("#2", write=False, call_id="read"),  # a read: skipped
-                          receipt("#3", call_id="real3"), receipt("#1", call_id="real1")])
+    settled = led.settle(
+        [
+            receipt("#1", genuine=False, call_id="fake"),  # synthetic: skipped
+            receipt("#2", ok=False, content={"error": "try again"}, call_id="failed"),  # not final
+            receipt("#2", write=False, call_id="read"),  # a read: skipped
+            receipt("#3", call_id="real3"),
+            receipt("#1", call_id="real1"),
+        ]
+    )
     assert settled == [("e3", "done"), ("e1", "done")]
     assert [(e.status, e.evidence) for e in led.entries] == [("done", "real1"), ("pending", None), ("done", "real3")]
 
@@ -52,8 +59,11 @@ def test_the_board_is_rendered_exactly():
     assert led.render() == "## Working memory (ledger)\n- (no tracked work)"
     led.apply_proposal(Proposal(pending=[intent("#1", item_ids="i1"), intent("#2", note="customer asked twice")]))
     led.settle([receipt("#1", call_id="call_7")])
-    assert led.render() == ("## Working memory (ledger)\n"
-                            "- [DONE] e1 cancel_pending_order item_ids=i1 order_id=#1 (receipt call_7)\n"
-                            "- [PENDING] e2 cancel_pending_order order_id=#2 customer asked twice")
-    assert led.render(only_pending=True) == ("## Working memory (ledger)\n"
-                                             "- [PENDING] e2 cancel_pending_order order_id=#2 customer asked twice")
+    assert led.render() == (
+        "## Working memory (ledger)\n"
+        "- [DONE] e1 cancel_pending_order item_ids=i1 order_id=#1 (receipt call_7)\n"
+        "- [PENDING] e2 cancel_pending_order order_id=#2 customer asked twice"
+    )
+    assert led.render(only_pending=True) == (
+        "## Working memory (ledger)\n- [PENDING] e2 cancel_pending_order order_id=#2 customer asked twice"
+    )

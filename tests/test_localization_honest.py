@@ -9,22 +9,31 @@ import zlib
 
 import pandas as pd
 
-from components.evolution.localization import (Key, fit, fit_baselines, labelled, localization)
+from components.evolution.localization import Key, fit, fit_baselines, labelled, localization
 from components.evolution.trace_rule import Owner, Signals, from_pattern, signals, three_line
 from tests.test_diagnose_mutants import CANCEL, FINISH, WRITES, TARGETS, call, confirmed_write, st
 
 # patterns (blocking, refusal, unconfirmed, early_finish, bounced, unfinished)
-REFUSAL = Signals(blocking=False, refusal=True, unconfirmed=False, early_finish=False, bounced=False,
-                  unfinished=False).pattern()
-BOUNCED = Signals(blocking=False, refusal=False, unconfirmed=False, early_finish=False, bounced=True,
-                  unfinished=True).pattern()
+REFUSAL = Signals(
+    blocking=False, refusal=True, unconfirmed=False, early_finish=False, bounced=False, unfinished=False
+).pattern()
+BOUNCED = Signals(
+    blocking=False, refusal=False, unconfirmed=False, early_finish=False, bounced=True, unfinished=True
+).pattern()
 
 
 def table(rows):
     """rows: (item, cause, fixing_sets, pattern, diagnosed owner) -> findings, causes, scores, signals frames."""
     eids = [f"{i}#0" for i, *_ in rows]
-    causes = pd.DataFrame({"episode_id": eids, "item_id": [r[0] for r in rows], "cause": [r[1] for r in rows],
-                           "fixing_sets": [r[2] for r in rows], "fired": ""})
+    causes = pd.DataFrame(
+        {
+            "episode_id": eids,
+            "item_id": [r[0] for r in rows],
+            "cause": [r[1] for r in rows],
+            "fixing_sets": [r[2] for r in rows],
+            "fired": "",
+        }
+    )
     scores = pd.DataFrame({"episode_id": eids, "score": 0.5})
     signals_ = pd.DataFrame({"episode_id": eids, "pattern": [r[3] for r in rows]})
     findings = pd.DataFrame({"episode_id": eids, "owner": [r[4] for r in rows]})
@@ -32,16 +41,18 @@ def table(rows):
 
 
 def test_compound_counts_only_when_the_owner_is_in_a_minimal_fixing_set_and_unknown_is_a_miss():
-    f, c, s, sig = table([
-        ("a", "E", "", REFUSAL, "E"),             # right
-        ("b", "compound", "E+C", REFUSAL, "C"),   # right: C is in the pair that fixes it
-        ("c", "compound", "E+C", REFUSAL, "W"),   # wrong: W fired perhaps, but no minimal fixing set has W
-        ("d", "compound", "", REFUSAL, "E"),      # only all four switches fix it: no owner is right
-        ("e", "C", "", BOUNCED, "unknown"),       # not covered: a miss, and counted in n
-        ("f", "external", "", REFUSAL, "none"),   # the diagnoser's `none` is external
-        ("g", "compound", "rho+W+C", REFUSAL, "W"),  # right: W is in a minimal triple that fixes it
-        ("h", "compound", "E+C;rho+W+C", REFUSAL, "rho"),  # right: rho is in one of its minimal sets
-    ])
+    f, c, s, sig = table(
+        [
+            ("a", "E", "", REFUSAL, "E"),  # right
+            ("b", "compound", "E+C", REFUSAL, "C"),  # right: C is in the pair that fixes it
+            ("c", "compound", "E+C", REFUSAL, "W"),  # wrong: W fired perhaps, but no minimal fixing set has W
+            ("d", "compound", "", REFUSAL, "E"),  # only all four switches fix it: no owner is right
+            ("e", "C", "", BOUNCED, "unknown"),  # not covered: a miss, and counted in n
+            ("f", "external", "", REFUSAL, "none"),  # the diagnoser's `none` is external
+            ("g", "compound", "rho+W+C", REFUSAL, "W"),  # right: W is in a minimal triple that fixes it
+            ("h", "compound", "E+C;rho+W+C", REFUSAL, "rho"),  # right: rho is in one of its minimal sets
+        ]
+    )
     loc = localization(f, c, s, sig)
     assert loc["n"] == 8 and loc["n_single"] == 3
     assert loc["accuracy"] == 5 / 8
@@ -66,20 +77,23 @@ def test_the_trace_rule_is_fitted_per_pattern_and_falls_back_on_the_three_line_r
     rule = fit(labelled(c, s, sig), Key.PATTERN)
     assert rule.by_key[BOUNCED] is Owner.C
     assert three_line(from_pattern(BOUNCED)) is Owner.W
-    unseen = Signals(blocking=True, refusal=True, unconfirmed=True, early_finish=False, bounced=False,
-                     unfinished=False).pattern()
+    unseen = Signals(
+        blocking=True, refusal=True, unconfirmed=True, early_finish=False, bounced=False, unfinished=False
+    ).pattern()
     frame = pd.DataFrame({"pattern": [BOUNCED, unseen]})
     assert list(rule.predict(frame)) == ["C", "external"]
     assert fit(labelled(c, s, sig), Key.CONSTANT).default is Owner.C
 
 
 def test_the_diagnoser_must_beat_the_fitted_trace_rule_by_ten_points():
-    train = table([(f"t{k}", "C", "", BOUNCED, "C") for k in range(6)] + [(f"r{k}", "E", "", REFUSAL, "E")
-                                                                          for k in range(4)])
+    train = table(
+        [(f"t{k}", "C", "", BOUNCED, "C") for k in range(6)] + [(f"r{k}", "E", "", REFUSAL, "E") for k in range(4)]
+    )
     baselines = fit_baselines(*train[1:])
     # dev: the same patterns; a diagnoser that says exactly what the fitted rule says only ties it
-    dev = table([(f"d{k}", "C", "", BOUNCED, "C") for k in range(6)] + [(f"e{k}", "E", "", REFUSAL, "E")
-                                                                        for k in range(4)])
+    dev = table(
+        [(f"d{k}", "C", "", BOUNCED, "C") for k in range(6)] + [(f"e{k}", "E", "", REFUSAL, "E") for k in range(4)]
+    )
     loc = localization(*dev, baselines)
     assert loc["accuracy"] == 1.0 and loc["trace_rule_accuracy"] == 1.0 and loc["margin"] == 0.0
     assert loc["checks"] == {"coverage": True, "accuracy": True, "margin": False} and not loc["passes"]
@@ -99,11 +113,20 @@ def test_without_baselines_each_is_cross_fitted_on_the_other_half_of_the_items()
 
 
 def test_signals_read_off_a_trace():
-    refused = [st(0, *call(CANCEL, "1", ok=False, rule_id="r1", rule="x", error="no")), st(1, *call(CANCEL, "1")),
-               st(2, FINISH, {"ok": True}, pending=[(CANCEL, "2")])]
+    refused = [
+        st(0, *call(CANCEL, "1", ok=False, rule_id="r1", rule="x", error="no")),
+        st(1, *call(CANCEL, "1")),
+        st(2, FINISH, {"ok": True}, pending=[(CANCEL, "2")]),
+    ]
     s = signals(refused, WRITES, TARGETS)
-    assert (s.refusal, s.unconfirmed, s.early_finish, s.blocking, s.bounced, s.unfinished) == \
-        (True, True, True, False, False, False)
+    assert (s.refusal, s.unconfirmed, s.early_finish, s.blocking, s.bounced, s.unfinished) == (
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    )
     bounced = [st(0, *call(CANCEL, "1"), blocked="confirm_before_write: no confirmation")]
     s = signals(bounced, WRITES, TARGETS)
     assert s.bounced and s.unfinished and not s.unconfirmed and not s.refusal
@@ -114,8 +137,9 @@ def test_signals_read_off_a_trace():
 
 def test_the_trace_rule_without_refusals_cannot_see_them():
     """Blanking the rule-refusal signal (a world whose refusals say nothing): refused episodes look like the others."""
-    plain = Signals(blocking=False, refusal=False, unconfirmed=False, early_finish=False, bounced=False,
-                    unfinished=False).pattern()
+    plain = Signals(
+        blocking=False, refusal=False, unconfirmed=False, early_finish=False, bounced=False, unfinished=False
+    ).pattern()
     rows = [(f"e{k}", "E", "", REFUSAL, "E") for k in range(4)] + [(f"w{k}", "W", "", plain, "W") for k in range(6)]
     train = table(rows)
     loc = localization(*table([(f"d{r[0]}", *r[1:]) for r in rows]), fit_baselines(*train[1:]))
@@ -128,8 +152,13 @@ def test_without_counterfactual_labels_localization_is_unscored_and_says_what_it
     None: neither 0% nor 100%), and the diagnoser's unattributed failures are counted by the evidence it had."""
     from components.evolution.localization import localization_notes
 
-    f, c, s, sig = table([("a", "unlabelled", "", REFUSAL, "unknown"), ("b", "unlabelled", "", REFUSAL, "unknown"),
-                          ("c", "unlabelled", "", BOUNCED, "E")])
+    f, c, s, sig = table(
+        [
+            ("a", "unlabelled", "", REFUSAL, "unknown"),
+            ("b", "unlabelled", "", REFUSAL, "unknown"),
+            ("c", "unlabelled", "", BOUNCED, "E"),
+        ]
+    )
     f = f.assign(kind=["missing_write", "wrong_args", "refusal"])
     loc = localization(f, c, s, sig)
     assert loc["accuracy"] is None and loc["n"] == 0 and loc["scored"] is False and not loc["passes"]
@@ -139,7 +168,8 @@ def test_without_counterfactual_labels_localization_is_unscored_and_says_what_it
         "diagnosis localization: unscored (no counterfactual cause: the world has no fault switches to replay (3 "
         "failed episode(s) unlabelled))",
         "diagnosis could not attribute 2 of 3 diagnosed failed episode(s) to an owner; its evidence there: "
-        "missing_write 1, wrong_args 1"]
+        "missing_write 1, wrong_args 1",
+    ]
     # one labelled failure among them: scored (on that one alone), and nothing said about being unscored
     f2, c2, s2, sig2 = table([("a", "unlabelled", "", REFUSAL, "unknown"), ("d", "E", "", REFUSAL, "E")])
     loc = localization(f2.assign(kind="missing_write"), c2, s2, sig2)

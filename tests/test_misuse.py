@@ -75,6 +75,7 @@ def project(tmp_path, monkeypatch, bench_dir):
 
 # -- outputs: a command writes only where it owns ----------------------------------------------------------------------
 
+
 def test_eval_out_over_a_directory_with_git_is_refused_and_left_intact(project, bench_dir):
     before = snapshot(project)
     r = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "mine", "--seeds", "1")
@@ -86,22 +87,29 @@ def test_eval_out_over_a_directory_with_git_is_refused_and_left_intact(project, 
 def test_eval_out_onto_its_own_package_is_refused(project, bench_dir):
     before = snapshot(project)
     one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "pkg"), 2, "is the input package")
-    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "pkg/em"), 2,
-             "is inside the input package")
+    one_line(
+        ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "pkg/em"),
+        2,
+        "is inside the input package",
+    )
     one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "."), 2, "holds the input package")
     assert snapshot(project) == before
 
 
 def test_eval_reruns_over_its_own_output_and_marks_it(project, bench_dir):
     items = ",".join(json.loads((bench_dir / "splits.json").read_text())["dev"][:2])
-    first = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1", "--out", "ev")
+    first = ratchet(
+        "eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1", "--out", "ev"
+    )
     assert first.exit_code == 0, first.stderr
     s = json.loads((project / "ev" / "meta.json").read_text())  # tokens labelled (was `tokens 2919185/47436`)
     assert f"tokens in {s['tokens_in']:,}, out {s['tokens_out']:,}" in first.stdout, first.stdout
     assert (project / "ev" / MARK).read_text().strip() == "eval"
     (project / "ev" / "scores.csv").write_text("stale\n")
     before = snapshot(project, skip=project / "ev")
-    again = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1", "--out", "ev")
+    again = ratchet(
+        "eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1", "--out", "ev"
+    )
     assert again.exit_code == 0, again.stderr
     assert (project / "ev" / "scores.csv").read_text().startswith("item_id,")  # replaced: a rerun owns it
     assert snapshot(project, skip=project / "ev") == before
@@ -155,12 +163,21 @@ def test_campaign_out_over_a_foreign_directory_or_its_start_is_refused(project, 
 
 # -- campaign identity -------------------------------------------------------------------------------------------------
 
+
 def _started(project, bench_dir, **over) -> Path:
     """A campaign output whose lineage has committed M0 with the identity of these params (no round run)."""
     from components.memory import digest
 
-    p = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir),
-                           "benchmark.receipts": "explained", **over})
+    p = load_params(
+        None,
+        {
+            "campaign.out": "camp",
+            "campaign.start": "pkg",
+            "benchmark.out": str(bench_dir),
+            "benchmark.receipts": "explained",
+            **over,
+        },
+    )
     Lineage(project / "camp" / "lineage").start("pkg", digest(bench_dir), p.identity())
     (project / "camp" / MARK).write_text("campaign\n")
     return project / "camp"
@@ -184,18 +201,37 @@ def test_rerun_with_another_benchmark_is_refused(project, bench_dir):
     shutil.copytree(bench_dir, other)
     (other / "policy.md").write_text((other / "policy.md").read_text() + "\nOne more rule.\n")
     before = snapshot(project)
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={other}", *EXPLAINED, "--set",
-                     "campaign.start=pkg"), 2, "camp: benchmark:", "digest")
+    one_line(
+        ratchet(
+            "campaign",
+            "run",
+            "--out",
+            "camp",
+            "--set",
+            f"benchmark.out={other}",
+            *EXPLAINED,
+            "--set",
+            "campaign.start=pkg",
+        ),
+        2,
+        "camp: benchmark:",
+        "digest",
+    )
     assert snapshot(project) == before
 
 
-@pytest.mark.parametrize("field,value", [("campaign.seeds", "5"), ("gate.alpha", "0.1"),
-                                         ("campaign.meta_agent_cfg", "{x: 1}")])
+@pytest.mark.parametrize(
+    "field,value", [("campaign.seeds", "5"), ("gate.alpha", "0.1"), ("campaign.meta_agent_cfg", "{x: 1}")]
+)
 def test_rerun_with_other_evolution_params_is_refused_naming_the_field(project, bench_dir, field, value):
     _started(project, bench_dir)
     before = snapshot(project)
-    one_line(_rerun(bench_dir, "--set", "campaign.start=pkg", "--set", f"{field}={value}"), 2, f"camp: {field}:",
-             "in this campaign's lineage")
+    one_line(
+        _rerun(bench_dir, "--set", "campaign.start=pkg", "--set", f"{field}={value}"),
+        2,
+        f"camp: {field}:",
+        "in this campaign's lineage",
+    )
     assert snapshot(project) == before
 
 
@@ -203,14 +239,30 @@ def test_rerun_may_change_rounds_and_budget_and_force_starts_over(project, bench
     from flows.campaign import prepare
 
     camp = _started(project, bench_dir)
-    ok = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir),
-                            "benchmark.receipts": "explained",
-                            "campaign.rounds": 3, "budget.model_calls": 10, "campaign.workers": 1})
+    ok = load_params(
+        None,
+        {
+            "campaign.out": "camp",
+            "campaign.start": "pkg",
+            "benchmark.out": str(bench_dir),
+            "benchmark.receipts": "explained",
+            "campaign.rounds": 3,
+            "budget.model_calls": 10,
+            "campaign.workers": 1,
+        },
+    )
     prepare(ok)  # documented as changeable: no refusal
     assert (camp / "lineage" / "lineage.jsonl").exists()
-    other = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir),
-                               "benchmark.receipts": "explained",
-                               "campaign.seeds": 4})
+    other = load_params(
+        None,
+        {
+            "campaign.out": "camp",
+            "campaign.start": "pkg",
+            "benchmark.out": str(bench_dir),
+            "benchmark.receipts": "explained",
+            "campaign.seeds": 4,
+        },
+    )
     prepare(other, force=True)  # Ratchet's own campaign, replacing it meant: deleted, to start over
     assert not camp.exists() and (project / "mine" / "notes.txt").exists()
 
@@ -219,8 +271,11 @@ def test_rerun_may_change_rounds_and_budget_and_force_starts_over(project, bench
 def zygote(tmp_path_factory):
     """`ratchet` as a real process, forked from one that has done the imports a campaign command does (~8 CPU-s each
     otherwise; see tests/zygote.py). Imported without PREFECT_API_URL, as a user's `ratchet campaign run` is."""
-    z = Zygote(tmp_path_factory.mktemp("zygote"), {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"},
-               ["flows.campaign", "prefect.flow_engine", "prefect.task_engine"])
+    z = Zygote(
+        tmp_path_factory.mktemp("zygote"),
+        {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"},
+        ["flows.campaign", "prefect.flow_engine", "prefect.task_engine"],
+    )
     yield z
     z.close()
 
@@ -230,15 +285,29 @@ def test_a_running_campaign_is_refused_before_prefect_says_anything(project, ben
     the imports, which the zygote did for it)."""
     _started(project, bench_dir)
     with LineageLock(project / "camp" / "lineage"):
-        r = zygote(project, ["campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED,
-                             "--set",
-                             "campaign.start=pkg"], env=dict(os.environ), timeout=120)
+        r = zygote(
+            project,
+            [
+                "campaign",
+                "run",
+                "--out",
+                "camp",
+                "--set",
+                f"benchmark.out={bench_dir}",
+                *EXPLAINED,
+                "--set",
+                "campaign.start=pkg",
+            ],
+            env=dict(os.environ),
+            timeout=120,
+        )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().count("\n") == 0 and "locked by another campaign" in r.stderr, r.stderr
     assert zygote.import_stderr.read_text() == ""
 
 
 # -- params ------------------------------------------------------------------------------------------------------------
+
 
 def test_a_missing_params_file_is_refused(project):
     one_line(ratchet("campaign", "run", "--params", "nope.yaml"), 2, "nope.yaml: -: no such file")
@@ -256,8 +325,9 @@ def test_a_params_directory_or_non_utf8_file_is_refused(project):
 
 def test_a_yaml_alias_bomb_is_refused_at_once(project):
     levels = "".join(f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
-    (project / "bomb.yaml").write_text("campaign:\n  meta_agent_cfg:\n    l0: &l0 [x]\n" +
-                                       levels.replace("  l", "    l"))
+    (project / "bomb.yaml").write_text(
+        "campaign:\n  meta_agent_cfg:\n    l0: &l0 [x]\n" + levels.replace("  l", "    l")
+    )
     assert len((project / "bomb.yaml").read_bytes()) < 1000
     t = time.monotonic()
     one_line(ratchet("campaign", "run", "--params", "bomb.yaml"), 2, "bomb.yaml: line", "alias")
@@ -272,60 +342,110 @@ def test_free_form_dicts_are_bounded(project):
     one_line(ratchet("campaign", "run", "--set", f"campaign.meta_agent_cfg={{x: {wide}}}"), 2, "more than")
 
 
-@pytest.mark.parametrize("setting,field", [("budget.money=.nan", "budget.money"), ("gate.material=.inf", "gate.material"),
-                                           ("budget.tokens_in=-5", "budget.tokens_in"),
-                                           ("budget.money=-1", "budget.money"),
-                                           ("campaign.model_cfg={t: .nan}", "campaign.model_cfg")])
+@pytest.mark.parametrize(
+    "setting,field",
+    [
+        ("budget.money=.nan", "budget.money"),
+        ("gate.material=.inf", "gate.material"),
+        ("budget.tokens_in=-5", "budget.tokens_in"),
+        ("budget.money=-1", "budget.money"),
+        ("campaign.model_cfg={t: .nan}", "campaign.model_cfg"),
+    ],
+)
 def test_numbers_are_finite_and_caps_not_negative(project, setting, field):
     one_line(ratchet("campaign", "run", "--set", setting), 2, f"params: {field}")
     assert not (project / "runs").exists()
 
 
 def test_set_with_bad_yaml_or_into_a_scalar_is_one_line(project):
-    one_line(ratchet("campaign", "run", "--set", "campaign.model_cfg={a: [1"), 2, "--set: campaign.model_cfg: malformed")
-    one_line(ratchet("campaign", "run", "--set", "campaign.rounds=3", "--set", "campaign.rounds.x=1"), 2,
-             "campaign.rounds.x: campaign.rounds is not a mapping")
+    one_line(
+        ratchet("campaign", "run", "--set", "campaign.model_cfg={a: [1"), 2, "--set: campaign.model_cfg: malformed"
+    )
+    one_line(
+        ratchet("campaign", "run", "--set", "campaign.rounds=3", "--set", "campaign.rounds.x=1"),
+        2,
+        "campaign.rounds.x: campaign.rounds is not a mapping",
+    )
     one_line(ratchet("campaign", "run", "--set", "novalue"), 2, "expected key.path=value")
 
 
 # -- nothing succeeds on nothing ---------------------------------------------------------------------------------------
 
+
 def test_eval_with_zero_seeds_is_refused(project, bench_dir):
     before = snapshot(project)
-    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--seeds", "0", "--out", "ev"), 2,
-             "--seeds: 0: must be at least 1")
-    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", ",", "--out", "ev"), 2,
-             "--items: no item ids")
+    one_line(
+        ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--seeds", "0", "--out", "ev"),
+        2,
+        "--seeds: 0: must be at least 1",
+    )
+    one_line(
+        ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", ",", "--out", "ev"),
+        2,
+        "--items: no item ids",
+    )
     assert snapshot(project) == before
 
 
 def test_an_eval_where_every_episode_errored_fails(project, bench_dir, free_port, monkeypatch):
-
     dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     items = ",".join(json.loads((bench_dir / "splits.json").read_text())["dev"][:2])
-    r = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1",
-                "--model", "openai", "--base-url", dead, "--max-retries", "0", "--timeout", "2", "--out", "ev")
+    r = ratchet(
+        "eval",
+        "--package",
+        "pkg",
+        "--benchmark",
+        bench_dir,
+        "--items",
+        items,
+        "--seeds",
+        "1",
+        "--model",
+        "openai",
+        "--base-url",
+        dead,
+        "--max-retries",
+        "0",
+        "--timeout",
+        "2",
+        "--out",
+        "ev",
+    )
     line = one_line(r, 1, "every episode errored (2 of 2); the first: model:")
     assert "onnect" in line  # the first error names its cause
 
 
 def test_shares_that_leave_an_empty_split_are_refused(project):
     before = snapshot(project)
-    one_line(ratchet("bench", "materialize", "--out", "b", "--per-family", "3", "--train-share", "0.6",
-                     "--dev-share", "0.4"), 2, "--dev-share", "test split")
-    one_line(ratchet("bench", "materialize", "--out", "b", "--per-family", "3", "--train-share", "0.1",
-                     "--dev-share", "0.5"), 2, "the train split would be empty")
+    one_line(
+        ratchet(
+            "bench", "materialize", "--out", "b", "--per-family", "3", "--train-share", "0.6", "--dev-share", "0.4"
+        ),
+        2,
+        "--dev-share",
+        "test split",
+    )
+    one_line(
+        ratchet(
+            "bench", "materialize", "--out", "b", "--per-family", "3", "--train-share", "0.1", "--dev-share", "0.5"
+        ),
+        2,
+        "the train split would be empty",
+    )
     assert snapshot(project) == before
 
 
 # -- one line, not a traceback -----------------------------------------------------------------------------------------
+
 
 def test_badly_shaped_benchmark_json_is_one_line(project, bench_dir):
     bad = project / "badbench"
     shutil.copytree(bench_dir, bad)
     splits = json.loads((bad / "splits.json").read_text())
     (bad / "splits.json").write_text(json.dumps({**splits, "dev": 5}))
-    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bad, "--out", "ev"), 2, "splits.json: dev: must be a list")
+    one_line(
+        ratchet("eval", "--package", "pkg", "--benchmark", bad, "--out", "ev"), 2, "splits.json: dev: must be a list"
+    )
     (bad / "splits.json").write_text(json.dumps(splits))
     (bad / "tools.json").write_text('{"not": "a list"}')
     one_line(ratchet("eval", "--package", "pkg", "--benchmark", bad, "--out", "ev"), 2, "tools.json")
@@ -353,16 +473,26 @@ def test_a_missing_or_non_directory_start_is_one_line(project, bench_dir):
     (project / "afile").write_text("x\n")
     common = ["--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED]
     one_line(ratchet("campaign", "run", *common, "--set", "campaign.start=nope"), 2, "nope: campaign.start: no such")
-    one_line(ratchet("campaign", "run", *common, "--set", "campaign.start=afile"), 2, "afile: campaign.start: not a dir")
+    one_line(
+        ratchet("campaign", "run", *common, "--set", "campaign.start=afile"), 2, "afile: campaign.start: not a dir"
+    )
     assert not (project / "camp").exists()
 
 
 def test_an_unknown_world_is_one_line_naming_the_known_ones(project):
     # the message lists the registered worlds by name (sorting the registry's entries themselves raised a TypeError)
-    one_line(ratchet("bench", "materialize", "--world", "nowhere", "--out", "b"), 2,
-             "--world", "unknown world 'nowhere' (one of airline, retail, tau2-airline, tau2-retail)")
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", "benchmark.world=nowhere"), 2,
-             "benchmark.world", "unknown world 'nowhere'")
+    one_line(
+        ratchet("bench", "materialize", "--world", "nowhere", "--out", "b"),
+        2,
+        "--world",
+        "unknown world 'nowhere' (one of airline, retail, tau2-airline, tau2-retail)",
+    )
+    one_line(
+        ratchet("campaign", "run", "--out", "camp", "--set", "benchmark.world=nowhere"),
+        2,
+        "benchmark.world",
+        "unknown world 'nowhere'",
+    )
     assert not (project / "b").exists() and not (project / "camp").exists()
 
 
@@ -409,6 +539,7 @@ def test_a_budget_stop_prints_no_prefect_traceback(prefect_server, capfd):
 
 # -- serve-sim ---------------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     """serve-sim on a loopback port in a thread (header and body timeouts 1 s for the test)."""
@@ -419,8 +550,15 @@ def sim(tmp_path_factory):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(max_body=200_000, body_timeout=1.0), host="127.0.0.1", port=port,
-                                           log_level="critical", http=_header_timeout_protocol(1.0)))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(max_body=200_000, body_timeout=1.0),
+            host="127.0.0.1",
+            port=port,
+            log_level="critical",
+            http=_header_timeout_protocol(1.0),
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     for _ in range(100):
@@ -438,9 +576,15 @@ def _conversation(bench_dir) -> dict:
     b = load_benchmark(bench_dir)
     task = b.tasks[b.ids("dev")[0]]
     env = world("retail").make_env(b, task)
-    return {"model": "sim", "seed": 0, "tools": env.tools,
-            "messages": [{"role": "system", "content": env.system_prompt},
-                         {"role": "user", "content": env.first_message()}]}
+    return {
+        "model": "sim",
+        "seed": 0,
+        "tools": env.tools,
+        "messages": [
+            {"role": "system", "content": env.system_prompt},
+            {"role": "user", "content": env.first_message()},
+        ],
+    }
 
 
 def _error_of(r: httpx.Response, status: int, param: str | None = None) -> dict:
@@ -455,21 +599,42 @@ def _error_of(r: httpx.Response, status: int, param: str | None = None) -> dict:
 def test_serve_sim_bad_json_is_a_400_and_the_connection_stays_usable(sim, bench_dir):
     good = _conversation(bench_dir)
     with httpx.Client(base_url=sim, timeout=10) as client:  # one keep-alive connection throughout
-        _error_of(client.post("/v1/chat/completions", content=b'{"messages": [', headers={"content-type": "application/json"}), 400)
+        _error_of(
+            client.post(
+                "/v1/chat/completions", content=b'{"messages": [', headers={"content-type": "application/json"}
+            ),
+            400,
+        )
         ok = client.post("/v1/chat/completions", json=good)
         assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["role"] == "assistant"
         assert abs(ok.json()["created"] - time.time()) < 60  # a real timestamp
 
 
-@pytest.mark.parametrize("change,status,param", [
-    (lambda b: b.pop("messages"), 400, "messages"),
-    (lambda b: b.update(messages="hello"), 400, "messages"),
-    (lambda b: b.update(seed="zero"), 400, "seed"),
-    (lambda b: b.update(stream=True), 400, "stream"),
-    (lambda b: b.update(n=2), 400, "n"),
-    (lambda b: b.update(messages=b["messages"][1:]), 400, "messages"),  # a user-only conversation
-    (lambda b: b.update(tool_choice={"type": "function", "function": {"name": "delete_everything"}}), 400, "tool_choice"),
-], ids=["no-messages", "messages-not-a-list", "seed-not-an-int", "stream", "n-2", "user-only", "tool-choice-not-offered"])
+@pytest.mark.parametrize(
+    "change,status,param",
+    [
+        (lambda b: b.pop("messages"), 400, "messages"),
+        (lambda b: b.update(messages="hello"), 400, "messages"),
+        (lambda b: b.update(seed="zero"), 400, "seed"),
+        (lambda b: b.update(stream=True), 400, "stream"),
+        (lambda b: b.update(n=2), 400, "n"),
+        (lambda b: b.update(messages=b["messages"][1:]), 400, "messages"),  # a user-only conversation
+        (
+            lambda b: b.update(tool_choice={"type": "function", "function": {"name": "delete_everything"}}),
+            400,
+            "tool_choice",
+        ),
+    ],
+    ids=[
+        "no-messages",
+        "messages-not-a-list",
+        "seed-not-an-int",
+        "stream",
+        "n-2",
+        "user-only",
+        "tool-choice-not-offered",
+    ],
+)
 def test_serve_sim_refuses_malformed_or_unsupported_requests(sim, bench_dir, change, status, param):
     body = _conversation(bench_dir)
     change(body)
@@ -507,8 +672,11 @@ def test_serve_sim_calls_only_offered_tools_as_tool_choice_allows(sim, bench_dir
     withheld = httpx.post(f"{sim}/v1/chat/completions", json={**body, "tools": fewer}, timeout=10).json()
     assert all(c["function"]["name"] != wanted for c in withheld["choices"][0]["message"].get("tool_calls") or [])
     other = fewer[0]["function"]["name"]
-    forced = httpx.post(f"{sim}/v1/chat/completions", timeout=10,
-                        json={**body, "tool_choice": {"type": "function", "function": {"name": other}}})
+    forced = httpx.post(
+        f"{sim}/v1/chat/completions",
+        timeout=10,
+        json={**body, "tool_choice": {"type": "function", "function": {"name": other}}},
+    )
     _error_of(forced, 422, "tool_choice")
 
 
@@ -519,6 +687,7 @@ def test_serve_sim_validates_port_and_fault_rate():
 
 
 # -- no orphans --------------------------------------------------------------------------------------------------------
+
 
 def _children(pid: int) -> list[int]:
     import psutil
@@ -544,20 +713,42 @@ def test_kill_9_of_a_campaign_leaves_no_prefect_server(tmp_path, bench_dir, zygo
     import psutil
 
     home = tmp_path / "home"
-    env = {**os.environ, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
-           "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}"}
+    env = {
+        **os.environ,
+        "RATCHET_HOME": str(home),
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+    }
     env.pop("PREFECT_API_URL", None)
-    pid = zygote.start(tmp_path, ["campaign", "run", "--out", "camp", "--rounds", "3", "--set",
-                                  f"benchmark.out={bench_dir}", *EXPLAINED, "--set", f"campaign.start={SEED}"],
-                       env=env, unset=["PREFECT_API_URL"])
+    pid = zygote.start(
+        tmp_path,
+        [
+            "campaign",
+            "run",
+            "--out",
+            "camp",
+            "--rounds",
+            "3",
+            "--set",
+            f"benchmark.out={bench_dir}",
+            *EXPLAINED,
+            "--set",
+            f"campaign.start={SEED}",
+        ],
+        env=env,
+        unset=["PREFECT_API_URL"],
+    )
     try:
         server = []
         deadline = time.monotonic() + 120
         while not server and time.monotonic() < deadline and _running(pid):
             time.sleep(0.1)
-            server = [c for c in _children(pid) if "prefect.server.api.server:create_app" in
-                      " ".join(psutil.Process(c).cmdline())]
+            server = [
+                c
+                for c in _children(pid)
+                if "prefect.server.api.server:create_app" in " ".join(psutil.Process(c).cmdline())
+            ]
         assert server, "the campaign never started its temporary Prefect server"
         os.kill(pid, signal.SIGKILL)
         zygote.wait(pid, timeout=10)
@@ -574,6 +765,7 @@ def test_kill_9_of_a_campaign_leaves_no_prefect_server(tmp_path, bench_dir, zygo
 
 # -- campaigns move ----------------------------------------------------------------------------------------------------
 
+
 def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_server, tmp_path, monkeypatch):
     """Run a one-round campaign that promotes, copy it, move the original away: the copy resumes in place (the
     original is untouched) and `ratchet reproduce` on it finds the promotion identical."""
@@ -587,13 +779,24 @@ def test_a_moved_or_copied_campaign_resumes_and_reproduces_in_place(prefect_serv
     start = tmp_path / "start"  # the ledger fixes in place, so that round 1 commits (as in test_operations)
     shutil.copytree(SEED, start)
     manifest = start / "manifest.yaml"
-    manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6")
-                        .replace("bind_on: []", "bind_on: [order_id]"))
+    manifest.write_text(
+        manifest.read_text().replace("max_entries: 2", "max_entries: 6").replace("bind_on: []", "bind_on: [order_id]")
+    )
     # no MLflow traces: neither the resume nor `ratchet reproduce` reads them (two seeds: with one, round 1 rejects)
-    p = load_params(None, {"benchmark.out": bench.out, "benchmark.per_family": 6, "benchmark.receipts": "explained",
-                           "campaign.out": str(tmp_path / "a"),
-                           "campaign.start": str(start), "campaign.rounds": 1, "campaign.seeds": 2,
-                           "gate.n_boot": 1000, "campaign.traces_per_round": 0})
+    p = load_params(
+        None,
+        {
+            "benchmark.out": bench.out,
+            "benchmark.per_family": 6,
+            "benchmark.receipts": "explained",
+            "campaign.out": str(tmp_path / "a"),
+            "campaign.start": str(start),
+            "campaign.rounds": 1,
+            "campaign.seeds": 2,
+            "gate.n_boot": 1000,
+            "campaign.traces_per_round": 0,
+        },
+    )
     s = run_campaign(p)
     assert s["accepted"] == 1, "the test needs a round that promotes"
     shutil.copytree(tmp_path / "a", tmp_path / "copy")
@@ -620,6 +823,7 @@ def test_a_control_character_in_params_is_one_line_naming_the_file(tmp_path, whe
     """PyYAML's ReaderError (a control character) has no `problem` and a two-line str(); the error stays one line."""
     from components.errors import InputError as Err
     from components.params import parse_set
+
     path = tmp_path / "params.yaml"
     path.write_text("gate:\n  alpha: 0.05\x07\n" if where == "file" else "gate: {}\n", encoding="utf-8")
     with pytest.raises(Err) as e:
@@ -631,16 +835,28 @@ def test_a_control_character_in_params_is_one_line_naming_the_file(tmp_path, whe
 
 # -- session 7 sweep ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args,fragments", [
-    (["eval", "--package", "pkg", "--seeds", "abc"], ["--seeds:", "integer", "eval --help`"]),
-    (["eval", "--seeds", "1"], ["Missing option '--package'"]),
-    (["eval", "--package", "pkg", "--max-turns", "0"], ["--max-turns:"]),
-    (["nosuch"], ["No such command 'nosuch'"]),
-    (["campaign", "runs", "--limit", "-1"], ["--limit:"]),  # was Prefect's 422 traceback
-    (["worker", "--limit", "0"], ["--limit:"]),
-    (["--bogus"], ["No such option: --bogus", "--help`)"]),  # before the command: parsed by the app itself
-], ids=["not-an-int", "missing-option", "out-of-range", "no-such-command", "runs-limit", "worker-limit",
-        "option-before-the-command"])
+
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["eval", "--package", "pkg", "--seeds", "abc"], ["--seeds:", "integer", "eval --help`"]),
+        (["eval", "--seeds", "1"], ["Missing option '--package'"]),
+        (["eval", "--package", "pkg", "--max-turns", "0"], ["--max-turns:"]),
+        (["nosuch"], ["No such command 'nosuch'"]),
+        (["campaign", "runs", "--limit", "-1"], ["--limit:"]),  # was Prefect's 422 traceback
+        (["worker", "--limit", "0"], ["--limit:"]),
+        (["--bogus"], ["No such option: --bogus", "--help`)"]),  # before the command: parsed by the app itself
+    ],
+    ids=[
+        "not-an-int",
+        "missing-option",
+        "out-of-range",
+        "no-such-command",
+        "runs-limit",
+        "worker-limit",
+        "option-before-the-command",
+    ],
+)
 def test_an_option_typer_refuses_is_one_line_not_a_box(project, args, fragments):
     one_line(ratchet(*args), 2, *fragments)
     assert not (project / "runs").exists()
@@ -659,8 +875,12 @@ def test_a_server_port_out_of_range_is_refused_before_the_server_starts(args):
 def test_an_output_under_a_file_is_refused_and_nothing_is_written(project, bench_dir):
     (project / "afile").write_text("mine\n")
     before = snapshot(project)
-    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "afile/ev"), 2,
-             "afile/ev: --out:", "is not a directory")  # was a FileExistsError traceback from mkdir
+    one_line(
+        ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "afile/ev"),
+        2,
+        "afile/ev: --out:",
+        "is not a directory",
+    )  # was a FileExistsError traceback from mkdir
     one_line(ratchet("bench", "materialize", "--out", "afile/b", "--per-family", "3"), 2, "afile/b: benchmark.out:")
     assert snapshot(project) == before
 
@@ -668,25 +888,69 @@ def test_an_output_under_a_file_is_refused_and_nothing_is_written(project, bench
 def test_eval_refuses_repeated_items_huge_seeds_and_bad_endpoints_before_any_episode(project, bench_dir):
     item = json.loads((bench_dir / "splits.json").read_text())["dev"][0]
     common = ["eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "ev"]
-    one_line(ratchet(*common, "--items", f"{item}, {item} ", "--seeds", "1"), 2,  # spaces after commas are not ids
-             f"--items: given more than once: {item}")
+    one_line(
+        ratchet(*common, "--items", f"{item}, {item} ", "--seeds", "1"),
+        2,  # spaces after commas are not ids
+        f"--items: given more than once: {item}",
+    )
     one_line(ratchet(*common, "--items", item, "--seeds", "10000000000"), 2, "--seeds:", "at most")  # a MemoryError
-    one_line(ratchet(*common, "--items", item, "--model", "openai", "--base-url", "localhost:8000"), 2,
-             "model.base_url:", "not an http(s) URL")  # each episode spent its retries on it, then exit 1
-    one_line(ratchet(*common, "--items", item, "--model", "openai", "--base-url", "http://127.0.0.1:9/v1",
-                     "--tool-choice", "always"), 2, "model.tool_choice:")
+    one_line(
+        ratchet(*common, "--items", item, "--model", "openai", "--base-url", "localhost:8000"),
+        2,
+        "model.base_url:",
+        "not an http(s) URL",
+    )  # each episode spent its retries on it, then exit 1
+    one_line(
+        ratchet(
+            *common,
+            "--items",
+            item,
+            "--model",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--tool-choice",
+            "always",
+        ),
+        2,
+        "model.tool_choice:",
+    )
     for option in ("--timeout", "--temperature"):  # inf: a socket OverflowError traceback; every episode errored
-        one_line(ratchet(*common, "--items", item, "--model", "openai", "--base-url", "http://127.0.0.1:9/v1",
-                         option, "inf"), 2, f"{option}:")
+        one_line(
+            ratchet(
+                *common, "--items", item, "--model", "openai", "--base-url", "http://127.0.0.1:9/v1", option, "inf"
+            ),
+            2,
+            f"{option}:",
+        )
     assert not (project / "ev").exists()
 
 
 def test_a_package_for_another_world_is_refused_naming_a_card(project, bench_dir):
     other = PACKAGES / "airline" / "reference"
-    one_line(ratchet("eval", "--package", other, "--benchmark", bench_dir, "--seeds", "1", "--out", "ev"), 2,
-             "em/procedure/", "trigger.tool:", "is not a tool of the retail world")  # ran with every card inert
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED,
-                     "--set", f"campaign.start={other}"), 2, "campaign.start: ", "is not a tool of the retail world")
+    one_line(
+        ratchet("eval", "--package", other, "--benchmark", bench_dir, "--seeds", "1", "--out", "ev"),
+        2,
+        "em/procedure/",
+        "trigger.tool:",
+        "is not a tool of the retail world",
+    )  # ran with every card inert
+    one_line(
+        ratchet(
+            "campaign",
+            "run",
+            "--out",
+            "camp",
+            "--set",
+            f"benchmark.out={bench_dir}",
+            *EXPLAINED,
+            "--set",
+            f"campaign.start={other}",
+        ),
+        2,
+        "campaign.start: ",
+        "is not a tool of the retail world",
+    )
     assert not (project / "ev").exists() and not (project / "camp").exists()
 
 
@@ -695,12 +959,19 @@ def test_a_benchmark_naming_an_unknown_world_is_one_line_naming_meta_json(projec
     shutil.copytree(bench_dir, bad)
     meta = json.loads((bad / "meta.json").read_text())
     (bad / "meta.json").write_text(json.dumps({**meta, "world": "mars"}))
-    one_line(ratchet("eval", "--package", "pkg", "--benchmark", bad, "--out", "ev"), 2,
-             "bench/meta.json: world: unknown world 'mars'")
+    one_line(
+        ratchet("eval", "--package", "pkg", "--benchmark", bad, "--out", "ev"),
+        2,
+        "bench/meta.json: world: unknown world 'mars'",
+    )
     # another world's name on this benchmark: its episodes failed deep in that world's environment (a KeyError)
     (bad / "meta.json").write_text(json.dumps({**meta, "world": "airline"}))
-    one_line(ratchet("eval", "--package", PACKAGES / "airline" / "seed", "--benchmark", bad, "--out", "ev"), 2,
-             "bench/meta.json: write_tools: ", "not a write tool of the 'airline' world")
+    one_line(
+        ratchet("eval", "--package", PACKAGES / "airline" / "seed", "--benchmark", bad, "--out", "ev"),
+        2,
+        "bench/meta.json: write_tools: ",
+        "not a write tool of the 'airline' world",
+    )
     assert not (project / "ev").exists()
 
 
@@ -709,12 +980,15 @@ def _scores(path: Path, rows: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("cand,extra,fragments", [
-    ("dir", [], ["cdir: -: is a directory"]),  # was exit 3, "internal error: IsADirectoryError"
-    ("ragged", [], ["ragged.csv: -: not a readable CSV", "Expected 3 fields"]),  # was a second, empty error line
-    ("ok", ["--seed", "-1"], ["gate: seed: -1"]),  # was exit 3 from numpy
-    ("ok", ["--n-boot", "100000000000"], ["gate: n_boot:", "above"]),  # was exit 3, a MemoryError
-])
+@pytest.mark.parametrize(
+    "cand,extra,fragments",
+    [
+        ("dir", [], ["cdir: -: is a directory"]),  # was exit 3, "internal error: IsADirectoryError"
+        ("ragged", [], ["ragged.csv: -: not a readable CSV", "Expected 3 fields"]),  # was a second, empty error line
+        ("ok", ["--seed", "-1"], ["gate: seed: -1"]),  # was exit 3 from numpy
+        ("ok", ["--n-boot", "100000000000"], ["gate: n_boot:", "above"]),  # was exit 3, a MemoryError
+    ],
+)
 def test_gate_bad_tables_and_options_are_bad_input(tmp_path, cand, extra, fragments):
     rows = "".join(f"i{k},0,0.5\n" for k in range(6))
     base = _scores(tmp_path / "base.csv", rows)
@@ -727,8 +1001,23 @@ def test_gate_bad_tables_and_options_are_bad_input(tmp_path, cand, extra, fragme
 @pytest.mark.parametrize("setting", ["gate.seed=-1", "gate.n_boot=100000000000"])
 def test_gate_params_that_would_crash_a_round_are_refused_before_it_starts(project, bench_dir, setting):
     # gate.seed=-1 ran the campaign into numpy's ValueError inside Prefect (hundreds of lines) and left `camp` behind
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set",
-                     "campaign.start=pkg", "--set", setting), 2, f"params: {setting.split('=')[0]}:")
+    one_line(
+        ratchet(
+            "campaign",
+            "run",
+            "--out",
+            "camp",
+            "--set",
+            f"benchmark.out={bench_dir}",
+            *EXPLAINED,
+            "--set",
+            "campaign.start=pkg",
+            "--set",
+            setting,
+        ),
+        2,
+        f"params: {setting.split('=')[0]}:",
+    )
     assert not (project / "camp").exists()
 
 
@@ -742,22 +1031,38 @@ def test_a_damaged_state_file_does_not_stop_a_resume(project, bench_dir, monkeyp
     import flows.campaign
 
     camp = _started(project, bench_dir)
-    p = load_params(None, {"campaign.out": "camp", "campaign.start": "pkg", "benchmark.out": str(bench_dir),
-                           "benchmark.receipts": "explained"})
+    p = load_params(
+        None,
+        {
+            "campaign.out": "camp",
+            "campaign.start": "pkg",
+            "benchmark.out": str(bench_dir),
+            "benchmark.receipts": "explained",
+        },
+    )
     (camp / ".state").mkdir()
     (camp / ".state" / "params.json").write_text(p.model_dump_json())
     (camp / ".state" / "state.json").write_text("[1, 2")  # was a JSONDecodeError (or AttributeError) traceback
     ran = []
-    monkeypatch.setattr(flows.campaign, "run_campaign", lambda p: ran.append(p) or (_ for _ in ()).throw(
-        InputError("stopped by the test")))
+    monkeypatch.setattr(
+        flows.campaign,
+        "run_campaign",
+        lambda p: ran.append(p) or (_ for _ in ()).throw(InputError("stopped by the test")),
+    )
     r = ratchet("campaign", "resume", "--out", "camp")
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.exit_code == 2 and len(ran) == 1, r.stderr
     assert "state.json is unreadable (ignored" in lines[0] and lines[1:] == ["error: stopped by the test"], lines
 
 
-@pytest.mark.parametrize("text,field", [("{", "line 1: not valid JSON"), ("[]", "-: must be a JSON object"),
-                                        ('{"campaign": "x"}', "champion: Field required")])
+@pytest.mark.parametrize(
+    "text,field",
+    [
+        ("{", "line 1: not valid JSON"),
+        ("[]", "-: must be a JSON object"),
+        ('{"campaign": "x"}', "champion: Field required"),
+    ],
+)
 def test_report_on_a_damaged_summary_is_one_line_and_writes_nothing(project, text, field):
     (project / "camp").mkdir()
     (project / "camp" / "summary.json").write_text(text)
@@ -773,8 +1078,16 @@ def _fake_eval(root: Path, bench_dir: Path, package_digest: str) -> Path:
     _scores(ev / "scores.csv", "a,0,0.5\n")
     (ev / "_hidden" / "causes.csv").write_text("item_id,seed,cause\n")
     (ev / "traces.parquet").write_bytes(b"not parquet")
-    (ev / "meta.json").write_text(json.dumps({"package": "pkg", "package_digest": package_digest, "benchmark": "b",
-                                              "benchmark_digest": load_benchmark(bench_dir).digest}))
+    (ev / "meta.json").write_text(
+        json.dumps(
+            {
+                "package": "pkg",
+                "package_digest": package_digest,
+                "benchmark": "b",
+                "benchmark_digest": load_benchmark(bench_dir).digest,
+            }
+        )
+    )
     return ev
 
 
@@ -782,12 +1095,19 @@ def test_diagnose_refuses_another_package_and_damaged_eval_files(project, bench_
     from components.memory import digest
 
     _fake_eval(project, bench_dir, "0" * 64)
-    one_line(ratchet("diagnose", "--eval", "ev", "--package", "pkg", "--benchmark", bench_dir), 2,
-             "ev/meta.json: package_digest: the eval ran on another package")  # was scored silently
+    one_line(
+        ratchet("diagnose", "--eval", "ev", "--package", "pkg", "--benchmark", bench_dir),
+        2,
+        "ev/meta.json: package_digest: the eval ran on another package",
+    )  # was scored silently
     shutil.rmtree(project / "ev")
     _fake_eval(project, bench_dir, digest(project / "pkg"))
-    one_line(ratchet("diagnose", "--eval", "ev", "--package", "pkg", "--benchmark", bench_dir), 2,
-             "ev: -: an unreadable eval file", "Parquet")  # was pyarrow's ArrowInvalid traceback
+    one_line(
+        ratchet("diagnose", "--eval", "ev", "--package", "pkg", "--benchmark", bench_dir),
+        2,
+        "ev: -: an unreadable eval file",
+        "Parquet",
+    )  # was pyarrow's ArrowInvalid traceback
 
 
 def test_evidence_commands_never_write_into_a_file_that_is_not_a_graph(project):
@@ -805,13 +1125,16 @@ def test_evidence_commands_never_write_into_a_file_that_is_not_a_graph(project):
     assert snapshot(project) == before  # no tables added, no directory created
 
 
-@pytest.mark.parametrize("text,fragment", [
-    ("just a body\n", "front matter: missing"),  # was three 'Field required' lines
-    ("\ufeff---\nid: x\n---\nbody\n", "byte-order mark"),
-    ("---\n- a\n- b\n---\nbody\n", "must be a mapping"),  # was three 'Field required' lines
-    ("---\nid: cancel-reason\ntype: procedure\nbody\n", "no closing '---'"),
-    (None, "duplicate key 'source'"),  # was the last one kept, silently
-])
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("just a body\n", "front matter: missing"),  # was three 'Field required' lines
+        ("\ufeff---\nid: x\n---\nbody\n", "byte-order mark"),
+        ("---\n- a\n- b\n---\nbody\n", "must be a mapping"),  # was three 'Field required' lines
+        ("---\nid: cancel-reason\ntype: procedure\nbody\n", "no closing '---'"),
+        (None, "duplicate key 'source'"),  # was the last one kept, silently
+    ],
+)
 def test_card_front_matter_problems_are_one_line_each(package_copy, text, fragment):
     pkg = package_copy("reference")
     card = pkg / "em" / "procedure" / "cancel-reason.md"
@@ -842,8 +1165,9 @@ def test_a_benchmark_file_behind_a_symlink_is_refused(project, bench_dir):
     shutil.copy(linked / "policy.md", project / "policy.md")
     (linked / "policy.md").unlink()
     (linked / "policy.md").symlink_to(project / "policy.md")
-    one_line(ratchet("eval", "--package", "pkg", "--benchmark", linked, "--out", "ev"), 2,
-             "linked/policy.md: -: a symlink")
+    one_line(
+        ratchet("eval", "--package", "pkg", "--benchmark", linked, "--out", "ev"), 2, "linked/policy.md: -: a symlink"
+    )
     assert not (project / "ev").exists()
 
 
@@ -871,8 +1195,20 @@ def test_a_campaign_evidence_db_that_is_something_else_is_refused_and_left_intac
 
 def test_a_campaign_on_another_worlds_benchmark_is_refused(project, bench_dir):
     # benchmark.world=airline with the retail benchmark at benchmark.out: the airline start package ran on retail tasks
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", "benchmark.world=airline", "--set",
-                     f"benchmark.out={bench_dir}"), 2, "meta.json: world: 'retail', but benchmark.world is 'airline'")
+    one_line(
+        ratchet(
+            "campaign",
+            "run",
+            "--out",
+            "camp",
+            "--set",
+            "benchmark.world=airline",
+            "--set",
+            f"benchmark.out={bench_dir}",
+        ),
+        2,
+        "meta.json: world: 'retail', but benchmark.world is 'airline'",
+    )
     assert not (project / "camp").exists()
 
 
@@ -880,24 +1216,55 @@ def test_report_on_a_damaged_round_file_is_one_line_and_writes_nothing(project):
     # it was a pandas traceback after metrics.json had been written: a half-written report
     camp = project / "camp"
     (camp / "rounds" / "r01").mkdir(parents=True)
-    (camp / "summary.json").write_text(json.dumps({
-        "campaign": "x", "champion": "M0", "champion_digest": "a" * 64, "accepted": 0, "rounds": 1, "test": None,
-        "localization": {}, "history": [{"round": 1, "verdict": "reject"}],
-        "lineage": [{"version": "M0", "digest": "a" * 64}]}))
+    (camp / "summary.json").write_text(
+        json.dumps(
+            {
+                "campaign": "x",
+                "champion": "M0",
+                "champion_digest": "a" * 64,
+                "accepted": 0,
+                "rounds": 1,
+                "test": None,
+                "localization": {},
+                "history": [{"round": 1, "verdict": "reject"}],
+                "lineage": [{"version": "M0", "digest": "a" * 64}],
+            }
+        )
+    )
     (camp / "rounds" / "r01" / "findings.csv").write_text("not,the,columns\n1,2,3\n")
     one_line(ratchet("report", "--campaign", "camp", "--out", "rep"), 2, "r01/findings.csv: -: not a readable table")
     assert not (project / "rep").exists()
 
 
-@pytest.mark.parametrize("setting,fragment", [
-    ("campaign.tracking_uri=bogus://x", "not a store MLflow can use"),
-    ("campaign.dask_address=notanaddress", "not a Dask scheduler address"),
-])
-def test_a_store_or_scheduler_address_that_cannot_work_is_refused_before_the_campaign(project, bench_dir, setting,
-                                                                                      fragment):
+@pytest.mark.parametrize(
+    "setting,fragment",
+    [
+        ("campaign.tracking_uri=bogus://x", "not a store MLflow can use"),
+        ("campaign.dask_address=notanaddress", "not a Dask scheduler address"),
+    ],
+)
+def test_a_store_or_scheduler_address_that_cannot_work_is_refused_before_the_campaign(
+    project, bench_dir, setting, fragment
+):
     # both ran the campaign into a traceback of 150-300 lines inside its first round, its lineage already written
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set",
-                     "campaign.start=pkg", "--set", setting), 2, f"params: {setting.split('=')[0]}: ", fragment)
+    one_line(
+        ratchet(
+            "campaign",
+            "run",
+            "--out",
+            "camp",
+            "--set",
+            f"benchmark.out={bench_dir}",
+            *EXPLAINED,
+            "--set",
+            "campaign.start=pkg",
+            "--set",
+            setting,
+        ),
+        2,
+        f"params: {setting.split('=')[0]}: ",
+        fragment,
+    )
     assert not (project / "camp").exists()
 
 
@@ -922,10 +1289,18 @@ def _reply(**change) -> dict:
     return {"body": body}
 
 
-@pytest.mark.parametrize("change", [
-    {"choices__0__message": None}, {"choices__0__message": "hello"}, {"usage__prompt_tokens": "many"},
-    {"usage__completion_tokens": -1000000}, {"usage__prompt_tokens": 2.5}, {"usage": "lots"},
-], ids=["null-message", "string-message", "usage-string", "usage-negative", "usage-fraction", "usage-not-an-object"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"choices__0__message": None},
+        {"choices__0__message": "hello"},
+        {"usage__prompt_tokens": "many"},
+        {"usage__completion_tokens": -1000000},
+        {"usage__prompt_tokens": 2.5},
+        {"usage": "lots"},
+    ],
+    ids=["null-message", "string-message", "usage-string", "usage-negative", "usage-fraction", "usage-not-an-object"],
+)
 def test_a_reply_with_a_null_message_or_bad_usage_is_one_error_kind_never_credited(fake, change):
     from components.models import make_model
     from components.models.base import ModelError
@@ -945,24 +1320,53 @@ def test_a_reply_with_a_null_message_or_bad_usage_is_one_error_kind_never_credit
 def test_an_eval_on_replies_with_negative_usage_records_the_error_and_credits_nothing(project, bench_dir, fake):
     items = ",".join(json.loads((bench_dir / "splits.json").read_text())["dev"][:2])
     fake.script = [_reply(usage__prompt_tokens=-1000000, usage__completion_tokens=-1000000)] * 2
-    r = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1",
-                "--model", "openai", "--base-url", fake.url, "--max-retries", "0", "--out", "ev")
+    r = ratchet(
+        "eval",
+        "--package",
+        "pkg",
+        "--benchmark",
+        bench_dir,
+        "--items",
+        items,
+        "--seeds",
+        "1",
+        "--model",
+        "openai",
+        "--base-url",
+        fake.url,
+        "--max-retries",
+        "0",
+        "--out",
+        "ev",
+    )
     one_line(r, 1, "every episode errored (2 of 2); the first: model: malformed: the reply's usage")
     assert "-1000000" not in r.stdout
-    rows = [json.loads(x) for x in (project / "ev" / "scores.jsonl").read_text().splitlines()] \
-        if (project / "ev" / "scores.jsonl").exists() else []
+    rows = (
+        [json.loads(x) for x in (project / "ev" / "scores.jsonl").read_text().splitlines()]
+        if (project / "ev" / "scores.jsonl").exists()
+        else []
+    )
     assert all(row.get("tokens_in", 0) >= 0 for row in rows)
 
 
-@pytest.mark.parametrize("raw,param", [('"temperature": "hot"', "temperature"), ('"temperature": NaN', "temperature"),
-                                       ('"temperature": 7', "temperature"), ('"max_tokens": -1', "max_tokens"),
-                                       ('"max_tokens": true', "max_tokens"), ('"top_p": "0.5"', "top_p")])
+@pytest.mark.parametrize(
+    "raw,param",
+    [
+        ('"temperature": "hot"', "temperature"),
+        ('"temperature": NaN', "temperature"),
+        ('"temperature": 7', "temperature"),
+        ('"max_tokens": -1', "max_tokens"),
+        ('"max_tokens": true', "max_tokens"),
+        ('"top_p": "0.5"', "top_p"),
+    ],
+)
 def test_serve_sim_refuses_sampling_values_of_the_wrong_type_or_range(sim, bench_dir, raw, param):
     body = json.dumps(_conversation(bench_dir))
     bad = body[:-1] + ", " + raw + "}"
     with httpx.Client(base_url=sim, timeout=10) as client:
-        _error_of(client.post("/v1/chat/completions", content=bad, headers={"content-type": "application/json"}),
-                  400, param)
+        _error_of(
+            client.post("/v1/chat/completions", content=bad, headers={"content-type": "application/json"}), 400, param
+        )
         ok = {**_conversation(bench_dir), "temperature": 0.7, "max_tokens": 64}
         assert client.post("/v1/chat/completions", json=ok).status_code == 200
 
@@ -970,8 +1374,10 @@ def test_serve_sim_refuses_sampling_values_of_the_wrong_type_or_range(sim, bench
 def test_serve_sim_closes_a_connection_whose_body_stalls(sim):
     host, port = sim.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=8) as s:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 1000\r\n\r\n{\"messages\": [")  # full headers, then the body stops
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"messages": ['
+        )  # full headers, then the body stops
         t = time.monotonic()
         got = b""
         while chunk := s.recv(4096):
@@ -980,12 +1386,34 @@ def test_serve_sim_closes_a_connection_whose_body_stalls(sim):
     assert got.startswith(b"HTTP/1.1 408") and b"request_timeout" in got, got[:200]
 
 
-@pytest.mark.parametrize("setting,field", [("campaign.seeds=true", "campaign.seeds"), ("gate.alpha=false", "gate.alpha"),
-                                           ("budget.model_calls=yes", "budget.model_calls")])
+@pytest.mark.parametrize(
+    "setting,field",
+    [
+        ("campaign.seeds=true", "campaign.seeds"),
+        ("gate.alpha=false", "gate.alpha"),
+        ("budget.model_calls=yes", "budget.model_calls"),
+    ],
+)
 def test_a_yes_no_value_is_not_taken_for_a_number(project, bench_dir, setting, field):
     before = snapshot(project)
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set",
-                     "campaign.start=pkg", "--set", setting), 2, f"{field}:", "yes/no value")
+    one_line(
+        ratchet(
+            "campaign",
+            "run",
+            "--out",
+            "camp",
+            "--set",
+            f"benchmark.out={bench_dir}",
+            *EXPLAINED,
+            "--set",
+            "campaign.start=pkg",
+            "--set",
+            setting,
+        ),
+        2,
+        f"{field}:",
+        "yes/no value",
+    )
     assert snapshot(project) == before
     assert load_params(None, {"campaign.seeds": 2}).campaign.seeds == 2  # a number still is one
 
@@ -993,12 +1421,24 @@ def test_a_yes_no_value_is_not_taken_for_a_number(project, bench_dir, setting, f
 def test_report_refuses_a_campaign_with_a_round_directory_missing(project):
     camp = project / "camp"
     (camp / "rounds" / "r01").mkdir(parents=True)
-    (camp / "summary.json").write_text(json.dumps({
-        "campaign": "x", "champion": "M0", "champion_digest": "a" * 64, "accepted": 0, "rounds": 2, "test": None,
-        "localization": {}, "history": [{"round": 1, "verdict": "reject"}, {"round": 2, "verdict": "reject"}],
-        "lineage": [{"version": "M0", "digest": "a" * 64}]}))
-    one_line(ratchet("report", "--campaign", "camp", "--out", "rep"), 2, "rounds/r02: -: round 2",
-             "directory is missing")
+    (camp / "summary.json").write_text(
+        json.dumps(
+            {
+                "campaign": "x",
+                "champion": "M0",
+                "champion_digest": "a" * 64,
+                "accepted": 0,
+                "rounds": 2,
+                "test": None,
+                "localization": {},
+                "history": [{"round": 1, "verdict": "reject"}, {"round": 2, "verdict": "reject"}],
+                "lineage": [{"version": "M0", "digest": "a" * 64}],
+            }
+        )
+    )
+    one_line(
+        ratchet("report", "--campaign", "camp", "--out", "rep"), 2, "rounds/r02: -: round 2", "directory is missing"
+    )
     assert not (project / "rep").exists()
 
 
@@ -1013,11 +1453,28 @@ def _graph_with_m1(path: Path):
     g.verify(c.id, lambda ep, step: h)
     plan = g.add("decision", "plan:p1", "E: add a card", {"type": "plan", "plan_key": "p1"}, author="meta_agent")
     g.link(c.id, "used_in", plan.id)
-    v = g.add("decision", "verdict:p1", "accepted", {"type": "gate_verdict", "accept": True, "plan_key": "p1",
-                                                     "stage": "gate", "net": 0.1, "ci_lo": 0.01, "ci_hi": 0.2})
+    v = g.add(
+        "decision",
+        "verdict:p1",
+        "accepted",
+        {
+            "type": "gate_verdict",
+            "accept": True,
+            "plan_key": "p1",
+            "stage": "gate",
+            "net": 0.1,
+            "ci_lo": 0.01,
+            "ci_hi": 0.2,
+        },
+    )
     g.link(v.id, "derived_from", plan.id)
-    promo = g.promote("promotion:d1", "M1: E: add a card", v.id, [c.id],
-                      {"version": "M1", "digest": "d" * 64, "plan_key": "p1", "round": 1, "campaign": "c1"})
+    promo = g.promote(
+        "promotion:d1",
+        "M1: E: add a card",
+        v.id,
+        [c.id],
+        {"version": "M1", "digest": "d" * 64, "plan_key": "p1", "round": 1, "campaign": "c1"},
+    )
     g.link(plan.id, "used_in", promo.id)
     return g, c, v, promo
 
@@ -1029,8 +1486,9 @@ def test_revoking_twice_is_idempotent_and_keeps_every_reason(tmp_path):
     first = ratchet("evidence", "revoke", c.id, "--reason", "the rule changed", "--db", db)
     assert first.exit_code == 0 and f"flagged {promo.id}" in first.stdout, first.stdout
     second = ratchet("evidence", "revoke", c.id[:10], "--reason", "and the receipt was misread", "--db", db)
-    assert second.exit_code == 0 and "already revoked" in second.stdout and "flagged " not in second.stdout, \
+    assert second.exit_code == 0 and "already revoked" in second.stdout and "flagged " not in second.stdout, (
         second.stdout
+    )
     from components.evidence.graph import EvidenceGraph
 
     with EvidenceGraph(db) as g:
@@ -1073,8 +1531,12 @@ def test_an_ambiguous_node_prefix_says_so(tmp_path):
     a, n = next(x for x in ids if x.startswith(common)), sum(x.startswith(common) for x in ids)
     assert n >= 2 and len(common) > len("source:")
     before = db.read_bytes()
-    one_line(ratchet("evidence", "revoke", common, "--reason", "x", "--db", db), 2,
-             f"{common}: ambiguous: matches {n} nodes", "give more of the id")
+    one_line(
+        ratchet("evidence", "revoke", common, "--reason", "x", "--db", db),
+        2,
+        f"{common}: ambiguous: matches {n} nodes",
+        "give more of the id",
+    )
     assert db.read_bytes() == before
     assert ratchet("evidence", "revoke", a, "--reason", "x", "--db", db).exit_code == 0
 
@@ -1087,8 +1549,10 @@ def _read_only(directory: Path):
 
     if os.geteuid() == 0:
         ok = subprocess.run(["mount", "--bind", str(directory), str(directory)], capture_output=True).returncode == 0
-        ok = ok and subprocess.run(["mount", "-o", "remount,ro,bind", str(directory)],
-                                   capture_output=True).returncode == 0
+        ok = (
+            ok
+            and subprocess.run(["mount", "-o", "remount,ro,bind", str(directory)], capture_output=True).returncode == 0
+        )
         if not ok:
             subprocess.run(["umount", str(directory)], capture_output=True)
             pytest.skip("root without a read-only bind mount: a read-only graph cannot be made here")
@@ -1136,8 +1600,9 @@ def test_reproduce_on_an_altered_record_says_the_record_was_altered(project, ben
     (project / "cand" / "manifest.yaml").write_text((project / "cand" / "manifest.yaml").read_text() + "\n")
     m1 = lin.commit(project / "cand", digest(project / "cand"), 1, {"plan_key": "p1"})
     (camp / "rounds" / "r01").mkdir(parents=True)
-    (camp / "rounds" / "r01" / "round.json").write_text(json.dumps(
-        {"round": 1, "verdict": "accept", "child": {"version": m1.name, "digest": m1.digest}}))
+    (camp / "rounds" / "r01" / "round.json").write_text(
+        json.dumps({"round": 1, "verdict": "accept", "child": {"version": m1.name, "digest": m1.digest}})
+    )
     lines = lin.log.read_text().splitlines()
     rec = json.loads(lines[-1])
     if edit == "verdict":
@@ -1145,8 +1610,12 @@ def test_reproduce_on_an_altered_record_says_the_record_was_altered(project, ben
     else:
         rec.update(verdict="reject", child=None)  # and the promoted version with it
     lin.log.write_text("\n".join([*lines[:-1], json.dumps(rec)]) + "\n")
-    one_line(ratchet("reproduce", "--campaign", "camp", "--version", "M1"), 2, "lineage.jsonl: round 1:",
-             "the record was altered")
+    one_line(
+        ratchet("reproduce", "--campaign", "camp", "--version", "M1"),
+        2,
+        "lineage.jsonl: round 1:",
+        "the record was altered",
+    )
     one_line(ratchet("reproduce", "--campaign", "camp", "--version", "M7"), 2, "'M7' was not promoted here")
 
 
@@ -1164,15 +1633,23 @@ def _ops_processes(prefect_server, mlflow_db, tmp_path_factory):
     yield r
     r.close()
 
+
 # When: the temporary Prefect server is up (no PREFECT_API_URL: the campaign's own child process), the round's
 # evaluation is done (diagnosis and planning under way), the repair screen is done (the gate's dev evaluations under
 # way), the version is committed (the test certification under way). CI runs four cases that cover each moment,
 # signal and target; RATCHET_SIGNAL_MATRIX=full runs all 16 (docs/operations.md, "Nothing stuck").
 MOMENTS = {"server": None, "evaluated": "evaluate", "gating": "repair", "certifying": "commit"}
-CI_CASES = [("server", signal.SIGTERM, "group"), ("evaluated", signal.SIGINT, "group"),
-            ("gating", signal.SIGTERM, "pid"), ("certifying", signal.SIGINT, "pid")]
-CASES = ([(m, s, t) for m in MOMENTS for s in (signal.SIGINT, signal.SIGTERM) for t in ("pid", "group")]
-         if os.environ.get("RATCHET_SIGNAL_MATRIX") == "full" else CI_CASES)
+CI_CASES = [
+    ("server", signal.SIGTERM, "group"),
+    ("evaluated", signal.SIGINT, "group"),
+    ("gating", signal.SIGTERM, "pid"),
+    ("certifying", signal.SIGINT, "pid"),
+]
+CASES = (
+    [(m, s, t) for m in MOMENTS for s in (signal.SIGINT, signal.SIGTERM) for t in ("pid", "group")]
+    if os.environ.get("RATCHET_SIGNAL_MATRIX") == "full"
+    else CI_CASES
+)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -1240,24 +1717,48 @@ def test_sigint_and_sigterm_stop_a_campaign_within_10_s_resumably_and_leave_no_p
         # `campaign resume` once the campaign recorded its params; before that, the same command again
         started = (cwd / "camp" / ".state" / "params.json").is_file()
         how = "resume" if started else "rerun"
-        resumed = ops.zygote(cwd, ["campaign", "resume", "--out", "camp"] if started else
-                             ["campaign", "run", *small(bench, start=start)], env, unset)
-        same = resumed.returncode == 0 and all((cwd / "camp" / n).is_file() and
-                                               (cwd / "camp" / n).read_bytes() == (clean / "camp" / n).read_bytes()
-                                               for n in ("summary.json", "lineage/lineage.jsonl"))
-        rows.append(f"| {moment} | {sig.name} | {target} | {code} | {took:.1f} | {len(kids)} / {len(left)} | "
-                    f"{how}: {'yes' if same else 'NO'} |")
+        resumed = ops.zygote(
+            cwd,
+            ["campaign", "resume", "--out", "camp"] if started else ["campaign", "run", *small(bench, start=start)],
+            env,
+            unset,
+        )
+        same = resumed.returncode == 0 and all(
+            (cwd / "camp" / n).is_file() and (cwd / "camp" / n).read_bytes() == (clean / "camp" / n).read_bytes()
+            for n in ("summary.json", "lineage/lineage.jsonl")
+        )
+        rows.append(
+            f"| {moment} | {sig.name} | {target} | {code} | {took:.1f} | {len(kids)} / {len(left)} | "
+            f"{how}: {'yes' if same else 'NO'} |"
+        )
         if code != 128 + sig or took > 10 or left or not same or f"stopped by {sig.name}" not in err:
-            problems.append((moment, sig.name, target, code, round(took, 1), left, resumed.returncode,
-                             err[-600:], resumed.stderr[-600:]))
-    table = "\n".join(["| moment | signal | target | exit | seconds | children / left | continued: identical |",
-                       "|---|---|---|---|---|---|---|", *rows])
+            problems.append(
+                (
+                    moment,
+                    sig.name,
+                    target,
+                    code,
+                    round(took, 1),
+                    left,
+                    resumed.returncode,
+                    err[-600:],
+                    resumed.stderr[-600:],
+                )
+            )
+    table = "\n".join(
+        [
+            "| moment | signal | target | exit | seconds | children / left | continued: identical |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     print(table)
     (Path(os.environ.get("RATCHET_SIGNAL_TABLE", tmp_path / "signals.md"))).write_text(table + "\n")
     assert not problems, problems
 
 
 # -- a full disk, an unwritable place -----------------------------------------------------------------------------------
+
 
 def test_a_full_disk_during_eval_names_the_output_and_leaves_nothing(project, bench_dir):
     """ENOSPC at the write boundary (pandas writing a table): write(2) names no file; the line names the output."""
@@ -1273,11 +1774,17 @@ def test_a_full_disk_during_eval_names_the_output_and_leaves_nothing(project, be
     before = snapshot(project)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pd.DataFrame, "to_csv", full)
-        one_line(ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1",
-                         "--out", "ev"), 1, "error: ev: -: No space left on device")
+        one_line(
+            ratchet(
+                "eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1", "--out", "ev"
+            ),
+            1,
+            "error: ev: -: No space left on device",
+        )
     assert snapshot(project) == before  # no half-written output, no temp directory
-    again = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1",
-                    "--out", "ev")
+    again = ratchet(
+        "eval", "--package", "pkg", "--benchmark", bench_dir, "--items", items, "--seeds", "1", "--out", "ev"
+    )
     assert again.exit_code == 0, again.stderr  # space again: the same command works
 
 
@@ -1319,8 +1826,13 @@ def full_disk(tmp_path):
 
     where = tmp_path / "full"
     where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a small tmpfs here")
     filler = where / "filler"
     try:
@@ -1341,10 +1853,27 @@ def test_a_campaign_on_a_full_disk_is_one_line_naming_the_path_and_resumes(prefe
     # the smallest: 1 round, ~20 items
     BenchmarkParams(out=str(project / "b"), per_family=3, receipts="explained").materialize()
     camp = where / "camp"
-    args = ["campaign", "run", "--out", camp, "--rounds", "1", "--set", f"benchmark.out={project / 'b'}", *EXPLAINED,
-            "--set",
-            "benchmark.per_family=3", "--set", "campaign.start=pkg", "--set", "campaign.seeds=1", "--set",
-            "gate.n_boot=1000", "--set", "campaign.traces_per_round=0"]
+    args = [
+        "campaign",
+        "run",
+        "--out",
+        camp,
+        "--rounds",
+        "1",
+        "--set",
+        f"benchmark.out={project / 'b'}",
+        *EXPLAINED,
+        "--set",
+        "benchmark.per_family=3",
+        "--set",
+        "campaign.start=pkg",
+        "--set",
+        "campaign.seeds=1",
+        "--set",
+        "gate.n_boot=1000",
+        "--set",
+        "campaign.traces_per_round=0",
+    ]
     r = ratchet(*args)
     line = one_line(r, 1, str(where))
     assert "No space left on device" in line or "disk" in line, line
@@ -1372,8 +1901,9 @@ def test_a_server_a_command_started_stops_with_it(tmp_path, how):
 
     from tests.conftest import ROOT
 
-    parent = subprocess.Popen([sys.executable, "-c", SERVER_PARENT.format(root=str(ROOT))], start_new_session=True,
-                              stderr=subprocess.PIPE)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", SERVER_PARENT.format(root=str(ROOT))], start_new_session=True, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 60
     while not (kids := _children(parent.pid)) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -1392,8 +1922,13 @@ def test_a_server_a_command_started_stops_with_it(tmp_path, how):
     assert time.monotonic() - t0 < 10
 
 
-@pytest.mark.parametrize("args,program", [(["ui", "--port", "5999", "--tracking-uri", "sqlite:///m.db"], "mlflow"),
-                                          (["server", "--port", "4299"], "prefect")])
+@pytest.mark.parametrize(
+    "args,program",
+    [
+        (["ui", "--port", "5999", "--tracking-uri", "sqlite:///m.db"], "mlflow"),
+        (["server", "--port", "4299"], "prefect"),
+    ],
+)
 def test_ui_and_server_run_their_server_so_that_it_stops_with_them(tmp_path, monkeypatch, args, program):
     import flows.signals
 
@@ -1411,20 +1946,44 @@ def test_a_temporary_prefect_server_that_does_not_come_up_is_one_line_saying_wha
     printed. A timeout of 0 s reproduces that path in a real process (the zygote imported without PREFECT_API_URL)."""
     _started(project, bench_dir)
     home = project / "home"
-    env = {**os.environ, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
-           "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0"}
+    env = {
+        **os.environ,
+        "RATCHET_HOME": str(home),
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0",
+    }
     env.pop("PREFECT_API_URL", None)
-    r = zygote(project, ["campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set",
-                         "campaign.start=pkg"], env=env, unset=["PREFECT_API_URL"], timeout=300)
+    r = zygote(
+        project,
+        [
+            "campaign",
+            "run",
+            "--out",
+            "camp",
+            "--set",
+            f"benchmark.out={bench_dir}",
+            *EXPLAINED,
+            "--set",
+            "campaign.start=pkg",
+        ],
+        env=env,
+        unset=["PREFECT_API_URL"],
+        timeout=300,
+    )
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 1 and len(lines) == 1, r.stderr[-3000:]
-    assert "did not answer within 0 s" in lines[0] and "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in lines[0] \
-        and "ratchet server" in lines[0], lines[0]
+    assert (
+        "did not answer within 0 s" in lines[0]
+        and "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in lines[0]
+        and "ratchet server" in lines[0]
+    ), lines[0]
 
 
-def test_the_entry_point_run_in_process_leaves_the_callers_signals_and_prefect_as_they_were(monkeypatch, capsys,
-                                                                                           tmp_path):
+def test_the_entry_point_run_in_process_leaves_the_callers_signals_and_prefect_as_they_were(
+    monkeypatch, capsys, tmp_path
+):
     import sys
 
     import prefect.flow_engine
@@ -1438,12 +1997,16 @@ def test_the_entry_point_run_in_process_leaves_the_callers_signals_and_prefect_a
     with pytest.raises(SystemExit) as e:
         main()
     assert e.value.code == 2 and "campaign.start: no such directory" in capsys.readouterr().err
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM),
-            prefect.flow_engine.capture_sigterm) == before
+    assert (
+        signal.getsignal(signal.SIGINT),
+        signal.getsignal(signal.SIGTERM),
+        prefect.flow_engine.capture_sigterm,
+    ) == before
 
 
 # -- session 13: the third red team ------------------------------------------------------------------------------------
 # score tables: one reader (components/evolution/gate_files.py::read_table), ids as text, seeds exact
+
 
 def _table(path: Path, rows: list[tuple[str, str, str]]) -> Path:
     path.write_text("item_id,seed,score\n" + "".join(f"{i},{s},{v}\n" for i, s, v in rows))
@@ -1455,8 +2018,9 @@ def test_gate_keeps_an_item_named_na_or_empty_and_its_verdict(tmp_path):
     two named `NA` and `` regress, so the gate rejects (reg_cap 0); without them it would accept."""
     names = ["a", "b", "c", "d", "e", "NA", ""]
     base = _table(tmp_path / "b.csv", [(n, str(s), "0.5") for n in names for s in range(2)])
-    cand = _table(tmp_path / "c.csv", [(n, str(s), "0.0" if n in ("NA", "") else "0.6") for n in names
-                                       for s in range(2)])
+    cand = _table(
+        tmp_path / "c.csv", [(n, str(s), "0.0" if n in ("NA", "") else "0.6") for n in names for s in range(2)]
+    )
     r = ratchet("gate", "--base", base, "--cand", cand, "--json", "--reg-cap", "0", "--n-boot", "1000")
     v = json.loads(r.stdout)
     assert r.exit_code == 1 and v["n_items"] == 7 and v["n_regressed"] == 2, r.stdout  # NA and "" are items
@@ -1467,21 +2031,41 @@ def test_gate_seeds_are_exact_integers_not_floats(tmp_path):
     rows = [(f"i{k}", "0", "0.5") for k in range(6)]
     ok = _table(tmp_path / "ok.csv", rows)
     big = _table(tmp_path / "big.csv", [(f"i{k}", "1e300" if k == 0 else "0", "0.5") for k in range(6)])
-    one_line(ratchet("gate", "--base", ok, "--cand", big), 2, "big.csv: seed: '1e300' on line 2",
-             "not an integer written out")
+    one_line(
+        ratchet("gate", "--base", ok, "--cand", big),
+        2,
+        "big.csv: seed: '1e300' on line 2",
+        "not an integer written out",
+    )
 
 
-@pytest.mark.parametrize("cell,fragment", [("seed:inf", "seed: 'inf'"), ("seed:huge", "seed: '9999"),
-                                           ("item:huge", "incomplete pairing"), ("score:huge", "score: '0.12")])
+@pytest.mark.parametrize(
+    "cell,fragment",
+    [
+        ("seed:inf", "seed: 'inf'"),
+        ("seed:huge", "seed: '9999"),
+        ("item:huge", "incomplete pairing"),
+        ("score:huge", "score: '0.12"),
+    ],
+)
 def test_gate_on_an_inf_seed_or_a_huge_cell_is_one_line_exit_2(tmp_path, cell, fragment):
     """Each was exit 3 (`internal error`: an OverflowError, the csv module's field limit)."""
     where, what = cell.split(":")
     value = {"inf": "inf", "huge": ("9" if where == "seed" else "0.12") * 100_000}[what]
     rows = [(f"i{k}", "0", "0.5") for k in range(6)]
-    bad = [(value if where == "item" and k == 0 else f"i{k}", value if where == "seed" and k == 0 else "0",
-            value if where == "score" and k == 0 else "0.5") for k in range(6)]
-    one_line(ratchet("gate", "--base", _table(tmp_path / "b.csv", rows), "--cand", _table(tmp_path / "c.csv", bad)),
-             2, fragment)
+    bad = [
+        (
+            value if where == "item" and k == 0 else f"i{k}",
+            value if where == "seed" and k == 0 else "0",
+            value if where == "score" and k == 0 else "0.5",
+        )
+        for k in range(6)
+    ]
+    one_line(
+        ratchet("gate", "--base", _table(tmp_path / "b.csv", rows), "--cand", _table(tmp_path / "c.csv", bad)),
+        2,
+        fragment,
+    )
 
 
 def test_gate_reads_a_table_from_a_pipe(tmp_path):
@@ -1502,8 +2086,11 @@ def test_gate_reads_a_table_from_a_pipe(tmp_path):
 
 # inputs a run did not use are refused, never recorded
 
-@pytest.mark.parametrize("setting,key", [("benchmark.per_family=8", "families"), ("benchmark.seed=1", "seed"),
-                                         ("benchmark.dev_share=0.5", "splits")])
+
+@pytest.mark.parametrize(
+    "setting,key",
+    [("benchmark.per_family=8", "families"), ("benchmark.seed=1", "seed"), ("benchmark.dev_share=0.5", "splits")],
+)
 def test_a_benchmark_param_the_existing_benchmark_was_not_made_with_is_refused(project, setting, key):
     """`--set benchmark.per_family=8` over an existing benchmark reused it (only world and receipts were compared),
     and summary.json and MLflow recorded 8. Every key of meta.json is compared with what the params make."""
@@ -1511,13 +2098,27 @@ def test_a_benchmark_param_the_existing_benchmark_was_not_made_with_is_refused(p
 
     BenchmarkParams(out=str(project / "b"), per_family=6, receipts="explained").materialize()
     before = snapshot(project)
-    r = ratchet("campaign", "run", "--out", "camp", "--set", "benchmark.out=b", *EXPLAINED, "--set",
-                "benchmark.per_family=6", "--set", setting, "--set", "campaign.start=pkg")
+    r = ratchet(
+        "campaign",
+        "run",
+        "--out",
+        "camp",
+        "--set",
+        "benchmark.out=b",
+        *EXPLAINED,
+        "--set",
+        "benchmark.per_family=6",
+        "--set",
+        setting,
+        "--set",
+        "campaign.start=pkg",
+    )
     one_line(r, 2, f"b/meta.json: {key}:", "here, but the benchmark.* params make")
     assert snapshot(project) == before and not (project / "camp").exists()
 
 
 # outer run: the training command, the output directory, the model's name
+
 
 @pytest.fixture
 def finished(project):
@@ -1534,8 +2135,13 @@ def test_outer_run_with_an_empty_or_broken_training_command_is_refused(project, 
     assert snapshot(project) == before
 
 
-@pytest.mark.parametrize("out,fragment", [("mine", "mine: --out: is a non-empty directory that Ratchet did not "
-                                                   "write"), ("notes.txt", "notes.txt: --out: is a file")])
+@pytest.mark.parametrize(
+    "out,fragment",
+    [
+        ("mine", "mine: --out: is a non-empty directory that Ratchet did not write"),
+        ("notes.txt", "notes.txt: --out: is a file"),
+    ],
+)
 def test_outer_run_over_a_users_directory_or_a_file_is_refused_and_left_intact(project, finished, out, fragment):
     """`outer run --out` over an existing directory deleted and overwrote the user's files there."""
     (project / "notes.txt").write_text("mine\n")
@@ -1574,16 +2180,21 @@ def test_a_failing_training_command_is_one_external_failure():
     from flows.outer import train_stage
 
     cmd = f"{sys.executable} -c \"import sys; print('CUDA out of memory', file=sys.stderr); sys.exit(3)\""
-    with pytest.raises(ExternalFailure, match=r"--train: .*python.*: the training command exited 3: CUDA out of memory"):
+    with pytest.raises(
+        ExternalFailure, match=r"--train: .*python.*: the training command exited 3: CUDA out of memory"
+    ):
         train_stage.fn(cmd, "e", "m.json")
     with pytest.raises(ExternalFailure, match="could not start"):
         train_stage.fn("/no/such/trainer {out}", "e", "m.json")
 
 
-@pytest.mark.parametrize("field,value", [("parent", "../../../../../../../../usr"), ("parent", "/usr"),
-                                         ("child", "../../../../../../../../usr")])
-def test_reproduce_on_a_record_naming_a_place_outside_the_campaign_refuses_before_reading_it(project, bench_dir,
-                                                                                          field, value):
+@pytest.mark.parametrize(
+    "field,value",
+    [("parent", "../../../../../../../../usr"), ("parent", "/usr"), ("child", "../../../../../../../../usr")],
+)
+def test_reproduce_on_a_record_naming_a_place_outside_the_campaign_refuses_before_reading_it(
+    project, bench_dir, field, value
+):
     """A tampered lineage record's parent path made `reproduce` hash /usr (86 s) before refusing."""
     from components.memory import digest
 
@@ -1610,14 +2221,26 @@ def test_a_read_only_out_is_named_as_given_not_as_a_temporary_name(project, benc
         if command == "materialize":
             r = ratchet("bench", "materialize", "--out", "ro/b", "--per-family", "3")
         else:
-            r = ratchet("eval", "--package", "pkg", "--benchmark", bench_dir, "--out", "ro/ev", "--seeds", "1",
-                        "--items", json.loads((bench_dir / "splits.json").read_text())["dev"][0])
+            r = ratchet(
+                "eval",
+                "--package",
+                "pkg",
+                "--benchmark",
+                bench_dir,
+                "--out",
+                "ro/ev",
+                "--seeds",
+                "1",
+                "--items",
+                json.loads((bench_dir / "splits.json").read_text())["dev"][0],
+            )
         line = one_line(r, 1, "Read-only file system")
     assert line.startswith(f"error: ro/{'b' if command == 'materialize' else 'ev'}: -:"), line
     assert ".tmp-" not in line and list(ro.iterdir()) == []
 
 
 # external faults: one line naming the thing
+
 
 def _damaged_graph(path: Path) -> None:
     """A graph whose pages past the schema are overwritten: sqlite_master reads, the node table does not."""
@@ -1630,7 +2253,7 @@ def _damaged_graph(path: Path) -> None:
     data = bytearray(path.read_bytes())
     page = 4096
     for at in range(3 * page, len(data) - page, page):
-        data[at:at + 100] = b"\xff" * 100
+        data[at : at + 100] = b"\xff" * 100
     path.write_bytes(bytes(data))
 
 
@@ -1654,8 +2277,14 @@ def test_a_graph_damaged_after_it_was_opened_is_one_line_too(tmp_path):
         g.nodes()
 
 
-@pytest.mark.parametrize("command", [["package", "lint", "pkg"], ["package", "digest", "pkg"],
-                                     ["eval", "--package", "pkg", "--out", "ev", "--seeds", "1"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["package", "lint", "pkg"],
+        ["package", "digest", "pkg"],
+        ["eval", "--package", "pkg", "--out", "ev", "--seeds", "1"],
+    ],
+)
 def test_a_package_holding_a_fifo_is_refused_not_read(project, bench_dir, command):
     """`package lint` said ok on a start package holding a FIFO (its files were listed as regular files only); a
     reader or a copy of it would block on the FIFO."""
@@ -1670,6 +2299,7 @@ def test_a_package_holding_a_fifo_is_refused_not_read(project, bench_dir, comman
 
 
 # `ratchet server`: its note is its own
+
 
 @pytest.fixture
 def listening():
@@ -1725,8 +2355,13 @@ def test_the_server_note_goes_when_ratchet_server_is_stopped_by_a_signal(tmp_pat
 
     env = {**os.environ, "RATCHET_HOME": str(tmp_path)}
     env.pop("PREFECT_API_URL", None)
-    p = subprocess.Popen([sys.executable, "-c", SERVER_COMMAND.format(root=str(ROOT), port=str(free_port_number()))],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", SERVER_COMMAND.format(root=str(ROOT), port=str(free_port_number()))],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not (tmp_path / SERVER_NOTE).exists() and time.monotonic() < deadline and p.poll() is None:
         time.sleep(0.05)
@@ -1739,6 +2374,7 @@ def test_the_server_note_goes_when_ratchet_server_is_stopped_by_a_signal(tmp_pat
 
 # a persistent Prefect server that dies under a campaign
 
+
 def _start_ratchet_server(home: Path, port: int):
     import subprocess
     import sys
@@ -1750,8 +2386,13 @@ def _start_ratchet_server(home: Path, port: int):
         migrated_database(home / "prefect" / "prefect.db")
     env = {**os.environ, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect")}
     env.pop("PREFECT_API_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "flows.entry", "server", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.entry", "server", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         assert proc.poll() is None, "ratchet server exited"
@@ -1777,14 +2418,40 @@ def test_a_campaign_whose_prefect_server_dies_stops_within_60_s_with_one_line_an
     server = _start_ratchet_server(home, port)
     BenchmarkParams(out=str(tmp_path / "b"), per_family=3, receipts="explained").materialize()
     shutil.copytree(SEED, tmp_path / "pkg")
-    env = {**os.environ, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
-           "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", "RATCHET_EVIDENCE_DB": str(tmp_path / "ev.db")}
+    env = {
+        **os.environ,
+        "RATCHET_HOME": str(home),
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+        "RATCHET_EVIDENCE_DB": str(tmp_path / "ev.db"),
+    }
     env.pop("PREFECT_API_URL", None)  # the command finds the server through its note, as a user's would
-    cmd = [sys.executable, "-m", "flows.entry", "campaign", "run", "--out", "camp", "--rounds", "2", "--set",
-           "benchmark.out=b", "--set", "benchmark.per_family=3", "--set", "benchmark.receipts=explained", "--set",
-           "campaign.start=pkg", "--set", "campaign.seeds=1", "--set", "gate.n_boot=1000", "--set",
-           "campaign.traces_per_round=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flows.entry",
+        "campaign",
+        "run",
+        "--out",
+        "camp",
+        "--rounds",
+        "2",
+        "--set",
+        "benchmark.out=b",
+        "--set",
+        "benchmark.per_family=3",
+        "--set",
+        "benchmark.receipts=explained",
+        "--set",
+        "campaign.start=pkg",
+        "--set",
+        "campaign.seeds=1",
+        "--set",
+        "gate.n_boot=1000",
+        "--set",
+        "campaign.traces_per_round=0",
+    ]
     try:
         camp = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         state = tmp_path / "camp" / ".state" / "state.json"
@@ -1799,8 +2466,9 @@ def test_a_campaign_whose_prefect_server_dies_stops_within_60_s_with_one_line_an
         took = time.monotonic() - t0
         lines = [x for x in err.splitlines() if x.strip() and not x.startswith("round ")]
         assert camp.returncode == 1 and took < 60, (camp.returncode, took, err[-3000:])
-        assert len(lines) == 1 and lines[0].startswith(f"error: http://127.0.0.1:{port}/api: -: the Prefect server "
-                                                       "stopped answering"), err[-3000:]
+        assert len(lines) == 1 and lines[0].startswith(
+            f"error: http://127.0.0.1:{port}/api: -: the Prefect server stopped answering"
+        ), err[-3000:]
         assert "same command continues" in lines[0]
         server = _start_ratchet_server(home, port)
         again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
@@ -1813,6 +2481,7 @@ def test_a_campaign_whose_prefect_server_dies_stops_within_60_s_with_one_line_an
 
 # leftovers: what a killed writer left, the next write of the same output removes
 
+
 def test_a_killed_materialize_leaves_a_temporary_directory_that_the_rerun_removes(project):
     """SIGTERM during `bench materialize` left `.bm.tmp-*` beside it, which no rerun removed (the stop is os._exit,
     which skips atomic_dir's cleanup; kill -9 does the same)."""
@@ -1821,8 +2490,10 @@ def test_a_killed_materialize_leaves_a_temporary_directory_that_the_rerun_remove
 
     from tests.conftest import ROOT
 
-    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from components.io import atomic_dir\n"
-            "with atomic_dir('bm') as tmp:\n    (tmp / 'half').write_text('x')\n    os._exit(143)\n")
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); from components.io import atomic_dir\n"
+        "with atomic_dir('bm') as tmp:\n    (tmp / 'half').write_text('x')\n    os._exit(143)\n"
+    )
     assert subprocess.run([sys.executable, "-c", code, str(ROOT)], cwd=project).returncode == 143
     left = [p.name for p in project.iterdir() if p.name.startswith(".bm.")]
     assert len(left) == 1 and left[0].startswith(".bm.tmp-"), left
@@ -1845,8 +2516,9 @@ def test_reproduce_names_the_one_edited_row_not_every_row_with_an_empty_cell():
 
     from components.tracking.reproduce import _table_diff
 
-    now = pd.DataFrame({"item_id": [f"i{k}" for k in range(18)], "seed": 0, "score": 0.5, "success": False,
-                        "error": ""})
+    now = pd.DataFrame(
+        {"item_id": [f"i{k}" for k in range(18)], "seed": 0, "score": 0.5, "success": False, "error": ""}
+    )
     text = now.to_csv(index=False, lineterminator="\n").encode()
     edited = text.replace(b"i7,0,0.5,", b"i7,0,0.75,")
     assert edited != text
@@ -1865,25 +2537,44 @@ def test_a_campaign_holds_its_lineage_lock_before_prefect_starts(project, bench_
     import flows.campaign
     from tests.conftest import ROOT
 
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from components.evolution.lineage import LineageLock\n"
-             "try:\n    LineageLock(sys.argv[2]).probe()\nexcept Exception as e:\n    print(e)")
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from components.evolution.lineage import LineageLock\n"
+        "try:\n    LineageLock(sys.argv[2]).probe()\nexcept Exception as e:\n    print(e)"
+    )
     seen = []
 
     def flow_would_start(p):
-        seen.append(subprocess.run([sys.executable, "-c", probe, str(ROOT), "camp/lineage"], capture_output=True,
-                                   text=True).stdout)
+        seen.append(
+            subprocess.run(
+                [sys.executable, "-c", probe, str(ROOT), "camp/lineage"], capture_output=True, text=True
+            ).stdout
+        )
         with LineageLock(Path(p.campaign.out) / "lineage", join=True):  # the flow joins this process's lock
             pass
         raise InputError("stopped here by the test")
 
     monkeypatch.setattr(flows.campaign, "run_campaign", flow_would_start)
-    one_line(ratchet("campaign", "run", "--out", "camp", "--set", f"benchmark.out={bench_dir}", *EXPLAINED, "--set",
-                     "campaign.start=pkg"), 2, "stopped here by the test")
+    one_line(
+        ratchet(
+            "campaign",
+            "run",
+            "--out",
+            "camp",
+            "--set",
+            f"benchmark.out={bench_dir}",
+            *EXPLAINED,
+            "--set",
+            "campaign.start=pkg",
+        ),
+        2,
+        "stopped here by the test",
+    )
     assert len(seen) == 1 and "lineage is locked by another campaign" in seen[0], seen
     LineageLock(project / "camp" / "lineage").probe()  # released when the command ended
 
 
 # papercuts
+
 
 def _commands():
     import typer.main
@@ -1901,8 +2592,12 @@ def _commands():
 def test_every_option_and_argument_has_help_text():
     """Several options had none (eval --split, --out of eval/report/export, serve-sim --port, ui/server --port...);
     the CLI reference is generated from these texts."""
-    missing = [f"{' '.join(path)} {'/'.join(getattr(p, 'opts', None) or [p.name])}" for path, cmd in _commands()
-               for p in cmd.params if not getattr(p, "help", None)]
+    missing = [
+        f"{' '.join(path)} {'/'.join(getattr(p, 'opts', None) or [p.name])}"
+        for path, cmd in _commands()
+        for p in cmd.params
+        if not getattr(p, "help", None)
+    ]
     assert missing == []
 
 
@@ -1949,8 +2644,14 @@ def test_dvc_stages_run_without_the_environment_on_path(tmp_path):
     assert all(s["cmd"].startswith("scripts/ratchet ") for s in stages.values()), stages
     bare = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
     if Path(sys.executable).parent == ROOT / ".venv" / "bin":  # the suite's own environment: the fallback is found
-        r = subprocess.run(["scripts/ratchet", "package", "digest", "data/packages/seed"], cwd=ROOT, env=bare,
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            ["scripts/ratchet", "package", "digest", "data/packages/seed"],
+            cwd=ROOT,
+            env=bare,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0 and len(r.stdout.strip()) == 64, r.stderr
     # a checkout without .venv and nothing on PATH: one line saying what to do
     (tmp_path / "scripts").mkdir()
@@ -1963,8 +2664,11 @@ def test_dvc_stages_run_without_the_environment_on_path(tmp_path):
 def test_learn_sim_never_writes_over_a_users_file(project):
     (project / "notes.txt").write_text("mine\n")
     before = snapshot(project)
-    one_line(ratchet("outer", "learn-sim", "--export", "e", "--out", "notes.txt"), 2,
-             "notes.txt: --out: exists and is not a model.json")
+    one_line(
+        ratchet("outer", "learn-sim", "--export", "e", "--out", "notes.txt"),
+        2,
+        "notes.txt: --out: exists and is not a model.json",
+    )
     one_line(ratchet("outer", "learn-sim", "--export", "e", "--out", "mine"), 2, "mine: --out: is a directory")
     assert snapshot(project) == before
 

@@ -65,8 +65,9 @@ def echo_installed(tmp_path, monkeypatch):
     info = site / "ratchet_echo-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ratchet-echo\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[ratchet.models]\necho = ratchet_echo:model\n"
-                                           "[ratchet.meta_agents]\nidle = ratchet_echo:planner\n")
+    (info / "entry_points.txt").write_text(
+        "[ratchet.models]\necho = ratchet_echo:model\n[ratchet.meta_agents]\nidle = ratchet_echo:planner\n"
+    )
     for registry in (MODELS, META_AGENTS):  # the registries as they were, after the test
         monkeypatch.setattr(registry, "_strategies", dict(registry._strategies))
         monkeypatch.setattr(registry, "_declared", dict(registry._declared))
@@ -81,21 +82,50 @@ def test_a_plugin_model_is_named_in_params_and_runs_the_episodes(echo_installed,
     from components.runtime.evaluate import run_shard
     from flows.api import EvalRequest, evaluate
 
-    p = load_params(None, {"campaign.model": "echo", "campaign.model_cfg": {"tag": "campaign"},
-                           "campaign.meta_agent": "idle", "benchmark.out": str(bench_dir)})
+    p = load_params(
+        None,
+        {
+            "campaign.model": "echo",
+            "campaign.model_cfg": {"tag": "campaign"},
+            "campaign.meta_agent": "idle",
+            "benchmark.out": str(bench_dir),
+        },
+    )
     assert (p.campaign.model, p.campaign.meta_agent) == ("echo", "idle")
     import ratchet_echo
 
     # what a campaign's evaluation task runs with its params (flows/tasks.py: run_shard(..., c.model, c.model_cfg))
-    t = run_shard(PACKAGES / "seed", bench_dir, _items(bench_dir)[:1], [0], p.campaign.model,
-                  p.campaign.model_cfg, p.campaign.max_turns)
+    t = run_shard(
+        PACKAGES / "seed",
+        bench_dir,
+        _items(bench_dir)[:1],
+        [0],
+        p.campaign.model,
+        p.campaign.model_cfg,
+        p.campaign.max_turns,
+    )
     assert len(t.scores) == 1 and set(ratchet_echo.CALLS) == {"campaign"}
     # and through the Python API, as `ratchet eval --model echo` runs it
-    r = evaluate(EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, items=tuple(_items(bench_dir)[:2]),
-                             seeds=1, out=tmp_path / "eval", model="echo"))
+    r = evaluate(
+        EvalRequest(
+            package=PACKAGES / "seed",
+            benchmark=bench_dir,
+            items=tuple(_items(bench_dir)[:2]),
+            seeds=1,
+            out=tmp_path / "eval",
+            model="echo",
+        )
+    )
     assert r.summary.episodes == 2 and "echo" in ratchet_echo.CALLS
-    sim = evaluate(EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, items=tuple(_items(bench_dir)[:2]),
-                               seeds=1, out=tmp_path / "sim"))
+    sim = evaluate(
+        EvalRequest(
+            package=PACKAGES / "seed",
+            benchmark=bench_dir,
+            items=tuple(_items(bench_dir)[:2]),
+            seeds=1,
+            out=tmp_path / "sim",
+        )
+    )
     assert (r.summary.mean_score, r.summary.model_calls) == (sim.summary.mean_score, sim.summary.model_calls)
 
 
@@ -123,11 +153,22 @@ def test_names_are_checked_against_the_registries_in_one_line(echo_installed, tm
 
 
 def test_the_command_line_refuses_an_unknown_model_in_one_line(capsys, tmp_path):
-    code, out, err = run_cli(capsys, "campaign", "run", "--params", str(PACKAGES.parent.parent / "params.yaml"),
-                             "--out", str(tmp_path / "c"), "--set", "campaign.meta_agent=ruels")
+    code, out, err = run_cli(
+        capsys,
+        "campaign",
+        "run",
+        "--params",
+        str(PACKAGES.parent.parent / "params.yaml"),
+        "--out",
+        str(tmp_path / "c"),
+        "--set",
+        "campaign.meta_agent=ruels",
+    )
     assert (code, out) == (2, "")
-    assert err.splitlines() == [f"error: {PACKAGES.parent.parent / 'params.yaml'}: campaign.meta_agent: unknown "
-                                "meta_agent 'ruels' (one of llm, rules)"]
+    assert err.splitlines() == [
+        f"error: {PACKAGES.parent.parent / 'params.yaml'}: campaign.meta_agent: unknown "
+        "meta_agent 'ruels' (one of llm, rules)"
+    ]
     assert not (tmp_path / "c").exists()
 
 
@@ -136,12 +177,18 @@ def test_a_broken_or_clashing_plugin_is_one_line_naming_its_entry_point(echo_ins
 
     info = echo_installed / "ratchet_echo-0.1.dist-info" / "entry_points.txt"
     info.write_text("[ratchet.models]\nmissing = ratchet_echo:nothing_here\n")
-    with pytest.raises(InputError, match=r"^ratchet\.models: missing: ratchet_echo:nothing_here failed to load: "
-                                         r"AttributeError"):
+    with pytest.raises(
+        InputError,
+        match=r"^ratchet\.models: missing: ratchet_echo:nothing_here failed to load: "
+        r"AttributeError",
+    ):
         make_model("missing")
     info.write_text("[ratchet.models]\nsim = ratchet_echo:model\n")
-    with pytest.raises(InputError, match=r"^ratchet\.models: sim: ratchet_echo:model names a model already "
-                                         "registered by a built-in"):
+    with pytest.raises(
+        InputError,
+        match=r"^ratchet\.models: sim: ratchet_echo:model names a model already "
+        "registered by a built-in",
+    ):
         MODELS.names()
 
 
@@ -156,7 +203,8 @@ def test_the_tau2_world_contributes_its_gold_model_through_an_entry_point(echo_i
     assert "benchmark" in models.MODELS.get("gold").options.model_fields  # loaded and registered
     assert models.MODELS.names() == ["echo", "gold", "local", "openai", "sim"]  # a scan after it: the same
     assert [ep.value for ep in entry_points(group="ratchet.models", name="gold")] == [
-        "components.worlds.taubench.gold:model"]
+        "components.worlds.taubench.gold:model"
+    ]
     source = Path(models.__file__).read_text(encoding="utf-8")
     assert "taubench" not in source.split('"""', 2)[2]  # the code, below the docstring, imports no world's module
 

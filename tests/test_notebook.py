@@ -19,8 +19,9 @@ def test_campaign_notebook_executes_against_a_campaign(small_campaign, monkeypat
     monkeypatch.setenv("RATCHET_CAMPAIGN_DIR", str(small_campaign.out))
     decoy = _a_later_finished_campaign_of_the_same_name(s["campaign"])
     try:
-        NotebookClient(nb, timeout=300, kernel_name="python3",
-                       resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+        NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+        ).execute()
     finally:
         from mlflow import MlflowClient
 
@@ -39,8 +40,13 @@ def test_campaign_notebook_executes_against_a_campaign(small_campaign, monkeypat
     for r in s["history"]:
         if r.get("gate"):
             assert f"round {r['round']}: {100 * ci_level(r):.4g}%" in text
-    table = next(o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" and "rounds[[" in c.source
-                 for o in c.outputs if o.output_type == "execute_result")
+    table = next(
+        o["data"]["text/html"]
+        for c in nb.cells
+        if c.cell_type == "code" and "rounds[[" in c.source
+        for o in c.outputs
+        if o.output_type == "execute_result"
+    )
     assert "<th>plan</th>" in table and "<th>reason</th>" in table and "<th>ci_level</th>" in table
     assert table.count("<tr") == 1 + len(s["history"])  # the header, then every round
     assert " -> ".join(f"{v['version']} ({v['digest'][:12]})" for v in s["lineage"]) in text
@@ -55,8 +61,9 @@ def _a_later_finished_campaign_of_the_same_name(name: str) -> str:
     import uuid
 
     eid = client.create_experiment(f"ratchet/{name}/decoy-{uuid.uuid4().hex[:8]}", tags={"ratchet.campaign": name})
-    run = client.create_run(eid, tags={"ratchet.kind": "campaign", "ratchet.campaign": name,
-                                       "ratchet.registered_model": "no-such-model"})
+    run = client.create_run(
+        eid, tags={"ratchet.kind": "campaign", "ratchet.campaign": name, "ratchet.registered_model": "no-such-model"}
+    )
     client.log_param(run.info.run_id, "campaign.rounds", "3")
     client.set_terminated(run.info.run_id)
     return eid

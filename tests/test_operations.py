@@ -29,27 +29,63 @@ STAGES = ["evaluate", "diagnose", "patch", "validate", "repair", "gate", "commit
 
 def small(bench_dir, *extra, start=PACKAGES / "seed"):
     """`crash_setup`'s campaign (its benchmark: 6 tasks per family, explained receipts)."""
-    return ["--rounds", "1", "--out", "camp", "--set", f"benchmark.out={bench_dir}", "--set", "benchmark.per_family=6",
-            "--set", f"campaign.start={start}", "--set", "campaign.seeds=2", "--set", "gate.n_boot=1000", *EXPLAINED,
-            *extra]
+    return [
+        "--rounds",
+        "1",
+        "--out",
+        "camp",
+        "--set",
+        f"benchmark.out={bench_dir}",
+        "--set",
+        "benchmark.per_family=6",
+        "--set",
+        f"campaign.start={start}",
+        "--set",
+        "campaign.seeds=2",
+        "--set",
+        "gate.n_boot=1000",
+        *EXPLAINED,
+        *extra,
+    ]
 
 
 def child_env(home: Path, api: str, **env) -> dict:
     """A `ratchet` process of its own: its own Prefect home and task cache and MLflow store, the session's server."""
-    return {**os.environ, "PREFECT_API_URL": api, "RATCHET_HOME": str(home), "PREFECT_HOME": str(home / "prefect"),
-            "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
-            "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}", **env}
+    return {
+        **os.environ,
+        "PREFECT_API_URL": api,
+        "RATCHET_HOME": str(home),
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect" / "storage"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+        **env,
+    }
 
 
 # What `campaign run/resume` and `worker` import lazily (the flows, the data contract, the MLflow store, the worlds,
 # then what a run imports on its way: ~0.5 CPU-s a command, `python -X importtime`): imported once by the zygote
 # (tests/zygote.py), which forks a real process per `ratchet` command.
-PRELOAD = ["flows.campaign", "flows.schedule", "great_expectations", "mlflow.store.tracking.sqlalchemy_store",
-           "components.worlds.retail", "components.worlds.airline", "git",
-           "prefect.flow_engine", "prefect.task_engine", "prefect.utilities.visualization", "anyio.streams.tls",
-           "anyio._core._sockets", "alembic.command", "mlflow.store.tracking.sqlalchemy_workspace_store",
-           "mlflow.tracing.processor.base_mlflow", "pyarrow.vendored.version", "components.models.simulated",
-           "components.worlds.retail.env", "components.worlds.airline.env"]
+PRELOAD = [
+    "flows.campaign",
+    "flows.schedule",
+    "great_expectations",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "components.worlds.retail",
+    "components.worlds.airline",
+    "git",
+    "prefect.flow_engine",
+    "prefect.task_engine",
+    "prefect.utilities.visualization",
+    "anyio.streams.tls",
+    "anyio._core._sockets",
+    "alembic.command",
+    "mlflow.store.tracking.sqlalchemy_workspace_store",
+    "mlflow.tracing.processor.base_mlflow",
+    "pyarrow.vendored.version",
+    "components.models.simulated",
+    "components.worlds.retail.env",
+    "components.worlds.airline.env",
+]
 
 
 class Ratchet:
@@ -125,11 +161,15 @@ def crash_setup(ratchet, tmp_path_factory):
     start = root / "start"
     shutil.copytree(PACKAGES / "seed", start)
     manifest = start / "manifest.yaml"
-    manifest.write_text(manifest.read_text().replace("max_entries: 2", "max_entries: 6").replace("bind_on: []", "bind_on: [order_id]"))
+    manifest.write_text(
+        manifest.read_text().replace("max_entries: 2", "max_entries: 6").replace("bind_on: []", "bind_on: [order_id]")
+    )
     clean = root / "clean"
     r = ratchet(clean, "campaign", "run", *small(bench.out, start=start))
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads((clean / "camp" / "summary.json").read_text())["accepted"] == 1, "the test needs a round that commits"
+    assert json.loads((clean / "camp" / "summary.json").read_text())["accepted"] == 1, (
+        "the test needs a round that commits"
+    )
     own_cache(clean / "home")
     return bench.out, start, clean
 
@@ -158,8 +198,9 @@ def test_kill_at_every_stage_boundary_then_resume_gives_the_clean_result(ratchet
         assert digest(v.path) == v.digest
 
 
-def test_a_second_campaign_on_the_same_lineage_fails_at_once(prefect_server, tmp_path, crash_setup, capsys,
-                                                             monkeypatch):
+def test_a_second_campaign_on_the_same_lineage_fails_at_once(
+    prefect_server, tmp_path, crash_setup, capsys, monkeypatch
+):
     """In this process: the lock is an OS file lock (flock), which a second open of the file conflicts with in the
     same process as in another one (the stale-lock test below kills a real holder)."""
     monkeypatch.chdir(tmp_path)
@@ -173,9 +214,11 @@ def test_a_second_campaign_on_the_same_lineage_fails_at_once(prefect_server, tmp
 
 
 def test_a_stale_lock_from_a_dead_process_is_recovered(tmp_path):
-    code = ("import os, signal, sys; sys.path.insert(0, %r)\n"
-            "from components.evolution.lineage import LineageLock\n"
-            "LineageLock(%r).__enter__(); os.kill(os.getpid(), signal.SIGKILL)\n") % (str(ROOT), str(tmp_path / "lin"))
+    code = (
+        "import os, signal, sys; sys.path.insert(0, %r)\n"
+        "from components.evolution.lineage import LineageLock\n"
+        "LineageLock(%r).__enter__(); os.kill(os.getpid(), signal.SIGKILL)\n"
+    ) % (str(ROOT), str(tmp_path / "lin"))
     dead = subprocess.run([sys.executable, "-c", code])
     assert dead.returncode == -signal.SIGKILL
     with LineageLock(tmp_path / "lin") as lock:
@@ -188,8 +231,21 @@ def test_a_budget_too_small_stops_the_campaign_cleanly(ratchet, tmp_path, crash_
     bench, start, clean = crash_setup
     contract_verdict(clean, tmp_path)
     # shards of 10 items: CAP is sized so that some shards are paid before the stop (auto shards are coarser)
-    r = ratchet(tmp_path, "campaign", "run", *small(bench, "--set", f"budget.model_calls={CAP}", "--set",
-                                                     "campaign.rounds=3", "--set", "campaign.shard_size=10", start=start))
+    r = ratchet(
+        tmp_path,
+        "campaign",
+        "run",
+        *small(
+            bench,
+            "--set",
+            f"budget.model_calls={CAP}",
+            "--set",
+            "campaign.rounds=3",
+            "--set",
+            "campaign.shard_size=10",
+            start=start,
+        ),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     own_cache(tmp_path / "home")
     out = tmp_path / "camp"
@@ -203,8 +259,9 @@ def test_a_budget_too_small_stops_the_campaign_cleanly(ratchet, tmp_path, crash_
     assert 0 < spent["spent"]["model_calls"] <= CAP
     # what the recorded evidence cost was paid for; what the stopped stage had consumed was paid for too
     # (the reply store answers repeated requests unpaid: what it answered counts as used, not paid)
-    assert s["budget"]["evidence_cost"]["model_calls"] <= spent["spent"]["model_calls"] + \
-        (spent.get("reply_store") or {}).get("model_calls", 0)
+    assert s["budget"]["evidence_cost"]["model_calls"] <= spent["spent"]["model_calls"] + (
+        spent.get("reply_store") or {}
+    ).get("model_calls", 0)
     # the stop point and the records agree: every round before it finished and was recorded, nothing after it was
     records = [json.loads(line) for line in (out / "lineage" / "lineage.jsonl").read_text().splitlines()]
     rounds = sorted(x["round"] for x in records if x["round"] > 0)
@@ -267,12 +324,21 @@ def test_twenty_percent_model_faults(prefect_server, faulty_server, tmp_path):
     url, app = faulty_server
     bench = BenchmarkParams(out=str(tmp_path / "bench"), per_family=3, receipts="explained")  # the smallest
     bench.materialize()
-    p = load_params(ROOT / "params.yaml", {
-        "benchmark.out": bench.out, "benchmark.per_family": 3, "benchmark.receipts": "explained",
-        "campaign.out": str(tmp_path / "camp"),
-        "campaign.rounds": 1, "campaign.seeds": 1, "campaign.model": "openai", "gate.n_boot": 1000,
-        "campaign.shard_size": 3,  # a shard on each of the two workers: their timeouts overlap
-        "campaign.model_cfg": {"base_url": url, "timeout": 0.3, "backoff": 0.01, "max_retries": 4}})
+    p = load_params(
+        ROOT / "params.yaml",
+        {
+            "benchmark.out": bench.out,
+            "benchmark.per_family": 3,
+            "benchmark.receipts": "explained",
+            "campaign.out": str(tmp_path / "camp"),
+            "campaign.rounds": 1,
+            "campaign.seeds": 1,
+            "campaign.model": "openai",
+            "gate.n_boot": 1000,
+            "campaign.shard_size": 3,  # a shard on each of the two workers: their timeouts overlap
+            "campaign.model_cfg": {"base_url": url, "timeout": 0.3, "backoff": 0.01, "max_retries": 4},
+        },
+    )
     s = run_campaign(p)  # completes
     faults = app.state.faults
     transient = sum(f in TRANSIENT for f in faults)
@@ -290,7 +356,7 @@ def test_twenty_percent_model_faults(prefect_server, faulty_server, tmp_path):
     assert hits
     for i in hits:
         h, attempt, _, at = seen[i]
-        retry = next((x for x in seen[i + 1:] if x[0] == h), None)
+        retry = next((x for x in seen[i + 1 :] if x[0] == h), None)
         assert retry is not None and retry[1] == attempt + 1 and retry[2] is None, (seen[i], retry)
         assert retry[3] - at < 5.0, "a replay by a later evaluation, not a retry"
 
@@ -331,13 +397,15 @@ def test_dask_gives_the_same_scores_as_threads(prefect_server, bench_dir, dask_f
         threads = evaluate.with_options(task_runner=task_runner("threads", 2))(*args, items=items, shard_size=3)
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
             dask = evaluate.with_options(task_runner=task_runner("dask", 2, cluster.scheduler_address))(
-                *args, items=items, shard_size=3, label="dask")
+                *args, items=items, shard_size=3, label="dask"
+            )
     assert dask.scores.to_csv(index=False) == threads.scores.to_csv(index=False)
     assert list(dask.traces["hash"]) == list(threads.traces["hash"])
 
 
-def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path, capsys, monkeypatch, mlflow_db,
-                                                        ratchet, crash_setup):
+def test_a_scheduled_deployment_runs_through_the_worker(
+    prefect_server, tmp_path, capsys, monkeypatch, mlflow_db, ratchet, crash_setup
+):
     """`campaign schedule` registers a deployment, a real `ratchet worker` process serves it (the run in its own
     subprocess), and `campaign runs` lists it. schedule and runs are run in this process: they only talk to the
     server, which a subprocess would reach the same way.
@@ -369,8 +437,9 @@ def test_a_scheduled_deployment_runs_through_the_worker(prefect_server, tmp_path
         # the campaign the worker ran is crash_setup's campaign, whole
         summary = json.loads((tmp_path / "camp" / "summary.json").read_text())
         assert summary["accepted"] == 1 and summary["test"] is not None
-        assert (tmp_path / "camp" / "lineage" / "lineage.jsonl").read_bytes() == \
-            (clean / "camp" / "lineage" / "lineage.jsonl").read_bytes()
+        assert (tmp_path / "camp" / "lineage" / "lineage.jsonl").read_bytes() == (
+            clean / "camp" / "lineage" / "lineage.jsonl"
+        ).read_bytes()
         code, out, err = run_cli(capsys, "campaign", "runs")
         assert code == 0, err[-2000:]
         assert "nightly-test" in out and "Completed" in out, out

@@ -17,8 +17,9 @@ from components.worlds.base import Gold, GoldAction, ReceiptMode, train_gold
 
 @pytest.fixture(scope="module")
 def silent(tmp_path_factory):
-    bench = load_benchmark(world("retail").materialize(tmp_path_factory.mktemp("s") / "b", 0, 9,
-                                                       receipts=ReceiptMode.silent))
+    bench = load_benchmark(
+        world("retail").materialize(tmp_path_factory.mktemp("s") / "b", 0, 9, receipts=ReceiptMode.silent)
+    )
     pkg = load_package(world("retail").packages["seed"])
     train = run_shard(pkg, bench, bench.ids("train"), [0, 1])
     dev = run_shard(pkg, bench, bench.ids("dev"), [0])
@@ -62,7 +63,9 @@ def test_silent_diagnosis_needs_outcomes(silent):
     blind = diagnose(train.traces, train.scores, pkg, bench.write_tools, "t", bench.targets)
     seeing = diagnose(train.traces, train.scores, pkg, bench.write_tools, "t", bench.targets, gold=train_gold(bench))
     assert not any(f.kind == "wrong_value" for f in blind.findings)
-    assert sum(f.kind == "no_divergence" for f in seeing.findings) < sum(f.kind == "no_divergence" for f in blind.findings)
+    assert sum(f.kind == "no_divergence" for f in seeing.findings) < sum(
+        f.kind == "no_divergence" for f in blind.findings
+    )
     values = [f for f in seeing.findings if f.kind == "wrong_value"]
     assert values and all(f.owner == "E" and f.extra["diffs"] for f in values)
     for p in seeing.packets:
@@ -93,8 +96,9 @@ def test_train_evidence_lets_dev_name_silent_failures_the_trace_cannot_explain(s
     told = diagnose(dev.traces, dev.scores, pkg, bench.write_tools, "d", bench.targets, train=ev)
     was = {f.episode_id: f for f in blind.findings}
     changed = [f for f in told.findings if f.kind != was[f.episode_id].kind]
-    assert changed and all(was[f.episode_id].kind == "no_divergence" and f.kind == "unseen_value" and f.owner == "E"
-                           for f in changed)
+    assert changed and all(
+        was[f.episode_id].kind == "no_divergence" and f.kind == "unseen_value" and f.owner == "E" for f in changed
+    )
     episodes = _episodes(dev.traces)
     for f in changed:  # the write named is one the episode made, of the tool train got wrong most often among them
         tools = {s.action["tool"] for s in episodes[f.episode_id] if s.action.get("tool") in bench.write_tools}
@@ -119,7 +123,8 @@ def test_unseen_value_owner_follows_the_cards_as_a_wrong_argument_would():
 
     base = TrainEvidence(wrong_rate={tool: 0.5}, unexplained=4, unexplained_wrong=3)
     got = lambda helps, delivered: unseen_value_finding(  # noqa: E731
-        "e#0", "e", [step(delivered)], pkg, frozenset({tool}), base.model_copy(update={"value_helps": {tool: helps}}))
+        "e#0", "e", [step(delivered)], pkg, frozenset({tool}), base.model_copy(update={"value_helps": {tool: helps}})
+    )
     assert (got(True, []).owner, got(True, []).kind) == ("rho", "card_not_fired")
     assert (got(True, ["c"]).owner, got(True, ["c"]).kind) == ("E", "unseen_value")
     assert (got(False, ["c"]).owner, got(False, ["c"]).kind) == ("E", "ineffective_card")
@@ -135,13 +140,29 @@ WRITE, TARGETS = "pay_order", {"pay_order": ["order_id"]}
 def _step(i, action, observation, eid="t-1#0"):
     from components.runtime.trace import TraceStep
 
-    return TraceStep(episode_id=eid, step=i, incoming={}, state_before=[], delivered=[], deliveries=[], proposal={},
-                     action=action, checks=[], observation=observation, state_after=[], fingerprint=[]).sealed()
+    return TraceStep(
+        episode_id=eid,
+        step=i,
+        incoming={},
+        state_before=[],
+        delivered=[],
+        deliveries=[],
+        proposal={},
+        action=action,
+        checks=[],
+        observation=observation,
+        state_after=[],
+        fingerprint=[],
+    ).sealed()
 
 
 def _write(i, method, ok=True, blocking=False, error=""):
-    obs = {"role": "tool", "ok": ok, **({"blocking": True} if blocking else {}),
-           **({} if ok else {"code": "refused", "content": {"error": error}})}
+    obs = {
+        "role": "tool",
+        "ok": ok,
+        **({"blocking": True} if blocking else {}),
+        **({} if ok else {"code": "refused", "content": {"error": error}}),
+    }
     return _step(i, {"kind": "tool", "tool": WRITE, "args": {"order_id": "#1", "method": method}}, obs)
 
 
@@ -157,8 +178,14 @@ def test_a_refused_write_whose_argument_differs_from_the_gold_is_the_agents_wron
     gold = Gold(task_id="t-1", actions=[GoldAction(tool=WRITE, args={"order_id": "#1", "method": "card_1"})])
     wrong = [_write(0, "cert_9", ok=False, blocking=True, error="Certificate cannot be used")]
     (d,) = outcome_diffs(wrong, gold, frozenset({WRITE}), TARGETS)
-    assert (d.kind, d.field, d.agent, d.gold, d.refused, d.step) == ("wrong_arg", "method", "cert_9", "card_1",
-                                                                     "Certificate cannot be used", 0)
+    assert (d.kind, d.field, d.agent, d.gold, d.refused, d.step) == (
+        "wrong_arg",
+        "method",
+        "cert_9",
+        "card_1",
+        "Certificate cannot be used",
+        0,
+    )
     own = [_write(0, "card_1", ok=False, blocking=True, error="not possible")]
     assert [x.kind for x in outcome_diffs(own, gold, frozenset({WRITE}), TARGETS)] == ["missing_write"]
     fixed = [*wrong, _write(1, "card_1")]
@@ -183,14 +210,19 @@ def test_where_the_gold_never_confirms_no_failure_is_a_missing_confirmation_and_
     def diagnosed(steps, confirmation):
         done = _step(len(steps), {"kind": "finish", "tool": "finish", "args": {}}, {"role": "tool", "ok": True})
         traces = steps_frame([*steps, done], item_id="t-1", seed=0)
-        return diagnose(traces, scores, pkg, frozenset({WRITE}), "c", TARGETS, gold=gold,
-                        confirmation=confirmation).findings[0]
+        return diagnose(
+            traces, scores, pkg, frozenset({WRITE}), "c", TARGETS, gold=gold, confirmation=confirmation
+        ).findings[0]
 
     silent = [_write(0, "gift_2")]
     assert (diagnosed(silent, True).owner, diagnosed(silent, True).kind) == ("C", "unconfirmed_write")
     f = diagnosed(silent, False)
-    assert (f.owner, f.kind, f.tool, f.extra["diffs"]) == ("E", "wrong_value", WRITE,
-                                                           [{"field": "method", "agent": "gift_2", "gold": "card_1"}])
+    assert (f.owner, f.kind, f.tool, f.extra["diffs"]) == (
+        "E",
+        "wrong_value",
+        WRITE,
+        [{"field": "method", "agent": "gift_2", "gold": "card_1"}],
+    )
     refused = [_write(0, "cert_9", ok=False, blocking=True, error="Certificate cannot be used")]
     f = diagnosed(refused, False)
     assert (f.owner, f.kind) == ("E", "wrong_value") and f.extra["refused"] == "Certificate cannot be used"
@@ -203,10 +235,15 @@ def test_an_episode_the_user_ended_was_not_cut_off_by_the_turn_budget():
     from components.evolution.diagnose import TurnBudget
 
     def talk(eid, n, ended):
-        steps = [_step(i, {"kind": "message", "content": "more?"}, {"role": "user", "text": "yes"}, eid)
-                 for i in range(n - 1)]
-        return steps + [_step(n - 1, {"kind": "message", "content": "more?"},
-                              {"role": "user", "text": None if ended else "yes"}, eid)]
+        steps = [
+            _step(i, {"kind": "message", "content": "more?"}, {"role": "user", "text": "yes"}, eid)
+            for i in range(n - 1)
+        ]
+        return steps + [
+            _step(
+                n - 1, {"kind": "message", "content": "more?"}, {"role": "user", "text": None if ended else "yes"}, eid
+            )
+        ]
 
     ended = [talk(f"e{i}#0", 5, True) for i in range(4)]
     assert not TurnBudget.of(ended, {}, frozenset({WRITE}), TARGETS).binding

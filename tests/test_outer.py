@@ -15,8 +15,9 @@ CFG = GateConfig(n_boot=2000)
 
 
 def _arm(scores: list[float], tokens: list[int]) -> pd.DataFrame:
-    return pd.DataFrame({"item_id": [f"i{k}" for k in range(len(scores))], "seed": 0, "score": scores,
-                         "tokens_in": tokens, "error": ""})
+    return pd.DataFrame(
+        {"item_id": [f"i{k}" for k in range(len(scores))], "seed": 0, "score": scores, "tokens_in": tokens, "error": ""}
+    )
 
 
 def test_a_removal_that_keeps_the_score_and_saves_tokens_is_kept():
@@ -40,8 +41,9 @@ def test_a_removal_that_saves_no_tokens_keeps_the_parent():
 def test_a_bad_model_file_is_one_line_naming_file_and_field(capsys, tmp_path):
     bad = tmp_path / "model.json"
     bad.write_text(json.dumps({"name": "m", "model": "sim", "model_cfg": {"learned": "E1"}, "trained_on": "x"}))
-    code, _, err = run_cli(capsys, "outer", "learn-sim", "--export", str(tmp_path), "--base", str(bad),
-                           "--out", str(tmp_path / "o.json"))
+    code, _, err = run_cli(
+        capsys, "outer", "learn-sim", "--export", str(tmp_path), "--base", str(bad), "--out", str(tmp_path / "o.json")
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert err.startswith(f"error: {bad}: model_cfg") and "learned" in err
 
@@ -55,8 +57,9 @@ def test_one_offline_outer_round(small_campaign, tmp_path):
 
     camp = tmp_path / "camp"
     shutil.copytree(small_campaign.out, camp)
-    p = small_campaign.params.model_copy(update={"campaign": small_campaign.params.campaign.model_copy(
-        update={"rounds": 1})})
+    p = small_campaign.params.model_copy(
+        update={"campaign": small_campaign.params.campaign.model_copy(update={"rounds": 1})}
+    )
     out = tmp_path / "outer"
     r = run_outer(p, camp, out, None)
     spec = read_model(out / "model.json")
@@ -67,12 +70,14 @@ def test_one_offline_outer_round(small_campaign, tmp_path):
     prune = read_json_object(out / "prune" / "prune.json")
     assert r["removed"] == prune["removed"] == [d["card"] for d in prune["decisions"] if d["accept"]]
     for d in prune["decisions"]:
-        assert d["accept"] == (d["ci_lo"] > -p.gate.material and d["tokens_ci_hi"] < 0 and
-                               d["n_regressed"] <= max(p.gate.reg_cap, 0))
+        assert d["accept"] == (
+            d["ci_lo"] > -p.gate.material and d["tokens_ci_hi"] < 0 and d["n_regressed"] <= max(p.gate.reg_cap, 0)
+        )
 
 
-def test_a_failing_training_command_is_one_line_exit_1_without_prefects_traceback(capfd, small_campaign, tmp_path,
-                                                                                    monkeypatch):
+def test_a_failing_training_command_is_one_line_exit_1_without_prefects_traceback(
+    capfd, small_campaign, tmp_path, monkeypatch
+):
     """Prefect printed the training command's failure as tracebacks before Ratchet's last line; now it is one line
     naming the command, exit 1, and the outer directory is Ratchet's own (a rerun may replace it)."""
     import sys
@@ -87,8 +92,9 @@ def test_a_failing_training_command_is_one_line_exit_1_without_prefects_tracebac
 
     params.write_text(yaml.safe_dump(small_campaign.params.model_dump(mode="json")))
     trainer = f"{sys.executable} -c \"import sys; print('trainer: CUDA out of memory', file=sys.stderr); sys.exit(4)\""
-    code, out, err = run_cli(capfd, "outer", "run", "--params", str(params), "--campaign", str(camp), "--out", "o",
-                             "--train", trainer)
+    code, out, err = run_cli(
+        capfd, "outer", "run", "--params", str(params), "--campaign", str(camp), "--out", "o", "--train", trainer
+    )
     lines = [x for x in err.splitlines() if x.strip()]
     assert code == 1 and len(lines) == 1 and "Traceback" not in err + out, err
     assert lines[0].startswith("error: --train: ") and "exited 4: trainer: CUDA out of memory" in lines[0]

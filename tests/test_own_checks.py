@@ -33,20 +33,39 @@ def house_limit(*, over: float = 5.0):
 
 def _package(tmp_path, over: float):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "manifest.yaml").write_text("name: limited\nwm:\n  board: true\n  max_entries: 2\n  bind_on: []\n"
-                                            f"delivery: []\ncheckers:\n  - use: house_limit\n    at: pre_write\n"
-                                            f"    cfg:\n      over: {over}\n")
+    (tmp_path / "manifest.yaml").write_text(
+        "name: limited\nwm:\n  board: true\n  max_entries: 2\n  bind_on: []\n"
+        f"delivery: []\ncheckers:\n  - use: house_limit\n    at: pre_write\n"
+        f"    cfg:\n      over: {over}\n"
+    )
     return load_package(tmp_path)
 
 
 def _write(i: int, fee: float, blocked: bool = False, eid: str = "e#0") -> TraceStep:
-    checks = [{"strategy": "house_limit", "event": PRE_WRITE, "ok": not blocked, "reason": "" if not blocked else
-               "the fee looks unusual: review it", "attempt": 0}]
-    return TraceStep(episode_id=eid, step=i, incoming={}, state_before=[], delivered=[], deliveries=[], proposal={},
-                     action={"kind": "tool", "tool": TOOL, "args": {"order_id": "#1", "fee": fee}}, checks=checks,
-                     blocked="the fee looks unusual: review it" if blocked else None,
-                     observation={"role": "tool", "ok": not blocked},
-                     state_after=[], fingerprint=["redraft"] if blocked else []).sealed()
+    checks = [
+        {
+            "strategy": "house_limit",
+            "event": PRE_WRITE,
+            "ok": not blocked,
+            "reason": "" if not blocked else "the fee looks unusual: review it",
+            "attempt": 0,
+        }
+    ]
+    return TraceStep(
+        episode_id=eid,
+        step=i,
+        incoming={},
+        state_before=[],
+        delivered=[],
+        deliveries=[],
+        proposal={},
+        action={"kind": "tool", "tool": TOOL, "args": {"order_id": "#1", "fee": fee}},
+        checks=checks,
+        blocked="the fee looks unusual: review it" if blocked else None,
+        observation={"role": "tool", "ok": not blocked},
+        state_after=[],
+        fingerprint=["redraft"] if blocked else [],
+    ).sealed()
 
 
 RULES = {"fee": FieldRule("fee", Term("const", Fraction(8)))}  # the fee is 8, whatever the order
@@ -94,9 +113,19 @@ def test_a_bounced_wrong_draft_whose_right_form_passes_is_the_wrong_argument(tmp
         assert "`fee` 9.0, right 8.0" in got.detail
         # a draft that was right already and still bounced is the check's own
         right_already = [_write(0, 8.0, blocked=True)]
-        assert against_checks(alarm, right_already, _package(tmp_path / "b", over=7.0), WRITES,
-                              MadeRight(lambda s: right_forms(s, right_already, RULES, WRITES, TARGETS)), {},
-                              {TOOL: RULES}, TARGETS).owner == Owner.NONE
+        assert (
+            against_checks(
+                alarm,
+                right_already,
+                _package(tmp_path / "b", over=7.0),
+                WRITES,
+                MadeRight(lambda s: right_forms(s, right_already, RULES, WRITES, TARGETS)),
+                {},
+                {TOOL: RULES},
+                TARGETS,
+            ).owner
+            == Owner.NONE
+        )
 
 
 def test_unknown_right_forms_count_by_how_often_the_check_bounces(tmp_path):
@@ -115,9 +144,19 @@ def test_the_bounce_rate_counts_an_episodes_distinct_drafts_and_ignores_coded_bo
     passed, bounced = _write(0, 1.0), _write(1, 9.0, blocked=True)
     retried = _write(2, 9.0, blocked=True)
     assert own_bounce_rate([[passed, bounced, retried]], WRITES) == 0.5
-    coded = bounced.model_copy(update={"checks": [{**bounced.checks[0], "reason": (
-        "`exchange` needs the customer's confirmation first: call `confirm` with this tool and its arguments, and "
-        "write only if it is granted")}]})
+    coded = bounced.model_copy(
+        update={
+            "checks": [
+                {
+                    **bounced.checks[0],
+                    "reason": (
+                        "`exchange` needs the customer's confirmation first: call `confirm` with this tool and its arguments, and "
+                        "write only if it is granted"
+                    ),
+                }
+            ]
+        }
+    )
     assert own_bounce_rate([[passed, coded]], WRITES) is None
 
 
@@ -131,13 +170,21 @@ def test_a_successful_episode_of_the_item_gives_its_writes_right_forms(tmp_path)
         unknown, _ = save_chance(steps, pkg, WRITES, MadeRight(lambda s: None, lambda s: 1.0, 0.6), TARGETS)
         assert abs(unknown - 0.6) < 1e-9
         for fee, chance in ((8.0, 0.0), (4.0, 1.0)):
-            got, bounced = save_chance(steps, pkg, WRITES, MadeRight(lambda s: None, lambda s: 1.0, 0.6,
-                                                                     solved={target: {"order_id": "#1", "fee": fee}}),
-                                       TARGETS)
+            got, bounced = save_chance(
+                steps,
+                pkg,
+                WRITES,
+                MadeRight(lambda s: None, lambda s: 1.0, 0.6, solved={target: {"order_id": "#1", "fee": fee}}),
+                TARGETS,
+            )
             assert got == chance and (bounced is not None) == (chance == 0.0)
         # a write the item's success made that this episode never drafted is needed all the same
         other = (TOOL, (("order_id", "#2"),))
-        got, bounced = save_chance(steps, pkg, WRITES, MadeRight(lambda s: None, lambda s: 0.0, 0.6,
-                                                                 solved={other: {"order_id": "#2", "fee": 9.0}}),
-                                   TARGETS)
+        got, bounced = save_chance(
+            steps,
+            pkg,
+            WRITES,
+            MadeRight(lambda s: None, lambda s: 0.0, 0.6, solved={other: {"order_id": "#2", "fee": 9.0}}),
+            TARGETS,
+        )
         assert got == 0.0 and bounced == (TOOL, {"order_id": "#2", "fee": 9.0})

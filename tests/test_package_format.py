@@ -63,7 +63,7 @@ def parse_problem_lines(stderr: str, pkg: Path) -> list[tuple[str, str, str]]:
     out = []
     for line in stderr.splitlines():
         assert line.startswith(prefix), f"line does not name a file in the package: {line!r}"
-        parts = line[len(prefix):].split(": ", 2)
+        parts = line[len(prefix) :].split(": ", 2)
         assert len(parts) == 3, f"line is not 'file: field: message': {line!r}"
         rel, field, message = parts
         assert message.strip(), f"empty message: {line!r}"
@@ -141,85 +141,150 @@ def _duplicate_id(p: Path) -> None:
 
 CASES = [
     # -- manifest: strategy bindings
-    Case("unknown-strategy-checker",
-         lambda p: replace_once(p / "manifest.yaml", "use: completion_requires_receipts", "use: completion_requires_receipt"),
-         (("manifest.yaml", re.escape("checkers[0].use")),)),
-    Case("unknown-strategy-delivery",
-         lambda p: replace_once(p / "manifest.yaml", "use: event_cards", "use: evnt_cards"),
-         (("manifest.yaml", re.escape("delivery[0].use")),) + unreachable(), cli=False),
-    Case("unknown-event-checker",
-         lambda p: replace_once(p / "manifest.yaml", "at: agent_declares_done", "at: agent_declares_finished"),
-         (("manifest.yaml", re.escape("checkers[0].at")),)),
-    Case("unknown-event-delivery",
-         lambda p: replace_once(p / "manifest.yaml", "at: intent_recorded", "at: intent_recordedd"),
-         (("manifest.yaml", re.escape("delivery[0].at")),) + unreachable(), cli=False),
-    Case("unsupported-event-completion-at-pre-write",
-         lambda p: replace_once(p / "manifest.yaml", "at: agent_declares_done", "at: pre_write"),
-         (("manifest.yaml", re.escape("checkers[0].at")),), cli=False),
-    Case("unsupported-event-confirm-at-turn-start",
-         lambda p: replace_once(p / "manifest.yaml", "at: pre_write", "at: turn_start"),
-         (("manifest.yaml", re.escape("checkers[1].at")),)),
-    Case("unsupported-event-deliverer-at-draft-ready",
-         lambda p: replace_once(p / "manifest.yaml", "at: intent_recorded", "at: draft_ready"),
-         (("manifest.yaml", re.escape("delivery[0].at")),) + unreachable(), cli=False),
-    Case("unknown-option-checker",
-         lambda p: replace_once(p / "manifest.yaml", "match_args: [order_id]", "match_arg: [order_id]"),
-         (("manifest.yaml", re.escape("checkers[1].cfg.match_arg")),)),
-    Case("unknown-option-delivery",
-         lambda p: replace_once(p / "manifest.yaml", "max_per_episode: 6", "max_per_episod: 6"),
-         (("manifest.yaml", re.escape("delivery[0].cfg.max_per_episod")),) + unreachable(), cli=False),
-    Case("unknown-option-wm",
-         lambda p: replace_once(p / "manifest.yaml", "max_entries: 8", "max_entry: 8"),
-         (("manifest.yaml", re.escape("wm.max_entry")),), cli=False),
-    Case("ill-typed-option-int",
-         lambda p: replace_once(p / "manifest.yaml", "max_per_episode: 6", 'max_per_episode: "three"'),
-         (("manifest.yaml", re.escape("delivery[0].cfg.max_per_episode")),) + unreachable()),
-    Case("ill-typed-option-list",
-         lambda p: replace_once(p / "manifest.yaml", "match_args: [order_id]", "match_args: order_id"),
-         (("manifest.yaml", re.escape("checkers[1].cfg.match_args")),), cli=False),
-    Case("ill-typed-option-bool",
-         lambda p: replace_once(p / "manifest.yaml", "at: agent_declares_done",
-                                "at: agent_declares_done\n    cfg:\n      allow_blocked: \"no\""),
-         (("manifest.yaml", re.escape("checkers[0].cfg.allow_blocked")),), cli=False),
-    Case("ill-typed-wm",
-         lambda p: replace_once(p / "manifest.yaml", "max_entries: 8", "max_entries: eight"),
-         (("manifest.yaml", re.escape("wm.max_entries")),), cli=False),
+    Case(
+        "unknown-strategy-checker",
+        lambda p: replace_once(
+            p / "manifest.yaml", "use: completion_requires_receipts", "use: completion_requires_receipt"
+        ),
+        (("manifest.yaml", re.escape("checkers[0].use")),),
+    ),
+    Case(
+        "unknown-strategy-delivery",
+        lambda p: replace_once(p / "manifest.yaml", "use: event_cards", "use: evnt_cards"),
+        (("manifest.yaml", re.escape("delivery[0].use")),) + unreachable(),
+        cli=False,
+    ),
+    Case(
+        "unknown-event-checker",
+        lambda p: replace_once(p / "manifest.yaml", "at: agent_declares_done", "at: agent_declares_finished"),
+        (("manifest.yaml", re.escape("checkers[0].at")),),
+    ),
+    Case(
+        "unknown-event-delivery",
+        lambda p: replace_once(p / "manifest.yaml", "at: intent_recorded", "at: intent_recordedd"),
+        (("manifest.yaml", re.escape("delivery[0].at")),) + unreachable(),
+        cli=False,
+    ),
+    Case(
+        "unsupported-event-completion-at-pre-write",
+        lambda p: replace_once(p / "manifest.yaml", "at: agent_declares_done", "at: pre_write"),
+        (("manifest.yaml", re.escape("checkers[0].at")),),
+        cli=False,
+    ),
+    Case(
+        "unsupported-event-confirm-at-turn-start",
+        lambda p: replace_once(p / "manifest.yaml", "at: pre_write", "at: turn_start"),
+        (("manifest.yaml", re.escape("checkers[1].at")),),
+    ),
+    Case(
+        "unsupported-event-deliverer-at-draft-ready",
+        lambda p: replace_once(p / "manifest.yaml", "at: intent_recorded", "at: draft_ready"),
+        (("manifest.yaml", re.escape("delivery[0].at")),) + unreachable(),
+        cli=False,
+    ),
+    Case(
+        "unknown-option-checker",
+        lambda p: replace_once(p / "manifest.yaml", "match_args: [order_id]", "match_arg: [order_id]"),
+        (("manifest.yaml", re.escape("checkers[1].cfg.match_arg")),),
+    ),
+    Case(
+        "unknown-option-delivery",
+        lambda p: replace_once(p / "manifest.yaml", "max_per_episode: 6", "max_per_episod: 6"),
+        (("manifest.yaml", re.escape("delivery[0].cfg.max_per_episod")),) + unreachable(),
+        cli=False,
+    ),
+    Case(
+        "unknown-option-wm",
+        lambda p: replace_once(p / "manifest.yaml", "max_entries: 8", "max_entry: 8"),
+        (("manifest.yaml", re.escape("wm.max_entry")),),
+        cli=False,
+    ),
+    Case(
+        "ill-typed-option-int",
+        lambda p: replace_once(p / "manifest.yaml", "max_per_episode: 6", 'max_per_episode: "three"'),
+        (("manifest.yaml", re.escape("delivery[0].cfg.max_per_episode")),) + unreachable(),
+    ),
+    Case(
+        "ill-typed-option-list",
+        lambda p: replace_once(p / "manifest.yaml", "match_args: [order_id]", "match_args: order_id"),
+        (("manifest.yaml", re.escape("checkers[1].cfg.match_args")),),
+        cli=False,
+    ),
+    Case(
+        "ill-typed-option-bool",
+        lambda p: replace_once(
+            p / "manifest.yaml",
+            "at: agent_declares_done",
+            'at: agent_declares_done\n    cfg:\n      allow_blocked: "no"',
+        ),
+        (("manifest.yaml", re.escape("checkers[0].cfg.allow_blocked")),),
+        cli=False,
+    ),
+    Case(
+        "ill-typed-wm",
+        lambda p: replace_once(p / "manifest.yaml", "max_entries: 8", "max_entries: eight"),
+        (("manifest.yaml", re.escape("wm.max_entries")),),
+        cli=False,
+    ),
     # -- manifest: YAML and presence
-    Case("malformed-yaml-manifest",
-         lambda p: replace_once(p / "manifest.yaml", "bind_on: [order_id]", "bind_on: [order_id"),
-         (("manifest.yaml", r"line \d+"),)),
+    Case(
+        "malformed-yaml-manifest",
+        lambda p: replace_once(p / "manifest.yaml", "bind_on: [order_id]", "bind_on: [order_id"),
+        (("manifest.yaml", r"line \d+"),),
+    ),
     Case("missing-manifest", lambda p: (p / "manifest.yaml").unlink(), (("manifest.yaml", "-"),)),
     Case("non-utf8-manifest", _non_utf8_manifest, (("manifest.yaml", "-"),), cli=False),
     # -- cards
-    Case("malformed-front-matter",
-         lambda p: replace_once(p / CARD, "type: procedure", "type: [procedure"),
-         ((CARD, re.escape("front matter")),)),
+    Case(
+        "malformed-front-matter",
+        lambda p: replace_once(p / CARD, "type: procedure", "type: [procedure"),
+        ((CARD, re.escape("front matter")),),
+    ),
     Case("duplicate-card-id", _duplicate_id, ((CARD, "id"),)),
-    Case("card-id-not-file-name",
-         lambda p: replace_once(p / CARD, "id: cancel-reason", "id: cancel-reasons"),
-         ((CARD, "id"),)),
-    Case("unknown-card-type-directory",
-         lambda p: write(p / "em/recipe/new-card.md", card_text("new-card")),
-         (("em/recipe/new-card.md", "type"),)),
-    Case("unknown-card-type-front-matter",
-         lambda p: replace_once(p / CARD, "type: procedure", "type: recipe"),
-         ((CARD, "type"),)),
-    Case("card-type-not-its-directory",
-         lambda p: replace_once(p / CARD, "type: procedure", "type: knowledge"),
-         ((CARD, "type"),), cli=False),
-    Case("unknown-trigger-event",
-         lambda p: replace_once(p / CARD, "event: intent_recorded", "event: intent_recordedd"),
-         ((CARD, re.escape("trigger.event")),), cli=False),
-    Case("trigger-event-no-binding-delivers",
-         lambda p: replace_once(p / CARD, "event: intent_recorded", "event: turn_start"),
-         ((CARD, re.escape("trigger.event")),)),
+    Case(
+        "card-id-not-file-name",
+        lambda p: replace_once(p / CARD, "id: cancel-reason", "id: cancel-reasons"),
+        ((CARD, "id"),),
+    ),
+    Case(
+        "unknown-card-type-directory",
+        lambda p: write(p / "em/recipe/new-card.md", card_text("new-card")),
+        (("em/recipe/new-card.md", "type"),),
+    ),
+    Case(
+        "unknown-card-type-front-matter",
+        lambda p: replace_once(p / CARD, "type: procedure", "type: recipe"),
+        ((CARD, "type"),),
+    ),
+    Case(
+        "card-type-not-its-directory",
+        lambda p: replace_once(p / CARD, "type: procedure", "type: knowledge"),
+        ((CARD, "type"),),
+        cli=False,
+    ),
+    Case(
+        "unknown-trigger-event",
+        lambda p: replace_once(p / CARD, "event: intent_recorded", "event: intent_recordedd"),
+        ((CARD, re.escape("trigger.event")),),
+        cli=False,
+    ),
+    Case(
+        "trigger-event-no-binding-delivers",
+        lambda p: replace_once(p / CARD, "event: intent_recorded", "event: turn_start"),
+        ((CARD, re.escape("trigger.event")),),
+    ),
     Case("no-trigger-no-all-cards", _drop_trigger, ((CARD, "trigger"),)),
-    Case("unknown-front-matter-key",
-         lambda p: replace_once(p / CARD, "source: ", "author: someone\nsource: "),
-         ((CARD, "author"),)),
-    Case("empty-card-body",
-         lambda p: write(p / "em/knowledge/hollow.md", card_text("hollow", "knowledge").replace("A card body.\n", "\n")),
-         (("em/knowledge/hollow.md", "body"),), cli=False),
+    Case(
+        "unknown-front-matter-key",
+        lambda p: replace_once(p / CARD, "source: ", "author: someone\nsource: "),
+        ((CARD, "author"),),
+    ),
+    Case(
+        "empty-card-body",
+        lambda p: write(p / "em/knowledge/hollow.md", card_text("hollow", "knowledge").replace("A card body.\n", "\n")),
+        (("em/knowledge/hollow.md", "body"),),
+        cli=False,
+    ),
     # -- files
     Case("symlink-card", _symlink_card, (("em/procedure/alias.md", "-"),)),
     Case("dangling-symlink", _dangling_symlink, (("em/procedure/ghost.md", "-"),), cli=False),
@@ -227,8 +292,13 @@ CASES = [
     Case("non-utf8-card", _non_utf8_card, ((CARD, "-"),)),
     Case("unexpected-file", lambda p: write(p / "notes.txt", "hi\n"), (("notes.txt", "-"),), cli=False),
     # all-skills routes every card through all_cards, so a trigger-less card there is fine; in `seed` it is not
-    Case("no-trigger-in-seed", lambda p: write(p / "em/knowledge/orphan.md", card_text("orphan", "knowledge", None)),
-         (("em/knowledge/orphan.md", "trigger"),), base="seed", cli=False),
+    Case(
+        "no-trigger-in-seed",
+        lambda p: write(p / "em/knowledge/orphan.md", card_text("orphan", "knowledge", None)),
+        (("em/knowledge/orphan.md", "trigger"),),
+        base="seed",
+        cli=False,
+    ),
 ]
 
 
@@ -257,8 +327,10 @@ def test_shipped_packages_load():
     assert ref.name == "reference"
     assert sorted(c.path for c in ref.cards.values()) == REFERENCE_CARDS
     assert [b.label for b in ref.delivery] == ["event_cards@intent_recorded"]
-    assert [b.label for b in ref.checkers] == ["completion_requires_receipts@agent_declares_done",
-                                               "confirm_before_write@pre_write"]
+    assert [b.label for b in ref.checkers] == [
+        "completion_requires_receipts@agent_declares_done",
+        "confirm_before_write@pre_write",
+    ]
     assert ref.wm.bind_on == ["order_id"] and ref.wm.max_entries == 8
     assert ref.digest == digest(PACKAGES / "reference")
     none = load_package(PACKAGES / "none")
@@ -351,11 +423,17 @@ def test_lint_cli_not_a_directory(tmp_path):
 # -- gaps: mechanisms that load but are silently inert ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("manifest_edit", [
-    ("max_per_episode: 6", "types: [knowledge]"),
-    ("use: event_cards\n    at: intent_recorded\n    cfg:\n      max_per_episode: 6",
-     "use: all_cards\n    at: intent_recorded\n    cfg:\n      types: [knowledge]"),
-], ids=["event_cards-types", "all_cards-types"])
+@pytest.mark.parametrize(
+    "manifest_edit",
+    [
+        ("max_per_episode: 6", "types: [knowledge]"),
+        (
+            "use: event_cards\n    at: intent_recorded\n    cfg:\n      max_per_episode: 6",
+            "use: all_cards\n    at: intent_recorded\n    cfg:\n      types: [knowledge]",
+        ),
+    ],
+    ids=["event_cards-types", "all_cards-types"],
+)
 def test_lint_rejects_cards_excluded_by_types_filter(package_copy, manifest_edit):
     pkg = package_copy("reference")
     replace_once(pkg / "manifest.yaml", *manifest_edit)
@@ -386,15 +464,18 @@ def test_lint_rejects_duplicate_manifest_key(package_copy):
 UNIT_CASES = {c.id: c for c in CASES}
 
 
-@pytest.mark.parametrize("case_id", [
-    "unknown-strategy-checker",
-    "ill-typed-option-int",
-    "unknown-option-checker",
-    "unsupported-event-confirm-at-turn-start",
-    "unknown-front-matter-key",
-    "card-id-not-file-name",
-    "missing-manifest",
-])
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "unknown-strategy-checker",
+        "ill-typed-option-int",
+        "unknown-option-checker",
+        "unsupported-event-confirm-at-turn-start",
+        "unknown-front-matter-key",
+        "card-id-not-file-name",
+        "missing-manifest",
+    ],
+)
 def test_load_package_raises_package_error_naming_the_field(package_copy, case_id):
     case = UNIT_CASES[case_id]
     pkg = build_case(package_copy, case)

@@ -24,15 +24,22 @@ def broken(tmp_path, *edits: tuple[str, str]):
 
 
 def test_a_missing_field_in_a_list_element_is_named_with_its_index(tmp_path):
-    problems, manifest = broken(tmp_path, ("  - use: completion_requires_receipts\n    at: agent_declares_done\n",
-                                           "  - use: completion_requires_receipts\n"))
+    problems, manifest = broken(
+        tmp_path,
+        (
+            "  - use: completion_requires_receipts\n    at: agent_declares_done\n",
+            "  - use: completion_requires_receipts\n",
+        ),
+    )
     assert problems == [(manifest, "checkers[0].at", "Field required")]
 
 
 def test_every_bad_binding_is_reported_with_the_names_it_could_have_been(tmp_path):
-    problems, manifest = broken(tmp_path, (DELIVERY, "  - use: nope\n    at: intent_recorded\n  - use: nada\n"
-                                                     "    at: turn_start\n" + DELIVERY),
-                                ("match_args: [order_id]", "match_args: [[1]]"))
+    problems, manifest = broken(
+        tmp_path,
+        (DELIVERY, "  - use: nope\n    at: intent_recorded\n  - use: nada\n    at: turn_start\n" + DELIVERY),
+        ("match_args: [order_id]", "match_args: [[1]]"),
+    )
     assert problems == [
         (manifest, "delivery[0].use", "unknown deliverer 'nope' (one of all_cards, event_cards, state_reminder)"),
         (manifest, "delivery[1].use", "unknown deliverer 'nada' (one of all_cards, event_cards, state_reminder)"),
@@ -41,8 +48,14 @@ def test_every_bad_binding_is_reported_with_the_names_it_could_have_been(tmp_pat
 
 
 def test_bad_events_are_all_reported_with_what_was_allowed(tmp_path):
-    problems, manifest = broken(tmp_path, (DELIVERY, "  - use: event_cards\n    at: nowhen\n  - use: event_cards\n"
-                                                     "    at: draft_ready\n  - use: event_cards\n    at: later\n" + DELIVERY))
+    problems, manifest = broken(
+        tmp_path,
+        (
+            DELIVERY,
+            "  - use: event_cards\n    at: nowhen\n  - use: event_cards\n"
+            "    at: draft_ready\n  - use: event_cards\n    at: later\n" + DELIVERY,
+        ),
+    )
     events = "turn_start, intent_recorded, draft_ready, pre_write, agent_declares_done"
     allowed = "intent_recorded, pre_write, turn_start"
     assert problems == [

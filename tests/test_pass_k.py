@@ -7,8 +7,11 @@ import pandas as pd
 def test_pass_hat_k_is_the_chance_that_k_trials_all_succeed():
     from components.runtime.evaluate import pass_hat_k
 
-    rows = [("a", s, ok) for s, ok in enumerate([True, True, False, False])] + \
-           [("b", s, True) for s in range(4)] + [("c", s, False) for s in range(4)]
+    rows = (
+        [("a", s, ok) for s, ok in enumerate([True, True, False, False])]
+        + [("b", s, True) for s in range(4)]
+        + [("c", s, False) for s in range(4)]
+    )
     scores = pd.DataFrame(rows, columns=["item_id", "seed", "success"])
     per_item = pass_hat_k(scores, per_item=True)
     assert per_item["a"] == {1: 0.5, 2: 1 / 6, 3: 0.0, 4: 0.0}

@@ -33,17 +33,33 @@ HASH = "ab" * 32
 
 
 def plan_dict(*ops: dict, owner: str = "E", mechanism: str = "deliver:new-card") -> dict:
-    return {"owner": owner, "cluster": "cluster-1", "summary": "a test change", "rationale": "",
-            "evidence": [{"episode_id": "retail-cancel-002#0", "step": 3, "hash": HASH}],
-            "operations": list(ops), "mechanism": mechanism, "source_items": ["retail-cancel-002"]}
+    return {
+        "owner": owner,
+        "cluster": "cluster-1",
+        "summary": "a test change",
+        "rationale": "",
+        "evidence": [{"episode_id": "retail-cancel-002#0", "step": 3, "hash": HASH}],
+        "operations": list(ops),
+        "mechanism": mechanism,
+        "source_items": ["retail-cancel-002"],
+    }
 
 
-def add_card(path: str = "em/procedure/new-card.md", body: str = "Check the order status before a write.",
-             event: str = "intent_recorded", tool: str | None = "cancel_pending_order", **meta) -> dict:
+def add_card(
+    path: str = "em/procedure/new-card.md",
+    body: str = "Check the order status before a write.",
+    event: str = "intent_recorded",
+    tool: str | None = "cancel_pending_order",
+    **meta,
+) -> dict:
     card_id = Path(path).stem
     trigger = {"event": event, **({"tool": tool} if tool else {})}
-    return {"op": "add_card", "path": path, "body": body,
-            "meta": {"id": card_id, "type": path.split("/")[1], "trigger": trigger, "source": "tests", **meta}}
+    return {
+        "op": "add_card",
+        "path": path,
+        "body": body,
+        "meta": {"id": card_id, "type": path.split("/")[1], "trigger": trigger, "source": "tests", **meta},
+    }
 
 
 def plan(*ops: dict, **kw) -> Plan:
@@ -66,12 +82,23 @@ def leftovers(parent: Path, name: str) -> list[str]:
     return sorted(p.name for p in parent.iterdir() if p.name.startswith(f".{name}."))
 
 
-def write_card(pkg: Path, card_id: str, body: str, *, tool: str = "cancel_pending_order", source: str = "tests",
-               event: str = "intent_recorded", type: str = "procedure") -> str:
+def write_card(
+    pkg: Path,
+    card_id: str,
+    body: str,
+    *,
+    tool: str = "cancel_pending_order",
+    source: str = "tests",
+    event: str = "intent_recorded",
+    type: str = "procedure",
+) -> str:
     rel = f"em/{type}/{card_id}.md"
     (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
-    (pkg / rel).write_text(f"---\nid: {card_id}\ntype: {type}\ntrigger:\n  event: {event}\n  tool: {tool}\n"
-                           f"source: {json.dumps(source)}\n---\n{body}\n", encoding="utf-8")
+    (pkg / rel).write_text(
+        f"---\nid: {card_id}\ntype: {type}\ntrigger:\n  event: {event}\n  tool: {tool}\n"
+        f"source: {json.dumps(source)}\n---\n{body}\n",
+        encoding="utf-8",
+    )
     return rel
 
 
@@ -90,9 +117,22 @@ def test_a_valid_plan_parses_from_dict_and_json():
     assert parse_plan({**raw, "owner": "C"}).key() != p.key()
 
 
-BAD_PATHS = ["/etc/x.md", "../x.md", "em/procedure/../../x.md", "em/../em/procedure/x.md", "em\\procedure\\x.md",
-             "em/procedure\\x.md", "em/procedure/sub/x.md", "em/bogus/x.md", "notes/x.md", "x.md",
-             "em/procedure/x.txt", "em/procedure/./x.md", "em/procedure/X.md", "/work/main/em/procedure/x.md"]
+BAD_PATHS = [
+    "/etc/x.md",
+    "../x.md",
+    "em/procedure/../../x.md",
+    "em/../em/procedure/x.md",
+    "em\\procedure\\x.md",
+    "em/procedure\\x.md",
+    "em/procedure/sub/x.md",
+    "em/bogus/x.md",
+    "notes/x.md",
+    "x.md",
+    "em/procedure/x.txt",
+    "em/procedure/./x.md",
+    "em/procedure/X.md",
+    "/work/main/em/procedure/x.md",
+]
 
 
 @pytest.mark.parametrize("path", BAD_PATHS)
@@ -152,9 +192,11 @@ def test_other_schema_refusals_name_the_field():
 def test_apply_plan_on_seed_gives_a_loadable_candidate(package_copy, tmp_path):
     base = package_copy("seed")
     before_digest, before = digest(base), tree(base)
-    p = plan(add_card(body="Map the customer's words onto an allowed reason."),
-             {"op": "add_binding", "section": "delivery", "use": "event_cards", "at": "intent_recorded"},
-             {"op": "set_wm", "field": "max_entries", "value": 6})
+    p = plan(
+        add_card(body="Map the customer's words onto an allowed reason."),
+        {"op": "add_binding", "section": "delivery", "use": "event_cards", "at": "intent_recorded"},
+        {"op": "set_wm", "field": "max_entries", "value": 6},
+    )
     out = apply_plan(p, base, tmp_path / "cand")
     assert out == tmp_path / "cand"
     pkg = load_package(out)
@@ -173,10 +215,18 @@ def test_apply_plan_on_seed_gives_a_loadable_candidate(package_copy, tmp_path):
 def test_apply_plan_on_reference_changes_trigger_and_bindings(package_copy, tmp_path):
     base = package_copy("reference")
     before = digest(base)
-    p = plan({"op": "set_trigger", "path": "em/procedure/cancel-reason.md", "event": "turn_start"},
-             {"op": "remove_binding", "section": "checkers", "use": "confirm_before_write", "at": "pre_write"},
-             {"op": "add_binding", "section": "delivery", "use": "event_cards", "at": "turn_start",
-              "cfg": {"max_per_episode": 2}}, owner="rho")
+    p = plan(
+        {"op": "set_trigger", "path": "em/procedure/cancel-reason.md", "event": "turn_start"},
+        {"op": "remove_binding", "section": "checkers", "use": "confirm_before_write", "at": "pre_write"},
+        {
+            "op": "add_binding",
+            "section": "delivery",
+            "use": "event_cards",
+            "at": "turn_start",
+            "cfg": {"max_per_episode": 2},
+        },
+        owner="rho",
+    )
     out = apply_plan(p, base, tmp_path / "cand")
     pkg = load_package(out)
     assert pkg.cards["cancel-reason"].meta.trigger == Trigger(event="turn_start")
@@ -187,8 +237,9 @@ def test_apply_plan_on_reference_changes_trigger_and_bindings(package_copy, tmp_
     assert digest(base) == before
     assert pkg.digest != before
     # the body of the re-triggered card is kept
-    assert (base / "em/procedure/cancel-reason.md").read_text().split("---")[-1].strip() == \
-        pkg.cards["cancel-reason"].body.strip()
+    assert (base / "em/procedure/cancel-reason.md").read_text().split("---")[-1].strip() == pkg.cards[
+        "cancel-reason"
+    ].body.strip()
 
 
 @pytest.mark.parametrize("link", ["em/procedure", "em"])
@@ -199,8 +250,11 @@ def test_symlink_in_base_is_refused_before_any_write(package_copy, tmp_path, lin
     shutil.move(str(base / link), str(outside))  # the real directory now lives outside the package
     os.symlink(outside, base / link, target_is_directory=True)
     before_outside, before_base = tree(outside), tree(base)
-    o = (add_card(path="em/procedure/evil.md") if op == "add_card"
-         else {"op": "set_trigger", "path": "em/procedure/cancel-reason.md", "event": "turn_start"})
+    o = (
+        add_card(path="em/procedure/evil.md")
+        if op == "add_card"
+        else {"op": "set_trigger", "path": "em/procedure/cancel-reason.md", "event": "turn_start"}
+    )
     out = tmp_path / "work" / "cand"
     with pytest.raises(PatchError) as exc:
         apply_plan(plan(o), base, out)
@@ -211,13 +265,16 @@ def test_symlink_in_base_is_refused_before_any_write(package_copy, tmp_path, lin
     assert tree(base) == before_base
 
 
-@pytest.mark.parametrize("op,words", [
-    (add_card(path="em/procedure/cancel-reason.md"), "already exists"),
-    ({"op": "remove_binding", "section": "checkers", "use": "confirm_before_write", "at": "draft_ready"}, "has no"),
-    ({"op": "remove_binding", "section": "delivery", "use": "all_cards", "at": "intent_recorded"}, "has no"),
-    ({"op": "add_binding", "section": "delivery", "use": "event_cards", "at": "intent_recorded"}, "already binds"),
-    ({"op": "set_trigger", "path": "em/procedure/missing.md", "event": "turn_start"}, "does not exist"),
-])
+@pytest.mark.parametrize(
+    "op,words",
+    [
+        (add_card(path="em/procedure/cancel-reason.md"), "already exists"),
+        ({"op": "remove_binding", "section": "checkers", "use": "confirm_before_write", "at": "draft_ready"}, "has no"),
+        ({"op": "remove_binding", "section": "delivery", "use": "all_cards", "at": "intent_recorded"}, "has no"),
+        ({"op": "add_binding", "section": "delivery", "use": "event_cards", "at": "intent_recorded"}, "already binds"),
+        ({"op": "set_trigger", "path": "em/procedure/missing.md", "event": "turn_start"}, "does not exist"),
+    ],
+)
 def test_conflicting_operations_leave_nothing_behind(package_copy, tmp_path, op, words):
     base = package_copy("reference")
     before = digest(base)
@@ -297,8 +354,11 @@ def test_reference_cards_are_clean(bench):
 
 def test_policy_vocabulary_is_not_a_leak(bench, package_copy):
     pkg_dir = package_copy("reference")
-    body = ("Use " + ", ".join(f"`{t}`" for t in sorted(bench.tool_names)) +
-            ". A cancellation reason is exactly 'no longer needed' or 'ordered by mistake'; confirm every write.")
+    body = (
+        "Use "
+        + ", ".join(f"`{t}`" for t in sorted(bench.tool_names))
+        + ". A cancellation reason is exactly 'no longer needed' or 'ordered by mistake'; confirm every write."
+    )
     write_card(pkg_dir, "vocabulary", body)
     pkg = load_package(pkg_dir)
     assert "vocabulary" in pkg.cards
@@ -336,8 +396,9 @@ def test_event_cards_are_never_delivered_at_is_flagged(bench):
     meta = CardMeta(id="at-done", type="procedure", trigger=Trigger(event="agent_declares_done"), source="tests")
     card = Card(meta=meta, body="x", path="em/procedure/at-done.md")
     problems = reachability(dataclasses.replace(pkg, cards={**pkg.cards, "at-done": card}), bench)
-    assert problems == ["em/procedure/at-done.md: trigger.event 'agent_declares_done' is not an event cards are "
-                        "delivered at"]
+    assert problems == [
+        "em/procedure/at-done.md: trigger.event 'agent_declares_done' is not an event cards are delivered at"
+    ]
 
 
 def test_blanket_delivery_reaches_every_event(bench):
@@ -391,9 +452,15 @@ def test_static_checks_refuse_a_candidate_that_does_not_load(bench, package_copy
 
 
 def test_fired_on_a_tiny_frame():
-    traces = pd.DataFrame({"fingerprint": [json.dumps(["board", "ledger:add:e1"]),
-                                           json.dumps(["deliver:cancel-reason@intent_recorded", "redraft"]),
-                                           json.dumps([])]})
+    traces = pd.DataFrame(
+        {
+            "fingerprint": [
+                json.dumps(["board", "ledger:add:e1"]),
+                json.dumps(["deliver:cancel-reason@intent_recorded", "redraft"]),
+                json.dumps([]),
+            ]
+        }
+    )
     assert fired(traces, "deliver:cancel-reason") is True
     assert fired(traces, "deliver:cancel-reason@intent_recorded") is True
     assert fired(traces, "redraft") is True
@@ -569,10 +636,17 @@ def seed_traces(bench):
 
 
 def packet(*cites: Citation) -> EvidencePacket:
-    return EvidencePacket(id="pk-1", corpus="pkg:bench:seeds", owner="E", opportunity="present",
-                          patchability="memory", kind="wrong_reason", episodes=sorted({c.episode_id for c in cites}),
-                          items=["x"], claims=[Claim(statement="the agent passed the customer's words",
-                                                     evidence=list(cites))])
+    return EvidencePacket(
+        id="pk-1",
+        corpus="pkg:bench:seeds",
+        owner="E",
+        opportunity="present",
+        patchability="memory",
+        kind="wrong_reason",
+        episodes=sorted({c.episode_id for c in cites}),
+        items=["x"],
+        claims=[Claim(statement="the agent passed the customer's words", evidence=list(cites))],
+    )
 
 
 def cite(traces: pd.DataFrame, row: int, **over) -> Citation:
@@ -605,8 +679,10 @@ def test_step_that_does_not_exist_is_reported(seed_traces):
     ep = seed_traces.iloc[0]["episode_id"]
     pk = packet(cite(seed_traces, 0, step=999), cite(seed_traces, 0, episode_id="retail-nope-000#0"))
     problems = verify_citations(pk, seed_traces)
-    assert problems == [f"pk-1: citation {ep} step 999 does not resolve",
-                        "pk-1: citation retail-nope-000#0 step 0 does not resolve"]
+    assert problems == [
+        f"pk-1: citation {ep} step 999 does not resolve",
+        "pk-1: citation retail-nope-000#0 step 0 does not resolve",
+    ]
 
 
 @pytest.mark.parametrize("column", ["observation", "fingerprint", "delivered"])

@@ -13,11 +13,15 @@ from components.evolution.power import Variance, components, mde, simulated_powe
 from tests.conftest import run_cli
 
 
-@pytest.mark.parametrize("n_items,trials,var", [
-    (40, 1, Variance(0.0, 0.707, "binary rewards at p=0.5")),
-    (20, 4, Variance(0.0, 0.707, "binary rewards at p=0.5")),
-    (40, 4, Variance(0.15, 0.5, "mixed")),
-], ids=["retail-40x1", "airline-20x4", "mixed-40x4"])
+@pytest.mark.parametrize(
+    "n_items,trials,var",
+    [
+        (40, 1, Variance(0.0, 0.707, "binary rewards at p=0.5")),
+        (20, 4, Variance(0.0, 0.707, "binary rewards at p=0.5")),
+        (40, 4, Variance(0.15, 0.5, "mixed")),
+    ],
+    ids=["retail-40x1", "airline-20x4", "mixed-40x4"],
+)
 def test_the_gate_accepts_an_effect_of_the_mde_with_the_stated_power(n_items, trials, var):
     delta = mde(n_items, trials, var)
     got = simulated_power(delta, n_items, trials, var, reps=400, n_boot=1000)
@@ -56,10 +60,15 @@ def test_components_separate_between_and_within_item_variance():
 
 
 def test_power_cli_on_sds_and_on_tables(capsys, tmp_path):
-    code, out, _ = run_cli(capsys, "power", "--items", "40", "--sd-trial", "0.707", "--trials", "1", "--trials", "4",
-                           "--json")
+    code, out, _ = run_cli(
+        capsys, "power", "--items", "40", "--sd-trial", "0.707", "--trials", "1", "--trials", "4", "--json"
+    )
     rows = json.loads(out)
-    assert code == 0 and [r["trials"] for r in rows] == [1, 4] and rows[1]["mde"] == pytest.approx(rows[0]["mde"] / 2, abs=1e-5)
+    assert (
+        code == 0
+        and [r["trials"] for r in rows] == [1, 4]
+        and rows[1]["mde"] == pytest.approx(rows[0]["mde"] / 2, abs=1e-5)
+    )
     assert rows[0]["mde"] == pytest.approx(mde(40, 1, Variance(0, 0.707, "")), abs=1e-6)
     b, c = _tables(30, 2, 0.05, 0.1)
     b.to_csv(tmp_path / "b.csv", index=False)
@@ -68,32 +77,57 @@ def test_power_cli_on_sds_and_on_tables(capsys, tmp_path):
     assert code == 0 and "30 items x 1 trial(s)" in out and "tables, 2 trials per item" in out
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--sd-trial", "0.5"], "--items: required"),
-    (["--items", "40"], "--sd-item/--sd-trial: give at least one"),
-    (["--items", "1", "--sd-trial", "0.5"], "items: 1 must be at least 2"),
-    (["--items", "40", "--sd-trial", "-1"], "--sd-trial: -1.0: must be"),
-    (["--items", "40", "--sd-trial", "0.5", "--trials", "0"], "trials: 0 must be at least 1"),
-    (["--items", "40", "--sd-trial", "0.5", "--power", "1"], "power: 1.0 is not in"),
-    (["--base", "x.csv"], "give both tables"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--sd-trial", "0.5"], "--items: required"),
+        (["--items", "40"], "--sd-item/--sd-trial: give at least one"),
+        (["--items", "1", "--sd-trial", "0.5"], "items: 1 must be at least 2"),
+        (["--items", "40", "--sd-trial", "-1"], "--sd-trial: -1.0: must be"),
+        (["--items", "40", "--sd-trial", "0.5", "--trials", "0"], "trials: 0 must be at least 1"),
+        (["--items", "40", "--sd-trial", "0.5", "--power", "1"], "power: 1.0 is not in"),
+        (["--base", "x.csv"], "give both tables"),
+    ],
+)
 def test_power_cli_refuses_bad_input_in_one_line(capsys, args, msg):
     code, out, err = run_cli(capsys, "power", *args)
     assert code == 2 and msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-@pytest.mark.parametrize("mde_value,expected", [
-    (0.1204, "minimum detectable effect on test: +0.120 (40 items x 1 trial(s)"),
-    (None, "minimum detectable effect on test: not sized"),
-], ids=["sized", "identical-arms"])
+@pytest.mark.parametrize(
+    "mde_value,expected",
+    [
+        (0.1204, "minimum detectable effect on test: +0.120 (40 items x 1 trial(s)"),
+        (None, "minimum detectable effect on test: not sized"),
+    ],
+    ids=["sized", "identical-arms"],
+)
 def test_the_campaign_prints_the_mde_beside_the_certification(capsys, tmp_path, mde_value, expected):
     from flows.cli import _print_summary
 
-    test = {"base_mean": 0.5, "champion_mean": 0.6, "net": 0.1, "ci_lo": 0.02, "ci_hi": 0.18, "n_items": 40,
-            "mde": mde_value, "mde_trials": 1, "mde_sd_item": 0.165, "mde_sd_trial": 0.219}
-    summary = {"campaign": "c", "history": [], "test": test, "localization": {}, "champion": "M1",
-               "champion_digest": "ab" * 32, "accepted": 1, "rounds": 1,
-               "episodes": {"total": 10, "errors": 3, "by_kind": {"empty": 2, "length": 1}}}
+    test = {
+        "base_mean": 0.5,
+        "champion_mean": 0.6,
+        "net": 0.1,
+        "ci_lo": 0.02,
+        "ci_hi": 0.18,
+        "n_items": 40,
+        "mde": mde_value,
+        "mde_trials": 1,
+        "mde_sd_item": 0.165,
+        "mde_sd_trial": 0.219,
+    }
+    summary = {
+        "campaign": "c",
+        "history": [],
+        "test": test,
+        "localization": {},
+        "champion": "M1",
+        "champion_digest": "ab" * 32,
+        "accepted": 1,
+        "rounds": 1,
+        "episodes": {"total": 10, "errors": 3, "by_kind": {"empty": 2, "length": 1}},
+    }
     _print_summary(summary, tmp_path / "summary.json")
     out = capsys.readouterr().out.replace("\n", " ")
     assert expected in out and "errored episodes: 3 of 10 (empty 2, length 1)" in out

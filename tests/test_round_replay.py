@@ -13,8 +13,11 @@ from tests.conftest import small_params
 
 
 def _files(out: Path) -> dict[str, str]:
-    return {f.relative_to(out).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in sorted((out / "rounds").rglob("*")) if f.is_file()}
+    return {
+        f.relative_to(out).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted((out / "rounds").rglob("*"))
+        if f.is_file()
+    }
 
 
 def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_server, tmp_path, monkeypatch):
@@ -28,11 +31,20 @@ def test_a_round_is_replayed_whole_only_on_the_same_inputs_and_memory(prefect_se
     runs = []
     real = flows.replay.run_round
     monkeypatch.setattr(flows.replay, "run_round", lambda *a, **k: runs.append(a[0]) or real(*a, **k))
-    camp = lambda name: small_params(bench_dir, tmp_path / name, **{  # noqa: E731
-        "campaign.name": f"replay-{name}", "campaign.rounds": 1, "campaign.seeds": 1, "gate.n_boot": 1000,
-        "benchmark.per_family": 6,
-        "evidence.memory": True, "evidence.db": str(tmp_path / f"{name}.db"),
-        "campaign.traces_per_round": 0})
+    camp = lambda name: small_params(  # noqa: E731
+        bench_dir,
+        tmp_path / name,
+        **{  # noqa: E731
+            "campaign.name": f"replay-{name}",
+            "campaign.rounds": 1,
+            "campaign.seeds": 1,
+            "gate.n_boot": 1000,
+            "benchmark.per_family": 6,
+            "evidence.memory": True,
+            "evidence.db": str(tmp_path / f"{name}.db"),
+            "campaign.traces_per_round": 0,
+        },
+    )
 
     first = flows.campaign.run_campaign(camp("a"))
     ran = len(runs)  # 1, or 0 when another test in this process already ran a round on the same inputs
@@ -68,8 +80,13 @@ def test_an_unreadable_kept_round_is_a_miss_and_a_bug_raises(monkeypatch):
         def read(self, key):
             raise self.exc
 
-    for exc in (zlib.error("incomplete stream"), EOFError("ran out of input"), pickle.UnpicklingError("truncated"),
-                ValueError("not JSON"), FileNotFoundError("gone")):
+    for exc in (
+        zlib.error("incomplete stream"),
+        EOFError("ran out of input"),
+        pickle.UnpicklingError("truncated"),
+        ValueError("not JSON"),
+        FileNotFoundError("gone"),
+    ):
         monkeypatch.setattr(flows.replay, "_round_store", lambda exc=exc: Store(exc))
         assert flows.replay.replay_round("k", 1, None, None) is None
     monkeypatch.setattr(flows.replay, "_round_store", lambda: Store(TypeError("a bug")))

@@ -16,8 +16,16 @@ import pytest
 
 from components.evolution.diagnose import TurnBudget
 from components.evolution.findings import keyed_elsewhere
-from components.evolution.outcomes import (Gap, TrainEvidence, inferred_rules, mentions, recurring, rule_constants,
-                                           unseen_value_finding, write_needs)
+from components.evolution.outcomes import (
+    Gap,
+    TrainEvidence,
+    inferred_rules,
+    mentions,
+    recurring,
+    rule_constants,
+    unseen_value_finding,
+    write_needs,
+)
 from components.worlds.outcome_rules import Cond, FieldRule, Term
 from tests.conftest import PACKAGES, ROOT
 from tests.test_card_content import FEE, _refund
@@ -74,8 +82,7 @@ def test_a_card_keyed_on_another_write_is_a_routing_fault_and_a_missing_card_is_
     assert (f.owner, f.kind, f.tool) == ("rho", "card_not_fired", RETURN)
     f = unseen_value_finding("t#0", "t", steps, package(c=(PLAIN, RETURN)), WRITES, EV, TARGETS)
     assert (f.owner, f.kind) == ("unknown", "card_unobserved")
-    f = unseen_value_finding("t#0", "t", steps, package(c=(f"`{CANCEL}` takes a reason.", RETURN)), WRITES, EV,
-                             TARGETS)
+    f = unseen_value_finding("t#0", "t", steps, package(c=(f"`{CANCEL}` takes a reason.", RETURN)), WRITES, EV, TARGETS)
     assert (f.owner, f.kind) == ("E", "unseen_value")  # the only card is about another write
     f = unseen_value_finding("t#0", "t", steps, package(), WRITES, EV, TARGETS)
     assert (f.owner, f.kind) == ("E", "unseen_value")
@@ -98,8 +105,9 @@ def test_exact_fractions_and_the_gap_a_threshold_left_are_read_in_a_cards_text()
     assert not mentions("a $30 cap", {Fraction(25)})
     assert mentions("after 24 hours", {Gap(20.5, 30.0)}) and mentions("after 30 hours", {Gap(20.5, 30.0)})
     assert not mentions("after 48 hours", {Gap(20.5, 30.0)}) and not mentions("within a day", {Gap(20.5, 30.0)})
-    seen = FieldRule("refund_amount", FEE.then, Cond(FEE.cond.path, ">", Fraction(25), (Fraction(20), Fraction(30))),
-                     FEE.other)
+    seen = FieldRule(
+        "refund_amount", FEE.then, Cond(FEE.cond.path, ">", Fraction(25), (Fraction(20), Fraction(30))), FEE.other
+    )
     assert rule_constants(seen) == {0.95, Gap(20.0, 30.0)}  # the threshold as the gap, not as 25
 
 
@@ -107,8 +115,12 @@ def test_a_write_takes_the_constants_of_its_own_case():
     """A refund to travel credit for basic fares, else to the reservation's method: a non-basic write's rule takes
     no constant; a basic one takes 'travel_credit'. A fee after 24 hours: the threshold always, the factor only
     where it is due."""
-    to = FieldRule("refund_to", Term("const", "travel_credit"), Cond("get_reservation_details.fare", "is", "basic"),
-                   Term("equal", path="get_reservation_details.payment_method_id"))
+    to = FieldRule(
+        "refund_to",
+        Term("const", "travel_credit"),
+        Cond("get_reservation_details.fare", "is", "basic"),
+        Term("equal", path="get_reservation_details.payment_method_id"),
+    )
     assert rule_constants(to) == {"travel_credit"}
     assert rule_constants(to, {"get_reservation_details.fare": "basic"}) == {"travel_credit"}
     assert rule_constants(to, {"get_reservation_details.fare": "flex"}) == frozenset()
@@ -149,16 +161,21 @@ def test_a_field_with_no_rule_is_stated_by_the_values_its_gold_recurs_on():
 
     def credited(i, amount):
         eid = f"g{i}#0"
-        write = ({"kind": "tool", "tool": RETURN, "args": {"order_id": str(i), "refund_amount": 1.0}},
-                 {"role": "tool", "ok": True, "content": {}})
-        return eid, [s.model_copy(update={"episode_id": eid}).sealed()
-                     for s in [*confirmed_write(0, CANCEL, str(i))[:1], st(1, *write), st(2, FINISH)]]
+        write = (
+            {"kind": "tool", "tool": RETURN, "args": {"order_id": str(i), "refund_amount": 1.0}},
+            {"role": "tool", "ok": True, "content": {}},
+        )
+        return eid, [
+            s.model_copy(update={"episode_id": eid}).sealed()
+            for s in [*confirmed_write(0, CANCEL, str(i))[:1], st(1, *write), st(2, FINISH)]
+        ]
 
     amounts = [100.0, 250.0, 100.0, 250.0, 250.0, 100.0]
     eps = dict(credited(i, a) for i, a in enumerate(amounts))
-    gold = {f"g{i}": Gold(task_id=f"g{i}", actions=[GoldAction(tool=RETURN, args={"order_id": str(i),
-                                                                                  "refund_amount": a})])
-            for i, a in enumerate(amounts)}
+    gold = {
+        f"g{i}": Gold(task_id=f"g{i}", actions=[GoldAction(tool=RETURN, args={"order_id": str(i), "refund_amount": a})])
+        for i, a in enumerate(amounts)
+    }
     rules = inferred_rules([RETURN], eps, gold, WRITES, TARGETS)
     assert rules == {RETURN: {"refund_amount": FieldRule("refund_amount", Term("one_of", (100.0, 250.0)))}}
     ev = EV.model_copy(update={"rules": rules})
@@ -207,8 +224,9 @@ def test_rotated_triggers_move_every_card_to_another_write_and_keep_its_text(tmp
         assert c.body == old.body and c.meta.trigger.event == old.meta.trigger.event
         assert c.meta.trigger.tool != old.meta.trigger.tool
     # every write that had a card keyed on it still has exactly one
-    assert sorted(c.meta.trigger.tool for c in after.cards.values()) == \
-        sorted(c.meta.trigger.tool for c in before.cards.values())
+    assert sorted(c.meta.trigger.tool for c in after.cards.values()) == sorted(
+        c.meta.trigger.tool for c in before.cards.values()
+    )
 
 
 def test_a_rotated_reference_fails_on_routing_and_is_diagnosed_rho(tmp_path):
@@ -219,8 +237,9 @@ def test_a_rotated_reference_fails_on_routing_and_is_diagnosed_rho(tmp_path):
     from components.worlds.base import ReceiptMode
 
     mod = bench_module()
-    bench = load_benchmark(BenchmarkParams(world="retail", receipts=ReceiptMode.silent,
-                                           out=str(tmp_path / "bench")).materialize())
+    bench = load_benchmark(
+        BenchmarkParams(world="retail", receipts=ReceiptMode.silent, out=str(tmp_path / "bench")).materialize()
+    )
     pkg = mod.rotated_triggers(tmp_path, "rotated", PACKAGES / "reference")
     r = mod.row("rotated triggers", pkg, bench, 12, [0, 1])
     truth_rho = r["confusion"].get("rho", {})

@@ -35,17 +35,37 @@ def _edge_variants(world_name: str) -> list[dict]:
             out += [{name: {"amount": 7, "when": {"op": op, "value": lo + 7}}} for op in OPS]
             out += [{name: {"amount": "25/2"}}, {name: {"amount": 0}}]
         out += [{"cancel_reason": {"allowed": list(RR.REASONS)[:k]}} for k in (1, 3, 5)]
-        out += [{"refund_original": "account", "exchange_available": "ignore_available", "address_validated": "raw",
-                 "user_address_validated": "raw", "credit_gift_card": "original", "credit_cap": None,
-                 "gift_card_bonus": 0}, {"gift_card_bonus": "100/3", "credit_rate": "7/2", "credit_cap": "61/2"}]
+        out += [
+            {
+                "refund_original": "account",
+                "exchange_available": "ignore_available",
+                "address_validated": "raw",
+                "user_address_validated": "raw",
+                "credit_gift_card": "original",
+                "credit_cap": None,
+                "gift_card_bonus": 0,
+            },
+            {"gift_card_bonus": "100/3", "credit_rate": "7/2", "credit_cap": "61/2"},
+        ]
         return out
     out = [{"change_window": {"when": {"op": op, "value": 9}, "factor": k}} for op in OPS for k in (3, "3/2")]
-    out += [{"change_window": {"factor": 1}}, {"change_fee": {"economy": 0, "flex": 0, "business": 0}},
-            {"change_fee": {"economy": 90, "flex": 40, "business": 20}}, {"bag_fee": 0, "bag_business": 0},
-            {"bag_business": 2}, {"comp_gold": 1}, {"comp_gold": "5/2"},
-            {"comp_rate": [[3, 120], [5, 200], [8, 310]]},
-            {"refund_original": "account", "basic_credit": "same", "comp_form": "cash", "upgrade_payment": "any",
-             "name_upper": "as_given"}]
+    out += [
+        {"change_window": {"factor": 1}},
+        {"change_fee": {"economy": 0, "flex": 0, "business": 0}},
+        {"change_fee": {"economy": 90, "flex": 40, "business": 20}},
+        {"bag_fee": 0, "bag_business": 0},
+        {"bag_business": 2},
+        {"comp_gold": 1},
+        {"comp_gold": "5/2"},
+        {"comp_rate": [[3, 120], [5, 200], [8, 310]]},
+        {
+            "refund_original": "account",
+            "basic_credit": "same",
+            "comp_form": "cash",
+            "upgrade_payment": "any",
+            "name_upper": "as_given",
+        },
+    ]
     return out
 
 
@@ -99,23 +119,29 @@ def test_the_world_reads_its_own_rules_file():
     assert AR.rules_of({"comp_gold": "5/2"}).comp_gold == Fraction(5, 2)
 
 
-@pytest.mark.parametrize("changes,match", [
-    ({"cancel_fee": {"amount": 5, "when": {"op": "~", "value": 3}}}, r"cancel_fee\.when\.op: "),
-    ({"cancel_fee": {"amount": 120}}, "a percent from 0 to under 100"),
-    ({"credit_rate": "ten"}, r"credit_rate: .*not a number"),
-    ({"cancel_reason": {"allowed": []}}, "at least one reason"),
-    ({"nope": 1}, "nope: no such rule"),
-])
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        ({"cancel_fee": {"amount": 5, "when": {"op": "~", "value": 3}}}, r"cancel_fee\.when\.op: "),
+        ({"cancel_fee": {"amount": 120}}, "a percent from 0 to under 100"),
+        ({"credit_rate": "ten"}, r"credit_rate: .*not a number"),
+        ({"cancel_reason": {"allowed": []}}, "at least one reason"),
+        ({"nope": 1}, "nope: no such rule"),
+    ],
+)
 def test_a_bad_retail_rule_is_one_line_naming_the_field(changes, match):
     with pytest.raises(InputError, match=f"^benchmark.rules: .*{match}"):
         RR.rules_of(changes)
 
 
-@pytest.mark.parametrize("changes,match", [
-    ({"comp_rate": [[6, 100], [3, 250]]}, "increasing hours"),
-    ({"bag_allowance": {"regular": 0}}, "one count per tier"),
-    ({"change_window": {"when": {"op": "<=", "value": 7}, "factor": 0}}, "factor > 0"),
-])
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        ({"comp_rate": [[6, 100], [3, 250]]}, "increasing hours"),
+        ({"bag_allowance": {"regular": 0}}, "one count per tier"),
+        ({"change_window": {"when": {"op": "<=", "value": 7}, "factor": 0}}, "factor > 0"),
+    ],
+)
 def test_a_bad_airline_rule_is_one_line_naming_the_field(changes, match):
     with pytest.raises(InputError, match=f"^benchmark.rules: .*{match}"):
         AR.rules_of(changes)
@@ -128,8 +154,9 @@ def test_an_agent_that_knows_every_rule_solves_every_possible_task_of_a_variant(
     task; its own `reference` cards state the variant's values."""
     mod, facts = WORLDS[world_name]
     changes = mod.random_rules(seed)
-    root = BenchmarkParams(world=world_name, seed=seed, out=str(tmp_path / "b"), per_family=4, rules=changes,
-                           receipts="explained").materialize()
+    root = BenchmarkParams(
+        world=world_name, seed=seed, out=str(tmp_path / "b"), per_family=4, rules=changes, receipts="explained"
+    ).materialize()
     bench = load_benchmark(root)
     fs = facts.facts_of(mod.rules_of(changes))
     assert bench.meta["rules"] == mod.rules_of(changes).model_dump(mode="json")
@@ -153,13 +180,39 @@ def test_bench_rules_writes_a_file_materialize_takes(tmp_path):
     f = tmp_path / "air.yaml"
     got = runner.invoke(app, ["bench", "rules", "--world", "airline", "--random", "7", "--out", str(f)])
     assert got.exit_code == 0, got.output
-    got = runner.invoke(app, ["bench", "materialize", "--world", "airline", "--rules", str(f), "--per-family", "3",
-                              "--out", str(tmp_path / "b")])
+    got = runner.invoke(
+        app,
+        [
+            "bench",
+            "materialize",
+            "--world",
+            "airline",
+            "--rules",
+            str(f),
+            "--per-family",
+            "3",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+    )
     assert got.exit_code == 0, got.output
     meta = json.loads((tmp_path / "b" / "meta.json").read_text())
     assert meta["rules"] == AR.rules_of(AR.random_rules(7)).model_dump(mode="json")
     f.write_text("comp_gold: lots\n")
-    got = runner.invoke(app, ["bench", "materialize", "--world", "airline", "--rules", str(f), "--per-family", "3",
-                              "--out", str(tmp_path / "c")])
+    got = runner.invoke(
+        app,
+        [
+            "bench",
+            "materialize",
+            "--world",
+            "airline",
+            "--rules",
+            str(f),
+            "--per-family",
+            "3",
+            "--out",
+            str(tmp_path / "c"),
+        ],
+    )
     assert got.exit_code == 2 and f"{f}: comp_gold: " in got.output and "Traceback" not in got.output
     assert not (tmp_path / "c").exists()

@@ -24,19 +24,44 @@ BENCH = SimpleNamespace(write_tools=WRITES)  # the only thing the rules read fro
 CITE = Citation(episode_id="i1#0", step=0, hash="a" * 64)
 
 
-def packet(owner: str, kind: str, tool: str = "*", detail: str = "", pid: str = "k1", n: int = 1,
-           opportunity: str = "present", patchability: str = "memory", rule_id: str | None = None) -> EvidencePacket:
+def packet(
+    owner: str,
+    kind: str,
+    tool: str = "*",
+    detail: str = "",
+    pid: str = "k1",
+    n: int = 1,
+    opportunity: str = "present",
+    patchability: str = "memory",
+    rule_id: str | None = None,
+) -> EvidencePacket:
     return EvidencePacket(
-        id=pid, corpus="c", owner=owner, opportunity=opportunity, patchability=patchability, kind=kind, tool=tool,
-        detail=detail, rule_id=rule_id, episodes=[f"i{k}#0" for k in range(1, n + 1)], items=[f"i{k}" for k in range(1, n + 1)],
-        claims=[Claim(statement=f"{owner}/{kind} on {tool}", evidence=[CITE])])
+        id=pid,
+        corpus="c",
+        owner=owner,
+        opportunity=opportunity,
+        patchability=patchability,
+        kind=kind,
+        tool=tool,
+        detail=detail,
+        rule_id=rule_id,
+        episodes=[f"i{k}#0" for k in range(1, n + 1)],
+        items=[f"i{k}" for k in range(1, n + 1)],
+        claims=[Claim(statement=f"{owner}/{kind} on {tool}", evidence=[CITE])],
+    )
 
 
 def ctx(package, *packets, traces=None, scores=None, findings=(), rejected=()) -> PlanContext:
     pkg = package if not isinstance(package, (str, Path)) else load_package(package)
-    return PlanContext(list(packets), pkg, BENCH, traces if traces is not None else pd.DataFrame(),
-                       scores if scores is not None else pd.DataFrame(columns=["item_id", "seed", "success"]),
-                       set(rejected), list(findings))
+    return PlanContext(
+        list(packets),
+        pkg,
+        BENCH,
+        traces if traces is not None else pd.DataFrame(),
+        scores if scores is not None else pd.DataFrame(columns=["item_id", "seed", "success"]),
+        set(rejected),
+        list(findings),
+    )
 
 
 def copy(tmp_path: Path, name: str) -> Path:
@@ -62,10 +87,22 @@ def event_cards_at_intent(pkg) -> bool:
 
 # -- E: a card distilled from the refusals -----------------------------------------------------------------------
 
+
 def _step(eid: str, i: int, tool: str, ok: bool = True) -> TraceStep:
-    return TraceStep(episode_id=eid, step=i, incoming={}, state_before=[], delivered=[], deliveries=[], proposal={},
-                     action={"kind": "tool", "content": "", "tool": tool, "args": {}}, checks=[],
-                     observation={"ok": ok}, state_after=[], fingerprint=[]).sealed()
+    return TraceStep(
+        episode_id=eid,
+        step=i,
+        incoming={},
+        state_before=[],
+        delivered=[],
+        deliveries=[],
+        proposal={},
+        action={"kind": "tool", "content": "", "tool": tool, "args": {}},
+        checks=[],
+        observation={"ok": ok},
+        state_after=[],
+        fingerprint=[],
+    ).sealed()
 
 
 def _episodes(spec: dict[str, tuple[bool, list[tuple[str, bool]]]]):
@@ -73,7 +110,9 @@ def _episodes(spec: dict[str, tuple[bool, list[tuple[str, bool]]]]):
     frames, rows = [], []
     for eid, (success, calls) in spec.items():
         item, seed = eid.split("#")
-        frames.append(steps_frame([_step(eid, i, t, ok) for i, (t, ok) in enumerate(calls)], item_id=item, seed=int(seed)))
+        frames.append(
+            steps_frame([_step(eid, i, t, ok) for i, (t, ok) in enumerate(calls)], item_id=item, seed=int(seed))
+        )
         rows.append({"item_id": item, "seed": int(seed), "success": success})
     return pd.concat(frames, ignore_index=True), pd.DataFrame(rows)
 
@@ -82,25 +121,45 @@ POLICY = "`cancel_pending_order` takes a `reason` that must be exactly 'no longe
 
 
 def test_e_policy_refusal_adds_a_routed_card_with_the_calls_successful_episodes_made(tmp_path):
-    traces, scores = _episodes({
-        # two successes looked the order up first (read tools only; writes, repeats and `finish` are not listed)
-        "s1#0": (True, [("find_user", True), ("get_order", True), ("find_user", True), ("return_delivered_order_items", True),
-                        ("cancel_pending_order", True), ("finish", True)]),
-        "s2#0": (True, [("find_user", True), ("get_order", True), ("cancel_pending_order", False),
-                        ("cancel_pending_order", True)]),
-        "s3#0": (True, [("get_order", True), ("cancel_pending_order", True)]),  # a minority sequence
-        "f1#0": (False, [("cancel_pending_order", True)]),  # a failed episode never counts
-        "f2#0": (False, [("cancel_pending_order", True)]),
-        "f3#0": (False, [("cancel_pending_order", True)]),
-    })
+    traces, scores = _episodes(
+        {
+            # two successes looked the order up first (read tools only; writes, repeats and `finish` are not listed)
+            "s1#0": (
+                True,
+                [
+                    ("find_user", True),
+                    ("get_order", True),
+                    ("find_user", True),
+                    ("return_delivered_order_items", True),
+                    ("cancel_pending_order", True),
+                    ("finish", True),
+                ],
+            ),
+            "s2#0": (
+                True,
+                [
+                    ("find_user", True),
+                    ("get_order", True),
+                    ("cancel_pending_order", False),
+                    ("cancel_pending_order", True),
+                ],
+            ),
+            "s3#0": (True, [("get_order", True), ("cancel_pending_order", True)]),  # a minority sequence
+            "f1#0": (False, [("cancel_pending_order", True)]),  # a failed episode never counts
+            "f2#0": (False, [("cancel_pending_order", True)]),
+            "f3#0": (False, [("cancel_pending_order", True)]),
+        }
+    )
     p = packet("E", "policy_refusal", "cancel_pending_order", detail=f"  {POLICY}  ", n=3, rule_id="cancel_reason")
     plan = rules_plan(p, ctx(PACKAGES / "seed", p, traces=traces, scores=scores), max_per_episode=4, max_source_items=2)
     check_schema(plan, p, max_source_items=2)
     card = plan.operations[0]
     assert card.op == "add_card" and card.path == "em/procedure/cancel-pending-order-rules.md"  # one card per write
     assert card.meta["trigger"] == {"event": "intent_recorded", "tool": "cancel_pending_order"}
-    assert card.body == POLICY + "\n\nIn successful episodes, the calls before `cancel_pending_order` were: " \
-                                 "`find_user`, `get_order`."
+    assert (
+        card.body == POLICY + "\n\nIn successful episodes, the calls before `cancel_pending_order` were: "
+        "`find_user`, `get_order`."
+    )
     assert "cancel_reason" in card.meta["source"] and "k1" in card.meta["source"]
     assert plan.mechanism == "deliver:cancel-pending-order-rules@"
     # seed has no routing: the card comes with the binding that delivers it
@@ -116,13 +175,23 @@ def test_e_card_states_every_rule_refused_on_its_write(tmp_path):
     """Two rules on one write (two clusters) are one card: a change large enough for the gate to see."""
     small = packet("E", "policy_refusal", "cancel_pending_order", detail=WINDOW, pid="k2", n=1, rule_id="cancel_window")
     big = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY, pid="k1", n=3, rule_id="cancel_reason")
-    other = packet("E", "policy_refusal", "return_delivered_order_items", detail="`return_delivered_order_items` x.",
-                   pid="k3", n=5, rule_id="ret")
+    other = packet(
+        "E",
+        "policy_refusal",
+        "return_delivered_order_items",
+        detail="`return_delivered_order_items` x.",
+        pid="k3",
+        n=5,
+        rule_id="ret",
+    )
     c = ctx(PACKAGES / "seed", small, big, other)
     plan = rules_plan(small, c)
     assert plan.owner == "E" and plan.cluster == "k2"
     card = plan.operations[0]
-    assert card.body.split("\n\n") == [WINDOW, POLICY]  # its own rule first, then the others on the write, largest first
+    assert card.body.split("\n\n") == [
+        WINDOW,
+        POLICY,
+    ]  # its own rule first, then the others on the write, largest first
     assert plan.source_items == ["i1", "i2", "i3"]  # the items of every rule it states
     assert rules_plan(big, c).operations[0].body.split("\n\n") == [POLICY, WINDOW]
     assert "x." not in card.body  # another write's rule stays on its own card
@@ -151,8 +220,13 @@ def test_rho_about_a_hand_written_card_is_routing_not_a_new_card():
 
 
 def test_e_policy_refusal_without_successes_or_routing_to_add(tmp_path):
-    p = packet("E", "policy_refusal", "modify_pending_order_address", detail="Validate the address first.",
-               rule_id="Address.Validated")
+    p = packet(
+        "E",
+        "policy_refusal",
+        "modify_pending_order_address",
+        detail="Validate the address first.",
+        rule_id="Address.Validated",
+    )
     plan = rules_plan(p, ctx(PACKAGES / "reference", p))
     assert [o.op for o in plan.operations] == ["add_card"]  # reference already routes at intent_recorded
     assert plan.operations[0].body == "Validate the address first."
@@ -175,6 +249,7 @@ def test_e_policy_refusal_never_adds_a_card_twice(tmp_path):
 
 
 # -- rho: rebind a card that did not fire, or route instead of delivering everything -----------------------------
+
 
 def test_rho_card_not_fired_rebinds_the_card_and_adds_routing(tmp_path):
     p = packet("rho", "card_not_fired", "cancel_pending_order")
@@ -211,8 +286,10 @@ def test_rho_diluted_card_routes_instead_of_delivering_everything(tmp_path):
     p = packet("rho", "diluted_card")
     plan = rules_plan(p, ctx(PACKAGES / "all-skills", p))
     check_schema(plan, p)
-    assert [(o.op, getattr(o, "use", None)) for o in plan.operations] == [("remove_binding", "all_cards"),
-                                                                         ("add_binding", "event_cards")]
+    assert [(o.op, getattr(o, "use", None)) for o in plan.operations] == [
+        ("remove_binding", "all_cards"),
+        ("add_binding", "event_cards"),
+    ]
     assert plan.mechanism == "deliver:"
     cand = applied(plan, PACKAGES / "all-skills", tmp_path)
     assert [b.label for b in cand.delivery] == ["event_cards@intent_recorded"]
@@ -235,6 +312,7 @@ def test_rho_diluted_card_without_blanket_delivery_plans_nothing():
 
 # -- C: the checker that would have bounced the escaped action ---------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", sorted(CHECKER_FOR))
 def test_c_adds_the_checker_for_the_escape(tmp_path, kind):
     use, at, _ = CHECKER_FOR[kind]
@@ -253,17 +331,21 @@ def test_c_unknown_escape_plans_nothing():
 
 # -- W: the ledger option the evidence points at -----------------------------------------------------------------
 
+
 def finding(eid: str, owner: str, kind: str, tool: str = "*", **extra) -> Finding:
-    return Finding(episode_id=eid, item_id=eid.split("#")[0], step=0, hash="a" * 64, owner=owner, kind=kind, tool=tool,
-                   extra=extra)
+    return Finding(
+        episode_id=eid, item_id=eid.split("#")[0], step=0, hash="a" * 64, owner=owner, kind=kind, tool=tool, extra=extra
+    )
 
 
 def test_w_wrong_grounding_binds_on_the_arguments_the_findings_name(tmp_path):
     p = packet("W", "wrong_grounding", "cancel_pending_order", n=2)
-    fs = [finding("i1#0", "W", "wrong_grounding", "cancel_pending_order", bind_args=["order_id"]),
-          finding("i2#0", "W", "wrong_grounding", "cancel_pending_order", bind_args=["item_ids", "order_id"]),
-          finding("i9#0", "W", "wrong_grounding", "cancel_pending_order", bind_args=["user_id"]),  # not this cluster
-          finding("i1#0", "W", "wrong_grounding", "other_tool", bind_args=["zip"])]  # another signature
+    fs = [
+        finding("i1#0", "W", "wrong_grounding", "cancel_pending_order", bind_args=["order_id"]),
+        finding("i2#0", "W", "wrong_grounding", "cancel_pending_order", bind_args=["item_ids", "order_id"]),
+        finding("i9#0", "W", "wrong_grounding", "cancel_pending_order", bind_args=["user_id"]),  # not this cluster
+        finding("i1#0", "W", "wrong_grounding", "other_tool", bind_args=["zip"]),
+    ]  # another signature
     plan = rules_plan(p, ctx(PACKAGES / "seed", p, findings=fs))
     check_schema(plan, p)
     assert plan.operations[0].value == ["item_ids", "order_id"] and plan.mechanism == "ground:"
@@ -283,8 +365,11 @@ def test_w_wrong_grounding_with_nothing_new_to_bind_plans_nothing():
 
 def test_w_overflow_raises_max_entries_past_the_largest_proposal(tmp_path):
     p = packet("W", "overflow", n=2)
-    fs = [finding("i1#0", "W", "overflow", proposed_max=3), finding("i2#0", "W", "overflow", proposed_max=5),
-          finding("i3#0", "W", "overflow", proposed_max=40)]  # another cluster's episode
+    fs = [
+        finding("i1#0", "W", "overflow", proposed_max=3),
+        finding("i2#0", "W", "overflow", proposed_max=5),
+        finding("i3#0", "W", "overflow", proposed_max=40),
+    ]  # another cluster's episode
     plan = rules_plan(p, ctx(PACKAGES / "seed", p, findings=fs))
     check_schema(plan, p)
     assert plan.operations[0].value == 8 and plan.mechanism == "ledger:add"  # 5 + 2 of headroom, to a power of two
@@ -316,8 +401,10 @@ def test_w_dropped_renders_the_board(tmp_path):
     assert rules_plan(p, ctx(PACKAGES / "seed", p)) is None  # seed renders it already
 
 
-@pytest.mark.parametrize("owner,kind", [("W", "policy_refusal"), ("E", "overflow"), ("rho", "dropped"),
-                                        ("none", "external"), ("E", "unknown_kind")])
+@pytest.mark.parametrize(
+    "owner,kind",
+    [("W", "policy_refusal"), ("E", "overflow"), ("rho", "dropped"), ("none", "external"), ("E", "unknown_kind")],
+)
 def test_an_owner_kind_pair_with_no_rule_plans_nothing(owner, kind):
     p = packet(owner, kind, "cancel_pending_order", detail=POLICY)
     assert rules_plan(p, ctx(PACKAGES / "seed", p)) is None
@@ -325,13 +412,15 @@ def test_an_owner_kind_pair_with_no_rule_plans_nothing(owner, kind):
 
 # -- the agent: upstream layers first, never a rejected plan, never an unpatchable cluster -----------------------
 
+
 def test_rules_agent_repairs_upstream_first_and_skips_what_it_cannot_or_may_not_do():
     c = packet("C", "premature_finish", pid="c", n=9)  # the biggest cluster, but downstream of W
     w_small = packet("W", "dropped", pid="w1", n=1)
     w_big = packet("W", "overflow", pid="w2", n=3)
     absent = packet("W", "dropped", pid="w0", n=20, opportunity="absent")
-    external = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY, pid="e0", n=20,
-                      patchability="external")
+    external = packet(
+        "E", "policy_refusal", "cancel_pending_order", detail=POLICY, pid="e0", n=20, patchability="external"
+    )
     fs = [finding(f"i{k}#0", "W", "overflow", proposed_max=10) for k in (1, 2, 3)]
     propose = make_meta_agent("rules", {})
     context = ctx(PACKAGES / "none", c, w_small, w_big, absent, external, findings=fs)
@@ -351,10 +440,21 @@ def test_a_card_plan_key_ignores_its_provenance():
     from components.evolution.plan import parse_plan
 
     def plan(source: str, body: str = "Before `w`, do it.") -> dict:
-        card = {"op": "add_card", "path": "em/procedure/r-rule.md", "body": body,
-                "meta": {"id": "r-rule", "type": "procedure", "source": source}}
-        return {"owner": "E", "cluster": "c1", "summary": "s", "evidence": [{"episode_id": "t#0", "step": 1, "hash": "h" * 64}],
-                "operations": [card], "mechanism": "deliver:r-rule@", "source_items": ["t"]}
+        card = {
+            "op": "add_card",
+            "path": "em/procedure/r-rule.md",
+            "body": body,
+            "meta": {"id": "r-rule", "type": "procedure", "source": source},
+        }
+        return {
+            "owner": "E",
+            "cluster": "c1",
+            "summary": "s",
+            "evidence": [{"episode_id": "t#0", "step": 1, "hash": "h" * 64}],
+            "operations": [card],
+            "mechanism": "deliver:r-rule@",
+            "source_items": ["t"],
+        }
 
     a, b = parse_plan(plan("diagnosis p1: 4 refusals")), parse_plan(plan("diagnosis p7: 9 refusals"))
     assert a.key() == b.key()
@@ -366,11 +466,25 @@ def test_a_rule_whose_text_validation_would_call_task_data_is_left_off_the_card(
     from components.evolution.validate import leak_tokens
 
     token = sorted(leak_tokens(bench))[0]
-    leaky = packet("E", "policy_refusal", "cancel_pending_order", detail=f"`cancel_pending_order` pass {token}.",
-                   pid="k2", n=4, rule_id="leaky")
+    leaky = packet(
+        "E",
+        "policy_refusal",
+        "cancel_pending_order",
+        detail=f"`cancel_pending_order` pass {token}.",
+        pid="k2",
+        n=4,
+        rule_id="leaky",
+    )
     clean = packet("E", "policy_refusal", "cancel_pending_order", detail=POLICY, pid="k1", n=1, rule_id="cancel_reason")
-    c = PlanContext([leaky, clean], load_package(PACKAGES / "seed"), bench, pd.DataFrame(),
-                    pd.DataFrame(columns=["item_id", "seed", "success"]), set(), [])
+    c = PlanContext(
+        [leaky, clean],
+        load_package(PACKAGES / "seed"),
+        bench,
+        pd.DataFrame(),
+        pd.DataFrame(columns=["item_id", "seed", "success"]),
+        set(),
+        [],
+    )
     assert rules_plan(leaky, c) is None  # its own rule cannot be written
     assert rules_plan(clean, c).operations[0].body == POLICY  # the other rule of the write, without the leaky one
 
@@ -389,7 +503,13 @@ def test_a_plan_names_at_most_the_campaigns_repair_max_items_source_tasks():
     c.max_source_items = 3
     assert make_meta_agent("rules")(c).source_items == p.items[:3]
     # the bound is an input of the plan stage's cache key (its default, when not given)
-    key = {"package": str(PACKAGES / "seed"), "bench": str(PACKAGES / "seed"), "corpus": "c", "rejected": [],
-           "meta_agent": "rules", "meta_cfg": {}}
+    key = {
+        "package": str(PACKAGES / "seed"),
+        "bench": str(PACKAGES / "seed"),
+        "corpus": "c",
+        "rejected": [],
+        "meta_agent": "rules",
+        "meta_cfg": {},
+    }
     assert inputs_key(plan_stage.fn, key) == inputs_key(plan_stage.fn, {**key, "max_source_items": 12})
     assert inputs_key(plan_stage.fn, key) != inputs_key(plan_stage.fn, {**key, "max_source_items": 3})

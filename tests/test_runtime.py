@@ -56,9 +56,16 @@ class ScriptedPort:
         self.calls.append("commit")
         self.committed.append((draft, blocked))
         if draft.tool_call and not blocked:
-            self._pending.append(Receipt(call_id=draft.tool_call.id, tool=draft.tool_call.name,
-                                         args=draft.tool_call.args, ok=True, genuine=self.receipt_genuine,
-                                         write=draft.tool_call.name in self.write_tools))
+            self._pending.append(
+                Receipt(
+                    call_id=draft.tool_call.id,
+                    tool=draft.tool_call.name,
+                    args=draft.tool_call.args,
+                    ok=True,
+                    genuine=self.receipt_genuine,
+                    write=draft.tool_call.name in self.write_tools,
+                )
+            )
         return {"ok": True}
 
 
@@ -113,8 +120,11 @@ def test_one_redraft_then_block(reference):
 
 
 def test_redraft_that_fixes_the_draft_is_committed(reference):
-    ask = Draft(tool_call=ToolCall(id="k1", name="confirm", args={"tool": WRITE, "args": {"order_id": "#W1"},
-                                                                  "summary": "cancel #W1"}))
+    ask = Draft(
+        tool_call=ToolCall(
+            id="k1", name="confirm", args={"tool": WRITE, "args": {"order_id": "#W1"}, "summary": "cancel #W1"}
+        )
+    )
     port = ScriptedPort([write_draft(), ask])
     step = run_turn(Episode.start("e#0", reference), port)
     assert step.blocked is None and step.action["tool"] == "confirm"  # asking is not a write: never bounced
@@ -122,9 +132,17 @@ def test_redraft_that_fixes_the_draft_is_committed(reference):
 
 
 def test_a_granted_confirmation_in_the_transcript_lets_the_write_through(reference):
-    granted = [Turn(role="user", text="cancel #W1"), Turn(role="assistant", text="", tool="confirm"),
-               Turn(role="tool", text='{"confirmed": true}', tool="confirm", granted=True,
-                    args={"tool": WRITE, "args": {"order_id": "#W1"}, "summary": "cancel #W1"})]
+    granted = [
+        Turn(role="user", text="cancel #W1"),
+        Turn(role="assistant", text="", tool="confirm"),
+        Turn(
+            role="tool",
+            text='{"confirmed": true}',
+            tool="confirm",
+            granted=True,
+            args={"tool": WRITE, "args": {"order_id": "#W1"}, "summary": "cancel #W1"},
+        ),
+    ]
     step = run_turn(Episode.start("e#0", reference), ScriptedPort([write_draft()], transcript=granted))
     assert step.blocked is None and step.action["tool"] == WRITE
     other = run_turn(Episode.start("e#0", reference), ScriptedPort([write_draft("#W2")], transcript=granted))
@@ -134,7 +152,11 @@ def test_a_granted_confirmation_in_the_transcript_lets_the_write_through(referen
 def test_only_genuine_receipts_settle_the_ledger(reference, tmp_path):
     pkg_dir = tmp_path / "p"
     shutil.copytree("data/packages/reference", pkg_dir)
-    text = (pkg_dir / "manifest.yaml").read_text().replace("  - use: confirm_before_write\n    at: pre_write\n    cfg:\n      match_args: [order_id]\n", "")
+    text = (
+        (pkg_dir / "manifest.yaml")
+        .read_text()
+        .replace("  - use: confirm_before_write\n    at: pre_write\n    cfg:\n      match_args: [order_id]\n", "")
+    )
     (pkg_dir / "manifest.yaml").write_text(text)
     pkg = load_package(pkg_dir)
     for genuine, expect in ((False, "pending"), (True, "done")):
@@ -168,7 +190,10 @@ def test_model_claims_never_settle(unchecked):
     claim = Draft(content="All done, order #W1 cancelled!")
     port = ScriptedPort([write_draft("#W2", "c0"), claim, claim, write_draft("#W1", "c1"), claim])
     steps = [run_turn(ep, port) for _ in range(4)]
-    assert [d.tool_call.args["order_id"] for d, blocked in port.committed if d.tool_call and not blocked] == ["#W2", "#W1"]
+    assert [d.tool_call.args["order_id"] for d, blocked in port.committed if d.tool_call and not blocked] == [
+        "#W2",
+        "#W1",
+    ]
     for step in steps:  # the receipt for #W2 was grounded at turn 1 and bound nothing (bind_on: order_id)
         assert [(e["args"]["order_id"], e["status"]) for e in step.state_after] == [("#W1", "pending")]
         assert not any(f.startswith("ground:") for f in step.fingerprint)
@@ -215,13 +240,20 @@ def test_a_card_delivered_at_pre_write_bounces_the_write_once(tmp_path):
     step = run_turn(ep, port)
     assert port.calls == ["receipts", "propose", "draft", "draft", "commit"]
     assert port.feedback == [None, "before `cancel_pending_order`, read the delivered card(s): cancel-reason"]
-    assert "card cancel-reason" not in port.memories[1] and "card cancel-reason" in port.memories[2]  # the redraft sees it
+    assert (
+        "card cancel-reason" not in port.memories[1] and "card cancel-reason" in port.memories[2]
+    )  # the redraft sees it
     assert step.first_draft["tool"] == WRITE and step.blocked is None  # the redraft is committed, not blocked
     assert port.committed == [(write_draft(cid="c2"), None)]
     assert [f for f in step.fingerprint if not f.startswith("ledger:")] == [
-        "deliver:cancel-reason@pre_write", "bounce:pre_write:cards", "redraft"]
+        "deliver:cancel-reason@pre_write",
+        "bounce:pre_write:cards",
+        "redraft",
+    ]
     assert step.delivered == ["cancel-reason"]
-    assert step.deliveries == [{"event": "pre_write", "strategy": "event_cards", "cards": ["cancel-reason"], "notes": 0}]
+    assert step.deliveries == [
+        {"event": "pre_write", "strategy": "event_cards", "cards": ["cancel-reason"], "notes": 0}
+    ]
     # the next write in the episode: the card is delivered again (up to max_per_episode), and bounces again
     again = run_turn(ep, ScriptedPort([write_draft(cid="c3"), write_draft(cid="c4")]))
     assert "bounce:pre_write:cards" in again.fingerprint and ep.delivered_counts["cancel-reason"] == 2
@@ -237,8 +269,10 @@ def test_no_pre_write_bounce_when_nothing_new_arrives(tmp_path):
     assert "bounce:pre_write:cards" not in step.fingerprint and port.committed[0][1] is None
     # a read (not a write tool) and a message never reach pre_write at all
     fresh_pkg = pre_write_package(tmp_path / "x")
-    for draft in (Draft(tool_call=ToolCall(id="r", name="get_order_details", args={"order_id": "#W1"})),
-                  Draft(content="Shall I cancel #W1?")):
+    for draft in (
+        Draft(tool_call=ToolCall(id="r", name="get_order_details", args={"order_id": "#W1"})),
+        Draft(content="Shall I cancel #W1?"),
+    ):
         fresh = Episode.start("e#1", fresh_pkg)
         p = ScriptedPort([draft])
         s = run_turn(fresh, p)
@@ -250,14 +284,19 @@ def test_a_pre_write_card_already_in_context_does_not_bounce(tmp_path):
     # the same card delivered earlier in the turn (at intent_recorded) is already in front of the model
     root = tmp_path / "both"
     (root / "em/procedure").mkdir(parents=True)
-    (root / "manifest.yaml").write_text(PRE_WRITE_MANIFEST.format(max_per_episode=6).replace(
-        "delivery:\n", "delivery:\n  - use: all_cards\n    at: intent_recorded\n"))
+    (root / "manifest.yaml").write_text(
+        PRE_WRITE_MANIFEST.format(max_per_episode=6).replace(
+            "delivery:\n", "delivery:\n  - use: all_cards\n    at: intent_recorded\n"
+        )
+    )
     (root / "em/procedure/cancel-reason.md").write_text(PRE_WRITE_CARD)
     ep = Episode.start("e#0", load_package(root))
     port = ScriptedPort([write_draft(cid="c1")])
     step = run_turn(ep, port)
     assert "card cancel-reason" in port.memories[1]
-    assert port.calls.count("draft") == 1 and step.first_draft is None and "bounce:pre_write:cards" not in step.fingerprint
+    assert (
+        port.calls.count("draft") == 1 and step.first_draft is None and "bounce:pre_write:cards" not in step.fingerprint
+    )
     assert step.delivered == ["cancel-reason"] and ep.delivered_counts["cancel-reason"] == 1
 
 

@@ -20,8 +20,16 @@ def test_the_door_makes_every_task_path_absolute_and_records_them_as_given(tmp_p
     from flows.campaign import budget_spec
 
     monkeypatch.chdir(tmp_path)
-    given = load_params(None, {"benchmark.out": "bench", "campaign.out": "runs/c", "campaign.start": "pkgs/seed",
-                               "evidence.db": "ev/evidence.db", "campaign.tracking_uri": "sqlite:///ml/mlflow.db"})
+    given = load_params(
+        None,
+        {
+            "benchmark.out": "bench",
+            "campaign.out": "runs/c",
+            "campaign.start": "pkgs/seed",
+            "evidence.db": "ev/evidence.db",
+            "campaign.tracking_uri": "sqlite:///ml/mlflow.db",
+        },
+    )
     p = given.resolved()
     assert p.benchmark.out == str(tmp_path / "bench") and p.campaign.out == str(tmp_path / "runs/c")
     assert p.campaign.start == str(tmp_path / "pkgs/seed") and p.evidence.db == str(tmp_path / "ev/evidence.db")
@@ -60,12 +68,29 @@ def worker_elsewhere(prefect_server, tmp_path):
     where = tmp_path / "elsewhere"
     where.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("RATCHET_", "MLFLOW_"))}
-    env.update(PREFECT_API_URL=prefect_server, PREFECT_HOME=str(where / "prefect"),
-               PREFECT_LOCAL_STORAGE_PATH=str(where / "storage"))
+    env.update(
+        PREFECT_API_URL=prefect_server,
+        PREFECT_HOME=str(where / "prefect"),
+        PREFECT_LOCAL_STORAGE_PATH=str(where / "storage"),
+    )
     with LocalCluster(n_workers=0, processes=True, dashboard_address=None) as cluster:
-        proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
-                                 "--nworkers", "1", "--nthreads", "1", "--no-dashboard"], cwd=where, env=env,
-                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "worker.log", "wb"))
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                cluster.scheduler_address,
+                "--nworkers",
+                "1",
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+            ],
+            cwd=where,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "worker.log", "wb"),
+        )
         try:
             with Client(cluster.scheduler_address) as client:
                 client.wait_for_workers(1, timeout=180)
@@ -88,13 +113,23 @@ def test_a_worker_in_another_directory_gives_identical_results(worker_elsewhere,
     project.mkdir()
     monkeypatch.chdir(project)
     world("retail").materialize(project / "bench", 0, 3)
-    common = {"benchmark.out": "bench", "benchmark.receipts": "explained", "benchmark.per_family": 3,
-              "campaign.start": str(PACKAGES / "reference"),
-              "campaign.rounds": 0, "campaign.seeds": 2, "campaign.shard_size": 2, "gate.n_boot": 1000,
-              "evidence.db": "evidence.db"}
+    common = {
+        "benchmark.out": "bench",
+        "benchmark.receipts": "explained",
+        "benchmark.per_family": 3,
+        "campaign.start": str(PACKAGES / "reference"),
+        "campaign.rounds": 0,
+        "campaign.seeds": 2,
+        "campaign.shard_size": 2,
+        "gate.n_boot": 1000,
+        "evidence.db": "evidence.db",
+    }
     threads = run_campaign(load_params(None, {**common, "campaign.out": "threads"}))
-    dask = run_campaign(load_params(None, {**common, "campaign.out": "dask", "campaign.task_runner": "dask",
-                                           "campaign.dask_address": address}))
+    dask = run_campaign(
+        load_params(
+            None, {**common, "campaign.out": "dask", "campaign.task_runner": "dask", "campaign.dask_address": address}
+        )
+    )
     assert dask["stopped"] is None and dask["test"] is not None, dask["stopped"]
     assert dask["test"] == threads["test"]
     assert (project / "dask/test_evals.json").read_bytes() == (project / "threads/test_evals.json").read_bytes()
@@ -113,8 +148,10 @@ def test_a_finished_unchanged_campaign_is_recognized_and_any_change_runs_it(smal
     from flows.finished import unchanged
 
     p = small_campaign.params.resolved()
-    assert unchanged(p) == {"budget_spent": small_campaign.summary["budget_spent"],
-                            "mlflow": small_campaign.summary["mlflow"]}
+    assert unchanged(p) == {
+        "budget_spent": small_campaign.summary["budget_spent"],
+        "mlflow": small_campaign.summary["mlflow"],
+    }
     for change in ({"rounds": p.campaign.rounds + 1}, {"traces_per_round": p.campaign.traces_per_round + 1}):
         assert unchanged(p.model_copy(update={"campaign": p.campaign.model_copy(update=change)})) is None, change
 
@@ -126,8 +163,15 @@ def test_dask_workers_that_outlive_the_campaign_need_a_server_that_does(tmp_path
     from components.params import load_params
     from flows.campaign import prepare
 
-    p = load_params(None, {"benchmark.out": str(bench_dir), "campaign.out": str(tmp_path / "c"),
-                           "campaign.task_runner": "dask", "campaign.dask_address": "tcp://127.0.0.1:8786"})
+    p = load_params(
+        None,
+        {
+            "benchmark.out": str(bench_dir),
+            "campaign.out": str(tmp_path / "c"),
+            "campaign.task_runner": "dask",
+            "campaign.dask_address": "tcp://127.0.0.1:8786",
+        },
+    )
     with temporary_settings(restore_defaults={PREFECT_API_URL}), pytest.raises(InputError, match="ratchet server"):
         prepare(p)
 
@@ -170,7 +214,11 @@ def test_campaigns_of_one_identity_in_two_directories_have_two_registered_models
         params = load_params(None, {"campaign.out": out}).recorded().model_dump()
         return {"campaign": "default", "params": params, "start_digest": "s" * 64, "benchmark_digest": "b" * 64}
 
-    a, b, a_again = tracking_names(summary("runs/a")), tracking_names(summary("runs/b")), tracking_names(summary("runs/a"))
+    a, b, a_again = (
+        tracking_names(summary("runs/a")),
+        tracking_names(summary("runs/b")),
+        tracking_names(summary("runs/a")),
+    )
     assert a["identity"] == b["identity"] and a["experiment"] == b["experiment"]  # one identity: one experiment
     assert a["registered_model"] != b["registered_model"]  # ... but each campaign its own model and @champion
     assert a == a_again and a["registered_model"].startswith(f"ratchet-default-{a['identity']}-")
@@ -183,16 +231,23 @@ def test_bench_fixed_cost_quick_fits_three_campaigns_on_one_server(prefect_serve
 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
-    p = subprocess.run([sys.executable, "benchmarks/bench_fixed_cost.py", "--quick"], cwd=root, env=env,
-                       capture_output=True, text=True, timeout=1800)
+    p = subprocess.run(
+        [sys.executable, "benchmarks/bench_fixed_cost.py", "--quick"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     lines = p.stdout.strip().splitlines()
     rows = [ln.split() for ln in lines if re.match(r"r1-f[345] ", ln)]
     assert [r[0] for r in rows] == ["r1-f3", "r1-f4", "r1-f5"], p.stdout
     episodes = [int(r[3]) for r in rows]
     assert min(episodes) > 0 and episodes[0] < episodes[2]  # a bigger benchmark runs more episodes
-    assert re.fullmatch(r"fixed cost per campaign: -?[0-9.]+ CPU-s \+ -?[0-9.]+ ms per episode \(fit over 3 sizes\)",
-                        lines[-1]), p.stdout
+    assert re.fullmatch(
+        r"fixed cost per campaign: -?[0-9.]+ CPU-s \+ -?[0-9.]+ ms per episode \(fit over 3 sizes\)", lines[-1]
+    ), p.stdout
 
 
 def test_bench_campaign_scaleout_quick_gives_one_lineage_on_threads_and_dask(prefect_server):
@@ -204,27 +259,37 @@ def test_bench_campaign_scaleout_quick_gives_one_lineage_on_threads_and_dask(pre
 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
-    p = subprocess.run([sys.executable, "benchmarks/bench_campaign_scaleout.py", "--quick"], cwd=root, env=env,
-                       capture_output=True, text=True, timeout=1800)
+    p = subprocess.run(
+        [sys.executable, "benchmarks/bench_campaign_scaleout.py", "--quick"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     lines = p.stdout.strip().splitlines()
     rows = {" ".join(ln.split()[:2]): ln.split()[2:] for ln in lines if re.match(r"(threads|dask) x\d+ ", ln)}
     assert list(rows) == ["threads x2", "dask x1"], p.stdout
     assert len({r[0] for r in rows.values()}) == 1 and int(rows["dask x1"][0]) > 0  # the same episodes, some
     assert all(int(r[-1]) >= 1 for r in rows.values()), p.stdout  # promotions: the lineage has a child version
-    m = re.fullmatch(r"lineage and test certification identical across runners: (\w+) \((\d+) versions, .*\)",
-                     lines[-1])
+    m = re.fullmatch(
+        r"lineage and test certification identical across runners: (\w+) \((\d+) versions, .*\)", lines[-1]
+    )
     assert m and m.group(1) == "True" and int(m.group(2)) >= 2, p.stdout
 
 
-@pytest.mark.parametrize("n_items,seeds,workers,want", [
-    (60, 3, 2, 15),  # dev of the default campaign: two tasks per worker
-    (60, 3, 4, 10),  # four workers: 8 items would be 24 episodes, under the 30-episode floor
-    (180, 3, 4, 23),
-    (12, 3, 2, 10),  # a small look: one or two tasks
-    (4, 1, 2, 30),  # the floor in episodes: one seed, 30 items a task
-    (1, 3, 8, 10),
-])
+@pytest.mark.parametrize(
+    "n_items,seeds,workers,want",
+    [
+        (60, 3, 2, 15),  # dev of the default campaign: two tasks per worker
+        (60, 3, 4, 10),  # four workers: 8 items would be 24 episodes, under the 30-episode floor
+        (180, 3, 4, 23),
+        (12, 3, 2, 10),  # a small look: one or two tasks
+        (4, 1, 2, 30),  # the floor in episodes: one seed, 30 items a task
+        (1, 3, 8, 10),
+    ],
+)
 def test_auto_shards_are_two_per_worker_with_a_floor(n_items, seeds, workers, want):
     import math
 

@@ -33,10 +33,19 @@ def propose(led: Ledger, *intents: Intent):
     return led.apply_proposal(Proposal(pending=list(intents)))
 
 
-def receipt(order: str, tool: str = CANCEL, *, ok: bool = True, genuine: bool = True, write: bool = True,
-            content=None, call_id: str = "call-1") -> Receipt:
-    return Receipt(call_id=call_id, tool=tool, args={"order_id": order}, ok=ok, genuine=genuine, write=write,
-                   content=content)
+def receipt(
+    order: str,
+    tool: str = CANCEL,
+    *,
+    ok: bool = True,
+    genuine: bool = True,
+    write: bool = True,
+    content=None,
+    call_id: str = "call-1",
+) -> Receipt:
+    return Receipt(
+        call_id=call_id, tool=tool, args={"order_id": order}, ok=ok, genuine=genuine, write=write, content=content
+    )
 
 
 def statuses(led: Ledger) -> dict[str, str]:
@@ -58,16 +67,25 @@ def checker(name: str, **cfg):
 
 
 def dctx(event: str, cards: list[Card], tools=(), led: Ledger | None = None, counts=None) -> DeliveryContext:
-    return DeliveryContext(event=event, tools=frozenset(tools), ledger=led or ledger(),
-                           cards={c.id: c for c in cards}, delivered_counts=dict(counts or {}))
+    return DeliveryContext(
+        event=event,
+        tools=frozenset(tools),
+        ledger=led or ledger(),
+        cards={c.id: c for c in cards},
+        delivered_counts=dict(counts or {}),
+    )
 
 
 def write_draft(order: str = "#W0000001", tool: str = CANCEL) -> Draft:
-    return Draft(content="", tool_call=ToolCall(id="d1", name=tool, args={"order_id": order, "reason": "no longer needed"}))
+    return Draft(
+        content="", tool_call=ToolCall(id="d1", name=tool, args={"order_id": order, "reason": "no longer needed"})
+    )
 
 
 def cctx(draft: Draft, transcript: list[Turn], event: str = PRE_WRITE, led: Ledger | None = None) -> CheckContext:
-    return CheckContext(event=event, draft=draft, ledger=led or ledger(), transcript=transcript, write_tools=WRITE_TOOLS)
+    return CheckContext(
+        event=event, draft=draft, ledger=led or ledger(), transcript=transcript, write_tools=WRITE_TOOLS
+    )
 
 
 def user(text: str) -> Turn:
@@ -83,8 +101,10 @@ def tool_turns(tool: str, *, write: bool, ok: bool = True) -> list[Turn]:
     return [Turn(role="assistant", text="", tool=tool), Turn(role="tool", text="{}", tool=tool, write=write, ok=ok)]
 
 
-ASKED = [user("Please cancel order #W0000001, I don't need it."),
-         agent("I can cancel order #W0000001 (reason: no longer needed). Shall I proceed? (yes/no)")]
+ASKED = [
+    user("Please cancel order #W0000001, I don't need it."),
+    agent("I can cancel order #W0000001 (reason: no longer needed). Shall I proceed? (yes/no)"),
+]
 
 
 # -- ledger: the model proposes, only genuine receipts settle ----------------------------------------------------
@@ -102,8 +122,11 @@ def test_proposals_never_mark_an_entry_done():
 
 def test_proposal_cannot_smuggle_a_status():
     led = ledger()
-    led.apply_proposal(Proposal.model_validate({"pending": [{"tool": CANCEL, "args": {"order_id": "#W1"},
-                                                             "status": "done", "evidence": "fake"}]}))
+    led.apply_proposal(
+        Proposal.model_validate(
+            {"pending": [{"tool": CANCEL, "args": {"order_id": "#W1"}, "status": "done", "evidence": "fake"}]}
+        )
+    )
     assert statuses(led) == {"#W1": "pending"}
     assert led.entries[0].evidence is None
 
@@ -118,13 +141,17 @@ def test_genuine_write_receipt_settles_done():
     assert "[DONE] e1" in led.render() and "receipt c-42" in led.render()
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"genuine": False},                                       # synthetic (a bounce, a block, a made-up result)
-    {"genuine": False, "ok": False, "content": {"blocking": True}},
-    {"write": False},                                         # a genuine read
-    {"write": False, "tool": CANCEL},
-    {"genuine": False, "write": False},
-], ids=["synthetic-ok", "synthetic-blocking", "read", "read-same-tool", "synthetic-read"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"genuine": False},  # synthetic (a bounce, a block, a made-up result)
+        {"genuine": False, "ok": False, "content": {"blocking": True}},
+        {"write": False},  # a genuine read
+        {"write": False, "tool": CANCEL},
+        {"genuine": False, "write": False},
+    ],
+    ids=["synthetic-ok", "synthetic-blocking", "read", "read-same-tool", "synthetic-read"],
+)
 def test_non_genuine_or_read_receipts_never_settle(kwargs):
     led = ledger()
     propose(led, intent("#W1"))
@@ -138,8 +165,16 @@ def test_harness_blocked_receipt_never_settles():
     """The receipt the chat port makes up for a call the kernel blocked."""
     led = ledger()
     propose(led, intent("#W1"))
-    blocked = Receipt(call_id="c1", tool=CANCEL, args={"order_id": "#W1"}, ok=False, code="blocked",
-                      content={"error": "blocked by the harness: ..."}, genuine=False, write=True)
+    blocked = Receipt(
+        call_id="c1",
+        tool=CANCEL,
+        args={"order_id": "#W1"},
+        ok=False,
+        code="blocked",
+        content={"error": "blocked by the harness: ..."},
+        genuine=False,
+        write=True,
+    )
     assert led.settle([blocked]) == []
     assert statuses(led) == {"#W1": "pending"}
 
@@ -152,8 +187,11 @@ def test_failed_blocking_receipt_settles_blocked():
     assert led.pending() == []
 
 
-@pytest.mark.parametrize("content", [{"error": "order is not pending"}, {"blocking": False}, None, "blocking"],
-                         ids=["error", "blocking-false", "none", "string"])
+@pytest.mark.parametrize(
+    "content",
+    [{"error": "order is not pending"}, {"blocking": False}, None, "blocking"],
+    ids=["error", "blocking-false", "none", "string"],
+)
 def test_failed_non_blocking_receipt_leaves_pending(content):
     led = ledger()
     propose(led, intent("#W1"))
@@ -175,7 +213,10 @@ def test_bind_on_order_id_settles_only_the_matching_entry():
     assert led.settle([receipt("#W9")]) == []
     assert led.settle([receipt("#W2", call_id="c2")]) == [("e2", "done")]
     assert [(e.tool, e.args["order_id"], e.status) for e in sorted(led.entries, key=lambda e: e.id)] == [
-        (CANCEL, "#W1", "pending"), (CANCEL, "#W2", "done"), (RETURN, "#W1", "pending")]
+        (CANCEL, "#W1", "pending"),
+        (CANCEL, "#W2", "done"),
+        (RETURN, "#W1", "pending"),
+    ]
 
 
 def test_settle_does_not_resettle():
@@ -232,7 +273,10 @@ def test_settled_entries_are_not_reopened_by_later_proposals():
     for _ in range(3):
         res = propose(led, intent("#W1"), intent("#W2"))
         assert "e1" not in res.added and res.retired == []
-    assert [(e.id, e.args["order_id"], e.status) for e in led.entries] == [("e1", "#W1", "done"), ("e2", "#W2", "pending")]
+    assert [(e.id, e.args["order_id"], e.status) for e in led.entries] == [
+        ("e1", "#W1", "done"),
+        ("e2", "#W2", "pending"),
+    ]
     # a proposal that omits a settled entry does not retire it either
     res = propose(led)
     assert res.retired == ["e2"]
@@ -262,16 +306,19 @@ CARDS = [
 ]
 
 
-@pytest.mark.parametrize("event, tools, expected", [
-    (INTENT_RECORDED, {CANCEL}, ("cancel-rule", "any-intent")),
-    (INTENT_RECORDED, {RETURN, READ}, ("return-rule", "any-intent")),
-    (INTENT_RECORDED, set(), ("any-intent",)),
-    (INTENT_RECORDED, {CANCEL, RETURN}, ("cancel-rule", "return-rule", "any-intent")),
-    (TURN_START, {CANCEL}, ("greeting", "cancel-at-start")),
-    (TURN_START, set(), ("greeting",)),
-    (PRE_WRITE, {CANCEL}, ("write-guard",)),
-    (PRE_WRITE, {MODIFY}, ()),
-])
+@pytest.mark.parametrize(
+    "event, tools, expected",
+    [
+        (INTENT_RECORDED, {CANCEL}, ("cancel-rule", "any-intent")),
+        (INTENT_RECORDED, {RETURN, READ}, ("return-rule", "any-intent")),
+        (INTENT_RECORDED, set(), ("any-intent",)),
+        (INTENT_RECORDED, {CANCEL, RETURN}, ("cancel-rule", "return-rule", "any-intent")),
+        (TURN_START, {CANCEL}, ("greeting", "cancel-at-start")),
+        (TURN_START, set(), ("greeting",)),
+        (PRE_WRITE, {CANCEL}, ("write-guard",)),
+        (PRE_WRITE, {MODIFY}, ()),
+    ],
+)
 def test_event_cards_delivers_matching_event_and_tool(event, tools, expected):
     out = deliverer("event_cards")(dctx(event, CARDS, tools))
     assert out.card_ids == expected
@@ -301,7 +348,10 @@ def test_all_cards_delivers_every_card_whatever_its_trigger():
     for event in (TURN_START, INTENT_RECORDED, PRE_WRITE):
         assert run(dctx(event, CARDS, set(), counts={c.id: 50 for c in CARDS})).card_ids == every
     assert deliverer("all_cards", types=["knowledge", "action_result"])(dctx(TURN_START, CARDS)).card_ids == (
-        "greeting", "write-guard", "untriggered")
+        "greeting",
+        "write-guard",
+        "untriggered",
+    )
 
 
 def test_state_reminder_renders_pending_entries():
@@ -386,16 +436,24 @@ def test_completion_blocked_entries_when_not_allowed():
 def confirmed(order: str = "#W0000001", tool: str = CANCEL, granted: bool = True, **extra) -> list[Turn]:
     """How the chat port records a `confirm`: the assistant's call line, then the world's answer."""
     args = {"tool": tool, "args": {"order_id": order, **extra}, "summary": f"{tool} {order}"}
-    return [Turn(role="assistant", text="", tool="confirm"),
-            Turn(role="tool", text=f'{{"confirmed": {str(granted).lower()}}}', tool="confirm", args=args, granted=granted)]
+    return [
+        Turn(role="assistant", text="", tool="confirm"),
+        Turn(role="tool", text=f'{{"confirmed": {str(granted).lower()}}}', tool="confirm", args=args, granted=granted),
+    ]
 
 
 TARGETS = {CANCEL: ["order_id"], RETURN: ["order_id"], MODIFY: ["order_id"]}
 
 
 def tctx(draft: Draft, transcript: list[Turn], targets=TARGETS) -> CheckContext:
-    return CheckContext(event=PRE_WRITE, draft=draft, ledger=ledger(), transcript=transcript,
-                        write_tools=WRITE_TOOLS, targets=dict(targets))
+    return CheckContext(
+        event=PRE_WRITE,
+        draft=draft,
+        ledger=ledger(),
+        transcript=transcript,
+        write_tools=WRITE_TOOLS,
+        targets=dict(targets),
+    )
 
 
 def test_confirm_passes_after_a_granted_confirmation_of_this_write():
@@ -455,12 +513,16 @@ def test_confirm_match_args_must_match_as_well():
     assert check(tctx(write_draft(), confirmed(reason="no longer needed"))).ok
 
 
-@pytest.mark.parametrize("draft", [
-    Draft(content="Shall I cancel it?"),
-    Draft(tool_call=ToolCall(id="r1", name=READ, args={"order_id": "#W0000001"})),
-    Draft(tool_call=ToolCall(id="c1", name="confirm", args={"tool": CANCEL, "args": {}, "summary": "x"})),
-    FINISH,
-], ids=["message", "read-tool", "confirm", "finish"])
+@pytest.mark.parametrize(
+    "draft",
+    [
+        Draft(content="Shall I cancel it?"),
+        Draft(tool_call=ToolCall(id="r1", name=READ, args={"order_id": "#W0000001"})),
+        Draft(tool_call=ToolCall(id="c1", name="confirm", args={"tool": CANCEL, "args": {}, "summary": "x"})),
+        FINISH,
+    ],
+    ids=["message", "read-tool", "confirm", "finish"],
+)
 def test_confirm_ignores_non_write_drafts(draft):
     assert checker("confirm_before_write")(tctx(draft, [user("cancel it")])).ok
     assert checker("confirm_before_write")(tctx(draft, [])).ok

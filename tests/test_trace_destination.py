@@ -90,8 +90,10 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     assert any(expected.values()), "the small campaign cites no failed episode: nothing to test"
     # `campaign.traces_per_round` bounds them: a round citing more episodes logs that many, from more than one packet
     cap = p.campaign.traces_per_round
-    assert any(len(_cited(out / "rounds" / f"r{n:02d}", 10**6)) > cap == len(c) and len(set(c.values())) > 1
-               for n, c in expected.items()), (cap, expected)
+    assert any(
+        len(_cited(out / "rounds" / f"r{n:02d}", 10**6)) > cap == len(c) and len(set(c.values())) > 1
+        for n, c in expected.items()
+    ), (cap, expected)
 
     # store B has every cited episode as a trace of its round run, with all its spans and its tags
     by_id = {}
@@ -111,7 +113,9 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
             root = [sp for sp in spans if sp.parent_id is None]
             assert [sp.name for sp in root] == [f"episode {ep}"]
             turns = [sp for sp in spans if sp.parent_id == root[0].span_id]
-            assert len(turns) == int((steps["episode_id"] == ep).sum()) and any(x.name.endswith("(cited)") for x in turns)
+            assert len(turns) == int((steps["episode_id"] == ep).sum()) and any(
+                x.name.endswith("(cited)") for x in turns
+            )
             children = 0
             for turn in turns:  # every kernel phase under every turn, each as often as it ran (a redraft calls again)
                 names = [sp.name for sp in spans if sp.parent_id == turn.span_id]
@@ -133,7 +137,8 @@ def test_traces_land_in_the_campaigns_store_not_the_processs(small_campaign, tmp
     old_run = rounds[n].info.run_id
     cb.update_run(old_run, status="RUNNING")
     new_run = CampaignTracker(p.campaign.name, out, p.model_dump(), tracking_uri=b).log_round(
-        next(r for r in s["history"] if int(r["round"]) == n))
+        next(r for r in s["history"] if int(r["round"]) == n)
+    )
     assert new_run != old_run
     now = _all_traces(cb, [exp_id])
     assert len(now) == len(by_id)
@@ -153,8 +158,11 @@ def test_a_new_store_is_a_copy_of_a_migrated_one(tmp_path, monkeypatch):
     db = tmp_path / "new" / "m.db"
     new_store_from_template(f"sqlite:///{db}")
     MlflowClient(f"sqlite:///{db}").search_experiments()  # MLflow opens it: adds its Default experiment
-    template = next((Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ratchet").glob(
-        f"mlflow-{mlflow.__version__}-*.db"))
+    template = next(
+        (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ratchet").glob(
+            f"mlflow-{mlflow.__version__}-*.db"
+        )
+    )
 
     def dump(path) -> set[str]:
         with sqlite3.connect(path) as con:

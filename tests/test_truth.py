@@ -24,18 +24,24 @@ from tests.conftest import PACKAGES
 CANCEL, IMPOSSIBLE, RETURN = "retail-cancel-002", "retail-cancel-008", "retail-return-000"
 # one fault at a time: everything else done right
 CLEAN = replace(RATES, p_base=1.0, p_skip_confirm=0.0, p_early_done=0.0, drift=0.0, p_recover=0.0)
-CANCEL_CARD = ("When you call `cancel_pending_order`, the `reason` must be exactly 'no longer needed' or "
-               "'ordered by mistake'.")
+CANCEL_CARD = (
+    "When you call `cancel_pending_order`, the `reason` must be exactly 'no longer needed' or 'ordered by mistake'."
+)
 
 
 def with_card(tmp_path, body: str, trigger_tool: str = "cancel_pending_order", name: str = "pkg") -> MemoryPackage:
     dst = tmp_path / name
     shutil.copytree(PACKAGES / "seed", dst)
-    text = (dst / "manifest.yaml").read_text().replace("delivery: []", "delivery:\n  - use: event_cards\n    at: intent_recorded")
+    text = (
+        (dst / "manifest.yaml")
+        .read_text()
+        .replace("delivery: []", "delivery:\n  - use: event_cards\n    at: intent_recorded")
+    )
     (dst / "manifest.yaml").write_text(text)
     (dst / "em" / "procedure").mkdir(parents=True)
     (dst / "em" / "procedure" / "rule.md").write_text(
-        f"---\nid: rule\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: {trigger_tool}\nsource: test\n---\n{body}\n")
+        f"---\nid: rule\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: {trigger_tool}\nsource: test\n---\n{body}\n"
+    )
     return load_package(dst)
 
 
@@ -44,6 +50,7 @@ def cause(pkg, bench, item, rates, seed=0) -> dict:
 
 
 # -- each switch, on an episode whose cause is known ---------------------------------------------------------------
+
 
 def test_e_switch_fixes_a_missing_rule(bench):
     row = cause(load_package(PACKAGES / "seed"), bench, CANCEL, replace(CLEAN, p_base=0.0))
@@ -93,8 +100,7 @@ def test_three_faults_are_compound_with_the_minimal_triple_that_fixes_them(bench
     row = rep.cause(CANCEL, 0)
     assert row["cause"] == "compound" and row["fixing_sets"] == "E+W+C" and row["all_off"] == ""
     brute = Replayer(pkg, bench, rates=rates)
-    fixes = {frozenset(s) for k in (1, 2, 3) for s in combinations(OWNERS, k)
-             if brute.run(CANCEL, 0, frozenset(s))[0]}
+    fixes = {frozenset(s) for k in (1, 2, 3) for s in combinations(OWNERS, k) if brute.run(CANCEL, 0, frozenset(s))[0]}
     minimal = {f for f in fixes if not any(g < f for g in fixes)}
     assert minimal == {frozenset({"E", "W", "C"})}
     assert row["replays"] < brute.replays  # the pruned search replayed fewer episodes
@@ -113,8 +119,12 @@ def test_an_impossible_task_is_external(bench):
 
 def test_only_failed_episodes_are_replayed_and_faults_that_never_fired_are_skipped(bench):
     pkg = load_package(PACKAGES / "seed")
-    scores = pd.DataFrame([{"item_id": CANCEL, "seed": 0, "success": True, "error": ""},
-                           {"item_id": IMPOSSIBLE, "seed": 0, "success": False, "error": ""}])
+    scores = pd.DataFrame(
+        [
+            {"item_id": CANCEL, "seed": 0, "success": True, "error": ""},
+            {"item_id": IMPOSSIBLE, "seed": 0, "success": False, "error": ""},
+        ]
+    )
     t = causes_table(pkg, bench, scores, rates=CLEAN)
     assert list(t["item_id"]) == [IMPOSSIBLE]
     # the probe replay, then all four off (no single fault fired, so no single replay ran)
@@ -123,13 +133,20 @@ def test_only_failed_episodes_are_replayed_and_faults_that_never_fired_are_skipp
 
 # -- the grammar: meaning, not keywords ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,value", [
-    ("`return_delivered_order_items` refunds only to the original payment method of the order.", "original"),
-    ("`return_delivered_order_items` must never refund to the original payment method of the order.", "account"),
-    ("A refund made with `return_delivered_order_items` goes back to the method the order was paid with.", "original"),
-    ("Do not use the account's first method for `return_delivered_order_items`.", "original"),
-    ("Refunds go back to the original payment method of the order.", None),  # the tool is not named: outside
-])
+
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("`return_delivered_order_items` refunds only to the original payment method of the order.", "original"),
+        ("`return_delivered_order_items` must never refund to the original payment method of the order.", "account"),
+        (
+            "A refund made with `return_delivered_order_items` goes back to the method the order was paid with.",
+            "original",
+        ),
+        ("Do not use the account's first method for `return_delivered_order_items`.", "original"),
+        ("Refunds go back to the original payment method of the order.", None),  # the tool is not named: outside
+    ],
+)
 def test_refund_reading(text, value):
     assert BY_ID["refund_original"].read(text) == value
 
@@ -160,12 +177,16 @@ def test_the_agent_follows_what_a_card_means(tmp_path, bench):
     def run(body, name):
         return run_episode(with_card(tmp_path, body, tool, name), bench, RETURN, 0, SimulatedAgent(rates))
 
-    paraphrase = run("A refund made with `return_delivered_order_items` goes back to the method the order was paid with.", "p")
+    paraphrase = run(
+        "A refund made with `return_delivered_order_items` goes back to the method the order was paid with.", "p"
+    )
     negated = run("`return_delivered_order_items` must never refund to the original payment method of the order.", "n")
     outside = run("Refunds always go back to the original payment method of the order.", "o")
     nothing = run_episode(load_package(PACKAGES / "seed"), bench, RETURN, 0, SimulatedAgent(rates))
     assert paraphrase.success and not negated.success
-    refused = [s for s in negated.steps if s.action.get("tool") == tool and s.observation.get("rule_id") == "refund_original"]
+    refused = [
+        s for s in negated.steps if s.action.get("tool") == tool and s.observation.get("rule_id") == "refund_original"
+    ]
     assert refused
     assert [s.action for s in outside.steps] == [s.action for s in nothing.steps]
     assert BY_TOOL[tool].read(bench.policy) == "original"
@@ -178,23 +199,43 @@ WRITES = frozenset({"cancel_pending_order", "return_delivered_order_items"})
 
 
 def st(i, action, obs=None, incoming=None, pending=(), delivered=(), before=(), after=(), blocked=None):
-    return TraceStep(episode_id="t#0", step=i, incoming=incoming or {}, state_before=list(before),
-                     delivered=list(delivered), deliveries=[], action=action, checks=[], blocked=blocked,
-                     proposal={"pending": [{"tool": t, "args": {"order_id": o}} for t, o in pending], "next_tool": None},
-                     observation=obs or {}, state_after=list(after), fingerprint=[]).sealed()
+    return TraceStep(
+        episode_id="t#0",
+        step=i,
+        incoming=incoming or {},
+        state_before=list(before),
+        delivered=list(delivered),
+        deliveries=[],
+        action=action,
+        checks=[],
+        blocked=blocked,
+        proposal={"pending": [{"tool": t, "args": {"order_id": o}} for t, o in pending], "next_tool": None},
+        observation=obs or {},
+        state_after=list(after),
+        fingerprint=[],
+    ).sealed()
 
 
 def write(tool, oid, ok=True, code=None, error="", rule_id=None, rule=None, blocking=False):
     """A write's action and observation as the kernel records them (the receipt's fields, `components.runtime.types`)."""
     content = {"order_id": oid} if ok else {"error": error}
     return {"kind": "tool", "tool": tool, "args": {"order_id": oid}}, {
-        "role": "tool", "ok": ok, "code": code, "content": content, "rule_id": rule_id, "rule": rule, "blocking": blocking}
+        "role": "tool",
+        "ok": ok,
+        "code": code,
+        "content": content,
+        "rule_id": rule_id,
+        "rule": rule,
+        "blocking": blocking,
+    }
 
 
 def confirm(tool, oid, granted=True):
     """A `confirm` call and the world's answer."""
-    return ({"kind": "tool", "tool": "confirm", "args": {"tool": tool, "args": {"order_id": oid}, "summary": "s"}},
-            {"role": "tool", "ok": True, "content": {"confirmed": granted}})
+    return (
+        {"kind": "tool", "tool": "confirm", "args": {"tool": tool, "args": {"order_id": oid}, "summary": "s"}},
+        {"role": "tool", "ok": True, "content": {"confirmed": granted}},
+    )
 
 
 ASK = {"kind": "message", "content": "Anything else I can do?"}  # a turn that confirms nothing
@@ -210,11 +251,14 @@ def pkg_with(tmp_path, cards: dict[str, str] | None = None) -> MemoryPackage:
         return load_package(PACKAGES / "seed")
     dst = tmp_path / "p"
     shutil.copytree(PACKAGES / "seed", dst)
-    (dst / "manifest.yaml").write_text((dst / "manifest.yaml").read_text().replace(
-        "delivery: []", "delivery:\n  - use: all_cards\n    at: turn_start"))
+    (dst / "manifest.yaml").write_text(
+        (dst / "manifest.yaml").read_text().replace("delivery: []", "delivery:\n  - use: all_cards\n    at: turn_start")
+    )
     (dst / "em" / "procedure").mkdir(parents=True)
     for cid, body in cards.items():
-        (dst / "em" / "procedure" / f"{cid}.md").write_text(f"---\nid: {cid}\ntype: procedure\nsource: t\n---\n{body}\n")
+        (dst / "em" / "procedure" / f"{cid}.md").write_text(
+            f"---\nid: {cid}\ntype: procedure\nsource: t\n---\n{body}\n"
+        )
     return load_package(dst)
 
 
@@ -224,8 +268,11 @@ def one(steps, pkg, helps=None):
 
 def refused_episode(delivered=()):
     a, o = write("cancel_pending_order", W1, **REFUSED)
-    return [st(0, ASK, pending=[("cancel_pending_order", W1)]), st(1, a, o, delivered=delivered,
-            pending=[("cancel_pending_order", W1)]), st(2, FINISH, incoming=o)]
+    return [
+        st(0, ASK, pending=[("cancel_pending_order", W1)]),
+        st(1, a, o, delivered=delivered, pending=[("cancel_pending_order", W1)]),
+        st(2, FINISH, incoming=o),
+    ]
 
 
 def test_unconfirmed_write_is_c(tmp_path):
@@ -236,8 +283,11 @@ def test_unconfirmed_write_is_c(tmp_path):
 
 def test_premature_finish_is_c(tmp_path):
     a, o = write("cancel_pending_order", W1)
-    steps = [st(0, *confirm("cancel_pending_order", W1)), st(1, a, o, pending=[("cancel_pending_order", W1)]),
-             st(2, FINISH, pending=[("cancel_pending_order", W2)])]
+    steps = [
+        st(0, *confirm("cancel_pending_order", W1)),
+        st(1, a, o, pending=[("cancel_pending_order", W1)]),
+        st(2, FINISH, pending=[("cancel_pending_order", W2)]),
+    ]
     f = one(steps, pkg_with(tmp_path))
     assert (f.owner, f.kind, f.step) == ("C", "premature_finish", 2)
 
@@ -253,8 +303,13 @@ def test_a_granted_confirmation_covers_only_its_own_write(tmp_path):
     assert one(denied, pkg).kind == "unconfirmed_write"
     twice = [st(0, *confirm("cancel_pending_order", W1)), st(1, a1, o1), st(2, a2, o2), st(3, FINISH)]
     assert (one(twice, pkg).kind, one(twice, pkg).step) == ("unconfirmed_write", 2)  # a write after a write
-    fresh = [st(0, *confirm("cancel_pending_order", W1)), st(1, a1, o1), st(2, *confirm("cancel_pending_order", W2)),
-             st(3, a2, o2), st(4, FINISH)]
+    fresh = [
+        st(0, *confirm("cancel_pending_order", W1)),
+        st(1, a1, o1),
+        st(2, *confirm("cancel_pending_order", W2)),
+        st(3, a2, o2),
+        st(4, FINISH),
+    ]
     assert one(fresh, pkg).kind == "no_divergence"
 
 
@@ -272,16 +327,21 @@ def test_two_rules_on_one_write_are_two_clusters_and_one_card(tmp_path, bench):
 
     pkg = pkg_with(tmp_path)
     frames, scores = [], []
-    for n, (rule_id, rule) in enumerate([("cancel_reason", RULE), ("cancel_window", "`cancel_pending_order` only "
-                                                                                   "within a day of ordering.")] * 2):
+    for n, (rule_id, rule) in enumerate(
+        [("cancel_reason", RULE), ("cancel_window", "`cancel_pending_order` only within a day of ordering.")] * 2
+    ):
         a, o = write("cancel_pending_order", W1, ok=False, code="refused", error="refused.", rule_id=rule_id, rule=rule)
-        steps = [s.model_copy(update={"episode_id": f"i{n}#0"}).sealed() for s in [st(0, ASK), st(1, a, o), st(2, FINISH)]]
+        steps = [
+            s.model_copy(update={"episode_id": f"i{n}#0"}).sealed() for s in [st(0, ASK), st(1, a, o), st(2, FINISH)]
+        ]
         frames.append(steps_frame(steps, item_id=f"i{n}", seed=0).assign(episode_id=f"i{n}#0"))
         scores.append({"item_id": f"i{n}", "seed": 0, "score": 0.5, "success": False, "error": ""})
     traces, scores = pd.concat(frames, ignore_index=True), pd.DataFrame(scores)
     d = diagnose(traces, scores, pkg, WRITES, "t", targets=TARGETS)
     assert sorted((p.kind, p.rule_id, len(p.episodes)) for p in d.packets) == [
-        ("policy_refusal", "cancel_reason", 2), ("policy_refusal", "cancel_window", 2)]
+        ("policy_refusal", "cancel_reason", 2),
+        ("policy_refusal", "cancel_window", 2),
+    ]
     ctx = PlanContext(d.packets, pkg, bench, traces, scores, set(), d.findings)
     plans = {p.rule_id: rules_plan(p, ctx) for p in d.packets}
     cards = {r: plan.operations[0] for r, plan in plans.items()}
@@ -290,16 +350,24 @@ def test_two_rules_on_one_write_are_two_clusters_and_one_card(tmp_path, bench):
     assert cards["cancel_reason"].body.startswith(RULE) and "within a day" in cards["cancel_reason"].body
 
 
-@pytest.mark.parametrize("cards,delivered,helps,expect", [
-    ({}, (), None, ("E", "policy_refusal")),                                      # nothing in memory knows the rule
-    ({"c": "`cancel_pending_order` ..."}, ("c",), False, ("E", "ineffective_card")),  # the card does not help
-    ({"c": "`cancel_pending_order` ...", "u": "other"}, ("c", "u"), True, ("rho", "diluted_card")),
-    ({"c": "`cancel_pending_order` ..."}, ("c",), True, ("E", "policy_refusal")),    # right card, alone, not enough
-    ({"c": "`cancel_pending_order` ..."}, (), True, ("rho", "card_not_fired")),
-    # never at such a write: its text lacks the refused rule's values, so it cannot have stated it
-    ({"c": "`cancel_pending_order` ..."}, (), None, ("E", "policy_refusal")),
-    ({"c": "`cancel_pending_order`: 'no longer needed' or 'ordered by mistake'."}, (), None, ("rho", "card_not_fired")),
-])
+@pytest.mark.parametrize(
+    "cards,delivered,helps,expect",
+    [
+        ({}, (), None, ("E", "policy_refusal")),  # nothing in memory knows the rule
+        ({"c": "`cancel_pending_order` ..."}, ("c",), False, ("E", "ineffective_card")),  # the card does not help
+        ({"c": "`cancel_pending_order` ...", "u": "other"}, ("c", "u"), True, ("rho", "diluted_card")),
+        ({"c": "`cancel_pending_order` ..."}, ("c",), True, ("E", "policy_refusal")),  # right card, alone, not enough
+        ({"c": "`cancel_pending_order` ..."}, (), True, ("rho", "card_not_fired")),
+        # never at such a write: its text lacks the refused rule's values, so it cannot have stated it
+        ({"c": "`cancel_pending_order` ..."}, (), None, ("E", "policy_refusal")),
+        (
+            {"c": "`cancel_pending_order`: 'no longer needed' or 'ordered by mistake'."},
+            (),
+            None,
+            ("rho", "card_not_fired"),
+        ),
+    ],
+)
 def test_policy_refusals(tmp_path, cards, delivered, helps, expect):
     f = one(refused_episode(delivered), pkg_with(tmp_path, cards), {("cancel_pending_order", "cancel_reason"): helps})
     assert (f.owner, f.kind) == expect
@@ -320,7 +388,14 @@ def test_card_evidence_is_read_from_the_corpus(tmp_path):
 
 
 def _ledger(status, args, evidence=None):
-    return {"id": "e1", "tool": "cancel_pending_order", "args": args, "status": status, "evidence": evidence, "note": ""}
+    return {
+        "id": "e1",
+        "tool": "cancel_pending_order",
+        "args": args,
+        "status": status,
+        "evidence": evidence,
+        "note": "",
+    }
 
 
 def test_w_kinds(tmp_path):
@@ -330,7 +405,11 @@ def test_w_kinds(tmp_path):
     assert (one(dropped, pkg).owner, one(dropped, pkg).kind) == ("W", "dropped")
     overflow = [st(0, ASK, pending=listed), st(1, ASK), st(2, FINISH)]
     assert one(overflow, pkg).kind == "overflow"
-    grounded = [st(0, ASK, pending=listed, after=[_ledger("done", {"order_id": W2}, "call_9")]), st(1, ASK), st(2, FINISH)]
+    grounded = [
+        st(0, ASK, pending=listed, after=[_ledger("done", {"order_id": W2}, "call_9")]),
+        st(1, ASK),
+        st(2, FINISH),
+    ]
     assert one(grounded, pkg).kind == "wrong_grounding"
     f = one(dropped, pkg)
     assert f.step == 1  # the step after it was last listed: where it went astray
@@ -353,10 +432,20 @@ def test_the_earliest_divergence_wins(tmp_path):
     ok_a, ok_o = write("return_delivered_order_items", W2)
     bad_a, bad_o = write("cancel_pending_order", W1, **REFUSED)
     pend = [("cancel_pending_order", W1), ("return_delivered_order_items", W2)]
-    c_first = [st(0, ASK, pending=pend), st(1, ok_a, ok_o, pending=pend), st(2, ASK, pending=pend),
-               st(3, bad_a, bad_o, pending=pend), st(4, FINISH)]
-    e_first = [st(0, ASK, pending=pend), st(1, bad_a, bad_o, pending=pend), st(2, ASK, pending=pend),
-               st(3, ok_a, ok_o, pending=pend), st(4, FINISH)]
+    c_first = [
+        st(0, ASK, pending=pend),
+        st(1, ok_a, ok_o, pending=pend),
+        st(2, ASK, pending=pend),
+        st(3, bad_a, bad_o, pending=pend),
+        st(4, FINISH),
+    ]
+    e_first = [
+        st(0, ASK, pending=pend),
+        st(1, bad_a, bad_o, pending=pend),
+        st(2, ASK, pending=pend),
+        st(3, ok_a, ok_o, pending=pend),
+        st(4, FINISH),
+    ]
     assert (one(c_first, pkg).owner, one(c_first, pkg).step) == ("C", 1)
     assert (one(e_first, pkg).owner, one(e_first, pkg).step) == ("E", 1)
 
@@ -369,8 +458,11 @@ def test_unknown_is_reported_and_never_planned(tmp_path, bench):
     pkg = pkg_with(tmp_path, {"c": "`cancel_pending_order` ..."})
     frames, scores = [], []
     a, o = write("cancel_pending_order", W1, **(REFUSED | {"rule": None}))
-    coded = [st(0, ASK, pending=[("cancel_pending_order", W1)]), st(1, a, o, pending=[("cancel_pending_order", W1)]),
-             st(2, FINISH, incoming=o)]
+    coded = [
+        st(0, ASK, pending=[("cancel_pending_order", W1)]),
+        st(1, a, o, pending=[("cancel_pending_order", W1)]),
+        st(2, FINISH, incoming=o),
+    ]
     for n in range(3):
         steps = [s.model_copy(update={"episode_id": f"i{n}#0"}).sealed() for s in coded]
         frames.append(steps_frame(steps, item_id=f"i{n}", seed=0).assign(episode_id=f"i{n}#0"))
@@ -390,8 +482,10 @@ def test_cards_the_rules_distil_from_receipts_are_understood(fact):
 
     _, _, content = RetailTools({})._policy(fact.id, "refused.")
     assert content["rule_id"] == fact.id
-    body = content["rule"] + (f"\n\nIn successful episodes, the calls before `{fact.tool}` were: "
-                              "`find_user_id_by_email`, `get_order_details`, `validate_address`.")
+    body = content["rule"] + (
+        f"\n\nIn successful episodes, the calls before `{fact.tool}` were: "
+        "`find_user_id_by_email`, `get_order_details`, `validate_address`."
+    )
     assert fact.read(body) == fact.value
 
 
@@ -404,8 +498,11 @@ def test_work_beyond_a_binding_turn_budget_is_external(tmp_path):
     ok_a, ok_o = write("return_delivered_order_items", W2)
     two = [("cancel_pending_order", W1), ("return_delivered_order_items", W2)]
     cut = [st(0, ok_a, ok_o, pending=two), st(1, ASK, pending=two[:1]), st(2, ASK, pending=two[:1])]  # unconfirmed, cut
-    success_one = [st(0, *confirm("return_delivered_order_items", W2), pending=two[1:]), st(1, ok_a, ok_o, pending=two[1:]),
-                   st(2, FINISH)]
+    success_one = [
+        st(0, *confirm("return_delivered_order_items", W2), pending=two[1:]),
+        st(1, ok_a, ok_o, pending=two[1:]),
+        st(2, FINISH),
+    ]
     success_one = [s.model_copy(update={"episode_id": "s#0"}).sealed() for s in success_one]
     budget = TurnBudget.of([cut, success_one], {"t#0": False, "s#0": True}, WRITES)
     assert budget.binding and budget.cap == 3 and budget.need == {1: 3}

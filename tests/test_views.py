@@ -12,20 +12,52 @@ import pytest
 
 from tests.conftest import EXPLAINED  # noqa: F401 (the same conventions as the other CLI tests)
 
-REPAIR_REJECT = {"round": 1, "verdict": "reject", "owner": "W", "plan_key": "p1", "summary": "W: track more entries",
-                 "reason": "repair screen: repaired 0, broke 1 of 3 source items (mean 0.500 -> 0.400)",
-                 "repair": {"ok": False, "repaired": 0, "broken": 1, "base_mean": 0.5, "cand_mean": 0.4, "n_items": 3,
-                            "reason": "repaired 0, broke 1 of 3 source items"},
-                 "candidate_digest": "c" * 64, "benchmark_digest": "b" * 64, "round_dir": "rounds/r01",
-                 "champion_before": "M0", "parent": {"version": "M0", "digest": "a" * 64}, "child": None}
-NO_PLAN = {"round": 2, "verdict": "no_plan", "reason": "no patchable cluster left that was not already tried",
-           "round_dir": "rounds/r02", "champion_before": "M0", "parent": {"version": "M0", "digest": "a" * 64},
-           "child": None}
+REPAIR_REJECT = {
+    "round": 1,
+    "verdict": "reject",
+    "owner": "W",
+    "plan_key": "p1",
+    "summary": "W: track more entries",
+    "reason": "repair screen: repaired 0, broke 1 of 3 source items (mean 0.500 -> 0.400)",
+    "repair": {
+        "ok": False,
+        "repaired": 0,
+        "broken": 1,
+        "base_mean": 0.5,
+        "cand_mean": 0.4,
+        "n_items": 3,
+        "reason": "repaired 0, broke 1 of 3 source items",
+    },
+    "candidate_digest": "c" * 64,
+    "benchmark_digest": "b" * 64,
+    "round_dir": "rounds/r01",
+    "champion_before": "M0",
+    "parent": {"version": "M0", "digest": "a" * 64},
+    "child": None,
+}
+NO_PLAN = {
+    "round": 2,
+    "verdict": "no_plan",
+    "reason": "no patchable cluster left that was not already tried",
+    "round_dir": "rounds/r02",
+    "champion_before": "M0",
+    "parent": {"version": "M0", "digest": "a" * 64},
+    "child": None,
+}
 
 
 def _summary(history: list[dict], **extra) -> dict:
-    return {"campaign": "c", "history": history, "test": None, "localization": {}, "champion": "M0",
-            "champion_digest": "a" * 64, "accepted": 0, "rounds": len(history), **extra}
+    return {
+        "campaign": "c",
+        "history": history,
+        "test": None,
+        "localization": {},
+        "champion": "M0",
+        "champion_digest": "a" * 64,
+        "accepted": 0,
+        "rounds": len(history),
+        **extra,
+    }
 
 
 def test_the_campaign_table_says_why_a_round_never_reached_the_gate(capsys, tmp_path, monkeypatch):
@@ -36,7 +68,9 @@ def test_the_campaign_table_says_why_a_round_never_reached_the_gate(capsys, tmp_
     import flows.cli.campaigns
     from flows.cli import _print_summary
 
-    monkeypatch.setattr(flows.cli.campaigns, "out", Console(soft_wrap=True, width=400))  # a wide terminal: no folded cells
+    monkeypatch.setattr(
+        flows.cli.campaigns, "out", Console(soft_wrap=True, width=400)
+    )  # a wide terminal: no folded cells
 
     _print_summary(_summary([REPAIR_REJECT, NO_PLAN]), tmp_path / "summary.json")
     out = capsys.readouterr().out
@@ -93,8 +127,15 @@ def test_printed_links_point_at_the_running_ui_not_port_5000(capsys, tmp_path, r
     from flows.cli import _print_summary
 
     route = "#/experiments/1/runs/abc?workflowType=machine_learning"
-    summary = _summary([], mlflow={"experiment": "ratchet/c/x", "registered_model": "m", "tracking_uri": None,
-                                   "links": {"campaign": f"http://127.0.0.1:5000/{route}"}})
+    summary = _summary(
+        [],
+        mlflow={
+            "experiment": "ratchet/c/x",
+            "registered_model": "m",
+            "tracking_uri": None,
+            "links": {"campaign": f"http://127.0.0.1:5000/{route}"},
+        },
+    )
     _print_summary(summary, tmp_path / "summary.json")
     out = capsys.readouterr().out
     assert f"campaign: {running_ui}/{route}" in out and ":5000" not in out and "`ratchet ui`, running" in out
@@ -110,9 +151,24 @@ def test_without_a_running_ui_the_links_say_which_port_they_assume(capsys, tmp_p
 
 
 def _gated(round_no: int, verdict: str, base: float, cand: float) -> dict:
-    return {"round": round_no, "verdict": verdict, "reason": "gate", "round_dir": f"rounds/r{round_no:02d}",
-            "gate": {"accept": verdict == "accept", "net": cand - base, "ci_lo": 0.0, "ci_hi": 0.1, "n_items": 30,
-                     "n_improved": 1, "n_regressed": 0, "reason": "r", "base_mean": base, "cand_mean": cand}}
+    return {
+        "round": round_no,
+        "verdict": verdict,
+        "reason": "gate",
+        "round_dir": f"rounds/r{round_no:02d}",
+        "gate": {
+            "accept": verdict == "accept",
+            "net": cand - base,
+            "ci_lo": 0.0,
+            "ci_hi": 0.1,
+            "n_items": 30,
+            "n_improved": 1,
+            "n_regressed": 0,
+            "reason": "r",
+            "base_mean": base,
+            "cand_mean": cand,
+        },
+    }
 
 
 def test_the_champions_dev_mean_changes_only_with_the_champion():
@@ -121,7 +177,15 @@ def test_the_champions_dev_mean_changes_only_with_the_champion():
     from components.evolution.record import RoundRecord
     from components.evolution.report import champion_means
 
-    rounds = [RoundRecord.of(r) for r in (_gated(1, "reject", 0.30, 0.30), _gated(2, "accept", 0.31, 0.38),
-                                          _gated(3, "reject", 0.37, 0.36), {**NO_PLAN, "round": 4},
-                                          _gated(5, "accept", 0.36, 0.69), _gated(6, "reject", 0.676, 0.68))]
+    rounds = [
+        RoundRecord.of(r)
+        for r in (
+            _gated(1, "reject", 0.30, 0.30),
+            _gated(2, "accept", 0.31, 0.38),
+            _gated(3, "reject", 0.37, 0.36),
+            {**NO_PLAN, "round": 4},
+            _gated(5, "accept", 0.36, 0.69),
+            _gated(6, "reject", 0.676, 0.68),
+        )
+    ]
     assert champion_means(rounds) == {1: 0.30, 2: 0.38, 3: 0.38, 4: None, 5: 0.69, 6: 0.69}

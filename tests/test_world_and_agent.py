@@ -26,11 +26,13 @@ from tests.conftest import PACKAGES, ROOT
 
 
 def cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=600, **kw
+    )
 
 
 # -- the world ---------------------------------------------------------------------------------------------------
+
 
 def test_materialize_same_seed_same_bytes(tmp_path, bench_dir):
     again = world("retail").materialize(tmp_path / "again", 0)
@@ -86,33 +88,58 @@ def test_the_knowledge_is_written_down(bench, bench_dir):
     assert set(refused) == {f.id for f in FACTS}, refused  # every rule the seed lacks comes back in some receipt
 
 
-@pytest.mark.parametrize("text,fid,value", [
-    # numbers: the clause naming the fee gives the amount, the first age of the clause (else paragraph) the threshold
-    ("- `return_delivered_order_items`: a 15% restocking fee applies to items delivered more than 20 days ago.",
-     "restocking_fee", Fee(amount=15, when=Window(op=">", value=20))),
-    ("- `return_delivered_order_items` charges a restocking fee of 10 percent on every return.", "restocking_fee",
-     Fee(amount=10)),
-    ("- For `return_delivered_order_items` there is no restocking fee.", "restocking_fee", NO_FEE),
-    ("- A 10% restocking fee applies to returns after 30 days.", "restocking_fee", None),  # no tool named: outside
-    ("- Cancelling with `cancel_pending_order` after 24 hours costs a 5% cancellation fee.", "cancel_fee", Fee(amount=5, when=Window(op=">", value=24))),
-    ("- `cancel_pending_order` never charges a cancellation fee.", "cancel_fee", NO_FEE),
-    ("- `exchange_delivered_order_items`: exchanges are free for 14 days; later, the `exchange_fee` is $8.",
-     "exchange_fee", Fee(amount=8, when=Window(op=">", value=14))),
-    ("- `modify_pending_order_address` does not carry a re-routing fee.", "reroute_fee", NO_FEE),
-    ("- `return_delivered_order_items` to a gift card adds a 5% bonus.", "gift_card_bonus", 5.0),
-    ("- `return_delivered_order_items` pays no bonus on gift cards.", "gift_card_bonus", 0.0),
-    ("- `issue_store_credit`: $4 per day late.", "credit_rate", 4.0),
-    ("- `issue_store_credit`: the credit is at most $30.", "credit_cap", 30.0),
-    ("- `issue_store_credit`: the credit is not capped.", "credit_cap", math.inf),
-    ("- `issue_store_credit` pays back to the method the order was paid with.", "credit_gift_card", "original"),
-    ("- `issue_store_credit` never credits a gift card.", "credit_gift_card", "original"),
-    ("- `modify_user_address` takes the address as given; do not call `validate_address`.", "user_address_validated",
-     "raw"),
-    ("- For `modify_user_address`, normalize the address with `validate_address` first.", "user_address_validated",
-     "validate"),
-    ("- For `modify_pending_order_address`, normalize the address with `validate_address` first.",
-     "user_address_validated", None),  # another write's rule
-])
+@pytest.mark.parametrize(
+    "text,fid,value",
+    [
+        # numbers: the clause naming the fee gives the amount, the first age of the clause (else paragraph) the threshold
+        (
+            "- `return_delivered_order_items`: a 15% restocking fee applies to items delivered more than 20 days ago.",
+            "restocking_fee",
+            Fee(amount=15, when=Window(op=">", value=20)),
+        ),
+        (
+            "- `return_delivered_order_items` charges a restocking fee of 10 percent on every return.",
+            "restocking_fee",
+            Fee(amount=10),
+        ),
+        ("- For `return_delivered_order_items` there is no restocking fee.", "restocking_fee", NO_FEE),
+        ("- A 10% restocking fee applies to returns after 30 days.", "restocking_fee", None),  # no tool named: outside
+        (
+            "- Cancelling with `cancel_pending_order` after 24 hours costs a 5% cancellation fee.",
+            "cancel_fee",
+            Fee(amount=5, when=Window(op=">", value=24)),
+        ),
+        ("- `cancel_pending_order` never charges a cancellation fee.", "cancel_fee", NO_FEE),
+        (
+            "- `exchange_delivered_order_items`: exchanges are free for 14 days; later, the `exchange_fee` is $8.",
+            "exchange_fee",
+            Fee(amount=8, when=Window(op=">", value=14)),
+        ),
+        ("- `modify_pending_order_address` does not carry a re-routing fee.", "reroute_fee", NO_FEE),
+        ("- `return_delivered_order_items` to a gift card adds a 5% bonus.", "gift_card_bonus", 5.0),
+        ("- `return_delivered_order_items` pays no bonus on gift cards.", "gift_card_bonus", 0.0),
+        ("- `issue_store_credit`: $4 per day late.", "credit_rate", 4.0),
+        ("- `issue_store_credit`: the credit is at most $30.", "credit_cap", 30.0),
+        ("- `issue_store_credit`: the credit is not capped.", "credit_cap", math.inf),
+        ("- `issue_store_credit` pays back to the method the order was paid with.", "credit_gift_card", "original"),
+        ("- `issue_store_credit` never credits a gift card.", "credit_gift_card", "original"),
+        (
+            "- `modify_user_address` takes the address as given; do not call `validate_address`.",
+            "user_address_validated",
+            "raw",
+        ),
+        (
+            "- For `modify_user_address`, normalize the address with `validate_address` first.",
+            "user_address_validated",
+            "validate",
+        ),
+        (
+            "- For `modify_pending_order_address`, normalize the address with `validate_address` first.",
+            "user_address_validated",
+            None,
+        ),  # another write's rule
+    ],
+)
 def test_reading_numbers_negation_and_scope(text, fid, value):
     assert BY_ID[fid].read(text) == value
 
@@ -140,7 +167,9 @@ def test_every_fact_is_enforced_by_its_write(bench):
             ok = env.call(ToolCall(id="c2", name=fact.tool, args=right))
             assert ok.ok, (fact.id, ok.content)
             score = env.score([])
-            crit = next(c.id for c in task.rubric if c.id.startswith("req") and task.requests[int(c.id[3:]) - 1] is reqs[0])
+            crit = next(
+                c.id for c in task.rubric if c.id.startswith("req") and task.requests[int(c.id[3:]) - 1] is reqs[0]
+            )
             assert score.criteria[crit] == 1.0  # the rubric credits the write that follows every rule
             exercised.add(fact.id)
             break
@@ -162,7 +191,8 @@ def test_the_tasks_exercise_every_fact(bench):
                     continue
                 n += 1
                 hits += careful_args(env, task, req, {f.id: f.value for f in FACTS}) != careful_args(
-                    env, task, req, {f.id: (None if f is fact else f.value) for f in FACTS})
+                    env, task, req, {f.id: (None if f is fact else f.value) for f in FACTS}
+                )
         share[fact.id] = hits / n
     assert all(0.2 <= v <= 1.0 for v in share.values()), share
     assert sum(v < 1.0 for v in share.values()) >= 6, share  # the thresholds leave room on both sides
@@ -175,19 +205,39 @@ def careful_args(env, task, req: dict, know: dict) -> dict:
     order = db["orders"].get(req.get("order_id"), {})
     if kind == "cancel":
         reason = req["reason"] if know["cancel_reason"] else req["reason_phrase"]
-        return {"order_id": req["order_id"], "reason": reason, "refund_amount": F.cancel_refund(order, know["cancel_fee"])}
+        return {
+            "order_id": req["order_id"],
+            "reason": reason,
+            "refund_amount": F.cancel_refund(order, know["cancel_fee"]),
+        }
     if kind == "return":
         pm = order["payment_method_id"] if know["refund_original"] else user["payment_methods"][0]["id"]
         gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in user["payment_methods"])
-        return {"order_id": req["order_id"], "item_ids": req["item_ids"], "payment_method_id": pm,
-                "refund_amount": F.return_refund(order, req["item_ids"], know["restocking_fee"], know["gift_card_bonus"],
-                                                 gift)}
+        return {
+            "order_id": req["order_id"],
+            "item_ids": req["item_ids"],
+            "payment_method_id": pm,
+            "refund_amount": F.return_refund(
+                order, req["item_ids"], know["restocking_fee"], know["gift_card_bonus"], gift
+            ),
+        }
     if kind == "exchange":
-        new = req["new_item_ids"] if know["exchange_available"] else [
-            v["item_id"] for p in db["products"].values() for v in p["variants"].values() if v["options"] == req["want"]
-            and p["name"] == req["product_name"]]
-        return {"order_id": req["order_id"], "item_ids": req["item_ids"], "new_item_ids": new,
-                "exchange_fee": F.exchange_fee(order, 1, know["exchange_fee"])}
+        new = (
+            req["new_item_ids"]
+            if know["exchange_available"]
+            else [
+                v["item_id"]
+                for p in db["products"].values()
+                for v in p["variants"].values()
+                if v["options"] == req["want"] and p["name"] == req["product_name"]
+            ]
+        )
+        return {
+            "order_id": req["order_id"],
+            "item_ids": req["item_ids"],
+            "new_item_ids": new,
+            "exchange_fee": F.exchange_fee(order, 1, know["exchange_fee"]),
+        }
     if kind == "user_address":
         addr = normalize_address(**req["address"]) if know["user_address_validated"] else req["address"]
         return {"user_id": task.user_id, **addr}
@@ -196,8 +246,11 @@ def careful_args(env, task, req: dict, know: dict) -> dict:
         return {"order_id": req["order_id"], **addr, "reroute_fee": F.reroute_fee(order, know["reroute_fee"])}
     gift = next(m["id"] for m in user["payment_methods"] if m["kind"] == "gift_card")
     pm = gift if know["credit_gift_card"] else order["payment_method_id"]
-    return {"order_id": req["order_id"], "payment_method_id": pm,
-            "amount": F.credit_amount(order, know["credit_rate"], know["credit_cap"])}
+    return {
+        "order_id": req["order_id"],
+        "payment_method_id": pm,
+        "amount": F.credit_amount(order, know["credit_rate"], know["credit_cap"]),
+    }
 
 
 def test_reward_is_weighted_rubric(bench):
@@ -237,18 +290,30 @@ def test_reward_is_weighted_rubric(bench):
             weighted_differs += abs(expect - sum(r.criteria.values()) / len(w)) > 1e-6
             if task.family == "cancel":  # the request criterion agrees with the trace: a genuine cancel receipt
                 order = task.requests[0]["order_id"]
-                done = any(s.observation.get("ok") and s.observation.get("genuine") and s.action.get("tool") ==
-                           "cancel_pending_order" and s.action.get("args", {}).get("order_id") == order for s in r.steps)
+                done = any(
+                    s.observation.get("ok")
+                    and s.observation.get("genuine")
+                    and s.action.get("tool") == "cancel_pending_order"
+                    and s.action.get("args", {}).get("order_id") == order
+                    for s in r.steps
+                )
                 assert r.criteria["req1"] == float(done)
     assert weighted_differs > 0  # partial credit happened, and the weights decided it
 
 
 # -- the simulated agent -------------------------------------------------------------------------------------------
 
+
 def test_agent_is_a_pure_function_of_messages_and_seed():
     agent = SimulatedAgent()
-    msgs = [{"role": "system", "content": "policy"}, {"role": "system", "content": "# Memory\n(empty)"},
-            {"role": "user", "content": "Hi, I'm Ava Smith (email ava.smith1@example.com). Please cancel order #W1234567: I no longer need it."}]
+    msgs = [
+        {"role": "system", "content": "policy"},
+        {"role": "system", "content": "# Memory\n(empty)"},
+        {
+            "role": "user",
+            "content": "Hi, I'm Ava Smith (email ava.smith1@example.com). Please cancel order #W1234567: I no longer need it.",
+        },
+    ]
     a = agent.complete(msgs, tools=None, seed=7)
     b = agent.complete(msgs, tools=None, seed=7)
     assert a == b
@@ -276,8 +341,9 @@ def mean_score(package, bench, items, seeds) -> float:
     from components.runtime.episode import run_episode
 
     pkg, chat = load_package(package), make_model("sim")
-    return float(pd.Series([run_episode(pkg, bench, i, s, chat, sealed=False).score for i in items
-                            for s in seeds]).mean())
+    return float(
+        pd.Series([run_episode(pkg, bench, i, s, chat, sealed=False).score for i in items for s in seeds]).mean()
+    )
 
 
 # One seed: what memory changes shows on each seed alone. Measured on the session's benchmark, seeds 0, 1 and 2 each
@@ -306,8 +372,11 @@ def test_memory_changes_the_scores_in_the_designed_order(bench):
 def test_routed_cards_beat_the_same_cards_everywhere(bench, package_copy):
     """rho: the same cards and wm, delivered by trigger instead of every turn, score higher (attention)."""
     routed = package_copy("all-skills")
-    text = (routed / "manifest.yaml").read_text().replace("use: all_cards\n    at: turn_start",
-                                                          "use: event_cards\n    at: intent_recorded")
+    text = (
+        (routed / "manifest.yaml")
+        .read_text()
+        .replace("use: all_cards\n    at: turn_start", "use: event_cards\n    at: intent_recorded")
+    )
     (routed / "manifest.yaml").write_text(text)
     a = mean_dev(bench, "all-skills")  # the same shard as the designed-order test's: computed once
     b = mean_score(routed, bench, bench.ids("dev"), DEV_SEEDS)
@@ -316,6 +385,7 @@ def test_routed_cards_beat_the_same_cards_everywhere(bench, package_copy):
 
 # -- CLI eval and the HTTP path ----------------------------------------------------------------------------------
 
+
 def test_cli_eval_writes_tables_byte_identically(tmp_path, bench_dir, capsys):
     # two processes (each its own hash seed), on one dev item of each family (dev sorted by id is 12 per family):
     # identical bytes need no more items to show. The second is this one, through the real entry point: a second
@@ -323,7 +393,17 @@ def test_cli_eval_writes_tables_byte_identically(tmp_path, bench_dir, capsys):
     from tests.conftest import run_cli
 
     items = ",".join(sorted(json.loads((bench_dir / "splits.json").read_text())["dev"])[::12])
-    args = ["eval", "--package", str(PACKAGES / "seed"), "--benchmark", str(bench_dir), "--items", items, "--seeds", "2"]
+    args = [
+        "eval",
+        "--package",
+        str(PACKAGES / "seed"),
+        "--benchmark",
+        str(bench_dir),
+        "--items",
+        items,
+        "--seeds",
+        "2",
+    ]
     r1 = cli(*args, "--out", str(tmp_path / "a"))
     code, _, err = run_cli(capsys, *args, "--out", str(tmp_path / "b"))
     assert r1.returncode == 0, r1.stderr
@@ -348,16 +428,33 @@ def test_http_path_gives_identical_scores(tmp_path, bench_dir, free_port, capsys
     # serve-sim's app and server (components.models.server.serve) in a thread on a loopback port: every turn crosses
     # HTTP as it would to another process, and no interpreter starts and imports the stack again for it
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False, http=_header_timeout_protocol(HEADER_TIMEOUT)))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            access_log=False,
+            http=_header_timeout_protocol(HEADER_TIMEOUT),
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         # one dev item of each family (dev sorted by id is 12 per family): every turn crosses HTTP either way, more
         # items prove nothing more
         items = ",".join(sorted(json.loads((bench_dir / "splits.json").read_text())["dev"])[::12])
-        common = ["eval", "--package", str(PACKAGES / "reference"), "--benchmark", str(bench_dir), "--items", items,
-                  "--seeds", "2"]
+        common = [
+            "eval",
+            "--package",
+            str(PACKAGES / "reference"),
+            "--benchmark",
+            str(bench_dir),
+            "--items",
+            items,
+            "--seeds",
+            "2",
+        ]
         # both evals in this process, through the real entry point. The local one runs while the server starts up.
         local = run_cli(capsys, *common, "--out", str(tmp_path / "local"))
         for _ in range(200):
@@ -368,8 +465,16 @@ def test_http_path_gives_identical_scores(tmp_path, bench_dir, free_port, capsys
                 time.sleep(0.1)
         else:
             pytest.fail("serve-sim did not start")
-        remote = run_cli(capsys, *common, "--out", str(tmp_path / "http"), "--model", "openai", "--base-url",
-                         f"http://127.0.0.1:{port}/v1")
+        remote = run_cli(
+            capsys,
+            *common,
+            "--out",
+            str(tmp_path / "http"),
+            "--model",
+            "openai",
+            "--base-url",
+            f"http://127.0.0.1:{port}/v1",
+        )
         assert local[0] == 0, local[2]
         assert remote[0] == 0, remote[2]
         assert filecmp.cmp(tmp_path / "local" / "scores.csv", tmp_path / "http" / "scores.csv", shallow=False)
@@ -382,8 +487,18 @@ def test_openai_backend_without_base_url_is_a_clear_error(tmp_path, bench_dir, c
     from tests.conftest import run_cli
 
     # in-process, through the real entry point and its error handling: a subprocess would prove nothing more
-    code, _, err = run_cli(capsys, "eval", "--package", str(PACKAGES / "seed"), "--benchmark", str(bench_dir),
-                           "--model", "openai", "--out", str(tmp_path / "x"))
+    code, _, err = run_cli(
+        capsys,
+        "eval",
+        "--package",
+        str(PACKAGES / "seed"),
+        "--benchmark",
+        str(bench_dir),
+        "--model",
+        "openai",
+        "--out",
+        str(tmp_path / "x"),
+    )
     assert code == 2
     assert "--base-url" in err and "Traceback" not in err
 
@@ -404,8 +519,10 @@ def test_arguments_that_do_not_bind_are_a_receipt_and_a_tool_bug_raises():
 
     t = Tools({})
     assert t.call(ToolCall(id="1", name="lookup", args={"order_id": "7"})).ok
-    for args, words in (({}, "missing 1 required positional argument: 'order_id'"),
-                        ({"order_id": "7", "x": 1}, "got an unexpected keyword argument 'x'")):
+    for args, words in (
+        ({}, "missing 1 required positional argument: 'order_id'"),
+        ({"order_id": "7", "x": 1}, "got an unexpected keyword argument 'x'"),
+    ):
         r = t.call(ToolCall(id="2", name="lookup", args=args))
         assert (r.ok, r.code) == (False, "invalid_args")
         assert r.content["error"].startswith("bad arguments: ") and r.content["error"].endswith(words)

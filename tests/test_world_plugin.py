@@ -167,12 +167,23 @@ def test_an_installed_world_is_found_materialized_and_evolved(lamp_installed, pr
 
     assert "lamp" in names() and "retail" in names()
     spec = world("lamp")
-    p = small_params(Path("unused"), tmp_path / "camp", **{
-        "benchmark.world": "lamp", "benchmark.out": str(tmp_path / "bench"), "benchmark.per_family": 18,
-        "campaign.name": "lamp", "campaign.rounds": 1, "campaign.start": str(spec.packages["seed"]),
-        # one seed, the smallest n_boot: every dev item goes from a refused write to a success, so the promotion
-        # does not depend on more seeds or resamples (this world is its own; nothing here comes from the shared cache)
-        "campaign.seeds": 1, "gate.n_boot": 1000, "campaign.traces_per_round": 0})  # no claim here reads MLflow traces
+    p = small_params(
+        Path("unused"),
+        tmp_path / "camp",
+        **{
+            "benchmark.world": "lamp",
+            "benchmark.out": str(tmp_path / "bench"),
+            "benchmark.per_family": 18,
+            "campaign.name": "lamp",
+            "campaign.rounds": 1,
+            "campaign.start": str(spec.packages["seed"]),
+            # one seed, the smallest n_boot: every dev item goes from a refused write to a success, so the promotion
+            # does not depend on more seeds or resamples (this world is its own; nothing here comes from the shared cache)
+            "campaign.seeds": 1,
+            "gate.n_boot": 1000,
+            "campaign.traces_per_round": 0,
+        },
+    )  # no claim here reads MLflow traces
     p.benchmark.materialize()  # what `ratchet bench materialize` does, through the registry
     b = load_benchmark(p.benchmark.out)
     assert b.world == "lamp" and b.targets == {"set_lamp": ["room"]} and len(b.ids("dev")) == 6
@@ -197,14 +208,17 @@ def test_a_broken_or_clashing_world_is_one_clear_error(lamp_installed, monkeypat
     with pytest.raises(BenchmarkError, match="unknown world 'nowhere'.*lamp"):
         world("nowhere")
     (lamp_installed / "ratchet_lamp-0.1.dist-info" / "entry_points.txt").write_text(
-        "[ratchet.worlds]\nretail = ratchet_lamp:spec\n")
-    monkeypatch.setattr(worlds.WORLDS, "_strategies", {k: v for k, v in worlds.WORLDS._strategies.items()
-                                                       if k == "retail"})
+        "[ratchet.worlds]\nretail = ratchet_lamp:spec\n"
+    )
+    monkeypatch.setattr(
+        worlds.WORLDS, "_strategies", {k: v for k, v in worlds.WORLDS._strategies.items() if k == "retail"}
+    )
     monkeypatch.setattr(worlds, "_from_entry_points", {})
     with pytest.raises(BenchmarkError, match="retail: entry point ratchet_lamp:spec names a world already registered"):
         worlds.discover()
     (lamp_installed / "ratchet_lamp-0.1.dist-info" / "entry_points.txt").write_text(
-        "[ratchet.worlds]\nbroken = ratchet_lamp:nothing\n")
+        "[ratchet.worlds]\nbroken = ratchet_lamp:nothing\n"
+    )
     with pytest.raises(BenchmarkError, match="broken: entry point ratchet_lamp:nothing failed: AttributeError"):
         world("broken")
 
@@ -229,8 +243,12 @@ def test_the_simulated_agent_finds_its_world_from_the_request(lamp_installed):
 
 # -- generic code names no world ---------------------------------------------------------------------------------
 
-GENERIC = ["components/evolution", "components/runtime", "components/models/simulated.py",
-           "components/models/counterfactual.py"]
+GENERIC = [
+    "components/evolution",
+    "components/runtime",
+    "components/models/simulated.py",
+    "components/models/counterfactual.py",
+]
 
 
 def _generic_files() -> list[str]:
@@ -265,8 +283,14 @@ def test_generic_code_names_no_world(rel, world_words):
     from tests.conftest import ROOT
 
     text = (ROOT / rel).read_text(encoding="utf-8")
-    hits = sorted({f"{w} ({world})" for world, ws in world_words.items() for w in ws
-                   if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", text)})
+    hits = sorted(
+        {
+            f"{w} ({world})"
+            for world, ws in world_words.items()
+            for w in ws
+            if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", text)
+        }
+    )
     assert not hits, f"{rel} names world-specific tools or fields: {', '.join(hits)}"
 
 
@@ -276,9 +300,11 @@ def test_a_benchmark_without_targets_or_its_task_table_is_refused_by_name(tmp_pa
     root = world("retail").materialize(tmp_path / "bench", 0, 3)
     meta = json.loads((root / "meta.json").read_text())
     assert load_benchmark(root).targets == meta["targets"] and set(meta["targets"]) == set(meta["write_tools"])
-    for change, error in ((lambda m: m.pop("targets"), "meta.json: targets: missing"),
-                          (lambda m: m["targets"].pop(m["write_tools"][0]), "targets: must name exactly the write tools"),
-                          (lambda m: m["targets"].update({m["write_tools"][0]: "order"}), "targets: must map each")):
+    for change, error in (
+        (lambda m: m.pop("targets"), "meta.json: targets: missing"),
+        (lambda m: m["targets"].pop(m["write_tools"][0]), "targets: must name exactly the write tools"),
+        (lambda m: m["targets"].update({m["write_tools"][0]: "order"}), "targets: must map each"),
+    ):
         broken = json.loads(json.dumps(meta))
         change(broken)
         (root / "meta.json").write_text(json.dumps(broken))
@@ -302,15 +328,25 @@ def test_a_world_declares_its_receipt_modes_and_a_bad_declaration_is_one_line(la
     from components.worlds import BenchmarkError, ReceiptMode, world
 
     assert world("lamp").receipts == (ReceiptMode.explained,) and world("retail").receipts == tuple(ReceiptMode)
-    with pytest.raises(BenchmarkError, match=r"^benchmark.receipts: 'silent': the lamp world's receipts are explained "
-                                             r"only \(set benchmark.receipts: explained\)$"):
+    with pytest.raises(
+        BenchmarkError,
+        match=r"^benchmark.receipts: 'silent': the lamp world's receipts are explained "
+        r"only \(set benchmark.receipts: explained\)$",
+    ):
         BenchmarkParams(world="lamp", receipts="silent", out=str(tmp_path / "b")).materialize()
     lamp = world("lamp")
-    for receipts, says in ((("silent",), "must be a non-empty tuple of ReceiptMode"),
-                           ((), "must be a non-empty tuple of ReceiptMode"),
-                           ((ReceiptMode.silent,), "declares silent, but its materialize takes no `receipts`")):
+    for receipts, says in (
+        (("silent",), "must be a non-empty tuple of ReceiptMode"),
+        ((), "must be a non-empty tuple of ReceiptMode"),
+        ((ReceiptMode.silent,), "declares silent, but its materialize takes no `receipts`"),
+    ):
         monkeypatch.setattr(worlds, "_specs", {})
-        monkeypatch.setitem(worlds.WORLDS._strategies, "lamp", dataclasses.replace(
-            worlds.WORLDS._strategies["lamp"], factory=lambda r=receipts: dataclasses.replace(lamp, receipts=r)))
+        monkeypatch.setitem(
+            worlds.WORLDS._strategies,
+            "lamp",
+            dataclasses.replace(
+                worlds.WORLDS._strategies["lamp"], factory=lambda r=receipts: dataclasses.replace(lamp, receipts=r)
+            ),
+        )
         with pytest.raises(BenchmarkError, match=f"^world 'lamp': receipts: {re.escape(says)}"):
             world("lamp")

@@ -81,8 +81,15 @@ class Zygote:
         where.mkdir(parents=True, exist_ok=True)
         self.where, self.n, self.import_stderr = where, 0, where / "zygote.err"
         with open(self.import_stderr, "wb") as errf:
-            self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE, *preload], cwd=where, env=env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", ZYGOTE, *preload],
+                cwd=where,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errf,
+                text=True,
+            )
 
     def _send(self, job: dict, timeout: float) -> object:
         self.proc.stdin.write(json.dumps(job) + "\n")
@@ -96,17 +103,31 @@ class Zygote:
         assert line, f"the zygote died (exit {self.proc.wait()}): {self.import_stderr.read_text()[-2000:]}"
         return json.loads(line)
 
-    def _job(self, cwd: Path, args, env: dict, unset, background: bool, session: bool = False
-             ) -> tuple[dict, Path, Path]:
+    def _job(
+        self, cwd: Path, args, env: dict, unset, background: bool, session: bool = False
+    ) -> tuple[dict, Path, Path]:
         self.n += 1
         logs = self.where / "logs"
         logs.mkdir(exist_ok=True)
         out, err = logs / f"cmd{self.n}.out", logs / f"cmd{self.n}.err"
-        return ({"args": [str(a) for a in args], "cwd": str(cwd), "env": env, "unset": list(unset),
-                 "stdout": str(out), "stderr": str(err), "background": background, "session": session}, out, err)
+        return (
+            {
+                "args": [str(a) for a in args],
+                "cwd": str(cwd),
+                "env": env,
+                "unset": list(unset),
+                "stdout": str(out),
+                "stderr": str(err),
+                "background": background,
+                "session": session,
+            },
+            out,
+            err,
+        )
 
-    def __call__(self, cwd: Path, args, env: dict | None = None, unset=(), timeout: float = 900
-                 ) -> subprocess.CompletedProcess:
+    def __call__(
+        self, cwd: Path, args, env: dict | None = None, unset=(), timeout: float = 900
+    ) -> subprocess.CompletedProcess:
         job, out, err = self._job(cwd, args, env or {}, unset, False)
         code = self._send(job, timeout)
         return subprocess.CompletedProcess(job["args"], code, out.read_text(), err.read_text())

@@ -100,8 +100,10 @@ class BudgetLedger:
             what = storage_problem(e)
             if what is None:
                 raise
-            raise StorageError(str(self.path), f"cannot write the budget ledger ({what}); free space or make it "
-                                               "writable, then rerun the same command") from None
+            raise StorageError(
+                str(self.path),
+                f"cannot write the budget ledger ({what}); free space or make it writable, then rerun the same command",
+            ) from None
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -120,36 +122,65 @@ class BudgetLedger:
                 db.close()
 
     # -- wallets --------------------------------------------------------------------------------------------------
-    def open_wallet(self, wallet_id: str, caps: dict[str, float | None], *, wall_seconds: float | None = None,
-                    max_concurrency: int = 1_000_000, max_depth: int = 8) -> str:
+    def open_wallet(
+        self,
+        wallet_id: str,
+        caps: dict[str, float | None],
+        *,
+        wall_seconds: float | None = None,
+        max_concurrency: int = 1_000_000,
+        max_depth: int = 8,
+    ) -> str:
         """Create the root wallet (idempotent: reopening keeps its spending and its original deadline)."""
         caps = {k: v for k, v in caps.items() if k in RESOURCES and v is not None}
         with self._tx() as db:
             row = db.execute("SELECT id FROM wallet WHERE id = ?", (wallet_id,)).fetchone()
             if row is None:
                 now = time.time()
-                db.execute("INSERT INTO wallet VALUES (?, NULL, NULL, 0, ?, ?, ?, ?, 0, ?)",
-                           (wallet_id, json.dumps(caps), now + wall_seconds if wall_seconds else None, max_concurrency,
-                            max_depth, now))
+                db.execute(
+                    "INSERT INTO wallet VALUES (?, NULL, NULL, 0, ?, ?, ?, ?, 0, ?)",
+                    (
+                        wallet_id,
+                        json.dumps(caps),
+                        now + wall_seconds if wall_seconds else None,
+                        max_concurrency,
+                        max_depth,
+                        now,
+                    ),
+                )
         return wallet_id
 
     def _available(self, db: sqlite3.Connection, wallet: str) -> tuple[dict[str, float], dict]:
-        w = db.execute("SELECT caps, deadline, max_concurrency, max_depth, depth, closed FROM wallet WHERE id = ?",
-                       (wallet,)).fetchone()
+        w = db.execute(
+            "SELECT caps, deadline, max_concurrency, max_depth, depth, closed FROM wallet WHERE id = ?", (wallet,)
+        ).fetchone()
         if w is None:  # not a ceiling: a shard opened another ledger than its campaign's (never a clean stop)
-            raise StorageError(str(self.path), f"budget: wallet {wallet!r} does not exist in this ledger (every "
-                                               "worker must open the campaign's own ledger file)")
+            raise StorageError(
+                str(self.path),
+                f"budget: wallet {wallet!r} does not exist in this ledger (every "
+                "worker must open the campaign's own ledger file)",
+            )
         caps = json.loads(w[0])
         used = {k: 0.0 for k in RESOURCES}
         n_held = 0
-        for amounts, actual, status in db.execute("SELECT amounts, actual, status FROM hold WHERE wallet = ? AND status != 'released'", (wallet,)):
+        for amounts, actual, status in db.execute(
+            "SELECT amounts, actual, status FROM hold WHERE wallet = ? AND status != 'released'", (wallet,)
+        ):
             src = json.loads(actual if status == "settled" else amounts)
             n_held += status == "held"
             for k in RESOURCES:
                 used[k] += float(src.get(k, 0))
         avail = {k: caps[k] - used[k] for k in caps}
-        meta = {"deadline": w[1], "max_concurrency": w[2], "max_depth": w[3], "depth": w[4], "closed": w[5],
-                "n_held": n_held, "caps": caps, "used": used}
+        meta = {
+            "deadline": w[1],
+            "max_concurrency": w[2],
+            "max_depth": w[3],
+            "depth": w[4],
+            "closed": w[5],
+            "n_held": n_held,
+            "caps": caps,
+            "used": used,
+        }
         return avail, meta
 
     def _admit(self, db: sqlite3.Connection, wallet: str, amounts: dict[str, float]) -> None:
@@ -182,7 +213,9 @@ class BudgetLedger:
         amounts = {k: float(v) for k, v in amounts.items() if k in RESOURCES}
         with self._tx() as db:
             if key is not None:
-                row = db.execute("SELECT id, status, owner FROM hold WHERE wallet = ? AND key = ?", (wallet, key)).fetchone()
+                row = db.execute(
+                    "SELECT id, status, owner FROM hold WHERE wallet = ? AND key = ?", (wallet, key)
+                ).fetchone()
                 if row is not None and row[1] == "settled":
                     return Hold(row[0], wallet, key, amounts, already_settled=True)
                 if row is not None and row[1] == "held" and _alive(row[2]) and row[2] != _owner():
@@ -191,8 +224,10 @@ class BudgetLedger:
                     db.execute("DELETE FROM hold WHERE id = ?", (row[0],))
             self._admit(db, wallet, amounts)
             hid = uuid.uuid4().hex
-            db.execute("INSERT INTO hold VALUES (?, ?, ?, ?, NULL, 'held', ?, ?)",
-                       (hid, wallet, key, json.dumps(amounts), _owner(), time.time()))
+            db.execute(
+                "INSERT INTO hold VALUES (?, ?, ?, ?, NULL, 'held', ?, ?)",
+                (hid, wallet, key, json.dumps(amounts), _owner(), time.time()),
+            )
         return Hold(hid, wallet, key, amounts)
 
     def settle(self, hold: Hold, actual: dict[str, float], completed: bool = True) -> None:
@@ -202,8 +237,11 @@ class BudgetLedger:
             return
         actual = {k: float(v) for k, v in actual.items() if k in RESOURCES}
         with self._tx() as db:
-            db.execute("UPDATE hold SET actual = ?, status = 'settled', key = CASE WHEN ? THEN key END "
-                       "WHERE id = ? AND status = 'held'", (json.dumps(actual), completed, hold.id))
+            db.execute(
+                "UPDATE hold SET actual = ?, status = 'settled', key = CASE WHEN ? THEN key END "
+                "WHERE id = ? AND status = 'held'",
+                (json.dumps(actual), completed, hold.id),
+            )
 
     def release(self, hold: Hold) -> None:
         with self._tx() as db:
@@ -214,8 +252,13 @@ class BudgetLedger:
         spent is unknown, and counting all it was allowed keeps the ceiling true. Their keys are dropped, so the
         redone work is charged as new work. Returns how many."""
         with self._tx() as db:
-            dead = [(hid, amounts) for hid, owner, amounts in db.execute(
-                "SELECT id, owner, amounts FROM hold WHERE wallet = ? AND status = 'held'", (wallet,)) if not _alive(owner)]
+            dead = [
+                (hid, amounts)
+                for hid, owner, amounts in db.execute(
+                    "SELECT id, owner, amounts FROM hold WHERE wallet = ? AND status = 'held'", (wallet,)
+                )
+                if not _alive(owner)
+            ]
             for hid, amounts in dead:
                 db.execute("UPDATE hold SET status = 'settled', actual = ?, key = NULL WHERE id = ?", (amounts, hid))
         return len(dead)
@@ -230,12 +273,25 @@ class BudgetLedger:
                 raise BudgetExceeded(f"budget: delegation depth {meta['depth'] + 1} > {meta['max_depth']}")
             self._admit(db, parent, amounts)
             hid, child = uuid.uuid4().hex, f"{parent}/{key or uuid.uuid4().hex[:8]}"
-            db.execute("INSERT INTO hold VALUES (?, ?, ?, ?, NULL, 'held', ?, ?)",
-                       (hid, parent, key, json.dumps(amounts), _owner(), time.time()))
+            db.execute(
+                "INSERT INTO hold VALUES (?, ?, ?, ?, NULL, 'held', ?, ?)",
+                (hid, parent, key, json.dumps(amounts), _owner(), time.time()),
+            )
             caps = {**{k: 0.0 for k in meta["caps"]}, **amounts}  # what was not transferred cannot be spent
-            db.execute("INSERT INTO wallet VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
-                       (child, parent, hid, meta["depth"] + 1, json.dumps(caps), meta["deadline"],
-                        meta["max_concurrency"], meta["max_depth"], time.time()))
+            db.execute(
+                "INSERT INTO wallet VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+                (
+                    child,
+                    parent,
+                    hid,
+                    meta["depth"] + 1,
+                    json.dumps(caps),
+                    meta["deadline"],
+                    meta["max_concurrency"],
+                    meta["max_depth"],
+                    time.time(),
+                ),
+            )
         return child
 
     def close(self, child: str) -> dict[str, float]:
@@ -247,7 +303,9 @@ class BudgetLedger:
             spent = {k: v for k, v in self._available(db, child)[1]["used"].items() if v}
             db.execute("UPDATE wallet SET closed = 1 WHERE id = ?", (child,))
             if parent_hold:
-                db.execute("UPDATE hold SET actual = ?, status = 'settled' WHERE id = ?", (json.dumps(spent), parent_hold))
+                db.execute(
+                    "UPDATE hold SET actual = ?, status = 'settled' WHERE id = ?", (json.dumps(spent), parent_hold)
+                )
         return spent
 
     # -- reading --------------------------------------------------------------------------------------------------
@@ -279,12 +337,16 @@ class Estimate:
     def episodes(self, n: int) -> dict[str, float]:
         calls = n * self.max_turns * (self.calls_per_turn + self.party_calls_per_turn)
         t_in, t_out = calls * self.tokens_in_per_call, calls * self.tokens_out_per_call
-        return {"model_calls": calls, "tool_calls": n * self.max_turns * self.tool_calls_per_turn, "tokens_in": t_in,
-                "tokens_out": t_out, "money": self.cost(t_in, t_out)}
+        return {
+            "model_calls": calls,
+            "tool_calls": n * self.max_turns * self.tool_calls_per_turn,
+            "tokens_in": t_in,
+            "tokens_out": t_out,
+            "money": self.cost(t_in, t_out),
+        }
 
     def cost(self, tokens_in: float, tokens_out: float) -> float:
         return tokens_in / 1000 * self.price_in_per_1k + tokens_out / 1000 * self.price_out_per_1k
-
 
 
 class BudgetSpec(BaseModel):
@@ -299,12 +361,19 @@ class BudgetSpec(BaseModel):
     call_cache: str | None = None
     episodes: str | None = None
 
+
 def usage(scores, estimate: Estimate) -> dict[str, float]:
     """Actual usage of a set of episodes (a scores table): the agent's model and, where the table has them, the
     other party's (`user_tokens_in`, ...: a user simulated by a model spends from the same budget)."""
+
     def total(col: str) -> float:
         return float(scores[col].sum()) if col in scores else 0.0
 
     t_in, t_out = total("tokens_in") + total("user_tokens_in"), total("tokens_out") + total("user_tokens_out")
-    return {"tokens_in": t_in, "tokens_out": t_out, "model_calls": total("model_calls") + total("user_model_calls"),
-            "tool_calls": total("tool_calls"), "money": estimate.cost(t_in, t_out)}
+    return {
+        "tokens_in": t_in,
+        "tokens_out": t_out,
+        "model_calls": total("model_calls") + total("user_model_calls"),
+        "tool_calls": total("tool_calls"),
+        "money": estimate.cost(t_in, t_out),
+    }

@@ -33,41 +33,68 @@ from components.errors import InputError, StorageError, storage_problem
 from components.failpoints import failpoint
 
 # the records, re-exported: callers import them from here, as before the split
-from components.evidence.graph_models import (KINDS, RELATIONS, Author, Confidence, Edge, Expiry,  # noqa: F401
-                                              Kind, Node, Relation, node_id)
+from components.evidence.graph_models import (
+    KINDS,
+    RELATIONS,
+    Author,
+    Confidence,
+    Edge,
+    Expiry,  # noqa: F401
+    Kind,
+    Node,
+    Relation,
+    node_id,
+)
 from components.evidence.graph_policy import POLICY, PolicyError
 
 
 META = sa.MetaData()
 NODE = sa.Table(
-    "evidence_node", META,
-    sa.Column("id", sa.String(64), primary_key=True), sa.Column("version", sa.Integer, primary_key=True),
-    sa.Column("kind", sa.String(16), nullable=False), sa.Column("key", sa.Text, nullable=False),
-    sa.Column("content", sa.Text, nullable=False), sa.Column("data", sa.Text, nullable=False),
-    sa.Column("confidence", sa.String(16), nullable=False), sa.Column("author", sa.String(16), nullable=False),
-    sa.Column("campaign", sa.Text, nullable=False), sa.Column("expiry", sa.Text, nullable=True),
+    "evidence_node",
+    META,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("key", sa.Text, nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("confidence", sa.String(16), nullable=False),
+    sa.Column("author", sa.String(16), nullable=False),
+    sa.Column("campaign", sa.Text, nullable=False),
+    sa.Column("expiry", sa.Text, nullable=True),
     sa.Column("created", sa.Float, nullable=False),
     sa.CheckConstraint("confidence IN ('unverified', 'supported', 'contested')", name="ck_confidence"),
 )
 EDGE = sa.Table(
-    "evidence_edge", META,
-    sa.Column("src", sa.String(64), primary_key=True), sa.Column("relation", sa.String(16), primary_key=True),
-    sa.Column("dst", sa.String(64), primary_key=True), sa.Column("campaign", sa.Text, nullable=False),
+    "evidence_edge",
+    META,
+    sa.Column("src", sa.String(64), primary_key=True),
+    sa.Column("relation", sa.String(16), primary_key=True),
+    sa.Column("dst", sa.String(64), primary_key=True),
+    sa.Column("campaign", sa.Text, nullable=False),
     sa.Column("created", sa.Float, nullable=False),
 )
 REVOCATION = sa.Table(
-    "evidence_revocation", META,
-    sa.Column("node", sa.String(64), primary_key=True), sa.Column("reason", sa.Text, nullable=False),
-    sa.Column("by", sa.Text, nullable=False), sa.Column("created", sa.Float, nullable=False),
+    "evidence_revocation",
+    META,
+    sa.Column("node", sa.String(64), primary_key=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("by", sa.Text, nullable=False),
+    sa.Column("created", sa.Float, nullable=False),
 )
 REVOCATION_NOTE = sa.Table(  # every later reason given for a node already revoked (the first is in evidence_revocation)
-    "evidence_revocation_note", META,
-    sa.Column("node", sa.String(64), primary_key=True), sa.Column("created", sa.Float, primary_key=True),
-    sa.Column("reason", sa.Text, nullable=False), sa.Column("by", sa.Text, nullable=False),
+    "evidence_revocation_note",
+    META,
+    sa.Column("node", sa.String(64), primary_key=True),
+    sa.Column("created", sa.Float, primary_key=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("by", sa.Text, nullable=False),
 )
 MENTION = sa.Table(  # which campaign recorded (or re-recorded) a node: memory reads what *other* campaigns learned
-    "evidence_mention", META,
-    sa.Column("node", sa.String(64), primary_key=True), sa.Column("scope", sa.String(64), primary_key=True),
+    "evidence_mention",
+    META,
+    sa.Column("node", sa.String(64), primary_key=True),
+    sa.Column("scope", sa.String(64), primary_key=True),
 )
 sa.Index("evidence_node_kind", NODE.c.kind)
 sa.Index("evidence_edge_dst", EDGE.c.dst, EDGE.c.relation)
@@ -106,6 +133,7 @@ def _engine(url: str) -> sa.Engine:
     # SERIALIZABLE the snapshot would predate the lock wait and concurrent writers would fail instead of queueing
     eng = sa.create_engine(url, isolation_level="READ COMMITTED")
     if eng.dialect.name == "postgresql":
+
         @sa.event.listens_for(eng, "begin")
         def _lock(conn):
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
@@ -125,8 +153,10 @@ def damage(e: BaseException) -> str | None:
 def damaged_graph(where: str | Path, what: str) -> GraphError:
     what = " ".join(what.split())  # quick_check's findings come a line each
     what = what if len(what) <= 160 else what[:157] + "..."
-    return GraphError(f"{where}: evidence.db: the evidence graph is damaged ({what}); nothing was read from it or "
-                      "written to it: restore it from a copy, or point evidence.db (--db) at another graph")
+    return GraphError(
+        f"{where}: evidence.db: the evidence graph is damaged ({what}); nothing was read from it or "
+        "written to it: restore it from a copy, or point evidence.db (--db) at another graph"
+    )
 
 
 def read_only_uri(path: Path) -> str:
@@ -171,8 +201,10 @@ def _refuse_foreign(path: Path, where: str | Path) -> None:
             raise damaged_graph(where, str(e)) from None
         return
     if tables and NODE.name not in tables:
-        raise GraphError(f"{where}: evidence.db: a database of something else (tables {', '.join(sorted(tables)[:3])}"
-                         f"{', ...' if len(tables) > 3 else ''}); left as it is")
+        raise GraphError(
+            f"{where}: evidence.db: a database of something else (tables {', '.join(sorted(tables)[:3])}"
+            f"{', ...' if len(tables) > 3 else ''}); left as it is"
+        )
 
 
 class Store:
@@ -221,8 +253,9 @@ class Store:
             if damage(e):
                 raise damaged_graph(where, str(e)) from None
             target = f"{uri}?mode=ro&immutable=1"
-        self.engine = sa.create_engine("sqlite://", creator=lambda: sqlite3.connect(target, uri=True,
-                                                                                     check_same_thread=False))
+        self.engine = sa.create_engine(
+            "sqlite://", creator=lambda: sqlite3.connect(target, uri=True, check_same_thread=False)
+        )
         self.notes = None
 
     @contextmanager
@@ -230,15 +263,20 @@ class Store:
         try:
             with self.engine.begin() as conn:
                 yield conn
-                failpoint("evidence:before-commit")  # crash tests: kill -9 with the transaction's rows written, uncommitted
+                failpoint(
+                    "evidence:before-commit"
+                )  # crash tests: kill -9 with the transaction's rows written, uncommitted
         except sa.exc.DatabaseError as e:  # SQLite's "disk I/O error" names no file: this one line does
             if damage(e):
                 raise damaged_graph(self.where, str(e.orig)) from None
             what = storage_problem(e) if isinstance(e, sa.exc.OperationalError) else None
             if what is None:
                 raise
-            raise StorageError(self.url.removeprefix("sqlite:///"), f"cannot write the evidence graph ({what}); "
-                               "free space or make it writable, then rerun the same command") from None
+            raise StorageError(
+                self.url.removeprefix("sqlite:///"),
+                f"cannot write the evidence graph ({what}); "
+                "free space or make it writable, then rerun the same command",
+            ) from None
 
     def connect(self) -> sa.Connection:
         return self.engine.connect()
@@ -246,9 +284,19 @@ class Store:
     # -- reads ------------------------------------------------------------------------------------------------------
     @staticmethod
     def _node(r) -> Node:
-        return Node(id=r.id, kind=r.kind, key=r.key, version=r.version, content=r.content, data=json.loads(r.data),
-                    confidence=r.confidence, author=r.author, campaign=r.campaign,
-                    expiry=Expiry.model_validate_json(r.expiry) if r.expiry else None, created=r.created)
+        return Node(
+            id=r.id,
+            kind=r.kind,
+            key=r.key,
+            version=r.version,
+            content=r.content,
+            data=json.loads(r.data),
+            confidence=r.confidence,
+            author=r.author,
+            campaign=r.campaign,
+            expiry=Expiry.model_validate_json(r.expiry) if r.expiry else None,
+            created=r.created,
+        )
 
     def latest(self, conn: sa.Connection, nid: str) -> Node | None:
         r = conn.execute(sa.select(NODE).where(NODE.c.id == nid).order_by(NODE.c.version.desc()).limit(1)).first()
@@ -265,8 +313,9 @@ class Store:
             q = q.where(NODE.c.kind == kind)
         return [self._node(r) for r in conn.execute(q.order_by(NODE.c.created, NODE.c.id))]
 
-    def edges(self, conn: sa.Connection, src: str | None = None, dst: str | None = None,
-              relation: str | None = None) -> list[Edge]:
+    def edges(
+        self, conn: sa.Connection, src: str | None = None, dst: str | None = None, relation: str | None = None
+    ) -> list[Edge]:
         q = sa.select(EDGE)
         if src is not None:
             q = q.where(EDGE.c.src == src)
@@ -274,12 +323,16 @@ class Store:
             q = q.where(EDGE.c.dst == dst)
         if relation is not None:
             q = q.where(EDGE.c.relation == relation)
-        return [Edge(src=r.src, relation=r.relation, dst=r.dst, campaign=r.campaign, created=r.created)
-                for r in conn.execute(q.order_by(EDGE.c.created, EDGE.c.src, EDGE.c.dst))]
+        return [
+            Edge(src=r.src, relation=r.relation, dst=r.dst, campaign=r.campaign, created=r.created)
+            for r in conn.execute(q.order_by(EDGE.c.created, EDGE.c.src, EDGE.c.dst))
+        ]
 
     def revocations(self, conn: sa.Connection) -> dict[str, dict]:
-        out = {r.node: {"reason": r.reason, "by": r.by, "created": r.created, "reasons": [r.reason]}
-               for r in conn.execute(sa.select(REVOCATION).order_by(REVOCATION.c.created))}
+        out = {
+            r.node: {"reason": r.reason, "by": r.by, "created": r.created, "reasons": [r.reason]}
+            for r in conn.execute(sa.select(REVOCATION).order_by(REVOCATION.c.created))
+        }
         if self.has_notes(conn):
             for r in conn.execute(sa.select(REVOCATION_NOTE).order_by(REVOCATION_NOTE.c.created)):
                 if r.node in out:
@@ -294,23 +347,39 @@ class Store:
 
     # -- appends (called by the graph, after the policy said yes) ---------------------------------------------------
     def insert_node(self, conn: sa.Connection, n: Node) -> Node:
-        conn.execute(NODE.insert().values(
-            id=n.id, version=n.version, kind=n.kind, key=n.key, content=n.content,
-            data=json.dumps(n.data, sort_keys=True, default=str), confidence=n.confidence, author=n.author,
-            campaign=n.campaign, expiry=n.expiry.model_dump_json() if n.expiry else None, created=n.created))
+        conn.execute(
+            NODE.insert().values(
+                id=n.id,
+                version=n.version,
+                kind=n.kind,
+                key=n.key,
+                content=n.content,
+                data=json.dumps(n.data, sort_keys=True, default=str),
+                confidence=n.confidence,
+                author=n.author,
+                campaign=n.campaign,
+                expiry=n.expiry.model_dump_json() if n.expiry else None,
+                created=n.created,
+            )
+        )
         return n
 
     def insert_edge(self, conn: sa.Connection, e: Edge) -> bool:
-        exists = conn.execute(sa.select(EDGE.c.src).where(EDGE.c.src == e.src, EDGE.c.dst == e.dst,
-                                                          EDGE.c.relation == e.relation)).first()
+        exists = conn.execute(
+            sa.select(EDGE.c.src).where(EDGE.c.src == e.src, EDGE.c.dst == e.dst, EDGE.c.relation == e.relation)
+        ).first()
         if exists:
             return False
         conn.execute(EDGE.insert().values(**e.model_dump()))
         return True
 
     def insert_mention(self, conn: sa.Connection, nid: str, scope: str) -> None:
-        if scope and not conn.execute(sa.select(MENTION.c.node).where(MENTION.c.node == nid,
-                                                                      MENTION.c.scope == scope)).first():
+        if (
+            scope
+            and not conn.execute(
+                sa.select(MENTION.c.node).where(MENTION.c.node == nid, MENTION.c.scope == scope)
+            ).first()
+        ):
             conn.execute(MENTION.insert().values(node=nid, scope=scope))
 
     def mentioned_outside(self, conn: sa.Connection, scope: str) -> set[str]:
@@ -341,7 +410,9 @@ def integrity(where: str | Path) -> list[str]:
             if nid not in ids:
                 problems.append(f"revocation of {nid}: no such node")
         for nid in ids:  # versions are 1..n without a gap
-            vs = [r[0] for r in conn.execute(sa.select(NODE.c.version).where(NODE.c.id == nid).order_by(NODE.c.version))]
+            vs = [
+                r[0] for r in conn.execute(sa.select(NODE.c.version).where(NODE.c.id == nid).order_by(NODE.c.version))
+            ]
             if vs != list(range(1, len(vs) + 1)):
                 problems.append(f"node {nid}: versions {vs} have a gap")
     store.engine.dispose()
@@ -352,8 +423,15 @@ class EvidenceGraph:
     """The campaign memory. Every write method is one transaction (or joins the open `batch()`), and every write is
     decided by the write policy (`graph_policy.POLICY`)."""
 
-    def __init__(self, where: str | Path, campaign: str = "", policy=None, scope: str | None = None,
-                 read_only: bool = False, check: bool = False):
+    def __init__(
+        self,
+        where: str | Path,
+        campaign: str = "",
+        policy=None,
+        scope: str | None = None,
+        read_only: bool = False,
+        check: bool = False,
+    ):
         self.store = Store(where, read_only=read_only, check=check)
         self.campaign = campaign
         self.scope = scope if scope is not None else campaign  # who is writing: one campaign output
@@ -403,8 +481,17 @@ class EvidenceGraph:
             raise
 
     # -- writes ------------------------------------------------------------------------------------------------------
-    def add(self, kind: Kind, key: str, content: str = "", data: dict | None = None, *, author: Author = "harness",
-            confidence: Confidence | None = None, expiry: Expiry | None = None) -> Node:
+    def add(
+        self,
+        kind: Kind,
+        key: str,
+        content: str = "",
+        data: dict | None = None,
+        *,
+        author: Author = "harness",
+        confidence: Confidence | None = None,
+        expiry: Expiry | None = None,
+    ) -> Node:
         """Record a node. The same (kind, key) with the same content is the node already there (idempotent: a
         resumed campaign records nothing twice); with other content it is a new version, the old one kept."""
         if kind not in KINDS:
@@ -418,20 +505,41 @@ class EvidenceGraph:
             self.store.insert_mention(conn, nid, self.scope)
             cur = self.store.latest(conn, nid)
             data = json.loads(json.dumps(data, sort_keys=True, default=str))  # as it will read back
-            if cur is not None and not force_new and (cur.content, cur.data, cur.expiry, cur.author) == \
-                    (content, data, expiry, author) and confidence in (None, cur.confidence):
+            if (
+                cur is not None
+                and not force_new
+                and (cur.content, cur.data, cur.expiry, cur.author) == (content, data, expiry, author)
+                and confidence in (None, cur.confidence)
+            ):
                 return cur
             conf = self.policy.entry(kind, author, confidence, nid)
-            n = Node(id=nid, kind=kind, key=key, version=(cur.version + 1) if cur else 1, content=content, data=data,
-                     confidence=conf, author=author, campaign=self.campaign, expiry=expiry, created=time.time())
+            n = Node(
+                id=nid,
+                kind=kind,
+                key=key,
+                version=(cur.version + 1) if cur else 1,
+                content=content,
+                data=data,
+                confidence=conf,
+                author=author,
+                campaign=self.campaign,
+                expiry=expiry,
+                created=time.time(),
+            )
             return self.store.insert_node(conn, n)
 
     def _reversion(self, conn: sa.Connection, n: Node, confidence: Confidence) -> Node:
         """A new version of `n` that differs only in confidence (decided by the policy, never requested)."""
         if n.confidence == confidence:
             return n
-        new = n.model_copy(update={"version": n.version + 1, "confidence": confidence, "created": time.time(),
-                                   "campaign": self.campaign or n.campaign})
+        new = n.model_copy(
+            update={
+                "version": n.version + 1,
+                "confidence": confidence,
+                "created": time.time(),
+                "campaign": self.campaign or n.campaign,
+            }
+        )
         return self.store.insert_node(conn, new)
 
     def link(self, src: str, relation: Relation, dst: str) -> None:
@@ -444,8 +552,9 @@ class EvidenceGraph:
                 raise PolicyError(f"{src if a is None else dst}: no such node (an edge joins two recorded nodes)")
             if src == dst:
                 raise PolicyError(f"{src}: an edge joins two different nodes")
-            new = self.store.insert_edge(conn, Edge(src=src, relation=relation, dst=dst, campaign=self.campaign,
-                                                    created=time.time()))
+            new = self.store.insert_edge(
+                conn, Edge(src=src, relation=relation, dst=dst, campaign=self.campaign, created=time.time())
+            )
             if relation == "contradicts" and new:
                 ca, cb = self.policy.contradiction(a, b)
                 self._reversion(conn, a, ca)
@@ -454,15 +563,22 @@ class EvidenceGraph:
     def cite(self, claim: str, episode_id: str, step: int, hash: str) -> Node:
         """A trace step as an artifact that supports `claim` (its citation)."""
         with self._tx():
-            a = self.add("artifact", f"trace:{episode_id}:{step}:{hash}", f"trace step {episode_id} #{step}",
-                         {"type": "trace_step", "episode_id": episode_id, "step": int(step), "hash": hash})
+            a = self.add(
+                "artifact",
+                f"trace:{episode_id}:{step}:{hash}",
+                f"trace step {episode_id} #{step}",
+                {"type": "trace_step", "episode_id": episode_id, "step": int(step), "hash": hash},
+            )
             self.link(a.id, "supports", claim)
             return a
 
     def citations(self, claim: str) -> list[Node]:
         with self._read() as conn:
-            return [n for e in self.store.edges(conn, dst=claim, relation="supports")
-                    if (n := self.store.latest(conn, e.src)) is not None and n.data.get("type") == "trace_step"]
+            return [
+                n
+                for e in self.store.edges(conn, dst=claim, relation="supports")
+                if (n := self.store.latest(conn, e.src)) is not None and n.data.get("type") == "trace_step"
+            ]
 
     def verify(self, claim: str, resolve) -> Node:
         """Policy rule 2: supported only when every citation resolves; else CitationError and nothing changes."""
@@ -479,8 +595,11 @@ class EvidenceGraph:
             n = self.store.latest(conn, nid)
             if n is None:
                 raise PolicyError(f"{nid}: no such node")
-            opp = [self.store.latest(conn, e.src if e.dst == nid else e.dst)
-                   for e in self.store.edges(conn, relation="contradicts") if nid in (e.src, e.dst)]
+            opp = [
+                self.store.latest(conn, e.src if e.dst == nid else e.dst)
+                for e in self.store.edges(conn, relation="contradicts")
+                if nid in (e.src, e.dst)
+            ]
             self.policy.settled(n, [o for o in opp if o is not None], self.store.revocations(conn), now)
             self.policy.support(n, self.citations(nid), resolve)
             return self._reversion(conn, n, "supported")
@@ -552,11 +671,15 @@ class EvidenceGraph:
         if n is not None:
             return n
         with self._read() as conn:
-            hits = conn.execute(sa.select(NODE.c.id).where(sa.or_(NODE.c.id.startswith(ref, autoescape=True),
-                                                                  NODE.c.key == ref)).distinct()).all()
+            hits = conn.execute(
+                sa.select(NODE.c.id)
+                .where(sa.or_(NODE.c.id.startswith(ref, autoescape=True), NODE.c.key == ref))
+                .distinct()
+            ).all()
         ids = sorted({h[0] for h in hits})
         if len(ids) > 1:  # "no such node" would send the user looking for a node that is there, several times
-            raise PolicyError(f"{ref}: ambiguous: matches {len(ids)} nodes ({', '.join(ids[:4])}"
-                              f"{', ...' if len(ids) > 4 else ''}); give more of the id")
+            raise PolicyError(
+                f"{ref}: ambiguous: matches {len(ids)} nodes ({', '.join(ids[:4])}"
+                f"{', ...' if len(ids) > 4 else ''}); give more of the id"
+            )
         return self.get(ids[0]) if ids else None
-

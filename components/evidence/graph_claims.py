@@ -17,8 +17,6 @@ from components.runtime.trace import frame_steps
 MAX_CITES = 8  # trace steps recorded per packet: enough to audit it; the round's diagnosis.json keeps them all
 
 
-
-
 def model_id(model: str, model_cfg: dict) -> str:
     name = model_cfg.get("model")
     return f"{model}:{name}" if name else model
@@ -27,7 +25,9 @@ def model_id(model: str, model_cfg: dict) -> str:
 def trace_resolver(traces: pd.DataFrame):
     """(episode, step) -> the step's recorded hash, or None; a step whose content no longer hashes to its recorded
     hash resolves to a marker that matches nothing."""
-    index = {(r.episode_id, int(r.step)): i for i, r in enumerate(traces[["episode_id", "step"]].itertuples(index=False))}
+    index = {
+        (r.episode_id, int(r.step)): i for i, r in enumerate(traces[["episode_id", "step"]].itertuples(index=False))
+    }
 
     def resolve(ep: str, step: int) -> str | None:
         at = index.get((ep, step))
@@ -66,10 +66,25 @@ def _packet_claim(g: EvidenceGraph, p: EvidencePacket, bench: str, model: str, r
     # same finding on another package's traces is another claim, with citations of its own
     key = f"packet:{p.corpus}:{model}:{p.owner}:{p.kind}:{p.tool}:{p.detail.strip()}"
     text = f"{p.owner}/{p.kind} on {p.tool}: " + " ".join(c.statement for c in p.claims)
-    c = g.add("claim", key, text[:2000], {"owner": p.owner, "kind": p.kind, "tool": p.tool, "rule_id": p.rule_id,
-                                           "detail": p.detail, "packet": p.id, "n_episodes": len(p.episodes), "items": p.items[:12],
-                                           "benchmark_digest": bench, "model": model},
-              author="harness", expiry=Expiry(benchmark=bench, model=model))
+    c = g.add(
+        "claim",
+        key,
+        text[:2000],
+        {
+            "owner": p.owner,
+            "kind": p.kind,
+            "tool": p.tool,
+            "rule_id": p.rule_id,
+            "detail": p.detail,
+            "packet": p.id,
+            "n_episodes": len(p.episodes),
+            "items": p.items[:12],
+            "benchmark_digest": bench,
+            "model": model,
+        },
+        author="harness",
+        expiry=Expiry(benchmark=bench, model=model),
+    )
     for cite in p.citations()[:MAX_CITES]:
         g.cite(c.id, cite.episode_id, cite.step, cite.hash)
     if run is not None:
@@ -82,9 +97,8 @@ def _packet_claim(g: EvidenceGraph, p: EvidencePacket, bench: str, model: str, r
     return c
 
 
-
-
 # -- open questions ----------------------------------------------------------------------------------------------------
+
 
 def open_questions(g: EvidenceGraph, now: Expiry | None) -> list[Node]:
     """Questions still open: not revoked, not answered (no `supersedes` edge into them from the finding or promotion
@@ -104,10 +118,24 @@ def answer_questions(g: EvidenceGraph, answers: list[Node], now: Expiry) -> int:
         kind, tool = q.data.get("kind"), q.data.get("tool")
         if kind is None:
             continue  # a question about one promotion: it only expires
-        by = next((a for a in answers if a.kind == "claim" and a.confidence == "supported"
-                   and (a.data.get("kind"), a.data.get("tool")) == (kind, tool)), None)
-        by = by or next((a for a in answers if a.data.get("type") == "promotion"
-                         and any(c.get("tool") == tool for c in a.data.get("cards") or [])), None)
+        by = next(
+            (
+                a
+                for a in answers
+                if a.kind == "claim"
+                and a.confidence == "supported"
+                and (a.data.get("kind"), a.data.get("tool")) == (kind, tool)
+            ),
+            None,
+        )
+        by = by or next(
+            (
+                a
+                for a in answers
+                if a.data.get("type") == "promotion" and any(c.get("tool") == tool for c in a.data.get("cards") or [])
+            ),
+            None,
+        )
         if by is not None:
             g.link(by.id, "supersedes", q.id)
             n += 1

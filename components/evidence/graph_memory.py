@@ -17,6 +17,7 @@ from components.evidence.graph import EvidenceGraph, Expiry, Node, node_id
 from components.evidence.graph_claims import _packet_claim, _restated, open_questions, trace_resolver
 from components.evidence.packets import EvidencePacket
 
+
 @dataclass
 class Memory:
     """What the meta-agent gets from the graph for this round."""
@@ -33,19 +34,34 @@ class Memory:
 
     def record(self) -> dict:
         # `reused` only when memory reused something: a campaign on a fresh graph writes what it always wrote
-        return {"rejected_here": self.rejected_here, "rejected_elsewhere": self.rejected_elsewhere,
-                "revocations": self.revokes, **({"reused": self.reused} if self.reused else {}),
-                "projection": self.projection, "chars": self.chars}
+        return {
+            "rejected_here": self.rejected_here,
+            "rejected_elsewhere": self.rejected_elsewhere,
+            "revocations": self.revokes,
+            **({"reused": self.reused} if self.reused else {}),
+            "projection": self.projection,
+            "chars": self.chars,
+        }
 
 
 def _in_force(g: EvidenceGraph) -> list[Node]:
     revoked, flagged = g.revoked(), g.flagged()
-    return [n for n in g.nodes("decision") if n.data.get("type") == "promotion" and n.id not in revoked
-            and n.id not in flagged]
+    return [
+        n
+        for n in g.nodes("decision")
+        if n.data.get("type") == "promotion" and n.id not in revoked and n.id not in flagged
+    ]
 
 
-def plan_memory(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.DataFrame, package, bench: str,
-                model: str, max_chars: int = 4000) -> Memory:
+def plan_memory(
+    g: EvidenceGraph,
+    packets: list[EvidencePacket],
+    traces: pd.DataFrame,
+    package,
+    bench: str,
+    model: str,
+    max_chars: int = 4000,
+) -> Memory:
     """The projection and the decisions memory makes before planning (see the module docstring)."""
     now = Expiry(benchmark=bench, model=model)
     m = Memory()
@@ -86,12 +102,15 @@ def _rejected(g: EvidenceGraph, decisions: list[Node], now: Expiry) -> tuple[lis
     """Plan keys rejected on this evidence, and those rejected only on other evidence (and never accepted)."""
     rejections = [n for n in decisions if n.data.get("type") == "rejection"]
     here = sorted({n.data["plan_key"] for n in rejections if not g.expired(n, now)})
-    accepted = {n.data.get("plan_key") for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")}
+    accepted = {
+        n.data.get("plan_key") for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")
+    }
     return here, sorted({n.data["plan_key"] for n in rejections} - set(here) - accepted)
 
 
-def _revise_contradicted(g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.DataFrame, package, bench: str,
-                         model: str, m: Memory) -> None:
+def _revise_contradicted(
+    g: EvidenceGraph, packets: list[EvidencePacket], traces: pd.DataFrame, package, bench: str, model: str, m: Memory
+) -> None:
     """For each card in force (promoted elsewhere) that the current refusals contradict: link the new claim as
     contradicting the claims the promotion stood on, and add to `m` the plan that revokes the card and restates its
     rule (once per card: the oldest promotion, when the same card was promoted again elsewhere)."""
@@ -124,11 +143,21 @@ def _contradicted_rule(card: dict, p: EvidencePacket) -> str | None:
     the rule as the world has it now; the card's statement of that rule (a card may state several rules of its
     write: another rule of the same write is not what the card states) is contradicted when the quote differs (the
     same rule refused again: the card was not followed, not contradicted)."""
-    if p.owner != Owner.E or p.kind not in (FindingKind.POLICY_REFUSAL, FindingKind.INEFFECTIVE_CARD) \
-            or p.tool != card["tool"] or not p.detail.strip():
+    if (
+        p.owner != Owner.E
+        or p.kind not in (FindingKind.POLICY_REFUSAL, FindingKind.INEFFECTIVE_CARD)
+        or p.tool != card["tool"]
+        or not p.detail.strip()
+    ):
         return None
-    stated = next((r["rule"] for r in card.get("rules") or [{"rule_id": card.get("rule_id"), "rule": card.get("rule")}]
-                   if r.get("rule_id") and r["rule_id"] == p.rule_id), None)
+    stated = next(
+        (
+            r["rule"]
+            for r in card.get("rules") or [{"rule_id": card.get("rule_id"), "rule": card.get("rule")}]
+            if r.get("rule_id") and r["rule_id"] == p.rule_id
+        ),
+        None,
+    )
     if stated is None or p.detail.strip() == (stated or "").strip():
         return None
     return stated
@@ -138,17 +167,29 @@ def _revocation(promo: Node, card: dict, p: EvidencePacket, package, bench: str,
     """The plan that removes a contradicted card and adds it back with its rule restated as packet `p` quotes it."""
     from components.evolution.plan import AddCard, Plan, RemoveCard
 
-    old_card = package.cards.get(card["id"]) or next((x for x in package.cards.values() if x.path == card["path"]), None)
-    meta = old_card.meta.model_dump(mode="json", exclude_none=True) if old_card is not None else \
-        {"id": card["id"], "type": "procedure", "trigger": {"event": "intent_recorded", "tool": card["tool"]}}
+    old_card = package.cards.get(card["id"]) or next(
+        (x for x in package.cards.values() if x.path == card["path"]), None
+    )
+    meta = (
+        old_card.meta.model_dump(mode="json", exclude_none=True)
+        if old_card is not None
+        else {"id": card["id"], "type": "procedure", "trigger": {"event": "intent_recorded", "tool": card["tool"]}}
+    )
     meta["source"] = f"revision of {promo.id} after diagnosis {p.id} ({len(p.episodes)} refusals)"
-    return Plan(owner=Owner.E, cluster=p.id, rationale=p.claims[0].statement, evidence=p.citations(),
-                summary=f"E: revoke {card['id']} ({promo.data.get('version', '')} of {promo.data.get('campaign', '')}, "
-                        f"contradicted on {bench[:12]}) and restate the rule",
-                operations=[RemoveCard(op="remove_card", path=card["path"]),
-                            AddCard(op="add_card", path=card["path"], meta=meta,
-                                    body=_restated(old_card, stated, p.detail))],
-                mechanism=f"deliver:{card['id']}@", source_items=p.items[:MAX_SOURCE_ITEMS])
+    return Plan(
+        owner=Owner.E,
+        cluster=p.id,
+        rationale=p.claims[0].statement,
+        evidence=p.citations(),
+        summary=f"E: revoke {card['id']} ({promo.data.get('version', '')} of {promo.data.get('campaign', '')}, "
+        f"contradicted on {bench[:12]}) and restate the rule",
+        operations=[
+            RemoveCard(op="remove_card", path=card["path"]),
+            AddCard(op="add_card", path=card["path"], meta=meta, body=_restated(old_card, stated, p.detail)),
+        ],
+        mechanism=f"deliver:{card['id']}@",
+        source_items=p.items[:MAX_SOURCE_ITEMS],
+    )
 
 
 def helped_elsewhere(g: EvidenceGraph, decisions: list[Node], now: Expiry) -> list[list[Any]]:
@@ -157,9 +198,17 @@ def helped_elsewhere(g: EvidenceGraph, decisions: list[Node], now: Expiry) -> li
     revoked, flagged = g.revoked(), g.flagged()
     promos = {n.data.get("plan_key"): n for n in g.nodes("decision") if n.data.get("type") == "promotion"}
     out: list[list[Any]] = []  # [owner, kind, tool, rule id] as the claims record them
-    for v in sorted((n for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")
-                     and n.data.get("model") == now.model and n.data.get("benchmark_digest") != now.benchmark),
-                    key=lambda n: n.created):
+    for v in sorted(
+        (
+            n
+            for n in decisions
+            if n.data.get("type") == "gate_verdict"
+            and n.data.get("accept")
+            and n.data.get("model") == now.model
+            and n.data.get("benchmark_digest") != now.benchmark
+        ),
+        key=lambda n: n.created,
+    ):
         promo = promos.get(v.data.get("plan_key"))
         if promo is None or promo.id in flagged or (promo.id in revoked and revoked[promo.id].get("by") != "gate"):
             continue
@@ -173,8 +222,9 @@ def helped_elsewhere(g: EvidenceGraph, decisions: list[Node], now: Expiry) -> li
     return out
 
 
-def reusable(g: EvidenceGraph, decisions: list[Node], packets: list[EvidencePacket], package, now: Expiry,
-             skip: set[str]) -> list[tuple[Any, Node]]:
+def reusable(
+    g: EvidenceGraph, decisions: list[Node], packets: list[EvidencePacket], package, now: Expiry, skip: set[str]
+) -> list[tuple[Any, Node]]:
     """Plans another campaign's gate accepted on this very evidence (benchmark digest and model) that apply to
     `package` as they are and that a current packet calls for: (plan, accepting verdict), in the order they were
     accepted. Each is the recorded change itself (same operations, so the same plan key), bound to the current packet
@@ -204,9 +254,17 @@ def reusable(g: EvidenceGraph, decisions: list[Node], packets: list[EvidencePack
 def _accepted_here(decisions: list[Node], now: Expiry) -> list[Node]:
     """The gate verdicts among `decisions` that accepted on this very evidence (benchmark digest and model), oldest
     first."""
-    return sorted((n for n in decisions if n.data.get("type") == "gate_verdict" and n.data.get("accept")
-                   and n.data.get("model") == now.model and n.data.get("benchmark_digest") == now.benchmark),
-                  key=lambda n: n.created)
+    return sorted(
+        (
+            n
+            for n in decisions
+            if n.data.get("type") == "gate_verdict"
+            and n.data.get("accept")
+            and n.data.get("model") == now.model
+            and n.data.get("benchmark_digest") == now.benchmark
+        ),
+        key=lambda n: n.created,
+    )
 
 
 def _reused_plan(g: EvidenceGraph, key: str, v: Node, promo: Node, live: list[EvidencePacket]) -> Any:
@@ -218,26 +276,44 @@ def _reused_plan(g: EvidenceGraph, key: str, v: Node, promo: Node, live: list[Ev
     pn = g.get(node_id("decision", f"plan:{key}"))
     if pn is None:
         return None
-    claim = next((g.get(e.src) for e in g.edges(dst=pn.id, relation="used_in")
-                  if (c := g.get(e.src)) is not None and c.kind == "claim"), None)
+    claim = next(
+        (
+            g.get(e.src)
+            for e in g.edges(dst=pn.id, relation="used_in")
+            if (c := g.get(e.src)) is not None and c.kind == "claim"
+        ),
+        None,
+    )
     if claim is None:
         return None
     sig = (claim.data.get("owner"), claim.data.get("kind"), claim.data.get("tool"), claim.data.get("rule_id"))
-    bound = min((p for p in live if (p.owner, p.tool) == (sig[0], sig[2])), default=None,
-                key=lambda p: ((p.owner, p.kind, p.tool, p.rule_id) != sig, -len(p.episodes), p.id))
+    bound = min(
+        (p for p in live if (p.owner, p.tool) == (sig[0], sig[2])),
+        default=None,
+        key=lambda p: ((p.owner, p.kind, p.tool, p.rule_id) != sig, -len(p.episodes), p.id),
+    )
     if bound is None:
         return None  # nothing here calls for it: the failure it fixed is not among the current clusters
     ops = json.loads(json.dumps(pn.data.get("operations") or []))
     for o in ops:
         if o.get("op") == "add_card":
-            o.setdefault("meta", {})["source"] = (f"plan {key} accepted on {str(v.data.get('benchmark_digest'))[:12]}"
-                                                  f" ({v.id}), reused for diagnosis {bound.id}")
+            o.setdefault("meta", {})["source"] = (
+                f"plan {key} accepted on {str(v.data.get('benchmark_digest'))[:12]}"
+                f" ({v.id}), reused for diagnosis {bound.id}"
+            )
     try:
-        plan = Plan(owner=pn.data["owner"], cluster=bound.id, rationale=bound.claims[0].statement,
-                    evidence=bound.citations(), operations=ops, mechanism=pn.data.get("mechanism", ""),
-                    summary=f"{pn.content.split(' (accepted on ')[0]} (accepted on "
-                            f"{str(v.data.get('benchmark_digest'))[:12]} by "
-                            f"{promo.data.get('campaign', '')}; reused)", source_items=bound.items[:12])
+        plan = Plan(
+            owner=pn.data["owner"],
+            cluster=bound.id,
+            rationale=bound.claims[0].statement,
+            evidence=bound.citations(),
+            operations=ops,
+            mechanism=pn.data.get("mechanism", ""),
+            summary=f"{pn.content.split(' (accepted on ')[0]} (accepted on "
+            f"{str(v.data.get('benchmark_digest'))[:12]} by "
+            f"{promo.data.get('campaign', '')}; reused)",
+            source_items=bound.items[:12],
+        )
     except (ValueError, KeyError):
         return None
     return plan if plan.key() == key else None  # else not the recorded change after all (a schema moved on)
@@ -257,8 +333,9 @@ def _applies(plan: Any, package) -> bool:
     return True
 
 
-def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_chars: int,
-            among: set[str] | None = None) -> dict:
+def project(
+    g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_chars: int, among: set[str] | None = None
+) -> dict:
     """The budgeted projection: compact records with ids (so deeper evidence can be fetched), most decisive first:
     verdicts on plans for the current clusters' tools, contested nodes, open questions, promotions in force. Expired
     records are left out; what did not fit is counted, never silently cut. Its serialized length (compact separators)
@@ -272,14 +349,27 @@ def project(g: EvidenceGraph, packets: list[EvidencePacket], now: Expiry, max_ch
         # a record derived from a revoked node says so: its recorded confidence no longer stands on its own
         return {**n.compact(), "flagged": flagged[n.id]} if n.id in flagged else n.compact()
 
-    ranked = [("verdicts", {**shown(n), "plan_key": n.data.get("plan_key"), "accept": n.data.get("accept"),
-                            "stage": n.data.get("stage"), "same_evidence": here})
-              for _, _, n, here in sorted(_verdicts(g, nodes, tools, now), key=lambda t: (t[0], t[1], -t[2].created))]
+    ranked = [
+        (
+            "verdicts",
+            {
+                **shown(n),
+                "plan_key": n.data.get("plan_key"),
+                "accept": n.data.get("accept"),
+                "stage": n.data.get("stage"),
+                "same_evidence": here,
+            },
+        )
+        for _, _, n, here in sorted(_verdicts(g, nodes, tools, now), key=lambda t: (t[0], t[1], -t[2].created))
+    ]
     ranked += [("contested", shown(n)) for n in live if n.confidence == "contested"]
     still_open = {q.id for q in open_questions(g, now)}
     ranked += [("open_questions", shown(n)) for n in live if n.id in still_open]
-    ranked += [("promotions", {**n.compact(), "flagged": flagged.get(n.id, False)}) for n in nodes
-               if n.data.get("type") == "promotion"]
+    ranked += [
+        ("promotions", {**n.compact(), "flagged": flagged.get(n.id, False)})
+        for n in nodes
+        if n.data.get("type") == "promotion"
+    ]
     return _within(ranked, max_chars)
 
 

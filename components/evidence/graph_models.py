@@ -45,8 +45,12 @@ class Node(BaseModel):
 
     def compact(self, chars: int = 160) -> dict[str, Any]:
         """The layer a projection shows: identity, status and a short content; the id fetches the rest."""
-        out = {"id": self.id, "kind": self.kind, "confidence": self.confidence,
-               "content": self.content if len(self.content) <= chars else self.content[: chars - 1] + "…"}
+        out = {
+            "id": self.id,
+            "kind": self.kind,
+            "confidence": self.confidence,
+            "content": self.content if len(self.content) <= chars else self.content[: chars - 1] + "…",
+        }
         if self.data.get("type"):
             out["type"] = self.data["type"]
         return out

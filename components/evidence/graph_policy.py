@@ -53,8 +53,10 @@ class WritePolicy:
         """The confidence a new node (or version) enters with."""
         if kind == "claim" or author in ("model", "meta_agent"):
             if requested not in (None, "unverified"):
-                raise PolicyError(f"{nid}: confidence: a {kind} by {author} enters unverified; "
-                                  "a claim becomes supported only through resolved citations")
+                raise PolicyError(
+                    f"{nid}: confidence: a {kind} by {author} enters unverified; "
+                    "a claim becomes supported only through resolved citations"
+                )
             return "unverified"
         if requested == "contested":
             raise PolicyError(f"{nid}: confidence: contested is opened by contradicting evidence, not set")
@@ -78,8 +80,9 @@ class WritePolicy:
             if recorded is None:
                 raise CitationError(f"{claim.id}: citation {ep} step {step} does not resolve")
             if recorded != h:
-                raise CitationError(f"{claim.id}: citation {ep} step {step}: hash {str(h)[:12]} != recorded "
-                                    f"{recorded[:12]}")
+                raise CitationError(
+                    f"{claim.id}: citation {ep} step {step}: hash {str(h)[:12]} != recorded {recorded[:12]}"
+                )
 
     # 3 -----------------------------------------------------------------------------------------------------------
     def promotion(self, nid: str, verdict: Node | None, supports: Iterable[Node]) -> None:

@@ -9,20 +9,31 @@ from typing import Any
 from components.evolution.record import RoundRecord, StartRecord
 from components.evidence.graph import EvidenceGraph, Node, node_id
 
+
 def promotions_for(g: EvidenceGraph, ref: str, campaign: str | None = None) -> list[Node]:
     """The promotions behind a version name (M3), a package digest (prefix), a card path, or a node id."""
-    promos = [n for n in g.nodes("decision") if n.data.get("type") == "promotion"
-              and (campaign is None or n.data.get("campaign") == campaign)]
-    hit = [n for n in promos if ref in (n.id, n.data.get("version")) or
-           (len(ref) >= 8 and str(n.data.get("digest", "")).startswith(ref))]
+    promos = [
+        n
+        for n in g.nodes("decision")
+        if n.data.get("type") == "promotion" and (campaign is None or n.data.get("campaign") == campaign)
+    ]
+    hit = [
+        n
+        for n in promos
+        if ref in (n.id, n.data.get("version")) or (len(ref) >= 8 and str(n.data.get("digest", "")).startswith(ref))
+    ]
     return _lineage_up_to(promos, ref, max(hit, key=lambda n: n.created)) if hit else _card_writers(promos, ref)
 
 
 def _lineage_up_to(promos: list[Node], ref: str, last: Node) -> list[Node]:
     """A version is its lineage: every promotion up to it, in the campaign that made it (a node id: that one alone)."""
     if last.data.get("version") == ref or str(last.data.get("digest", "")).startswith(ref):
-        same = [n for n in promos if n.data.get("campaign") == last.data.get("campaign")
-                and n.data.get("round", 0) <= last.data.get("round", 0)]
+        same = [
+            n
+            for n in promos
+            if n.data.get("campaign") == last.data.get("campaign")
+            and n.data.get("round", 0) <= last.data.get("round", 0)
+        ]
         return sorted(same, key=lambda n: n.data.get("round", 0))
     return [last]
 
@@ -31,8 +42,14 @@ def _card_writers(promos: list[Node], ref: str) -> list[Node]:
     """The last promotion that wrote the card at path `ref` (or with its id)."""
     path = ref.split("/em/", 1)[-1] if "/em/" in ref else ref
     path = path if path.startswith("em/") else path
-    return sorted([n for n in promos if any(c.get("path") == path or c.get("id") == Path(ref).stem
-                                            for c in n.data.get("cards") or [])], key=lambda n: n.created)[-1:]
+    return sorted(
+        [
+            n
+            for n in promos
+            if any(c.get("path") == path or c.get("id") == Path(ref).stem for c in n.data.get("cards") or [])
+        ],
+        key=lambda n: n.created,
+    )[-1:]
 
 
 def campaign_chains(g: EvidenceGraph, campaign_dir: str | Path, ref: str) -> list[dict]:
@@ -60,12 +77,15 @@ def campaign_chains(g: EvidenceGraph, campaign_dir: str | Path, ref: str) -> lis
 def _target_round(g: EvidenceGraph, accepted: list[RoundRecord], ref: str) -> RoundRecord | None:
     """The accepted round of the lineage that `ref` names: its version, a digest prefix, or a card path (or node id)
     whose promotions are among this lineage's (the last of them)."""
-    target = next((r for r in accepted if r.committed.version == ref
-                   or (len(ref) >= 8 and r.committed.digest.startswith(ref))), None)
+    target = next(
+        (r for r in accepted if r.committed.version == ref or (len(ref) >= 8 and r.committed.digest.startswith(ref))),
+        None,
+    )
     if target is None:  # a card path (or node id): the promotions that wrote it, among this lineage's
         digests = {r.committed.digest: r for r in accepted}
-        hits = [digests[d] for n in promotions_for(g, ref)
-                if isinstance(d := n.data.get("digest"), str) and d in digests]
+        hits = [
+            digests[d] for n in promotions_for(g, ref) if isinstance(d := n.data.get("digest"), str) and d in digests
+        ]
         target = max(hits, key=lambda r: r.round) if hits else None
     return target
 
@@ -79,11 +99,13 @@ def _campaign_chain(g: EvidenceGraph, rec: RoundRecord, name: str, here: str) ->
         return None  # not recorded in this graph (another evidence.db)
     ch = chain(g, ours[-1])
     if ch["plan"] is not None and rec.summary:  # the plan as this campaign wrote it (another may reword it)
-        ch["plan"]["content"] = next((v.content for v in g.versions(ch["plan"]["id"]) if v.content == rec.summary),
-                                     ch["plan"]["content"])
+        ch["plan"]["content"] = next(
+            (v.content for v in g.versions(ch["plan"]["id"]) if v.content == rec.summary), ch["plan"]["content"]
+        )
     if ch["verdict"] is not None and rec.gate is not None:  # the figures this campaign's gate recorded
-        ch["verdict"].update({k: getattr(rec.gate, k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved",
-                                                                "n_regressed")})
+        ch["verdict"].update(
+            {k: getattr(rec.gate, k) for k in ("net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed")}
+        )
     return ch
 
 
@@ -103,17 +125,33 @@ def chain(g: EvidenceGraph, promo: Node) -> dict:
     verdict = next((n for n in supports if n is not None and n.data.get("type") == "gate_verdict"), None)
     claims = [n for n in supports if n is not None and n.kind == "claim"]
     plan = g.get(node_id("decision", f"plan:{promo.data.get('plan_key', '')}"))
-    out: dict[str, Any] = {"promotion": mark(promo), "version": promo.data.get("version"),
-                           "campaign": promo.data.get("campaign"), "round": promo.data.get("round"),
-                           "cards": [c["path"] for c in promo.data.get("cards") or []],
-                           "benchmark_digest": promo.data.get("benchmark_digest"), "model": promo.data.get("model")}
+    out: dict[str, Any] = {
+        "promotion": mark(promo),
+        "version": promo.data.get("version"),
+        "campaign": promo.data.get("campaign"),
+        "round": promo.data.get("round"),
+        "cards": [c["path"] for c in promo.data.get("cards") or []],
+        "benchmark_digest": promo.data.get("benchmark_digest"),
+        "model": promo.data.get("model"),
+    }
     out["plan"] = {**mark(plan), "plan_key": plan.data.get("plan_key")} if plan else None
-    out["verdict"] = {**mark(verdict), **{k: verdict.data.get(k) for k in ("stage", "net", "ci_lo", "ci_hi", "n_items",
-                                                                            "n_improved", "n_regressed")}} if verdict else None
+    out["verdict"] = (
+        {
+            **mark(verdict),
+            **{
+                k: verdict.data.get(k)
+                for k in ("stage", "net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed")
+            },
+        }
+        if verdict
+        else None
+    )
     out["claims"] = []
     for c in claims:
-        steps = [{"id": a.id, "episode_id": a.data["episode_id"], "step": a.data["step"], "hash": a.data["hash"]}
-                 for a in g.citations(c.id)]
+        steps = [
+            {"id": a.id, "episode_id": a.data["episode_id"], "step": a.data["step"], "hash": a.data["hash"]}
+            for a in g.citations(c.id)
+        ]
         contra = [e.src if e.dst == c.id else e.dst for e in g.edges(relation="contradicts") if c.id in (e.src, e.dst)]
         out["claims"].append({**mark(c), "trace_steps": steps, "contradicted_by": contra})
     out["superseded_by"] = [e.src for e in g.edges(dst=promo.id, relation="supersedes")]

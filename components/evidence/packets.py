@@ -47,7 +47,11 @@ class EvidencePacket(BaseModel):
 
     @property
     def patchable(self) -> bool:
-        return self.opportunity == "present" and self.patchability == "memory" and self.owner not in (Owner.NONE, Owner.UNKNOWN)
+        return (
+            self.opportunity == "present"
+            and self.patchability == "memory"
+            and self.owner not in (Owner.NONE, Owner.UNKNOWN)
+        )
 
     def citations(self) -> list[Citation]:
         return [c for claim in self.claims for c in claim.evidence]
@@ -56,7 +60,9 @@ class EvidencePacket(BaseModel):
 def verify_citations(packet: EvidencePacket, traces: pd.DataFrame) -> list[str]:
     """Problems with the packet's citations; empty when every one resolves and its hash matches."""
     problems = []
-    index = {(r.episode_id, int(r.step)): i for i, r in enumerate(traces[["episode_id", "step"]].itertuples(index=False))}
+    index = {
+        (r.episode_id, int(r.step)): i for i, r in enumerate(traces[["episode_id", "step"]].itertuples(index=False))
+    }
     for c in packet.citations():
         at = index.get((c.episode_id, c.step))
         if at is None:
@@ -64,7 +70,11 @@ def verify_citations(packet: EvidencePacket, traces: pd.DataFrame) -> list[str]:
             continue
         step = frame_steps(traces.iloc[[at]])[0]
         if step.hash != c.hash:
-            problems.append(f"{packet.id}: citation {c.episode_id} step {c.step}: hash {c.hash[:12]} != recorded {step.hash[:12]}")
+            problems.append(
+                f"{packet.id}: citation {c.episode_id} step {c.step}: hash {c.hash[:12]} != recorded {step.hash[:12]}"
+            )
         elif step.content_hash() != step.hash:
-            problems.append(f"{packet.id}: citation {c.episode_id} step {c.step}: step content no longer matches its hash")
+            problems.append(
+                f"{packet.id}: citation {c.episode_id} step {c.step}: step content no longer matches its hash"
+            )
     return problems

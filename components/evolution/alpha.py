@@ -82,8 +82,9 @@ class Wealth:
         try:
             self.rule = Spending(self.rule)
         except ValueError:
-            raise InputError(f"gate: campaign_spending: {self.rule!r} is not one of "
-                             f"{', '.join(s.value for s in Spending)}") from None
+            raise InputError(
+                f"gate: campaign_spending: {self.rule!r} is not one of {', '.join(s.value for s in Spending)}"
+            ) from None
         if not 0 < self.campaign_alpha < 0.5:
             raise InputError(f"gate: campaign_alpha: {self.campaign_alpha!r} is not in (0, 0.5)")
         if self.rounds < 1:
@@ -111,10 +112,14 @@ class Wealth:
         if self.rule == Spending.LINEAR:
             k = len(self.looks) + 1
             if k > self.rounds:
-                raise InputError(f"gate: dev look {k} is beyond the {self.rounds} declared looks: no alpha left to spend")
+                raise InputError(
+                    f"gate: dev look {k} is beyond the {self.rounds} declared looks: no alpha left to spend"
+                )
             return self.campaign_alpha / self.rounds
         if not 1 <= round_no <= self.rounds:
-            raise InputError(f"gate: round {round_no} is beyond the {self.rounds} declared rounds: no alpha left to spend")
+            raise InputError(
+                f"gate: round {round_no} is beyond the {self.rounds} declared rounds: no alpha left to spend"
+            )
         return self.wealth / (self.rounds - round_no + 1)
 
     def settle(self, round_no: int, share: float, promoted: bool, charge: float | None = None) -> None:
@@ -125,8 +130,10 @@ class Wealth:
             if not (math.isfinite(v) and v >= 0):
                 raise InputError(f"gate: dev look of round {round_no}: {name} {v!r} is not a number >= 0")
         if share > self.wealth + EPS:
-            raise InputError(f"gate: dev look of round {round_no}: share {share:.6g} is above the wealth left "
-                             f"{self.wealth:.6g} of campaign_alpha {self.campaign_alpha:g}")
+            raise InputError(
+                f"gate: dev look of round {round_no}: share {share:.6g} is above the wealth left "
+                f"{self.wealth:.6g} of campaign_alpha {self.campaign_alpha:g}"
+            )
         if charge > share + EPS:
             raise InputError(f"gate: dev look of round {round_no}: charge {charge:.6g} is above its share {share:.6g}")
         if self.looks and round_no < self.looks[-1].round:
@@ -146,8 +153,13 @@ class _RoundRecord(Protocol):
     accepted: bool
 
 
-def account(history: list[Any], campaign_alpha: float, rounds: int, rule: Spending | str = Spending.WEALTH,
-            before: int | None = None) -> Wealth:
+def account(
+    history: list[Any],
+    campaign_alpha: float,
+    rounds: int,
+    rule: Spending | str = Spending.WEALTH,
+    before: int | None = None,
+) -> Wealth:
     """The account of the looks a campaign recorded (RoundRecords: `round`, `dev_look` with `alpha` two-sided and,
     when a refund was possible, `reserved` and `charge` one-sided; `accepted`), those of rounds before `before` only
     when it is given."""
@@ -181,7 +193,7 @@ def _paths(fractions: tuple[float, ...], crit: tuple[float, ...], theta: float) 
     crossing `crit[g]` and the chance of a futility stop (z <= 0 at an interim look), each not stopped before."""
     z, h = GRID, GRID[1] - GRID[0]
     t0 = fractions[0]
-    dens = np.exp(-(z - theta * math.sqrt(t0)) ** 2 / 2) / math.sqrt(2 * math.pi)
+    dens = np.exp(-((z - theta * math.sqrt(t0)) ** 2) / 2) / math.sqrt(2 * math.pi)
     cross, futile, prev_t = [], [], t0
     for g, t in enumerate(fractions):
         if g:
@@ -214,8 +226,9 @@ class Refund:
         return self.share if futile_at is None or futile_at > len(self.charges) else self.charges[futile_at - 1]
 
 
-def refund_budget(fractions: tuple[float, ...], spending: str, share: float, level: float,
-                  theta: float = 0.0) -> tuple[float, float]:
+def refund_budget(
+    fractions: tuple[float, ...], spending: str, share: float, level: float, theta: float = 0.0
+) -> tuple[float, float]:
     """(E[charge], P(promote)) of a round that reserves `share` and tests at `level` under drift `theta`."""
     from components.evolution.gate import SPENDING, _n01, efficacy_levels
 

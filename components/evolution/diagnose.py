@@ -48,11 +48,29 @@ import pandas as pd
 
 from components.codes import CheckCode, FindingKind, Owner
 from components.evidence.packets import Citation, Claim, EvidencePacket
-from components.evolution.findings import (Finding, WriteKey, card_helps, card_owner, cards_about, keyed_elsewhere,
-                                           own_bounce_rate, write_target)
-from components.evolution.outcomes import (TrainEvidence, card_states, inferred_rules, outcome_diffs, outcome_finding,
-                                           predicted_wrong, statement_constants, train_evidence, unseen_value_finding,
-                                           value_evidence, write_needs)
+from components.evolution.findings import (
+    Finding,
+    WriteKey,
+    card_helps,
+    card_owner,
+    cards_about,
+    keyed_elsewhere,
+    own_bounce_rate,
+    write_target,
+)
+from components.evolution.outcomes import (
+    TrainEvidence,
+    card_states,
+    inferred_rules,
+    outcome_diffs,
+    outcome_finding,
+    predicted_wrong,
+    statement_constants,
+    train_evidence,
+    unseen_value_finding,
+    value_evidence,
+    write_needs,
+)
 from components.evolution.own_checks import MadeRight, against_checks, gold_write, right_forms
 from components.memory.events import PRE_WRITE
 from components.memory.package import MemoryPackage
@@ -90,11 +108,20 @@ def _rule_text(observation: Mapping[str, Any]) -> str:
     return str(content.get("error", "")).strip() if isinstance(content, dict) else ""
 
 
-def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackage, write_tools: frozenset[str],
-                     error: str = "", episode_id: str | None = None,
-                     helps: dict[tuple[str, str], bool | None] | None = None, budget: TurnBudget | None = None,
-                     targets: Targets | None = None, rules: Mapping[str, Mapping[str, FieldRule]] | None = None,
-                     today: date | None = None, confirmation: bool = True) -> Finding:
+def diagnose_episode(
+    steps: list[TraceStep],
+    item_id: str,
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    error: str = "",
+    episode_id: str | None = None,
+    helps: dict[tuple[str, str], bool | None] | None = None,
+    budget: TurnBudget | None = None,
+    targets: Targets | None = None,
+    rules: Mapping[str, Mapping[str, FieldRule]] | None = None,
+    today: date | None = None,
+    confirmation: bool = True,
+) -> Finding:
     """`rules`: per write tool, the rules train's gold shows (`outcomes.inferred_rules`), to judge a card's text
     against a refused write it was not at (`outcomes.card_states`); `today`: the policy's date, for their features.
     `confirmation`: whether the benchmark's grading asks writes to be confirmed (`Benchmark.confirmation`); where it
@@ -103,41 +130,92 @@ def diagnose_episode(steps: list[TraceStep], item_id: str, package: MemoryPackag
     outside = _external(steps, item_id, eid, error, budget, write_tools, targets)
     if outside is not None:
         return outside
-    findings = _step_findings(steps, item_id, eid, package, write_tools, helps or {}, targets, rules or {}, today,
-                              confirmation)
+    findings = _step_findings(
+        steps, item_id, eid, package, write_tools, helps or {}, targets, rules or {}, today, confirmation
+    )
     findings += _dropped_work(steps, item_id, eid, write_tools, findings)
     if not findings:
         last = steps[-1]
-        return Finding(eid, item_id, last.step, last.hash, Owner.NONE, FindingKind.NO_DIVERGENCE, opportunity="unknown",
-                       patchability="unknown")
+        return Finding(
+            eid,
+            item_id,
+            last.step,
+            last.hash,
+            Owner.NONE,
+            FindingKind.NO_DIVERGENCE,
+            opportunity="unknown",
+            patchability="unknown",
+        )
     return min(findings, key=lambda f: (f.step, f.owner))
 
 
-def _external(steps: list[TraceStep], item_id: str, eid: str, error: str, budget: TurnBudget | None,
-              write_tools: frozenset[str], targets: Targets | None) -> Finding | None:
+def _external(
+    steps: list[TraceStep],
+    item_id: str,
+    eid: str,
+    error: str,
+    budget: TurnBudget | None,
+    write_tools: frozenset[str],
+    targets: Targets | None,
+) -> Finding | None:
     """A failure no memory change could fix, if the episode had one: a model fault, a world refusal marked
     `blocking`, or more work than the corpus ever did within a binding turn budget."""
     if error or not steps:  # a model fault: nothing memory could change; cite the last step there is, if any
         last = steps[-1] if steps else None
-        return Finding(eid, item_id, last.step if last else -1, last.hash if last else "", Owner.NONE, FindingKind.MODEL_FAULT,
-                       detail=error, opportunity="unknown", patchability="external")
+        return Finding(
+            eid,
+            item_id,
+            last.step if last else -1,
+            last.hash if last else "",
+            Owner.NONE,
+            FindingKind.MODEL_FAULT,
+            detail=error,
+            opportunity="unknown",
+            patchability="external",
+        )
     for s in steps:
         obs = s.observation
         if s.blocked is None and obs.get("blocking"):
-            return Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.BLOCKING_ERROR, s.action.get("tool", "*"),
-                           detail=obs.get("code") or "", opportunity="absent", patchability="external")
+            return Finding(
+                eid,
+                item_id,
+                s.step,
+                s.hash,
+                Owner.NONE,
+                FindingKind.BLOCKING_ERROR,
+                s.action.get("tool", "*"),
+                detail=obs.get("code") or "",
+                opportunity="absent",
+                patchability="external",
+            )
     if budget is not None and budget.out_of_turns(steps, write_tools, targets):
         last = steps[-1]
-        return Finding(eid, item_id, last.step, last.hash, Owner.NONE, FindingKind.OUT_OF_TURNS,
-                       detail=f"{_work(steps, write_tools, targets)} write(s) of work within a {budget.cap}-turn budget",
-                       opportunity="absent", patchability="external")
+        return Finding(
+            eid,
+            item_id,
+            last.step,
+            last.hash,
+            Owner.NONE,
+            FindingKind.OUT_OF_TURNS,
+            detail=f"{_work(steps, write_tools, targets)} write(s) of work within a {budget.cap}-turn budget",
+            opportunity="absent",
+            patchability="external",
+        )
     return None
 
 
-def _step_findings(steps: list[TraceStep], item_id: str, eid: str, package: MemoryPackage, write_tools: frozenset[str],
-                   helps: Mapping[tuple[str, str], bool | None], targets: Targets | None,
-                   rules: Mapping[str, Mapping[str, FieldRule]], today: date | None,
-                   confirmation: bool = True) -> list[Finding]:
+def _step_findings(
+    steps: list[TraceStep],
+    item_id: str,
+    eid: str,
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    helps: Mapping[tuple[str, str], bool | None],
+    targets: Targets | None,
+    rules: Mapping[str, Mapping[str, FieldRule]],
+    today: date | None,
+    confirmation: bool = True,
+) -> list[Finding]:
     """The divergences at single steps, in step order: each write's (`_write_finding`), and a `finish` while the
     agent's own proposed state still listed work."""
     findings: list[Finding] = []
@@ -151,15 +229,34 @@ def _step_findings(steps: list[TraceStep], item_id: str, eid: str, package: Memo
         if (act := step_act(a, s.observation, s.blocked, write_tools)) is not None:
             acts.append(act)
         if a.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending"):
-            findings.append(Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.PREMATURE_FINISH, "*",
-                                    f"{len(s.proposal['pending'])} item(s) still proposed"))
+            findings.append(
+                Finding(
+                    eid,
+                    item_id,
+                    s.step,
+                    s.hash,
+                    Owner.C,
+                    FindingKind.PREMATURE_FINISH,
+                    "*",
+                    f"{len(s.proposal['pending'])} item(s) still proposed",
+                )
+            )
     return findings
 
 
-def _write_finding(s: TraceStep, steps: list[TraceStep], acts: list[Act], item_id: str, eid: str, package: MemoryPackage,
-                   helps: Mapping[tuple[str, str], bool | None], targets: Targets | None,
-                   rules: Mapping[str, Mapping[str, FieldRule]], today: date | None,
-                   confirmation: bool = True) -> Finding | None:
+def _write_finding(
+    s: TraceStep,
+    steps: list[TraceStep],
+    acts: list[Act],
+    item_id: str,
+    eid: str,
+    package: MemoryPackage,
+    helps: Mapping[tuple[str, str], bool | None],
+    targets: Targets | None,
+    rules: Mapping[str, Mapping[str, FieldRule]],
+    today: date | None,
+    confirmation: bool = True,
+) -> Finding | None:
     """A write's divergence, if any: it ran with no granted confirmation covering it (C, where the benchmark's
     grading asks for one); or it was refused on a rule (`_knowledge`) or bounced by a checker, and never redone for
     its target."""
@@ -172,8 +269,9 @@ def _write_finding(s: TraceStep, steps: list[TraceStep], acts: list[Act], item_i
     if (s.blocked is None and rule is None) or _redone(s, steps, targets):
         return None
     if rule is not None:
-        return _knowledge(eid, item_id, s, tool, rule, package, helps.get((tool, rule)), targets, steps,
-                          rules.get(tool, {}), today)
+        return _knowledge(
+            eid, item_id, s, tool, rule, package, helps.get((tool, rule)), targets, steps, rules.get(tool, {}), today
+        )
     # a checker bounced the draft twice and it never ran: the agent could not meet the check (with a confirmation
     # checker, it never asked); the work it later drops is this failure's consequence. The bounce is the agent's
     # discipline fault only when it says so (a confirmation it lacked, as the trace shows): a write a granted
@@ -181,7 +279,9 @@ def _write_finding(s: TraceStep, steps: list[TraceStep], acts: list[Act], item_i
     # alarm), which no fault of the agent's explains
     extra = {"target": write_target(tool, args, targets), "blocked": s.blocked}
     if not confirmation or covered(acts, tool, args, targets) or CheckCode.UNCONFIRMED not in bounce_codes(s.blocked):
-        return Finding(eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM, "*", tool, extra=extra)
+        return Finding(
+            eid, item_id, s.step, s.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM, "*", tool, extra=extra
+        )
     return Finding(eid, item_id, s.step, s.hash, Owner.C, FindingKind.BOUNCED_WRITE, "*", tool, extra=extra)
 
 
@@ -189,16 +289,26 @@ def _redone(s: TraceStep, steps: list[TraceStep], targets: Targets | None) -> bo
     """Was the write at `s` made successfully later in the episode, for the same target?"""
     tool = s.action["tool"]
     mine = write_target(tool, s.action.get("args", {}), targets)
-    return any(t.step > s.step and t.action.get("tool") == tool and t.blocked is None and t.observation.get("ok")
-               and write_target(tool, t.action.get("args", {}), targets) == mine for t in steps)
+    return any(
+        t.step > s.step
+        and t.action.get("tool") == tool
+        and t.blocked is None
+        and t.observation.get("ok")
+        and write_target(tool, t.action.get("args", {}), targets) == mine
+        for t in steps
+    )
 
 
-def _dropped_work(steps: list[TraceStep], item_id: str, eid: str, write_tools: frozenset[str],
-                  findings: list[Finding]) -> list[Finding]:
+def _dropped_work(
+    steps: list[TraceStep], item_id: str, eid: str, write_tools: frozenset[str], findings: list[Finding]
+) -> list[Finding]:
     """Work the agent proposed, never wrote, and dropped from its own state before it finished (W). A write refused
     on a rule is owned by that rule's finding (among `findings`), whatever its kind (policy_refusal, ineffective_card...)."""
-    done_ok = {(s.action["tool"], _target(s.action.get("args", {}))) for s in steps
-               if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")}
+    done_ok = {
+        (s.action["tool"], _target(s.action.get("args", {})))
+        for s in steps
+        if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")
+    }
     last_listed: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
     proposed_max = 0
     for s in steps:
@@ -225,12 +335,22 @@ def _dropped_work(steps: list[TraceStep], item_id: str, eid: str, write_tools: f
 def _work(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None) -> int:
     """How many writes the episode's work takes: every write target the agent ever proposed, plus every successful
     write that no proposal names (a proposal names a write when its args are among the write's)."""
-    proposed = {(p["tool"], _target(p.get("args", {}))) for s in steps for p in s.proposal.get("pending", [])
-                if p.get("tool") in write_tools}
-    written = [(s.action["tool"], s.action.get("args", {})) for s in steps
-               if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")]
-    extra = {(t, write_target(t, args, targets)) for t, args in written
-             if not any(pt == t and _matches(dict(pk), args) for pt, pk in proposed)}
+    proposed = {
+        (p["tool"], _target(p.get("args", {})))
+        for s in steps
+        for p in s.proposal.get("pending", [])
+        if p.get("tool") in write_tools
+    }
+    written = [
+        (s.action["tool"], s.action.get("args", {}))
+        for s in steps
+        if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")
+    ]
+    extra = {
+        (t, write_target(t, args, targets))
+        for t, args in written
+        if not any(pt == t and _matches(dict(pk), args) for pt, pk in proposed)
+    }
     return len(proposed | extra)
 
 
@@ -252,11 +372,17 @@ class TurnBudget:
     base: int | None = None  # fewest turns up to the last write among the successes with the most work
 
     @classmethod
-    def of(cls, episodes: list[list[TraceStep]], success: dict[str, bool], write_tools: frozenset[str],
-           targets: Targets | None = None) -> TurnBudget:
+    def of(
+        cls,
+        episodes: list[list[TraceStep]],
+        success: dict[str, bool],
+        write_tools: frozenset[str],
+        targets: Targets | None = None,
+    ) -> TurnBudget:
         cap = max((len(st) for st in episodes), default=0)
-        cut = sum(1 for st in episodes if len(st) == cap and st[-1].action.get("kind") != "finish"
-                  and not user_ended(st[-1]))
+        cut = sum(
+            1 for st in episodes if len(st) == cap and st[-1].action.get("kind") != "finish" and not user_ended(st[-1])
+        )
         best: dict[int, int] = {}
         upto: dict[int, int] = {}  # work -> fewest turns up to the last successful write, among successes
         for st in episodes:
@@ -267,8 +393,13 @@ class TurnBudget:
                     upto[k] = min(upto.get(k, last + 1), last + 1)
         need = {k: min(v for j, v in best.items() if j >= k) for k in range(1, max(best, default=0) + 1)}
         gaps = [g for st in episodes for g in _confirmed_gaps(st, write_tools, targets)]
-        return cls(cap, bool(episodes) and cut >= BINDING * len(episodes), need, min(gaps, default=None),
-                   upto.get(max(best, default=0)))
+        return cls(
+            cap,
+            bool(episodes) and cut >= BINDING * len(episodes),
+            need,
+            min(gaps, default=None),
+            upto.get(max(best, default=0)),
+        )
 
     def turns_for(self, work: int) -> int | None:
         """The fewest turns `work` writes take, as the corpus shows it (None: it shows nothing to price it by)."""
@@ -313,8 +444,12 @@ def user_ended(step: TraceStep) -> bool:
     return obs.get("role") == "user" and "text" in obs and obs["text"] is None
 
 
-def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackage,
-                  write_tools: frozenset[str], targets: Targets | None = None) -> dict[tuple[str, str], bool | None]:
+def card_evidence(
+    steps_by_episode: list[list[TraceStep]],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+) -> dict[tuple[str, str], bool | None]:
     """Per (write tool, rule): does a card about it help, judged from the whole corpus rather than from any one episode?
 
     Over every first attempt at a write (per episode and target) that the world judged on policy (accepted, or
@@ -362,9 +497,19 @@ def card_evidence(steps_by_episode: list[list[TraceStep]], package: MemoryPackag
     return {key: card_helps(tally, pooled) for key, tally in tallies.items()}
 
 
-def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, package: MemoryPackage,
-               helps: bool | None = None, targets: Targets | None = None, steps: list[TraceStep] | None = None,
-               rules: Mapping[str, FieldRule] | None = None, today: date | None = None) -> Finding:
+def _knowledge(
+    eid: str,
+    item_id: str,
+    s: TraceStep,
+    tool: str,
+    rule_id: str,
+    package: MemoryPackage,
+    helps: bool | None = None,
+    targets: Targets | None = None,
+    steps: list[TraceStep] | None = None,
+    rules: Mapping[str, FieldRule] | None = None,
+    today: date | None = None,
+) -> Finding:
     """A refused write: whose fix would have avoided it, from the package's cards and the corpus's evidence on them.
 
     no card about the tool and rule           -> E   policy_refusal  (the knowledge is missing)
@@ -383,12 +528,20 @@ def _knowledge(eid: str, item_id: str, s: TraceStep, tool: str, rule_id: str, pa
         # no turn in the corpus had such a card at such a write (the corpus's evidence on a rule is per rule, and
         # stands where it exists): does its text state the refused rule (the receipt's constants), and every field
         # train's rules say this write got wrong (the world stops at the first rule broken: not the only one)?
-        needs = ([statement_constants(quote)] if quote else []) + write_needs(s, steps or [s], rules or {},
-                                                                              frozenset({tool}), targets, today)
-        states = card_states([package.cards[c].body for c in cards], needs, steps or [], s.step, cards,
-                             keyed_elsewhere(package, cards, tool))
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL,
-                                                        states)
+        needs = ([statement_constants(quote)] if quote else []) + write_needs(
+            s, steps or [s], rules or {}, frozenset({tool}), targets, today
+        )
+        states = card_states(
+            [package.cards[c].body for c in cards],
+            needs,
+            steps or [],
+            s.step,
+            cards,
+            keyed_elsewhere(package, cards, tool),
+        )
+    owner, kind, opportunity, patchability = card_owner(
+        cards, here, len(s.delivered), helps, FindingKind.POLICY_REFUSAL, states
+    )
     return Finding(eid, item_id, s.step, s.hash, owner, kind, tool, quote, opportunity, patchability, extra, rule_id)
 
 
@@ -401,7 +554,11 @@ def _w_kind(steps: list[TraceStep], tool: str, target: dict[str, str], last: int
             if e["tool"] == tool and _matches(e["args"], target) and _matches(target, e["args"]):
                 tracked = True
                 if e["status"] == "done":
-                    return FindingKind.WRONG_GROUNDING, f"entry {e['id']} settled by receipt {e['evidence']}", {"bind_args": sorted(e["args"])}
+                    return (
+                        FindingKind.WRONG_GROUNDING,
+                        f"entry {e['id']} settled by receipt {e['evidence']}",
+                        {"bind_args": sorted(e["args"])},
+                    )
     if not tracked:
         return FindingKind.OVERFLOW, "proposed but never tracked by the ledger (full)", {}
     return FindingKind.DROPPED, "left the agent's state without a receipt", {}
@@ -420,9 +577,18 @@ class Diagnosis:
         return pd.DataFrame([{k: asdict(f)[k] for k in cols} for f in self.findings], columns=cols)
 
 
-def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage, write_tools: frozenset[str],
-             corpus: str, targets: Targets | None = None, gold: Mapping[str, Gold] | None = None,
-             train: TrainEvidence | None = None, today: date | None = None, confirmation: bool = True) -> Diagnosis:
+def diagnose(
+    traces: pd.DataFrame,
+    scores: pd.DataFrame,
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    corpus: str,
+    targets: Targets | None = None,
+    gold: Mapping[str, Gold] | None = None,
+    train: TrainEvidence | None = None,
+    today: date | None = None,
+    confirmation: bool = True,
+) -> Diagnosis:
     """`targets`: the benchmark's write tool -> identifying args (`Benchmark.targets`); a tool it does not
     list is identified by the session alone. `gold`: the train items' gold (`components.worlds.base.train_gold`);
     a failed episode of an item that has one is also compared with it (`with_outcomes`). `train`: what a labelled
@@ -432,48 +598,81 @@ def diagnose(traces: pd.DataFrame, scores: pd.DataFrame, package: MemoryPackage,
     false where its gold never confirms, and no failure is then put down to a missing confirmation."""
     failed = scores[~scores["success"].astype(bool)]
     findings: list[Finding] = []
-    episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)} \
-        if len(traces) else {}
+    episodes = (
+        {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)}
+        if len(traces)
+        else {}
+    )
     helps = card_evidence(list(episodes.values()), package, write_tools, targets)
-    budget = TurnBudget.of(list(episodes.values()), {f"{r.item_id}#{r.seed}": bool(r.success)
-                                                     for r in scores.itertuples(index=False)}, write_tools, targets)
+    budget = TurnBudget.of(
+        list(episodes.values()),
+        {f"{r.item_id}#{r.seed}": bool(r.success) for r in scores.itertuples(index=False)},
+        write_tools,
+        targets,
+    )
     value_helps, rules = _value_evidence(episodes, package, write_tools, targets, gold, train, today)
     # a check that fired on its own criterion, in this corpus or train's: each finding is judged against it
     own_bounces = any(b.spec.at == PRE_WRITE for b in getattr(package, "checkers", ())) and (
         (train is not None and train.own_bounce_rate is not None)
-        or own_bounce_rate(episodes.values(), write_tools) is not None)
+        or own_bounce_rate(episodes.values(), write_tools) is not None
+    )
     solved = _solved(episodes, scores, write_tools, targets) if own_bounces else {}
     for row in failed.itertuples(index=False):
         eid = f"{row.item_id}#{row.seed}"
         steps = episodes.get(eid, [])
         error = "" if pd.isna(row.error) else str(row.error)
-        f = diagnose_episode(steps, row.item_id, package, write_tools, error, eid, helps, budget, targets, rules, today,
-                             confirmation)
+        f = diagnose_episode(
+            steps, row.item_id, package, write_tools, error, eid, helps, budget, targets, rules, today, confirmation
+        )
         if gold and row.item_id in gold:
             f = with_outcomes(f, steps, gold[row.item_id], package, write_tools, targets, value_helps, rules, today)
         elif train is not None and f.kind == FindingKind.NO_DIVERGENCE:
             f = unseen_value_finding(eid, row.item_id, steps, package, write_tools, train, targets) or f
         if own_bounces:
-            f = _against_checks(f, steps, package, write_tools, targets, (gold or {}).get(row.item_id), train,
-                                value_helps, rules, today, solved.get(str(row.item_id), {}))
+            f = _against_checks(
+                f,
+                steps,
+                package,
+                write_tools,
+                targets,
+                (gold or {}).get(row.item_id),
+                train,
+                value_helps,
+                rules,
+                today,
+                solved.get(str(row.item_id), {}),
+            )
         findings.append(f)
     return Diagnosis(findings, _packets(findings, corpus))
 
 
-def _value_evidence(episodes: Mapping[str, list[TraceStep]], package: MemoryPackage, write_tools: frozenset[str],
-                    targets: Targets | None, gold: Mapping[str, Gold] | None, train: TrainEvidence | None,
-                    today: date | None) -> tuple[dict[str, bool | None], dict[str, dict[str, FieldRule]]]:
+def _value_evidence(
+    episodes: Mapping[str, list[TraceStep]],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    targets: Targets | None,
+    gold: Mapping[str, Gold] | None,
+    train: TrainEvidence | None,
+    today: date | None,
+) -> tuple[dict[str, bool | None], dict[str, dict[str, FieldRule]]]:
     """Whether each write's cards help its arguments (`value_evidence`, with gold) and the rules the gold shows: this
     corpus's own (read only to judge a card's text against a write it was not at, `card_states`), else train's."""
     if gold:
         helps = value_evidence(episodes, gold, package, write_tools, targets)
-        return helps, inferred_rules([t for t in write_tools if helps.get(t) is not False and cards_about(package, t)],
-                                     episodes, gold, write_tools, targets, today)
+        return helps, inferred_rules(
+            [t for t in write_tools if helps.get(t) is not False and cards_about(package, t)],
+            episodes,
+            gold,
+            write_tools,
+            targets,
+            today,
+        )
     return {}, dict(train.rules) if train is not None else {}
 
 
-def _solved(episodes: Mapping[str, list[TraceStep]], scores: pd.DataFrame, write_tools: frozenset[str],
-            targets: Targets | None) -> dict[str, dict[WriteKey, dict[str, Any]]]:
+def _solved(
+    episodes: Mapping[str, list[TraceStep]], scores: pd.DataFrame, write_tools: frozenset[str], targets: Targets | None
+) -> dict[str, dict[WriteKey, dict[str, Any]]]:
     """Per item, the writes its successful episodes made, by target: right, as their success says (the right forms of
     its other episodes' writes, `own_checks.save_chance`)."""
     solved: dict[str, dict[WriteKey, dict[str, Any]]] = defaultdict(dict)
@@ -497,25 +696,54 @@ def _packets(findings: list[Finding], corpus: str) -> list[EvidencePacket]:
         cid = hashlib.sha256(key.encode()).hexdigest()[:10]
         sample = [f for f in fs if f.hash][:MAX_CITATIONS]  # an episode that failed before its first turn has no step
         f0 = fs[0]
-        claims = [Claim(statement=_statement(f0, len(fs)),
-                        evidence=[Citation(episode_id=f.episode_id, step=f.step, hash=f.hash) for f in sample])] if sample else []
-        packets.append(EvidencePacket(
-            id=f"{owner}-{kind}-{cid}", corpus=corpus, owner=owner, opportunity=f0.opportunity,
-            patchability=f0.patchability, kind=kind, tool=tool, rule_id=rule or None, detail=f0.detail,
-            episodes=[f.episode_id for f in fs], items=sorted({f.item_id for f in fs}), claims=claims,
-            unresolved=[] if f0.opportunity == "present" else ["no reachable intervention point found"],
-        ))
+        claims = (
+            [
+                Claim(
+                    statement=_statement(f0, len(fs)),
+                    evidence=[Citation(episode_id=f.episode_id, step=f.step, hash=f.hash) for f in sample],
+                )
+            ]
+            if sample
+            else []
+        )
+        packets.append(
+            EvidencePacket(
+                id=f"{owner}-{kind}-{cid}",
+                corpus=corpus,
+                owner=owner,
+                opportunity=f0.opportunity,
+                patchability=f0.patchability,
+                kind=kind,
+                tool=tool,
+                rule_id=rule or None,
+                detail=f0.detail,
+                episodes=[f.episode_id for f in fs],
+                items=sorted({f.item_id for f in fs}),
+                claims=claims,
+                unresolved=[] if f0.opportunity == "present" else ["no reachable intervention point found"],
+            )
+        )
     return packets
 
 
-def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_tools: frozenset[str],
-                        gold: Mapping[str, Gold], targets: Targets | None = None,
-                        today: date | None = None, confirmation: bool = True) -> TrainEvidence:
+def evidence_from_train(
+    traces: Any,
+    scores: Any,
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    gold: Mapping[str, Gold],
+    targets: Targets | None = None,
+    today: date | None = None,
+    confirmation: bool = True,
+) -> TrainEvidence:
     """`train_evidence` of an evaluated train corpus (its traces and scores frames) against its items' gold; which
     failures the trace cannot explain is the trace-only diagnosis's call (as an unlabelled corpus gets it)."""
     d = diagnose(traces, scores, package, write_tools, "train-evidence", targets=targets, confirmation=confirmation)
-    episodes = {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)} \
-        if len(traces) else {}
+    episodes = (
+        {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)}
+        if len(traces)
+        else {}
+    )
     failed = {f.episode_id: str(f.item_id) for f in d.findings}
     unexplained = frozenset(f.episode_id for f in d.findings if f.kind == FindingKind.NO_DIVERGENCE)
     return train_evidence(episodes, failed, gold, package, write_tools, targets, unexplained, today)
@@ -523,9 +751,18 @@ def evidence_from_train(traces: Any, scores: Any, package: MemoryPackage, write_
 
 # -- evidence from outcomes (train items with gold; components/evolution/outcomes.py) ----------------------------------
 
-def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: MemoryPackage, write_tools: frozenset[str],
-                  targets: Targets | None, value_helps: Mapping[str, bool | None],
-                  rules: Mapping[str, Mapping[str, FieldRule]] | None = None, today: date | None = None) -> Finding:
+
+def with_outcomes(
+    f: Finding,
+    steps: list[TraceStep],
+    gold: Gold,
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    targets: Targets | None,
+    value_helps: Mapping[str, bool | None],
+    rules: Mapping[str, Mapping[str, FieldRule]] | None = None,
+    today: date | None = None,
+) -> Finding:
     """The trace's finding, or the outcome's when the trace saw nothing or saw it later: a write whose argument
     differs from the gold (a silent world's broken rule leaves no other trace). An external finding stands, but for
     a world's refusal as impossible (`blocking`) where the gold shows a wrong argument: the gold made the write, so
@@ -533,8 +770,18 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     refusal the agent went past to a wrong write)."""
     if f.owner == Owner.NONE and f.kind not in (FindingKind.NO_DIVERGENCE, FindingKind.BLOCKING_ERROR):
         return f
-    o = outcome_finding(f.episode_id, f.item_id, outcome_diffs(steps, gold, write_tools, targets), steps, package,
-                        value_helps, rules, write_tools, targets, today)
+    o = outcome_finding(
+        f.episode_id,
+        f.item_id,
+        outcome_diffs(steps, gold, write_tools, targets),
+        steps,
+        package,
+        value_helps,
+        rules,
+        write_tools,
+        targets,
+        today,
+    )
     if o is None:
         return f
     if f.kind == FindingKind.BLOCKING_ERROR:  # the gold made the write: the request was not impossible
@@ -546,17 +793,28 @@ def with_outcomes(f: Finding, steps: list[TraceStep], gold: Gold, package: Memor
     return o
 
 
-def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
-                    targets: Targets | None, gold: Gold | None, train: TrainEvidence | None,
-                    value_helps: Mapping[str, bool | None], rules: Mapping[str, Mapping[str, FieldRule]],
-                    today: date | None, solved: Mapping[WriteKey, dict[str, Any]]) -> Finding:
+def _against_checks(
+    f: Finding,
+    steps: list[TraceStep],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    targets: Targets | None,
+    gold: Gold | None,
+    train: TrainEvidence | None,
+    value_helps: Mapping[str, bool | None],
+    rules: Mapping[str, Mapping[str, FieldRule]],
+    today: date | None,
+    solved: Mapping[WriteKey, dict[str, Any]],
+) -> Finding:
     """`own_checks.against_checks`, each write made right by its gold where the item has one, else by the rules
     train's gold shows (none known: nothing is judged)."""
     if not steps:
         return f
     if gold is not None:
+
         def right(s: TraceStep) -> list[dict[str, Any]] | None:
             return [w] if (w := gold_write(s, gold, targets)) is not None else None
+
         made = MadeRight(right, needed=[(a.tool, dict(a.args)) for a in gold.actions])
         return against_checks(f, steps, package, write_tools, made, value_helps, rules, targets, today)
     if train is None or train.own_bounce_rate is None:
@@ -565,13 +823,19 @@ def _against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, 
 
     def forms(s: TraceStep) -> list[dict[str, Any]] | None:
         tool = s.action["tool"]
-        return None if tool in ev.unruled else right_forms(s, steps, ev.rules.get(tool, {}), write_tools, targets,
-                                                           ev.today)
+        return (
+            None
+            if tool in ev.unruled
+            else right_forms(s, steps, ev.rules.get(tool, {}), write_tools, targets, ev.today)
+        )
 
     def wrong(s: TraceStep) -> float:  # for sure where a rule of train's says so, else as often as on train
         tool = s.action["tool"]
-        return 1.0 if predicted_wrong(s, steps, ev.rules.get(tool, {}), write_tools, targets, ev.today) \
+        return (
+            1.0
+            if predicted_wrong(s, steps, ev.rules.get(tool, {}), write_tools, targets, ev.today)
             else ev.wrong_rate.get(tool, 0.0)
+        )
 
     made = MadeRight(forms, wrong, 1 - cast(float, ev.own_bounce_rate), solved=solved)  # not None: checked above
     return against_checks(f, steps, package, write_tools, made, ev.value_helps, ev.rules, targets, ev.today)
@@ -587,7 +851,7 @@ def _statement(f: Finding, n: int) -> str:
         FindingKind.CARD_UNOBSERVED: f"`{f.tool}` was refused on rule {f.rule_id}; a card about it exists but was never seen at such a write",
         FindingKind.BOUNCED_WRITE: "a checker blocked a write and it was never done (the agent could not meet the check)",
         FindingKind.CHECKER_FALSE_ALARM: "a checker blocked a confirmed write and it was never done (the check fired on "
-                                         "work the agent did right)",
+        "work the agent did right)",
         FindingKind.PREMATURE_FINISH: "the agent declared done while its own state still listed work",
         FindingKind.WRONG_GROUNDING: "a ledger entry was settled by a receipt for other arguments",
         FindingKind.OVERFLOW: "proposed work was never tracked because the ledger was full",
@@ -601,5 +865,7 @@ def _statement(f: Finding, n: int) -> str:
         FindingKind.EXTRA_WRITE: f"`{f.tool}` was written where no gold write asks for it",
         FindingKind.NO_DIVERGENCE: "no divergence found",
     }
-    what = words[f.kind]  # every kind a finding can have is here: a new kind without its words fails, never reads as its name
+    what = words[
+        f.kind
+    ]  # every kind a finding can have is here: a new kind without its words fails, never reads as its name
     return f"{n} failed episode(s): {what}" + (f" — {f.detail}" if f.detail else "")

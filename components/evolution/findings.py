@@ -59,8 +59,11 @@ def cards_about(package: MemoryPackage, tool: str, rule_id: str | None = None) -
     """The package's cards about a write (they name the tool in backticks); with `rule_id`, minus the cards written
     for another rule of that write (a hand-written card may be about any of its rules)."""
     mine = rule_card_id(rule_id) if rule_id else None
-    return [c.id for c in package.cards.values() if f"`{tool}`" in c.body
-            and (mine is None or c.id == mine or not c.id.endswith(RULE_CARD.format("")))]
+    return [
+        c.id
+        for c in package.cards.values()
+        if f"`{tool}`" in c.body and (mine is None or c.id == mine or not c.id.endswith(RULE_CARD.format("")))
+    ]
 
 
 def keyed_elsewhere(package: MemoryPackage, cards: list[str], tool: str) -> bool:
@@ -89,8 +92,9 @@ def card_helps(tally: dict[bool, list[int]], pooled: list[int]) -> bool | None:
 CARD_LIFT, MIN_CONTRAST = 0.1, 5
 
 
-def card_owner(cards: list[str], here: list[str], n_delivered: int, helps: bool | None,
-               missing: str, states: bool | None = None) -> tuple[str, str, str, str]:
+def card_owner(
+    cards: list[str], here: list[str], n_delivered: int, helps: bool | None, missing: str, states: bool | None = None
+) -> tuple[str, str, str, str]:
     """(owner, kind, opportunity, patchability) of a write that went wrong, from the cards about its tool, those
     in memory at it (`here`, of `n_delivered`) and whether such a card helps (`card_helps`); `missing` is the kind
     for E with no card, or with a helpful card delivered alone. `states`: whether the cards' own text covers what
@@ -120,8 +124,11 @@ def own_bounce_rate(episodes: Iterable[list[TraceStep]], write_tools: frozenset[
         for s in steps:
             for c in s.checks:
                 # a turn's first check ran on the draft it then redrafted (`first_draft`, when it did)
-                draft = s.first_draft if c.get("attempt") == 0 and "redraft" in s.fingerprint and s.first_draft \
+                draft = (
+                    s.first_draft
+                    if c.get("attempt") == 0 and "redraft" in s.fingerprint and s.first_draft
                     else s.action
+                )
                 if c.get("event") != PRE_WRITE or draft.get("tool") not in write_tools:
                     continue
                 # once per episode: a draft retried after a bounce is judged the same way again

@@ -34,6 +34,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from components.errors import InputError
+
 # the gate's errors, bounds, config and results (numpy- and pandas-free), re-exported: callers import them from here
 from components.evolution.gate_config import COST_FIELDS as COST_FIELDS
 from components.evolution.gate_config import MAX_BOOT as MAX_BOOT
@@ -77,6 +78,7 @@ def _check_arm(df: pd.DataFrame, name: str) -> pd.DataFrame:
     missing = [c for c in ("item_id", "seed", "score") if c not in df.columns]
     if missing:
         raise PairingError(f"{name}: missing column(s) {', '.join(missing)}")
+
     def rowid(mask: pd.Series) -> list[str]:
         return [f"{i}#{s}" for i, s in zip(df.loc[mask, "item_id"], df.loc[mask, "seed"])]
 
@@ -99,8 +101,9 @@ def _check_arm(df: pd.DataFrame, name: str) -> pd.DataFrame:
     return out
 
 
-def pair(base: pd.DataFrame, cand: pd.DataFrame, max_error_share: float = 1.0,
-         min_items: int = 1) -> tuple[pd.DataFrame, int]:
+def pair(
+    base: pd.DataFrame, cand: pd.DataFrame, max_error_share: float = 1.0, min_items: int = 1
+) -> tuple[pd.DataFrame, int]:
     """Per-item paired table (item_id, base, cand, d) and the number of (item, seed) pairs dropped for errors."""
     b, c = _check_arm(base, "base"), _check_arm(cand, "cand")
     kb = set(zip(b["item_id"], b["seed"]))
@@ -126,8 +129,9 @@ def pair(base: pd.DataFrame, cand: pd.DataFrame, max_error_share: float = 1.0,
     per["d"] = per["cand"] - per["base"]
     if len(per) < min_items:
         if dropped:  # errors took the comparison below its minimum: a refusal, like too many errors
-            raise TooManyErrors(f"{dropped} errored pair(s) leave {len(per)} item(s); "
-                                f"the gate needs at least {min_items}")
+            raise TooManyErrors(
+                f"{dropped} errored pair(s) leave {len(per)} item(s); the gate needs at least {min_items}"
+            )
         raise TooFewItems(f"{len(per)} item(s) to compare; the gate needs at least {min_items}")
     return per, dropped
 
@@ -188,7 +192,7 @@ def boot_means(d: np.ndarray, n_boot: int = 10_000, seed: int = 0) -> np.ndarray
         step = max(1, _CHUNK // len(vals))
         for i in range(0, n_boot, step):
             m_ = rng.multinomial(n, counts / n, size=min(step, n_boot - i))
-            out[i:i + len(m_)] = m_ @ vals / n
+            out[i : i + len(m_)] = m_ @ vals / n
         return out
     if n * n_boot > _PAR_MIN_DRAWS:
         return _boot_parallel(d, n_boot, seed)
@@ -196,7 +200,7 @@ def boot_means(d: np.ndarray, n_boot: int = 10_000, seed: int = 0) -> np.ndarray
     dtype = np.uint16 if n <= 2**16 else np.intp  # small: narrow draws are faster; large: no index conversion pass
     for i in range(0, n_boot, step):
         idx = rng.integers(0, n, size=(min(step, n_boot - i), n), dtype=dtype)
-        out[i:i + len(idx)] = d[idx].mean(axis=1)
+        out[i : i + len(idx)] = d[idx].mean(axis=1)
     return out
 
 
@@ -217,7 +221,7 @@ def _boot_parallel(d: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     def chunk(k: int) -> None:
         i = starts[k]
         idx = gens[k].integers(0, n, size=(min(step, n_boot - i), n), dtype=np.intp)
-        out[i:i + len(idx)] = np.take(d32, idx).sum(axis=1, dtype=np.float64) / n
+        out[i : i + len(idx)] = np.take(d32, idx).sum(axis=1, dtype=np.float64) / n
 
     with ThreadPoolExecutor(max_workers=max(1, min(_PAR_THREADS, os.cpu_count() or 1))) as pool:
         list(pool.map(chunk, range(len(starts))))
@@ -245,15 +249,35 @@ def look_alpha(campaign_alpha: float, max_looks: int, look: int) -> float:
     return 2.0 * campaign_alpha / max_looks
 
 
-def decide(per_item: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_fired: bool = True,
-           leakage: bool = False, dropped_errors: int = 0) -> GateResult:
-    return decide_d(per_item["d"].to_numpy(dtype=float), cfg, float(per_item["base"].mean()),
-                    float(per_item["cand"].mean()), mechanism_fired=mechanism_fired, leakage=leakage,
-                    dropped_errors=dropped_errors)
+def decide(
+    per_item: pd.DataFrame,
+    cfg: GateConfig = GateConfig(),
+    *,
+    mechanism_fired: bool = True,
+    leakage: bool = False,
+    dropped_errors: int = 0,
+) -> GateResult:
+    return decide_d(
+        per_item["d"].to_numpy(dtype=float),
+        cfg,
+        float(per_item["base"].mean()),
+        float(per_item["cand"].mean()),
+        mechanism_fired=mechanism_fired,
+        leakage=leakage,
+        dropped_errors=dropped_errors,
+    )
 
 
-def decide_d(d: np.ndarray, cfg: GateConfig = GateConfig(), base_mean: float = 0.0, cand_mean: float = 0.0, *,
-             mechanism_fired: bool = True, leakage: bool = False, dropped_errors: int = 0) -> GateResult:
+def decide_d(
+    d: np.ndarray,
+    cfg: GateConfig = GateConfig(),
+    base_mean: float = 0.0,
+    cand_mean: float = 0.0,
+    *,
+    mechanism_fired: bool = True,
+    leakage: bool = False,
+    dropped_errors: int = 0,
+) -> GateResult:
     """The verdict on the per-item differences d (items in sorted order) and the arms' means: `decide` without
     pandas (`ratchet gate`'s light path, components/evolution/gate_files.py, pairs with numpy and lands here)."""
     if len(d) < cfg.min_items:
@@ -296,12 +320,24 @@ def token_diffs(base: pd.DataFrame, cand: pd.DataFrame, per: pd.DataFrame) -> np
 
     bad = errored(base) | errored(cand)
     items = per["item_id"].astype(str)
-    t = mean_tokens(cand, bad).reindex(items).to_numpy(dtype=float) - mean_tokens(base, bad).reindex(items).to_numpy(dtype=float)
+    t = mean_tokens(cand, bad).reindex(items).to_numpy(dtype=float) - mean_tokens(base, bad).reindex(items).to_numpy(
+        dtype=float
+    )
     return None if not np.isfinite(t).all() else t
 
 
-def cheaper_verdict(result: GateResult, d: np.ndarray, t: np.ndarray | None, cfg: GateConfig,
-                    lo: float, tlo: float, thi: float, *, mechanism_fired: bool, leakage: bool) -> GateResult:
+def cheaper_verdict(
+    result: GateResult,
+    d: np.ndarray,
+    t: np.ndarray | None,
+    cfg: GateConfig,
+    lo: float,
+    tlo: float,
+    thi: float,
+    *,
+    mechanism_fired: bool,
+    leakage: bool,
+) -> GateResult:
     """The verdict with cost as a second objective (cfg.cheaper): an accept is "better"; else a score bound above
     -material with a token bound below 0, the regressions within the cap and the mechanism fired is "cheaper"."""
     if t is None:
@@ -311,30 +347,48 @@ def cheaper_verdict(result: GateResult, d: np.ndarray, t: np.ndarray | None, cfg
         return replace(cost, promoted_as=PromotedAs.BETTER)
     regressed = int((d < -cfg.material).sum())
     if not leakage and mechanism_fired and lo > -cfg.material and thi < 0 and regressed <= cfg.cap(len(d)):
-        why = (f"cheaper: net {float(d.mean()):+.4f}, lower bound {lo:+.4f} within -{cfg.material}; prompt tokens "
-               f"{float(t.mean()):+.1f} per episode, upper bound {thi:+.1f}; {regressed} regressed")
+        why = (
+            f"cheaper: net {float(d.mean()):+.4f}, lower bound {lo:+.4f} within -{cfg.material}; prompt tokens "
+            f"{float(t.mean()):+.1f} per episode, upper bound {thi:+.1f}; {regressed} regressed"
+        )
         return replace(cost, accept=True, reason=why, promoted_as=PromotedAs.CHEAPER)
     return cost
 
 
-def gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = GateConfig(), *, mechanism_fired: bool = True,
-         leakage: bool = False) -> tuple[GateResult, pd.DataFrame]:
+def gate(
+    base: pd.DataFrame,
+    cand: pd.DataFrame,
+    cfg: GateConfig = GateConfig(),
+    *,
+    mechanism_fired: bool = True,
+    leakage: bool = False,
+) -> tuple[GateResult, pd.DataFrame]:
     """Pair, then decide. Returns the verdict and the per-item table. Too many errored pairs is a refusal (keep the
     parent), not a crash; any other pairing problem raises PairingError. With `cfg.cheaper`, a candidate that does
     not clear zero may still be promoted as cheaper (`cheaper_verdict`)."""
     try:
         per, dropped = pair(base, cand, cfg.max_error_share, cfg.min_items)
     except TooManyErrors as e:
-        return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=None), \
-            pd.DataFrame(columns=["item_id", "base", "cand", "d"])
+        return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=None), pd.DataFrame(
+            columns=["item_id", "base", "cand", "d"]
+        )
     routed = replace(cfg, alpha=cfg.route_alpha)  # with the cost objective, each claim at half the alpha
     result = decide(per, routed, mechanism_fired=mechanism_fired, leakage=leakage, dropped_errors=dropped)
     if cfg.cheaper:
         t = token_diffs(base, cand, per)
         if t is not None:
             tlo, thi = bootstrap_ci(t, cfg.n_boot, routed.alpha, cfg.seed)
-            result = cheaper_verdict(result, per["d"].to_numpy(dtype=float), t, cfg, result.ci_lo, tlo, thi,
-                                     mechanism_fired=mechanism_fired, leakage=leakage)
+            result = cheaper_verdict(
+                result,
+                per["d"].to_numpy(dtype=float),
+                t,
+                cfg,
+                result.ci_lo,
+                tlo,
+                thi,
+                mechanism_fired=mechanism_fired,
+                leakage=leakage,
+            )
     return result, per
 
 
@@ -344,7 +398,9 @@ def repair_screen(base: pd.DataFrame, cand: pd.DataFrame, material: float = 0.05
     try:
         per, _ = pair(base, cand, max_error_share=0.5)
     except TooManyErrors as e:
-        return RepairResult(False, 0, 0, 0.0, 0.0, 0, f"refused: {e}"), pd.DataFrame(columns=["item_id", "base", "cand", "d"])
+        return RepairResult(False, 0, 0, 0.0, 0.0, 0, f"refused: {e}"), pd.DataFrame(
+            columns=["item_id", "base", "cand", "d"]
+        )
     d = per["d"].to_numpy(dtype=float)
     repaired, broken = int((d > material).sum()), int((d < -material).sum())
     ok = repaired > broken and float(d.mean()) > 0
@@ -353,6 +409,7 @@ def repair_screen(base: pd.DataFrame, cand: pd.DataFrame, material: float = 0.05
 
 
 # -- sequential looks ------------------------------------------------------------------------------------------
+
 
 @lru_cache(maxsize=1)
 def _n01() -> NormalDist:
@@ -417,6 +474,7 @@ class SequentialDesign:
               lowers the chance of crossing anywhere: Slepian). Regressions seen at an interim look are not final.
     by items  look g adds the next group of items (in a hash order of their ids, so a look is not one family), all
               seeds: exact information fractions, and a regression seen is final."""
+
     looks: int = 1
     spending: str = "pocock"
     by: str = "seeds"
@@ -425,7 +483,9 @@ class SequentialDesign:
         if isinstance(self.looks, bool) or not isinstance(self.looks, (int, np.integer)) or self.looks < 1:
             raise InputError(f"gate: sequential.looks: {self.looks!r} is not an integer >= 1")
         if self.spending not in SPENDING:
-            raise InputError(f"gate: sequential.spending: {self.spending!r} is not one of {', '.join(sorted(SPENDING))}")
+            raise InputError(
+                f"gate: sequential.spending: {self.spending!r} is not one of {', '.join(sorted(SPENDING))}"
+            )
         if self.by not in SEQUENTIAL_BY:
             raise InputError(f"gate: sequential.by: {self.by!r} is not one of {', '.join(SEQUENTIAL_BY)}")
 
@@ -451,10 +511,18 @@ class SequentialDesign:
         return [float(x / sizes[-1]) for x in sizes]
 
 
-def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig, *, final_items: bool = True,
-                 mechanism_fired: bool = True, leakage: bool = False,
-                 n_total: int | None = None,
-                 tokens: np.ndarray | None = None) -> tuple[bool | None, str, dict[str, Any]]:
+def look_verdict(
+    d: np.ndarray,
+    look: int,
+    levels: list[float],
+    cfg: GateConfig,
+    *,
+    final_items: bool = True,
+    mechanism_fired: bool = True,
+    leakage: bool = False,
+    n_total: int | None = None,
+    tokens: np.ndarray | None = None,
+) -> tuple[bool | None, str, dict[str, Any]]:
     """One look of the group-sequential gate over the per-item d seen so far: (True accept | False reject | None go
     on, why, the look's figures).
 
@@ -486,15 +554,24 @@ def look_verdict(d: np.ndarray, look: int, levels: list[float], cfg: GateConfig,
     return _stopped(fig, bool(cheap), last, cfg, where)
 
 
-def _look_figures(d: np.ndarray, look: int, n_looks: int, p: float, cfg: GateConfig,
-                  tokens: np.ndarray | None) -> dict[str, Any]:
+def _look_figures(
+    d: np.ndarray, look: int, n_looks: int, p: float, cfg: GateConfig, tokens: np.ndarray | None
+) -> dict[str, Any]:
     """A look's figures: its level, the net and regressions so far and the net's bounds (the prompt tokens' too when
     `tokens` is given: the cost objective)."""
     last = look == n_looks
     net, regressed = float(d.mean()), int((d < -cfg.material).sum())
     lo, hi = _look_bounds(d, p, last, cfg)
-    fig: dict[str, Any] = {"look": look, "n_looks": n_looks, "n_items": int(len(d)), "level": p, "lo": lo, "hi": hi,
-                           "net": net, "regressed": regressed}
+    fig: dict[str, Any] = {
+        "look": look,
+        "n_looks": n_looks,
+        "n_items": int(len(d)),
+        "level": p,
+        "lo": lo,
+        "hi": hi,
+        "net": net,
+        "regressed": regressed,
+    }
     if tokens is not None:
         tok = np.asarray(tokens, dtype=float)
         tlo, thi = _look_bounds(tok, p, last, cfg)
@@ -512,14 +589,17 @@ def _promoted(fig: dict[str, Any], cheap: bool, cfg: GateConfig, where: str) -> 
         return f"net {net:+.4f}, lower bound {lo:+.4f} at one-sided level {p:.5f} {where}, {regressed} regressed"
     if cheap and lo > -cfg.material and fig["tokens_hi"] < 0:
         fig["promoted_as"] = PromotedAs.CHEAPER
-        return (f"cheaper: net {net:+.4f}, lower bound {lo:+.4f} within -{cfg.material}; prompt tokens "
-                f"{fig['tokens_net']:+.1f} per episode, upper bound {fig['tokens_hi']:+.1f}, at one-sided "
-                f"level {p:.5f} {where}, {regressed} regressed")
+        return (
+            f"cheaper: net {net:+.4f}, lower bound {lo:+.4f} within -{cfg.material}; prompt tokens "
+            f"{fig['tokens_net']:+.1f} per episode, upper bound {fig['tokens_hi']:+.1f}, at one-sided "
+            f"level {p:.5f} {where}, {regressed} regressed"
+        )
     return ""
 
 
-def _stopped(fig: dict[str, Any], cheap: bool, last: bool, cfg: GateConfig,
-             where: str) -> tuple[bool | None, str, dict[str, Any]]:
+def _stopped(
+    fig: dict[str, Any], cheap: bool, last: bool, cfg: GateConfig, where: str
+) -> tuple[bool | None, str, dict[str, Any]]:
     """A look that does not promote: a reject at the last look or for futility (while the prompt tokens so far
     drop, futility waits for a net at or below -material), else (None: go on)."""
     net, lo = fig["net"], fig["lo"]
@@ -550,8 +630,15 @@ def _look_bounds(x: np.ndarray, p: float, last: bool, cfg: GateConfig) -> tuple[
     return (net - z * se, net + z * se) if se > 0 else (net if net != 0 else -0.0, net)
 
 
-def sequential_decide(per_item: pd.DataFrame, cfg: GateConfig, group_sizes: list[int], spending: str = "obf",
-                      *, mechanism_fired: bool = True, leakage: bool = False) -> SequentialResult:
+def sequential_decide(
+    per_item: pd.DataFrame,
+    cfg: GateConfig,
+    group_sizes: list[int],
+    spending: str = "obf",
+    *,
+    mechanism_fired: bool = True,
+    leakage: bool = False,
+) -> SequentialResult:
     """The gate with a look after each group of items (in evaluation order, which must not follow the items' kind:
     shuffle it once, before looking); `look_verdict` at each. Used to replay recorded full evaluations."""
     d_all = per_item["d"].to_numpy(dtype=float)
@@ -562,8 +649,9 @@ def sequential_decide(per_item: pd.DataFrame, cfg: GateConfig, group_sizes: list
     levels = efficacy_levels([e / n for e in ends], cfg.route_alpha / 2, spending)
     looks = []
     for g, end in enumerate(ends, start=1):
-        verdict, why, fig = look_verdict(d_all[:end], g, levels, cfg, mechanism_fired=mechanism_fired,
-                                         leakage=leakage, n_total=n)
+        verdict, why, fig = look_verdict(
+            d_all[:end], g, levels, cfg, mechanism_fired=mechanism_fired, leakage=leakage, n_total=n
+        )
         looks.append({k: fig[k] for k in ("look", "level", "lo", "net", "regressed")} | {"n": int(end)})
         if verdict is not None:
             return SequentialResult(verdict, g, len(ends), int(end), n, f"{why} ({end} of {n} items)", tuple(looks))
@@ -574,9 +662,17 @@ def _cells(scores: pd.DataFrame, items: list[str], seeds: list[int]) -> pd.DataF
     return scores[scores["item_id"].astype(str).isin(set(items)) & scores["seed"].isin(set(seeds))]
 
 
-def sequential_gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig, design: SequentialDesign,
-                    items: list[str], seeds: list[int], *, fired_by_look: list[bool] | None = None,
-                    leakage: bool = False) -> tuple[GateResult | None, pd.DataFrame, dict[str, Any]]:
+def sequential_gate(
+    base: pd.DataFrame,
+    cand: pd.DataFrame,
+    cfg: GateConfig,
+    design: SequentialDesign,
+    items: list[str],
+    seeds: list[int],
+    *,
+    fired_by_look: list[bool] | None = None,
+    leakage: bool = False,
+) -> tuple[GateResult | None, pd.DataFrame, dict[str, Any]]:
     """The group-sequential gate over the looks whose cells the two score tables hold (cells of later looks absent:
     not evaluated yet). Replays the looks in order and stops at the first decision: (the verdict, or None when the
     looks seen leave it open and the next look must be evaluated; the per-item table of the cells seen at the
@@ -584,8 +680,15 @@ def sequential_gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig, des
     `fired_by_look[g]`: whether the prescribed mechanism fired in the candidate's traces up to look g+1."""
     groups = design.groups(items, seeds)
     levels = efficacy_levels(design.fractions(items, seeds), cfg.route_alpha / 2, design.spending)
-    record: dict[str, Any] = {"looks": len(groups), "spending": design.spending, "by": design.by, "looks_used": 0,
-                    "stopped_early": False, "why": "", "per_look": []}
+    record: dict[str, Any] = {
+        "looks": len(groups),
+        "spending": design.spending,
+        "by": design.by,
+        "looks_used": 0,
+        "stopped_early": False,
+        "why": "",
+        "per_look": [],
+    }
     seen_i: list[str] = []
     seen_s: list[int] = []
     for g, (its, sds) in enumerate(groups, start=1):
@@ -593,28 +696,60 @@ def sequential_gate(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig, des
         if _cells(base, its, sds).empty or _cells(cand, its, sds).empty:  # this look is not evaluated yet
             return None, pd.DataFrame(columns=["item_id", "base", "cand", "d"]), record
         try:
-            per, dropped = pair(_cells(base, seen_i, seen_s), _cells(cand, seen_i, seen_s), cfg.max_error_share,
-                                cfg.min_items)
+            per, dropped = pair(
+                _cells(base, seen_i, seen_s), _cells(cand, seen_i, seen_s), cfg.max_error_share, cfg.min_items
+            )
         except TooManyErrors as e:
             record.update(looks_used=g, stopped_early=g < len(groups), why=f"refused: {e}")
-            return GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=None), \
-                pd.DataFrame(columns=["item_id", "base", "cand", "d"]), record
+            return (
+                GateResult(False, 0.0, 0.0, 0.0, 0, 0, 0, f"refused: {e}", dropped_errors=None),
+                pd.DataFrame(columns=["item_id", "base", "cand", "d"]),
+                record,
+            )
         d = per["d"].to_numpy(dtype=float)
         fired = True if fired_by_look is None else bool(fired_by_look[min(g, len(fired_by_look)) - 1])
         tokens = token_diffs(_cells(base, seen_i, seen_s), _cells(cand, seen_i, seen_s), per) if cfg.cheaper else None
-        verdict, why, fig = look_verdict(d, g, levels, cfg, final_items=design.by == "items",
-                                         mechanism_fired=fired, leakage=leakage, n_total=len(items), tokens=tokens)
+        verdict, why, fig = look_verdict(
+            d,
+            g,
+            levels,
+            cfg,
+            final_items=design.by == "items",
+            mechanism_fired=fired,
+            leakage=leakage,
+            n_total=len(items),
+            tokens=tokens,
+        )
         record["per_look"].append(fig)
         if verdict is None:
             continue
         record.update(looks_used=g, stopped_early=g < len(groups), why=why)
         if fig.get("futility"):
             record["futile_at"] = g
-        cost = {"promoted_as": fig.get("promoted_as"), "tokens_net": fig["tokens_net"], "tokens_ci_lo": fig["tokens_lo"],
-                "tokens_ci_hi": fig["tokens_hi"]} if "tokens_net" in fig else {}
-        result = GateResult(verdict, fig["net"], fig["lo"], fig["hi"], len(d), int((d > cfg.material).sum()),
-                            fig["regressed"], why, float(per["base"].mean()), float(per["cand"].mean()), dropped,
-                            **cost)
+        cost = (
+            {
+                "promoted_as": fig.get("promoted_as"),
+                "tokens_net": fig["tokens_net"],
+                "tokens_ci_lo": fig["tokens_lo"],
+                "tokens_ci_hi": fig["tokens_hi"],
+            }
+            if "tokens_net" in fig
+            else {}
+        )
+        result = GateResult(
+            verdict,
+            fig["net"],
+            fig["lo"],
+            fig["hi"],
+            len(d),
+            int((d > cfg.material).sum()),
+            fig["regressed"],
+            why,
+            float(per["base"].mean()),
+            float(per["cand"].mean()),
+            dropped,
+            **cost,
+        )
         return result, per, record
     raise AssertionError("unreachable: the last look always decides")
 
@@ -636,15 +771,27 @@ def repair_look(d: np.ndarray, look: int, levels: list[float], material: float) 
     return None, ""
 
 
-def sequential_repair(base: pd.DataFrame, cand: pd.DataFrame, material: float, alpha: float,
-                      design: SequentialDesign, items: list[str],
-                      seeds: list[int]) -> tuple[RepairResult | None, pd.DataFrame, dict[str, Any]]:
+def sequential_repair(
+    base: pd.DataFrame,
+    cand: pd.DataFrame,
+    material: float,
+    alpha: float,
+    design: SequentialDesign,
+    items: list[str],
+    seeds: list[int],
+) -> tuple[RepairResult | None, pd.DataFrame, dict[str, Any]]:
     """The repair screen with the gate's looks (`repair_look` at each; one-sided `alpha` / 2 spent over them): the
     verdict (None: the looks seen leave it open), the per-item table of the cells seen, and the looks' record."""
     groups = design.groups(items, seeds)
     levels = efficacy_levels(design.fractions(items, seeds), alpha / 2, design.spending)
-    record: dict[str, Any] = {"looks": len(groups), "spending": design.spending, "by": design.by, "looks_used": 0,
-                    "stopped_early": False, "why": ""}
+    record: dict[str, Any] = {
+        "looks": len(groups),
+        "spending": design.spending,
+        "by": design.by,
+        "looks_used": 0,
+        "stopped_early": False,
+        "why": "",
+    }
     seen_i: list[str] = []
     seen_s: list[int] = []
     for g, (its, sds) in enumerate(groups, start=1):
@@ -665,8 +812,15 @@ def sequential_repair(base: pd.DataFrame, cand: pd.DataFrame, material: float, a
             if ok is None:
                 continue
             result, per = repair_screen(b, c, material)
-            result = RepairResult(ok, result.repaired, result.broken, result.base_mean, result.cand_mean,
-                                  result.n_items, f"{result.reason}; {why}")
+            result = RepairResult(
+                ok,
+                result.repaired,
+                result.broken,
+                result.base_mean,
+                result.cand_mean,
+                result.n_items,
+                f"{result.reason}; {why}",
+            )
         record.update(looks_used=g, stopped_early=not last, why=why)
         return result, per, record
     raise AssertionError("unreachable: the last look always decides")
@@ -681,13 +835,14 @@ def removal_decide(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = Gat
         if "tokens_in" not in df.columns:
             raise PairingError(f"{name}: missing column tokens_in")
     per, _ = pair(base, cand, cfg.max_error_share, cfg.min_items)
+
     def ok(df: pd.DataFrame) -> pd.DataFrame:
         return df[df["error"].fillna("").astype(str) == ""] if "error" in df.columns else df
 
     tb = ok(base).groupby(base["item_id"].astype(str))["tokens_in"].mean()
     tc = ok(cand).groupby(cand["item_id"].astype(str))["tokens_in"].mean()
     items = per["item_id"].astype(str)
-    t = (tc.reindex(items).to_numpy(dtype=float) - tb.reindex(items).to_numpy(dtype=float))
+    t = tc.reindex(items).to_numpy(dtype=float) - tb.reindex(items).to_numpy(dtype=float)
     d = per["d"].to_numpy(dtype=float)
     lo, hi = bootstrap_ci(d, cfg.n_boot, cfg.alpha, cfg.seed)
     tlo, thi = bootstrap_ci(t, cfg.n_boot, cfg.alpha, cfg.seed)
@@ -699,8 +854,24 @@ def removal_decide(base: pd.DataFrame, cand: pd.DataFrame, cfg: GateConfig = Gat
     elif regressed > cfg.cap(len(d)):
         reason = f"{regressed} regressed items > reg_cap {cfg.cap(len(d))}"
     else:
-        reason = (f"score net {float(d.mean()):+.4f} CI [{lo:+.4f}, {hi:+.4f}] within -{cfg.material}; prompt tokens "
-                  f"{float(t.mean()):+.1f} per episode CI [{tlo:+.1f}, {thi:+.1f}]")
+        reason = (
+            f"score net {float(d.mean()):+.4f} CI [{lo:+.4f}, {hi:+.4f}] within -{cfg.material}; prompt tokens "
+            f"{float(t.mean()):+.1f} per episode CI [{tlo:+.1f}, {thi:+.1f}]"
+        )
     accept = lo > -cfg.material and thi < 0 and regressed <= cfg.cap(len(d))
-    return RemovalResult(accept, reason, float(d.mean()), lo, hi, float(t.mean()), tlo, thi, float(tb.mean()),
-                         float(tc.mean()), len(d), regressed, float(per["base"].mean()), float(per["cand"].mean()))
+    return RemovalResult(
+        accept,
+        reason,
+        float(d.mean()),
+        lo,
+        hi,
+        float(t.mean()),
+        tlo,
+        thi,
+        float(tb.mean()),
+        float(tc.mean()),
+        len(d),
+        regressed,
+        float(per["base"].mean()),
+        float(per["cand"].mean()),
+    )

@@ -30,8 +30,9 @@ MIN_BOOT = 1_000  # below this the CI's own Monte-Carlo error is a sizeable shar
 MAX_BOOT = 1_000_000  # above this the CI does not move, only the time and memory grow (10^11 ran out of memory)
 
 
-def _finite(name: str, v: object, lo: float, hi: float = math.inf, *, lo_open: bool = False,
-            hi_open: bool = False) -> None:
+def _finite(
+    name: str, v: object, lo: float, hi: float = math.inf, *, lo_open: bool = False, hi_open: bool = False
+) -> None:
     """One home for the gate's input bounds (the CLI, params.yaml and the library all land here)."""
     try:
         x = float(v)  # type: ignore[arg-type]
@@ -88,8 +89,9 @@ class GateConfig:
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):  # int or a numpy integer
                 raise InputError(f"gate: {name}: {v!r} is not an integer")
         if self.n_boot < MIN_BOOT:
-            raise InputError(f"gate: n_boot: {self.n_boot} is below {MIN_BOOT} "
-                             "(the CI would carry its own sampling noise)")
+            raise InputError(
+                f"gate: n_boot: {self.n_boot} is below {MIN_BOOT} (the CI would carry its own sampling noise)"
+            )
         if self.n_boot > MAX_BOOT:
             raise InputError(f"gate: n_boot: {self.n_boot} is above {MAX_BOOT} (more resamples do not move the CI)")
         if self.seed < 0:

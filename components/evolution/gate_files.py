@@ -1,18 +1,18 @@
 """The gate on two score files (`ratchet gate`, `ratchet power`): one reader for score tables, numpy to pair them.
 
-    read_table   the csv module over the file's bytes, read once (a pipe, `<(...)`, is a file too): a header with
-                 item_id, seed and score (`error` optional; other columns ignored), every row as wide as the header.
-                 Ids stay the text they are (`NA`, `None`, `007` and an empty string are ids, never pandas' missing
-                 values); a seed is an integer written out (`3`, `-0`, `3.0`) within 64 bits, read exactly (`1e300`
-                 and `inf` are refused, never rounded onto another seed); a score is a decimal number (an empty cell
-                 or `nan` is read as missing, which pairing refuses naming the item); an `error` cell is an error
-                 unless empty. Anything else is refused, one line naming the file, the field and the line.
-    pair_light   numpy: a table that pairs completely is paired and judged without pandas (pandas costs more to
-                 import than numpy does). The per-item means are summed as pandas' groupby sums them (Kahan, in the
-                 base table's row order), so the verdict is the same to the last bit.
-    gate.gate    a pairing the light path would not decide (incomplete, a duplicate, a score out of range or missing,
-                 too many errors, too few items) goes to `gate.gate` on the tables as read, which refuses it with its
-                 one-line message.
+read_table   the csv module over the file's bytes, read once (a pipe, `<(...)`, is a file too): a header with
+             item_id, seed and score (`error` optional; other columns ignored), every row as wide as the header.
+             Ids stay the text they are (`NA`, `None`, `007` and an empty string are ids, never pandas' missing
+             values); a seed is an integer written out (`3`, `-0`, `3.0`) within 64 bits, read exactly (`1e300`
+             and `inf` are refused, never rounded onto another seed); a score is a decimal number (an empty cell
+             or `nan` is read as missing, which pairing refuses naming the item); an `error` cell is an error
+             unless empty. Anything else is refused, one line naming the file, the field and the line.
+pair_light   numpy: a table that pairs completely is paired and judged without pandas (pandas costs more to
+             import than numpy does). The per-item means are summed as pandas' groupby sums them (Kahan, in the
+             base table's row order), so the verdict is the same to the last bit.
+gate.gate    a pairing the light path would not decide (incomplete, a duplicate, a score out of range or missing,
+             too many errors, too few items) goes to `gate.gate` on the tables as read, which refuses it with its
+             one-line message.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ CLI_KEYS = ("accept", "net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regre
 @dataclass
 class ScoreTable:
     """A score table as read: item ids as text, seeds as exact integers, scores as floats (NaN: missing)."""
+
     path: str
     items: list[str]
     seeds: list[int]
@@ -58,9 +59,14 @@ class ScoreTable:
         """The table as the pandas gate takes it (ids as text: no missing-value parsing on the way)."""
         import pandas as pd
 
-        return pd.DataFrame({"item_id": pd.Series(self.items, dtype=object),
-                             "seed": pd.Series(self.seeds, dtype="int64"), "score": self.scores,
-                             "error": pd.Series(self.errors, dtype=object)})
+        return pd.DataFrame(
+            {
+                "item_id": pd.Series(self.items, dtype=object),
+                "seed": pd.Series(self.seeds, dtype="int64"),
+                "score": self.scores,
+                "error": pd.Series(self.errors, dtype=object),
+            }
+        )
 
 
 def _bytes(path: Path, name: str) -> bytes:
@@ -94,8 +100,9 @@ def read_table(path: str | Path, name: str = "table") -> ScoreTable:
     items, seeds, scores, errors = [], [], [], []
     for line, r in rows[1:]:
         if len(r) != len(head):
-            raise InputError(f"{path}: -: not a readable CSV (Expected {len(head)} fields in line {line}, saw "
-                             f"{len(r)}) ({name})")
+            raise InputError(
+                f"{path}: -: not a readable CSV (Expected {len(head)} fields in line {line}, saw {len(r)}) ({name})"
+            )
         seeds.append(_seed(path, r[s].strip(), line, name))
         scores.append(_score(path, r[v].strip(), line, name))
         items.append(r[i])
@@ -137,8 +144,10 @@ def _seed(path: Path, seed: str, line: int, name: str) -> int:
     m = _SEED.fullmatch(seed)
     if m is None:
         shown = seed if len(seed) <= 40 else seed[:37] + "..."
-        raise InputError(f"{path}: seed: {shown!r} on line {line} is not an integer written out (at most 18 "
-                         f"digits; 1e3, inf and fractions are not read as seeds) ({name})")
+        raise InputError(
+            f"{path}: seed: {shown!r} on line {line} is not an integer written out (at most 18 "
+            f"digits; 1e3, inf and fractions are not read as seeds) ({name})"
+        )
     value = int(m.group(1))
     return -value if seed.startswith("-") else value
 
@@ -185,7 +194,8 @@ def _group_means(group: np.ndarray, values: np.ndarray, n_groups: int) -> np.nda
     if len(group) and (np.diff(group) >= 0).all():
         starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
         return np.add.reduceat(np.ascontiguousarray(values, dtype=np.float64), starts) / np.diff(
-            starts, append=len(group)).astype(np.float64)
+            starts, append=len(group)
+        ).astype(np.float64)
     return _kahan_means(group, values, n_groups)
 
 

@@ -50,6 +50,7 @@ class Idle:
 
 # -- retry pool --------------------------------------------------------------------------------------------------------
 
+
 def retry_pool(rounds: list[RoundRecord], max_retries: int) -> list[tuple[str, float, int]]:
     """(plan key, net of its latest gate, round of that gate), best first: plans whose latest dev gate rejected them
     with a positive mean (not refused), never accepted, retried fewer than `max_retries` times."""
@@ -65,9 +66,15 @@ def retry_pool(rounds: list[RoundRecord], max_retries: int) -> list[tuple[str, f
             tries[r.plan_key] = tries.get(r.plan_key, 0) + 1
         if r.gate is not None and r.dev_look is not None:
             latest[r.plan_key] = r
-    pool = [(k, float(r.gated.net), r.round) for k, r in latest.items()
-            if k not in accepted and r.verdict == Verdict.REJECT and not r.gated.refused and r.gated.net > 0
-            and tries.get(k, 0) < max_retries]
+    pool = [
+        (k, float(r.gated.net), r.round)
+        for k, r in latest.items()
+        if k not in accepted
+        and r.verdict == Verdict.REJECT
+        and not r.gated.refused
+        and r.gated.net > 0
+        and tries.get(k, 0) < max_retries
+    ]
     return sorted(pool, key=lambda x: (-x[1], x[2], x[0]))
 
 
@@ -103,12 +110,14 @@ def next_retry(lineage: Lineage, champion: Path, max_retries: int, seeds: int) -
             continue
         fresh = retry_seeds(rounds, seeds)
         attempt = 1 + sum(1 for r in rounds if r.retry and r.plan_key == key)
-        return Idle(IdleKind.RETRY, plan, RetryInfo(plan_key=key, of_round=rnd, net=net, attempt=attempt,
-                                                    seeds=fresh), fresh)
+        return Idle(
+            IdleKind.RETRY, plan, RetryInfo(plan_key=key, of_round=rnd, net=net, attempt=attempt, seeds=fresh), fresh
+        )
     return None
 
 
 # -- ablation ----------------------------------------------------------------------------------------------------------
+
 
 def parts(body: str) -> list[str]:
     """A card body's parts: each paragraph, except that a paragraph which is a list gives one part per item (an
@@ -186,8 +195,9 @@ def _promotion(lineage: Lineage, campaign_out: Path, r: RoundRecord) -> tuple[Pl
     return plan, parent
 
 
-def _part_ablations(r: RoundRecord, plan: Plan, op: AddCard, card: Card, parent: dict[str, Card],
-                    tried: set[str]) -> list[Idle]:
+def _part_ablations(
+    r: RoundRecord, plan: Plan, op: AddCard, card: Card, parent: dict[str, Card], tried: set[str]
+) -> list[Idle]:
     """For a card the plan added with two or more parts its parent's card did not have, one candidate per such part
     still on the champion's `card` (without it), but those tried already."""
     old = set(parts(parent[op.path].body)) if op.path in parent else set()
@@ -201,15 +211,27 @@ def _part_ablations(r: RoundRecord, plan: Plan, op: AddCard, card: Card, parent:
             continue
         meta = card.meta.model_dump(mode="json", exclude_none=True)
         body = without_part(card.body, part)
-        ops = [RemoveCard(op="remove_card", path=card.path),
-               AddCard(op="add_card", path=card.path, meta=meta, body=body)]
-        cand = Plan(owner=plan.owner, cluster=plan.cluster,
-                    summary=f"ablation: {card.id} without part {k + 1} of {len(new)} ({_label(part)})",
-                    rationale=f"round {r.round} promoted {card.id} with {len(new)} parts; does it need this one?",
-                    evidence=plan.evidence, operations=ops, mechanism=f"deliver:{card.id}@",
-                    source_items=plan.source_items)
+        ops = [
+            RemoveCard(op="remove_card", path=card.path),
+            AddCard(op="add_card", path=card.path, meta=meta, body=body),
+        ]
+        cand = Plan(
+            owner=plan.owner,
+            cluster=plan.cluster,
+            summary=f"ablation: {card.id} without part {k + 1} of {len(new)} ({_label(part)})",
+            rationale=f"round {r.round} promoted {card.id} with {len(new)} parts; does it need this one?",
+            evidence=plan.evidence,
+            operations=ops,
+            mechanism=f"deliver:{card.id}@",
+            source_items=plan.source_items,
+        )
         if cand.key() in tried:
             continue
-        out.append(Idle(IdleKind.ABLATION, cand, AblationInfo(of_round=r.round, card=card.path, part=part,
-                                                              part_no=k + 1, parts=len(new))))
+        out.append(
+            Idle(
+                IdleKind.ABLATION,
+                cand,
+                AblationInfo(of_round=r.round, card=card.path, part=part, part_no=k + 1, parts=len(new)),
+            )
+        )
     return out

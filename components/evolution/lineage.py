@@ -75,7 +75,9 @@ class Lineage:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise CommitError(f"{self.log}: line {n}: not a JSON record ({e.msg}); the lineage is damaged") from None
+                raise CommitError(
+                    f"{self.log}: line {n}: not a JSON record ({e.msg}); the lineage is damaged"
+                ) from None
             if not isinstance(rec, dict) or "round" not in rec or "verdict" not in rec:
                 raise CommitError(f"{self.log}: line {n}: not a lineage record (needs round and verdict)")
             out.append(rec)
@@ -83,8 +85,14 @@ class Lineage:
 
     def versions(self) -> list[Version]:
         committed = [lineage_entry(r) for r in self.records() if r.get("verdict") in (Verdict.START, Verdict.ACCEPT)]
-        return [Version(r.committed.version, self.version_dir(r.committed.version, f"round {r.round}: child.version"),
-                        r.committed.digest) for r in committed]
+        return [
+            Version(
+                r.committed.version,
+                self.version_dir(r.committed.version, f"round {r.round}: child.version"),
+                r.committed.digest,
+            )
+            for r in committed
+        ]
 
     def version_dir(self, name: str, field: str = "version") -> Path:
         """Where version `name` (as a record names it) lives: under versions/, never outside on a record's say-so."""
@@ -97,8 +105,10 @@ class Lineage:
             raise CommitError(f"{v.path}: -: version {v.name} is missing (run `dvc checkout` at the recording commit)")
         have = digest(v.path)
         if have != v.digest:
-            raise CommitError(f"{v.path}: digest: {v.name}'s bytes on disk are {have[:12]}, the lineage pins "
-                              f"{v.digest[:12]} (edited after it was committed; `dvc checkout` restores it)")
+            raise CommitError(
+                f"{v.path}: digest: {v.name}'s bytes on disk are {have[:12]}, the lineage pins "
+                f"{v.digest[:12]} (edited after it was committed; `dvc checkout` restores it)"
+            )
 
     def champion(self) -> Version:
         vs = self.versions()
@@ -125,17 +135,26 @@ class Lineage:
         lines = [json.dumps(r, sort_keys=True) for r in self.records()] + [json.dumps(record, sort_keys=True)]
         atomic_write_text(self.log, "\n".join(lines) + "\n")
 
-    def start(self, package: str | Path, benchmark_digest: str | None = None, identity: dict[str, Any] | None = None,
-              source: str | None = None) -> Version:
+    def start(
+        self,
+        package: str | Path,
+        benchmark_digest: str | None = None,
+        identity: dict[str, Any] | None = None,
+        source: str | None = None,
+    ) -> Version:
         """Commit the starting package as M0 (idempotent), with the campaign's identity; `source`: the package's
         path as the record shows it (default: `package`)."""
         if self.versions():
             return self.versions()[0]
         d = digest(package)
         v = self._materialize("M0", package, d)
-        rec: dict[str, Any] = {"round": 0, "verdict": Verdict.START, "parent": None,
-                               "child": {"version": v.name, "digest": d},
-                               "source": str(package) if source is None else source}
+        rec: dict[str, Any] = {
+            "round": 0,
+            "verdict": Verdict.START,
+            "parent": None,
+            "child": {"version": v.name, "digest": d},
+            "source": str(package) if source is None else source,
+        }
         if benchmark_digest is not None:
             rec["benchmark_digest"] = benchmark_digest
         if identity is not None:
@@ -143,8 +162,14 @@ class Lineage:
         self._append(rec)
         return v
 
-    def check_rerun(self, start_digest: str | None, benchmark_digest: str | None, identity: dict[str, Any],
-                    where: str = "campaign", legacy_identity: dict[str, Any] | None = None) -> None:
+    def check_rerun(
+        self,
+        start_digest: str | None,
+        benchmark_digest: str | None,
+        identity: dict[str, Any],
+        where: str = "campaign",
+        legacy_identity: dict[str, Any] | None = None,
+    ) -> None:
         """Refuse (CampaignMismatch) a rerun whose start bytes, benchmark bytes or evolution params differ from what
         this lineage recorded. `legacy_identity`: the params of a campaign whose start record predates identities."""
         records = self.records()
@@ -154,37 +179,59 @@ class Lineage:
         hint = "; choose a new --out, or pass --force to start this campaign over"
         m0 = first.child.digest
         if start_digest is not None and start_digest != m0:
-            raise CampaignMismatch(f"{where}: campaign.start: the start package's digest is {start_digest[:12]}, "
-                                   f"this campaign's M0 is {m0[:12]}{hint}")
-        bench = first.benchmark_digest or next((r["benchmark_digest"] for r in records
-                                                       if r.get("benchmark_digest")), None)
+            raise CampaignMismatch(
+                f"{where}: campaign.start: the start package's digest is {start_digest[:12]}, "
+                f"this campaign's M0 is {m0[:12]}{hint}"
+            )
+        bench = first.benchmark_digest or next(
+            (r["benchmark_digest"] for r in records if r.get("benchmark_digest")), None
+        )
         if benchmark_digest is not None and bench is not None and benchmark_digest != bench:
-            raise CampaignMismatch(f"{where}: benchmark: the benchmark's digest is {benchmark_digest[:12]}, "
-                                   f"this campaign ran on {bench[:12]}{hint}")
+            raise CampaignMismatch(
+                f"{where}: benchmark: the benchmark's digest is {benchmark_digest[:12]}, "
+                f"this campaign ran on {bench[:12]}{hint}"
+            )
         recorded = first.identity or legacy_identity or {}
         for key in sorted(set(identity) | set(recorded)):
             if key in recorded and identity.get(key) != recorded[key]:
-                raise CampaignMismatch(f"{where}: {key}: {_short(identity.get(key))} now, "
-                                       f"{_short(recorded[key])} in this campaign's lineage{hint}")
+                raise CampaignMismatch(
+                    f"{where}: {key}: {_short(identity.get(key))} now, "
+                    f"{_short(recorded[key])} in this campaign's lineage{hint}"
+                )
 
     def commit(self, candidate: str | Path, evaluated_digest: str, round_no: int, record: dict[str, Any]) -> Version:
         actual = digest(candidate)
         if actual != evaluated_digest:
-            raise CommitError(f"{candidate}: digest {actual[:12]} differs from the evaluated {evaluated_digest[:12]}; refusing to commit")
+            raise CommitError(
+                f"{candidate}: digest {actual[:12]} differs from the evaluated {evaluated_digest[:12]}; refusing to commit"
+            )
         parent = self.champion()
         name = f"M{len(self.versions())}"
         v = self._materialize(name, candidate, actual)
-        self._append({**record, "round": round_no, "verdict": Verdict.ACCEPT,
-                      "parent": {"version": parent.name, "digest": parent.digest},
-                      "child": {"version": v.name, "digest": actual}})
+        self._append(
+            {
+                **record,
+                "round": round_no,
+                "verdict": Verdict.ACCEPT,
+                "parent": {"version": parent.name, "digest": parent.digest},
+                "child": {"version": v.name, "digest": actual},
+            }
+        )
         return v
 
     def reject(self, round_no: int, record: dict[str, Any], plan: dict[str, Any] | None = None) -> None:
         parent = self.champion()
-        rec = {**record, "round": round_no, "verdict": record.get("verdict", Verdict.REJECT),
-               "parent": {"version": parent.name, "digest": parent.digest}, "child": None}
+        rec = {
+            **record,
+            "round": round_no,
+            "verdict": record.get("verdict", Verdict.REJECT),
+            "parent": {"version": parent.name, "digest": parent.digest},
+            "child": None,
+        }
         if plan is not None and rec.get("plan_key"):
-            atomic_write_json(self.rejected_dir / f"{rec['plan_key']}.json", {"plan": plan, "reason": rec.get("reason")})
+            atomic_write_json(
+                self.rejected_dir / f"{rec['plan_key']}.json", {"plan": plan, "reason": rec.get("reason")}
+            )
         self._append(rec)
 
     def _materialize(self, name: str, src: str | Path, expected: str) -> Version:
@@ -212,6 +259,7 @@ class LineageLocked(InputError):
 @dataclass
 class _Hold:
     """A lineage lock this process holds: its file descriptor, how many takings are open, the dead holder's info."""
+
     fd: int
     depth: int
     recovered: dict[str, Any] | None

@@ -30,8 +30,17 @@ from components.codes import FindingKind, Owner
 from components.defaults import MAX_SOURCE_ITEMS
 from components.evidence.packets import EvidencePacket
 from components.evolution.findings import Finding, cards_about, rule_card_id
-from components.evolution.plan import (AddBinding, AddCard, Operation, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM,
-                                       parse_plan)
+from components.evolution.plan import (
+    AddBinding,
+    AddCard,
+    Operation,
+    Plan,
+    RemoveBinding,
+    RemoveCard,
+    SetTrigger,
+    SetWM,
+    parse_plan,
+)
 from components.evolution.validate import leak_tokens
 from components.memory.package import MemoryPackage
 from components.evolution.meta_agents import META_AGENTS  # the registry (and the plug-ins'); built-ins below
@@ -91,8 +100,15 @@ class RulesAgent:
         deferred = None
         # findings whose change another campaign's gate accepted (campaign memory) are planned for first
         helped = {tuple(x) for x in (ctx.memory or {}).get("helped_elsewhere", [])}
-        for packet in sorted(ctx.packets, key=lambda p: ((p.owner, p.kind, p.tool, p.rule_id or "") not in helped,
-                                                         LAYER.get(p.owner, 9), -_size(p, ctx), p.id)):
+        for packet in sorted(
+            ctx.packets,
+            key=lambda p: (
+                (p.owner, p.kind, p.tool, p.rule_id or "") not in helped,
+                LAYER.get(p.owner, 9),
+                -_size(p, ctx),
+                p.id,
+            ),
+        ):
             if not packet.patchable:  # external, or `unknown`: the diagnoser could not tell, so nothing is guessed
                 continue
             planned = rules_plan(packet, ctx, self.max_per_episode, ctx.max_source_items)
@@ -112,18 +128,37 @@ def rules(*, max_per_episode: int = 6) -> RulesAgent:
 
 # C findings -> the checker that would have bounced the action that escaped
 CHECKER_FOR: dict[str, tuple[str, str, str]] = {  # (FindingKind, a str: looked up by a packet's kind)
-    FindingKind.UNCONFIRMED_WRITE: ("confirm_before_write", "pre_write", "C: bounce writes that lack the customer's confirmation"),
-    FindingKind.PREMATURE_FINISH: ("completion_requires_receipts", "agent_declares_done",
-                         "C: bounce `finish` while ledger entries are pending"),
+    FindingKind.UNCONFIRMED_WRITE: (
+        "confirm_before_write",
+        "pre_write",
+        "C: bounce writes that lack the customer's confirmation",
+    ),
+    FindingKind.PREMATURE_FINISH: (
+        "completion_requires_receipts",
+        "agent_declares_done",
+        "C: bounce `finish` while ledger entries are pending",
+    ),
 }
 
 
-def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6,
-               max_source_items: int = MAX_SOURCE_ITEMS) -> Plan | None:
+def rules_plan(
+    p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6, max_source_items: int = MAX_SOURCE_ITEMS
+) -> Plan | None:
     pkg = ctx.package
     routed = any(b.spec.use == "event_cards" and b.spec.at == "intent_recorded" for b in pkg.delivery)
-    wiring = [] if routed else [AddBinding(op="add_binding", section="delivery", use="event_cards", at="intent_recorded",
-                                           cfg={"max_per_episode": max_per_episode})]
+    wiring = (
+        []
+        if routed
+        else [
+            AddBinding(
+                op="add_binding",
+                section="delivery",
+                use="event_cards",
+                at="intent_recorded",
+                cfg={"max_per_episode": max_per_episode},
+            )
+        ]
+    )
     # E: one card per write (`tool_card_id`), from the rule texts the refusal receipts carry, plus the tools
     # successful episodes called before that write (never ids or values), triggered where the write is intended
     if _from_outcomes(p):
@@ -132,26 +167,47 @@ def rules_plan(p: EvidencePacket, ctx: PlanContext, max_per_episode: int = 6,
         if inferred is None:
             return None
         card_id, ops, fields, items = inferred
-        return Plan(owner=Owner.E, cluster=p.id, summary=f"E: card {card_id} on {p.tool} (inferred: {', '.join(fields)})",
-                    rationale=p.claims[0].statement, evidence=p.citations(), operations=[*ops, *wiring],
-                    mechanism=f"deliver:{card_id}@", source_items=items[:max_source_items])
+        return Plan(
+            owner=Owner.E,
+            cluster=p.id,
+            summary=f"E: card {card_id} on {p.tool} (inferred: {', '.join(fields)})",
+            rationale=p.claims[0].statement,
+            evidence=p.citations(),
+            operations=[*ops, *wiring],
+            mechanism=f"deliver:{card_id}@",
+            source_items=items[:max_source_items],
+        )
     merged = _write_card(p, ctx) if p.rule_id and p.detail.strip() else None
     if merged is not None:  # a rule no card about its write states yet: the knowledge is missing, whatever the kind
         card_id, ops, rules_in, items = merged
         ops = [*ops, *wiring]
         mechanism = f"deliver:{card_id}@"
         summary = f"E: card {card_id} on {p.tool} (rules {', '.join(rules_in)})"
-        return Plan(owner=Owner.E, cluster=p.id, summary=summary, rationale=p.claims[0].statement,
-                    evidence=p.citations(), operations=ops, mechanism=mechanism,
-                    source_items=items[:max_source_items])
+        return Plan(
+            owner=Owner.E,
+            cluster=p.id,
+            summary=summary,
+            rationale=p.claims[0].statement,
+            evidence=p.citations(),
+            operations=ops,
+            mechanism=mechanism,
+            source_items=items[:max_source_items],
+        )
     change = _CHANGES.get((p.owner, p.kind))
     made = change(p, ctx, wiring, routed) if change is not None else None
     if made is None:
         return None
     ops, mechanism, summary = made
-    return Plan(owner=p.owner, cluster=p.id, summary=summary, rationale=p.claims[0].statement,
-                evidence=p.citations(), operations=ops, mechanism=mechanism,
-                source_items=_probe_first(p)[:max_source_items])
+    return Plan(
+        owner=p.owner,
+        cluster=p.id,
+        summary=summary,
+        rationale=p.claims[0].statement,
+        evidence=p.citations(),
+        operations=ops,
+        mechanism=mechanism,
+        source_items=_probe_first(p)[:max_source_items],
+    )
 
 
 # The smallest change per (owner, kind) of a cluster whose rules are already written down (or that is not about a
@@ -170,8 +226,11 @@ def _rebind(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], ro
     t = card.meta.trigger
     if t is not None and t.event == "intent_recorded" and t.tool == p.tool and routed:
         return None
-    return ([SetTrigger(op="set_trigger", path=card.path, event="intent_recorded", tool=p.tool), *wiring],
-            f"deliver:{card.id}@", f"rho: rebind {card.id} to intent_recorded/{p.tool}")
+    return (
+        [SetTrigger(op="set_trigger", path=card.path, event="intent_recorded", tool=p.tool), *wiring],
+        f"deliver:{card.id}@",
+        f"rho: rebind {card.id} to intent_recorded/{p.tool}",
+    )
 
 
 def _route(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], routed: bool) -> Change | None:
@@ -198,8 +257,11 @@ def _bind_on(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], r
     keys = sorted({k for f in _findings(ctx, p) for k in f.get("bind_args", [])} | set(pkg.wm.bind_on))
     if not keys or keys == sorted(pkg.wm.bind_on):
         return None
-    return ([SetWM(op="set_wm", field="bind_on", value=keys)], "ground:",
-            f"W: bind receipts on {', '.join(keys)} as well as the tool")
+    return (
+        [SetWM(op="set_wm", field="bind_on", value=keys)],
+        "ground:",
+        f"W: bind receipts on {', '.join(keys)} as well as the tool",
+    )
 
 
 def _max_entries(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], routed: bool) -> Change | None:
@@ -209,8 +271,11 @@ def _max_entries(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation
     want = min(64, 1 << (need - 1).bit_length())  # a power of two: a corpus that saw one more entry is not a new plan
     if want <= pkg.wm.max_entries:
         return None
-    return ([SetWM(op="set_wm", field="max_entries", value=want)], "ledger:add",
-            f"W: track up to {want} pending entries (was {pkg.wm.max_entries})")
+    return (
+        [SetWM(op="set_wm", field="max_entries", value=want)],
+        "ledger:add",
+        f"W: track up to {want} pending entries (was {pkg.wm.max_entries})",
+    )
 
 
 def _board(p: EvidencePacket, ctx: PlanContext, wiring: Sequence[Operation], routed: bool) -> Change | None:
@@ -287,21 +352,31 @@ def _stated(ctx: PlanContext, tool: str) -> Callable[[str, str], bool]:
 
     def stated(rule_id: str, text: str) -> bool:
         low = text.lower()
-        return rule_card_id(rule_id) in pkg.cards or any(_norm(text) in b for b in bodies) \
+        return (
+            rule_card_id(rule_id) in pkg.cards
+            or any(_norm(text) in b for b in bodies)
             or any(t.lower() in low for t in leaks)
+        )
 
     return stated
 
 
-def _rules_for_card(p: EvidencePacket, rule_id: str, ctx: PlanContext,
-                    stated: Callable[[str, str], bool]) -> tuple[dict[str, str], list[str]]:
+def _rules_for_card(
+    p: EvidencePacket, rule_id: str, ctx: PlanContext, stated: Callable[[str, str], bool]
+) -> tuple[dict[str, str], list[str]]:
     """(rule id -> statement, items) for `p`'s rule (`rule_id`) and every other rule a packet on the same write states that is
     not written down yet (largest packet first), with the items of their packets."""
     new: dict[str, str] = {rule_id: p.detail.strip()}
     items = list(p.items)
     for q in sorted(ctx.packets, key=lambda q: (-len(q.episodes), q.id)):
-        if q.tool != p.tool or not q.rule_id or not q.detail.strip() or q.owner not in (Owner.E, Owner.RHO) \
-                or q.rule_id in new or stated(q.rule_id, q.detail):
+        if (
+            q.tool != p.tool
+            or not q.rule_id
+            or not q.detail.strip()
+            or q.owner not in (Owner.E, Owner.RHO)
+            or q.rule_id in new
+            or stated(q.rule_id, q.detail)
+        ):
             continue
         new[q.rule_id] = q.detail.strip()
         items += [i for i in q.items if i not in items]
@@ -314,26 +389,37 @@ def _card_ops(p: EvidencePacket, ctx: PlanContext, card_id: str, new: dict[str, 
     tool = p.tool
     path = f"em/procedure/{card_id}.md"
     old = ctx.package.cards.get(card_id)
-    kept = [para for para in old.body.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)] if old else []
+    kept = (
+        [para for para in old.body.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)] if old else []
+    )
     paras = kept + list(new.values())
     before = _calls_before(ctx, tool)
     if before:
         paras.append(CALLS_BEFORE + tool + "` were: " + ", ".join(f"`{t}`" for t in before) + ".")
     rules_in = list(new)
-    meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": tool},
-            "source": f"diagnosis {p.id}: refusals of {tool} on rule(s) {', '.join(rules_in)}"}
+    meta = {
+        "id": card_id,
+        "type": "procedure",
+        "trigger": {"event": "intent_recorded", "tool": tool},
+        "source": f"diagnosis {p.id}: refusals of {tool} on rule(s) {', '.join(rules_in)}",
+    }
     ops: list[Operation] = [RemoveCard(op="remove_card", path=old.path)] if old else []
     ops.append(AddCard(op="add_card", path=path, meta=meta, body="\n\n".join(paras)))
     return ops
 
 
-OUTCOME_KINDS = (FindingKind.WRONG_VALUE, FindingKind.INEFFECTIVE_CARD)  # E findings whose fix is a rule the outcomes must show
+OUTCOME_KINDS = (
+    FindingKind.WRONG_VALUE,
+    FindingKind.INEFFECTIVE_CARD,
+)  # E findings whose fix is a rule the outcomes must show
 
 
 def _from_outcomes(p: EvidencePacket) -> bool:
     """An E cluster only outcomes can fix: a wrong value against the gold (no rule id: no receipt named one), or a
     coded refusal (a rule id with no statement to copy)."""
-    return p.owner == Owner.E and ((not p.rule_id and p.kind in OUTCOME_KINDS) or bool(p.rule_id and not p.detail.strip()))
+    return p.owner == Owner.E and (
+        (not p.rule_id and p.kind in OUTCOME_KINDS) or bool(p.rule_id and not p.detail.strip())
+    )
 
 
 def outcome_inferences(ctx: PlanContext, tool: str) -> list[Inference]:
@@ -367,12 +453,23 @@ def _own_inferences(ctx: PlanContext, tool: str) -> tuple[list[Row], list[Infere
         if "_episodes" not in ctx.__dict__:
             gold = train_gold(ctx.bench) if hasattr(ctx.bench, "splits") else {}
             ctx.__dict__["_gold"] = gold
-            ctx.__dict__["_episodes"] = {eid: frame_steps(df.sort_values("step"))
-                                         for eid, df in ctx.traces.groupby("episode_id")} \
-                if gold and len(ctx.traces) else {}
-        rows = rows_for(tool, ctx.__dict__["_episodes"], ctx.__dict__["_gold"], ctx.bench.write_tools,
-                        ctx.bench.targets, policy_today(getattr(ctx.bench, "policy", ""))) \
-            if ctx.__dict__["_episodes"] else []
+            ctx.__dict__["_episodes"] = (
+                {eid: frame_steps(df.sort_values("step")) for eid, df in ctx.traces.groupby("episode_id")}
+                if gold and len(ctx.traces)
+                else {}
+            )
+        rows = (
+            rows_for(
+                tool,
+                ctx.__dict__["_episodes"],
+                ctx.__dict__["_gold"],
+                ctx.bench.write_tools,
+                ctx.bench.targets,
+                policy_today(getattr(ctx.bench, "policy", "")),
+            )
+            if ctx.__dict__["_episodes"]
+            else []
+        )
         memo[tool] = (rows, infer_rows(tool, rows, ctx.bench.targets) if rows else [])
     return memo[tool]
 
@@ -407,8 +504,12 @@ def _inferred_card(p: EvidencePacket, ctx: PlanContext) -> tuple[str, list[Opera
             source.setdefault(inf.source, []).append(inf.field)
     paras = _rule_paragraphs(tool, old.body if old else None, rules, source, refusals, _calls_before(ctx, tool))
     fields = sorted(set(new) | {f for _line, f in refusals})
-    meta = {"id": card_id, "type": "procedure", "trigger": {"event": "intent_recorded", "tool": tool},
-            "source": f"diagnosis {p.id}: outcomes of {tool} on field(s) {', '.join(fields)}"}
+    meta = {
+        "id": card_id,
+        "type": "procedure",
+        "trigger": {"event": "intent_recorded", "tool": tool},
+        "source": f"diagnosis {p.id}: outcomes of {tool} on field(s) {', '.join(fields)}",
+    }
     ops: list[Operation] = [RemoveCard(op="remove_card", path=old.path)] if old else []
     ops.append(AddCard(op="add_card", path=f"em/procedure/{card_id}.md", meta=meta, body="\n\n".join(paras)))
     # the plan names what it carries: inferred rules by field, a field known only from the world's refusals as such
@@ -429,14 +530,27 @@ def _new_rules(ctx: PlanContext, tool: str, have: dict[str, FieldRule], leaks: l
     return new
 
 
-def _rule_paragraphs(tool: str, old: str | None, rules: dict[str, FieldRule], source: dict[str, list[str]],
-                     refusals: list[tuple[str, str]], before: list[str]) -> list[str]:
+def _rule_paragraphs(
+    tool: str,
+    old: str | None,
+    rules: dict[str, FieldRule],
+    source: dict[str, list[str]],
+    refusals: list[tuple[str, str]],
+    before: list[str],
+) -> list[str]:
     """The card's paragraphs: the old card's own text (not its rules, carried notes or call order, written anew),
     one item per rule, where carried rules come from, the world's refusals, and the calls made before the write."""
     from components.worlds import outcome_rules as O
 
-    kept = [para for para in old.strip().split("\n\n") if para and not para.startswith(CALLS_BEFORE)
-            and O.MARK not in para and CARRIED_MARK not in para] if old else []
+    kept = (
+        [
+            para
+            for para in old.strip().split("\n\n")
+            if para and not para.startswith(CALLS_BEFORE) and O.MARK not in para and CARRIED_MARK not in para
+        ]
+        if old
+        else []
+    )
     paras = kept + (["\n".join(O.render(tool, rules[f]) for f in sorted(rules))] if rules else [])
     paras += [CARRIED.format(tool=tool, fields=", ".join(f"`{f}`" for f in fs), source=s) for s, fs in source.items()]
     if refusals:
@@ -473,8 +587,11 @@ def _refusals(p: EvidencePacket, ctx: PlanContext, tool: str, body: str, leaks: 
 
 def _findings(ctx: PlanContext, p: EvidencePacket) -> list[dict[str, Any]]:
     episodes = set(p.episodes)
-    return [f.extra for f in ctx.findings if f.episode_id in episodes
-            and f.signature == (p.owner, p.kind, p.tool, p.rule_id or "")]
+    return [
+        f.extra
+        for f in ctx.findings
+        if f.episode_id in episodes and f.signature == (p.owner, p.kind, p.tool, p.rule_id or "")
+    ]
 
 
 def _calls_before(ctx: PlanContext, tool: str) -> list[str]:
@@ -498,6 +615,7 @@ def _calls_before(ctx: PlanContext, tool: str) -> list[str]:
 
 # -- llm ---------------------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class PlanOutcome:
     """What a meta-agent returned: a plan, nothing to patch (`plan` and `failure` both None), or a *rejected plan*:
@@ -513,8 +631,10 @@ class PlanOutcome:
     usage: list[Usage] = field(default_factory=list)
 
     def record(self, cap: int = 8000) -> dict[str, Any]:
-        out: dict[str, Any] = {"failure": self.failure,
-               "replies": [{**r, "raw": None if r.get("raw") is None else r["raw"][:cap]} for r in self.replies]}
+        out: dict[str, Any] = {
+            "failure": self.failure,
+            "replies": [{**r, "raw": None if r.get("raw") is None else r["raw"][:cap]} for r in self.replies],
+        }
         if self.prompt_chars is not None:
             out["prompt"] = {"chars": self.prompt_chars, "tokens": self.prompt_tokens}
         return out
@@ -543,9 +663,17 @@ class LlmAgent:
 
 
 @META_AGENTS.register("llm")
-def llm(*, model: str = "sim", model_cfg: dict[str, Any] = {}, seed: int = 0,  # noqa: B006 - frozen by the options model
-        max_prompt_chars: int = 24_000, max_prompt_tokens: int | None = None, max_packets: int = 8,
-        repair_turns: int = 1, structured: bool = True) -> LlmAgent:
+def llm(
+    *,
+    model: str = "sim",
+    model_cfg: dict[str, Any] = {},
+    seed: int = 0,  # noqa: B006 - frozen by the options model
+    max_prompt_chars: int = 24_000,
+    max_prompt_tokens: int | None = None,
+    max_packets: int = 8,
+    repair_turns: int = 1,
+    structured: bool = True,
+) -> LlmAgent:
     """Ask a model (through the same chat interface as the agent) for a JSON plan; validate it like any plan.
 
     The prompt is a budgeted projection (`_prompt`): the least useful evidence goes first until the prompt fits
@@ -567,15 +695,20 @@ def llm(*, model: str = "sim", model_cfg: dict[str, Any] = {}, seed: int = 0,  #
         draft = RulesAgent(max_per_episode=6)(ctx)
         system = f"{prompts.PLAN_MARK}\n" + LLM_INSTRUCTIONS
         if max_prompt_tokens is not None:
+
             def fits(text: str) -> bool:
                 return _tokens(chat, system + "\n" + text) <= max_prompt_tokens
         else:
+
             def fits(text: str) -> bool:
                 return len(system) + len(text) <= max_prompt_chars
+
         user = _prompt(ctx, patchable, draft, fits, max_packets, schema_sent=structured)
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        out = PlanOutcome(prompt_chars=len(system) + len(user),
-                          prompt_tokens=_tokens(chat, system + "\n" + user) if max_prompt_tokens is not None else None)
+        out = PlanOutcome(
+            prompt_chars=len(system) + len(user),
+            prompt_tokens=_tokens(chat, system + "\n" + user) if max_prompt_tokens is not None else None,
+        )
         for turn in range(repair_turns + 1):
             try:
                 reply = chat.complete(messages, tools=None, seed=seed, json_mode=plan_schema if structured else True)
@@ -592,8 +725,10 @@ def llm(*, model: str = "sim", model_cfg: dict[str, Any] = {}, seed: int = 0,  #
                 out.plan, out.failure = plan, None
                 return out
             out.failure = problem
-            messages += [{"role": "assistant", "content": reply.content or ""},
-                         {"role": "user", "content": REPAIR.format(problem=problem)}]
+            messages += [
+                {"role": "assistant", "content": reply.content or ""},
+                {"role": "user", "content": REPAIR.format(problem=problem)},
+            ]
         return out
 
     return LlmAgent(propose)
@@ -628,16 +763,29 @@ def _check(content: str | None, ctx: PlanContext, n_patchable: int) -> tuple[str
     return None, plan
 
 
-def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None, fits: Callable[[str], bool],
-            max_packets: int, schema_sent: bool = False) -> str:
+def _prompt(
+    ctx: PlanContext,
+    packets: list[EvidencePacket],
+    draft: Plan | None,
+    fits: Callable[[str], bool],
+    max_packets: int,
+    schema_sent: bool = False,
+) -> str:
     """The planning prompt as a budgeted projection: the largest that `fits`, shrunk by dropping the least useful
     evidence first (campaign memory, old rejected keys, full packets for compact ones, the smallest clusters, the
     card listing, the plan schema when the server is given it anyway, the rest of the rejected keys), keeping the
     rules' draft and the largest cluster. When even that does not fit, the smallest prompt goes (the server says)."""
     ranked = sorted(packets, key=lambda p: (-len(p.episodes), p.id))[:max_packets]
     diffs = _outcome_projection(ctx, packets)  # the same diffs the rules meta-agent infers from
-    opts: dict[str, Any] = {"memory": bool(ctx.memory), "rejected": 50, "full": True, "n": len(ranked), "listing": 2,
-                            "schema": True, "diffs": diffs}
+    opts: dict[str, Any] = {
+        "memory": bool(ctx.memory),
+        "rejected": 50,
+        "full": True,
+        "n": len(ranked),
+        "listing": 2,
+        "schema": True,
+        "diffs": diffs,
+    }
     steps: list[dict[str, Any]] = [{"memory": False}, {"rejected": 10}, {"full": False}]
     steps += [{"n": n} for n in range(len(ranked) - 1, 0, -1)]
     steps += [{"listing": 1}] + ([{"schema": False}] if schema_sent else []) + [{"listing": 0}, {"rejected": 0}]
@@ -651,30 +799,58 @@ def _prompt(ctx: PlanContext, packets: list[EvidencePacket], draft: Plan | None,
     return text
 
 
-def _render(ctx: PlanContext, ranked: list[EvidencePacket], n_patchable: int, draft: Plan | None, *, memory: bool,
-            rejected: int, full: bool, n: int, listing: int, schema: bool, diffs: list[dict[str, Any]]) -> str:
+def _render(
+    ctx: PlanContext,
+    ranked: list[EvidencePacket],
+    n_patchable: int,
+    draft: Plan | None,
+    *,
+    memory: bool,
+    rejected: int,
+    full: bool,
+    n: int,
+    listing: int,
+    schema: bool,
+    diffs: list[dict[str, Any]],
+) -> str:
     pkg = ctx.package
     keys = sorted(ctx.rejected)[-rejected:] if rejected else []
     head = []
     if schema:
         head += ["## Plan schema", json.dumps(Plan.model_json_schema(), separators=(",", ":"))]
-    head += ["## Draft from the rules (use, edit or replace)",
-             "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": Owner.NONE})) + "\n```"]
+    head += [
+        "## Draft from the rules (use, edit or replace)",
+        "```json\n" + (draft.model_dump_json() if draft else json.dumps({"owner": Owner.NONE})) + "\n```",
+    ]
     if diffs:  # agent value against gold value per field, and the rule inferred from them (or why none)
-        head += ["## Outcome diffs (train episodes against their gold; the rule inferred per field, or why none)",
-                 json.dumps(diffs, separators=(",", ":"), default=str)]
-    shown = [_packet_json(p, full=full) for p in ranked[:max(1, n)]]
+        head += [
+            "## Outcome diffs (train episodes against their gold; the rule inferred per field, or why none)",
+            json.dumps(diffs, separators=(",", ":"), default=str),
+        ]
+    shown = [_packet_json(p, full=full) for p in ranked[: max(1, n)]]
     if listing == 2:
-        cards = json.dumps({"manifest": pkg.manifest.model_dump(mode="json"),
-                            "cards": {c.path: c.meta.model_dump(mode="json") for c in pkg.cards.values()}},
-                           separators=(",", ":"), default=str)
+        cards = json.dumps(
+            {
+                "manifest": pkg.manifest.model_dump(mode="json"),
+                "cards": {c.path: c.meta.model_dump(mode="json") for c in pkg.cards.values()},
+            },
+            separators=(",", ":"),
+            default=str,
+        )
     elif listing == 1:
-        cards = json.dumps({"manifest": pkg.manifest.model_dump(mode="json"),
-                            "cards": sorted(c.path for c in pkg.cards.values())}, separators=(",", ":"), default=str)
+        cards = json.dumps(
+            {"manifest": pkg.manifest.model_dump(mode="json"), "cards": sorted(c.path for c in pkg.cards.values())},
+            separators=(",", ":"),
+            default=str,
+        )
     else:
         cards = f"(omitted for length: {len(pkg.cards)} cards)"
-    body = [f"## Diagnosis packets (largest first; {len(shown)} of {n_patchable} patchable shown)", "\n".join(shown),
-            "## Package", cards]
+    body = [
+        f"## Diagnosis packets (largest first; {len(shown)} of {n_patchable} patchable shown)",
+        "\n".join(shown),
+        "## Package",
+        cards,
+    ]
     tail = []
     if rejected:
         tail += ["## Plans already rejected (keys)", json.dumps(keys)]
@@ -697,9 +873,18 @@ def _outcome_projection(ctx: PlanContext, packets: list[EvidencePacket], max_too
     for p in sorted(packets, key=lambda p: (-len(p.episodes), p.id)):
         if _from_outcomes(p) and p.tool not in tools:
             tools.append(p.tool)
-    return [{"tool": t, "field": i.field, "wrong_rows": i.wrong, "examples": i.examples[:3],
-             "rule": render(t, i.rule) if i.rule else None, "why": i.why}
-            for t in tools[:max_tools] for i in outcome_inferences(ctx, t)]
+    return [
+        {
+            "tool": t,
+            "field": i.field,
+            "wrong_rows": i.wrong,
+            "examples": i.examples[:3],
+            "rule": render(t, i.rule) if i.rule else None,
+            "why": i.why,
+        }
+        for t in tools[:max_tools]
+        for i in outcome_inferences(ctx, t)
+    ]
 
 
 def _packet_json(p: EvidencePacket, full: bool) -> str:

@@ -40,8 +40,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from components.codes import FindingKind, Owner
-from components.evolution.findings import (Finding, WriteKey, WriteTarget, card_helps, card_owner, cards_about,
-                                           keyed_elsewhere, own_bounce_rate, write_target)
+from components.evolution.findings import (
+    Finding,
+    WriteKey,
+    WriteTarget,
+    card_helps,
+    card_owner,
+    cards_about,
+    keyed_elsewhere,
+    own_bounce_rate,
+    write_target,
+)
 from components.evolution.infer import Row, features, holds, infer_rows, rows_for
 from components.memory.package import MemoryPackage
 from components.runtime.confirm import Targets
@@ -89,8 +98,9 @@ def successful_writes(steps: list[TraceStep], write_tools: frozenset[str]) -> li
     return [s for s in steps if s.action.get("tool") in write_tools and s.blocked is None and s.observation.get("ok")]
 
 
-def outcome_diffs(steps: list[TraceStep], gold: Gold, write_tools: frozenset[str],
-                  targets: Targets | None = None) -> list[Diff]:
+def outcome_diffs(
+    steps: list[TraceStep], gold: Gold, write_tools: frozenset[str], targets: Targets | None = None
+) -> list[Diff]:
     """The episode's writes against the gold writes, in step order (missing writes last)."""
     if not steps:
         return []
@@ -113,8 +123,11 @@ def outcome_diffs(steps: list[TraceStep], gold: Gold, write_tools: frozenset[str
     for key, s in refused.items():
         a, args = wanted[key], s.action.get("args", {})
         why = _refusal_text(s)
-        out += [Diff(WRONG_ARG, key[0], key[1], s.step, s.hash, field, args.get(field), a.args[field], why)
-                for field in sorted(a.args) if not same_value(args.get(field), a.args[field])]
+        out += [
+            Diff(WRONG_ARG, key[0], key[1], s.step, s.hash, field, args.get(field), a.args[field], why)
+            for field in sorted(a.args)
+            if not same_value(args.get(field), a.args[field])
+        ]
     out.sort(key=lambda d: d.step)
     last = steps[-1]
     tried = {(d.tool, d.target) for d in out if d.refused}  # never made, but tried with a wrong argument: that diff
@@ -124,8 +137,13 @@ def outcome_diffs(steps: list[TraceStep], gold: Gold, write_tools: frozenset[str
     return out
 
 
-def _refused_attempts(steps: list[TraceStep], done: Mapping[WriteKey, TraceStep], wanted: Mapping[WriteKey, Any],
-                      write_tools: frozenset[str], targets: Targets | None) -> dict[WriteKey, TraceStep]:
+def _refused_attempts(
+    steps: list[TraceStep],
+    done: Mapping[WriteKey, TraceStep],
+    wanted: Mapping[WriteKey, Any],
+    write_tools: frozenset[str],
+    targets: Targets | None,
+) -> dict[WriteKey, TraceStep]:
     """Per gold write never made, the first write the world refused as impossible (`blocking`) that was meant for it:
     the same tool on the same target, else the same tool when that gold write is the tool's only one left undone (a
     wrong identifying argument: the world found no such target). Its arguments against the gold's show whether the
@@ -133,8 +151,12 @@ def _refused_attempts(steps: list[TraceStep], done: Mapping[WriteKey, TraceStep]
     out: dict[WriteKey, TraceStep] = {}
     for s in steps:
         tool = s.action.get("tool")
-        if tool not in write_tools or s.blocked is not None or s.observation.get("ok") \
-                or not s.observation.get("blocking"):
+        if (
+            tool not in write_tools
+            or s.blocked is not None
+            or s.observation.get("ok")
+            or not s.observation.get("blocking")
+        ):
             continue
         key: WriteKey | None = (tool, write_target(tool, s.action.get("args", {}), targets))
         if key not in wanted:
@@ -150,8 +172,13 @@ def _refusal_text(s: TraceStep) -> str:
     return str(content.get("error", "")).strip() if isinstance(content, dict) else ""
 
 
-def value_evidence(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold], package: MemoryPackage,
-                   write_tools: frozenset[str], targets: Targets | None = None) -> dict[str, bool | None]:
+def value_evidence(
+    episodes: Mapping[str, list[TraceStep]],
+    gold: Mapping[str, Gold],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+) -> dict[str, bool | None]:
     """Per write tool: do the package's cards about it help its arguments come out right? Over every first successful
     write per (episode, target) that a gold write matches, the share with every argument right when a card about the
     tool was in that turn's memory, against the share without one (as `card_evidence`). None: never delivered."""
@@ -161,8 +188,13 @@ def value_evidence(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, G
     return {tool: card_helps(t, pooled) for tool, t in tally.items()}
 
 
-def _value_tally(episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold], package: MemoryPackage,
-                 write_tools: frozenset[str], targets: Targets | None) -> dict[str, dict[bool, list[int]]]:
+def _value_tally(
+    episodes: Mapping[str, list[TraceStep]],
+    gold: Mapping[str, Gold],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    targets: Targets | None,
+) -> dict[str, dict[bool, list[int]]]:
     """Per write tool, first successful writes per (episode, target) that a gold write matches: 1 = every argument
     right, split by whether a card about the tool was in that turn's memory."""
     tally: dict[str, dict[bool, list[int]]] = {}
@@ -206,34 +238,62 @@ class TrainEvidence(BaseModel):
         return self.unexplained > 0 and 2 * self.unexplained_wrong > self.unexplained
 
 
-def train_evidence(episodes: Mapping[str, list[TraceStep]], failed: Mapping[str, str], gold: Mapping[str, Gold],
-                   package: MemoryPackage, write_tools: frozenset[str], targets: Targets | None = None,
-                   unexplained: frozenset[str] = frozenset(), today: date | None = None) -> TrainEvidence:
+def train_evidence(
+    episodes: Mapping[str, list[TraceStep]],
+    failed: Mapping[str, str],
+    gold: Mapping[str, Gold],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+    unexplained: frozenset[str] = frozenset(),
+    today: date | None = None,
+) -> TrainEvidence:
     """`episodes`: the train corpus; `failed`: failed episode id -> item id; `unexplained`: the failed episodes whose
     trace finding was `no_divergence`; `today`: the policy's date (`infer.policy_today`)."""
     tally = _value_tally(episodes, gold, package, write_tools, targets)
     pooled = [x for t in tally.values() for x in t[False]]
-    rate = {tool: 1 - sum(t[True] + t[False]) / len(t[True] + t[False]) for tool, t in tally.items()
-            if t[True] or t[False]}
-    wrong = sum(1 for eid in unexplained if failed.get(eid) in gold
-                and any(d.kind == WRONG_ARG for d in outcome_diffs(episodes.get(eid, []), gold[failed[eid]],
-                                                                      write_tools, targets)))
+    rate = {
+        tool: 1 - sum(t[True] + t[False]) / len(t[True] + t[False]) for tool, t in tally.items() if t[True] or t[False]
+    }
+    wrong = sum(
+        1
+        for eid in unexplained
+        if failed.get(eid) in gold
+        and any(
+            d.kind == WRONG_ARG for d in outcome_diffs(episodes.get(eid, []), gold[failed[eid]], write_tools, targets)
+        )
+    )
     helps = {tool: card_helps(t, pooled) for tool, t in tally.items()}
     # the rules are read to judge a card's text against a write it was not at (`card_states`), and, where a check
     # fired on its own criterion, to make a write right before that check is run on it again (`own_checks.against_checks`)
     bounce_rate = own_bounce_rate(episodes.values(), write_tools)
-    judged = sorted(write_tools) if bounce_rate is not None else \
-        [tool for tool in write_tools if helps.get(tool) is not False and cards_about(package, tool)]
+    judged = (
+        sorted(write_tools)
+        if bounce_rate is not None
+        else [tool for tool in write_tools if helps.get(tool) is not False and cards_about(package, tool)]
+    )
     rules, gaps = rules_and_gaps(judged, episodes, gold, write_tools, targets, today)
-    return TrainEvidence(value_helps=helps, wrong_rate=rate,
-                         unexplained=len([e for e in unexplained if failed.get(e) in gold]), unexplained_wrong=wrong,
-                         rules=rules, today=today, unruled=gaps if bounce_rate is not None else {},
-                         own_bounce_rate=bounce_rate)
+    return TrainEvidence(
+        value_helps=helps,
+        wrong_rate=rate,
+        unexplained=len([e for e in unexplained if failed.get(e) in gold]),
+        unexplained_wrong=wrong,
+        rules=rules,
+        today=today,
+        unruled=gaps if bounce_rate is not None else {},
+        own_bounce_rate=bounce_rate,
+    )
 
 
-def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package: MemoryPackage,
-                         write_tools: frozenset[str], train: TrainEvidence,
-                         targets: Targets | None = None) -> Finding | None:
+def unseen_value_finding(
+    eid: str,
+    item_id: str,
+    steps: list[TraceStep],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    train: TrainEvidence,
+    targets: Targets | None = None,
+) -> Finding | None:
     """For a failure with no gold whose trace shows no divergence, in a corpus whose train failures of that kind are
     mostly wrong arguments: the episode's write that train most often got wrong (ties: the earliest), owned as a
     wrong argument there would be. None: train says otherwise, or the episode wrote nothing."""
@@ -248,22 +308,44 @@ def unseen_value_finding(eid: str, item_id: str, steps: list[TraceStep], package
     states = None
     if cards and not here and helps is not False:
         needs = write_needs(s, steps, train.rules.get(tool, {}), write_tools, targets, train.today)
-        states = card_states([package.cards[c].body for c in cards], needs, steps, s.step, cards,
-                             keyed_elsewhere(package, cards, tool))
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps,
-                                                        FindingKind.UNSEEN_VALUE, states)
-    return Finding(eid, item_id, s.step, s.hash, owner, kind, tool,
-                   f"no divergence in the trace; on train, {train.unexplained_wrong} of {train.unexplained} such "
-                   f"failures held a wrong argument", opportunity, patchability,
-                   {"target": write_target(tool, s.action.get("args", {}), targets), "cards": cards,
-                    "delivered": list(s.delivered)})
+        states = card_states(
+            [package.cards[c].body for c in cards], needs, steps, s.step, cards, keyed_elsewhere(package, cards, tool)
+        )
+    owner, kind, opportunity, patchability = card_owner(
+        cards, here, len(s.delivered), helps, FindingKind.UNSEEN_VALUE, states
+    )
+    return Finding(
+        eid,
+        item_id,
+        s.step,
+        s.hash,
+        owner,
+        kind,
+        tool,
+        f"no divergence in the trace; on train, {train.unexplained_wrong} of {train.unexplained} such "
+        f"failures held a wrong argument",
+        opportunity,
+        patchability,
+        {
+            "target": write_target(tool, s.action.get("args", {}), targets),
+            "cards": cards,
+            "delivered": list(s.delivered),
+        },
+    )
 
 
-def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[TraceStep], package: MemoryPackage,
-                    helps: Mapping[str, bool | None],
-                    rules: Mapping[str, Mapping[str, FieldRule]] | None = None,
-                    write_tools: frozenset[str] | None = None, targets: Targets | None = None,
-                    today: date | None = None) -> Finding | None:
+def outcome_finding(
+    eid: str,
+    item_id: str,
+    diffs: list[Diff],
+    steps: list[TraceStep],
+    package: MemoryPackage,
+    helps: Mapping[str, bool | None],
+    rules: Mapping[str, Mapping[str, FieldRule]] | None = None,
+    write_tools: frozenset[str] | None = None,
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> Finding | None:
     """The finding for the episode's earliest wrong argument, its owner read from the trace (see the module doc);
     a missing or extra write no trace finding explains is `unknown` (reported, never planned). None: no diff.
     `rules`: per write tool, the rules the corpus's gold shows (`inferred_rules`), for a card never in memory at
@@ -283,11 +365,17 @@ def outcome_finding(eid: str, item_id: str, diffs: list[Diff], steps: list[Trace
     states = None
     if cards and not here and h is not False:
         feats = None if write_tools is None else write_feats(s, steps, write_tools, targets, today)
-        states = card_states([package.cards[c].body for c in cards],
-                             field_needs([d.field for d in at], (rules or {}).get(d0.tool, {}), feats), steps, step,
-                             cards, keyed_elsewhere(package, cards, d0.tool))
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), h, FindingKind.WRONG_VALUE,
-                                                        states)
+        states = card_states(
+            [package.cards[c].body for c in cards],
+            field_needs([d.field for d in at], (rules or {}).get(d0.tool, {}), feats),
+            steps,
+            step,
+            cards,
+            keyed_elsewhere(package, cards, d0.tool),
+        )
+    owner, kind, opportunity, patchability = card_owner(
+        cards, here, len(s.delivered), h, FindingKind.WRONG_VALUE, states
+    )
     return Finding(eid, item_id, step, s.hash, owner, kind, d0.tool, detail, opportunity, patchability, extra)
 
 
@@ -296,16 +384,30 @@ def _other_finding(eid: str, item_id: str, diffs: list[Diff]) -> Finding | None:
     other = next(iter(diffs), None)
     if other is None:
         return None
-    return Finding(eid, item_id, other.step, other.hash, Owner.UNKNOWN, other.kind, other.tool,
-                   f"{other.kind.replace('_', ' ')} on `{other.tool}`", "unknown", "unknown",
-                   {"target": other.target})
+    return Finding(
+        eid,
+        item_id,
+        other.step,
+        other.hash,
+        Owner.UNKNOWN,
+        other.kind,
+        other.tool,
+        f"{other.kind.replace('_', ' ')} on `{other.tool}`",
+        "unknown",
+        "unknown",
+        {"target": other.target},
+    )
 
 
 def _wrong_detail(at: list[Diff], s: TraceStep, cards: list[str]) -> tuple[str, dict[str, Any]]:
     """The finding's detail and extra for the wrong arguments of one write (`at`, at step `s`)."""
     d0 = at[0]
-    extra = {"target": d0.target, "cards": cards, "delivered": list(s.delivered),
-             "diffs": [{"field": d.field, "agent": d.agent, "gold": d.gold} for d in at]}
+    extra = {
+        "target": d0.target,
+        "cards": cards,
+        "delivered": list(s.delivered),
+        "diffs": [{"field": d.field, "agent": d.agent, "gold": d.gold} for d in at],
+    }
     detail = "; ".join(f"`{d.field}` {d.agent!r}, gold {d.gold!r}" for d in at)
     if d0.refused:  # the world refused the write for it: its own words on what was wrong
         extra["refused"] = d0.refused
@@ -351,8 +453,9 @@ def rule_constants(rule: FieldRule, feats: Mapping[str, Any] | None = None) -> f
     return frozenset(v for v in out if not isinstance(v, bool) and v not in (0, 1, ""))
 
 
-def _taken(rule: FieldRule, feats: Mapping[str, Any] | None) -> tuple[tuple[Term | None, ...],
-                                                                    list[tuple[Cond, Fraction]]]:
+def _taken(
+    rule: FieldRule, feats: Mapping[str, Any] | None
+) -> tuple[tuple[Term | None, ...], list[tuple[Cond, Fraction]]]:
     """The rule's terms and factors, or with `feats` those a write with these features takes (the term its
     condition chooses, the factors that apply; a condition or factor whose feature it lacks: all of them)."""
     terms: tuple[Term | None, ...]
@@ -406,8 +509,14 @@ def mentions(text: str, constants: Iterable[object]) -> bool:
     return False
 
 
-def card_states(texts: list[str], needs: Iterable[frozenset[object]], steps: list[TraceStep], step: int,
-                cards: Iterable[str], elsewhere: bool = False) -> bool | None:
+def card_states(
+    texts: list[str],
+    needs: Iterable[frozenset[object]],
+    steps: list[TraceStep],
+    step: int,
+    cards: Iterable[str],
+    elsewhere: bool = False,
+) -> bool | None:
     """Whether the cards about a write (their `texts`) state what went wrong at it (see above). `needs`: per thing
     that went wrong there and has a known rule, the constants stating it takes (`rule_constants`,
     `statement_constants`; none for a value read from the task's data). False when one needs constants none of the
@@ -424,15 +533,22 @@ def card_states(texts: list[str], needs: Iterable[frozenset[object]], steps: lis
     return True if elsewhere or any(s.step > step and mine & set(s.delivered) for s in steps) else None
 
 
-def field_needs(wrong: Iterable[str], rules: Mapping[str, FieldRule],
-                feats: Mapping[str, Any] | None = None) -> list[frozenset[object]]:
+def field_needs(
+    wrong: Iterable[str], rules: Mapping[str, FieldRule], feats: Mapping[str, Any] | None = None
+) -> list[frozenset[object]]:
     """The constants each wrong field's rule takes (a field with no rule takes none that can be checked); with
     `feats`, what the write takes there (`rule_constants`; the field's own value left out of its `@<arg>`s)."""
     return [rule_constants(rules[f], None if feats is None else without_own(feats, f)) for f in wrong if f in rules]
 
 
-def write_needs(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldRule], write_tools: frozenset[str],
-                targets: Targets | None = None, today: date | None = None) -> list[frozenset[object]]:
+def write_needs(
+    s: TraceStep,
+    steps: list[TraceStep],
+    rules: Mapping[str, FieldRule],
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> list[frozenset[object]]:
     """What stating the rules of write `s` (no gold of its own) takes, by the rules train's gold shows: the constants
     of the fields they say are wrong there (`predicted_wrong`), in the case that write is in. When they say none is,
     what went wrong is a field whose right value the reads do not tell: one with a set of allowed values (the card
@@ -443,8 +559,13 @@ def write_needs(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldR
     return field_needs(wrong, rules, write_feats(s, steps, write_tools, targets, today))
 
 
-def write_feats(s: TraceStep, steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None,
-                today: date | None = None) -> dict[str, Any]:
+def write_feats(
+    s: TraceStep,
+    steps: list[TraceStep],
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> dict[str, Any]:
     """What the episode's reads showed before write `s`, with its own numeric arguments as `@<arg>`."""
     from components.worlds.outcome_rules import own
 
@@ -467,16 +588,26 @@ def statement_constants(text: str) -> frozenset[object]:
     return frozenset(quoted | {float(n) for n in NUMBER.findall(text)} - {0.0, 1.0})
 
 
-def inferred_rules(tools: Iterable[str], episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
-                   write_tools: frozenset[str], targets: Targets | None = None,
-                   today: date | None = None) -> dict[str, dict[str, FieldRule]]:
+def inferred_rules(
+    tools: Iterable[str],
+    episodes: Mapping[str, list[TraceStep]],
+    gold: Mapping[str, Gold],
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> dict[str, dict[str, FieldRule]]:
     """`rules_and_gaps`'s rules."""
     return rules_and_gaps(tools, episodes, gold, write_tools, targets, today)[0]
 
 
-def rules_and_gaps(tools: Iterable[str], episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
-                   write_tools: frozenset[str], targets: Targets | None = None,
-                   today: date | None = None) -> tuple[dict[str, dict[str, FieldRule]], dict[str, tuple[str, ...]]]:
+def rules_and_gaps(
+    tools: Iterable[str],
+    episodes: Mapping[str, list[TraceStep]],
+    gold: Mapping[str, Gold],
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> tuple[dict[str, dict[str, FieldRule]], dict[str, tuple[str, ...]]]:
     """Per tool, the rule of each field some episode got wrong, as `infer` finds it on this corpus's gold; a field
     with no rule that passed its check, whose gold values recur across the items (`recurring`: constants a rule
     states, not values read from each task's data), as the set of those values (`one_of`: what stating its rule
@@ -499,11 +630,21 @@ def _tool_rules(tool: str, rows: list[Row], targets: Targets | None) -> tuple[di
     got wrong that `infer` found no rule for)."""
     got = {i.field: i.rule for i in infer_rows(tool, rows, targets) if i.rule}
     ident = {k for r in rows for k, _v in write_target(tool, r.gold, targets)}
-    wrong = {f for r in rows if r.agent is not None for f in r.gold
-             if f not in ident and f not in got and not same_value(r.agent.get(f), r.gold[f])}
+    wrong = {
+        f
+        for r in rows
+        if r.agent is not None
+        for f in r.gold
+        if f not in ident and f not in got and not same_value(r.agent.get(f), r.gold[f])
+    }
     for f in sorted(wrong):
-        values = recurring({(r.item, write_target(tool, r.gold, targets)): r.gold[f] for r in rows
-                            if r.agent is not None and f in r.gold})
+        values = recurring(
+            {
+                (r.item, write_target(tool, r.gold, targets)): r.gold[f]
+                for r in rows
+                if r.agent is not None and f in r.gold
+            }
+        )
         if values:
             got[f] = FieldRule(f, Term("one_of", values))
     return got, wrong
@@ -523,15 +664,27 @@ def recurring(by_item: Mapping[tuple[str, WriteTarget], Any]) -> tuple[Any, ...]
 MIN_RECUR = 4
 
 
-def predicted_wrong(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldRule], write_tools: frozenset[str],
-                    targets: Targets | None = None, today: date | None = None) -> list[str]:
+def predicted_wrong(
+    s: TraceStep,
+    steps: list[TraceStep],
+    rules: Mapping[str, FieldRule],
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> list[str]:
     """The fields of write `s` (no gold of its own) that the rules train's gold shows say are wrong, from what the
     episode's reads showed before it; a field whose rule cannot be evaluated there is not listed (`field_verdicts`)."""
     return [f for f, ok in field_verdicts(s, steps, rules, write_tools, targets, today).items() if ok is False]
 
 
-def field_verdicts(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldRule], write_tools: frozenset[str],
-                   targets: Targets | None = None, today: date | None = None) -> dict[str, bool | None]:
+def field_verdicts(
+    s: TraceStep,
+    steps: list[TraceStep],
+    rules: Mapping[str, FieldRule],
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> dict[str, bool | None]:
     """Per field of write `s` that has a rule: whether the rule holds on the write's value there (None: it cannot be
     evaluated there). A field whose rule names its value outright (a constant, or a value a read showed) is judged
     first, and the others are judged with it set right: a rule that reads the write's own argument (a bonus when
@@ -543,8 +696,11 @@ def field_verdicts(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, Fie
 
     def judged(write: dict[str, Any]) -> dict[str, bool | None]:
         feats = features(steps, s.step, write, target, write_tools, today)
-        return {f: holds(rule, Row("", s.episode_id, feats, {**write, f: args[f]}, args))
-                for f, rule in rules.items() if f in args}
+        return {
+            f: holds(rule, Row("", s.episode_id, feats, {**write, f: args[f]}, args))
+            for f, rule in rules.items()
+            if f in args
+        }
 
     first = judged(args)
     fixed = dict(args)

@@ -20,10 +20,16 @@ from math import prod
 from typing import Any
 
 from components.codes import FindingKind, Owner
-from components.evolution.findings import (Finding, WriteKey, card_owner, cards_about, keyed_elsewhere,
-                                         write_target)
-from components.evolution.outcomes import (card_states, field_needs, field_verdicts, predicted_wrong, same_value,
-                                           without_own, write_feats)
+from components.evolution.findings import Finding, WriteKey, card_owner, cards_about, keyed_elsewhere, write_target
+from components.evolution.outcomes import (
+    card_states,
+    field_needs,
+    field_verdicts,
+    predicted_wrong,
+    same_value,
+    without_own,
+    write_feats,
+)
 from components.memory.events import PRE_WRITE
 from components.memory.ledger import Ledger
 from components.memory.package import MemoryPackage
@@ -35,19 +41,36 @@ from components.worlds.base import Gold
 from components.worlds.outcome_rules import FieldRule, Records, evaluate
 
 
-def own_bounces(package: MemoryPackage, tool: str, args: Mapping[str, Any], write_tools: frozenset[str],
-                targets: Targets | None = None) -> list[str]:
+def own_bounces(
+    package: MemoryPackage,
+    tool: str,
+    args: Mapping[str, Any],
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+) -> list[str]:
     """The package's pre-write checkers that bounce a draft of `tool(args)` on their own criterion (no code)."""
     checks = [b for b in package.checkers if b.spec.at == PRE_WRITE]
     if not checks:
         return []
-    ctx = CheckContext(PRE_WRITE, Draft(tool_call=ToolCall(id="made-right", name=tool, args=dict(args))),
-                       Ledger(package.wm), [], write_tools, {t: list(a) for t, a in (targets or {}).items()})
+    ctx = CheckContext(
+        PRE_WRITE,
+        Draft(tool_call=ToolCall(id="made-right", name=tool, args=dict(args))),
+        Ledger(package.wm),
+        [],
+        write_tools,
+        {t: list(a) for t, a in (targets or {}).items()},
+    )
     return [b.label for b in checks if not (v := b.run(ctx)).ok and v.code is None]
 
 
-def right_forms(s: TraceStep, steps: list[TraceStep], rules: Mapping[str, FieldRule], write_tools: frozenset[str],
-                targets: Targets | None = None, today: date | None = None) -> list[dict[str, Any]] | None:
+def right_forms(
+    s: TraceStep,
+    steps: list[TraceStep],
+    rules: Mapping[str, FieldRule],
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> list[dict[str, Any]] | None:
     """Write `s` made right: each field the rules train's gold shows say is wrong there (`field_verdicts`) set to
     what its rule gives, in the form of the agent's own argument (a float stays a float: a check may read the very
     bytes). A rule that names a set of values (allowed values, records to pick from) gives each of them: the forms
@@ -103,8 +126,9 @@ def gold_write(s: TraceStep, gold: Gold, targets: Targets | None = None) -> dict
     """The gold write for write `s`'s target (None: the gold makes no such write)."""
     tool = s.action["tool"]
     mine = write_target(tool, s.action.get("args", {}), targets)
-    return next((dict(a.args) for a in gold.actions if a.tool == tool and write_target(tool, a.args, targets) == mine),
-                None)
+    return next(
+        (dict(a.args) for a in gold.actions if a.tool == tool and write_target(tool, a.args, targets) == mine), None
+    )
 
 
 @dataclass(frozen=True)
@@ -129,8 +153,13 @@ class MadeRight:
 Bounced = tuple[str, dict[str, Any]]  # a write made right that the checks bounce: (tool, its arguments)
 
 
-def save_chance(steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str], made: MadeRight,
-                targets: Targets | None = None) -> tuple[float, Bounced | None]:
+def save_chance(
+    steps: list[TraceStep],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    made: MadeRight,
+    targets: Targets | None = None,
+) -> tuple[float, Bounced | None]:
     """The chance that the episode's writes, made right, all pass the package's own checks (what fixing the agent
     could at best have saved), and a write made right they bounce (None when none is known to). With `made.needed`,
     exactly. Else each write target the episode drafted counts once: made right, it passes as often as its forms
@@ -150,27 +179,40 @@ def save_chance(steps: list[TraceStep], package: MemoryPackage, write_tools: fro
         if bounced is not None:
             return 0.0, bounced
         chance *= passes
-    _, bounced = _bounced([(k[0], a) for k, a in made.solved.items() if k not in drafts], package, write_tools,
-                                targets)
+    _, bounced = _bounced([(k[0], a) for k, a in made.solved.items() if k not in drafts], package, write_tools, targets)
     if bounced is not None:
         return 0.0, bounced
     if made.wrong_chance is not None:
-        proposed = {(p["tool"], write_target(p["tool"], p.get("args") or {}, targets)) for s in steps
-                    for p in s.proposal.get("pending", []) if p.get("tool") in write_tools}
+        proposed = {
+            (p["tool"], write_target(p["tool"], p.get("args") or {}, targets))
+            for s in steps
+            for p in s.proposal.get("pending", [])
+            if p.get("tool") in write_tools
+        }
         chance *= made.pass_rate ** len(proposed - set(drafts) - set(made.solved))
     return chance, None
 
 
-def _bounced(writes: list[tuple[str, dict[str, Any]]], package: MemoryPackage, write_tools: frozenset[str],
-             targets: Targets | None) -> tuple[float, Bounced | None]:
+def _bounced(
+    writes: list[tuple[str, dict[str, Any]]],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    targets: Targets | None,
+) -> tuple[float, Bounced | None]:
     """(0, the first of `writes` the checks bounce), or (1, None) when they pass every one."""
     hit = next(((t, a) for t, a in writes if own_bounces(package, t, a, write_tools, targets)), None)
     return (0.0, hit) if hit else (1.0, None)
 
 
-def _target_chance(tool: str, drafts: list[TraceStep], forms: list[dict[str, Any]] | None, made: MadeRight,
-                   package: MemoryPackage, write_tools: frozenset[str],
-                   targets: Targets | None) -> tuple[float, Bounced | None]:
+def _target_chance(
+    tool: str,
+    drafts: list[TraceStep],
+    forms: list[dict[str, Any]] | None,
+    made: MadeRight,
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    targets: Targets | None,
+) -> tuple[float, Bounced | None]:
     """One drafted target's chance of passing made right (`save_chance`), and a form bounced when every one is."""
     if forms is not None:
         bounced = [a for a in forms if own_bounces(package, tool, a, write_tools, targets)]
@@ -183,55 +225,115 @@ def _target_chance(tool: str, drafts: list[TraceStep], forms: list[dict[str, Any
     return (1 - p) * any(d.blocked is None for d in drafts) + p * made.pass_rate, None
 
 
-def against_checks(f: Finding, steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
-                   made: MadeRight, helps: Mapping[str, bool | None], rules: Mapping[str, Mapping[str, FieldRule]],
-                   targets: Targets | None = None, today: date | None = None) -> Finding:
+def against_checks(
+    f: Finding,
+    steps: list[TraceStep],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    made: MadeRight,
+    helps: Mapping[str, bool | None],
+    rules: Mapping[str, Mapping[str, FieldRule]],
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> Finding:
     """The episode's finding judged against its package's own checks (see above), by the chance that fixing the
     agent saves it (`save_chance`). An agent's fault (E, W, rho, C) where that chance is below one half, or where a
     write made right is bounced -> none, `checker_false_alarm`; a false alarm found at a bounced draft where it is
     above one half -> the draft's wrong argument (`_wrong_argument`); else `f` as it is."""
-    if not any(b.spec.at == PRE_WRITE for b in package.checkers) or f.owner == Owner.UNKNOWN or \
-            (f.owner == Owner.NONE and f.kind != FindingKind.CHECKER_FALSE_ALARM):
+    if (
+        not any(b.spec.at == PRE_WRITE for b in package.checkers)
+        or f.owner == Owner.UNKNOWN
+        or (f.owner == Owner.NONE and f.kind != FindingKind.CHECKER_FALSE_ALARM)
+    ):
         return f
     chance, bounced = save_chance(steps, package, write_tools, made, targets)
     if f.kind == FindingKind.CHECKER_FALSE_ALARM:
-        return _wrong_argument(f, steps, package, write_tools, made, chance, helps, rules, targets, today) \
-            if chance > 0.5 else f
+        return (
+            _wrong_argument(f, steps, package, write_tools, made, chance, helps, rules, targets, today)
+            if chance > 0.5
+            else f
+        )
     if chance >= 0.5:
         return f
-    detail = f"made right, `{bounced[0]}` is still bounced by " + ", ".join(
-        own_bounces(package, *bounced, write_tools, targets)) if bounced else \
-        f"made right, the episode's writes pass the checks with chance {chance:.0%}"
-    return Finding(f.episode_id, f.item_id, f.step, f.hash, Owner.NONE, FindingKind.CHECKER_FALSE_ALARM, "*",
-                   detail, "absent", "external", {"replaces": f"{f.owner}:{f.kind}"})
+    detail = (
+        f"made right, `{bounced[0]}` is still bounced by "
+        + ", ".join(own_bounces(package, *bounced, write_tools, targets))
+        if bounced
+        else f"made right, the episode's writes pass the checks with chance {chance:.0%}"
+    )
+    return Finding(
+        f.episode_id,
+        f.item_id,
+        f.step,
+        f.hash,
+        Owner.NONE,
+        FindingKind.CHECKER_FALSE_ALARM,
+        "*",
+        detail,
+        "absent",
+        "external",
+        {"replaces": f"{f.owner}:{f.kind}"},
+    )
 
 
-def _wrong_argument(f: Finding, steps: list[TraceStep], package: MemoryPackage, write_tools: frozenset[str],
-                    made: MadeRight, chance: float, helps: Mapping[str, bool | None],
-                    rules: Mapping[str, Mapping[str, FieldRule]], targets: Targets | None,
-                    today: date | None) -> Finding:
+def _wrong_argument(
+    f: Finding,
+    steps: list[TraceStep],
+    package: MemoryPackage,
+    write_tools: frozenset[str],
+    made: MadeRight,
+    chance: float,
+    helps: Mapping[str, bool | None],
+    rules: Mapping[str, Mapping[str, FieldRule]],
+    targets: Targets | None,
+    today: date | None,
+) -> Finding:
     """The bounced draft at `f` as a wrong argument, owned as any is (E, or rho as its cards tell): its fields that
     differ from its one right form, or those train's rules say are wrong where that form is unknown."""
     s = next(x for x in steps if x.step == f.step)
     tool, args = s.action["tool"], dict(s.action.get("args") or {})
     forms = made.forms((tool, write_target(tool, args, targets)), [s])
     fixed = forms[0] if forms and len(forms) == 1 else None
-    wrong = sorted(k for k in fixed if not same_value(args.get(k), fixed[k])) if fixed is not None else \
-        predicted_wrong(s, steps, rules.get(tool, {}), write_tools, targets, today)
-    detail = "; ".join(f"`{k}` {args.get(k)!r}, right {fixed[k]!r}" for k in wrong) if fixed is not None else \
-        "its right form unknown"
+    wrong = (
+        sorted(k for k in fixed if not same_value(args.get(k), fixed[k]))
+        if fixed is not None
+        else predicted_wrong(s, steps, rules.get(tool, {}), write_tools, targets, today)
+    )
+    detail = (
+        "; ".join(f"`{k}` {args.get(k)!r}, right {fixed[k]!r}" for k in wrong)
+        if fixed is not None
+        else "its right form unknown"
+    )
     cards = cards_about(package, tool)
     here = [c for c in s.delivered if c in cards]
     states = None
     if cards and not here and helps.get(tool) is not False:
-        states = card_states([package.cards[c].body for c in cards],
-                             field_needs(wrong, rules.get(tool, {}), write_feats(s, steps, write_tools, targets, today)),
-                             steps, s.step, cards, keyed_elsewhere(package, cards, tool))
-    owner, kind, opportunity, patchability = card_owner(cards, here, len(s.delivered), helps.get(tool),
-                                                        FindingKind.WRONG_VALUE, states)
-    return Finding(f.episode_id, f.item_id, s.step, s.hash, owner, kind, tool,
-                   detail + f" (bounced; made right, the episode's writes pass the checks with chance {chance:.0%})",
-                   opportunity, patchability,
-                   {"target": write_target(tool, args, targets), "cards": cards, "delivered": list(s.delivered),
-                    "diffs": [{"field": k, "agent": args.get(k), "gold": None if fixed is None else fixed[k]}
-                              for k in wrong]})
+        states = card_states(
+            [package.cards[c].body for c in cards],
+            field_needs(wrong, rules.get(tool, {}), write_feats(s, steps, write_tools, targets, today)),
+            steps,
+            s.step,
+            cards,
+            keyed_elsewhere(package, cards, tool),
+        )
+    owner, kind, opportunity, patchability = card_owner(
+        cards, here, len(s.delivered), helps.get(tool), FindingKind.WRONG_VALUE, states
+    )
+    return Finding(
+        f.episode_id,
+        f.item_id,
+        s.step,
+        s.hash,
+        owner,
+        kind,
+        tool,
+        detail + f" (bounced; made right, the episode's writes pass the checks with chance {chance:.0%})",
+        opportunity,
+        patchability,
+        {
+            "target": write_target(tool, args, targets),
+            "cards": cards,
+            "delivered": list(s.delivered),
+            "diffs": [{"field": k, "agent": args.get(k), "gold": None if fixed is None else fixed[k]} for k in wrong],
+        },
+    )

@@ -14,8 +14,7 @@ import frontmatter
 import yaml
 
 from components.errors import InputError
-from components.evolution.plan import (AddBinding, AddCard, Operation, Plan, RemoveBinding, RemoveCard, SetTrigger,
-                                       SetWM)
+from components.evolution.plan import AddBinding, AddCard, Operation, Plan, RemoveBinding, RemoveCard, SetTrigger, SetWM
 from components.io import atomic_dir
 from components.memory.package import MANIFEST
 
@@ -35,7 +34,9 @@ def check_paths(plan: Plan, base: Path) -> None:
         for part in Path(path).parts:
             cur = cur / part
             if cur.is_symlink():
-                raise PatchError(f"plan: operations.{i}.path: {path!r} goes through a symlink ({cur.relative_to(base)})")
+                raise PatchError(
+                    f"plan: operations.{i}.path: {path!r} goes through a symlink ({cur.relative_to(base)})"
+                )
         if not (base / path).resolve().is_relative_to(root):
             raise PatchError(f"plan: operations.{i}.path: {path!r} escapes the candidate")
 
@@ -59,8 +60,10 @@ def _apply(i: int, op: Operation, root: Path, manifest: dict[str, Any]) -> None:
         if target.exists():
             raise PatchError(f"{where}.path: {op.path} already exists (use set_trigger to change a card)")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(frontmatter.dumps(frontmatter.Post(op.body.strip() + "\n", **op.meta), sort_keys=False) + "\n",
-                          encoding="utf-8")
+        target.write_text(
+            frontmatter.dumps(frontmatter.Post(op.body.strip() + "\n", **op.meta), sort_keys=False) + "\n",
+            encoding="utf-8",
+        )
     elif isinstance(op, RemoveCard):
         target = root / op.path
         if not target.is_file():

@@ -42,6 +42,7 @@ class AddCard(_Op):
 
 class RemoveCard(_Op):
     """Take a card out (a revocation: the change a promotion made is removed in a candidate, then gated)."""
+
     op: Literal["remove_card"]
     path: CardPath
 
@@ -74,7 +75,9 @@ class RemoveBinding(_Op):
     at: str
 
 
-Operation = Annotated[Union[AddCard, RemoveCard, SetTrigger, SetWM, AddBinding, RemoveBinding], Field(discriminator="op")]
+Operation = Annotated[
+    Union[AddCard, RemoveCard, SetTrigger, SetWM, AddBinding, RemoveBinding], Field(discriminator="op")
+]
 
 
 class Plan(BaseModel):

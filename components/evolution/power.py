@@ -35,7 +35,7 @@ class Variance:
 
     def sigma(self, trials: int) -> float:
         """SD of one item's d_i when it is the mean over `trials` trials."""
-        return math.sqrt(self.sd_item ** 2 + self.sd_trial ** 2 / trials)
+        return math.sqrt(self.sd_item**2 + self.sd_trial**2 / trials)
 
 
 def mde(n_items: int, trials: int, var: Variance, alpha: float = 0.05, power: float = 0.8) -> float:
@@ -75,15 +75,33 @@ def components(base: pd.DataFrame, cand: pd.DataFrame) -> Variance:
     return Variance(math.sqrt(max(0.0, between)), math.sqrt(within), f"tables, {k_bar:g} trials per item")
 
 
-def power_table(n_items: int, trials: list[int], var: Variance, alpha: float = 0.05,
-                power: float = 0.8) -> list[dict[str, Any]]:
-    return [{"n_items": n_items, "trials": k, "alpha": alpha, "power": power,
-             "mde": round(mde(n_items, k, var, alpha, power), 6), "sigma": round(var.sigma(k), 6), **asdict(var)}
-            for k in trials]
+def power_table(
+    n_items: int, trials: list[int], var: Variance, alpha: float = 0.05, power: float = 0.8
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "n_items": n_items,
+            "trials": k,
+            "alpha": alpha,
+            "power": power,
+            "mde": round(mde(n_items, k, var, alpha, power), 6),
+            "sigma": round(var.sigma(k), 6),
+            **asdict(var),
+        }
+        for k in trials
+    ]
 
 
-def simulated_power(delta: float, n_items: int, trials: int, var: Variance, alpha: float = 0.05,
-                    reps: int = 400, n_boot: int = 2000, seed: int = 0) -> float:
+def simulated_power(
+    delta: float,
+    n_items: int,
+    trials: int,
+    var: Variance,
+    alpha: float = 0.05,
+    reps: int = 400,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> float:
     """The share of simulated paired tables (normal effects and trial noise) the gate's own CI accepts: the check
     on `mde`."""
     from components.evolution.gate import bootstrap_ci

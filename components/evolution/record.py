@@ -42,6 +42,7 @@ def _held(cls: type[T], read: Callable[[dict[str, Any]], T]) -> PlainValidator:
     """The validator of a field holding `cls` (a plain dataclass of gate.py: no pydantic there, `ratchet gate` stays
     light), read from its file form with `read`, values as recorded (no int-to-float coercion); the field's
     `PlainSerializer` writes it back."""
+
     def validate(v: Any) -> T:
         if isinstance(v, cls):
             return v
@@ -56,8 +57,11 @@ def _held(cls: type[T], read: Callable[[dict[str, Any]], T]) -> PlainValidator:
 
 
 GateFigures = Annotated[GateResult, _held(GateResult, GateResult.from_dict), PlainSerializer(GateResult.as_dict)]
-RepairFigures = Annotated[RepairResult, _held(RepairResult, RepairResult.from_dict),
-                          PlainSerializer(RepairResult.as_dict)]
+RepairFigures = Annotated[
+    RepairResult, _held(RepairResult, RepairResult.from_dict), PlainSerializer(RepairResult.as_dict)
+]
+
+
 def _gate_settings(cfg: GateConfig) -> dict[str, Any]:
     """A gate's config as recorded; `cheaper` only when on (records from before the cost objective keep their bytes)."""
     return {k: v for k, v in asdict(cfg).items() if k != "cheaper" or v}

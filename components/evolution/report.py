@@ -66,7 +66,9 @@ def ci_level(r: dict[str, Any] | RoundRecord) -> float | None:
     seq = r.sequential.gate if r.sequential is not None else None
     if seq is not None and seq.looks > 1 and seq.per_look:
         return 1 - 2 * seq.per_look[-1].level
-    alpha = (r.dev_look.alpha if r.dev_look else None) or (r.evaluation.gate.alpha if r.evaluation is not None else None)
+    alpha = (r.dev_look.alpha if r.dev_look else None) or (
+        r.evaluation.gate.alpha if r.evaluation is not None else None
+    )
     return None if alpha is None else 1 - alpha
 
 
@@ -89,15 +91,22 @@ def round_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for r in history(summary):
         g, rep, champ = r.gate, r.repair, r.champion_after
-        rows.append({
-            "round": r.round, "owner": str(r.owner or "-"), "plan": _plan_text(r),
-            "repair": f"{rep.repaired}/{rep.broken}" if rep else "-",
-            "verdict": str(r.verdict), "net": g.net if g else None, "ci": (g.ci_lo, g.ci_hi) if g else None,
-            "level": _pct(ci_level(r)) if g else "",
-            "regressed": g.n_regressed if g else None, "reason": r.reason,
-            "not_gated": "" if g else (r.reason if r.summary else "-"),  # without a plan, the plan column says why
-            "champion": f"{champ.version} {champ.digest:.8}" if champ else " ",
-        })
+        rows.append(
+            {
+                "round": r.round,
+                "owner": str(r.owner or "-"),
+                "plan": _plan_text(r),
+                "repair": f"{rep.repaired}/{rep.broken}" if rep else "-",
+                "verdict": str(r.verdict),
+                "net": g.net if g else None,
+                "ci": (g.ci_lo, g.ci_hi) if g else None,
+                "level": _pct(ci_level(r)) if g else "",
+                "regressed": g.n_regressed if g else None,
+                "reason": r.reason,
+                "not_gated": "" if g else (r.reason if r.summary else "-"),  # without a plan, the plan column says why
+                "champion": f"{champ.version} {champ.digest:.8}" if champ else " ",
+            }
+        )
     return rows
 
 
@@ -114,6 +123,7 @@ def _plan_text(r: RoundRecord) -> str:
 class TokensSummary(BaseModel):
     """summary.json's `tokens`: prompt tokens per episode on the test split of the champion, the start and the
     world's built-in packages (seed, all-skills, reference), and the rounds that promoted as cheaper."""
+
     model_config = ConfigDict(extra="forbid")
     split: str
     per_episode: dict[str, float | None]
@@ -125,8 +135,10 @@ def tokens_line(tokens: TokensSummary) -> str:
     fmt: Callable[[float | None], str] = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
     others = ", ".join(f"{k} {fmt(pe[k])}" for k in ("seed", "all-skills", "reference") if k in pe)
     cheaper = ", ".join(str(x) for x in tokens.cheaper) or "none"
-    return (f"Prompt tokens per episode on {tokens.split}: champion {fmt(pe.get('champion'))} (built-in packages: "
-            f"{others}); promoted as cheaper: {cheaper}.")
+    return (
+        f"Prompt tokens per episode on {tokens.split}: champion {fmt(pe.get('champion'))} (built-in packages: "
+        f"{others}); promoted as cheaper: {cheaper}."
+    )
 
 
 class _Named(BaseModel):
@@ -137,6 +149,7 @@ class _Named(BaseModel):
 
 class _Summary(BaseModel):
     """What the report reads of summary.json (the campaign writes more)."""
+
     model_config = ConfigDict(extra="allow")
     campaign: str
     champion: str
@@ -191,17 +204,24 @@ def _check_round_dirs(campaign_out: str | Path, summary: dict[str, Any]) -> None
     for r in history(summary):
         rd = round_dir(campaign_out, r.round)
         if not rd.is_dir():
-            raise InputError(f"{rd}: -: round {r.round} is in summary.json but its directory is missing; refusing "
-                             f"a report with blank rows (restore it, or rerun the campaign)")
+            raise InputError(
+                f"{rd}: -: round {r.round} is in summary.json but its directory is missing; refusing "
+                f"a report with blank rows (restore it, or rerun the campaign)"
+            )
 
 
-def _metrics(summary: dict[str, Any], t: dict[str, Any], loc: dict[str, Any], tokens: TokensSummary | None) -> dict[str, Any]:
+def _metrics(
+    summary: dict[str, Any], t: dict[str, Any], loc: dict[str, Any], tokens: TokensSummary | None
+) -> dict[str, Any]:
     """metrics.json: the test split's figures, promotions, localization accuracies and test tokens per episode."""
     metrics = {
         **{f"test_{k}": round(t[k], 6) for k in ("net", "ci_lo", "ci_hi", "base_mean", "champion_mean") if k in t},
-        "accepted": summary["accepted"], "rounds": summary["rounds"],
-        "localization_accuracy": loc.get("accuracy"), "outcome_only_accuracy": loc.get("outcome_only_accuracy"),
-        "trace_rule_accuracy": loc.get("trace_rule_accuracy")}
+        "accepted": summary["accepted"],
+        "rounds": summary["rounds"],
+        "localization_accuracy": loc.get("accuracy"),
+        "outcome_only_accuracy": loc.get("outcome_only_accuracy"),
+        "trace_rule_accuracy": loc.get("trace_rule_accuracy"),
+    }
     if tokens is not None:
         metrics.update({f"test_tokens_{k.replace('-', '_')}": v for k, v in tokens.per_episode.items()})
     return metrics
@@ -213,63 +233,120 @@ def _rounds_table(summary: dict[str, Any], causes: pd.DataFrame) -> pd.DataFrame
     rows = []
     for r in history(summary):
         g, champ = r.gate, r.champion_after
-        rows.append({"round": r.round, "verdict": str(r.verdict), "owner": str(r.owner or ""),
-                     **_GATE_COLUMNS_NONE, **({"net": g.net, "ci_lo": g.ci_lo, "ci_hi": g.ci_hi,
-                                               "dev_base_mean": g.base_mean, "dev_cand_mean": g.cand_mean} if g else {}),
-                     "champion": champ.version if champ else ""})
-    table = pd.DataFrame(rows, columns=["round", "verdict", "owner", "net", "ci_lo", "ci_hi", "dev_base_mean",
-                                        "dev_cand_mean", "champion"])
+        rows.append(
+            {
+                "round": r.round,
+                "verdict": str(r.verdict),
+                "owner": str(r.owner or ""),
+                **_GATE_COLUMNS_NONE,
+                **(
+                    {
+                        "net": g.net,
+                        "ci_lo": g.ci_lo,
+                        "ci_hi": g.ci_hi,
+                        "dev_base_mean": g.base_mean,
+                        "dev_cand_mean": g.cand_mean,
+                    }
+                    if g
+                    else {}
+                ),
+                "champion": champ.version if champ else "",
+            }
+        )
+    table = pd.DataFrame(
+        rows,
+        columns=["round", "verdict", "owner", "net", "ci_lo", "ci_hi", "dev_base_mean", "dev_cand_mean", "champion"],
+    )
     means = champion_means(history(summary))
     table["champion_dev_mean"] = [means[r.round] for r in history(summary)] if len(table) else []
     return table.join(causes, on="round") if len(causes.columns) else table
 
 
-def _campaign_md(summary: dict[str, Any], t: dict[str, Any], loc: dict[str, Any], tokens: TokensSummary | None) -> list[str]:
+def _campaign_md(
+    summary: dict[str, Any], t: dict[str, Any], loc: dict[str, Any], tokens: TokensSummary | None
+) -> list[str]:
     """campaign.md's lines: the champion, the test split, tokens, localization, a row per round and the lineage."""
-    md = [f"# Campaign {summary['campaign']}", "",
-          f"Champion **{summary['champion']}** (`{summary['champion_digest'][:12]}`), {summary['accepted']} promotion(s) "
-          f"in {summary['rounds']} round(s).", ""]
+    md = [
+        f"# Campaign {summary['campaign']}",
+        "",
+        f"Champion **{summary['champion']}** (`{summary['champion_digest'][:12]}`), {summary['accepted']} promotion(s) "
+        f"in {summary['rounds']} round(s).",
+        "",
+    ]
     if summary.get("stopped"):
         md += [f"Stopped early: {summary['stopped']}.", ""]
     if t:
-        md += [f"Test split (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
-               f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}], {t['n_items']} items.", ""]
+        md += [
+            f"Test split (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
+            f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}], {t['n_items']} items.",
+            "",
+        ]
     if tokens is not None:
         md += [tokens_line(tokens), ""]
     if loc.get("accuracy") is not None:
         rule = loc.get("trace_rule_accuracy")
-        md += [f"Diagnosis localization {loc['accuracy']:.1%} of every scored failure (n={loc['n']}, compound "
-               f"included) vs trace rule {'-' if rule is None else f'{rule:.1%}'}, outcome-only "
-               f"{loc['outcome_only_accuracy']:.1%}.", ""]
+        md += [
+            f"Diagnosis localization {loc['accuracy']:.1%} of every scored failure (n={loc['n']}, compound "
+            f"included) vs trace rule {'-' if rule is None else f'{rule:.1%}'}, outcome-only "
+            f"{loc['outcome_only_accuracy']:.1%}.",
+            "",
+        ]
     notes = localization_notes(loc)
     md += [line[0].upper() + line[1:] + "." for line in notes] + ([""] if notes else [])
-    md += ["| round | owner | plan | repair fixed/broke | verdict | net | dev CI (level: the look's alpha_k) | "
-           "regressed | champion |", "|---|---|---|---|---|---|---|---|---|"]
+    md += [
+        "| round | owner | plan | repair fixed/broke | verdict | net | dev CI (level: the look's alpha_k) | "
+        "regressed | champion |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in round_rows(summary):
         ci = f"[{row['ci'][0]:+.3f}, {row['ci'][1]:+.3f}] {row['level']}" if row["net"] is not None else ""
         net = f"{row['net']:+.3f}" if row["net"] is not None else f"not gated: {row['not_gated']}"
-        md.append(f"| {row['round']} | {row['owner']} | {row['plan']} | {row['repair']} | {row['verdict']} | {net} | "
-                  f"{ci} | {'' if row['regressed'] is None else row['regressed']} | {row['champion']} |")
+        md.append(
+            f"| {row['round']} | {row['owner']} | {row['plan']} | {row['repair']} | {row['verdict']} | {net} | "
+            f"{ci} | {'' if row['regressed'] is None else row['regressed']} | {row['champion']} |"
+        )
     md += ["", "Lineage: " + " -> ".join(f"{v['version']} `{v['digest'][:12]}`" for v in summary["lineage"]), ""]
     return md
 
 
-def _plot_data(summary: dict[str, Any], table: pd.DataFrame, causes: pd.DataFrame, families: pd.DataFrame, out: Path) -> None:
+def _plot_data(
+    summary: dict[str, Any], table: pd.DataFrame, causes: pd.DataFrame, families: pd.DataFrame, out: Path
+) -> None:
     """The figures as data for `dvc plots` (dvc.yaml), one tidy CSV each with fixed columns, so `dvc plots diff`
     overlays two experiments' curves: the gate per gated round (net, CI, the CI's level, verdict), the champion's
     dev mean per gated round, diagnosed causes per round (every owner a column, 0 when absent), per-family dev means."""
     levels = {r.round: ci_level(r) for r in history(summary) if r.gate is not None}
     gated = table.dropna(subset=["net"])
-    gate = pd.DataFrame({"round": gated["round"], "net": gated["net"], "ci_lo": gated["ci_lo"],
-                         "ci_hi": gated["ci_hi"], "ci_level": [levels.get(r) for r in gated["round"]],
-                         "accepted": (gated["verdict"] == Verdict.ACCEPT).astype(int), "verdict": gated["verdict"]})
+    gate = pd.DataFrame(
+        {
+            "round": gated["round"],
+            "net": gated["net"],
+            "ci_lo": gated["ci_lo"],
+            "ci_hi": gated["ci_hi"],
+            "ci_level": [levels.get(r) for r in gated["round"]],
+            "accepted": (gated["verdict"] == Verdict.ACCEPT).astype(int),
+            "verdict": gated["verdict"],
+        }
+    )
     champ = pd.DataFrame({"round": gated["round"], "champion_dev_mean": gated["champion_dev_mean"]})
     rounds = [r.round for r in history(summary)]
-    cause = pd.DataFrame({"round": rounds, **{o.value: [int(causes.at[r, f"causes_{o}"]) if r in causes.index and
-                                                  f"causes_{o}" in causes.columns else 0 for r in rounds]
-                                              for o in CAUSE_OWNERS}})
-    fam = (families.rename_axis("family").reset_index() if len(families)
-           else pd.DataFrame(columns=["family", "start", "champion"]))
+    cause = pd.DataFrame(
+        {
+            "round": rounds,
+            **{
+                o.value: [
+                    int(causes.at[r, f"causes_{o}"]) if r in causes.index and f"causes_{o}" in causes.columns else 0
+                    for r in rounds
+                ]
+                for o in CAUSE_OWNERS
+            },
+        }
+    )
+    fam = (
+        families.rename_axis("family").reset_index()
+        if len(families)
+        else pd.DataFrame(columns=["family", "start", "champion"])
+    )
     for name, df in (("gate.csv", gate), ("champion.csv", champ), ("causes.csv", cause), ("families.csv", fam)):
         write_csv(out / name, df.reset_index(drop=True))
 
@@ -369,12 +446,20 @@ def _plot_champion(table: pd.DataFrame, test: dict[str, Any], path: Path) -> Non
     rows = table.dropna(subset=["champion_dev_mean"]) if "champion_dev_mean" in table else table.iloc[0:0]
     if len(rows):
         ax.step(rows["round"], rows["champion_dev_mean"], where="post", color="tab:blue", label="champion (dev)")
-        ax.scatter(rows["round"], rows["champion_dev_mean"], c=["tab:green" if v == Verdict.ACCEPT else "tab:grey"
-                                                                for v in rows["verdict"]], zorder=3)
+        ax.scatter(
+            rows["round"],
+            rows["champion_dev_mean"],
+            c=["tab:green" if v == Verdict.ACCEPT else "tab:grey" for v in rows["verdict"]],
+            zorder=3,
+        )
         if test:
             ax.axhline(test["base_mean"], color="tab:red", linestyle=":", label=f"start (test) {test['base_mean']:.3f}")
-            ax.axhline(test["champion_mean"], color="tab:green", linestyle="--",
-                       label=f"champion (test) {test['champion_mean']:.3f}")
+            ax.axhline(
+                test["champion_mean"],
+                color="tab:green",
+                linestyle="--",
+                label=f"champion (test) {test['champion_mean']:.3f}",
+            )
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_xlabel("round")
         ax.set_ylabel("mean score")

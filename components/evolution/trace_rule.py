@@ -45,16 +45,19 @@ def three_line(s: Signals) -> Owner:
     return Owner.W
 
 
-def signals(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None,
-            error: str = "") -> Signals:
+def signals(
+    steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None = None, error: str = ""
+) -> Signals:
     return Signals(
         blocking=bool(error) or not steps or any(s.blocked is None and s.observation.get("blocking") for s in steps),
         refusal=any(s.blocked is None and not s.observation.get("ok") and s.observation.get("rule_id") for s in steps),
         unconfirmed=_unconfirmed(steps, write_tools, targets),
-        early_finish=any(s.action.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending")
-                         for s in steps),
+        early_finish=any(
+            s.action.get("kind") == "finish" and s.blocked is None and s.proposal.get("pending") for s in steps
+        ),
         bounced=any(s.first_draft is not None or s.blocked is not None for s in steps),
-        unfinished=not any(s.action.get("kind") == "finish" and s.blocked is None for s in steps))
+        unfinished=not any(s.action.get("kind") == "finish" and s.blocked is None for s in steps),
+    )
 
 
 def _unconfirmed(steps: list[TraceStep], write_tools: frozenset[str], targets: Targets | None) -> bool:
@@ -63,19 +66,27 @@ def _unconfirmed(steps: list[TraceStep], write_tools: frozenset[str], targets: T
     unconfirmed = False
     for s in steps:
         a, obs = s.action, s.observation
-        if a.get("tool") in write_tools and s.blocked is None and obs.get("ok") \
-                and not covered(acts, a["tool"], a.get("args", {}), targets):
+        if (
+            a.get("tool") in write_tools
+            and s.blocked is None
+            and obs.get("ok")
+            and not covered(acts, a["tool"], a.get("args", {}), targets)
+        ):
             unconfirmed = True
         if (act := step_act(a, obs, s.blocked, write_tools)) is not None:
             acts.append(act)
     return unconfirmed
 
 
-def signals_frame(traces: pd.DataFrame, scores: pd.DataFrame, write_tools: frozenset[str],
-                  targets: Targets | None = None) -> pd.DataFrame:
+def signals_frame(
+    traces: pd.DataFrame, scores: pd.DataFrame, write_tools: frozenset[str], targets: Targets | None = None
+) -> pd.DataFrame:
     """One row per failed episode of `scores`: episode_id and the pattern of its signals."""
-    grouped = {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)} \
-        if len(traces) else {}
+    grouped = (
+        {eid: frame_steps(df.sort_values("step")) for eid, df in traces.groupby("episode_id", sort=False)}
+        if len(traces)
+        else {}
+    )
     rows = []
     for r in scores[~scores["success"].astype(bool)].itertuples(index=False):
         eid = f"{r.item_id}#{r.seed}"

@@ -1,14 +1,14 @@
 """Static validation of a patched candidate, before any episode is spent on it:
 
-    schema        the plan parsed (it reached here as a Plan)
-    lint          the candidate loads as a package
-    leakage       no task id, account id, value of a request or rubric, or plain value of the account's record
-                  (of ANY split) appears in a card; a rule's constant is not task data (`rule_constants`: a word
-                  the train gold gives in several items and the world's data never holds, such as a refund's
-                  'travel_credit' where the policy never names it)
-    reachability  every card trigger's event is one the kernel raises with a binding that delivers cards there,
-                  and its tool exists in the world
-    activation    (after a probe run on the source tasks) the plan's mechanism shows in the fingerprints
+schema        the plan parsed (it reached here as a Plan)
+lint          the candidate loads as a package
+leakage       no task id, account id, value of a request or rubric, or plain value of the account's record
+              (of ANY split) appears in a card; a rule's constant is not task data (`rule_constants`: a word
+              the train gold gives in several items and the world's data never holds, such as a refund's
+              'travel_credit' where the policy never names it)
+reachability  every card trigger's event is one the kernel raises with a binding that delivers cards there,
+              and its tool exists in the world
+activation    (after a probe run on the source tasks) the plan's mechanism shows in the fingerprints
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from components.worlds import Benchmark
 from components.worlds.base import train_gold
 
 MIN_TOKEN = 5  # shorter values (a state code, a size) are ordinary words
-MIN_SHARED = 2  # distinct train items whose gold gives one value to one field: a rule's constant, not an item's data (as
+MIN_SHARED = (
+    2  # distinct train items whose gold gives one value to one field: a rule's constant, not an item's data (as
+)
 # many items as an inferred rule rests on, `components.evolution.infer.MIN_SIDE`)
 
 
@@ -76,9 +78,11 @@ def _leak_tokens(bench_root: str, digest: str) -> frozenset[str]:
     # and so is the tools' own vocabulary (their names and parameters, public in tools.json), which a policy need not
     # name (a benchmark's policy may not), though a task's gold actions carry it
     public = {t["function"]["name"] for t in bench.tools} | {
-        p for t in bench.tools for p in ((t["function"].get("parameters") or {}).get("properties") or {})}
-    return frozenset(x for x in tokens if len(x) >= MIN_TOKEN and x.lower() not in policy and x not in constants
-                     and x not in public)
+        p for t in bench.tools for p in ((t["function"].get("parameters") or {}).get("properties") or {})
+    }
+    return frozenset(
+        x for x in tokens if len(x) >= MIN_TOKEN and x.lower() not in policy and x not in constants and x not in public
+    )
 
 
 def rule_constants(bench: Benchmark) -> frozenset[str]:
@@ -136,9 +140,12 @@ def foreign_tools(pkg: MemoryPackage, bench: Benchmark) -> list[str]:
     """Cards triggered by a tool this benchmark's world does not have (a package written for another world): they
     could never be delivered, so an evaluation would silently measure a package without them."""
     tools = set(bench.tool_names) | {FINISH_TOOL, CONFIRM_TOOL}
-    return [f"{(pkg.root / card.path).as_posix()}: trigger.tool: {card.meta.trigger.tool!r} is not a tool of the "
-            f"{bench.world} world of {bench.root}" for card in pkg.cards.values()
-            if card.meta.trigger is not None and card.meta.trigger.tool not in (None, *tools)]
+    return [
+        f"{(pkg.root / card.path).as_posix()}: trigger.tool: {card.meta.trigger.tool!r} is not a tool of the "
+        f"{bench.world} world of {bench.root}"
+        for card in pkg.cards.values()
+        if card.meta.trigger is not None and card.meta.trigger.tool not in (None, *tools)
+    ]
 
 
 def static_checks(plan: Plan, candidate: str | Path, bench: Benchmark) -> tuple[Validation, MemoryPackage | None]:

@@ -103,8 +103,12 @@ def _special(path: Path) -> str | None:
     mode = path.lstat().st_mode
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
         return None
-    return {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-            stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "not a regular file")
+    return {
+        stat.S_IFIFO: "a FIFO",
+        stat.S_IFSOCK: "a socket",
+        stat.S_IFCHR: "a character device",
+        stat.S_IFBLK: "a block device",
+    }.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def lint(root: str | Path) -> list[Problem]:
@@ -185,11 +189,19 @@ def _cards(texts: dict[str, str], problems: list[Problem]) -> dict[str, Card]:
             problems.append(Problem(rel, "-", "cards live at em/<type>/<id>.md"))
             continue
         if parts[1] not in CARD_TYPES:
-            problems.append(Problem(rel, "type", f"unknown card type directory {parts[1]!r} (one of {', '.join(CARD_TYPES)})"))
+            problems.append(
+                Problem(rel, "type", f"unknown card type directory {parts[1]!r} (one of {', '.join(CARD_TYPES)})")
+            )
             continue
         if not _FRONT_MATTER.detect(text):
-            bom = " (the file starts with a byte-order mark: save it as UTF-8 without one)" if text.startswith("\ufeff") else ""
-            problems.append(Problem(rel, "front matter", f"missing: a card starts with a '---' line, YAML, and '---'{bom}"))
+            bom = (
+                " (the file starts with a byte-order mark: save it as UTF-8 without one)"
+                if text.startswith("\ufeff")
+                else ""
+            )
+            problems.append(
+                Problem(rel, "front matter", f"missing: a card starts with a '---' line, YAML, and '---'{bom}")
+            )
             continue
         try:
             post = frontmatter.loads(text, handler=_FRONT_MATTER)
@@ -212,7 +224,9 @@ def _cards(texts: dict[str, str], problems: list[Problem]) -> dict[str, Card]:
         elif meta.id in cards:
             problems.append(Problem(rel, "id", f"duplicate card id {meta.id!r} (also {cards[meta.id].path})"))
         elif meta.trigger is not None and meta.trigger.event not in EVENTS:
-            problems.append(Problem(rel, "trigger.event", f"unknown event {meta.trigger.event!r} (one of {', '.join(EVENTS)})"))
+            problems.append(
+                Problem(rel, "trigger.event", f"unknown event {meta.trigger.event!r} (one of {', '.join(EVENTS)})")
+            )
         elif not post.content.strip():
             problems.append(Problem(rel, "body", "empty card body"))
         else:
@@ -245,13 +259,25 @@ def _bindings(manifest: Manifest, section: str, registry: Registry, problems: li
         where = f"{section}[{i}]"
         strategy = registry.get(spec.use)
         if strategy is None:
-            problems.append(Problem(MANIFEST, f"{where}.use", f"unknown {registry.kind} {spec.use!r} (one of {', '.join(registry.names())})"))
+            problems.append(
+                Problem(
+                    MANIFEST,
+                    f"{where}.use",
+                    f"unknown {registry.kind} {spec.use!r} (one of {', '.join(registry.names())})",
+                )
+            )
             continue
         if spec.at not in EVENTS:
             problems.append(Problem(MANIFEST, f"{where}.at", f"unknown event {spec.at!r} (one of {', '.join(EVENTS)})"))
             continue
         if spec.at not in strategy.events:
-            problems.append(Problem(MANIFEST, f"{where}.at", f"{spec.use!r} cannot run at {spec.at!r} (only {', '.join(sorted(strategy.events))})"))
+            problems.append(
+                Problem(
+                    MANIFEST,
+                    f"{where}.at",
+                    f"{spec.use!r} cannot run at {spec.at!r} (only {', '.join(sorted(strategy.events))})",
+                )
+            )
             continue
         try:
             run = strategy.build(spec.cfg)
@@ -276,8 +302,11 @@ def _reachability(cards: dict[str, Card], delivery: tuple[Bound[Deliver], ...], 
         if t is None:
             problems.append(Problem(card.path, "trigger", "card has no trigger and no all_cards binding delivers it"))
         elif not any(b.spec.at == t.event and not b.strategy.ignores_triggers and takes(b, card) for b in delivery):
-            problems.append(Problem(card.path, "trigger.event",
-                                    f"no delivery binding delivers {card.meta.type} cards at {t.event!r}"))
+            problems.append(
+                Problem(
+                    card.path, "trigger.event", f"no delivery binding delivers {card.meta.type} cards at {t.event!r}"
+                )
+            )
 
 
 def _pydantic(file: str, err: ValidationError, prefix: str = "") -> list[Problem]:

@@ -71,7 +71,7 @@ Check = Callable[[CheckContext], Verdict]
 BOUNCES: dict[CheckCode, str] = {
     CheckCode.PENDING_WORK: "cannot finish: no receipt yet for {items}",
     CheckCode.UNCONFIRMED: "`{tool}` needs the customer's confirmation first: call `{confirm}` with this tool and its "
-                           "arguments, and write only if it is granted",
+    "arguments, and write only if it is granted",
 }
 
 
@@ -83,8 +83,12 @@ def bounce(code: CheckCode, details: dict[str, Any] | None = None, **fields: str
 @cache
 def _pattern(template: str) -> re.Pattern[str]:
     """A message template as a regex: its literal text, any text in place of each field (within one line)."""
-    return re.compile("".join(re.escape(text) + (".*?" if name is not None else "")
-                              for text, name, _spec, _conv in Formatter().parse(template)))
+    return re.compile(
+        "".join(
+            re.escape(text) + (".*?" if name is not None else "")
+            for text, name, _spec, _conv in Formatter().parse(template)
+        )
+    )
 
 
 def bounce_codes(feedback: str | None) -> frozenset[CheckCode]:
@@ -108,8 +112,9 @@ def state_reminder(*, only_pending: bool = True) -> Deliver:
 
 
 @DELIVERERS.register("event_cards", events=DELIVERY_EVENTS, delivers_cards=True)
-def event_cards(*, max_per_episode: Annotated[int, Field(ge=1)] | None = None,
-                types: list[CardType] | None = None) -> Deliver:
+def event_cards(
+    *, max_per_episode: Annotated[int, Field(ge=1)] | None = None, types: list[CardType] | None = None
+) -> Deliver:
     """Deliver the cards whose trigger names this event (and, if it names a tool, one of the event's tools)."""
 
     def deliver(ctx: DeliveryContext) -> Delivery:
@@ -146,10 +151,14 @@ def completion_requires_receipts(*, allow_blocked: bool = True) -> Check:
     """Bounce a declaration of completion while ledger entries are still pending (or blocked, if not allowed)."""
 
     def check(ctx: CheckContext) -> Verdict:
-        open_entries = [e for e in ctx.ledger.entries if e.status == "pending" or (e.status == "blocked" and not allow_blocked)]
+        open_entries = [
+            e for e in ctx.ledger.entries if e.status == "pending" or (e.status == "blocked" and not allow_blocked)
+        ]
         if not open_entries:
             return Verdict(True)
-        items = "; ".join(f"{e.id} {e.tool} {' '.join(f'{k}={v}' for k, v in sorted(e.args.items()))}" for e in open_entries)
+        items = "; ".join(
+            f"{e.id} {e.tool} {' '.join(f'{k}={v}' for k, v in sorted(e.args.items()))}" for e in open_entries
+        )
         return bounce(CheckCode.PENDING_WORK, {"open": [e.id for e in open_entries]}, items=items)
 
     return check
@@ -159,8 +168,10 @@ def _removed_affirmations(v: list[str] | None) -> None:
     # a loud load error, not accept-and-ignore: a manifest that set its own words expects them to count, and
     # silently dropping them would be a mechanism disabled without notice
     if v is not None:
-        raise ValueError("option removed: confirmation is the structured `confirm` tool event, not words in the "
-                         "user's reply; delete `affirmations`")
+        raise ValueError(
+            "option removed: confirmation is the structured `confirm` tool event, not words in the "
+            "user's reply; delete `affirmations`"
+        )
     return None
 
 
@@ -176,6 +187,7 @@ def confirm_before_write(
 
     `tools` limits the guarded writes; `match_args` names args the confirmation must match as well as the
     benchmark's identifying ones. `affirmations` (the old word list) is refused: confirmation is a structured event."""
+
     def check(ctx: CheckContext) -> Verdict:
         call = ctx.draft.tool_call
         if call is None or call.name not in (set(tools) if tools is not None else ctx.write_tools):

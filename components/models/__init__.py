@@ -44,28 +44,54 @@ def sim(*, world: str | None = None, model: str | None = None, learned: list[str
     from components.models.simulated import SimulatedAgent
     from components.worlds import world as world_spec
 
-    return SimulatedAgent(competence=world_spec(world).competence if world else None,
-                          learned=frozenset(learned or ()))
+    return SimulatedAgent(competence=world_spec(world).competence if world else None, learned=frozenset(learned or ()))
 
 
 @MODELS.register("openai")
-def openai_chat(*, base_url: HttpURL, model: str = "ratchet-sim", api_key_env: str = "OPENAI_API_KEY",
-                timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5, backoff_cap: float = 8.0,
-                temperature: float = 0.0, max_tokens: int = 512, tool_choice: ToolChoice = "auto",
-                headers: dict[str, str] | None = None, json_actions: bool = False,
-                schema_format: Literal["json_schema", "json_object", "none"] = "json_schema",
-                max_tokens_field: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto",
-                reasoning: bool = False, reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None,
-                parallel_tool_calls: bool | None = None, extra_body: dict[str, Any] | None = None):
+def openai_chat(
+    *,
+    base_url: HttpURL,
+    model: str = "ratchet-sim",
+    api_key_env: str = "OPENAI_API_KEY",
+    timeout: float = 60.0,
+    max_retries: int = 4,
+    backoff: float = 0.5,
+    backoff_cap: float = 8.0,
+    temperature: float = 0.0,
+    max_tokens: int = 512,
+    tool_choice: ToolChoice = "auto",
+    headers: dict[str, str] | None = None,
+    json_actions: bool = False,
+    schema_format: Literal["json_schema", "json_object", "none"] = "json_schema",
+    max_tokens_field: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto",
+    reasoning: bool = False,
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None,
+    parallel_tool_calls: bool | None = None,
+    extra_body: dict[str, Any] | None = None,
+):
     """A model behind an OpenAI-compatible /v1/chat/completions endpoint (see `openai_chat.py` for each option)."""
     from components.models.openai_chat import OpenAIChat
 
-    return OpenAIChat(base_url=base_url, model=model, api_key_env=api_key_env, timeout=timeout,
-                      max_retries=max_retries, backoff=backoff, backoff_cap=backoff_cap, temperature=temperature,
-                      max_tokens=max_tokens, tool_choice=tool_choice, headers=headers, json_actions=json_actions,
-                      schema_format=schema_format, max_tokens_field=max_tokens_field, reasoning=reasoning,
-                      reasoning_effort=reasoning_effort, parallel_tool_calls=parallel_tool_calls,
-                      extra_body=extra_body)
+    return OpenAIChat(
+        base_url=base_url,
+        model=model,
+        api_key_env=api_key_env,
+        timeout=timeout,
+        max_retries=max_retries,
+        backoff=backoff,
+        backoff_cap=backoff_cap,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        tool_choice=tool_choice,
+        headers=headers,
+        json_actions=json_actions,
+        schema_format=schema_format,
+        max_tokens_field=max_tokens_field,
+        reasoning=reasoning,
+        reasoning_effort=reasoning_effort,
+        parallel_tool_calls=parallel_tool_calls,
+        extra_body=extra_body,
+    )
 
 
 # `ratchet serve-local` (llama-cpp-python) on its default port: a slow CPU server, so long timeouts and few retries;
@@ -75,17 +101,37 @@ LOCAL_MODEL = "smollm2-135m-instruct"
 
 
 @MODELS.register("local")
-def local(*, base_url: HttpURL = f"http://127.0.0.1:{LOCAL_PORT}/v1", model: str = LOCAL_MODEL, timeout: float = 300.0,
-          max_retries: int = 1, backoff: float = 1.0, temperature: float = 0.0, max_tokens: int = 256,
-          tool_choice: ToolChoice = "auto", headers: dict[str, str] | None = None, json_actions: bool = False,
-          schema_format: Literal["json_schema", "json_object", "none"] = "json_object"):
+def local(
+    *,
+    base_url: HttpURL = f"http://127.0.0.1:{LOCAL_PORT}/v1",
+    model: str = LOCAL_MODEL,
+    timeout: float = 300.0,
+    max_retries: int = 1,
+    backoff: float = 1.0,
+    temperature: float = 0.0,
+    max_tokens: int = 256,
+    tool_choice: ToolChoice = "auto",
+    headers: dict[str, str] | None = None,
+    json_actions: bool = False,
+    schema_format: Literal["json_schema", "json_object", "none"] = "json_object",
+):
     """The small local model served by `ratchet serve-local` (the optional `[local]` extra); `headers` reach it as
     they reach any server (a proxy in front of it may want them)."""
     from components.models.openai_chat import OpenAIChat
 
-    return OpenAIChat(base_url=base_url, model=model, timeout=timeout, max_retries=max_retries, backoff=backoff,
-                      temperature=temperature, max_tokens=max_tokens, tool_choice=tool_choice, headers=headers,
-                      json_actions=json_actions, schema_format=schema_format)
+    return OpenAIChat(
+        base_url=base_url,
+        model=model,
+        timeout=timeout,
+        max_retries=max_retries,
+        backoff=backoff,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        tool_choice=tool_choice,
+        headers=headers,
+        json_actions=json_actions,
+        schema_format=schema_format,
+    )
 
 
 def make_model(name: str, cfg: dict[str, Any] | None = None) -> ChatModel:

@@ -13,13 +13,13 @@ from components.runtime.types import ToolCall, Usage
 
 # Why a model call ended an episode; the first word of an episode's `error` after "model: ".
 ERROR_KINDS = (
-    "rejected",           # the server refused the request (a 4xx, or a 500 that is a request validation error)
+    "rejected",  # the server refused the request (a 4xx, or a 500 that is a request validation error)
     "retries_exhausted",  # transient failures (connection, timeout, 429, 502/503/504) persisted past max_retries
-    "length",             # the reply was cut at max_tokens (finish_reason `length`)
-    "content_filter",     # the server withheld the reply (finish_reason `content_filter`)
-    "malformed",          # a reply Ratchet cannot use: no choices, bad JSON, a state proposal that breaks its schema
-    "unknown_tool",       # a call to a tool that was not offered
-    "empty",              # a draft with neither a tool call nor text, when tools were offered
+    "length",  # the reply was cut at max_tokens (finish_reason `length`)
+    "content_filter",  # the server withheld the reply (finish_reason `content_filter`)
+    "malformed",  # a reply Ratchet cannot use: no choices, bad JSON, a state proposal that breaks its schema
+    "unknown_tool",  # a call to a tool that was not offered
+    "empty",  # a draft with neither a tool call nor text, when tools were offered
 )
 
 
@@ -57,8 +57,9 @@ class ChatResult:
 class ChatModel(Protocol):
     name: str
 
-    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
-                 json_mode: bool | dict[str, Any] = False) -> ChatResult:
+    def complete(
+        self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool | dict[str, Any] = False
+    ) -> ChatResult:
         """`json_mode`: False (free text / tool calls), True (one JSON object), or a JSON schema the reply must match
         (servers that support structured output are constrained by it; others get plain JSON mode)."""
         ...
@@ -66,8 +67,9 @@ class ChatModel(Protocol):
 
 def add_usage(a: Usage, b: Usage) -> Usage:
     # sums of two validated Usages' ints need no validation (called several times a turn)
-    return Usage.model_construct(tokens_in=a.tokens_in + b.tokens_in, tokens_out=a.tokens_out + b.tokens_out,
-                                 calls=a.calls + b.calls)
+    return Usage.model_construct(
+        tokens_in=a.tokens_in + b.tokens_in, tokens_out=a.tokens_out + b.tokens_out, calls=a.calls + b.calls
+    )
 
 
 @lru_cache(maxsize=1 << 12)

@@ -59,8 +59,11 @@ class CallStore:
         if self.pending or self.saved.calls:
             with self.db:
                 self.db.executemany("INSERT OR IGNORE INTO reply (key, value) VALUES (?, ?)", self.pending.items())
-                self.db.executemany("INSERT INTO saved (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
-                                    "SET value = value + excluded.value", _fields(self.saved).items())
+                self.db.executemany(
+                    "INSERT INTO saved (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
+                    "SET value = value + excluded.value",
+                    _fields(self.saved).items(),
+                )
             self.pending.clear()
             self.saved = Usage()
 
@@ -84,8 +87,9 @@ class CachedModel:
         self.ident = json.dumps(ident, sort_keys=True, default=str)
         self.paid, self.hits = Usage(), 0
 
-    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
-                 json_mode: bool | dict[str, Any] = False) -> ChatResult:
+    def complete(
+        self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool | dict[str, Any] = False
+    ) -> ChatResult:
         key = hashlib.sha256(request_json(self.ident, messages, tools, seed, json_mode).encode()).hexdigest()
         got = self.store.get(key)
         if got is not None:
@@ -102,11 +106,13 @@ class CachedModel:
         return got
 
 
-def request_json(ident: str, messages: list[dict], tools: list[dict] | None, seed: int,
-                 json_mode: bool | dict[str, Any]) -> str:
+def request_json(
+    ident: str, messages: list[dict], tools: list[dict] | None, seed: int, json_mode: bool | dict[str, Any]
+) -> str:
     """`json.dumps([ident, messages, tools, seed, json_mode], sort_keys=True, default=str)`, the same bytes, built
     from the memoized encodings of the messages and tools (`message_json`, `tools_json`): a list's JSON is its items'
     JSON joined by ", ", and the conversation and the tool schemas are re-sent on every call."""
+
     def enc(x, memo) -> str:
         try:
             return memo(x)
@@ -114,15 +120,19 @@ def request_json(ident: str, messages: list[dict], tools: list[dict] | None, see
             return json.dumps(x, sort_keys=True, default=str)
 
     msgs = ", ".join(enc(m, message_json) for m in messages)
-    return (f"[{json.dumps(ident)}, [{msgs}], {'null' if tools is None else enc(tools, tools_json)}, "
-            f"{json.dumps(seed, default=str)}, {json.dumps(json_mode, sort_keys=True, default=str)}]")
+    return (
+        f"[{json.dumps(ident)}, [{msgs}], {'null' if tools is None else enc(tools, tools_json)}, "
+        f"{json.dumps(seed, default=str)}, {json.dumps(json_mode, sort_keys=True, default=str)}]"
+    )
 
 
 def _pack(r: ChatResult) -> bytes:
     """A reply as plain tuples: pickling the pydantic models themselves costs several times more, both ways."""
     u = r.usage
-    return pickle.dumps((r.content, [(c.id, c.name, c.args) for c in r.tool_calls], (u.tokens_in, u.tokens_out, u.calls)),
-                        protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(
+        (r.content, [(c.id, c.name, c.args) for c in r.tool_calls], (u.tokens_in, u.tokens_out, u.calls)),
+        protocol=pickle.HIGHEST_PROTOCOL,
+    )
 
 
 def _unpack(blob: bytes) -> ChatResult:
@@ -130,8 +140,11 @@ def _unpack(blob: bytes) -> ChatResult:
     if isinstance(got, ChatResult):  # a store written before replies were packed
         return got
     content, calls, (t_in, t_out, n) = got
-    return ChatResult(content=content, tool_calls=[ToolCall(id=i, name=name, args=args) for i, name, args in calls],
-                      usage=Usage(tokens_in=t_in, tokens_out=t_out, calls=n))
+    return ChatResult(
+        content=content,
+        tool_calls=[ToolCall(id=i, name=name, args=args) for i, name, args in calls],
+        usage=Usage(tokens_in=t_in, tokens_out=t_out, calls=n),
+    )
 
 
 def _fields(u: Usage) -> dict[str, int]:

@@ -35,8 +35,19 @@ from components.defaults import MAX_TURNS
 from components.runtime.episode import run_episode
 from components.worlds import Benchmark, world
 
-COLUMNS = ["item_id", "seed", "cause", "fired", "E_off", "rho_off", "W_off", "C_off", "all_off", "fixing_sets",
-           "replays"]
+COLUMNS = [
+    "item_id",
+    "seed",
+    "cause",
+    "fired",
+    "E_off",
+    "rho_off",
+    "W_off",
+    "C_off",
+    "all_off",
+    "fixing_sets",
+    "replays",
+]
 EXTERNAL, COMPOUND, NOT_REPRODUCED = "external", "compound", "not_reproduced"
 MAX_FIX = 3  # the largest set of switches searched for a fix (of four: a fix needing all four names no owner)
 UNLABELLED = "unlabelled"  # a world without fault switches (`WorldSpec.counterfactual` False): no cause to find
@@ -58,12 +69,21 @@ class Replayer:
 
     def run(self, item_id: str, seed: int, off: frozenset[str] = frozenset(), probe: bool = False):
         spec = world(self.bench.world)
-        agent = SimulatedAgent(self.rates, off, self._cards, probe=probe, metered=False, competence=spec.competence,
-                               learned=self.learned, truth=spec.truth(self.bench) if spec.truth else None)
+        agent = SimulatedAgent(
+            self.rates,
+            off,
+            self._cards,
+            probe=probe,
+            metered=False,
+            competence=spec.competence,
+            learned=self.learned,
+            truth=spec.truth(self.bench) if spec.truth else None,
+        )
         self.replays += 1
         # the trace is discarded: no step is content-hashed
-        return run_episode(self.package, self.bench, item_id, seed, agent, self.max_turns,
-                           sealed=False).success, agent.onsets
+        return run_episode(
+            self.package, self.bench, item_id, seed, agent, self.max_turns, sealed=False
+        ).success, agent.onsets
 
     def outcome(self, item_id: str, seed: int, off: frozenset[str]) -> tuple[bool, dict]:
         """(success, onsets) with the switches `off` off, probing the rest. Replayed only when every switch in `off`
@@ -122,15 +142,31 @@ class Replayer:
         return row
 
 
-def causes_table(package: MemoryPackage, bench: Benchmark, scores: pd.DataFrame, max_turns: int = MAX_TURNS,
-                 rates: Rates = RATES, learned: frozenset[str] = frozenset()) -> pd.DataFrame:
+def causes_table(
+    package: MemoryPackage,
+    bench: Benchmark,
+    scores: pd.DataFrame,
+    max_turns: int = MAX_TURNS,
+    rates: Rates = RATES,
+    learned: frozenset[str] = frozenset(),
+) -> pd.DataFrame:
     """The hidden cause of every failed episode in `scores` (columns item_id, seed, success, error)."""
     rep = Replayer(package, bench, max_turns, rates, frozenset(learned))
     failed = scores[~scores["success"].astype(bool)]
     if not world(bench.world).counterfactual:  # nothing to replay: every failure stays unlabelled, none is scored
-        rows = [{**dict.fromkeys(COLUMNS, ""), "item_id": str(r.item_id), "seed": int(r.seed), "cause": UNLABELLED,
-                 "replays": 0} for r in failed.itertuples(index=False)]
+        rows = [
+            {
+                **dict.fromkeys(COLUMNS, ""),
+                "item_id": str(r.item_id),
+                "seed": int(r.seed),
+                "cause": UNLABELLED,
+                "replays": 0,
+            }
+            for r in failed.itertuples(index=False)
+        ]
         return pd.DataFrame(rows, columns=COLUMNS)
-    rows = [rep.cause(str(r.item_id), int(r.seed), "" if pd.isna(r.error) else str(r.error))
-            for r in failed.itertuples(index=False)]
+    rows = [
+        rep.cause(str(r.item_id), int(r.seed), "" if pd.isna(r.error) else str(r.error))
+        for r in failed.itertuples(index=False)
+    ]
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -75,14 +75,17 @@ def chat_format(metadata: dict, path: Path) -> str:
     has no usable tool-call format: refused in one line."""
     template = metadata.get("tokenizer.chat_template") or ""
     if not template.strip():
-        raise InputError(f"{path}: tokenizer.chat_template: none in the GGUF (a base model?): it has no chat or "
-                         f"tool-call format; {REFUSE_HINT}")
+        raise InputError(
+            f"{path}: tokenizer.chat_template: none in the GGUF (a base model?): it has no chat or "
+            f"tool-call format; {REFUSE_HINT}"
+        )
     if "tools" in template:
         return OWN_TEMPLATE
     if "<|im_start|>" in template:
         return "chatml-function-calling"
-    raise InputError(f"{path}: tokenizer.chat_template: renders no tools and is not ChatML: no tool-call format; "
-                     f"{REFUSE_HINT}")
+    raise InputError(
+        f"{path}: tokenizer.chat_template: renders no tools and is not ChatML: no tool-call format; {REFUSE_HINT}"
+    )
 
 
 def served_name(metadata: dict, path: Path) -> str:
@@ -129,10 +132,13 @@ def create_app(llama, name: str = LOCAL_MODEL, reshape: bool = True):
                 app.state.cancelled += 1
                 return JSONResponse({"error": {"message": "client gone"}}, 499)
             try:  # the running generation finishes (bounded by max_tokens): stopping it mid-grammar aborts llama.cpp
-                out = await asyncio.get_running_loop().run_in_executor(None, lambda: llama.create_chat_completion(**kwargs))
+                out = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: llama.create_chat_completion(**kwargs)
+                )
             except Exception as e:  # noqa: BLE001 - e.g. the prompt exceeds the context: the request's fault
-                return JSONResponse({"error": {"message": f"{type(e).__name__}: {e}", "type": "invalid_request_error"}},
-                                    400)
+                return JSONResponse(
+                    {"error": {"message": f"{type(e).__name__}: {e}", "type": "invalid_request_error"}}, 400
+                )
         out["model"] = name
         u = out.get("usage") or {}
         app.state.usage["requests"] += 1
@@ -176,6 +182,7 @@ def quiet_llama_cpp() -> None:
 
     global _SILENT
     if _SILENT is None:
+
         def keep_errors(level: int, text: bytes, user_data) -> None:
             if level == GGML_LOG_ERROR:
                 LLAMA_ERRORS.append(text.decode("utf-8", "replace").strip())
@@ -200,8 +207,13 @@ def _load(llama_cls, path: Path, **kwargs):
         raise InputError(f"--model-path: {path}: llama.cpp cannot load it ({e}{': ' + why if why else ''})") from None
 
 
-def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 1, model_path: Path | None = None,
-                say: Callable[[str], None] = print) -> None:
+def serve_local(
+    port: int = 8765,
+    n_ctx: int = 8192,
+    threads: int = 1,
+    model_path: Path | None = None,
+    say: Callable[[str], None] = print,
+) -> None:
     try:
         from llama_cpp import Llama
     except ImportError:
@@ -219,10 +231,21 @@ def serve_local(port: int = 8765, n_ctx: int = 8192, threads: int = 1, model_pat
     llama = _load(Llama, path, n_ctx=n_ctx, n_threads=threads)
     llama.chat_format = fmt  # create_chat_completion looks the handler up by this name on every call
     name = LOCAL_MODEL if model_path is None else served_name(llama.metadata, path)
-    say(f"serving {path.name} as {name!r} on http://127.0.0.1:{port}/v1 (chat format "
-        f"{'its own template' if fmt == OWN_TEMPLATE else fmt}, context {n_ctx}, {threads} threads)")
-    stoppable(uvicorn.Server(uvicorn.Config(create_app(llama, name, reshape=fmt != OWN_TEMPLATE), host="127.0.0.1",
-                                            port=port, log_level="warning", access_log=False))).run()
+    say(
+        f"serving {path.name} as {name!r} on http://127.0.0.1:{port}/v1 (chat format "
+        f"{'its own template' if fmt == OWN_TEMPLATE else fmt}, context {n_ctx}, {threads} threads)"
+    )
+    stoppable(
+        uvicorn.Server(
+            uvicorn.Config(
+                create_app(llama, name, reshape=fmt != OWN_TEMPLATE),
+                host="127.0.0.1",
+                port=port,
+                log_level="warning",
+                access_log=False,
+            )
+        )
+    ).run()
 
 
 def stoppable(server):

@@ -45,29 +45,48 @@ from components.runtime.types import ToolCall, Usage
 
 RETRY_STATUS = frozenset({408, 429, 502, 503, 504})
 # llama-cpp-python wraps a request it cannot validate (e.g. `content: null`) in a 500 whose message is the error
-VALIDATION = re.compile(r"validation|input should be|field required|'loc':|\btype_error|typeerror|valueerror|keyerror",
-                        re.I)
+VALIDATION = re.compile(
+    r"validation|input should be|field required|'loc':|\btype_error|typeerror|valueerror|keyerror", re.I
+)
 MAX_RETRY_AFTER = 120.0
 SchemaFormat = Literal["json_schema", "json_object", "none"]
 MaxTokensField = Literal["auto", "max_tokens", "max_completion_tokens"]
 
 
 class OpenAIChat:
-    def __init__(self, *, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0,
-                 max_retries: int = 4, backoff: float = 0.5, backoff_cap: float = 8.0, temperature: float = 0.0,
-                 max_tokens: int = 512, tool_choice: str = "auto", headers: dict[str, str] | None = None,
-                 json_actions: bool = False, schema_format: SchemaFormat = "json_schema",
-                 max_tokens_field: MaxTokensField = "auto", reasoning: bool = False,
-                 reasoning_effort: str | None = None, parallel_tool_calls: bool | None = None,
-                 extra_body: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        backoff_cap: float = 8.0,
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+        tool_choice: str = "auto",
+        headers: dict[str, str] | None = None,
+        json_actions: bool = False,
+        schema_format: SchemaFormat = "json_schema",
+        max_tokens_field: MaxTokensField = "auto",
+        reasoning: bool = False,
+        reasoning_effort: str | None = None,
+        parallel_tool_calls: bool | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ):
         self.name = model
         self.temperature, self.max_tokens, self.tool_choice = temperature, max_tokens, tool_choice
         # which field carries the reply's token cap: `max_tokens`, or `max_completion_tokens` (OpenAI's reasoning
         # models refuse the other); `auto`: max_tokens, switching to max_completion_tokens for good the first time the
         # server says so (a reasoning model: max_completion_tokens from the start)
         self.max_tokens_field = max_tokens_field
-        self._limit = ("max_completion_tokens" if max_tokens_field == "max_completion_tokens"
-                       or (max_tokens_field == "auto" and reasoning) else "max_tokens")
+        self._limit = (
+            "max_completion_tokens"
+            if max_tokens_field == "max_completion_tokens" or (max_tokens_field == "auto" and reasoning)
+            else "max_tokens"
+        )
         self.reasoning, self.reasoning_effort = reasoning, reasoning_effort
         self.parallel_tool_calls, self.extra_body = parallel_tool_calls, dict(extra_body or {})
         self.max_retries, self.backoff, self.backoff_cap = max_retries, backoff, backoff_cap
@@ -77,20 +96,27 @@ class OpenAIChat:
         # local servers ignore the key, but the SDK requires one; retries are ours (per-attempt accounting and a
         # status policy the SDK's loop does not expose), with the same backoff law: doubling, capped, 0-25% jitter
         key = os.environ.get(api_key_env) or "not-needed"
-        self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=0,
-                                    default_headers=dict(headers) if headers else None)
+        self.client = openai.OpenAI(
+            base_url=base_url,
+            api_key=key,
+            timeout=timeout,
+            max_retries=0,
+            default_headers=dict(headers) if headers else None,
+        )
 
     # -- one call ------------------------------------------------------------------------------------------------
-    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
-                 json_mode: bool | dict[str, Any] = False) -> ChatResult:
+    def complete(
+        self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool | dict[str, Any] = False
+    ) -> ChatResult:
         offered = tools or []  # (the tools, when `actions`)
         actions = bool(tools) and self.json_actions
         kwargs, messages = self._request(messages, tools, seed, json_mode, actions)
         resp, spent = self._send(kwargs, messages, tools if not actions else None)
         return self._reply(resp, spent, offered, actions, tools)
 
-    def _request(self, messages: list[dict], tools: list[dict] | None, seed: int, json_mode: bool | dict[str, Any],
-                 actions: bool) -> tuple[dict, list[dict]]:
+    def _request(
+        self, messages: list[dict], tools: list[dict] | None, seed: int, json_mode: bool | dict[str, Any], actions: bool
+    ) -> tuple[dict, list[dict]]:
         """The request's arguments, and the messages it sends (with JSON actions: the tools described in them)."""
         schema = json_mode if isinstance(json_mode, dict) else None
         if actions:
@@ -129,9 +155,11 @@ class OpenAIChat:
             resp, again = self._create(kwargs, messages, tools)
             return resp, add_usage(e.usage, again)
 
-    def _reply(self, resp: Any, spent: Usage, offered: list[dict], actions: bool,
-               tools: list[dict] | None) -> ChatResult:
+    def _reply(
+        self, resp: Any, spent: Usage, offered: list[dict], actions: bool, tools: list[dict] | None
+    ) -> ChatResult:
         """The response as a reply: its text and tool calls, or the ModelError that says what is wrong with it."""
+
         def fail(kind: str, message: str) -> ModelError:
             return ModelError(message, kind, spent)
 
@@ -151,8 +179,10 @@ class OpenAIChat:
         if actions:
             return self._action(content, offered, spent, fail)
         # (a function call each: no custom tool is offered, so none comes back)
-        calls = [_call(tc.id, tc.function.name, tc.function.arguments, fail)  # type: ignore[union-attr]
-                 for tc in (msg.tool_calls or [])]
+        calls = [
+            _call(tc.id, tc.function.name, tc.function.arguments, fail)  # type: ignore[union-attr]
+            for tc in (msg.tool_calls or [])
+        ]
         if not calls and tools:
             recovered = call_in_text(content, tools)
             if recovered is not None:
@@ -164,8 +194,13 @@ class OpenAIChat:
     def _limit_refused(self, e: ModelError) -> bool:
         """The server refused `max_tokens` and asked for `max_completion_tokens` (OpenAI's reasoning models do)."""
         text = e.message.lower()
-        return (self.max_tokens_field == "auto" and self._limit == "max_tokens" and e.kind == "rejected"
-                and "max_tokens" in text and "max_completion_tokens" in text)
+        return (
+            self.max_tokens_field == "auto"
+            and self._limit == "max_tokens"
+            and e.kind == "rejected"
+            and "max_tokens" in text
+            and "max_completion_tokens" in text
+        )
 
     def _cut(self, spent: Usage) -> str:
         """Which limit cut the reply: max_tokens when the server generated that many, else the context window (the
@@ -174,8 +209,10 @@ class OpenAIChat:
         if got >= self.max_tokens:
             return f"reply cut at max_tokens={self.max_tokens} ({got} tokens generated)"
         if got:
-            return (f"reply cut by the context window after {got} tokens (max_tokens={self.max_tokens} not reached; "
-                    f"prompt {spent.tokens_in} tokens)")
+            return (
+                f"reply cut by the context window after {got} tokens (max_tokens={self.max_tokens} not reached; "
+                f"prompt {spent.tokens_in} tokens)"
+            )
         return f"reply cut at max_tokens={self.max_tokens} or the context window (the server reported no usage)"
 
     def _action(self, content: str, tools: list[dict], spent: Usage, fail) -> ChatResult:
@@ -186,8 +223,10 @@ class OpenAIChat:
         if isinstance(raw, dict) and isinstance(raw.get("tool"), str):
             if raw["tool"] not in _names(tools):
                 raise fail("unknown_tool", f"call to a tool that does not exist: {raw['tool']!r}")
-            return ChatResult(tool_calls=[_call(f"call_{spent.calls}_{raw['tool']}", raw["tool"], raw.get("args") or {},
-                                                fail)], usage=spent)
+            return ChatResult(
+                tool_calls=[_call(f"call_{spent.calls}_{raw['tool']}", raw["tool"], raw.get("args") or {}, fail)],
+                usage=spent,
+            )
         if isinstance(raw, dict) and isinstance(raw.get("message"), str):
             return ChatResult(content=raw["message"], usage=spent)
         raise fail("malformed", "JSON action is neither {tool, args} nor {message}")
@@ -202,9 +241,12 @@ class OpenAIChat:
         root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
         try:
             # (the SDK's timeout: a float or its own httpx Timeout, which httpx takes as it is)
-            r = httpx.post(f"{root}/tokenize", json={"content": text},
-                           timeout=self.client.timeout,  # type: ignore[arg-type]
-                           headers={k: v for k, v in self.client.default_headers.items() if isinstance(v, str)})
+            r = httpx.post(
+                f"{root}/tokenize",
+                json={"content": text},
+                timeout=self.client.timeout,  # type: ignore[arg-type]
+                headers={k: v for k, v in self.client.default_headers.items() if isinstance(v, str)},
+            )
             tokens = r.json().get("tokens") if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):  # no such endpoint, or not JSON: the 4-char meter
             tokens = None
@@ -226,8 +268,10 @@ class OpenAIChat:
             except openai.APIError as e:
                 timed_out = isinstance(e, openai.APITimeoutError)
                 sent = not isinstance(e, openai.APIConnectionError) or timed_out
-                spent = add_usage(spent, Usage(tokens_in=prompt if sent else 0,
-                                               tokens_out=self.max_tokens if timed_out else 0, calls=1))
+                spent = add_usage(
+                    spent,
+                    Usage(tokens_in=prompt if sent else 0, tokens_out=self.max_tokens if timed_out else 0, calls=1),
+                )
                 retry, why = self._retry(e, attempt)
                 if not retry:
                     kind = "retries_exhausted" if why == "transient" else "rejected"
@@ -237,8 +281,9 @@ class OpenAIChat:
                 continue
             except (ValueError, TypeError, KeyError, AttributeError) as e:  # a body the SDK cannot parse
                 spent = add_usage(spent, Usage(tokens_in=prompt, calls=1))
-                raise ModelError(f"unparseable response: {type(e).__name__}: {str(e)[:200]}", "malformed",
-                                 spent) from None
+                raise ModelError(
+                    f"unparseable response: {type(e).__name__}: {str(e)[:200]}", "malformed", spent
+                ) from None
             u = getattr(resp, "usage", None)
             counts = _usage_counts(u)
             if counts is None:  # never credited: a negative count would lower the budget's spend
@@ -268,10 +313,11 @@ class OpenAIChat:
                 return float(after)
         except ValueError:
             pass
-        return min(self.backoff_cap, self.backoff * 2 ** attempt) * (1 - 0.25 * random.random())
+        return min(self.backoff_cap, self.backoff * 2**attempt) * (1 - 0.25 * random.random())
 
 
 # -- helpers -----------------------------------------------------------------------------------------------------------
+
 
 def _usage_counts(u: Any) -> tuple[int, int] | None:
     """(prompt, completion) tokens from a reply's usage; (0, 0) when the server sent none; None when it sent
@@ -363,30 +409,51 @@ def call_in_text(content: str, tools: list[dict]) -> ToolCall | None:
 
 def action_schema(tools: list[dict]) -> dict:
     """One JSON object: a call of one offered tool with its parameters, or a message to the user."""
-    calls = [{"type": "object", "properties": {"tool": {"const": t["function"]["name"]},
-                                               "args": t["function"].get("parameters") or {"type": "object"}},
-              "required": ["tool", "args"], "additionalProperties": False} for t in tools]
-    message = {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"],
-               "additionalProperties": False}
+    calls = [
+        {
+            "type": "object",
+            "properties": {
+                "tool": {"const": t["function"]["name"]},
+                "args": t["function"].get("parameters") or {"type": "object"},
+            },
+            "required": ["tool", "args"],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    message = {
+        "type": "object",
+        "properties": {"message": {"type": "string"}},
+        "required": ["message"],
+        "additionalProperties": False,
+    }
     return {"anyOf": [*calls, message]}
 
 
-ACTIONS_HEADER = ("# How to act\nReply with ONE JSON object and nothing else: either {\"tool\": <name>, \"args\": {...}} "
-                  "to call one of these tools, or {\"message\": <text>} to write to the customer.\n")
+ACTIONS_HEADER = (
+    '# How to act\nReply with ONE JSON object and nothing else: either {"tool": <name>, "args": {...}} '
+    'to call one of these tools, or {"message": <text>} to write to the customer.\n'
+)
 
 
 def action_messages(messages: list[dict], tools: list[dict]) -> list[dict]:
     """The conversation for a model without native tool calling: tools described in text, calls and results as
     plain assistant and user turns (many chat templates know no `tool` role)."""
-    listing = "\n".join(f"- {t['function']['name']}: {t['function'].get('description', '')} "
-                        f"args {json.dumps(t['function'].get('parameters', {}).get('properties', {}), sort_keys=True)}"
-                        for t in tools)
+    listing = "\n".join(
+        f"- {t['function']['name']}: {t['function'].get('description', '')} "
+        f"args {json.dumps(t['function'].get('parameters', {}).get('properties', {}), sort_keys=True)}"
+        for t in tools
+    )
     out: list[dict] = []
     for m in messages:
         if m.get("role") == "assistant" and m.get("tool_calls"):
             fn = m["tool_calls"][0]["function"]
-            out.append({"role": "assistant", "content": json.dumps({"tool": fn["name"],
-                                                                    "args": json.loads(fn["arguments"] or "{}")})})
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": json.dumps({"tool": fn["name"], "args": json.loads(fn["arguments"] or "{}")}),
+                }
+            )
         elif m.get("role") == "tool":
             out.append({"role": "user", "content": f"[tool result] {m.get('content') or ''}"})
         elif m.get("role") == "assistant":

@@ -95,8 +95,14 @@ class ChatRequest(_Loose):
 
 
 class _Refusal(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
 
@@ -104,8 +110,9 @@ class _Refusal(Exception):
         return _error(self.status, self.message, self.param, self.code, self.kind)
 
 
-def _error(status: int, message: str, param: str | None = None, code: str | None = None,
-           kind: str = "invalid_request_error") -> JSONResponse:
+def _error(
+    status: int, message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error"
+) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
 
 
@@ -153,15 +160,23 @@ def _served(req: ChatRequest, strict_system: bool) -> None:
     if req.n not in (None, 1):
         raise _Refusal(400, f"n: only one choice per request is supported (got {req.n})", "n", "unsupported_value")
     if req.messages[0].role not in ("system", "developer"):
-        raise _Refusal(400, "messages: the first message must be the system prompt (the agent's policy and memory)",
-                       "messages", "invalid_value")
+        raise _Refusal(
+            400,
+            "messages: the first message must be the system prompt (the agent's policy and memory)",
+            "messages",
+            "invalid_value",
+        )
     if strict_system and any(m.role in ("system", "developer") for m in req.messages[1:]):
         at = next(i for i, m in enumerate(req.messages) if i and m.role in ("system", "developer"))
         raise _Refusal(400, f"messages.{at}: {STRICT_SYSTEM}", f"messages.{at}", "invalid_value")
     offered = {t.function.name for t in req.tools or []}
     if isinstance(req.tool_choice, _NamedChoice) and req.tool_choice.function.name not in offered:
-        raise _Refusal(400, f"tool_choice: {req.tool_choice.function.name!r} is not one of the request's tools",
-                       "tool_choice", "invalid_value")
+        raise _Refusal(
+            400,
+            f"tool_choice: {req.tool_choice.function.name!r} is not one of the request's tools",
+            "tool_choice",
+            "invalid_value",
+        )
     if req.tool_choice == "required" and not offered:
         raise _Refusal(400, "tool_choice: 'required' needs tools", "tool_choice", "invalid_value")
 
@@ -180,9 +195,15 @@ def _allowed_calls(req: ChatRequest, calls: list) -> tuple[list, str | None]:
     withheld = [c.name for c in calls if c.name not in allowed]
     if (choice == "required" or isinstance(choice, _NamedChoice)) and not kept:
         want = f"a call to {choice.function.name!r}" if isinstance(choice, _NamedChoice) else "a tool call"
-        raise _Refusal(422, f"tool_choice: the simulated agent's next step is not {want}"
-                            f"{f' (it wants {withheld[0]!r})' if withheld else ''}", "tool_choice", "unsatisfiable")
+        raise _Refusal(
+            422,
+            f"tool_choice: the simulated agent's next step is not {want}"
+            f"{f' (it wants {withheld[0]!r})' if withheld else ''}",
+            "tool_choice",
+            "unsatisfiable",
+        )
     return kept, (f"(I would call `{withheld[0]}` next, but this request does not offer it.)" if withheld else None)
+
 
 # What real endpoints do, roughly in proportion: mostly transient errors, sometimes a broken answer.
 FAULTS = (("http_500", 0.5), ("slow", 0.2), ("bad_json", 0.1), ("unknown_tool", 0.1), ("missing_field", 0.1))
@@ -208,9 +229,15 @@ def _fault(body: bytes, attempt: int, rate: float, seed: int) -> str | None:
     return kind
 
 
-def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fault_seed: int = 0,
-               slow_seconds: float = 2.0, max_body: int = MAX_BODY, body_timeout: float = HEADER_TIMEOUT,
-               strict_system: bool = False) -> FastAPI:
+def create_app(
+    agent: SimulatedAgent | None = None,
+    fault_rate: float = 0.0,
+    fault_seed: int = 0,
+    slow_seconds: float = 2.0,
+    max_body: int = MAX_BODY,
+    body_timeout: float = HEADER_TIMEOUT,
+    strict_system: bool = False,
+) -> FastAPI:
     """The app; `agent` is any chat model (the simulated agent by default); `strict_system`: refuse a system message
     that is not first (`_parse`)."""
     agent = agent or SimulatedAgent()
@@ -235,8 +262,9 @@ def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fau
             except StopAsyncIteration:
                 break
             except asyncio.TimeoutError:
-                raise _Refusal(408, f"the request body did not arrive within {body_timeout:g} s",
-                               code="request_timeout") from None
+                raise _Refusal(
+                    408, f"the request body did not arrive within {body_timeout:g} s", code="request_timeout"
+                ) from None
             size += len(chunk)
             if size > max_body:
                 raise _Refusal(413, f"the request body exceeds {max_body} bytes", code="request_too_large")
@@ -257,8 +285,12 @@ def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fau
                 out.headers["connection"] = "close"
             return out
         except Exception as e:  # noqa: BLE001 - a well-formed request the agent cannot read: say so, keep the connection
-            return _error(422, f"the simulated agent cannot answer this conversation ({type(e).__name__}: {e})",
-                          "messages", "unprocessable_conversation")
+            return _error(
+                422,
+                f"the simulated agent cannot answer this conversation ({type(e).__name__}: {e})",
+                "messages",
+                "unprocessable_conversation",
+            )
 
     async def answer(request: Request):
         raw = await body_of(request)
@@ -270,7 +302,9 @@ def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fau
         if fault:
             app.state.faults.append(fault)
         if fault == "http_500":
-            return JSONResponse({"error": {"message": "injected server error", "type": "server_error"}}, status_code=500)
+            return JSONResponse(
+                {"error": {"message": "injected server error", "type": "server_error"}}, status_code=500
+            )
         if fault == "slow":
             await asyncio.sleep(slow_seconds)
         if fault == "bad_json":
@@ -279,8 +313,14 @@ def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fau
         tools = [t.model_dump() for t in req.tools] if req.tools else None
         res = agent.complete(messages, tools=tools, seed=req.seed or 0, json_mode=json_mode)
         kept, withheld = _allowed_calls(req, res.tool_calls)
-        calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.args, sort_keys=True)}}
-                 for c in kept]
+        calls = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.args, sort_keys=True)},
+            }
+            for c in kept
+        ]
         if fault == "unknown_tool":
             calls = [{"id": "call_x", "type": "function", "function": {"name": "delete_everything", "arguments": "{}"}}]
         content = res.content or (withheld if not calls else None)
@@ -293,8 +333,11 @@ def create_app(agent: SimulatedAgent | None = None, fault_rate: float = 0.0, fau
             "created": int(time.time()),
             "model": req.model,
             "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-            "usage": {"prompt_tokens": res.usage.tokens_in, "completion_tokens": res.usage.tokens_out,
-                      "total_tokens": res.usage.tokens_in + res.usage.tokens_out},
+            "usage": {
+                "prompt_tokens": res.usage.tokens_in,
+                "completion_tokens": res.usage.tokens_out,
+                "total_tokens": res.usage.tokens_in + res.usage.tokens_out,
+            },
         }
         if fault == "missing_field":
             del out["choices"]
@@ -329,12 +372,30 @@ def _header_timeout_protocol(seconds: float):
     return HeaderTimeout
 
 
-def serve(port: int, host: str = "127.0.0.1", fault_rate: float = 0.0, fault_seed: int = 0,
-          slow_seconds: float = 2.0, max_body: int = MAX_BODY, header_timeout: float = HEADER_TIMEOUT,
-          strict_system: bool = False) -> None:
+def serve(
+    port: int,
+    host: str = "127.0.0.1",
+    fault_rate: float = 0.0,
+    fault_seed: int = 0,
+    slow_seconds: float = 2.0,
+    max_body: int = MAX_BODY,
+    header_timeout: float = HEADER_TIMEOUT,
+    strict_system: bool = False,
+) -> None:
     import uvicorn
 
-    uvicorn.run(create_app(fault_rate=fault_rate, fault_seed=fault_seed, slow_seconds=slow_seconds, max_body=max_body,
-                           body_timeout=header_timeout, strict_system=strict_system),
-                host=host, port=port, log_level="warning", access_log=False,
-                http=_header_timeout_protocol(header_timeout))
+    uvicorn.run(
+        create_app(
+            fault_rate=fault_rate,
+            fault_seed=fault_seed,
+            slow_seconds=slow_seconds,
+            max_body=max_body,
+            body_timeout=header_timeout,
+            strict_system=strict_system,
+        ),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        http=_header_timeout_protocol(header_timeout),
+    )

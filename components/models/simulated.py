@@ -73,7 +73,12 @@ class Rates:
 
 
 RATES = Rates()
-OWNERS = (Owner.RHO, Owner.E, Owner.W, Owner.C)  # the fault switches; also the precedence among faults that fire at the same call
+OWNERS = (
+    Owner.RHO,
+    Owner.E,
+    Owner.W,
+    Owner.C,
+)  # the fault switches; also the precedence among faults that fire at the same call
 
 
 @lru_cache(maxsize=1 << 16)  # pure; drift checks and probe twins ask the same questions many times per episode
@@ -86,6 +91,7 @@ def coin(seed: int, *about: object) -> float:
 # Every call re-reads the whole conversation, so the same strings are parsed again and again within an episode (and
 # by the probe's twins and the counterfactual replays). The parsers below are pure functions of one string, memoized;
 # what they return is only read, never mutated (the agent builds its outputs from fresh dicts).
+
 
 @lru_cache(maxsize=1 << 14)
 def _json(text: str) -> object:
@@ -148,8 +154,10 @@ def read(messages: list[dict], comp: Competence) -> View:
     cards = [c for c in CARD_SPLIT.split(memory)[1:]]
     board = None
     if "## Working memory (ledger)" in memory:
-        board = [(tool, dict(a.split("=", 1) for a in args.split()), status)
-                 for status, _eid, tool, args in BOARD_RE.findall(memory)]
+        board = [
+            (tool, dict(a.split("=", 1) for a in args.split()), status)
+            for status, _eid, tool, args in BOARD_RE.findall(memory)
+        ]
     calls, user_texts, assistant_texts, turn = _conversation(messages[1:])
     reqs, info = parse_first(comp, user_texts[0] if user_texts else "")
     return View(policy, memory, cards, board, reqs, info, calls, user_texts, assistant_texts, turn, feedback, mode)
@@ -203,6 +211,7 @@ def refusal_rule(result: dict) -> str:
 
 # -- which world it plays -----------------------------------------------------------------------------------------
 
+
 def _enums(schema: object) -> list[str]:
     """Every string in an `enum` of a JSON schema (a state proposal's schema lists the offered tools)."""
     if isinstance(schema, dict):
@@ -247,9 +256,17 @@ class SimulatedAgent:
 
     name = NAME
 
-    def __init__(self, rates: Rates = RATES, off: frozenset[str] = frozenset(), cards: tuple[str, ...] = (),
-                 probe: bool = False, metered: bool = True, competence: Competence | None = None,
-                 learned: frozenset[str] = frozenset(), truth: Mapping[str, object] | None = None):
+    def __init__(
+        self,
+        rates: Rates = RATES,
+        off: frozenset[str] = frozenset(),
+        cards: tuple[str, ...] = (),
+        probe: bool = False,
+        metered: bool = True,
+        competence: Competence | None = None,
+        learned: frozenset[str] = frozenset(),
+        truth: Mapping[str, object] | None = None,
+    ):
         self.rates = rates
         # the rules' true values where a benchmark's differ from its world's own (a variant): what E off knows; only
         # the counterfactual replay, which scores, passes them (`WorldSpec.truth`)
@@ -264,8 +281,9 @@ class SimulatedAgent:
         self.n_calls = 0
 
     def _twin(self, off: frozenset[str], v: View, seed: int, comp: Competence) -> tuple:
-        return SimulatedAgent(self.rates, off, self.cards, competence=comp, learned=self.learned,
-                              truth=self.truth)._respond(v, seed, comp)
+        return SimulatedAgent(
+            self.rates, off, self.cards, competence=comp, learned=self.learned, truth=self.truth
+        )._respond(v, seed, comp)
 
     def _probe(self, v: View, seed: int, mine: tuple, comp: Competence) -> None:
         """Record the first call at which each owner's fault (not yet switched off) changes the output."""
@@ -280,8 +298,14 @@ class SimulatedAgent:
             return json.dumps(self._propose(v, seed, comp), sort_keys=True), None
         return self._draft(v, seed, comp)
 
-    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool | dict = False) -> ChatResult:
-        if messages and messages[0].get("role") == "system" and (messages[0].get("content") or "").startswith(prompts.PLAN_MARK):
+    def complete(
+        self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool | dict = False
+    ) -> ChatResult:
+        if (
+            messages
+            and messages[0].get("role") == "system"
+            and (messages[0].get("content") or "").startswith(prompts.PLAN_MARK)
+        ):
             content = plan_reply(messages)
             return ChatResult(content=content, usage=count_tokens(messages, tools, content))
         comp = self.competence or resolve(offered_tools(tools, json_mode), _first_user(messages))
@@ -432,8 +456,10 @@ class SimulatedAgent:
             return read_first
         attempts = [(c, res) for c, res in v.results(r.tool) if r.targets(c["args"])]
         if attempts and "error" in attempts[-1][1] and not plan_only:
-            if _gives_up(attempts, sum(1 for f in comp.facts if f.tool == r.tool)) \
-                    or coin(seed, "recover", r.key, len(attempts)) >= self.rates.p_recover:
+            if (
+                _gives_up(attempts, sum(1 for f in comp.facts if f.tool == r.tool))
+                or coin(seed, "recover", r.key, len(attempts)) >= self.rates.p_recover
+            ):
                 return comp.give_up(r), None
         if plan_only:
             return "", (r.tool, {})
@@ -446,7 +472,10 @@ class SimulatedAgent:
         if not covered(acts, r.tool, r.target):
             if _denied(acts, r):
                 return comp.give_up(r), None  # the customer said no to this very write
-            asked = CheckCode.UNCONFIRMED in bounce_codes(v.feedback) and coin(seed, "fix", "confirm", r.key) < self.rates.p_fix
+            asked = (
+                CheckCode.UNCONFIRMED in bounce_codes(v.feedback)
+                and coin(seed, "fix", "confirm", r.key) < self.rates.p_fix
+            )
             if asked or Owner.C in self.off or coin(seed, "confirm", r.key) >= self.rates.p_skip_confirm:
                 return "", (CONFIRM_TOOL, {"tool": r.tool, "args": dict(r.target), "summary": comp.summary(r)})
         return step
@@ -487,8 +516,16 @@ def _gives_up(attempts: list[tuple[dict, dict]], n_facts: int) -> bool:
 def _acts(v: View, comp: Competence) -> list[Act]:
     """The calls so far as confirmation reads them (`components.runtime.confirm`, the kernel's one rule): the agent
     believes a write is confirmed exactly when the harness would."""
-    return [Act(c["name"], c["args"], "error" not in res, c["name"] in comp.writes,
-                res.get("confirmed") if c["name"] == CONFIRM_TOOL else None) for c, res in v.calls]
+    return [
+        Act(
+            c["name"],
+            c["args"],
+            "error" not in res,
+            c["name"] in comp.writes,
+            res.get("confirmed") if c["name"] == CONFIRM_TOOL else None,
+        )
+        for c, res in v.calls
+    ]
 
 
 def _denied(acts: list[Act], r: Request) -> bool:
@@ -497,12 +534,17 @@ def _denied(acts: list[Act], r: Request) -> bool:
         if a.write and a.ok:
             return False
         if a.tool == CONFIRM_TOOL:
-            return (a.granted is False and a.args.get("tool") == r.tool and isinstance(a.args.get("args"), dict)
-                    and r.targets(a.args["args"]))
+            return (
+                a.granted is False
+                and a.args.get("tool") == r.tool
+                and isinstance(a.args.get("args"), dict)
+                and r.targets(a.args["args"])
+            )
     return False
 
 
 # -- the meta-agent's planning prompt -----------------------------------------------------------------------------
+
 
 def plan_reply(messages: list[dict]) -> str:
     """Answer the `llm` meta-agent: return the plan the prompt's evidence supports, as JSON.
@@ -512,5 +554,7 @@ def plan_reply(messages: list[dict]) -> str:
     text = messages[-1].get("content") or ""
     m = re.search(r"```json\n(.*?)\n```", text, re.S)
     if not m:
-        return json.dumps({"owner": Owner.NONE, "rationale": "no evidence in the prompt", "evidence": [], "operations": []})
+        return json.dumps(
+            {"owner": Owner.NONE, "rationale": "no evidence in the prompt", "evidence": [], "operations": []}
+        )
     return m.group(1)

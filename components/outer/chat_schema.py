@@ -113,8 +113,9 @@ def problems(record: Any) -> list[str]:
     return out
 
 
-def _assistant_problems(i: int, m: AssistantMessage, names: set[str] | None, open_calls: dict[str, int],
-                        answered: set[str]) -> list[str]:
+def _assistant_problems(
+    i: int, m: AssistantMessage, names: set[str] | None, open_calls: dict[str, int], answered: set[str]
+) -> list[str]:
     """What is wrong with assistant message `i` and its calls (`names`: the record's tools, None when it lists
     none); its calls are opened in `open_calls`."""
     out = []

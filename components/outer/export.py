@@ -91,8 +91,10 @@ class ExportManifest(BaseModel):
 
 def check_split(split: str) -> None:
     if split != SPLIT:
-        raise InputError(f"--split: {split}: export reads train items only ({split} is held out: dev decides "
-                         "promotions and test certifies the champion; training on them would void both)")
+        raise InputError(
+            f"--split: {split}: export reads train items only ({split} is held out: dev decides "
+            "promotions and test certifies the champion; training on them would void both)"
+        )
 
 
 @dataclass(frozen=True)
@@ -121,13 +123,21 @@ class _NoModel:
 
     name = "replay"
 
-    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
-                 json_mode: bool | dict[str, Any] = False) -> ChatResult:
+    def complete(
+        self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool | dict[str, Any] = False
+    ) -> ChatResult:
         raise RuntimeError("a replay of recorded actions asks no model")
 
 
-def replay(bench: Benchmark, package: MemoryPackage, item_id: str, seed: int, steps: pd.DataFrame,
-           recorded_score: float, where: str) -> Episode:
+def replay(
+    bench: Benchmark,
+    package: MemoryPackage,
+    item_id: str,
+    seed: int,
+    steps: pd.DataFrame,
+    recorded_score: float,
+    where: str,
+) -> Episode:
     """The episode's messages, tools and per-criterion scores, by replaying its committed actions (module doc)."""
     spec = world(bench.world)
     task = bench.tasks[item_id]
@@ -151,8 +161,10 @@ def replay(bench: Benchmark, package: MemoryPackage, item_id: str, seed: int, st
         port.commit(Draft(content=a.get("content") or "", tool_call=call), s.blocked)
     score = env.score(port.transcript())
     if abs(score.reward - recorded_score) > 1e-9:
-        raise InputError(f"{where}: score: replaying {item_id}#{seed} scores {score.reward:.4f}, the trace recorded "
-                         f"{recorded_score:.4f} (the benchmark or the world changed since the campaign ran)")
+        raise InputError(
+            f"{where}: score: replaying {item_id}#{seed} scores {score.reward:.4f}, the trace recorded "
+            f"{recorded_score:.4f} (the benchmark or the world changed since the campaign ran)"
+        )
     system = [{"role": "system", "content": env.system_prompt}]
     cards = [package.cards[c].render() for c in delivered if c in package.cards]
     if cards:
@@ -160,8 +172,9 @@ def replay(bench: Benchmark, package: MemoryPackage, item_id: str, seed: int, st
 
         system.append({"role": "system", "content": f"{prompts.MEMORY_HEADER}\n\n" + "\n\n".join(cards)})
     messages = _assistant_weight([*system, *port.messages], blocked_ids)
-    return Episode(item_id, seed, score.reward, bool(score.success), dict(score.criteria), messages, port.tools,
-                   len(system))
+    return Episode(
+        item_id, seed, score.reward, bool(score.success), dict(score.criteria), messages, port.tools, len(system)
+    )
 
 
 @dataclass(frozen=True)
@@ -177,7 +190,9 @@ def _train_eval_of(campaign: Path, digest: str) -> TrainEpisodes | None:
         meta = read_json_object(meta_path)
         if meta.get("package_digest") == digest and meta.get("split") == SPLIT:
             d = meta_path.parent
-            return TrainEpisodes(_read(d / "scores.csv"), _read(d / "traces.parquet"), d.relative_to(campaign).as_posix())
+            return TrainEpisodes(
+                _read(d / "scores.csv"), _read(d / "traces.parquet"), d.relative_to(campaign).as_posix()
+            )
     return None
 
 
@@ -194,12 +209,16 @@ def _read(path: Path) -> pd.DataFrame:
         raise InputError(f"{path}: -: damaged, cannot be read ({str(e).strip().splitlines()[0][:160]})") from None
 
 
-def _evaluate(package: Path, bench: Benchmark, seeds: int, model: str, model_cfg: dict, max_turns: int) -> TrainEpisodes:
+def _evaluate(
+    package: Path, bench: Benchmark, seeds: int, model: str, model_cfg: dict, max_turns: int
+) -> TrainEpisodes:
     t = run_shard(package, bench, bench.ids(SPLIT), list(range(seeds)), model, model_cfg, max_turns)
     return TrainEpisodes(t.scores, t.traces, "evaluated")
 
 
-def _episodes(eps: TrainEpisodes, bench: Benchmark, package: MemoryPackage, where: str) -> dict[tuple[str, int], Episode]:
+def _episodes(
+    eps: TrainEpisodes, bench: Benchmark, package: MemoryPackage, where: str
+) -> dict[tuple[str, int], Episode]:
     by_ep = {k: g for k, g in eps.traces.groupby(["item_id", "seed"], sort=True)} if len(eps.traces) else {}
     out = {}
     train = set(bench.ids(SPLIT))
@@ -225,21 +244,37 @@ def preference_record(win: Episode, lose: Episode) -> dict:
     """Prompt: the longest shared prefix of the two conversations (policy + what both saw), ending before an
     assistant message; chosen and rejected: the rest of each. The memory message is left out: the two arms had
     different packages, and the pair contrasts the behaviour, not the harness."""
-    a = [win.messages[0], *win.messages[win.conversation_at:]]
-    b = [lose.messages[0], *lose.messages[lose.conversation_at:]]
+    a = [win.messages[0], *win.messages[win.conversation_at :]]
+    b = [lose.messages[0], *lose.messages[lose.conversation_at :]]
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     while n > 1 and a[n - 1]["role"] == "assistant":  # a completion starts with the assistant's turn
         n -= 1
-    return {"prompt": a[:n], "chosen": a[n:], "rejected": b[n:], "item_id": win.item_id, "seed": win.seed,
-            "tools": win.tools}
+    return {
+        "prompt": a[:n],
+        "chosen": a[n:],
+        "rejected": b[n:],
+        "item_id": win.item_id,
+        "seed": win.seed,
+        "tools": win.tools,
+    }
 
 
 def rollout_record(ep: Episode, arm: str, version: str, digest: str, weights: dict[str, float]) -> dict:
-    return {"item_id": ep.item_id, "seed": ep.seed, "arm": arm, "version": version, "package_digest": digest,
-            "reward": ep.score, "success": ep.success, "criteria": ep.criteria, "weights": weights,
-            "messages": ep.messages, "tools": ep.tools}
+    return {
+        "item_id": ep.item_id,
+        "seed": ep.seed,
+        "arm": arm,
+        "version": version,
+        "package_digest": digest,
+        "reward": ep.score,
+        "success": ep.success,
+        "criteria": ep.criteria,
+        "weights": weights,
+        "messages": ep.messages,
+        "tools": ep.tools,
+    }
 
 
 def _jsonl(records: list[dict]) -> bytes:
@@ -257,8 +292,10 @@ def export_campaign(campaign: str | Path, bench_dir: str | Path, out: str | Path
     c = params.get("campaign") or {}
     bench = benchmark_at(bench_dir)
     if summary.get("benchmark_digest") != bench.digest:
-        raise InputError(f"{Path(bench_dir)}: digest: {bench.digest[:12]} is not the benchmark the campaign ran "
-                         f"({str(summary.get('benchmark_digest'))[:12]}, {campaign / 'summary.json'})")
+        raise InputError(
+            f"{Path(bench_dir)}: digest: {bench.digest[:12]} is not the benchmark the campaign ran "
+            f"({str(summary.get('benchmark_digest'))[:12]}, {campaign / 'summary.json'})"
+        )
     lineage = Lineage(campaign / "lineage")
     versions = lineage.versions()
     start, champ = versions[0], versions[-1]
@@ -269,28 +306,50 @@ def export_campaign(campaign: str | Path, bench_dir: str | Path, out: str | Path
     champ_pkg, start_pkg = load_package(champ.path), load_package(start.path)
 
     champ_eps = _train_eval_of(campaign, champ.digest) or _evaluate(
-        champ.path, bench, seeds, model, model_cfg, int(c.get("max_turns", MAX_TURNS)))
+        champ.path, bench, seeds, model, model_cfg, int(c.get("max_turns", MAX_TURNS))
+    )
     start_eps = _train_eval_of(campaign, start.digest)
     if start_eps is None:
         raise InputError(f"{campaign}: rounds: no train evaluation of the start package (an unfinished campaign?)")
     where = str(campaign)
     champ_by = _episodes(champ_eps, bench, champ_pkg, f"{campaign / champ_eps.source}")
-    start_by = champ_by if start.digest == champ.digest else _episodes(start_eps, bench, start_pkg,
-                                                                       f"{campaign / start_eps.source}")
+    start_by = (
+        champ_by
+        if start.digest == champ.digest
+        else _episodes(start_eps, bench, start_pkg, f"{campaign / start_eps.source}")
+    )
 
     sft = _sft_records(champ_by, f"{campaign / champ_eps.source}")
-    prefs = [preference_record(e, start_by[k]) for k, e in sorted(champ_by.items())
-             if e.success and k in start_by and not start_by[k].success]
+    prefs = [
+        preference_record(e, start_by[k])
+        for k, e in sorted(champ_by.items())
+        if e.success and k in start_by and not start_by[k].success
+    ]
     rollouts = [*_rollouts(bench, "start", start, start_by), *_rollouts(bench, "champion", champ, champ_by)]
-    data = {"sft.jsonl": (sft, _jsonl(sft)), "preferences.jsonl": (prefs, _jsonl(prefs)),
-            "rollouts.jsonl": (rollouts, _jsonl(rollouts))}
+    data = {
+        "sft.jsonl": (sft, _jsonl(sft)),
+        "preferences.jsonl": (prefs, _jsonl(prefs)),
+        "rollouts.jsonl": (rollouts, _jsonl(rollouts)),
+    }
     manifest = ExportManifest(
-        campaign=str(summary.get("campaign") or c.get("name") or campaign.name), campaign_dir=where, world=bench.world,
-        split=SPLIT, benchmark_digest=bench.digest, champion=champ.name, champion_digest=champ.digest,
-        start=start.name, start_digest=start.digest, model=model, model_cfg=model_cfg, seeds=seeds,
+        campaign=str(summary.get("campaign") or c.get("name") or campaign.name),
+        campaign_dir=where,
+        world=bench.world,
+        split=SPLIT,
+        benchmark_digest=bench.digest,
+        champion=champ.name,
+        champion_digest=champ.digest,
+        start=start.name,
+        start_digest=start.digest,
+        model=model,
+        model_cfg=model_cfg,
+        seeds=seeds,
         champion_train_source=champ_eps.source,
-        files={name: ExportedFile(path=name, sha256=hashlib.sha256(b).hexdigest(), bytes=len(b), records=len(recs))
-               for name, (recs, b) in data.items()})
+        files={
+            name: ExportedFile(path=name, sha256=hashlib.sha256(b).hexdigest(), bytes=len(b), records=len(recs))
+            for name, (recs, b) in data.items()
+        },
+    )
     with atomic_dir(out, mark=MARK) as tmp:
         for name, (_, b) in data.items():
             (tmp / name).write_bytes(b)

@@ -50,8 +50,9 @@ def demonstrated(export_dir: str | Path) -> tuple[Counter, str]:
     facts = world(m.world).competence.facts
     counts: Counter = Counter()
     if "sft.jsonl" not in m.files:
-        raise InputError(f"{Path(export_dir) / 'manifest.json'}: files: no sft.jsonl listed (not an export of "
-                         "`ratchet export`)")
+        raise InputError(
+            f"{Path(export_dir) / 'manifest.json'}: files: no sft.jsonl listed (not an export of `ratchet export`)"
+        )
     for rec in read_jsonl(Path(export_dir) / m.files["sft.jsonl"].path):
         tools = set(accepted_writes(rec.get("messages") or []))
         counts.update({f.id for f in facts if f.tool in tools})
@@ -65,8 +66,10 @@ def learn_sim(export_dir: str | Path, base: ModelSpec | None = None, min_demos: 
     if base is not None and base.model != "sim":
         raise InputError(f"--base: model: {base.model}: the offline learner trains the `sim` backend only")
     if base is None and m.model != "sim":
-        raise InputError(f"{Path(export_dir) / 'manifest.json'}: model: {m.model}: the offline learner trains the "
-                         "`sim` backend only (use a real trainer for this model)")
+        raise InputError(
+            f"{Path(export_dir) / 'manifest.json'}: model: {m.model}: the offline learner trains the "
+            "`sim` backend only (use a real trainer for this model)"
+        )
     counts, world_name = demonstrated(export_dir)
     before = set((base.model_cfg if base else m.model_cfg).get("learned") or ())
     new = {f for f, n in counts.items() if n >= min_demos}
@@ -74,7 +77,17 @@ def learn_sim(export_dir: str | Path, base: ModelSpec | None = None, min_demos: 
     base_id = base.name if base else str(m.model_cfg.get("model") or m.model)
     tag = hashlib.sha256(json.dumps([base_id, m.digest(), learned]).encode()).hexdigest()[:10]
     cfg = {k: v for k, v in (base.model_cfg if base else m.model_cfg).items() if k != "model"}
-    return ModelSpec(name=f"ratchet-sim-ft-{tag}", model="sim", model_cfg={**cfg, "learned": learned},
-                     trained_on=m.digest(), base=base_id,
-                     notes={"world": world_name, "min_demos": min_demos, "sft_records": m.files["sft.jsonl"].records,
-                            "demonstrations": dict(sorted(counts.items())), "newly_learned": sorted(new - before)})
+    return ModelSpec(
+        name=f"ratchet-sim-ft-{tag}",
+        model="sim",
+        model_cfg={**cfg, "learned": learned},
+        trained_on=m.digest(),
+        base=base_id,
+        notes={
+            "world": world_name,
+            "min_demos": min_demos,
+            "sft_records": m.files["sft.jsonl"].records,
+            "demonstrations": dict(sorted(counts.items())),
+            "newly_learned": sorted(new - before),
+        },
+    )

@@ -37,8 +37,14 @@ FINISHED, TERMINAL, USER_STOP, MAX_STEPS, MAX_ERRORS = "finish", "terminal_tool"
 
 
 class ChatHarness:
-    def __init__(self, env: Environment, model: ChatModel, seed: int, targets: dict[str, list[str]] | None = None,
-                 protocol: Protocol = CUSTOM):
+    def __init__(
+        self,
+        env: Environment,
+        model: ChatModel,
+        seed: int,
+        targets: dict[str, list[str]] | None = None,
+        protocol: Protocol = CUSTOM,
+    ):
         self.env = env
         self.model = model
         self.seed = seed
@@ -54,14 +60,25 @@ class ChatHarness:
         # and bounded: an unbounded list let a small model repeat one entry until max_tokens cut every proposal
         text = {"type": "string", "maxLength": MAX_TEXT}
         self._proposal_schema: dict[str, Any] = {
-            "type": "object", "required": ["pending", "next_tool"],
+            "type": "object",
+            "required": ["pending", "next_tool"],
             "properties": {
-                "pending": {"type": "array", "maxItems": MAX_PENDING, "items": {
-                    "type": "object", "required": ["tool", "args", "note"],
-                    "properties": {"tool": {"enum": names},
-                                   "args": {"type": "object", "additionalProperties": text, "maxProperties": MAX_ARGS},
-                                   "note": text}}},
-                "next_tool": {"anyOf": [{"enum": names}, {"type": "null"}]}}}
+                "pending": {
+                    "type": "array",
+                    "maxItems": MAX_PENDING,
+                    "items": {
+                        "type": "object",
+                        "required": ["tool", "args", "note"],
+                        "properties": {
+                            "tool": {"enum": names},
+                            "args": {"type": "object", "additionalProperties": text, "maxProperties": MAX_ARGS},
+                            "note": text,
+                        },
+                    },
+                },
+                "next_tool": {"anyOf": [{"enum": names}, {"type": "null"}]},
+            },
+        }
         self.messages: list[dict[str, Any]] = []
         self._turns: list[Turn] = []
         self._receipts: list[Receipt] = []
@@ -117,8 +134,13 @@ class ChatHarness:
             pending = []
             for p in raw.get("pending", []):
                 self._known_tool(p.get("tool"), "pending tool")
-                pending.append(Intent(tool=p["tool"], args={k: str(v) for k, v in (p.get("args") or {}).items()},
-                                      note=str(p.get("note") or "")))
+                pending.append(
+                    Intent(
+                        tool=p["tool"],
+                        args={k: str(v) for k, v in (p.get("args") or {}).items()},
+                        note=str(p.get("note") or ""),
+                    )
+                )
             nxt = raw.get("next_tool")
             if nxt is not None:
                 self._known_tool(nxt, "next_tool")
@@ -162,14 +184,24 @@ class ChatHarness:
             self._open_batch(draft, call)
         self._batch["i"] += 1
         part = (self._batch["i"], self._batch["n"]) if self._batch["n"] > 1 else None
-        self._turns.append(Turn(role="assistant", text=draft.content if not queued else "", tool=call.name,
-                                parallel=queued))
+        self._turns.append(
+            Turn(role="assistant", text=draft.content if not queued else "", tool=call.name, parallel=queued)
+        )
         receipt = self._execute(call, blocked)
         text = self.result_text(receipt)
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         granted = receipt.content.get("confirmed") if call.name == CONFIRM_TOOL and receipt.ok else None
-        self._turns.append(Turn(role="tool", text=text, tool=call.name, write=receipt.write, ok=receipt.ok,
-                                args=dict(call.args), granted=granted))
+        self._turns.append(
+            Turn(
+                role="tool",
+                text=text,
+                tool=call.name,
+                write=receipt.write,
+                ok=receipt.ok,
+                args=dict(call.args),
+                granted=granted,
+            )
+        )
         self._receipts.append(receipt)
         if not self._queue:  # the batch is whole: as the reference counts it, one message and one batch of results
             if self._batch["ran"]:
@@ -207,18 +239,36 @@ class ChatHarness:
         calls = self._drafted if self._drafted and self._drafted[0] is call else [call]
         self._drafted = []
         # "" and not null: llama-cpp-python rejects a null content with a 500
-        self.messages.append({"role": "assistant", "content": draft.content or "", "tool_calls": [{
-            "id": c.id, "type": "function",
-            "function": {"name": c.name, "arguments": json.dumps(c.args, sort_keys=True)}} for c in calls]})
+        self.messages.append(
+            {
+                "role": "assistant",
+                "content": draft.content or "",
+                "tool_calls": [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(c.args, sort_keys=True)},
+                    }
+                    for c in calls
+                ],
+            }
+        )
         self._queue = calls[1:]
         self._batch = {"n": len(calls), "i": 0, "ran": 0, "errors": 0}
 
     def _execute(self, call: ToolCall, blocked: str | None) -> Receipt:
         """The call's receipt: blocked (never executed), the harness's own tools, or the world's."""
         if blocked:  # never executed; a synthetic result that can ground nothing
-            return Receipt(call_id=call.id, tool=call.name, args=call.args, ok=False, code="blocked",
-                           content={"error": f"blocked by the harness: {blocked}"}, genuine=False,
-                           write=call.name in self.write_tools)
+            return Receipt(
+                call_id=call.id,
+                tool=call.name,
+                args=call.args,
+                ok=False,
+                code="blocked",
+                content={"error": f"blocked by the harness: {blocked}"},
+                genuine=False,
+                write=call.name in self.write_tools,
+            )
         if call.name == FINISH_TOOL and self.protocol.harness_tools:
             receipt = Receipt(call_id=call.id, tool=call.name, args=call.args, ok=True, content={"finished": True})
             self._end(FINISHED)
@@ -269,13 +319,22 @@ class ChatHarness:
         """Route a `confirm` to the world's user. Genuine (the world answered), never a write."""
         tool, args, summary = call.args.get("tool"), call.args.get("args"), call.args.get("summary", "")
         if tool not in self.write_tools or not isinstance(args, dict) or not isinstance(summary, str):
-            return Receipt(call_id=call.id, tool=call.name, args=call.args, ok=False, code="invalid_args",
-                           content={"error": "confirm takes tool (one of the write tools: "
-                                             f"{', '.join(sorted(self.write_tools))}), args (an object) and summary"},
-                           genuine=True)
+            return Receipt(
+                call_id=call.id,
+                tool=call.name,
+                args=call.args,
+                ok=False,
+                code="invalid_args",
+                content={
+                    "error": "confirm takes tool (one of the write tools: "
+                    f"{', '.join(sorted(self.write_tools))}), args (an object) and summary"
+                },
+                genuine=True,
+            )
         granted = bool(self.env.confirm(tool, dict(args), summary))
-        return Receipt(call_id=call.id, tool=call.name, args=call.args, ok=True, content={"confirmed": granted},
-                       genuine=True)
+        return Receipt(
+            call_id=call.id, tool=call.name, args=call.args, ok=True, content={"confirmed": granted}, genuine=True
+        )
 
     def _say(self, role: Literal["user", "assistant"], text: str) -> None:
         self.messages.append({"role": role, "content": text})
@@ -285,8 +344,9 @@ class ChatHarness:
         prompt = self.protocol.system_prompt if self.protocol.system_prompt is not None else self.env.system_prompt
         return [prompts.system_message(prompt, memory, self._notes, tail), *self.messages]
 
-    def _complete(self, msgs: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                  json_mode: bool | dict[str, Any]) -> ChatResult:
+    def _complete(
+        self, msgs: list[dict[str, Any]], tools: list[dict[str, Any]] | None, json_mode: bool | dict[str, Any]
+    ) -> ChatResult:
         try:
             res = self.model.complete(msgs, tools=tools, seed=self.seed, json_mode=json_mode)
         except ModelError as e:  # a failed call still spent what it spent
@@ -302,8 +362,10 @@ def result_body(receipt: Receipt) -> Any:
     refusal the content plus `code`, and `rule_id` + `rule` (a rule refusal) or `blocking: true` (an external one)."""
     if receipt.ok:
         return receipt.content
-    body = {**(receipt.content if isinstance(receipt.content, dict) else {"error": str(receipt.content)}),
-            "code": receipt.code}
+    body = {
+        **(receipt.content if isinstance(receipt.content, dict) else {"error": str(receipt.content)}),
+        "code": receipt.code,
+    }
     if receipt.rule_id is not None:
         body.update(rule_id=receipt.rule_id, rule=receipt.rule or "")
     if receipt.blocking:

@@ -56,8 +56,9 @@ def identity(tool: str, args: Mapping[str, Any], targets: Targets | None) -> tup
     return tuple((k, _value(args.get(k))) for k in keys)
 
 
-def grants(confirmation: Act, tool: str, args: Mapping[str, Any], targets: Targets | None = None,
-           also: Iterable[str] = ()) -> bool:
+def grants(
+    confirmation: Act, tool: str, args: Mapping[str, Any], targets: Targets | None = None, also: Iterable[str] = ()
+) -> bool:
     """Does this `confirm` act grant a write of `tool` with `args`?"""
     if confirmation.tool != CONFIRM_TOOL or confirmation.granted is not True or not confirmation.ok:
         return False
@@ -71,8 +72,9 @@ def grants(confirmation: Act, tool: str, args: Mapping[str, Any], targets: Targe
     return all(_value(said.get(k)) == _value(args.get(k)) for k in keys)
 
 
-def covered(acts: Sequence[Act], tool: str, args: Mapping[str, Any], targets: Targets | None = None,
-            also: Iterable[str] = ()) -> bool:
+def covered(
+    acts: Sequence[Act], tool: str, args: Mapping[str, Any], targets: Targets | None = None, also: Iterable[str] = ()
+) -> bool:
     """Is a write of `tool` with `args`, made after `acts`, covered by a granted confirmation?
 
     Walks back to the latest `confirm` since the last successful write: that one alone decides."""
@@ -97,8 +99,9 @@ def acts_from_turns(transcript: Iterable[Turn]) -> list[Act]:
     return [Act(t.tool, dict(t.args), t.ok, t.write, t.granted) for t in transcript if t.role == "tool" and t.tool]
 
 
-def step_act(action: Mapping[str, Any], observation: Mapping[str, Any], blocked: str | None,
-             write_tools: frozenset[str]) -> Act | None:
+def step_act(
+    action: Mapping[str, Any], observation: Mapping[str, Any], blocked: str | None, write_tools: frozenset[str]
+) -> Act | None:
     """One trace step's call as an act (None when the step made no call). A blocked call never ran: never ok."""
     tool = action.get("tool")
     if not tool or action.get("kind") == "finish":

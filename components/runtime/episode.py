@@ -18,7 +18,6 @@ from components.worlds import Benchmark, world
 from components.worlds.base import Environment
 
 
-
 def episode_seed(item_id: str, seed: int) -> int:
     """The seed the model sees for (item, seed index): the seed map is a pure function, recorded with every run."""
     return int(hashlib.sha256(f"{item_id}#{seed}".encode()).hexdigest()[:8], 16)
@@ -52,10 +51,21 @@ class EpisodeResult:
         return f"{self.item_id}#{self.seed}"
 
     def row(self) -> dict[str, Any]:
-        return {"item_id": self.item_id, "seed": self.seed, "score": self.score, "success": self.success,
-                "turns": self.turns, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
-                "model_calls": self.model_calls, "tool_calls": self.tool_calls, "user_tokens_in": self.user_tokens_in,
-                "user_tokens_out": self.user_tokens_out, "user_model_calls": self.user_model_calls, "error": self.error}
+        return {
+            "item_id": self.item_id,
+            "seed": self.seed,
+            "score": self.score,
+            "success": self.success,
+            "turns": self.turns,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "user_tokens_in": self.user_tokens_in,
+            "user_tokens_out": self.user_tokens_out,
+            "user_model_calls": self.user_model_calls,
+            "error": self.error,
+        }
 
 
 def failed_step(ep: Episode, port: ChatHarness, e: ModelError) -> TraceStep:
@@ -63,10 +73,18 @@ def failed_step(ep: Episode, port: ChatHarness, e: ModelError) -> TraceStep:
     transcript = port.transcript()
     state = ep.ledger.snapshot()
     return TraceStep(
-        episode_id=ep.episode_id, step=len(ep.steps), incoming=transcript[-1].model_dump() if transcript else {},
-        state_before=state, delivered=[], deliveries=[], proposal={}, action={"kind": "error", "content": ""},
-        checks=[], observation={"error": str(e), "kind": e.kind, **({"text": e.text} if e.text else {})},
-        state_after=state, fingerprint=[f"error:{e.kind}"],
+        episode_id=ep.episode_id,
+        step=len(ep.steps),
+        incoming=transcript[-1].model_dump() if transcript else {},
+        state_before=state,
+        delivered=[],
+        deliveries=[],
+        proposal={},
+        action={"kind": "error", "content": ""},
+        checks=[],
+        observation={"error": str(e), "kind": e.kind, **({"text": e.text} if e.text else {})},
+        state_after=state,
+        fingerprint=[f"error:{e.kind}"],
     ).sealed()
 
 
@@ -97,8 +115,15 @@ def turn_cap(protocol: Protocol, max_turns: int) -> int:
 SAFETY = 4
 
 
-def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: int, model: ChatModel,
-                max_turns: int = MAX_TURNS, sealed: bool = True) -> EpisodeResult:
+def run_episode(
+    package: MemoryPackage,
+    bench: Benchmark,
+    item_id: str,
+    seed: int,
+    model: ChatModel,
+    max_turns: int = MAX_TURNS,
+    sealed: bool = True,
+) -> EpisodeResult:
     """`sealed=False`: the steps are not content-hashed (a counterfactual replay reads only the outcome).
     `max_turns` applies under Ratchet's harness; a reference protocol's own limits end its episodes (`turn_cap`)."""
     spec = world(bench.world)
@@ -120,9 +145,21 @@ def run_episode(package: MemoryPackage, bench: Benchmark, item_id: str, seed: in
     ok = score.success and not error
     party = party_usage(env)
     result = EpisodeResult(
-        item_id=item_id, seed=seed, score=0.0 if error else score.reward, success=ok, turns=len(ep.steps),
-        tokens_in=port.usage.tokens_in, tokens_out=port.usage.tokens_out, model_calls=port.usage.calls,
-        tool_calls=port.tool_calls, error=error, user_tokens_in=party.tokens_in, user_tokens_out=party.tokens_out,
-        user_model_calls=party.calls, criteria=score.criteria, steps=ep.steps, timings=ep.timings,
+        item_id=item_id,
+        seed=seed,
+        score=0.0 if error else score.reward,
+        success=ok,
+        turns=len(ep.steps),
+        tokens_in=port.usage.tokens_in,
+        tokens_out=port.usage.tokens_out,
+        model_calls=port.usage.calls,
+        tool_calls=port.tool_calls,
+        error=error,
+        user_tokens_in=party.tokens_in,
+        user_tokens_out=party.tokens_out,
+        user_model_calls=party.calls,
+        criteria=score.criteria,
+        steps=ep.steps,
+        timings=ep.timings,
     )
     return result

@@ -34,8 +34,21 @@ from components.runtime.episode import EpisodeResult, episode_seed, run_episode
 from components.runtime.trace import steps_frame
 from components.worlds import Benchmark, load_benchmark
 
-SCORE_COLUMNS = ["item_id", "seed", "score", "success", "turns", "tokens_in", "tokens_out", "model_calls",
-                 "tool_calls", "user_tokens_in", "user_tokens_out", "user_model_calls", "error"]
+SCORE_COLUMNS = [
+    "item_id",
+    "seed",
+    "score",
+    "success",
+    "turns",
+    "tokens_in",
+    "tokens_out",
+    "model_calls",
+    "tool_calls",
+    "user_tokens_in",
+    "user_tokens_out",
+    "user_model_calls",
+    "error",
+]
 HIDDEN = "_hidden"
 TIMINGS = ".timings.parquet"
 TIMING_COLUMNS = ["item_id", "seed", "step", "i", "phase", "start_ns", "end_ns"]  # i: the order in its episode
@@ -117,26 +130,47 @@ class EvalTables:
             return pd.concat(frames, ignore_index=True).sort_values(keys, kind="stable").reset_index(drop=True)
 
         timed = [t for p in parts if (t := getattr(p, "timings", None)) is not None]  # a result pickled before
-        return cls(cat([p.scores for p in parts], ["item_id", "seed"]),
-                   cat([p.traces for p in parts], ["item_id", "seed", "step"]),
-                   cat([p.causes for p in parts], ["item_id", "seed"]),
-                   timings=cat(timed, TIMING_COLUMNS[:4]) if timed else None)
+        return cls(
+            cat([p.scores for p in parts], ["item_id", "seed"]),
+            cat([p.traces for p in parts], ["item_id", "seed", "step"]),
+            cat([p.causes for p in parts], ["item_id", "seed"]),
+            timings=cat(timed, TIMING_COLUMNS[:4]) if timed else None,
+        )
 
 
 def tables(results: list[EpisodeResult]) -> EvalTables:
     scores = pd.DataFrame([r.row() for r in results], columns=SCORE_COLUMNS)
     traces = [steps_frame(r.steps, item_id=r.item_id, seed=r.seed) for r in results if r.steps]
     causes = pd.DataFrame(columns=["item_id", "seed", "cause"])  # filled by counterfactual replay where wanted
-    timings = pd.DataFrame([(r.item_id, r.seed, step, i, phase, start, end) for r in results
-                            for i, (step, phase, start, end) in enumerate(r.timings)], columns=TIMING_COLUMNS)
-    return EvalTables.concat([EvalTables(scores, pd.concat(traces, ignore_index=True) if traces else pd.DataFrame(),
-                                         causes, timings=timings)])
+    timings = pd.DataFrame(
+        [
+            (r.item_id, r.seed, step, i, phase, start, end)
+            for r in results
+            for i, (step, phase, start, end) in enumerate(r.timings)
+        ],
+        columns=TIMING_COLUMNS,
+    )
+    return EvalTables.concat(
+        [
+            EvalTables(
+                scores, pd.concat(traces, ignore_index=True) if traces else pd.DataFrame(), causes, timings=timings
+            )
+        ]
+    )
 
 
-def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark, items: list[str], seeds: list[int],
-              model: str = "sim", model_cfg: dict[str, Any] | None = None, max_turns: int = MAX_TURNS,
-              on_episode: Callable[[EpisodeResult], None] | None = None,
-              call_cache: str | Path | None = None, journal: Any = None) -> EvalTables:
+def run_shard(
+    package: str | Path | MemoryPackage,
+    bench: str | Path | Benchmark,
+    items: list[str],
+    seeds: list[int],
+    model: str = "sim",
+    model_cfg: dict[str, Any] | None = None,
+    max_turns: int = MAX_TURNS,
+    on_episode: Callable[[EpisodeResult], None] | None = None,
+    call_cache: str | Path | None = None,
+    journal: Any = None,
+) -> EvalTables:
     """Run every (item, seed) of a shard. Paths are accepted so a shard can run in another process.
     `call_cache`: a reply store (`components.models.callcache`) that answers requests already paid for; the tables
     are the same, and `paid` says what the calls that missed it cost. `journal` (`components.runtime.journal`): each
@@ -168,17 +202,25 @@ def run_shard(package: str | Path | MemoryPackage, bench: str | Path | Benchmark
             store.close()
     out = tables(results)
     if cached is not None:  # (with `store`)
-        out.paid = {"tokens_in": cached.paid.tokens_in, "tokens_out": cached.paid.tokens_out,
-                    "model_calls": cached.paid.calls, "hits": cached.hits}
+        out.paid = {
+            "tokens_in": cached.paid.tokens_in,
+            "tokens_out": cached.paid.tokens_out,
+            "model_calls": cached.paid.calls,
+            "hits": cached.hits,
+        }
     elif journal is not None and journal.resumed:  # resumed episodes were paid for by the run that finished them
         fresh = [r for r in results if not r.resumed]
-        out.paid = {"tokens_in": sum(r.tokens_in for r in fresh), "tokens_out": sum(r.tokens_out for r in fresh),
-                    "model_calls": sum(r.model_calls for r in fresh), "hits": 0}
+        out.paid = {
+            "tokens_in": sum(r.tokens_in for r in fresh),
+            "tokens_out": sum(r.tokens_out for r in fresh),
+            "model_calls": sum(r.model_calls for r in fresh),
+            "hits": 0,
+        }
     return out
 
 
 def shards(items: list[str], size: int) -> list[list[str]]:
-    return [items[i:i + size] for i in range(0, len(items), max(1, size))]
+    return [items[i : i + size] for i in range(0, len(items), max(1, size))]
 
 
 def write_eval(out: str | Path, t: EvalTables, meta: dict[str, Any], mark: str | None = None) -> Path:
@@ -213,8 +255,10 @@ def summary(scores: pd.DataFrame) -> dict[str, float]:
         "model_calls": int(scores["model_calls"].sum()) if len(scores) else 0,
         "tool_calls": int(scores["tool_calls"].sum()) if len(scores) else 0,
         # a simulated user's own model (0 for a scripted one); absent from a scores.csv older than these columns
-        **{k: int(scores[k].sum()) if len(scores) and k in scores else 0
-           for k in ("user_tokens_in", "user_tokens_out", "user_model_calls")},
+        **{
+            k: int(scores[k].sum()) if len(scores) and k in scores else 0
+            for k in ("user_tokens_in", "user_tokens_out", "user_model_calls")
+        },
         **{f"errors_{k}": n for k, n in error_kinds(scores).items()},
     }
 
@@ -234,10 +278,13 @@ def pass_hat_k(scores: pd.DataFrame, per_item: bool = False) -> dict[int, float]
     if not len(scores):
         return {}
     counts = scores.groupby("item_id")["success"].agg(["size", "sum"])
-    items = {str(i): {k: comb(int(c), k) / comb(int(n), k) for k in range(1, int(n) + 1)}
-             for i, (n, c) in counts.iterrows()}
+    items = {
+        str(i): {k: comb(int(c), k) / comb(int(n), k) for k in range(1, int(n) + 1)} for i, (n, c) in counts.iterrows()
+    }
     if per_item:
         return items
     top = max(len(v) for v in items.values())
-    return {k: float(sum(v[k] for v in items.values() if k in v) / sum(1 for v in items.values() if k in v))
-            for k in range(1, top + 1)}
+    return {
+        k: float(sum(v[k] for v in items.values() if k in v) / sum(1 for v in items.values() if k in v))
+        for k in range(1, top + 1)
+    }

@@ -55,8 +55,9 @@ class Journal:
     def put(self, r: EpisodeResult) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         body = {**r.row(), "criteria": r.criteria, "steps": [s.model_dump() for s in r.steps]}
-        atomic_write_text(self._path(r.item_id, r.seed), json.dumps({"key": self.key, "result": body},
-                                                                    sort_keys=True) + "\n")
+        atomic_write_text(
+            self._path(r.item_id, r.seed), json.dumps({"key": self.key, "result": body}, sort_keys=True) + "\n"
+        )
 
     def finished(self) -> list[dict[str, Any]]:
         """The scores rows of the episodes recorded under this key (what a killed evaluation had finished)."""

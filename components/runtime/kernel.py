@@ -90,8 +90,13 @@ def run_turn(ep: Episode, port: HarnessPort) -> TraceStep:
             turn.fingerprint.append(f"ledger:overflow:{applied.overflow}")
 
         # 4. deliver at intent_recorded
-        _timed(spans, MEMORY, turn.deliver, INTENT_RECORDED,
-               frozenset({proposal.next_tool}) if proposal.next_tool else frozenset())
+        _timed(
+            spans,
+            MEMORY,
+            turn.deliver,
+            INTENT_RECORDED,
+            frozenset({proposal.next_tool}) if proposal.next_tool else frozenset(),
+        )
 
         # 5. draft
         draft = _timed(spans, MODEL, port.draft, turn.memory())
@@ -208,8 +213,9 @@ class _TurnMemory:
                 if b.spec.at != event:
                     continue
                 v = b.run(CheckContext(event, draft, self.ep.ledger, transcript, port.write_tools, port.targets))
-                self.checks.append({"strategy": b.spec.use, "event": event, "ok": v.ok, "reason": v.reason,
-                                    "attempt": attempt})
+                self.checks.append(
+                    {"strategy": b.spec.use, "event": event, "ok": v.ok, "reason": v.reason, "attempt": attempt}
+                )
                 if not v.ok:
                     reasons.append(v.reason)
                     self.fingerprint.append(f"check:{b.label}:bounce")

@@ -26,8 +26,14 @@ def progress_bar(label: str, total: int, stream: Any = None) -> Callable[[Any], 
 
     with _lock:
         if _live["progress"] is None:
-            bar = _live["progress"] = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                               TimeRemainingColumn(), console=Console(file=stream), transient=True)
+            bar = _live["progress"] = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=stream),
+                transient=True,
+            )
             bar.start()
         progress = _live["progress"]
         _live["open"] += 1
@@ -44,4 +50,5 @@ def progress_bar(label: str, total: int, stream: Any = None) -> Callable[[Any], 
                 if _live["open"] == 0:
                     progress.stop()
                     _live["progress"] = None
+
     return advance

@@ -12,8 +12,19 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-NESTED = ("incoming", "state_before", "delivered", "deliveries", "proposal", "first_draft", "action", "checks",
-          "observation", "state_after", "fingerprint")
+NESTED = (
+    "incoming",
+    "state_before",
+    "delivered",
+    "deliveries",
+    "proposal",
+    "first_draft",
+    "action",
+    "checks",
+    "observation",
+    "state_after",
+    "fingerprint",
+)
 
 
 class TraceStep(BaseModel):
@@ -88,7 +99,10 @@ def frame_steps(df: pd.DataFrame) -> list[TraceStep]:
     out = []
     fields = set(TraceStep.model_fields)
     for row in df.to_dict("records"):
-        d = {k: (json.loads(v) if k in NESTED and isinstance(v, str) else v) for k, v in row.items()
-             if k in fields and not (isinstance(v, float) and v != v)}  # NaN: a missing optional field
+        d = {
+            k: (json.loads(v) if k in NESTED and isinstance(v, str) else v)
+            for k, v in row.items()
+            if k in fields and not (isinstance(v, float) and v != v)
+        }  # NaN: a missing optional field
         out.append(TraceStep.model_validate(d))
     return out

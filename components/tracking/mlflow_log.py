@@ -38,17 +38,37 @@ from pathlib import Path
 from typing import Any
 
 from components.codes import Verdict
+
 # traces logged per round by default (`campaign.traces_per_round`): params' default too, so it lives in defaults
 from components.defaults import MAX_TRACES_PER_ROUND
 from components.evolution.lineage import Lineage
 from components.evolution.record import RoundRecord, StartRecord
 from components.io import confined, recorded_path
+
 # the parts of the record that live in their own modules, re-exported: callers import them from here
-from components.tracking.mlflow_names import (UI_MODE, _flatten, campaign_identity, dvc_lock_hash,  # noqa: F401
-                                              experiment_name, git_commit, identity_hash, manifest_knobs,
-                                              params_hash, registered_name, tracking_names, ui_address, ui_route)
-from components.tracking.mlflow_rounds import (ci_text, describe_round, round_ci_level, round_metrics,  # noqa: F401
-                                               round_params, round_title)
+from components.tracking.mlflow_names import (
+    UI_MODE,  # noqa: F401
+    _flatten,
+    campaign_identity,
+    dvc_lock_hash,  # noqa: F401
+    experiment_name,
+    git_commit,
+    identity_hash,
+    manifest_knobs,
+    params_hash,
+    registered_name,
+    tracking_names,
+    ui_address,
+    ui_route,
+)
+from components.tracking.mlflow_rounds import (
+    ci_text,
+    describe_round,
+    round_ci_level,  # noqa: F401
+    round_metrics,  # noqa: F401
+    round_params,
+    round_title,
+)
 from components.tracking.mlflow_store import new_store_from_template, one_trace_writer  # noqa: F401
 from components.tracking.mlflow_traces import MAX_TRACES_PER_PACKET, TraceWriter, episode_timings  # noqa: F401
 
@@ -59,25 +79,38 @@ GATE_METRICS = ("net", "ci_lo", "ci_hi", "dev_base_mean", "dev_cand_mean", "n_im
 def round_tags(rec: RoundRecord) -> dict[str, str]:
     """A round run's tags (besides its parent run and where the round and campaign are)."""
     parent, child = rec.parent, rec.child
-    tags = {"ratchet.kind": "round", "ratchet.round": str(rec.round), "ratchet.verdict": str(rec.verdict),
-            "ratchet.owner": str(rec.owner or ""), "ratchet.plan_key": str(rec.plan_key or ""),
-            "ratchet.parent_digest": parent.digest if parent else "",
-            "ratchet.parent_version": parent.version if parent else "",
-            "ratchet.candidate_digest": str(rec.candidate_digest or ""),
-            "ratchet.version": child.version if child else "",
-            "ratchet.benchmark_digest": str(rec.benchmark_digest or ""),
-            "ratchet.seed_map_hash": str(rec.seed_map_hash or ""), "ratchet.git_commit": git_commit(),
-            "ratchet.dvc_lock": dvc_lock_hash(), "ratchet.reason": rec.reason[:4000],
-            # what kind of look, and what an accept claims (absent: an ordinary round, a "better" promotion)
-            "ratchet.look_kind": "retry" if rec.retry else "ablation" if rec.ablation else "",
-            "ratchet.promoted_as": str(rec.promoted_as or ""),
-            "mlflow.note.content": describe_round(rec)}
+    tags = {
+        "ratchet.kind": "round",
+        "ratchet.round": str(rec.round),
+        "ratchet.verdict": str(rec.verdict),
+        "ratchet.owner": str(rec.owner or ""),
+        "ratchet.plan_key": str(rec.plan_key or ""),
+        "ratchet.parent_digest": parent.digest if parent else "",
+        "ratchet.parent_version": parent.version if parent else "",
+        "ratchet.candidate_digest": str(rec.candidate_digest or ""),
+        "ratchet.version": child.version if child else "",
+        "ratchet.benchmark_digest": str(rec.benchmark_digest or ""),
+        "ratchet.seed_map_hash": str(rec.seed_map_hash or ""),
+        "ratchet.git_commit": git_commit(),
+        "ratchet.dvc_lock": dvc_lock_hash(),
+        "ratchet.reason": rec.reason[:4000],
+        # what kind of look, and what an accept claims (absent: an ordinary round, a "better" promotion)
+        "ratchet.look_kind": "retry" if rec.retry else "ablation" if rec.ablation else "",
+        "ratchet.promoted_as": str(rec.promoted_as or ""),
+        "mlflow.note.content": describe_round(rec),
+    }
     return {k: v for k, v in tags.items() if v != ""}  # what a round does not have is absent, not an empty tag
 
 
 class CampaignTracker:
-    def __init__(self, name: str, out: str | Path, params: dict[str, Any], tracking_uri: str | None = None,
-                 artifact_root: str | Path | None = None):
+    def __init__(
+        self,
+        name: str,
+        out: str | Path,
+        params: dict[str, Any],
+        tracking_uri: str | None = None,
+        artifact_root: str | Path | None = None,
+    ):
         from components.heap import long_lived
 
         self.name, self.out, self.params = name, Path(out), params
@@ -96,8 +129,9 @@ class CampaignTracker:
         start = next((r for r in self._lineage_records() if isinstance(r, StartRecord)), None)  # (verdict start)
         if start is None:
             raise ValueError(f"{self.out}: no lineage start record: nothing to log")
-        self.identity = campaign_identity(params, start.child.digest, str(start.benchmark_digest or ""),
-                                          (start.identity or {}).get("world.settings"))
+        self.identity = campaign_identity(
+            params, start.child.digest, str(start.benchmark_digest or ""), (start.identity or {}).get("world.settings")
+        )
         self.ident = identity_hash(self.identity)
         self.experiment_name = experiment_name(name, self.ident)
         self.model_name = registered_name(name, self.ident, params["campaign"]["out"])
@@ -105,12 +139,17 @@ class CampaignTracker:
         if exp is None:
             root = Path(artifact_root or Path(os.environ.get("RATCHET_HOME", ".ratchet")) / "mlartifacts").resolve()
             self.experiment_id = self.client.create_experiment(
-                self.experiment_name, artifact_location=(root / name / self.ident).as_uri(),
-                tags={"ratchet.campaign": name, "ratchet.identity": self.ident,
-                      # MLflow's UI files an experiment of this kind's runs as training runs ("Model training"),
-                      # not as the GenAI evaluation runs it assumes when the kind is unset
-                      "mlflow.experimentKind": "custom_model_development",
-                      "mlflow.note.content": self._identity_note()})
+                self.experiment_name,
+                artifact_location=(root / name / self.ident).as_uri(),
+                tags={
+                    "ratchet.campaign": name,
+                    "ratchet.identity": self.ident,
+                    # MLflow's UI files an experiment of this kind's runs as training runs ("Model training"),
+                    # not as the GenAI evaluation runs it assumes when the kind is unset
+                    "mlflow.experimentKind": "custom_model_development",
+                    "mlflow.note.content": self._identity_note(),
+                },
+            )
         else:
             self.experiment_id = exp.experiment_id
         self.traces = TraceWriter(self.client, self.experiment_id, self.traces_per_round)  # cited episodes' traces
@@ -120,35 +159,55 @@ class CampaignTracker:
         self.key = hashlib.sha256(f"{self.ident}|{self.out.resolve()}|{commit}".encode()).hexdigest()[:16]
         found = self._find_campaign_run()
         if found is None:
-            run = self.client.create_run(self.experiment_id, run_name=f"campaign {name} @{commit[:7]} p{phash}", tags={
-                "ratchet.kind": "campaign", "ratchet.campaign_key": self.key, "ratchet.params_hash": phash,
-                "ratchet.identity": self.ident, "ratchet.campaign": name, "ratchet.registered_model": self.model_name,
-                "ratchet.out": self.where, "ratchet.git_commit": commit, "ratchet.dvc_lock": dvc_lock_hash(),
-                # a queued `dvc exp run` (its stage runs in DVC's temporary copy): the experiment's name in `dvc exp show`
-                **({"ratchet.dvc_experiment": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}),
-                "mlflow.note.content": f"Campaign `{name}` at commit `{commit[:12]}`, identity `{self.ident}`, params "
-                                       f"hash `{phash}`, output `{self.where}`. Its rounds are the nested runs; its "
-                                       f"package versions are the registered model `{self.model_name}` (alias "
-                                       "`champion`)."})
+            run = self.client.create_run(
+                self.experiment_id,
+                run_name=f"campaign {name} @{commit[:7]} p{phash}",
+                tags={
+                    "ratchet.kind": "campaign",
+                    "ratchet.campaign_key": self.key,
+                    "ratchet.params_hash": phash,
+                    "ratchet.identity": self.ident,
+                    "ratchet.campaign": name,
+                    "ratchet.registered_model": self.model_name,
+                    "ratchet.out": self.where,
+                    "ratchet.git_commit": commit,
+                    "ratchet.dvc_lock": dvc_lock_hash(),
+                    # a queued `dvc exp run` (its stage runs in DVC's temporary copy): the experiment's name in `dvc exp show`
+                    **(
+                        {"ratchet.dvc_experiment": os.environ["DVC_EXP_NAME"]} if os.environ.get("DVC_EXP_NAME") else {}
+                    ),
+                    "mlflow.note.content": f"Campaign `{name}` at commit `{commit[:12]}`, identity `{self.ident}`, params "
+                    f"hash `{phash}`, output `{self.where}`. Its rounds are the nested runs; its "
+                    f"package versions are the registered model `{self.model_name}` (alias "
+                    "`champion`).",
+                },
+            )
             found = run.info.run_id
             self._params(found, params)
         self.run_id: str = found
+
     def _identity_note(self) -> str:
         rows = "\n".join(f"| `{k}` | `{json.dumps(v, default=str)}` |" for k, v in sorted(self.identity.items()))
-        return (f"Campaign `{self.name}`, identity `{self.ident}`: the runs of every campaign with exactly these "
-                "settings and start/benchmark bytes. Another value of any of them (a `dvc exp run -S ...`, a `--set`) "
-                "is another campaign, recorded in its own experiment and registered model. `campaign.rounds` is "
-                "part of it because each round's gate spends `gate.campaign_alpha / campaign.rounds`.\n\n"
-                "| setting | value |\n|---|---|\n" + rows)
+        return (
+            f"Campaign `{self.name}`, identity `{self.ident}`: the runs of every campaign with exactly these "
+            "settings and start/benchmark bytes. Another value of any of them (a `dvc exp run -S ...`, a `--set`) "
+            "is another campaign, recorded in its own experiment and registered model. `campaign.rounds` is "
+            "part of it because each round's gate spends `gate.campaign_alpha / campaign.rounds`.\n\n"
+            "| setting | value |\n|---|---|\n" + rows
+        )
 
     def _find_campaign_run(self) -> str | None:
-        runs = self.client.search_runs([self.experiment_id], f"tags.`ratchet.campaign_key` = '{self.key}'",
-                                       max_results=1)
+        runs = self.client.search_runs(
+            [self.experiment_id], f"tags.`ratchet.campaign_key` = '{self.key}'", max_results=1
+        )
         return runs[0].info.run_id if runs else None
 
     def _round_runs(self) -> dict[int, Any]:
-        runs = self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = '{self.run_id}' and "
-                                       "tags.`ratchet.kind` = 'round'", max_results=1000)
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            f"tags.mlflow.parentRunId = '{self.run_id}' and tags.`ratchet.kind` = 'round'",
+            max_results=1000,
+        )
         return {int(r.data.tags["ratchet.round"]): r for r in runs}
 
     def _params(self, run_id: str, params: dict) -> None:
@@ -156,14 +215,17 @@ class CampaignTracker:
 
         items = [Param(k[:250], v[:6000]) for k, v in sorted(_flatten(params).items())]
         for i in range(0, len(items), 100):
-            self.client.log_batch(run_id, params=items[i:i + 100])
+            self.client.log_batch(run_id, params=items[i : i + 100])
 
     def _metrics(self, run_id: str, values: dict[str, Any], step: int = 0, model_id: str | None = None) -> None:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        ms = [Metric(k, float(v), ts, step, model_id=model_id) if model_id else Metric(k, float(v), ts, step)
-              for k, v in sorted(values.items()) if isinstance(v, (int, float)) and v is not None]
+        ms = [
+            Metric(k, float(v), ts, step, model_id=model_id) if model_id else Metric(k, float(v), ts, step)
+            for k, v in sorted(values.items())
+            if isinstance(v, (int, float)) and v is not None
+        ]
         if ms:
             self.client.log_batch(run_id, metrics=ms)
 
@@ -178,19 +240,35 @@ class CampaignTracker:
         if found is not None and found.info.status == "FINISHED":  # logged already (a rerun, a resume): not twice
             return found.info.run_id
         if found is not None:  # half-logged by a killed process: log it again from the files, its traces too
-            stale = self.client.search_traces(locations=[self.experiment_id], run_id=found.info.run_id,
-                                              include_spans=False, max_results=1000)
+            stale = self.client.search_traces(
+                locations=[self.experiment_id], run_id=found.info.run_id, include_spans=False, max_results=1000
+            )
             if stale:
                 self.client.delete_traces(self.experiment_id, trace_ids=[t.info.trace_id for t in stale])
             self.client.delete_run(found.info.run_id)
-        tags = {"mlflow.parentRunId": self.run_id, **round_tags(rec), "ratchet.round_dir": recorded_path(str(rd)),
-                "ratchet.campaign_out": self.where}
+        tags = {
+            "mlflow.parentRunId": self.run_id,
+            **round_tags(rec),
+            "ratchet.round_dir": recorded_path(str(rd)),
+            "ratchet.campaign_out": self.where,
+        }
         run = self.client.create_run(self.experiment_id, run_name=round_title(rec), tags=tags)
         rid = run.info.run_id
         self._params(rid, round_params(rec, self.params))
         self._metrics(rid, round_metrics(rec))
-        for name in ("plan.json", "diagnosis.json", "validation.json", "repair.json", "repair_items.csv", "gate.json",
-                     "gate_items.csv", "dev_base.csv", "dev_cand.csv", "findings.csv", "round.json"):
+        for name in (
+            "plan.json",
+            "diagnosis.json",
+            "validation.json",
+            "repair.json",
+            "repair_items.csv",
+            "gate.json",
+            "gate_items.csv",
+            "dev_base.csv",
+            "dev_cand.csv",
+            "findings.csv",
+            "round.json",
+        ):
             if (rd / name).exists():
                 self.client.log_artifact(rid, str(rd / name))
         if (rd / "train" / "traces.parquet").exists():
@@ -200,7 +278,9 @@ class CampaignTracker:
         self._metrics(rid, {k: sum(ev["summary"].get(k, 0) for ev in evals) for k in ("tokens_in", "tokens_out")})
         cited = self.traces.log(rid, rd, n)
         if cited:
-            self.client.set_tag(rid, "mlflow.note.content", describe_round(rec) + "\n\n" + self.traces.cited_links(rd, cited))
+            self.client.set_tag(
+                rid, "mlflow.note.content", describe_round(rec) + "\n\n" + self.traces.cited_links(rd, cited)
+            )
         self._campaign_step(rec)
         self.client.set_terminated(rid)
         return rid
@@ -215,8 +295,12 @@ class CampaignTracker:
         rounds = [r for r in self._lineage_records() if isinstance(r, RoundRecord) and r.round <= n]
         values: dict[str, Any] = {"promotions": sum(1 for r in rounds if r.verdict == Verdict.ACCEPT)}
         if g:
-            values.update(round_net=g.net, round_ci_lo=g.ci_lo, round_ci_hi=g.ci_hi,
-                          champion_dev_mean=champion_means(rounds).get(n))
+            values.update(
+                round_net=g.net,
+                round_ci_lo=g.ci_lo,
+                round_ci_hi=g.ci_hi,
+                champion_dev_mean=champion_means(rounds).get(n),
+            )
         self._metrics(self.run_id, values, step=n)
 
     def _lineage_records(self) -> list[StartRecord | RoundRecord]:
@@ -227,13 +311,21 @@ class CampaignTracker:
             # a sequential gate evaluates each arm once per look: the look number tells the runs apart
             look = f" look {ev['look']}" if ev.get("look") is not None else ""
             reused = f" (= {ev['reused']})" if ev.get("reused") else ""
-            run = self.client.create_run(self.experiment_id, run_name=f"{prefix}{ev['split']} {ev['arm']}{look}{reused}",
-                                         tags={"mlflow.parentRunId": parent, "ratchet.kind": "evaluation",
-                                               "ratchet.arm": ev["arm"], "ratchet.split": ev["split"],
-                                               "ratchet.look": str(ev.get("look", "")),
-                                               "ratchet.package_digest": ev["package_digest"]})
+            run = self.client.create_run(
+                self.experiment_id,
+                run_name=f"{prefix}{ev['split']} {ev['arm']}{look}{reused}",
+                tags={
+                    "mlflow.parentRunId": parent,
+                    "ratchet.kind": "evaluation",
+                    "ratchet.arm": ev["arm"],
+                    "ratchet.split": ev["split"],
+                    "ratchet.look": str(ev.get("look", "")),
+                    "ratchet.package_digest": ev["package_digest"],
+                },
+            )
             self._metrics(run.info.run_id, ev["summary"])
             self.client.set_terminated(run.info.run_id)
+
     # -- package versions as logged models / registered model versions ----------------------------------------------
     def log_versions(self) -> None:
         """Every committed version as a logged model and a version of the registered model `ratchet-<name>`, parent
@@ -244,9 +336,14 @@ class CampaignTracker:
         try:
             self.client.get_registered_model(name)
         except MlflowException:
-            self.client.create_registered_model(name, tags={"ratchet.campaign": self.name}, description=(
-                f"Memory-package versions of campaign `{self.name}`: M0 is the start, each later version a promotion. "
-                "The model stays frozen; what is versioned is the package. Alias `champion` is the current champion."))
+            self.client.create_registered_model(
+                name,
+                tags={"ratchet.campaign": self.name},
+                description=(
+                    f"Memory-package versions of campaign `{self.name}`: M0 is the start, each later version a promotion. "
+                    "The model stays frozen; what is versioned is the package. Alias `champion` is the current champion."
+                ),
+            )
         existing = {v.tags.get("ratchet.digest"): v for v in self.client.search_model_versions(f"name = '{name}'")}
         rounds = self._round_runs()
         by_version: dict[str, Any] = {}
@@ -271,14 +368,23 @@ class CampaignTracker:
         path = Lineage(self.out / "lineage").version_dir(child.version, f"round {rec.round}: child.version")
         src = round_run.info.run_id if round_run is not None else self.run_id
         parent_mv = by_version.get(parent.version if parent else "")
-        tags = {"ratchet.version": child.version, "ratchet.digest": d,
-                "ratchet.parent": parent.version if parent else "",
-                "ratchet.parent_digest": parent.digest if parent else "", "ratchet.round": str(rec.round),
-                "ratchet.campaign": self.name,
-                "ratchet.parent_model_version": parent_mv.version if parent_mv is not None else ""}
-        lm = self.client.create_logged_model(self.experiment_id, name=f"{self.name}-{child.version}",
-                                             source_run_id=src, tags=tags, params=manifest_knobs(path),
-                                             model_type="memory-package")
+        tags = {
+            "ratchet.version": child.version,
+            "ratchet.digest": d,
+            "ratchet.parent": parent.version if parent else "",
+            "ratchet.parent_digest": parent.digest if parent else "",
+            "ratchet.round": str(rec.round),
+            "ratchet.campaign": self.name,
+            "ratchet.parent_model_version": parent_mv.version if parent_mv is not None else "",
+        }
+        lm = self.client.create_logged_model(
+            self.experiment_id,
+            name=f"{self.name}-{child.version}",
+            source_run_id=src,
+            tags=tags,
+            params=manifest_knobs(path),
+            model_type="memory-package",
+        )
         self.client.log_model_artifacts(lm.model_id, str(path))
         rr = rec if isinstance(rec, RoundRecord) else None
         if round_run is not None and rr is not None and rr.gate:
@@ -286,13 +392,18 @@ class CampaignTracker:
         self.client.finalize_logged_model(lm.model_id, LoggedModelStatus.READY)
         # source: the logged model's files. A `models:/<id>` source makes MLflow's SQL registry look the model up
         # through the process's tracking URI (a TODO of theirs), which fails when the campaign's store is another
-        mv = self.client.create_model_version(name, source=lm.artifact_location, run_id=src,
-                                              tags={**tags, "ratchet.model_id": lm.model_id},
-                                              description=self._version_description(rec, parent_mv, lm),
-                                              model_id=lm.model_id)
+        mv = self.client.create_model_version(
+            name,
+            source=lm.artifact_location,
+            run_id=src,
+            tags={**tags, "ratchet.model_id": lm.model_id},
+            description=self._version_description(rec, parent_mv, lm),
+            model_id=lm.model_id,
+        )
         # the logged model's page lists its registered version (the tag `mlflow.register_model` sets)
-        self.client.set_logged_model_tags(lm.model_id, {"mlflow.modelVersions": json.dumps(
-            [{"name": name, "version": mv.version}])})
+        self.client.set_logged_model_tags(
+            lm.model_id, {"mlflow.modelVersions": json.dumps([{"name": name, "version": mv.version}])}
+        )
         return mv
 
     def _version_description(self, rec: StartRecord | RoundRecord, parent_mv: Any, lm: Any) -> str:
@@ -301,15 +412,19 @@ class CampaignTracker:
         name, child, parent = self.model_name, rec.committed, rec.parent
         rr = rec if isinstance(rec, RoundRecord) else None
         g = rr.gate if rr is not None else None
-        return (f"{child.version} (`{child.digest[:12]}`) of campaign `{self.name}`. " + (
-            f"Promoted in round {rr.round} from {parent.version if parent else None} ([version "
-            f"{parent_mv.version}]({ui_route(f'#/models/{name}/versions/{parent_mv.version}')}) of this model, a "
-            "link to walk the lineage): "
-            f"{rr.summary or ''}; dev net {g.net:+.3f}, {ci_text(rr)}."
-            if rr is not None and rr.verdict == Verdict.ACCEPT and parent_mv is not None and g
-            else "The campaign's starting package.")
+        return (
+            f"{child.version} (`{child.digest[:12]}`) of campaign `{self.name}`. "
+            + (
+                f"Promoted in round {rr.round} from {parent.version if parent else None} ([version "
+                f"{parent_mv.version}]({ui_route(f'#/models/{name}/versions/{parent_mv.version}')}) of this model, a "
+                "link to walk the lineage): "
+                f"{rr.summary or ''}; dev net {g.net:+.3f}, {ci_text(rr)}."
+                if rr is not None and rr.verdict == Verdict.ACCEPT and parent_mv is not None and g
+                else "The campaign's starting package."
+            )
             + f" Logged model: [{lm.name}]({ui_route(f'#/experiments/{self.experiment_id}/models/{lm.model_id}')})"
-            " (its knobs, gate figures and files).")
+            " (its knobs, gate figures and files)."
+        )
 
     def links(self, ui: str | None = None) -> dict[str, str]:
         """Direct addresses in the MLflow UI (`ui_address`: the tracking server's own, else the `ratchet ui` that
@@ -323,10 +438,12 @@ class CampaignTracker:
         rounds = [r for _, r in sorted(self._round_runs().items())]
         exp = json.dumps([self.experiment_id])
         run = f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
-        out = {"campaign": f"{ui}/" + ui_route(run),
-               # what a reader wants of the rounds first: the gate's net with its CI, and the champion's dev mean, by
-               # round (the campaign run's stepped metrics); the compare view opens on a chart of other axes
-               "net by round": f"{ui}/" + ui_route(f"{run}/model-metrics")}
+        out = {
+            "campaign": f"{ui}/" + ui_route(run),
+            # what a reader wants of the rounds first: the gate's net with its CI, and the champion's dev mean, by
+            # round (the campaign run's stepped metrics); the compare view opens on a chart of other axes
+            "net by round": f"{ui}/" + ui_route(f"{run}/model-metrics"),
+        }
         if rounds:
             ids = json.dumps([r.info.run_id for r in rounds], separators=(",", ":"))
             out["rounds"] = f"{ui}/" + ui_route(f"#/compare-runs?runs={quote(ids)}&experiments={quote(exp)}")
@@ -336,11 +453,13 @@ class CampaignTracker:
         except Exception:  # no version registered (a campaign stopped before certification)
             pass
         for r in rounds:
-            traces = self.client.search_traces(locations=[self.experiment_id], run_id=r.info.run_id,
-                                               include_spans=False, max_results=1)
+            traces = self.client.search_traces(
+                locations=[self.experiment_id], run_id=r.info.run_id, include_spans=False, max_results=1
+            )
             if traces:
-                out["trace"] = f"{ui}/" + ui_route(f"#/experiments/{self.experiment_id}/traces?"
-                                                    f"selectedEvaluationId={traces[0].info.trace_id}")
+                out["trace"] = f"{ui}/" + ui_route(
+                    f"#/experiments/{self.experiment_id}/traces?selectedEvaluationId={traces[0].info.trace_id}"
+                )
                 break
         return out
 
@@ -350,29 +469,49 @@ class CampaignTracker:
         already has is not added again, so the round run's metrics stay as they were (no second point, no new key)."""
         from mlflow.entities import Metric
 
-        points = [Metric(m.key, m.value, m.timestamp, m.step, model_id=model_id)
-                  for key in GATE_METRICS for m in self.client.get_metric_history(round_run_id, key)[-1:]]
+        points = [
+            Metric(m.key, m.value, m.timestamp, m.step, model_id=model_id)
+            for key in GATE_METRICS
+            for m in self.client.get_metric_history(round_run_id, key)[-1:]
+        ]
         if points:
             self.client.log_batch(round_run_id, metrics=points)
 
-    def finish(self, summary: dict[str, Any], summary_path: str | Path, test_evals: Sequence[dict[str, Any]] = (),
-               spent: dict[str, float] | None = None) -> None:
+    def finish(
+        self,
+        summary: dict[str, Any],
+        summary_path: str | Path,
+        test_evals: Sequence[dict[str, Any]] = (),
+        spent: dict[str, float] | None = None,
+    ) -> None:
         run = self.client.get_run(self.run_id)
         if run.data.tags.get("ratchet.champion_digest") == summary["champion_digest"] and run.info.status == "FINISHED":
             return  # this campaign's result is recorded already (a rerun with the same bytes): add nothing twice
-        if not self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = '{self.run_id}' and "
-                                       "tags.`ratchet.split` = 'test'", max_results=1):
+        if not self.client.search_runs(
+            [self.experiment_id],
+            f"tags.mlflow.parentRunId = '{self.run_id}' and tags.`ratchet.split` = 'test'",
+            max_results=1,
+        ):
             self._evals(self.run_id, list(test_evals))  # the test split is touched once, and shows once
         t, loc = summary["test"] or {}, summary["localization"]
         spent = spent or {}
-        self._metrics(self.run_id, {
-            "test_base_mean": t.get("base_mean"), "test_champion_mean": t.get("champion_mean"), "test_net": t.get("net"),
-            "test_ci_lo": t.get("ci_lo"), "test_ci_hi": t.get("ci_hi"), "accepted": summary["accepted"],
-            "rounds": summary["rounds"], "localization_accuracy": loc.get("accuracy"),
-            "outcome_only_accuracy": loc.get("outcome_only_accuracy"),
-            "dev_looks": (summary.get("dev_looks") or {}).get("n"),
-            "dev_alpha_spent": (summary.get("dev_looks") or {}).get("alpha_spent"),
-            **{f"budget_{k}": v for k, v in spent.items()}})
+        self._metrics(
+            self.run_id,
+            {
+                "test_base_mean": t.get("base_mean"),
+                "test_champion_mean": t.get("champion_mean"),
+                "test_net": t.get("net"),
+                "test_ci_lo": t.get("ci_lo"),
+                "test_ci_hi": t.get("ci_hi"),
+                "accepted": summary["accepted"],
+                "rounds": summary["rounds"],
+                "localization_accuracy": loc.get("accuracy"),
+                "outcome_only_accuracy": loc.get("outcome_only_accuracy"),
+                "dev_looks": (summary.get("dev_looks") or {}).get("n"),
+                "dev_alpha_spent": (summary.get("dev_looks") or {}).get("alpha_spent"),
+                **{f"budget_{k}": v for k, v in spent.items()},
+            },
+        )
         if summary.get("stopped"):
             self.client.set_tag(self.run_id, "ratchet.stopped", summary["stopped"][:4000])
         lineage = " -> ".join(f"{v['version']} ({v['digest'][:12]})" for v in summary["lineage"])
@@ -395,11 +534,21 @@ def _campaign_runs(client: Any, summary: dict[str, Any], campaign_dir: str | Pat
         return None, []
     # the tag as the campaign recorded it (its summary's out, whatever this process's directory), as this process
     # names it, or absolute (runs logged before tags held recorded paths)
-    wheres = {str(((summary.get("params") or {}).get("campaign") or {}).get("out")), recorded_path(str(campaign_dir)),
-              str(Path(campaign_dir).resolve())}
-    runs = [r for r in client.search_runs([exp.experiment_id], "tags.`ratchet.kind` = 'campaign'",
-                                          order_by=["attributes.start_time DESC"], max_results=1000)
-            if r.data.tags.get("ratchet.out") in wheres]
+    wheres = {
+        str(((summary.get("params") or {}).get("campaign") or {}).get("out")),
+        recorded_path(str(campaign_dir)),
+        str(Path(campaign_dir).resolve()),
+    }
+    runs = [
+        r
+        for r in client.search_runs(
+            [exp.experiment_id],
+            "tags.`ratchet.kind` = 'campaign'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1000,
+        )
+        if r.data.tags.get("ratchet.out") in wheres
+    ]
     return exp, runs
 
 
@@ -425,15 +574,22 @@ def campaign_records(client: Any, campaign_dir: str | Path) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(f"{where}: -: not a campaign's summary ({type(e).__name__}: {e})") from None
     exp, runs = _campaign_runs(client, summary, campaign_dir)
-    finished = [r for r in runs if r.info.status == "FINISHED"
-                and r.data.tags.get("ratchet.champion_digest") == summary.get("champion_digest")]
+    finished = [
+        r
+        for r in runs
+        if r.info.status == "FINISHED" and r.data.tags.get("ratchet.champion_digest") == summary.get("champion_digest")
+    ]
     if exp is None or not finished:
-        raise InputError(f"{where}: -: no finished MLflow run of this campaign (experiment {names['experiment']}, "
-                         f"champion {str(summary.get('champion_digest'))[:12]}) in {client.tracking_uri}")
+        raise InputError(
+            f"{where}: -: no finished MLflow run of this campaign (experiment {names['experiment']}, "
+            f"champion {str(summary.get('champion_digest'))[:12]}) in {client.tracking_uri}"
+        )
     return {"summary": summary, "experiment": exp, "run": finished[0], "registered_model": names["registered_model"]}
 
 
-def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], tracking_uri: str | None = None) -> str | None:
+def log_export(
+    manifest: Any, export_dir: str | Path, summary: dict[str, Any], tracking_uri: str | None = None
+) -> str | None:
     """Each exported file as a dataset input of the campaign's run (context `training`; source: the campaign and its
     champion version; digest: the file's sha256). Returns the run id, or None when the campaign was never logged."""
     import warnings
@@ -463,12 +619,22 @@ def log_export(manifest: Any, export_dir: str | Path, summary: dict[str, Any], t
             warnings.simplefilter("ignore", UserWarning)
             # (defined when mlflow.data is imported, from MLflow's dataset registry: no attribute a checker can see)
             ds = mlflow.data.from_pandas(  # type: ignore[attr-defined]
-                df, source=recorded_path(str(path)), name=ds_name, digest=f.sha256[:32])
-        inputs.append(DatasetInput(ds._to_mlflow_entity(), tags=[
-            InputTag("mlflow.data.context", "training"), InputTag("ratchet.source", "campaign"),
-            InputTag("ratchet.champion", manifest.champion), InputTag("ratchet.champion_digest", manifest.champion_digest),
-            InputTag("ratchet.split", manifest.split), InputTag("ratchet.sha256", f.sha256),
-            InputTag("ratchet.records", str(f.records))]))
+                df, source=recorded_path(str(path)), name=ds_name, digest=f.sha256[:32]
+            )
+        inputs.append(
+            DatasetInput(
+                ds._to_mlflow_entity(),
+                tags=[
+                    InputTag("mlflow.data.context", "training"),
+                    InputTag("ratchet.source", "campaign"),
+                    InputTag("ratchet.champion", manifest.champion),
+                    InputTag("ratchet.champion_digest", manifest.champion_digest),
+                    InputTag("ratchet.split", manifest.split),
+                    InputTag("ratchet.sha256", f.sha256),
+                    InputTag("ratchet.records", str(f.records)),
+                ],
+            )
+        )
     if inputs:
         client.log_inputs(run_id, datasets=inputs)
     return run_id

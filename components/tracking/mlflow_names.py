@@ -38,9 +38,16 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
 
 def git_commit(cwd: str | Path = ".") -> str:
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True,
-                               text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -55,8 +62,9 @@ def params_hash(params: dict) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
-def campaign_identity(params: dict, start_digest: str, benchmark_digest: str,
-                      settings: dict | None = None) -> dict[str, Any]:
+def campaign_identity(
+    params: dict, start_digest: str, benchmark_digest: str, settings: dict | None = None
+) -> dict[str, Any]:
     """What decides a campaign's results, so what names its MLflow records: the evolution params a rerun must keep
     (`Params.identity`), the declared rounds (each round's gate spends campaign_alpha / rounds: a 2-round campaign is
     not the first two rounds of a 10-round one), whether it reads the campaign memory, the bytes it starts from, and
@@ -64,9 +72,14 @@ def campaign_identity(params: dict, start_digest: str, benchmark_digest: str,
     from components.params import Params
 
     p = Params.model_validate(params)
-    return {**p.identity(), "campaign.rounds": p.campaign.rounds, "evidence.memory": p.evidence.memory,
-            "start_digest": start_digest, "benchmark_digest": benchmark_digest,
-            **({"world.settings": settings} if settings else {})}
+    return {
+        **p.identity(),
+        "campaign.rounds": p.campaign.rounds,
+        "evidence.memory": p.evidence.memory,
+        "start_digest": start_digest,
+        "benchmark_digest": benchmark_digest,
+        **({"world.settings": settings} if settings else {}),
+    }
 
 
 def identity_hash(identity: dict[str, Any]) -> str:
@@ -87,11 +100,16 @@ def registered_name(campaign: str, ident: str, out: str) -> str:
 
 def tracking_names(summary: dict[str, Any]) -> dict[str, str]:
     """The MLflow experiment and registered model of the campaign a summary.json describes (a notebook's way in)."""
-    ih = identity_hash(campaign_identity(summary["params"], summary["start_digest"], summary["benchmark_digest"],
-                                         summary.get("world_settings")))
-    return {"experiment": experiment_name(summary["campaign"], ih),
-            "registered_model": registered_name(summary["campaign"], ih, summary["params"]["campaign"]["out"]),
-            "identity": ih}
+    ih = identity_hash(
+        campaign_identity(
+            summary["params"], summary["start_digest"], summary["benchmark_digest"], summary.get("world_settings")
+        )
+    )
+    return {
+        "experiment": experiment_name(summary["campaign"], ih),
+        "registered_model": registered_name(summary["campaign"], ih, summary["params"]["campaign"]["out"]),
+        "identity": ih,
+    }
 
 
 def manifest_knobs(package: str | Path) -> dict[str, str]:

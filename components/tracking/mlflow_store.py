@@ -22,7 +22,7 @@ def new_store_from_template(uri: str | None) -> None:
 
     if not uri or not uri.startswith("sqlite:///") or "?" in uri:
         return
-    path = Path(uri[len("sqlite:///"):])
+    path = Path(uri[len("sqlite:///") :])
     if path.exists() or str(path) in ("", ":memory:"):
         return
     try:

@@ -34,8 +34,9 @@ def _env_metadata() -> dict[str, str]:
     return _ENV_METADATA
 
 
-def _start_span(name: str, kind: str, parent: Any, start_ns: int, spans: list, inputs: Any = None,
-                attributes: dict | None = None):
+def _start_span(
+    name: str, kind: str, parent: Any, start_ns: int, spans: list, inputs: Any = None, attributes: dict | None = None
+):
     """A live mlflow span from a private OpenTelemetry tracer. The tracer has no span processor, so ending a span
     exports nothing: MLflow's own tracer would send it to the process's tracking URI, not the campaign's."""
     global _TRACER
@@ -50,8 +51,13 @@ def _start_span(name: str, kind: str, parent: Any, start_ns: int, spans: list, i
         from opentelemetry.sdk.trace import TracerProvider
 
         # the resource MLflow's own provider uses (the default one would add service.* tags to every trace)
-        resource = Resource({"telemetry.sdk.language": "python", "telemetry.sdk.name": "mlflow",
-                             "telemetry.sdk.version": mlflow.__version__})
+        resource = Resource(
+            {
+                "telemetry.sdk.language": "python",
+                "telemetry.sdk.name": "mlflow",
+                "telemetry.sdk.version": mlflow.__version__,
+            }
+        )
         _TRACER = TracerProvider(resource=resource, shutdown_on_exit=False).get_tracer("ratchet.tracking")
     # an empty context for a root: never the child of whatever span is active in this thread
     ctx = otel.set_span_in_context(parent._span) if parent is not None else Context()
@@ -77,7 +83,8 @@ def episode_timings(eval_dir: Path) -> dict[str, dict[int, list[tuple[str, int, 
     out: dict[str, dict[int, list[tuple[str, int, int]]]] = {}
     for r in pd.read_parquet(path).sort_values(["item_id", "seed", "step", "i"]).itertuples(index=False):
         out.setdefault(f"{r.item_id}#{r.seed}", {}).setdefault(int(r.step), []).append(
-            (str(r.phase), int(r.start_ns), int(r.end_ns)))
+            (str(r.phase), int(r.start_ns), int(r.end_ns))
+        )
     return out
 
 
@@ -117,7 +124,9 @@ class TraceWriter:
             for ep in _cited_episodes(pk)[:MAX_TRACES_PER_PACKET]:
                 if ep not in built and len(built) < self.traces_per_round:
                     steps = traces[traces["episode_id"] == ep].sort_values("step")
-                    cites = {int(c["step"]) for claim in pk["claims"] for c in claim["evidence"] if c["episode_id"] == ep}
+                    cites = {
+                        int(c["step"]) for claim in pk["claims"] for c in claim["evidence"] if c["episode_id"] == ep
+                    }
                     built[ep] = self.episode_trace(run_id, round_no, pk, ep, steps, cites, timings.get(ep, {}))
                 if ep in built:
                     cited.append((pk["id"], ep, built[ep].info.trace_id))
@@ -135,14 +144,17 @@ class TraceWriter:
         lines = ["Cited failed episodes (each packet's claim, then the traces of the episodes it cites):"]
         for pk, eps in trace_of.items():
             for claim in packets[pk].get("claims", []):
-                links = [f"[{c['episode_id']}, turn {c['step']}]("
-                         + ui_route(f"#/experiments/{self.experiment_id}/traces?selectedEvaluationId="
-                                    f"{eps[c['episode_id']]}") + ")"
-                         for c in claim.get("evidence", []) if c["episode_id"] in eps]
+                links = [
+                    f"[{c['episode_id']}, turn {c['step']}]("
+                    + ui_route(f"#/experiments/{self.experiment_id}/traces?selectedEvaluationId={eps[c['episode_id']]}")
+                    + ")"
+                    for c in claim.get("evidence", [])
+                    if c["episode_id"] in eps
+                ]
                 if links:
                     st = claim["statement"]
                     st = st if len(st) <= 160 else st[:157] + "..."
-                    lines.append(f"- packet `{pk}` ({packets[pk].get('owner', '?')}): \"{st}\" → " + ", ".join(links))
+                    lines.append(f'- packet `{pk}` ({packets[pk].get("owner", "?")}): "{st}" → ' + ", ".join(links))
         return "\n".join(lines)
 
     def write(self, traces: list) -> None:
@@ -181,8 +193,16 @@ class TraceWriter:
             for info, t in zip(infos, traces):
                 client._upload_trace_data(info, t.data)
 
-    def episode_trace(self, run_id: str, round_no: int, packet: dict, ep: str, steps, cited_steps: set[int],
-                      timing: dict[int, list[tuple[str, int, int]]] | None = None):
+    def episode_trace(
+        self,
+        run_id: str,
+        round_no: int,
+        packet: dict,
+        ep: str,
+        steps,
+        cited_steps: set[int],
+        timing: dict[int, list[tuple[str, int, int]]] | None = None,
+    ):
         """One episode as a finished mlflow Trace, built in memory (nothing is exported): its spans come from a
         private OpenTelemetry tracer with no processor, its info is what MLflow's span processor would record (the
         source run links it to the round run). `timing` (`episode_timings`): when each turn and phase ran, so spans
@@ -198,42 +218,74 @@ class TraceWriter:
         starts = [t[0][1] for t in timing.values() if t]
         clock = _Clock(min(starts) if starts else time.time_ns())
         spans: list = []
-        root = _start_span(f"episode {ep}", SpanType.AGENT, None, clock.at, spans, inputs={
-            "episode": ep, "item_id": str(first["item_id"]) if first is not None else "",
-            "incoming": json.loads(first["incoming"]) if first is not None else {}},
-            attributes={SpanAttributeKey.EXPERIMENT_ID: self.experiment_id, "ratchet.packet": packet["id"],
-                        "ratchet.owner": packet["owner"], "ratchet.kind": packet["kind"],
-                        "ratchet.timing": f"{recorded} of {len(steps)} turns timed as they ran"
-                                          + ("" if recorded == len(steps) else "; the others at 1 ms per phase")})
+        root = _start_span(
+            f"episode {ep}",
+            SpanType.AGENT,
+            None,
+            clock.at,
+            spans,
+            inputs={
+                "episode": ep,
+                "item_id": str(first["item_id"]) if first is not None else "",
+                "incoming": json.loads(first["incoming"]) if first is not None else {},
+            },
+            attributes={
+                SpanAttributeKey.EXPERIMENT_ID: self.experiment_id,
+                "ratchet.packet": packet["id"],
+                "ratchet.owner": packet["owner"],
+                "ratchet.kind": packet["kind"],
+                "ratchet.timing": f"{recorded} of {len(steps)} turns timed as they ran"
+                + ("" if recorded == len(steps) else "; the others at 1 ms per phase"),
+            },
+        )
         for s in steps.to_dict("records"):
             _turn_spans(root, s, timing.get(int(s["step"])), cited_steps, clock, spans)
-        root.end(outputs={"claims": [c["statement"] for c in packet.get("claims", [])]}, status="ERROR",
-                 end_time_ns=clock.at)
+        root.end(
+            outputs={"claims": [c["statement"] for c in packet.get("claims", [])]}, status="ERROR", end_time_ns=clock.at
+        )
         info = self._trace_info(root, run_id, round_no, packet, ep)
         return Trace(info=info, data=TraceData(spans=[s.to_immutable_span() for s in spans]))
 
     def _trace_info(self, root: Any, run_id: str, round_no: int, packet: dict, ep: str) -> Any:
         """The trace's info as MLflow's span processor would record it, with the round run as its source."""
         from mlflow.entities import TraceInfo, TraceLocation, TraceState
-        from mlflow.tracing.constant import (MAX_CHARS_IN_TRACE_INFO_METADATA, TRACE_SCHEMA_VERSION,
-                                             TRACE_SCHEMA_VERSION_KEY, SpanAttributeKey, TraceMetadataKey,
-                                             TraceTagKey)
+        from mlflow.tracing.constant import (
+            MAX_CHARS_IN_TRACE_INFO_METADATA,
+            TRACE_SCHEMA_VERSION,
+            TRACE_SCHEMA_VERSION_KEY,
+            SpanAttributeKey,
+            TraceMetadataKey,
+            TraceTagKey,
+        )
 
         def preview(key: str) -> str:  # the request/response columns of the Traces tab, cut as MLflow cuts them
             v = root._span.attributes.get(key) or ""
-            return v if len(v) <= MAX_CHARS_IN_TRACE_INFO_METADATA else v[:MAX_CHARS_IN_TRACE_INFO_METADATA - 3] + "..."
+            return (
+                v if len(v) <= MAX_CHARS_IN_TRACE_INFO_METADATA else v[: MAX_CHARS_IN_TRACE_INFO_METADATA - 3] + "..."
+            )
 
         start_ns, end_ns = root.start_time_ns, root.end_time_ns
         return TraceInfo(
-            trace_id=root.trace_id, trace_location=TraceLocation.from_experiment_id(self.experiment_id),
-            request_time=start_ns // 1_000_000, execution_duration=(end_ns - start_ns) // 1_000_000,
+            trace_id=root.trace_id,
+            trace_location=TraceLocation.from_experiment_id(self.experiment_id),
+            request_time=start_ns // 1_000_000,
+            execution_duration=(end_ns - start_ns) // 1_000_000,
             state=TraceState.ERROR,
-            trace_metadata={**_env_metadata(), TRACE_SCHEMA_VERSION_KEY: str(TRACE_SCHEMA_VERSION),
-                            TraceMetadataKey.SOURCE_RUN: run_id,
-                            TraceMetadataKey.INPUTS: preview(SpanAttributeKey.INPUTS),
-                            TraceMetadataKey.OUTPUTS: preview(SpanAttributeKey.OUTPUTS)},
-            tags={TraceTagKey.TRACE_NAME: f"episode {ep}", "ratchet.round": str(round_no),
-                  "ratchet.packet": packet["id"], "ratchet.episode": ep, "ratchet.owner": packet["owner"]})
+            trace_metadata={
+                **_env_metadata(),
+                TRACE_SCHEMA_VERSION_KEY: str(TRACE_SCHEMA_VERSION),
+                TraceMetadataKey.SOURCE_RUN: run_id,
+                TraceMetadataKey.INPUTS: preview(SpanAttributeKey.INPUTS),
+                TraceMetadataKey.OUTPUTS: preview(SpanAttributeKey.OUTPUTS),
+            },
+            tags={
+                TraceTagKey.TRACE_NAME: f"episode {ep}",
+                "ratchet.round": str(round_no),
+                "ratchet.packet": packet["id"],
+                "ratchet.episode": ep,
+                "ratchet.owner": packet["owner"],
+            },
+        )
 
 
 class _Clock:
@@ -247,24 +299,36 @@ class _Clock:
         return self.at - 1_000_000
 
 
-def _turn_spans(root: Any, s: dict, ran: list[tuple[str, int, int]] | None, cited_steps: set[int], clock: _Clock,
-                spans: list) -> None:
+def _turn_spans(
+    root: Any, s: dict, ran: list[tuple[str, int, int]] | None, cited_steps: set[int], clock: _Clock, spans: list
+) -> None:
     """One turn's span under the episode's, with a child per kernel phase; `ran`: [(turn, start, end), (phase, start,
     end), ...] as the kernel ran them (None: not timed, each phase 1 ms on `clock`)."""
     from mlflow.entities import SpanType
 
-    j = {k: (json.loads(s[k]) if isinstance(s.get(k), str) and k != "episode_id" and k != "hash"
-             and s[k][:1] in "[{" else s.get(k)) for k in s}
-    turn = _start_span(f"turn {s['step']}" + (" (cited)" if int(s["step"]) in cited_steps else ""),
-                       SpanType.CHAIN, root, ran[0][1] if ran else clock.tick(), spans,
-                       inputs={"incoming": j.get("incoming"), "state_before": j.get("state_before")},
-                       attributes={"step": int(s["step"]), "hash": s.get("hash", ""),
-                                   "cited": int(s["step"]) in cited_steps})
+    j = {
+        k: (
+            json.loads(s[k])
+            if isinstance(s.get(k), str) and k != "episode_id" and k != "hash" and s[k][:1] in "[{"
+            else s.get(k)
+        )
+        for k in s
+    }
+    turn = _start_span(
+        f"turn {s['step']}" + (" (cited)" if int(s["step"]) in cited_steps else ""),
+        SpanType.CHAIN,
+        root,
+        ran[0][1] if ran else clock.tick(),
+        spans,
+        inputs={"incoming": j.get("incoming"), "state_before": j.get("state_before")},
+        attributes={"step": int(s["step"]), "hash": s.get("hash", ""), "cited": int(s["step"]) in cited_steps},
+    )
     phases = _phases(j)
-    for name, start, end in (ran[1:] if ran else [(n, None, None) for n in phases]):
+    for name, start, end in ran[1:] if ran else [(n, None, None) for n in phases]:
         kind, inputs, outputs = phases[name]
         _start_span(name, kind, turn, start if start is not None else clock.tick(), spans, inputs=inputs).end(
-            outputs=outputs, end_time_ns=end if end is not None else clock.tick())  # (None: not timed, `ran` empty)
+            outputs=outputs, end_time_ns=end if end is not None else clock.tick()
+        )  # (None: not timed, `ran` empty)
     turn.end(outputs={"fingerprint": j.get("fingerprint")}, end_time_ns=ran[0][2] if ran else clock.tick())
     clock.at = max(clock.at, ran[0][2] if ran else clock.at)
 
@@ -277,10 +341,19 @@ def _phases(j: dict) -> dict[str, tuple[str, dict, dict]]:
 
     return {
         MEMORY: (SpanType.MEMORY, {"deliveries": j.get("deliveries")}, {"cards": j.get("delivered")}),
-        MODEL: (SpanType.LLM, {"state_before": j.get("state_before")},
-                {"proposal": j.get("proposal"), "first_draft": j.get("first_draft"), "draft": j.get("action")}),
-        CHECKS: (SpanType.GUARDRAIL, {"draft": j.get("first_draft") or j.get("action")},
-                 {"checks": j.get("checks"), "blocked": j.get("blocked")}),
-        TOOL: (SpanType.TOOL, {"action": j.get("action")},
-               {"receipt": j.get("observation"), "state_after": j.get("state_after")}),
+        MODEL: (
+            SpanType.LLM,
+            {"state_before": j.get("state_before")},
+            {"proposal": j.get("proposal"), "first_draft": j.get("first_draft"), "draft": j.get("action")},
+        ),
+        CHECKS: (
+            SpanType.GUARDRAIL,
+            {"draft": j.get("first_draft") or j.get("action")},
+            {"checks": j.get("checks"), "blocked": j.get("blocked")},
+        ),
+        TOOL: (
+            SpanType.TOOL,
+            {"action": j.get("action")},
+            {"receipt": j.get("observation"), "state_after": j.get("state_after")},
+        ),
     }

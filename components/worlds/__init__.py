@@ -38,8 +38,16 @@ def _retail() -> WorldSpec:
     from components.worlds.retail.env import RetailEnv, truth
 
     packages = {name: PACKAGES / name for name in ("none", "seed", "all-skills", "reference")}
-    return WorldSpec("retail", retail.materialize, RetailEnv, RetailCompetence(), packages, tuple(ReceiptMode),
-                     rules=rules, truth=truth)
+    return WorldSpec(
+        "retail",
+        retail.materialize,
+        RetailEnv,
+        RetailCompetence(),
+        packages,
+        tuple(ReceiptMode),
+        rules=rules,
+        truth=truth,
+    )
 
 
 @WORLDS.register("airline")
@@ -51,8 +59,16 @@ def _airline() -> WorldSpec:
     from components.worlds.airline.env import AirlineEnv, truth
 
     packages = {name: PACKAGES / "airline" / name for name in ("none", "seed", "all-skills", "reference")}
-    return WorldSpec("airline", airline.materialize, AirlineEnv, AirlineCompetence(), packages, tuple(ReceiptMode),
-                     rules=rules, truth=truth)
+    return WorldSpec(
+        "airline",
+        airline.materialize,
+        AirlineEnv,
+        AirlineCompetence(),
+        packages,
+        tuple(ReceiptMode),
+        rules=rules,
+        truth=truth,
+    )
 
 
 def discover() -> None:
@@ -62,8 +78,9 @@ def discover() -> None:
             continue
         if ep.name in WORLDS:
             where = f"entry point {_from_entry_points[ep.name]}" if ep.name in _from_entry_points else "a built-in"
-            raise BenchmarkError(f"{ENTRY_POINT_GROUP}: {ep.name}: entry point {ep.value} names a world already "
-                                 f"registered by {where}")
+            raise BenchmarkError(
+                f"{ENTRY_POINT_GROUP}: {ep.name}: entry point {ep.value} names a world already registered by {where}"
+            )
         WORLDS.register(ep.name)(_loader(ep))
         _from_entry_points[ep.name] = ep.value
 
@@ -74,8 +91,9 @@ def _loader(ep):
             obj = ep.load()
             return obj() if callable(obj) else obj
         except Exception as e:  # noqa: BLE001 - a broken plug-in is bad input, named, not a traceback
-            raise BenchmarkError(f"{ENTRY_POINT_GROUP}: {ep.name}: entry point {ep.value} failed: "
-                                 f"{type(e).__name__}: {e}") from None
+            raise BenchmarkError(
+                f"{ENTRY_POINT_GROUP}: {ep.name}: entry point {ep.value} failed: {type(e).__name__}: {e}"
+            ) from None
 
     return factory
 
@@ -131,10 +149,14 @@ def _check_protocols(spec: WorldSpec) -> None:
 
     ps = spec.protocols
     if not isinstance(ps, tuple) or not ps or len(set(ps)) != len(ps) or not set(ps) <= {"standard", "custom"}:
-        raise BenchmarkError(f"world {spec.name!r}: protocols: must be a tuple of standard and/or custom; got {ps!r:.80}")
+        raise BenchmarkError(
+            f"world {spec.name!r}: protocols: must be a tuple of standard and/or custom; got {ps!r:.80}"
+        )
     if ps != ("custom",) and "protocol" not in inspect.signature(spec.materialize).parameters:
-        raise BenchmarkError(f"world {spec.name!r}: protocols: declares {' | '.join(ps)}, but its materialize takes no "
-                             "`protocol` argument to write it")
+        raise BenchmarkError(
+            f"world {spec.name!r}: protocols: declares {' | '.join(ps)}, but its materialize takes no "
+            "`protocol` argument to write it"
+        )
 
 
 def party_model(settings: dict) -> bool:
@@ -157,12 +179,31 @@ def _check_receipts(spec: WorldSpec) -> None:
 
     modes = spec.receipts
     if not isinstance(modes, tuple) or not modes or not all(isinstance(m, ReceiptMode) for m in modes):
-        raise BenchmarkError(f"world {spec.name!r}: receipts: must be a non-empty tuple of ReceiptMode "
-                             f"({', '.join(m.value for m in ReceiptMode)}); got {modes!r:.80}")
+        raise BenchmarkError(
+            f"world {spec.name!r}: receipts: must be a non-empty tuple of ReceiptMode "
+            f"({', '.join(m.value for m in ReceiptMode)}); got {modes!r:.80}"
+        )
     if modes != (ReceiptMode.explained,) and "receipts" not in inspect.signature(spec.materialize).parameters:
-        raise BenchmarkError(f"world {spec.name!r}: receipts: declares {' | '.join(m.value for m in modes)}, but its "
-                             "materialize takes no `receipts` argument to write them")
+        raise BenchmarkError(
+            f"world {spec.name!r}: receipts: declares {' | '.join(m.value for m in modes)}, but its "
+            "materialize takes no `receipts` argument to write them"
+        )
 
 
-__all__ = ["Benchmark", "BenchmarkError", "Competence", "ENTRY_POINT_GROUP", "Environment", "Task", "WORLDS",
-           "ReceiptMode", "WorldSpec", "discover", "load_benchmark", "names", "party_model", "run_settings", "world"]
+__all__ = [
+    "Benchmark",
+    "BenchmarkError",
+    "Competence",
+    "ENTRY_POINT_GROUP",
+    "Environment",
+    "Task",
+    "WORLDS",
+    "ReceiptMode",
+    "WorldSpec",
+    "discover",
+    "load_benchmark",
+    "names",
+    "party_model",
+    "run_settings",
+    "world",
+]

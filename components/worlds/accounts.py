@@ -12,13 +12,58 @@ import random
 from components.worlds.base import ONLY_EMAIL, ToolBase
 from components.worlds.competence import Step, View
 
-FIRST = ("Ava", "Liam", "Noah", "Emma", "Mia", "Lucas", "Yusuf", "Sofia", "Omar", "Ivan", "Chen", "Amara", "Raj",
-         "Lena", "Mateo", "Fatima", "Ethan", "Hana", "Olivia", "Kofi", "Ines", "Arjun", "Zoe", "Daniel")
-LAST = ("Smith", "Garcia", "Kim", "Patel", "Nguyen", "Silva", "Ivanova", "Okafor", "Rossi", "Haddad", "Lopez",
-        "Moreau", "Schmidt", "Sato", "Kowalski", "Brown", "Ali", "Costa", "Hansen", "Jones")
+FIRST = (
+    "Ava",
+    "Liam",
+    "Noah",
+    "Emma",
+    "Mia",
+    "Lucas",
+    "Yusuf",
+    "Sofia",
+    "Omar",
+    "Ivan",
+    "Chen",
+    "Amara",
+    "Raj",
+    "Lena",
+    "Mateo",
+    "Fatima",
+    "Ethan",
+    "Hana",
+    "Olivia",
+    "Kofi",
+    "Ines",
+    "Arjun",
+    "Zoe",
+    "Daniel",
+)
+LAST = (
+    "Smith",
+    "Garcia",
+    "Kim",
+    "Patel",
+    "Nguyen",
+    "Silva",
+    "Ivanova",
+    "Okafor",
+    "Rossi",
+    "Haddad",
+    "Lopez",
+    "Moreau",
+    "Schmidt",
+    "Sato",
+    "Kowalski",
+    "Brown",
+    "Ali",
+    "Costa",
+    "Hansen",
+    "Jones",
+)
 
 
 # -- drawing a customer (the draws' order is part of the seed's data: keep it) ---------------------------------------
+
 
 def digits(rng: random.Random, n: int) -> str:
     return "".join(rng.choice("0123456789") for _ in range(n))
@@ -44,6 +89,7 @@ def email(rng: random.Random, first: str, last: str) -> str:
 
 # -- the account reads -----------------------------------------------------------------------------------------------
 
+
 class AccountTools(ToolBase):
     """`ToolBase` with the account reads over `db["users"]` (user id -> profile with `email`)."""
 
@@ -61,6 +107,7 @@ class AccountTools(ToolBase):
 
 
 # -- the competence's opening ------------------------------------------------------------------------------------------
+
 
 def user_id(view: View) -> str | None:
     """The user id the email lookup found, if it found one."""

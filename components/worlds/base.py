@@ -120,6 +120,7 @@ class Environment(Protocol):
     def confirm(self, tool: str, args: dict, summary: str) -> bool:
         """The simulated user's answer to the harness `confirm` tool: yes only to an action the customer asked for."""
         ...
+
     def score(self, transcript: list[Turn]) -> Score: ...
 
 
@@ -130,8 +131,10 @@ OK = "OK."
 def system_preamble(agent: str, party: str) -> str:
     """The system prompt's opening, before the world's policy: who the agent is (`agent`, with its article) and whom
     it writes to (`party`)."""
-    return (f"You are {agent}. Follow the policy below. Act with one tool call at a time, or write one message to the "
-            f"{party}. Call `finish` with a short summary when every request is settled.\n\n")
+    return (
+        f"You are {agent}. Follow the policy below. Act with one tool call at a time, or write one message to the "
+        f"{party}. Call `finish` with a short summary when every request is settled.\n\n"
+    )
 
 
 class BenchmarkError(InputError):
@@ -160,7 +163,9 @@ class Benchmark:
 
     def ids(self, split: str) -> list[str]:
         if split not in self.splits:
-            raise BenchmarkError(f"{self.root / 'splits.json'}: {split}: no such split (one of {', '.join(self.splits)})")
+            raise BenchmarkError(
+                f"{self.root / 'splits.json'}: {split}: no such split (one of {', '.join(self.splits)})"
+            )
         return list(self.splits[split])
 
     @property
@@ -243,9 +248,19 @@ class ToolBase:
 
     def _receipt(self, call: ToolCall, ok: bool, code: str | None, content: Any) -> Receipt:
         c = content if isinstance(content, dict) and not ok else {}
-        return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=ok, code=code, content=content,
-                       genuine=True, write=call.name in self.write_tools, rule_id=c.get("rule_id"), rule=c.get("rule"),
-                       blocking=bool(c.get("blocking")))
+        return Receipt(
+            call_id=call.id,
+            tool=call.name,
+            args=dict(call.args),
+            ok=ok,
+            code=code,
+            content=content,
+            genuine=True,
+            write=call.name in self.write_tools,
+            rule_id=c.get("rule_id"),
+            rule=c.get("rule"),
+            blocking=bool(c.get("blocking")),
+        )
 
     @staticmethod
     def _fail(code: str, msg: str, blocking: bool = False):
@@ -270,8 +285,11 @@ class ToolBase:
             self.breaches.append({"tool": self._calling, "rule_id": fact_id})
             return None
         if self.receipts is ReceiptMode.coded:
-            return False, "policy", {"error": f"`{self._calling}` refused: the call breaks a rule of this tool.",
-                                     "rule_id": fact_id}
+            return (
+                False,
+                "policy",
+                {"error": f"`{self._calling}` refused: the call breaks a rule of this tool.", "rule_id": fact_id},
+            )
         return self._policy(fact_id, msg)
 
 
@@ -370,8 +388,10 @@ def load_benchmark(root: str | Path) -> Benchmark:
     tasks = _tasks(root)
     splits = _splits(root, tasks)
     tools, db = _json(root / "tools.json"), _json(root / "db.json")
-    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("function"), dict)
-                                              and isinstance(t["function"].get("name"), str) for t in tools):
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)
+        for t in tools
+    ):
         raise BenchmarkError(f"{root / 'tools.json'}: -: must be a list of tools, each with function.name")
     if not isinstance(db, dict):
         raise BenchmarkError(f"{root / 'db.json'}: -: must be a mapping")
@@ -388,16 +408,21 @@ def _meta(root: Path) -> dict:
     meta = _json(root / "meta.json")
     for key in ("world", "write_tools", "targets"):
         if not isinstance(meta, dict) or key not in meta:
-            raise BenchmarkError(f"{root / 'meta.json'}: {key}: missing (re-materialize with `ratchet bench materialize`)")
+            raise BenchmarkError(
+                f"{root / 'meta.json'}: {key}: missing (re-materialize with `ratchet bench materialize`)"
+            )
     spec = _meta_world(root, meta)
     _meta_episodes(root, meta, spec)
     targets = meta["targets"]
-    if not isinstance(targets, dict) or not all(isinstance(a, list) and all(isinstance(x, str) for x in a)
-                                                for a in targets.values()):
+    if not isinstance(targets, dict) or not all(
+        isinstance(a, list) and all(isinstance(x, str) for x in a) for a in targets.values()
+    ):
         raise BenchmarkError(f"{root / 'meta.json'}: targets: must map each write tool to a list of argument names")
     if set(targets) != set(meta["write_tools"]):
         odd = sorted(set(targets) ^ set(meta["write_tools"]))
-        raise BenchmarkError(f"{root / 'meta.json'}: targets: must name exactly the write tools (differs on {', '.join(odd)})")
+        raise BenchmarkError(
+            f"{root / 'meta.json'}: targets: must name exactly the write tools (differs on {', '.join(odd)})"
+        )
     return meta
 
 
@@ -415,25 +440,33 @@ def _meta_world(root: Path, meta: dict) -> Any:
         raise BenchmarkError(f"{root / 'meta.json'}: write_tools: must be a list of tool names")
     foreign = sorted(set(meta["write_tools"]) - spec.competence.writes)
     if foreign:  # another world's benchmark under this world's name: its episodes would fail deep in the environment
-        raise BenchmarkError(f"{root / 'meta.json'}: write_tools: {', '.join(foreign[:3])} not a write tool of the "
-                             f"{meta['world']!r} world (a benchmark of another world?)")
+        raise BenchmarkError(
+            f"{root / 'meta.json'}: write_tools: {', '.join(foreign[:3])} not a write tool of the "
+            f"{meta['world']!r} world (a benchmark of another world?)"
+        )
     return spec
 
 
 def _meta_episodes(root: Path, meta: dict, spec: Any) -> None:
     """How meta.json says episodes run (receipt mode, protocol, confirmation): settings the world has."""
     if "receipts" in meta and meta["receipts"] not in {m.value for m in ReceiptMode}:
-        raise BenchmarkError(f"{root / 'meta.json'}: receipts: {meta['receipts']!r} is not a receipt mode "
-                             f"(one of {', '.join(m.value for m in ReceiptMode)})")
+        raise BenchmarkError(
+            f"{root / 'meta.json'}: receipts: {meta['receipts']!r} is not a receipt mode "
+            f"(one of {', '.join(m.value for m in ReceiptMode)})"
+        )
     mode = meta.get("receipts", ReceiptMode.explained.value)
     if ReceiptMode(mode) not in spec.receipts:
-        raise BenchmarkError(f"{root / 'meta.json'}: receipts: {mode!r}, but the {meta['world']} world's receipts are "
-                             f"{' | '.join(m.value for m in spec.receipts)} (re-materialize with `ratchet bench "
-                             "materialize`)")
+        raise BenchmarkError(
+            f"{root / 'meta.json'}: receipts: {mode!r}, but the {meta['world']} world's receipts are "
+            f"{' | '.join(m.value for m in spec.receipts)} (re-materialize with `ratchet bench "
+            "materialize`)"
+        )
     protocol = meta.get("protocol", "custom")
     if protocol not in spec.protocols:
-        raise BenchmarkError(f"{root / 'meta.json'}: protocol: {protocol!r}, but the {meta['world']} world's episodes "
-                             f"run under {' | '.join(spec.protocols)} (re-materialize with `ratchet bench materialize`)")
+        raise BenchmarkError(
+            f"{root / 'meta.json'}: protocol: {protocol!r}, but the {meta['world']} world's episodes "
+            f"run under {' | '.join(spec.protocols)} (re-materialize with `ratchet bench materialize`)"
+        )
     if not isinstance(meta.get("confirmation", True), bool):
         raise BenchmarkError(f"{root / 'meta.json'}: confirmation: must be true or false")
 
@@ -513,8 +546,9 @@ def _json(path: Path) -> Any:
         raise BenchmarkError(f"{path}: -: not valid JSON ({e})") from None
 
 
-def stratified_split(tasks: list[Task], seed: int, families: Iterable[str],
-                     fractions: tuple[float, float] = SPLIT_SHARES) -> dict[str, list[str]]:
+def stratified_split(
+    tasks: list[Task], seed: int, families: Iterable[str], fractions: tuple[float, float] = SPLIT_SHARES
+) -> dict[str, list[str]]:
     """Train/dev/test, stratified by family, fixed by the seed; `fractions` are the train and dev shares."""
     rng = random.Random(seed * 7919 + 1)
     out: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
@@ -529,12 +563,19 @@ def stratified_split(tasks: list[Task], seed: int, families: Iterable[str],
     return out
 
 
-def materializer(world: str, version: int, generate: Callable[..., tuple[dict, list[Task]]],
-                 families: Mapping[str, int], policy_text: Callable[..., str], tools: list[dict],
-                 targets: Mapping[str, list[str]], rules_of: Callable[..., Any] | None = None,
-                 facts_of: Callable[[Any], Mapping] | None = None,
-                 packages: Callable[[Any], Mapping[str, str]] | None = None,
-                 gold_of: Callable[[Task], list[dict]] | None = None) -> Callable[..., Path]:
+def materializer(
+    world: str,
+    version: int,
+    generate: Callable[..., tuple[dict, list[Task]]],
+    families: Mapping[str, int],
+    policy_text: Callable[..., str],
+    tools: list[dict],
+    targets: Mapping[str, list[str]],
+    rules_of: Callable[..., Any] | None = None,
+    facts_of: Callable[[Any], Mapping] | None = None,
+    packages: Callable[[Any], Mapping[str, str]] | None = None,
+    gold_of: Callable[[Task], list[dict]] | None = None,
+) -> Callable[..., Path]:
     """A world's `materialize` from its parts: `generate(seed, per_family) -> (db, tasks)`, the families (name ->
     default count; the split is stratified by them), the policy, the tool schemas and the write tools' targets.
     A world whose rules are data (`components.worlds.rules`) passes `rules_of(changes, where) -> rules` and
@@ -542,18 +583,30 @@ def materializer(world: str, version: int, generate: Callable[..., tuple[dict, l
     (a mapping or a YAML file: the rules to change), meta.json records the whole record, and `packages(facts)`
     (relative path -> text) are written beside a variant's files (its own `reference` and `all-skills`)."""
 
-    def build(out: str | Path, seed: int, per_family: int | None, fractions: tuple[float, float],
-              rules: Any, receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
+    def build(
+        out: str | Path,
+        seed: int,
+        per_family: int | None,
+        fractions: tuple[float, float],
+        rules: Any,
+        receipts: ReceiptMode | str = ReceiptMode.explained,
+    ) -> Path:
         facts = data = None
         if rules_of is not None:
             data = rules_of(rules)
             facts = facts_of(data)
         db, tasks = generate(seed, per_family, facts) if facts is not None else generate(seed, per_family)
         splits = stratified_split(tasks, seed, families, fractions)
-        meta = {"world": world, "version": version, "seed": seed, "n_tasks": len(tasks),
-                "families": {f: per_family or n for f, n in families.items()},
-                "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(targets),
-                "targets": {t: list(targets[t]) for t in sorted(targets)}}
+        meta = {
+            "world": world,
+            "version": version,
+            "seed": seed,
+            "n_tasks": len(tasks),
+            "families": {f: per_family or n for f, n in families.items()},
+            "splits": {k: len(v) for k, v in splits.items()},
+            "write_tools": sorted(targets),
+            "targets": {t: list(targets[t]) for t in sorted(targets)},
+        }
         if data is not None:
             meta["rules"] = data.model_dump(mode="json")
         receipts = ReceiptMode(receipts)
@@ -563,31 +616,53 @@ def materializer(world: str, version: int, generate: Callable[..., tuple[dict, l
         gold = None
         if gold_of is not None:  # the labelled train items only: dev and test gold is never written beside them
             by_id = {t.id: t for t in tasks}
-            gold = [Gold(task_id=tid, actions=gold_of(by_id[tid], facts) if facts is not None else gold_of(by_id[tid]))
-                    for tid in sorted(splits["train"])]
+            gold = [
+                Gold(task_id=tid, actions=gold_of(by_id[tid], facts) if facts is not None else gold_of(by_id[tid]))
+                for tid in sorted(splits["train"])
+            ]
         extra = packages(facts) if packages is not None and data is not None and data != rules_of(None) else None
         return write_benchmark(out, meta, policy, tools, db, tasks, splits, gold, extra)  # checked by the contract
 
     if rules_of is None:  # rules that are code: params refuse `benchmark.rules` for this world
-        def materialize(out: str | Path, seed: int = 0, per_family: int | None = None,
-                        fractions: tuple[float, float] = SPLIT_SHARES,
-                        receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
+
+        def materialize(
+            out: str | Path,
+            seed: int = 0,
+            per_family: int | None = None,
+            fractions: tuple[float, float] = SPLIT_SHARES,
+            receipts: ReceiptMode | str = ReceiptMode.explained,
+        ) -> Path:
             """Write the benchmark files for `seed` atomically; the same arguments give the same bytes."""
             return build(out, seed, per_family, fractions, None, receipts)
+
         return materialize
 
-    def materialize_rules(out: str | Path, seed: int = 0, per_family: int | None = None,
-                          fractions: tuple[float, float] = SPLIT_SHARES, rules: Any = None,
-                          receipts: ReceiptMode | str = ReceiptMode.explained) -> Path:
+    def materialize_rules(
+        out: str | Path,
+        seed: int = 0,
+        per_family: int | None = None,
+        fractions: tuple[float, float] = SPLIT_SHARES,
+        rules: Any = None,
+        receipts: ReceiptMode | str = ReceiptMode.explained,
+    ) -> Path:
         """Write the benchmark files for `seed` atomically; the same arguments give the same bytes. `rules`: the rules
         to change (a mapping, or a YAML file's path); None: the world's own."""
         return build(out, seed, per_family, fractions, rules, receipts)
+
     return materialize_rules
 
 
-def write_benchmark(out: str | Path, meta: dict, policy: str, tools: list[dict], db: dict, tasks: list[Task],
-                    splits: dict[str, list[str]], gold: list[Gold] | None = None,
-                    extra: Mapping[str, str] | None = None) -> Path:
+def write_benchmark(
+    out: str | Path,
+    meta: dict,
+    policy: str,
+    tools: list[dict],
+    db: dict,
+    tasks: list[Task],
+    splits: dict[str, list[str]],
+    gold: list[Gold] | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> Path:
     """Write a benchmark directory atomically (tasks.csv derived from the tasks), checked by the data contract before
     anything is moved into place: what a world's `materialize` ends with. `meta` needs world, write_tools, targets."""
     import pandas as pd
@@ -596,9 +671,19 @@ def write_benchmark(out: str | Path, meta: dict, policy: str, tools: list[dict],
     from components.io import atomic_dir, dumps
 
     where = {tid: name for name, ids in splits.items() for tid in ids}
-    rows = [{"task_id": t.id, "family": t.family, "split": where.get(t.id), "n_requests": len(t.requests),
-             "possible": t.possible, "n_criteria": len(t.rubric), "min_weight": min(c.weight for c in t.rubric),
-             "total_weight": sum(c.weight for c in t.rubric)} for t in tasks]
+    rows = [
+        {
+            "task_id": t.id,
+            "family": t.family,
+            "split": where.get(t.id),
+            "n_requests": len(t.requests),
+            "possible": t.possible,
+            "n_criteria": len(t.rubric),
+            "min_weight": min(c.weight for c in t.rubric),
+            "total_weight": sum(c.weight for c in t.rubric),
+        }
+        for t in tasks
+    ]
     with atomic_dir(out) as tmp:
         (tmp / "meta.json").write_text(dumps(meta))
         (tmp / "policy.md").write_text(policy)

@@ -19,8 +19,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Callable
 
-NEGATION = re.compile(r"\b(not|never|no|don't|do not|doesn't|does not|cannot|can't|avoid|instead of|rather than|"
-                      r"other than|without)\b", re.I)
+NEGATION = re.compile(
+    r"\b(not|never|no|don't|do not|doesn't|does not|cannot|can't|avoid|instead of|rather than|"
+    r"other than|without)\b",
+    re.I,
+)
 CLAUSE_SPLIT = re.compile(r"[.;:!?](?:\s+|$)|,\s+(?=but\b|while\b)")
 
 

@@ -21,8 +21,11 @@ UNIT = Fraction(1)
 
 
 def is_num(x: Any) -> bool:
-    return isinstance(x, (int, float, Fraction, Decimal)) and not isinstance(x, bool) and \
-        (not isinstance(x, float) or math.isfinite(x))
+    return (
+        isinstance(x, (int, float, Fraction, Decimal))
+        and not isinstance(x, bool)
+        and (not isinstance(x, float) or math.isfinite(x))
+    )
 
 
 def q(x: Any) -> Fraction:
@@ -97,7 +100,7 @@ def render(x: Fraction | int | float) -> str:
     x = q(x)
     if x.denominator == 1:
         return str(x.numerator)
-    if any((10 ** k) % x.denominator == 0 for k in range(1, 7)):
+    if any((10**k) % x.denominator == 0 for k in range(1, 7)):
         return format(Decimal(x.numerator) / Decimal(x.denominator), "f")
     return f"{x.numerator}/{x.denominator}"
 

@@ -33,8 +33,9 @@ def category(v: Any) -> bool:
     return isinstance(v, str) and 0 < len(v) <= 40 and not any(ch.isdigit() for ch in v)
 
 
-def flatten(obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str, Any],
-            today: date | None = None) -> None:
+def flatten(
+    obj: Any, prefix: str, write_args: Mapping[str, Any], out: dict[str, Any], today: date | None = None
+) -> None:
     """Into `out`, the features a read's content shows under `prefix` (the feature grammar above): every scalar by
     its path (a date also as days from `today`), and for a list of records what `_records` reads off it."""
     if isinstance(obj, dict):
@@ -106,8 +107,12 @@ def _fields(element: dict, key: str, prefix: str, out: dict[str, Any]) -> None:
             out[f"{prefix}.{k2}"] = v2
 
 
-def read_features(reads: Iterable[tuple[str, Mapping[str, Any], Any]], write_args: Mapping[str, Any],
-                  target: Mapping[str, str], today: date | None = None) -> dict[str, Any]:
+def read_features(
+    reads: Iterable[tuple[str, Mapping[str, Any], Any]],
+    write_args: Mapping[str, Any],
+    target: Mapping[str, str],
+    today: date | None = None,
+) -> dict[str, Any]:
     """What successful reads `(tool, args, content)` showed before a write: a read about the write's target (an arg
     of the target's name and value) wins over a general read; a read about another target (same arg, another value)
     is left out."""

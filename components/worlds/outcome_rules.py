@@ -53,8 +53,17 @@ from components.worlds.numbers import out as as_number
 from components.worlds.numbers import render as num
 
 # what reads showed (the features) lives in its own module, re-exported: callers import it from here
-from components.worlds.outcome_features import (FROM_TODAY, ISO_DATE, TODAY, Records, category, flatten,  # noqa: F401
-                                                policy_today, read_features, scalar)
+from components.worlds.outcome_features import (
+    FROM_TODAY,  # noqa: F401
+    ISO_DATE,  # noqa: F401
+    TODAY,  # noqa: F401
+    Records,
+    category,  # noqa: F401
+    flatten,  # noqa: F401
+    policy_today,  # noqa: F401
+    read_features,  # noqa: F401
+    scalar,
+)
 
 MARK = "from train outcomes"
 UPPER = "the value as given, in upper case"
@@ -132,6 +141,7 @@ class Formula:
 
 # -- writing --------------------------------------------------------------------------------------------------------
 
+
 def _val(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -186,15 +196,18 @@ def render(tool: str, rule: FieldRule) -> str:
 
 
 def _numeric(rule: FieldRule) -> bool:
-    return bool(rule.each) or any(t.kind in ("share", "table", "sum") or (t.kind == "const" and is_num(t.value))
-                                  for t in rule.terms())
+    return bool(rule.each) or any(
+        t.kind in ("share", "table", "sum") or (t.kind == "const" and is_num(t.value)) for t in rule.terms()
+    )
 
 
 # -- reading --------------------------------------------------------------------------------------------------------
 
 _NUM = r"-?\d+(?:\.\d+)?(?:/\d+)?"
 _SEEN = re.compile(rf" \[seen ({_NUM}) / ({_NUM})\]")
-_CONDX = rf"`(?P<path>[^`]+)` (?:(?P<op>>=|<=|>|<) (?P<num>{_NUM})|is '(?P<cat>[^']*)')(?P<seen> \[seen {_NUM} / {_NUM}\])?"
+_CONDX = (
+    rf"`(?P<path>[^`]+)` (?:(?P<op>>=|<=|>|<) (?P<num>{_NUM})|is '(?P<cat>[^']*)')(?P<seen> \[seen {_NUM} / {_NUM}\])?"
+)
 _ITEM = re.compile(rf"{re.escape(MARK)}: `(?P<field>[^`]+)` = (?P<expr>.+?)\.?$")
 _COND = re.compile(rf"^(?P<then>.+?) when {_CONDX}, else (?P<other>.+)$")
 _CAP = re.compile(rf", at most (?P<cap>{_NUM})$")
@@ -233,8 +246,10 @@ def parse_term(s: str) -> Term | None:
 
 def _table_term(m: re.Match) -> Term | None:
     paths = tuple(re.findall(r"`([^`]+)`", m.group(2)))
-    entries = tuple((tuple(c.split("/")) if len(paths) > 1 else (c,), q(n))
-                    for c, n in re.findall(rf"'([^']*)' ({_NUM})", m.group(1)))
+    entries = tuple(
+        (tuple(c.split("/")) if len(paths) > 1 else (c,), q(n))
+        for c, n in re.findall(rf"'([^']*)' ({_NUM})", m.group(1))
+    )
     if any(len(k) != len(paths) for k, _n in entries):
         return None
     return Term("table", entries, paths if len(paths) > 1 else paths[0])
@@ -282,12 +297,12 @@ def parse_rule(field_: str, expr: str) -> FieldRule | None:
     """A field's rule from the text after `= ` (see the module doc), or None when it is not in the form."""
     quantum, cap = CENT, None
     if c := _QUANTUM.search(expr):
-        quantum, expr = q(c.group("q")), expr[:c.start()]
+        quantum, expr = q(c.group("q")), expr[: c.start()]
     if c := _CAP.search(expr):
-        cap, expr = q(c.group("cap")), expr[:c.start()]
+        cap, expr = q(c.group("cap")), expr[: c.start()]
     each = ""
     if c := _EACH.search(expr):
-        each, expr = c.group("each"), expr[:c.start()]
+        each, expr = c.group("each"), expr[: c.start()]
     head, *tail = expr.split(", times ")
     factors = []
     for part in tail:
@@ -342,6 +357,7 @@ def ends(path: str, *suffixes: str) -> bool:
 
 
 # -- evaluating -----------------------------------------------------------------------------------------------------
+
 
 def own(args: Mapping[str, Any], fld: str) -> dict[str, Any]:
     """A write's other numeric arguments, as a rule names them (`@<arg>`)."""
@@ -456,8 +472,9 @@ def equal(a: Any, b: Any) -> bool:
     return same(a, b)
 
 
-def apply_formulas(rules: Iterable[FieldRule], args: Mapping[str, Any],
-                   feats_of: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> dict[str, Any]:
+def apply_formulas(
+    rules: Iterable[FieldRule], args: Mapping[str, Any], feats_of: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+) -> dict[str, Any]:
     """A write's arguments with each field a rule states set to what it gives on the features `feats_of(args)`
     (rules that read none of the write's own arguments first, each later one on the arguments set so far); a field
     its rule cannot evaluate, or that an allowed set governs, keeps its value."""

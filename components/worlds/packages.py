@@ -15,12 +15,15 @@ NAMES = ("reference", "all-skills")
 
 def card(card_id: str, tool: str, facts: Mapping[str, Fact]) -> str:
     body = "\n".join(f.statement for f in facts.values() if f.tool == tool)
-    return (f"---\nid: {card_id}\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: {tool}\n"
-            f"source: the world's rules (rules.yaml; a variant's meta.json)\n---\n{body}\n")
+    return (
+        f"---\nid: {card_id}\ntype: procedure\ntrigger:\n  event: intent_recorded\n  tool: {tool}\n"
+        f"source: the world's rules (rules.yaml; a variant's meta.json)\n---\n{body}\n"
+    )
 
 
-def render(facts: Mapping[str, Fact], cards: Mapping[str, str], shipped: Path, prefix: str = "packages/") \
-        -> dict[str, str]:
+def render(
+    facts: Mapping[str, Fact], cards: Mapping[str, str], shipped: Path, prefix: str = "packages/"
+) -> dict[str, str]:
     """Relative path -> text of each package (`cards`: card id -> the write it is about; `shipped`: where the
     world's own packages lie, whose manifests are kept)."""
     out = {}

@@ -41,8 +41,12 @@ def _rational(v: Any) -> Fraction:
     raise ValueError(f"{v!r} is not a number (an integer, a decimal or p/q)")
 
 
-Rational = Annotated[Fraction, BeforeValidator(_rational), PlainSerializer(lambda x: _plain(x), return_type=Any),
-                     WithJsonSchema({"type": ["number", "string"]})]
+Rational = Annotated[
+    Fraction,
+    BeforeValidator(_rational),
+    PlainSerializer(lambda x: _plain(x), return_type=Any),
+    WithJsonSchema({"type": ["number", "string"]}),
+]
 
 
 def _plain(x: Fraction) -> int | float | str:
@@ -74,7 +78,7 @@ class Window(_Data):
         return {">": x > self.value, ">=": x >= self.value, "<": x < self.value, "<=": x <= self.value}[self.op]
 
     def phrase(self, unit: str) -> str:
-        """"more than 24 hours", "24 hours or more", "under 24 hours", "within 24 hours"."""
+        """ "more than 24 hours", "24 hours or more", "under 24 hours", "within 24 hours"."""
         n = f"{self.value} {unit}"
         return {">": f"more than {n}", ">=": f"{n} or more", "<": f"under {n}", "<=": f"within {n}"}[self.op]
 
@@ -125,8 +129,12 @@ def window_in(text: str, unit: str) -> tuple[int, Window, bool] | None:
 R = TypeVar("R", bound=BaseModel)
 
 
-def load(model: type[R], defaults: Path, changes: Mapping[str, Any] | str | Path | None = None,
-         where: str = "benchmark.rules") -> R:
+def load(
+    model: type[R],
+    defaults: Path,
+    changes: Mapping[str, Any] | str | Path | None = None,
+    where: str = "benchmark.rules",
+) -> R:
     """The world's own rules (`defaults`, its rules.yaml) with `changes` (a mapping, or a YAML file's path) in place of
     the rules it names; a bad key or value is one line naming `where` (the file or the param) and the field."""
     own = yaml.safe_load(defaults.read_text(encoding="utf-8"))

@@ -12,6 +12,7 @@ from components.errors import InputError
 # isort: off
 # each module registers its commands as it is imported: in this order, `ratchet --help` lists them
 from flows.cli import packages, evaluate, campaigns, evidence  # noqa: F401
+
 # isort: on
 from flows.cli.app import app, fail, out
 from flows.cli.campaigns import _print_summary
@@ -33,4 +34,3 @@ def main() -> None:
         except InputError as e:  # raised outside a command (the group catches those inside)
             fail(str(e))
             sys.exit(2)
-

@@ -93,21 +93,29 @@ def nested_too_deep(path: Path) -> InputError:
     return InputError(f"{path}: -: nested too deeply to read (thousands of directory levels)")
 
 
-app = typer.Typer(cls=_OneLineErrors, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Ratchet: evolve an agent's memory package under a frozen model, gated by paired held-out evidence.")
+app = typer.Typer(
+    cls=_OneLineErrors,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Ratchet: evolve an agent's memory package under a frozen model, gated by paired held-out evidence.",
+)
 package_app = typer.Typer(no_args_is_help=True, help="Memory packages: lint and digest.")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: materialize a world's tasks and splits.")
 campaign_app = typer.Typer(no_args_is_help=True, help="Evolution campaigns: run, resume, schedule, list.")
 app.add_typer(package_app, name="package")
 app.add_typer(bench_app, name="bench")
 app.add_typer(campaign_app, name="campaign")
-evidence_app = typer.Typer(no_args_is_help=True, help="Campaign memory: why a change is there, what is contested, revoke.")
+evidence_app = typer.Typer(
+    no_args_is_help=True, help="Campaign memory: why a change is there, what is contested, revoke."
+)
 app.add_typer(evidence_app, name="evidence")
 
-outer_app = typer.Typer(no_args_is_help=True, help="The outer recursion: train the model on a campaign's export, then "
-                                                   "evolve the package again under the trained model.")
+outer_app = typer.Typer(
+    no_args_is_help=True,
+    help="The outer recursion: train the model on a campaign's export, then "
+    "evolve the package again under the trained model.",
+)
 app.add_typer(outer_app, name="outer")
 
 DEFAULT_BENCH = Path("data/benchmarks/retail")
-
-

@@ -36,8 +36,10 @@ def _print_summary(summary: dict, path: Path) -> None:
     from components.evolution.localization import localization_notes
 
     out.print(_rounds_table(summary))
-    lines = [f"champion {summary['champion']} ({summary['champion_digest'][:12]}), {summary['accepted']} "
-             f"promotion(s) in {summary['rounds']} round(s)"]
+    lines = [
+        f"champion {summary['champion']} ({summary['champion_digest'][:12]}), {summary['accepted']} "
+        f"promotion(s) in {summary['rounds']} round(s)"
+    ]
     if summary.get("stopped"):
         lines.append(f"stopped early: {summary['stopped']}")
     lines += _test_lines(summary["test"]) + _cost_lines(summary) + _localization_lines(summary["localization"])
@@ -52,14 +54,33 @@ def _rounds_table(summary: dict) -> Table:
     from components.evolution.report import round_rows
 
     table = Table(title=f"campaign {summary['campaign']}", show_lines=False)
-    for col in ("round", "owner", "plan", "repair fixed/broke", "verdict", "dev net [CI], or why not gated", "regr",
-                "champion"):
+    for col in (
+        "round",
+        "owner",
+        "plan",
+        "repair fixed/broke",
+        "verdict",
+        "dev net [CI], or why not gated",
+        "regr",
+        "champion",
+    ):
         table.add_column(col, overflow="fold")
     for r in round_rows(summary):
-        ci = (f"{r['net']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] {r['level']}" if r["net"] is not None
-              else r["not_gated"])
-        table.add_row(str(r["round"]), r["owner"], r["plan"], r["repair"], r["verdict"], ci,
-                      "-" if r["regressed"] is None else str(r["regressed"]), r["champion"])
+        ci = (
+            f"{r['net']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] {r['level']}"
+            if r["net"] is not None
+            else r["not_gated"]
+        )
+        table.add_row(
+            str(r["round"]),
+            r["owner"],
+            r["plan"],
+            r["repair"],
+            r["verdict"],
+            ci,
+            "-" if r["regressed"] is None else str(r["regressed"]),
+            r["champion"],
+        )
     return table
 
 
@@ -67,15 +88,21 @@ def _test_lines(t: dict | None) -> list[str]:
     """The certification on test and the smallest effect it could have shown."""
     if not t:
         return []
-    lines = [f"test (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
-             f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}] over {t['n_items']} items"]
+    lines = [
+        f"test (touched once): start {t['base_mean']:.3f} -> champion {t['champion_mean']:.3f}, "
+        f"net {t['net']:+.3f}, 95% CI [{t['ci_lo']:+.3f}, {t['ci_hi']:+.3f}] over {t['n_items']} items"
+    ]
     if "mde" in t and t["mde"] is None:
-        lines.append("minimum detectable effect on test: not sized (the arms' paired scores do not vary: the "
-                     "champion is the start package); `ratchet power --sd-trial ...` sizes it")
+        lines.append(
+            "minimum detectable effect on test: not sized (the arms' paired scores do not vary: the "
+            "champion is the start package); `ratchet power --sd-trial ...` sizes it"
+        )
     elif t.get("mde") is not None:
-        lines.append(f"minimum detectable effect on test: {t['mde']:+.3f} ({t['n_items']} items x {t['mde_trials']} "
-                     f"trial(s), SDs item {t['mde_sd_item']:.3f}, trial {t['mde_sd_trial']:.3f}; 80% power; "
-                     "`ratchet power` for other sizes)")
+        lines.append(
+            f"minimum detectable effect on test: {t['mde']:+.3f} ({t['n_items']} items x {t['mde_trials']} "
+            f"trial(s), SDs item {t['mde_sd_item']:.3f}, trial {t['mde_sd_trial']:.3f}; 80% power; "
+            "`ratchet power` for other sizes)"
+        )
     return lines
 
 
@@ -89,13 +116,17 @@ def _cost_lines(summary: dict) -> list[str]:
         lines.append(tokens_line(TokensSummary.model_validate(summary["tokens"])))
     spent = summary.get("budget_spent") or {}
     if spent:
-        lines.append("budget spent by this process: " + ", ".join(
-            f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}" for k, v in sorted(spent.items())))
+        lines.append(
+            "budget spent by this process: "
+            + ", ".join(f"{k} {v:,.0f}" if k != "money" else f"money {v:.2f}" for k, v in sorted(spent.items()))
+        )
     errors = (summary.get("episodes") or {}).get("errors")
     if errors:
         kinds = ", ".join(f"{k} {n}" for k, n in (summary["episodes"].get("by_kind") or {}).items())
-        lines.append(f"errored episodes: {errors} of {summary['episodes']['total']}{f' ({kinds})' if kinds else ''} "
-                     "(model faults; never a success)")
+        lines.append(
+            f"errored episodes: {errors} of {summary['episodes']['total']}{f' ({kinds})' if kinds else ''} "
+            "(model faults; never a success)"
+        )
     return lines
 
 
@@ -104,10 +135,12 @@ def _localization_lines(loc: dict) -> list[str]:
         return []
     comp = loc.get("compound") or {}
     rule = loc.get("trace_rule_accuracy")
-    return [f"diagnosis localization {loc['accuracy']:.1%} vs trace rule "
-            f"{'-' if rule is None else f'{rule:.1%}'}, outcome-only {loc['outcome_only_accuracy']:.1%} "
-            f"(n={loc['n']} incl. compound {comp.get('n', 0)}, coverage {loc.get('coverage') or 0:.1%}, "
-            "counterfactual causes)"]
+    return [
+        f"diagnosis localization {loc['accuracy']:.1%} vs trace rule "
+        f"{'-' if rule is None else f'{rule:.1%}'}, outcome-only {loc['outcome_only_accuracy']:.1%} "
+        f"(n={loc['n']} incl. compound {comp.get('n', 0)}, coverage {loc.get('coverage') or 0:.1%}, "
+        "counterfactual causes)"
+    ]
 
 
 def _print_mlflow(ml: dict) -> None:
@@ -117,12 +150,14 @@ def _print_mlflow(ml: dict) -> None:
     from components.tracking.mlflow_log import ui_address
 
     base, how = ui_address(ml.get("tracking_uri"))
-    out.print(f"MLflow ({how}): experiment {ml['experiment']}, registered model {ml['registered_model']}",
-              highlight=False)
+    out.print(
+        f"MLflow ({how}): experiment {ml['experiment']}, registered model {ml['registered_model']}", highlight=False
+    )
     for what, url in ml["links"].items():  # the route as recorded, on the UI's address of this moment
         route = url.split("/#/", 1)[1] if "/#/" in url else None
-        out.print(f"  {what}: {base}/#/{route}" if route is not None else f"  {what}: {url}", highlight=False,
-                  soft_wrap=True)
+        out.print(
+            f"  {what}: {base}/#/{route}" if route is not None else f"  {what}: {url}", highlight=False, soft_wrap=True
+        )
 
 
 @campaign_app.command("run")
@@ -130,10 +165,17 @@ def campaign_run(
     params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
     rounds: Annotated[Optional[int], typer.Option(help="override campaign.rounds")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="override campaign.out")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="<key.path=value>",
-                                                      help="override any param (repeatable)")] = None,
-    force: Annotated[bool, typer.Option("--force", help="delete Ratchet's own output at --out if it is another "
-                                                          "campaign (or another kind of output) and start over")] = False,
+    set_: Annotated[
+        Optional[list[str]], typer.Option("--set", metavar="<key.path=value>", help="override any param (repeatable)")
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="delete Ratchet's own output at --out if it is another "
+            "campaign (or another kind of output) and start over",
+        ),
+    ] = False,
 ) -> None:
     """Run an evolution campaign (the default: 10 rounds from data/packages/seed on the retail world, offline).
     Rerunning the same command resumes an interrupted campaign; a rerun may change only campaign.rounds, budget.*
@@ -147,8 +189,9 @@ def campaign_run(
 @app.command("report")
 def report(
     campaign: Annotated[Path, typer.Option(help="a campaign's output directory")] = Path("runs/campaign"),
-    out_dir: Annotated[Path, typer.Option("--out", help="where to write the report (new, empty, or an earlier "
-                                                        "report)")] = Path("reports"),
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="where to write the report (new, empty, or an earlier report)")
+    ] = Path("reports"),
 ) -> None:
     """Tables and plots from a finished campaign (the DVC `report` stage): metrics.json, rounds.csv, campaign.md and
     PNG images (rounds, champion per round, causes per round, per-family scores) that render offline."""
@@ -159,22 +202,29 @@ def report(
         raise InputError(f"{campaign / 'summary.json'}: -: no such file (run the campaign first)")
     claim_output(out_dir, "report", inputs={"campaign": campaign})
     write_report(campaign, out_dir)
-    out.print(f"wrote {out_dir}/metrics.json, rounds.csv, campaign.md, rounds.png, champion.png, causes.png, "
-              "families.png", highlight=False)
+    out.print(
+        f"wrote {out_dir}/metrics.json, rounds.csv, campaign.md, rounds.png, champion.png, causes.png, families.png",
+        highlight=False,
+    )
 
 
 @app.command("export")
 def export_cmd(
     campaign: Annotated[Path, typer.Option(help="a finished campaign's output directory")] = Path("runs/campaign"),
-    bench: Annotated[Optional[Path], typer.Option("--benchmark", help="the benchmark the campaign ran (default: "
-                                                  "the one its summary.json records)")] = None,
-    out_dir: Annotated[Path, typer.Option("--out", help="where to write the export (new, empty, or an earlier "
-                                                        "export)")] = Path("runs/export"),
+    bench: Annotated[
+        Optional[Path],
+        typer.Option("--benchmark", help="the benchmark the campaign ran (default: the one its summary.json records)"),
+    ] = None,
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="where to write the export (new, empty, or an earlier export)")
+    ] = Path("runs/export"),
     split: Annotated[str, typer.Option(help="train only: dev and test are held out and refused")] = "train",
-    mlflow: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="log each file as a dataset input of the "
-                                                                     "campaign's MLflow run")] = True,
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow store (default: the campaign's, else "
-                                                             "$MLFLOW_TRACKING_URI)")] = None,
+    mlflow: Annotated[
+        bool, typer.Option("--mlflow/--no-mlflow", help="log each file as a dataset input of the campaign's MLflow run")
+    ] = True,
+    tracking_uri: Annotated[
+        Optional[str], typer.Option(help="MLflow store (default: the campaign's, else $MLFLOW_TRACKING_URI)")
+    ] = None,
 ) -> None:
     """Training data from a finished campaign's train episodes (the DVC `export` stage): sft.jsonl (OpenAI chat
     fine-tuning records of the champion's successes), preferences.jsonl (prompt/chosen/rejected: the champion's
@@ -182,15 +232,20 @@ def export_cmd(
     per rubric criterion) and manifest.json (sha256, bytes and records of each)."""
     from flows.api import ExportRequest, export
 
-    r = export(ExportRequest(campaign=campaign, benchmark=bench, out=out_dir, split=split, mlflow=mlflow,
-                             tracking_uri=tracking_uri))
+    r = export(
+        ExportRequest(
+            campaign=campaign, benchmark=bench, out=out_dir, split=split, mlflow=mlflow, tracking_uri=tracking_uri
+        )
+    )
     for name, f in sorted(r.manifest.files.items()):
         out.print(f"{out_dir / name}: {f.records} records, {f.bytes} bytes, sha256 {f.sha256[:12]}", highlight=False)
     if r.logged:
-        out.print(f"logged as dataset inputs of the campaign's MLflow run {r.run_id}" if r.run_id else
-                  "no MLflow run of this campaign was found: nothing logged", highlight=False)
-
-
+        out.print(
+            f"logged as dataset inputs of the campaign's MLflow run {r.run_id}"
+            if r.run_id
+            else "no MLflow run of this campaign was found: nothing logged",
+            highlight=False,
+        )
 
 
 @outer_app.command("learn-sim")
@@ -206,18 +261,25 @@ def outer_learn_sim(
     from components.outer.model import read_model, write_model
 
     if out_path.is_dir() or out_path.is_symlink():
-        raise InputError(f"{out_path}: --out: is a {'directory' if out_path.is_dir() else 'symbolic link'}, not a "
-                         "model.json to write")
+        raise InputError(
+            f"{out_path}: --out: is a {'directory' if out_path.is_dir() else 'symbolic link'}, not a "
+            "model.json to write"
+        )
     if out_path.exists():  # replaced only when it is a model identity Ratchet wrote, never a user's file
         try:
             read_model(out_path)
         except InputError:
-            raise InputError(f"{out_path}: --out: exists and is not a model.json (a ModelSpec); refusing to replace "
-                             "it: choose another --out") from None
+            raise InputError(
+                f"{out_path}: --out: exists and is not a model.json (a ModelSpec); refusing to replace "
+                "it: choose another --out"
+            ) from None
     spec = learn_sim(export, read_model(base) if base else None, min_demos)
     write_model(out_path, spec)
-    out.print(f"{out_path}: {spec.name} knows {len(spec.model_cfg['learned'])} facts "
-              f"({len(spec.notes['newly_learned'])} new)", highlight=False)
+    out.print(
+        f"{out_path}: {spec.name} knows {len(spec.model_cfg['learned'])} facts "
+        f"({len(spec.notes['newly_learned'])} new)",
+        highlight=False,
+    )
 
 
 @outer_app.command("run")
@@ -225,16 +287,27 @@ def outer_run(
     params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
     campaign: Annotated[Path, typer.Option(help="the finished inner campaign")] = Path("runs/campaign"),
     out_dir: Annotated[Path, typer.Option("--out", help="the outer round's directory")] = Path("runs/outer"),
-    train: Annotated[Optional[str], typer.Option(help="the training command, run with {export} and {out} "
-                                                      "replaced by the export directory and the model.json to "
-                                                      "write (default: the offline learner, `ratchet outer "
-                                                      "learn-sim`)")] = None,
+    train: Annotated[
+        Optional[str],
+        typer.Option(
+            help="the training command, run with {export} and {out} "
+            "replaced by the export directory and the model.json to "
+            "write (default: the offline learner, `ratchet outer "
+            "learn-sim`)"
+        ),
+    ] = None,
     rounds: Annotated[Optional[int], typer.Option(help="rounds of the inner campaign after training")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="<key.path=value>",
-                                                      help="override any param of the inner campaign "
-                                                           "(repeatable)")] = None,
-    adapt: Annotated[bool, typer.Option("--prune/--no-prune", help="remove cards the trained model no longer needs "
-                                                                 "(gated on dev) before the inner campaign")] = True,
+    set_: Annotated[
+        Optional[list[str]],
+        typer.Option("--set", metavar="<key.path=value>", help="override any param of the inner campaign (repeatable)"),
+    ] = None,
+    adapt: Annotated[
+        bool,
+        typer.Option(
+            "--prune/--no-prune",
+            help="remove cards the trained model no longer needs (gated on dev) before the inner campaign",
+        ),
+    ] = True,
 ) -> None:
     """One outer round as a Prefect flow: export -> train -> register the model -> an inner campaign from the
     current champion with the trained model (its params: --params with the start, model and output set here)."""
@@ -259,16 +332,34 @@ def reproduce_cmd(
 
     r = reproduce(ReproduceRequest(version=version, run_id=run_id, campaign=campaign), say=say)
     if as_json:
-        out.print(json.dumps({"version": r.version, "round": r.round, "identical": r.identical,
-                              "verdict_matches": r.verdict_matches, "differences": r.differences,
-                              "n_items": r.n_items, "n_episodes": r.n_episodes}, sort_keys=True), highlight=False)
+        out.print(
+            json.dumps(
+                {
+                    "version": r.version,
+                    "round": r.round,
+                    "identical": r.identical,
+                    "verdict_matches": r.verdict_matches,
+                    "differences": r.differences,
+                    "n_items": r.n_items,
+                    "n_episodes": r.n_episodes,
+                },
+                sort_keys=True,
+            ),
+            highlight=False,
+        )
     else:
         g, level = r.recomputed, r.level
-        out.print(f"per-item scores: {'identical' if r.identical else 'DIFFERENT'} ({r.n_items} items, "
-                  f"{r.n_episodes} episodes re-run)", highlight=False)
-        out.print(f"verdict: {'matches' if r.verdict_matches else 'DIFFERS'}: accept={g.accept} net {g.net:+.4f} "
-                  + ("" if level is None else f"{100 * level:.4g}% ") + f"CI [{g.ci_lo:+.4f}, {g.ci_hi:+.4f}]",
-                  highlight=False)
+        out.print(
+            f"per-item scores: {'identical' if r.identical else 'DIFFERENT'} ({r.n_items} items, "
+            f"{r.n_episodes} episodes re-run)",
+            highlight=False,
+        )
+        out.print(
+            f"verdict: {'matches' if r.verdict_matches else 'DIFFERS'}: accept={g.accept} net {g.net:+.4f} "
+            + ("" if level is None else f"{100 * level:.4g}% ")
+            + f"CI [{g.ci_lo:+.4f}, {g.ci_hi:+.4f}]",
+            highlight=False,
+        )
         for d in r.differences:
             out.print(f"  differs: {d}", highlight=False)
     raise typer.Exit(0 if r.ok else 1)
@@ -277,7 +368,9 @@ def reproduce_cmd(
 @app.command("ui")
 def ui(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
-    tracking_uri: Annotated[Optional[str], typer.Option(help="default: $MLFLOW_TRACKING_URI (the project's store)")] = None,
+    tracking_uri: Annotated[
+        Optional[str], typer.Option(help="default: $MLFLOW_TRACKING_URI (the project's store)")
+    ] = None,
 ) -> None:
     """Start the MLflow UI on 127.0.0.1 against the project's store (one worker, no job execution)."""
     import os
@@ -286,8 +379,20 @@ def ui(
     _port_free(port)
     uri = tracking_uri or os.environ["MLFLOW_TRACKING_URI"]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     out.print(f"MLflow UI: http://127.0.0.1:{port}  (store {uri}; Ctrl-C to stop)", highlight=False)
     from components.env import UI_NOTE, project_home
 
@@ -320,7 +425,9 @@ def _note(note: Path, url: str):
 
 @campaign_app.command("resume")
 def campaign_resume(
-    out_dir: Annotated[Path, typer.Option("--out", help="the interrupted campaign's output directory")] = Path("runs/campaign"),
+    out_dir: Annotated[Path, typer.Option("--out", help="the interrupted campaign's output directory")] = Path(
+        "runs/campaign"
+    ),
 ) -> None:
     """Finish an interrupted campaign with the parameters it was started with (the same as rerunning its command),
     in --out wherever it now is (a moved or copied campaign resumes in place)."""
@@ -335,8 +442,9 @@ def campaign_schedule(
     cron: Annotated[str, typer.Option(help='cron expression, e.g. "0 3 * * *"')],
     name: Annotated[str, typer.Option(help="deployment name")] = "nightly",
     params: Annotated[Optional[Path], typer.Option(help=PARAMS_HELP)] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="<key.path=value>",
-                                                      help="override any param (repeatable)")] = None,
+    set_: Annotated[
+        Optional[list[str]], typer.Option("--set", metavar="<key.path=value>", help="override any param (repeatable)")
+    ] = None,
 ) -> None:
     """Register a Prefect deployment of the campaign flow on this cron schedule (served by `ratchet worker`)."""
     from prefect.client.schemas.schedules import CronSchedule
@@ -353,7 +461,9 @@ def campaign_schedule(
     from flows.schedule import register
 
     dep_id = register(name, cron, p)
-    out.print(f"scheduled campaign/{name} ({cron}), deployment {dep_id}; serve it with `ratchet worker`", highlight=False)
+    out.print(
+        f"scheduled campaign/{name} ({cron}), deployment {dep_id}; serve it with `ratchet worker`", highlight=False
+    )
 
 
 @campaign_app.command("runs")
@@ -390,8 +500,11 @@ def server(port: Annotated[int, typer.Option(help="port on 127.0.0.1 (API and da
     # servers flows start, which nobody browses)
     # and the dashboard's pages call this server's API, on this port: Prefect would point them at the API URL of its
     # settings (port 4200 by default), whatever --port says
-    env = {**os.environ, "PREFECT_UI_ENABLED": "true",
-           "PREFECT_UI_API_URL": os.environ.get("PREFECT_UI_API_URL") or f"http://127.0.0.1:{port}/api"}
+    env = {
+        **os.environ,
+        "PREFECT_UI_ENABLED": "true",
+        "PREFECT_UI_API_URL": os.environ.get("PREFECT_UI_API_URL") or f"http://127.0.0.1:{port}/api",
+    }
     env.pop("PREFECT_API_URL", None)  # this server's own (a note of another one's may have set it)
     from components.env import SERVER_NOTE, project_home, running_server
 
@@ -400,15 +513,21 @@ def server(port: Annotated[int, typer.Option(help="port on 127.0.0.1 (API and da
     # not answer is no server's
     note = project_home() / SERVER_NOTE
     if (live := running_server(project_home())) is not None:  # never take over (or, failing, delete) its note
-        raise InputError(f"{note}: url: a Prefect server already runs for this home at {live}: use it (export "
-                         f"PREFECT_API_URL={live}), or stop it first")
+        raise InputError(
+            f"{note}: url: a Prefect server already runs for this home at {live}: use it (export "
+            f"PREFECT_API_URL={live}), or stop it first"
+        )
     _port_free(port)
-    out.print(f"Prefect server and dashboard on http://127.0.0.1:{port}; in other shells: "
-              f"export PREFECT_API_URL=http://127.0.0.1:{port}/api", highlight=False)
+    out.print(
+        f"Prefect server and dashboard on http://127.0.0.1:{port}; in other shells: "
+        f"export PREFECT_API_URL=http://127.0.0.1:{port}/api",
+        highlight=False,
+    )
 
     with _note(note, f"http://127.0.0.1:{port}/api"):  # the note goes with this server, also on Ctrl-C or SIGTERM
-        code = run_server([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                           "--port", str(port)], env)  # stops with this command, even on kill -9
+        code = run_server(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)], env
+        )  # stops with this command, even on kill -9
     raise typer.Exit(code)
 
 
@@ -422,5 +541,3 @@ def _port_free(port: int) -> None:
             s.bind(("127.0.0.1", port))
         except OSError as e:
             raise InputError(f"--port: {port}: in use on 127.0.0.1 ({e.strerror}); choose another --port") from None
-
-

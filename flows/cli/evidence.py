@@ -21,7 +21,9 @@ from flows.cli.app import evidence_app, out
 
 # -- campaign memory -------------------------------------------------------------------------------------------
 
-DB_HELP = "the evidence graph: a path or a SQLAlchemy URL (default: evidence.db in params.yaml, else .ratchet/evidence.db)"
+DB_HELP = (
+    "the evidence graph: a path or a SQLAlchemy URL (default: evidence.db in params.yaml, else .ratchet/evidence.db)"
+)
 
 
 def _graph(db: Optional[str], write: bool = False):
@@ -38,13 +40,16 @@ def _graph(db: Optional[str], write: bool = False):
         if not Path(local).is_file():
             raise InputError(f"{where}: --db: no evidence graph here (a campaign writes one)")
         if not _is_graph(Path(local)):
-            raise InputError(f"{where}: --db: not an evidence graph (a file or database a campaign did not write); "
-                             "left as it is")
+            raise InputError(
+                f"{where}: --db: not an evidence graph (a file or database a campaign did not write); left as it is"
+            )
         # a graph this process may not write (read-only file, directory or mount) is still read
         if not (os.access(local, os.W_OK) and os.access(Path(local).resolve().parent, os.W_OK)):
             if write:
-                raise InputError(f"{where}: --db: the evidence graph is read-only here (its file or directory "
-                                 "cannot be written); nothing revoked")
+                raise InputError(
+                    f"{where}: --db: the evidence graph is read-only here (its file or directory "
+                    "cannot be written); nothing revoked"
+                )
             return EvidenceGraph(where, read_only=True, check=True)
     return EvidenceGraph(where, check=True)  # damaged pages: one line, before a writer sets up -wal/-shm beside it
 
@@ -59,8 +64,12 @@ def _is_graph(path: Path) -> bool:
     for target in (read_only_uri(path), f"{uri}?mode=ro&immutable=1"):  # a WAL graph SQLite cannot open read-only
         try:
             with contextlib.closing(sqlite3.connect(target, uri=True)) as con:
-                return con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evidence_node'"
-                                   ).fetchone() is not None
+                return (
+                    con.execute(
+                        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'evidence_node'"
+                    ).fetchone()
+                    is not None
+                )
         except sqlite3.Error as e:
             if damage(e):
                 raise damaged_graph(path, str(e)) from None
@@ -70,12 +79,19 @@ def _is_graph(path: Path) -> bool:
 
 @evidence_app.command("why")
 def evidence_why(
-    ref: Annotated[str, typer.Argument(help="a version (M3), a package digest, a card path (em/procedure/x.md) or a node id")],
-    campaign: Annotated[Optional[str], typer.Option(help="the campaign that made the version: its output directory "
-                                                         "(the campaign itself: its lineage and the figures it "
-                                                         "recorded), or a name (any campaign of that name); default: "
-                                                         "campaign.out of params.yaml when the graph holds it, else "
-                                                         "any")] = None,
+    ref: Annotated[
+        str, typer.Argument(help="a version (M3), a package digest, a card path (em/procedure/x.md) or a node id")
+    ],
+    campaign: Annotated[
+        Optional[str],
+        typer.Option(
+            help="the campaign that made the version: its output directory "
+            "(the campaign itself: its lineage and the figures it "
+            "recorded), or a name (any campaign of that name); default: "
+            "campaign.out of params.yaml when the graph holds it, else "
+            "any"
+        ),
+    ] = None,
     db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON list of chains")] = False,
 ) -> None:
@@ -98,8 +114,10 @@ def evidence_why(
         else:
             chains = [chain(g, n) for n in promotions_for(g, ref, campaign)]
         if not chains:
-            raise InputError(f"{ref}: no promotion in the evidence graph made this version or card"
-                             + (f" (campaign {campaign})" if campaign else ""))
+            raise InputError(
+                f"{ref}: no promotion in the evidence graph made this version or card"
+                + (f" (campaign {campaign})" if campaign else "")
+            )
     if as_json:
         out.print(json.dumps(chains, sort_keys=True), highlight=False, markup=False)
         return
@@ -112,9 +130,15 @@ def evidence_why(
 def evidence_show(
     contested: Annotated[bool, typer.Option("--contested", help="only contested nodes")] = False,
     open_: Annotated[bool, typer.Option("--open", help="only open questions")] = False,
-    kind: Annotated[Optional[str], typer.Option(help="only this kind (source, run, claim, artifact, decision, question)")] = None,
-    benchmark: Annotated[Optional[str], typer.Option(help="--open: the current benchmark digest (default: that of "
-                                                          "benchmark.out in params.yaml, when it exists)")] = None,
+    kind: Annotated[
+        Optional[str], typer.Option(help="only this kind (source, run, claim, artifact, decision, question)")
+    ] = None,
+    benchmark: Annotated[
+        Optional[str],
+        typer.Option(
+            help="--open: the current benchmark digest (default: that of benchmark.out in params.yaml, when it exists)"
+        ),
+    ] = None,
     model: Annotated[Optional[str], typer.Option(help="--open: the current model (default: any)")] = None,
     limit: Annotated[int, typer.Option(min=1, help="nodes listed at most")] = 200,
     db: Annotated[Optional[str], typer.Option(help=DB_HELP)] = None,
@@ -166,12 +190,17 @@ def evidence_revoke(
         flagged = g.revoke(n.id, reason)
         if before is not None:
             reasons = g.revoked()[n.id]["reasons"]
-            out.print(f"{n.id} was already revoked ({before['reason'][:80]}); this reason is kept with it "
-                      f"({len(reasons)} reasons); nothing newly flagged", highlight=False, markup=False)
+            out.print(
+                f"{n.id} was already revoked ({before['reason'][:80]}); this reason is kept with it "
+                f"({len(reasons)} reasons); nothing newly flagged",
+                highlight=False,
+                markup=False,
+            )
             return
-    out.print(f"revoked {n.id} ({n.kind}: {n.content[:80]}); {len(flagged)} derived node(s) flagged", highlight=False,
-              markup=False)
+    out.print(
+        f"revoked {n.id} ({n.kind}: {n.content[:80]}); {len(flagged)} derived node(s) flagged",
+        highlight=False,
+        markup=False,
+    )
     for f in sorted(flagged):
         out.print(f"  flagged {f}", highlight=False, markup=False)
-
-

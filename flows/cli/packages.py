@@ -18,6 +18,7 @@ from flows.cli.app import bench_app, err, nested_too_deep, out, package_app
 
 # -- packages ---------------------------------------------------------------------------------------------------
 
+
 @package_app.command("lint")
 def package_lint(path: Annotated[Path, typer.Argument(help="the package directory")]) -> None:
     """Validate a package: exit 0 when it loads, else one line per problem (file: field: message)."""
@@ -51,8 +52,9 @@ def package_digest(path: Annotated[Path, typer.Argument(help="the package direct
 
         odd = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if _special(p))
         if odd:  # a FIFO, socket or device: no bytes to pin (and a FIFO's read would block)
-            raise InputError(f"{path / odd[0]}: -: {_special(path / odd[0])}, not a regular file: a package holds "
-                             "files only")
+            raise InputError(
+                f"{path / odd[0]}: -: {_special(path / odd[0])}, not a regular file: a package holds files only"
+            )
         out.print(digest(path), highlight=False)
     except RecursionError:
         raise nested_too_deep(path) from None
@@ -60,27 +62,51 @@ def package_digest(path: Annotated[Path, typer.Argument(help="the package direct
 
 # -- benchmarks -------------------------------------------------------------------------------------------------
 
+
 @bench_app.command("materialize")
 def bench_materialize(
-    out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to write the benchmark "
-                                                    "(default: data/benchmarks/<world>)")] = None,
-    world_name: Annotated[str, typer.Option("--world", help="the world: retail, airline, or a plug-in's "
-                                                           "name")] = "retail",
+    out_dir: Annotated[
+        Optional[Path], typer.Option("--out", help="where to write the benchmark (default: data/benchmarks/<world>)")
+    ] = None,
+    world_name: Annotated[
+        str, typer.Option("--world", help="the world: retail, airline, or a plug-in's name")
+    ] = "retail",
     seed: Annotated[int, typer.Option(help="fixes the data, the tasks and the splits")] = 0,
     per_family: Annotated[Optional[int], typer.Option(help="tasks per family (default: the world's)")] = None,
-    train_share: Annotated[float, typer.Option(help="share of each family in train (diagnosis, repair "
-                                                    "screens)")] = SPLIT_SHARES[0],
+    train_share: Annotated[
+        float, typer.Option(help="share of each family in train (diagnosis, repair screens)")
+    ] = SPLIT_SHARES[0],
     dev_share: Annotated[float, typer.Option(help="share in dev (the gate); the rest is test")] = SPLIT_SHARES[1],
-    receipts: Annotated[Optional[str], typer.Option(help="what a rule refusal tells the agent: explained | coded | "
-                                                     "silent (default: benchmark.receipts' default)")] = None,
-    rules: Annotated[Optional[Path], typer.Option(help="a YAML file of the world's rules to change (a variant of the "
-                                                  "world; `ratchet bench rules` writes one)")] = None,
-    params_file: Annotated[Optional[Path], typer.Option("--params", help="take every benchmark setting from this "
-                                                        "params file's `benchmark` section (what dvc.yaml's stage "
-                                                        "runs); options given as well are refused")] = None,
-    protocol: Annotated[Optional[str], typer.Option(help="how episodes run: standard (the benchmark's reference "
-                                                     "orchestrator: tau2-bench's, comparable to its leaderboard) | "
-                                                     "custom (Ratchet's harness); default: the world's")] = None,
+    receipts: Annotated[
+        Optional[str],
+        typer.Option(
+            help="what a rule refusal tells the agent: explained | coded | "
+            "silent (default: benchmark.receipts' default)"
+        ),
+    ] = None,
+    rules: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="a YAML file of the world's rules to change (a variant of the world; `ratchet bench rules` writes one)"
+        ),
+    ] = None,
+    params_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--params",
+            help="take every benchmark setting from this "
+            "params file's `benchmark` section (what dvc.yaml's stage "
+            "runs); options given as well are refused",
+        ),
+    ] = None,
+    protocol: Annotated[
+        Optional[str],
+        typer.Option(
+            help="how episodes run: standard (the benchmark's reference "
+            "orchestrator: tau2-bench's, comparable to its leaderboard) | "
+            "custom (Ratchet's harness); default: the world's"
+        ),
+    ] = None,
 ) -> None:
     """Write a world's tasks, policy, tools, database and fixed train/dev/test splits as files. --out must be new,
     empty or a benchmark (which is replaced); anything else is refused. A variant (--rules) also gets its own
@@ -93,41 +119,64 @@ def bench_materialize(
     if params_file is not None:
         from components.params import load_params
 
-        given = [name for name, v, default in (("--world", world_name, "retail"), ("--seed", seed, 0),
-                                                 ("--per-family", per_family, None), ("--receipts", receipts, None),
-                                                 ("--rules", rules, None), ("--protocol", protocol, None), ("--train-share", train_share, SPLIT_SHARES[0]),
-                                                 ("--dev-share", dev_share, SPLIT_SHARES[1])) if v != default]
+        given = [
+            name
+            for name, v, default in (
+                ("--world", world_name, "retail"),
+                ("--seed", seed, 0),
+                ("--per-family", per_family, None),
+                ("--receipts", receipts, None),
+                ("--rules", rules, None),
+                ("--protocol", protocol, None),
+                ("--train-share", train_share, SPLIT_SHARES[0]),
+                ("--dev-share", dev_share, SPLIT_SHARES[1]),
+            )
+            if v != default
+        ]
         if given:
-            raise InputError(f"{given[0]}: --params takes every benchmark setting from {params_file}; give one or "
-                             "the other")
+            raise InputError(
+                f"{given[0]}: --params takes every benchmark setting from {params_file}; give one or the other"
+            )
         bench = load_params(params_file).benchmark
         if out_dir is not None:
             bench = bench.model_copy(update={"out": str(out_dir)})
         world_name, seed = bench.world, bench.seed
     else:
         try:
-            bench = BenchmarkParams(world=world_name, seed=seed, out=str(out_dir) if out_dir else None,
-                                    per_family=per_family, train_share=train_share, dev_share=dev_share,
-                                    **({"receipts": receipts} if receipts is not None else {}),
-                                    **({"rules": str(rules)} if rules is not None else {}),
-                                    **({"protocol": protocol} if protocol is not None else {}))
+            bench = BenchmarkParams(
+                world=world_name,
+                seed=seed,
+                out=str(out_dir) if out_dir else None,
+                per_family=per_family,
+                train_share=train_share,
+                dev_share=dev_share,
+                **({"receipts": receipts} if receipts is not None else {}),
+                **({"rules": str(rules)} if rules is not None else {}),
+                **({"protocol": protocol} if protocol is not None else {}),
+            )
         except ValidationError as e:
             raise InputError(_option_error(e)) from None
     from flows.api import materialize
 
     out_dir = materialize(bench)
-    out.print(f"wrote {out_dir} (world {world_name}, seed {seed}, receipts {bench.receipts.value}, "
-              f"protocol {bench.protocol_for()}, digest {digest(out_dir)[:12]})")
+    out.print(
+        f"wrote {out_dir} (world {world_name}, seed {seed}, receipts {bench.receipts.value}, "
+        f"protocol {bench.protocol_for()}, digest {digest(out_dir)[:12]})"
+    )
 
 
 @bench_app.command("rules")
 def bench_rules(
-    world_name: Annotated[str, typer.Option("--world", help="the world whose rules to write (its rules must be "
-                                                           "data: retail, airline)")] = "retail",
-    random_seed: Annotated[Optional[int], typer.Option("--random", help="draw a random variant of the world's rules "
-                                                       "with this seed (values and forms)")] = None,
-    out_file: Annotated[Optional[Path], typer.Option("--out", help="write the rules file here (default: print it)")]
-    = None,
+    world_name: Annotated[
+        str, typer.Option("--world", help="the world whose rules to write (its rules must be data: retail, airline)")
+    ] = "retail",
+    random_seed: Annotated[
+        Optional[int],
+        typer.Option("--random", help="draw a random variant of the world's rules with this seed (values and forms)"),
+    ] = None,
+    out_file: Annotated[
+        Optional[Path], typer.Option("--out", help="write the rules file here (default: print it)")
+    ] = None,
 ) -> None:
     """Print (or write) a world's rules as a YAML file that `ratchet bench materialize --rules` takes: the world's own,
     or a random variant of them (--random SEED)."""
@@ -155,5 +204,3 @@ def _option_error(e) -> str:
     loc = [str(x) for x in first["loc"]]
     name = f"--{loc[-1].replace('_', '-')}" if loc else "options"
     return f"{name}: {first['msg'].removeprefix('Value error, ')}"
-
-

@@ -41,14 +41,60 @@ from __future__ import annotations
 
 from components.evolution.infer.context import description_bits
 from components.evolution.infer.folds import infer_field, placed_on
-from components.evolution.infer.rows import (BEAM, EXPLAIN, K_REGIONS, MAX_BASES, MAX_PAIRS, MIN_CHECK, MIN_FIT,
-                                             MIN_PART, MIN_SIDE, Inference, Row, ext, features, fit_half, holds,
-                                             rows_for)
+from components.evolution.infer.rows import (
+    BEAM,
+    EXPLAIN,
+    K_REGIONS,
+    MAX_BASES,
+    MAX_PAIRS,
+    MIN_CHECK,
+    MIN_FIT,
+    MIN_PART,
+    MIN_SIDE,
+    Inference,
+    Row,
+    ext,
+    features,
+    fit_half,
+    holds,
+    rows_for,
+)
 from components.evolution.infer.search import FORMS, LIST_FORMS, fitting, smallest
 from components.evolution.infer.tools import carried, fixable, infer_rows, infer_tool
 from components.worlds.outcome_rules import Cond, FieldRule, Term, category, flatten, policy_today
 
-__all__ = ["BEAM", "carried", "category", "Cond", "description_bits", "EXPLAIN", "ext", "features", "FieldRule",
-           "fit_half", "fitting", "fixable", "flatten", "FORMS", "holds", "infer_field", "infer_rows", "infer_tool",
-           "Inference", "K_REGIONS", "LIST_FORMS", "MAX_BASES", "MAX_PAIRS", "MIN_CHECK", "MIN_FIT", "MIN_PART",
-           "MIN_SIDE", "placed_on", "policy_today", "Row", "rows_for", "smallest", "Term"]
+__all__ = [
+    "BEAM",
+    "carried",
+    "category",
+    "Cond",
+    "description_bits",
+    "EXPLAIN",
+    "ext",
+    "features",
+    "FieldRule",
+    "fit_half",
+    "fitting",
+    "fixable",
+    "flatten",
+    "FORMS",
+    "holds",
+    "infer_field",
+    "infer_rows",
+    "infer_tool",
+    "Inference",
+    "K_REGIONS",
+    "LIST_FORMS",
+    "MAX_BASES",
+    "MAX_PAIRS",
+    "MIN_CHECK",
+    "MIN_FIT",
+    "MIN_PART",
+    "MIN_SIDE",
+    "placed_on",
+    "policy_today",
+    "Row",
+    "rows_for",
+    "smallest",
+    "Term",
+]

@@ -34,8 +34,10 @@ class _Ctx:
     def __post_init__(self) -> None:
         # numbers as exact rationals once (a float as the decimal it was written as), so judging a rule on a row
         # is rational arithmetic only
-        self.ext = [{k: (q(v) if isinstance(v, float) else v) for k, v in ext(r, self.fld, self.exclude).items()}
-                    for r in self.rows]
+        self.ext = [
+            {k: (q(v) if isinstance(v, float) else v) for k, v in ext(r, self.fld, self.exclude).items()}
+            for r in self.rows
+        ]
         self.w = _item_weights(self.rows)
         self.ys = [r.gold.get(self.fld) for r in self.rows]
         self.numeric = bool(self.ys) and all(is_num(y) for y in self.ys)
@@ -68,8 +70,10 @@ class _Ctx:
         except TypeError:  # a constant that is a list (the gold's list argument): not memoized
             key = None
         if key is None or key not in memo:
-            got = [O.holds(rule, e, y, r.agent.get(self.fld) if r.agent else None)
-                   for r, e, y in zip(self.rows, self.ext, self.ys)]
+            got = [
+                O.holds(rule, e, y, r.agent.get(self.fld) if r.agent else None)
+                for r, e, y in zip(self.rows, self.ext, self.ys)
+            ]
             if key is None:
                 return got
             memo[key] = got
@@ -158,6 +162,7 @@ def _fits(ctx: _Ctx, rule: FieldRule) -> bool:
 
 
 # -- searching conditions: stumps over the fit rows ---------------------------------------------------------------
+
 
 class _Stumps:
     """Every feature's candidate conditions over the rows, searched with numpy: for a label per row (+1: the

@@ -35,10 +35,19 @@ def _exact_products(ctx: _Ctx, base: Term, conds: list[Cond], half: Fraction) ->
     if len(conds) <= 2:
         sides = list(product(*[_sides_of(ctx, c) for c in conds]))
     else:  # each factor on the side that holds on fewer rows (the base cell the largest), and all turned round
-        minority = tuple(min(_sides_of(ctx, c), key=lambda s: sum(1 for e in ctx.ext if s.path in e
-                                                                 and s.true(e[s.path]))) for c in conds)
-        sides = [minority, tuple(_sides_of(ctx, c)[-1] if c in minority and len(_sides_of(ctx, c)) > 1
-                                 and _sides_of(ctx, c)[0] == c else _sides_of(ctx, c)[0] for c in minority)]
+        minority = tuple(
+            min(_sides_of(ctx, c), key=lambda s: sum(1 for e in ctx.ext if s.path in e and s.true(e[s.path])))
+            for c in conds
+        )
+        sides = [
+            minority,
+            tuple(
+                _sides_of(ctx, c)[-1]
+                if c in minority and len(_sides_of(ctx, c)) > 1 and _sides_of(ctx, c)[0] == c
+                else _sides_of(ctx, c)[0]
+                for c in minority
+            ),
+        ]
     out = []
     for chosen in sides:
         orders = list(permutations(chosen)) if len(chosen) <= 3 else [tuple(chosen), tuple(reversed(chosen))]
@@ -87,8 +96,7 @@ def _fit_constants(ctx: _Ctx, base: Term, order: list[Cond], half: Fraction) -> 
     return FieldRule(ctx.fld, head, factors=tuple(factors), quantum=ctx.quantum)
 
 
-def _fit_head(ctx: _Ctx, base: Term, none: list[int],
-              half: Fraction) -> tuple[Term, list[tuple[str, ...]]] | None:
+def _fit_head(ctx: _Ctx, base: Term, none: list[int], half: Fraction) -> tuple[Term, list[tuple[str, ...]]] | None:
     """The base's constant, or its table's entries, from the rows where no condition holds (`none`), and the
     table's categories seen only with a factor (their base comes from the factor: `_filled`)."""
     if base.kind != "table":
@@ -104,12 +112,18 @@ def _fit_scalar_head(ctx: _Ctx, base: Term, none: list[int], half: Fraction) -> 
     k0 = _most_common_factor(ctx, idx, cast(list[Fraction], [vs[i] for i in idx]), half)  # idx: rows with a value
     if k0 is None or k0 == 0:
         return None
-    return (Term("const", k0) if base.kind == "const" else
-            Term("equal", None, base.path) if k0 == 1 else Term("share", k0, base.path))
+    return (
+        Term("const", k0)
+        if base.kind == "const"
+        else Term("equal", None, base.path)
+        if k0 == 1
+        else Term("share", k0, base.path)
+    )
 
 
-def _fit_table_head(ctx: _Ctx, base: Term, none: list[int],
-                    half: Fraction) -> tuple[Term, list[tuple[str, ...]]] | None:
+def _fit_table_head(
+    ctx: _Ctx, base: Term, none: list[int], half: Fraction
+) -> tuple[Term, list[tuple[str, ...]]] | None:
     """A table's entries, and the categories no row without a factor shows."""
     rk = [tuple(str(e[p]) for p in base.paths) if all(p in e for p in base.paths) else None for e in ctx.ext]
     entries, missing = [], []
@@ -123,14 +137,15 @@ def _fit_table_head(ctx: _Ctx, base: Term, none: list[int],
     return (Term("table", tuple(entries), base.path), missing) if entries else None
 
 
-def _fit_factors(ctx: _Ctx, head: Term, order: list[Cond], truths: list[tuple[bool, ...] | None],
-                 half: Fraction) -> list[tuple[Cond, Fraction]] | None:
+def _fit_factors(
+    ctx: _Ctx, head: Term, order: list[Cond], truths: list[tuple[bool, ...] | None], half: Fraction
+) -> list[tuple[Cond, Fraction]] | None:
     """Each factor in `order` from the rows where it is the last of the conditions that hold, given the head and
     the factors before it; None where one is missing, 0 or 1."""
     factors: list[tuple[Cond, Fraction]] = []
     for j, c in enumerate(order):
         rule = FieldRule(ctx.fld, head, factors=tuple(factors), quantum=ctx.quantum)
-        idx = [i for i, tr in enumerate(truths) if tr is not None and tr[j] and not any(tr[j + 1:])]
+        idx = [i for i, tr in enumerate(truths) if tr is not None and tr[j] and not any(tr[j + 1 :])]
         vs = []
         for i in idx:
             ok, v = O.evaluate(rule, ctx.ext[i])
@@ -143,8 +158,15 @@ def _fit_factors(ctx: _Ctx, head: Term, order: list[Cond], truths: list[tuple[bo
     return factors
 
 
-def _filled(ctx: _Ctx, head: Term, missing: list[tuple[str, ...]], order: list[Cond],
-            truths: list[tuple[bool, ...] | None], factors: list[tuple[Cond, Fraction]], half: Fraction) -> Term | None:
+def _filled(
+    ctx: _Ctx,
+    head: Term,
+    missing: list[tuple[str, ...]],
+    order: list[Cond],
+    truths: list[tuple[bool, ...] | None],
+    factors: list[tuple[Cond, Fraction]],
+    half: Fraction,
+) -> Term | None:
     """A table's entries for the categories seen only where one factor applies: the simplest value that factor
     turns into their gold (the factor is the same for every category: the product's form)."""
     rk = [tuple(str(e[p]) for p in head.paths) if all(p in e for p in head.paths) else None for e in ctx.ext]

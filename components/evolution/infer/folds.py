@@ -10,8 +10,19 @@ from fractions import Fraction
 from typing import Any, Literal, cast
 
 from components.evolution.infer.picks import _ids
-from components.evolution.infer.rows import (MIN_CHECK, MIN_FIT, MIN_PART, Inference, Row, _conds, _explains, _items,
-    ext, fit_half, holds)
+from components.evolution.infer.rows import (
+    MIN_CHECK,
+    MIN_FIT,
+    MIN_PART,
+    Inference,
+    Row,
+    _conds,
+    _explains,
+    _items,
+    ext,
+    fit_half,
+    holds,
+)
 from components.evolution.infer.search import fitting
 from components.worlds import outcome_rules as O
 from components.worlds.numbers import is_num, q, same
@@ -24,11 +35,11 @@ def infer_field(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()
     usable = [r for r in rows if fld in r.gold and r.agent is not None]  # what the agent saw when it wrote
     wrong = [r for r in usable if r.agent is not None and not same(r.agent.get(fld), r.gold[fld])]
     # wrong: rows with an attempt (r.agent set)
-    examples = [{"item": r.item, "agent": cast(dict[str, Any], r.agent).get(fld), "gold": r.gold[fld]}
-                for r in wrong[:4]]
+    examples = [
+        {"item": r.item, "agent": cast(dict[str, Any], r.agent).get(fld), "gold": r.gold[fld]} for r in wrong[:4]
+    ]
     if any(_record(r.gold[fld]) for r in usable):
-        return Inference(fld, None, "a record value: no rule of the known forms states one", 0, 0,
-                         len(wrong), examples)
+        return Inference(fld, None, "a record value: no rule of the known forms states one", 0, 0, len(wrong), examples)
     half = fit_half([r.item for r in usable])
     first: Inference | None = None
     for fold in (half, {r.item for r in usable} - half):
@@ -49,8 +60,9 @@ def _record(v: Any) -> bool:
     return (not isinstance(v, (str, int, float)) or isinstance(v, bool)) and not _ids(v)
 
 
-def _fold(out: Inference, fit: list[Row], check: list[Row], usable: list[Row],
-          exclude: frozenset[str] = frozenset()) -> None:
+def _fold(
+    out: Inference, fit: list[Row], check: list[Row], usable: list[Row], exclude: frozenset[str] = frozenset()
+) -> None:
     """One fold: the shortest rule on `fit` that holds on `check` (a rule refused there gives way to the next
     shortest), its thresholds placed on every row (sets out; refused: the first refused rule's reason)."""
     if out.n_fit < MIN_FIT or out.n_check < MIN_CHECK:
@@ -102,8 +114,11 @@ def _unconfirmed(rule: FieldRule, check: list[Row]) -> str:
             items["a pick the rule rules out"].add(r.item)
         if rule.cond is not None and rule.cond.path in feats:
             side = rule.cond.true(feats[rule.cond.path])
-            items[f"`{rule.cond.path}` {rule.cond.op} {rule.cond.value}" if side
-                  else f"the other side of `{rule.cond.path}`"].add(r.item)
+            items[
+                f"`{rule.cond.path}` {rule.cond.op} {rule.cond.value}"
+                if side
+                else f"the other side of `{rule.cond.path}`"
+            ].add(r.item)
         for n, (c, _k) in enumerate(rule.factors):
             if c.path in feats and c.true(feats[c.path]) and _moves(rule, n, feats, r):
                 items[f"the factor when `{c.path}` {c.op} {c.value}"].add(r.item)
@@ -120,13 +135,19 @@ def _moves(rule: FieldRule, n: int, feats: Mapping[str, Any], r: Row) -> bool:
 
 # -- thresholds placed from the data alone ------------------------------------------------------------------------
 
+
 def placed_on(rule: FieldRule, rows: list[Row]) -> FieldRule | None:
     """The rule with each threshold placed in the middle of the gap every row leaves between its two sides (the
     card states the gap), or None when the sides overlap."""
     if rule.cond is not None and rule.cond.op != "is":
-        yes, no = _sides(rows, rule, lambda r: FieldRule(r.field, r.then, quantum=r.quantum),
-                         # a conditional rule has both sides: `other` is set
-                         lambda r: FieldRule(r.field, cast(Term, r.other), quantum=r.quantum), rule.cond.path)
+        yes, no = _sides(
+            rows,
+            rule,
+            lambda r: FieldRule(r.field, r.then, quantum=r.quantum),
+            # a conditional rule has both sides: `other` is set
+            lambda r: FieldRule(r.field, cast(Term, r.other), quantum=r.quantum),
+            rule.cond.path,
+        )
         c = _place(rule.cond, yes, no)
         if c is None:
             return None
@@ -135,7 +156,8 @@ def placed_on(rule: FieldRule, rows: list[Row]) -> FieldRule | None:
     for n, (c, k) in enumerate(factors):
         if c.op == "is":
             continue
-        always = (Cond(c.path, ">", Fraction(-(10 ** 18))), k)
+        always = (Cond(c.path, ">", Fraction(-(10**18))), k)
+
         def forced(r: FieldRule, n: int = n, always: tuple[Cond, Fraction] = always) -> FieldRule:
             return replace(r, factors=tuple(always if i == n else f for i, f in enumerate(r.factors)))
 
@@ -150,8 +172,13 @@ def placed_on(rule: FieldRule, rows: list[Row]) -> FieldRule | None:
     return replace(rule, factors=tuple(factors))
 
 
-def _sides(rows: list[Row], rule: FieldRule, on: Callable[[FieldRule], FieldRule],
-           off: Callable[[FieldRule], FieldRule], path: str) -> tuple[list[Fraction], list[Fraction]]:
+def _sides(
+    rows: list[Row],
+    rule: FieldRule,
+    on: Callable[[FieldRule], FieldRule],
+    off: Callable[[FieldRule], FieldRule],
+    path: str,
+) -> tuple[list[Fraction], list[Fraction]]:
     """Values of `path` on rows only the rule with the condition forced true (`on`) or only with it removed or
     forced false (`off`) explains."""
     a_rule, b_rule = on(rule), off(rule)

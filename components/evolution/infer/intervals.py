@@ -50,7 +50,7 @@ def _exact_interval(ys: list[Any], vs: list[Fraction], half: Fraction) -> tuple[
         lo, hi = (a if lo is None else max(lo, a)), (b if hi is None else min(hi, b))
     if lo is None:
         return None
-    hi = cast(Fraction, hi) - Fraction(1, 10 ** 12)  # set with lo; the half-open interval's upper end excluded
+    hi = cast(Fraction, hi) - Fraction(1, 10**12)  # set with lo; the half-open interval's upper end excluded
     return (lo, hi) if lo <= hi else None
 
 

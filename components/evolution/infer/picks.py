@@ -40,8 +40,9 @@ def _id_keys(ctx: _Ctx, path: str, on: list[int]) -> list[str]:
     keys = None
     for i in on:
         recs = ctx.ext[i][path]
-        here = {k for k in set().union(*recs)
-                if all(sum(str(e.get(k)) == str(x) for e in recs) == 1 for x in ctx.ys[i])}
+        here = {
+            k for k in set().union(*recs) if all(sum(str(e.get(k)) == str(x) for e in recs) == 1 for x in ctx.ys[i])
+        }
         keys = here if keys is None else keys & here
     return sorted(keys or ())
 
@@ -60,5 +61,11 @@ def _shared(ctx: _Ctx, path: str, key: str, on: list[int]) -> list[tuple[str, An
 
 def _turned(ctx: _Ctx, rule: FieldRule, on: list[int]) -> int:
     """Items whose agent picked a record the rule rules out."""
-    return len({ctx.rows[i].item for i in on if ctx.rows[i].agent
-                and O.picked(rule.then, ctx.ext[i], cast(dict[str, Any], ctx.rows[i].agent).get(ctx.fld)) is False})
+    return len(
+        {
+            ctx.rows[i].item
+            for i in on
+            if ctx.rows[i].agent
+            and O.picked(rule.then, ctx.ext[i], cast(dict[str, Any], ctx.rows[i].agent).get(ctx.fld)) is False
+        }
+    )

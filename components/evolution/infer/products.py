@@ -98,7 +98,7 @@ def _table_keys(ctx: _Ctx) -> list[tuple[str, tuple[str, ...]]]:
     ones = [p for p in ctx.cats if 2 <= ctx.distinct[p] <= max(2, n // 2)]
     keys: list[tuple[str, tuple[str, ...]]] = [("table", (p,)) for p in ones]
     for i, a in enumerate(ones):
-        for b in ones[i + 1:]:
+        for b in ones[i + 1 :]:
             pairs = {(e.get(a), e.get(b)) for e in ctx.ext if a in e and b in e}
             if len(pairs) <= max(2, n // 3):
                 keys.append(("table", (a, b)))
@@ -117,8 +117,11 @@ def _base_design(ctx: _Ctx, base: Term) -> tuple[np.ndarray, np.ndarray, list[tu
         b = np.ones(len(y))
         missing = np.array([k is None for k in rk])
     else:
-        b = np.array([_f(e[base.path]) if base.path in e else np.nan for e in ctx.ext]) if base.kind == "equal" \
+        b = (
+            np.array([_f(e[base.path]) if base.path in e else np.nan for e in ctx.ext])
+            if base.kind == "equal"
             else np.ones(len(y))
+        )
         design = np.ones((len(y), 1))
         missing = np.isnan(b)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -192,20 +195,20 @@ def _log_linear(ctx: _Ctx, base: Term, ind: _Indicators) -> _LogLinear | None:
     y = np.array([_f(v) for v in ctx.ys])[ok]
     noise = np.log((y + _f(ctx.quantum)) / np.maximum(y - _f(ctx.quantum), 1e-12))  # what rounding can do to a log
     centered = m - m.mean(axis=0)
-    norm = np.sqrt((centered ** 2).sum(axis=0))
+    norm = np.sqrt((centered**2).sum(axis=0))
     return _LogLinear(t, design, m, 2 * noise, centered, norm)
 
 
-def _grown(ll: _LogLinear, ind: _Indicators, chosen: list[int], r: np.ndarray,
-           seen: set[tuple[int, ...]]) -> list[tuple[float, list[int]]]:
+def _grown(
+    ll: _LogLinear, ind: _Indicators, chosen: list[int], r: np.ndarray, seen: set[tuple[int, ...]]
+) -> list[tuple[float, list[int]]]:
     """The sets one condition larger than `chosen` (its residual `r`): the `BEAM` indicators most correlated with
     the residual, one per feature not chosen yet, each set's thresholds refined; (squared error, set) for each set
     not seen before."""
     with np.errstate(divide="ignore", invalid="ignore"):
         score = np.where(ll.norm > 0, np.abs(ll.centered.T @ r) / ll.norm, 0.0)
     used = {ind.conds[j].path for j in chosen}
-    picks = [int(j) for j in np.argsort(-score, kind="stable") if score[j] > 1e-9
-             and ind.conds[j].path not in used]
+    picks = [int(j) for j in np.argsort(-score, kind="stable") if score[j] > 1e-9 and ind.conds[j].path not in used]
     taken: set[str] = set()
     out: list[tuple[float, list[int]]] = []
     for j in picks:

@@ -55,8 +55,14 @@ class Inference:
     source: str = ""  # the write this field's rule was carried over from (`carried`), where no row could show it
 
 
-def features(steps: list[TraceStep], before: int, write_args: Mapping[str, Any], target: Mapping[str, str],
-             write_tools: frozenset[str], today: date | None = None) -> dict[str, Any]:
+def features(
+    steps: list[TraceStep],
+    before: int,
+    write_args: Mapping[str, Any],
+    target: Mapping[str, str],
+    write_tools: frozenset[str],
+    today: date | None = None,
+) -> dict[str, Any]:
     """What the episode's successful reads showed before step `before` (`outcome_rules.read_features`)."""
     reads = []
     for s in steps:
@@ -64,15 +70,27 @@ def features(steps: list[TraceStep], before: int, write_args: Mapping[str, Any],
             break
         a, obs = s.action, s.observation
         tool = a.get("tool")
-        if not tool or tool in write_tools or tool in (CONFIRM_TOOL, FINISH_TOOL) or a.get("kind") == "finish" \
-                or s.blocked is not None or not obs.get("ok"):
+        if (
+            not tool
+            or tool in write_tools
+            or tool in (CONFIRM_TOOL, FINISH_TOOL)
+            or a.get("kind") == "finish"
+            or s.blocked is not None
+            or not obs.get("ok")
+        ):
             continue
         reads.append((tool, a.get("args") or {}, obs.get("content")))
     return O.read_features(reads, write_args, target, today)
 
 
-def rows_for(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
-             write_tools: frozenset[str], targets: Targets | None = None, today: date | None = None) -> list[Row]:
+def rows_for(
+    tool: str,
+    episodes: Mapping[str, list[TraceStep]],
+    gold: Mapping[str, Gold],
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> list[Row]:
     rows = []
     for eid in sorted(episodes):
         steps = episodes[eid]
@@ -84,8 +102,16 @@ def rows_for(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[s
             if a.tool != tool:
                 continue
             ident = write_target(tool, a.args, targets)
-            first = next((s for s in steps if s.action.get("tool") == tool and s.blocked is None
-                          and write_target(tool, s.action.get("args", {}), targets) == ident), None)
+            first = next(
+                (
+                    s
+                    for s in steps
+                    if s.action.get("tool") == tool
+                    and s.blocked is None
+                    and write_target(tool, s.action.get("args", {}), targets) == ident
+                ),
+                None,
+            )
             at = first.step if first is not None else steps[-1].step + 1
             feats = features(steps, at, a.args, {k: str(v) for k, v in ident}, write_tools, today)
             rows.append(Row(item, eid, feats, dict(a.args), dict(first.action.get("args") or {}) if first else None))
@@ -99,6 +125,7 @@ def fit_half(items: list[str]) -> set[str]:
 
 
 # -- judging a rule on a row ----------------------------------------------------------------------------------------
+
 
 def ext(row: Row, fld: str, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
     """A row's features and the write's other numeric arguments (`@<arg>`, the gold's: what the check rows and a

@@ -26,7 +26,7 @@ def fitting(rows: list[Row], fld: str, exclude: frozenset[str] = frozenset()) ->
         return iter(())
     ctx = _Ctx(rows, fld, exclude)
     found: dict[str, tuple[float, FieldRule]] = {}
-    for form in (LIST_FORMS if any(isinstance(y, list) for y in ctx.ys) else FORMS):
+    for form in LIST_FORMS if any(isinstance(y, list) for y in ctx.ys) else FORMS:
         for rule in form(ctx):
             if not _fits(ctx, rule):
                 continue
@@ -55,8 +55,9 @@ def _per_unit(ctx: _Ctx) -> Iterator[tuple[str, _Ctx]]:
             continue
         on = [i for i, e in enumerate(ctx.ext) if is_num(e.get(p)) and q(e[p]) > 0]
         units = {i: q(ctx.ys[i]) / q(ctx.ext[i][p]) for i in on}
-        if _items([ctx.rows[i] for i in on]) < MIN_FIT \
-                or any((u / ctx.quantum).denominator != 1 for u in units.values()):
+        if _items([ctx.rows[i] for i in on]) < MIN_FIT or any(
+            (u / ctx.quantum).denominator != 1 for u in units.values()
+        ):
             continue
         rows = [replace(ctx.rows[i], gold={**ctx.rows[i].gold, ctx.fld: _plain(units[i])}) for i in on]
         yield p, _Ctx(rows, ctx.fld, ctx.exclude)

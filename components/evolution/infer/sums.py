@@ -24,8 +24,13 @@ def _sums(ctx: _Ctx) -> list[FieldRule]:
     if not ctx.numeric:
         return []
     y = np.array([_f(v) for v in ctx.ys])
-    pool = [p for p in ctx.paths if all(is_num(e.get(p)) for e in ctx.ext if p in e) and ctx.readable(p)
-            and ("[" not in p or "[]" in p or " in " in p)]
+    pool = [
+        p
+        for p in ctx.paths
+        if all(is_num(e.get(p)) for e in ctx.ext if p in e)
+        and ctx.readable(p)
+        and ("[" not in p or "[]" in p or " in " in p)
+    ]
     cols = {p: np.array([_f(e[p]) if is_num(e.get(p)) else np.nan for e in ctx.ext]) for p in pool}
     indicators = _category_indicators(ctx, cols)
     out = _sum_search(ctx, y, pool, cols)

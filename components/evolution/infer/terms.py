@@ -49,8 +49,10 @@ def _conditionals(ctx: _Ctx) -> list[FieldRule]:
     """A condition and a simple term on each side: for every pair of terms that each explain some rows the other
     does not, the conditions that best split them."""
     cands = _side_terms(ctx)
-    masks = {O.render_term(t): np.array([v is True for v in ctx.verdicts(FieldRule(ctx.fld, t, quantum=ctx.quantum))])
-             for t in cands}
+    masks = {
+        O.render_term(t): np.array([v is True for v in ctx.verdicts(FieldRule(ctx.fld, t, quantum=ctx.quantum))])
+        for t in cands
+    }
     cands = [t for t in cands if _items([r for r, m in zip(ctx.rows, masks[O.render_term(t)]) if m]) >= MIN_PART]
     out = []
     for a, b in _complementary(cands, masks):  # the pairs that together give the most rows their value, each split
@@ -117,19 +119,33 @@ def _complementary(cands: list[Term], masks: dict[str, np.ndarray]) -> list[tupl
     m = np.array([masks[n] for n in names], dtype=float) if cands else np.zeros((0, 0))
     both = m @ m.T
     union = m.sum(axis=1)[:, None] + m.sum(axis=1)[None, :] - both
-    pairs = sorted(((-union[i, j], names[i], names[j], i, j) for i in range(len(cands)) for j in range(len(cands))
-                    if i != j and both[i, j] < min(m[i].sum(), m[j].sum())))[:MAX_PAIRS]
+    pairs = sorted(
+        (
+            (-union[i, j], names[i], names[j], i, j)
+            for i in range(len(cands))
+            for j in range(len(cands))
+            if i != j and both[i, j] < min(m[i].sum(), m[j].sum())
+        )
+    )[:MAX_PAIRS]
     return [(cands[i], cands[j]) for _u, _na, _nb, i, j in pairs]
+
 
 def _strings(ctx: _Ctx) -> list[FieldRule]:
     """upper, one_of: what a string field can be without a feature holding it."""
     out = []
     rows = ctx.rows
-    cased = [r for r in rows if isinstance(r.agent.get(ctx.fld) if r.agent else None, str)
-             and isinstance(r.gold.get(ctx.fld), str)]
+    cased = [
+        r
+        for r in rows
+        if isinstance(r.agent.get(ctx.fld) if r.agent else None, str) and isinstance(r.gold.get(ctx.fld), str)
+    ]
     agent = [cast(dict[str, Any], r.agent) for r in cased]  # cased: rows with an attempt (r.agent set)
-    if cased and len(cased) == len(rows) and any(a[ctx.fld] != r.gold[ctx.fld] for a, r in zip(agent, cased)) \
-            and all(a[ctx.fld].upper() == r.gold[ctx.fld] for a, r in zip(agent, cased)):
+    if (
+        cased
+        and len(cased) == len(rows)
+        and any(a[ctx.fld] != r.gold[ctx.fld] for a, r in zip(agent, cased))
+        and all(a[ctx.fld].upper() == r.gold[ctx.fld] for a, r in zip(agent, cased))
+    ):
         out.append(FieldRule(ctx.fld, Term("upper")))
     if all(isinstance(y, str) for y in ctx.ys):
         values = sorted(set(ctx.ys))

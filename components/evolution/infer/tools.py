@@ -19,8 +19,14 @@ from components.worlds.numbers import same
 from components.worlds.outcome_rules import FieldRule
 
 
-def infer_tool(tool: str, episodes: Mapping[str, list[TraceStep]], gold: Mapping[str, Gold],
-               write_tools: frozenset[str], targets: Targets | None = None, today: date | None = None) -> list[Inference]:
+def infer_tool(
+    tool: str,
+    episodes: Mapping[str, list[TraceStep]],
+    gold: Mapping[str, Gold],
+    write_tools: frozenset[str],
+    targets: Targets | None = None,
+    today: date | None = None,
+) -> list[Inference]:
     """One inference per field of the tool's gold that some episode got wrong (identifying args excluded)."""
     return infer_rows(tool, rows_for(tool, episodes, gold, write_tools, targets, today), targets)
 
@@ -31,8 +37,15 @@ def infer_rows(tool: str, rows: list[Row], targets: Targets | None = None) -> li
     with every field whose rule does not read it, the second rule kept when there was none or it is the shorter
     description (a fee is 35 per bag beyond the free bags, not the free bags' own rule spelt out again)."""
     ident = {k for r in rows for k, _v in write_target(tool, r.gold, targets)}
-    fields = sorted({f for r in rows if r.agent is not None for f in r.gold
-                     if f not in ident and not same(r.agent.get(f), r.gold[f])})
+    fields = sorted(
+        {
+            f
+            for r in rows
+            if r.agent is not None
+            for f in r.gold
+            if f not in ident and not same(r.agent.get(f), r.gold[f])
+        }
+    )
     infs = {f: infer_field(rows, f, frozenset(fields) - {f}) for f in fields}
     for f in fields:
         # a rule may read another wrong field only where that field has a rule (an agent computes it first) that
@@ -41,16 +54,19 @@ def infer_rows(tool: str, rows: list[Row], targets: Targets | None = None) -> li
         if blocked == frozenset(fields) - {f}:
             continue  # nothing more to read
         again = infer_field(rows, f, blocked)
-        if again.rule is not None and (infs[f].rule is None or _bits(rows, again.rule, blocked) <
-                                       _bits(rows, cast(FieldRule, infs[f].rule), blocked)):  # not None: `or`
+        if again.rule is not None and (
+            infs[f].rule is None
+            or _bits(rows, again.rule, blocked) < _bits(rows, cast(FieldRule, infs[f].rule), blocked)
+        ):  # not None: `or`
             infs[f] = again
     return [infs[f] for f in fields]
 
 
 def _bits(rows: list[Row], rule: FieldRule, exclude: frozenset[str]) -> float:
     """A rule's description length on every row that has the field (two rules of one field compared alike)."""
-    return description_bits(_Ctx([r for r in rows if rule.field in r.gold and r.agent is not None], rule.field,
-                                 exclude), rule)
+    return description_bits(
+        _Ctx([r for r in rows if rule.field in r.gold and r.agent is not None], rule.field, exclude), rule
+    )
 
 
 def _reads(infs: Mapping[str, Inference], g: str, f: str, seen: frozenset[str] = frozenset()) -> bool:
@@ -78,8 +94,9 @@ def fixable(rows: list[Row], infs: list[Inference]) -> int:
     return n
 
 
-def carried(tool: str, rows: list[Row], infs: list[Inference],
-            others: Mapping[str, list[Inference]]) -> list[Inference]:
+def carried(
+    tool: str, rows: list[Row], infs: list[Inference], others: Mapping[str, list[Inference]]
+) -> list[Inference]:
     """A field left without a rule takes the rule another write (in name order) states for a field of the same name,
     when that rule is a value a read returns and no row of this write made that read: its rows cannot show the
     rule, only trying it can (the gate does). E.g. an address another write takes as a validation read returns it."""
@@ -88,14 +105,29 @@ def carried(tool: str, rows: list[Row], infs: list[Inference],
     for inf in infs:
         src = None
         if inf.rule is None:
-            src = next(((s, i.rule) for s in sorted(others) if s != tool for i in others[s]
-                        if i.field == inf.field and i.rule is not None and _read_value(i.rule)
-                        and cast(str, i.rule.then.path).split(".", 1)[0] not in reads), None)  # equal: one path
+            src = next(
+                (
+                    (s, i.rule)
+                    for s in sorted(others)
+                    if s != tool
+                    for i in others[s]
+                    if i.field == inf.field
+                    and i.rule is not None
+                    and _read_value(i.rule)
+                    and cast(str, i.rule.then.path).split(".", 1)[0] not in reads
+                ),
+                None,
+            )  # equal: one path
         out.append(replace(inf, rule=src[1], why="ok", source=src[0]) if src else inf)
     return out
 
 
 def _read_value(rule: FieldRule) -> bool:
     """The rule is a value one read returns, nothing else."""
-    return rule.cond is None and not rule.factors and rule.cap is None and rule.then.kind == "equal" \
+    return (
+        rule.cond is None
+        and not rule.factors
+        and rule.cap is None
+        and rule.then.kind == "equal"
         and not str(rule.then.path).startswith("@")
+    )

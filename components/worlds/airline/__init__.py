@@ -15,9 +15,14 @@ from components.worlds.base import materializer
 
 VERSION = 1
 # the shipped packages' cards: card id -> the write whose rules it states
-CARDS = {"cancel-refund": "cancel_reservation", "change-fee": "change_flight", "checked-bags": "add_checked_bags",
-         "delay-compensation": "issue_compensation", "upgrade-payment": "upgrade_cabin",
-         "passenger-name": "update_passenger_name"}
+CARDS = {
+    "cancel-refund": "cancel_reservation",
+    "change-fee": "change_flight",
+    "checked-bags": "add_checked_bags",
+    "delay-compensation": "issue_compensation",
+    "upgrade-payment": "upgrade_cabin",
+    "passenger-name": "update_passenger_name",
+}
 
 
 def packages(facts) -> dict[str, str]:
@@ -25,5 +30,6 @@ def packages(facts) -> dict[str, str]:
     return P.render(facts, CARDS, PACKAGES / "airline")
 
 
-materialize = materializer("airline", VERSION, generate, FAMILIES, policy_text, TOOLS, TARGETS, rules_of, facts_of,
-                           packages, gold_of=gold_of)
+materialize = materializer(
+    "airline", VERSION, generate, FAMILIES, policy_text, TOOLS, TARGETS, rules_of, facts_of, packages, gold_of=gold_of
+)

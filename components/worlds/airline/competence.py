@@ -47,8 +47,9 @@ class AirlineCompetence:
 
     # -- reading the member ------------------------------------------------------------------------------------------
     def parse(self, first_message: str) -> tuple[list[Request], dict[str, Any]]:
-        return requests_from(language.parse_requests(first_message), "reservation_id"), \
-            {"email": language.parse_email(first_message)}
+        return requests_from(language.parse_requests(first_message), "reservation_id"), {
+            "email": language.parse_email(first_message)
+        }
 
     # -- session and reads -------------------------------------------------------------------------------------------
     def opening(self, view: View, plan_only: bool = False) -> Step | None:
@@ -82,9 +83,11 @@ class AirlineCompetence:
 
 # -- the writes, one per request kind ------------------------------------------------------------------------------
 
+
 @dataclass
 class _Write:
     """What a write is built from: the request, its reservation and the member's account as read, the beliefs."""
+
     view: View
     r: Request
     rid: str
@@ -116,16 +119,22 @@ def _change(w: _Write) -> Step:
 
 def _bags(w: _Write) -> Step:
     d, res = w.r.data, w.res
-    free = F.free_bags(w.user.get("tier", ""), res.get("fare", ""), len(res.get("passengers") or [1]),
-                       w.know("bag_allowance"), w.know("bag_business"))
+    free = F.free_bags(
+        w.user.get("tier", ""),
+        res.get("fare", ""),
+        len(res.get("passengers") or [1]),
+        w.know("bag_allowance"),
+        w.know("bag_business"),
+    )
     fee = F.bag_total(d["bags"], free, w.know("bag_fee"))
     return "", (w.r.tool, {"reservation_id": w.rid, "bags": d["bags"], "free_bags": free, "fee": fee})
 
 
 def _compensation(w: _Write) -> Step:
     flight = _flight(w.view, w.res.get("flight_no")) or {}
-    amount = F.compensation(int(flight.get("delay_minutes", 0)), w.user.get("tier", ""), w.know("comp_rate"),
-                            w.know("comp_gold"))
+    amount = F.compensation(
+        int(flight.get("delay_minutes", 0)), w.user.get("tier", ""), w.know("comp_rate"), w.know("comp_gold")
+    )
     follows, form = w.beliefs.get("comp_form", (False, None))
     if not follows or form is None:  # not knowing the rule, it gives what the member asked for
         form = "cash" if w.r.data.get("cash") else "certificate"
@@ -146,11 +155,18 @@ def _name(w: _Write) -> Step:
     return "", (w.r.tool, {"reservation_id": w.rid, "first_name": first, "last_name": last})
 
 
-_WRITES = {"cancel": _cancel, "change": _change, "bags": _bags, "compensation": _compensation, "upgrade": _upgrade,
-           "name": _name}
+_WRITES = {
+    "cancel": _cancel,
+    "change": _change,
+    "bags": _bags,
+    "compensation": _compensation,
+    "upgrade": _upgrade,
+    "name": _name,
+}
 
 
 # -- reading the results -------------------------------------------------------------------------------------------
+
 
 def _today(v: View):
     from datetime import date

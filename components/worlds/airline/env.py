@@ -28,8 +28,9 @@ class AirlineEnv(EnvBase):
             if req.get("new_flight_no"):
                 flights[req["new_flight_no"]] = bench.db["flights"][req["new_flight_no"]]
         rules = rules_of(bench.rules, f"{bench.root / 'meta.json'}: rules")
-        self._tools = AirlineTools({"users": {user["user_id"]: user}, "reservations": res, "flights": flights},
-                                   facts_of(rules))
+        self._tools = AirlineTools(
+            {"users": {user["user_id"]: user}, "reservations": res, "flights": flights}, facts_of(rules)
+        )
         self._tools.receipts = bench.receipts
 
     def requested(self, tool: str, args: dict) -> bool:
@@ -47,6 +48,7 @@ def _target(tool: str, args: dict) -> dict:
 
 
 # -- the rubric's executable checks -----------------------------------------------------------------------------
+
 
 def _res(env: AirlineEnv, c: Criterion) -> dict:
     return env.db["reservations"][c.args["reservation_id"]]

@@ -68,10 +68,16 @@ def _num(s: str) -> int:
 # -- cancel_reservation ---------------------------------------------------------------------------------------------
 
 REFUND = {
-    "original": re.compile(r"original payment method|payment method of the reservation|paid with|"
-                           r"reservation's `?payment_method_id", re.I),
-    "account": re.compile(r"account's (first|preferred|default)|(first|preferred|default) (payment )?method "
-                          r"(on|of) the account", re.I),
+    "original": re.compile(
+        r"original payment method|payment method of the reservation|paid with|"
+        r"reservation's `?payment_method_id",
+        re.I,
+    ),
+    "account": re.compile(
+        r"account's (first|preferred|default)|(first|preferred|default) (payment )?method "
+        r"(on|of) the account",
+        re.I,
+    ),
 }
 
 
@@ -140,8 +146,11 @@ def _read_allowance(text: str) -> tuple | None:
     for clause in clauses(text, "add_checked_bags"):
         hits = list(TIER_COUNT.finditer(clause))
         if not hits:
-            if re.search(r"\bfree (checked )?bags?\b", clause, re.I) and re.search(r"\bno free", clause, re.I) \
-                    and not re.search(r"business", clause, re.I):
+            if (
+                re.search(r"\bfree (checked )?bags?\b", clause, re.I)
+                and re.search(r"\bno free", clause, re.I)
+                and not re.search(r"business", clause, re.I)
+            ):
                 return tuple(sorted((t, 0) for t in TIERS))
             continue
         if negated(clause, hits[0].start()):
@@ -269,9 +278,18 @@ def _truth(rules: AirlineRules, fid: str) -> object:
 def facts_of(rules: AirlineRules = OWN) -> Mapping[str, Fact]:
     """The rules of a world (the world's own, or a variant's) as facts: statement, reader and true value each."""
     said = statements(rules)
-    return {fid: Fact(fid, tool, said[fid], with_outcomes(read, tool, fields, value_of),
-                      stated=fid not in rules.unstated, fields=fields, truth=_truth(rules, fid))
-            for fid, (tool, fields, read, value_of) in READERS.items()}
+    return {
+        fid: Fact(
+            fid,
+            tool,
+            said[fid],
+            with_outcomes(read, tool, fields, value_of),
+            stated=fid not in rules.unstated,
+            fields=fields,
+            truth=_truth(rules, fid),
+        )
+        for fid, (tool, fields, read, value_of) in READERS.items()
+    }
 
 
 BY_ID: Mapping[str, Fact] = facts_of(OWN)
@@ -287,6 +305,7 @@ def facts_read(text: str) -> dict[str, object]:
 
 
 # -- what the rules make of a request (the world's truth; the tools and the rubric use these) ------------------------
+
 
 def table(value: object) -> dict:
     return dict(value) if isinstance(value, tuple) else {}

@@ -46,14 +46,20 @@ def first_message(name: str, email: str, requests: list[dict]) -> str:
 
 PATTERNS = {
     "cancel": re.compile(r"Please cancel reservation " + RES + r", [^.]+\."),
-    "change": re.compile(r"Please move reservation " + RES + r" to flight (?P<new_flight_no>AX\d{4}) on "
-                         r"(?P<new_date>\d{4}-\d\d-\d\d)\."),
+    "change": re.compile(
+        r"Please move reservation " + RES + r" to flight (?P<new_flight_no>AX\d{4}) on "
+        r"(?P<new_date>\d{4}-\d\d-\d\d)\."
+    ),
     "bags": re.compile(r"I'd like to add (?P<bags>\d+) checked bags? to reservation " + RES + r"\."),
-    "compensation": re.compile(r"My flight on reservation " + RES + r" was badly delayed and I'd like the "
-                               r"compensation I'm owed, (?P<how>in cash, please|in whatever form you issue it)\."),
+    "compensation": re.compile(
+        r"My flight on reservation " + RES + r" was badly delayed and I'd like the "
+        r"compensation I'm owed, (?P<how>in cash, please|in whatever form you issue it)\."
+    ),
     "upgrade": re.compile(r"Please upgrade reservation " + RES + r" to business class\."),
-    "name": re.compile(r"The passenger name on reservation " + RES + r" is misspelled: it should be "
-                       r"(?P<first_name>[A-Za-z]+) (?P<last_name>[A-Za-z]+)\."),
+    "name": re.compile(
+        r"The passenger name on reservation " + RES + r" is misspelled: it should be "
+        r"(?P<first_name>[A-Za-z]+) (?P<last_name>[A-Za-z]+)\."
+    ),
 }
 
 

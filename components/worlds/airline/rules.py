@@ -83,6 +83,7 @@ rules_of = SOURCE.of  # the world's rules with a variant's changes (`components.
 
 # -- statements -----------------------------------------------------------------------------------------------------
 
+
 def _and(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
@@ -93,20 +94,29 @@ def _times(k: Fraction, what: str, double: str) -> str:
 
 def statements(r: AirlineRules) -> dict[str, str]:
     """Each rule's statement, as the policy, the shipped packages and a refusal's receipt write it."""
-    return {**_cancel_statements(r), **_change_statements(r), **_bag_statements(r), **_comp_statements(r),
-            **_account_statements(r)}
+    return {
+        **_cancel_statements(r),
+        **_change_statements(r),
+        **_bag_statements(r),
+        **_comp_statements(r),
+        **_account_statements(r),
+    }
 
 
 def _cancel_statements(r: AirlineRules) -> dict[str, str]:
     s: dict[str, str] = {}
     s["refund_original"] = (
         "- `cancel_reservation` refunds to the original payment method of the reservation: pass its "
-        "`payment_method_id` as `refund_to`, not the account's first method." if r.refund_original == "original" else
-        "- `cancel_reservation` refunds to the account's first payment method: pass its id as `refund_to`.")
+        "`payment_method_id` as `refund_to`, not the account's first method."
+        if r.refund_original == "original"
+        else "- `cancel_reservation` refunds to the account's first payment method: pass its id as `refund_to`."
+    )
     s["basic_credit"] = (
         "- `cancel_reservation` of a basic fare refunds as travel credit only: pass `refund_to` 'travel_credit' "
-        "for basic fares." if r.basic_credit == "travel_credit" else
-        "- `cancel_reservation` of a basic fare refunds like any other fare, never as travel credit.")
+        "for basic fares."
+        if r.basic_credit == "travel_credit"
+        else "- `cancel_reservation` of a basic fare refunds like any other fare, never as travel credit."
+    )
     return s
 
 
@@ -118,32 +128,46 @@ def _change_statements(r: AirlineRules) -> dict[str, str]:
     if not paid:
         s["change_fee"] = f"- `change_flight` charges no change fee: {_and(free)} fares change free."
     else:
-        s["change_fee"] = (f"- `change_flight` charges a change fee, passed as `fee`: {_and(paid)}"
-                           + (f", while {_and(free)} fares change free." if free else "."))
+        s["change_fee"] = f"- `change_flight` charges a change fee, passed as `fee`: {_and(paid)}" + (
+            f", while {_and(free)} fares change free." if free else "."
+        )
     w = r.change_window
     if not w.applies:
-        s["change_window"] = ("- `change_flight` charges the same change fee whatever the days to departure: it is "
-                              "never doubled.")
+        s["change_window"] = (
+            "- `change_flight` charges the same change fee whatever the days to departure: it is never doubled."
+        )
     else:
-        where = (f"within {w.when.value} days of departure" if w.when.op == "<=" else
-                 f"{w.when.phrase('days')} before departure")
-        s["change_window"] = (f"- `change_flight` {where} (days from today to the departure date) "
-                              f"{_times(w.factor, 'the change fee', 'doubles the change fee')}.")
+        where = (
+            f"within {w.when.value} days of departure"
+            if w.when.op == "<="
+            else f"{w.when.phrase('days')} before departure"
+        )
+        s["change_window"] = (
+            f"- `change_flight` {where} (days from today to the departure date) "
+            f"{_times(w.factor, 'the change fee', 'doubles the change fee')}."
+        )
     return s
 
 
 def _bag_statements(r: AirlineRules) -> dict[str, str]:
     s: dict[str, str] = {}
     tiers = ", ".join(f"{t} members {r.bag_allowance[t]}" for t in TIERS)
-    s["bag_allowance"] = (f"- `add_checked_bags` takes the free allowance as `free_bags`, per passenger by tier: "
-                          f"{tiers} (times the number of passengers).")
-    s["bag_fee"] = (f"- `add_checked_bags` charges ${r.bag_fee} per bag beyond the free allowance, passed as the total "
-                    "`fee`." if r.bag_fee else
-                    "- `add_checked_bags` charges no fee per bag beyond the free allowance: pass `fee` 0.")
+    s["bag_allowance"] = (
+        f"- `add_checked_bags` takes the free allowance as `free_bags`, per passenger by tier: "
+        f"{tiers} (times the number of passengers)."
+    )
+    s["bag_fee"] = (
+        f"- `add_checked_bags` charges ${r.bag_fee} per bag beyond the free allowance, passed as the total `fee`."
+        if r.bag_fee
+        else "- `add_checked_bags` charges no fee per bag beyond the free allowance: pass `fee` 0."
+    )
     n = r.bag_business
-    s["bag_business"] = (f"- `add_checked_bags` on a business fare gives {n} more free bag{'s' if n > 1 else ''} per "
-                         "passenger on top of the tier allowance." if n else
-                         "- `add_checked_bags` on a business fare gives no more free bags than the tier allowance.")
+    s["bag_business"] = (
+        f"- `add_checked_bags` on a business fare gives {n} more free bag{'s' if n > 1 else ''} per "
+        "passenger on top of the tier allowance."
+        if n
+        else "- `add_checked_bags` on a business fare gives no more free bags than the tier allowance."
+    )
     return s
 
 
@@ -151,12 +175,16 @@ def _comp_statements(r: AirlineRules) -> dict[str, str]:
     s: dict[str, str] = {}
     bands = [f"${a} for a delay of {h} hours or more" for h, a in r.comp_rate]
     s["comp_rate"] = f"- `issue_compensation` pays {_and(bands)}, passed as `amount`."
-    s["comp_gold"] = ("- `issue_compensation` pays gold members the same amount, never doubled." if r.comp_gold == 1
-                      else f"- `issue_compensation` {_times(r.comp_gold, 'the amount', 'doubles the amount')} for gold "
-                           "members.")
-    s["comp_form"] = ("- `issue_compensation` is paid as a travel certificate (`form` 'certificate'), never as cash."
-                      if r.comp_form == "certificate" else
-                      "- `issue_compensation` is paid in cash (`form` 'cash'), not as a certificate.")
+    s["comp_gold"] = (
+        "- `issue_compensation` pays gold members the same amount, never doubled."
+        if r.comp_gold == 1
+        else f"- `issue_compensation` {_times(r.comp_gold, 'the amount', 'doubles the amount')} for gold members."
+    )
+    s["comp_form"] = (
+        "- `issue_compensation` is paid as a travel certificate (`form` 'certificate'), never as cash."
+        if r.comp_form == "certificate"
+        else "- `issue_compensation` is paid in cash (`form` 'cash'), not as a certificate."
+    )
     return s
 
 
@@ -164,15 +192,20 @@ def _account_statements(r: AirlineRules) -> dict[str, str]:
     s: dict[str, str] = {}
     s["upgrade_payment"] = (
         "- `upgrade_cabin` is paid only with a credit card on the account: pass a `credit_card` payment method, "
-        "not the gift card or certificate the reservation was paid with." if r.upgrade_payment == "credit_card" else
-        "- `upgrade_cabin` is paid with the reservation's own payment method, not necessarily a credit card.")
-    s["name_upper"] = ("- `update_passenger_name` takes names in upper case, exactly as printed on the passport."
-                       if r.name_upper == "upper" else
-                       "- `update_passenger_name` takes names as the member gives them, not in upper case.")
+        "not the gift card or certificate the reservation was paid with."
+        if r.upgrade_payment == "credit_card"
+        else "- `upgrade_cabin` is paid with the reservation's own payment method, not necessarily a credit card."
+    )
+    s["name_upper"] = (
+        "- `update_passenger_name` takes names in upper case, exactly as printed on the passport."
+        if r.name_upper == "upper"
+        else "- `update_passenger_name` takes names as the member gives them, not in upper case."
+    )
     return s
 
 
 # -- random variants --------------------------------------------------------------------------------------------------
+
 
 def random_rules(seed: int) -> dict[str, Any]:
     """A variant of the world drawn at random: every numeric rule a new value (fees and bands not round, the window
@@ -183,10 +216,15 @@ def random_rules(seed: int) -> dict[str, Any]:
     silver = regular + rng.randint(0, 1)
     a1 = rng.choice([a for a in range(60, 201) if a != 100])
     changes = {
-        "change_fee": {"economy": economy, "flex": rng.randint(10, economy - 5),
-                       "business": rng.choice([0, rng.randint(5, 30)])},
-        "change_window": {"when": {"op": rng.choice([">", ">=", "<", "<="]), "value": rng.randint(3, 12)},
-                          "factor": rng.choice([2, 3, "3/2", "5/2", "4/3"])},
+        "change_fee": {
+            "economy": economy,
+            "flex": rng.randint(10, economy - 5),
+            "business": rng.choice([0, rng.randint(5, 30)]),
+        },
+        "change_window": {
+            "when": {"op": rng.choice([">", ">=", "<", "<="]), "value": rng.randint(3, 12)},
+            "factor": rng.choice([2, 3, "3/2", "5/2", "4/3"]),
+        },
         "bag_allowance": {"regular": regular, "silver": silver, "gold": max(2, silver + rng.randint(1, 2))},
         "bag_fee": rng.choice([a for a in range(20, 81) if a != 50]),
         "bag_business": rng.randint(1, 2),

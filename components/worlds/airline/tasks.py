@@ -29,20 +29,24 @@ CONFIRM_WEIGHT, EXTRA_WEIGHT = 1.0, 1.0
 
 
 # policy sections: their rules in order (a rule the data marks `unstated` is left out), and a line before them
-SECTIONS = (("Cancellations", ("refund_original", "basic_credit"), ""),
-            ("Flight changes", ("change_fee", "change_window"), ""),
-            ("Checked bags", ("bag_allowance", "bag_fee", "bag_business"), ""),
-            ("Delay compensation", ("comp_rate", "comp_gold", "comp_form"),
-             "Look up the delay with `get_flight_status`.\n"),
-            ("Upgrades", ("upgrade_payment",), ""), ("Passenger names", ("name_upper",), ""))
+SECTIONS = (
+    ("Cancellations", ("refund_original", "basic_credit"), ""),
+    ("Flight changes", ("change_fee", "change_window"), ""),
+    ("Checked bags", ("bag_allowance", "bag_fee", "bag_business"), ""),
+    ("Delay compensation", ("comp_rate", "comp_gold", "comp_form"), "Look up the delay with `get_flight_status`.\n"),
+    ("Upgrades", ("upgrade_payment",), ""),
+    ("Passenger names", ("name_upper",), ""),
+)
 
 
 def policy_text(facts=None) -> str:
     """The written policy; `facts`: a variant's rules (default: the world's own)."""
     facts = facts or F.BY_ID
     writes = ", ".join(f"`{t}`" for t in sorted(WRITE_TOOLS))
-    sections = "\n\n".join(f"## {title}\n{lead}" + "\n".join(facts[r].statement for r in ids if facts[r].stated)
-                           for title, ids, lead in SECTIONS)
+    sections = "\n\n".join(
+        f"## {title}\n{lead}" + "\n".join(facts[r].statement for r in ids if facts[r].stated)
+        for title, ids, lead in SECTIONS
+    )
     return f"""# Airline customer-service policy
 
 You help members of an airline with their reservations. Use the tools; never invent data. Today is
@@ -83,15 +87,24 @@ class _Builder:
             self.reservation(u, rng.choice(("economy", "flex", "basic")), offset=rng.randint(3, 40))
         return u
 
-    def flight(self, offset: int, route: tuple[str, str] | None = None, status: str = "scheduled",
-               delay: int = 0) -> dict:
+    def flight(
+        self, offset: int, route: tuple[str, str] | None = None, status: str = "scheduled", delay: int = 0
+    ) -> dict:
         route = route or tuple(self.rng.sample(AIRPORTS, 2))
         f = make_flight(self.rng, self._fnos, route[0], route[1], offset, status, delay)
         self.flights[f["flight_no"]] = f
         return f
 
-    def reservation(self, u: dict, fare: str, offset: int, pax: int = 1, pm: str | None = None,
-                    status: str = "booked", delay: int = 0) -> dict:
+    def reservation(
+        self,
+        u: dict,
+        fare: str,
+        offset: int,
+        pax: int = 1,
+        pm: str | None = None,
+        status: str = "booked",
+        delay: int = 0,
+    ) -> dict:
         f = self.flight(offset, status="landed" if offset < 0 else "scheduled", delay=delay)
         pm = pm or self.rng.choice(u["payment_methods"])["id"]
         r = make_reservation(self.rng, self._rids, u, f, fare, pax, pm, status)
@@ -103,14 +116,27 @@ class _Builder:
         rng = self.rng
         fare = rng.choice(("basic", "economy", "economy", "flex", "business"))
         others = [m["id"] for m in u["payment_methods"][1:]]  # never the account's first method
-        r = self.reservation(u, fare, rng.randint(2, 30) if possible else -rng.randint(2, 20),
-                             pm=rng.choice(others), status="booked" if possible else "flown")
-        refund = r["payment_method_id"] if self.facts["refund_original"].value == "original" else \
-            u["payment_methods"][0]["id"]
+        r = self.reservation(
+            u,
+            fare,
+            rng.randint(2, 30) if possible else -rng.randint(2, 20),
+            pm=rng.choice(others),
+            status="booked" if possible else "flown",
+        )
+        refund = (
+            r["payment_method_id"]
+            if self.facts["refund_original"].value == "original"
+            else u["payment_methods"][0]["id"]
+        )
         if fare == "basic" and self.facts["basic_credit"].value == "travel_credit":
             refund = "travel_credit"
-        return {"kind": "cancel", "reservation_id": r["reservation_id"], "reason": rng.choice(language.CANCEL_REASONS),
-                "fare": fare, "refund_to": refund}
+        return {
+            "kind": "cancel",
+            "reservation_id": r["reservation_id"],
+            "reason": rng.choice(language.CANCEL_REASONS),
+            "fare": fare,
+            "refund_to": refund,
+        }
 
     def change(self, u: dict, possible: bool = True) -> dict:
         rng = self.rng
@@ -120,8 +146,15 @@ class _Builder:
         r = self.reservation(u, fare, days, pax=rng.randint(1, 2))
         new = self.flight(days + rng.randint(1, 10), (r["origin"], r["destination"]))
         fee = F.change_fee(fare, days, self.facts["change_fee"].value, window)
-        return {"kind": "change", "reservation_id": r["reservation_id"], "new_flight_no": new["flight_no"],
-                "new_date": new["date"], "fare": fare, "days": days, "fee": fee}
+        return {
+            "kind": "change",
+            "reservation_id": r["reservation_id"],
+            "new_flight_no": new["flight_no"],
+            "new_date": new["date"],
+            "fare": fare,
+            "days": days,
+            "fee": fee,
+        }
 
     def bags(self, u: dict, possible: bool = True, focus: str | None = None) -> dict:
         """`focus` (the bags family cycles through them) picks the case where that one rule decides the write:
@@ -130,10 +163,16 @@ class _Builder:
         bags request is drawn at random, where the rules combine."""
         rng = self.rng
         fare = {"business": "business", None: rng.choice(("economy", "flex", "business", "business"))}.get(
-            focus, rng.choice(("economy", "flex")))
+            focus, rng.choice(("economy", "flex"))
+        )
         pax = rng.randint(1, 2)
-        r = self.reservation(u, fare, rng.randint(2, 30) if possible else -rng.randint(2, 20), pax=pax,
-                             status="booked" if possible else "flown")
+        r = self.reservation(
+            u,
+            fare,
+            rng.randint(2, 30) if possible else -rng.randint(2, 20),
+            pax=pax,
+            status="booked" if possible else "flown",
+        )
         free = F.free_bags(u["tier"], fare, pax, self.facts["bag_allowance"].value, self.facts["bag_business"].value)
         n = free + (rng.randint(1, 2) if focus in (None, "fee") else 0)  # beyond the allowance: the fee matters
         n = max(n, 1)
@@ -151,21 +190,31 @@ class _Builder:
         elif focus is None:
             delay = rng.randrange(MIN_DELAY, top + 130, 5)
         else:  # `rate`: the highest band; the others below it
-            delay = rng.randrange(top, top + 130, 5) if focus == "rate" else \
-                rng.randrange(MIN_DELAY, max(MIN_DELAY + 5, top - 5), 5)
-        r = self.reservation(u, rng.choice(("basic", "economy", "flex", "business")), -rng.randint(1, 20),
-                             status="flown", delay=delay)
+            delay = (
+                rng.randrange(top, top + 130, 5)
+                if focus == "rate"
+                else rng.randrange(MIN_DELAY, max(MIN_DELAY + 5, top - 5), 5)
+            )
+        r = self.reservation(
+            u, rng.choice(("basic", "economy", "flex", "business")), -rng.randint(1, 20), status="flown", delay=delay
+        )
         amount = F.compensation(delay, u["tier"], rate, self.facts["comp_gold"].value)
         form = self.facts["comp_form"].value
-        return {"kind": "compensation", "reservation_id": r["reservation_id"], "amount": amount, "form": form,
-                "cash": focus == "form" if focus else rng.random() < 0.5}  # asked for cash: only the rule says no
+        return {
+            "kind": "compensation",
+            "reservation_id": r["reservation_id"],
+            "amount": amount,
+            "form": form,
+            "cash": focus == "form" if focus else rng.random() < 0.5,
+        }  # asked for cash: only the rule says no
 
     def upgrade(self, u: dict, possible: bool = True) -> dict:
         rng = self.rng
         card = next(m["id"] for m in u["payment_methods"] if m["kind"] == "credit_card")
         others = [m["id"] for m in u["payment_methods"] if m["kind"] != "credit_card"]
-        r = self.reservation(u, rng.choice(("economy", "flex")) if possible else "basic", rng.randint(2, 30),
-                             pm=rng.choice(others))
+        r = self.reservation(
+            u, rng.choice(("economy", "flex")) if possible else "basic", rng.randint(2, 30), pm=rng.choice(others)
+        )
         pay = card if self.facts["upgrade_payment"].value == "credit_card" else r["payment_method_id"]
         return {"kind": "upgrade", "reservation_id": r["reservation_id"], "payment_method_id": pay}
 
@@ -173,19 +222,30 @@ class _Builder:
         r = self.reservation(u, self.rng.choice(("economy", "flex", "business")), self.rng.randint(2, 30))
         # the booking misspelled the lead passenger: the customer gives the right spelling
         r["passengers"][0]["last_name"] = r["passengers"][0]["last_name"][:-1] + "x"
-        return {"kind": "name", "reservation_id": r["reservation_id"], "first_name": u["first_name"],
-                "last_name": u["last_name"]}
+        return {
+            "kind": "name",
+            "reservation_id": r["reservation_id"],
+            "first_name": u["first_name"],
+            "last_name": u["last_name"],
+        }
 
 
 def _criterion(i: int, req: dict, upper: bool = True) -> Criterion:
     kind, rid = req["kind"], req["reservation_id"]
-    keep = {"cancel": ("refund_to",), "change": ("new_flight_no", "fee"), "bags": ("bags", "fee"),
-            "compensation": ("amount", "form"), "upgrade": ("payment_method_id",), "name": ("first_name", "last_name")}
+    keep = {
+        "cancel": ("refund_to",),
+        "change": ("new_flight_no", "fee"),
+        "bags": ("bags", "fee"),
+        "compensation": ("amount", "form"),
+        "upgrade": ("payment_method_id",),
+        "name": ("first_name", "last_name"),
+    }
     args = {"reservation_id": rid, **{k: req[k] for k in keep[kind]}}
     if kind == "name" and upper:
         args = {**args, "first_name": req["first_name"].upper(), "last_name": req["last_name"].upper()}
-    return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT[kind], check=f"{kind}_done",
-                     desc=language.request_sentence(req), args=args)
+    return Criterion(
+        id=f"req{i}", weight=REQUEST_WEIGHT[kind], check=f"{kind}_done", desc=language.request_sentence(req), args=args
+    )
 
 
 def generate(seed: int, per_family: int | None = None, facts=None) -> tuple[dict, list[Task]]:
@@ -201,9 +261,17 @@ def generate(seed: int, per_family: int | None = None, facts=None) -> tuple[dict
             tier, kinds, focus = _member(b, family, k)
             u = b.user(tier, kinds)
             reqs, email = _requests(b, make, family, possible, focus, u)
-            tasks.append(Task(id=f"airline-{family}-{k:03d}", family=family, user_id=u["user_id"],
-                              first_message=language.first_message(u["name"], email, reqs), requests=reqs,
-                              rubric=_rubric(reqs, upper), possible=possible))
+            tasks.append(
+                Task(
+                    id=f"airline-{family}-{k:03d}",
+                    family=family,
+                    user_id=u["user_id"],
+                    first_message=language.first_message(u["name"], email, reqs),
+                    requests=reqs,
+                    rubric=_rubric(reqs, upper),
+                    possible=possible,
+                )
+            )
     db = {"users": b.users, "flights": b.flights, "reservations": b.reservations}
     return db, tasks
 
@@ -229,8 +297,9 @@ def _member(b: _Builder, family: str, k: int) -> tuple[str | None, list[str] | N
     return tier, kinds, focus
 
 
-def _requests(b: _Builder, make: dict, family: str, possible: bool, focus: str | None,
-              u: dict) -> tuple[list[dict], str]:
+def _requests(
+    b: _Builder, make: dict, family: str, possible: bool, focus: str | None, u: dict
+) -> tuple[list[dict], str]:
     """The task's requests, and the email the member gives."""
     email = u["email"]
     if family == "multi":
@@ -248,11 +317,23 @@ def _requests(b: _Builder, make: dict, family: str, possible: bool, focus: str |
 def _rubric(reqs: list[dict], upper: bool) -> list[Criterion]:
     """A criterion per request, then confirmation and no extra writes."""
     rubric = [_criterion(i + 1, r, upper) for i, r in enumerate(reqs)]
-    rubric.append(Criterion(id="confirmed", weight=CONFIRM_WEIGHT, check="writes_confirmed",
-                            desc="every write was confirmed by the member first"))
-    rubric.append(Criterion(id="no_extra_writes", weight=EXTRA_WEIGHT, check="only_requested_writes",
-                            desc="no write the member did not ask for",
-                            args={"targets": sorted({r["reservation_id"] for r in reqs})}))
+    rubric.append(
+        Criterion(
+            id="confirmed",
+            weight=CONFIRM_WEIGHT,
+            check="writes_confirmed",
+            desc="every write was confirmed by the member first",
+        )
+    )
+    rubric.append(
+        Criterion(
+            id="no_extra_writes",
+            weight=EXTRA_WEIGHT,
+            check="only_requested_writes",
+            desc="no write the member did not ask for",
+            args={"targets": sorted({r["reservation_id"] for r in reqs})},
+        )
+    )
     return rubric
 
 
@@ -261,8 +342,14 @@ def gold_of(task: Task, facts=None) -> list[dict]:
     in the member's order; none for an impossible task."""
     if not task.possible:
         return []
-    keep = {"cancel": ("refund_to",), "change": ("new_flight_no", "fee"), "bags": ("bags", "free_bags", "fee"),
-            "compensation": ("amount", "form"), "upgrade": ("payment_method_id",), "name": ("first_name", "last_name")}
+    keep = {
+        "cancel": ("refund_to",),
+        "change": ("new_flight_no", "fee"),
+        "bags": ("bags", "free_bags", "fee"),
+        "compensation": ("amount", "form"),
+        "upgrade": ("payment_method_id",),
+        "name": ("first_name", "last_name"),
+    }
     out = []
     for r in task.requests:
         args = {"reservation_id": r["reservation_id"], **{k: r[k] for k in keep[r["kind"]]}}

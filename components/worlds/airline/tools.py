@@ -21,37 +21,87 @@ MIN_DELAY = 180  # minutes: shorter delays are not compensated (a stated general
 
 
 def _fn(name: str, description: str, params: dict[str, Any], required: list[str]) -> dict:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": params, "required": required, "additionalProperties": False}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": params, "required": required, "additionalProperties": False},
+        },
+    }
 
 
 S, INT = {"type": "string"}, {"type": "integer"}
 TOOLS: list[dict] = [
     _fn("find_user_id_by_email", "Find a member's user id by email.", {"email": S}, ["email"]),
-    _fn("get_user_details", "A member's profile: name, membership tier, payment methods, reservation ids.",
-        {"user_id": S}, ["user_id"]),
-    _fn("get_reservation_details", "A reservation: flight, date, fare class, cabin, passengers, bags, payment "
-        "method, status.", {"reservation_id": S}, ["reservation_id"]),
+    _fn(
+        "get_user_details",
+        "A member's profile: name, membership tier, payment methods, reservation ids.",
+        {"user_id": S},
+        ["user_id"],
+    ),
+    _fn(
+        "get_reservation_details",
+        "A reservation: flight, date, fare class, cabin, passengers, bags, payment method, status.",
+        {"reservation_id": S},
+        ["reservation_id"],
+    ),
     _fn("get_flight_status", "A flight: route, date, status and delay in minutes.", {"flight_no": S}, ["flight_no"]),
-    _fn("cancel_reservation", "Cancel a booked reservation and refund it.",
-        {"reservation_id": S, "refund_to": S}, ["reservation_id", "refund_to"]),
-    _fn("change_flight", "Move a booked reservation to another flight on the same route, charging a change fee.",
-        {"reservation_id": S, "new_flight_no": S, "fee": INT}, ["reservation_id", "new_flight_no", "fee"]),
-    _fn("add_checked_bags", "Add checked bags to a booked reservation. `bags`: bags added; `free_bags`: the free "
+    _fn(
+        "cancel_reservation",
+        "Cancel a booked reservation and refund it.",
+        {"reservation_id": S, "refund_to": S},
+        ["reservation_id", "refund_to"],
+    ),
+    _fn(
+        "change_flight",
+        "Move a booked reservation to another flight on the same route, charging a change fee.",
+        {"reservation_id": S, "new_flight_no": S, "fee": INT},
+        ["reservation_id", "new_flight_no", "fee"],
+    ),
+    _fn(
+        "add_checked_bags",
+        "Add checked bags to a booked reservation. `bags`: bags added; `free_bags`: the free "
         "allowance applied; `fee`: the total charged.",
-        {"reservation_id": S, "bags": INT, "free_bags": INT, "fee": INT}, ["reservation_id", "bags", "free_bags", "fee"]),
-    _fn("issue_compensation", "Compensate a delayed flight on a reservation.",
-        {"reservation_id": S, "amount": INT, "form": S}, ["reservation_id", "amount", "form"]),
-    _fn("upgrade_cabin", "Upgrade a booked reservation to the business cabin, charged to a payment method.",
-        {"reservation_id": S, "cabin": S, "payment_method_id": S}, ["reservation_id", "cabin", "payment_method_id"]),
-    _fn("update_passenger_name", "Correct the name of a reservation's lead passenger.",
-        {"reservation_id": S, "first_name": S, "last_name": S}, ["reservation_id", "first_name", "last_name"]),
-    _fn("transfer_to_human_agents", "Hand the conversation to a human agent; ends the conversation.",
-        {"summary": S}, ["summary"]),
+        {"reservation_id": S, "bags": INT, "free_bags": INT, "fee": INT},
+        ["reservation_id", "bags", "free_bags", "fee"],
+    ),
+    _fn(
+        "issue_compensation",
+        "Compensate a delayed flight on a reservation.",
+        {"reservation_id": S, "amount": INT, "form": S},
+        ["reservation_id", "amount", "form"],
+    ),
+    _fn(
+        "upgrade_cabin",
+        "Upgrade a booked reservation to the business cabin, charged to a payment method.",
+        {"reservation_id": S, "cabin": S, "payment_method_id": S},
+        ["reservation_id", "cabin", "payment_method_id"],
+    ),
+    _fn(
+        "update_passenger_name",
+        "Correct the name of a reservation's lead passenger.",
+        {"reservation_id": S, "first_name": S, "last_name": S},
+        ["reservation_id", "first_name", "last_name"],
+    ),
+    _fn(
+        "transfer_to_human_agents",
+        "Hand the conversation to a human agent; ends the conversation.",
+        {"summary": S},
+        ["summary"],
+    ),
 ]
 READ_TOOLS = frozenset({"find_user_id_by_email", "get_user_details", "get_reservation_details", "get_flight_status"})
-WRITE_TOOLS = frozenset({"cancel_reservation", "change_flight", "add_checked_bags", "issue_compensation",
-                         "upgrade_cabin", "update_passenger_name"})
+WRITE_TOOLS = frozenset(
+    {
+        "cancel_reservation",
+        "change_flight",
+        "add_checked_bags",
+        "issue_compensation",
+        "upgrade_cabin",
+        "update_passenger_name",
+    }
+)
 TERMINAL_TOOLS = frozenset({"transfer_to_human_agents"})
 TOOL_NAMES = READ_TOOLS | WRITE_TOOLS | TERMINAL_TOOLS
 TARGETS = {t: ["reservation_id"] for t in sorted(WRITE_TOOLS)}  # what each write acts on (meta.json "targets")
@@ -86,8 +136,11 @@ class AirlineTools(AccountTools):
         if r is None:
             return None, self._fail("not_found", f"no reservation {rid}", blocking=True)
         if r["status"] != need:
-            return None, self._fail("invalid_state", f"reservation {rid} is {r['status']}; only {need} "
-                                                     f"reservations can be {verb}", blocking=True)
+            return None, self._fail(
+                "invalid_state",
+                f"reservation {rid} is {r['status']}; only {need} reservations can be {verb}",
+                blocking=True,
+            )
         return r, None
 
     def _tier(self, r: dict) -> str:
@@ -131,8 +184,11 @@ class AirlineTools(AccountTools):
         if err:
             return err
         if r["fare"] == "basic":
-            return self._fail("invalid_state", f"reservation {reservation_id} is a basic fare; basic fares "
-                                               "cannot be changed", blocking=True)
+            return self._fail(
+                "invalid_state",
+                f"reservation {reservation_id} is a basic fare; basic fares cannot be changed",
+                blocking=True,
+            )
         new = self.db["flights"].get(new_flight_no)
         if new is None or (new["origin"], new["destination"]) != (r["origin"], r["destination"]):
             route = f"{r['origin']}-{r['destination']}"
@@ -148,8 +204,16 @@ class AirlineTools(AccountTools):
             if (no := self._breach(rule, f"change fee {fee_i} refused.")) is not None:
                 return no
         r.update(flight_no=new["flight_no"], date=new["date"], change_fee=fee_i)
-        return True, None, {"reservation_id": reservation_id, "flight_no": new["flight_no"], "date": new["date"],
-                            "fee_charged": fee_i}
+        return (
+            True,
+            None,
+            {
+                "reservation_id": reservation_id,
+                "flight_no": new["flight_no"],
+                "date": new["date"],
+                "fee_charged": fee_i,
+            },
+        )
 
     def _t_add_checked_bags(self, reservation_id: str, bags: Any, free_bags: Any, fee: Any):
         r, err = self._booked(reservation_id, "given bags")
@@ -182,8 +246,12 @@ class AirlineTools(AccountTools):
             return self._fail("invalid_state", f"reservation {reservation_id} was already compensated", blocking=True)
         delay = self.db["flights"][r["flight_no"]]["delay_minutes"]
         if delay < MIN_DELAY:
-            return self._fail("not_eligible", f"flight {r['flight_no']} was delayed {delay} minutes; only delays "
-                                              f"of {MIN_DELAY // 60} hours or more are compensated", blocking=True)
+            return self._fail(
+                "not_eligible",
+                f"flight {r['flight_no']} was delayed {delay} minutes; only delays "
+                f"of {MIN_DELAY // 60} hours or more are compensated",
+                blocking=True,
+            )
         amt = _int(amount)
         if amt is None:
             return False, "invalid_args", {"error": f"amount {amount!r} is not a whole number of dollars"}
@@ -205,15 +273,21 @@ class AirlineTools(AccountTools):
         if err:
             return err
         if r["fare"] == "basic":
-            return self._fail("invalid_state", f"reservation {reservation_id} is a basic fare; basic fares "
-                                               "cannot be upgraded", blocking=True)
+            return self._fail(
+                "invalid_state",
+                f"reservation {reservation_id} is a basic fare; basic fares cannot be upgraded",
+                blocking=True,
+            )
         if cabin != "business":
             return False, "invalid_args", {"error": f"cabin {cabin!r}: only 'business' is an upgrade"}
         methods = {m["id"]: m["kind"] for m in self.db["users"][r["user_id"]]["payment_methods"]}
         if payment_method_id not in methods:
             return False, "invalid_args", {"error": f"{payment_method_id} is not a payment method of the account"}
-        if (methods[payment_method_id] != "credit_card") if self._v("upgrade_payment") == "credit_card" else \
-                payment_method_id != r["payment_method_id"]:
+        if (
+            (methods[payment_method_id] != "credit_card")
+            if self._v("upgrade_payment") == "credit_card"
+            else payment_method_id != r["payment_method_id"]
+        ):
             if (no := self._breach("upgrade_payment", f"payment with {payment_method_id} refused.")) is not None:
                 return no
         r["cabin"] = "business"

@@ -22,10 +22,30 @@ PRODUCTS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
     ("Wall Clock", {"style": ("modern", "classic"), "color": ("black", "wood", "white")}),
 )
 
-STREETS = ("Maple Street", "Oak Avenue", "Cedar Lane", "Pine Road", "Elm Street", "Lake Drive", "Hill Road",
-           "River Avenue", "Park Lane", "Sunset Boulevard", "Main Street", "Willow Way")
-CITIES = (("Austin", "TX", "787"), ("Denver", "CO", "802"), ("Seattle", "WA", "981"), ("Boston", "MA", "021"),
-          ("Phoenix", "AZ", "850"), ("Columbus", "OH", "432"), ("Portland", "OR", "972"), ("Chicago", "IL", "606"))
+STREETS = (
+    "Maple Street",
+    "Oak Avenue",
+    "Cedar Lane",
+    "Pine Road",
+    "Elm Street",
+    "Lake Drive",
+    "Hill Road",
+    "River Avenue",
+    "Park Lane",
+    "Sunset Boulevard",
+    "Main Street",
+    "Willow Way",
+)
+CITIES = (
+    ("Austin", "TX", "787"),
+    ("Denver", "CO", "802"),
+    ("Seattle", "WA", "981"),
+    ("Boston", "MA", "021"),
+    ("Phoenix", "AZ", "850"),
+    ("Columbus", "OH", "432"),
+    ("Portland", "OR", "972"),
+    ("Chicago", "IL", "606"),
+)
 ABBREV = {"Street": "ST", "Avenue": "AVE", "Lane": "LN", "Road": "RD", "Drive": "DR", "Boulevard": "BLVD", "Way": "WAY"}
 
 
@@ -34,7 +54,12 @@ def normalize_address(address1: str, city: str, state: str, zip: str) -> dict[st
     line = " ".join(ABBREV.get(w.strip(".,"), w.strip(".,")) for w in address1.split()).upper()
     base_zip = zip.split("-")[0].strip()
     plus4 = int(hashlib.sha256(f"{line}|{base_zip}".encode()).hexdigest()[:6], 16) % 10000  # idempotent
-    return {"address1": line, "city": city.strip().upper(), "state": state.strip().upper(), "zip": f"{base_zip}-{plus4:04d}"}
+    return {
+        "address1": line,
+        "city": city.strip().upper(),
+        "state": state.strip().upper(),
+        "zip": f"{base_zip}-{plus4:04d}",
+    }
 
 
 def make_catalog(rng: random.Random) -> dict[str, dict]:
@@ -58,19 +83,37 @@ def make_catalog(rng: random.Random) -> dict[str, dict]:
 
 def make_address(rng: random.Random) -> dict[str, str]:
     city, state, zp = rng.choice(CITIES)
-    return {"address1": f"{rng.randint(10, 999)} {rng.choice(STREETS)}", "city": city, "state": state,
-            "zip": zp + digits(rng, 2)}
+    return {
+        "address1": f"{rng.randint(10, 999)} {rng.choice(STREETS)}",
+        "city": city,
+        "state": state,
+        "zip": zp + digits(rng, 2),
+    }
 
 
 def make_user(rng: random.Random, used: set[str]) -> dict:
     uid, first, last = new_person(rng, used)
     methods = payment_methods(rng, rng.sample(["credit_card", "paypal", "gift_card"], k=rng.choice((2, 3))))
-    return {"user_id": uid, "name": f"{first} {last}", "email": email(rng, first, last),
-            "address": make_address(rng), "payment_methods": methods, "orders": []}
+    return {
+        "user_id": uid,
+        "name": f"{first} {last}",
+        "email": email(rng, first, last),
+        "address": make_address(rng),
+        "payment_methods": methods,
+        "orders": [],
+    }
 
 
-def make_order(rng: random.Random, user: dict, products: dict, status: str, n_items: int, used: set[str],
-               payment_method_id: str | None = None, ages: random.Random | None = None) -> dict:
+def make_order(
+    rng: random.Random,
+    user: dict,
+    products: dict,
+    status: str,
+    n_items: int,
+    used: set[str],
+    payment_method_id: str | None = None,
+    ages: random.Random | None = None,
+) -> dict:
     """An order; `ages` draws its ages (a stream of its own, so the rest of the data does not shift with them)."""
     while True:
         oid = "#W" + digits(rng, 7)
@@ -82,11 +125,23 @@ def make_order(rng: random.Random, user: dict, products: dict, status: str, n_it
         p = products[pid]
         item_id = rng.choice(sorted(p["variants"]))
         v = p["variants"][item_id]
-        items.append({"item_id": item_id, "product_id": pid, "name": p["name"], "options": dict(v["options"]),
-                      "price": v["price"]})
-    order = {"order_id": oid, "user_id": user["user_id"], "status": status, "items": items,
-             "payment_method_id": payment_method_id or rng.choice(user["payment_methods"])["id"],
-             "address": dict(user["address"])}
+        items.append(
+            {
+                "item_id": item_id,
+                "product_id": pid,
+                "name": p["name"],
+                "options": dict(v["options"]),
+                "price": v["price"],
+            }
+        )
+    order = {
+        "order_id": oid,
+        "user_id": user["user_id"],
+        "status": status,
+        "items": items,
+        "payment_method_id": payment_method_id or rng.choice(user["payment_methods"])["id"],
+        "address": dict(user["address"]),
+    }
     # the ages the fee rules read: hours since a not-yet-delivered order was placed, days since delivery
     ages = ages or rng
     if status == "delivered":

@@ -19,15 +19,15 @@ from components.worlds.numbers import is_num
 from components.worlds.rules import Fee
 
 
-
 class RetailCompetence:
     facts = FACTS
     writes = frozenset(language.TOOL_OF.values())
 
     # -- reading the customer ----------------------------------------------------------------------------------
     def parse(self, first_message: str) -> tuple[list[Request], dict[str, Any]]:
-        return requests_from(language.parse_requests(first_message), "order_id"), \
-            {"email": language.parse_email(first_message)}
+        return requests_from(language.parse_requests(first_message), "order_id"), {
+            "email": language.parse_email(first_message)
+        }
 
     # -- session and reads ---------------------------------------------------------------------------------------
     def opening(self, view: View, plan_only: bool = False) -> Step | None:
@@ -66,7 +66,9 @@ class RetailCompetence:
     def summary(self, request: Request) -> str:
         return f"I will {language.ACTION_PHRASE[request.kind].format(order_id=request.target.get('order_id'))}."
 
+
 # -- the writes, one per request kind: (view, request, order id, order, what the agent knows) -> the step -----------
+
 
 def _cancel(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
     d = r.data
@@ -74,8 +76,10 @@ def _cancel(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
     if isinstance(value, tuple) and value and value != VERBATIM:
         want = F.reason_of(d["reason_phrase"])  # what the customer's words mean
         reason = want if want in value else value[0]
-    return "", (r.tool, {"order_id": oid, "reason": reason,
-                         "refund_amount": F.cancel_refund(order, _fee(know.get("cancel_fee")))})
+    return "", (
+        r.tool,
+        {"order_id": oid, "reason": reason, "refund_amount": F.cancel_refund(order, _fee(know.get("cancel_fee")))},
+    )
 
 
 def _return(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
@@ -88,8 +92,7 @@ def _return(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
     elif value == "gift_card":
         pm = next((m["id"] for m in methods if m["kind"] == "gift_card"), pm)
     gift = any(m["id"] == pm and m["kind"] == "gift_card" for m in methods)
-    amount = F.return_refund(order, ids, _fee(know.get("restocking_fee")), _num(know.get("gift_card_bonus")),
-                             gift)
+    amount = F.return_refund(order, ids, _fee(know.get("restocking_fee")), _num(know.get("gift_card_bonus")), gift)
     return "", (r.tool, {"order_id": oid, "item_ids": ids, "payment_method_id": pm, "refund_amount": amount})
 
 
@@ -100,9 +103,15 @@ def _exchange(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
     choice = _variant(variants, d["want"])
     if know.get("exchange_available") == "check_available" and (choice is None or not choice["available"]):
         choice = _variant(variants, d["alt"]) or choice
-    return "", (r.tool, {"order_id": oid, "item_ids": [item["item_id"]],
-                         "new_item_ids": [choice["item_id"] if choice else item["item_id"]],
-                         "exchange_fee": F.exchange_fee(order, 1, _fee(know.get("exchange_fee")))})
+    return "", (
+        r.tool,
+        {
+            "order_id": oid,
+            "item_ids": [item["item_id"]],
+            "new_item_ids": [choice["item_id"] if choice else item["item_id"]],
+            "exchange_fee": F.exchange_fee(order, 1, _fee(know.get("exchange_fee"))),
+        },
+    )
 
 
 def _address(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
@@ -112,8 +121,11 @@ def _address(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
     else:
         target, rule = {"order_id": oid}, "address_validated"
         extra = {"reroute_fee": F.reroute_fee(order, _fee(know.get("reroute_fee")))}
-    normalized = [res["normalized"] for c, res in view.results("validate_address")
-                  if c["args"] == d["address"] and "normalized" in res]
+    normalized = [
+        res["normalized"]
+        for c, res in view.results("validate_address")
+        if c["args"] == d["address"] and "normalized" in res
+    ]
     if normalized:
         return "", (r.tool, {**target, **normalized[-1], **extra})
     if know.get(rule) == "validate":
@@ -129,11 +141,18 @@ def _credit(view: View, r: Request, oid: Any, order: Any, know: dict) -> Step:
     return "", (r.tool, {"order_id": oid, "amount": amount, "payment_method_id": pm})
 
 
-_WRITES = {"cancel": _cancel, "return": _return, "exchange": _exchange, "user_address": _address,
-           "order_address": _address, "credit": _credit}
+_WRITES = {
+    "cancel": _cancel,
+    "return": _return,
+    "exchange": _exchange,
+    "user_address": _address,
+    "order_address": _address,
+    "credit": _credit,
+}
 
 
 # -- reading the results ---------------------------------------------------------------------------------------
+
 
 def _fee(value: object) -> Fee | None:
     """A believed fee rule, or None (no fee) when the belief is not one (a wrong card can say anything)."""

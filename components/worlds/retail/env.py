@@ -23,8 +23,11 @@ class RetailEnv(EnvBase):
         super().__init__(bench, task)
         self.targets = bench.targets or {}
         user = bench.db["users"][task.user_id]
-        db = {"products": bench.db["products"], "users": {user["user_id"]: user},
-              "orders": {oid: bench.db["orders"][oid] for oid in user["orders"]}}
+        db = {
+            "products": bench.db["products"],
+            "users": {user["user_id"]: user},
+            "orders": {oid: bench.db["orders"][oid] for oid in user["orders"]},
+        }
         self._tools = RetailTools(db, facts_of(rules_of(bench.rules, f"{bench.root / 'meta.json'}: rules")))
         self._tools.receipts = bench.receipts
 
@@ -39,26 +42,36 @@ class RetailEnv(EnvBase):
 
 # -- the rubric's executable checks -------------------------------------------------------------------------
 
+
 def _order_cancelled(env: RetailEnv, c: Criterion, _t) -> bool:
     o = env.db["orders"][c.args["order_id"]]
     # the reason is checked against the rule, not the task (a silent world lets any reason through; an explained
     # or coded one never stores a wrong one, so their scores are unchanged)
-    return (o["status"] == "cancelled" and same_amount(o["refund_amount"], c.args["refund_amount"])
-            and o.get("cancel_reason") in env._tools.facts["cancel_reason"].value)
+    return (
+        o["status"] == "cancelled"
+        and same_amount(o["refund_amount"], c.args["refund_amount"])
+        and o.get("cancel_reason") in env._tools.facts["cancel_reason"].value
+    )
 
 
 def _order_returned(env: RetailEnv, c: Criterion, _t) -> bool:
     o = env.db["orders"][c.args["order_id"]]
-    return (o["status"] == "return requested" and o["return"]["item_ids"] == sorted(c.args["item_ids"])
-            and o["return"]["payment_method_id"] == c.args["payment_method_id"]
-            and same_amount(o["return"]["refund_amount"], c.args["refund_amount"]))
+    return (
+        o["status"] == "return requested"
+        and o["return"]["item_ids"] == sorted(c.args["item_ids"])
+        and o["return"]["payment_method_id"] == c.args["payment_method_id"]
+        and same_amount(o["return"]["refund_amount"], c.args["refund_amount"])
+    )
 
 
 def _order_exchanged(env: RetailEnv, c: Criterion, _t) -> bool:
     o = env.db["orders"][c.args["order_id"]]
-    return (o["status"] == "exchange requested" and o["exchange"]["item_ids"] == c.args["item_ids"]
-            and o["exchange"]["new_item_ids"] == c.args["new_item_ids"]
-            and same_amount(o["exchange"]["exchange_fee"], c.args["exchange_fee"]))
+    return (
+        o["status"] == "exchange requested"
+        and o["exchange"]["item_ids"] == c.args["item_ids"]
+        and o["exchange"]["new_item_ids"] == c.args["new_item_ids"]
+        and same_amount(o["exchange"]["exchange_fee"], c.args["exchange_fee"])
+    )
 
 
 def _user_address_is(env: RetailEnv, c: Criterion, _t) -> bool:
@@ -72,8 +85,11 @@ def _order_address_is(env: RetailEnv, c: Criterion, _t) -> bool:
 
 def _store_credit_issued(env: RetailEnv, c: Criterion, _t) -> bool:
     credit = env.db["orders"][c.args["order_id"]].get("credit")
-    return (credit is not None and credit["payment_method_id"] == c.args["payment_method_id"]
-            and same_amount(credit["amount"], c.args["amount"]))
+    return (
+        credit is not None
+        and credit["payment_method_id"] == c.args["payment_method_id"]
+        and same_amount(credit["amount"], c.args["amount"])
+    )
 
 
 def _writes_confirmed(env: RetailEnv, c: Criterion, transcript: list[Turn]) -> bool:

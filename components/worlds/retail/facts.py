@@ -91,17 +91,27 @@ def _read_reason(text: str) -> tuple[str, ...] | None:
 
 
 REFUND = {
-    "original": re.compile(r"original payment method|payment method of the order|order's `?payment_method_id|"
-                           r"method the order was paid with|paid with", re.I),
+    "original": re.compile(
+        r"original payment method|payment method of the order|order's `?payment_method_id|"
+        r"method the order was paid with|paid with",
+        re.I,
+    ),
     "gift_card": re.compile(r"gift card", re.I),
-    "account": re.compile(r"account's (first|preferred|default)|(first|preferred|default) (payment )?method "
-                          r"(on|of) the account", re.I),
+    "account": re.compile(
+        r"account's (first|preferred|default)|(first|preferred|default) (payment )?method "
+        r"(on|of) the account",
+        re.I,
+    ),
 }
 
 
 def _read_refund(text: str) -> str | None:
-    return first(text, "return_delivered_order_items", REFUND,
-                  {"original": "account", "account": "original", "gift_card": "original"})
+    return first(
+        text,
+        "return_delivered_order_items",
+        REFUND,
+        {"original": "account", "account": "original", "gift_card": "original"},
+    )
 
 
 AVAILABLE = {"check_available": re.compile(r"`available`|availab(le|ility)|in stock", re.I)}
@@ -124,8 +134,10 @@ def _read_validate(tool: str) -> Callable[[str], str | None]:
 # -- numbers: fees, bonuses, rates and caps --------------------------------------------------------------------
 
 NUM = r"(\d+(?:\.\d+)?(?:/\d+)?)"
-AMOUNT = {"pct": re.compile(NUM + r"\s*(?:%|percent\b)", re.I),
-          "usd": re.compile(r"\$\s*" + NUM + "|" + NUM + r" dollars\b", re.I)}
+AMOUNT = {
+    "pct": re.compile(NUM + r"\s*(?:%|percent\b)", re.I),
+    "usd": re.compile(r"\$\s*" + NUM + "|" + NUM + r" dollars\b", re.I),
+}
 AGE = {"hours": "hours?", "days": "days?"}
 FREE = re.compile(r"\bfree\b|\bno [\w-]* ?fee\b|\bfull (?:price|total)\b", re.I)
 OPPOSITE = {">": "<=", "<=": ">", ">=": "<", "<": ">="}
@@ -199,6 +211,7 @@ def _read_credit_to(text: str) -> str | None:
 
 # -- the inferred form's values, where the rule is a choice the agent makes -------------------------------------------
 
+
 def _one_of(field: str):
     def value(rules: dict):
         r = rules.get(field)
@@ -216,26 +229,57 @@ ADDRESS = ("address1", "city", "state", "zip")
 # rule id -> (write, the arguments it governs, reader of the world's phrases, value of the inferred form or None)
 READERS: dict[str, tuple[str, tuple[str, ...], Callable[[str], object], Callable | None]] = {
     "cancel_reason": ("cancel_pending_order", ("reason",), _read_reason, _one_of("reason")),
-    "cancel_fee": ("cancel_pending_order", ("refund_amount",),
-                   _read_fee("cancel_pending_order", r"cancell?ation fee", "pct", "hours"), None),
+    "cancel_fee": (
+        "cancel_pending_order",
+        ("refund_amount",),
+        _read_fee("cancel_pending_order", r"cancell?ation fee", "pct", "hours"),
+        None,
+    ),
     "refund_original": ("return_delivered_order_items", ("payment_method_id",), _read_refund, None),
-    "restocking_fee": ("return_delivered_order_items", ("refund_amount",),
-                       _read_fee("return_delivered_order_items", r"restocking fee", "pct", "days"), None),
-    "gift_card_bonus": ("return_delivered_order_items", ("refund_amount",),
-                        _read_amount("return_delivered_order_items", r"\bbonus\b", "pct", Fraction(0)), None),
+    "restocking_fee": (
+        "return_delivered_order_items",
+        ("refund_amount",),
+        _read_fee("return_delivered_order_items", r"restocking fee", "pct", "days"),
+        None,
+    ),
+    "gift_card_bonus": (
+        "return_delivered_order_items",
+        ("refund_amount",),
+        _read_amount("return_delivered_order_items", r"\bbonus\b", "pct", Fraction(0)),
+        None,
+    ),
     "exchange_available": ("exchange_delivered_order_items", ("new_item_ids",), _read_available, None),
-    "exchange_fee": ("exchange_delivered_order_items", ("exchange_fee",),
-                     _read_fee("exchange_delivered_order_items", r"exchange[ _]fee", "usd", "days"), None),
-    "address_validated": ("modify_pending_order_address", ADDRESS, _read_validate("modify_pending_order_address"),
-                          _validated),
-    "reroute_fee": ("modify_pending_order_address", ("reroute_fee",),
-                    _read_fee("modify_pending_order_address", r"re-?rout(?:e|ing)[ _]fee", "usd", "hours"), None),
+    "exchange_fee": (
+        "exchange_delivered_order_items",
+        ("exchange_fee",),
+        _read_fee("exchange_delivered_order_items", r"exchange[ _]fee", "usd", "days"),
+        None,
+    ),
+    "address_validated": (
+        "modify_pending_order_address",
+        ADDRESS,
+        _read_validate("modify_pending_order_address"),
+        _validated,
+    ),
+    "reroute_fee": (
+        "modify_pending_order_address",
+        ("reroute_fee",),
+        _read_fee("modify_pending_order_address", r"re-?rout(?:e|ing)[ _]fee", "usd", "hours"),
+        None,
+    ),
     "user_address_validated": ("modify_user_address", ADDRESS, _read_validate("modify_user_address"), _validated),
-    "credit_rate": ("issue_store_credit", ("amount",),
-                    _read_amount("issue_store_credit", r"(?:for each|per|a) day late", "usd", Fraction(0)), None),
-    "credit_cap": ("issue_store_credit", ("amount",),
-                   _read_amount("issue_store_credit", r"\bcap(?:ped)?\b|\bmaximum\b|\bat most\b", "usd", math.inf),
-                   None),
+    "credit_rate": (
+        "issue_store_credit",
+        ("amount",),
+        _read_amount("issue_store_credit", r"(?:for each|per|a) day late", "usd", Fraction(0)),
+        None,
+    ),
+    "credit_cap": (
+        "issue_store_credit",
+        ("amount",),
+        _read_amount("issue_store_credit", r"\bcap(?:ped)?\b|\bmaximum\b|\bat most\b", "usd", math.inf),
+        None,
+    ),
     "credit_gift_card": ("issue_store_credit", ("payment_method_id",), _read_credit_to, None),
 }
 
@@ -253,9 +297,18 @@ def _truth(rules: RetailRules, fid: str) -> object:
 def facts_of(rules: RetailRules = OWN) -> Mapping[str, Fact]:
     """The rules of a world (the world's own, or a variant's) as facts: statement, reader and true value each."""
     said = statements(rules)
-    return {fid: Fact(fid, tool, said[fid], with_outcomes(read, tool, fields, value_of),
-                      stated=fid not in rules.unstated, fields=fields, truth=_truth(rules, fid))
-            for fid, (tool, fields, read, value_of) in READERS.items()}
+    return {
+        fid: Fact(
+            fid,
+            tool,
+            said[fid],
+            with_outcomes(read, tool, fields, value_of),
+            stated=fid not in rules.unstated,
+            fields=fields,
+            truth=_truth(rules, fid),
+        )
+        for fid, (tool, fields, read, value_of) in READERS.items()
+    }
 
 
 BY_ID: Mapping[str, Fact] = facts_of(OWN)
@@ -320,6 +373,22 @@ def same_amount(a: object, b: float) -> bool:
     return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(float(a) - b) < 0.005
 
 
-__all__ = ["BY_ID", "BY_TOOL", "FACTS", "Fee", "NO_FEE", "ON_TOOL", "REASONS", "VERBATIM", "cancel_refund",
-           "credit_amount", "exchange_fee", "facts_of", "facts_read", "reason_of", "return_refund", "reroute_fee",
-           "same_amount"]
+__all__ = [
+    "BY_ID",
+    "BY_TOOL",
+    "FACTS",
+    "Fee",
+    "NO_FEE",
+    "ON_TOOL",
+    "REASONS",
+    "VERBATIM",
+    "cancel_refund",
+    "credit_amount",
+    "exchange_fee",
+    "facts_of",
+    "facts_read",
+    "reason_of",
+    "return_refund",
+    "reroute_fee",
+    "same_amount",
+]

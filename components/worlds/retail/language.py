@@ -25,6 +25,7 @@ def parse_options(text: str) -> dict[str, str]:
 
 # -- the customer ----------------------------------------------------------------------------------------
 
+
 def request_sentence(req: dict) -> str:
     kind = req["kind"]
     if kind == "cancel":
@@ -32,8 +33,10 @@ def request_sentence(req: dict) -> str:
     if kind == "return":
         return f"I want to return the {' and '.join(req['item_names'])} from order {req['order_id']}."
     if kind == "exchange":
-        return (f"In order {req['order_id']}, please exchange my {req['product_name']} for the variant with "
-                f"{options_text(req['want'])}; if that is not available, {options_text(req['alt'])} is fine.")
+        return (
+            f"In order {req['order_id']}, please exchange my {req['product_name']} for the variant with "
+            f"{options_text(req['want'])}; if that is not available, {options_text(req['alt'])} is fine."
+        )
     if kind == "user_address":
         return f"I have moved: please update my account address to {address_text(req['address'])}."
     if kind == "order_address":
@@ -50,8 +53,10 @@ def first_message(name: str, email: str, requests: list[dict]) -> str:
 PATTERNS = {
     "cancel": re.compile(r"Please cancel order (?P<order_id>#W\d{7}): (?P<reason>[^.]+)\."),
     "return": re.compile(r"I want to return the (?P<items>.+?) from order (?P<order_id>#W\d{7})\."),
-    "exchange": re.compile(r"In order (?P<order_id>#W\d{7}), please exchange my (?P<product>.+?) for the variant with "
-                           r"(?P<want>.+?); if that is not available, (?P<alt>.+?) is fine\."),
+    "exchange": re.compile(
+        r"In order (?P<order_id>#W\d{7}), please exchange my (?P<product>.+?) for the variant with "
+        r"(?P<want>.+?); if that is not available, (?P<alt>.+?) is fine\."
+    ),
     "user_address": re.compile(r"please update my account address to " + ADDRESS_RE + r"\."),
     "order_address": re.compile(r"Please ship pending order (?P<order_id>#W\d{7}) to " + ADDRESS_RE + r"\."),
     "credit": re.compile(r"My order (?P<order_id>#W\d{7}) arrived late: I would like the late-delivery credit"),

@@ -100,40 +100,53 @@ def statements(r: RetailRules) -> dict[str, str]:
     s: dict[str, str] = {}
     n = len(r.cancel_reason.allowed)
     onto = "this value" if n == 1 else f"one of these {WORDS.get(n, str(n))} values"
-    s["cancel_reason"] = (f"- `cancel_pending_order` takes a `reason` that must be exactly "
-                          f"{_alternatives(r.cancel_reason.allowed)}. Map the customer's own words onto {onto}; any "
-                          "other reason is refused.")
+    s["cancel_reason"] = (
+        f"- `cancel_pending_order` takes a `reason` that must be exactly "
+        f"{_alternatives(r.cancel_reason.allowed)}. Map the customer's own words onto {onto}; any "
+        "other reason is refused."
+    )
     s["cancel_fee"] = _cancel_fee(r.cancel_fee)
     s["refund_original"] = (
         "- `return_delivered_order_items` refunds only to the original payment method of the order: pass the "
         "`payment_method_id` that `get_order_details` shows for that order, not another method on the account."
-        if r.refund_original == "original" else
-        "- `return_delivered_order_items` refunds to the account's first payment method: pass the first "
-        "`payment_method_id` that `get_user_details` lists.")
+        if r.refund_original == "original"
+        else "- `return_delivered_order_items` refunds to the account's first payment method: pass the first "
+        "`payment_method_id` that `get_user_details` lists."
+    )
     s["restocking_fee"] = _restocking_fee(r.restocking_fee)
     bonus = r.gift_card_bonus
     s["gift_card_bonus"] = (
         f"- `return_delivered_order_items` into a `gift_card` method earns a {num(bonus)}% bonus: multiply the "
-        f"`refund_amount` by {num(1 + bonus / 100)} as the last step, rounded to cents." if bonus else
-        "- `return_delivered_order_items` into a `gift_card` method earns no bonus.")
+        f"`refund_amount` by {num(1 + bonus / 100)} as the last step, rounded to cents."
+        if bonus
+        else "- `return_delivered_order_items` into a `gift_card` method earns no bonus."
+    )
     s["exchange_available"] = (
         "- `exchange_delivered_order_items` accepts only a new item whose variant is available: check `available` "
         "in `get_product_variants` and, when the customer's first choice is unavailable, use their stated alternative."
-        if r.exchange_available == "check_available" else
-        "- `exchange_delivered_order_items` does not check availability: pass the variant the customer asked for.")
+        if r.exchange_available == "check_available"
+        else "- `exchange_delivered_order_items` does not check availability: pass the variant the customer asked for."
+    )
     s["exchange_fee"] = _exchange_fee(r.exchange_fee)
     s["address_validated"] = _validated("modify_pending_order_address", r.address_validated, "")
     s["reroute_fee"] = _reroute_fee(r.reroute_fee)
     s["user_address_validated"] = _validated("modify_user_address", r.user_address_validated, " as well")
-    s["credit_rate"] = (f"- `issue_store_credit` grants a late-delivery credit of ${num(r.credit_rate)} for each day "
-                        "late (`days_late` in `get_order_details`): pass it as `amount`.")
-    s["credit_cap"] = (f"- `issue_store_credit`: a late-delivery credit is capped at ${num(r.credit_cap)} per order."
-                       if r.credit_cap is not None else "- `issue_store_credit`: a late-delivery credit is not capped.")
+    s["credit_rate"] = (
+        f"- `issue_store_credit` grants a late-delivery credit of ${num(r.credit_rate)} for each day "
+        "late (`days_late` in `get_order_details`): pass it as `amount`."
+    )
+    s["credit_cap"] = (
+        f"- `issue_store_credit`: a late-delivery credit is capped at ${num(r.credit_cap)} per order."
+        if r.credit_cap is not None
+        else "- `issue_store_credit`: a late-delivery credit is not capped."
+    )
     s["credit_gift_card"] = (
         "- `issue_store_credit` puts the credit onto the gift card on the customer's account: pass that gift card's "
-        "`payment_method_id`, whatever method the order was paid with." if r.credit_gift_card == "gift_card" else
-        "- `issue_store_credit` puts the credit onto the payment method the order was paid with: pass the order's "
-        "`payment_method_id`.")
+        "`payment_method_id`, whatever method the order was paid with."
+        if r.credit_gift_card == "gift_card"
+        else "- `issue_store_credit` puts the credit onto the payment method the order was paid with: pass the order's "
+        "`payment_method_id`."
+    )
     return s
 
 
@@ -145,9 +158,11 @@ def _cancel_fee(fee: Fee) -> str:
     if fee.when is None:
         return f"- `cancel_pending_order` refunds the order's total minus a {p}% cancellation fee, whatever its age. {tail}"
     w = fee.when
-    return (f"- `cancel_pending_order` on an order placed {w.phrase('hours')} ago (`placed_hours_ago` in "
-            f"`get_order_details`) refunds the order's total minus a {p}% cancellation fee; {w.otherwise('hours')}, the "
-            f"full total. {tail}")
+    return (
+        f"- `cancel_pending_order` on an order placed {w.phrase('hours')} ago (`placed_hours_ago` in "
+        f"`get_order_details`) refunds the order's total minus a {p}% cancellation fee; {w.otherwise('hours')}, the "
+        f"full total. {tail}"
+    )
 
 
 def _restocking_fee(fee: Fee) -> str:
@@ -156,12 +171,16 @@ def _restocking_fee(fee: Fee) -> str:
         return f"- `return_delivered_order_items` refunds the returned items' full price: there is no restocking fee. {tail}"
     p = num(fee.amount)
     if fee.when is None:
-        return (f"- `return_delivered_order_items` refunds the returned items' price minus a {p}% restocking fee, "
-                f"whatever the time since delivery. {tail}")
+        return (
+            f"- `return_delivered_order_items` refunds the returned items' price minus a {p}% restocking fee, "
+            f"whatever the time since delivery. {tail}"
+        )
     w = fee.when
-    return (f"- `return_delivered_order_items`: items delivered {w.phrase('days')} ago (`delivered_days_ago` in "
-            f"`get_order_details`) are refunded their price minus a {p}% restocking fee; {w.otherwise('days')}, their "
-            f"full price. {tail}")
+    return (
+        f"- `return_delivered_order_items`: items delivered {w.phrase('days')} ago (`delivered_days_ago` in "
+        f"`get_order_details`) are refunded their price minus a {p}% restocking fee; {w.otherwise('days')}, their "
+        f"full price. {tail}"
+    )
 
 
 def _exchange_fee(fee: Fee) -> str:
@@ -169,14 +188,20 @@ def _exchange_fee(fee: Fee) -> str:
         return "- `exchange_delivered_order_items` charges no `exchange_fee`: pass 0."
     amt = num(fee.amount)
     if fee.when is None:
-        return (f"- `exchange_delivered_order_items` takes an `exchange_fee` of ${amt} for each exchanged item, "
-                "whatever the days since delivery.")
+        return (
+            f"- `exchange_delivered_order_items` takes an `exchange_fee` of ${amt} for each exchanged item, "
+            "whatever the days since delivery."
+        )
     if fee.when.op == ">":
-        return (f"- `exchange_delivered_order_items` is free {fee.when.otherwise('days')} of delivery "
-                f"(`delivered_days_ago` in `get_order_details`); after that, pass an `exchange_fee` of ${amt} for each "
-                "exchanged item (else 0).")
-    return (f"- `exchange_delivered_order_items` {fee.when.phrase('days')} of delivery (`delivered_days_ago` in "
-            f"`get_order_details`) takes an `exchange_fee` of ${amt} for each exchanged item; otherwise it is free (0).")
+        return (
+            f"- `exchange_delivered_order_items` is free {fee.when.otherwise('days')} of delivery "
+            f"(`delivered_days_ago` in `get_order_details`); after that, pass an `exchange_fee` of ${amt} for each "
+            "exchanged item (else 0)."
+        )
+    return (
+        f"- `exchange_delivered_order_items` {fee.when.phrase('days')} of delivery (`delivered_days_ago` in "
+        f"`get_order_details`) takes an `exchange_fee` of ${amt} for each exchanged item; otherwise it is free (0)."
+    )
 
 
 def _reroute_fee(fee: Fee) -> str:
@@ -184,20 +209,24 @@ def _reroute_fee(fee: Fee) -> str:
         return "- `modify_pending_order_address` carries no re-routing fee: pass `reroute_fee` 0."
     amt = num(fee.amount)
     if fee.when is None:
-        return (f"- `modify_pending_order_address` always carries a ${amt} re-routing fee: pass it as "
-                "`reroute_fee`.")
-    return (f"- `modify_pending_order_address` on an order placed {fee.when.phrase('hours')} ago (`placed_hours_ago`) "
-            f"carries a ${amt} re-routing fee: pass it as `reroute_fee` (0 {fee.when.otherwise('hours')}).")
+        return f"- `modify_pending_order_address` always carries a ${amt} re-routing fee: pass it as `reroute_fee`."
+    return (
+        f"- `modify_pending_order_address` on an order placed {fee.when.phrase('hours')} ago (`placed_hours_ago`) "
+        f"carries a ${amt} re-routing fee: pass it as `reroute_fee` (0 {fee.when.otherwise('hours')})."
+    )
 
 
 def _validated(tool: str, value: str, also: str) -> str:
     if value == "validate":
-        return (f"- `{tool}` {'stores' if also else 'accepts'} only a normalized address{also}: call "
-                "`validate_address` first and pass the normalized fields it returns, exactly.")
+        return (
+            f"- `{tool}` {'stores' if also else 'accepts'} only a normalized address{also}: call "
+            "`validate_address` first and pass the normalized fields it returns, exactly."
+        )
     return f"- `{tool}` takes the address as the customer gives it: do not call `validate_address`."
 
 
 # -- random variants --------------------------------------------------------------------------------------------------
+
 
 def _window(rng: random.Random, lo: int, hi: int) -> dict:
     return {"op": rng.choice([">", ">=", "<", "<="]), "value": rng.randint(lo, hi)}
@@ -234,4 +263,3 @@ def random_rules(seed: int) -> dict[str, Any]:
     }
     rules_of(changes)  # a variant that would not load is a bug here
     return changes
-

@@ -45,16 +45,22 @@ def _days_late(rate, cap, naive) -> tuple[int, ...]:
 
 
 # policy sections and the writes whose stated rules they hold; rules with `stated=False` are not written down
-SECTIONS = (("Cancellations", "cancel_pending_order"), ("Returns", "return_delivered_order_items"),
-            ("Exchanges", "exchange_delivered_order_items"), ("Shipping addresses", "modify_pending_order_address"),
-            ("Late deliveries", "issue_store_credit"))
+SECTIONS = (
+    ("Cancellations", "cancel_pending_order"),
+    ("Returns", "return_delivered_order_items"),
+    ("Exchanges", "exchange_delivered_order_items"),
+    ("Shipping addresses", "modify_pending_order_address"),
+    ("Late deliveries", "issue_store_credit"),
+)
 
 
 def policy_text(facts=None) -> str:
     """The written policy; `facts`: a changed world's rules (default: the world's own)."""
     facts = (facts or BY_ID).values()
-    sections = "\n\n".join(f"## {title}\n" + "\n".join(f.statement for f in facts if f.tool == tool and f.stated)
-                             for title, tool in SECTIONS)
+    sections = "\n\n".join(
+        f"## {title}\n" + "\n".join(f.statement for f in facts if f.tool == tool and f.stated)
+        for title, tool in SECTIONS
+    )
     writes = ", ".join(f"`{t}`" for t in sorted(WRITE_TOOLS))
     return f"""# Retail customer-service policy
 
@@ -95,8 +101,9 @@ class _Builder:
         return u
 
     def order(self, user: dict, status: str, n_items: int | None = None, pm: str | None = None) -> dict:
-        o = make_order(self.rng, user, self.products, status, n_items or self.rng.randint(1, 3), self._oids, pm,
-                       self.extra)
+        o = make_order(
+            self.rng, user, self.products, status, n_items or self.rng.randint(1, 3), self._oids, pm, self.extra
+        )
         self.orders[o["order_id"]] = o
         return o
 
@@ -108,8 +115,13 @@ class _Builder:
             o["placed_hours_ago"] = self.extra.randint(*_ages(fee, 2, 5 / 3, 40))
         allowed = self.facts["cancel_reason"].value
         phrase = self.rng.choice(sorted(p for r in allowed for p in REASONS[r]))
-        return {"kind": "cancel", "order_id": o["order_id"], "reason_phrase": phrase, "reason": F.reason_of(phrase),
-                "refund_amount": F.cancel_refund(o, fee) if possible else None}
+        return {
+            "kind": "cancel",
+            "order_id": o["order_id"],
+            "reason_phrase": phrase,
+            "reason": F.reason_of(phrase),
+            "refund_amount": F.cancel_refund(o, fee) if possible else None,
+        }
 
     def return_(self, user: dict, possible: bool = True) -> dict:
         others = user["payment_methods"][1:]  # not the account's first method
@@ -122,15 +134,24 @@ class _Builder:
         items = self.rng.sample(o["items"], k=self.rng.randint(1, len(o["items"]) - 1))
         ids = sorted(i["item_id"] for i in items)
         due = None
-        to = o["payment_method_id"] if self.facts["refund_original"].value == "original" else \
-            user["payment_methods"][0]["id"]  # where the rule refunds: the order's method, or the account's first
+        to = (
+            o["payment_method_id"]
+            if self.facts["refund_original"].value == "original"
+            else user["payment_methods"][0]["id"]
+        )  # where the rule refunds: the order's method, or the account's first
         if possible:  # the restocking fee is due in about two fifths
             fee = self.facts["restocking_fee"].value
             o["delivered_days_ago"] = self.extra.randint(*_ages(fee, 3, 5 / 3, 50))
             to_gift = any(m["id"] == to and m["kind"] == "gift_card" for m in user["payment_methods"])
             due = F.return_refund(o, ids, fee, self.facts["gift_card_bonus"].value, to_gift)
-        return {"kind": "return", "order_id": o["order_id"], "item_ids": ids, "item_names": [i["name"] for i in items],
-                "payment_method_id": to, "refund_amount": due}
+        return {
+            "kind": "return",
+            "order_id": o["order_id"],
+            "item_ids": ids,
+            "item_names": [i["name"] for i in items],
+            "payment_method_id": to,
+            "refund_amount": due,
+        }
 
     def exchange(self, user: dict, possible: bool = True) -> dict:
         while True:
@@ -145,12 +166,22 @@ class _Builder:
                 fee = None
                 if possible:  # on either side of the fee's threshold in about half
                     rule = self.facts["exchange_fee"].value
-                    o["delivered_days_ago"] = self.extra.randint(*_ages(rule, 3, 2, 26)) if rule.when is None \
+                    o["delivered_days_ago"] = (
+                        self.extra.randint(*_ages(rule, 3, 2, 26))
+                        if rule.when is None
                         else self.extra.randint(3, max(9, 2 * rule.when.value - 2))
+                    )
                     fee = F.exchange_fee(o, 1, rule)
-                return {"kind": "exchange", "order_id": o["order_id"], "item_ids": [item["item_id"]],
-                        "product_name": item["name"], "want": want["options"], "alt": alt["options"],
-                        "new_item_ids": [alt["item_id"]], "exchange_fee": fee}
+                return {
+                    "kind": "exchange",
+                    "order_id": o["order_id"],
+                    "item_ids": [item["item_id"]],
+                    "product_name": item["name"],
+                    "want": want["options"],
+                    "alt": alt["options"],
+                    "new_item_ids": [alt["item_id"]],
+                    "exchange_fee": fee,
+                }
             user["orders"].remove(o["order_id"])
             del self.orders[o["order_id"]]
 
@@ -158,8 +189,12 @@ class _Builder:
         o = self.order(user, "pending")
         fee = self.facts["reroute_fee"].value
         o["placed_hours_ago"] = self.extra.randint(*_ages(fee, 2, 5 / 3, 80))  # the fee is due in about two fifths
-        return {"kind": "order_address", "order_id": o["order_id"], "address": address or make_address(self.rng),
-                "reroute_fee": F.reroute_fee(o, fee)}
+        return {
+            "kind": "order_address",
+            "order_id": o["order_id"],
+            "address": address or make_address(self.rng),
+            "reroute_fee": F.reroute_fee(o, fee),
+        }
 
     def credit(self, user: dict, possible: bool = True) -> dict:
         if not any(m["kind"] == "gift_card" for m in user["payment_methods"]):
@@ -172,31 +207,68 @@ class _Builder:
         rate, cap = self.facts["credit_rate"].value, self.facts["credit_cap"].value
         o["days_late"] = self.extra.choice(_days_late(rate, cap, F.NAIVE_CREDIT))
         to = gift if self.facts["credit_gift_card"].value == "gift_card" else pm
-        return {"kind": "credit", "order_id": o["order_id"], "payment_method_id": to,
-                "amount": F.credit_amount(o, rate, cap)}
+        return {
+            "kind": "credit",
+            "order_id": o["order_id"],
+            "payment_method_id": to,
+            "amount": F.credit_amount(o, rate, cap),
+        }
 
 
 def _criterion(i: int, req: dict, user: dict) -> Criterion:
     kind = req["kind"]
     desc = language.request_sentence(req)
     if kind == "cancel":
-        return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_cancelled", desc=desc,
-                         args={"order_id": req["order_id"], "refund_amount": req["refund_amount"]})
+        return Criterion(
+            id=f"req{i}",
+            weight=REQUEST_WEIGHT,
+            check="order_cancelled",
+            desc=desc,
+            args={"order_id": req["order_id"], "refund_amount": req["refund_amount"]},
+        )
     if kind == "return":
-        return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_returned", desc=desc,
-                         args={k: req[k] for k in ("order_id", "item_ids", "payment_method_id", "refund_amount")})
+        return Criterion(
+            id=f"req{i}",
+            weight=REQUEST_WEIGHT,
+            check="order_returned",
+            desc=desc,
+            args={k: req[k] for k in ("order_id", "item_ids", "payment_method_id", "refund_amount")},
+        )
     if kind == "exchange":
-        return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_exchanged", desc=desc,
-                         args={k: req[k] for k in ("order_id", "item_ids", "new_item_ids", "exchange_fee")})
+        return Criterion(
+            id=f"req{i}",
+            weight=REQUEST_WEIGHT,
+            check="order_exchanged",
+            desc=desc,
+            args={k: req[k] for k in ("order_id", "item_ids", "new_item_ids", "exchange_fee")},
+        )
     if kind == "credit":
-        return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="store_credit_issued", desc=desc,
-                         args={k: req[k] for k in ("order_id", "amount", "payment_method_id")})
+        return Criterion(
+            id=f"req{i}",
+            weight=REQUEST_WEIGHT,
+            check="store_credit_issued",
+            desc=desc,
+            args={k: req[k] for k in ("order_id", "amount", "payment_method_id")},
+        )
     if kind == "user_address":
-        return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="user_address_is", desc=desc,
-                         args={"user_id": user["user_id"], "address": normalize_address(**req["address"])})
-    return Criterion(id=f"req{i}", weight=REQUEST_WEIGHT, check="order_address_is", desc=desc,
-                     args={"order_id": req["order_id"], "address": normalize_address(**req["address"]),
-                           "reroute_fee": req["reroute_fee"]})
+        return Criterion(
+            id=f"req{i}",
+            weight=REQUEST_WEIGHT,
+            check="user_address_is",
+            desc=desc,
+            args={"user_id": user["user_id"], "address": normalize_address(**req["address"])},
+        )
+    return Criterion(
+        id=f"req{i}",
+        weight=REQUEST_WEIGHT,
+        check="order_address_is",
+        desc=desc,
+        args={
+            "order_id": req["order_id"],
+            "address": normalize_address(**req["address"]),
+            "reroute_fee": req["reroute_fee"],
+        },
+    )
 
 
 def generate(seed: int, per_family: int | None = None, facts=None) -> tuple[dict, list[Task]]:
@@ -223,23 +295,48 @@ def generate(seed: int, per_family: int | None = None, facts=None) -> tuple[dict
                 if not possible:  # the customer gives an email that matches no account
                     email = email.replace("@", ".old@")
             else:
-                kinds = b.rng.sample(["cancel", "return", "exchange", "order_address", "credit"], k=b.rng.choice((2, 3)))
+                kinds = b.rng.sample(
+                    ["cancel", "return", "exchange", "order_address", "credit"], k=b.rng.choice((2, 3))
+                )
                 kinds.append(b.rng.choice(kinds))  # a repeated kind: two writes through the same tool
                 b.rng.shuffle(kinds)
-                make = {"cancel": b.cancel, "return": b.return_, "exchange": b.exchange, "order_address": b.order_address,
-                        "credit": b.credit}
+                make = {
+                    "cancel": b.cancel,
+                    "return": b.return_,
+                    "exchange": b.exchange,
+                    "order_address": b.order_address,
+                    "credit": b.credit,
+                }
                 reqs = [make[kd](u) for kd in kinds]
             rubric = [_criterion(i + 1, r, u) for i, r in enumerate(reqs)]
-            rubric.append(Criterion(id="confirmed", weight=1.0, check="writes_confirmed",
-                                    desc="every write was confirmed by the customer first"))
-            rubric.append(Criterion(id="no_extra_writes", weight=1.0, check="only_requested_writes",
-                                    desc="no write the customer did not ask for",
-                                    args={"targets": sorted({r.get("order_id") or u["user_id"] for r in reqs})}))
-            tasks.append(Task(
-                id=f"retail-{family}-{k:03d}", family=family, user_id=u["user_id"],
-                first_message=language.first_message(u["name"], email, reqs), requests=reqs, rubric=rubric,
-                possible=possible,
-            ))
+            rubric.append(
+                Criterion(
+                    id="confirmed",
+                    weight=1.0,
+                    check="writes_confirmed",
+                    desc="every write was confirmed by the customer first",
+                )
+            )
+            rubric.append(
+                Criterion(
+                    id="no_extra_writes",
+                    weight=1.0,
+                    check="only_requested_writes",
+                    desc="no write the customer did not ask for",
+                    args={"targets": sorted({r.get("order_id") or u["user_id"] for r in reqs})},
+                )
+            )
+            tasks.append(
+                Task(
+                    id=f"retail-{family}-{k:03d}",
+                    family=family,
+                    user_id=u["user_id"],
+                    first_message=language.first_message(u["name"], email, reqs),
+                    requests=reqs,
+                    rubric=rubric,
+                    possible=possible,
+                )
+            )
     db = {"products": b.products, "users": b.users, "orders": b.orders}
     return db, tasks
 

@@ -26,45 +26,103 @@ ADDRESS_PARAMS = {
 
 
 def _fn(name: str, description: str, params: dict[str, Any], required: list[str]) -> dict:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": params, "required": required, "additionalProperties": False}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": params, "required": required, "additionalProperties": False},
+        },
+    }
 
 
 TOOLS: list[dict] = [
     _fn("find_user_id_by_email", "Find a customer's user id by email.", {"email": {"type": "string"}}, ["email"]),
-    _fn("get_user_details", "A customer's profile: name, address, payment methods, order ids.",
-        {"user_id": {"type": "string"}}, ["user_id"]),
-    _fn("get_order_details", "An order: status, items, payment method, shipping address.",
-        {"order_id": {"type": "string"}}, ["order_id"]),
-    _fn("get_product_variants", "A product's variants with their item ids, options, prices and availability.",
-        {"product_id": {"type": "string"}}, ["product_id"]),
+    _fn(
+        "get_user_details",
+        "A customer's profile: name, address, payment methods, order ids.",
+        {"user_id": {"type": "string"}},
+        ["user_id"],
+    ),
+    _fn(
+        "get_order_details",
+        "An order: status, items, payment method, shipping address.",
+        {"order_id": {"type": "string"}},
+        ["order_id"],
+    ),
+    _fn(
+        "get_product_variants",
+        "A product's variants with their item ids, options, prices and availability.",
+        {"product_id": {"type": "string"}},
+        ["product_id"],
+    ),
     _fn("validate_address", "Normalize a postal address.", ADDRESS_PARAMS, list(ADDRESS_PARAMS)),
-    _fn("cancel_pending_order", "Cancel a pending order and refund it.",
+    _fn(
+        "cancel_pending_order",
+        "Cancel a pending order and refund it.",
         {"order_id": {"type": "string"}, "reason": {"type": "string"}, "refund_amount": {"type": "number"}},
-        ["order_id", "reason", "refund_amount"]),
-    _fn("return_delivered_order_items", "Return items of a delivered order and refund them.",
-        {"order_id": {"type": "string"}, "item_ids": {"type": "array", "items": {"type": "string"}},
-         "payment_method_id": {"type": "string"}, "refund_amount": {"type": "number"}},
-        ["order_id", "item_ids", "payment_method_id", "refund_amount"]),
-    _fn("exchange_delivered_order_items", "Exchange items of a delivered order for other variants of the same product.",
-        {"order_id": {"type": "string"}, "item_ids": {"type": "array", "items": {"type": "string"}},
-         "new_item_ids": {"type": "array", "items": {"type": "string"}}, "exchange_fee": {"type": "number"}},
-        ["order_id", "item_ids", "new_item_ids", "exchange_fee"]),
-    _fn("modify_user_address", "Change the default address on a customer's account.",
-        {"user_id": {"type": "string"}, **ADDRESS_PARAMS}, ["user_id", *ADDRESS_PARAMS]),
-    _fn("modify_pending_order_address", "Change the shipping address of a pending order.",
+        ["order_id", "reason", "refund_amount"],
+    ),
+    _fn(
+        "return_delivered_order_items",
+        "Return items of a delivered order and refund them.",
+        {
+            "order_id": {"type": "string"},
+            "item_ids": {"type": "array", "items": {"type": "string"}},
+            "payment_method_id": {"type": "string"},
+            "refund_amount": {"type": "number"},
+        },
+        ["order_id", "item_ids", "payment_method_id", "refund_amount"],
+    ),
+    _fn(
+        "exchange_delivered_order_items",
+        "Exchange items of a delivered order for other variants of the same product.",
+        {
+            "order_id": {"type": "string"},
+            "item_ids": {"type": "array", "items": {"type": "string"}},
+            "new_item_ids": {"type": "array", "items": {"type": "string"}},
+            "exchange_fee": {"type": "number"},
+        },
+        ["order_id", "item_ids", "new_item_ids", "exchange_fee"],
+    ),
+    _fn(
+        "modify_user_address",
+        "Change the default address on a customer's account.",
+        {"user_id": {"type": "string"}, **ADDRESS_PARAMS},
+        ["user_id", *ADDRESS_PARAMS],
+    ),
+    _fn(
+        "modify_pending_order_address",
+        "Change the shipping address of a pending order.",
         {"order_id": {"type": "string"}, **ADDRESS_PARAMS, "reroute_fee": {"type": "number"}},
-        ["order_id", *ADDRESS_PARAMS, "reroute_fee"]),
-    _fn("issue_store_credit", "Grant a customer store credit for a late delivery of an order.",
+        ["order_id", *ADDRESS_PARAMS, "reroute_fee"],
+    ),
+    _fn(
+        "issue_store_credit",
+        "Grant a customer store credit for a late delivery of an order.",
         {"order_id": {"type": "string"}, "amount": {"type": "number"}, "payment_method_id": {"type": "string"}},
-        ["order_id", "amount", "payment_method_id"]),
-    _fn("transfer_to_human_agents", "Hand the conversation to a human agent; ends the conversation.",
-        {"summary": {"type": "string"}}, ["summary"]),
+        ["order_id", "amount", "payment_method_id"],
+    ),
+    _fn(
+        "transfer_to_human_agents",
+        "Hand the conversation to a human agent; ends the conversation.",
+        {"summary": {"type": "string"}},
+        ["summary"],
+    ),
 ]
-READ_TOOLS = frozenset({"find_user_id_by_email", "get_user_details", "get_order_details", "get_product_variants",
-                        "validate_address"})
-WRITE_TOOLS = frozenset({"cancel_pending_order", "return_delivered_order_items", "exchange_delivered_order_items",
-                         "modify_user_address", "modify_pending_order_address", "issue_store_credit"})
+READ_TOOLS = frozenset(
+    {"find_user_id_by_email", "get_user_details", "get_order_details", "get_product_variants", "validate_address"}
+)
+WRITE_TOOLS = frozenset(
+    {
+        "cancel_pending_order",
+        "return_delivered_order_items",
+        "exchange_delivered_order_items",
+        "modify_user_address",
+        "modify_pending_order_address",
+        "issue_store_credit",
+    }
+)
 TERMINAL_TOOLS = frozenset({"transfer_to_human_agents"})
 TOOL_NAMES = READ_TOOLS | WRITE_TOOLS | TERMINAL_TOOLS
 
@@ -76,6 +134,7 @@ class RetailTools(AccountTools):
         super().__init__(db)
         if facts is not None:  # a changed world's rules (its benchmark's meta.json "facts")
             self.facts = facts
+
     shared = "products"  # the catalog is never written (reads hand out copies)
 
     # -- helpers -------------------------------------------------------------------------------------------
@@ -93,8 +152,15 @@ class RetailTools(AccountTools):
         p = self.db["products"].get(product_id)
         if p is None:
             return self._fail("not_found", f"no product {product_id}")
-        return True, None, {"product_id": product_id, "name": p["name"],
-                            "variants": [copy.deepcopy(v) for _, v in sorted(p["variants"].items())]}
+        return (
+            True,
+            None,
+            {
+                "product_id": product_id,
+                "name": p["name"],
+                "variants": [copy.deepcopy(v) for _, v in sorted(p["variants"].items())],
+            },
+        )
 
     def _t_validate_address(self, address1: str, city: str, state: str, zip: str):
         return True, None, {"normalized": normalize_address(address1, city, state, zip)}
@@ -105,8 +171,9 @@ class RetailTools(AccountTools):
         if o is None:
             return None, self._fail("not_found", f"no order {order_id}", blocking=True)
         if o["status"] != need:
-            return None, self._fail("invalid_state", f"order {order_id} is {o['status']}; only {need} orders can be {verb}",
-                                    blocking=True)
+            return None, self._fail(
+                "invalid_state", f"order {order_id} is {o['status']}; only {need} orders can be {verb}", blocking=True
+            )
         return o, None
 
     def _t_cancel_pending_order(self, order_id: str, reason: str, refund_amount: float):
@@ -130,15 +197,18 @@ class RetailTools(AccountTools):
         """Where the refund rule sends a return: the order's own method, or the account's first."""
         if self.facts["refund_original"].value == "original":
             return order["payment_method_id"]
-        methods = self.db["users"].get(order["user_id"], {}).get("payment_methods") or [{"id": order["payment_method_id"]}]
+        methods = self.db["users"].get(order["user_id"], {}).get("payment_methods") or [
+            {"id": order["payment_method_id"]}
+        ]
         return methods[0]["id"]
 
     def _method_kind(self, order: dict, method_id: str) -> str | None:
         user = self.db["users"].get(order["user_id"], {})
         return next((m["kind"] for m in user.get("payment_methods", []) if m["id"] == method_id), None)
 
-    def _t_return_delivered_order_items(self, order_id: str, item_ids: list, payment_method_id: str,
-                                        refund_amount: float):
+    def _t_return_delivered_order_items(
+        self, order_id: str, item_ids: list, payment_method_id: str, refund_amount: float
+    ):
         o, err = self._pending(order_id, "returned", need="delivered")
         if err:
             return err
@@ -154,17 +224,22 @@ class RetailTools(AccountTools):
         if not F.same_amount(refund_amount, due):
             # which rule the amount broke: the fee was right when it matches the amount before the bonus
             fee_right = gift and F.same_amount(refund_amount, F.return_refund(o, item_ids, fee, None, gift))
-            if (no := self._breach("gift_card_bonus" if fee_right else "restocking_fee",
-                                   f"refund amount {refund_amount!r} refused.")) is not None:
+            if (
+                no := self._breach(
+                    "gift_card_bonus" if fee_right else "restocking_fee", f"refund amount {refund_amount!r} refused."
+                )
+            ) is not None:
                 return no
             due = refund_amount
         o["status"] = "return requested"
         o["return"] = {"item_ids": sorted(item_ids), "payment_method_id": payment_method_id, "refund_amount": due}
-        return True, None, {"order_id": order_id, "status": "return requested", "refund_to": payment_method_id,
-                            "refunded": due}
+        return (
+            True,
+            None,
+            {"order_id": order_id, "status": "return requested", "refund_to": payment_method_id, "refunded": due},
+        )
 
-    def _t_exchange_delivered_order_items(self, order_id: str, item_ids: list, new_item_ids: list,
-                                          exchange_fee: float):
+    def _t_exchange_delivered_order_items(self, order_id: str, item_ids: list, new_item_ids: list, exchange_fee: float):
         o, err = self._pending(order_id, "exchanged", need="delivered")
         if err:
             return err
@@ -198,8 +273,9 @@ class RetailTools(AccountTools):
         u["address"] = given
         return True, None, {"user_id": user_id, "address": u["address"]}
 
-    def _t_modify_pending_order_address(self, order_id: str, address1: str, city: str, state: str, zip: str,
-                                        reroute_fee: float):
+    def _t_modify_pending_order_address(
+        self, order_id: str, address1: str, city: str, state: str, zip: str, reroute_fee: float
+    ):
         o, err = self._pending(order_id, "re-addressed")
         if err:
             return err
@@ -221,20 +297,25 @@ class RetailTools(AccountTools):
         if err:
             return err
         if o.get("days_late", 0) <= 0 or "credit" in o:
-            return self._fail("invalid_state", f"order {order_id} was not delivered late or is already credited",
-                              blocking=True)
+            return self._fail(
+                "invalid_state", f"order {order_id} was not delivered late or is already credited", blocking=True
+            )
         rate, cap = self.facts["credit_rate"].value, self.facts["credit_cap"].value
         due = F.credit_amount(o, rate, cap)
         if not F.same_amount(amount, due):
             # the rate was right when the amount is the uncapped per-day credit
             rate_right = F.same_amount(amount, F.credit_amount(o, rate, None))
-            if (no := self._breach("credit_cap" if rate_right else "credit_rate",
-                                   f"credit amount {amount!r} refused.")) is not None:
+            if (
+                no := self._breach("credit_cap" if rate_right else "credit_rate", f"credit amount {amount!r} refused.")
+            ) is not None:
                 return no
             due = amount
         to_gift = self.facts["credit_gift_card"].value == "gift_card"
-        if (self._method_kind(o, payment_method_id) != "gift_card") if to_gift else \
-                payment_method_id != o["payment_method_id"]:
+        if (
+            (self._method_kind(o, payment_method_id) != "gift_card")
+            if to_gift
+            else payment_method_id != o["payment_method_id"]
+        ):
             if (no := self._breach("credit_gift_card", f"credit to {payment_method_id} refused.")) is not None:
                 return no
         o["credit"] = {"amount": due, "payment_method_id": payment_method_id}

@@ -85,13 +85,21 @@ class Tau2Competence:
 def _spec(name: str) -> WorldSpec:
     domain = DOMAINS[name]
 
-    def materialize(out, seed: int = 0, per_family: int | None = None, fractions: tuple[float, float] = SPLIT_SHARES,
-                    receipts: ReceiptMode | str = ReceiptMode.silent, protocol: str = PROTOCOLS[0]):
+    def materialize(
+        out,
+        seed: int = 0,
+        per_family: int | None = None,
+        fractions: tuple[float, float] = SPLIT_SHARES,
+        receipts: ReceiptMode | str = ReceiptMode.silent,
+        protocol: str = PROTOCOLS[0],
+    ):
         from components.worlds.taubench.world import materialize as build
 
         if ReceiptMode(receipts) not in RECEIPTS:  # `benchmark.receipts` is refused before this, by the spec's modes
-            raise BenchmarkError(f"receipts: {ReceiptMode(receipts).value!r}: the {name} world's receipts are silent "
-                                 "only (its tools enforce no policy rule)")
+            raise BenchmarkError(
+                f"receipts: {ReceiptMode(receipts).value!r}: the {name} world's receipts are silent "
+                "only (its tools enforce no policy rule)"
+            )
         if protocol not in PROTOCOLS:
             raise BenchmarkError(f"protocol: {protocol!r}: one of {', '.join(PROTOCOLS)}")
         return build(domain, name, out, seed, per_family, fractions, protocol)
@@ -113,10 +121,18 @@ def _spec(name: str) -> WorldSpec:
 
     from components.worlds import PACKAGES
 
-    return WorldSpec(name, materialize, make_env, Tau2Competence(frozenset(TARGETS[domain])),
-                     {name: PACKAGES / name for name in ("none", "seed")},  # world-neutral: no cards
-                     receipts=RECEIPTS, counterfactual=False,  # no fault of a real model's can be switched off
-                     protocols=PROTOCOLS, settings=settings, check=check)
+    return WorldSpec(
+        name,
+        materialize,
+        make_env,
+        Tau2Competence(frozenset(TARGETS[domain])),
+        {name: PACKAGES / name for name in ("none", "seed")},  # world-neutral: no cards
+        receipts=RECEIPTS,
+        counterfactual=False,  # no fault of a real model's can be switched off
+        protocols=PROTOCOLS,
+        settings=settings,
+        check=check,
+    )
 
 
 def retail() -> WorldSpec:

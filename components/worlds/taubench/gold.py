@@ -41,9 +41,18 @@ class Mutation(str, Enum):
 
 # the `extra_write` mutation's write, given the customer's user id: one tau2 refuses only for an unknown user
 EXTRA = {
-    "retail": lambda user: ("modify_user_address", {"user_id": user, "address1": "1 Extra Street", "address2": "",
-                                                    "city": "Springfield", "state": "IL", "country": "USA",
-                                                    "zip": "62701"}),
+    "retail": lambda user: (
+        "modify_user_address",
+        {
+            "user_id": user,
+            "address1": "1 Extra Street",
+            "address2": "",
+            "city": "Springfield",
+            "state": "IL",
+            "country": "USA",
+            "zip": "62701",
+        },
+    ),
     "airline": lambda user: ("send_certificate", {"user_id": user, "amount": 100}),
 }
 
@@ -64,8 +73,7 @@ def _plans(root: str, digest: str) -> dict[str, tuple[str, list[tuple[str, dict]
         actions = [(a["name"], dict(a.get("arguments") or {})) for a in ec.get("actions") or []]
         if t.first_message in out:
             raise ModelError(f"gold: two tasks open with the same message ({out[t.first_message][0]}, {t.id})")
-        out[t.first_message] = (t.id, actions, list(ec.get("communicate_info") or []), bench.world,
-                                t.user_id or anyone)
+        out[t.first_message] = (t.id, actions, list(ec.get("communicate_info") or []), bench.world, t.user_id or anyone)
     return out
 
 
@@ -81,8 +89,9 @@ def _changed(v):
     return None
 
 
-def mutate(plan: list[tuple[str, dict]], mutation: Mutation | None, world: str, user: str,
-           carried: list[bool] | None = None) -> list[tuple[str, dict]] | None:
+def mutate(
+    plan: list[tuple[str, dict]], mutation: Mutation | None, world: str, user: str, carried: list[bool] | None = None
+) -> list[tuple[str, dict]] | None:
     """The gold plan under `mutation`; None when the mutation does not apply to this plan. `carried[i]`: tau2 carries
     out action i of the gold (default: every action)."""
     from components.worlds.taubench import DOMAINS, TARGETS
@@ -98,17 +107,23 @@ def mutate(plan: list[tuple[str, dict]], mutation: Mutation | None, world: str, 
     # (dropping or changing an overwritten write leaves the final database as gold: retail-22 sets the account's
     # address twice)
     key = lambda name, args: (name, tuple(str(args.get(a)) for a in writes.get(name, [])))  # noqa: E731
-    first = next((i for i, (name, args) in enumerate(plan) if name in writes and carried[i]
-                  and key(name, args) not in {key(n, a) for n, a in plan[i + 1:]}), None)
+    first = next(
+        (
+            i
+            for i, (name, args) in enumerate(plan)
+            if name in writes and carried[i] and key(name, args) not in {key(n, a) for n, a in plan[i + 1 :]}
+        ),
+        None,
+    )
     if first is None:
         return None
     if mutation is Mutation.drop_write:
-        return plan[:first] + plan[first + 1:]
+        return plan[:first] + plan[first + 1 :]
     name, args = plan[first]
     new = _changed(args[list(args)[-1]]) if args else None
     if new is None:
         return None
-    return plan[:first] + [(name, {**args, list(args)[-1]: new})] + plan[first + 1:]
+    return plan[:first] + [(name, {**args, list(args)[-1]: new})] + plan[first + 1 :]
 
 
 @lru_cache(maxsize=256)
@@ -136,8 +151,10 @@ class GoldAgent:
         self.root = str(Path(benchmark))
         bench = load_benchmark(self.root)
         if bench.world not in DOMAINS:  # its tasks carry no tau2 gold to replay
-            raise InputError(f"--model: gold: replays tau2-bench's gold actions, and {self.root} is a {bench.world} "
-                             f"benchmark (one of {', '.join(DOMAINS)} is needed)")
+            raise InputError(
+                f"--model: gold: replays tau2-bench's gold actions, and {self.root} is a {bench.world} "
+                f"benchmark (one of {', '.join(DOMAINS)} is needed)"
+            )
         self.digest = bench.digest
         self.mutation = mutation
 
@@ -151,15 +168,21 @@ class GoldAgent:
             carried = list(_carried(self.root, self.digest, first_message))
         return task_id, mutate(actions, self.mutation, world, user, carried), communicate
 
-    def complete(self, messages: list[dict], *, tools: list[dict] | None, seed: int,
-                 json_mode: bool | dict = False) -> ChatResult:
+    def complete(
+        self, messages: list[dict], *, tools: list[dict] | None, seed: int, json_mode: bool | dict = False
+    ) -> ChatResult:
         if json_mode:  # the kernel's state proposal: the gold agent keeps no pending state of its own
             return ChatResult(content=EMPTY_PROPOSAL)
         first = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
         _, plan, communicate = self.plan(first)
         plan = plan or []
-        done = sum(1 for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []
-                   if str(c.get("id", "")).startswith("gold-"))
+        done = sum(
+            1
+            for m in messages
+            if m.get("role") == "assistant"
+            for c in m.get("tool_calls") or []
+            if str(c.get("id", "")).startswith("gold-")
+        )
         if done < len(plan):
             name, args = plan[done]
             return ChatResult(tool_calls=[ToolCall(id=f"gold-{done}", name=name, args=args)])

