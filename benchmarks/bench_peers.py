@@ -68,6 +68,7 @@ TRUTH_SEED = 100_000  # the truth draw's benchmark seed (the repetitions' draws 
 
 # -- the episode memo ---------------------------------------------------------------------------------------------------
 
+
 class Memo:
     """Finished episodes by (package digest, benchmark digest, item, seed), shared by a repetition's arms. `view` is the
     `journal` of components.runtime.evaluate.run_shard: an episode it holds is not run again."""
@@ -97,15 +98,24 @@ class Memo:
         from components.runtime.evaluate import benchmark_at, run_shard
 
         b = benchmark_at(bench)
-        return run_shard(str(package), b, list(items), list(seeds), "sim", {}, max_turns,
-                         journal=self.view(digest(package), b.digest))
+        return run_shard(
+            str(package),
+            b,
+            list(items),
+            list(seeds),
+            "sim",
+            {},
+            max_turns,
+            journal=self.view(digest(package), b.digest),
+        )
 
 
 # -- the proposer: the rules meta-agent with injected neutral and harmful cards -----------------------------------------
 
+
 def _u(*parts) -> float:
     h = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-    return int(h[:12], 16) / 16 ** 12
+    return int(h[:12], 16) / 16**12
 
 
 def decision(rep: int, parent: str, plan_key: str) -> str:
@@ -115,8 +125,9 @@ def decision(rep: int, parent: str, plan_key: str) -> str:
     return "real" if u >= SHARE else ("neutral" if u < SHARE / 2 else "harmful")
 
 
-NEUTRAL_BODY = ("Greet the customer once, keep each reply short and polite, and thank them at the end of the "
-                "conversation.")
+NEUTRAL_BODY = (
+    "Greet the customer once, keep each reply short and polite, and thank them at the end of the conversation."
+)
 
 
 def _plan_tool(plan, bench) -> str | None:
@@ -135,7 +146,7 @@ def _harmful_text(fact) -> str | None:
         x = float(m.group())
         for alt in (x * 2 if x else 5, x / 2 if x else 1, x + 7):
             s = f"{alt:g}"
-            new = text[:m.start()] + s + text[m.end():]
+            new = text[: m.start()] + s + text[m.end() :]
             got = fact.read(new)
             if got is not None and got != truth:
                 return new
@@ -166,16 +177,39 @@ def fake_plan(kind: str, real, package: str, bench, rep: int):
         card_id, ctype, body = f"peers-note-{h}", "knowledge", NEUTRAL_BODY
     pkg = load_package(package)
     routed = any(b.spec.use == "event_cards" and b.spec.at == "intent_recorded" for b in pkg.delivery)
-    ops = [AddCard(op="add_card", path=f"em/{ctype}/{card_id}.md",
-                   meta={"id": card_id, "type": ctype, "trigger": {"event": "intent_recorded", "tool": tool},
-                         "source": f"bench_peers: a {kind} card injected in place of plan {real.key()}"},
-                   body=body)]
+    ops = [
+        AddCard(
+            op="add_card",
+            path=f"em/{ctype}/{card_id}.md",
+            meta={
+                "id": card_id,
+                "type": ctype,
+                "trigger": {"event": "intent_recorded", "tool": tool},
+                "source": f"bench_peers: a {kind} card injected in place of plan {real.key()}",
+            },
+            body=body,
+        )
+    ]
     if not routed:
-        ops.append(AddBinding(op="add_binding", section="delivery", use="event_cards", at="intent_recorded",
-                              cfg={"max_per_episode": 6}))
-    return Plan(owner="E", cluster=real.cluster, summary=f"E: card {card_id} on {tool} ({kind}, injected)",
-                rationale=real.rationale, evidence=real.evidence, operations=ops, mechanism=f"deliver:{card_id}@",
-                source_items=real.source_items)
+        ops.append(
+            AddBinding(
+                op="add_binding",
+                section="delivery",
+                use="event_cards",
+                at="intent_recorded",
+                cfg={"max_per_episode": 6},
+            )
+        )
+    return Plan(
+        owner="E",
+        cluster=real.cluster,
+        summary=f"E: card {card_id} on {tool} ({kind}, injected)",
+        rationale=real.rationale,
+        evidence=real.evidence,
+        operations=ops,
+        mechanism=f"deliver:{card_id}@",
+        source_items=real.source_items,
+    )
 
 
 class Proposals:
@@ -192,10 +226,10 @@ def injected_plan(rep: int, props: Proposals, plan_fn):
     from components.evolution.meta import PlanOutcome
     from components.memory.package import digest
 
-    def plan(diagnosis, train, package, bench, corpus, rejected, meta_agent, meta_cfg, budget=None, memory=None,
-             **kw):
-        out = plan_fn(diagnosis, train, package, bench, corpus, rejected, meta_agent, meta_cfg, budget, memory=memory,
-                      **kw)
+    def plan(diagnosis, train, package, bench, corpus, rejected, meta_agent, meta_cfg, budget=None, memory=None, **kw):
+        out = plan_fn(
+            diagnosis, train, package, bench, corpus, rejected, meta_agent, meta_cfg, budget, memory=memory, **kw
+        )
         if out.plan is None or out.failure:
             return out
         kind = decision(rep, digest(package), out.plan.key())
@@ -214,15 +248,18 @@ def injected_plan(rep: int, props: Proposals, plan_fn):
 
 # -- the arms in Ratchet's loop -------------------------------------------------------------------------------------------
 
+
 def no_screen(base, cand, material, alpha, design, items, seeds):
     """A repair_look step that passes every candidate at its first look (the peers have no repair screen)."""
     import pandas as pd
 
     from components.evolution.gate import RepairResult
 
-    return (RepairResult(True, 0, 0, 0.0, 0.0, 0, "no repair screen (a peer's rule alone)"),
-            pd.DataFrame(columns=["item_id", "base", "cand", "d"]),
-            {"looks": 1, "looks_used": 1, "stopped_early": False, "why": "no screen"})
+    return (
+        RepairResult(True, 0, 0, 0.0, 0.0, 0, "no repair screen (a peer's rule alone)"),
+        pd.DataFrame(columns=["item_id", "base", "cand", "d"]),
+        {"looks": 1, "looks_used": 1, "stopped_early": False, "why": "no screen"},
+    )
 
 
 def peer_gate(rule: str):
@@ -243,8 +280,19 @@ def peer_gate(rule: str):
         else:
             accept, why = net > 0, f"net {net:+.4f} (any positive delta)"
         mat = cfg["material"]
-        res = GateResult(bool(accept), net, net - K_SE * se, net + K_SE * se, n, int((d > mat).sum()),
-                         int((d < -mat).sum()), why, float(per["base"].mean()), float(per["cand"].mean()), dropped)
+        res = GateResult(
+            bool(accept),
+            net,
+            net - K_SE * se,
+            net + K_SE * se,
+            n,
+            int((d > mat).sum()),
+            int((d < -mat).sum()),
+            why,
+            float(per["base"].mean()),
+            float(per["cand"].mean()),
+            dropped,
+        )
         return res, per, {"looks": len(seeds), "looks_used": len(seeds), "stopped_early": False, "why": rule}
 
     return gate_look
@@ -262,9 +310,17 @@ def loop_arm(arm: str, rep: int, bench: Path, home: Path, memo: Memo, over: dict
     from flows.tasks import plan_stage, validate_stage
 
     out = home / f"{arm}"
-    p = load_params(ROOT / "params.yaml", {**over, "benchmark.out": str(bench), "campaign.out": str(out),
-                                            "campaign.name": f"peers-{arm}", "evidence.memory": False,
-                                            "evidence.db": str(home / f"evidence-{arm}.db")})
+    p = load_params(
+        ROOT / "params.yaml",
+        {
+            **over,
+            "benchmark.out": str(bench),
+            "campaign.out": str(out),
+            "campaign.name": f"peers-{arm}",
+            "evidence.memory": False,
+            "evidence.db": str(home / f"evidence-{arm}.db"),
+        },
+    )
     lineage = Lineage(out / "lineage")
     start = lineage.start(ROOT / p.campaign.start)
     spent = {"episodes": 0}
@@ -291,8 +347,13 @@ def loop_arm(arm: str, rep: int, bench: Path, home: Path, memo: Memo, over: dict
         keep = home / "packages" / digest(got)
         if not keep.exists():
             shutil.copytree(got, keep)
-        current.update(parent=digest(base), cand=digest(got), kind=props.kinds.get(plan.key(), "real"),
-                       plan=plan.key(), summary=plan.summary)
+        current.update(
+            parent=digest(base),
+            cand=digest(got),
+            kind=props.kinds.get(plan.key(), "real"),
+            plan=plan.key(),
+            summary=plan.summary,
+        )
         return got
 
     def causes(*_a, **_k):  # counterfactual replay scores the diagnoser; no decision reads it
@@ -300,10 +361,16 @@ def loop_arm(arm: str, rep: int, bench: Path, home: Path, memo: Memo, over: dict
 
         return pd.DataFrame(columns=["item_id", "seed", "cause"])
 
-    steps = dataclasses.replace(plain_steps(1), evaluate=evaluate, causes=causes, validate=validate, patch=patch,
-                                plan=injected_plan(rep, props, plan_stage.fn),
-                                **({"gate_look": peer_gate(arm)} if arm != "ratchet" else {}),
-                                **({"repair_look": no_screen} if arm.endswith("-bare") else {}))
+    steps = dataclasses.replace(
+        plain_steps(1),
+        evaluate=evaluate,
+        causes=causes,
+        validate=validate,
+        patch=patch,
+        plan=injected_plan(rep, props, plan_stage.fn),
+        **({"gate_look": peer_gate(arm)} if arm != "ratchet" else {}),
+        **({"repair_look": no_screen} if arm.endswith("-bare") else {}),
+    )
     keep = home / "packages" / start.digest
     if not keep.exists():
         shutil.copytree(start.path, keep)
@@ -316,15 +383,25 @@ def loop_arm(arm: str, rep: int, bench: Path, home: Path, memo: Memo, over: dict
             break
     champ = lineage.champion()
     chain = [x["cand"] for x in props.rows if x["verdict"] == "accept"]
-    return {"arm": arm, "episodes": spent["episodes"], "champion": champ.digest, "start": start.digest,
-            "proposals": props.rows, "chain": chain}
+    return {
+        "arm": arm,
+        "episodes": spent["episodes"],
+        "champion": champ.digest,
+        "start": start.digest,
+        "proposals": props.rows,
+        "chain": chain,
+    }
 
 
 # -- GEPA ---------------------------------------------------------------------------------------------------------------
 
+
 def package_text(path: Path) -> str:
-    return json.dumps({f.relative_to(path).as_posix(): f.read_text() for f in sorted(Path(path).rglob("*"))
-                       if f.is_file()}, sort_keys=True, indent=0)
+    return json.dumps(
+        {f.relative_to(path).as_posix(): f.read_text() for f in sorted(Path(path).rglob("*")) if f.is_file()},
+        sort_keys=True,
+        indent=0,
+    )
 
 
 def text_package(text: str, home: Path) -> Path:
@@ -374,9 +451,13 @@ def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: 
                 score.update({(r.item_id, int(r.seed)): float(r.score) for r in t.scores.itertuples()})
             spent["episodes"] += len(batch)
             scores = [score[(i, s)] for i, s in batch]
-            return EvaluationBatch(outputs=scores, scores=scores,
-                                   trajectories=[{"item": i, "seed": s, "score": x} for (i, s), x in zip(batch, scores)]
-                                   if capture_traces else None)
+            return EvaluationBatch(
+                outputs=scores,
+                scores=scores,
+                trajectories=[{"item": i, "seed": s, "score": x} for (i, s), x in zip(batch, scores)]
+                if capture_traces
+                else None,
+            )
 
         def make_reflective_dataset(self, candidate, eval_batch, components_to_update):
             return {c: list(eval_batch.trajectories) for c in components_to_update}
@@ -392,8 +473,9 @@ def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: 
             corpus = f"{dg}:{b.digest}:{seed_map_hash(items, sorted({s for _, s in cells}))}"
             diagnosis = diagnose_stage.fn(train, str(path), str(bench), corpus)
             for _ in range(12):
-                out = plan_fn(diagnosis, train, str(path), str(bench), corpus, sorted(tried[dg]), "rules", {}, None,
-                              memory=None)
+                out = plan_fn(
+                    diagnosis, train, str(path), str(bench), corpus, sorted(tried[dg]), "rules", {}, None, memory=None
+                )
                 plan = out.plan
                 if plan is None:
                     return dict(candidate)  # nothing left to propose: GEPA evaluates the parent again
@@ -403,8 +485,15 @@ def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: 
                 cand = apply_plan(plan, path, work)
                 v, _ = static_checks(plan, cand, b)
                 if v.ok:
-                    props.rows.append({"parent": dg, "cand": digest(cand), "kind": props.kinds.get(plan.key(), "real"),
-                                       "plan": plan.key(), "summary": plan.summary})
+                    props.rows.append(
+                        {
+                            "parent": dg,
+                            "cand": digest(cand),
+                            "kind": props.kinds.get(plan.key(), "real"),
+                            "plan": plan.key(),
+                            "summary": plan.summary,
+                        }
+                    )
                     return {"package": package_text(cand)}
             return dict(candidate)
 
@@ -414,10 +503,20 @@ def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: 
 
     trainset = [(i, s) for i in b.ids("train") for s in seeds]
     valset = [(i, s) for i in b.ids("dev") for s in seeds]
-    result = gepa.optimize(seed_candidate={"package": package_text(start)}, trainset=trainset, valset=valset,
-                           adapter=Adapter(), max_metric_calls=budget, reflection_minibatch_size=len(trainset),
-                           candidate_selection_strategy="pareto", frontier_type="instance", seed=rep,
-                           logger=Quiet(), display_progress_bar=False, raise_on_exception=True)
+    result = gepa.optimize(
+        seed_candidate={"package": package_text(start)},
+        trainset=trainset,
+        valset=valset,
+        adapter=Adapter(),
+        max_metric_calls=budget,
+        reflection_minibatch_size=len(trainset),
+        candidate_selection_strategy="pareto",
+        frontier_type="instance",
+        seed=rep,
+        logger=Quiet(),
+        display_progress_bar=False,
+        raise_on_exception=True,
+    )
     pool = [digest(text_package(c["package"], home)) for c in result.candidates]
     for row in props.rows:
         row["verdict"] = "accept" if row["cand"] in pool[1:] else "reject"
@@ -425,11 +524,20 @@ def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: 
     while i is not None and i != 0:
         chain.append(pool[i])
         i = (result.parents[i] or [None])[0]
-    return {"arm": "gepa", "episodes": spent["episodes"], "champion": pool[result.best_idx], "start": pool[0],
-            "proposals": props.rows, "chain": chain[::-1], "pool": len(pool), "metric_calls": result.total_metric_calls}
+    return {
+        "arm": "gepa",
+        "episodes": spent["episodes"],
+        "champion": pool[result.best_idx],
+        "start": pool[0],
+        "proposals": props.rows,
+        "chain": chain[::-1],
+        "pool": len(pool),
+        "metric_calls": result.total_metric_calls,
+    }
 
 
 # -- truth, test gain, one repetition -------------------------------------------------------------------------------------
+
 
 def paired(memo: Memo, home: Path, bench: Path, a: str, b_: str, items: list[str], seeds: list[int], max_turns: int):
     """Per-item mean difference b_ - a (package digests under home/packages) on items x seeds."""
@@ -488,16 +596,25 @@ def repetition(job: dict) -> dict:
     bench = home / "bench"
     BenchmarkParams(world=world, seed=rep, out=str(bench), per_family=job["per_family"]).materialize()
     truth, tmemo = truth_draw(world, job["truth_per_family"])
-    over = {"benchmark.world": world, "benchmark.per_family": job["per_family"], "campaign.rounds": job["rounds"],
-            "campaign.seeds": job["seeds"], "gate.n_boot": job["n_boot"], "campaign.traces_per_round": 0}
+    over = {
+        "benchmark.world": world,
+        "benchmark.per_family": job["per_family"],
+        "campaign.rounds": job["rounds"],
+        "campaign.seeds": job["seeds"],
+        "gate.n_boot": job["n_boot"],
+        "campaign.traces_per_round": 0,
+    }
     memo = Memo()
     arms = {}
     for arm in ("ratchet", "kse", "anypos", *BARE):
         if arm in job["arms"]:
             arms[arm] = loop_arm(arm, rep, bench, home, memo, over)
     if "gepa" in job["arms"]:
-        budget = arms["ratchet"]["episodes"] if "ratchet" in arms else loop_arm("ratchet", rep, bench, home, memo,
-                                                                              over)["episodes"]
+        budget = (
+            arms["ratchet"]["episodes"]
+            if "ratchet" in arms
+            else loop_arm("ratchet", rep, bench, home, memo, over)["episodes"]
+        )
         arms["gepa"] = gepa_arm(rep, bench, home, memo, over, budget=budget)
     b, tb = benchmark_at(bench), benchmark_at(truth)
     seeds, turns = list(range(job["seeds"])), 40
@@ -515,15 +632,24 @@ def repetition(job: dict) -> dict:
         truth_of = {pr["cand"]: pr["truth"] for pr in a["proposals"]}
         test = t_ci(paired(memo, home, bench, a["start"], a["champion"], sorted(b.ids("test")), seeds, turns))
         whole = float(paired(tmemo, home, truth, a["start"], a["champion"], truth_items, truth_seeds, turns).mean())
-        rows.append({"world": world, "rep": rep, "arm": arm, "episodes": a["episodes"],
-                     "proposals": len(a["proposals"]),
-                     "injected_proposed": sum(pr["kind"] != "real" for pr in a["proposals"]),
-                     "promotions": sum(pr["verdict"] == "accept" for pr in a["proposals"]),
-                     "false_promotions": len(false),
-                     "false_injected": sum(pr["kind"] != "real" for pr in false),
-                     "false_in_champion": sum(truth_of.get(c) != "helps" for c in a["chain"]),
-                     "test_gain": test[0], "test_regression": test[0] < 0, "truth_gain": whole,
-                     "proposals_detail": a["proposals"]})
+        rows.append(
+            {
+                "world": world,
+                "rep": rep,
+                "arm": arm,
+                "episodes": a["episodes"],
+                "proposals": len(a["proposals"]),
+                "injected_proposed": sum(pr["kind"] != "real" for pr in a["proposals"]),
+                "promotions": sum(pr["verdict"] == "accept" for pr in a["proposals"]),
+                "false_promotions": len(false),
+                "false_injected": sum(pr["kind"] != "real" for pr in false),
+                "false_in_champion": sum(truth_of.get(c) != "helps" for c in a["chain"]),
+                "test_gain": test[0],
+                "test_regression": test[0] < 0,
+                "truth_gain": whole,
+                "proposals_detail": a["proposals"],
+            }
+        )
     shutil.rmtree(home, ignore_errors=True)
     for r in rows:
         r["seconds"] = time.perf_counter() - t0
@@ -532,13 +658,16 @@ def repetition(job: dict) -> dict:
 
 # -- the table -------------------------------------------------------------------------------------------------------------
 
+
 def table(rows: list[dict], size: str) -> list[str]:
     import numpy as np
 
-    out = [f"receipts: silent; {size}",
-           "| world | arm | test gain [95% CI] | truth-draw gain | episodes | promotions | false promotions "
-           "| campaigns with a false promotion | false in champion | test regressions | injected cards: proposed / falsely promoted |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"receipts: silent; {size}",
+        "| world | arm | test gain [95% CI] | truth-draw gain | episodes | promotions | false promotions "
+        "| campaigns with a false promotion | false in champion | test regressions | injected cards: proposed / falsely promoted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for world in sorted({r["world"] for r in rows}):
         for arm in ARMS + BARE:
             rs = [r for r in rows if r["world"] == world and r["arm"] == arm]
@@ -546,15 +675,17 @@ def table(rows: list[dict], size: str) -> list[str]:
                 continue
             m, lo, hi = t_ci([r["test_gain"] for r in rs])
             n = len(rs)
-            out.append(f"| {world} | {arm} | {m:+.4f} [{lo:+.4f}, {hi:+.4f}] "
-                       f"| {np.mean([r['truth_gain'] for r in rs]):+.4f} "
-                       f"| {np.mean([r['episodes'] for r in rs]):.0f} "
-                       f"| {np.mean([r['promotions'] for r in rs]):.2f} "
-                       f"| {np.mean([r['false_promotions'] for r in rs]):.2f} "
-                       f"| {sum(r['false_promotions'] > 0 for r in rs)}/{n} "
-                       f"| {np.mean([r['false_in_champion'] for r in rs]):.2f} "
-                       f"| {sum(r['test_regression'] for r in rs)}/{n} "
-                       f"| {sum(r.get('injected_proposed', 0) for r in rs)} / {sum(r.get('false_injected', 0) for r in rs)} |")
+            out.append(
+                f"| {world} | {arm} | {m:+.4f} [{lo:+.4f}, {hi:+.4f}] "
+                f"| {np.mean([r['truth_gain'] for r in rs]):+.4f} "
+                f"| {np.mean([r['episodes'] for r in rs]):.0f} "
+                f"| {np.mean([r['promotions'] for r in rs]):.2f} "
+                f"| {np.mean([r['false_promotions'] for r in rs]):.2f} "
+                f"| {sum(r['false_promotions'] > 0 for r in rs)}/{n} "
+                f"| {np.mean([r['false_in_champion'] for r in rs]):.2f} "
+                f"| {sum(r['test_regression'] for r in rs)}/{n} "
+                f"| {sum(r.get('injected_proposed', 0) for r in rs)} / {sum(r.get('false_injected', 0) for r in rs)} |"
+            )
     return out
 
 
@@ -583,12 +714,25 @@ def main(argv: list[str] | None = None) -> None:
     arms = a.arms.split(",")
     if set(arms) - set(ARMS + BARE):
         ap.error(f"--arms: {', '.join(sorted(set(arms) - set(ARMS + BARE)))}: not an arm")
-    jobs = [{"world": w, "rep": r, "per_family": a.per_family, "truth_per_family": a.truth_per_family,
-             "rounds": a.rounds, "seeds": a.seeds, "n_boot": a.n_boot, "arms": arms}
-            for r in range(a.reps) for w in a.worlds.split(",")]
-    size = (f"{a.reps} repetition(s) per arm and world (benchmark seeds 0..{a.reps - 1}), {a.per_family} tasks per "
-            f"family, {a.seeds} seeds, {a.rounds} rounds declared; truth draw {a.truth_per_family} tasks per family x 2 "
-            f"seeds")
+    jobs = [
+        {
+            "world": w,
+            "rep": r,
+            "per_family": a.per_family,
+            "truth_per_family": a.truth_per_family,
+            "rounds": a.rounds,
+            "seeds": a.seeds,
+            "n_boot": a.n_boot,
+            "arms": arms,
+        }
+        for r in range(a.reps)
+        for w in a.worlds.split(",")
+    ]
+    size = (
+        f"{a.reps} repetition(s) per arm and world (benchmark seeds 0..{a.reps - 1}), {a.per_family} tasks per "
+        f"family, {a.seeds} seeds, {a.rounds} rounds declared; truth draw {a.truth_per_family} tasks per family x 2 "
+        f"seeds"
+    )
     rows: list[dict] = []
     t0 = time.perf_counter()
     sink = open(a.out, "a") if a.out else None
@@ -596,9 +740,14 @@ def main(argv: list[str] | None = None) -> None:
     def got(res: dict) -> None:
         rows.extend(res["rows"])
         r0 = res["rows"][0]
-        print(f"  {r0['world']} rep {r0['rep']}: {r0['seconds']:.0f} s, {res['episodes_run']} episodes run; " + ", ".join(
-            f"{r['arm']} {r['test_gain']:+.3f} ({r['promotions']} promoted, {r['false_promotions']} false)"
-            for r in res["rows"]), flush=True)
+        print(
+            f"  {r0['world']} rep {r0['rep']}: {r0['seconds']:.0f} s, {res['episodes_run']} episodes run; "
+            + ", ".join(
+                f"{r['arm']} {r['test_gain']:+.3f} ({r['promotions']} promoted, {r['false_promotions']} false)"
+                for r in res["rows"]
+            ),
+            flush=True,
+        )
         if sink:
             for r in res["rows"]:
                 sink.write(json.dumps(r, default=str) + "\n")
@@ -617,8 +766,10 @@ def main(argv: list[str] | None = None) -> None:
     peers = [x for x in arms if x != "ratchet"]
     if "ratchet" not in arms or not peers:
         return
-    best = {w: max(float(sum(r["test_gain"] for r in rows if r["world"] == w and r["arm"] == arm)) for arm in peers)
-            for w in {r["world"] for r in rows}}
+    best = {
+        w: max(float(sum(r["test_gain"] for r in rows if r["world"] == w and r["arm"] == arm)) for arm in peers)
+        for w in {r["world"] for r in rows}
+    }
     mine = {w: float(sum(r["test_gain"] for r in rows if r["world"] == w and r["arm"] == "ratchet")) for w in best}
     ratio = min((mine[w] / best[w]) if best[w] > 0 else (1.0 if mine[w] >= best[w] else 0.0) for w in best)
     what = " at the quick size (one repetition, which shows the script runs, not the comparison)" if a.quick else ""

@@ -74,10 +74,15 @@ def test_injected_plans_pass_ratchets_validation(peers, bench_dir, tmp_path):
 
     b = load_benchmark(bench_dir)
     start = world("retail").packages["seed"]
-    real = Plan(owner="W", cluster="pk1", summary="W: bind receipts on order_id as well as the tool",
-                evidence=[Citation(episode_id="x#0", step=1, hash="0" * 64)],
-                operations=[SetWM(op="set_wm", field="bind_on", value=["order_id"])], mechanism="ground:",
-                source_items=b.ids("train")[:2])
+    real = Plan(
+        owner="W",
+        cluster="pk1",
+        summary="W: bind receipts on order_id as well as the tool",
+        evidence=[Citation(episode_id="x#0", step=1, hash="0" * 64)],
+        operations=[SetWM(op="set_wm", field="bind_on", value=["order_id"])],
+        mechanism="ground:",
+        source_items=b.ids("train")[:2],
+    )
     facts = {f.id: f for f in world("retail").competence.facts}
     for kind in ("neutral", "harmful"):
         plan = peers.fake_plan(kind, real, str(start), b, rep=0)
@@ -95,10 +100,16 @@ def test_injected_plans_pass_ratchets_validation(peers, bench_dir, tmp_path):
 
 
 def _tables(d_by_item: dict[str, list[float]]):
-    base = pd.DataFrame([{"item_id": i, "seed": s, "score": 0.5, "error": None}
-                         for i, ds in d_by_item.items() for s in range(len(ds))])
-    cand = pd.DataFrame([{"item_id": i, "seed": s, "score": 0.5 + x, "error": None}
-                         for i, ds in d_by_item.items() for s, x in enumerate(ds)])
+    base = pd.DataFrame(
+        [{"item_id": i, "seed": s, "score": 0.5, "error": None} for i, ds in d_by_item.items() for s in range(len(ds))]
+    )
+    cand = pd.DataFrame(
+        [
+            {"item_id": i, "seed": s, "score": 0.5 + x, "error": None}
+            for i, ds in d_by_item.items()
+            for s, x in enumerate(ds)
+        ]
+    )
     return base, cand
 
 
@@ -138,8 +149,9 @@ def test_the_memo_runs_an_episode_once_and_gives_the_same_tables(peers, bench_di
     again = memo.run(pkg, bench_dir, items[:2], [1], 40)
     assert memo.ran == 6
     s = first.scores
-    pd.testing.assert_frame_equal(again.scores.reset_index(drop=True),
-                                  s[s["item_id"].isin(items[:2]) & (s["seed"] == 1)].reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        again.scores.reset_index(drop=True), s[s["item_id"].isin(items[:2]) & (s["seed"] == 1)].reset_index(drop=True)
+    )
 
 
 def test_an_unknown_arm_is_refused_before_any_work(peers, capsys):
@@ -150,12 +162,26 @@ def test_an_unknown_arm_is_refused_before_any_work(peers, capsys):
 
 
 def test_the_table_counts_campaigns_with_a_false_promotion(peers):
-    rows = [{"world": "retail", "arm": "ratchet", "rep": r, "episodes": 100, "promotions": 1,
-             "false_promotions": int(r == 0), "false_in_champion": 0, "test_gain": g, "test_regression": g < 0,
-             "truth_gain": 0.01} for r, g in enumerate([0.02, -0.01, 0.03])]
+    rows = [
+        {
+            "world": "retail",
+            "arm": "ratchet",
+            "rep": r,
+            "episodes": 100,
+            "promotions": 1,
+            "false_promotions": int(r == 0),
+            "false_in_champion": 0,
+            "test_gain": g,
+            "test_regression": g < 0,
+            "truth_gain": 0.01,
+        }
+        for r, g in enumerate([0.02, -0.01, 0.03])
+    ]
     line = [x for x in peers.table(rows, "size") if x.startswith("| retail | ratchet |")][0]
     cells = [c.strip() for c in line.split("|")[1:-1]]
-    m, lo, hi = np.mean([0.02, -0.01, 0.03]), *stats.t.interval(0.95, 2, loc=np.mean([0.02, -0.01, 0.03]),
-                                                                scale=stats.sem([0.02, -0.01, 0.03]))
+    m, lo, hi = (
+        np.mean([0.02, -0.01, 0.03]),
+        *stats.t.interval(0.95, 2, loc=np.mean([0.02, -0.01, 0.03]), scale=stats.sem([0.02, -0.01, 0.03])),
+    )
     assert cells[2] == f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]"
     assert cells[6] == "0.33" and cells[7] == "1/3" and cells[9] == "1/3"
