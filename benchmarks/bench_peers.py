@@ -13,7 +13,14 @@ Arms, each from the same start package (`campaign.start`), benchmark draw, simul
            (item, seed) episodes as trainset, dev episodes as valset, the `rules` meta-agent (the same injected
            proposer) as `propose_new_texts`; GEPA's own minibatch acceptance (strict improvement of the summed
            minibatch scores), Pareto candidate selection, and `max_metric_calls` = the episodes the ratchet arm spent
-           in the same repetition; its best valset candidate is the champion.
+           in the same repetition; its best valset candidate is the champion. Its reflection minibatch is the whole
+           train split (every train episode), merge off.
+  gepa-defaults  the same `gepa.optimize` call at GEPA's own defaults for the rest: its default reflection minibatch
+           (`reflection_minibatch_size=None`, which gepa 0.1.4 turns into 3 episodes) and `use_merge=True` (at most
+           `max_merge_invocations` = 5 merges, its default). GEPA's merge combines the components of two descendants of
+           a common ancestor; the candidate here is one component (the package), so a merge needs one descendant's
+           package equal to the ancestor's, which strict minibatch acceptance never admits: merge is on and counted
+           (a merged candidate in the pool is a promotion), but expected not to fire.
   kse-bare, anypos-bare (`--arms`; not in the default run) the two rules alone, as their systems run them: the same
            loop with Ratchet's repair screen passing every candidate at once.
 
@@ -58,11 +65,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ARMS = ("ratchet", "kse", "anypos", "gepa")
+ARMS = ("ratchet", "kse", "anypos", "gepa", "gepa-defaults")
 # the peers' rules alone, as their systems run them: the same loop without Ratchet's repair screen (`--arms`)
 BARE = ("kse-bare", "anypos-bare")
 K_SE = 2.0
 SHARE = 1 / 3  # proposals replaced: half of them neutral, half harmful
+INJECTED = ("neutral", "harmful")
 TRUTH_SEED = 100_000  # the truth draw's benchmark seed (the repetitions' draws are seeds 0, 1, ...)
 
 
@@ -341,7 +349,9 @@ def text_package(text: str, home: Path) -> Path:
     return keep
 
 
-def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: int) -> dict:
+def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: int, defaults: bool = False) -> dict:
+    """GEPA's engine; `defaults`: its own reflection minibatch and merge on (the `gepa-defaults` arm), else the whole
+    train split as the minibatch and no merge (the `gepa` arm)."""
     import gepa
     from gepa.core.adapter import EvaluationBatch
 
@@ -415,17 +425,23 @@ def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: 
     trainset = [(i, s) for i in b.ids("train") for s in seeds]
     valset = [(i, s) for i in b.ids("dev") for s in seeds]
     result = gepa.optimize(seed_candidate={"package": package_text(start)}, trainset=trainset, valset=valset,
-                           adapter=Adapter(), max_metric_calls=budget, reflection_minibatch_size=len(trainset),
+                           adapter=Adapter(), max_metric_calls=budget,
+                           reflection_minibatch_size=None if defaults else len(trainset), use_merge=defaults,
                            candidate_selection_strategy="pareto", frontier_type="instance", seed=rep,
                            logger=Quiet(), display_progress_bar=False, raise_on_exception=True)
     pool = [digest(text_package(c["package"], home)) for c in result.candidates]
+    proposed = {row["cand"] for row in props.rows}
+    for i in range(1, len(pool)):  # a merged candidate never went through the proposer: a proposal of its own
+        if pool[i] not in proposed:
+            props.rows.append({"parent": pool[(result.parents[i] or [0])[0] or 0], "cand": pool[i], "kind": "merge",
+                               "plan": f"merge:{result.parents[i]}", "summary": "GEPA merge"})
     for row in props.rows:
         row["verdict"] = "accept" if row["cand"] in pool[1:] else "reject"
     chain, i = [], result.best_idx
     while i is not None and i != 0:
         chain.append(pool[i])
         i = (result.parents[i] or [None])[0]
-    return {"arm": "gepa", "episodes": spent["episodes"], "champion": pool[result.best_idx], "start": pool[0],
+    return {"arm": "gepa-defaults" if defaults else "gepa", "episodes": spent["episodes"], "champion": pool[result.best_idx], "start": pool[0],
             "proposals": props.rows, "chain": chain[::-1], "pool": len(pool), "metric_calls": result.total_metric_calls}
 
 
@@ -495,10 +511,13 @@ def repetition(job: dict) -> dict:
     for arm in ("ratchet", "kse", "anypos", *BARE):
         if arm in job["arms"]:
             arms[arm] = loop_arm(arm, rep, bench, home, memo, over)
-    if "gepa" in job["arms"]:
-        budget = arms["ratchet"]["episodes"] if "ratchet" in arms else loop_arm("ratchet", rep, bench, home, memo,
-                                                                              over)["episodes"]
-        arms["gepa"] = gepa_arm(rep, bench, home, memo, over, budget=budget)
+    budget: dict[str, int] = {}
+    for arm in ("gepa", "gepa-defaults"):
+        if arm in job["arms"]:
+            if "ratchet" not in budget:  # the ratchet arm's episodes in this repetition
+                budget["ratchet"] = (arms["ratchet"] if "ratchet" in arms
+                                     else loop_arm("ratchet", rep, bench, home, memo, over))["episodes"]
+            arms[arm] = gepa_arm(rep, bench, home, memo, over, budget=budget["ratchet"], defaults=arm == "gepa-defaults")
     b, tb = benchmark_at(bench), benchmark_at(truth)
     seeds, turns = list(range(job["seeds"])), 40
     truth_items, truth_seeds = sorted(tb.ids("train") + tb.ids("dev") + tb.ids("test")), [0, 1]
@@ -517,10 +536,11 @@ def repetition(job: dict) -> dict:
         whole = float(paired(tmemo, home, truth, a["start"], a["champion"], truth_items, truth_seeds, turns).mean())
         rows.append({"world": world, "rep": rep, "arm": arm, "episodes": a["episodes"],
                      "proposals": len(a["proposals"]),
-                     "injected_proposed": sum(pr["kind"] != "real" for pr in a["proposals"]),
+                     "injected_proposed": sum(pr["kind"] in INJECTED for pr in a["proposals"]),
                      "promotions": sum(pr["verdict"] == "accept" for pr in a["proposals"]),
                      "false_promotions": len(false),
-                     "false_injected": sum(pr["kind"] != "real" for pr in false),
+                     "false_injected": sum(pr["kind"] in INJECTED for pr in false),
+                     "merges": sum(pr["kind"] == "merge" for pr in a["proposals"]),
                      "false_in_champion": sum(truth_of.get(c) != "helps" for c in a["chain"]),
                      "test_gain": test[0], "test_regression": test[0] < 0, "truth_gain": whole,
                      "proposals_detail": a["proposals"]})
