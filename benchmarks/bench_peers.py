@@ -575,6 +575,19 @@ def table(rows: list[dict], size: str) -> list[str]:
                        f"| {np.mean([r['false_in_champion'] for r in rs]):.2f} "
                        f"| {sum(r['test_regression'] for r in rs)}/{n} "
                        f"| {sum(r.get('injected_proposed', 0) for r in rs)} / {sum(r.get('false_injected', 0) for r in rs)} |")
+    out += ["", "Ratchet's test gain minus each peer's, paired by repetition (95% t interval over the repetitions both ran):",
+            "| world | peer | ratchet - peer [95% CI] | repetitions | ratchet ahead / level / behind |", "|---|---|---|---|---|"]
+    for world in sorted({r["world"] for r in rows}):
+        mine = {r["rep"]: r["test_gain"] for r in rows if r["world"] == world and r["arm"] == "ratchet"}
+        for arm in ARMS[1:] + BARE:
+            theirs = {r["rep"]: r["test_gain"] for r in rows if r["world"] == world and r["arm"] == arm}
+            both = sorted(set(mine) & set(theirs))
+            if not both:
+                continue
+            d = [mine[k] - theirs[k] for k in both]
+            m, lo, hi = t_ci(d)
+            out.append(f"| {world} | {arm} | {m:+.4f} [{lo:+.4f}, {hi:+.4f}] | {len(both)} "
+                       f"| {sum(x > 1e-12 for x in d)} / {sum(abs(x) <= 1e-12 for x in d)} / {sum(x < -1e-12 for x in d)} |")
     return out
 
 
