@@ -39,7 +39,8 @@ arms both ask for runs once (each arm is still charged it). The test gain is the
 start package on the repetition's own test split (never seen by any arm), every campaign seed. Receipts: silent (the
 default benchmark mode), stated in the table.
 
-    python benchmarks/bench_peers.py [--quick] [--reps N] [--worlds retail,airline] [--jobs 2] [--out FILE]
+    python benchmarks/bench_peers.py [--quick] [--reps N] [--first-rep K] [--worlds retail,airline] [--jobs 2]
+                                      [--out FILE]
     python benchmarks/bench_peers.py --table FILE      # the table of the rows --out wrote (a run still going)
 
 `--quick` (the test's size): retail, one repetition, 6 tasks per family, 2 rounds; its last line is a ratio
@@ -595,6 +596,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="retail, one repetition, 6 tasks per family, 2 rounds")
     ap.add_argument("--reps", type=int, default=20, help="seeded repetitions per arm and world (benchmark seeds)")
+    ap.add_argument("--first-rep", type=int, default=0, help="the first repetition's benchmark seed (to extend a run)")
     ap.add_argument("--worlds", default="retail,airline")
     ap.add_argument("--per-family", type=int, default=8, help="tasks per family of each repetition's benchmark")
     ap.add_argument("--truth-per-family", type=int, default=12, help="tasks per family of the truth draw")
@@ -618,8 +620,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--arms: {', '.join(sorted(set(arms) - set(ARMS + BARE)))}: not an arm")
     jobs = [{"world": w, "rep": r, "per_family": a.per_family, "truth_per_family": a.truth_per_family,
              "rounds": a.rounds, "seeds": a.seeds, "n_boot": a.n_boot, "arms": arms}
-            for r in range(a.reps) for w in a.worlds.split(",")]
-    size = (f"{a.reps} repetition(s) per arm and world (benchmark seeds 0..{a.reps - 1}), {a.per_family} tasks per "
+            for r in range(a.first_rep, a.first_rep + a.reps) for w in a.worlds.split(",")]
+    size = (f"{a.reps} repetition(s) per arm and world (benchmark seeds {a.first_rep}..{a.first_rep + a.reps - 1}), "
+            f"{a.per_family} tasks per "
             f"family, {a.seeds} seeds, {a.rounds} rounds declared; truth draw {a.truth_per_family} tasks per family x 2 "
             f"seeds")
     rows: list[dict] = []
