@@ -13,7 +13,14 @@ Arms, each from the same start package (`campaign.start`), benchmark draw, simul
            (item, seed) episodes as trainset, dev episodes as valset, the `rules` meta-agent (the same injected
            proposer) as `propose_new_texts`; GEPA's own minibatch acceptance (strict improvement of the summed
            minibatch scores), Pareto candidate selection, and `max_metric_calls` = the episodes the ratchet arm spent
-           in the same repetition; its best valset candidate is the champion.
+           in the same repetition; its best valset candidate is the champion. Its reflection minibatch is the whole
+           train split (every train episode), merge off.
+  gepa-defaults  the same `gepa.optimize` call at GEPA's own defaults for the rest: its default reflection minibatch
+           (`reflection_minibatch_size=None`, which gepa 0.1.4 turns into 3 episodes) and `use_merge=True` (at most
+           `max_merge_invocations` = 5 merges, its default). GEPA's merge combines the components of two descendants of
+           a common ancestor; the candidate here is one component (the package), so a merge needs one descendant's
+           package equal to the ancestor's, which strict minibatch acceptance never admits: merge is on and counted
+           (a merged candidate in the pool is a promotion), but expected not to fire.
   kse-bare, anypos-bare (`--arms`; not in the default run) the two rules alone, as their systems run them: the same
            loop with Ratchet's repair screen passing every candidate at once.
 
@@ -32,7 +39,8 @@ arms both ask for runs once (each arm is still charged it). The test gain is the
 start package on the repetition's own test split (never seen by any arm), every campaign seed. Receipts: silent (the
 default benchmark mode), stated in the table.
 
-    python benchmarks/bench_peers.py [--quick] [--reps N] [--worlds retail,airline] [--jobs 2] [--out FILE]
+    python benchmarks/bench_peers.py [--quick] [--reps N] [--first-rep K] [--worlds retail,airline] [--jobs 2]
+                                      [--out FILE]
     python benchmarks/bench_peers.py --table FILE      # the table of the rows --out wrote (a run still going)
 
 `--quick` (the test's size): retail, one repetition, 6 tasks per family, 2 rounds; its last line is a ratio
@@ -58,11 +66,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ARMS = ("ratchet", "kse", "anypos", "gepa")
+ARMS = ("ratchet", "kse", "anypos", "gepa", "gepa-defaults")
 # the peers' rules alone, as their systems run them: the same loop without Ratchet's repair screen (`--arms`)
 BARE = ("kse-bare", "anypos-bare")
 K_SE = 2.0
 SHARE = 1 / 3  # proposals replaced: half of them neutral, half harmful
+INJECTED = ("neutral", "harmful")
 TRUTH_SEED = 100_000  # the truth draw's benchmark seed (the repetitions' draws are seeds 0, 1, ...)
 
 
@@ -418,7 +427,9 @@ def text_package(text: str, home: Path) -> Path:
     return keep
 
 
-def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: int) -> dict:
+def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: int, defaults: bool = False) -> dict:
+    """GEPA's engine; `defaults`: its own reflection minibatch and merge on (the `gepa-defaults` arm), else the whole
+    train split as the minibatch and no merge (the `gepa` arm)."""
     import gepa
     from gepa.core.adapter import EvaluationBatch
 
@@ -509,7 +520,8 @@ def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: 
         valset=valset,
         adapter=Adapter(),
         max_metric_calls=budget,
-        reflection_minibatch_size=len(trainset),
+        reflection_minibatch_size=None if defaults else len(trainset),
+        use_merge=defaults,
         candidate_selection_strategy="pareto",
         frontier_type="instance",
         seed=rep,
@@ -518,6 +530,18 @@ def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: 
         raise_on_exception=True,
     )
     pool = [digest(text_package(c["package"], home)) for c in result.candidates]
+    proposed = {row["cand"] for row in props.rows}
+    for i in range(1, len(pool)):  # a merged candidate never went through the proposer: a proposal of its own
+        if pool[i] not in proposed:
+            props.rows.append(
+                {
+                    "parent": pool[(result.parents[i] or [0])[0] or 0],
+                    "cand": pool[i],
+                    "kind": "merge",
+                    "plan": f"merge:{result.parents[i]}",
+                    "summary": "GEPA merge",
+                }
+            )
     for row in props.rows:
         row["verdict"] = "accept" if row["cand"] in pool[1:] else "reject"
     chain, i = [], result.best_idx
@@ -525,7 +549,7 @@ def gepa_arm(rep: int, bench: Path, home: Path, memo: Memo, over: dict, budget: 
         chain.append(pool[i])
         i = (result.parents[i] or [None])[0]
     return {
-        "arm": "gepa",
+        "arm": "gepa-defaults" if defaults else "gepa",
         "episodes": spent["episodes"],
         "champion": pool[result.best_idx],
         "start": pool[0],
@@ -609,13 +633,16 @@ def repetition(job: dict) -> dict:
     for arm in ("ratchet", "kse", "anypos", *BARE):
         if arm in job["arms"]:
             arms[arm] = loop_arm(arm, rep, bench, home, memo, over)
-    if "gepa" in job["arms"]:
-        budget = (
-            arms["ratchet"]["episodes"]
-            if "ratchet" in arms
-            else loop_arm("ratchet", rep, bench, home, memo, over)["episodes"]
-        )
-        arms["gepa"] = gepa_arm(rep, bench, home, memo, over, budget=budget)
+    budget: dict[str, int] = {}
+    for arm in ("gepa", "gepa-defaults"):
+        if arm in job["arms"]:
+            if "ratchet" not in budget:  # the ratchet arm's episodes in this repetition
+                budget["ratchet"] = (
+                    arms["ratchet"] if "ratchet" in arms else loop_arm("ratchet", rep, bench, home, memo, over)
+                )["episodes"]
+            arms[arm] = gepa_arm(
+                rep, bench, home, memo, over, budget=budget["ratchet"], defaults=arm == "gepa-defaults"
+            )
     b, tb = benchmark_at(bench), benchmark_at(truth)
     seeds, turns = list(range(job["seeds"])), 40
     truth_items, truth_seeds = sorted(tb.ids("train") + tb.ids("dev") + tb.ids("test")), [0, 1]
@@ -639,10 +666,11 @@ def repetition(job: dict) -> dict:
                 "arm": arm,
                 "episodes": a["episodes"],
                 "proposals": len(a["proposals"]),
-                "injected_proposed": sum(pr["kind"] != "real" for pr in a["proposals"]),
+                "injected_proposed": sum(pr["kind"] in INJECTED for pr in a["proposals"]),
                 "promotions": sum(pr["verdict"] == "accept" for pr in a["proposals"]),
                 "false_promotions": len(false),
-                "false_injected": sum(pr["kind"] != "real" for pr in false),
+                "false_injected": sum(pr["kind"] in INJECTED for pr in false),
+                "merges": sum(pr["kind"] == "merge" for pr in a["proposals"]),
                 "false_in_champion": sum(truth_of.get(c) != "helps" for c in a["chain"]),
                 "test_gain": test[0],
                 "test_regression": test[0] < 0,
@@ -686,6 +714,25 @@ def table(rows: list[dict], size: str) -> list[str]:
                 f"| {sum(r['test_regression'] for r in rs)}/{n} "
                 f"| {sum(r.get('injected_proposed', 0) for r in rs)} / {sum(r.get('false_injected', 0) for r in rs)} |"
             )
+    out += [
+        "",
+        "Ratchet's test gain minus each peer's, paired by repetition (95% t interval over the repetitions both ran):",
+        "| world | peer | ratchet - peer [95% CI] | repetitions | ratchet ahead / level / behind |",
+        "|---|---|---|---|---|",
+    ]
+    for world in sorted({r["world"] for r in rows}):
+        mine = {r["rep"]: r["test_gain"] for r in rows if r["world"] == world and r["arm"] == "ratchet"}
+        for arm in ARMS[1:] + BARE:
+            theirs = {r["rep"]: r["test_gain"] for r in rows if r["world"] == world and r["arm"] == arm}
+            both = sorted(set(mine) & set(theirs))
+            if not both:
+                continue
+            d = [mine[k] - theirs[k] for k in both]
+            m, lo, hi = t_ci(d)
+            out.append(
+                f"| {world} | {arm} | {m:+.4f} [{lo:+.4f}, {hi:+.4f}] | {len(both)} "
+                f"| {sum(x > 1e-12 for x in d)} / {sum(abs(x) <= 1e-12 for x in d)} / {sum(x < -1e-12 for x in d)} |"
+            )
     return out
 
 
@@ -693,6 +740,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="retail, one repetition, 6 tasks per family, 2 rounds")
     ap.add_argument("--reps", type=int, default=20, help="seeded repetitions per arm and world (benchmark seeds)")
+    ap.add_argument("--first-rep", type=int, default=0, help="the first repetition's benchmark seed (to extend a run)")
     ap.add_argument("--worlds", default="retail,airline")
     ap.add_argument("--per-family", type=int, default=8, help="tasks per family of each repetition's benchmark")
     ap.add_argument("--truth-per-family", type=int, default=12, help="tasks per family of the truth draw")
@@ -725,11 +773,12 @@ def main(argv: list[str] | None = None) -> None:
             "n_boot": a.n_boot,
             "arms": arms,
         }
-        for r in range(a.reps)
+        for r in range(a.first_rep, a.first_rep + a.reps)
         for w in a.worlds.split(",")
     ]
     size = (
-        f"{a.reps} repetition(s) per arm and world (benchmark seeds 0..{a.reps - 1}), {a.per_family} tasks per "
+        f"{a.reps} repetition(s) per arm and world (benchmark seeds {a.first_rep}..{a.first_rep + a.reps - 1}), "
+        f"{a.per_family} tasks per "
         f"family, {a.seeds} seeds, {a.rounds} rounds declared; truth draw {a.truth_per_family} tasks per family x 2 "
         f"seeds"
     )

@@ -15,7 +15,7 @@ from scipy import stats
 
 from tests.test_benchmarks import HEADLINE, load
 
-ARMS = ("ratchet", "kse", "anypos", "gepa")
+ARMS = ("ratchet", "kse", "anypos", "gepa", "gepa-defaults")
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +30,12 @@ def test_bench_peers_quick_runs_every_arm_and_ends_on_its_ratio(peers, capsys):
     assert m, f"last line is not a headline ratio: {out[-1]!r}"
     assert float(m.group(1)) >= 0
     assert any(line.startswith("receipts: silent") for line in out)
-    rows = {line.split("|")[2].strip(): line for line in out if line.startswith("| retail |")}
+    main = out[: out.index("")]  # the arms' table; then the paired differences
+    rows = {line.split("|")[2].strip(): line for line in main if line.startswith("| retail |")}
     assert sorted(rows) == sorted(ARMS)
+    assert "gepa-defaults" in rows  # GEPA at its own defaults (minibatch 3, merge on) ran
+    diffs = [line.split("|")[2].strip() for line in out[out.index("") :] if line.startswith("| retail |")]
+    assert diffs == list(ARMS[1:])
     for arm, line in rows.items():
         cells = [c.strip() for c in line.split("|")[1:-1]]
         assert int(cells[4]) > 0, f"{arm} spent no episodes"
@@ -185,3 +189,32 @@ def test_the_table_counts_campaigns_with_a_false_promotion(peers):
     )
     assert cells[2] == f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]"
     assert cells[6] == "0.33" and cells[7] == "1/3" and cells[9] == "1/3"
+
+
+def test_the_table_pairs_ratchet_with_each_peer_by_repetition(peers):
+    mine, theirs = [0.02, -0.01, 0.03, 0.04], [0.01, 0.00, 0.03, 0.01]
+    rows = [
+        {
+            "world": "airline",
+            "arm": arm,
+            "rep": r,
+            "episodes": 100,
+            "promotions": 1,
+            "false_promotions": 0,
+            "false_in_champion": 0,
+            "test_gain": g,
+            "test_regression": g < 0,
+            "truth_gain": 0.01,
+        }
+        for arm, gains in (("ratchet", mine), ("gepa-defaults", theirs))
+        for r, g in enumerate(gains)
+    ]
+    rows.append({**rows[-1], "arm": "kse", "rep": 9})  # a repetition ratchet did not run is not paired
+    out = peers.table(rows, "size")
+    line = [x for x in out[out.index("") :] if x.startswith("| airline | gepa-defaults |")][0]
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    d = np.subtract(mine, theirs)
+    lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+    assert cells[2] == f"{d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}]"
+    assert cells[3] == "4" and cells[4] == "2 / 1 / 1"
+    assert not [x for x in out[out.index("") :] if x.startswith("| airline | kse |")]
