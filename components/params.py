@@ -307,10 +307,25 @@ TRACKING_SCHEMES = (
 )  # what MLflow 3 accepts as a tracking and model registry store
 
 
+# A param marked PLACE says where and how a campaign runs, what it is called or what it may spend, never what a round
+# computes: a completed round is kept for a replay under its other params (`Params.round_inputs`). A round's files
+# never name its campaign; the campaign memory it read (per campaign name and evidence.db) is compared on replay.
+PLACE: dict[str, Any] = {"place": True}
+
+
+def _without_place(m: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
+    for name, f in type(m).model_fields.items():
+        if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("place"):
+            dumped.pop(name, None)
+        elif isinstance(getattr(m, name), BaseModel):
+            _without_place(getattr(m, name), dumped[name])
+    return dumped
+
+
 class CampaignParams(_M):
-    name: str = "default"
+    name: str = Field("default", json_schema_extra=PLACE)
     start: str = "data/packages/seed"
-    out: str = "runs/campaign"
+    out: str = Field("runs/campaign", json_schema_extra=PLACE)
     rounds: int = Field(10, ge=0, le=100)
     seeds: int = Field(3, ge=1, le=20)
     shard_size: int | None = Field(None, ge=1)
@@ -320,18 +335,19 @@ class CampaignParams(_M):
     meta_agent_cfg: Cfg = Field(default_factory=dict)
     model: str = "sim"
     model_cfg: Cfg = Field(default_factory=dict)
-    task_runner: Literal["threads", "dask"] = "threads"
-    workers: int = Field(2, ge=1)
-    dask_address: str | None = None
+    task_runner: Literal["threads", "dask"] = Field("threads", json_schema_extra=PLACE)
+    workers: int = Field(2, ge=1, json_schema_extra=PLACE)
+    dask_address: str | None = Field(None, json_schema_extra=PLACE)
     repair_max_items: int = Field(MAX_SOURCE_ITEMS, ge=1)
     # ablation: in a round the meta-agent has no plan for (and no retry is due), drop one part of a card a
     # promotion wrote with several parts (a rule, a list item), gated as "cheaper" or "better" like any change
     ablate: bool = True
     probe_items: int = Field(4, ge=1)
     max_turns: int = Field(MAX_TURNS, ge=1)
-    tracking_uri: str | None = None  # MLflow; null: $MLFLOW_TRACKING_URI (sqlite under .ratchet/ by default)
+    # MLflow; null: $MLFLOW_TRACKING_URI (sqlite under .ratchet/ by default)
+    tracking_uri: str | None = Field(None, json_schema_extra=PLACE)
     # cited failed episodes logged to MLflow as traces per round: a record only, no result depends on it
-    traces_per_round: int = Field(MAX_TRACES_PER_ROUND, ge=0, le=1000)
+    traces_per_round: int = Field(MAX_TRACES_PER_ROUND, ge=0, le=1000, json_schema_extra=PLACE)
 
     # Checked here, not where they are used: a bad one otherwise failed inside the first round, in Prefect's traceback
     @field_validator("meta_agent")
@@ -378,7 +394,8 @@ class CampaignParams(_M):
 class EvidenceParams(_M):
     """Campaign memory (components/evidence/graph*.py): where the evidence graph lives and what planning reads."""
 
-    db: str | None = None  # a path or a SQLAlchemy URL; null: $RATCHET_HOME/evidence.db, next to the MLflow store
+    # a path or a SQLAlchemy URL; null: $RATCHET_HOME/evidence.db, next to the MLflow store
+    db: str | None = Field(None, json_schema_extra=PLACE)
     memory: bool = True  # read the graph before planning; false: a stateless campaign (it still records)
     projection_chars: int = Field(4000, ge=200, le=200_000)  # size limit of the projection the meta-agent reads
 
@@ -448,7 +465,7 @@ class Params(_M):
     benchmark: BenchmarkParams = Field(default_factory=BenchmarkParams)
     campaign: CampaignParams = Field(default_factory=CampaignParams)
     gate: GateParams = Field(default_factory=GateParams)
-    budget: BudgetParams = Field(default_factory=BudgetParams)
+    budget: BudgetParams = Field(default_factory=BudgetParams, json_schema_extra=PLACE)  # a budget stop keeps no round
     evidence: EvidenceParams = Field(default_factory=EvidenceParams)
 
     @model_validator(mode="before")
@@ -470,6 +487,12 @@ class Params(_M):
         directory: called once at a flow's door, so that a shard run by a worker in another directory (another
         machine with a shared filesystem) reads and writes the same files. Idempotent."""
         return self._paths(_absolute)
+
+    def round_inputs(self) -> dict[str, Any]:
+        """The params a round reads, as records show them (`recorded`: a moved or cloned project gives the same), the
+        ones marked PLACE left out."""
+        rec = self.recorded()
+        return _without_place(rec, rec.model_dump())
 
     def recorded(self) -> "Params":
         """The params as a record shows them (summary.json, the lineage, MLflow): a path inside this working

@@ -42,13 +42,7 @@ def evolution_round(round_no: int, params: dict, budget: BudgetSpec) -> RoundRec
 def round_key(round_no: int, p: Params, lineage: Lineage) -> str:
     """Every input of a round: the code (components/ and flows/), the champion's bytes, the benchmark's bytes, the
     params that shape a round, and what the round reads from the lineage (rejected plans, earlier dev looks)."""
-    round_params = p.recorded().model_dump()  # a moved or cloned project's paths: the same key
-    # where things run and what they are called, not what they compute (a round's files never name its campaign;
-    # the campaign memory, which is per campaign name, is compared on replay)
-    for k in ("out", "name", "tracking_uri", "traces_per_round", "task_runner", "workers", "dask_address"):
-        round_params["campaign"].pop(k)
-    round_params.pop("budget")  # a budget stop leaves no completed round to keep
-    round_params["evidence"].pop("db")  # the memory it reads is compared on replay instead
+    round_params = p.round_inputs()  # without where it runs and what it is called (`components.params.PLACE`)
     # what a round without a plan reads (the retry pool, the parts tried): each round's verdict, plan, net, retry
     idle = [
         (x.round, str(x.verdict), x.plan_key, x.gate.net if x.gate else None, bool(x.retry), bool(x.ablation))
