@@ -30,8 +30,10 @@ nothing the policy governs) or a harmful one (a rule of the world stated with a 
 follows like any card). A replaced plan that is turned down leaves the real plan to be proposed next time from the same
 parent. The truth of every proposal (helps / neutral / harms) is settled afterwards against its parent on a separate,
 larger benchmark draw (`--truth-per-family` tasks per family, two seeds) that no arm sees: helps when the paired 95% CI
-of the per-item difference is above zero, harms when below, neutral otherwise. A false promotion is an accepted
-proposal that does not help by that truth (for GEPA: a candidate admitted to its pool).
+of the per-item difference is above zero, harms when below, neutral otherwise. An accepted proposal is judged again
+on a second draw of its own (`--resolve-per-family`, default twice `--per-family`, `--resolve-seeds` seeds), so that
+a false promotion is judged at least as precisely as the gate's dev looks that made it. A false promotion is an
+accepted proposal that does not help by that truth (for GEPA: a candidate admitted to its pool).
 
 Every arm is run at the component level (no Prefect server or MLflow: the acceptance rules are what is compared), with
 every episode memoized by (package digest, benchmark, item, seed) across the arms of a repetition, so an episode two
@@ -587,20 +589,60 @@ def t_ci(d, z: float = 1.96) -> tuple[float, float, float]:
     return m, m - h, m + h
 
 
-_TRUTH: dict = {}  # (world, per_family) -> the truth draw and its episodes; "home": the process's home
+_TRUTH: dict = {}  # (world, seed, per_family) -> a truth draw and its episodes; "home": the process's home
 
 
-def truth_draw(world: str, per_family: int) -> tuple[Path, Memo]:
-    """The truth draw of a world (one benchmark seed for every repetition, never seen by an arm) and its episode memo,
+def truth_draw(world: str, per_family: int, seed: int = TRUTH_SEED) -> tuple[Path, Memo]:
+    """A truth draw of a world (one benchmark seed for every repetition, never seen by an arm) and its episode memo,
     kept for the process: a package two repetitions both proposed (same bytes, same digest) is scored once."""
     from components.params import BenchmarkParams
 
-    if (world, per_family) not in _TRUTH:
+    if (world, seed, per_family) not in _TRUTH:
         out = Path(tempfile.mkdtemp(prefix=f"peers-truth-{world}-")) / "truth"
         atexit.register(shutil.rmtree, out.parent, ignore_errors=True)
-        BenchmarkParams(world=world, seed=TRUTH_SEED, out=str(out), per_family=per_family).materialize()
-        _TRUTH[(world, per_family)] = (out, Memo())
-    return _TRUTH[(world, per_family)]
+        BenchmarkParams(world=world, seed=seed, out=str(out), per_family=per_family).materialize()
+        _TRUTH[(world, seed, per_family)] = (out, Memo())
+    return _TRUTH[(world, seed, per_family)]
+
+
+def verdict_of(d) -> tuple[str, float]:
+    """helps / harms / neutral by the paired 95% t interval of the per-item differences, and their mean."""
+    m, lo, hi = t_ci(d)
+    return ("helps" if lo > 0 else "harms" if hi < 0 else "neutral"), m
+
+
+def judge(arms: dict, job: dict, home: Path, turns: int) -> None:
+    """Every proposal's truth (`truth`, `truth_delta`) on the truth draw; with `resolve_per_family`, an accepted
+    proposal's on a second, larger draw of its own (`truth_first` keeps the first draw's verdict). The first draw is
+    smaller than a full-size campaign's dev looks, so a change the gate could rightly resolve (a small true effect) is
+    *neutral* there: a false promotion must be judged at least as precisely as the gate that made it."""
+    from components.runtime.evaluate import benchmark_at
+
+    truth, tmemo = truth_draw(job["world"], job["truth_per_family"])
+    tb = benchmark_at(truth)
+    items, seeds = sorted(tb.ids("train") + tb.ids("dev") + tb.ids("test")), [0, 1]
+    first: dict[tuple[str, str], tuple[str, float]] = {}
+    for a in arms.values():
+        for pr in a["proposals"]:
+            key = (pr["parent"], pr["cand"])
+            if key not in first:
+                first[key] = verdict_of(paired(tmemo, home, truth, *key, items, seeds, turns))
+            pr["truth"], pr["truth_delta"] = first[key]
+    if not job.get("resolve_per_family"):
+        return
+    big, bmemo = truth_draw(job["world"], job["resolve_per_family"], seed=TRUTH_SEED + 1)
+    bb = benchmark_at(big)
+    bitems, bseeds = sorted(bb.ids("train") + bb.ids("dev") + bb.ids("test")), list(range(job["resolve_seeds"]))
+    resolved: dict[tuple[str, str], tuple[str, float]] = {}
+    for a in arms.values():
+        for pr in a["proposals"]:
+            if pr["verdict"] != "accept":
+                continue
+            key = (pr["parent"], pr["cand"])
+            if key not in resolved:
+                resolved[key] = verdict_of(paired(bmemo, home, big, *key, bitems, bseeds, turns))
+            pr["truth_first"], pr["truth_first_delta"] = pr["truth"], pr["truth_delta"]
+            pr["truth"], pr["truth_delta"] = resolved[key]
 
 
 def repetition(job: dict) -> dict:
@@ -646,15 +688,9 @@ def repetition(job: dict) -> dict:
     b, tb = benchmark_at(bench), benchmark_at(truth)
     seeds, turns = list(range(job["seeds"])), 40
     truth_items, truth_seeds = sorted(tb.ids("train") + tb.ids("dev") + tb.ids("test")), [0, 1]
-    verdicts: dict[tuple[str, str], str] = {}
+    judge(arms, job, home, turns)
     rows = []
     for arm, a in arms.items():
-        for pr in a["proposals"]:
-            key = (pr["parent"], pr["cand"])
-            if key not in verdicts:
-                m, lo, hi = t_ci(paired(tmemo, home, truth, *key, truth_items, truth_seeds, turns))
-                verdicts[key] = ("helps" if lo > 0 else "harms" if hi < 0 else "neutral", m)
-            pr["truth"], pr["truth_delta"] = verdicts[key]
         false = [pr for pr in a["proposals"] if pr["verdict"] == "accept" and pr["truth"] != "helps"]
         truth_of = {pr["cand"]: pr["truth"] for pr in a["proposals"]}
         test = t_ci(paired(memo, home, bench, a["start"], a["champion"], sorted(b.ids("test")), seeds, turns))
@@ -744,6 +780,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--worlds", default="retail,airline")
     ap.add_argument("--per-family", type=int, default=8, help="tasks per family of each repetition's benchmark")
     ap.add_argument("--truth-per-family", type=int, default=12, help="tasks per family of the truth draw")
+    ap.add_argument(
+        "--resolve-per-family",
+        type=int,
+        default=None,
+        help="tasks per family of the second truth draw every accepted proposal is judged on (default: 2 x "
+        "--per-family, at least --truth-per-family; 0: none, the first draw judges)",
+    )
+    ap.add_argument("--resolve-seeds", type=int, default=3, help="seeds of the second truth draw")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--n-boot", type=int, default=1000)
@@ -759,6 +803,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if a.quick:
         a.reps, a.worlds, a.per_family, a.truth_per_family, a.rounds, a.n_boot = 1, "retail", 6, 6, 2, 1000
+        a.resolve_per_family, a.resolve_seeds = 6, 2
+    if a.resolve_per_family is None:
+        a.resolve_per_family = max(2 * a.per_family, a.truth_per_family)
     arms = a.arms.split(",")
     if set(arms) - set(ARMS + BARE):
         ap.error(f"--arms: {', '.join(sorted(set(arms) - set(ARMS + BARE)))}: not an arm")
@@ -768,6 +815,8 @@ def main(argv: list[str] | None = None) -> None:
             "rep": r,
             "per_family": a.per_family,
             "truth_per_family": a.truth_per_family,
+            "resolve_per_family": a.resolve_per_family,
+            "resolve_seeds": a.resolve_seeds,
             "rounds": a.rounds,
             "seeds": a.seeds,
             "n_boot": a.n_boot,
@@ -781,6 +830,11 @@ def main(argv: list[str] | None = None) -> None:
         f"{a.per_family} tasks per "
         f"family, {a.seeds} seeds, {a.rounds} rounds declared; truth draw {a.truth_per_family} tasks per family x 2 "
         f"seeds"
+        + (
+            f", accepted proposals judged on a second draw of {a.resolve_per_family} x {a.resolve_seeds}"
+            if a.resolve_per_family
+            else ""
+        )
     )
     rows: list[dict] = []
     t0 = time.perf_counter()

@@ -56,8 +56,9 @@ class GateConfig:
     min_items: int = MIN_ITEMS
     campaign_alpha: float = 0.05  # a campaign's budget for P(any false promotion) over all its dev looks
     # the regression cap grows with the items compared: a candidate that really changes behaviour perturbs a share of
-    # items, so an absolute count rejects more real improvements the larger dev is (0: the absolute reg_cap only)
-    reg_share: float = 0.0
+    # items, so an absolute count rejects more real improvements the larger dev is (0: the absolute reg_cap only).
+    # 0.1 keeps null and harmful candidates at 0% promoted (benchmarks/README.md, "A proportional regression cap")
+    reg_share: float = 0.1
     # cost as a second objective: a candidate whose score stays within `material` of the parent (the lower bound of
     # the paired difference above -material) and whose prompt tokens per episode drop (the upper bound of their
     # paired difference below 0) is promoted as "cheaper" (off: only "better" promotes). The two claims share the
