@@ -28,6 +28,7 @@ from components.evolution.gate import (
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = GateConfig(n_boot=2000)
+ABSOLUTE = GateConfig(n_boot=2000, reg_share=0.0)  # the regression cap as the absolute count reg_cap alone
 CLI_KEYS = {"accept", "net", "ci_lo", "ci_hi", "n_items", "n_improved", "n_regressed", "reason"}
 
 
@@ -99,13 +100,18 @@ def test_win_with_regressions_over_cap_rejects_and_says_so():
     base = items(30, [0.5, 0.5])
     delta = {i: (0.3 if k >= 3 else -0.1) for k, i in enumerate(base)}
     b, c = table(base), table(shifted(base, delta))
-    res, _ = gate(b, c, FAST)
+    res, _ = gate(b, c, ABSOLUTE)
     assert res.ci_lo > 0  # the win itself is clear ...
     assert res.n_regressed == 3 and res.n_improved == 27
-    assert res.accept is False  # ... but three regressions exceed the default cap of 2
+    assert res.accept is False  # ... but three regressions exceed the absolute cap of 2
     assert "3 regressed items > reg_cap 2" in res.reason
-    loose, _ = gate(b, c, GateConfig(n_boot=2000, reg_cap=3))
+    loose, _ = gate(b, c, GateConfig(n_boot=2000, reg_cap=3, reg_share=0.0))
     assert loose.accept is True and loose.n_regressed == 3
+    shared, _ = gate(b, c, FAST)  # the default cap: a tenth of the 30 items compared
+    assert shared.accept is True and shared.n_regressed == 3
+    four = {i: (0.3 if k >= 4 else -0.1) for k, i in enumerate(base)}
+    over, _ = gate(b, table(shifted(base, four)), FAST)
+    assert over.accept is False and "4 regressed items > reg_cap 3" in over.reason
 
 
 @pytest.mark.parametrize(
@@ -119,7 +125,7 @@ def test_win_with_regressions_over_cap_rejects_and_says_so():
 def test_material_threshold_decides_what_counts(cand_score, material, regressed, accept):
     base = items(30, [0.5, 0.5])
     cand = {i: ([0.8, 0.8] if k >= 3 else [cand_score, cand_score]) for k, i in enumerate(base)}
-    res, _ = gate(table(base), table(cand), GateConfig(n_boot=2000, material=material))
+    res, _ = gate(table(base), table(cand), GateConfig(n_boot=2000, material=material, reg_share=0.0))
     assert res.n_regressed == regressed
     assert res.n_improved == 27
     assert res.accept is accept
@@ -898,7 +904,7 @@ def _per(d):
 
 
 def test_sequential_stops_early_for_a_clear_win_and_for_clear_losses():
-    cfg = GateConfig(n_boot=1000, alpha=0.01)
+    cfg = GateConfig(n_boot=1000, alpha=0.01, reg_share=0.0)
     win = gate_mod.sequential_decide(_per(np.full(60, 0.3)), cfg, [20, 20, 20], "obf")
     assert win.accept and win.look == 1 and win.n_seen == 20
     regress = gate_mod.sequential_decide(_per([-0.3] * 3 + [0.3] * 57), cfg, [20, 20, 20])
@@ -1030,7 +1036,8 @@ def test_sequential_gate_by_seeds_does_not_reject_on_interim_regressions():
     d[20:24, 0], d[20:24, 1:] = -0.3, 0.15  # item means 0: regressed at seed 0 only
     d[24:, :] = rng.choice([0.0, 0.0, 0.0, 0.02], size=(36, 3))
     b, c = _cells_table(d)
-    items, seeds, cfg = sorted(b["item_id"].unique()), [0, 1, 2], GateConfig(n_boot=2000, alpha=0.01)
+    items, seeds = sorted(b["item_id"].unique()), [0, 1, 2]
+    cfg = GateConfig(n_boot=2000, alpha=0.01, reg_share=0.0)
     verdict, _, rec = gate_mod.sequential_gate(b, c, cfg, gate_mod.SequentialDesign(3, "pocock", "seeds"), items, seeds)
     assert rec["per_look"][0]["regressed"] == 4 and rec["looks_used"] >= 2
     full, _ = gate_mod.gate(b, c, cfg)
@@ -1190,7 +1197,9 @@ def test_a_proportional_regression_cap_grows_with_the_items_compared():
     cfg = GateConfig(n_boot=1000, reg_share=0.1)
     assert (cfg.cap(10), cfg.cap(60), cfg.cap(240)) == (2, 6, 24)  # never below reg_cap
     d = np.array([0.3] * 40 + [-0.1] * 5 + [0.0] * 15)  # a real gain that perturbs 5 of 60 items
-    assert gate_mod.decide(_per(d), cfg).accept and not gate_mod.decide(_per(d), GateConfig(n_boot=1000)).accept
+    assert gate_mod.decide(_per(d), cfg).accept
+    assert not gate_mod.decide(_per(d), GateConfig(n_boot=1000, reg_share=0.0)).accept
+    assert GateConfig().reg_share == 0.1  # on by default
     with pytest.raises(InputError, match="reg_share"):
         GateConfig(reg_share=float("nan"))
 

@@ -125,8 +125,9 @@ def test_config_accepts_the_closed_ends_and_numpy_integers(kw):
 
 
 def test_the_regression_cap_is_the_larger_of_the_count_and_the_share():
-    assert GateConfig(reg_cap=3).cap(1000) == 3  # reg_share 0: the absolute cap only
-    assert GateConfig(reg_cap=0).cap(1000) == 0
+    assert GateConfig(reg_cap=3, reg_share=0.0).cap(1000) == 3  # reg_share 0: the absolute cap only
+    assert GateConfig(reg_cap=0, reg_share=0.0).cap(1000) == 0
+    assert GateConfig(reg_cap=3).cap(1000) == 100  # the default share, a tenth
     cfg = GateConfig(reg_cap=1, reg_share=0.1)
     assert [cfg.cap(n) for n in (5, 19, 20, 29, 30, 31)] == [1, 1, 2, 2, 3, 3]
     # 0.29 * 100 is 28.999999999999996 in floating point: the share of 100 items is still 29
@@ -570,7 +571,7 @@ def test_look_verdict_last_look_is_the_bootstrap_at_its_level():
 
 
 def test_look_verdict_vetoes_and_regression_caps():
-    cfg = GateConfig(n_boot=1000, reg_cap=2)
+    cfg = GateConfig(n_boot=1000, reg_cap=2, reg_share=0.0)
     win = np.array([0.4] * 20 + [-0.1] * 3)
     v, why, _ = g.look_verdict(np.full(10, 0.4), 2, [0.01, 0.02], cfg, leakage=True)
     assert (v, why) == (False, "leakage")
@@ -585,7 +586,7 @@ def test_look_verdict_vetoes_and_regression_caps():
     share = GateConfig(n_boot=1000, reg_cap=2, reg_share=0.1)
     v, why, _ = g.look_verdict(win, 1, [0.01, 0.02], share, n_total=40)  # cap of 40 items is 4: not over it yet,
     assert v is None  # but 3 are over the cap of the 23 seen (2): no early accept
-    v, _, _ = g.look_verdict(win, 1, [0.01, 0.02], GateConfig(n_boot=1000, reg_cap=3), n_total=40)
+    v, _, _ = g.look_verdict(win, 1, [0.01, 0.02], GateConfig(n_boot=1000, reg_cap=3, reg_share=0.0), n_total=40)
     assert v is True
     v, why, _ = g.look_verdict(win, 1, [0.01, 0.02], cfg, final_items=False, n_total=40)
     assert v is None  # by seeds an interim regression is not final; over the cap now, so no accept either
@@ -764,7 +765,7 @@ def test_last_look_names_the_cap_of_the_items_it_compared():
 
 def test_sequential_gate_passes_on_leakage_reads_by_items_as_final_and_records_each_look():
     items, seeds = [f"t{i:02d}" for i in range(30)], [0, 1]
-    cfg = GateConfig(n_boot=1000, alpha=0.05)
+    cfg = GateConfig(n_boot=1000, alpha=0.05, reg_share=0.0)
     b, c = arms({i: [0.3, 0.3] for i in items}, base=0.4)
     res, _, rec = g.sequential_gate(b, c, cfg, g.SequentialDesign(2, "pocock", "seeds"), items, seeds, leakage=True)
     assert not res.accept and res.reason == "leakage"

@@ -10,7 +10,7 @@ import pytest
 from components.evolution.gate import GateConfig, PairingError, bootstrap_ci, removal_decide
 
 # quarters are exact in binary: d = -0.25 sits exactly on -material
-CFG = GateConfig(n_boot=1000, material=0.25, reg_cap=0, min_items=5)
+CFG = GateConfig(n_boot=1000, material=0.25, reg_cap=0, reg_share=0.0, min_items=5)
 
 
 def arm(
