@@ -463,6 +463,9 @@ class GateRequest(Request):
     base: Path = Field(description="the parent's score table")
     cand: Path = Field(description="the candidate's score table")
     reg_cap: int = Field(GateConfig.reg_cap, description="regressed items allowed")
+    reg_share: float = Field(
+        GateConfig.reg_share, description="... or this share of the items compared, when more (0: reg_cap only)"
+    )
     material: float = Field(GateConfig.material, description="|d_i| above this counts as improved/regressed")
     alpha: float = Field(GateConfig.alpha, description="two-sided CI level 1 - alpha")
     n_boot: int = Field(GateConfig.n_boot, description="bootstrap resamples")
@@ -482,7 +485,13 @@ def gate(request: GateRequest) -> GateResult:
         r.base,
         r.cand,
         GateConfig(
-            reg_cap=r.reg_cap, material=r.material, alpha=r.alpha, n_boot=r.n_boot, seed=r.seed, min_items=r.min_items
+            reg_cap=r.reg_cap,
+            reg_share=r.reg_share,
+            material=r.material,
+            alpha=r.alpha,
+            n_boot=r.n_boot,
+            seed=r.seed,
+            min_items=r.min_items,
         ),
     )
     if verdict.refused:  # too many errored pairs: nothing was compared

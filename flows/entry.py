@@ -16,6 +16,7 @@ GATE_OPTIONS = {
     "--base": "base",
     "--cand": "cand",
     "--reg-cap": "reg_cap",
+    "--reg-share": "reg_share",
     "--material": "material",
     "--alpha": "alpha",
     "--n-boot": "n_boot",

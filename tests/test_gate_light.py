@@ -238,6 +238,7 @@ def pair_files(tmp_path_factory):
         ["--base", "{base}", "--cand", "{win}", "--json", "--n-boot", "2000"],
         ["--base", "{win}", "--cand", "{base}"],
         ["--base", "{base}", "--cand", "{base}", "--material=0.2", "--reg-cap", "0"],
+        ["--base", "{base}", "--cand", "{win}", "--reg-share", "0", "--reg-cap=1"],
         ["--base", "{base}", "--cand", "{bad}"],  # incomplete pairing: the pandas path's message
         ["--base", "{base}", "--cand", "{dir}/none.csv"],  # a missing file
         ["--base", "{base}", "--cand", "{win}", "--n-boot", "5"],  # GateConfig refuses

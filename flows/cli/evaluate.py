@@ -312,6 +312,9 @@ def gate_cmd(
     base: Annotated[Path, typer.Option(help="CSV with item_id, seed, score (the parent)")],
     cand: Annotated[Path, typer.Option(help="CSV with item_id, seed, score (the candidate)")],
     reg_cap: Annotated[int, typer.Option(help="regressed items allowed")] = GateConfig.reg_cap,
+    reg_share: Annotated[
+        float, typer.Option(help="... or this share of the items compared, when more (0: reg-cap only)")
+    ] = GateConfig.reg_share,
     material: Annotated[
         float, typer.Option(help="|d_i| above this counts as improved/regressed")
     ] = GateConfig.material,
@@ -333,6 +336,7 @@ def gate_cmd(
         cand,
         as_json,
         reg_cap=reg_cap,
+        reg_share=reg_share,
         material=material,
         alpha=alpha,
         n_boot=n_boot,
