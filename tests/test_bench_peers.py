@@ -218,3 +218,42 @@ def test_the_table_pairs_ratchet_with_each_peer_by_repetition(peers):
     assert cells[2] == f"{d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}]"
     assert cells[3] == "4" and cells[4] == "2 / 1 / 1"
     assert not [x for x in out[out.index("") :] if x.startswith("| airline | kse |")]
+
+
+def test_an_accepted_proposal_is_judged_again_on_a_larger_draw_of_its_own(peers, monkeypatch):
+    """A small true effect the first truth draw cannot tell from zero is judged on the second, larger draw when an
+    arm accepted it (`truth_first` keeps the first verdict); a rejected one keeps the first draw's verdict."""
+    import numpy as np
+
+    import components.runtime.evaluate as ev
+
+    class Bench:
+        def ids(self, split):
+            return [f"{split}-{k}" for k in range(3)]
+
+    draws = {}
+
+    def draw(world, per_family, seed=peers.TRUTH_SEED):
+        return draws.setdefault((seed, per_family), (f"draw-{seed}", None))
+
+    def paired(memo, home, bench, parent, cand, items, seeds, turns):
+        small = bench == f"draw-{peers.TRUTH_SEED}"
+        assert len(seeds) == (2 if small else 3)
+        return np.array([0.02, -0.01, 0.0, 0.01] * 3) if small else np.array([0.01, 0.012, 0.011] * 4)
+
+    monkeypatch.setattr(peers, "truth_draw", draw)
+    monkeypatch.setattr(peers, "paired", paired)
+    monkeypatch.setattr(ev, "benchmark_at", lambda path: Bench())
+    props = [
+        {"parent": "p", "cand": "a", "verdict": "accept"},
+        {"parent": "p", "cand": "r", "verdict": "reject"},
+    ]
+    job = {"world": "retail", "truth_per_family": 12, "resolve_per_family": 24, "resolve_seeds": 3}
+    peers.judge({"ratchet": {"proposals": props}}, job, None, 40)
+    assert (props[0]["truth"], props[0]["truth_first"]) == ("helps", "neutral")
+    assert props[0]["truth_delta"] == pytest.approx(0.011) and props[0]["truth_first_delta"] == pytest.approx(0.005)
+    assert props[1]["truth"] == "neutral" and "truth_first" not in props[1]
+    assert (peers.TRUTH_SEED + 1, 24) in draws  # the second draw is a benchmark of its own
+    off = [{"parent": "p", "cand": "a", "verdict": "accept"}]
+    peers.judge({"ratchet": {"proposals": off}}, job | {"resolve_per_family": 0}, None, 40)
+    assert off[0]["truth"] == "neutral" and "truth_first" not in off[0]
