@@ -484,7 +484,11 @@ def plan_round(r: Round, train: Train, diagnosis: Diagnosis) -> PlanOutcome:
         c.meta_agent,
         c.meta_agent_cfg,
         r.ev.budget,
-        memory={"revocations": memory.revocations, "later": memory.rejected_elsewhere, "projection": memory.projection},
+        memory={
+            "revocations": memory.revocations,
+            "later": sorted(set(memory.rejected_elsewhere) | r.lineage.rejected_places()),
+            "projection": memory.projection,
+        },
         max_source_items=c.repair_max_items,
     )
     if outcome.replies:  # the llm meta-agent's raw replies, kept whatever became of them

@@ -513,3 +513,44 @@ def test_a_plan_names_at_most_the_campaigns_repair_max_items_source_tasks():
     }
     assert inputs_key(plan_stage.fn, key) == inputs_key(plan_stage.fn, {**key, "max_source_items": 12})
     assert inputs_key(plan_stage.fn, key) != inputs_key(plan_stage.fn, {**key, "max_source_items": 3})
+
+
+def test_a_plan_rejected_here_is_tried_again_after_the_untried_ones_when_drafted_anew():
+    """A card drafted again from a new champion's traces differs in a detail (another key) but acts at the same
+    place (`Plan.place`); a rejected place is deferred behind every untried plan, and proposed when none is left."""
+    w_big = packet("W", "overflow", pid="w2", n=3)
+    w_small = packet("W", "dropped", pid="w1", n=1)
+    fs = [finding(f"i{k}#0", "W", "overflow", proposed_max=10) for k in (1, 2, 3)]
+    propose = make_meta_agent("rules", {})
+    context = ctx(PACKAGES / "none", w_small, w_big, findings=fs)
+    first = propose(context)
+    assert first.cluster == "w2"
+    redrafted = first.model_copy(
+        update={"operations": [first.operations[0].model_copy(update={"value": first.operations[0].value + 1})]}
+    )
+    assert redrafted.key() != first.key() and redrafted.place() == first.place()
+    context.later = {first.place()}
+    assert propose(context).cluster == "w1"  # the untried plan first
+    context.rejected = {propose(context).key()}
+    assert propose(context).key() == first.key()  # nothing untried is left: the deferred one
+
+
+def test_the_lineage_names_the_places_of_its_rejected_plans(tmp_path):
+    from components.evolution.lineage import Lineage
+    from components.evolution.plan import parse_plan
+
+    plan = parse_plan(
+        {
+            "owner": "W",
+            "cluster": "w",
+            "summary": "s",
+            "evidence": [{"episode_id": "t#0", "step": 1, "hash": "h" * 64}],
+            "operations": [{"op": "set_wm", "field": "max_entries", "value": 8}],
+            "mechanism": "wm:",
+            "source_items": ["t"],
+        }
+    )
+    lin = Lineage(tmp_path / "lineage")
+    lin.start(PACKAGES / "seed", "bench-digest")
+    lin.reject(1, {"plan_key": plan.key(), "reason": "gate: test"}, plan.model_dump())
+    assert lin.rejected_keys() == {plan.key()} and lin.rejected_places() == {plan.place()}

@@ -119,6 +119,16 @@ class Lineage:
     def rejected_keys(self) -> set[str]:
         return {r.plan_key for r in self.rounds() if r.verdict == Verdict.REJECT and r.plan_key}
 
+    def rejected_places(self) -> set[str]:
+        """Where the rejected plans acted (`Plan.place`), from the plans kept beside the lineage."""
+        from components.evolution.plan import Plan
+
+        return {
+            Plan.model_validate(json.loads((self.rejected_dir / f"{key}.json").read_text())["plan"]).place()
+            for key in self.rejected_keys()
+            if (self.rejected_dir / f"{key}.json").exists()
+        }
+
     def round_record(self, round_no: int) -> dict[str, Any] | None:
         return next((r for r in self.records() if r.get("round") == round_no), None)
 

@@ -100,6 +100,13 @@ class Plan(BaseModel):
                 o["meta"] = {k: v for k, v in o["meta"].items() if k != "source"}
         return hashlib.sha256(json.dumps([self.owner, ops], sort_keys=True).encode()).hexdigest()[:16]
 
+    def place(self) -> str:
+        """Where the change acts (owner + each operation's kind and target: a card's path, a ledger field, a
+        binding), not what it writes. A card drafted again from a new champion's traces can differ in a detail
+        (its key changes) and still be the change the gate rejected there: it is tried after the untried ones."""
+        spots = [o.model_dump(include={"op", "path", "field", "section", "use", "at"}) for o in self.operations]
+        return "place:" + hashlib.sha256(json.dumps([self.owner, spots], sort_keys=True).encode()).hexdigest()[:16]
+
 
 def parse_plan(raw: str | dict[str, Any], where: str = "plan") -> Plan:
     """Validate a plan from JSON text or a dict; errors name the field."""
