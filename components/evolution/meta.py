@@ -1,7 +1,8 @@
 """The meta-agent: turns the diagnosis into one scoped plan. Two backends behind one interface, registered by name.
 
 `rules` (embedded, deterministic): takes the largest patchable cluster (W first) whose plan was not already rejected
-and writes the smallest connected change for its owner:
+(one acting where a rejected plan acted comes after the untried ones) and writes the smallest connected change for
+its owner:
     E    one card per write (`<write>-rules`) stating every rule the diagnosis saw refused on it, written from the rule
          texts the refusal receipts carry, plus the tools successful episodes called before that write (never ids or
          values), triggered where the write is intended; a rule seen later rewrites that card; wiring if missing
