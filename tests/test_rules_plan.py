@@ -554,3 +554,34 @@ def test_the_lineage_names_the_places_of_its_rejected_plans(tmp_path):
     lin.start(PACKAGES / "seed", "bench-digest")
     lin.reject(1, {"plan_key": plan.key(), "reason": "gate: test"}, plan.model_dump())
     assert lin.rejected_keys() == {plan.key()} and lin.rejected_places() == {plan.place()}
+
+
+def test_a_cards_place_is_its_path_with_or_without_the_delivery_wiring():
+    """The first card of a package adds the delivery wiring, a card drafted after it finds the wiring in place: the
+    same card at the same path is one place either way; another path, or a checker, is another."""
+    from components.evolution.plan import parse_plan
+
+    card = {"op": "add_card", "path": "em/procedure/w-rules.md", "body": "Before `w`, do it.", "meta": {"id": "w"}}
+    wiring = {"op": "add_binding", "section": "delivery", "use": "event_cards", "at": "intent_recorded"}
+    checker = {"op": "add_binding", "section": "checkers", "use": "confirm_before_write", "at": "pre_write"}
+
+    def plan(owner: str, *ops: dict) -> object:
+        evidence = [{"episode_id": "t#0", "step": 1, "hash": "h" * 64}]
+        return parse_plan(
+            {
+                "owner": owner,
+                "cluster": "c",
+                "summary": "s",
+                "evidence": evidence,
+                "operations": list(ops),
+                "mechanism": "m",
+                "source_items": ["t"],
+            }
+        )
+
+    first, later = plan("E", card, wiring), plan("E", card)
+    assert first.key() != later.key() and first.place() == later.place()
+    other = plan("E", card | {"path": "em/procedure/v-rules.md"})
+    assert other.place() != later.place()
+    assert plan("C", checker).place() != plan("C", checker | {"use": "pending_before_finish"}).place()
+    assert plan("rho", wiring).place() != plan("E", card).place()  # wiring alone is a place of its own

@@ -101,11 +101,23 @@ class Plan(BaseModel):
         return hashlib.sha256(json.dumps([self.owner, ops], sort_keys=True).encode()).hexdigest()[:16]
 
     def place(self) -> str:
-        """Where the change acts (owner + each operation's kind and target: a card's path, a ledger field, a
-        binding), not what it writes. A card drafted again from a new champion's traces can differ in a detail
-        (its key changes) and still be the change the gate rejected there: it is tried after the untried ones."""
-        spots = [o.model_dump(include={"op", "path", "field", "section", "use", "at"}) for o in self.operations]
-        return "place:" + hashlib.sha256(json.dumps([self.owner, spots], sort_keys=True).encode()).hexdigest()[:16]
+        """Where the change acts, not what it writes: the owner and the cards, ledger fields and checkers its
+        operations change. A card drafted again from a new champion's traces can differ in a detail (its key
+        changes) and still be the change the gate rejected there: it is tried after the untried ones. The delivery
+        wiring a first card adds, and a later one finds in place, is a place only of a plan that changes nothing
+        else."""
+        spots = {_spot(o) for o in self.operations}
+        changed = sorted(s for s in spots if not s.startswith("delivery:")) or sorted(spots)
+        return "place:" + hashlib.sha256(json.dumps([self.owner, changed]).encode()).hexdigest()[:16]
+
+
+def _spot(o: Operation) -> str:
+    """What one operation changes: a card (by path), a ledger field, or a binding of a section."""
+    if isinstance(o, (AddBinding, RemoveBinding)):
+        return f"{o.section}:{o.use}@{o.at}"
+    if isinstance(o, SetWM):
+        return f"wm:{o.field}"
+    return f"card:{o.path}"
 
 
 def parse_plan(raw: str | dict[str, Any], where: str = "plan") -> Plan:
