@@ -239,7 +239,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3, help="seeds per item in one gate (the campaign's)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--reg-share", type=float, default=0.0, help="gate.reg_share: a cap proportional to the items")
+    ap.add_argument(
+        "--reg-share",
+        type=float,
+        default=0.0,
+        help="gate.reg_share: a cap proportional to the items (0 here: the absolute cap the tables were first "
+        "measured with; the gate's default is 0.1, measured with --reg-share 0.1)",
+    )
     ap.add_argument("--looks", type=int, default=3, help="sequential looks (by seeds), as gate.sequential.looks")
     ap.add_argument("--spending", default="pocock", help="sequential spending function (pocock | obf)")
     ap.add_argument("--bench", default=str(ROOT / "data/benchmarks/retail"))
