@@ -13,7 +13,7 @@ from components.memory.events import PRE_WRITE
 from components.memory.package import load_package
 from components.memory.strategies import CHECKERS, CheckContext, Verdict
 from components.runtime.trace import TraceStep
-from components.worlds.outcome_rules import FieldRule, Term
+from components.worlds.outcome_rules import Cond, FieldRule, Term
 
 TOOL, TARGETS = "exchange", {"exchange": ["order_id"]}
 WRITES = frozenset({TOOL})
@@ -78,6 +78,42 @@ def test_the_package_checks_run_on_a_write_made_right(tmp_path):
         assert own_bounces(pkg, TOOL, {"order_id": "#1", "fee": 0.0}, WRITES, TARGETS) == []
         # made right, in the form of the agent's own argument (a float stays a float)
         assert right_forms(_write(0, 0.0), [_write(0, 0.0)], RULES, WRITES, TARGETS) == [{"order_id": "#1", "fee": 8.0}]
+
+
+def _step(i: int, tool: str, args: dict, content: dict | None = None) -> TraceStep:
+    return TraceStep(
+        episode_id="e#0",
+        step=i,
+        incoming={},
+        state_before=[],
+        delivered=[],
+        deliveries=[],
+        proposal={},
+        action={"kind": "tool", "tool": tool, "args": args},
+        checks=[],
+        blocked=None,
+        observation={"role": "tool", "ok": True, "content": content or {}},
+        state_after=[],
+        fingerprint=[],
+    ).sealed()
+
+
+def test_a_rule_reading_another_field_of_the_write_reads_it_made_right():
+    """The refund goes back to the order's own method, and is 5% more when that method is a gift card. The agent
+    refunded 105 to the gift card; the order was paid by credit card: made right, the method is the card and the
+    refund 100 (before, the bonus was read off the method the agent wrongly chose, and the form was 105)."""
+    methods = [{"id": "gift_1", "kind": "gift"}, {"id": "card_1", "kind": "card"}]
+    gift = Cond(path="get_order.methods[id=@method].kind", op="is", value="gift")
+    rules = {
+        "method": FieldRule("method", Term("equal", None, "get_order.method")),
+        "refund": FieldRule("refund", Term("const", Fraction(100)), factors=((gift, Fraction(21, 20)),)),
+    }
+    for paid, drafted, right in (("card_1", ("gift_1", 105.0), 100.0), ("gift_1", ("card_1", 100.0), 105.0)):
+        read = _step(0, "get_order", {"order_id": "#1"}, {"method": paid, "methods": methods})
+        draft = _step(1, TOOL, {"order_id": "#1", "method": drafted[0], "refund": drafted[1]})
+        assert right_forms(draft, [read, draft], rules, WRITES, TARGETS) == [
+            {"order_id": "#1", "method": paid, "refund": right}
+        ]
 
 
 def test_a_wrong_write_whose_right_form_the_check_bounces_is_the_checks_not_the_agents(tmp_path):

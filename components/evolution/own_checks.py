@@ -87,7 +87,37 @@ def right_forms(
     choices = [_choices(rules[f], without_own(feats, f), args.get(f)) for f in wrong]
     if any(c is None for c in choices) or prod(len(c) for c in choices if c) > MAX_FORMS:
         return None
-    return [{**args, **dict(zip(wrong, values))} for values in product(*[c or [] for c in choices])]
+    forms = [{**args, **dict(zip(wrong, values))} for values in product(*[c or [] for c in choices])]
+    return [_settled(form, s, steps, {f: rules[f] for f in wrong}, write_tools, targets, today) for form in forms]
+
+
+def _settled(
+    form: dict[str, Any],
+    s: TraceStep,
+    steps: list[TraceStep],
+    rules: Mapping[str, FieldRule],
+    write_tools: frozenset[str],
+    targets: Targets | None,
+    today: date | None,
+) -> dict[str, Any]:
+    """`form` with each field its rule computes computed again on the form itself, until none changes: a rule may read
+    the write's other arguments (a bonus when the refund goes to a gift card), and it reads them made right, not as
+    the agent drafted them. A field chosen from a set (allowed values, picks) keeps its choice."""
+    given = dict(s.action.get("args") or {})
+    for _ in range(len(rules) + 1):  # each round settles at least one more field of a chain of reads
+        made = s.model_copy(update={"action": {**s.action, "args": form}})
+        feats = write_feats(made, steps, write_tools, targets, today)
+        new = dict(form)
+        for f, rule in rules.items():
+            if _allowed(rule) or rule.then.kind == "pick":
+                continue
+            ok, v = evaluate(rule, without_own(feats, f), given.get(f))
+            if ok:
+                new[f] = _as_given(v, given.get(f))
+        if new == form:
+            break
+        form = new
+    return form
 
 
 MAX_FORMS = 16  # beyond that many candidate right forms, a write's right form counts as unknown
