@@ -41,16 +41,15 @@ def _package(tmp_path, over: float):
     return load_package(tmp_path)
 
 
-def _write(i: int, fee: float, blocked: bool = False, eid: str = "e#0") -> TraceStep:
-    checks = [
-        {
-            "strategy": "house_limit",
-            "event": PRE_WRITE,
-            "ok": not blocked,
-            "reason": "" if not blocked else "the fee looks unusual: review it",
-            "attempt": 0,
-        }
-    ]
+def _step(
+    i: int,
+    tool: str,
+    args: dict,
+    content: dict | None = None,
+    checks: list | None = None,
+    blocked: str | None = None,
+    eid: str = "e#0",
+) -> TraceStep:
     return TraceStep(
         episode_id=eid,
         step=i,
@@ -59,13 +58,19 @@ def _write(i: int, fee: float, blocked: bool = False, eid: str = "e#0") -> Trace
         delivered=[],
         deliveries=[],
         proposal={},
-        action={"kind": "tool", "tool": TOOL, "args": {"order_id": "#1", "fee": fee}},
-        checks=checks,
-        blocked="the fee looks unusual: review it" if blocked else None,
-        observation={"role": "tool", "ok": not blocked},
+        action={"kind": "tool", "tool": tool, "args": args},
+        checks=checks or [],
+        blocked=blocked,
+        observation={"role": "tool", "ok": blocked is None, "content": content or {}},
         state_after=[],
         fingerprint=["redraft"] if blocked else [],
     ).sealed()
+
+
+def _write(i: int, fee: float, blocked: bool = False, eid: str = "e#0") -> TraceStep:
+    reason = "the fee looks unusual: review it" if blocked else ""
+    check = {"strategy": "house_limit", "event": PRE_WRITE, "ok": not blocked, "reason": reason, "attempt": 0}
+    return _step(i, TOOL, {"order_id": "#1", "fee": fee}, checks=[check], blocked=reason or None, eid=eid)
 
 
 RULES = {"fee": FieldRule("fee", Term("const", Fraction(8)))}  # the fee is 8, whatever the order
@@ -78,24 +83,6 @@ def test_the_package_checks_run_on_a_write_made_right(tmp_path):
         assert own_bounces(pkg, TOOL, {"order_id": "#1", "fee": 0.0}, WRITES, TARGETS) == []
         # made right, in the form of the agent's own argument (a float stays a float)
         assert right_forms(_write(0, 0.0), [_write(0, 0.0)], RULES, WRITES, TARGETS) == [{"order_id": "#1", "fee": 8.0}]
-
-
-def _step(i: int, tool: str, args: dict, content: dict | None = None) -> TraceStep:
-    return TraceStep(
-        episode_id="e#0",
-        step=i,
-        incoming={},
-        state_before=[],
-        delivered=[],
-        deliveries=[],
-        proposal={},
-        action={"kind": "tool", "tool": tool, "args": args},
-        checks=[],
-        blocked=None,
-        observation={"role": "tool", "ok": True, "content": content or {}},
-        state_after=[],
-        fingerprint=[],
-    ).sealed()
 
 
 def test_a_rule_reading_another_field_of_the_write_reads_it_made_right():
