@@ -486,7 +486,7 @@ def plan_round(r: Round, train: Train, diagnosis: Diagnosis) -> PlanOutcome:
         r.ev.budget,
         memory={
             "revocations": memory.revocations,
-            "later": sorted(set(memory.rejected_elsewhere) | r.lineage.rejected_places()),
+            "later": sorted(set(memory.rejected_elsewhere) | r.lineage.rejected_sites()),
             "projection": memory.projection,
         },
         max_source_items=c.repair_max_items,

@@ -517,7 +517,7 @@ def test_a_plan_names_at_most_the_campaigns_repair_max_items_source_tasks():
 
 def test_a_plan_rejected_here_is_tried_again_after_the_untried_ones_when_drafted_anew():
     """A card drafted again from a new champion's traces differs in a detail (another key) but acts at the same
-    place (`Plan.place`); a rejected place is deferred behind every untried plan, and proposed when none is left."""
+    site (`Plan.site`); a rejected site is deferred behind every untried plan, and proposed when none is left."""
     w_big = packet("W", "overflow", pid="w2", n=3)
     w_small = packet("W", "dropped", pid="w1", n=1)
     fs = [finding(f"i{k}#0", "W", "overflow", proposed_max=10) for k in (1, 2, 3)]
@@ -528,14 +528,14 @@ def test_a_plan_rejected_here_is_tried_again_after_the_untried_ones_when_drafted
     redrafted = first.model_copy(
         update={"operations": [first.operations[0].model_copy(update={"value": first.operations[0].value + 1})]}
     )
-    assert redrafted.key() != first.key() and redrafted.place() == first.place()
-    context.later = {first.place()}
+    assert redrafted.key() != first.key() and redrafted.site() == first.site()
+    context.later = {first.site()}
     assert propose(context).cluster == "w1"  # the untried plan first
     context.rejected = {propose(context).key()}
     assert propose(context).key() == first.key()  # nothing untried is left: the deferred one
 
 
-def test_the_lineage_names_the_places_of_its_rejected_plans(tmp_path):
+def test_the_lineage_names_the_sites_of_its_rejected_plans(tmp_path):
     from components.evolution.lineage import Lineage
     from components.evolution.plan import parse_plan
 
@@ -553,12 +553,12 @@ def test_the_lineage_names_the_places_of_its_rejected_plans(tmp_path):
     lin = Lineage(tmp_path / "lineage")
     lin.start(PACKAGES / "seed", "bench-digest")
     lin.reject(1, {"plan_key": plan.key(), "reason": "gate: test"}, plan.model_dump())
-    assert lin.rejected_keys() == {plan.key()} and lin.rejected_places() == {plan.place()}
+    assert lin.rejected_keys() == {plan.key()} and lin.rejected_sites() == {plan.site()}
 
 
-def test_a_cards_place_is_its_path_with_or_without_the_delivery_wiring():
+def test_a_cards_site_is_its_path_with_or_without_the_delivery_wiring():
     """The first card of a package adds the delivery wiring, a card drafted after it finds the wiring in place: the
-    same card at the same path is one place either way; another path, or a checker, is another."""
+    same card at the same path is one site either way; another path, or a checker, is another."""
     from components.evolution.plan import parse_plan
 
     card = {"op": "add_card", "path": "em/procedure/w-rules.md", "body": "Before `w`, do it.", "meta": {"id": "w"}}
@@ -580,8 +580,8 @@ def test_a_cards_place_is_its_path_with_or_without_the_delivery_wiring():
         )
 
     first, later = plan("E", card, wiring), plan("E", card)
-    assert first.key() != later.key() and first.place() == later.place()
+    assert first.key() != later.key() and first.site() == later.site()
     other = plan("E", card | {"path": "em/procedure/v-rules.md"})
-    assert other.place() != later.place()
-    assert plan("C", checker).place() != plan("C", checker | {"use": "pending_before_finish"}).place()
-    assert plan("rho", wiring).place() != plan("E", card).place()  # wiring alone is a place of its own
+    assert other.site() != later.site()
+    assert plan("C", checker).site() != plan("C", checker | {"use": "pending_before_finish"}).site()
+    assert plan("rho", wiring).site() != plan("E", card).site()  # wiring alone is a site of its own

@@ -119,12 +119,12 @@ class Lineage:
     def rejected_keys(self) -> set[str]:
         return {r.plan_key for r in self.rounds() if r.verdict == Verdict.REJECT and r.plan_key}
 
-    def rejected_places(self) -> set[str]:
-        """Where the rejected plans acted (`Plan.place`), from the plans kept beside the lineage."""
+    def rejected_sites(self) -> set[str]:
+        """Where the rejected plans acted (`Plan.site`), from the plans kept beside the lineage."""
         from components.evolution.plan import Plan
 
         return {
-            Plan.model_validate(json.loads((self.rejected_dir / f"{key}.json").read_text())["plan"]).place()
+            Plan.model_validate(json.loads((self.rejected_dir / f"{key}.json").read_text())["plan"]).site()
             for key in self.rejected_keys()
             if (self.rejected_dir / f"{key}.json").exists()
         }

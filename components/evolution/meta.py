@@ -68,7 +68,7 @@ class PlanContext:
     # campaign memory (components/evidence/graph_record.py): revocations of contradicted promotions come first;
     # the projection is what the llm meta-agent reads of earlier campaigns
     revocations: list[Plan] = field(default_factory=list)
-    # plan keys rejected on other evidence, and places (Plan.place) of plans rejected here: tried after the rest
+    # plan keys rejected on other evidence, and sites (Plan.site) of plans rejected here: tried after the rest
     later: set[str] = field(default_factory=set)
     memory: dict[str, Any] = field(default_factory=dict)
     max_source_items: int = MAX_SOURCE_ITEMS  # a plan's source tasks at most (`campaign.repair_max_items`)
@@ -115,7 +115,7 @@ class RulesAgent:
                 continue
             planned = rules_plan(packet, ctx, self.max_per_episode, ctx.max_source_items)
             if planned is not None and planned.key() not in ctx.rejected:
-                if planned.key() in ctx.later or planned.place() in ctx.later:
+                if planned.key() in ctx.later or planned.site() in ctx.later:
                     deferred = deferred or planned
                     continue
                 return planned

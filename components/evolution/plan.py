@@ -100,15 +100,15 @@ class Plan(BaseModel):
                 o["meta"] = {k: v for k, v in o["meta"].items() if k != "source"}
         return hashlib.sha256(json.dumps([self.owner, ops], sort_keys=True).encode()).hexdigest()[:16]
 
-    def place(self) -> str:
+    def site(self) -> str:
         """Where the change acts, not what it writes: the owner and the cards, ledger fields and checkers its
         operations change. A card drafted again from a new champion's traces can differ in a detail (its key
         changes) and still be the change the gate rejected there: it is tried after the untried ones. The delivery
-        wiring a first card adds, and a later one finds in place, is a place only of a plan that changes nothing
+        wiring a first card adds, and a later one finds in place, is a site only of a plan that changes nothing
         else."""
         spots = {_spot(o) for o in self.operations}
         changed = sorted(s for s in spots if not s.startswith("delivery:")) or sorted(spots)
-        return "place:" + hashlib.sha256(json.dumps([self.owner, changed]).encode()).hexdigest()[:16]
+        return "site:" + hashlib.sha256(json.dumps([self.owner, changed]).encode()).hexdigest()[:16]
 
 
 def _spot(o: Operation) -> str:
