@@ -212,7 +212,9 @@ def stop_children(grace: float = GRACE_SECONDS) -> None:
 
 def _parent_death_signal():
     """A function for a child to call between fork and exec: SIGTERM when the parent dies, however it died (Linux's
-    PR_SET_PDEATHSIG); None elsewhere. prctl is looked up here, before the fork: the child only makes the call."""
+    PR_SET_PDEATHSIG); None elsewhere. prctl is looked up here, before the fork: the child only makes the call. A
+    parent that died between the fork and that call sends nothing, so the child then checks it still has its parent
+    and, if not, ends there, before the exec (the man page's advice)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -221,7 +223,14 @@ def _parent_death_signal():
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    return lambda: prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(128 + signal.SIGTERM)
+
+    return arm
 
 
 def run_server(cmd: list[str], env: dict[str, str]) -> int:

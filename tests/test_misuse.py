@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -1920,6 +1921,31 @@ def test_a_server_a_command_started_stops_with_it(tmp_path, how):
     assert not [k for k in kids if _running(k)], f"{how}: the server outlived its command"
     assert code == (-9 if sig == "SIGKILL" else 128 + getattr(signal, sig)), (code, parent.stderr.read())
     assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_server_whose_command_died_before_it_armed_the_death_signal_never_starts():
+    """The race a parent-death signal leaves: the command dies between the fork and the child's prctl, so no signal
+    ever comes. The child finds its parent gone once armed, and ends before its exec (it never reports back)."""
+    from flows.signals import _parent_death_signal
+
+    r, w = os.pipe()
+    command = os.fork()
+    if command == 0:  # the command: arms its server's fork, then dies before the server arms it
+        arm = _parent_death_signal()
+        if os.fork() == 0:  # the server, between fork and exec
+            me = os.getppid()
+            deadline = time.monotonic() + 10
+            while os.getppid() == me and time.monotonic() < deadline:
+                time.sleep(0.01)
+            arm()
+            os.write(w, b"exec")  # reached only when arming let it go on to its exec
+            os._exit(0)
+        os._exit(0)
+    os.close(w)
+    os.waitpid(command, 0)
+    with os.fdopen(r, "rb") as got:
+        assert got.read() == b""
 
 
 @pytest.mark.parametrize(
